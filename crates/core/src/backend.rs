@@ -1,0 +1,259 @@
+//! The trait every backend implements, and the values it exchanges with core.
+//!
+//! A backend only tries once, extends, releases and lists. Waiting,
+//! timeouts, cancellation, background extension and loss detection are
+//! written once, in [`LockClient`](crate::LockClient).
+
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::error::Result;
+use crate::name::LockName;
+use crate::wake::ReleaseWatch;
+
+/// The random 128-bit identity of one grant. A backend extends and releases
+/// a lease only while the stored identity is this one, so nobody can extend
+/// or release someone else's lease.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LeaseId(u128);
+
+impl LeaseId {
+    /// A fresh random identity.
+    pub fn random() -> Self {
+        Self(rand::random())
+    }
+
+    /// The identity as a number.
+    pub fn as_u128(self) -> u128 {
+        self.0
+    }
+
+    /// Rebuilds an identity read back from a backend.
+    pub fn from_u128(value: u128) -> Self {
+        Self(value)
+    }
+}
+
+impl fmt::Debug for LeaseId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:032x}", self.0)
+    }
+}
+
+impl fmt::Display for LeaseId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:032x}", self.0)
+    }
+}
+
+/// Who holds a lock, for inspection only.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Holder {
+    /// The holder's host name.
+    pub host: String,
+    /// The holder's process id.
+    pub pid: u32,
+    /// The label from [`LockOptions::label`](crate::LockOptions::label).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+}
+
+impl Holder {
+    /// This process, with an optional label.
+    pub fn this_process(label: Option<&str>) -> Self {
+        let host = rustix::system::uname()
+            .nodename()
+            .to_string_lossy()
+            .into_owned();
+        Self {
+            host,
+            pid: std::process::id(),
+            label: label.map(str::to_owned),
+        }
+    }
+}
+
+/// One attempt to take a lock, as core asks a backend for it.
+#[derive(Debug, Clone)]
+pub struct AcquireRequest {
+    /// The lock.
+    pub name: LockName,
+    /// The identity to store with the grant.
+    pub lease_id: LeaseId,
+    /// How long the grant lasts unless extended.
+    pub lease: Duration,
+    /// Who asks, recorded for inspection.
+    pub holder: Holder,
+}
+
+/// What one attempt gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Attempt {
+    /// The lock is ours, with this fencing token.
+    Acquired {
+        /// Strictly greater than every token granted before for this name.
+        fencing_token: u64,
+    },
+    /// Someone else holds it.
+    Held {
+        /// When the backend knows the current lease will end, how long until
+        /// then, so a waiter need not retry earlier.
+        retry_after: Option<Duration>,
+    },
+}
+
+/// A lease core holds, as it hands it back to the backend.
+#[derive(Debug, Clone)]
+pub struct Lease {
+    /// The lock.
+    pub name: LockName,
+    /// The grant's identity.
+    pub id: LeaseId,
+    /// The grant's fencing token.
+    pub fencing_token: u64,
+    /// How long each grant or extension lasts.
+    pub lease: Duration,
+}
+
+/// What a backend can do, where backends differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Capabilities {
+    /// Locks live exactly as long as the holder's process (or its handle)
+    /// and never expire while it lives, like OS file locks. Such locks are
+    /// never given up by the lease clock.
+    pub process_bound: bool,
+    /// [`Backend::watch_releases`] reports releases, so waiters need not poll.
+    pub release_wakeups: bool,
+    /// Locks are shared with other processes (false for the in-memory backend).
+    pub cross_process: bool,
+}
+
+impl Capabilities {
+    /// A lease-based backend shared across processes, without wake-ups.
+    pub const fn lease_based() -> Self {
+        Self {
+            process_bound: false,
+            release_wakeups: false,
+            cross_process: true,
+        }
+    }
+
+    /// These capabilities with wake-ups on or off.
+    pub const fn with_release_wakeups(mut self, on: bool) -> Self {
+        self.release_wakeups = on;
+        self
+    }
+
+    /// These capabilities, process-bound or not.
+    pub const fn with_process_bound(mut self, on: bool) -> Self {
+        self.process_bound = on;
+        self
+    }
+
+    /// These capabilities, shared across processes or not.
+    pub const fn with_cross_process(mut self, on: bool) -> Self {
+        self.cross_process = on;
+        self
+    }
+}
+
+/// A lock as [`Backend::list`] sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LockInfo {
+    /// The lock's name, exactly as given.
+    #[serde(serialize_with = "serialize_name")]
+    pub name: LockName,
+    /// Who holds it, when known.
+    pub holder: Option<Holder>,
+    /// The fencing token of the current grant, when known.
+    pub fencing_token: Option<u64>,
+    /// How long until the lease ends unless extended; `None` when it lasts as
+    /// long as the holder's process.
+    pub expires_in: Option<Duration>,
+}
+
+fn serialize_name<S: serde::Serializer>(name: &LockName, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(name.as_str())
+}
+
+/// How many extensions the default [`Backend::extend_many`] keeps in flight.
+const EXTEND_CONCURRENCY: usize = 32;
+
+/// A store that can grant leases on named locks.
+///
+/// Implementations must be safe to call concurrently, must never extend or
+/// release a lease whose stored [`LeaseId`] differs from the one given, and
+/// must judge expiry by the server's clock wherever the server has one.
+#[async_trait]
+pub trait Backend: Send + Sync + fmt::Debug {
+    /// What this backend can do.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Tries once to take `request.name`.
+    ///
+    /// # Errors
+    /// A backend error. Losing to another holder is [`Attempt::Held`], not
+    /// an error, and so is losing a race to create the lock.
+    async fn try_acquire(&self, request: &AcquireRequest) -> Result<Attempt>;
+
+    /// Extends `lease` by its lease period if it is still ours.
+    /// Returns `Ok(false)` when it is not: that lease is lost.
+    ///
+    /// # Errors
+    /// A backend error, after which the outcome is unknown.
+    async fn extend(&self, lease: &Lease) -> Result<bool>;
+
+    /// Extends many leases; the result has one entry per lease, in order.
+    /// The default calls [`extend`](Self::extend) with bounded concurrency;
+    /// backends that can extend in bulk override it.
+    async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<bool>> {
+        let mut outcomes = Vec::with_capacity(leases.len());
+        for chunk in leases.chunks(EXTEND_CONCURRENCY) {
+            let mut pending = Vec::with_capacity(chunk.len());
+            for lease in chunk {
+                pending.push(self.extend(lease));
+            }
+            outcomes.extend(futures::future::join_all(pending).await);
+        }
+        outcomes
+    }
+
+    /// Releases `lease` if it is still ours. Returns whether it was.
+    /// Releasing a lease twice, or one that was lost, is `Ok(false)`.
+    ///
+    /// # Errors
+    /// A backend error.
+    async fn release(&self, lease: &Lease) -> Result<bool>;
+
+    /// The locks held now.
+    ///
+    /// # Errors
+    /// A backend error.
+    async fn list(&self) -> Result<Vec<LockInfo>>;
+
+    /// Releases `name` whoever holds it: an administrator's tool. The holder
+    /// learns it lost the lock at its next extension. Returns whether the
+    /// lock was held.
+    ///
+    /// # Errors
+    /// A backend error, or [`Error::Unsupported`](crate::Error::Unsupported).
+    async fn force_release(&self, name: &LockName) -> Result<bool>;
+
+    /// Starts watching `name` for releases; `None` when the backend cannot
+    /// report them, and waiters then poll.
+    fn watch_releases(&self, name: &LockName) -> Option<ReleaseWatch> {
+        let _ = name;
+        None
+    }
+
+    /// Called instead of [`release`](Self::release) when a guard is dropped
+    /// where no async runtime can run the release. It must not block. The
+    /// default does nothing: the lease's expiry is the safety net.
+    fn abandon(&self, lease: &Lease) {
+        let _ = lease;
+    }
+}

@@ -1,0 +1,400 @@
+//! The lock client: waiting, timeouts, cancellation and coalescing, written
+//! once for every backend.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{OwnedMutexGuard, oneshot};
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::backend::{AcquireRequest, Attempt, Backend, Holder, Lease, LeaseId, LockInfo};
+use crate::backoff::Backoff;
+use crate::error::{Error, Result};
+use crate::guard::LockGuard;
+use crate::keeper::{Keeper, timed_out};
+use crate::lease::{HeldLease, LostSignal};
+use crate::name::LockName;
+use crate::options::LockOptions;
+use crate::slots::Slots;
+
+/// Takes, keeps and releases locks on one backend.
+///
+/// A client is cheap to clone; clones share one keeper task, which extends
+/// every lease the client holds, and one table of in-process slots, so that
+/// tasks of this process queue for a name locally instead of each asking the
+/// backend.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use distlock_core::{LockClient, LockName, LockOptions, MemoryBackend};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), distlock_core::Error> {
+/// let client = LockClient::new(Arc::new(MemoryBackend::new()), LockOptions::default());
+/// let name = LockName::new("nightly-report")?;
+///
+/// let guard = client.acquire(&name, Duration::from_secs(5)).await?;
+/// println!("fencing token {}", guard.fencing_token());
+/// assert!(client.try_acquire(&name).await?.is_none());
+/// assert!(guard.release().await?);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct LockClient {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    backend: Arc<dyn Backend>,
+    options: LockOptions,
+    holder: Holder,
+    keeper: Keeper,
+    slots: Slots,
+    release_wakeups: bool,
+}
+
+/// What a closure run by [`LockClient::with_lock`] knows of its lock.
+#[derive(Debug, Clone)]
+pub struct LockContext {
+    /// The lock's name.
+    pub name: LockName,
+    /// The grant's fencing token.
+    pub fencing_token: u64,
+    /// Resolves if the lease is lost while the closure runs.
+    pub lost: LostSignal,
+}
+
+enum Outcome {
+    Granted(Lease, Instant),
+    Held(Option<Duration>),
+}
+
+impl LockClient {
+    /// A client of `backend` with `options`.
+    pub fn new(backend: Arc<dyn Backend>, options: LockOptions) -> Self {
+        let capabilities = backend.capabilities();
+        let holder = Holder::this_process(options.label());
+        Self {
+            inner: Arc::new(Inner {
+                keeper: Keeper::new(options.clone(), capabilities.process_bound),
+                backend,
+                options,
+                holder,
+                slots: Slots::default(),
+                release_wakeups: capabilities.release_wakeups,
+            }),
+        }
+    }
+
+    /// The backend this client uses.
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.inner.backend
+    }
+
+    /// The options this client uses.
+    pub fn options(&self) -> &LockOptions {
+        &self.inner.options
+    }
+
+    /// Tries once to take `name`. Returns `Ok(None)` when it is held
+    /// elsewhere, including by another task of this client.
+    ///
+    /// # Errors
+    /// A backend error, or a timeout of the single attempt (the operation
+    /// timeout of the options).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: if the future is dropped after the backend granted the
+    /// lock, the grant is released in the background.
+    pub async fn try_acquire(&self, name: &LockName) -> Result<Option<LockGuard>> {
+        let span = tracing::debug_span!("try_acquire", name = %name);
+        async {
+            let slot = self.inner.slots.get(name);
+            let Ok(permit) = slot.try_lock_owned() else {
+                tracing::debug!(outcome = "held in this process");
+                return Ok(None);
+            };
+            let outcome = self
+                .attempt(name, self.inner.options.operation_timeout())
+                .await;
+            self.finish(name, permit, outcome, Instant::now())
+                .map(Result::ok)
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Waits for `name` for at most `timeout`, then gives up with
+    /// [`Error::Timeout`]. A zero timeout tries exactly once.
+    ///
+    /// Waiters retry with jittered exponential backoff within the options'
+    /// range, never later than the moment the backend says the current lease
+    /// ends, and at once when the backend reports a release (where it can).
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] after the deadline; a backend error as soon as one
+    /// happens.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future at any point leaves no lease held
+    /// that nobody owns. A grant that arrives after the drop is released in
+    /// the background.
+    pub async fn acquire(&self, name: &LockName, timeout: Duration) -> Result<LockGuard> {
+        let span =
+            tracing::debug_span!("acquire", name = %name, timeout_ms = timeout.as_millis() as u64);
+        self.acquire_inner(name, timeout).instrument(span).await
+    }
+
+    async fn acquire_inner(&self, name: &LockName, timeout: Duration) -> Result<LockGuard> {
+        let started = Instant::now();
+        let deadline = started
+            .checked_add(timeout)
+            .unwrap_or_else(|| started + Duration::from_secs(86_400 * 365 * 30));
+        let timed_out = || Error::Timeout {
+            name: name.to_string(),
+            waited: started.elapsed(),
+        };
+        let slot = self.inner.slots.get(name);
+        let permit = tokio::select! {
+            biased;
+            permit = slot.lock_owned() => permit,
+            () = tokio::time::sleep_until(deadline) => {
+                self.inner.slots.prune(name);
+                return Err(timed_out());
+            }
+        };
+        let mut watch = if self.inner.release_wakeups {
+            self.inner.backend.watch_releases(name)
+        } else {
+            None
+        };
+        let (min, max) = self.inner.options.backoff();
+        let mut backoff = Backoff::new(min, max);
+        let mut first = true;
+        let mut permit = Some(permit);
+        loop {
+            // The first attempt always gets the full operation timeout, so a
+            // zero timeout still tries once; later ones end at the deadline.
+            let budget = if first {
+                self.inner.options.operation_timeout()
+            } else {
+                deadline.saturating_duration_since(Instant::now())
+            };
+            first = false;
+            let outcome = self.attempt(name, budget).await;
+            let retry_after = match outcome {
+                Ok(Outcome::Held(retry_after)) => retry_after,
+                other => {
+                    let permit = permit.take().expect("the permit is only taken here");
+                    return match self.finish(name, permit, other, started)? {
+                        Ok(guard) => Ok(guard),
+                        Err(_) => unreachable!("held outcomes are handled above"),
+                    };
+                }
+            };
+            let now = Instant::now();
+            if now >= deadline {
+                drop(permit.take());
+                self.inner.slots.prune(name);
+                tracing::debug!(outcome = "timeout");
+                return Err(timed_out());
+            }
+            let mut wait = match (&watch, retry_after) {
+                // With wake-ups a release wakes us; only a lease that runs out
+                // unreleased needs a timed retry.
+                (Some(_), Some(until_expiry)) => until_expiry + Duration::from_millis(1),
+                (Some(_), None) => max,
+                (None, Some(until_expiry)) => backoff
+                    .next_wait()
+                    .min(until_expiry + Duration::from_millis(1)),
+                (None, None) => backoff.next_wait(),
+            };
+            wait = wait.min(deadline - now);
+            match watch.as_mut() {
+                Some(watch) => {
+                    tokio::select! {
+                        () = watch.released() => {}
+                        () = tokio::time::sleep(wait) => {}
+                    }
+                }
+                None => tokio::time::sleep(wait).await,
+            }
+        }
+    }
+
+    /// Takes `name`, runs `work`, and releases on every path: when `work`
+    /// returns, when it panics (the guard's drop releases in the
+    /// background), and when this future is dropped.
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire); [`Error::Lost`] if the lease was lost
+    /// before `work` finished (its output is then dropped: watch
+    /// [`LockContext::lost`] to stop early); a backend error if the release
+    /// failed.
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`acquire`](Self::acquire); once `work` runs,
+    /// dropping the future releases the lock in the background.
+    pub async fn with_lock<T, F, Fut>(
+        &self,
+        name: &LockName,
+        timeout: Duration,
+        work: F,
+    ) -> Result<T>
+    where
+        F: FnOnce(LockContext) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let guard = self.acquire(name, timeout).await?;
+        let context = LockContext {
+            name: name.clone(),
+            fencing_token: guard.fencing_token(),
+            lost: guard.lost_signal(),
+        };
+        let output = work(context).await;
+        if guard.release().await? {
+            Ok(output)
+        } else {
+            Err(Error::Lost {
+                name: name.to_string(),
+            })
+        }
+    }
+
+    /// The locks held now, as the backend sees them.
+    ///
+    /// # Errors
+    /// A backend error.
+    pub async fn list(&self) -> Result<Vec<LockInfo>> {
+        self.inner.backend.list().await
+    }
+
+    /// Releases `name` whoever holds it; see [`Backend::force_release`].
+    ///
+    /// # Errors
+    /// A backend error.
+    pub async fn force_release(&self, name: &LockName) -> Result<bool> {
+        tracing::warn!(name = %name, "forcing release");
+        self.inner.backend.force_release(name).await
+    }
+
+    /// One attempt, run in a task of its own so that a grant that arrives
+    /// after the caller stopped waiting is released rather than leaked.
+    async fn attempt(&self, name: &LockName, budget: Duration) -> Result<Outcome> {
+        let request = AcquireRequest {
+            name: name.clone(),
+            lease_id: LeaseId::random(),
+            lease: self.inner.options.lease(),
+            holder: self.inner.holder.clone(),
+        };
+        let backend = self.inner.backend.clone();
+        let operation_timeout = self.inner.options.operation_timeout();
+        let (reply, outcome) = oneshot::channel();
+        tokio::spawn(async move {
+            let sent_at = Instant::now();
+            let attempt = tokio::time::timeout(operation_timeout, backend.try_acquire(&request))
+                .await
+                .unwrap_or_else(|_| Err(timed_out("acquire", operation_timeout)));
+            let lease = Lease {
+                name: request.name.clone(),
+                id: request.lease_id,
+                fencing_token: 0,
+                lease: request.lease,
+            };
+            match attempt {
+                Ok(Attempt::Acquired { fencing_token }) => {
+                    let lease = Lease {
+                        fencing_token,
+                        ..lease
+                    };
+                    if let Err(Ok(Outcome::Granted(lease, _))) =
+                        reply.send(Ok(Outcome::Granted(lease, sent_at)))
+                    {
+                        release_unclaimed(&*backend, &lease, operation_timeout).await;
+                    }
+                }
+                Ok(Attempt::Held { retry_after }) => {
+                    let _ = reply.send(Ok(Outcome::Held(retry_after)));
+                }
+                Err(error) => {
+                    // The backend may have granted before the reply was lost;
+                    // release by identity, which is harmless if it did not.
+                    let _ = reply.send(Err(error));
+                    release_unclaimed(&*backend, &lease, operation_timeout).await;
+                }
+            }
+        });
+        match tokio::time::timeout(budget, outcome).await {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(_)) => Err(Error::Backend {
+                backend: "core",
+                message: "the acquire task ended without an answer".into(),
+                source: None,
+            }),
+            Err(_) => Ok(Outcome::Held(None)),
+        }
+    }
+
+    /// Turns an attempt's outcome into a guard (`Ok(Ok)`), "held"
+    /// (`Ok(Err(retry_after))`), or an error.
+    fn finish(
+        &self,
+        name: &LockName,
+        permit: OwnedMutexGuard<()>,
+        outcome: Result<Outcome>,
+        started: Instant,
+    ) -> Result<Result<LockGuard, Option<Duration>>> {
+        match outcome {
+            Ok(Outcome::Granted(lease, sent_at)) => {
+                tracing::debug!(
+                    fencing_token = lease.fencing_token,
+                    waited_us = started.elapsed().as_micros() as u64,
+                    outcome = "acquired"
+                );
+                let held = Arc::new(HeldLease::new(
+                    lease,
+                    self.inner.backend.clone(),
+                    self.inner.options.operation_timeout(),
+                ));
+                let key = self.inner.keeper.insert(held.clone(), sent_at);
+                Ok(Ok(LockGuard::new(
+                    held,
+                    self.inner.keeper.clone(),
+                    key,
+                    self.inner.slots.clone(),
+                    permit,
+                )))
+            }
+            Ok(Outcome::Held(retry_after)) => {
+                drop(permit);
+                self.inner.slots.prune(name);
+                tracing::debug!(outcome = "held elsewhere");
+                Ok(Err(retry_after))
+            }
+            Err(error) => {
+                drop(permit);
+                self.inner.slots.prune(name);
+                tracing::debug!(%error, outcome = "error");
+                Err(error)
+            }
+        }
+    }
+}
+
+async fn release_unclaimed(backend: &dyn Backend, lease: &Lease, timeout: Duration) {
+    match tokio::time::timeout(timeout, backend.release(lease)).await {
+        Ok(Ok(true)) => tracing::debug!(name = %lease.name, "released a grant nobody waited for"),
+        Ok(Ok(false)) => {}
+        Ok(Err(error)) => {
+            tracing::warn!(name = %lease.name, %error, "could not release an unclaimed grant; it will expire")
+        }
+        Err(_) => {
+            tracing::warn!(name = %lease.name, "releasing an unclaimed grant timed out; it will expire")
+        }
+    }
+}

@@ -1,0 +1,88 @@
+//! The one error type of distlock.
+
+use std::time::Duration;
+
+/// Errors from acquiring, extending and releasing locks, and from building
+/// clients and backends.
+///
+/// Losing a race is not an error: [`try_acquire`](crate::LockClient::try_acquire)
+/// returns `Ok(None)` when the lock is held elsewhere.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The lock could not be acquired before the deadline.
+    #[error("timed out after {waited:?} waiting for lock {name}")]
+    Timeout {
+        /// The lock that was waited for, as shown to people.
+        name: String,
+        /// How long the caller waited.
+        waited: Duration,
+    },
+    /// The lease is no longer ours: an extension was refused, or none
+    /// succeeded in time.
+    #[error("lost the lock {name}")]
+    Lost {
+        /// The lock that was lost, as shown to people.
+        name: String,
+    },
+    /// A lock name was rejected.
+    #[error("invalid lock name: {reason}")]
+    InvalidName {
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// An option or a URL was rejected.
+    #[error("invalid configuration: {field}: {reason}")]
+    InvalidConfig {
+        /// The option or URL part at fault.
+        field: String,
+        /// What is wrong with it and how to fix it.
+        reason: String,
+    },
+    /// The backend cannot do what was asked.
+    #[error("not supported: {0}")]
+    Unsupported(String),
+    /// The backend failed, or could not be reached.
+    #[error("{backend} backend: {message}")]
+    Backend {
+        /// Which backend failed (`"mongodb"`, `"file"`, …).
+        backend: &'static str,
+        /// What failed, in words that never include credentials.
+        message: String,
+        /// The driver's own error, if any, reachable by downcast.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
+}
+
+impl Error {
+    /// An [`Error::InvalidConfig`] for `field`.
+    pub fn config(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self::InvalidConfig {
+            field: field.into(),
+            reason: reason.into(),
+        }
+    }
+
+    /// An [`Error::Backend`] that keeps `source`.
+    pub fn backend(
+        backend: &'static str,
+        message: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Self::Backend {
+            backend,
+            message: message.into(),
+            source: Some(Box::new(source)),
+        }
+    }
+
+    /// Whether retrying the same call later may succeed (a backend fault or a
+    /// timeout, not bad input).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Backend { .. } | Self::Timeout { .. })
+    }
+}
+
+/// `Result` with distlock's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,184 @@
+//! The guard that proves a lock is held.
+
+use std::sync::Arc;
+
+use tokio::sync::OwnedMutexGuard;
+
+use crate::error::{Error, Result};
+use crate::keeper::{Keeper, timed_out};
+use crate::lease::{HeldLease, LossReason, LostSignal};
+use crate::name::LockName;
+use crate::slots::Slots;
+
+/// Proof that this process holds a lock. It is owned, `'static` and `Send`,
+/// so it can move into a spawned task.
+///
+/// While the guard lives, the client's keeper extends the lease in the
+/// background. [`lost`](Self::lost) resolves if the lease stops being ours.
+///
+/// Release it with [`release`](Self::release), which says whether the lock
+/// was still ours. Dropping the guard instead stops the extension and
+/// releases in a spawned task, without blocking. Where no Tokio runtime is
+/// running (the guard is dropped after the runtime shut down), nothing can be
+/// sent: the lease then ends when it expires on the server, and for the file
+/// backend when the file handle closes, which happens at once.
+#[must_use = "dropping the guard releases the lock at once"]
+#[derive(Debug)]
+pub struct LockGuard {
+    held: Arc<HeldLease>,
+    keeper: Keeper,
+    key: u64,
+    slot: Option<(Slots, OwnedMutexGuard<()>)>,
+    released: bool,
+}
+
+impl LockGuard {
+    pub(crate) fn new(
+        held: Arc<HeldLease>,
+        keeper: Keeper,
+        key: u64,
+        slots: Slots,
+        slot: OwnedMutexGuard<()>,
+    ) -> Self {
+        Self {
+            held,
+            keeper,
+            key,
+            slot: Some((slots, slot)),
+            released: false,
+        }
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &LockName {
+        &self.held.lease.name
+    }
+
+    /// The fencing token of this grant. It is strictly greater than every
+    /// token granted before for the same name, so a protected resource that
+    /// remembers the highest token it has seen can turn away a stale holder.
+    pub fn fencing_token(&self) -> u64 {
+        self.held.lease.fencing_token
+    }
+
+    /// Resolves, with the reason, when the lease is no longer ours: an
+    /// extension was refused, or none succeeded for the lease period minus
+    /// the safety margin. That is always before the backend could grant the
+    /// lock to anyone else.
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub async fn lost(&self) -> LossReason {
+        self.lost_signal().lost().await
+    }
+
+    /// Whether the lease has already been lost.
+    pub fn is_lost(&self) -> bool {
+        self.held.loss().is_some()
+    }
+
+    /// A cloneable, `'static` signal of loss, for the task doing the work.
+    pub fn lost_signal(&self) -> LostSignal {
+        LostSignal::new(&self.held)
+    }
+
+    /// Extends the lease now, on top of the background extension.
+    ///
+    /// # Errors
+    /// [`Error::Lost`] if the lease is no longer ours; a backend error if the
+    /// backend could not be asked, in which case the background extension
+    /// keeps trying while the lease lasts.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a cancelled extension either happened or did not, and the
+    /// keeper goes on either way.
+    pub async fn extend(&self) -> Result<()> {
+        self.keeper.extend_now(self.key, &self.held).await
+    }
+
+    /// Releases the lock. Returns `Ok(true)` if it was still ours, and
+    /// `Ok(false)` if it had been lost before.
+    ///
+    /// # Errors
+    /// A backend error if the release could not be sent or confirmed; the
+    /// lease then ends when it expires.
+    ///
+    /// # Cancel safety
+    /// If the returned future is dropped before it completes, the release
+    /// carries on in a spawned task, as when the guard is dropped.
+    pub async fn release(mut self) -> Result<bool> {
+        self.released = true;
+        self.keeper.remove(self.key);
+        let held = self.held.clone();
+        let slot = self.slot.take();
+        // Run in a task of its own so that cancelling this future neither
+        // abandons the release nor hands the local slot on too early.
+        let task = tokio::spawn(release_lease(held, slot));
+        match task.await {
+            Ok(outcome) => outcome,
+            Err(join) => Err(Error::Backend {
+                backend: "core",
+                message: format!("release task failed: {join}"),
+                source: None,
+            }),
+        }
+    }
+}
+
+/// Releases `held` on the backend, then passes the local slot on to the
+/// next task of this process waiting for the same name.
+async fn release_lease(
+    held: Arc<HeldLease>,
+    slot: Option<(Slots, OwnedMutexGuard<()>)>,
+) -> Result<bool> {
+    let started = std::time::Instant::now();
+    let ops = held.ops.lock().await;
+    let was_lost = held.loss().is_some();
+    let outcome = tokio::time::timeout(held.operation_timeout, held.backend.release(&held.lease))
+        .await
+        .unwrap_or_else(|_| Err(timed_out("release", held.operation_timeout)));
+    drop(ops);
+    held.end(LossReason::Released);
+    if let Some((slots, permit)) = slot {
+        drop(permit);
+        slots.prune(&held.lease.name);
+    }
+    match &outcome {
+        Ok(still_ours) => tracing::debug!(
+            name = %held.lease.name,
+            fencing_token = held.lease.fencing_token,
+            still_ours,
+            duration_us = started.elapsed().as_micros() as u64,
+            "lock released"
+        ),
+        Err(error) => tracing::warn!(
+            name = %held.lease.name,
+            fencing_token = held.lease.fencing_token,
+            %error,
+            "release failed; the lease will expire on its own"
+        ),
+    }
+    outcome.map(|still_ours| still_ours && !was_lost)
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        self.keeper.remove(self.key);
+        let held = self.held.clone();
+        let slot = self.slot.take();
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    let _ = release_lease(held, slot).await;
+                });
+            }
+            Err(_) => {
+                held.backend.abandon(&held.lease);
+                held.end(LossReason::Released);
+            }
+        }
+    }
+}

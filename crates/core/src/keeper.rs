@@ -1,0 +1,374 @@
+//! The keeper: one task per client that extends every held lease in
+//! batches, and ends leases that were refused or ran out.
+//!
+//! Leases are kept in a schedule ordered by when each next needs attention,
+//! so the cost is per due lease, not per timer. Leases that fall due within
+//! a short window of each other go to the backend together through
+//! [`Backend::extend_many`](crate::Backend::extend_many), so 10,000 locks
+//! taken at once cost a few bulk calls per cadence, not 10,000 timers.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::backend::Lease;
+use crate::error::{Error, Result};
+use crate::lease::{HeldLease, LossReason};
+use crate::options::LockOptions;
+
+/// Handle to a client's keeper.
+#[derive(Debug, Clone)]
+pub(crate) struct Keeper {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    schedule: Mutex<Schedule>,
+    wake: Arc<Notify>,
+    options: LockOptions,
+    process_bound: bool,
+    started: std::sync::Once,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // Let the task see that it has nothing left to keep.
+        self.wake.notify_one();
+    }
+}
+
+#[derive(Debug, Default)]
+struct Schedule {
+    entries: HashMap<u64, Entry>,
+    queue: BTreeSet<(Instant, u64)>,
+    next_key: u64,
+}
+
+#[derive(Debug)]
+struct Entry {
+    held: Arc<HeldLease>,
+    next_extension: Instant,
+    /// When the lease must be given up unless an extension succeeds; `None`
+    /// for process-bound backends, whose locks never run out.
+    valid_until: Option<Instant>,
+    in_flight: bool,
+    wake_at: Instant,
+}
+
+impl Entry {
+    fn compute_wake(&self) -> Instant {
+        let far = far_future();
+        let validity = self.valid_until.unwrap_or(far);
+        if self.in_flight {
+            validity
+        } else {
+            self.next_extension.min(validity)
+        }
+    }
+}
+
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(86_400 * 365)
+}
+
+impl Schedule {
+    fn reschedule(&mut self, key: u64) {
+        if let Some(entry) = self.entries.get_mut(&key) {
+            self.queue.remove(&(entry.wake_at, key));
+            entry.wake_at = entry.compute_wake();
+            self.queue.insert((entry.wake_at, key));
+        }
+    }
+
+    fn remove(&mut self, key: u64) -> Option<Entry> {
+        let entry = self.entries.remove(&key)?;
+        self.queue.remove(&(entry.wake_at, key));
+        Some(entry)
+    }
+}
+
+impl Keeper {
+    pub(crate) fn new(options: LockOptions, process_bound: bool) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                schedule: Mutex::new(Schedule::default()),
+                wake: Arc::new(Notify::new()),
+                options,
+                process_bound,
+                started: std::sync::Once::new(),
+            }),
+        }
+    }
+
+    /// Starts keeping `held`, granted by a request sent at `sent_at`.
+    /// Returns the key to [`remove`](Self::remove) it with.
+    pub(crate) fn insert(&self, held: Arc<HeldLease>, sent_at: Instant) -> u64 {
+        self.start();
+        let shared = &self.shared;
+        let mut schedule = shared.lock();
+        let key = schedule.next_key;
+        schedule.next_key += 1;
+        let entry = Entry {
+            held,
+            next_extension: sent_at + shared.options.extend_every(),
+            valid_until: shared.valid_until(sent_at),
+            in_flight: false,
+            wake_at: sent_at,
+        };
+        schedule.entries.insert(key, entry);
+        schedule.queue.insert((sent_at, key));
+        schedule.reschedule(key);
+        drop(schedule);
+        shared.wake.notify_one();
+        key
+    }
+
+    /// Stops keeping the lease under `key`.
+    pub(crate) fn remove(&self, key: u64) {
+        self.shared.lock().remove(key);
+    }
+
+    /// Extends one lease now, as [`LockGuard::extend`](crate::LockGuard::extend) asks.
+    pub(crate) async fn extend_now(&self, key: u64, held: &HeldLease) -> Result<()> {
+        let _ops = held.ops.lock().await;
+        if held.loss().is_some() {
+            return Err(lost_error(held));
+        }
+        let sent_at = Instant::now();
+        let outcome =
+            tokio::time::timeout(held.operation_timeout, held.backend.extend(&held.lease))
+                .await
+                .unwrap_or_else(|_| Err(timed_out("extend", held.operation_timeout)));
+        let failure = match &outcome {
+            Err(error) => Some(Error::Backend {
+                backend: "core",
+                message: format!("extension failed: {error}"),
+                source: None,
+            }),
+            Ok(false) => Some(lost_error(held)),
+            Ok(true) => None,
+        };
+        self.shared.record(key, sent_at, outcome);
+        match failure {
+            Some(error) => Err(error),
+            None => Ok(()),
+        }
+    }
+
+    fn start(&self) {
+        let shared = &self.shared;
+        shared.started.call_once(|| {
+            let weak = Arc::downgrade(shared);
+            let wake = shared.wake.clone();
+            tokio::spawn(run(weak, wake));
+        });
+    }
+
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.shared.lock().entries.len()
+    }
+}
+
+pub(crate) fn lost_error(held: &HeldLease) -> Error {
+    Error::Lost {
+        name: held.lease.name.to_string(),
+    }
+}
+
+pub(crate) fn timed_out(operation: &str, after: Duration) -> Error {
+    Error::Backend {
+        backend: "core",
+        message: format!("{operation} did not answer within {after:?}"),
+        source: None,
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Schedule> {
+        self.schedule.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn valid_until(&self, sent_at: Instant) -> Option<Instant> {
+        if self.process_bound {
+            return None;
+        }
+        Some(sent_at + self.options.lease() - self.options.safety_margin())
+    }
+
+    /// How far ahead of time a lease may be extended, so that leases due
+    /// close together share one batch.
+    fn batch_window(&self) -> Duration {
+        (self.options.extend_every() / 10).min(Duration::from_secs(1))
+    }
+
+    /// How soon to retry after an extension failed with an error.
+    fn retry_delay(&self) -> Duration {
+        (self.options.extend_every() / 4).clamp(Duration::from_millis(10), Duration::from_secs(1))
+    }
+
+    /// Ends the leases that ran out, picks the leases due for extension, and
+    /// says when to look again.
+    fn take_due(&self, now: Instant) -> (Vec<(u64, Arc<HeldLease>)>, Option<Instant>) {
+        let horizon = now + self.batch_window();
+        let mut schedule = self.lock();
+        let mut due = Vec::new();
+        let mut expired = Vec::new();
+        let mut next_look: Option<Instant> = None;
+        let mut touched = Vec::new();
+        for &(wake_at, key) in schedule.queue.iter() {
+            if wake_at > horizon {
+                next_look = Some(next_look.map_or(wake_at, |t| t.min(wake_at)));
+                break;
+            }
+            let entry = &schedule.entries[&key];
+            if entry.valid_until.is_some_and(|until| until <= now) {
+                expired.push(key);
+            } else if !entry.in_flight && entry.next_extension <= horizon {
+                touched.push(key);
+            } else {
+                // In flight, or only its validity is near: look again then.
+                next_look = Some(next_look.map_or(wake_at, |t| t.min(wake_at)));
+            }
+        }
+        for key in expired {
+            if let Some(entry) = schedule.remove(key) {
+                entry.held.end(LossReason::Expired);
+            }
+        }
+        for key in touched {
+            let entry = schedule
+                .entries
+                .get_mut(&key)
+                .expect("scheduled entries exist");
+            entry.in_flight = true;
+            due.push((key, entry.held.clone()));
+            schedule.reschedule(key);
+            let wake_at = schedule.entries[&key].wake_at;
+            next_look = Some(next_look.map_or(wake_at, |t| t.min(wake_at)));
+        }
+        (due, next_look)
+    }
+
+    /// Puts back a lease that was due but busy being released or extended.
+    fn skip(&self, key: u64) {
+        let mut schedule = self.lock();
+        if let Some(entry) = schedule.entries.get_mut(&key) {
+            entry.in_flight = false;
+            entry.next_extension = Instant::now() + self.retry_delay();
+            schedule.reschedule(key);
+        }
+    }
+
+    /// Applies the outcome of one extension sent at `sent_at`.
+    fn record(&self, key: u64, sent_at: Instant, outcome: Result<bool>) {
+        let mut schedule = self.lock();
+        let Some(entry) = schedule.entries.get_mut(&key) else {
+            return;
+        };
+        entry.in_flight = false;
+        match outcome {
+            Ok(true) => {
+                entry.next_extension = sent_at + self.options.extend_every();
+                entry.valid_until = self.valid_until(sent_at);
+                tracing::trace!(name = %entry.held.lease.name, "lease extended");
+            }
+            Ok(false) => {
+                if let Some(entry) = schedule.remove(key) {
+                    entry.held.end(LossReason::Refused);
+                }
+                return;
+            }
+            Err(error) => {
+                entry.next_extension = Instant::now() + self.retry_delay();
+                tracing::warn!(
+                    name = %entry.held.lease.name,
+                    %error,
+                    "extension failed; retrying while the lease lasts"
+                );
+            }
+        }
+        schedule.reschedule(key);
+        drop(schedule);
+        self.wake.notify_one();
+    }
+
+    async fn extend_batch(self: Arc<Self>, batch: Vec<(u64, Arc<HeldLease>)>) {
+        // Leases being released hold their lock; skip them (the release
+        // removes them from the schedule).
+        let mut guards = Vec::with_capacity(batch.len());
+        let mut keys = Vec::with_capacity(batch.len());
+        let mut leases: Vec<Lease> = Vec::with_capacity(batch.len());
+        for (key, held) in &batch {
+            match held.ops.try_lock() {
+                Ok(guard) => {
+                    guards.push(guard);
+                    keys.push(*key);
+                    leases.push(held.lease.clone());
+                }
+                Err(_) => self.skip(*key),
+            }
+        }
+        let Some((_, first)) = batch.first() else {
+            return;
+        };
+        let backend = first.backend.clone();
+        let timeout = self.options.operation_timeout();
+        let sent_at = Instant::now();
+        let started = std::time::Instant::now();
+        let outcomes = match tokio::time::timeout(timeout, backend.extend_many(&leases)).await {
+            Ok(outcomes) if outcomes.len() == leases.len() => outcomes,
+            Ok(_) => leases
+                .iter()
+                .map(|_| {
+                    Err(Error::Backend {
+                        backend: "core",
+                        message: "extend_many returned the wrong number of results".into(),
+                        source: None,
+                    })
+                })
+                .collect(),
+            Err(_) => leases
+                .iter()
+                .map(|_| Err(timed_out("extend", timeout)))
+                .collect(),
+        };
+        tracing::debug!(
+            leases = leases.len(),
+            duration_ms = started.elapsed().as_millis() as u64,
+            "extended a batch of leases"
+        );
+        drop(guards);
+        for (key, outcome) in keys.into_iter().zip(outcomes) {
+            self.record(key, sent_at, outcome);
+        }
+    }
+}
+
+async fn run(weak: Weak<Shared>, wake: Arc<Notify>) {
+    loop {
+        let next_look = {
+            let Some(shared) = weak.upgrade() else {
+                return;
+            };
+            let (due, next_look) = shared.take_due(Instant::now());
+            if !due.is_empty() {
+                tokio::spawn(shared.clone().extend_batch(due));
+            }
+            next_look
+        };
+        match next_look {
+            Some(at) => {
+                tokio::select! {
+                    () = wake.notified() => {}
+                    () = tokio::time::sleep_until(at) => {}
+                }
+            }
+            None => wake.notified().await,
+        }
+    }
+}

@@ -1,0 +1,124 @@
+//! A lease held by this process, shared by its guard and the keeper.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{Mutex, watch};
+
+use crate::backend::{Backend, Lease};
+
+/// Why a lease stopped being ours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LossReason {
+    /// The backend refused an extension: the lease expired or was taken away
+    /// (by a forced release, a deletion, or another holder).
+    Refused,
+    /// No extension succeeded for the lease period minus the safety margin,
+    /// measured on the local monotonic clock, so the server may already have
+    /// let the lease go.
+    Expired,
+    /// The guard released the lock.
+    Released,
+}
+
+impl std::fmt::Display for LossReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Refused => "the backend refused to extend the lease",
+            Self::Expired => "no extension succeeded before the lease ran out",
+            Self::Released => "the lock was released",
+        })
+    }
+}
+
+/// A lease and what belongs to it for as long as it is held.
+#[derive(Debug)]
+pub(crate) struct HeldLease {
+    pub(crate) lease: Lease,
+    pub(crate) backend: Arc<dyn Backend>,
+    pub(crate) operation_timeout: Duration,
+    /// Serialises extension and release of this lease, so a release never
+    /// races an extension (a compare-and-swap backend would then refuse the
+    /// release and leave the key until it expires).
+    pub(crate) ops: Mutex<()>,
+    loss: watch::Sender<Option<LossReason>>,
+}
+
+impl HeldLease {
+    pub(crate) fn new(
+        lease: Lease,
+        backend: Arc<dyn Backend>,
+        operation_timeout: Duration,
+    ) -> Self {
+        Self {
+            lease,
+            backend,
+            operation_timeout,
+            ops: Mutex::new(()),
+            loss: watch::channel(None).0,
+        }
+    }
+
+    /// Records the end of the lease; the first reason wins. Returns whether
+    /// this call ended it.
+    pub(crate) fn end(&self, reason: LossReason) -> bool {
+        let ended = self.loss.send_if_modified(|state| {
+            if state.is_some() {
+                return false;
+            }
+            *state = Some(reason);
+            true
+        });
+        if ended && reason != LossReason::Released {
+            tracing::warn!(
+                name = %self.lease.name,
+                fencing_token = self.lease.fencing_token,
+                %reason,
+                "lock lost"
+            );
+        }
+        ended
+    }
+
+    pub(crate) fn loss(&self) -> Option<LossReason> {
+        *self.loss.borrow()
+    }
+
+    pub(crate) fn subscribe(&self) -> watch::Receiver<Option<LossReason>> {
+        self.loss.subscribe()
+    }
+}
+
+/// A signal that resolves when a lease is no longer ours. Cloneable and
+/// `'static`, so it can move into the task doing the protected work.
+#[derive(Debug, Clone)]
+pub struct LostSignal {
+    loss: watch::Receiver<Option<LossReason>>,
+}
+
+impl LostSignal {
+    pub(crate) fn new(held: &HeldLease) -> Self {
+        Self {
+            loss: held.subscribe(),
+        }
+    }
+
+    /// Resolves with the reason once the lease has ended.
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub async fn lost(&self) -> LossReason {
+        let mut loss = self.loss.clone();
+        match loss.wait_for(Option::is_some).await {
+            Ok(state) => state.unwrap_or(LossReason::Released),
+            // The lease's owner is gone entirely, so the lease is too.
+            Err(_) => LossReason::Released,
+        }
+    }
+
+    /// Whether the lease has ended, without waiting.
+    pub fn is_lost(&self) -> bool {
+        self.loss.borrow().is_some()
+    }
+}

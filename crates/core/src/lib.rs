@@ -1,0 +1,50 @@
+//! The core of [distlock](https://docs.rs/distlock): the lock client, the
+//! guard, lease keeping, and the [`Backend`] trait every backend implements.
+//!
+//! Most users depend on the `distlock` crate, which re-exports this one and
+//! opens backends from URLs. Backend authors depend on this crate alone.
+//!
+//! # How the pieces fit
+//! - A [`Backend`] can try once to take a lock, extend a lease, release it,
+//!   and list locks. It never waits.
+//! - A [`LockClient`] does everything else, once for every backend: waiting
+//!   with a deadline and jittered backoff, cancellation, in-process
+//!   coalescing, background extension and loss detection.
+//! - A [`LockGuard`] proves the lock is held, carries the fencing token, and
+//!   says when the lease is lost.
+//! - [`MemoryBackend`] keeps locks in memory, for tests and examples.
+
+pub mod backend;
+mod backoff;
+mod client;
+mod error;
+mod guard;
+mod keeper;
+mod lease;
+mod memory;
+mod name;
+mod options;
+mod slots;
+mod wake;
+
+pub use backend::{
+    AcquireRequest, Attempt, Backend, Capabilities, Holder, Lease, LeaseId, LockInfo,
+};
+pub use client::{LockClient, LockContext};
+pub use error::{Error, Result};
+pub use guard::LockGuard;
+pub use lease::{LossReason, LostSignal};
+pub use memory::MemoryBackend;
+pub use name::{LockName, MAX_NAME_LEN};
+pub use options::{LockOptions, LockOptionsBuilder};
+pub use wake::{ReleaseHub, ReleaseWatch};
+
+/// The fencing token floor for backends that may lose their counters (a
+/// deleted document, a restarted cache): milliseconds since the Unix epoch
+/// on the given clock. Tokens are then `max(previous + 1, floor)`, so they
+/// keep increasing across such losses as long as clocks move forward.
+pub fn token_floor(now: std::time::SystemTime) -> u64 {
+    now.duration_since(std::time::UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_millis() as u64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,249 @@
+//! Lease, extension and waiting options, validated once when built.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// How long a lease lasts, how it is kept alive, and how waiters retry.
+///
+/// Build one with [`LockOptions::builder`]; every value is checked by
+/// [`LockOptionsBuilder::build`], so a `LockOptions` is always consistent.
+///
+/// ```
+/// use std::time::Duration;
+/// use distlock_core::LockOptions;
+///
+/// let options = LockOptions::builder()
+///     .lease(Duration::from_secs(10))
+///     .build()?;
+/// assert_eq!(options.extend_every(), Duration::from_millis(3333));
+/// # Ok::<(), distlock_core::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockOptions {
+    lease: Duration,
+    extend_every: Duration,
+    safety_margin: Duration,
+    operation_timeout: Duration,
+    backoff_min: Duration,
+    backoff_max: Duration,
+    label: Option<String>,
+}
+
+impl Default for LockOptions {
+    fn default() -> Self {
+        Self::builder()
+            .build()
+            .expect("the default options are valid")
+    }
+}
+
+impl LockOptions {
+    /// The default lease.
+    pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+    /// The default shortest wait between attempts on a held lock.
+    pub const DEFAULT_BACKOFF_MIN: Duration = Duration::from_millis(5);
+    /// The default longest wait between attempts on a held lock.
+    pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_millis(500);
+
+    /// A builder with every option at its default.
+    pub fn builder() -> LockOptionsBuilder {
+        LockOptionsBuilder::default()
+    }
+
+    /// How long a grant or an extension lasts on the server.
+    pub fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    /// How often a held lease is extended in the background.
+    pub fn extend_every(&self) -> Duration {
+        self.extend_every
+    }
+
+    /// How long before the server-side expiry the holder gives up the lease
+    /// when no extension has succeeded, to allow for clock rate drift and
+    /// scheduling delay.
+    pub fn safety_margin(&self) -> Duration {
+        self.safety_margin
+    }
+
+    /// The longest any single backend call may take.
+    pub fn operation_timeout(&self) -> Duration {
+        self.operation_timeout
+    }
+
+    /// The range, shortest then longest, of jittered waits between attempts
+    /// on a held lock.
+    pub fn backoff(&self) -> (Duration, Duration) {
+        (self.backoff_min, self.backoff_max)
+    }
+
+    /// A free-form label recorded with the holder, for `distlock list`.
+    pub fn label(&self) -> Option<&str> {
+        self.label.as_deref()
+    }
+}
+
+/// Builds [`LockOptions`]; see there for what each option means.
+#[derive(Debug, Clone, Default)]
+pub struct LockOptionsBuilder {
+    lease: Option<Duration>,
+    extend_every: Option<Duration>,
+    safety_margin: Option<Duration>,
+    operation_timeout: Option<Duration>,
+    backoff: Option<(Duration, Duration)>,
+    label: Option<String>,
+}
+
+impl LockOptionsBuilder {
+    /// The lease (default 30 s).
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// The extension cadence (default a third of the lease).
+    pub fn extend_every(mut self, every: Duration) -> Self {
+        self.extend_every = Some(every);
+        self
+    }
+
+    /// The safety margin (default a tenth of the lease).
+    pub fn safety_margin(mut self, margin: Duration) -> Self {
+        self.safety_margin = Some(margin);
+        self
+    }
+
+    /// The timeout of one backend call (default a third of the lease, at
+    /// most 10 s).
+    pub fn operation_timeout(mut self, timeout: Duration) -> Self {
+        self.operation_timeout = Some(timeout);
+        self
+    }
+
+    /// The range of waits between attempts on a held lock (default 5 ms to
+    /// 500 ms). Waits grow exponentially within it, with full jitter.
+    pub fn backoff(mut self, min: Duration, max: Duration) -> Self {
+        self.backoff = Some((min, max));
+        self
+    }
+
+    /// A label recorded with the holder.
+    pub fn label(mut self, label: impl Into<String>) -> Self {
+        self.label = Some(label.into());
+        self
+    }
+
+    /// Checks the options and fills in the defaults.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] naming the first option that is out of range
+    /// and saying why.
+    pub fn build(self) -> Result<LockOptions> {
+        let lease = self.lease.unwrap_or(LockOptions::DEFAULT_LEASE);
+        if lease < Duration::from_millis(10) {
+            return Err(Error::config(
+                "lease",
+                format!("{lease:?} is too short; use at least 10ms"),
+            ));
+        }
+        let extend_every = self.extend_every.unwrap_or(lease / 3);
+        if extend_every.is_zero() || extend_every >= lease {
+            return Err(Error::config(
+                "extend_every",
+                format!(
+                    "{extend_every:?} must be above zero and shorter than the lease ({lease:?})"
+                ),
+            ));
+        }
+        let safety_margin = self.safety_margin.unwrap_or(lease / 10);
+        if safety_margin + extend_every >= lease {
+            return Err(Error::config(
+                "safety_margin",
+                format!(
+                    "{safety_margin:?} plus the extension cadence ({extend_every:?}) must be shorter \
+                     than the lease ({lease:?}), or the lease would be given up before it is extended"
+                ),
+            ));
+        }
+        let operation_timeout = self
+            .operation_timeout
+            .unwrap_or_else(|| (lease / 3).min(Duration::from_secs(10)));
+        if operation_timeout.is_zero() || operation_timeout >= lease {
+            return Err(Error::config(
+                "operation_timeout",
+                format!(
+                    "{operation_timeout:?} must be above zero and shorter than the lease ({lease:?})"
+                ),
+            ));
+        }
+        let (backoff_min, backoff_max) = self.backoff.unwrap_or((
+            LockOptions::DEFAULT_BACKOFF_MIN,
+            LockOptions::DEFAULT_BACKOFF_MAX,
+        ));
+        if backoff_min.is_zero() || backoff_min > backoff_max {
+            return Err(Error::config(
+                "backoff",
+                format!(
+                    "the range {backoff_min:?}..{backoff_max:?} must start above zero and not end before it starts"
+                ),
+            ));
+        }
+        Ok(LockOptions {
+            lease,
+            extend_every,
+            safety_margin,
+            operation_timeout,
+            backoff_min,
+            backoff_max,
+            label: self.label,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_follow_the_lease() {
+        let options = LockOptions::default();
+        assert_eq!(options.lease(), Duration::from_secs(30));
+        assert_eq!(options.extend_every(), Duration::from_secs(10));
+        assert_eq!(options.safety_margin(), Duration::from_secs(3));
+        assert_eq!(options.operation_timeout(), Duration::from_secs(10));
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let cases = [
+            (
+                LockOptions::builder().lease(Duration::from_millis(1)),
+                "lease",
+            ),
+            (
+                LockOptions::builder().extend_every(Duration::from_secs(30)),
+                "extend_every",
+            ),
+            (
+                LockOptions::builder().safety_margin(Duration::from_secs(25)),
+                "safety_margin",
+            ),
+            (
+                LockOptions::builder().operation_timeout(Duration::ZERO),
+                "operation_timeout",
+            ),
+            (
+                LockOptions::builder().backoff(Duration::from_secs(2), Duration::from_secs(1)),
+                "backoff",
+            ),
+        ];
+        for (builder, field) in cases {
+            match builder.build() {
+                Err(Error::InvalidConfig { field: got, .. }) => assert_eq!(got, field),
+                other => panic!("expected an error for {field}, got {other:?}"),
+            }
+        }
+    }
+}

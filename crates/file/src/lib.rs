@@ -1,0 +1,274 @@
+//! distlock's embedded default backend: one OS file lock per name, in a
+//! directory shared by the processes of one machine.
+//!
+//! # How it works
+//! - Each name maps to one file, `<readable prefix>-<SHA-256 of the name>.lock`,
+//!   so any name is safe and distinct names never share a file.
+//! - Taking the lock is a non-blocking exclusive `flock(2)` on that file.
+//!   The kernel drops the lock when the holder's process dies, so a crashed
+//!   holder frees its locks at once: locks here are *process-bound*, with
+//!   no lease to expire.
+//! - The file records the name, the last fencing token and the holder, so
+//!   tokens persist across releases and restarts. A new token is
+//!   `max(previous + 1, milliseconds since the epoch)`, so tokens keep
+//!   increasing even if the directory is wiped, as long as the clock does.
+//! - A forced release atomically replaces the file (keeping its token). The
+//!   holder's check at its next extension sees that its file is no longer
+//!   the one at the path, and reports the lock lost.
+//!
+//! # Limits
+//! Only processes that share the directory on one machine's local file
+//! system are coordinated. `flock` over NFS is not reliable: use a network
+//! backend across machines. Token writes are not fsynced; after a power loss
+//! the clock-based floor keeps tokens increasing.
+
+mod names;
+mod record;
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions, TryLockError};
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::SystemTime;
+
+use async_trait::async_trait;
+use distlock_core::{
+    AcquireRequest, Attempt, Backend, Capabilities, Error, Lease, LeaseId, LockInfo, LockName,
+    Result, token_floor,
+};
+
+use crate::record::Record;
+
+/// How many times an attempt retries when the file was replaced between
+/// opening and locking it.
+const REPLACED_RETRIES: usize = 8;
+
+/// Locks held as OS file locks in one directory.
+#[derive(Debug)]
+pub struct FileBackend {
+    dir: PathBuf,
+    held: Mutex<HashMap<LeaseId, HeldFile>>,
+}
+
+#[derive(Debug)]
+struct HeldFile {
+    file: File,
+    path: PathBuf,
+}
+
+impl FileBackend {
+    /// Uses `dir`, creating it (and its parents) if it is missing.
+    ///
+    /// # Errors
+    /// A backend error if the directory cannot be created or is not a
+    /// directory.
+    pub fn open(dir: impl Into<PathBuf>) -> Result<Self> {
+        let dir = dir.into();
+        std::fs::create_dir_all(&dir).map_err(|e| {
+            io_error(
+                format!("cannot create the lock directory {}", dir.display()),
+                e,
+            )
+        })?;
+        let meta = std::fs::metadata(&dir).map_err(|e| {
+            io_error(
+                format!("cannot read the lock directory {}", dir.display()),
+                e,
+            )
+        })?;
+        if !meta.is_dir() {
+            return Err(Error::config(
+                "file backend directory",
+                format!("{} is not a directory", dir.display()),
+            ));
+        }
+        Ok(Self {
+            dir,
+            held: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The default directory: `$XDG_RUNTIME_DIR/distlock` when that is set,
+    /// else `distlock-<uid>` in the system's temp directory.
+    pub fn default_dir() -> PathBuf {
+        match std::env::var_os("XDG_RUNTIME_DIR") {
+            Some(runtime) if !runtime.is_empty() => PathBuf::from(runtime).join("distlock"),
+            _ => std::env::temp_dir()
+                .join(format!("distlock-{}", rustix::process::getuid().as_raw())),
+        }
+    }
+
+    /// The directory the locks live in.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn path_of(&self, name: &LockName) -> PathBuf {
+        self.dir.join(names::file_name(name))
+    }
+
+    fn held(&self) -> MutexGuard<'_, HashMap<LeaseId, HeldFile>> {
+        self.held.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn try_lock_path(&self, path: &Path) -> Result<Option<File>> {
+        for _ in 0..REPLACED_RETRIES {
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(path)
+                .map_err(|e| io_error(format!("cannot open {}", path.display()), e))?;
+            match file.try_lock() {
+                Ok(()) => {}
+                Err(TryLockError::WouldBlock) => return Ok(None),
+                Err(TryLockError::Error(e)) => {
+                    return Err(io_error(format!("cannot lock {}", path.display()), e));
+                }
+            }
+            // A forced release may have replaced the file between our open
+            // and our lock; a lock on the old file protects nothing.
+            if is_current(&file, path)? {
+                return Ok(Some(file));
+            }
+        }
+        Err(Error::Backend {
+            backend: "file",
+            message: format!("{} keeps being replaced while we lock it", path.display()),
+            source: None,
+        })
+    }
+}
+
+/// Whether `file` is still the file at `path`.
+fn is_current(file: &File, path: &Path) -> Result<bool> {
+    let ours = file
+        .metadata()
+        .map_err(|e| io_error(format!("cannot stat {}", path.display()), e))?;
+    match std::fs::metadata(path) {
+        Ok(there) => Ok(there.dev() == ours.dev() && there.ino() == ours.ino()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(io_error(format!("cannot stat {}", path.display()), e)),
+    }
+}
+
+fn io_error(message: String, error: io::Error) -> Error {
+    Error::backend("file", format!("{message}: {error}"), error)
+}
+
+#[async_trait]
+impl Backend for FileBackend {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::lease_based().with_process_bound(true)
+    }
+
+    async fn try_acquire(&self, request: &AcquireRequest) -> Result<Attempt> {
+        let path = self.path_of(&request.name);
+        let Some(mut file) = self.try_lock_path(&path)? else {
+            return Ok(Attempt::Held { retry_after: None });
+        };
+        let previous = Record::read(&mut file).map_or(0, |record| record.fencing_token);
+        let fencing_token = (previous + 1).max(token_floor(SystemTime::now()));
+        let record = Record {
+            name: request.name.as_str().to_owned(),
+            fencing_token,
+            holder: Some(request.holder.clone()),
+            acquired_at_ms: Some(token_floor(SystemTime::now())),
+        };
+        record
+            .write(&mut file)
+            .map_err(|e| io_error(format!("cannot write {}", path.display()), e))?;
+        self.held()
+            .insert(request.lease_id, HeldFile { file, path });
+        Ok(Attempt::Acquired { fencing_token })
+    }
+
+    async fn extend(&self, lease: &Lease) -> Result<bool> {
+        let held = self.held();
+        let Some(entry) = held.get(&lease.id) else {
+            return Ok(false);
+        };
+        is_current(&entry.file, &entry.path)
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        let Some(entry) = self.held().remove(&lease.id) else {
+            return Ok(false);
+        };
+        let still_ours = is_current(&entry.file, &entry.path).unwrap_or(false);
+        // Closing the file drops the lock; unlock first so the lock goes even
+        // if a duplicate of the descriptor were alive somewhere.
+        let _ = entry.file.unlock();
+        Ok(still_ours)
+    }
+
+    async fn list(&self) -> Result<Vec<LockInfo>> {
+        let entries = std::fs::read_dir(&self.dir)
+            .map_err(|e| io_error(format!("cannot list {}", self.dir.display()), e))?;
+        let mut locks = Vec::new();
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if !names::is_lock_file(&path) {
+                continue;
+            }
+            let Ok(mut file) = File::open(&path) else {
+                continue;
+            };
+            match file.try_lock_shared() {
+                Ok(()) => continue,
+                Err(TryLockError::WouldBlock) => {}
+                Err(TryLockError::Error(_)) => continue,
+            }
+            let Ok(record) = Record::read(&mut file) else {
+                continue;
+            };
+            let Ok(name) = LockName::new(&record.name) else {
+                continue;
+            };
+            locks.push(LockInfo {
+                name,
+                holder: record.holder,
+                fencing_token: Some(record.fencing_token),
+                expires_in: None,
+            });
+        }
+        locks.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(locks)
+    }
+
+    async fn force_release(&self, name: &LockName) -> Result<bool> {
+        let path = self.path_of(name);
+        let mut old = match File::open(&path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(io_error(format!("cannot open {}", path.display()), e)),
+        };
+        let was_held = matches!(old.try_lock_shared(), Err(TryLockError::WouldBlock));
+        let fencing_token = Record::read(&mut old).map_or(0, |record| record.fencing_token);
+        let replacement = Record {
+            name: name.as_str().to_owned(),
+            fencing_token,
+            holder: None,
+            acquired_at_ms: None,
+        };
+        let temp = self.dir.join(names::temp_name(name));
+        let write = || -> io::Result<()> {
+            let mut file = File::create(&temp)?;
+            replacement.write(&mut file)?;
+            std::fs::rename(&temp, &path)
+        };
+        write().map_err(|e| {
+            let _ = std::fs::remove_file(&temp);
+            io_error(format!("cannot replace {}", path.display()), e)
+        })?;
+        Ok(was_held)
+    }
+
+    fn abandon(&self, lease: &Lease) {
+        // Dropping the file closes it, which drops the OS lock.
+        self.held().remove(&lease.id);
+    }
+}

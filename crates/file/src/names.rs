@@ -1,0 +1,88 @@
+//! Lock names to file names.
+
+use std::path::Path;
+
+use distlock_core::LockName;
+use sha2::{Digest, Sha256};
+
+/// How much of the name is kept, readable, in front of the hash.
+const READABLE_PREFIX: usize = 40;
+const SUFFIX: &str = ".lock";
+
+/// The file that holds `name`'s lock: a readable prefix of the name, made of
+/// ASCII letters, digits, `-` and `_` only, then the SHA-256 of the whole
+/// name, which alone tells names apart.
+pub(crate) fn file_name(name: &LockName) -> String {
+    format!("{}-{}{SUFFIX}", readable(name), digest(name))
+}
+
+/// A temporary file in the same directory, for atomic replacement.
+pub(crate) fn temp_name(name: &LockName) -> String {
+    format!(".{}.{:016x}.tmp", digest(name), rand_suffix())
+}
+
+pub(crate) fn is_lock_file(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.ends_with(SUFFIX) && !n.starts_with('.'))
+}
+
+fn readable(name: &LockName) -> String {
+    name.as_str()
+        .chars()
+        .take(READABLE_PREFIX)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+fn digest(name: &LockName) -> String {
+    Sha256::digest(name.as_str().as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn rand_suffix() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos() as u64);
+    (u64::from(std::process::id()) << 32) ^ nanos
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn name(s: &str) -> LockName {
+        LockName::new(s).unwrap()
+    }
+
+    #[test]
+    fn file_names_are_safe_and_short() {
+        for raw in [
+            "../../etc/passwd",
+            "a/b",
+            "\0",
+            "\r\n",
+            "🦀",
+            &"x".repeat(1024),
+        ] {
+            let file = file_name(&name(raw));
+            assert!(file.len() < 255, "{file}");
+            assert!(!file.contains('/') && !file.contains('\0'), "{file}");
+            assert!(is_lock_file(Path::new(&file)));
+        }
+    }
+
+    #[test]
+    fn distinct_names_get_distinct_files() {
+        assert_ne!(file_name(&name("a")), file_name(&name("A")));
+        assert_ne!(file_name(&name("a/b")), file_name(&name("a_b")));
+    }
+}
