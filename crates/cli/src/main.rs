@@ -1,0 +1,3 @@
+//! The `distlock` command (being written).
+
+fn main() {}

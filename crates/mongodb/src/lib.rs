@@ -1,0 +1,1 @@
+//! distlock MongoDB backend (being written).

@@ -1,0 +1,51 @@
+# Shared helpers for scripts/test. Each scripts/servers/<name>.sh defines
+# install_<name> (skip when already installed) and start_<name> (start on a
+# free loopback port, data in a temp dir, export the URL the tests read,
+# and register the process with `stop_on_exit`).
+
+DISTLOCK_TMP=$(mktemp -d -t distlock-test.XXXXXX)
+export DISTLOCK_TMP
+STOP_PIDS=()
+
+step() { printf '\n==> %s\n' "$*"; }
+
+# apt-get update once per run, only when something must be installed.
+APT_UPDATED=0
+apt_install() {
+    if [ "$APT_UPDATED" = 0 ]; then
+        apt-get update -q >/dev/null
+        APT_UPDATED=1
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" >/dev/null
+}
+
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
+
+# wait_for_port PORT NAME: wait up to 60 s for a TCP listener.
+wait_for_port() {
+    local port=$1 name=$2
+    for _ in $(seq 1 600); do
+        if python3 -c "import socket,sys; s=socket.socket(); s.settimeout(0.2); sys.exit(s.connect_ex(('127.0.0.1', $port)))" 2>/dev/null; then
+            return 0
+        fi
+        sleep 0.1
+    done
+    echo "$name did not start listening on port $port" >&2
+    return 1
+}
+
+stop_on_exit() { STOP_PIDS+=("$1"); }
+
+stop_servers() {
+    local pid
+    for pid in "${STOP_PIDS[@]}"; do
+        kill "$pid" 2>/dev/null || true
+    done
+    for pid in "${STOP_PIDS[@]}"; do
+        wait "$pid" 2>/dev/null || true
+    done
+    rm -rf "$DISTLOCK_TMP"
+}
+trap stop_servers EXIT
