@@ -167,11 +167,6 @@ impl Keeper {
             tokio::spawn(run(weak, wake));
         });
     }
-
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
-        self.shared.lock().entries.len()
-    }
 }
 
 pub(crate) fn lost_error(held: &HeldLease) -> Error {

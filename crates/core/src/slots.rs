@@ -34,11 +34,6 @@ impl Slots {
         }
     }
 
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
-        self.lock().len()
-    }
-
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<LockName, Arc<AsyncMutex<()>>>> {
         self.slots.lock().unwrap_or_else(PoisonError::into_inner)
     }

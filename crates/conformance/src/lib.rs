@@ -1,0 +1,90 @@
+//! The conformance suite: one set of cases that every distlock backend
+//! runs against its real server.
+//!
+//! A backend's test file implements [`Fixture`] and expands
+//! [`conformance_suite!`], which makes one `#[tokio::test]` per case, so a
+//! failure names its case. Every case uses fresh random lock names, so tests
+//! can share one server and run in parallel.
+//!
+//! ```ignore
+//! struct MyFixture;
+//! #[async_trait::async_trait]
+//! impl distlock_conformance::Fixture for MyFixture { /* … */ }
+//! distlock_conformance::conformance_suite!(MyFixture);
+//! ```
+
+pub mod cases;
+mod process;
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use distlock_core::Backend;
+
+pub use support::{test_options, unique_name};
+
+/// How a backend under test is reached.
+#[async_trait::async_trait]
+pub trait Fixture: Send + Sync {
+    /// A new connection to the shared store, as another process would open
+    /// it. Backends without connections may return the same instance.
+    async fn backend(&self) -> Arc<dyn Backend>;
+
+    /// A URL the `distlock` command can open to reach the same store; `None`
+    /// for backends that live in one process.
+    fn url(&self) -> Option<String> {
+        None
+    }
+
+    /// The lease the cases use; backends with coarse expiry (memcached's
+    /// whole seconds) raise it.
+    fn lease(&self) -> Duration {
+        Duration::from_secs(2)
+    }
+}
+
+/// Expands the suite into one test per case for the fixture built by the
+/// given expression (evaluated afresh in each test).
+///
+/// `conformance_suite!(fixture)` includes the cross-process cases, which run
+/// the `distlock` command; `conformance_suite!(in_process: fixture)` leaves
+/// them out, for backends that live in one process.
+#[macro_export]
+macro_rules! conformance_suite {
+    (in_process: $fixture:expr) => {
+        $crate::conformance_suite!(@cases $fixture;
+            acquire_and_release,
+            contended_try_acquire_returns_none,
+            zero_timeout_tries_once,
+            short_timeout_is_honoured,
+            cancelled_acquire_leaves_nothing_held,
+            mutual_exclusion_across_clients,
+            local_waiters_share_one_lock,
+            names_are_case_sensitive_and_exact,
+            list_shows_held_locks,
+            release_is_idempotent_and_owner_checked,
+            extension_keeps_the_lock_across_three_leases,
+            lost_fires_on_forced_release,
+            fencing_tokens_increase_across_release_and_expiry,
+            with_lock_releases_on_every_path,
+            dropped_guard_releases,
+        );
+    };
+    ($fixture:expr) => {
+        $crate::conformance_suite!(in_process: $fixture);
+        $crate::conformance_suite!(@cases $fixture;
+            cross_process_sigkill_frees_the_lock,
+            cross_process_sigstop_holder,
+        );
+    };
+    (@cases $fixture:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[::tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $case() {
+                let fixture = $fixture;
+                $crate::cases::$case(&fixture).await;
+            }
+        )*
+    };
+}

@@ -1,0 +1,148 @@
+//! A `distlock run` child process that holds a lock, for the cross-process
+//! cases.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use distlock_core::LockName;
+use rustix::process::{Pid, Signal, kill_process};
+
+/// The `distlock` binary: `$DISTLOCK_BIN`, else `target/<profile>/distlock`
+/// beside the test executable.
+fn distlock_bin() -> PathBuf {
+    if let Some(bin) = std::env::var_os("DISTLOCK_BIN") {
+        return bin.into();
+    }
+    let exe = std::env::current_exe().expect("current exe");
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>/deps");
+    let bin = profile_dir.join("distlock");
+    assert!(
+        bin.exists(),
+        "{} is missing: build it with `cargo build -p distlock-cli` or set DISTLOCK_BIN",
+        bin.display()
+    );
+    bin
+}
+
+pub(crate) struct HeldByChild {
+    child: Child,
+    token: u64,
+    _dir: PathBuf,
+}
+
+impl HeldByChild {
+    /// Starts `distlock run NAME -- sh -c '<write the token>; sleep'` and
+    /// waits until the child holds the lock.
+    pub(crate) async fn start(url: &str, name: &LockName, lease: Duration) -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "distlock-conformance-{:016x}",
+            rand::random::<u64>()
+        ));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let marker = dir.join("token");
+        let lease_arg = format!("{}ms", lease.as_millis());
+        let script = format!(
+            "echo \"$DISTLOCK_FENCING_TOKEN\" > {}.tmp && mv {}.tmp {} && exec sleep 120",
+            marker.display(),
+            marker.display(),
+            marker.display()
+        );
+        let child = Command::new(distlock_bin())
+            .args([
+                "run",
+                name.as_str(),
+                "--backend",
+                url,
+                "--lease",
+                &lease_arg,
+                "--kill-grace",
+                "2s",
+            ])
+            .args(["--", "sh", "-c", &script])
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("spawn distlock run");
+        let mut held = Self {
+            child,
+            token: 0,
+            _dir: dir,
+        };
+        let started = Instant::now();
+        loop {
+            if let Ok(text) = std::fs::read_to_string(&marker) {
+                held.token = text.trim().parse().expect("the child got a numeric token");
+                return held;
+            }
+            if let Ok(Some(status)) = held.child.try_wait() {
+                panic!("distlock run exited with {status} before holding the lock");
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "the child never got the lock"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub(crate) fn fencing_token(&self) -> u64 {
+        self.token
+    }
+
+    fn signal(&self, signal: Signal) {
+        let pid = Pid::from_raw(self.child.id() as i32).expect("child pid");
+        kill_process(pid, signal).expect("signal the child");
+    }
+
+    /// SIGKILLs the holder and reaps it.
+    pub(crate) fn kill_hard(&mut self) {
+        self.signal(Signal::KILL);
+        self.child.wait().expect("reap");
+    }
+
+    pub(crate) fn stop(&self) {
+        self.signal(Signal::STOP);
+    }
+
+    pub(crate) fn resume(&self) {
+        self.signal(Signal::CONT);
+    }
+
+    /// SIGTERMs the holder and reaps it.
+    pub(crate) fn terminate(&mut self) {
+        self.signal(Signal::TERM);
+        self.child.wait().expect("reap");
+    }
+
+    pub(crate) fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Waits (bounded) for the holder to exit; its exit code.
+    pub(crate) async fn wait(&mut self) -> Option<i32> {
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status.code();
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "the holder never exited"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for HeldByChild {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self._dir);
+    }
+}

@@ -1,0 +1,53 @@
+//! Names, options and clients for the cases.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use distlock_core::{LockClient, LockName, LockOptions};
+
+use crate::Fixture;
+
+/// A fresh lock name: `prefix` plus 64 random bits, so that tests sharing a
+/// server never meet.
+pub fn unique_name(prefix: &str) -> LockName {
+    LockName::new(format!("{prefix}-{:016x}", rand::random::<u64>())).expect("valid test name")
+}
+
+/// Options with the given lease, quick extension and short backoff.
+pub fn test_options(lease: Duration) -> LockOptions {
+    LockOptions::builder()
+        .lease(lease)
+        .extend_every(lease / 4)
+        .safety_margin(lease / 10)
+        .operation_timeout(lease / 3)
+        .backoff(Duration::from_millis(5), Duration::from_millis(100))
+        .label("conformance")
+        .build()
+        .expect("valid test options")
+}
+
+/// A client on a new connection of `fixture`, with its lease.
+pub(crate) async fn client(fixture: &dyn Fixture) -> LockClient {
+    client_with(fixture, fixture.lease()).await
+}
+
+/// A client on a new connection of `fixture`, with `lease`.
+pub(crate) async fn client_with(fixture: &dyn Fixture, lease: Duration) -> LockClient {
+    LockClient::new(fixture.backend().await, test_options(lease))
+}
+
+/// A lease so long that a leaked grant would outlast any wait in a case,
+/// so a case that then acquires proves nothing leaked.
+pub(crate) const LEAK_CATCHING_LEASE: Duration = Duration::from_secs(60);
+
+/// Runs `f` with a generous bound, so a broken backend fails instead of
+/// hanging the suite.
+pub(crate) async fn bounded<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(60), f)
+        .await
+        .unwrap_or_else(|_| panic!("{what} did not finish within 60 s"))
+}
+
+pub(crate) fn shared<T>(value: T) -> Arc<T> {
+    Arc::new(value)
+}
