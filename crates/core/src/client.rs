@@ -5,7 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{OwnedMutexGuard, oneshot};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -17,7 +17,7 @@ use crate::keeper::{Keeper, timed_out};
 use crate::lease::{HeldLease, LostSignal};
 use crate::name::LockName;
 use crate::options::LockOptions;
-use crate::slots::Slots;
+use crate::slots::{SlotPermit, Slots};
 
 /// Takes, keeps and releases locks on one backend.
 ///
@@ -114,16 +114,14 @@ impl LockClient {
     pub async fn try_acquire(&self, name: &LockName) -> Result<Option<LockGuard>> {
         let span = tracing::debug_span!("try_acquire", name = %name);
         async {
-            let slot = self.inner.slots.get(name);
-            let Ok(permit) = slot.try_lock_owned() else {
+            let Some(permit) = self.inner.slots.try_acquire(name) else {
                 tracing::debug!(outcome = "held in this process");
                 return Ok(None);
             };
             let outcome = self
                 .attempt(name, self.inner.options.operation_timeout())
                 .await;
-            self.finish(name, permit, outcome, Instant::now())
-                .map(Result::ok)
+            self.finish(permit, outcome, Instant::now()).map(Result::ok)
         }
         .instrument(span)
         .await
@@ -159,14 +157,10 @@ impl LockClient {
             name: name.to_string(),
             waited: started.elapsed(),
         };
-        let slot = self.inner.slots.get(name);
         let permit = tokio::select! {
             biased;
-            permit = slot.lock_owned() => permit,
-            () = tokio::time::sleep_until(deadline) => {
-                self.inner.slots.prune(name);
-                return Err(timed_out());
-            }
+            permit = self.inner.slots.acquire(name) => permit,
+            () = tokio::time::sleep_until(deadline) => return Err(timed_out()),
         };
         let mut watch = if self.inner.release_wakeups {
             self.inner.backend.watch_releases(name)
@@ -191,7 +185,7 @@ impl LockClient {
                 Ok(Outcome::Held(retry_after)) => retry_after,
                 other => {
                     let permit = permit.take().expect("the permit is only taken here");
-                    return match self.finish(name, permit, other, started)? {
+                    return match self.finish(permit, other, started)? {
                         Ok(guard) => Ok(guard),
                         Err(_) => unreachable!("held outcomes are handled above"),
                     };
@@ -199,8 +193,6 @@ impl LockClient {
             };
             let now = Instant::now();
             if now >= deadline {
-                drop(permit.take());
-                self.inner.slots.prune(name);
                 tracing::debug!(outcome = "timeout");
                 return Err(timed_out());
             }
@@ -344,8 +336,7 @@ impl LockClient {
     /// (`Ok(Err(retry_after))`), or an error.
     fn finish(
         &self,
-        name: &LockName,
-        permit: OwnedMutexGuard<()>,
+        permit: SlotPermit,
         outcome: Result<Outcome>,
         started: Instant,
     ) -> Result<Result<LockGuard, Option<Duration>>> {
@@ -366,19 +357,16 @@ impl LockClient {
                     held,
                     self.inner.keeper.clone(),
                     key,
-                    self.inner.slots.clone(),
                     permit,
                 )))
             }
             Ok(Outcome::Held(retry_after)) => {
                 drop(permit);
-                self.inner.slots.prune(name);
                 tracing::debug!(outcome = "held elsewhere");
                 Ok(Err(retry_after))
             }
             Err(error) => {
                 drop(permit);
-                self.inner.slots.prune(name);
                 tracing::debug!(%error, outcome = "error");
                 Err(error)
             }

@@ -2,13 +2,11 @@
 
 use std::sync::Arc;
 
-use tokio::sync::OwnedMutexGuard;
-
 use crate::error::{Error, Result};
 use crate::keeper::{Keeper, timed_out};
 use crate::lease::{HeldLease, LossReason, LostSignal};
 use crate::name::LockName;
-use crate::slots::Slots;
+use crate::slots::SlotPermit;
 
 /// Proof that this process holds a lock. It is owned, `'static` and `Send`,
 /// so it can move into a spawned task.
@@ -28,23 +26,17 @@ pub struct LockGuard {
     held: Arc<HeldLease>,
     keeper: Keeper,
     key: u64,
-    slot: Option<(Slots, OwnedMutexGuard<()>)>,
+    slot: Option<SlotPermit>,
     released: bool,
 }
 
 impl LockGuard {
-    pub(crate) fn new(
-        held: Arc<HeldLease>,
-        keeper: Keeper,
-        key: u64,
-        slots: Slots,
-        slot: OwnedMutexGuard<()>,
-    ) -> Self {
+    pub(crate) fn new(held: Arc<HeldLease>, keeper: Keeper, key: u64, slot: SlotPermit) -> Self {
         Self {
             held,
             keeper,
             key,
-            slot: Some((slots, slot)),
+            slot: Some(slot),
             released: false,
         }
     }
@@ -127,10 +119,7 @@ impl LockGuard {
 
 /// Releases `held` on the backend, then passes the local slot on to the
 /// next task of this process waiting for the same name.
-async fn release_lease(
-    held: Arc<HeldLease>,
-    slot: Option<(Slots, OwnedMutexGuard<()>)>,
-) -> Result<bool> {
+async fn release_lease(held: Arc<HeldLease>, slot: Option<SlotPermit>) -> Result<bool> {
     let started = std::time::Instant::now();
     let ops = held.ops.lock().await;
     let was_lost = held.loss().is_some();
@@ -139,10 +128,8 @@ async fn release_lease(
         .unwrap_or_else(|_| Err(timed_out("release", held.operation_timeout)));
     drop(ops);
     held.end(LossReason::Released);
-    if let Some((slots, permit)) = slot {
-        drop(permit);
-        slots.prune(&held.lease.name);
-    }
+    // Only now may the next task of this process try.
+    drop(slot);
     match &outcome {
         Ok(still_ours) => tracing::debug!(
             name = %held.lease.name,
