@@ -16,6 +16,10 @@
 //!   holder's check at its next extension sees that its file is no longer
 //!   the one at the path, and reports the lock lost.
 //!
+//! - A release touches a signal file, `.<SHA-256>.released`, and waiters in
+//!   every process watch the directory with inotify, so they retry the
+//!   moment a lock is released instead of polling.
+//!
 //! # Limits
 //! Only processes that share the directory on one machine's local file
 //! system are coordinated. `flock` over NFS is not reliable: use a network
@@ -24,6 +28,7 @@
 
 mod names;
 mod record;
+mod wake;
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions, TryLockError};
@@ -36,10 +41,11 @@ use std::time::SystemTime;
 use async_trait::async_trait;
 use distlock_core::{
     AcquireRequest, Attempt, Backend, Capabilities, Error, Lease, LeaseId, LockInfo, LockName,
-    Result, token_floor,
+    ReleaseWatch, Result, token_floor,
 };
 
 use crate::record::Record;
+use crate::wake::{Wakeups, signal_release};
 
 /// How many times an attempt retries when the file was replaced between
 /// opening and locking it.
@@ -50,6 +56,7 @@ const REPLACED_RETRIES: usize = 8;
 pub struct FileBackend {
     dir: PathBuf,
     held: Mutex<HashMap<LeaseId, HeldFile>>,
+    wakeups: Wakeups,
 }
 
 #[derive(Debug)]
@@ -87,6 +94,7 @@ impl FileBackend {
         Ok(Self {
             dir,
             held: Mutex::new(HashMap::new()),
+            wakeups: Wakeups::default(),
         })
     }
 
@@ -162,7 +170,9 @@ fn io_error(message: String, error: io::Error) -> Error {
 #[async_trait]
 impl Backend for FileBackend {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::lease_based().with_process_bound(true)
+        Capabilities::lease_based()
+            .with_process_bound(true)
+            .with_release_wakeups(true)
     }
 
     async fn try_acquire(&self, request: &AcquireRequest) -> Result<Attempt> {
@@ -202,6 +212,8 @@ impl Backend for FileBackend {
         // Closing the file drops the lock; unlock first so the lock goes even
         // if a duplicate of the descriptor were alive somewhere.
         let _ = entry.file.unlock();
+        drop(entry);
+        signal_release(&self.dir, &lease.name);
         Ok(still_ours)
     }
 
@@ -264,11 +276,18 @@ impl Backend for FileBackend {
             let _ = std::fs::remove_file(&temp);
             io_error(format!("cannot replace {}", path.display()), e)
         })?;
+        signal_release(&self.dir, name);
         Ok(was_held)
     }
 
     fn abandon(&self, lease: &Lease) {
         // Dropping the file closes it, which drops the OS lock.
-        self.held().remove(&lease.id);
+        if self.held().remove(&lease.id).is_some() {
+            signal_release(&self.dir, &lease.name);
+        }
+    }
+
+    fn watch_releases(&self, name: &LockName) -> Option<ReleaseWatch> {
+        self.wakeups.watch(&self.dir, name)
     }
 }

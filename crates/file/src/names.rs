@@ -8,6 +8,7 @@ use sha2::{Digest, Sha256};
 /// How much of the name is kept, readable, in front of the hash.
 const READABLE_PREFIX: usize = 40;
 const SUFFIX: &str = ".lock";
+const RELEASED: &str = ".released";
 
 /// The file that holds `name`'s lock: a readable prefix of the name, made of
 /// ASCII letters, digits, `-` and `_` only, then the SHA-256 of the whole
@@ -19,6 +20,17 @@ pub(crate) fn file_name(name: &LockName) -> String {
 /// A temporary file in the same directory, for atomic replacement.
 pub(crate) fn temp_name(name: &LockName) -> String {
     format!(".{}.{:016x}.tmp", digest(name), rand_suffix())
+}
+
+/// The file a releaser touches to wake waiters for `name`.
+pub(crate) fn release_signal(name: &LockName) -> String {
+    format!(".{}{RELEASED}", digest(name))
+}
+
+/// The digest in a release signal's file name.
+pub(crate) fn signalled_digest(file_name: &[u8]) -> Option<&str> {
+    let text = std::str::from_utf8(file_name).ok()?;
+    text.strip_prefix('.')?.strip_suffix(RELEASED)
 }
 
 pub(crate) fn is_lock_file(path: &Path) -> bool {
@@ -41,7 +53,7 @@ fn readable(name: &LockName) -> String {
         .collect()
 }
 
-fn digest(name: &LockName) -> String {
+pub(crate) fn digest(name: &LockName) -> String {
     Sha256::digest(name.as_str().as_bytes())
         .iter()
         .map(|b| format!("{b:02x}"))
@@ -78,6 +90,18 @@ mod tests {
             assert!(!file.contains('/') && !file.contains('\0'), "{file}");
             assert!(is_lock_file(Path::new(&file)));
         }
+    }
+
+    #[test]
+    fn release_signals_name_their_lock() {
+        let lock = name("a\r\nb");
+        let signal = release_signal(&lock);
+        assert!(!is_lock_file(Path::new(&signal)));
+        assert_eq!(
+            signalled_digest(signal.as_bytes()),
+            Some(digest(&lock).as_str())
+        );
+        assert_eq!(signalled_digest(file_name(&lock).as_bytes()), None);
     }
 
     #[test]
