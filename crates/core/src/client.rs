@@ -69,6 +69,9 @@ pub struct LockContext {
     pub lost: LostSignal,
 }
 
+/// How long the attempt made at the deadline may take to answer.
+const FINAL_ATTEMPT_BUDGET: Duration = Duration::from_millis(100);
+
 enum Outcome {
     Granted(Lease, Instant),
     Held(Option<Duration>),
@@ -128,7 +131,9 @@ impl LockClient {
     }
 
     /// Waits for `name` for at most `timeout`, then gives up with
-    /// [`Error::Timeout`]. A zero timeout tries exactly once.
+    /// [`Error::Timeout`]. A zero timeout tries exactly once. The last
+    /// attempt is made at the deadline and may take up to 100 ms (at most the
+    /// operation timeout) to answer, so the timeout is never overrun by more.
     ///
     /// Waiters retry with jittered exponential backoff within the options'
     /// range, never later than the moment the backend says the current lease
@@ -173,11 +178,16 @@ impl LockClient {
         let mut permit = Some(permit);
         loop {
             // The first attempt always gets the full operation timeout, so a
-            // zero timeout still tries once; later ones end at the deadline.
+            // zero timeout still tries once. Later ones end at the deadline,
+            // except that the attempt made at the deadline gets a moment to
+            // answer rather than being abandoned unheard.
+            let operation_timeout = self.inner.options.operation_timeout();
             let budget = if first {
-                self.inner.options.operation_timeout()
+                operation_timeout
             } else {
-                deadline.saturating_duration_since(Instant::now())
+                deadline
+                    .saturating_duration_since(Instant::now())
+                    .max(operation_timeout.min(FINAL_ATTEMPT_BUDGET))
             };
             first = false;
             let outcome = self.attempt(name, budget).await;
