@@ -1,3 +1,119 @@
-//! The `distlock` command (being written).
+//! The `distlock` command: run a command under a lock, list locks, release
+//! one by force, and demonstrate the lock on the embedded default backend.
+//!
+//! ```text
+//! distlock run NAME [--backend URL] [--wait D | --no-wait] [--lease D] [--kill-grace D] -- CMD [ARGS...]
+//! distlock list [--backend URL] [--json]
+//! distlock release --force NAME [--backend URL]
+//! distlock demo [--backend URL] [--workers N] [--duration D] [--lock NAME]
+//! ```
+//!
+//! The backend comes from `--backend`, else `DISTLOCK_URL`, else
+//! [`distlock::default_url`]. URLs are shown only through
+//! [`distlock::redact`]. Logs go to stderr, filtered by `DISTLOCK_LOG`
+//! (default `warn`). Errors are one line on stderr, starting `distlock: `.
+//!
+//! # Exit codes
+//! | code    | meaning |
+//! |---------|---------|
+//! | 0       | success; for `run`, CMD's own exit code is passed through |
+//! | 1       | runtime error: backend failure, I/O error, a failed demo check |
+//! | 2       | bad input: arguments, duration, lock name, backend URL, or a backend that cannot be opened or reached within 10 s |
+//! | 75      | `run`: the lock was not acquired (`--no-wait`, or `--wait` ran out); CMD did not run |
+//! | 76      | `run`: the lock was lost while CMD ran (CMD got SIGTERM, then SIGKILL after `--kill-grace`), or turned out lost just as CMD finished |
+//! | 126     | `run`: CMD could not be executed |
+//! | 127     | `run`: CMD was not found |
+//! | 128 + N | `run`: CMD died of signal N, or distlock got signal N while waiting for the lock |
+//!
+//! # Processes
+//! `run` starts CMD through a hidden `__exec` subcommand of this same
+//! binary, which sets the parent-death signal and then becomes CMD (see
+//! [`exec`]); `demo` starts its workers as a hidden `__demo-worker`
+//! subcommand. Both are spawned from the main thread, which the
+//! current-thread runtime guarantees.
 
-fn main() {}
+mod cli;
+mod demo;
+mod exec;
+mod exit;
+mod list;
+mod open;
+mod release;
+mod run;
+mod text;
+
+use std::ffi::OsString;
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use clap::Parser;
+use clap::error::ErrorKind;
+use tracing_subscriber::EnvFilter;
+
+use crate::cli::{Cli, Command};
+
+fn main() -> ExitCode {
+    let argv: Vec<OsString> = std::env::args_os().collect();
+    let cli = match Cli::try_parse_from(&argv) {
+        Ok(cli) => cli,
+        Err(error) => return ExitCode::from(parse_failure(&error, &argv)),
+    };
+    let code = match cli.command {
+        // The trampoline only becomes CMD: no runtime, no logging.
+        Command::Exec(args) => exec::exec(args),
+        command => {
+            init_logging();
+            dispatch(command)
+        }
+    };
+    ExitCode::from(code)
+}
+
+/// Prints help or version as asked, or the parse error as one line.
+fn parse_failure(error: &clap::Error, argv: &[OsString]) -> u8 {
+    match error.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            let _ = error.print();
+            0
+        }
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = error.print();
+            exit::USAGE
+        }
+        _ => {
+            let failure = exit::from_clap(error, argv);
+            failure.report();
+            failure.code
+        }
+    }
+}
+
+/// Runs a command on a current-thread runtime, so that every child is
+/// spawned from the main thread (the parent-death signal follows the
+/// spawning thread).
+#[tokio::main(flavor = "current_thread")]
+async fn dispatch(command: Command) -> u8 {
+    let outcome = match command {
+        Command::Run(args) => run::run(args).await,
+        Command::List(args) => list::list(args).await,
+        Command::Release(args) => release::release(args).await,
+        Command::Demo(args) => demo::demo(args).await,
+        Command::DemoWorker(args) => demo::work(args).await,
+        Command::Exec(args) => Ok(exec::exec(args)),
+    };
+    outcome.unwrap_or_else(|failure| {
+        failure.report();
+        failure.code
+    })
+}
+
+/// Logs to stderr, filtered by `DISTLOCK_LOG` (default `warn`).
+fn init_logging() {
+    let filter = EnvFilter::try_from_env("DISTLOCK_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_target(false)
+        .try_init();
+}

@@ -1,0 +1,207 @@
+//! The command line, as clap parses it. Nothing here does any work.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::exit::{EXIT_CODES_HELP, RUN_EXIT_CODES_HELP};
+
+/// distlock: distributed locks from the shell.
+#[derive(Debug, Parser)]
+#[command(
+    name = "distlock",
+    version,
+    about = "Distributed locks from the shell: run a command under a lock, list and release locks.",
+    long_about = "Distributed locks from the shell: run a command under a lock, list and release locks.\n\n\
+        The backend comes from --backend URL, else from the environment variable DISTLOCK_URL, \
+        else it is the embedded default: file locks in a directory of this machine (file://). \
+        Log output goes to stderr; set DISTLOCK_LOG (for example DISTLOCK_LOG=debug) to see more.",
+    after_help = EXIT_CODES_HELP,
+)]
+pub(crate) struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Run a command while holding a lock, like flock(1) across processes
+    /// and machines.
+    #[command(
+        long_about = "Run CMD while holding the lock NAME, then release it.\n\n\
+            By default distlock waits for the lock as long as it takes. CMD gets the environment \
+            variables DISTLOCK_NAME and DISTLOCK_FENCING_TOKEN; pass the token to anything that \
+            can turn away stale writers. If the lock is lost while CMD runs, CMD gets SIGTERM, \
+            then SIGKILL after --kill-grace. SIGINT and SIGTERM sent to distlock are passed on \
+            to CMD, and distlock waits for it. If distlock itself dies, even by SIGKILL, the \
+            kernel kills CMD (the parent-death signal; not for set-user-ID programs, and only \
+            CMD itself, not processes it started: use `exec` in shell scripts).",
+        after_help = RUN_EXIT_CODES_HELP
+    )]
+    Run(RunArgs),
+    /// List the locks held now.
+    List(ListArgs),
+    /// Take a lock away from whoever holds it (needs --force).
+    #[command(
+        long_about = "Take the lock NAME away from whoever holds it. The holder learns at its \
+            next lease extension that the lock is lost (distlock run then stops its command and \
+            exits 76). Prints whether the lock was held."
+    )]
+    Release(ReleaseArgs),
+    /// Show the lock at work: worker processes contend for one lock and
+    /// update a shared counter under it.
+    #[command(
+        long_about = "Show the lock at work. N worker processes contend for one lock for the \
+            given duration. Under the lock each does a deliberately unsafe read-modify-write of \
+            a shared counter file, fenced by the fencing token, and watches for another holder \
+            with a marker file. The report shows acquisitions, hand-off latency (from one \
+            release to the next grant), overlaps (must be 0), whether every fencing token \
+            increased, and whether the counter equals the number of acquisitions. Exits 1 if \
+            any check fails."
+    )]
+    Demo(DemoArgs),
+    /// Internal: becomes CMD, tied to distlock's lifetime.
+    #[command(name = "__exec", hide = true)]
+    Exec(ExecArgs),
+    /// Internal: one worker process of `distlock demo`.
+    #[command(name = "__demo-worker", hide = true)]
+    DemoWorker(WorkerArgs),
+}
+
+/// Where the locks live.
+#[derive(Debug, Args)]
+pub(crate) struct BackendArg {
+    /// The backend URL (file://, file:///dir, memory://, …); default: the
+    /// embedded file backend.
+    #[arg(long, value_name = "URL", env = "DISTLOCK_URL", hide_env_values = true)]
+    pub(crate) backend: Option<String>,
+}
+
+/// `distlock run`.
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// The lock to hold while CMD runs.
+    pub(crate) name: String,
+    #[command(flatten)]
+    pub(crate) backend: BackendArg,
+    /// Wait at most this long for the lock, then exit 75 (default: wait as
+    /// long as it takes).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, conflicts_with = "no_wait")]
+    pub(crate) wait: Option<Duration>,
+    /// Try once; if the lock is held, exit 75 without running CMD.
+    #[arg(long)]
+    pub(crate) no_wait: bool,
+    /// The lease on backends whose locks expire unless extended (default
+    /// 30s); the lease is extended every third of it.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub(crate) lease: Option<Duration>,
+    /// After the lock is lost and CMD got SIGTERM, how long to wait before
+    /// SIGKILL.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "10s")]
+    pub(crate) kill_grace: Duration,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub(crate) command: Vec<OsString>,
+}
+
+/// `distlock list`.
+#[derive(Debug, Args)]
+pub(crate) struct ListArgs {
+    #[command(flatten)]
+    pub(crate) backend: BackendArg,
+    /// Print a JSON array of {"name", "holder": {"host", "pid", "label"} or
+    /// null, "fencing_token" or null, "expires_in_ms" or null (the lock lasts
+    /// as long as its holder's process)}.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `distlock release`.
+#[derive(Debug, Args)]
+pub(crate) struct ReleaseArgs {
+    /// The lock to release.
+    pub(crate) name: String,
+    #[command(flatten)]
+    pub(crate) backend: BackendArg,
+    /// Confirm taking the lock from whoever holds it.
+    #[arg(long)]
+    pub(crate) force: bool,
+}
+
+/// `distlock demo`.
+#[derive(Debug, Args)]
+pub(crate) struct DemoArgs {
+    #[command(flatten)]
+    pub(crate) backend: BackendArg,
+    /// How many worker processes contend for the lock.
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub(crate) workers: u32,
+    /// How long the workers contend.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "3s")]
+    pub(crate) duration: Duration,
+    /// The lock the workers contend for.
+    #[arg(long, value_name = "NAME", default_value = "distlock-demo")]
+    pub(crate) lock: String,
+}
+
+/// `distlock __exec`: the trampoline between distlock and CMD.
+#[derive(Debug, Args)]
+pub(crate) struct ExecArgs {
+    /// The pid of the distlock that must still be our parent.
+    #[arg(long)]
+    pub(crate) parent_pid: u32,
+    /// The command to become.
+    #[arg(last = true, required = true)]
+    pub(crate) command: Vec<OsString>,
+}
+
+/// `distlock __demo-worker`: one worker of the demo.
+#[derive(Debug, Args)]
+pub(crate) struct WorkerArgs {
+    #[command(flatten)]
+    pub(crate) backend: BackendArg,
+    /// The pid of the demo that must still be our parent.
+    #[arg(long)]
+    pub(crate) parent_pid: u32,
+    /// This worker's number, for the report.
+    #[arg(long)]
+    pub(crate) worker: u32,
+    /// The lock to contend for.
+    #[arg(long)]
+    pub(crate) lock: String,
+    /// The directory with the counter and marker files.
+    #[arg(long)]
+    pub(crate) dir: PathBuf,
+    /// When to stop, in milliseconds since the Unix epoch.
+    #[arg(long)]
+    pub(crate) until_unix_ms: u64,
+}
+
+/// Parses "30s", "500ms", "2m", "1h 30m".
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text)
+        .map_err(|error| format!("{error}; write a duration like 30s, 500ms or 2m"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn durations_take_units() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        let error = parse_duration("5").unwrap_err();
+        assert!(error.contains("like 30s"), "{error}");
+    }
+}

@@ -1,0 +1,267 @@
+//! `distlock run`: hold a lock while a command runs.
+//!
+//! The lock is released on every way out: CMD exits, CMD is killed by a
+//! forwarded signal, the lock is lost, or something fails after the lock
+//! was taken. Only a distlock killed outright cannot release; then the
+//! kernel kills CMD (see [`crate::exec`]) and the lock ends with the process
+//! (file backend) or when its lease runs out (server backends).
+
+use std::ffi::OsString;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use distlock::{LockClient, LockGuard, LockName, LockOptions, LossReason};
+use rustix::process::{Pid, Signal, kill_process};
+use tokio::process::{Child, Command};
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::cli::RunArgs;
+use crate::exit::{self, Failure, LOST, NOT_ACQUIRED};
+use crate::open;
+use crate::text;
+
+/// Runs `distlock run`; returns the exit code.
+pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
+    let name = LockName::new(&args.name)?;
+    if name.as_str().contains('\0') {
+        return Err(Failure::usage(format!(
+            "the lock name {name} has a NUL byte, which cannot be passed to CMD in DISTLOCK_NAME"
+        )));
+    }
+    let program = text::program(&args.command);
+    let mut options = LockOptions::builder().label(format!("distlock run {program}"));
+    if let Some(lease) = args.lease {
+        options = options.lease(lease);
+    }
+    let options = options.build()?;
+    let url = open::url_or_default(args.backend.backend);
+    let backend = open::open_backend(&url).await?;
+    let client = LockClient::new(backend, options);
+    // From here on SIGINT and SIGTERM no longer kill distlock: they are
+    // handled, so that the lock is always released.
+    let mut signals = Signals::new()?;
+
+    tracing::debug!(name = %name, "taking the lock");
+    let wait = if args.no_wait {
+        Wait::Once
+    } else {
+        args.wait.map_or(Wait::Forever, Wait::AtMost)
+    };
+    let guard = tokio::select! {
+        acquired = acquire(&client, &name, wait) => acquired?,
+        signal = signals.recv() => {
+            return Err(Failure::new(
+                exit::signal_code(signal.as_raw()),
+                format!("interrupted while waiting for lock {name}; did not run {program}"),
+            ));
+        }
+    };
+    let Some(guard) = guard else {
+        let waited = match wait {
+            Wait::AtMost(limit) => format!(" after waiting {}", humantime::format_duration(limit)),
+            Wait::Once | Wait::Forever => String::new(),
+        };
+        return Err(Failure::new(
+            NOT_ACQUIRED,
+            format!("lock {name} is held elsewhere{waited}; did not run {program}"),
+        ));
+    };
+    tracing::debug!(name = %name, fencing_token = guard.fencing_token(), "acquired; starting the command");
+
+    let ended = supervise(&guard, &args.command, args.kill_grace, &mut signals).await;
+    let released = guard.release().await;
+    conclude(&name, &program, args.kill_grace, ended, released)
+}
+
+/// How long to wait for the lock.
+#[derive(Debug, Clone, Copy)]
+enum Wait {
+    Once,
+    AtMost(Duration),
+    Forever,
+}
+
+/// Takes the lock; `None` when it is held elsewhere and waiting ran out.
+async fn acquire(
+    client: &LockClient,
+    name: &LockName,
+    wait: Wait,
+) -> Result<Option<LockGuard>, Failure> {
+    let timeout = match wait {
+        Wait::Once => return Ok(client.try_acquire(name).await?),
+        Wait::AtMost(timeout) => timeout,
+        // The client caps an endless deadline itself.
+        Wait::Forever => Duration::MAX,
+    };
+    match client.acquire(name, timeout).await {
+        Ok(guard) => Ok(Some(guard)),
+        Err(distlock::Error::Timeout { .. }) => Ok(None),
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// How CMD ended.
+enum Ended {
+    /// CMD exited on its own (or of a signal passed on to it).
+    Exited(ExitStatus),
+    /// The lock was lost and CMD was stopped.
+    Lost {
+        reason: LossReason,
+        /// Whether CMD needed SIGKILL after the grace period.
+        killed: bool,
+    },
+}
+
+/// Starts CMD and waits for it, passing signals on and stopping it if the
+/// lock is lost.
+async fn supervise(
+    guard: &LockGuard,
+    command: &[OsString],
+    grace: Duration,
+    signals: &mut Signals,
+) -> Result<Ended, Failure> {
+    let mut child = spawn(guard, command)?;
+    let lost = guard.lost_signal();
+    loop {
+        tokio::select! {
+            status = child.wait() => {
+                let status = status.map_err(|error| {
+                    Failure::runtime(format!("cannot wait for {}: {error}", text::program(command)))
+                })?;
+                return Ok(Ended::Exited(status));
+            }
+            signal = signals.recv() => {
+                tracing::debug!(signal = signal.as_raw(), "passing a signal on to the command");
+                send(&child, signal);
+            }
+            reason = lost.lost() => {
+                let killed = stop(&mut child, grace).await?;
+                return Ok(Ended::Lost { reason, killed });
+            }
+        }
+    }
+}
+
+/// Starts CMD through the `__exec` trampoline, with the lock's name and
+/// fencing token in its environment. Must run on the main thread: the
+/// parent-death signal follows the thread that spawned the child.
+fn spawn(guard: &LockGuard, command: &[OsString]) -> Result<Child, Failure> {
+    let exe = std::env::current_exe().map_err(|error| {
+        Failure::runtime(format!("cannot find distlock's own executable: {error}"))
+    })?;
+    Command::new(exe)
+        .arg("__exec")
+        .arg("--parent-pid")
+        .arg(std::process::id().to_string())
+        .arg("--")
+        .args(command)
+        .env("DISTLOCK_NAME", guard.name().as_str())
+        .env("DISTLOCK_FENCING_TOKEN", guard.fencing_token().to_string())
+        // Should distlock fail while CMD runs, CMD must not outlive it.
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|error| {
+            Failure::runtime(format!("cannot start {}: {error}", text::program(command)))
+        })
+}
+
+/// Sends SIGTERM, then SIGKILL after `grace`; returns whether SIGKILL was
+/// needed.
+async fn stop(child: &mut Child, grace: Duration) -> Result<bool, Failure> {
+    send(child, Signal::TERM);
+    let waited = match tokio::time::timeout(grace, child.wait()).await {
+        Ok(status) => status.map(|_| false),
+        Err(_) => {
+            let _ = child.start_kill();
+            child.wait().await.map(|_| true)
+        }
+    };
+    waited.map_err(|error| Failure::runtime(format!("cannot wait for the command: {error}")))
+}
+
+/// Sends `signal` to the child unless it has already been reaped (its pid
+/// may then belong to someone else).
+fn send(child: &Child, signal: Signal) {
+    let Some(pid) = child.id().and_then(|id| Pid::from_raw(id as i32)) else {
+        return;
+    };
+    if let Err(error) = kill_process(pid, signal) {
+        tracing::debug!(%error, "could not signal the command");
+    }
+}
+
+/// The exit code and message once CMD ended and the release was tried.
+fn conclude(
+    name: &LockName,
+    program: &str,
+    grace: Duration,
+    ended: Result<Ended, Failure>,
+    released: distlock::Result<bool>,
+) -> Result<u8, Failure> {
+    match ended? {
+        Ended::Lost { reason, killed } => {
+            let how = if killed {
+                format!(
+                    "SIGTERM, then SIGKILL after {}",
+                    humantime::format_duration(grace)
+                )
+            } else {
+                "SIGTERM".to_owned()
+            };
+            Err(Failure::new(
+                LOST,
+                format!(
+                    "lost the lock {name} while {program} ran ({reason}); stopped it with {how}"
+                ),
+            ))
+        }
+        Ended::Exited(status) => match released {
+            Ok(true) => Ok(exit::code_of(status)),
+            // CMD finished, but the lock was no longer ours: part of CMD's
+            // work may have run unprotected, and the caller must know.
+            Ok(false) => Err(Failure::new(
+                LOST,
+                format!(
+                    "lost the lock {name} before {program} finished ({program} exited with code {})",
+                    exit::code_of(status)
+                ),
+            )),
+            Err(error) => {
+                eprintln!(
+                    "distlock: warning: could not release lock {name}: {error}; it ends when its lease runs out"
+                );
+                Ok(exit::code_of(status))
+            }
+        },
+    }
+}
+
+/// SIGINT and SIGTERM, received instead of killing distlock.
+struct Signals {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> Result<Self, Failure> {
+        let handle = |kind| {
+            signal(kind)
+                .map_err(|error| Failure::runtime(format!("cannot handle signals: {error}")))
+        };
+        Ok(Self {
+            interrupt: handle(SignalKind::interrupt())?,
+            terminate: handle(SignalKind::terminate())?,
+        })
+    }
+
+    /// The next signal received.
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as `tokio::signal::unix::Signal::recv`.
+    async fn recv(&mut self) -> Signal {
+        tokio::select! {
+            _ = self.interrupt.recv() => Signal::INT,
+            _ = self.terminate.recv() => Signal::TERM,
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! `distlock run` with real processes on a file backend in a temporary
+//! directory.
+
+mod common;
+
+use common::{Running, Scratch, lock_is_free, process_ended, run_sh, unique, wait_until};
+use rustix::process::Signal;
+
+#[test]
+fn passes_name_and_token_and_the_exit_code() {
+    let scratch = Scratch::new();
+    let name = unique("env");
+    let output = run_sh(
+        &scratch,
+        &name,
+        &[],
+        r#"printf '%s %s' "$DISTLOCK_NAME" "$DISTLOCK_FENCING_TOKEN"; exit 7"#,
+    )
+    .output()
+    .unwrap();
+    assert_eq!(output.status.code(), Some(7));
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let (shown_name, token) = stdout.split_once(' ').expect("name and token");
+    assert_eq!(shown_name, name);
+    assert!(token.parse::<u64>().unwrap() > 0, "{stdout}");
+    assert!(lock_is_free(&scratch, &name), "released after the command");
+}
+
+#[test]
+fn a_command_killed_by_a_signal_exits_128_plus_the_signal() {
+    let scratch = Scratch::new();
+    let output = run_sh(&scratch, &unique("sig"), &[], "kill -9 $$")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(128 + 9));
+}
+
+#[test]
+fn commands_that_cannot_run_exit_127_or_126() {
+    let scratch = Scratch::new();
+    let name = unique("exec");
+    let output = scratch
+        .distlock(&["run", &name, "--", "distlock-no-such-command"])
+        .output()
+        .unwrap();
+    let line = common::one_line_failure(&output, 127);
+    assert!(line.contains("command not found"), "{line}");
+
+    let not_executable = scratch.file("plain.txt");
+    std::fs::write(&not_executable, "data").unwrap();
+    let output = scratch
+        .distlock(&["run", &name, "--", not_executable.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let line = common::one_line_failure(&output, 126);
+    assert!(line.contains("permission denied"), "{line}");
+    assert!(lock_is_free(&scratch, &name));
+}
+
+/// Holds `name` with a `distlock run` whose command runs `setup`, touches a
+/// ready file, then runs `body`; returns once the ready file exists.
+fn hold(scratch: &Scratch, name: &str, options: &[&str], setup: &str, body: &str) -> Running {
+    let ready = scratch.file(&format!("{name}.ready"));
+    let script = format!("{setup} touch '{}'; {body}", ready.display());
+    let holder = Running::spawn(run_sh(scratch, name, options, &script));
+    wait_until("the holder's command started", || ready.exists());
+    holder
+}
+
+/// A shell `trap` that writes `term` to `file` on SIGTERM and exits `code`.
+fn trap_term(file: &std::path::Path, code: i32) -> String {
+    format!(
+        "trap \"echo term > '{}'; exit {code}\" TERM;",
+        file.display()
+    )
+}
+
+/// A shell loop that waits for signals.
+const IDLE: &str = "while :; do sleep 0.05; done";
+
+#[test]
+fn no_wait_on_a_held_lock_exits_75_without_running_the_command() {
+    let scratch = Scratch::new();
+    let name = unique("busy");
+    let _holder = hold(&scratch, &name, &[], "", "exec sleep 1000");
+    let ran = scratch.file("ran");
+    let script = format!("touch '{}'", ran.display());
+
+    let output = run_sh(&scratch, &name, &["--no-wait"], &script)
+        .output()
+        .unwrap();
+    let line = common::one_line_failure(&output, 75);
+    assert!(line.contains(&name) && line.contains("held"), "{line}");
+
+    let output = run_sh(&scratch, &name, &["--wait", "100ms"], &script)
+        .output()
+        .unwrap();
+    let line = common::one_line_failure(&output, 75);
+    assert!(line.contains("after waiting 100ms"), "{line}");
+    assert!(!ran.exists(), "the command must not run without the lock");
+}
+
+#[test]
+fn sigkill_of_distlock_kills_the_command_and_frees_the_lock() {
+    let scratch = Scratch::new();
+    let name = unique("kill");
+    let pid_file = scratch.file("pid");
+    let setup = format!("echo $$ > '{}';", pid_file.display());
+    let holder = hold(&scratch, &name, &[], &setup, "exec sleep 1000");
+    let pid: u32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(!process_ended(pid));
+
+    holder.signal(Signal::KILL);
+    let finished = holder.finish();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&finished.status),
+        Some(9)
+    );
+    wait_until("the command died with distlock", || process_ended(pid));
+    // The lock went with distlock's process at once; the command held no
+    // copy of the lock file.
+    assert!(lock_is_free(&scratch, &name));
+}
+
+#[test]
+fn sigterm_is_passed_on_and_the_lock_released() {
+    let scratch = Scratch::new();
+    let name = unique("term");
+    let got = scratch.file("got");
+    let holder = hold(&scratch, &name, &[], &trap_term(&got, 3), IDLE);
+    holder.signal(Signal::TERM);
+    let finished = holder.finish();
+    assert_eq!(finished.status.code(), Some(3), "{}", finished.stderr);
+    assert_eq!(std::fs::read_to_string(&got).unwrap().trim(), "term");
+    assert!(lock_is_free(&scratch, &name));
+}
+
+#[test]
+fn a_lost_lock_stops_the_command_and_exits_76() {
+    let scratch = Scratch::new();
+    let name = unique("lost");
+    let got = scratch.file("got");
+    // A short lease makes the file backend check its lock often.
+    let holder = hold(
+        &scratch,
+        &name,
+        &["--lease", "1s"],
+        &trap_term(&got, 0),
+        IDLE,
+    );
+
+    let output = scratch
+        .distlock(&["release", "--force", &name])
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert!(stdout.contains("it was held"), "{stdout}");
+
+    let finished = holder.finish();
+    let stderr = finished.stderr;
+    assert_eq!(finished.status.code(), Some(76), "{stderr}");
+    assert!(
+        stderr.contains(&format!("distlock: lost the lock {name}")),
+        "{stderr}"
+    );
+    assert!(stderr.contains("refused"), "the reason is named: {stderr}");
+    assert_eq!(std::fs::read_to_string(&got).unwrap().trim(), "term");
+}
+
+#[test]
+fn no_lock_file_descriptor_leaks_into_the_command() {
+    let scratch = Scratch::new();
+    let name = unique("fds");
+    let output = run_sh(&scratch, &name, &[], "ls -l /proc/$$/fd")
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let listing = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        listing.contains("->"),
+        "the listing shows descriptors: {listing}"
+    );
+    assert!(!listing.contains(".lock"), "a lock file leaked: {listing}");
+    assert!(!listing.contains("inotify"), "a watch leaked: {listing}");
+    // The lock file exists, so a leaked descriptor would have shown.
+    let lock_files = std::fs::read_dir(scratch.lock_dir())
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|entry| entry.file_name().to_string_lossy().ends_with(".lock"))
+        .count();
+    assert!(lock_files >= 1);
+}
+
+#[test]
+fn a_signal_while_waiting_stops_without_running_the_command() {
+    let scratch = Scratch::new();
+    let name = unique("interrupted");
+    let _holder = hold(&scratch, &name, &[], "", "exec sleep 1000");
+    let ran = scratch.file("ran");
+    let mut waiter = run_sh(&scratch, &name, &[], &format!("touch '{}'", ran.display()));
+    waiter.env("DISTLOCK_LOG", "debug");
+    let waiter = Running::spawn(waiter);
+    waiter.wait_for_stderr("taking the lock");
+
+    waiter.signal(Signal::INT);
+    let finished = waiter.finish();
+    assert_eq!(finished.status.code(), Some(128 + 2), "{}", finished.stderr);
+    assert!(
+        finished.stderr.contains(&format!(
+            "distlock: interrupted while waiting for lock {name}"
+        )),
+        "{}",
+        finished.stderr
+    );
+    assert!(!ran.exists(), "the command must not run");
+}
