@@ -162,10 +162,9 @@ impl Capabilities {
 }
 
 /// A lock as [`Backend::list`] sees it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockInfo {
     /// The lock's name, exactly as given.
-    #[serde(serialize_with = "serialize_name")]
     pub name: LockName,
     /// Who holds it, when known.
     pub holder: Option<Holder>,
@@ -174,10 +173,6 @@ pub struct LockInfo {
     /// How long until the lease ends unless extended; `None` when it lasts as
     /// long as the holder's process.
     pub expires_in: Option<Duration>,
-}
-
-fn serialize_name<S: serde::Serializer>(name: &LockName, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(name.as_str())
 }
 
 /// How many extensions the default [`Backend::extend_many`] keeps in flight.

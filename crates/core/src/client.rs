@@ -281,7 +281,7 @@ impl LockClient {
     /// # Errors
     /// A backend error.
     pub async fn force_release(&self, name: &LockName) -> Result<bool> {
-        tracing::warn!(name = %name, "forcing release");
+        tracing::info!(name = %name, "forcing release");
         self.inner.backend.force_release(name).await
     }
 
