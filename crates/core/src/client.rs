@@ -5,12 +5,12 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::backend::{AcquireRequest, Attempt, Backend, Holder, Lease, LeaseId, LockInfo};
 use crate::backoff::Backoff;
+use crate::detach::Detach;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::keeper::{Keeper, timed_out};
@@ -285,8 +285,9 @@ impl LockClient {
         self.inner.backend.force_release(name).await
     }
 
-    /// One attempt, run in a task of its own so that a grant that arrives
-    /// after the caller stopped waiting is released rather than leaked.
+    /// One attempt. If the caller stops waiting (cancellation, or the budget
+    /// runs out), the attempt still completes in the background, and a grant
+    /// that nobody waits for is released rather than leaked.
     async fn attempt(&self, name: &LockName, budget: Duration) -> Result<Outcome> {
         let request = AcquireRequest {
             name: name.clone(),
@@ -296,48 +297,47 @@ impl LockClient {
         };
         let backend = self.inner.backend.clone();
         let operation_timeout = self.inner.options.operation_timeout();
-        let (reply, outcome) = oneshot::channel();
-        tokio::spawn(async move {
-            let sent_at = Instant::now();
-            let attempt = tokio::time::timeout(operation_timeout, backend.try_acquire(&request))
-                .await
-                .unwrap_or_else(|_| Err(timed_out("acquire", operation_timeout)));
-            let lease = Lease {
-                name: request.name.clone(),
-                id: request.lease_id,
-                fencing_token: 0,
-                lease: request.lease,
-            };
-            match attempt {
-                Ok(Attempt::Acquired { fencing_token }) => {
-                    let lease = Lease {
-                        fencing_token,
-                        ..lease
-                    };
-                    if let Err(Ok(Outcome::Granted(lease, _))) =
-                        reply.send(Ok(Outcome::Granted(lease, sent_at)))
-                    {
-                        release_unclaimed(&*backend, &lease, operation_timeout).await;
+        let call = {
+            let backend = backend.clone();
+            async move {
+                let sent_at = Instant::now();
+                let attempt =
+                    tokio::time::timeout(operation_timeout, backend.try_acquire(&request))
+                        .await
+                        .unwrap_or_else(|_| Err(timed_out("acquire", operation_timeout)));
+                let lease = Lease {
+                    name: request.name,
+                    id: request.lease_id,
+                    fencing_token: 0,
+                    lease: request.lease,
+                };
+                match attempt {
+                    Ok(Attempt::Acquired { fencing_token }) => Ok(Outcome::Granted(
+                        Lease {
+                            fencing_token,
+                            ..lease
+                        },
+                        sent_at,
+                    )),
+                    Ok(Attempt::Held { retry_after }) => Ok(Outcome::Held(retry_after)),
+                    Err(error) => {
+                        // The backend may have granted before the reply was
+                        // lost; release by identity, harmless if it did not.
+                        tokio::spawn(async move {
+                            release_unclaimed(&*backend, &lease, operation_timeout).await;
+                        });
+                        Err(error)
                     }
                 }
-                Ok(Attempt::Held { retry_after }) => {
-                    let _ = reply.send(Ok(Outcome::Held(retry_after)));
-                }
-                Err(error) => {
-                    // The backend may have granted before the reply was lost;
-                    // release by identity, which is harmless if it did not.
-                    let _ = reply.send(Err(error));
-                    release_unclaimed(&*backend, &lease, operation_timeout).await;
-                }
+            }
+        };
+        let attempt = Detach::with_orphan(call, move |outcome| async move {
+            if let Ok(Outcome::Granted(lease, _)) = outcome {
+                release_unclaimed(&*backend, &lease, operation_timeout).await;
             }
         });
-        match tokio::time::timeout(budget, outcome).await {
-            Ok(Ok(outcome)) => outcome,
-            Ok(Err(_)) => Err(Error::Backend {
-                backend: "core",
-                message: "the acquire task ended without an answer".into(),
-                source: None,
-            }),
+        match tokio::time::timeout(budget, attempt).await {
+            Ok(outcome) => outcome,
             Err(_) => Ok(Outcome::Held(None)),
         }
     }

@@ -2,7 +2,8 @@
 
 use std::sync::Arc;
 
-use crate::error::{Error, Result};
+use crate::detach::Detach;
+use crate::error::Result;
 use crate::keeper::{Keeper, timed_out};
 use crate::lease::{HeldLease, LossReason, LostSignal};
 use crate::name::LockName;
@@ -103,17 +104,9 @@ impl LockGuard {
         self.keeper.remove(self.key);
         let held = self.held.clone();
         let slot = self.slot.take();
-        // Run in a task of its own so that cancelling this future neither
-        // abandons the release nor hands the local slot on too early.
-        let task = tokio::spawn(release_lease(held, slot));
-        match task.await {
-            Ok(outcome) => outcome,
-            Err(join) => Err(Error::Backend {
-                backend: "core",
-                message: format!("release task failed: {join}"),
-                source: None,
-            }),
-        }
+        // If this future is dropped halfway, the release still completes, and
+        // only then is the local slot handed on.
+        Detach::new(release_lease(held, slot)).await
     }
 }
 

@@ -46,6 +46,8 @@ struct Schedule {
     entries: HashMap<u64, Entry>,
     queue: BTreeSet<(Instant, u64)>,
     next_key: u64,
+    /// When the keeper task means to look next (`None`: only when woken).
+    planned: Option<Instant>,
 }
 
 #[derive(Debug)]
@@ -82,6 +84,19 @@ impl Schedule {
             entry.wake_at = entry.compute_wake();
             self.queue.insert((entry.wake_at, key));
         }
+    }
+
+    /// Whether the keeper must be woken to look at `key` in time; with many
+    /// locks taken in a row, most need no wake-up.
+    fn plan(&mut self, key: u64) -> bool {
+        let Some(wake_at) = self.entries.get(&key).map(|entry| entry.wake_at) else {
+            return false;
+        };
+        let too_late = self.planned.is_none_or(|planned| wake_at < planned);
+        if too_late {
+            self.planned = Some(wake_at);
+        }
+        too_late
     }
 
     fn remove(&mut self, key: u64) -> Option<Entry> {
@@ -122,8 +137,11 @@ impl Keeper {
         schedule.entries.insert(key, entry);
         schedule.queue.insert((sent_at, key));
         schedule.reschedule(key);
+        let too_late = schedule.plan(key);
         drop(schedule);
-        shared.wake.notify_one();
+        if too_late {
+            shared.wake.notify_one();
+        }
         key
     }
 
@@ -246,6 +264,7 @@ impl Shared {
             let wake_at = schedule.entries[&key].wake_at;
             next_look = Some(next_look.map_or(wake_at, |t| t.min(wake_at)));
         }
+        schedule.planned = next_look;
         (due, next_look)
     }
 
@@ -288,8 +307,11 @@ impl Shared {
             }
         }
         schedule.reschedule(key);
+        let too_late = schedule.plan(key);
         drop(schedule);
-        self.wake.notify_one();
+        if too_late {
+            self.wake.notify_one();
+        }
     }
 
     async fn extend_batch(self: Arc<Self>, batch: Vec<(u64, Arc<HeldLease>)>) {

@@ -17,6 +17,7 @@
 pub mod backend;
 mod backoff;
 mod client;
+mod detach;
 mod error;
 mod guard;
 mod keeper;
@@ -27,6 +28,8 @@ mod options;
 mod slots;
 mod wake;
 
+/// The attribute backends put on their [`Backend`] impl.
+pub use async_trait::async_trait;
 pub use backend::{
     AcquireRequest, Attempt, Backend, Capabilities, Holder, Lease, LeaseId, LockInfo,
 };
