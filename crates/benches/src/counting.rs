@@ -1,0 +1,87 @@
+//! A backend wrapper that counts the calls core makes, for scenarios where
+//! the server cannot count commands itself.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use distlock::{
+    AcquireRequest, Attempt, Backend, Capabilities, Lease, LockInfo, LockName, ReleaseWatch, Result,
+};
+
+/// Calls made through a [`Counting`] backend.
+#[derive(Debug, Default)]
+pub(crate) struct Calls {
+    pub(crate) acquire: AtomicU64,
+    pub(crate) extend_batches: AtomicU64,
+    pub(crate) extended_leases: AtomicU64,
+    pub(crate) release: AtomicU64,
+}
+
+impl Calls {
+    pub(crate) fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
+}
+
+/// Passes every call to `inner`, counting it.
+#[derive(Debug)]
+pub(crate) struct Counting {
+    inner: Arc<dyn Backend>,
+    pub(crate) calls: Arc<Calls>,
+}
+
+impl Counting {
+    pub(crate) fn new(inner: Arc<dyn Backend>) -> Self {
+        Self {
+            inner,
+            calls: Arc::default(),
+        }
+    }
+}
+
+#[distlock::async_trait]
+impl Backend for Counting {
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    async fn try_acquire(&self, request: &AcquireRequest) -> Result<Attempt> {
+        self.calls.acquire.fetch_add(1, Ordering::Relaxed);
+        self.inner.try_acquire(request).await
+    }
+
+    async fn extend(&self, lease: &Lease) -> Result<bool> {
+        self.calls.extend_batches.fetch_add(1, Ordering::Relaxed);
+        self.calls.extended_leases.fetch_add(1, Ordering::Relaxed);
+        self.inner.extend(lease).await
+    }
+
+    async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<bool>> {
+        self.calls.extend_batches.fetch_add(1, Ordering::Relaxed);
+        self.calls
+            .extended_leases
+            .fetch_add(leases.len() as u64, Ordering::Relaxed);
+        self.inner.extend_many(leases).await
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        self.calls.release.fetch_add(1, Ordering::Relaxed);
+        self.inner.release(lease).await
+    }
+
+    async fn list(&self) -> Result<Vec<LockInfo>> {
+        self.inner.list().await
+    }
+
+    async fn force_release(&self, name: &LockName) -> Result<bool> {
+        self.inner.force_release(name).await
+    }
+
+    fn watch_releases(&self, name: &LockName) -> Option<ReleaseWatch> {
+        self.inner.watch_releases(name)
+    }
+
+    fn abandon(&self, lease: &Lease) {
+        self.inner.abandon(lease);
+    }
+}
