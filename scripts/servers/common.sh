@@ -49,3 +49,17 @@ stop_servers() {
     rm -rf "$DISTLOCK_TMP"
 }
 trap stop_servers EXIT
+
+# Installs (once per machine) and starts every server in scripts/servers/.
+bring_up_servers() {
+    local server fn
+    for server in "$(dirname "${BASH_SOURCE[0]}")"/*.sh; do
+        [ "$(basename "$server")" = common.sh ] || source "$server"
+    done
+    for fn in $(declare -F | awk '{print $3}' | grep '^install_'); do
+        "$fn"
+    done
+    for fn in $(declare -F | awk '{print $3}' | grep '^start_'); do
+        "$fn"
+    done
+}
