@@ -130,6 +130,9 @@ pub struct Capabilities {
     pub release_wakeups: bool,
     /// Locks are shared with other processes (false for the in-memory backend).
     pub cross_process: bool,
+    /// [`Backend::list`] shows locks held by every process, not only by
+    /// this backend instance (false for memcached, which cannot enumerate).
+    pub lists_every_holder: bool,
 }
 
 impl Capabilities {
@@ -139,6 +142,7 @@ impl Capabilities {
             process_bound: false,
             release_wakeups: false,
             cross_process: true,
+            lists_every_holder: true,
         }
     }
 
@@ -151,6 +155,13 @@ impl Capabilities {
     /// These capabilities, process-bound or not.
     pub const fn with_process_bound(mut self, on: bool) -> Self {
         self.process_bound = on;
+        self
+    }
+
+    /// These capabilities, listing every holder's locks or only this
+    /// instance's.
+    pub const fn with_lists_every_holder(mut self, on: bool) -> Self {
+        self.lists_every_holder = on;
         self
     }
 

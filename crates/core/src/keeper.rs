@@ -333,6 +333,9 @@ impl Shared {
         let Some((_, first)) = batch.first() else {
             return;
         };
+        if leases.is_empty() {
+            return;
+        }
         let backend = first.backend.clone();
         let timeout = self.options.operation_timeout();
         let sent_at = Instant::now();

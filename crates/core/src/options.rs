@@ -14,9 +14,9 @@ use crate::error::{Error, Result};
 /// use distlock_core::LockOptions;
 ///
 /// let options = LockOptions::builder()
-///     .lease(Duration::from_secs(10))
+///     .lease(Duration::from_secs(9))
 ///     .build()?;
-/// assert_eq!(options.extend_every(), Duration::from_millis(3333));
+/// assert_eq!(options.extend_every(), Duration::from_secs(3));
 /// # Ok::<(), distlock_core::Error>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
