@@ -1,0 +1,257 @@
+//! Release wake-ups: one change stream per backend on the lock collection,
+//! filtered to the names this process waits for.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use distlock_core::{LockName, ReleaseHub};
+use futures::StreamExt;
+use mongodb::Collection;
+use mongodb::bson::{Bson, Document, doc};
+use mongodb::change_stream::event::ResumeToken;
+use tokio::task::AbortHandle;
+
+use crate::document::{ID, LOCK_ID};
+
+/// Past this many names (or bytes of names), the stream watches every
+/// release in the collection and this process drops the ones nobody here
+/// waits for, rather than send an ever larger filter.
+const MAX_FILTERED_NAMES: usize = 1000;
+const MAX_FILTERED_BYTES: usize = 1 << 20;
+
+/// How long to gather newly watched names before reopening the stream.
+const SETTLE: Duration = Duration::from_millis(5);
+
+/// The longest pause between attempts to reopen a failed stream.
+const MAX_RETRY: Duration = Duration::from_secs(5);
+
+/// How often an open stream checks whether anyone still waits, and closes
+/// when nobody does.
+const IDLE_CHECK: Duration = Duration::from_secs(30);
+
+/// Stops the watching task when the backend is dropped.
+#[derive(Debug)]
+pub(crate) struct Watcher {
+    task: AbortHandle,
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Watcher {
+    /// Starts watching `collection` for releases of the names in `hub`.
+    pub(crate) fn start(collection: Collection<Document>, hub: ReleaseHub) -> Self {
+        let task = tokio::spawn(supervise(collection, hub)).abort_handle();
+        Self { task }
+    }
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Runs the watcher, and runs it again should it ever panic (in the
+/// driver, say), so that waiters are not left without wake-ups.
+async fn supervise(collection: Collection<Document>, hub: ReleaseHub) {
+    loop {
+        let mut task = AbortOnDrop(tokio::spawn(run(collection.clone(), hub.clone())));
+        match (&mut task.0).await {
+            Err(error) if error.is_panic() => {
+                tracing::error!("the release watcher panicked; restarting it");
+                // Releases may have been missed meanwhile.
+                hub.notify_all();
+                tokio::time::sleep(MAX_RETRY).await;
+            }
+            _ => return,
+        }
+    }
+}
+
+/// The change stream's filter: releases (the grant identity removed) and
+/// deletions of the given names, or of every name when `names` is `None`.
+/// Extensions and grants do not match, so they wake nobody.
+pub(crate) fn pipeline(names: Option<&[LockName]>) -> Vec<Document> {
+    let released = doc! {
+        "$or": [
+            { "operationType": "delete" },
+            { "operationType": "update", "updateDescription.removedFields": LOCK_ID },
+            // Only a replacement that leaves no grant is a release; one that
+            // installs a grant is an acquisition.
+            { "operationType": "replace", format!("fullDocument.{LOCK_ID}"): { "$exists": false } },
+        ]
+    };
+    let filter = match names {
+        Some(names) => {
+            let names: Vec<Bson> = names
+                .iter()
+                .map(|name| Bson::String(name.as_str().to_owned()))
+                .collect();
+            doc! {
+                format!("documentKey.{ID}"): { "$in": names },
+                "$and": [released],
+            }
+        }
+        None => released,
+    };
+    vec![doc! { "$match": filter }]
+}
+
+/// Whether `names` is small enough to filter on the server.
+fn filter_on_server(names: &[LockName]) -> bool {
+    names.len() <= MAX_FILTERED_NAMES
+        && names.iter().map(|name| name.as_str().len()).sum::<usize>() <= MAX_FILTERED_BYTES
+}
+
+async fn run(collection: Collection<Document>, hub: ReleaseHub) {
+    let mut resume: Option<ResumeToken> = None;
+    // The names the open (or last) stream's filter covers; `None` when it
+    // covers every name.
+    let mut covered: Option<HashSet<LockName>> = Some(HashSet::new());
+    let mut retry = Duration::from_millis(50);
+    loop {
+        let names = hub.watched();
+        if names.is_empty() {
+            resume = None;
+            covered = Some(HashSet::new());
+            hub.changed().await;
+            tokio::time::sleep(SETTLE).await;
+            continue;
+        }
+        let on_server = filter_on_server(&names);
+        let opened = collection
+            .watch()
+            .pipeline(pipeline(on_server.then_some(names.as_slice())))
+            .resume_after(resume.clone())
+            .await;
+        let mut stream = match opened {
+            Ok(stream) => stream,
+            Err(error) => {
+                if resume.take().is_some() {
+                    tracing::debug!(%error, "cannot resume the release stream; reopening it from now");
+                } else {
+                    tracing::warn!(%error, ?retry, "cannot open the release change stream; retrying");
+                    tokio::time::sleep(retry).await;
+                    retry = (retry * 2).min(MAX_RETRY);
+                }
+                // Releases may have happened while no stream ran.
+                hub.notify_all();
+                covered = Some(HashSet::new());
+                continue;
+            }
+        };
+        retry = Duration::from_millis(50);
+        // A name newly covered may have been released after its waiter's
+        // last attempt but before this stream covered it: wake its waiters
+        // once to try again.
+        if let Some(previous) = &covered {
+            for name in &names {
+                if !previous.contains(name) {
+                    hub.notify(name);
+                }
+            }
+        }
+        covered = on_server.then(|| names.iter().cloned().collect());
+        // Where to resume a replacement stream: after the last event this one
+        // delivered. The driver answers `resume_token` only between polls
+        // (it panics while a `getMore` is in flight), so it is read right
+        // after opening and after each event, never when the poll is
+        // interrupted; events fetched by an interrupted poll are then
+        // delivered again by the replacement.
+        let mut delivered = stream.resume_token();
+        tracing::debug!(names = names.len(), on_server, "watching for releases");
+        let mut idle_check = tokio::time::interval(IDLE_CHECK);
+        idle_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        idle_check.tick().await;
+        loop {
+            tokio::select! {
+                biased;
+                _ = idle_check.tick() => {
+                    if hub.watched().is_empty() {
+                        tracing::debug!("nobody waits any more; closing the release stream");
+                        resume = None;
+                        covered = Some(HashSet::new());
+                        break;
+                    }
+                }
+                () = hub.changed() => {
+                    tokio::time::sleep(SETTLE).await;
+                    let uncovered = covered.as_ref().is_some_and(|covered| {
+                        hub.watched().iter().any(|name| !covered.contains(name))
+                    });
+                    if uncovered {
+                        resume = delivered.clone();
+                        break;
+                    }
+                }
+                event = stream.next() => match event {
+                    Some(Ok(event)) => {
+                        let name = event
+                            .document_key
+                            .as_ref()
+                            .and_then(|key| key.get_str(ID).ok())
+                            .and_then(|id| LockName::new(id).ok());
+                        if let Some(name) = name {
+                            tracing::trace!(name = %name, "release seen");
+                            hub.notify(&name);
+                        }
+                        delivered = stream.resume_token();
+                    }
+                    Some(Err(error)) => {
+                        tracing::warn!(%error, "the release change stream failed; reopening it");
+                        resume = stream.resume_token();
+                        hub.notify_all();
+                        tokio::time::sleep(retry).await;
+                        retry = (retry * 2).min(MAX_RETRY);
+                        break;
+                    }
+                    None => {
+                        tracing::debug!("the release change stream ended; reopening it");
+                        resume = None;
+                        hub.notify_all();
+                        tokio::time::sleep(retry).await;
+                        retry = (retry * 2).min(MAX_RETRY);
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_filter_names_each_watched_lock_verbatim() {
+        let names = [
+            LockName::new("$$NOW").unwrap(),
+            LockName::new("a.b").unwrap(),
+        ];
+        let pipeline = pipeline(Some(&names));
+        let filter = pipeline[0].get_document("$match").unwrap();
+        let ids = filter
+            .get_document("documentKey._id")
+            .unwrap()
+            .get_array("$in")
+            .unwrap();
+        assert_eq!(ids, &vec![Bson::from("$$NOW"), Bson::from("a.b")]);
+    }
+
+    #[test]
+    fn large_name_sets_are_filtered_here() {
+        let names: Vec<LockName> = (0..=MAX_FILTERED_NAMES)
+            .map(|i| LockName::new(i.to_string()).unwrap())
+            .collect();
+        assert!(!filter_on_server(&names));
+        assert!(filter_on_server(&names[..10]));
+    }
+}

@@ -1,0 +1,98 @@
+//! Extending many leases at once.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use distlock_core::{AcquireRequest, Attempt, Backend, Holder, Lease, LeaseId};
+use distlock_mongodb::mongodb::bson::doc;
+use futures::TryStreamExt;
+
+use crate::common::*;
+
+#[tokio::test]
+async fn extend_many_extends_what_is_ours_and_reports_what_is_not() {
+    let url = shared_url();
+    let collection = unique("bulk");
+    let backend = backend_at(&url, &collection).await;
+    let holder = Holder::this_process(Some("bulk"));
+    let mut leases = Vec::new();
+    for i in 0..60 {
+        let lease = Lease {
+            name: lock_name(&format!("bulk{i}")),
+            id: LeaseId::random(),
+            fencing_token: 0,
+            lease: Duration::from_secs(if i % 3 == 0 { 10 } else { 30 }),
+        };
+        let request = AcquireRequest {
+            name: lease.name.clone(),
+            lease_id: lease.id,
+            lease: lease.lease,
+            holder: holder.clone(),
+        };
+        let Attempt::Acquired { fencing_token } = backend.try_acquire(&request).await.unwrap()
+        else {
+            panic!("{} is fresh", lease.name);
+        };
+        leases.push(Lease {
+            fencing_token,
+            ..lease
+        });
+    }
+    // Taken away: forced releases, and an identity that was never granted.
+    let lost = [4, 9, 30];
+    for &i in &lost {
+        assert!(backend.force_release(&leases[i].name).await.unwrap());
+    }
+    leases[41].id = LeaseId::random();
+
+    let inspector = inspector(&url).await;
+    let raw = raw_collection(&inspector, &collection);
+    let expiries = || async {
+        raw.find(doc! {})
+            .await
+            .unwrap()
+            .try_collect::<Vec<_>>()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|found| {
+                (
+                    found.get_str("_id").unwrap().to_owned(),
+                    found.get_datetime("expiresAt").unwrap().timestamp_millis(),
+                )
+            })
+            .collect::<HashMap<_, _>>()
+    };
+    let before = expiries().await;
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let outcomes = backend.extend_many(&leases).await;
+    let after = expiries().await;
+    assert_eq!(outcomes.len(), leases.len());
+    for (i, (lease, outcome)) in leases.iter().zip(outcomes).enumerate() {
+        let ours = !lost.contains(&i) && i != 41;
+        assert_eq!(outcome.unwrap(), ours, "lease {i}");
+        let name = lease.name.as_str();
+        if ours {
+            assert!(after[name] > before[name], "lease {i} was not extended");
+        } else {
+            assert_eq!(after[name], before[name], "lease {i} was changed");
+        }
+    }
+    // All that are still ours extend together.
+    let ours: Vec<Lease> = leases
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !lost.contains(i) && *i != 41)
+        .map(|(_, lease)| lease.clone())
+        .collect();
+    assert!(
+        backend
+            .extend_many(&ours)
+            .await
+            .into_iter()
+            .all(|outcome| outcome.unwrap())
+    );
+    for lease in &ours {
+        assert!(backend.release(lease).await.unwrap());
+    }
+}

@@ -1,0 +1,231 @@
+//! Faults injected with the server's `failCommand` fail point. Each test
+//! runs its own server, since the fail point is global to a server.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use distlock_core::{
+    AcquireRequest, Attempt, Backend, Capabilities, Lease, LockClient, LockInfo, LockName,
+    LossReason, ReleaseWatch, Result,
+};
+use distlock_mongodb::MongoBackend;
+use distlock_mongodb::mongodb::bson::doc;
+
+use crate::common::*;
+
+/// Counts extension outcomes, to see that a fault really happened.
+#[derive(Debug)]
+struct Counting {
+    inner: Arc<MongoBackend>,
+    failed: AtomicUsize,
+    succeeded_after_failure: AtomicUsize,
+}
+
+#[async_trait]
+impl Backend for Counting {
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    async fn try_acquire(&self, request: &AcquireRequest) -> Result<Attempt> {
+        self.inner.try_acquire(request).await
+    }
+    async fn extend(&self, lease: &Lease) -> Result<bool> {
+        let outcome = self.inner.extend(lease).await;
+        self.count(&outcome);
+        outcome
+    }
+    async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<bool>> {
+        let outcomes = self.inner.extend_many(leases).await;
+        outcomes.iter().for_each(|outcome| self.count(outcome));
+        outcomes
+    }
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        self.inner.release(lease).await
+    }
+    async fn list(&self) -> Result<Vec<LockInfo>> {
+        self.inner.list().await
+    }
+    async fn force_release(&self, name: &LockName) -> Result<bool> {
+        self.inner.force_release(name).await
+    }
+    fn watch_releases(&self, name: &LockName) -> Option<ReleaseWatch> {
+        self.inner.watch_releases(name)
+    }
+}
+
+impl Counting {
+    fn count(&self, outcome: &Result<bool>) {
+        match outcome {
+            Err(_) => {
+                self.failed.fetch_add(1, Ordering::SeqCst);
+            }
+            Ok(true) if self.failed.load(Ordering::SeqCst) > 0 => {
+                self.succeeded_after_failure.fetch_add(1, Ordering::SeqCst);
+            }
+            Ok(_) => {}
+        }
+    }
+}
+
+/// Counts live grants of `name`, by the server's clock.
+async fn live_grants(url: &str, collection: &str, name: &LockName) -> u64 {
+    let inspector = inspector(url).await;
+    raw_collection(&inspector, collection)
+        .count_documents(doc! {
+            "_id": name.as_str(),
+            "lockId": { "$exists": true },
+            "$expr": { "$gt": ["$expiresAt", "$$NOW"] },
+        })
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_connection_closed_on_find_and_modify_never_double_grants_or_leaks() {
+    let server = OwnServer::start();
+    let url = server.url();
+    let admin = inspector(&url).await;
+    let collection = unique("closed");
+    let victim_url = with_app_name(&url, "closed-victim");
+    let victim = client(
+        backend_at(&victim_url, &collection).await,
+        short_lease(Duration::from_secs(30)),
+    );
+    let rival = client(
+        backend_at(&url, &collection).await,
+        short_lease(Duration::from_secs(30)),
+    );
+    // Once: the driver retries the write and may win; twice: the retry
+    // fails too and the attempt is an error.
+    for times in [1, 2, 1, 2] {
+        let name = lock_name("closed");
+        fail_point(
+            &admin,
+            doc! { "times": times },
+            doc! {
+                "failCommands": ["findAndModify"],
+                "closeConnection": true,
+                "appName": "closed-victim",
+            },
+        )
+        .await;
+        let attempt = victim.try_acquire(&name).await;
+        fail_point_off(&admin).await;
+        match attempt {
+            Ok(Some(guard)) => {
+                assert_eq!(live_grants(&url, &collection, &name).await, 1);
+                assert!(rival.try_acquire(&name).await.unwrap().is_none());
+                assert!(guard.release().await.unwrap());
+            }
+            Ok(None) => panic!("nobody else held {name}"),
+            Err(error) => {
+                // A closed connection is never a grant: the name is free.
+                assert!(error.is_transient(), "{error}");
+                let taken = rival.acquire(&name, Duration::from_secs(10)).await.unwrap();
+                assert_eq!(live_grants(&url, &collection, &name).await, 1);
+                assert!(taken.release().await.unwrap());
+            }
+        }
+        assert_eq!(live_grants(&url, &collection, &name).await, 0);
+    }
+}
+
+#[tokio::test]
+async fn one_failed_extension_then_a_retry_within_the_lease_is_not_a_loss() {
+    let server = OwnServer::start();
+    let url = server.url();
+    let admin = inspector(&url).await;
+    let collection = unique("retry");
+    let counting = Arc::new(Counting {
+        inner: backend_at(&with_app_name(&url, "retry-victim"), &collection).await,
+        failed: AtomicUsize::new(0),
+        succeeded_after_failure: AtomicUsize::new(0),
+    });
+    let victim = LockClient::new(counting.clone(), short_lease(Duration::from_secs(3)));
+    let name = lock_name("retry");
+    let guard = victim.acquire(&name, Duration::from_secs(5)).await.unwrap();
+    fail_point(
+        &admin,
+        doc! { "times": 1 },
+        doc! {
+            "failCommands": ["update"],
+            "errorCode": 8,
+            "appName": "retry-victim",
+        },
+    )
+    .await;
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while counting.succeeded_after_failure.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("an extension fails, then one succeeds");
+    assert_eq!(counting.failed.load(Ordering::SeqCst), 1);
+    assert!(!guard.is_lost());
+    assert!(guard.release().await.unwrap());
+}
+
+/// Extensions fail for a whole lease, with `data`; the holder must report
+/// the loss while the server still counts the lease as running.
+async fn extensions_fail_for_the_whole_lease(
+    app_name: &str,
+    data: distlock_mongodb::mongodb::bson::Document,
+) {
+    let server = OwnServer::start();
+    let url = server.url();
+    let admin = inspector(&url).await;
+    let collection = unique("failing");
+    let victim = client(
+        backend_at(&with_app_name(&url, app_name), &collection).await,
+        short_lease(Duration::from_secs(2)),
+    );
+    let rival = client(
+        backend_at(&url, &collection).await,
+        short_lease(Duration::from_secs(2)),
+    );
+    let name = lock_name("failing");
+    let guard = victim.acquire(&name, Duration::from_secs(5)).await.unwrap();
+    fail_point(&admin, "alwaysOn", data).await;
+    let reason = tokio::time::timeout(Duration::from_secs(60), guard.lost())
+        .await
+        .expect("the holder notices");
+    assert_eq!(reason, LossReason::Expired);
+    // Nobody else could hold the lock yet when the loss was reported.
+    assert_eq!(live_grants(&url, &collection, &name).await, 1);
+    assert!(rival.try_acquire(&name).await.unwrap().is_none());
+    fail_point_off(&admin).await;
+    let taken = rival.acquire(&name, Duration::from_secs(30)).await.unwrap();
+    assert!(taken.fencing_token() > guard.fencing_token());
+    drop(guard);
+    assert!(taken.release().await.unwrap());
+}
+
+#[tokio::test]
+async fn extensions_failing_for_the_whole_lease_are_reported_lost_in_time() {
+    extensions_fail_for_the_whole_lease(
+        "failing-victim",
+        doc! {
+            "failCommands": ["update"],
+            "errorCode": 8,
+            "appName": "failing-victim",
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_hung_server_makes_the_holder_report_loss_in_time() {
+    extensions_fail_for_the_whole_lease(
+        "hung-victim",
+        doc! {
+            "failCommands": ["update"],
+            "blockConnection": true,
+            "blockTimeMS": 10_000,
+            "appName": "hung-victim",
+        },
+    )
+    .await;
+}

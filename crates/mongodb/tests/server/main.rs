@@ -1,0 +1,17 @@
+//! Tests of the MongoDB backend against a real server.
+//!
+//! They read the shared server's URL from `DISTLOCK_TEST_MONGODB_URL` and
+//! fail when it is missing: run them through `scripts/test`, which starts
+//! the server. Tests that restart a server or set fail points start one of
+//! their own (`SECANTUSD_BIN`, else `secantusd-rs` on `PATH`).
+
+mod common;
+
+mod bulk;
+mod credentials;
+mod document;
+mod failpoints;
+mod race;
+mod restart;
+mod tokens;
+mod wakeups;
