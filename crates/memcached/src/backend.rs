@@ -1,0 +1,859 @@
+//! The [`Backend`] on memcached.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use distlock_core::{
+    AcquireRequest, Attempt, Backend, Capabilities, Error, Holder, Lease, LeaseId, LockInfo,
+    LockName, Result,
+};
+use tokio::time::Instant;
+
+use crate::config::{MemcachedConfig, Mode};
+use crate::keys::{KeySpace, Ring};
+use crate::lease::{is_ours, lease_ttl, lock_value, token_seed};
+use crate::pool::{BACKEND, Server};
+use crate::proto::{Batch, Code, Key, Reply};
+
+/// How long a fencing-token counter outlives its last use, in seconds
+/// (30 days, memcached's longest relative expiry). Counters of names that
+/// are no longer used go away; a counter that is lost is re-created from
+/// the clock.
+const COUNTER_TTL: u64 = 60 * 60 * 24 * 30;
+
+/// How many times a conditional write is retried when the item changed
+/// between reading it and writing it.
+const CAS_RETRIES: usize = 8;
+
+/// How many locks [`Backend::list`] checks at once.
+const LIST_CONCURRENCY: usize = 256;
+
+/// How many leases [`Backend::extend_many`] extends at once.
+const EXTEND_CONCURRENCY: usize = 512;
+
+/// Locks in memcached: `add` with a lease to take, compare-and-swap to
+/// extend and release, a counter per name for fencing tokens.
+///
+/// Open one with [`MemcachedBackend::open`] (from a `memcache://` URL) or
+/// [`MemcachedBackend::connect`]. See the crate documentation for what it
+/// guarantees and what it cannot.
+#[derive(Debug)]
+pub struct MemcachedBackend {
+    config: MemcachedConfig,
+    servers: Vec<Arc<Server>>,
+    ring: Ring,
+    keys: KeySpace,
+    held: Mutex<HashMap<LeaseId, Local>>,
+}
+
+/// A lease this backend instance granted and still believes in, for
+/// [`Backend::list`].
+#[derive(Debug, Clone)]
+struct Local {
+    name: LockName,
+    holder: Holder,
+    fencing_token: u64,
+    lease: Duration,
+    confirmed_at: Instant,
+}
+
+/// What one server said to an `add`.
+enum Added {
+    Granted { token: u64, token_cas: u64 },
+    Held { ttl: Option<Duration> },
+}
+
+/// Whose a lock key is, on one server.
+enum Ownership {
+    Ours { cas: u64, value: Vec<u8> },
+    Other,
+    Missing,
+}
+
+/// What one server said to an extension.
+enum Extended {
+    Done { value: Vec<u8> },
+    NotOurs,
+    Missing,
+}
+
+impl MemcachedBackend {
+    /// Parses `url` (see [`MemcachedConfig::from_url`]) and connects.
+    ///
+    /// # Errors
+    /// As [`MemcachedConfig::from_url`] and [`connect`](Self::connect).
+    pub async fn open(url: &str) -> Result<Self> {
+        Self::connect(MemcachedConfig::from_url(url)?).await
+    }
+
+    /// Connects to the servers of `config` and checks that they speak the
+    /// meta protocol (memcached 1.6 or later). In sharded mode every server
+    /// must answer; in quorum mode a majority.
+    ///
+    /// # Errors
+    /// A backend error naming the servers that did not answer, or answered
+    /// like an older memcached.
+    pub async fn connect(config: MemcachedConfig) -> Result<Self> {
+        let backend = Self::new(config);
+        let all: Vec<usize> = (0..backend.servers.len()).collect();
+        let timeout = backend.config.timeout();
+        let answers = backend
+            .each(&all, timeout, |_, server| async move {
+                let reply = server.meta_one(Batch::new().mn(), timeout).await?;
+                if reply.code == Code::Mn {
+                    Ok(())
+                } else {
+                    Err(server.message(format!("answered `mn` with {:?}", reply.code)))
+                }
+            })
+            .await;
+        let failures: Vec<String> = answers
+            .into_iter()
+            .filter_map(|answer| answer.err().map(|error| error.to_string()))
+            .collect();
+        let needed = match backend.config.mode() {
+            Mode::Sharded => backend.servers.len(),
+            Mode::Quorum => backend.config.quorum(),
+        };
+        let answered = backend.servers.len() - failures.len();
+        if answered < needed {
+            return Err(Error::Backend {
+                backend: BACKEND,
+                message: format!(
+                    "{answered} of {} servers answered, and {needed} must: {}",
+                    backend.servers.len(),
+                    failures.join("; ")
+                ),
+                source: None,
+            });
+        }
+        for failure in &failures {
+            tracing::warn!(%failure, "a memcached server did not answer; the quorum holds without it");
+        }
+        Ok(backend)
+    }
+
+    fn new(config: MemcachedConfig) -> Self {
+        let servers = config
+            .servers()
+            .iter()
+            .map(|addr| {
+                Arc::new(Server::new(
+                    addr.clone(),
+                    config.connections(),
+                    config.timeout(),
+                ))
+            })
+            .collect();
+        Self {
+            ring: Ring::new(config.servers().iter().map(String::as_str)),
+            keys: KeySpace::new(config.prefix()),
+            servers,
+            config,
+            held: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The configuration in use.
+    pub fn config(&self) -> &MemcachedConfig {
+        &self.config
+    }
+
+    /// The memcached key that holds `name`'s lock.
+    pub fn lock_key(&self, name: &LockName) -> String {
+        self.keys.lock_key(name).as_str().to_owned()
+    }
+
+    /// The memcached key that holds `name`'s fencing-token counter.
+    pub fn token_key(&self, name: &LockName) -> String {
+        self.keys.token_key(name).as_str().to_owned()
+    }
+
+    /// The servers (`host:port`) that hold `name`'s keys: one in sharded
+    /// mode, all of them in quorum mode.
+    pub fn servers_of(&self, name: &LockName) -> Vec<&str> {
+        self.targets(name)
+            .0
+            .into_iter()
+            .map(|index| self.servers[index].addr())
+            .collect()
+    }
+
+    /// memcached's `stats` of every server, in the order configured: the
+    /// server's address and its `(name, value)` pairs. Watch `evictions`:
+    /// above zero, memcached is dropping items to make room, and locks
+    /// may be among them.
+    ///
+    /// # Errors
+    /// A backend error from the first server that did not answer.
+    pub async fn stats(&self) -> Result<Vec<(String, Vec<(String, String)>)>> {
+        let all: Vec<usize> = (0..self.servers.len()).collect();
+        let timeout = self.config.timeout();
+        self.each(&all, timeout, |_, server| async move {
+            Ok((server.addr().to_owned(), server.stats(timeout).await?))
+        })
+        .await
+        .into_iter()
+        .collect()
+    }
+
+    pub(crate) fn server_for(&self, name: &LockName) -> &Server {
+        &self.servers[self.ring.server_of(name)]
+    }
+
+    pub(crate) fn key_for(&self, name: &LockName) -> Key {
+        self.keys.lock_key(name)
+    }
+
+    /// The servers that hold `name`, and how many of them must agree.
+    fn targets(&self, name: &LockName) -> (Vec<usize>, usize) {
+        match self.config.mode() {
+            Mode::Sharded => (vec![self.ring.server_of(name)], 1),
+            Mode::Quorum => ((0..self.servers.len()).collect(), self.config.quorum()),
+        }
+    }
+
+    /// The time one server may take for one operation on a lease: the
+    /// configured timeout, but at most a quarter of the lease, so that a
+    /// slow server cannot use up a lease that the others granted.
+    fn call_timeout(&self, lease: Duration) -> Duration {
+        self.config
+            .timeout()
+            .min(lease / 4)
+            .max(Duration::from_millis(1))
+    }
+
+    fn held(&self) -> MutexGuard<'_, HashMap<LeaseId, Local>> {
+        self.held.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs `op` on each of `targets` at once, each within `timeout`.
+    async fn each<'a, T, F, Fut>(
+        &'a self,
+        targets: &[usize],
+        timeout: Duration,
+        op: F,
+    ) -> Vec<Result<T>>
+    where
+        F: Fn(usize, &'a Server) -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let calls = targets.iter().map(|&index| {
+            let server = &self.servers[index];
+            let call = op(index, server);
+            async move {
+                tokio::time::timeout(timeout, call)
+                    .await
+                    .unwrap_or_else(
+                        |_| Err(server.message(format!("no answer within {timeout:?}"))),
+                    )
+            }
+        });
+        futures::future::join_all(calls).await
+    }
+
+    /// Deletes grant `id` of `key` from the servers that granted it, best
+    /// effort, and from the servers whose answer was lost (which may have
+    /// stored it) in the background, so that a server that hangs does not
+    /// hold up the caller.
+    async fn roll_back(
+        &self,
+        granted: &[usize],
+        in_doubt: &[usize],
+        key: &Key,
+        id: LeaseId,
+        timeout: Duration,
+    ) {
+        let outcomes = self
+            .each(granted, timeout, |_, server| {
+                release_on(server, key, id, timeout)
+            })
+            .await;
+        for (index, outcome) in granted.iter().zip(outcomes) {
+            if let Err(error) = outcome {
+                tracing::debug!(server = self.servers[*index].addr(), %error, "could not roll back a partial grant; it will expire");
+            }
+        }
+        let doubtful: Vec<Arc<Server>> = in_doubt
+            .iter()
+            .map(|&index| self.servers[index].clone())
+            .collect();
+        if doubtful.is_empty() {
+            return;
+        }
+        let key = key.clone();
+        tokio::spawn(async move {
+            for server in doubtful {
+                let outcome =
+                    tokio::time::timeout(timeout, release_on(&server, &key, id, timeout)).await;
+                if !matches!(outcome, Ok(Ok(_))) {
+                    tracing::debug!(
+                        server = server.addr(),
+                        "could not roll back a grant whose answer was lost; it will expire"
+                    );
+                }
+            }
+        });
+    }
+}
+
+/// Several servers' errors as one.
+fn combined(what: &str, errors: Vec<Error>) -> Error {
+    let messages: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    let mut errors = errors;
+    match (errors.len(), errors.pop()) {
+        (1, Some(error)) => error,
+        _ => Error::Backend {
+            backend: BACKEND,
+            message: format!("{what}: {}", messages.join("; ")),
+            source: None,
+        },
+    }
+}
+
+fn unexpected(server: &Server, command: &str, reply: &Reply) -> Error {
+    server.message(format!("unexpected reply {:?} to {command}", reply.code))
+}
+
+/// `add` of the lock key, the counter's increment (created from `seed` when
+/// missing) and the lock's remaining time, in one round trip.
+async fn add_on(
+    server: &Server,
+    lock_key: &Key,
+    token_key: &Key,
+    value: &[u8],
+    ttl: u32,
+    seed: u64,
+    timeout: Duration,
+) -> Result<Added> {
+    let batch = Batch::new()
+        .ms(lock_key, value, &format!("ME T{ttl}"))
+        .ma(
+            token_key,
+            &format!("N{COUNTER_TTL} J{seed} T{COUNTER_TTL} v c"),
+        )
+        .mg(lock_key, "t");
+    let replies = server.meta(batch, timeout).await?;
+    let [stored, counter, remaining] = <[Reply; 3]>::try_from(replies)
+        .map_err(|replies| server.message(format!("{} replies to 3 commands", replies.len())))?;
+    match stored.code {
+        Code::Hd => {
+            if counter.code != Code::Va {
+                return Err(unexpected(
+                    server,
+                    "the token counter's increment",
+                    &counter,
+                ));
+            }
+            let token = counter
+                .number()
+                .ok_or_else(|| server.message("the token counter is not a number"))?;
+            let token_cas = counter
+                .flag_u64('c')
+                .ok_or_else(|| server.message("the token counter came without its CAS"))?;
+            Ok(Added::Granted { token, token_cas })
+        }
+        Code::Ns => {
+            let ttl = match remaining.code {
+                // The holder's lease ended between the add and the look.
+                Code::En => Some(Duration::ZERO),
+                _ => remaining
+                    .flag_i64('t')
+                    .and_then(|secs| u64::try_from(secs).ok())
+                    .map(Duration::from_secs),
+            };
+            Ok(Added::Held { ttl })
+        }
+        _ => Err(unexpected(server, "an add", &stored)),
+    }
+}
+
+/// Reads `key` with its CAS and says whether it is grant `id`.
+async fn read_on(server: &Server, key: &Key, id: LeaseId, timeout: Duration) -> Result<Ownership> {
+    let reply = server
+        .meta_one(Batch::new().mg(key, "v c"), timeout)
+        .await?;
+    match reply.code {
+        Code::En => Ok(Ownership::Missing),
+        Code::Va => {
+            let cas = reply
+                .flag_u64('c')
+                .ok_or_else(|| server.message("a value came without its CAS"))?;
+            let value = reply.value.unwrap_or_default();
+            if is_ours(&value, id) {
+                Ok(Ownership::Ours { cas, value })
+            } else {
+                Ok(Ownership::Other)
+            }
+        }
+        _ => Err(unexpected(server, "a get", &reply)),
+    }
+}
+
+/// Extends grant `id` of `key` to `ttl` seconds, if it is still there.
+async fn extend_on(
+    server: &Server,
+    key: &Key,
+    id: LeaseId,
+    ttl: u32,
+    timeout: Duration,
+) -> Result<Extended> {
+    let (cas, value) = match read_on(server, key, id, timeout).await? {
+        Ownership::Ours { cas, value } => (cas, value),
+        Ownership::Other => return Ok(Extended::NotOurs),
+        Ownership::Missing => return Ok(Extended::Missing),
+    };
+    let reply = server
+        .meta_one(
+            Batch::new().ms(key, &value, &format!("C{cas} T{ttl}")),
+            timeout,
+        )
+        .await?;
+    match reply.code {
+        Code::Hd => Ok(Extended::Done { value }),
+        // Changed or deleted since we read it: no longer ours.
+        Code::Ex => Ok(Extended::NotOurs),
+        Code::Nf => Ok(Extended::Missing),
+        _ => Err(unexpected(server, "a compare-and-swap store", &reply)),
+    }
+}
+
+/// Deletes `key` if it is grant `id`, by compare-and-swap. Returns whether
+/// it was.
+async fn release_on(server: &Server, key: &Key, id: LeaseId, timeout: Duration) -> Result<bool> {
+    for _ in 0..CAS_RETRIES {
+        let Ownership::Ours { cas, .. } = read_on(server, key, id, timeout).await? else {
+            return Ok(false);
+        };
+        let reply = server
+            .meta_one(Batch::new().md(key, &format!("C{cas}")), timeout)
+            .await?;
+        match reply.code {
+            Code::Hd => return Ok(true),
+            Code::Nf => return Ok(false),
+            // Changed since we read it: look again.
+            Code::Ex => continue,
+            _ => return Err(unexpected(server, "a compare-and-swap delete", &reply)),
+        }
+    }
+    Err(server.message("the lock kept changing while we released it"))
+}
+
+/// Deletes `key` whoever holds it. Returns whether it was there.
+async fn delete_on(server: &Server, key: &Key, timeout: Duration) -> Result<bool> {
+    let reply = server.meta_one(Batch::new().md(key, ""), timeout).await?;
+    match reply.code {
+        Code::Hd => Ok(true),
+        Code::Nf => Ok(false),
+        _ => Err(unexpected(server, "a delete", &reply)),
+    }
+}
+
+/// Raises the counter at `key` to at least `target`, starting from the CAS
+/// `cas` its increment returned.
+async fn raise_on(
+    server: &Server,
+    key: &Key,
+    mut cas: u64,
+    target: u64,
+    timeout: Duration,
+) -> Result<bool> {
+    let value = target.to_string();
+    for _ in 0..CAS_RETRIES {
+        let reply = server
+            .meta_one(
+                Batch::new().ms(key, value.as_bytes(), &format!("C{cas} T{COUNTER_TTL}")),
+                timeout,
+            )
+            .await?;
+        match reply.code {
+            Code::Hd => return Ok(true),
+            Code::Ex | Code::Nf => {}
+            _ => return Err(unexpected(server, "a counter store", &reply)),
+        }
+        let now = server
+            .meta_one(Batch::new().mg(key, "v c"), timeout)
+            .await?;
+        match now.code {
+            Code::Va => {
+                if now.number().is_some_and(|current| current >= target) {
+                    return Ok(true);
+                }
+                cas = now
+                    .flag_u64('c')
+                    .ok_or_else(|| server.message("a counter came without its CAS"))?;
+            }
+            Code::En => {
+                let added = server
+                    .meta_one(
+                        Batch::new().ms(key, value.as_bytes(), &format!("ME T{COUNTER_TTL}")),
+                        timeout,
+                    )
+                    .await?;
+                if added.code == Code::Hd {
+                    return Ok(true);
+                }
+            }
+            _ => return Err(unexpected(server, "a counter read", &now)),
+        }
+    }
+    Ok(false)
+}
+
+#[async_trait]
+impl Backend for MemcachedBackend {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::lease_based().with_lists_every_holder(false)
+    }
+
+    async fn try_acquire(&self, request: &AcquireRequest) -> Result<Attempt> {
+        let ttl = lease_ttl(request.lease)?;
+        let (targets, need) = self.targets(&request.name);
+        let lock_key = self.keys.lock_key(&request.name);
+        let token_key = self.keys.token_key(&request.name);
+        let value = lock_value(request.lease_id, &request.name, &request.holder);
+        let seed = token_seed(SystemTime::now());
+        let timeout = self.call_timeout(request.lease);
+        let started = Instant::now();
+        let outcomes = self
+            .each(&targets, timeout, |_, server| {
+                add_on(server, &lock_key, &token_key, &value, ttl, seed, timeout)
+            })
+            .await;
+        let elapsed = started.elapsed();
+
+        let mut granted = Vec::new();
+        let mut in_doubt = Vec::new();
+        let mut held_for = Vec::new();
+        let mut errors = Vec::new();
+        for (&index, outcome) in targets.iter().zip(outcomes) {
+            match outcome {
+                Ok(Added::Granted { token, token_cas }) => granted.push((index, token, token_cas)),
+                Ok(Added::Held { ttl }) => held_for.push(ttl),
+                Err(error) => {
+                    in_doubt.push(index);
+                    errors.push(error);
+                }
+            }
+        }
+        // Every granted key lives at least the lease from when it was
+        // stored, which was after `started`; a majority is only a majority
+        // while all of its keys live.
+        let drift = request.lease / 100 + Duration::from_millis(2);
+        let in_time = elapsed + drift < request.lease;
+        let granted_on: Vec<usize> = granted.iter().map(|&(index, _, _)| index).collect();
+
+        if granted.len() >= need && in_time {
+            let fencing_token = granted
+                .iter()
+                .map(|&(_, token, _)| token)
+                .max()
+                .expect("at least one grant");
+            if targets.len() > 1 {
+                // Later majorities meet this one in at least one server;
+                // its counter must not be behind this token.
+                let behind: Vec<(usize, u64)> = granted
+                    .iter()
+                    .filter(|&&(_, token, _)| token < fencing_token)
+                    .map(|&(index, _, cas)| (index, cas))
+                    .collect();
+                let indexes: Vec<usize> = behind.iter().map(|&(index, _)| index).collect();
+                let raised = self
+                    .each(&indexes, timeout, |index, server| {
+                        let cas = behind
+                            .iter()
+                            .find(|&&(behind, _)| behind == index)
+                            .map_or(0, |&(_, cas)| cas);
+                        raise_on(server, &token_key, cas, fencing_token, timeout)
+                    })
+                    .await;
+                let agreed = granted.len() - behind.len()
+                    + raised.iter().filter(|r| matches!(r, Ok(true))).count();
+                let still_in_time = started.elapsed() + drift < request.lease;
+                if agreed < need || !still_in_time {
+                    self.roll_back(&granted_on, &in_doubt, &lock_key, request.lease_id, timeout)
+                        .await;
+                    return Err(Error::Backend {
+                        backend: BACKEND,
+                        message: format!(
+                            "could not bring the fencing counters of {} to {fencing_token} \
+                             on a majority within the lease",
+                            request.name
+                        ),
+                        source: None,
+                    });
+                }
+            }
+            if !errors.is_empty() {
+                tracing::warn!(
+                    name = %request.name,
+                    granted = granted.len(),
+                    servers = targets.len(),
+                    error = %combined("unanswered", errors),
+                    "acquired on a majority; some servers did not answer"
+                );
+            }
+            self.held().insert(
+                request.lease_id,
+                Local {
+                    name: request.name.clone(),
+                    holder: request.holder.clone(),
+                    fencing_token,
+                    lease: request.lease,
+                    confirmed_at: started,
+                },
+            );
+            return Ok(Attempt::Acquired { fencing_token });
+        }
+
+        self.roll_back(&granted_on, &in_doubt, &lock_key, request.lease_id, timeout)
+            .await;
+        if errors.len() > targets.len() - need {
+            return Err(combined(
+                &format!(
+                    "{} of {} servers did not answer and {need} must grant",
+                    errors.len(),
+                    targets.len()
+                ),
+                errors,
+            ));
+        }
+        if granted.len() >= need {
+            return Err(Error::Backend {
+                backend: BACKEND,
+                message: format!(
+                    "acquiring {} took {elapsed:?}, too long for a lease of {:?}",
+                    request.name, request.lease
+                ),
+                source: None,
+            });
+        }
+        let retry_after = held_for.into_iter().flatten().min();
+        Ok(Attempt::Held { retry_after })
+    }
+
+    async fn extend(&self, lease: &Lease) -> Result<bool> {
+        let ttl = lease_ttl(lease.lease)?;
+        let (targets, need) = self.targets(&lease.name);
+        let key = self.keys.lock_key(&lease.name);
+        let timeout = self.call_timeout(lease.lease);
+        let started = Instant::now();
+        let outcomes = self
+            .each(&targets, timeout, |_, server| {
+                extend_on(server, &key, lease.id, ttl, timeout)
+            })
+            .await;
+        let mut done = 0;
+        let mut gone = 0;
+        let mut missing = Vec::new();
+        let mut value = None;
+        let mut errors = Vec::new();
+        for (&index, outcome) in targets.iter().zip(outcomes) {
+            match outcome {
+                Ok(Extended::Done { value: ours }) => {
+                    done += 1;
+                    value = Some(ours);
+                }
+                Ok(Extended::NotOurs) => gone += 1,
+                Ok(Extended::Missing) => {
+                    gone += 1;
+                    missing.push(index);
+                }
+                Err(error) => errors.push(error),
+            }
+        }
+        if done >= need {
+            if let (Some(value), false) = (value, missing.is_empty()) {
+                // A server that lost our key (it restarted) gets it back, so
+                // the lock keeps a full set of copies.
+                let repaired = self
+                    .each(&missing, timeout, |_, server| {
+                        let value = value.clone();
+                        let key = key.clone();
+                        async move {
+                            let batch = Batch::new().ms(&key, &value, &format!("ME T{ttl}"));
+                            server.meta_one(batch, timeout).await.map(|r| r.code)
+                        }
+                    })
+                    .await;
+                let restored = repaired
+                    .iter()
+                    .filter(|r| matches!(r, Ok(Code::Hd)))
+                    .count();
+                tracing::debug!(name = %lease.name, restored, "restored the lock on servers that had lost it");
+            }
+            if !errors.is_empty() {
+                tracing::warn!(
+                    name = %lease.name,
+                    extended = done,
+                    servers = targets.len(),
+                    error = %combined("unanswered", errors),
+                    "extended on a majority; some servers did not answer"
+                );
+            }
+            if let Some(local) = self.held().get_mut(&lease.id) {
+                local.confirmed_at = started;
+            }
+            return Ok(true);
+        }
+        if targets.len() - gone < need {
+            self.held().remove(&lease.id);
+            return Ok(false);
+        }
+        Err(combined(
+            &format!(
+                "extended on {done} of {} servers and {need} must agree",
+                targets.len()
+            ),
+            errors,
+        ))
+    }
+
+    /// Extends many leases at once: their commands share the pipelined
+    /// connections, so a batch costs a few round trips, not one per lease.
+    async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<bool>> {
+        let mut outcomes = Vec::with_capacity(leases.len());
+        for chunk in leases.chunks(EXTEND_CONCURRENCY) {
+            outcomes.extend(
+                futures::future::join_all(chunk.iter().map(|lease| self.extend(lease))).await,
+            );
+        }
+        outcomes
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        self.held().remove(&lease.id);
+        let (targets, need) = self.targets(&lease.name);
+        let key = self.keys.lock_key(&lease.name);
+        let timeout = self.call_timeout(lease.lease);
+        let outcomes = self
+            .each(&targets, timeout, |_, server| {
+                release_on(server, &key, lease.id, timeout)
+            })
+            .await;
+        let mut released = 0;
+        let mut errors = Vec::new();
+        for outcome in outcomes {
+            match outcome {
+                Ok(true) => released += 1,
+                Ok(false) => {}
+                Err(error) => errors.push(error),
+            }
+        }
+        if released >= need {
+            if !errors.is_empty() {
+                tracing::warn!(name = %lease.name, error = %combined("unanswered", errors), "released; some servers did not answer and keep the lock until it expires");
+            }
+            return Ok(true);
+        }
+        if !errors.is_empty() && released + errors.len() >= need {
+            return Err(combined(
+                &format!(
+                    "released on {released} of {} servers, the rest did not answer",
+                    targets.len()
+                ),
+                errors,
+            ));
+        }
+        Ok(false)
+    }
+
+    async fn list(&self) -> Result<Vec<LockInfo>> {
+        let mine: Vec<(LeaseId, Local)> = self
+            .held()
+            .iter()
+            .map(|(id, local)| (*id, local.clone()))
+            .collect();
+        let mut locks = Vec::with_capacity(mine.len());
+        for chunk in mine.chunks(LIST_CONCURRENCY) {
+            let checks = chunk.iter().map(|(id, local)| async move {
+                let (targets, need) = self.targets(&local.name);
+                let key = self.keys.lock_key(&local.name);
+                let timeout = self.call_timeout(local.lease);
+                let outcomes = self
+                    .each(&targets, timeout, |_, server| {
+                        read_on(server, &key, *id, timeout)
+                    })
+                    .await;
+                let mut ours = 0;
+                let mut gone = 0;
+                let mut errors = Vec::new();
+                for outcome in outcomes {
+                    match outcome {
+                        Ok(Ownership::Ours { .. }) => ours += 1,
+                        Ok(Ownership::Other | Ownership::Missing) => gone += 1,
+                        Err(error) => errors.push(error),
+                    }
+                }
+                if ours >= need {
+                    Ok(Some(true))
+                } else if targets.len() - gone < need {
+                    Ok(Some(false))
+                } else {
+                    Err(combined("cannot tell whether a lock is held", errors))
+                }
+            });
+            let verdicts = futures::future::join_all(checks).await;
+            for ((id, local), verdict) in chunk.iter().zip(verdicts) {
+                match verdict? {
+                    Some(true) => locks.push(LockInfo {
+                        name: local.name.clone(),
+                        holder: Some(local.holder.clone()),
+                        fencing_token: Some(local.fencing_token),
+                        expires_in: Some(
+                            (local.confirmed_at + local.lease)
+                                .saturating_duration_since(Instant::now()),
+                        ),
+                    }),
+                    _ => {
+                        self.held().remove(id);
+                    }
+                }
+            }
+        }
+        locks.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(locks)
+    }
+
+    async fn force_release(&self, name: &LockName) -> Result<bool> {
+        self.held().retain(|_, local| &local.name != name);
+        let (targets, need) = self.targets(name);
+        let key = self.keys.lock_key(name);
+        let timeout = self.config.timeout();
+        let outcomes = self
+            .each(&targets, timeout, |_, server| {
+                delete_on(server, &key, timeout)
+            })
+            .await;
+        let mut deleted = 0;
+        let mut errors = Vec::new();
+        for outcome in outcomes {
+            match outcome {
+                Ok(true) => deleted += 1,
+                Ok(false) => {}
+                Err(error) => errors.push(error),
+            }
+        }
+        if deleted >= need {
+            return Ok(true);
+        }
+        if !errors.is_empty() && deleted + errors.len() >= need {
+            return Err(combined(
+                &format!(
+                    "deleted on {deleted} of {} servers, the rest did not answer",
+                    targets.len()
+                ),
+                errors,
+            ));
+        }
+        Ok(false)
+    }
+
+    fn abandon(&self, lease: &Lease) {
+        // No I/O here: the lease expires on the servers.
+        self.held().remove(&lease.id);
+    }
+}

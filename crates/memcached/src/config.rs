@@ -1,0 +1,480 @@
+//! The backend's configuration, built once and validated, or parsed from a
+//! `memcache://` URL.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use distlock_core::{Error, Result};
+
+use crate::keys::{DEFAULT_PREFIX, check_prefix};
+
+/// memcached's default port.
+pub const DEFAULT_PORT: u16 = 11211;
+
+/// How locks are spread over the servers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Mode {
+    /// Each lock lives on one server, chosen by consistent hashing of its
+    /// name (`?mode=sharded`, the default). Losing that server loses its
+    /// locks; they are never moved to another server while clients may
+    /// still hold them.
+    #[default]
+    Sharded,
+    /// Each lock is taken on every server and held while a majority grants
+    /// it (`?mode=quorum`, at least 3 servers). It survives the loss of a
+    /// minority of servers.
+    Quorum,
+}
+
+impl Mode {
+    fn parse(text: &str) -> Result<Self> {
+        match text {
+            "sharded" => Ok(Self::Sharded),
+            "quorum" => Ok(Self::Quorum),
+            other => Err(Error::config(
+                "mode",
+                format!("unknown mode `{other}`; use `sharded` (the default) or `quorum`"),
+            )),
+        }
+    }
+}
+
+/// Where the servers are and how to use them.
+///
+/// ```
+/// use std::time::Duration;
+/// use distlock_memcached::{MemcachedConfig, Mode};
+///
+/// let config = MemcachedConfig::from_url(
+///     "memcache://10.0.0.1:11211,10.0.0.2,10.0.0.3:11300?mode=quorum&prefix=app:&timeout=500ms",
+/// )?;
+/// assert_eq!(config.servers(), ["10.0.0.1:11211", "10.0.0.2:11211", "10.0.0.3:11300"]);
+/// assert_eq!(config.mode(), Mode::Quorum);
+/// assert_eq!(config.prefix(), "app:");
+/// assert_eq!(config.timeout(), Duration::from_millis(500));
+/// # Ok::<(), distlock_core::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemcachedConfig {
+    servers: Vec<String>,
+    prefix: String,
+    mode: Mode,
+    timeout: Duration,
+    connections: usize,
+}
+
+impl MemcachedConfig {
+    /// The default time one call (connecting, or one round trip) may take.
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
+    /// The default number of connections per server.
+    pub const DEFAULT_CONNECTIONS: usize = 2;
+
+    /// A builder for the given servers (`host:port`, `host` for port 11211,
+    /// `[v6addr]:port`).
+    pub fn builder<S: Into<String>>(
+        servers: impl IntoIterator<Item = S>,
+    ) -> MemcachedConfigBuilder {
+        MemcachedConfigBuilder {
+            servers: servers.into_iter().map(Into::into).collect(),
+            prefix: None,
+            mode: None,
+            timeout: None,
+            connections: None,
+        }
+    }
+
+    /// Parses `memcache://host:port[,host:port…][/][?prefix=…&mode=sharded|quorum&timeout=…&connections=…]`
+    /// (`memcached://` works too).
+    ///
+    /// - `prefix`: the start of every key, percent-decoded (default `lock:`);
+    /// - `mode`: `sharded` (default) or `quorum`;
+    /// - `timeout`: the longest one call may take, as `500ms` or `2s` (default 1 s);
+    /// - `connections`: pipelined connections per server (default 2).
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] naming the part at fault.
+    pub fn from_url(url: &str) -> Result<Self> {
+        let Some((scheme, rest)) = url.split_once("://") else {
+            return Err(Error::config(
+                "backend URL",
+                "a memcached URL starts with memcache://",
+            ));
+        };
+        if !matches!(
+            scheme.to_ascii_lowercase().as_str(),
+            "memcache" | "memcached"
+        ) {
+            return Err(Error::config(
+                "backend URL",
+                format!("the scheme `{scheme}` is not memcache://"),
+            ));
+        }
+        let (rest, fragment) = rest.split_once('#').unwrap_or((rest, ""));
+        if !fragment.is_empty() {
+            return Err(Error::config(
+                "backend URL",
+                "a memcached URL takes no #fragment",
+            ));
+        }
+        let (location, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let (authority, path) = match location.find('/') {
+            Some(slash) => location.split_at(slash),
+            None => (location, ""),
+        };
+        if !path.is_empty() && path != "/" {
+            return Err(Error::config(
+                "backend URL",
+                "a memcached URL takes no path; put options in the query, like ?prefix=app:",
+            ));
+        }
+        if authority.contains('@') {
+            // Never echo what came before the `@`: it may be a password.
+            return Err(Error::config(
+                "backend URL",
+                "memcached's text protocol has no authentication; remove the user and password",
+            ));
+        }
+        let servers: Vec<&str> = if authority.is_empty() {
+            Vec::new()
+        } else {
+            authority.split(',').collect()
+        };
+        let mut builder = Self::builder(servers);
+        let mut seen = HashSet::new();
+        for pair in query.split('&').filter(|pair| !pair.is_empty()) {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let value = percent_decode(value).ok_or_else(|| {
+                Error::config(name, "the value has a malformed %-escape or is not UTF-8")
+            })?;
+            if !seen.insert(name.to_owned()) {
+                return Err(Error::config(name, "given more than once"));
+            }
+            builder = match name {
+                "prefix" => builder.prefix(value),
+                "mode" => builder.mode(Mode::parse(&value)?),
+                "timeout" => builder.timeout(parse_duration(&value)?),
+                "connections" => builder.connections(value.parse().map_err(|_| {
+                    Error::config("connections", format!("`{value}` is not a number"))
+                })?),
+                other => {
+                    return Err(Error::config(
+                        "backend URL",
+                        format!(
+                            "unknown option `{other}`; memcache:// takes prefix, mode, timeout and connections"
+                        ),
+                    ));
+                }
+            };
+        }
+        builder.build()
+    }
+
+    /// The servers, as `host:port`, in the order given.
+    pub fn servers(&self) -> &[String] {
+        &self.servers
+    }
+
+    /// The start of every key.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// How locks are spread over the servers.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// The longest one call (connecting, or one round trip) may take.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Pipelined connections per server.
+    pub fn connections(&self) -> usize {
+        self.connections
+    }
+
+    /// How many servers must grant a lock: one in sharded mode, a majority
+    /// in quorum mode.
+    pub fn quorum(&self) -> usize {
+        match self.mode {
+            Mode::Sharded => 1,
+            Mode::Quorum => self.servers.len() / 2 + 1,
+        }
+    }
+}
+
+/// Builds a [`MemcachedConfig`]; see there for the options.
+#[derive(Debug, Clone)]
+pub struct MemcachedConfigBuilder {
+    servers: Vec<String>,
+    prefix: Option<String>,
+    mode: Option<Mode>,
+    timeout: Option<Duration>,
+    connections: Option<usize>,
+}
+
+impl MemcachedConfigBuilder {
+    /// The key prefix (default `lock:`).
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = Some(prefix.into());
+        self
+    }
+
+    /// The mode (default [`Mode::Sharded`]).
+    pub fn mode(mut self, mode: Mode) -> Self {
+        self.mode = Some(mode);
+        self
+    }
+
+    /// The longest one call may take (default 1 s).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Pipelined connections per server (default 2).
+    pub fn connections(mut self, connections: usize) -> Self {
+        self.connections = Some(connections);
+        self
+    }
+
+    /// Checks the configuration.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] naming the first field at fault.
+    pub fn build(self) -> Result<MemcachedConfig> {
+        if self.servers.is_empty() {
+            return Err(Error::config(
+                "servers",
+                "no server given; write memcache://host:port[,host:port…]",
+            ));
+        }
+        let mut servers = Vec::with_capacity(self.servers.len());
+        let mut seen = HashSet::new();
+        for server in &self.servers {
+            let server = normalize_server(server)?;
+            if !seen.insert(server.clone()) {
+                return Err(Error::config(
+                    "servers",
+                    format!("{server} is listed twice; list each server once"),
+                ));
+            }
+            servers.push(server);
+        }
+        let mode = self.mode.unwrap_or_default();
+        if mode == Mode::Quorum && servers.len() < 3 {
+            return Err(Error::config(
+                "mode",
+                format!(
+                    "quorum mode needs at least 3 independent servers, and {} {} given; \
+                     with fewer, losing one server would lose the lock",
+                    servers.len(),
+                    if servers.len() == 1 { "was" } else { "were" }
+                ),
+            ));
+        }
+        let prefix = self.prefix.unwrap_or_else(|| DEFAULT_PREFIX.to_owned());
+        check_prefix(&prefix)?;
+        let timeout = self.timeout.unwrap_or(MemcachedConfig::DEFAULT_TIMEOUT);
+        if timeout < Duration::from_millis(1) {
+            return Err(Error::config(
+                "timeout",
+                format!("{timeout:?} is too short; use at least 1ms"),
+            ));
+        }
+        let connections = self
+            .connections
+            .unwrap_or(MemcachedConfig::DEFAULT_CONNECTIONS);
+        if !(1..=64).contains(&connections) {
+            return Err(Error::config(
+                "connections",
+                format!("{connections} connections per server; use 1 to 64"),
+            ));
+        }
+        Ok(MemcachedConfig {
+            servers,
+            prefix,
+            mode,
+            timeout,
+            connections,
+        })
+    }
+}
+
+/// `host[:port]` or `[v6]:port` as `host:port`, with the default port.
+fn normalize_server(server: &str) -> Result<String> {
+    let bad = |why: &str| Error::config("servers", format!("`{server}`: {why}"));
+    let (host, port) = if let Some(rest) = server.strip_prefix('[') {
+        let (host, after) = rest
+            .split_once(']')
+            .ok_or_else(|| bad("an IPv6 address needs a closing ]"))?;
+        let port = match after {
+            "" => None,
+            _ => Some(
+                after
+                    .strip_prefix(':')
+                    .ok_or_else(|| bad("expected :port after the ]"))?,
+            ),
+        };
+        (format!("[{host}]"), port)
+    } else {
+        match server.rsplit_once(':') {
+            Some((host, port)) => (host.to_owned(), Some(port)),
+            None => (server.to_owned(), None),
+        }
+    };
+    if host.is_empty() || host == "[]" {
+        return Err(bad("no host"));
+    }
+    if !host
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b'[' | b']' | b':'))
+    {
+        return Err(bad("the host has characters a host name cannot have"));
+    }
+    let port = match port {
+        None => DEFAULT_PORT,
+        Some(port) => match port.parse::<u16>() {
+            Ok(port) if port != 0 => port,
+            _ => return Err(bad("the port must be a number from 1 to 65535")),
+        },
+    };
+    Ok(format!("{host}:{port}"))
+}
+
+/// `500ms`, `2s` or `1m`.
+fn parse_duration(text: &str) -> Result<Duration> {
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number.parse().map_err(|_| {
+        Error::config(
+            "timeout",
+            format!("`{text}` is not a duration like 500ms or 2s"),
+        )
+    })?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(number)),
+        "s" => Ok(Duration::from_secs(number)),
+        "m" => Ok(Duration::from_secs(number.saturating_mul(60))),
+        _ => Err(Error::config(
+            "timeout",
+            format!("`{text}` is not a duration like 500ms or 2s"),
+        )),
+    }
+}
+
+fn percent_decode(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' => {
+                let hex = text.get(i + 1..i + 3)?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 3;
+            }
+            byte => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn field_of(result: Result<MemcachedConfig>) -> String {
+        match result {
+            Err(Error::InvalidConfig { field, .. }) => field,
+            other => panic!("expected a configuration error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn parses_the_documented_forms() {
+        let config = MemcachedConfig::from_url("memcache://127.0.0.1:11311").unwrap();
+        assert_eq!(config.servers(), ["127.0.0.1:11311"]);
+        assert_eq!(config.prefix(), "lock:");
+        assert_eq!(config.mode(), Mode::Sharded);
+        assert_eq!(config.quorum(), 1);
+        assert_eq!(config.timeout(), Duration::from_secs(1));
+        assert_eq!(config.connections(), 2);
+
+        let config = MemcachedConfig::from_url(
+            "MEMCACHED://a,b:2,[::1]:3,[::1]/?mode=quorum&prefix=my%20app%3A&connections=4&timeout=2s",
+        );
+        // A space in the prefix is refused.
+        assert_eq!(field_of(config), "prefix");
+        let config = MemcachedConfig::from_url(
+            "memcached://a,b:2,[::1]:3,[::1]/?mode=quorum&prefix=my-app%3A&connections=4&timeout=2s",
+        )
+        .unwrap();
+        assert_eq!(
+            config.servers(),
+            ["a:11211", "b:2", "[::1]:3", "[::1]:11211"]
+        );
+        assert_eq!(config.prefix(), "my-app:");
+        assert_eq!(config.mode(), Mode::Quorum);
+        assert_eq!(config.quorum(), 3);
+        assert_eq!(config.connections(), 4);
+        assert_eq!(config.timeout(), Duration::from_secs(2));
+        let empty_prefix = MemcachedConfig::from_url("memcache://h?prefix=").unwrap();
+        assert_eq!(empty_prefix.prefix(), "");
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let cases = [
+            ("memcache://", "servers"),
+            ("memcache://a:1,a:1", "servers"),
+            ("memcache://a:0", "servers"),
+            ("memcache://a:x", "servers"),
+            ("memcache://a b:1", "servers"),
+            ("memcache://a,b?mode=quorum", "mode"),
+            ("memcache://a?mode=ring", "mode"),
+            ("memcache://a?timeout=5", "timeout"),
+            ("memcache://a?timeout=0ms", "timeout"),
+            ("memcache://a?connections=0", "connections"),
+            ("memcache://a?prefix=%zz", "prefix"),
+            ("memcache://a?prefix=a&prefix=b", "prefix"),
+            ("memcache://a?colour=blue", "backend URL"),
+            ("memcache://a/path", "backend URL"),
+            ("redis://a", "backend URL"),
+        ];
+        for (url, field) in cases {
+            assert_eq!(field_of(MemcachedConfig::from_url(url)), field, "{url}");
+        }
+    }
+
+    #[test]
+    fn credentials_are_refused_without_being_echoed() {
+        let error = MemcachedConfig::from_url("memcache://admin:hunter2@h:1")
+            .unwrap_err()
+            .to_string();
+        assert!(!error.contains("hunter2"), "{error}");
+        assert!(error.contains("authentication"), "{error}");
+    }
+
+    #[test]
+    fn quorum_needs_three_servers() {
+        let error = MemcachedConfig::builder(["a:1", "b:1"])
+            .mode(Mode::Quorum)
+            .build()
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("at least 3"), "{error}");
+        let config = MemcachedConfig::builder(["a:1", "b:1", "c:1", "d:1"])
+            .mode(Mode::Quorum)
+            .build()
+            .unwrap();
+        assert_eq!(config.quorum(), 3);
+    }
+}

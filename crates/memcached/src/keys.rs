@@ -1,0 +1,279 @@
+//! Lock names to memcached keys, and keys to servers.
+//!
+//! A name becomes `<prefix><kind><encoding>`:
+//! - `<kind>` is `L` for the lock itself and `T` for its fencing-token
+//!   counter, so the two never share a key;
+//! - `<encoding>` is `=` and the name percent-encoded (every byte outside
+//!   `A-Z a-z 0-9 - . _ ~ / :` becomes `%XX`, `%` included) when that fits
+//!   in memcached's 250 bytes, and otherwise `#` and the hex SHA-256 of the
+//!   name.
+//!
+//! Percent-encoding is one-to-one and SHA-256 is collision-resistant, and
+//! the two forms start differently, so distinct names never share a key.
+//! Every key is printable ASCII without spaces, so no name can add a token
+//! or a command to the wire.
+
+use sha2::{Digest, Sha256};
+
+use distlock_core::{Error, LockName, Result};
+
+use crate::proto::{Key, MAX_KEY_LEN};
+
+/// The default key prefix.
+pub const DEFAULT_PREFIX: &str = "lock:";
+
+/// The longest key prefix accepted, in bytes.
+pub const MAX_PREFIX_LEN: usize = 128;
+
+/// The bytes kept as they are in the readable form of a key.
+fn is_plain(byte: u8) -> bool {
+    byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~' | b'/' | b':')
+}
+
+/// Checks a key prefix: printable ASCII without spaces, at most
+/// [`MAX_PREFIX_LEN`] bytes.
+pub(crate) fn check_prefix(prefix: &str) -> Result<()> {
+    if prefix.len() > MAX_PREFIX_LEN {
+        return Err(Error::config(
+            "prefix",
+            format!(
+                "the key prefix has {} bytes; use at most {MAX_PREFIX_LEN}",
+                prefix.len()
+            ),
+        ));
+    }
+    if !prefix.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(Error::config(
+            "prefix",
+            "the key prefix may hold only printable ASCII without spaces",
+        ));
+    }
+    Ok(())
+}
+
+/// The keys of one backend.
+#[derive(Debug, Clone)]
+pub(crate) struct KeySpace {
+    prefix: String,
+}
+
+impl KeySpace {
+    /// Keys under `prefix`, which [`check_prefix`] accepted.
+    pub(crate) fn new(prefix: &str) -> Self {
+        Self {
+            prefix: prefix.to_owned(),
+        }
+    }
+
+    /// The key holding `name`'s lock.
+    pub(crate) fn lock_key(&self, name: &LockName) -> Key {
+        self.key('L', name)
+    }
+
+    /// The key holding `name`'s fencing-token counter.
+    pub(crate) fn token_key(&self, name: &LockName) -> Key {
+        self.key('T', name)
+    }
+
+    fn key(&self, kind: char, name: &LockName) -> Key {
+        let budget = MAX_KEY_LEN - self.prefix.len() - kind.len_utf8();
+        let text = format!("{}{kind}{}", self.prefix, encode(name.as_str(), budget));
+        Key::new(text).expect("prefixes are checked and encodings are printable ASCII")
+    }
+}
+
+/// `name` as at most `budget` bytes of printable ASCII without spaces.
+fn encode(name: &str, budget: usize) -> String {
+    let escaped = name.bytes().filter(|&b| !is_plain(b)).count();
+    if 1 + name.len() + 2 * escaped <= budget {
+        let mut out = String::with_capacity(1 + name.len() + 2 * escaped);
+        out.push('=');
+        for byte in name.bytes() {
+            if is_plain(byte) {
+                out.push(char::from(byte));
+            } else {
+                out.push_str(&format!("%{byte:02X}"));
+            }
+        }
+        out
+    } else {
+        format!("#{}", hex(&Sha256::digest(name.as_bytes())))
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Consistent hashing of names onto servers, so that adding or removing a
+/// server moves only about its share of names.
+///
+/// Each server gets [`POINTS_PER_SERVER`] points on a 64-bit ring, from the
+/// SHA-256 of its address as written; a name belongs to the first point at
+/// or after the SHA-256 of the name. Clients agree on where a name lives as
+/// long as they list the same servers, spelled the same way, in any order.
+#[derive(Debug, Clone)]
+pub(crate) struct Ring {
+    points: Vec<(u64, usize)>,
+}
+
+const POINTS_PER_SERVER: usize = 160;
+
+impl Ring {
+    pub(crate) fn new<'a>(servers: impl IntoIterator<Item = &'a str>) -> Self {
+        let mut points = Vec::new();
+        for (index, addr) in servers.into_iter().enumerate() {
+            for point in 0..POINTS_PER_SERVER {
+                points.push((hash64(format!("{addr}-{point}").as_bytes()), index));
+            }
+        }
+        points.sort_unstable();
+        Self { points }
+    }
+
+    /// The index of the server that holds `name`.
+    pub(crate) fn server_of(&self, name: &LockName) -> usize {
+        let hash = hash64(name.as_str().as_bytes());
+        let at = self.points.partition_point(|&(point, _)| point < hash);
+        self.points
+            .get(at)
+            .or_else(|| self.points.first())
+            .map_or(0, |&(_, server)| server)
+    }
+}
+
+fn hash64(bytes: &[u8]) -> u64 {
+    let digest = Sha256::digest(bytes);
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    u64::from_be_bytes(first)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use super::*;
+
+    fn name(text: &str) -> LockName {
+        LockName::new(text).unwrap()
+    }
+
+    #[test]
+    fn readable_names_stay_readable() {
+        let keys = KeySpace::new(DEFAULT_PREFIX);
+        assert_eq!(
+            keys.lock_key(&name("reports/42")).as_str(),
+            "lock:L=reports/42"
+        );
+        assert_eq!(
+            keys.token_key(&name("reports/42")).as_str(),
+            "lock:T=reports/42"
+        );
+        assert_eq!(
+            keys.lock_key(&name("a b\r\n%")).as_str(),
+            "lock:L=a%20b%0D%0A%25"
+        );
+    }
+
+    #[test]
+    fn keys_are_safe_for_every_name() {
+        let keys = KeySpace::new(&"p".repeat(MAX_PREFIX_LEN));
+        let long = "é".repeat(512);
+        for raw in [
+            "\0",
+            "\r\n",
+            " ",
+            "flush_all",
+            "x\r\nflush_all\r\n",
+            "🦀",
+            long.as_str(),
+            &"%".repeat(1024),
+        ] {
+            for key in [keys.lock_key(&name(raw)), keys.token_key(&name(raw))] {
+                assert!(key.as_str().len() <= MAX_KEY_LEN, "{key:?}");
+                assert!(
+                    key.as_str().bytes().all(|b| b.is_ascii_graphic()),
+                    "{key:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn distinct_names_get_distinct_keys() {
+        let keys = KeySpace::new("");
+        let long_a = "a".repeat(300);
+        let long_b = format!("{}b", "a".repeat(299));
+        let names = [
+            "a",
+            "A",
+            "a%",
+            "a%25",
+            "a ",
+            "a%20",
+            "=a",
+            "#a",
+            long_a.as_str(),
+            long_b.as_str(),
+        ];
+        let mut seen = HashSet::new();
+        for raw in names {
+            let name = name(raw);
+            assert!(seen.insert(keys.lock_key(&name)), "{raw:?}");
+            assert!(seen.insert(keys.token_key(&name)), "{raw:?}");
+        }
+        // The hashed form is used only when the readable one does not fit.
+        assert!(keys.lock_key(&name(&long_a)).as_str().starts_with("L#"));
+        assert!(
+            keys.lock_key(&name(&"a".repeat(248)))
+                .as_str()
+                .starts_with("L=")
+        );
+        assert!(
+            keys.lock_key(&name(&"a".repeat(249)))
+                .as_str()
+                .starts_with("L#")
+        );
+    }
+
+    #[test]
+    fn prefixes_are_checked() {
+        assert!(check_prefix("").is_ok());
+        assert!(check_prefix("app/locks:").is_ok());
+        for bad in ["a b", "a\r\n", "é", &"p".repeat(MAX_PREFIX_LEN + 1)] {
+            match check_prefix(bad) {
+                Err(Error::InvalidConfig { field, .. }) => assert_eq!(field, "prefix"),
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn the_ring_spreads_names_and_ignores_server_order() {
+        let servers = ["10.0.0.1:11211", "10.0.0.2:11211", "10.0.0.3:11211"];
+        let ring = Ring::new(servers);
+        let reversed = Ring::new(servers.iter().rev().copied());
+        let mut counts = [0usize; 3];
+        for i in 0..3000 {
+            let name = name(&format!("job-{i}"));
+            let server = ring.server_of(&name);
+            counts[server] += 1;
+            assert_eq!(servers[server], servers[2 - reversed.server_of(&name)]);
+        }
+        assert!(counts.iter().all(|&c| c > 500), "{counts:?}");
+    }
+
+    #[test]
+    fn removing_a_server_moves_only_its_names() {
+        let all = Ring::new(["a:1", "b:1", "c:1"]);
+        let fewer = Ring::new(["a:1", "b:1"]);
+        for i in 0..1000 {
+            let name = name(&format!("n{i}"));
+            let before = all.server_of(&name);
+            if before != 2 {
+                assert_eq!(fewer.server_of(&name), before);
+            }
+        }
+    }
+}

@@ -1,0 +1,153 @@
+//! Leases as memcached expiry times, fencing-token seeds, and what a lock
+//! key stores.
+
+use std::time::{Duration, SystemTime};
+
+use distlock_core::{Error, Holder, LeaseId, LockName, Result};
+use serde::Serialize;
+
+/// The longest relative expiry memcached accepts, in seconds (30 days).
+/// A larger number is read as a Unix timestamp.
+const MAX_RELATIVE_EXPIRY: u64 = 60 * 60 * 24 * 30;
+
+/// The longest lease this backend accepts: 30 days less one second, since
+/// the expiry sent is one second longer than the lease (see [`lease_ttl`]).
+pub const MAX_LEASE: Duration = Duration::from_secs(MAX_RELATIVE_EXPIRY - 1);
+
+/// The expiry, in whole seconds, that memcached is sent for `lease`.
+///
+/// memcached keeps time in whole seconds and advances its clock once a
+/// second, so an item stored with an expiry of `n` seconds lives somewhere
+/// between `n - 1` and `n` seconds ("a TTL of 1 will sometimes immediately
+/// expire", says its protocol description). So the lease is rounded up to a
+/// whole second, never down, and one second is added: the item then lives
+/// at least as long as the lease. 200 ms becomes 2 s, 1 s becomes 2 s,
+/// 1.5 s becomes 3 s. The result is never 0, which memcached reads as
+/// "never expires".
+///
+/// # Errors
+/// [`Error::InvalidConfig`] for the field `lease` when the lease is zero or
+/// longer than [`MAX_LEASE`] (30 days less a second): memcached would read
+/// a longer expiry as a Unix timestamp in 1970 and drop the lock at once.
+///
+/// ```
+/// use std::time::Duration;
+/// use distlock_memcached::lease_ttl;
+///
+/// assert_eq!(lease_ttl(Duration::from_millis(200))?, 2);
+/// assert_eq!(lease_ttl(Duration::from_secs(30))?, 31);
+/// assert!(lease_ttl(Duration::from_secs(31 * 86_400)).is_err());
+/// # Ok::<(), distlock_core::Error>(())
+/// ```
+pub fn lease_ttl(lease: Duration) -> Result<u32> {
+    if lease.is_zero() {
+        return Err(Error::config("lease", "a lease must be longer than zero"));
+    }
+    if lease > MAX_LEASE {
+        return Err(Error::config(
+            "lease",
+            format!(
+                "{lease:?} is too long for memcached, which takes expiry times of at most 30 days; \
+                 use a lease of at most {}s",
+                MAX_LEASE.as_secs()
+            ),
+        ));
+    }
+    let whole = lease.as_secs() + u64::from(lease.subsec_nanos() > 0);
+    u32::try_from(whole + 1).map_err(|_| Error::config("lease", "too long"))
+}
+
+/// The seed of a fencing-token counter created now: the core's
+/// [`token_floor`](distlock_core::token_floor), microseconds since the Unix
+/// epoch on this machine's clock.
+pub(crate) fn token_seed(now: SystemTime) -> u64 {
+    distlock_core::token_floor(now)
+}
+
+/// What a lock key holds: the grant's identity in 32 hex digits, a line
+/// feed, and JSON naming the lock and its holder, for people inspecting
+/// the cache.
+pub(crate) fn lock_value(id: LeaseId, name: &LockName, holder: &Holder) -> Vec<u8> {
+    #[derive(Serialize)]
+    struct Details<'a> {
+        name: &'a str,
+        holder: &'a Holder,
+    }
+    let mut value = format!("{id}\n").into_bytes();
+    let details = Details {
+        name: name.as_str(),
+        holder,
+    };
+    serde_json::to_writer(&mut value, &details).expect("serialising to memory cannot fail");
+    value
+}
+
+/// Whether `value` is the lock value of grant `id`.
+pub(crate) fn is_ours(value: &[u8], id: LeaseId) -> bool {
+    let id = id.to_string();
+    value.len() > id.len() && value.starts_with(id.as_bytes()) && value[id.len()] == b'\n'
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn field_of(result: Result<u32>) -> String {
+        match result {
+            Err(Error::InvalidConfig { field, .. }) => field,
+            other => panic!("expected a configuration error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn leases_round_up_and_gain_a_second() {
+        let cases = [
+            (Duration::from_millis(1), 2),
+            (Duration::from_millis(200), 2),
+            (Duration::from_millis(999), 2),
+            (Duration::from_secs(1), 2),
+            (Duration::from_millis(1001), 3),
+            (Duration::from_secs(2), 3),
+            (Duration::from_secs(30), 31),
+            (MAX_LEASE, 2_592_000),
+        ];
+        for (lease, ttl) in cases {
+            assert_eq!(lease_ttl(lease).unwrap(), ttl, "{lease:?}");
+        }
+    }
+
+    #[test]
+    fn zero_and_over_thirty_days_are_refused() {
+        assert_eq!(field_of(lease_ttl(Duration::ZERO)), "lease");
+        assert_eq!(
+            field_of(lease_ttl(MAX_LEASE + Duration::from_nanos(1))),
+            "lease"
+        );
+        assert_eq!(
+            field_of(lease_ttl(Duration::from_secs(31 * 86_400))),
+            "lease"
+        );
+    }
+
+    #[test]
+    fn seeds_are_microseconds() {
+        let at = SystemTime::UNIX_EPOCH + Duration::from_micros(1_700_000_000_123_456);
+        assert_eq!(token_seed(at), 1_700_000_000_123_456);
+    }
+
+    #[test]
+    fn values_carry_the_identity_first() {
+        let id = LeaseId::random();
+        let name = LockName::new("a\r\nb\0").unwrap();
+        let holder = Holder::this_process(Some("x"));
+        let value = lock_value(id, &name, &holder);
+        assert!(is_ours(&value, id));
+        assert!(!is_ours(&value, LeaseId::random()));
+        assert!(!is_ours(id.to_string().as_bytes(), id));
+        let text = String::from_utf8(value).unwrap();
+        let (_, json) = text.split_once('\n').unwrap();
+        let parsed: serde_json::Value = serde_json::from_str(json).unwrap();
+        assert_eq!(parsed["name"], "a\r\nb\0");
+        assert_eq!(parsed["holder"]["label"], "x");
+    }
+}

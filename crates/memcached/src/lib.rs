@@ -1,0 +1,98 @@
+//! distlock's memcached backend: leases held as memcached items.
+//!
+//! **memcached gives an efficiency lock, not a correctness lock.** Use it
+//! to keep several instances from doing the same expensive work at once,
+//! where a rare overlap costs time but not data. When an overlap would
+//! corrupt something, use the MongoDB backend (`mongodb://…`), which keeps
+//! locks durably, and check fencing tokens at the protected resource.
+//!
+//! # How it works
+//! - **Acquire** stores the grant with `ms <key> <len> ME T<ttl>` (an
+//!   `add`: it succeeds only if the key is absent). The value is the
+//!   grant's random 128-bit identity, followed by the name and holder as
+//!   JSON for people inspecting the cache. In the same round trip, the
+//!   name's token counter is incremented (`ma`), and the key's remaining
+//!   time is read (`mg … t`) to tell waiters when to come back.
+//! - **Extend** reads the key with its CAS (`mg <key> v c`), checks that the
+//!   value is still this grant's identity, and stores it again with that
+//!   CAS and a fresh expiry (`ms … C<cas> T<ttl>`). A changed CAS or a
+//!   missing key means the lock is lost.
+//! - **Release** reads the key the same way and deletes it only with that
+//!   CAS (`md <key> C<cas>`), never unconditionally, so a holder whose
+//!   lease ran out cannot delete the next holder's lock. A remembered CAS
+//!   is never reused: CAS values start again from 1 when memcached
+//!   restarts, and could then match someone else's item.
+//! - **Expiry** is memcached's, in whole seconds, by its own clock, which it
+//!   advances once a second. An expiry of `n` seconds lasts between `n - 1`
+//!   and `n` seconds, so a lease is rounded up to whole seconds and one
+//!   second is added ([`lease_ttl`]); leases over 30 days are refused.
+//! - **Waiting** polls: memcached cannot report releases, so the core's
+//!   jittered backoff retries, never later than the holder's expiry.
+//! - **Names** become keys that memcached accepts whatever the name holds
+//!   (see [`MemcachedBackend::lock_key`]): readable percent-encoding when it
+//!   fits in 250 bytes, a SHA-256 otherwise. Distinct names never share a
+//!   key, and no name can add a command to the wire.
+//!
+//! # Fencing tokens
+//! Each name has a counter key, incremented on every attempt. When it is
+//! missing (first use, unused for 30 days, evicted, or lost in a restart)
+//! it is created from the acquiring machine's clock in microseconds since
+//! the Unix epoch. So:
+//! - while the counter survives, every grant's token is greater than every
+//!   earlier one;
+//! - across the loss of a counter, tokens keep increasing as long as the
+//!   clock of the client that re-creates it reads later than the clock of
+//!   the client that created the lost counter did then, by more than the
+//!   number of increments since (one per attempt, far fewer than one per
+//!   microsecond). In practice: as long as the clients' clocks agree to
+//!   within the time between the creation of the lost counter and the
+//!   first grant after its loss.
+//! - In quorum mode the token is the largest of the counters of the
+//!   servers that granted, and those counters are raised to it, so tokens
+//!   increase without any clock assumption while a majority of counters
+//!   survive.
+//!
+//! # Failure modes
+//! - **Eviction.** memcached may evict a lock key to make room, even before
+//!   it expires. Another client can then take the lock while the holder
+//!   still believes it holds it, until the holder's next extension finds
+//!   the key gone and reports the loss. Give locks a memcached instance of
+//!   their own, or enough memory that nothing is evicted.
+//! - **Restart.** A restarted memcached has lost every lock it held: the
+//!   same overlap, until each holder's next extension.
+//! - **A server that dies (sharded mode).** Its locks cannot be taken or
+//!   extended until it comes back, so their holders report them lost when
+//!   the lease runs out. Locks are never moved to another server, which
+//!   would let a second client take a lock still held.
+//! - **Quorum mode** (`?mode=quorum`, at least 3 independent servers): a
+//!   lock is held while a majority granted it within the lease, less the
+//!   time spent acquiring and a drift margin; partial grants are rolled
+//!   back with conditional deletes; extension needs a majority; release
+//!   goes to every server. It survives the loss or restart of a minority of
+//!   servers. It does not survive a majority restarting within a lease.
+//!
+//! # Listing
+//! memcached cannot enumerate keys reliably, so [`Backend::list`] shows the
+//! locks that this backend instance acquired and still holds, each checked
+//! against the servers. Locks held by other processes are not shown.
+//!
+//! # The client
+//! The crate speaks the memcached 1.6 meta protocol (`mg`, `ms`, `md`, `ma`)
+//! itself, over a small pool of pipelined Tokio connections per server,
+//! with a timeout on every call.
+//!
+//! [`Backend::list`]: distlock_core::Backend::list
+
+mod backend;
+mod config;
+mod conn;
+mod keys;
+mod lease;
+mod pool;
+mod proto;
+pub mod raw;
+
+pub use crate::backend::MemcachedBackend;
+pub use crate::config::{DEFAULT_PORT, MemcachedConfig, MemcachedConfigBuilder, Mode};
+pub use crate::keys::{DEFAULT_PREFIX, MAX_PREFIX_LEN};
+pub use crate::lease::{MAX_LEASE, lease_ttl};

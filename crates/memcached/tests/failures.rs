@@ -1,0 +1,112 @@
+//! What memcached can lose, on servers of the tests' own: a restart while a
+//! lock is held, and an eviction.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use distlock_core::{LockClient, LockOptions, LossReason};
+use distlock_memcached::MemcachedBackend;
+
+use support::{OwnServer, Peek, unique};
+
+fn options() -> LockOptions {
+    LockOptions::builder()
+        .lease(Duration::from_secs(2))
+        .extend_every(Duration::from_millis(500))
+        .build()
+        .unwrap()
+}
+
+async fn client(addr: &str) -> LockClient {
+    let backend = MemcachedBackend::open(&format!("memcache://{addr}?timeout=500ms"))
+        .await
+        .expect("open");
+    LockClient::new(Arc::new(backend), options())
+}
+
+async fn lost_within(guard: &distlock_core::LockGuard, what: &str) -> LossReason {
+    tokio::time::timeout(Duration::from_secs(60), guard.lost())
+        .await
+        .unwrap_or_else(|_| panic!("lost() did not fire after {what}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_while_held_is_reported_at_the_next_extension() {
+    let mut server = OwnServer::start(&[]).await;
+    let holder = client(&server.addr()).await;
+    let name = unique("restart");
+    let guard = holder.acquire(&name, Duration::from_secs(5)).await.unwrap();
+    let first_token = guard.fencing_token();
+
+    server.restart().await;
+    let reason = lost_within(&guard, "a restart").await;
+    // The restarted server answers that the key is gone (Refused); if the
+    // restart took longer than the lease, the holder gave up first.
+    assert!(
+        matches!(reason, LossReason::Refused | LossReason::Expired),
+        "{reason:?}"
+    );
+    assert!(!guard.release().await.expect("release"), "it was lost");
+
+    // The counter went with the restart; the new one starts from the clock,
+    // above every earlier token.
+    let other = client(&server.addr()).await;
+    let again = other
+        .acquire(&name, Duration::from_secs(10))
+        .await
+        .expect("the restarted server grants again");
+    assert!(
+        again.fencing_token() > first_token,
+        "{} after {first_token}",
+        again.fencing_token()
+    );
+    assert!(again.release().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evicted_lock_is_detected_as_lost() {
+    let server = OwnServer::start(&["-m", "4"]).await;
+    let holder = client(&server.addr()).await;
+    let name = unique("evicted");
+    let guard = holder.acquire(&name, Duration::from_secs(5)).await.unwrap();
+    let mut filler = Peek::connect(&server.addr()).await;
+    let key = holder_key(&server, &name).await;
+    let size = filler
+        .get(&key)
+        .await
+        .expect("the lock is stored")
+        .value
+        .len();
+    // Items the size of the lock, with keys as long as its key, so that
+    // they compete for the same slab class, until memcached has evicted the
+    // lock and its holder has noticed.
+    let prefix = "f".repeat(key.len() - 8);
+    let mut written = 0;
+    while !guard.is_lost() {
+        let refused = filler.fill(&prefix, written, 5_000, size).await;
+        assert_eq!(refused, 0, "memcached refused filler items");
+        written += 5_000;
+        assert!(written < 5_000_000, "the lock was never evicted");
+    }
+    let reason = guard.lost().await;
+    assert_eq!(
+        reason,
+        LossReason::Refused,
+        "the extension found the key gone"
+    );
+    assert!(filler.stat("evictions").await > 0);
+    assert_eq!(filler.get(&key).await, None, "the key is gone");
+    assert!(!guard.release().await.unwrap());
+    let other = client(&server.addr()).await;
+    let again = other.acquire(&name, Duration::from_secs(10)).await.unwrap();
+    assert!(again.release().await.unwrap());
+}
+
+async fn holder_key(server: &OwnServer, name: &distlock_core::LockName) -> String {
+    MemcachedBackend::open(&format!("memcache://{}", server.addr()))
+        .await
+        .unwrap()
+        .lock_key(name)
+}

@@ -1,0 +1,265 @@
+//! Shared helpers for the memcached backend's tests: server addresses from
+//! the environment, memcached processes of the tests' own, and a bare
+//! text-protocol client to look at keys behind the backend's back.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::collections::HashMap;
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use distlock_core::{AcquireRequest, Attempt, Backend, Holder, Lease, LeaseId, LockName};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+
+/// The URL of the shared server, or a panic that says how to get one.
+pub fn url() -> String {
+    env("DISTLOCK_TEST_MEMCACHED_URL")
+}
+
+/// The URL of the shared three servers in quorum mode.
+pub fn quorum_url() -> String {
+    env("DISTLOCK_TEST_MEMCACHED_QUORUM_URL")
+}
+
+fn env(var: &str) -> String {
+    std::env::var(var).unwrap_or_else(|_| {
+        panic!("{var} is not set: run the tests with scripts/test, which starts memcached")
+    })
+}
+
+/// A fresh lock name.
+pub fn unique(prefix: &str) -> LockName {
+    LockName::new(format!("{prefix}-{:016x}", rand::random::<u64>())).unwrap()
+}
+
+/// One attempt through the backend alone, without a keeper: a lease that
+/// nobody extends.
+pub async fn grant(backend: &dyn Backend, name: &LockName, lease: Duration) -> Option<Lease> {
+    let request = AcquireRequest {
+        name: name.clone(),
+        lease_id: LeaseId::random(),
+        lease,
+        holder: Holder::this_process(Some("memcached-tests")),
+    };
+    match backend.try_acquire(&request).await.expect("try_acquire") {
+        Attempt::Acquired { fencing_token } => Some(Lease {
+            name: name.clone(),
+            id: request.lease_id,
+            fencing_token,
+            lease,
+        }),
+        Attempt::Held { .. } => None,
+    }
+}
+
+/// Retries `check` every 50 ms until it is true, failing after 60 s.
+pub async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = Instant::now();
+    while !check().await {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{what} did not happen within 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A memcached process of the test's own, killed when dropped.
+pub struct OwnServer {
+    child: Option<Child>,
+    port: u16,
+    args: Vec<String>,
+}
+
+impl OwnServer {
+    /// Starts `$MEMCACHED_BIN` on a free loopback port with `args` added.
+    pub async fn start(args: &[&str]) -> Self {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .expect("a free port")
+            .port();
+        let mut server = Self {
+            child: None,
+            port,
+            args: args.iter().map(|arg| (*arg).to_owned()).collect(),
+        };
+        server.spawn().await;
+        server
+    }
+
+    async fn spawn(&mut self) {
+        let bin = env("MEMCACHED_BIN");
+        // `-u root` matters only when running as root, where memcached
+        // insists on being told which user to be.
+        let child = Command::new(&bin)
+            .args(["-u", "root", "-l", "127.0.0.1", "-U", "0"])
+            .args(["-p", &self.port.to_string()])
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {bin}: {e}"));
+        self.child = Some(child);
+        let started = Instant::now();
+        while TcpStream::connect(self.addr()).await.is_err() {
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
+                panic!("memcached exited with {status} on port {}", self.port);
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "memcached did not listen on port {}",
+                self.port
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// `127.0.0.1:<port>`.
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// SIGKILLs the server and reaps it.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Kills the server and starts a new one, empty, on the same port.
+    pub async fn restart(&mut self) {
+        self.kill();
+        self.spawn().await;
+    }
+}
+
+impl Drop for OwnServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A bare text-protocol connection, for looking at keys directly.
+pub struct Peek {
+    stream: BufReader<TcpStream>,
+}
+
+/// An item as `mg <key> v c t` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Item {
+    pub value: Vec<u8>,
+    pub cas: u64,
+    /// Seconds left; -1 for never.
+    pub ttl: i64,
+}
+
+impl Peek {
+    pub async fn connect(addr: &str) -> Self {
+        let stream = TcpStream::connect(addr)
+            .await
+            .unwrap_or_else(|e| panic!("connect to {addr}: {e}"));
+        Self {
+            stream: BufReader::new(stream),
+        }
+    }
+
+    async fn line(&mut self) -> String {
+        let mut line = String::new();
+        self.stream.read_line(&mut line).await.expect("read a line");
+        assert!(line.ends_with("\r\n"), "connection closed: {line:?}");
+        line.truncate(line.len() - 2);
+        line
+    }
+
+    pub async fn get(&mut self, key: &str) -> Option<Item> {
+        self.send(format!("mg {key} v c t\r\n").as_bytes()).await;
+        let line = self.line().await;
+        if line == "EN" {
+            return None;
+        }
+        let mut words = line.split(' ');
+        assert_eq!(words.next(), Some("VA"), "{line}");
+        let len: usize = words.next().unwrap().parse().unwrap();
+        let mut item = Item {
+            value: vec![0; len + 2],
+            cas: 0,
+            ttl: 0,
+        };
+        for word in words {
+            if let Some(cas) = word.strip_prefix('c') {
+                item.cas = cas.parse().unwrap();
+            } else if let Some(ttl) = word.strip_prefix('t') {
+                item.ttl = ttl.parse().unwrap();
+            }
+        }
+        self.stream.read_exact(&mut item.value).await.unwrap();
+        item.value.truncate(len);
+        Some(item)
+    }
+
+    pub async fn set(&mut self, key: &str, value: &[u8], ttl: u32) {
+        let mut command = format!("ms {key} {} T{ttl}\r\n", value.len()).into_bytes();
+        command.extend_from_slice(value);
+        command.extend_from_slice(b"\r\n");
+        self.send(&command).await;
+        let line = self.line().await;
+        assert_eq!(line, "HD", "storing {key}");
+    }
+
+    /// Stores `count` items of `size` bytes under `prefix`, pipelined.
+    /// Returns how many the server refused.
+    pub async fn fill(&mut self, prefix: &str, first: usize, count: usize, size: usize) -> usize {
+        let value = vec![b'f'; size];
+        let mut batch = Vec::with_capacity(count * (size + 48));
+        for i in first..first + count {
+            batch.extend_from_slice(format!("ms {prefix}{i:08} {size} T0 q\r\n").as_bytes());
+            batch.extend_from_slice(&value);
+            batch.extend_from_slice(b"\r\n");
+        }
+        batch.extend_from_slice(b"mn\r\n");
+        self.send(&batch).await;
+        let mut refused = 0;
+        loop {
+            let line = self.line().await;
+            if line == "MN" {
+                return refused;
+            }
+            refused += 1;
+        }
+    }
+
+    pub async fn stats(&mut self) -> HashMap<String, String> {
+        self.send(b"stats\r\n").await;
+        let mut stats = HashMap::new();
+        loop {
+            let line = self.line().await;
+            if line == "END" {
+                return stats;
+            }
+            let mut words = line.splitn(3, ' ');
+            assert_eq!(words.next(), Some("STAT"), "{line}");
+            let name = words.next().unwrap().to_owned();
+            stats.insert(name, words.next().unwrap_or("").to_owned());
+        }
+    }
+
+    pub async fn stat(&mut self, name: &str) -> u64 {
+        self.stats()
+            .await
+            .get(name)
+            .unwrap_or_else(|| panic!("no stat {name}"))
+            .parse()
+            .unwrap()
+    }
+
+    async fn send(&mut self, bytes: &[u8]) {
+        self.stream.get_mut().write_all(bytes).await.expect("write");
+    }
+}
