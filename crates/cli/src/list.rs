@@ -62,8 +62,15 @@ impl<'a> From<&'a LockInfo> for Listed<'a> {
 pub(crate) async fn list(args: ListArgs) -> Result<u8, Failure> {
     let url = open::url_or_default(args.backend.backend);
     let backend = open::open_backend(&url).await?;
+    let partial = !backend.capabilities().lists_every_holder;
     let client = LockClient::new(backend, LockOptions::default());
     let locks = client.list().await?;
+    if partial {
+        eprintln!(
+            "distlock: note: this backend can only list the locks held by the process that lists them, \
+             so locks held by other processes are not shown"
+        );
+    }
     if args.json {
         let listed: Vec<Listed<'_>> = locks.iter().map(Listed::from).collect();
         let json = serde_json::to_string_pretty(&listed)

@@ -520,9 +520,12 @@ pub async fn cross_process_sigkill_frees_the_lock(fixture: &dyn Fixture) {
             .expect("try")
             .expect("free at once after the holder died")
     } else {
-        a.acquire(&name, fixture.lease() + Duration::from_secs(1))
-            .await
-            .expect("free within one lease after the holder died")
+        a.acquire(
+            &name,
+            fixture.lease() + fixture.expiry_slack() + Duration::from_secs(1),
+        )
+        .await
+        .expect("free within one lease after the holder died")
     };
     assert!(guard.fencing_token() > child.fencing_token());
     guard.release().await.expect("release");
@@ -559,7 +562,7 @@ pub async fn cross_process_sigstop_holder(fixture: &dyn Fixture) {
         guard.release().await.expect("release");
     } else {
         let guard = a
-            .acquire(&name, fixture.lease() * 3)
+            .acquire(&name, fixture.lease() * 3 + fixture.expiry_slack())
             .await
             .expect("the stopped holder's lease runs out");
         assert!(guard.fencing_token() > child.fencing_token());

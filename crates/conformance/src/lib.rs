@@ -42,6 +42,13 @@ pub trait Fixture: Send + Sync {
     fn lease(&self) -> Duration {
         Duration::from_secs(2)
     }
+
+    /// How much longer than its lease an abandoned lock may outlive its
+    /// holder's last extension: memcached rounds expiry up to whole seconds
+    /// and adds one.
+    fn expiry_slack(&self) -> Duration {
+        Duration::ZERO
+    }
 }
 
 /// Expands the suite into one test per case for the fixture built by the

@@ -5,5 +5,9 @@ mod url;
 pub use distlock_core::*;
 #[cfg(feature = "file")]
 pub use distlock_file as file;
+#[cfg(feature = "memcached")]
+pub use distlock_memcached as memcached;
+#[cfg(feature = "mongodb")]
+pub use distlock_mongodb as mongodb;
 
-pub use crate::url::{BackendUrl, default_url, open, redact};
+pub use crate::url::{BackendUrl, SecretUrl, default_url, open, redact};

@@ -6,7 +6,21 @@ use std::sync::Arc;
 use distlock_core::{Backend, Error, MemoryBackend, Result};
 
 /// The schemes this build understands, for error messages.
-const KNOWN: &str = "file://, memory://";
+fn known() -> String {
+    let schemes: &[&str] = &[
+        "file://",
+        "memory://",
+        #[cfg(feature = "mongodb")]
+        "mongodb://",
+        #[cfg(feature = "mongodb")]
+        "mongodb+srv://",
+        #[cfg(feature = "memcached")]
+        "memcache://",
+        #[cfg(feature = "memcached")]
+        "memcached://",
+    ];
+    schemes.join(", ")
+}
 
 /// A parsed backend URL. Its `Display` never shows credentials.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -16,6 +30,39 @@ pub enum BackendUrl {
     File(PathBuf),
     /// `memory://`: locks in this process's memory only.
     Memory,
+    /// `mongodb://…` or `mongodb+srv://…`: the database is the URL's path
+    /// (default `distlock`), the collection its `collection` option (default
+    /// `distributed_locks`); every other option goes to the driver.
+    MongoDb(SecretUrl),
+    /// `memcache://host:port[,host:port…][?prefix=…&mode=sharded|quorum…]`;
+    /// see [`MemcachedConfig::from_url`](distlock_memcached::MemcachedConfig::from_url).
+    #[cfg(feature = "memcached")]
+    Memcached(distlock_memcached::MemcachedConfig),
+}
+
+/// A URL that may hold credentials: its `Debug` and `Display` show it with
+/// the user information replaced by `***`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SecretUrl(String);
+
+impl SecretUrl {
+    /// The URL itself, credentials included: pass it to the driver, never
+    /// to a log.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for SecretUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&redact(&self.0), f)
+    }
+}
+
+impl std::fmt::Display for SecretUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&redact(&self.0))
+    }
 }
 
 impl BackendUrl {
@@ -28,7 +75,7 @@ impl BackendUrl {
         let Some((scheme, rest)) = url.split_once("://") else {
             return Err(Error::config(
                 "backend URL",
-                format!("`{}` has no scheme; use one of {KNOWN}", redact(url)),
+                format!("`{}` has no scheme; use one of {}", redact(url), known()),
             ));
         };
         match scheme.to_ascii_lowercase().as_str() {
@@ -38,19 +85,34 @@ impl BackendUrl {
                 "backend URL",
                 "memory:// takes nothing after the scheme",
             )),
-            "mongodb" | "mongodb+srv" | "memcache" | "memcached" | "etcd" | "redis"
-            | "postgres" | "postgresql" => Err(Error::Unsupported(format!(
-                "this build of distlock has no `{scheme}` backend; this build knows {KNOWN}"
-            ))),
+            #[cfg(feature = "mongodb")]
+            "mongodb" | "mongodb+srv" => Ok(Self::MongoDb(SecretUrl(url.to_owned()))),
+            #[cfg(not(feature = "mongodb"))]
+            "mongodb" | "mongodb+srv" => Err(unsupported(scheme)),
+            #[cfg(feature = "memcached")]
+            "memcache" | "memcached" => Ok(Self::Memcached(
+                distlock_memcached::MemcachedConfig::from_url(url)?,
+            )),
+            #[cfg(not(feature = "memcached"))]
+            "memcache" | "memcached" => Err(unsupported(scheme)),
+            "etcd" | "redis" | "postgres" | "postgresql" => Err(unsupported(scheme)),
             _ => Err(Error::config(
                 "backend URL",
                 format!(
-                    "unknown scheme `{scheme}` in `{}`; use one of {KNOWN}",
-                    redact(url)
+                    "unknown scheme `{scheme}` in `{}`; use one of {}",
+                    redact(url),
+                    known()
                 ),
             )),
         }
     }
+}
+
+fn unsupported(scheme: &str) -> Error {
+    Error::Unsupported(format!(
+        "this build of distlock has no `{scheme}` backend; this build knows {}",
+        known()
+    ))
 }
 
 fn parse_file(rest: &str, url: &str) -> Result<BackendUrl> {
@@ -130,6 +192,20 @@ pub async fn open(url: &str) -> Result<Arc<dyn Backend>> {
             "this build of distlock has no file backend; enable the `file` feature".into(),
         )),
         BackendUrl::Memory => Ok(Arc::new(MemoryBackend::new())),
+        #[cfg(feature = "mongodb")]
+        BackendUrl::MongoDb(url) => Ok(Arc::new(
+            distlock_mongodb::MongoBackend::from_url(url.expose())?
+                .build()
+                .await?,
+        )),
+        #[cfg(not(feature = "mongodb"))]
+        BackendUrl::MongoDb(_) => Err(Error::Unsupported(
+            "this build of distlock has no mongodb backend; enable the `mongodb` feature".into(),
+        )),
+        #[cfg(feature = "memcached")]
+        BackendUrl::Memcached(config) => Ok(Arc::new(
+            distlock_memcached::MemcachedBackend::connect(config).await?,
+        )),
     }
 }
 
@@ -184,6 +260,40 @@ mod tests {
         assert!(!err.contains("secret"), "{err}");
         let err = BackendUrl::parse("no-scheme").unwrap_err().to_string();
         assert!(err.contains("no scheme"), "{err}");
+    }
+
+    #[cfg(feature = "mongodb")]
+    #[test]
+    fn parses_mongodb_urls_and_hides_their_credentials() {
+        let url = "mongodb://app:hunter2@db1,db2/locks?replicaSet=rs0&collection=l";
+        let parsed = BackendUrl::parse(url).unwrap();
+        match &parsed {
+            BackendUrl::MongoDb(secret) => assert_eq!(secret.expose(), url),
+            other => panic!("{other:?}"),
+        }
+        assert!(!format!("{parsed:?}").contains("hunter2"));
+        assert!(matches!(
+            BackendUrl::parse("mongodb+srv://cluster.example/").unwrap(),
+            BackendUrl::MongoDb(_)
+        ));
+    }
+
+    #[cfg(feature = "memcached")]
+    #[test]
+    fn parses_memcached_urls() {
+        match BackendUrl::parse("memcache://h1:11211,h2?mode=sharded&prefix=app:").unwrap() {
+            BackendUrl::Memcached(config) => {
+                assert_eq!(config.servers(), ["h1:11211", "h2:11211"]);
+                assert_eq!(config.prefix(), "app:");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            BackendUrl::parse("memcached://h1").unwrap(),
+            BackendUrl::Memcached(_)
+        ));
+        let err = BackendUrl::parse("memcache://a:1,b:1?mode=quorum").unwrap_err();
+        assert!(err.to_string().contains("at least 3"), "{err}");
     }
 
     #[test]
