@@ -10,7 +10,7 @@
 //!   no lease to expire.
 //! - The file records the name, the last fencing token and the holder, so
 //!   tokens persist across releases and restarts. A new token is
-//!   `max(previous + 1, milliseconds since the epoch)`, so tokens keep
+//!   `max(previous + 1, microseconds since the epoch)`, so tokens keep
 //!   increasing even if the directory is wiped, as long as the clock does.
 //! - A forced release atomically replaces the file (keeping its token). The
 //!   holder's check at its next extension sees that its file is no longer
@@ -186,7 +186,7 @@ impl Backend for FileBackend {
             name: request.name.as_str().to_owned(),
             fencing_token,
             holder: Some(request.holder.clone()),
-            acquired_at_ms: Some(token_floor(SystemTime::now())),
+            acquired_at_ms: Some(token_floor(SystemTime::now()) / 1000),
         };
         record
             .write(&mut file)
