@@ -194,6 +194,14 @@ const EXTEND_CONCURRENCY: usize = 32;
 /// Implementations must be safe to call concurrently, must never extend or
 /// release a lease whose stored [`LeaseId`] differs from the one given, and
 /// must judge expiry by the server's clock wherever the server has one.
+///
+/// # Cancel safety
+/// Core may drop any of these futures at an await point, after its
+/// operation timeout or when its caller goes away. Each call must leave the
+/// store consistent when dropped: the operation then either happened or did
+/// not. Core deals with the rest: a grant whose reply was lost is released
+/// by its identity, and extension outcomes that never arrive count as
+/// failures.
 #[async_trait]
 pub trait Backend: Send + Sync + fmt::Debug {
     /// What this backend can do.

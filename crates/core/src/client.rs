@@ -268,10 +268,14 @@ impl LockClient {
         }
     }
 
-    /// The locks held now, as the backend sees them.
+    /// The locks held now, as the backend sees them (see
+    /// [`Capabilities::lists_every_holder`](crate::Capabilities::lists_every_holder)).
     ///
     /// # Errors
     /// A backend error.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
     pub async fn list(&self) -> Result<Vec<LockInfo>> {
         self.inner.backend.list().await
     }
@@ -280,6 +284,10 @@ impl LockClient {
     ///
     /// # Errors
     /// A backend error.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the release done or not done; it is
+    /// safe to call again.
     pub async fn force_release(&self, name: &LockName) -> Result<bool> {
         tracing::info!(name = %name, "forcing release");
         self.inner.backend.force_release(name).await
