@@ -26,6 +26,7 @@ mod memory;
 mod name;
 mod options;
 mod slots;
+pub mod urls;
 mod wake;
 
 /// The attribute backends put on their [`Backend`] impl.

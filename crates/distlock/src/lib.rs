@@ -10,4 +10,5 @@ pub use distlock_memcached as memcached;
 #[cfg(feature = "mongodb")]
 pub use distlock_mongodb as mongodb;
 
-pub use crate::url::{BackendUrl, SecretUrl, default_url, open, redact};
+pub use crate::url::{BackendUrl, SecretUrl, default_url, open};
+pub use distlock_core::urls::redact;

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use distlock_core::urls::{percent_decode, redact};
 use distlock_core::{Backend, Error, MemoryBackend, Result};
 
 /// The schemes this build understands, for error messages.
@@ -144,23 +145,6 @@ fn parse_file(rest: &str, url: &str) -> Result<BackendUrl> {
     Ok(BackendUrl::File(PathBuf::from(decoded)))
 }
 
-fn percent_decode(path: &str) -> Option<String> {
-    let bytes = path.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = path.get(i + 1..i + 3)?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
-}
-
 #[cfg(feature = "file")]
 fn default_dir() -> PathBuf {
     distlock_file::FileBackend::default_dir()
@@ -206,27 +190,6 @@ pub async fn open(url: &str) -> Result<Arc<dyn Backend>> {
         BackendUrl::Memcached(config) => Ok(Arc::new(
             distlock_memcached::MemcachedBackend::connect(config).await?,
         )),
-    }
-}
-
-/// `url` with any user name and password replaced by `***`, for messages.
-///
-/// ```
-/// assert_eq!(
-///     distlock::redact("mongodb://admin:hunter2@db:27017/?tls=true"),
-///     "mongodb://***@db:27017/?tls=true"
-/// );
-/// ```
-pub fn redact(url: &str) -> String {
-    let Some(start) = url.find("://").map(|i| i + 3) else {
-        return url.to_owned();
-    };
-    let authority_end = url[start..]
-        .find(['/', '?', '#'])
-        .map_or(url.len(), |i| start + i);
-    match url[start..authority_end].rfind('@') {
-        Some(at) => format!("{}***{}", &url[..start], &url[start + at..]),
-        None => url.to_owned(),
     }
 }
 

@@ -4,6 +4,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use distlock_core::urls::percent_decode;
 use distlock_core::{Error, Result};
 
 use crate::keys::{DEFAULT_PREFIX, check_prefix};
@@ -365,26 +366,6 @@ fn parse_duration(text: &str) -> Result<Duration> {
             format!("`{text}` is not a duration like 500ms or 2s"),
         )),
     }
-}
-
-fn percent_decode(text: &str) -> Option<String> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' => {
-                let hex = text.get(i + 1..i + 3)?;
-                out.push(u8::from_str_radix(hex, 16).ok()?);
-                i += 3;
-            }
-            byte => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 #[cfg(test)]

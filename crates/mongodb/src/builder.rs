@@ -3,6 +3,7 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
+use distlock_core::urls::percent_decode;
 use distlock_core::{Error, Result};
 use mongodb::bson::{Document, doc};
 use mongodb::options::{
@@ -431,7 +432,7 @@ pub fn split_collection_option(url: &str) -> Result<(String, Option<String>)> {
                     format!("`{}` names the collection twice", redact_url(url)),
                 ));
             }
-            let value = percent_decode(value).ok_or_else(|| {
+            let value = percent_decode(&value.replace('+', " ")).ok_or_else(|| {
                 Error::config(
                     "MongoDB URL",
                     format!(
@@ -461,30 +462,6 @@ pub fn split_collection_option(url: &str) -> Result<(String, Option<String>)> {
         rest.push_str(fragment);
     }
     Ok((rest, collection))
-}
-
-fn percent_decode(text: &str) -> Option<String> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' => {
-                let hex = text.get(i + 1..i + 3)?;
-                out.push(u8::from_str_radix(hex, 16).ok()?);
-                i += 3;
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            byte => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 #[cfg(test)]

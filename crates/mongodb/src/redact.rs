@@ -1,17 +1,11 @@
 //! Keeping credentials out of messages.
 
-/// `url` with any user name and password replaced by `***`.
-pub(crate) fn redact_url(url: &str) -> String {
-    let Some(start) = url.find("://").map(|i| i + 3) else {
-        return url.to_owned();
-    };
-    let authority_end = url[start..]
-        .find(['/', '?', '#'])
-        .map_or(url.len(), |i| start + i);
-    match url[start..authority_end].rfind('@') {
-        Some(at) => format!("{}***{}", &url[..start], &url[start + at..]),
-        None => url.to_owned(),
-    }
+use distlock_core::urls::percent_decode;
+pub(crate) use distlock_core::urls::redact as redact_url;
+
+/// `text` %-decoded, or as it is when it does not decode.
+fn decoded(text: &str) -> String {
+    percent_decode(text).unwrap_or_else(|| text.to_owned())
 }
 
 /// The secrets in `url`'s user information (user name and password, raw and
@@ -30,11 +24,11 @@ pub(crate) fn secrets_of(url: &str) -> Vec<String> {
     let mut secrets = vec![userinfo.to_owned()];
     if let Some((user, password)) = userinfo.split_once(':') {
         secrets.push(password.to_owned());
-        secrets.push(percent_decode(password));
+        secrets.push(decoded(password));
         secrets.push(user.to_owned());
-        secrets.push(percent_decode(user));
+        secrets.push(decoded(user));
     } else {
-        secrets.push(percent_decode(userinfo));
+        secrets.push(decoded(userinfo));
     }
     secrets.retain(|secret| !secret.is_empty());
     secrets.sort_by_key(|secret| std::cmp::Reverse(secret.len()));
@@ -49,29 +43,6 @@ pub(crate) fn scrub(text: &str, secrets: &[String]) -> String {
         text = text.replace(secret.as_str(), "***");
     }
     text
-}
-
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let escaped = (bytes[i] == b'%')
-            .then(|| text.get(i + 1..i + 3))
-            .flatten()
-            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
-        match escaped {
-            Some(byte) => {
-                out.push(byte);
-                i += 3;
-            }
-            None => {
-                out.push(bytes[i]);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]
