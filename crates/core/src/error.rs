@@ -39,6 +39,25 @@ pub enum Error {
         /// What is wrong with it and how to fix it.
         reason: String,
     },
+    /// What was asked for does not exist: for example the entity that an
+    /// entity lock was asked to lock.
+    #[error("{what} not found")]
+    NotFound {
+        /// What was looked for, as shown to people.
+        what: String,
+    },
+    /// Stored data, or a value to be stored, does not have the expected
+    /// shape: for example a document that cannot be read as the caller's
+    /// type.
+    #[error("{what}: field `{field}`: {reason}")]
+    InvalidData {
+        /// Whose data, as shown to people.
+        what: String,
+        /// The path of the field at fault (`.` for the value as a whole).
+        field: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// The backend cannot do what was asked.
     #[error("not supported: {0}")]
     Unsupported(String),

@@ -1,10 +1,12 @@
 //! The guard that proves a lock is held.
 
+use std::future::Future;
 use std::sync::Arc;
 
+use crate::backend::Lease;
 use crate::detach::Detach;
-use crate::error::Result;
-use crate::keeper::{Keeper, timed_out};
+use crate::error::{Error, Result};
+use crate::keeper::{Keeper, lost_error, timed_out};
 use crate::lease::{HeldLease, LossReason, LostSignal};
 use crate::name::LockName;
 use crate::slots::SlotPermit;
@@ -108,6 +110,45 @@ impl LockGuard {
         // only then is the local slot handed on.
         Detach::new(release_lease(held, slot)).await
     }
+
+    /// Releases the lock with `release` in place of the backend's own
+    /// release, for a backend that can do more in the same step: an entity
+    /// lock, for example, writes the entity's new value and clears the lock
+    /// in one update. Everything else is as for [`release`](Self::release).
+    ///
+    /// The background extension stops, and an extension in flight is waited
+    /// for. Then `release` is called with the lease, bounded by the
+    /// operation timeout; it must end the lease on the backend, only if the
+    /// lease is still ours, and its output is returned. Afterwards
+    /// [`lost`](Self::lost) resolves and the next task of this client
+    /// waiting for the name may try, whatever the outcome.
+    ///
+    /// If the lease was already lost, `release` is not called: the lease is
+    /// released as [`release`](Self::release) would, and the result is
+    /// [`Error::Lost`].
+    ///
+    /// # Errors
+    /// [`Error::Lost`] if the lease had been lost; a backend error if
+    /// `release` did not answer within the operation timeout (whether it
+    /// took effect is then unknown; an unreleased lease ends when it
+    /// expires); otherwise whatever `release` returns.
+    ///
+    /// # Cancel safety
+    /// As for [`release`](Self::release): if the returned future is dropped
+    /// before it completes, `release` still runs to its end in a spawned
+    /// task, and only then is the name handed to the next local task.
+    pub async fn release_with<R, F, Fut>(mut self, release: F) -> Result<R>
+    where
+        F: FnOnce(Lease) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<R>> + Send + 'static,
+        R: Send + 'static,
+    {
+        self.released = true;
+        self.keeper.remove(self.key);
+        let held = self.held.clone();
+        let slot = self.slot.take();
+        Detach::new(release_lease_with(held, slot, release)).await
+    }
 }
 
 /// Releases `held` on the backend, then passes the local slot on to the
@@ -116,20 +157,76 @@ async fn release_lease(held: Arc<HeldLease>, slot: Option<SlotPermit>) -> Result
     let started = std::time::Instant::now();
     let ops = held.ops.lock().await;
     let was_lost = held.loss().is_some();
-    let outcome = tokio::time::timeout(held.operation_timeout, held.backend.release(&held.lease))
-        .await
-        .unwrap_or_else(|_| Err(timed_out("release", held.operation_timeout)));
+    let outcome = backend_release(&held).await;
     drop(ops);
+    end_released(
+        &held,
+        slot,
+        started,
+        outcome.as_ref().map(|&ours| Some(ours)),
+    );
+    outcome.map(|still_ours| still_ours && !was_lost)
+}
+
+/// As [`release_lease`], with the caller's operation in place of the
+/// backend's release, unless the lease is already lost.
+async fn release_lease_with<R, F, Fut>(
+    held: Arc<HeldLease>,
+    slot: Option<SlotPermit>,
+    release: F,
+) -> Result<R>
+where
+    F: FnOnce(Lease) -> Fut,
+    Fut: Future<Output = Result<R>>,
+{
+    let started = std::time::Instant::now();
+    let ops = held.ops.lock().await;
+    let outcome = if held.loss().is_some() {
+        // The caller's operation is for a lease that is ours; this one is
+        // not (or may not be), so only clear it if the backend still has it.
+        let _ = backend_release(&held).await;
+        Err(lost_error(&held))
+    } else {
+        tokio::time::timeout(held.operation_timeout, release(held.lease.clone()))
+            .await
+            .unwrap_or_else(|_| Err(timed_out("release", held.operation_timeout)))
+    };
+    drop(ops);
+    end_released(&held, slot, started, outcome.as_ref().map(|_| None));
+    outcome
+}
+
+/// The backend's release of `held`, bounded by the operation timeout.
+async fn backend_release(held: &HeldLease) -> Result<bool> {
+    tokio::time::timeout(held.operation_timeout, held.backend.release(&held.lease))
+        .await
+        .unwrap_or_else(|_| Err(timed_out("release", held.operation_timeout)))
+}
+
+/// Ends `held` after a release, then lets the next task of this process
+/// try; logs the outcome (whether the lease was still ours, when known).
+fn end_released(
+    held: &HeldLease,
+    slot: Option<SlotPermit>,
+    started: std::time::Instant,
+    outcome: std::result::Result<Option<bool>, &Error>,
+) {
     held.end(LossReason::Released);
     // Only now may the next task of this process try.
     drop(slot);
-    match &outcome {
+    match outcome {
         Ok(still_ours) => tracing::debug!(
             name = %held.lease.name,
             fencing_token = held.lease.fencing_token,
             still_ours,
             duration_us = started.elapsed().as_micros() as u64,
             "lock released"
+        ),
+        Err(error @ Error::Lost { .. }) => tracing::debug!(
+            name = %held.lease.name,
+            fencing_token = held.lease.fencing_token,
+            %error,
+            "the lease was lost before its release"
         ),
         Err(error) => tracing::warn!(
             name = %held.lease.name,
@@ -138,7 +235,6 @@ async fn release_lease(held: Arc<HeldLease>, slot: Option<SlotPermit>) -> Result
             "release failed; the lease will expire on its own"
         ),
     }
-    outcome.map(|still_ours| still_ours && !was_lost)
 }
 
 impl Drop for LockGuard {

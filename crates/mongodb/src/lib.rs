@@ -24,6 +24,14 @@
 //! The driver is re-exported as [`mongodb`], so that a `Client`,
 //! `Database` or `WriteConcern` you pass in is of the matching version.
 //!
+//! Besides named locks, the crate offers **entity locks**
+//! ([`EntityLocks`]): a pessimistic lock kept on the entity's own document
+//! in your collection, taken together with a read of the entity and
+//! released together with the write of its new value, and optimistic
+//! updates as the alternative. See the [`entity`] module, and
+//! `docs/entity-locks.md` for when to use which. The rest of this page is
+//! about named locks.
+//!
 //! # The document
 //! One document per lock, in one collection (default `distributed_locks`):
 //!
@@ -124,6 +132,7 @@ mod backend;
 mod builder;
 mod clock;
 mod document;
+pub mod entity;
 mod error;
 mod redact;
 mod watch;
@@ -135,3 +144,4 @@ pub use crate::builder::{
     Connection, DEFAULT_COLLECTION, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DATABASE,
     DEFAULT_OPERATION_TIMEOUT, MongoBackendBuilder, split_collection_option,
 };
+pub use crate::entity::{EntityGuard, EntityLocks, EntityLocksBuilder, Versioned};

@@ -10,6 +10,7 @@ mod common;
 mod bulk;
 mod credentials;
 mod document;
+mod entity;
 mod failpoints;
 mod race;
 mod restart;

@@ -1,0 +1,412 @@
+//! The entity lock backend: the lock client's [`Backend`] over the lock
+//! fields of the entities in one collection.
+//!
+//! It hands two things past the lock client, keyed so that nothing else
+//! can pick them up: the document read by a successful lock goes from
+//! [`Backend::try_acquire`] to the caller through `grants`, keyed by the
+//! lock name and the grant's fencing token (unique per entity); the default
+//! value of `lock_or_insert` goes from the caller to `try_acquire` through
+//! `inserts`, keyed by a number that is part of that call's lock name.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use distlock_core::{
+    AcquireRequest, Attempt, Backend, Capabilities, Error, Lease, LeaseId, LockInfo, LockName,
+    Result,
+};
+use futures::TryStreamExt;
+use mongodb::Collection;
+use mongodb::bson::{Bson, Document};
+use mongodb::options::ReturnDocument;
+
+use super::fields::Fields;
+use super::{id, update};
+use crate::clock::ServerClock;
+use crate::document::lock_id;
+use crate::error::{BACKEND, driver, is_duplicate_key};
+
+/// What a successful lock read, waiting for its caller.
+#[derive(Debug)]
+pub(crate) struct Grant {
+    /// The entity's document as the lock left it.
+    pub(crate) document: Document,
+    /// Whether this lock inserted the entity.
+    pub(crate) inserted: bool,
+}
+
+pub(crate) struct EntityBackend {
+    collection: Collection<Document>,
+    fields: Fields,
+    clock: ServerClock,
+    operation_timeout: Duration,
+    grants: Mutex<HashMap<(LockName, u64), Grant>>,
+    inserts: Mutex<HashMap<u64, Arc<Document>>>,
+    next_insert: AtomicU64,
+}
+
+impl fmt::Debug for EntityBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EntityBackend")
+            .field("namespace", &self.collection.namespace().to_string())
+            .field("fields", &self.fields)
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl EntityBackend {
+    pub(crate) fn new(
+        collection: Collection<Document>,
+        fields: Fields,
+        operation_timeout: Duration,
+    ) -> Self {
+        Self {
+            collection,
+            fields,
+            clock: ServerClock::default(),
+            operation_timeout,
+            grants: Mutex::default(),
+            inserts: Mutex::default(),
+            next_insert: AtomicU64::new(1),
+        }
+    }
+
+    pub(crate) fn collection(&self) -> &Collection<Document> {
+        &self.collection
+    }
+
+    pub(crate) fn fields(&self) -> &Fields {
+        &self.fields
+    }
+
+    /// How an entity is named in messages.
+    pub(crate) fn describe(&self, id: &Bson) -> String {
+        format!("entity {id} in {}", self.collection.namespace())
+    }
+
+    /// Takes the document of the grant `token` of `name`.
+    pub(crate) fn take_grant(&self, name: &LockName, token: u64) -> Option<Grant> {
+        lock(&self.grants).remove(&(name.clone(), token))
+    }
+
+    /// Keeps `value` for the lock attempts of one `lock_or_insert` call;
+    /// returns the key that goes into that call's lock name.
+    pub(crate) fn register_insert(&self, value: Document) -> u64 {
+        let key = self.next_insert.fetch_add(1, Ordering::Relaxed);
+        lock(&self.inserts).insert(key, Arc::new(value));
+        key
+    }
+
+    /// Forgets the value kept under `key`.
+    pub(crate) fn unregister_insert(&self, key: u64) {
+        lock(&self.inserts).remove(&key);
+    }
+
+    fn insert_value(&self, key: u64) -> Option<Arc<Document>> {
+        lock(&self.inserts).get(&key).cloned()
+    }
+
+    /// Judges the document a lock attempt returned: ours when it carries
+    /// our identity. Keeps it for the caller when it is.
+    fn judge(
+        &self,
+        request: &AcquireRequest,
+        id: &Bson,
+        document: Document,
+        sent: Instant,
+        inserted: bool,
+    ) -> Result<Attempt> {
+        let fields = &self.fields;
+        let expires_at = document
+            .get_datetime(&fields.expires_at)
+            .ok()
+            .map(|date| date.timestamp_millis());
+        if document.get_str(&fields.lock_id).ok() != Some(lock_id(request.lease_id).as_str()) {
+            let retry_after = expires_at.and_then(|at| self.clock.until(at));
+            return Ok(Attempt::Held { retry_after });
+        }
+        let fencing_token = match document.get(&fields.token) {
+            Some(Bson::Int64(token)) => u64::try_from(*token).ok(),
+            Some(Bson::Int32(token)) => u64::try_from(*token).ok(),
+            _ => None,
+        }
+        .ok_or_else(|| Error::Backend {
+            backend: BACKEND,
+            message: format!(
+                "locking {}: the locked document has no valid `{}`",
+                self.describe(id),
+                fields.token
+            ),
+            source: None,
+        })?;
+        if let Some(expires_at) = expires_at {
+            let lease = i64::try_from(request.lease.as_millis()).unwrap_or(i64::MAX);
+            self.clock
+                .observe(expires_at.saturating_sub(lease), sent, Instant::now());
+        }
+        lock(&self.grants).insert(
+            (request.name.clone(), fencing_token),
+            Grant { document, inserted },
+        );
+        Ok(Attempt::Acquired { fencing_token })
+    }
+
+    /// Inserts the entity, locked by us, with `value` as its fields. Loses
+    /// (held, retry now) when the entity exists by now.
+    async fn insert_locked(
+        &self,
+        request: &AcquireRequest,
+        id: &Bson,
+        value: &Document,
+    ) -> Result<Attempt> {
+        let sent = Instant::now();
+        let inserted = self
+            .collection
+            .find_one_and_update(
+                update::insert_filter(&self.fields, id, request.lease_id),
+                update::insert(&self.fields, value, request.lease),
+            )
+            .upsert(true)
+            .return_document(ReturnDocument::After)
+            .max_time(self.operation_timeout)
+            .await;
+        match inserted {
+            Ok(Some(document)) => self.judge(request, id, document, sent, true),
+            // A losing concurrent upsert may come back without a document
+            // on some servers: read it back. The insert was ours exactly
+            // when it carries our identity.
+            Ok(None) => {
+                let found = self
+                    .collection
+                    .find_one(update::by_id(id))
+                    .max_time(self.operation_timeout)
+                    .await
+                    .map_err(|error| driver(&format!("inserting {}", self.describe(id)), error))?;
+                match found {
+                    Some(document) => self.judge(request, id, document, sent, true),
+                    None => Ok(Attempt::Held {
+                        retry_after: Some(Duration::ZERO),
+                    }),
+                }
+            }
+            // Somebody else inserted it first; it exists now, so try again
+            // to lock it.
+            Err(error) if is_duplicate_key(&error) => Ok(Attempt::Held {
+                retry_after: Some(Duration::ZERO),
+            }),
+            Err(error) => Err(driver(&format!("inserting {}", self.describe(id)), error)),
+        }
+    }
+
+    /// Extends the leases of one lease period, one command for all.
+    async fn extend_period(
+        &self,
+        lease: Duration,
+        leases: &[(Bson, LeaseId)],
+    ) -> Result<Vec<bool>> {
+        let fields = &self.fields;
+        let updated = self
+            .collection
+            .update_many(
+                update::all_ours(fields, leases),
+                update::extend(fields, lease),
+            )
+            .await
+            .map_err(|error| driver("extending entity locks", error))?;
+        if usize::try_from(updated.matched_count).unwrap_or(usize::MAX) >= leases.len() {
+            return Ok(vec![true; leases.len()]);
+        }
+        // Some were lost. Those still ours and unexpired now were so when
+        // the update ran (only we extend them), so they were extended.
+        let live: Vec<String> = self
+            .collection
+            .find(update::all_ours(fields, leases))
+            .max_time(self.operation_timeout)
+            .await
+            .map_err(|error| driver("checking extended entity locks", error))?
+            .try_collect::<Vec<Document>>()
+            .await
+            .map_err(|error| driver("checking extended entity locks", error))?
+            .into_iter()
+            .filter_map(|found| found.get_str(&fields.lock_id).ok().map(str::to_owned))
+            .collect();
+        Ok(leases
+            .iter()
+            .map(|(_, lease)| live.contains(&lock_id(*lease)))
+            .collect())
+    }
+}
+
+#[async_trait]
+impl Backend for EntityBackend {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::lease_based()
+    }
+
+    async fn try_acquire(&self, request: &AcquireRequest) -> Result<Attempt> {
+        let (id, insert) = id::parse(&request.name)?;
+        let sent = Instant::now();
+        let found = self
+            .collection
+            .find_one_and_update(
+                update::by_id(&id),
+                update::lock(&self.fields, request.lease_id, request.lease),
+            )
+            .return_document(ReturnDocument::After)
+            .max_time(self.operation_timeout)
+            .await
+            .map_err(|error| driver(&format!("locking {}", self.describe(&id)), error))?;
+        match (found, insert.and_then(|key| self.insert_value(key))) {
+            (Some(document), _) => self.judge(request, &id, document, sent, false),
+            (None, Some(value)) => self.insert_locked(request, &id, &value).await,
+            (None, None) => Err(Error::NotFound {
+                what: self.describe(&id),
+            }),
+        }
+    }
+
+    async fn extend(&self, lease: &Lease) -> Result<bool> {
+        let (id, _) = id::parse(&lease.name)?;
+        let updated = self
+            .collection
+            .update_one(
+                update::ours(&self.fields, &id, lease.id),
+                update::extend(&self.fields, lease.lease),
+            )
+            .await
+            .map_err(|error| {
+                driver(
+                    &format!("extending the lock of {}", self.describe(&id)),
+                    error,
+                )
+            })?;
+        Ok(updated.matched_count == 1)
+    }
+
+    async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<bool>> {
+        if leases.len() == 1 {
+            return vec![self.extend(&leases[0]).await];
+        }
+        let mut outcomes: Vec<Option<Result<bool>>> = leases.iter().map(|_| None).collect();
+        let mut by_period: HashMap<Duration, Vec<(usize, Bson, LeaseId)>> = HashMap::new();
+        for (index, lease) in leases.iter().enumerate() {
+            match id::parse(&lease.name) {
+                Ok((id, _)) => by_period
+                    .entry(lease.lease)
+                    .or_default()
+                    .push((index, id, lease.id)),
+                Err(error) => outcomes[index] = Some(Err(error)),
+            }
+        }
+        for (period, entries) in by_period {
+            // Bound each command well below MongoDB's 16 MiB: ids are at
+            // most about 1 KiB each.
+            for chunk in entries.chunks(4096) {
+                let pairs: Vec<(Bson, LeaseId)> = chunk
+                    .iter()
+                    .map(|(_, id, lease)| (id.clone(), *lease))
+                    .collect();
+                match self.extend_period(period, &pairs).await {
+                    Ok(still_ours) => {
+                        for ((index, _, _), ours) in chunk.iter().zip(still_ours) {
+                            outcomes[*index] = Some(Ok(ours));
+                        }
+                    }
+                    Err(error) => {
+                        for (index, _, _) in chunk {
+                            outcomes[*index] = Some(Err(Error::Backend {
+                                backend: BACKEND,
+                                message: error.to_string(),
+                                source: None,
+                            }));
+                        }
+                    }
+                }
+            }
+        }
+        outcomes
+            .into_iter()
+            .map(|outcome| {
+                outcome.unwrap_or_else(|| {
+                    Err(Error::Backend {
+                        backend: BACKEND,
+                        message: "a lease was left out of the bulk extension".into(),
+                        source: None,
+                    })
+                })
+            })
+            .collect()
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        // A grant nobody claimed (its caller went away) is released here.
+        self.take_grant(&lease.name, lease.fencing_token);
+        let (id, _) = id::parse(&lease.name)?;
+        let updated = self
+            .collection
+            .update_one(
+                update::ours(&self.fields, &id, lease.id),
+                update::unlock(&self.fields),
+            )
+            .await
+            .map_err(|error| driver(&format!("unlocking {}", self.describe(&id)), error))?;
+        Ok(updated.matched_count == 1)
+    }
+
+    async fn list(&self) -> Result<Vec<LockInfo>> {
+        let found: Vec<Document> = self
+            .collection
+            .aggregate(update::list(&self.fields))
+            .max_time(self.operation_timeout)
+            .await
+            .map_err(|error| driver("listing entity locks", error))?
+            .try_collect()
+            .await
+            .map_err(|error| driver("listing entity locks", error))?;
+        let mut locks: Vec<LockInfo> = found
+            .iter()
+            .filter_map(|found| {
+                let name = id::name(found.get("_id")?, None).ok()?;
+                let remaining = match found.get("remainingMs") {
+                    Some(Bson::Int64(ms)) => u64::try_from(*ms).unwrap_or(0),
+                    Some(Bson::Int32(ms)) => u64::try_from(*ms).unwrap_or(0),
+                    _ => 0,
+                };
+                let fencing_token = match found.get(&self.fields.token) {
+                    Some(Bson::Int64(token)) => u64::try_from(*token).ok(),
+                    Some(Bson::Int32(token)) => u64::try_from(*token).ok(),
+                    _ => None,
+                };
+                Some(LockInfo {
+                    name,
+                    holder: None,
+                    fencing_token,
+                    expires_in: Some(Duration::from_millis(remaining)),
+                })
+            })
+            .collect();
+        locks.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(locks)
+    }
+
+    async fn force_release(&self, name: &LockName) -> Result<bool> {
+        let (id, _) = id::parse(name)?;
+        let updated = self
+            .collection
+            .update_one(
+                update::anybodys(&self.fields, &id),
+                update::unlock(&self.fields),
+            )
+            .await
+            .map_err(|error| driver(&format!("force-unlocking {}", self.describe(&id)), error))?;
+        Ok(updated.matched_count == 1)
+    }
+}

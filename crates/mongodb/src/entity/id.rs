@@ -1,0 +1,131 @@
+//! Entity ids as lock names, for the lock client.
+//!
+//! The lock client keys everything (local queues, leases, errors) by
+//! [`LockName`]. An entity's id, any BSON value, becomes a name as its
+//! canonical extended JSON, which keeps the BSON type (`{"$numberInt":"7"}`
+//! and `{"$numberLong":"7"}` differ), the order of an embedded document's
+//! fields (the `bson` crate builds `serde_json` with `preserve_order`), and
+//! every byte of a string. A lock taken with the right to insert
+//! the entity (`lock_or_insert`) adds a NUL and a key under which the
+//! default value waits in the backend; canonical extended JSON escapes every
+//! control character, so a NUL never occurs in the JSON itself.
+
+use distlock_core::{Error, LockName, Result};
+use mongodb::bson::Bson;
+use serde::Serialize;
+
+/// Turns a caller's id into the BSON value of `_id`.
+pub(crate) fn to_bson<I: Serialize + ?Sized>(id: &I) -> Result<Bson> {
+    let bson = mongodb::bson::to_bson(id).map_err(|error| Error::InvalidName {
+        reason: format!("the entity id cannot be written as BSON: {error}"),
+    })?;
+    let refused = match &bson {
+        Bson::Array(_) => Some("an array"),
+        Bson::RegularExpression(_) => Some("a regular expression"),
+        Bson::Undefined => Some("undefined"),
+        _ => None,
+    };
+    match refused {
+        Some(kind) => Err(Error::InvalidName {
+            reason: format!("an entity id cannot be {kind}: MongoDB refuses it as `_id`"),
+        }),
+        None => Ok(bson),
+    }
+}
+
+/// The longest extended JSON form of an id, leaving room in a lock name for
+/// a NUL and a pending insert's key.
+const MAX_ID_JSON: usize = distlock_core::MAX_NAME_LEN - 24;
+
+/// The lock name of `id`, with the key of a pending insert if any.
+pub(crate) fn name(id: &Bson, insert: Option<u64>) -> Result<LockName> {
+    let mut text = id.clone().into_canonical_extjson().to_string();
+    if text.len() > MAX_ID_JSON {
+        return Err(Error::InvalidName {
+            reason: format!(
+                "an entity id must be at most {MAX_ID_JSON} bytes as canonical extended JSON; \
+                 this one has {}",
+                text.len()
+            ),
+        });
+    }
+    if let Some(key) = insert {
+        text.push('\0');
+        text.push_str(&key.to_string());
+    }
+    LockName::new(text)
+}
+
+/// The id and the pending insert's key that `name` was made from.
+pub(crate) fn parse(name: &LockName) -> Result<(Bson, Option<u64>)> {
+    let invalid = || Error::InvalidName {
+        reason: format!("{name} is not an entity lock name"),
+    };
+    let (json, insert) = match name.as_str().split_once('\0') {
+        Some((json, key)) => (json, Some(key.parse::<u64>().map_err(|_| invalid())?)),
+        None => (name.as_str(), None),
+    };
+    let value: serde_json::Value = serde_json::from_str(json).map_err(|_| invalid())?;
+    let id = Bson::try_from(value).map_err(|_| invalid())?;
+    Ok((id, insert))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mongodb::bson::oid::ObjectId;
+    use mongodb::bson::{Uuid, doc};
+
+    #[test]
+    fn ids_of_every_kind_round_trip_with_their_type() {
+        let ids = [
+            Bson::ObjectId(ObjectId::new()),
+            Bson::Binary(mongodb::bson::Binary::from_uuid(Uuid::new())),
+            Bson::String("$$NOW".into()),
+            Bson::String("nul\0 and \r\n and 🦀".into()),
+            Bson::Int32(7),
+            Bson::Int64(7),
+            Bson::Double(7.5),
+            Bson::Document(doc! { "b": 1, "a": "x" }),
+        ];
+        for id in ids {
+            for insert in [None, Some(42)] {
+                let name = name(&id, insert).unwrap();
+                assert_eq!(parse(&name).unwrap(), (id.clone(), insert), "{name:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn different_types_make_different_names() {
+        assert_ne!(
+            name(&Bson::Int32(7), None).unwrap(),
+            name(&Bson::Int64(7), None).unwrap()
+        );
+        assert_ne!(
+            name(&Bson::String("7".into()), None).unwrap(),
+            name(&Bson::Int32(7), None).unwrap()
+        );
+    }
+
+    #[test]
+    fn ids_come_from_any_serialisable_value() {
+        assert_eq!(to_bson("r-1").unwrap(), Bson::String("r-1".into()));
+        assert_eq!(to_bson(&7_i64).unwrap(), Bson::Int64(7));
+        let uuid = Uuid::new();
+        assert_eq!(
+            to_bson(&uuid).unwrap(),
+            Bson::Binary(mongodb::bson::Binary::from_uuid(uuid))
+        );
+        assert!(matches!(
+            to_bson(&vec![1, 2]),
+            Err(Error::InvalidName { .. })
+        ));
+    }
+
+    #[test]
+    fn overlong_ids_are_refused() {
+        let long = Bson::String("x".repeat(2000));
+        assert!(matches!(name(&long, None), Err(Error::InvalidName { .. })));
+    }
+}

@@ -1,0 +1,113 @@
+//! `lock_or_insert`: inserting an entity already locked, under races.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use distlock_mongodb::mongodb::bson::doc;
+use distlock_mongodb::mongodb::bson::oid::ObjectId;
+use tokio::sync::Barrier;
+
+use super::*;
+
+const RACERS: usize = 16;
+const HANDLES: usize = 4;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixteen_racers_on_a_missing_id_make_one_insert_and_one_holder() {
+    let (reports, raw) = collections::<Report>("entity-race").await;
+    let handles: Vec<_> = (0..HANDLES).map(|_| handle(&reports, options())).collect();
+    for round in 0..4 {
+        let id = ObjectId::new();
+        let barrier = Arc::new(Barrier::new(RACERS));
+        let racers: Vec<_> = (0..RACERS)
+            .map(|racer| {
+                let locks = handles[racer % HANDLES].clone();
+                let barrier = barrier.clone();
+                tokio::spawn(async move {
+                    let default = Report::new(&format!("racer {racer}"), 0);
+                    barrier.wait().await;
+                    locks.try_lock_or_insert(&id, &default).await
+                })
+            })
+            .collect();
+        let mut holders = Vec::new();
+        for racer in racers {
+            match racer.await.unwrap() {
+                Ok(Some(guard)) => holders.push(guard),
+                Ok(None) => {}
+                Err(error) => panic!("round {round}: a racer failed: {error}"),
+            }
+        }
+        assert_eq!(holders.len(), 1, "round {round}");
+        let holder = holders.pop().unwrap();
+        assert!(holder.inserted(), "round {round}");
+        assert_eq!(raw.count_documents(doc! { "_id": id }).await.unwrap(), 1);
+        let document = stored(&raw, id).await;
+        assert_eq!(document.get_str("title").unwrap(), holder.value().title);
+        holder.commit().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixteen_waiters_on_a_missing_id_each_hold_it_once() {
+    let (reports, raw) = collections::<Report>("entity-race-wait").await;
+    let handles: Vec<_> = (0..HANDLES).map(|_| handle(&reports, options())).collect();
+    let id = ObjectId::new();
+    let barrier = Arc::new(Barrier::new(RACERS));
+    let racers: Vec<_> = (0..RACERS)
+        .map(|racer| {
+            let locks = handles[racer % HANDLES].clone();
+            let barrier = barrier.clone();
+            tokio::spawn(async move {
+                barrier.wait().await;
+                let mut guard = locks
+                    .lock_or_insert(&id, &Report::new("new", 0), Duration::from_secs(60))
+                    .await?;
+                let inserted = guard.inserted();
+                guard.value_mut().count += 1;
+                guard.commit().await?;
+                Ok::<bool, distlock_core::Error>(inserted)
+            })
+        })
+        .collect();
+    let mut inserts = 0;
+    for racer in racers {
+        if racer.await.unwrap().expect("every racer gets the entity") {
+            inserts += 1;
+        }
+    }
+    assert_eq!(inserts, 1);
+    assert_eq!(raw.count_documents(doc! {}).await.unwrap(), 1);
+    assert_eq!(
+        stored(&raw, id).await.get_i64("count").unwrap(),
+        RACERS as i64
+    );
+}
+
+#[tokio::test]
+async fn lock_or_insert_of_an_existing_entity_only_locks_it() {
+    let (reports, raw) = collections::<Report>("entity-existing").await;
+    insert_raw(
+        &raw,
+        doc! { "_id": "r", "title": "stored", "count": 3_i64, "owner": "ops" },
+    )
+    .await;
+    let locks = handle(&reports, options());
+    let guard = locks
+        .lock_or_insert("r", &Report::new("default", 0), Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(!guard.inserted());
+    assert_eq!(guard.value(), &Report::new("stored", 3));
+    assert!(
+        locks
+            .try_lock_or_insert("r", &Report::new("default", 0))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    guard.release_unchanged().await.unwrap();
+    let after = stored(&raw, "r").await;
+    assert_eq!(after.get_str("title").unwrap(), "stored");
+    assert_eq!(after.get_str("owner").unwrap(), "ops");
+}
