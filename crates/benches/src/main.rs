@@ -1,31 +1,40 @@
-//! `distlock-bench`: measures distlock on one or more backends and writes
-//! the results as Markdown.
+//! `distlock-bench`: measures distlock on one or more backends, with peers
+//! against the same servers in the same run, and writes the results as
+//! Markdown.
 //!
 //! ```text
-//! distlock-bench [--backend URL]… [--seconds S] [--processes P] [--tasks T]
-//!                [--many N] [--many-seconds S] [--write FILE]
+//! distlock-bench [--backend URL]… [--seconds S] [--uncontended-seconds S]
+//!                [--processes P] [--tasks T]
+//!                [--many N] [--many-seconds S] [--many-lease L] [--no-peers] [--peer-sleep D]
+//!                [--tooz SCRIPT] [--python PYTHON] [--note TEXT]… [--write FILE]
 //! ```
 //!
 //! Every scenario runs against every backend in the same run, so that the
 //! ratios between them are meaningful on a noisy machine. `scripts/bench`
 //! starts the servers and runs this with every backend.
 
+mod commands;
 mod counting;
+mod peers;
 mod report;
 mod scenarios;
+mod target;
 mod timeline;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::{Args as ClapArgs, Parser, Subcommand};
 
-use crate::report::{BackendResults, Run};
+use crate::peers::Tooz;
+use crate::report::{BackendResults, Contended, Contestant, Run, Settings};
+use crate::scenarios::{Layout, Window, bench_name};
+use crate::target::{Server, Target};
 
 #[derive(Debug, Parser)]
 #[command(
     name = "distlock-bench",
-    about = "Benchmarks distlock's backends side by side"
+    about = "Benchmarks distlock's backends side by side, with peers in the same run"
 )]
 struct Args {
     #[command(subcommand)]
@@ -33,13 +42,16 @@ struct Args {
     /// A backend to measure; repeat for several. Default: file:// in a temp dir.
     #[arg(long = "backend", value_name = "URL")]
     backends: Vec<String>,
-    /// How long each timed scenario runs.
+    /// How long each contended run lasts.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     seconds: Duration,
+    /// How long the uncontended scenario lasts, all contenders together.
+    #[arg(long, default_value = "12s", value_parser = humantime::parse_duration)]
+    uncontended_seconds: Duration,
     /// Worker processes in the contention scenario.
     #[arg(long, default_value_t = 4)]
     processes: u32,
-    /// Tasks per worker process in the contention scenario.
+    /// Tasks (threads, for the Python peer) per worker process.
     #[arg(long, default_value_t = 4)]
     tasks: u32,
     /// Locks held at once in the many-locks scenario.
@@ -48,37 +60,112 @@ struct Args {
     /// How long the many locks are held.
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
     many_seconds: Duration,
+    /// The lease of the many locks (extended every third of it).
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    many_lease: Duration,
+    /// Skip the peers (distributed-lock-mongo, tooz).
+    #[arg(long)]
+    no_peers: bool,
+    /// The second setting of distributed-lock-mongo: its sleep between
+    /// tries (min = max), besides its defaults.
+    #[arg(long, default_value = "400ms", value_parser = humantime::parse_duration)]
+    peer_sleep: Duration,
+    /// The Python peer's script (crates/benches/peers/tooz_bench.py); tooz
+    /// runs against memcached only when given.
+    #[arg(long, value_name = "SCRIPT")]
+    tooz: Option<String>,
+    /// The Python that runs the tooz script.
+    #[arg(long, default_value = "python3")]
+    python: String,
+    /// A line for the report's list of versions, e.g. "SecantusDB: secantusd-rs 0.5.3".
+    #[arg(long = "note", value_name = "TEXT")]
+    notes: Vec<String>,
+    /// The command shown in the report (default: this one).
+    #[arg(long, value_name = "TEXT")]
+    command: Option<String>,
     /// Write the Markdown report here instead of printing it.
     #[arg(long, value_name = "FILE")]
     write: Option<PathBuf>,
 }
 
+/// What a contending worker process is told.
+#[derive(Debug, ClapArgs)]
+struct WorkerArgs {
+    #[arg(long)]
+    backend: String,
+    #[arg(long)]
+    lock: String,
+    #[arg(long)]
+    tasks: u32,
+    #[arg(long)]
+    process: u32,
+    #[arg(long)]
+    start_ns: u64,
+    #[arg(long)]
+    until_ns: u64,
+    /// Take the lock once per task per round, a round starting at each
+    /// `go` line on standard input.
+    #[arg(long)]
+    rounds: bool,
+}
+
+impl WorkerArgs {
+    fn window(&self) -> Window {
+        Window {
+            start_ns: self.start_ns,
+            until_ns: self.until_ns,
+        }
+    }
+}
+
 #[derive(Debug, Subcommand)]
 enum Worker {
-    /// One contending worker process (started by the contention scenario).
+    /// One contending worker process of ours (started by the contention scenario).
     #[command(hide = true)]
-    Worker {
-        #[arg(long)]
-        backend: String,
-        #[arg(long)]
-        lock: String,
-        #[arg(long)]
-        tasks: u32,
-        #[arg(long)]
-        until_ns: u64,
+    Worker(WorkerArgs),
+    /// One contending worker process of distributed-lock-mongo.
+    #[command(hide = true)]
+    PeerWorker {
+        #[command(flatten)]
+        args: WorkerArgs,
+        /// Its sleep between tries (min = max); its defaults when absent.
+        #[arg(long, value_parser = humantime::parse_duration)]
+        sleep: Option<Duration>,
     },
 }
+
+/// Time for Rust workers to start and connect before the window opens.
+const RUST_STARTUP: Duration = Duration::from_millis(1500);
+/// Time for Python workers to start (importing tooz takes a while).
+const PYTHON_STARTUP: Duration = Duration::from_secs(3);
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let args = Args::parse();
     let outcome = match &args.worker {
-        Some(Worker::Worker {
-            backend,
-            lock,
-            tasks,
-            until_ns,
-        }) => scenarios::worker(backend, lock, *tasks, *until_ns).await,
+        Some(Worker::Worker(w)) => {
+            scenarios::worker(
+                &w.backend,
+                &w.lock,
+                w.tasks,
+                w.process,
+                w.window(),
+                w.rounds,
+            )
+            .await
+        }
+        Some(Worker::PeerWorker { args: w, sleep }) => {
+            peers::mongo_worker(
+                &w.backend,
+                &w.lock,
+                w.tasks,
+                w.process,
+                w.window(),
+                w.rounds,
+                *sleep,
+            )
+            .await
+        }
         None => bench(&args).await,
     };
     match outcome {
@@ -90,6 +177,10 @@ async fn main() -> std::process::ExitCode {
     }
 }
 
+fn say(what: &str, seconds: Duration) {
+    eprintln!("   {what} for {}", humantime::format_duration(seconds));
+}
+
 async fn bench(args: &Args) -> scenarios::Outcome<()> {
     let temp = std::env::temp_dir().join(format!("distlock-bench-{}", std::process::id()));
     let backends = if args.backends.is_empty() {
@@ -97,50 +188,164 @@ async fn bench(args: &Args) -> scenarios::Outcome<()> {
     } else {
         args.backends.clone()
     };
-    let mut run = Run::new(std::env::args().collect::<Vec<_>>().join(" "));
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let tooz = match (&args.tooz, args.no_peers) {
+        (Some(script), false) => Some(Tooz {
+            python: args.python.clone(),
+            script: script.clone(),
+        }),
+        _ => None,
+    };
+    let command = args
+        .command
+        .clone()
+        .unwrap_or_else(|| std::env::args().collect::<Vec<_>>().join(" "));
+    let mut run = Run::new(
+        command,
+        Settings {
+            seconds: args.seconds,
+            uncontended_seconds: args.uncontended_seconds,
+            processes: args.processes,
+            tasks: args.tasks,
+            peer_sleep: args.peer_sleep,
+        },
+        args.notes.clone(),
+    );
+    if let Some(tooz) = &tooz {
+        run.tooz_versions = Some(tooz.versions().await?);
+    }
+    let mut targets = Vec::new();
     for url in &backends {
-        let shown = distlock::redact(url);
-        eprintln!("== {shown}");
-        let backend = distlock::open(url)
-            .await
-            .map_err(|e| format!("{shown}: {e}"))?;
-        eprintln!(
-            "   uncontended for {}",
-            humantime::format_duration(args.seconds)
-        );
-        let uncontended = scenarios::uncontended(backend.clone(), args.seconds).await?;
-        eprintln!(
-            "   contended: {} processes x {} tasks for {}",
-            args.processes,
-            args.tasks,
-            humantime::format_duration(args.seconds)
-        );
-        let contended = scenarios::contended(url, args.processes, args.tasks, args.seconds).await?;
-        eprintln!(
-            "   {} locks held for {}",
-            args.many,
-            humantime::format_duration(args.many_seconds)
-        );
-        let many = scenarios::hold_many(
-            backend,
-            args.many,
-            args.many_seconds,
-            Duration::from_secs(30),
-        )
-        .await?;
+        let target = Target::open(url).await?;
+        let server_version = match &target.server {
+            Server::Mongo { database, .. } => commands::mongo_version(database).await,
+            Server::Memcached(backend) => commands::memcached_version(backend).await,
+            Server::Uncounted => None,
+        };
+        targets.push((target, server_version));
+    }
+    // One scenario at a time for every backend, the many-locks scenario
+    // last: the servers' background work after it (SecantusDB's TTL
+    // monitor, say) then disturbs no other measurement.
+    let mut partial = Vec::new();
+    for (target, _) in &targets {
+        eprintln!("== {} ({})", target.shown, target.kind());
+        let is_mongo = matches!(target.server, Server::Mongo { .. });
+        let is_memcached = matches!(target.server, Server::Memcached(_));
+        say("uncontended", args.uncontended_seconds);
+        let uncontended =
+            scenarios::uncontended(target, args.uncontended_seconds, is_mongo && !args.no_peers)
+                .await?;
+        let tooz_uncontended = match (&tooz, is_memcached) {
+            (Some(tooz), true) => {
+                // As long as each of our contenders had in its rounds.
+                let seconds = args.uncontended_seconds / 3;
+                say("uncontended, tooz", seconds);
+                let name = bench_name("tooz-uncontended");
+                Some(tooz.uncontended(target, name.as_str(), seconds).await?)
+            }
+            _ => None,
+        };
+        partial.push((uncontended, tooz_uncontended));
+    }
+    let mut all_contended = Vec::new();
+    for (target, _) in &targets {
+        eprintln!("== {} ({})", target.shown, target.kind());
+        all_contended.push(contended_runs(args, &exe, target, tooz.as_ref()).await?);
+    }
+    for (((target, server_version), (uncontended, tooz_uncontended)), contended) in
+        targets.iter().zip(partial).zip(all_contended)
+    {
+        eprintln!("== {} ({})", target.shown, target.kind());
+        say(&format!("{} locks held", args.many), args.many_seconds);
+        let many =
+            scenarios::hold_many(target, args.many, args.many_seconds, args.many_lease).await?;
         run.backends.push(BackendResults {
-            url: shown,
+            kind: target.kind(),
+            url: target.shown.clone(),
+            server_version: server_version.clone(),
             uncontended,
+            tooz_uncontended,
             contended,
             many,
         });
     }
     let _ = std::fs::remove_dir_all(&temp);
-    let markdown = run.to_markdown(args.processes, args.tasks);
+    let markdown = run.to_markdown();
     match &args.write {
         Some(path) => std::fs::write(path, markdown)
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?,
         None => print!("{markdown}"),
     }
     Ok(())
+}
+
+/// Every contended run on one backend: ours and its peers', in the tight
+/// loop and in rounds.
+async fn contended_runs(
+    args: &Args,
+    exe: &std::path::Path,
+    target: &Target,
+    tooz: Option<&Tooz>,
+) -> scenarios::Outcome<Vec<Contended>> {
+    let (processes, tasks) = (args.processes, args.tasks);
+    let is_mongo = matches!(target.server, Server::Mongo { .. });
+    let is_memcached = matches!(target.server, Server::Memcached(_));
+    let mut contended = Vec::new();
+    for rounds in [false, true] {
+        let scenario = if rounds { "rounds" } else { "tight loop" };
+        say(
+            &format!("contended ({scenario}): {processes} processes x {tasks} tasks"),
+            args.seconds,
+        );
+        let layout = |window| Layout {
+            processes,
+            tasks,
+            window,
+            rounds,
+        };
+        let window = Window::after(RUST_STARTUP, args.seconds);
+        let lock = bench_name("contended");
+        let workers = scenarios::our_workers(exe, target, &lock, layout(window));
+        contended.push(Contended {
+            by: Contestant::Ours,
+            rounds,
+            result: scenarios::contend(target, workers, window, rounds).await?,
+        });
+        if is_mongo && !args.no_peers {
+            for sleep in [None, Some(args.peer_sleep)] {
+                say(
+                    &format!(
+                        "contended ({scenario}), distributed-lock-mongo ({})",
+                        sleep.map_or("defaults".to_owned(), |s| format!(
+                            "{} sleep",
+                            humantime::format_duration(s)
+                        ))
+                    ),
+                    args.seconds,
+                );
+                let window = Window::after(RUST_STARTUP, args.seconds);
+                let lock = bench_name("peer-contended");
+                let workers =
+                    peers::mongo_workers(exe, target, lock.as_str(), layout(window), sleep);
+                contended.push(Contended {
+                    by: Contestant::MongoPeer { sleep },
+                    rounds,
+                    result: scenarios::contend(target, workers, window, rounds).await?,
+                });
+            }
+        }
+        if let (Some(tooz), true) = (tooz, is_memcached) {
+            say(&format!("contended ({scenario}), tooz"), args.seconds);
+            let window = Window::after(PYTHON_STARTUP, args.seconds);
+            let lock = bench_name("tooz-contended");
+            let workers = tooz.workers(target, lock.as_str(), layout(window))?;
+            contended.push(Contended {
+                by: Contestant::Tooz,
+                rounds,
+                result: scenarios::contend(target, workers, window, rounds).await?,
+            });
+        }
+    }
+    Ok(contended)
 }

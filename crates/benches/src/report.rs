@@ -1,115 +1,939 @@
-//! The Markdown report: the machine, the versions, the exact command, and
-//! one table per scenario with every backend side by side.
+//! The Markdown report: the machine, the versions, the exact command, one
+//! table per scenario with every backend and peer side by side, and the
+//! goals, each checked against this run's numbers.
 
 use std::fmt::Write;
 use std::time::Duration;
 
-use crate::scenarios::{HoldMany, Uncontended};
+use crate::commands::{Counts, MEMCACHED_COMMANDS};
+use crate::peers::{ToozUncontended, ToozVersions};
+use crate::scenarios::{Contender, HoldMany, ROUNDS, Side, Uncontended};
 use crate::timeline::Contention;
 
 /// Everything measured in one run.
 #[derive(Debug)]
 pub(crate) struct Run {
     command: String,
+    settings: Settings,
+    notes: Vec<String>,
+    pub(crate) tooz_versions: Option<ToozVersions>,
     pub(crate) backends: Vec<BackendResults>,
+}
+
+/// The run's settings.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Settings {
+    pub(crate) seconds: Duration,
+    pub(crate) uncontended_seconds: Duration,
+    pub(crate) processes: u32,
+    pub(crate) tasks: u32,
+    pub(crate) peer_sleep: Duration,
+}
+
+/// Who contended in one contended run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Contestant {
+    Ours,
+    /// distributed-lock-mongo, with its defaults or a fixed sleep.
+    MongoPeer {
+        sleep: Option<Duration>,
+    },
+    Tooz,
+}
+
+/// One contended run.
+#[derive(Debug)]
+pub(crate) struct Contended {
+    pub(crate) by: Contestant,
+    /// The rounds scenario (every task once per round) rather than the
+    /// tight loop.
+    pub(crate) rounds: bool,
+    pub(crate) result: Contention,
 }
 
 /// One backend's results.
 #[derive(Debug)]
 pub(crate) struct BackendResults {
+    pub(crate) kind: &'static str,
     pub(crate) url: String,
+    pub(crate) server_version: Option<String>,
     pub(crate) uncontended: Uncontended,
-    pub(crate) contended: Contention,
+    pub(crate) tooz_uncontended: Option<ToozUncontended>,
+    pub(crate) contended: Vec<Contended>,
     pub(crate) many: HoldMany,
 }
 
+const PEER: &str = "distributed-lock-mongo 0.2.0";
+
 impl Run {
-    pub(crate) fn new(command: String) -> Self {
+    pub(crate) fn new(command: String, settings: Settings, notes: Vec<String>) -> Self {
         Self {
             command,
+            settings,
+            notes,
+            tooz_versions: None,
             backends: Vec::new(),
         }
     }
 
-    pub(crate) fn to_markdown(&self, processes: u32, tasks: u32) -> String {
+    fn tooz(&self) -> String {
+        self.tooz_versions
+            .as_ref()
+            .map_or_else(|| "tooz".to_owned(), |v| format!("tooz {}", v.tooz))
+    }
+
+    fn contestant(&self, by: Contestant) -> String {
+        match by {
+            Contestant::Ours => "distlock".to_owned(),
+            Contestant::MongoPeer { sleep: None } => format!("{PEER}, defaults (10 ms sleep)"),
+            Contestant::MongoPeer { sleep: Some(s) } => {
+                format!("{PEER}, {} sleep", humantime::format_duration(s))
+            }
+            Contestant::Tooz => format!("{} (Python threads)", self.tooz()),
+        }
+    }
+
+    fn backend(&self, kind: &str) -> Option<&BackendResults> {
+        self.backends.iter().find(|b| b.kind == kind)
+    }
+
+    pub(crate) fn to_markdown(&self) -> String {
         let mut out = String::new();
+        self.header(&mut out);
+        self.uncontended(&mut out);
+        self.contention(&mut out);
+        self.many(&mut out);
+        out
+    }
+
+    fn header(&self, out: &mut String) {
+        let s = &self.settings;
         let _ = writeln!(out, "# Benchmarks\n");
         let _ = writeln!(
             out,
-            "Written by `distlock-bench`; rerun with `bash scripts/bench`.\n"
+            "Written by `distlock-bench` from one run of `bash scripts/bench`, which starts \
+             the servers, installs the Python peer when it is missing, builds in release \
+             mode and runs every scenario against every backend and peer in turn. Every \
+             number below comes from that one run, and every ratio compares numbers of \
+             that run. Benchmarks measure; nothing here is asserted by a test.\n"
         );
         let _ = writeln!(out, "- Machine: {}", machine());
+        let mut versions = vec![format!("distlock {}", env!("CARGO_PKG_VERSION")), rustc()];
+        versions.extend(self.notes.iter().cloned());
+        for b in &self.backends {
+            if let Some(version) = &b.server_version {
+                versions.push(match b.kind {
+                    "MongoDB" => format!("MongoDB server: `buildInfo` reports {version}"),
+                    kind => format!("{kind} {version}"),
+                });
+            }
+        }
+        if self.backend("MongoDB").is_some() {
+            versions.push(format!("{PEER} (crates.io, pinned `=0.2.0`)"));
+        }
+        if let Some(v) = &self.tooz_versions {
+            versions.push(format!(
+                "tooz {} with pymemcache {} on Python {}",
+                v.tooz, v.pymemcache, v.python
+            ));
+        }
+        let _ = writeln!(out, "- Versions: {}", versions.join("; "));
+        let _ = writeln!(out, "- Command: `{}`", self.command);
         let _ = writeln!(
             out,
-            "- Versions: distlock {}, {}",
-            env!("CARGO_PKG_VERSION"),
-            rustc()
+            "- Backends (servers started by the script on loopback): {}",
+            self.backends
+                .iter()
+                .map(|b| format!("{} `{}`", b.kind, b.url))
+                .collect::<Vec<_>>()
+                .join(", ")
         );
-        let _ = writeln!(out, "- Command: `{}`\n", self.command);
+        let _ = writeln!(
+            out,
+            "- Settings: the uncontended scenario runs {} per backend, shared by its \
+             contenders; each contended run lasts {}, with {} tasks in each of {} \
+             processes; the many-locks scenario is described in its section.\n",
+            humantime::format_duration(s.uncontended_seconds),
+            humantime::format_duration(s.seconds),
+            s.tasks,
+            s.processes
+        );
+        let _ = writeln!(out, "## How server commands are counted\n");
+        let _ = writeln!(
+            out,
+            "- **MongoDB**: the driver's command monitoring. Every `mongodb::Client` the \
+             benchmarks build, in the parent and in every worker process, ours and \
+             {PEER}'s, carries a `CommandEventHandler` that counts each \
+             `CommandStartedEvent` by command name; each worker prints its counts for the \
+             contention window as a final JSON line, and the parent adds them up. This \
+             includes the change stream's `getMore`s. The driver's own server monitoring \
+             (`hello` heartbeats) is not reported to command monitoring and is not \
+             counted. As a cross-check, the contention table also gives the server's own \
+             count: the delta of SecantusDB's `serverStatus` opcounters (`insert + query + \
+             update + delete + getmore + command`, less the `serverStatus` that read it) \
+             over the same window. The server's count also includes the `hello` handshake \
+             of every new connection (a worker's pool opens one per task that needs it), \
+             which command monitoring does not report, so it can be a little higher."
+        );
+        let _ = writeln!(
+            out,
+            "- **memcached**: deltas of the server's `stats` (read by the parent when the \
+             window opens and when it closes), summed over {}. A CAS store counts in \
+             `cmd_set` and again in `cas_*`, so `cas_*` is left out. memcached 1.6 does \
+             not count an `ma` that creates a missing counter (once per lock name) nor \
+             `mn`/`stats`.\n",
+            MEMCACHED_COMMANDS
+                .iter()
+                .map(|name| format!("`{name}`"))
+                .collect::<Vec<_>>()
+                .join(" + ")
+        );
+    }
 
-        let _ = writeln!(out, "## Uncontended acquire and release on one name\n");
+    fn uncontended(&self, out: &mut String) {
+        let _ = writeln!(out, "## 1. Uncontended acquire and release on one name\n");
         let _ = writeln!(
             out,
-            "| backend | client cycles/s | raw backend calls cycles/s | ratio |"
+            "One task takes and releases one name as fast as it can. The contenders of a \
+             backend take turns in {ROUNDS} alternating rounds, so that noise from the machine \
+             hits them alike; tooz, a separate Python process, runs once afterwards, for as \
+             long as one of our contenders had in all its rounds. The ratio is against the \
+             backend's baseline, marked in bold: the same server commands issued directly, \
+             without the lock client.\n"
         );
-        let _ = writeln!(out, "|---|---:|---:|---:|");
+        let _ = writeln!(
+            out,
+            "| backend | contender | cycles/s | ratio to baseline | server commands per cycle | which |"
+        );
+        let _ = writeln!(out, "|---|---|---:|---:|---:|---|");
         for b in &self.backends {
             let u = &b.uncontended;
-            let _ = writeln!(
-                out,
-                "| {} | {:.0} | {:.0} | {:.2} |",
-                b.url,
-                u.client_cycles_per_second,
-                u.raw_cycles_per_second,
-                u.client_cycles_per_second / u.raw_cycles_per_second
-            );
+            let baseline = u.baseline().map(Side::per_second);
+            for side in &u.sides {
+                let label = match side.contender {
+                    Contender::Client => "distlock `LockClient`".to_owned(),
+                    Contender::BackendCalls if u.side(Contender::RawRecipe).is_some() => {
+                        "the backend's `try_acquire` + `release`, called directly".to_owned()
+                    }
+                    Contender::BackendCalls => {
+                        "**baseline**: the backend's `try_acquire` + `release`, called directly"
+                            .to_owned()
+                    }
+                    Contender::RawRecipe => {
+                        "**baseline**: bare add + CAS delete (`MemcachedBackend::raw`)".to_owned()
+                    }
+                    Contender::MongoPeer => PEER.to_owned(),
+                };
+                let _ = writeln!(
+                    out,
+                    "| {} | {} | {:.0} | {} | {} | {} |",
+                    b.kind,
+                    label,
+                    side.per_second(),
+                    baseline.map_or("—".into(), |base| format!(
+                        "{:.2}",
+                        side.per_second() / base
+                    )),
+                    opt(side.commands_per_cycle()),
+                    side.commands
+                        .as_ref()
+                        .map_or("—".into(), |c| c.per(side.cycles as f64)),
+                );
+            }
+            if let Some(t) = &b.tooz_uncontended {
+                let _ = writeln!(
+                    out,
+                    "| {} | {} (Python, not interleaved) | {:.0} | {} | {} | {} |",
+                    b.kind,
+                    self.tooz(),
+                    t.per_second,
+                    baseline.map_or("—".into(), |base| format!("{:.2}", t.per_second / base)),
+                    opt(t.commands_per_cycle()),
+                    t.commands
+                        .as_ref()
+                        .map_or("—".into(), |c| c.per(t.cycles as f64)),
+                );
+            }
         }
+        let _ = writeln!(out);
+        let mut goals = Vec::new();
+        if let Some(b) = self.backend("MongoDB") {
+            let u = &b.uncontended;
+            if let (Some(client), Some(base)) = (u.side(Contender::Client), u.baseline()) {
+                let ratio = client.per_second() / base.per_second();
+                goals.push(goal(
+                    ratio >= 0.9,
+                    format!(
+                        "MongoDB: the client reaches at least 0.9 of the same two commands \
+                         issued directly: {ratio:.2} ({:.0} against {:.0} cycles/s).",
+                        client.per_second(),
+                        base.per_second()
+                    ),
+                ));
+                if let Some(per) = client.commands_per_cycle() {
+                    goals.push(goal(
+                        per <= 2.0 + 1e-9,
+                        format!(
+                            "MongoDB: 2 server commands per cycle: {per:.2} ({}); the \
+                             baseline sends {}.",
+                            client
+                                .commands
+                                .as_ref()
+                                .map_or("—".into(), |c| c.per(client.cycles as f64)),
+                            opt(base.commands_per_cycle()),
+                        ),
+                    ));
+                }
+            }
+        }
+        if let Some(b) = self.backend("memcached") {
+            let u = &b.uncontended;
+            if let (Some(client), Some(base)) = (u.side(Contender::Client), u.baseline()) {
+                let ratio = client.per_second() / base.per_second();
+                goals.push(goal(
+                    ratio >= 0.9,
+                    format!(
+                        "memcached: the client reaches at least 0.9 of the bare add + \
+                         conditional delete: {ratio:.2} ({:.0} against {:.0} cycles/s).",
+                        client.per_second(),
+                        base.per_second()
+                    ),
+                ));
+            }
+        }
+        goals_list(out, &goals);
+        self.uncontended_findings(out);
+    }
+
+    fn contention(&self, out: &mut String) {
+        let s = &self.settings;
         let _ = writeln!(
             out,
-            "\n## Contention: {tasks} tasks in each of {processes} processes on one name\n"
+            "## 2. Contention: {} tasks in each of {} processes on one name\n",
+            s.tasks, s.processes
         );
         let _ = writeln!(
             out,
-            "| backend | acquisitions | per second | hand-off p50 | hand-off p99 | overlaps |"
+            "Each task takes the lock with the contender's own waiting strategy and \
+             releases it at once. Each Rust process shares one client (ours) or one \
+             `mongodb::Client` and lock value (the peer's) among its tasks; each Python \
+             process shares one tooz coordinator among its threads. All processes share \
+             the machine's wall clock, so the holds of every process can be laid end to \
+             end. **Hand-off** is the time from one release to the next grant, whoever \
+             gets it; *to another process* counts only the hand-offs where the next \
+             holder is in another process than the last one, with their share of all \
+             hand-offs. *Tasks served* is how many of the {} tasks held the lock at \
+             least once. Two workloads, each for {}:\n",
+            s.tasks * s.processes,
+            humantime::format_duration(s.seconds)
         );
-        let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|");
+        let _ = writeln!(
+            out,
+            "- **Tight loop**: every task asks again as soon as it has released. This is \
+             the most acquisitions a contender can make, but a lock that is not fair lets \
+             the task (or process) that just released take it again before any waiter \
+             notices, so its hand-off is then that task's own round trip, and the others \
+             starve (see *tasks served* and the share to another process).\n\
+             - **Rounds**: the parent starts a round by telling every process at once; \
+             every task then takes the lock exactly once, and the round ends when all \
+             have (or the window closes). Nobody asks twice in a round, so every \
+             hand-off within a round goes to a task that has been waiting since the \
+             round began: this is the hand-off a waiter sees, like instances of a \
+             service that all start the same job at the same moment. Hand-offs are \
+             only taken within a round.\n"
+        );
+        let mut goals = Vec::new();
+        for rounds in [false, true] {
+            self.contention_table(out, rounds);
+            goals.extend(self.contention_goals(rounds));
+        }
+        goals_list(out, &goals);
+        self.contention_findings(out);
+    }
+
+    fn contention_table(&self, out: &mut String, rounds: bool) {
+        let s = &self.settings;
+        let _ = writeln!(
+            out,
+            "### {}\n",
+            if rounds {
+                "2b. Rounds: every task once per round"
+            } else {
+                "2a. Tight loop"
+            }
+        );
+        let _ = writeln!(
+            out,
+            "| backend | contender | acquisitions | per second | hand-offs | hand-off p50 | hand-off p99 | hand-off mean | to another process: share, p50, p99 | tasks served | server commands per acquisition | overlaps | errors |"
+        );
+        let _ = writeln!(
+            out,
+            "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"
+        );
+        let tasks = s.tasks * s.processes;
         for b in &self.backends {
-            let c = &b.contended;
-            let _ = writeln!(
-                out,
-                "| {} | {} | {:.0} | {} | {} | {} |",
-                b.url,
-                c.acquisitions,
-                c.per_second,
-                short(c.hand_off_p50),
-                short(c.hand_off_p99),
-                c.overlaps
-            );
+            for c in b.contended.iter().filter(|c| c.rounds == rounds) {
+                let r = &c.result;
+                let share = if r.hand_offs > 0 {
+                    r.cross_process as f64 / r.hand_offs as f64
+                } else {
+                    0.0
+                };
+                let _ = writeln!(
+                    out,
+                    "| {} | {} | {} | {:.0} | {} | {} | {} | {} | {:.0} %, {}, {} | {}/{} | {} | {} | {} |",
+                    b.kind,
+                    self.contestant(c.by),
+                    r.acquisitions,
+                    r.per_second,
+                    r.hand_offs,
+                    short(r.hand_off_p50),
+                    short(r.hand_off_p99),
+                    short(r.hand_off_mean),
+                    share * 100.0,
+                    short(r.cross_p50),
+                    short(r.cross_p99),
+                    r.tasks_served,
+                    tasks,
+                    opt(r.commands_per_acquisition()),
+                    r.overlaps,
+                    r.errors
+                );
+            }
         }
-        let _ = writeln!(out, "\n## Many locks held by one process\n");
+        let _ = writeln!(out, "\nServer commands per acquisition, by command:\n");
+        for b in &self.backends {
+            for c in b.contended.iter().filter(|c| c.rounds == rounds) {
+                let r = &c.result;
+                let Some(commands) = &r.commands else {
+                    continue;
+                };
+                let per = r.acquisitions.max(1) as f64;
+                let mut line = format!(
+                    "- {}, {}: {}",
+                    b.kind,
+                    self.contestant(c.by),
+                    commands.per(per)
+                );
+                if let Some(ops) = &r.server_ops {
+                    let _ = write!(
+                        line,
+                        "; the server's opcounters: {:.2} ({})",
+                        ops.total() as f64 / per,
+                        ops.per(per)
+                    );
+                }
+                let _ = writeln!(out, "{line}");
+            }
+        }
+        let _ = writeln!(out);
+    }
+
+    fn contention_goals(&self, rounds: bool) -> Vec<String> {
+        fn by(b: &BackendResults, who: Contestant, rounds: bool) -> Option<&Contention> {
+            b.contended
+                .iter()
+                .find(|c| c.by == who && c.rounds == rounds)
+                .map(|c| &c.result)
+        }
+        let s = &self.settings;
+        let scenario = if rounds { "rounds" } else { "tight loop" };
+        let mut goals = Vec::new();
+        if let Some(b) = self.backend("MongoDB") {
+            let ours = by(b, Contestant::Ours, rounds);
+            let defaults = by(b, Contestant::MongoPeer { sleep: None }, rounds);
+            let slow = by(
+                b,
+                Contestant::MongoPeer {
+                    sleep: Some(s.peer_sleep),
+                },
+                rounds,
+            );
+            if let (Some(ours), Some(peer)) = (ours, defaults) {
+                goals.push(goal(
+                    ours.hand_off_p50 <= peer.hand_off_p50,
+                    format!(
+                        "MongoDB, {scenario}: hand-off p50 no worse than {PEER}'s defaults: \
+                         {} against {}.",
+                        short(ours.hand_off_p50),
+                        short(peer.hand_off_p50)
+                    ),
+                ));
+                if let (Some(a), Some(p)) = (
+                    ours.commands_per_acquisition(),
+                    peer.commands_per_acquisition(),
+                ) {
+                    goals.push(goal(
+                        a <= p / 3.0 && a <= 3.0,
+                        format!(
+                            "MongoDB, {scenario}: at most a third of its server commands per \
+                             acquisition, and at most 3: {a:.2} against {p:.2} (ratio {:.2}).",
+                            a / p
+                        ),
+                    ));
+                }
+            }
+            if let (Some(ours), Some(peer)) = (ours, slow) {
+                let p50 = ratio(peer.hand_off_p50, ours.hand_off_p50);
+                let mean = ratio(peer.hand_off_mean, ours.hand_off_mean);
+                goals.push(goal(
+                    p50 >= 50.0,
+                    format!(
+                        "MongoDB, {scenario}: hand-off p50 at least 50x faster than {PEER} with \
+                         a {} sleep: {} against {} ({p50:.1}x).",
+                        humantime::format_duration(s.peer_sleep),
+                        short(ours.hand_off_p50),
+                        short(peer.hand_off_p50),
+                    ),
+                ));
+                goals.push(goal(
+                    mean >= 50.0,
+                    format!(
+                        "MongoDB, {scenario}: mean hand-off at least 50x faster than {PEER} \
+                         with a {} sleep: {} against {} ({mean:.1}x).",
+                        humantime::format_duration(s.peer_sleep),
+                        short(ours.hand_off_mean),
+                        short(peer.hand_off_mean),
+                    ),
+                ));
+            }
+        }
+        if let Some(b) = self.backend("memcached")
+            && let (Some(ours), Some(tooz)) = (
+                by(b, Contestant::Ours, rounds),
+                by(b, Contestant::Tooz, rounds),
+            )
+        {
+            let factor = ours.per_second / tooz.per_second;
+            goals.push(goal(
+                factor >= 5.0,
+                format!(
+                    "memcached, {scenario}: at least 5x {}'s contended throughput: {:.0} \
+                     against {:.0} acquisitions/s ({factor:.1}x).",
+                    self.tooz(),
+                    ours.per_second,
+                    tooz.per_second
+                ),
+            ));
+        }
+        goals
+    }
+
+    fn many(&self, out: &mut String) {
+        let Some(first) = self.backends.first() else {
+            return;
+        };
+        let m = &first.many;
+        let _ = writeln!(out, "## 3. Many locks held by one process\n");
         let _ = writeln!(
             out,
-            "| backend | locks | taken in | held for | extension calls/s | leases extended/s | lost | CPU while held | RSS growth |"
+            "One client takes {} locks (64 attempts in flight), holds them for {} with a \
+             {} lease (extended every {}, so {:.0} extension rounds), then releases them. \
+             *Extension calls* are the calls the lock client's keeper makes to the backend \
+             (`extend` or `extend_many`); *server commands* are what the server received \
+             while the locks were held, counted as above. CPU is this process's user + \
+             system time while holding; RSS is this process's resident memory before \
+             taking the locks and while holding them.\n",
+            m.locks,
+            humantime::format_duration(m.held_for),
+            humantime::format_duration(m.lease),
+            humantime::format_duration(m.extend_every),
+            m.cadences()
         );
-        let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+        let _ = writeln!(
+            out,
+            "| backend | locks | taken in | extension calls/s | leases extended/s | server commands/s while held | server commands per lock per cadence | lost | CPU while held | RSS before → holding |"
+        );
+        let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         for b in &self.backends {
             let m = &b.many;
+            let commands = m.commands.as_ref();
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} | {:.2} | {:.0} | {} | {} | {} KiB |",
-                b.url,
+                "| {} | {} | {} | {:.2} | {:.0} | {} | {} | {} | {} ({:.2} % of one core) | {} → {} |",
+                b.kind,
                 m.locks,
                 short(m.acquire_time),
-                short(m.held_for),
-                m.extend_calls_per_second,
-                m.extended_leases_per_second,
+                m.per_second(m.extend_calls),
+                m.per_second(m.extended_leases),
+                commands.map_or("—".into(), |c| format!("{:.2}", m.per_second(c.total()))),
+                commands.map_or("—".into(), |c| format!(
+                    "{:.5}",
+                    c.total() as f64 / m.locks as f64 / m.cadences()
+                )),
                 m.lost,
                 short(m.cpu),
-                m.rss_growth_kib
+                m.cpu.as_secs_f64() / m.held_for.as_secs_f64() * 100.0,
+                mib(m.rss_before_kib),
+                mib(m.rss_held_kib),
             );
         }
-        out
+        let _ = writeln!(out, "\nServer commands while held, by command:\n");
+        for b in &self.backends {
+            if let Some(c) = &b.many.commands {
+                let _ = writeln!(out, "- {}: {}", b.kind, by_total(c, b.many.held_for));
+            }
+        }
+        let _ = writeln!(out);
+        let mut goals = Vec::new();
+        if let Some(b) = self.backend("MongoDB")
+            && let Some(c) = &b.many.commands
+        {
+            let per_lock = c.total() as f64 / b.many.locks as f64 / b.many.cadences();
+            goals.push(goal(
+                per_lock < 0.01 && b.many.lost == 0,
+                format!(
+                    "MongoDB: batched extension, far below one command per lock per cadence: \
+                     {per_lock:.5} commands per lock per cadence ({} commands in {} for {} \
+                     locks), {} locks lost.",
+                    c.total(),
+                    humantime::format_duration(b.many.held_for),
+                    b.many.locks,
+                    b.many.lost
+                ),
+            ));
+        }
+        goals_list(out, &goals);
+        self.many_findings(out);
     }
+
+    fn uncontended_findings(&self, out: &mut String) {
+        let mut text = Vec::new();
+        if let Some(b) = self.backend("MongoDB") {
+            let u = &b.uncontended;
+            if let (Some(client), Some(base)) = (u.side(Contender::Client), u.baseline()) {
+                let ratio = client.per_second() / base.per_second();
+                let mut t = format!(
+                    "**MongoDB.** The lock client sends exactly the baseline's two commands per \
+                     cycle (one `findAndModify` upsert, one `updateOne`; counted above), so the \
+                     only difference is the client's own work in the process (the in-process \
+                     slot, the attempt task, registering the lease with the keeper): {ratio:.2} \
+                     of the baseline in this run. "
+                );
+                if let Some(peer) = u.side(Contender::MongoPeer) {
+                    let _ = write!(
+                        t,
+                        "{PEER} also sends two commands per cycle, a `findAndModify` upsert and a \
+                         `deleteOne` (it deletes the document on release, so there is nothing \
+                         to carry a fencing token across grants), and made {:.2} of our \
+                         baseline's cycles.",
+                        peer.per_second() / base.per_second()
+                    );
+                }
+                text.push(t);
+            }
+        }
+        if let Some(b) = self.backend("memcached") {
+            let u = &b.uncontended;
+            if let (Some(client), Some(calls), Some(base)) = (
+                u.side(Contender::Client),
+                u.side(Contender::BackendCalls),
+                u.baseline(),
+            ) {
+                let ratio = client.per_second() / base.per_second();
+                let mut t = format!(
+                    "**memcached.** A cycle of ours is {} commands in three round trips \
+                     (acquire: the add, the fencing-token counter's increment and a TTL read, \
+                     pipelined in one write; release: a read of the value and its CAS, then the \
+                     CAS-conditional delete), against the bare recipe's {} in two. The lock \
+                     client makes {:.2} of its own backend's direct calls, and {ratio:.2} of the \
+                     recipe. ",
+                    opt(client.commands_per_cycle()),
+                    opt(base.commands_per_cycle()),
+                    client.per_second() / calls.per_second(),
+                );
+                if ratio < 0.9 {
+                    t.push_str(
+                        "The goal is missed for that reason, not because of the client: the \
+                         backend's release (`release_on` in `crates/memcached/src/backend.rs`) \
+                         reads the item's CAS before deleting with it, because it never reuses \
+                         the CAS its add returned (memcached restarts its CAS counter from 1, so \
+                         a remembered CAS could match another holder's item after a restart), \
+                         and every acquire also increments the token counter. Reaching 0.9 would \
+                         take a one-round-trip release, that is a CAS that cannot repeat across \
+                         restarts, which memcached 1.6.18's meta protocol does not let the \
+                         client choose. ",
+                    );
+                } else {
+                    t.push_str(
+                        "In this run the extra command and round trip cost less than the \
+                         goal's margin. ",
+                    );
+                }
+                if let Some(t_u) = &b.tooz_uncontended {
+                    let _ = write!(
+                        t,
+                        "tooz's cycle is {} commands in three round trips (add; get, compare \
+                         and delete, which is not atomic: it can delete the next holder's lock) \
+                         and made {:.0} cycles/s, run on its own after our rounds.",
+                        opt(t_u.commands_per_cycle()),
+                        t_u.per_second
+                    );
+                }
+                text.push(t);
+            }
+        }
+        findings_list(out, &text);
+    }
+
+    fn contention_findings(&self, out: &mut String) {
+        let s = &self.settings;
+        let mut text = Vec::new();
+        let by = |b: &BackendResults, who: Contestant, rounds: bool| {
+            b.contended
+                .iter()
+                .find(|c| c.by == who && c.rounds == rounds)
+                .map(|c| c.result.clone())
+        };
+        let share = |r: &Contention| {
+            if r.hand_offs == 0 {
+                0.0
+            } else {
+                r.cross_process as f64 / r.hand_offs as f64 * 100.0
+            }
+        };
+        if let Some(b) = self.backend("MongoDB") {
+            let slow = Contestant::MongoPeer {
+                sleep: Some(s.peer_sleep),
+            };
+            if let (Some(ours), Some(peer), Some(slow_tight)) = (
+                by(b, Contestant::Ours, false),
+                by(b, Contestant::MongoPeer { sleep: None }, false),
+                by(b, slow, false),
+            ) {
+                let mut t = format!(
+                    "**MongoDB, tight loop.** The peer tries once before it first sleeps, so \
+                     the task that has just released usually takes the lock back before any \
+                     sleeper wakes: with its {} sleep, {:.0} % of hand-offs went to another \
+                     process and its median hand-off ({}) is one task's own round trip rather \
+                     than a hand-off to a waiter. Ours handed {:.0} % of grants to another \
+                     process, each through the change stream (the release's event must reach \
+                     the other process's `getMore` before its `findAndModify` can go out); \
+                     the rest went to the next task of the same process, which the in-process \
+                     queue lets try at once. ",
+                    humantime::format_duration(s.peer_sleep),
+                    share(&slow_tight),
+                    short(slow_tight.hand_off_p50),
+                    share(&ours),
+                );
+                if ours.hand_off_p50 > peer.hand_off_p50 {
+                    let _ = write!(
+                        t,
+                        "The peer defaults hand {:.0} % to another process, when a sleeper's \
+                         retry happens to arrive right after the release; their median \
+                         hand-off to another process is {} against our {}, and overall their \
+                         median is {} against our {}.",
+                        share(&peer),
+                        short(peer.cross_p50),
+                        short(ours.cross_p50),
+                        short(peer.hand_off_p50),
+                        short(ours.hand_off_p50),
+                    );
+                } else {
+                    let _ = write!(
+                        t,
+                        "Our median is {} against the peer defaults' {}.",
+                        short(ours.hand_off_p50),
+                        short(peer.hand_off_p50)
+                    );
+                }
+                text.push(t);
+            }
+            if let (Some(ours), Some(peer), Some(slow_rounds)) = (
+                by(b, Contestant::Ours, true),
+                by(b, Contestant::MongoPeer { sleep: None }, true),
+                by(b, slow, true),
+            ) {
+                let p50_ok = ratio(slow_rounds.hand_off_p50, ours.hand_off_p50) >= 50.0;
+                let mean_ok = ratio(slow_rounds.hand_off_mean, ours.hand_off_mean) >= 50.0;
+                let verdict = match (p50_ok, mean_ok) {
+                    (true, true) => "The 50x goal holds for both the median and the mean.",
+                    (false, true) => {
+                        "The 50x goal therefore holds for the mean and not for the median."
+                    }
+                    (true, false) => "The 50x goal holds for the median but not for the mean.",
+                    (false, false) => "The 50x goal holds for neither the median nor the mean.",
+                };
+                text.push(format!(
+                    "**MongoDB, rounds.** Every hand-off goes to a task that has been waiting. \
+                     Ours: median {}, mean {}, {:.0} acquisitions/s. The peer with its defaults: \
+                     median {}, mean {}, {:.0}/s. With a {} sleep the peer's hand-offs have two \
+                     modes: a waiter whose retry happens to be queued at the server right behind \
+                     the release (the tasks of a round start together, so their sleeps run \
+                     nearly in step) gets it within a round trip, and the others wait out a \
+                     whole sleep. Its median is {}, its p99 {}, its mean {}, and it made \
+                     {:.0} acquisitions/s. {verdict}",
+                    short(ours.hand_off_p50),
+                    short(ours.hand_off_mean),
+                    ours.per_second,
+                    short(peer.hand_off_p50),
+                    short(peer.hand_off_mean),
+                    peer.per_second,
+                    humantime::format_duration(s.peer_sleep),
+                    short(slow_rounds.hand_off_p50),
+                    short(slow_rounds.hand_off_p99),
+                    short(slow_rounds.hand_off_mean),
+                    slow_rounds.per_second,
+                ));
+            }
+            if let (Some(ours), Some(peer_rounds)) = (
+                by(b, Contestant::Ours, true),
+                by(b, Contestant::MongoPeer { sleep: None }, true),
+            ) && let Some(commands) = &ours.commands
+            {
+                let per = ours.acquisitions.max(1) as f64;
+                let count = |name: &str| commands.0.get(name).copied().unwrap_or(0) as f64 / per;
+                text.push(format!(
+                    "**MongoDB, server commands.** Ours need {} per acquisition in rounds: one \
+                     `findAndModify` that wins, one `update` to release, {:.2} `findAndModify` \
+                     that lose and {:.2} `getMore`. Every release is delivered to the change \
+                     stream of every process that has a waiter (one `getMore` reply per \
+                     process, fewer when events arrive together), and each woken process \
+                     retries at once; only one can win. The peer's count has another cause: its \
+                     waiters try every 10 ms whatever happens, so its commands per acquisition \
+                     are its tries per second over its acquisitions per second ({:.0} commands/s \
+                     for {:.0} acquisitions/s here); ours follow releases, not the clock. \
+                     Meeting at most 3 needs the backend to wake one process per release \
+                     instead of all: for example waiters could record themselves in \
+                     the lock document when they lose (a queue), the release pipeline could \
+                     name the next one, and each process's change-stream filter \
+                     (`crates/mongodb/src/watch.rs`) could match only the releases that name \
+                     it; or the release could grant the lock to the queued waiter directly. \
+                     Both are backend (and core wake-up) changes, not benchmark changes.",
+                    opt(ours.commands_per_acquisition()),
+                    (count("findAndModify") - 1.0).max(0.0),
+                    count("getMore"),
+                    peer_rounds.commands.as_ref().map_or(0, Counts::total) as f64
+                        / s.seconds.as_secs_f64(),
+                    peer_rounds.per_second,
+                ));
+            }
+        }
+        if let Some(b) = self.backend("memcached")
+            && let (Some(ours_t), Some(tooz_t), Some(ours_r), Some(tooz_r)) = (
+                by(b, Contestant::Ours, false),
+                by(b, Contestant::Tooz, false),
+                by(b, Contestant::Ours, true),
+                by(b, Contestant::Tooz, true),
+            )
+        {
+            let factor = ours_t.per_second / tooz_t.per_second;
+            text.push(format!(
+                "**memcached.** In the tight loop {:.0} % of our hand-offs and {:.0} % of \
+                 tooz's went to another process: the process that releases asks again before \
+                 a waiter elsewhere polls, so the throughput is mostly one process cycling, \
+                 {:.0}/s for us against {:.0}/s for tooz ({:.1}x{}). Waiters that do wait show the \
+                 difference: in rounds, tooz's blocked threads sleep a whole second between \
+                 tries (tenacity's `wait_exponential(max=1)` starts at one second), ours \
+                 retry after a jittered 5–500 ms backoff bounded by the holder's remaining \
+                 TTL, and hand over to a task of the same process at once: {:.0}/s against \
+                 {:.0}/s ({:.0}x). Our {} commands per acquisition in the tight loop are the \
+                 uncontended cycle's five plus failed tries; tooz's {} are its add, get and \
+                 delete plus failed adds.",
+                share(&ours_t),
+                share(&tooz_t),
+                ours_t.per_second,
+                tooz_t.per_second,
+                factor,
+                if factor >= 5.0 { "" } else { ", short of 5x" },
+                ours_r.per_second,
+                tooz_r.per_second,
+                ours_r.per_second / tooz_r.per_second,
+                opt(ours_t.commands_per_acquisition()),
+                opt(tooz_t.commands_per_acquisition()),
+            ));
+        }
+        findings_list(out, &text);
+    }
+
+    fn many_findings(&self, out: &mut String) {
+        let mut text = Vec::new();
+        if let Some(b) = self.backend("MongoDB")
+            && let Some(c) = &b.many.commands
+        {
+            text.push(format!(
+                "**MongoDB.** The keeper extends the leases that fall due together with one \
+                 `extend_many` call, and the backend sends it as one `updateMany` per 10,000 \
+                 leases (a `find` follows only when fewer matched than were sent). The {} \
+                 leases were taken over {}, so they fall due in a few groups: {} extension \
+                 calls and {} server commands in {}, against {} if each lock were extended on \
+                 its own at every cadence.",
+                b.many.locks,
+                short(b.many.acquire_time),
+                b.many.extend_calls,
+                c.total(),
+                humantime::format_duration(b.many.held_for),
+                (b.many.locks as f64 * b.many.cadences()).round()
+            ));
+        }
+        if let Some(b) = self.backend("memcached")
+            && let Some(c) = &b.many.commands
+        {
+            text.push(format!(
+                "**memcached.** The keeper's call is batched the same way, but memcached has \
+                 no multi-key conditional store, so the backend extends each lease with its \
+                 own read and CAS store (512 in flight, pipelined): {:.2} commands per lock \
+                 per cadence, {:.0} commands/s for {} locks. There was no goal for this; it \
+                 is what an efficiency lock on memcached costs.",
+                c.total() as f64 / b.many.locks as f64 / b.many.cadences(),
+                b.many.per_second(c.total()),
+                b.many.locks
+            ));
+        }
+        findings_list(out, &text);
+    }
+}
+
+/// A goal and whether this run met it.
+fn goal(met: bool, text: String) -> String {
+    format!("**{}** — {text}", if met { "Met" } else { "Not met" })
+}
+
+fn findings_list(out: &mut String, text: &[String]) {
+    if text.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "What this shows:\n");
+    for t in text {
+        let _ = writeln!(out, "{t}\n");
+    }
+}
+
+fn goals_list(out: &mut String, goals: &[String]) {
+    if goals.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "Goals, checked against this run:\n");
+    for g in goals {
+        let _ = writeln!(out, "- {g}");
+    }
+    let _ = writeln!(out);
+}
+
+fn ratio(a: Duration, b: Duration) -> f64 {
+    if b.is_zero() {
+        f64::INFINITY
+    } else {
+        a.as_secs_f64() / b.as_secs_f64()
+    }
+}
+
+fn by_total(c: &Counts, over: Duration) -> String {
+    let mut named: Vec<(&String, &u64)> = c.0.iter().collect();
+    named.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    named
+        .iter()
+        .map(|(name, n)| format!("{name} {n} ({:.2}/s)", **n as f64 / over.as_secs_f64()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn opt(value: Option<f64>) -> String {
+    value.map_or("—".into(), |v| format!("{v:.2}"))
+}
+
+fn mib(kib: u64) -> String {
+    format!("{:.1} MiB", kib as f64 / 1024.0)
 }
 
 fn short(d: Duration) -> String {
@@ -145,7 +969,10 @@ fn machine() -> String {
             Some(format!("{:.0} GiB", kib as f64 / 1024.0 / 1024.0))
         })
         .unwrap_or_default();
-    format!("{cores} cores ({cpu}), {memory}")
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|r| format!(", Linux {}", r.trim()))
+        .unwrap_or_default();
+    format!("{cores} cores ({cpu}), {memory}{kernel}")
 }
 
 fn rustc() -> String {

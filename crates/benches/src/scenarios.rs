@@ -1,5 +1,7 @@
-//! The scenarios, each measured for one backend URL.
+//! The scenarios, each measured for one backend.
 
+use std::future::Future;
+use std::path::Path;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -7,57 +9,130 @@ use std::time::{Duration, Instant};
 use distlock::{
     AcquireRequest, Attempt, Backend, Holder, Lease, LeaseId, LockClient, LockName, LockOptions,
 };
-use tokio::io::{AsyncBufReadExt, BufReader};
+use futures::StreamExt;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 
+use crate::commands::Counts;
 use crate::counting::{Calls, Counting};
-use crate::timeline::{Contention, Hold};
+use crate::peers;
+use crate::target::{Server, Target};
+use crate::timeline::{Contention, Hold, Line, now_ns, sleep_until_ns};
 
 /// Failures end the run with a message.
 pub(crate) type Outcome<T> = Result<T, String>;
 
-fn bench_name(scenario: &str) -> LockName {
-    LockName::new(format!("bench-{scenario}-{:016x}", rand_u64())).expect("valid name")
+/// A fresh lock name for one scenario, distinct per run and process.
+pub(crate) fn bench_name(scenario: &str) -> LockName {
+    let unique = now_ns() ^ (u64::from(std::process::id()) << 40);
+    LockName::new(format!("bench-{scenario}-{unique:016x}")).expect("valid name")
 }
 
-fn rand_u64() -> u64 {
-    // Distinct per run and process; no need for a random number generator.
-    crate::timeline::now_ns() ^ (u64::from(std::process::id()) << 40)
+/// What takes and releases the lock in the uncontended scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Contender {
+    /// distlock's `LockClient::try_acquire` and `LockGuard::release`.
+    Client,
+    /// The backend's own `try_acquire` and `release`, called directly.
+    BackendCalls,
+    /// memcached's bare `add` and CAS-conditional delete
+    /// (`MemcachedBackend::raw`).
+    RawRecipe,
+    /// `distributed-lock-mongo` 0.2.0's `try_acquire` and `release`.
+    MongoPeer,
 }
 
-/// Cycles per second of acquire-then-release on one name.
+/// One contender's uncontended cycles.
+#[derive(Debug, Clone)]
+pub(crate) struct Side {
+    pub(crate) contender: Contender,
+    pub(crate) cycles: u64,
+    pub(crate) elapsed: Duration,
+    /// Server commands over this contender's rounds, where counted.
+    pub(crate) commands: Option<Counts>,
+}
+
+impl Side {
+    pub(crate) fn per_second(&self) -> f64 {
+        self.cycles as f64 / self.elapsed.as_secs_f64()
+    }
+
+    pub(crate) fn commands_per_cycle(&self) -> Option<f64> {
+        let commands = self.commands.as_ref()?;
+        (self.cycles > 0).then(|| commands.total() as f64 / self.cycles as f64)
+    }
+}
+
+/// Uncontended results: one side per contender, the physical baseline
+/// first.
 #[derive(Debug, Clone)]
 pub(crate) struct Uncontended {
-    pub(crate) client_cycles_per_second: f64,
-    pub(crate) raw_cycles_per_second: f64,
+    pub(crate) sides: Vec<Side>,
+}
+
+impl Uncontended {
+    pub(crate) fn side(&self, contender: Contender) -> Option<&Side> {
+        self.sides.iter().find(|side| side.contender == contender)
+    }
+
+    /// What the client is compared with: the bare recipe where there is
+    /// one, else the backend's own two calls.
+    pub(crate) fn baseline(&self) -> Option<&Side> {
+        self.side(Contender::RawRecipe)
+            .or_else(|| self.side(Contender::BackendCalls))
+    }
 }
 
 /// How many alternating rounds the uncontended scenario splits its time
-/// into, so that noise from the rest of the machine hits both sides alike.
-const ROUNDS: u32 = 10;
+/// into, so that noise from the rest of the machine hits every side alike.
+pub(crate) const ROUNDS: u32 = 20;
 
-/// Acquire and release one name, as fast as possible, through the client
-/// and directly through the backend's two calls, in alternating rounds.
+/// Acquires and releases one name as fast as possible, in alternating
+/// rounds: directly through the backend's two calls, through the client,
+/// and (where there is one) through the bare recipe and the Rust peer.
 pub(crate) async fn uncontended(
-    backend: Arc<dyn Backend>,
+    target: &Target,
     seconds: Duration,
+    with_peer: bool,
 ) -> Outcome<Uncontended> {
     let name = bench_name("uncontended");
-    let round = seconds / (2 * ROUNDS);
-    let client = LockClient::new(backend.clone(), LockOptions::default());
-    let (mut raw, mut ours) = ((0u64, Duration::ZERO), (0u64, Duration::ZERO));
-    for _ in 0..ROUNDS {
-        let started = Instant::now();
-        raw.0 += raw_cycles(&*backend, &name, round).await?;
-        raw.1 += started.elapsed();
-        let started = Instant::now();
-        ours.0 += client_cycles(&client, &name, round).await?;
-        ours.1 += started.elapsed();
+    let mut contenders = vec![Contender::BackendCalls, Contender::Client];
+    if matches!(target.server, Server::Memcached(_)) {
+        contenders.insert(0, Contender::RawRecipe);
     }
-    Ok(Uncontended {
-        client_cycles_per_second: ours.0 as f64 / ours.1.as_secs_f64(),
-        raw_cycles_per_second: raw.0 as f64 / raw.1.as_secs_f64(),
-    })
+    if with_peer && matches!(target.server, Server::Mongo { .. }) {
+        contenders.push(Contender::MongoPeer);
+    }
+    let round = seconds / (contenders.len() as u32 * ROUNDS);
+    let client = LockClient::new(target.backend.clone(), LockOptions::default());
+    let mut sides: Vec<Side> = contenders
+        .iter()
+        .map(|&contender| Side {
+            contender,
+            cycles: 0,
+            elapsed: Duration::ZERO,
+            commands: None,
+        })
+        .collect();
+    for _ in 0..ROUNDS {
+        for side in &mut sides {
+            let before = target.counts().await?;
+            let started = Instant::now();
+            side.cycles += match side.contender {
+                Contender::Client => client_cycles(&client, &name, round).await?,
+                Contender::BackendCalls => backend_cycles(&*target.backend, &name, round).await?,
+                Contender::RawRecipe => raw_cycles(target, &name, round).await?,
+                Contender::MongoPeer => peers::mongo_cycles(target, &name, round).await?,
+            };
+            side.elapsed += started.elapsed();
+            if let (Some(before), Some(after)) = (before, target.counts().await?) {
+                side.commands
+                    .get_or_insert_with(Counts::default)
+                    .add(&after.since(&before));
+            }
+        }
+    }
+    Ok(Uncontended { sides })
 }
 
 async fn client_cycles(client: &LockClient, name: &LockName, seconds: Duration) -> Outcome<u64> {
@@ -75,7 +150,7 @@ async fn client_cycles(client: &LockClient, name: &LockName, seconds: Duration) 
     Ok(cycles)
 }
 
-async fn raw_cycles(backend: &dyn Backend, name: &LockName, seconds: Duration) -> Outcome<u64> {
+async fn backend_cycles(backend: &dyn Backend, name: &LockName, seconds: Duration) -> Outcome<u64> {
     let holder = Holder::this_process(Some("distlock-bench raw"));
     let lease = LockOptions::DEFAULT_LEASE;
     let started = Instant::now();
@@ -106,96 +181,448 @@ async fn raw_cycles(backend: &dyn Backend, name: &LockName, seconds: Duration) -
     Ok(cycles)
 }
 
-/// Runs `processes` worker processes of `tasks` tasks each on one name for
-/// `seconds`, and sums up their holds.
-pub(crate) async fn contended(
-    url: &str,
-    processes: u32,
-    tasks: u32,
-    seconds: Duration,
-) -> Outcome<Contention> {
-    let name = bench_name("contended");
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let until_ns = crate::timeline::now_ns() + seconds.as_nanos() as u64 + 500_000_000;
+/// memcached's bare `add` + CAS delete, on the backend's own key for `name`.
+async fn raw_cycles(target: &Target, name: &LockName, seconds: Duration) -> Outcome<u64> {
+    let Server::Memcached(backend) = &target.server else {
+        return Err("the raw recipe is memcached's".into());
+    };
+    let raw = backend.raw();
     let started = Instant::now();
+    let mut cycles = 0u64;
+    while started.elapsed() < seconds {
+        let grant = raw
+            .try_lock(name, LockOptions::DEFAULT_LEASE)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or("an uncontended lock was held")?;
+        if !raw.unlock(grant).await.map_err(|e| e.to_string())? {
+            return Err("a raw grant was gone before its release".into());
+        }
+        cycles += 1;
+    }
+    Ok(cycles)
+}
+
+/// When the contending processes start and stop, by the wall clock.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Window {
+    pub(crate) start_ns: u64,
+    pub(crate) until_ns: u64,
+}
+
+impl Window {
+    /// A window of `seconds` that opens after `startup`, time for the
+    /// workers to start and connect.
+    pub(crate) fn after(startup: Duration, seconds: Duration) -> Self {
+        let start_ns = now_ns() + startup.as_nanos() as u64;
+        Self {
+            start_ns,
+            until_ns: start_ns + seconds.as_nanos() as u64,
+        }
+    }
+
+    pub(crate) fn length(&self) -> Duration {
+        Duration::from_nanos(self.until_ns - self.start_ns)
+    }
+
+    fn contains(&self, at_ns: u64) -> bool {
+        (self.start_ns..=self.until_ns).contains(&at_ns)
+    }
+}
+
+/// What the workers of one contended run reported.
+#[derive(Debug, Default)]
+struct Reports {
+    holds: Vec<Hold>,
+    commands: Option<Counts>,
+    errors: u64,
+}
+
+impl Reports {
+    /// Takes in one line; returns the round it closes, if it closes one.
+    fn absorb(&mut self, line: &str) -> Outcome<Option<u32>> {
+        match serde_json::from_str::<Line>(line)
+            .map_err(|e| format!("bad worker line {line:?}: {e}"))?
+        {
+            Line::Hold(hold) => self.holds.push(hold),
+            Line::Commands(counts) => self
+                .commands
+                .get_or_insert_with(Counts::default)
+                .add(&counts),
+            Line::Errors(n) => self.errors += n,
+            Line::RoundDone(round) => return Ok(Some(round)),
+        }
+        Ok(None)
+    }
+}
+
+/// Runs one worker process per command, all contending for one lock within
+/// `window`, and sums up what they report. In the tight loop every task
+/// takes the lock over and over; with `rounds`, the parent starts rounds
+/// (a `go` line to every worker) until the window closes, and every task
+/// takes the lock once per round. Server commands come from the workers'
+/// own counts (MongoDB) or from the server's `stats` read when the window
+/// opens and closes (memcached).
+pub(crate) async fn contend(
+    target: &Target,
+    workers: Vec<Command>,
+    window: Window,
+    rounds: bool,
+) -> Outcome<Contention> {
     let mut children = Vec::new();
-    for _ in 0..processes {
-        let child = Command::new(&exe)
-            .args(["worker", "--backend", url, "--lock", name.as_str()])
-            .args([
-                "--tasks",
-                &tasks.to_string(),
-                "--until-ns",
-                &until_ns.to_string(),
-            ])
+    for mut command in workers {
+        let child = command
+            .stdin(if rounds {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
             .stdout(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
             .map_err(|e| format!("cannot start a worker: {e}"))?;
         children.push(child);
     }
-    let mut holds = Vec::new();
-    for mut child in children {
-        let stdout = child.stdout.take().ok_or("worker without stdout")?;
-        let mut lines = BufReader::new(stdout).lines();
-        while let Some(line) = lines.next_line().await.map_err(|e| e.to_string())? {
-            holds.push(
-                serde_json::from_str::<Hold>(&line)
-                    .map_err(|e| format!("bad worker line {line:?}: {e}"))?,
-            );
+    // The server's counts when the window opens and when it closes, read on
+    // time whatever the workers do: a peer that sleeps past the end of the
+    // window (tooz waits a whole second between tries) adds nothing.
+    let edges = {
+        let target = target.clone();
+        tokio::spawn(async move {
+            sleep_until_ns(window.start_ns).await;
+            let opened = (target.counts().await, target.server_ops().await);
+            sleep_until_ns(window.until_ns).await;
+            let closed = (target.counts().await, target.server_ops().await);
+            (opened, closed)
+        })
+    };
+    let mut readers = Vec::new();
+    let mut stdins = Vec::new();
+    for child in &mut children {
+        readers.push(BufReader::new(child.stdout.take().ok_or("worker without stdout")?).lines());
+        stdins.extend(child.stdin.take());
+    }
+    let mut reports = Reports::default();
+    if rounds {
+        sleep_until_ns(window.start_ns).await;
+        while now_ns() < window.until_ns {
+            for stdin in &mut stdins {
+                stdin
+                    .write_all(b"go\n")
+                    .await
+                    .map_err(|e| format!("cannot start a round: {e}"))?;
+                stdin.flush().await.map_err(|e| e.to_string())?;
+            }
+            for reader in &mut readers {
+                loop {
+                    let line = reader
+                        .next_line()
+                        .await
+                        .map_err(|e| e.to_string())?
+                        .ok_or("a worker ended in the middle of a round")?;
+                    if reports.absorb(&line)?.is_some() {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    drop(stdins);
+    for (reader, mut child) in readers.iter_mut().zip(children) {
+        while let Some(line) = reader.next_line().await.map_err(|e| e.to_string())? {
+            reports.absorb(&line)?;
         }
         let status = child.wait().await.map_err(|e| e.to_string())?;
         if !status.success() {
             return Err(format!("a worker failed: {status}"));
         }
     }
-    let elapsed = started.elapsed().min(seconds + Duration::from_millis(500));
-    Ok(Contention::from_holds(holds, elapsed))
+    let ((counts_opened, ops_opened), (counts_closed, ops_closed)) =
+        edges.await.map_err(|e| e.to_string())?;
+    let server_ops = match (ops_opened, ops_closed) {
+        (Some(before), Some(after)) => {
+            let mut delta = after.since(&before);
+            // The serverStatus that read the second sample.
+            if let Some(commands) = delta.0.get_mut("command") {
+                *commands = commands.saturating_sub(1);
+            }
+            Some(delta)
+        }
+        _ => None,
+    };
+    // MongoDB's commands are counted by each worker's own client; the
+    // parent's monitor sees none of them. memcached's come from the server.
+    let commands = match (&target.server, counts_opened?, counts_closed?) {
+        (Server::Memcached(_), Some(before), Some(after)) => Some(after.since(&before)),
+        _ => reports.commands,
+    };
+    let mut holds = reports.holds;
+    holds.retain(|hold| window.contains(hold.acquired_at_ns));
+    let mut contention = Contention::from_holds(holds, window.length());
+    contention.errors = reports.errors;
+    contention.commands = commands;
+    contention.server_ops = server_ops;
+    Ok(contention)
 }
 
-/// One worker process: `tasks` tasks sharing one client take the lock
-/// until the deadline, each hold printed as a JSON line.
-pub(crate) async fn worker(url: &str, lock: &str, tasks: u32, until_ns: u64) -> Outcome<()> {
-    let backend = distlock::open(url).await.map_err(|e| e.to_string())?;
-    let client = LockClient::new(backend, LockOptions::default());
-    let name = LockName::new(lock).map_err(|e| e.to_string())?;
-    let mut handles = Vec::new();
-    for _ in 0..tasks {
-        let (client, name) = (client.clone(), name.clone());
-        handles.push(tokio::spawn(async move {
-            let mut holds = Vec::new();
-            loop {
-                let now = crate::timeline::now_ns();
-                if now >= until_ns {
-                    return Ok::<_, String>(holds);
-                }
-                let left = Duration::from_nanos(until_ns - now);
-                let guard = match client.acquire(&name, left).await {
-                    Ok(guard) => guard,
-                    Err(distlock::Error::Timeout { .. }) => return Ok(holds),
-                    Err(e) => return Err(e.to_string()),
-                };
-                let acquired_at_ns = crate::timeline::now_ns();
-                let token = guard.fencing_token();
-                let released_at_ns = crate::timeline::now_ns();
-                guard.release().await.map_err(|e| e.to_string())?;
+/// How a contended run is laid out: its processes, their tasks, its
+/// window, and whether it runs in rounds.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Layout {
+    pub(crate) processes: u32,
+    pub(crate) tasks: u32,
+    pub(crate) window: Window,
+    pub(crate) rounds: bool,
+}
+
+impl Layout {
+    /// The arguments that tell worker `process` of our binary its part.
+    pub(crate) fn worker_args(&self, process: u32) -> Vec<String> {
+        let mut args = vec![
+            "--tasks".to_owned(),
+            self.tasks.to_string(),
+            "--process".to_owned(),
+            process.to_string(),
+            "--start-ns".to_owned(),
+            self.window.start_ns.to_string(),
+            "--until-ns".to_owned(),
+            self.window.until_ns.to_string(),
+        ];
+        if self.rounds {
+            args.push("--rounds".to_owned());
+        }
+        args
+    }
+}
+
+/// The commands that start our contending workers.
+pub(crate) fn our_workers(
+    exe: &Path,
+    target: &Target,
+    lock: &LockName,
+    layout: Layout,
+) -> Vec<Command> {
+    (0..layout.processes)
+        .map(|process| {
+            let mut command = Command::new(exe);
+            command
+                .args(["worker", "--backend", &target.url, "--lock", lock.as_str()])
+                .args(layout.worker_args(process));
+            command
+        })
+        .collect()
+}
+
+/// Prints one line of a worker's report.
+pub(crate) fn print_line(line: &Line) -> Outcome<()> {
+    println!(
+        "{}",
+        serde_json::to_string(line).map_err(|e| e.to_string())?
+    );
+    Ok(())
+}
+
+/// What one task's attempt to take the lock once came to.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Take {
+    /// It held the lock from `acquired_at_ns` to `released_at_ns`.
+    Held {
+        acquired_at_ns: u64,
+        released_at_ns: u64,
+        token: u64,
+        /// The release failed (the hold still counts).
+        release_failed: bool,
+    },
+    /// The window closed before it got the lock.
+    TimedOut,
+    /// The acquire call failed; the task may try again.
+    Failed,
+}
+
+/// Takes a lock once, waiting at most `left`, and releases it at once:
+/// one per contender (our client, the Rust peer).
+pub(crate) trait Taker: Clone + Send + Sync + 'static {
+    fn take_once(&self, left: Duration) -> impl Future<Output = Take> + Send;
+}
+
+/// Our client on one name.
+#[derive(Debug, Clone)]
+struct OurTaker {
+    client: LockClient,
+    name: LockName,
+}
+
+impl Taker for OurTaker {
+    async fn take_once(&self, left: Duration) -> Take {
+        let guard = match self.client.acquire(&self.name, left).await {
+            Ok(guard) => guard,
+            Err(distlock::Error::Timeout { .. }) => return Take::TimedOut,
+            Err(_) => return Take::Failed,
+        };
+        let acquired_at_ns = now_ns();
+        let token = guard.fencing_token();
+        let released_at_ns = now_ns();
+        let release_failed = guard.release().await.is_err();
+        Take::Held {
+            acquired_at_ns,
+            released_at_ns,
+            token,
+            release_failed,
+        }
+    }
+}
+
+/// One task's holds and failed calls.
+type TaskLog = (Vec<Hold>, u64);
+
+/// Runs `tasks` tasks of worker `process` that take the lock through
+/// `taker` within `window`: over and over (the tight loop), or, with
+/// `rounds`, exactly once per round, a round starting at each `go` line on
+/// standard input and ending with a [`Line::RoundDone`] on standard output.
+/// Returns every hold and the number of failed calls.
+pub(crate) async fn drive<T: Taker>(
+    taker: T,
+    tasks: u32,
+    process: u32,
+    window: Window,
+    rounds: bool,
+) -> Outcome<TaskLog> {
+    let (mut holds, mut errors) = (Vec::new(), 0);
+    if !rounds {
+        sleep_until_ns(window.start_ns).await;
+        let handles: Vec<_> = (0..tasks)
+            .map(|task| {
+                let taker = taker.clone();
+                tokio::spawn(
+                    async move { take_until(&taker, process, task, 0, window, false).await },
+                )
+            })
+            .collect();
+        for handle in handles {
+            let (task_holds, task_errors) = handle.await.map_err(|e| e.to_string())?;
+            holds.extend(task_holds);
+            errors += task_errors;
+        }
+        return Ok((holds, errors));
+    }
+    let mut commands = BufReader::new(tokio::io::stdin()).lines();
+    let mut round = 0;
+    while let Some(command) = commands.next_line().await.map_err(|e| e.to_string())? {
+        if command.trim() != "go" {
+            break;
+        }
+        round += 1;
+        let handles: Vec<_> = (0..tasks)
+            .map(|task| {
+                let taker = taker.clone();
+                tokio::spawn(
+                    async move { take_until(&taker, process, task, round, window, true).await },
+                )
+            })
+            .collect();
+        for handle in handles {
+            let (task_holds, task_errors) = handle.await.map_err(|e| e.to_string())?;
+            holds.extend(task_holds);
+            errors += task_errors;
+        }
+        print_line(&Line::RoundDone(round))?;
+    }
+    Ok((holds, errors))
+}
+
+/// One task: takes the lock until the window closes, or (`once`) until it
+/// has held it once.
+async fn take_until<T: Taker>(
+    taker: &T,
+    process: u32,
+    task: u32,
+    round: u32,
+    window: Window,
+    once: bool,
+) -> TaskLog {
+    let (mut holds, mut errors) = (Vec::new(), 0);
+    loop {
+        let now = now_ns();
+        if now >= window.until_ns {
+            break;
+        }
+        match taker
+            .take_once(Duration::from_nanos(window.until_ns - now))
+            .await
+        {
+            Take::Held {
+                acquired_at_ns,
+                released_at_ns,
+                token,
+                release_failed,
+            } => {
+                errors += u64::from(release_failed);
                 holds.push(Hold {
                     acquired_at_ns,
                     released_at_ns,
                     token,
+                    process,
+                    task,
+                    round,
                 });
+                if once {
+                    break;
+                }
             }
-        }));
-    }
-    for handle in handles {
-        for hold in handle.await.map_err(|e| e.to_string())?? {
-            println!(
-                "{}",
-                serde_json::to_string(&hold).map_err(|e| e.to_string())?
-            );
+            Take::TimedOut => break,
+            Take::Failed => {
+                errors += 1;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
         }
     }
-    Ok(())
+    (holds, errors)
+}
+
+/// Prints a worker's final report: its holds, the commands it counted
+/// itself (if any), and its failed calls.
+pub(crate) fn report_worker((holds, errors): TaskLog, commands: Option<Counts>) -> Outcome<()> {
+    for hold in holds {
+        print_line(&Line::Hold(hold))?;
+    }
+    if let Some(commands) = commands {
+        print_line(&Line::Commands(commands))?;
+    }
+    print_line(&Line::Errors(errors))
+}
+
+/// One worker process of ours: `tasks` tasks sharing one client take the
+/// lock within the window (see [`drive`]), then report as JSON lines.
+pub(crate) async fn worker(
+    url: &str,
+    lock: &str,
+    tasks: u32,
+    process: u32,
+    window: Window,
+    rounds: bool,
+) -> Outcome<()> {
+    let target = Target::open(url).await?;
+    let taker = OurTaker {
+        client: LockClient::new(target.backend.clone(), LockOptions::default()),
+        name: LockName::new(lock).map_err(|e| e.to_string())?,
+    };
+    let before = in_process_counts(&target).await?;
+    let log = drive(taker, tasks, process, window, rounds).await?;
+    let after = in_process_counts(&target).await?;
+    let commands = match (before, after) {
+        (Some(before), Some(after)) => Some(after.since(&before)),
+        _ => None,
+    };
+    report_worker(log, commands)
+}
+
+/// The commands this process counted itself: MongoDB's command monitoring.
+/// memcached's are counted by the parent from the server's `stats`.
+pub(crate) async fn in_process_counts(target: &Target) -> Outcome<Option<Counts>> {
+    match target.server {
+        Server::Mongo { .. } => target.counts().await,
+        _ => Ok(None),
+    }
 }
 
 /// Many locks held by one process for a while.
@@ -203,66 +630,109 @@ pub(crate) async fn worker(url: &str, lock: &str, tasks: u32, until_ns: u64) -> 
 pub(crate) struct HoldMany {
     pub(crate) locks: usize,
     pub(crate) held_for: Duration,
+    pub(crate) lease: Duration,
+    pub(crate) extend_every: Duration,
     pub(crate) acquire_time: Duration,
-    pub(crate) extend_calls_per_second: f64,
-    pub(crate) extended_leases_per_second: f64,
+    pub(crate) extend_calls: u64,
+    pub(crate) extended_leases: u64,
+    /// Server commands while the locks were held, where counted.
+    pub(crate) commands: Option<Counts>,
     pub(crate) lost: usize,
     pub(crate) cpu: Duration,
-    pub(crate) rss_growth_kib: u64,
+    pub(crate) rss_before_kib: u64,
+    pub(crate) rss_held_kib: u64,
 }
 
+impl HoldMany {
+    pub(crate) fn per_second(&self, n: u64) -> f64 {
+        n as f64 / self.held_for.as_secs_f64()
+    }
+
+    /// How many extension cadences fit in the hold.
+    pub(crate) fn cadences(&self) -> f64 {
+        self.held_for.as_secs_f64() / self.extend_every.as_secs_f64()
+    }
+}
+
+/// How many acquisitions and releases the many-locks scenario keeps in
+/// flight while it takes and gives back its locks.
+const MANY_IN_FLIGHT: usize = 64;
+
 /// Holds `locks` locks for `held_for` with a `lease`, counting the calls
-/// core makes to keep them.
+/// core makes to keep them and the commands the server receives meanwhile.
 pub(crate) async fn hold_many(
-    backend: Arc<dyn Backend>,
+    target: &Target,
     locks: usize,
     held_for: Duration,
     lease: Duration,
 ) -> Outcome<HoldMany> {
-    let counting = Arc::new(Counting::new(backend));
+    let counting = Arc::new(Counting::new(target.backend.clone()));
     let calls: Arc<Calls> = counting.calls.clone();
     let options = LockOptions::builder()
         .lease(lease)
         .build()
         .map_err(|e| e.to_string())?;
+    let extend_every = options.extend_every();
     let client = LockClient::new(counting, options);
     let prefix = bench_name("many");
-    let rss_before = rss_kib();
+    let rss_before_kib = rss_kib();
     let started = Instant::now();
-    let mut guards = Vec::with_capacity(locks);
-    for i in 0..locks {
-        let name = LockName::new(format!("{prefix}-{i}")).map_err(|e| e.to_string())?;
-        let guard = client
-            .try_acquire(&name)
-            .await
-            .map_err(|e| e.to_string())?
-            .ok_or("a fresh lock was held")?;
-        guards.push(guard);
-    }
+    let guards: Vec<_> = futures::stream::iter(0..locks)
+        .map(|i| {
+            let client = client.clone();
+            let name = LockName::new(format!("{prefix}-{i}"));
+            async move {
+                let name = name.map_err(|e| e.to_string())?;
+                client
+                    .try_acquire(&name)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .ok_or_else(|| "a fresh lock was held".to_owned())
+            }
+        })
+        .buffer_unordered(MANY_IN_FLIGHT)
+        .collect::<Vec<Outcome<_>>>()
+        .await
+        .into_iter()
+        .collect::<Outcome<_>>()?;
     let acquire_time = started.elapsed();
     let (batches_before, leases_before) = (
         Calls::get(&calls.extend_batches),
         Calls::get(&calls.extended_leases),
     );
+    let commands_before = target.counts().await?;
     let cpu_before = cpu_time();
     tokio::time::sleep(held_for).await;
     let cpu = cpu_time().saturating_sub(cpu_before);
-    let batches = Calls::get(&calls.extend_batches) - batches_before;
-    let leases = Calls::get(&calls.extended_leases) - leases_before;
-    let rss_growth_kib = rss_kib().saturating_sub(rss_before);
+    let commands = match (commands_before, target.counts().await?) {
+        (Some(before), Some(after)) => Some(after.since(&before)),
+        _ => None,
+    };
+    let extend_calls = Calls::get(&calls.extend_batches) - batches_before;
+    let extended_leases = Calls::get(&calls.extended_leases) - leases_before;
+    let rss_held_kib = rss_kib();
     let lost = guards.iter().filter(|guard| guard.is_lost()).count();
-    for guard in guards {
-        let _ = guard.release().await;
-    }
+    futures::stream::iter(guards)
+        .map(|guard| async move {
+            let _ = guard.release().await;
+        })
+        .buffer_unordered(MANY_IN_FLIGHT)
+        .collect::<Vec<()>>()
+        .await;
+    target.forget(prefix.as_str()).await;
     Ok(HoldMany {
         locks,
         held_for,
+        lease,
+        extend_every,
         acquire_time,
-        extend_calls_per_second: batches as f64 / held_for.as_secs_f64(),
-        extended_leases_per_second: leases as f64 / held_for.as_secs_f64(),
+        extend_calls,
+        extended_leases,
+        commands,
         lost,
         cpu,
-        rss_growth_kib,
+        rss_before_kib,
+        rss_held_kib,
     })
 }
 

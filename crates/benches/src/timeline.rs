@@ -1,8 +1,14 @@
 //! Holds reported by contending workers, and what they add up to.
+//!
+//! Workers of every kind (ours, the Rust peer, the Python peer) print one
+//! JSON [`Line`] per event on standard output; the parent reads them all and
+//! sums them up with [`Contention::from_holds`].
 
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+
+use crate::commands::Counts;
 
 /// One time a worker held the lock, by the machine's wall clock (which all
 /// workers on one machine share).
@@ -10,7 +16,35 @@ use serde::{Deserialize, Serialize};
 pub(crate) struct Hold {
     pub(crate) acquired_at_ns: u64,
     pub(crate) released_at_ns: u64,
+    /// The fencing token, or 0 for a lock that has none.
+    #[serde(default)]
     pub(crate) token: u64,
+    /// Which worker process held it.
+    #[serde(default)]
+    pub(crate) process: u32,
+    /// Which task (or thread) of that process held it.
+    #[serde(default)]
+    pub(crate) task: u32,
+    /// Which round it belongs to, in the rounds scenario (0 otherwise).
+    /// Only holds of the same round are laid end to end.
+    #[serde(default)]
+    pub(crate) round: u32,
+}
+
+/// One line a contending worker prints.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Line {
+    /// One hold.
+    Hold(Hold),
+    /// The server commands this process sent while it contended, by name,
+    /// counted by the driver's command monitoring.
+    Commands(Counts),
+    /// Acquire or release calls that failed; the worker went on.
+    Errors(u64),
+    /// In the rounds scenario: every task of this process has had its
+    /// turn in the round just started (or the window closed).
+    RoundDone(u32),
 }
 
 /// Contention results.
@@ -18,32 +52,87 @@ pub(crate) struct Hold {
 pub(crate) struct Contention {
     pub(crate) acquisitions: usize,
     pub(crate) per_second: f64,
+    /// How many hand-offs were measured.
+    pub(crate) hand_offs: usize,
+    /// Release to the next grant, whoever got it.
     pub(crate) hand_off_p50: Duration,
     pub(crate) hand_off_p99: Duration,
+    /// The mean hand-off: for a lock whose waiters poll, hand-offs are
+    /// bimodal (a waiter that happened to try right after the release, or
+    /// one that slept its whole period), and the median hides the second
+    /// mode.
+    pub(crate) hand_off_mean: Duration,
+    /// Release to the next grant, counting only grants to a task of another
+    /// process.
+    pub(crate) cross_process: usize,
+    pub(crate) cross_p50: Duration,
+    pub(crate) cross_p99: Duration,
+    /// How many tasks got the lock at least once.
+    pub(crate) tasks_served: usize,
     /// Holds that began before the previous one ended: must be zero.
     pub(crate) overlaps: usize,
+    /// Calls that failed (the worker went on).
+    pub(crate) errors: u64,
+    /// Server commands over the window, where counted.
+    pub(crate) commands: Option<Counts>,
+    /// The server's own count of the operations over the window, where it
+    /// keeps one (MongoDB's `serverStatus` opcounters).
+    pub(crate) server_ops: Option<Counts>,
 }
 
 impl Contention {
     /// Sums up `holds` gathered over `elapsed`.
     pub(crate) fn from_holds(mut holds: Vec<Hold>, elapsed: Duration) -> Self {
-        holds.sort_by_key(|hold| hold.acquired_at_ns);
+        holds.sort_by_key(|hold| (hold.round, hold.acquired_at_ns));
         let mut gaps = Vec::with_capacity(holds.len());
+        let mut cross = Vec::new();
         let mut overlaps = 0;
         for pair in holds.windows(2) {
-            match pair[1].acquired_at_ns.checked_sub(pair[0].released_at_ns) {
-                Some(gap) => gaps.push(Duration::from_nanos(gap)),
-                None => overlaps += 1,
+            if pair[0].round != pair[1].round {
+                continue;
+            }
+            let Some(gap) = pair[1].acquired_at_ns.checked_sub(pair[0].released_at_ns) else {
+                overlaps += 1;
+                continue;
+            };
+            let gap = Duration::from_nanos(gap);
+            gaps.push(gap);
+            if pair[1].process != pair[0].process {
+                cross.push(gap);
             }
         }
+        let mut served: Vec<(u32, u32)> = holds.iter().map(|h| (h.process, h.task)).collect();
+        served.sort_unstable();
+        served.dedup();
         gaps.sort_unstable();
+        let hand_off_mean = if gaps.is_empty() {
+            Duration::ZERO
+        } else {
+            gaps.iter().sum::<Duration>() / gaps.len() as u32
+        };
+        cross.sort_unstable();
         Self {
             acquisitions: holds.len(),
             per_second: holds.len() as f64 / elapsed.as_secs_f64(),
+            hand_offs: gaps.len(),
             hand_off_p50: percentile(&gaps, 50),
             hand_off_p99: percentile(&gaps, 99),
+            hand_off_mean,
+            cross_process: cross.len(),
+            cross_p50: percentile(&cross, 50),
+            cross_p99: percentile(&cross, 99),
+            tasks_served: served.len(),
             overlaps,
+            errors: 0,
+            commands: None,
+            server_ops: None,
         }
+    }
+
+    /// Server commands per acquisition, where counted.
+    pub(crate) fn commands_per_acquisition(&self) -> Option<f64> {
+        let commands = self.commands.as_ref()?;
+        (self.acquisitions > 0).then(|| commands.total() as f64 / self.acquisitions as f64)
     }
 }
 
@@ -63,27 +152,87 @@ pub(crate) fn now_ns() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
+/// Sleeps until the wall-clock instant `at_ns` (nanoseconds since the Unix
+/// epoch); returns at once if it has passed.
+pub(crate) async fn sleep_until_ns(at_ns: u64) {
+    let now = now_ns();
+    if at_ns > now {
+        tokio::time::sleep(Duration::from_nanos(at_ns - now)).await;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn hold(from: u64, to: u64) -> Hold {
+    fn hold(from: u64, to: u64, process: u32, task: u32) -> Hold {
         Hold {
             acquired_at_ns: from,
             released_at_ns: to,
             token: from,
+            process,
+            task,
+            round: 0,
         }
     }
 
     #[test]
+    fn rounds_are_not_laid_end_to_end() {
+        let mut holds = vec![hold(0, 10, 0, 0), hold(12, 20, 1, 0), hold(100, 110, 0, 0)];
+        holds[2].round = 1;
+        holds.push(Hold {
+            round: 1,
+            ..hold(111, 120, 1, 0)
+        });
+        let summary = Contention::from_holds(holds, Duration::from_secs(1));
+        assert_eq!(summary.acquisitions, 4);
+        assert_eq!(summary.cross_process, 2);
+        assert_eq!(summary.hand_off_p99, Duration::from_nanos(2));
+    }
+
+    #[test]
     fn gaps_and_overlaps() {
-        let holds = vec![hold(0, 10), hold(15, 20), hold(18, 30), hold(40, 50)];
+        let holds = vec![
+            hold(0, 10, 0, 0),
+            hold(15, 20, 0, 1),
+            hold(18, 30, 1, 0),
+            hold(40, 50, 1, 0),
+        ];
         let summary = Contention::from_holds(holds, Duration::from_secs(2));
         assert_eq!(summary.acquisitions, 4);
         assert_eq!(summary.overlaps, 1);
         assert_eq!(summary.hand_off_p50, Duration::from_nanos(5));
         assert_eq!(summary.hand_off_p99, Duration::from_nanos(10));
+        assert_eq!(summary.hand_off_mean, Duration::from_nanos(7));
         assert_eq!(summary.per_second, 2.0);
+        // 0/0 -> 0/1 is another task of the same process; 1/0 -> 1/0 is the
+        // same task again.
+        assert_eq!(summary.cross_process, 0);
+        assert_eq!(summary.hand_offs, 2);
+        assert_eq!(summary.tasks_served, 3);
+    }
+
+    #[test]
+    fn cross_process_hand_offs_are_told_apart() {
+        let holds = vec![hold(0, 10, 0, 0), hold(12, 20, 1, 0), hold(21, 30, 1, 1)];
+        let summary = Contention::from_holds(holds, Duration::from_secs(1));
+        assert_eq!(summary.cross_process, 1);
+        assert_eq!(summary.cross_p50, Duration::from_nanos(2));
+        assert_eq!(summary.hand_offs, 2);
+    }
+
+    #[test]
+    fn lines_read_what_the_python_worker_prints() {
+        let line: Line = serde_json::from_str(
+            r#"{"hold": {"acquired_at_ns": 5, "released_at_ns": 9, "process": 2, "task": 3}}"#,
+        )
+        .unwrap();
+        let Line::Hold(hold) = line else {
+            panic!("not a hold: {line:?}")
+        };
+        assert_eq!((hold.token, hold.process, hold.task), (0, 2, 3));
+        let line: Line = serde_json::from_str(r#"{"errors": 4}"#).unwrap();
+        assert!(matches!(line, Line::Errors(4)));
     }
 
     #[test]

@@ -1,0 +1,170 @@
+//! A backend under test, opened from its URL, with whatever the benchmarks
+//! need to count the commands its server receives.
+
+use std::sync::Arc;
+
+use distlock::Backend;
+use distlock::memcached::MemcachedBackend;
+use distlock::mongodb::MongoBackend;
+use distlock::mongodb::mongodb::bson::{Document, doc};
+use distlock::mongodb::mongodb::options::ClientOptions;
+use distlock::mongodb::mongodb::{Client, Database};
+
+use crate::commands::{Counts, MongoMonitor, memcached_counts, mongo_opcounters};
+use crate::scenarios::Outcome;
+
+/// Which server a target talks to.
+#[derive(Debug, Clone)]
+pub(crate) enum Server {
+    /// A backend whose server commands are not counted (file, memory).
+    Uncounted,
+    /// MongoDB, through a client that counts every command it sends.
+    Mongo {
+        monitor: MongoMonitor,
+        database: Database,
+        /// The lock collection.
+        collection: String,
+    },
+    /// memcached, counted by its `stats`.
+    Memcached(Arc<MemcachedBackend>),
+}
+
+/// A backend opened for the benchmarks.
+#[derive(Debug, Clone)]
+pub(crate) struct Target {
+    /// The URL as given.
+    pub(crate) url: String,
+    /// The URL without credentials, for the report.
+    pub(crate) shown: String,
+    pub(crate) backend: Arc<dyn Backend>,
+    pub(crate) server: Server,
+}
+
+impl Target {
+    /// Opens `url`: MongoDB and memcached URLs with their own backend types
+    /// (so that commands can be counted), anything else with
+    /// [`distlock::open`].
+    pub(crate) async fn open(url: &str) -> Outcome<Self> {
+        let shown = distlock::redact(url);
+        let fail = |e: &dyn std::fmt::Display| format!("{shown}: {e}");
+        let (backend, server): (Arc<dyn Backend>, Server) = if url.starts_with("mongodb://")
+            || url.starts_with("mongodb+srv://")
+        {
+            let (monitor, database, collection) = mongo_client(url).await.map_err(|e| fail(&e))?;
+            let collection =
+                collection.unwrap_or_else(|| distlock::mongodb::DEFAULT_COLLECTION.to_owned());
+            let backend = MongoBackend::from_database(database.clone())
+                .collection(collection.clone())
+                .build()
+                .await
+                .map_err(|e| fail(&e))?;
+            let server = Server::Mongo {
+                monitor,
+                database,
+                collection,
+            };
+            (Arc::new(backend), server)
+        } else if url.starts_with("memcache://") || url.starts_with("memcached://") {
+            let backend = Arc::new(MemcachedBackend::open(url).await.map_err(|e| fail(&e))?);
+            (backend.clone(), Server::Memcached(backend))
+        } else {
+            (
+                distlock::open(url).await.map_err(|e| fail(&e))?,
+                Server::Uncounted,
+            )
+        };
+        Ok(Self {
+            url: url.to_owned(),
+            shown,
+            backend,
+            server,
+        })
+    }
+
+    /// What kind of backend this is, for the report.
+    pub(crate) fn kind(&self) -> &'static str {
+        match &self.server {
+            Server::Mongo { .. } => "MongoDB",
+            Server::Memcached(_) => "memcached",
+            Server::Uncounted if self.url.starts_with("file:") => "file",
+            Server::Uncounted => "other",
+        }
+    }
+
+    /// The commands counted so far: this process's for MongoDB, the
+    /// server's for memcached; `None` where nothing counts them.
+    pub(crate) async fn counts(&self) -> Outcome<Option<Counts>> {
+        match &self.server {
+            Server::Uncounted => Ok(None),
+            Server::Mongo { monitor, .. } => Ok(Some(monitor.snapshot())),
+            Server::Memcached(backend) => memcached_counts(backend).await.map(Some),
+        }
+    }
+
+    /// Deletes the lock documents whose names start with `prefix` (MongoDB
+    /// keeps a released lock's document, for its fencing token), so that
+    /// the server's TTL monitor does not delete thousands of them in the
+    /// middle of a later measurement. A failure is only reported.
+    pub(crate) async fn forget(&self, prefix: &str) {
+        if let Server::Mongo {
+            database,
+            collection,
+            ..
+        } = &self.server
+        {
+            let pattern = format!("^{}", regex_escape(prefix));
+            let deleted = database
+                .collection::<Document>(collection)
+                .delete_many(doc! { "_id": { "$regex": pattern } })
+                .await;
+            if let Err(error) = deleted {
+                eprintln!("   (could not delete the benchmark's lock documents: {error})");
+            }
+        }
+    }
+
+    /// The server's own operation counters, where it keeps them.
+    pub(crate) async fn server_ops(&self) -> Option<Counts> {
+        match &self.server {
+            Server::Mongo { database, .. } => mongo_opcounters(database).await,
+            _ => None,
+        }
+    }
+}
+
+/// `text` with every character a regular expression gives a meaning to
+/// escaped.
+fn regex_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if !c.is_ascii_alphanumeric() && c != '-' && c != '_' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A MongoDB client for `url` (a distlock URL: its path names the database,
+/// default `distlock`, and its `collection` option the collection) that
+/// counts its commands. Returns the monitor, the database, and the
+/// collection if the URL named one.
+pub(crate) async fn mongo_client(
+    url: &str,
+) -> Result<(MongoMonitor, Database, Option<String>), String> {
+    let (driver_url, collection) =
+        distlock::mongodb::split_collection_option(url).map_err(|e| e.to_string())?;
+    let mut options = ClientOptions::parse(&driver_url)
+        .await
+        .map_err(|e| e.to_string())?;
+    let monitor = MongoMonitor::default();
+    options.command_event_handler = Some(monitor.handler());
+    options
+        .app_name
+        .get_or_insert_with(|| "distlock-bench".to_owned());
+    let client = Client::with_options(options).map_err(|e| e.to_string())?;
+    let database = client
+        .default_database()
+        .unwrap_or_else(|| client.database(distlock::mongodb::DEFAULT_DATABASE));
+    Ok((monitor, database, collection))
+}
