@@ -221,12 +221,31 @@ fn no_token(request: &AcquireRequest) -> Error {
     }
 }
 
-fn copy_error(error: &Error) -> Error {
+/// `error` again, for each lease of a bulk command that failed as a whole
+/// (errors cannot be cloned, and the driver's source stays with the first).
+pub(crate) fn copy_error(error: &Error) -> Error {
     Error::Backend {
         backend: BACKEND,
         message: error.to_string(),
         source: None,
     }
+}
+
+/// The per-lease outcomes of a bulk extension, in order; a lease that no
+/// command covered is an error, never silently "extended".
+pub(crate) fn settle(outcomes: Vec<Option<Result<bool>>>) -> Vec<Result<bool>> {
+    outcomes
+        .into_iter()
+        .map(|outcome| {
+            outcome.unwrap_or_else(|| {
+                Err(Error::Backend {
+                    backend: BACKEND,
+                    message: "a lease was left out of the bulk extension".into(),
+                    source: None,
+                })
+            })
+        })
+        .collect()
 }
 
 #[async_trait]
@@ -316,18 +335,7 @@ impl Backend for MongoBackend {
                 }
             }
         }
-        outcomes
-            .into_iter()
-            .map(|outcome| {
-                outcome.unwrap_or_else(|| {
-                    Err(Error::Backend {
-                        backend: BACKEND,
-                        message: "a lease was left out of the bulk extension".into(),
-                        source: None,
-                    })
-                })
-            })
-            .collect()
+        settle(outcomes)
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {

@@ -26,6 +26,7 @@ use mongodb::options::ReturnDocument;
 
 use super::fields::Fields;
 use super::{id, update};
+use crate::backend::{copy_error, settle};
 use crate::clock::ServerClock;
 use crate::document::lock_id;
 use crate::error::{BACKEND, driver, is_duplicate_key};
@@ -322,28 +323,13 @@ impl Backend for EntityBackend {
                     }
                     Err(error) => {
                         for (index, _, _) in chunk {
-                            outcomes[*index] = Some(Err(Error::Backend {
-                                backend: BACKEND,
-                                message: error.to_string(),
-                                source: None,
-                            }));
+                            outcomes[*index] = Some(Err(copy_error(&error)));
                         }
                     }
                 }
             }
         }
-        outcomes
-            .into_iter()
-            .map(|outcome| {
-                outcome.unwrap_or_else(|| {
-                    Err(Error::Backend {
-                        backend: BACKEND,
-                        message: "a lease was left out of the bulk extension".into(),
-                        source: None,
-                    })
-                })
-            })
-            .collect()
+        settle(outcomes)
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
