@@ -105,6 +105,19 @@ pub enum Attempt {
     },
 }
 
+/// What a [`Backend::hand_over`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HandOver {
+    /// The old lease ended and the new one began in the same step, with
+    /// this fencing token.
+    Granted {
+        /// Strictly greater than every token granted before for this name.
+        fencing_token: u64,
+    },
+    /// The old lease was no longer ours, so nothing changed.
+    NotOurs,
+}
+
 /// A lease core holds, as it hands it back to the backend.
 #[derive(Debug, Clone)]
 pub struct Lease {
@@ -133,6 +146,9 @@ pub struct Capabilities {
     /// [`Backend::list`] shows locks held by every process, not only by
     /// this backend instance (false for memcached, which cannot enumerate).
     pub lists_every_holder: bool,
+    /// [`Backend::hand_over`] is implemented, so a lock can pass from one
+    /// task of a client to the next in one step, without being released.
+    pub hand_over: bool,
 }
 
 impl Capabilities {
@@ -143,7 +159,14 @@ impl Capabilities {
             release_wakeups: false,
             cross_process: true,
             lists_every_holder: true,
+            hand_over: false,
         }
+    }
+
+    /// These capabilities with [`Backend::hand_over`] or without.
+    pub const fn with_hand_over(mut self, on: bool) -> Self {
+        self.hand_over = on;
+        self
     }
 
     /// These capabilities with wake-ups on or off.
@@ -242,6 +265,26 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// # Errors
     /// A backend error.
     async fn release(&self, lease: &Lease) -> Result<bool>;
+
+    /// Ends `lease` and grants `next` in one atomic step, if `lease` is
+    /// still ours; otherwise changes nothing. The lock is never free in
+    /// between, so no other process can take it, and the new grant gets a
+    /// fresh identity and a fencing token greater than the old one's.
+    ///
+    /// Core calls it only when [`Capabilities::hand_over`] is set, to pass a
+    /// lock to the next task of the same client that waits for it; it never
+    /// passes a lock to another process. The default answers
+    /// [`Error::Unsupported`](crate::Error::Unsupported).
+    ///
+    /// # Errors
+    /// A backend error, after which the outcome is unknown: core then
+    /// releases both identities.
+    async fn hand_over(&self, lease: &Lease, next: &AcquireRequest) -> Result<HandOver> {
+        let _ = (lease, next);
+        Err(crate::Error::Unsupported(
+            "this backend cannot hand a lock over in one step".into(),
+        ))
+    }
 
     /// The locks held now.
     ///

@@ -13,11 +13,12 @@ use crate::backoff::Backoff;
 use crate::detach::Detach;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
+use crate::handover::Succession;
 use crate::keeper::{Keeper, timed_out};
 use crate::lease::{HeldLease, LostSignal};
 use crate::name::LockName;
 use crate::options::LockOptions;
-use crate::slots::{SlotPermit, Slots};
+use crate::slots::{Baton, SlotPermit, Slots};
 
 /// Takes, keeps and releases locks on one backend.
 ///
@@ -56,6 +57,8 @@ struct Inner {
     keeper: Keeper,
     slots: Slots,
     release_wakeups: bool,
+    /// Set when the backend can hand a lock from one task to the next.
+    succession: Option<Arc<Succession>>,
 }
 
 /// What a closure run by [`LockClient::with_lock`] knows of its lock.
@@ -82,14 +85,24 @@ impl LockClient {
     pub fn new(backend: Arc<dyn Backend>, options: LockOptions) -> Self {
         let capabilities = backend.capabilities();
         let holder = Holder::this_process(options.label());
+        let keeper = Keeper::new(options.clone(), capabilities.process_bound);
+        let succession = (capabilities.hand_over && options.local_hand_overs() > 0).then(|| {
+            Arc::new(Succession {
+                holder: holder.clone(),
+                lease: options.lease(),
+                bound: options.local_hand_overs(),
+                keeper: keeper.clone(),
+            })
+        });
         Self {
             inner: Arc::new(Inner {
-                keeper: Keeper::new(options.clone(), capabilities.process_bound),
+                keeper,
                 backend,
                 options,
                 holder,
                 slots: Slots::default(),
                 release_wakeups: capabilities.release_wakeups,
+                succession,
             }),
         }
     }
@@ -162,10 +175,22 @@ impl LockClient {
             name: name.to_string(),
             waited: started.elapsed(),
         };
-        let permit = tokio::select! {
+        let baton = tokio::select! {
             biased;
-            permit = self.inner.slots.acquire(name) => permit,
+            baton = self.inner.slots.acquire(name) => baton,
             () = tokio::time::sleep_until(deadline) => return Err(timed_out()),
+        };
+        let (permit, yielded) = match baton {
+            Baton::Granted(guard) => {
+                tracing::debug!(
+                    fencing_token = guard.fencing_token(),
+                    waited_us = started.elapsed().as_micros() as u64,
+                    outcome = "handed over"
+                );
+                return Ok(guard);
+            }
+            Baton::Free(permit) => (permit, false),
+            Baton::Yielded(permit) => (permit, true),
         };
         let mut watch = if self.inner.release_wakeups {
             self.inner.backend.watch_releases(name)
@@ -174,6 +199,20 @@ impl LockClient {
         };
         let (min, max) = self.inner.options.backoff();
         let mut backoff = Backoff::new(min, max);
+        if yielded {
+            // Another task of this client just held the lock through a run
+            // of hand-overs: give other processes the first chance at it.
+            let pause = min.min(deadline.saturating_duration_since(Instant::now()));
+            match watch.as_mut() {
+                Some(watch) => {
+                    tokio::select! {
+                        () = watch.released() => {}
+                        () = tokio::time::sleep(pause) => {}
+                    }
+                }
+                None => tokio::time::sleep(pause).await,
+            }
+        }
         let mut first = true;
         let mut permit = Some(permit);
         loop {
@@ -376,6 +415,7 @@ impl LockClient {
                     self.inner.keeper.clone(),
                     key,
                     permit,
+                    self.inner.succession.clone(),
                 )))
             }
             Ok(Outcome::Held(retry_after)) => {

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use crate::backend::Lease;
 use crate::detach::Detach;
 use crate::error::{Error, Result};
+use crate::handover::{self, Succession};
 use crate::keeper::{Keeper, lost_error, timed_out};
 use crate::lease::{HeldLease, LossReason, LostSignal};
 use crate::name::LockName;
@@ -30,18 +31,38 @@ pub struct LockGuard {
     keeper: Keeper,
     key: u64,
     slot: Option<SlotPermit>,
+    /// Set when the backend can hand the lock to this client's next waiter.
+    succession: Option<Arc<Succession>>,
     released: bool,
 }
 
 impl LockGuard {
-    pub(crate) fn new(held: Arc<HeldLease>, keeper: Keeper, key: u64, slot: SlotPermit) -> Self {
+    pub(crate) fn new(
+        held: Arc<HeldLease>,
+        keeper: Keeper,
+        key: u64,
+        slot: SlotPermit,
+        succession: Option<Arc<Succession>>,
+    ) -> Self {
         Self {
             held,
             keeper,
             key,
             slot: Some(slot),
+            succession,
             released: false,
         }
+    }
+
+    /// Gives this freshly handed-over guard to the next task waiting for
+    /// its name; gives it back when nobody waits any more.
+    pub(crate) fn offer_to_next(self) -> std::result::Result<(), Self> {
+        let queue = self
+            .slot
+            .as_ref()
+            .expect("a live guard has its slot")
+            .queue();
+        queue.offer(self)
     }
 
     /// The lock's name.
@@ -106,9 +127,10 @@ impl LockGuard {
         self.keeper.remove(self.key);
         let held = self.held.clone();
         let slot = self.slot.take();
+        let succession = self.succession.take();
         // If this future is dropped halfway, the release still completes, and
         // only then is the local slot handed on.
-        Detach::new(release_lease(held, slot)).await
+        Detach::new(release_lease(held, slot, succession)).await
     }
 
     /// Releases the lock with `release` in place of the backend's own
@@ -152,11 +174,32 @@ impl LockGuard {
 }
 
 /// Releases `held` on the backend, then passes the local slot on to the
-/// next task of this process waiting for the same name.
-async fn release_lease(held: Arc<HeldLease>, slot: Option<SlotPermit>) -> Result<bool> {
+/// next task of this process waiting for the same name; or, where the
+/// backend can, hands the lock itself to that task in one step.
+async fn release_lease(
+    held: Arc<HeldLease>,
+    mut slot: Option<SlotPermit>,
+    succession: Option<Arc<Succession>>,
+) -> Result<bool> {
     let started = std::time::Instant::now();
     let ops = held.ops.lock().await;
     let was_lost = held.loss().is_some();
+    if !was_lost
+        && let (Some(succession), Some(permit)) = (&succession, slot.as_mut())
+        && succession.applies(permit)
+    {
+        let permit = slot.take().expect("checked just above");
+        let outcome = handover::hand_over(&held, permit, succession).await;
+        drop(ops);
+        tracing::debug!(
+            name = %held.lease.name,
+            fencing_token = held.lease.fencing_token,
+            outcome = ?outcome.as_ref().map_err(ToString::to_string),
+            duration_us = started.elapsed().as_micros() as u64,
+            "lock released by hand-over"
+        );
+        return outcome;
+    }
     let outcome = backend_release(&held).await;
     drop(ops);
     end_released(
@@ -245,10 +288,11 @@ impl Drop for LockGuard {
         self.keeper.remove(self.key);
         let held = self.held.clone();
         let slot = self.slot.take();
+        let succession = self.succession.take();
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 runtime.spawn(async move {
-                    let _ = release_lease(held, slot).await;
+                    let _ = release_lease(held, slot, succession).await;
                 });
             }
             Err(_) => {

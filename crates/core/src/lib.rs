@@ -20,6 +20,7 @@ mod client;
 mod detach;
 mod error;
 mod guard;
+mod handover;
 mod keeper;
 mod lease;
 mod memory;
@@ -32,7 +33,7 @@ mod wake;
 /// The attribute backends put on their [`Backend`] impl.
 pub use async_trait::async_trait;
 pub use backend::{
-    AcquireRequest, Attempt, Backend, Capabilities, Holder, Lease, LeaseId, LockInfo,
+    AcquireRequest, Attempt, Backend, Capabilities, HandOver, Holder, Lease, LeaseId, LockInfo,
 };
 pub use client::{LockClient, LockContext};
 pub use error::{Error, Result};

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 
 use crate::backend::{
-    AcquireRequest, Attempt, Backend, Capabilities, Holder, Lease, LeaseId, LockInfo,
+    AcquireRequest, Attempt, Backend, Capabilities, HandOver, Holder, Lease, LeaseId, LockInfo,
 };
 use crate::error::Result;
 use crate::name::LockName;
@@ -62,6 +62,7 @@ impl Backend for MemoryBackend {
         Capabilities::lease_based()
             .with_release_wakeups(true)
             .with_cross_process(false)
+            .with_hand_over(true)
     }
 
     async fn try_acquire(&self, request: &AcquireRequest) -> Result<Attempt> {
@@ -117,6 +118,27 @@ impl Backend for MemoryBackend {
         drop(locks);
         self.releases.notify(&lease.name);
         Ok(was_live)
+    }
+
+    async fn hand_over(&self, lease: &Lease, next: &AcquireRequest) -> Result<HandOver> {
+        let now = Instant::now();
+        let mut locks = self.lock();
+        let Some(slot) = locks.get_mut(&lease.name).filter(|slot| {
+            slot.live_grant(now)
+                .is_some_and(|grant| grant.id == lease.id)
+        }) else {
+            return Ok(HandOver::NotOurs);
+        };
+        slot.last_token += 1;
+        slot.grant = Some(Grant {
+            id: next.lease_id,
+            token: slot.last_token,
+            expires_at: now + next.lease,
+            holder: next.holder.clone(),
+        });
+        Ok(HandOver::Granted {
+            fencing_token: slot.last_token,
+        })
     }
 
     async fn list(&self) -> Result<Vec<LockInfo>> {

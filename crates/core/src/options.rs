@@ -27,6 +27,7 @@ pub struct LockOptions {
     operation_timeout: Duration,
     backoff_min: Duration,
     backoff_max: Duration,
+    local_hand_overs: u32,
     label: Option<String>,
 }
 
@@ -45,6 +46,8 @@ impl LockOptions {
     pub const DEFAULT_BACKOFF_MIN: Duration = Duration::from_millis(5);
     /// The default longest wait between attempts on a held lock.
     pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_millis(500);
+    /// The default bound on hand-overs in a row between tasks of a client.
+    pub const DEFAULT_LOCAL_HAND_OVERS: u32 = 4;
 
     /// A builder with every option at its default.
     pub fn builder() -> LockOptionsBuilder {
@@ -79,6 +82,15 @@ impl LockOptions {
         (self.backoff_min, self.backoff_max)
     }
 
+    /// How many times in a row a lock may pass straight from one task of a
+    /// client to the next one waiting for it, on backends that can hand a
+    /// lock over in one step. After that many, the lock is released to
+    /// everyone, and the client's next waiter lets other processes try
+    /// first. Zero always releases.
+    pub fn local_hand_overs(&self) -> u32 {
+        self.local_hand_overs
+    }
+
     /// A free-form label recorded with the holder, for `distlock list`.
     pub fn label(&self) -> Option<&str> {
         self.label.as_deref()
@@ -93,6 +105,7 @@ pub struct LockOptionsBuilder {
     safety_margin: Option<Duration>,
     operation_timeout: Option<Duration>,
     backoff: Option<(Duration, Duration)>,
+    local_hand_overs: Option<u32>,
     label: Option<String>,
 }
 
@@ -126,6 +139,15 @@ impl LockOptionsBuilder {
     /// 500 ms). Waits grow exponentially within it, with full jitter.
     pub fn backoff(mut self, min: Duration, max: Duration) -> Self {
         self.backoff = Some((min, max));
+        self
+    }
+
+    /// The bound on local hand-overs in a row (default 4; zero turns them
+    /// off). A hand-over costs one server command where a release and a new
+    /// grant cost two, and the lock is never free in between; the bound
+    /// keeps one busy process from starving the others.
+    pub fn local_hand_overs(mut self, bound: u32) -> Self {
+        self.local_hand_overs = Some(bound);
         self
     }
 
@@ -197,6 +219,9 @@ impl LockOptionsBuilder {
             operation_timeout,
             backoff_min,
             backoff_max,
+            local_hand_overs: self
+                .local_hand_overs
+                .unwrap_or(LockOptions::DEFAULT_LOCAL_HAND_OVERS),
             label: self.label,
         })
     }

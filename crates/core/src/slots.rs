@@ -1,19 +1,36 @@
 //! In-process coalescing: one slot per name, so that at most one task of a
 //! client attempts or holds a given lock at a time.
 //!
-//! The slot is a fair (FIFO) async mutex. Tasks of the same process queue on
-//! it instead of each polling the backend, so 16 waiters in one process cost
-//! the server what one waiter costs; and when a guard is released, the next
-//! task in line tries at once, without waiting out a backoff.
+//! Tasks of the same process queue for a name here, first come first
+//! served, instead of each polling the backend, so 16 waiters in one
+//! process cost the server what one waiter costs. When the holder is done,
+//! the next task in line gets a [`Baton`]: the lock itself, when the backend
+//! handed it over in one step, or the right to try for it at once.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
+use tokio::sync::oneshot;
 
+use crate::guard::LockGuard;
 use crate::name::LockName;
 
-type Table = HashMap<LockName, Arc<AsyncMutex<()>>>;
+/// What the next task in line for a name receives.
+#[derive(Debug)]
+pub(crate) enum Baton {
+    /// The lock was released: try for it at once.
+    Free(SlotPermit),
+    /// The lock was released after a run of local hand-overs: let other
+    /// processes try first.
+    Yielded(SlotPermit),
+    /// The lock was handed over: it is yours.
+    Granted(LockGuard),
+}
+
+/// The tasks waiting for a name, oldest first. A name is in the table
+/// exactly while some task of the client has its slot.
+type Queue = VecDeque<oneshot::Sender<Baton>>;
+type Table = HashMap<LockName, Queue>;
 
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Slots {
@@ -27,59 +44,93 @@ pub(crate) struct Slots {
 pub(crate) struct SlotPermit {
     slots: Slots,
     name: LockName,
-    permit: Option<OwnedMutexGuard<()>>,
+    /// How many local hand-overs in a row led to the current grant.
+    hand_overs: u32,
+    /// Whether the next release yields to other processes.
+    yield_next: bool,
+    /// Whether dropping passes the slot on; false for a permit nobody took,
+    /// whose slot is already forgotten.
+    armed: bool,
 }
 
 impl Slots {
     /// Waits for `name`'s slot.
     ///
     /// # Cancel safety
-    /// Cancel safe: a cancelled wait leaves the queue.
-    pub(crate) async fn acquire(&self, name: &LockName) -> SlotPermit {
-        let slot = self.slot(name);
-        let mut pending = PruneOnDrop {
-            slots: self,
-            name,
-            armed: true,
-        };
-        let permit = slot.lock_owned().await;
-        pending.armed = false;
-        self.permit(name, permit)
-    }
-
-    /// Takes `name`'s slot if nobody in this client has it.
-    pub(crate) fn try_acquire(&self, name: &LockName) -> Option<SlotPermit> {
-        let slot = self.slot(name);
-        match slot.try_lock_owned() {
-            Ok(permit) => Some(self.permit(name, permit)),
-            Err(_) => {
-                self.prune(name);
-                None
+    /// Cancel safe: a cancelled wait leaves the queue, and a baton sent to
+    /// it meanwhile is dropped, which passes the slot on (and releases a
+    /// lock handed over).
+    pub(crate) async fn acquire(&self, name: &LockName) -> Baton {
+        loop {
+            let waiting = {
+                let mut table = self.lock();
+                let Some(queue) = table.get_mut(name) else {
+                    table.insert(name.clone(), Queue::new());
+                    return Baton::Free(self.permit(name));
+                };
+                queue.retain(|waiter| !waiter.is_closed());
+                let (sender, receiver) = oneshot::channel();
+                queue.push_back(sender);
+                receiver
+            };
+            // A waiter's sender is only dropped unsent once its receiver
+            // is gone, so this does not fail; if it ever did, queue again.
+            if let Ok(baton) = waiting.await {
+                return baton;
             }
         }
     }
 
-    fn permit(&self, name: &LockName, permit: OwnedMutexGuard<()>) -> SlotPermit {
+    /// Takes `name`'s slot if nobody in this client has it.
+    pub(crate) fn try_acquire(&self, name: &LockName) -> Option<SlotPermit> {
+        let mut table = self.lock();
+        if table.contains_key(name) {
+            return None;
+        }
+        table.insert(name.clone(), Queue::new());
+        Some(self.permit(name))
+    }
+
+    fn permit(&self, name: &LockName) -> SlotPermit {
         SlotPermit {
             slots: self.clone(),
             name: name.clone(),
-            permit: Some(permit),
+            hand_overs: 0,
+            yield_next: false,
+            armed: true,
         }
     }
 
-    fn slot(&self, name: &LockName) -> Arc<AsyncMutex<()>> {
-        self.lock().entry(name.clone()).or_default().clone()
+    /// Gives `baton` to the oldest task still waiting for `name`. When
+    /// nobody waits, gives it back, after forgetting the slot if `forget`.
+    fn offer(&self, name: &LockName, mut baton: Baton, forget: bool) -> Result<(), Baton> {
+        loop {
+            let next = {
+                let mut table = self.lock();
+                match table.get_mut(name).and_then(VecDeque::pop_front) {
+                    Some(next) => next,
+                    None => {
+                        // Forgotten under the same lock that found the queue
+                        // empty, so no new waiter is stranded.
+                        if forget {
+                            table.remove(name);
+                        }
+                        return Err(baton);
+                    }
+                }
+            };
+            match next.send(baton) {
+                Ok(()) => return Ok(()),
+                // That waiter gave up; try the next one.
+                Err(back) => baton = back,
+            }
+        }
     }
 
-    /// Forgets `name`'s slot when no task uses it any more.
-    fn prune(&self, name: &LockName) {
-        let mut table = self.lock();
-        if table
+    fn has_waiters(&self, name: &LockName) -> bool {
+        self.lock()
             .get(name)
-            .is_some_and(|slot| Arc::strong_count(slot) == 1)
-        {
-            table.remove(name);
-        }
+            .is_some_and(|queue| queue.iter().any(|waiter| !waiter.is_closed()))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
@@ -92,24 +143,73 @@ impl Slots {
     }
 }
 
-impl Drop for SlotPermit {
-    fn drop(&mut self) {
-        drop(self.permit.take());
-        self.slots.prune(&self.name);
+impl SlotPermit {
+    /// How many local hand-overs in a row led to the current grant.
+    pub(crate) fn hand_overs(&self) -> u32 {
+        self.hand_overs
+    }
+
+    /// Counts one more hand-over, as the permit moves to the next holder.
+    pub(crate) fn count_hand_over(&mut self) {
+        self.hand_overs += 1;
+    }
+
+    /// Makes the next pass yield to other processes: the run of local
+    /// hand-overs reached its bound.
+    pub(crate) fn yield_next(&mut self) {
+        self.yield_next = true;
+    }
+
+    /// Whether another task of this client waits for the name.
+    pub(crate) fn has_waiters(&self) -> bool {
+        self.slots.has_waiters(&self.name)
+    }
+
+    /// The queue of this permit's name, to offer a guard that holds the
+    /// permit to the next waiter.
+    pub(crate) fn queue(&self) -> SlotQueue {
+        SlotQueue {
+            slots: self.slots.clone(),
+            name: self.name.clone(),
+        }
     }
 }
 
-/// Prunes the slot if a wait for it is cancelled.
-struct PruneOnDrop<'a> {
-    slots: &'a Slots,
-    name: &'a LockName,
-    armed: bool,
+/// The waiters for one name.
+pub(crate) struct SlotQueue {
+    slots: Slots,
+    name: LockName,
 }
 
-impl Drop for PruneOnDrop<'_> {
+impl SlotQueue {
+    /// Gives a guard (which holds this name's slot) to the next waiter;
+    /// gives it back when nobody waits.
+    pub(crate) fn offer(self, guard: LockGuard) -> Result<(), LockGuard> {
+        match self.slots.offer(&self.name, Baton::Granted(guard), false) {
+            Ok(()) => Ok(()),
+            Err(Baton::Granted(guard)) => Err(guard),
+            Err(_) => unreachable!("offer gives back what it was given"),
+        }
+    }
+}
+
+impl Drop for SlotPermit {
     fn drop(&mut self) {
-        if self.armed {
-            self.slots.prune(self.name);
+        if !self.armed {
+            return;
+        }
+        let next = self.slots.permit(&self.name);
+        let baton = if self.yield_next {
+            Baton::Yielded(next)
+        } else {
+            Baton::Free(next)
+        };
+        if let Err(Baton::Free(mut unused) | Baton::Yielded(mut unused)) =
+            self.slots.offer(&self.name, baton, true)
+        {
+            // The slot is forgotten already; the unused permit must not
+            // pass it on again.
+            unused.armed = false;
         }
     }
 }
@@ -117,12 +217,20 @@ impl Drop for PruneOnDrop<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
+
+    fn free(baton: Baton) -> SlotPermit {
+        match baton {
+            Baton::Free(permit) => permit,
+            other => panic!("expected a free baton, got {other:?}"),
+        }
+    }
 
     #[tokio::test]
     async fn slots_are_forgotten_when_unused() {
         let slots = Slots::default();
         let name = LockName::new("n").unwrap();
-        let permit = slots.acquire(&name).await;
+        let permit = free(slots.acquire(&name).await);
         assert!(slots.try_acquire(&name).is_none());
         assert_eq!(slots.len(), 1);
         drop(permit);
@@ -133,11 +241,59 @@ mod tests {
     async fn a_cancelled_wait_forgets_the_slot() {
         let slots = Slots::default();
         let name = LockName::new("n").unwrap();
-        let permit = slots.acquire(&name).await;
-        let waited =
-            tokio::time::timeout(std::time::Duration::from_millis(10), slots.acquire(&name)).await;
+        let permit = free(slots.acquire(&name).await);
+        let waited = tokio::time::timeout(Duration::from_millis(10), slots.acquire(&name)).await;
         assert!(waited.is_err());
+        assert!(!permit.has_waiters());
         drop(permit);
+        assert_eq!(slots.len(), 0);
+    }
+
+    #[tokio::test]
+    async fn waiters_are_served_in_order() {
+        let slots = Slots::default();
+        let name = LockName::new("n").unwrap();
+        let first = free(slots.acquire(&name).await);
+        let (order, mut served) = tokio::sync::mpsc::unbounded_channel();
+        let mut tasks = Vec::new();
+        for i in 0..3 {
+            let (task_slots, task_name) = (slots.clone(), name.clone());
+            let order = order.clone();
+            tasks.push(tokio::spawn(async move {
+                let permit = free(task_slots.acquire(&task_name).await);
+                order.send(i).unwrap();
+                drop(permit);
+            }));
+            // Let each task queue before the next one.
+            while slots.lock()[&name].len() < i + 1 {
+                tokio::task::yield_now().await;
+            }
+        }
+        drop(first);
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let got: Vec<usize> = (0..3).map(|_| served.try_recv().unwrap()).collect();
+        assert_eq!(got, vec![0, 1, 2]);
+        assert_eq!(slots.len(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_yielding_release_tells_the_next_waiter() {
+        let slots = Slots::default();
+        let name = LockName::new("n").unwrap();
+        let mut first = free(slots.acquire(&name).await);
+        let waiter = {
+            let slots = slots.clone();
+            let name = name.clone();
+            tokio::spawn(async move { slots.acquire(&name).await })
+        };
+        while !first.has_waiters() {
+            tokio::task::yield_now().await;
+        }
+        first.yield_next();
+        drop(first);
+        assert!(matches!(waiter.await.unwrap(), Baton::Yielded(_)));
         assert_eq!(slots.len(), 0);
     }
 }

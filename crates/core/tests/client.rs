@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, Error, Lease, LockClient, LockInfo, LockName,
-    LockOptions, LossReason, MemoryBackend, ReleaseWatch, Result,
+    AcquireRequest, Attempt, Backend, Capabilities, Error, HandOver, Lease, LockClient, LockInfo,
+    LockName, LockOptions, LossReason, MemoryBackend, ReleaseWatch, Result,
 };
 
 /// The memory backend with counters, a switch that makes extensions hang,
@@ -22,7 +22,10 @@ struct Instrumented {
     extended_leases: AtomicUsize,
     stall_extensions: AtomicBool,
     reply_delay_ms: AtomicUsize,
+    hand_overs: AtomicUsize,
+    hand_over_delay_ms: AtomicUsize,
     wakeups: bool,
+    hands_over: bool,
 }
 
 impl Instrumented {
@@ -32,12 +35,33 @@ impl Instrumented {
             ..Self::default()
         }
     }
+
+    fn handing_over() -> Self {
+        Self {
+            wakeups: true,
+            hands_over: true,
+            ..Self::default()
+        }
+    }
 }
 
 #[async_trait]
 impl Backend for Instrumented {
     fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities().with_release_wakeups(self.wakeups)
+        self.inner
+            .capabilities()
+            .with_release_wakeups(self.wakeups)
+            .with_hand_over(self.hands_over)
+    }
+
+    async fn hand_over(&self, lease: &Lease, next: &AcquireRequest) -> Result<HandOver> {
+        self.hand_overs.fetch_add(1, Ordering::SeqCst);
+        let outcome = self.inner.hand_over(lease, next).await;
+        let delay = self.hand_over_delay_ms.load(Ordering::SeqCst);
+        if delay > 0 {
+            tokio::time::sleep(Duration::from_millis(delay as u64)).await;
+        }
+        outcome
     }
 
     async fn try_acquire(&self, request: &AcquireRequest) -> Result<Attempt> {
@@ -248,4 +272,125 @@ async fn try_acquire_of_a_held_lock_is_none_not_an_error() {
         other => panic!("expected a timeout, got {other:?}"),
     }
     guard.release().await.unwrap();
+}
+
+/// Spawns a task that waits for `lock` and sends its guard back, and waits
+/// until the task has queued in the client.
+async fn queue_waiter(
+    client: &LockClient,
+    lock: &LockName,
+    timeout: Duration,
+) -> tokio::task::JoinHandle<Result<distlock_core::LockGuard>> {
+    let (client, lock) = (client.clone(), lock.clone());
+    let task = tokio::spawn(async move { client.acquire(&lock, timeout).await });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    task
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_waiter_is_handed_the_lock_in_one_step() {
+    let backend = Arc::new(Instrumented::handing_over());
+    let client = LockClient::new(backend.clone(), options(Duration::from_secs(30)));
+    let lock = name("hand-over");
+    let first = client.acquire(&lock, Duration::ZERO).await.unwrap();
+    let waiter = queue_waiter(&client, &lock, Duration::from_secs(30)).await;
+    let first_token = first.fencing_token();
+    let first_lost = first.lost_signal();
+    assert!(first.release().await.unwrap(), "the first lease was ours");
+    let second = waiter.await.unwrap().unwrap();
+    assert!(second.fencing_token() > first_token);
+    assert_eq!(first_lost.lost().await, LossReason::Released);
+    assert_eq!(
+        backend.attempts.load(Ordering::SeqCst),
+        1,
+        "only the first asked"
+    );
+    assert_eq!(backend.hand_overs.load(Ordering::SeqCst), 1);
+    // The new grant is a real lease: listed, extended, released.
+    let listed = client.list().await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].fencing_token, Some(second.fencing_token()));
+    second.extend().await.unwrap();
+    assert!(second.release().await.unwrap());
+    assert!(client.list().await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_of_hand_overs_are_bounded() {
+    let backend = Arc::new(Instrumented::handing_over());
+    let options = LockOptions::builder()
+        .lease(Duration::from_secs(30))
+        .local_hand_overs(2)
+        .build()
+        .unwrap();
+    let client = LockClient::new(backend.clone(), options);
+    let lock = name("bounded");
+    let mut guard = client.acquire(&lock, Duration::ZERO).await.unwrap();
+    let mut waiters = Vec::new();
+    for _ in 0..4 {
+        waiters.push(queue_waiter(&client, &lock, Duration::from_secs(30)).await);
+    }
+    let mut tokens = vec![guard.fencing_token()];
+    for waiter in waiters {
+        assert!(guard.release().await.unwrap());
+        guard = waiter.await.unwrap().unwrap();
+        tokens.push(guard.fencing_token());
+    }
+    assert!(guard.release().await.unwrap());
+    assert!(
+        tokens.windows(2).all(|pair| pair[0] < pair[1]),
+        "{tokens:?}"
+    );
+    // Two hand-overs, then a release and a fresh attempt, then a new run.
+    assert_eq!(backend.hand_overs.load(Ordering::SeqCst), 3);
+    assert_eq!(backend.attempts.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zero_bound_always_releases() {
+    let backend = Arc::new(Instrumented::handing_over());
+    let options = LockOptions::builder().local_hand_overs(0).build().unwrap();
+    let client = LockClient::new(backend.clone(), options);
+    let lock = name("no-hand-over");
+    let first = client.acquire(&lock, Duration::ZERO).await.unwrap();
+    let waiter = queue_waiter(&client, &lock, Duration::from_secs(30)).await;
+    first.release().await.unwrap();
+    waiter.await.unwrap().unwrap().release().await.unwrap();
+    assert_eq!(backend.hand_overs.load(Ordering::SeqCst), 0);
+    assert_eq!(backend.attempts.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_handed_to_a_waiter_that_gave_up_is_released() {
+    let backend = Arc::new(Instrumented::handing_over());
+    let client = LockClient::new(backend.clone(), options(Duration::from_secs(30)));
+    let lock = name("gave-up");
+    let first = client.acquire(&lock, Duration::ZERO).await.unwrap();
+    let waiter = queue_waiter(&client, &lock, Duration::from_millis(100)).await;
+    // The hand-over is granted at once but answers after the waiter's
+    // deadline, so the new grant finds nobody to take it.
+    backend.hand_over_delay_ms.store(300, Ordering::SeqCst);
+    assert!(first.release().await.unwrap());
+    assert!(matches!(waiter.await.unwrap(), Err(Error::Timeout { .. })));
+    assert_eq!(backend.hand_overs.load(Ordering::SeqCst), 1);
+    let other = LockClient::new(backend.clone(), options(Duration::from_secs(30)));
+    let taken = other.acquire(&lock, Duration::from_secs(5)).await.unwrap();
+    assert!(taken.release().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_guard_hands_over_too() {
+    let backend = Arc::new(Instrumented::handing_over());
+    let client = LockClient::new(backend.clone(), options(Duration::from_secs(30)));
+    let lock = name("dropped");
+    let first = client.acquire(&lock, Duration::ZERO).await.unwrap();
+    let waiter = queue_waiter(&client, &lock, Duration::from_secs(30)).await;
+    drop(first);
+    let second = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiter got the lock")
+        .unwrap()
+        .unwrap();
+    assert_eq!(backend.hand_overs.load(Ordering::SeqCst), 1);
+    assert!(second.release().await.unwrap());
 }

@@ -1,0 +1,140 @@
+//! Local hand-over: when a task releases a lock that another task of the
+//! same client waits for, the backend ends the old grant and makes the new
+//! one in one step, and the waiter gets the lock without asking for it.
+//!
+//! That costs one server command instead of a release and a new grant, and
+//! the lock is never free in between, so no other process can slip in, and
+//! none is woken for nothing. A run of hand-overs is bounded by
+//! [`LockOptions::local_hand_overs`](crate::LockOptions::local_hand_overs);
+//! at the bound the lock is released to everyone, and the next local waiter
+//! lets other processes try first.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::backend::{AcquireRequest, HandOver, Holder, Lease, LeaseId};
+use crate::error::Result;
+use crate::guard::LockGuard;
+use crate::keeper::{Keeper, timed_out};
+use crate::lease::{HeldLease, LossReason};
+use crate::slots::SlotPermit;
+
+/// What a client needs to make the next grant of a lock it hands over.
+#[derive(Debug)]
+pub(crate) struct Succession {
+    pub(crate) holder: Holder,
+    pub(crate) lease: Duration,
+    pub(crate) bound: u32,
+    pub(crate) keeper: Keeper,
+}
+
+impl Succession {
+    /// Whether the lock `permit` holds should go straight to the next task
+    /// of this client. At the bound, marks the permit to yield instead.
+    pub(crate) fn applies(&self, permit: &mut SlotPermit) -> bool {
+        if !permit.has_waiters() {
+            return false;
+        }
+        if permit.hand_overs() >= self.bound {
+            permit.yield_next();
+            return false;
+        }
+        true
+    }
+}
+
+/// Hands `held`, which must still be unlost, to the next task waiting in
+/// this client, through the backend; the caller holds `held`'s operations
+/// lock. Returns whether `held` was still ours. Whatever happens, `held`
+/// ends, and the slot passes on: with the new grant, or free.
+pub(crate) async fn hand_over(
+    held: &HeldLease,
+    mut permit: SlotPermit,
+    succession: &Arc<Succession>,
+) -> Result<bool> {
+    let next = AcquireRequest {
+        name: held.lease.name.clone(),
+        lease_id: LeaseId::random(),
+        lease: succession.lease,
+        holder: succession.holder.clone(),
+    };
+    let sent_at = Instant::now();
+    let outcome = tokio::time::timeout(
+        held.operation_timeout,
+        held.backend.hand_over(&held.lease, &next),
+    )
+    .await
+    .unwrap_or_else(|_| Err(timed_out("hand-over", held.operation_timeout)));
+    held.end(LossReason::Released);
+    let lease = Lease {
+        name: next.name,
+        id: next.lease_id,
+        fencing_token: 0,
+        lease: next.lease,
+    };
+    match outcome {
+        Ok(HandOver::Granted { fencing_token }) => {
+            tracing::debug!(
+                name = %lease.name,
+                from = held.lease.fencing_token,
+                to = fencing_token,
+                "lock handed over"
+            );
+            let next_held = Arc::new(HeldLease::new(
+                Lease {
+                    fencing_token,
+                    ..lease
+                },
+                held.backend.clone(),
+                held.operation_timeout,
+            ));
+            let key = succession.keeper.insert(next_held.clone(), sent_at);
+            permit.count_hand_over();
+            let offer = permit_offer(permit, next_held, key, succession);
+            if let Err(unclaimed) = offer {
+                // The waiter gave up meanwhile: dropping the guard releases
+                // the new grant in the background (or hands it on again).
+                drop(unclaimed);
+            }
+            Ok(true)
+        }
+        Ok(HandOver::NotOurs) => Ok(false),
+        Err(error) => {
+            // Either grant may hold the lock now: release both by identity,
+            // the new one first, since it exists only if the old one ended.
+            let new_released = release(held, &lease).await;
+            let old_released = release(held, &held.lease).await;
+            tracing::debug!(name = %lease.name, %error, "a hand-over failed; released both grants");
+            match (new_released, old_released) {
+                (Ok(true), _) | (_, Ok(true)) => Ok(true),
+                (Ok(false), Ok(false)) => Ok(false),
+                _ => Err(error),
+            }
+        }
+    }
+}
+
+/// Builds the next holder's guard and offers it to the waiter.
+fn permit_offer(
+    permit: SlotPermit,
+    held: Arc<HeldLease>,
+    key: u64,
+    succession: &Arc<Succession>,
+) -> std::result::Result<(), LockGuard> {
+    let guard = LockGuard::new(
+        held,
+        succession.keeper.clone(),
+        key,
+        permit,
+        Some(succession.clone()),
+    );
+    guard.offer_to_next()
+}
+
+async fn release(held: &HeldLease, lease: &Lease) -> Result<bool> {
+    tokio::time::timeout(held.operation_timeout, held.backend.release(lease))
+        .await
+        .unwrap_or_else(|_| Err(timed_out("release", held.operation_timeout)))
+}
