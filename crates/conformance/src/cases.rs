@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use distlock_core::{
-    AcquireRequest, Attempt, Backend, Error, Holder, Lease, LeaseId, LockName, LossReason,
+    AcquireRequest, Attempt, Backend, Error, HandOver, Holder, Lease, LeaseId, LockName, LossReason,
 };
 
 use crate::Fixture;
@@ -354,6 +354,83 @@ pub async fn release_is_idempotent_and_owner_checked(fixture: &dyn Fixture) {
         guard.release().await.expect("release"),
         "the holder still held it"
     );
+}
+
+/// A hand-over passes a live grant of ours to a new identity in one step,
+/// with a greater token; it never touches someone else's grant or an
+/// expired one. Backends without it say so.
+pub async fn hand_over_is_atomic_and_owner_checked(fixture: &dyn Fixture) {
+    let name = unique_name("hand-over");
+    let backend = fixture.backend().await;
+    let old = grant(&*backend, &name, LEAK_CATCHING_LEASE).await;
+    let next = request(&name, LEAK_CATCHING_LEASE);
+    if !backend.capabilities().hand_over {
+        assert!(
+            matches!(
+                backend.hand_over(&old, &next).await,
+                Err(Error::Unsupported(_))
+            ),
+            "a backend without hand-overs must answer Unsupported"
+        );
+        assert!(backend.release(&old).await.expect("release"));
+        return;
+    }
+    let fencing_token = match backend.hand_over(&old, &next).await.expect("hand over") {
+        HandOver::Granted { fencing_token } => fencing_token,
+        HandOver::NotOurs => panic!("a live grant of ours must be handed over"),
+    };
+    assert!(
+        fencing_token > old.fencing_token,
+        "{fencing_token} after {}",
+        old.fencing_token
+    );
+    let new = Lease {
+        name: name.clone(),
+        id: next.lease_id,
+        fencing_token,
+        lease: LEAK_CATCHING_LEASE,
+    };
+    let other = client(fixture).await;
+    assert!(
+        other.try_acquire(&name).await.expect("try").is_none(),
+        "the handed-over lock is held"
+    );
+    assert!(
+        !backend.extend(&old).await.expect("extend old"),
+        "the old grant ended"
+    );
+    assert!(
+        !backend.release(&old).await.expect("release old"),
+        "the old grant ended"
+    );
+    let stale = backend
+        .hand_over(&old, &request(&name, LEAK_CATCHING_LEASE))
+        .await
+        .expect("stale hand-over");
+    assert_eq!(stale, HandOver::NotOurs, "a stale grant hands nothing over");
+    assert!(
+        backend.extend(&new).await.expect("extend new"),
+        "the new grant is live"
+    );
+    assert!(backend.release(&new).await.expect("release new"));
+
+    // An expired grant is not ours to hand over.
+    let short = grant(&*backend, &name, fixture.lease()).await;
+    tokio::time::sleep(fixture.lease() + fixture.expiry_slack()).await;
+    let late = backend
+        .hand_over(&short, &request(&name, LEAK_CATCHING_LEASE))
+        .await
+        .expect("late hand-over");
+    assert_eq!(
+        late,
+        HandOver::NotOurs,
+        "an expired grant hands nothing over"
+    );
+    let after = other
+        .acquire(&name, PATIENCE)
+        .await
+        .expect("the expired lock is free");
+    after.release().await.expect("release");
 }
 
 /// Background extension keeps a lock across at least three lease periods.

@@ -71,6 +71,7 @@ macro_rules! conformance_suite {
             names_are_case_sensitive_and_exact,
             list_shows_held_locks,
             release_is_idempotent_and_owner_checked,
+            hand_over_is_atomic_and_owner_checked,
             extension_keeps_the_lock_across_three_leases,
             lost_fires_on_forced_release,
             fencing_tokens_increase_across_release_and_expiry,

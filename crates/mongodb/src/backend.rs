@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, Error, Lease, LockInfo, LockName, ReleaseHub,
-    ReleaseWatch, Result,
+    AcquireRequest, Attempt, Backend, Capabilities, Error, HandOver, Lease, LockInfo, LockName,
+    ReleaseHub, ReleaseWatch, Result,
 };
 use futures::{StreamExt, TryStreamExt};
 use mongodb::bson::{Bson, Document, doc};
@@ -251,7 +251,9 @@ pub(crate) fn settle(outcomes: Vec<Option<Result<bool>>>) -> Vec<Result<bool>> {
 #[async_trait]
 impl Backend for MongoBackend {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::lease_based().with_release_wakeups(self.watcher.is_some())
+        Capabilities::lease_based()
+            .with_release_wakeups(self.watcher.is_some())
+            .with_hand_over(true)
     }
 
     async fn try_acquire(&self, request: &AcquireRequest) -> Result<Attempt> {
@@ -353,6 +355,27 @@ impl Backend for MongoBackend {
             self.hub.notify(&lease.name);
         }
         Ok(released)
+    }
+
+    async fn hand_over(&self, lease: &Lease, next: &AcquireRequest) -> Result<HandOver> {
+        let found = self
+            .collection
+            .find_one_and_update(
+                document::live_grant(&lease.name, lease.id),
+                document::hand_over(next),
+            )
+            .return_document(ReturnDocument::After)
+            .max_time(self.operation_timeout)
+            .await
+            .map_err(|error| driver(&format!("handing over {}", lease.name), error))?;
+        match found {
+            Some(found) if found.get_str(LOCK_ID).ok() == Some(lock_id(next.lease_id).as_str()) => {
+                let fencing_token = document::read_token(&found).ok_or_else(|| no_token(next))?;
+                Ok(HandOver::Granted { fencing_token })
+            }
+            // Nothing matched: the old grant had expired or was taken away.
+            _ => Ok(HandOver::NotOurs),
+        }
     }
 
     async fn list(&self) -> Result<Vec<LockInfo>> {

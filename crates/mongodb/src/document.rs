@@ -133,12 +133,11 @@ pub(crate) fn all_live_grants() -> Document {
     doc! { LOCK_ID: { "$exists": true }, "$expr": unexpired() }
 }
 
-/// The acquire pipeline: when nobody holds the lock by the server's clock,
-/// replace the grant with ours, with the token `max(previous + 1, now in
-/// ms)`; otherwise leave the document as it is.
-pub(crate) fn acquire(request: &AcquireRequest) -> Vec<Document> {
+/// A grant to `request`, as an expression of the document it replaces:
+/// the token is `max(previous + 1, now in ms)`.
+fn grant(request: &AcquireRequest) -> Document {
     let previous = doc! { "$ifNull": [format!("${FENCING_TOKEN}"), 0_i64] };
-    let grant = doc! {
+    doc! {
         ID: format!("${ID}"),
         LOCK_ID: { "$literal": lock_id(request.lease_id) },
         FENCING_TOKEN: {
@@ -150,12 +149,25 @@ pub(crate) fn acquire(request: &AcquireRequest) -> Vec<Document> {
         ACQUIRED_AT: "$$NOW",
         EXPIRES_AT: now_plus(request.lease),
         HOLDER: { "$literal": holder(&request.holder) },
-    };
+    }
+}
+
+/// The acquire pipeline: when nobody holds the lock by the server's clock,
+/// replace the grant with ours; otherwise leave the document as it is.
+pub(crate) fn acquire(request: &AcquireRequest) -> Vec<Document> {
     vec![doc! {
         "$replaceWith": {
-            "$cond": { "if": held(), "then": "$$ROOT", "else": grant }
+            "$cond": { "if": held(), "then": "$$ROOT", "else": grant(request) }
         }
     }]
+}
+
+/// The hand-over pipeline, for a document the filter found held by the
+/// old grant: the new grant replaces it in the same write, so the lock is
+/// never free in between. The grant identity is replaced, not removed, so
+/// the release watchers of other processes do not see a release.
+pub(crate) fn hand_over(next: &AcquireRequest) -> Vec<Document> {
+    vec![doc! { "$replaceWith": grant(next) }]
 }
 
 /// The extension pipeline: the lease now runs `lease` from the server's now.
