@@ -6,10 +6,12 @@
 //!
 //! # How the pieces fit
 //! - A [`Backend`] can try once to take a lock, extend a lease, release it,
-//!   and list locks. It never waits.
+//!   and list locks; some can also hand a lock from one grant to the next
+//!   in one step. It never waits.
 //! - A [`LockClient`] does everything else, once for every backend: waiting
 //!   with a deadline and jittered backoff, cancellation, in-process
-//!   coalescing, background extension and loss detection.
+//!   coalescing with hand-over to the next local waiter, background
+//!   extension and loss detection.
 //! - A [`LockGuard`] proves the lock is held, carries the fencing token, and
 //!   says when the lease is lost.
 //! - [`MemoryBackend`] keeps locks in memory, for tests and examples.
