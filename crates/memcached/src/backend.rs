@@ -13,6 +13,7 @@ use distlock_core::{
 use tokio::time::Instant;
 
 use crate::config::{MemcachedConfig, Mode};
+use crate::instance::{Instance, KnownCas};
 use crate::keys::{KeySpace, Ring};
 use crate::lease::{is_ours, lease_ttl, lock_value, token_seed};
 use crate::pool::{BACKEND, Server};
@@ -49,8 +50,9 @@ pub struct MemcachedBackend {
     held: Mutex<HashMap<LeaseId, Local>>,
 }
 
-/// A lease this backend instance granted and still believes in, for
-/// [`Backend::list`].
+/// A lease this backend instance granted and still believes in: for
+/// [`Backend::list`], and to extend and release it in one command each.
+/// Dropped when the lease is released, refused, forced away or abandoned.
 #[derive(Debug, Clone)]
 struct Local {
     name: LockName,
@@ -58,25 +60,81 @@ struct Local {
     fencing_token: u64,
     lease: Duration,
     confirmed_at: Instant,
+    copies: Copies,
+}
+
+/// Our copies of a lock: the value stored, and per server the CAS that the
+/// copy got when we last stored it, where known.
+#[derive(Debug, Clone)]
+struct Copies {
+    value: Arc<[u8]>,
+    cas: Vec<(usize, KnownCas)>,
+}
+
+impl Copies {
+    fn cas_on(&self, server: usize) -> Option<KnownCas> {
+        self.cas
+            .iter()
+            .find(|&&(on, _)| on == server)
+            .map(|&(_, known)| known)
+    }
+
+    fn set(&mut self, server: usize, known: Option<KnownCas>) {
+        self.cas.retain(|&(on, _)| on != server);
+        if let Some(known) = known {
+            self.cas.push((server, known));
+        }
+    }
+}
+
+/// A grant by one server.
+struct Grant {
+    server: usize,
+    token: u64,
+    /// The token counter's CAS, to raise it in quorum mode.
+    token_cas: u64,
+    /// The lock's CAS.
+    cas: Option<KnownCas>,
 }
 
 /// What one server said to an `add`.
 enum Added {
-    Granted { token: u64, token_cas: u64 },
-    Held { ttl: Option<Duration> },
+    Granted {
+        token: u64,
+        token_cas: u64,
+        cas: Option<KnownCas>,
+    },
+    Held,
 }
 
 /// Whose a lock key is, on one server.
 enum Ownership {
-    Ours { cas: u64, value: Vec<u8> },
+    /// Ours, with the CAS read and the process that gave it.
+    Ours {
+        cas: u64,
+        from: Option<Instance>,
+        value: Vec<u8>,
+    },
     Other,
     Missing,
 }
 
 /// What one server said to an extension.
 enum Extended {
-    Done { value: Vec<u8> },
+    Done {
+        value: Arc<[u8]>,
+        cas: Option<KnownCas>,
+    },
     NotOurs,
+    Missing,
+}
+
+/// What a compare-and-swap store did.
+enum CasStore {
+    /// Stored; the item's new CAS.
+    Done(Option<KnownCas>),
+    /// The item has another CAS.
+    Changed,
     Missing,
 }
 
@@ -255,24 +313,90 @@ impl MemcachedBackend {
         futures::future::join_all(calls).await
     }
 
+    /// The shortest time that the holders of `key` on `servers` have left,
+    /// for waiters; `None` when no server says. Only a failed attempt asks,
+    /// so a grant costs no read.
+    async fn remaining(&self, servers: &[usize], key: &Key, timeout: Duration) -> Option<Duration> {
+        self.each(servers, timeout, |_, server| {
+            remaining_on(server, key, timeout)
+        })
+        .await
+        .into_iter()
+        // A hint, not a verdict: a server that does not say is skipped.
+        .filter_map(|remaining| remaining.ok().flatten())
+        .min()
+    }
+
+    /// Our copies of lease `id`, while this backend holds it.
+    fn copies_of(&self, id: LeaseId) -> Option<Copies> {
+        self.held().get(&id).map(|local| local.copies.clone())
+    }
+
+    /// Records a successful extension of lease `id`, sent at `sent`, and
+    /// what each server answered about our copy's CAS.
+    fn confirm(&self, id: LeaseId, sent: Instant, learned: Vec<(usize, Option<KnownCas>)>) {
+        if let Some(local) = self.held().get_mut(&id) {
+            local.confirmed_at = sent;
+            for (server, known) in learned {
+                local.copies.set(server, known);
+            }
+        }
+    }
+
+    /// Adds our copy of `key` again on `servers`, which answered that it was
+    /// gone (they restarted), so that the lock keeps a full set of copies.
+    /// Returns the CAS of each server's copy, where one was added.
+    async fn restore(
+        &self,
+        servers: &[usize],
+        key: &Key,
+        value: &[u8],
+        ttl: u32,
+        timeout: Duration,
+    ) -> Vec<(usize, Option<KnownCas>)> {
+        let added = self
+            .each(servers, timeout, |_, server| async move {
+                let batch = Batch::new().ms(key, value, &format!("ME T{ttl} c"));
+                let (mut replies, from) = server.meta_from(batch, timeout).await?;
+                let reply = replies.pop().ok_or_else(|| server.message("no reply"))?;
+                Ok((reply.code == Code::Hd).then(|| KnownCas::new(from, reply.flag_u64('c'))))
+            })
+            .await;
+        let restored = added
+            .iter()
+            .filter(|added| matches!(added, Ok(Some(_))))
+            .count();
+        tracing::debug!(key = ?key, restored, "restored the lock on servers that had lost it");
+        servers
+            .iter()
+            .zip(added)
+            .map(|(&server, added)| (server, added.ok().flatten().flatten()))
+            .collect()
+    }
+
     /// Deletes grant `id` of `key` from the servers that granted it, best
     /// effort, and from the servers whose answer was lost (which may have
     /// stored it) in the background, so that a server that hangs does not
     /// hold up the caller.
     async fn roll_back(
         &self,
-        granted: &[usize],
+        granted: &[Grant],
         in_doubt: &[usize],
         key: &Key,
         id: LeaseId,
         timeout: Duration,
     ) {
+        let servers: Vec<usize> = granted.iter().map(|grant| grant.server).collect();
         let outcomes = self
-            .each(granted, timeout, |_, server| {
-                release_on(server, key, id, timeout)
+            .each(&servers, timeout, |index, server| {
+                let known = granted
+                    .iter()
+                    .find(|grant| grant.server == index)
+                    .and_then(|grant| grant.cas);
+                release_on(server, key, id, known, timeout)
             })
             .await;
-        for (index, outcome) in granted.iter().zip(outcomes) {
+        for (index, outcome) in servers.iter().zip(outcomes) {
             if let Err(error) = outcome {
                 tracing::debug!(server = self.servers[*index].addr(), %error, "could not roll back a partial grant; it will expire");
             }
@@ -288,7 +412,8 @@ impl MemcachedBackend {
         tokio::spawn(async move {
             for server in doubtful {
                 let outcome =
-                    tokio::time::timeout(timeout, release_on(&server, &key, id, timeout)).await;
+                    tokio::time::timeout(timeout, release_on(&server, &key, id, None, timeout))
+                        .await;
                 if !matches!(outcome, Ok(Ok(_))) {
                     tracing::debug!(
                         server = server.addr(),
@@ -318,8 +443,10 @@ fn unexpected(server: &Server, command: &str, reply: &Reply) -> Error {
     server.message(format!("unexpected reply {:?} to {command}", reply.code))
 }
 
-/// `add` of the lock key, the counter's increment (created from `seed` when
-/// missing) and the lock's remaining time, in one round trip.
+/// `add` of the lock key, returning its CAS, and the counter's increment
+/// (created from `seed` when missing), in one round trip. Nothing else:
+/// how long the holder has left matters only when the add fails, and is
+/// read then ([`remaining_on`]).
 async fn add_on(
     server: &Server,
     lock_key: &Key,
@@ -330,17 +457,24 @@ async fn add_on(
     timeout: Duration,
 ) -> Result<Added> {
     let batch = Batch::new()
-        .ms(lock_key, value, &format!("ME T{ttl}"))
+        .ms(lock_key, value, &format!("ME T{ttl} c"))
         .ma(
             token_key,
             &format!("N{COUNTER_TTL} J{seed} T{COUNTER_TTL} v c"),
-        )
-        .mg(lock_key, "t");
-    let replies = server.meta(batch, timeout).await?;
-    let [stored, counter, remaining] = <[Reply; 3]>::try_from(replies)
-        .map_err(|replies| server.message(format!("{} replies to 3 commands", replies.len())))?;
+        );
+    let (replies, from) = server.meta_from(batch, timeout).await?;
+    let [stored, counter] = <[Reply; 2]>::try_from(replies)
+        .map_err(|replies| server.message(format!("{} replies to 2 commands", replies.len())))?;
     match stored.code {
         Code::Hd => {
+            if stored.flag_u64('c') == Some(0) {
+                // Our item stays until its TTL ends: without CAS values
+                // nothing can delete it safely.
+                return Err(server.message(
+                    "this memcached runs without CAS values (-C), so no lease could be \
+                     extended or released safely; restart it without -C",
+                ));
+            }
             if counter.code != Code::Va {
                 return Err(unexpected(
                     server,
@@ -354,28 +488,37 @@ async fn add_on(
             let token_cas = counter
                 .flag_u64('c')
                 .ok_or_else(|| server.message("the token counter came without its CAS"))?;
-            Ok(Added::Granted { token, token_cas })
+            let cas = KnownCas::new(from, stored.flag_u64('c'));
+            Ok(Added::Granted {
+                token,
+                token_cas,
+                cas,
+            })
         }
-        Code::Ns => {
-            let ttl = match remaining.code {
-                // The holder's lease ended between the add and the look.
-                Code::En => Some(Duration::ZERO),
-                _ => remaining
-                    .flag_i64('t')
-                    .and_then(|secs| u64::try_from(secs).ok())
-                    .map(Duration::from_secs),
-            };
-            Ok(Added::Held { ttl })
-        }
+        Code::Ns => Ok(Added::Held),
         _ => Err(unexpected(server, "an add", &stored)),
     }
 }
 
+/// How long the holder of `key` has left: zero when the key is gone (the
+/// lease ended since the add failed), `None` when memcached does not say.
+async fn remaining_on(server: &Server, key: &Key, timeout: Duration) -> Result<Option<Duration>> {
+    let reply = server.meta_one(Batch::new().mg(key, "t"), timeout).await?;
+    Ok(match reply.code {
+        Code::En => Some(Duration::ZERO),
+        _ => reply
+            .flag_i64('t')
+            .and_then(|secs| u64::try_from(secs).ok())
+            .map(Duration::from_secs),
+    })
+}
+
 /// Reads `key` with its CAS and says whether it is grant `id`.
 async fn read_on(server: &Server, key: &Key, id: LeaseId, timeout: Duration) -> Result<Ownership> {
-    let reply = server
-        .meta_one(Batch::new().mg(key, "v c"), timeout)
+    let (mut replies, from) = server
+        .meta_from(Batch::new().mg(key, "v c"), timeout)
         .await?;
+    let reply = replies.pop().ok_or_else(|| server.message("no reply"))?;
     match reply.code {
         Code::En => Ok(Ownership::Missing),
         Code::Va => {
@@ -384,7 +527,7 @@ async fn read_on(server: &Server, key: &Key, id: LeaseId, timeout: Duration) -> 
                 .ok_or_else(|| server.message("a value came without its CAS"))?;
             let value = reply.value.unwrap_or_default();
             if is_ours(&value, id) {
-                Ok(Ownership::Ours { cas, value })
+                Ok(Ownership::Ours { cas, from, value })
             } else {
                 Ok(Ownership::Other)
             }
@@ -393,50 +536,103 @@ async fn read_on(server: &Server, key: &Key, id: LeaseId, timeout: Duration) -> 
     }
 }
 
-/// Extends grant `id` of `key` to `ttl` seconds, if it is still there.
+/// Stores `value` at `key` again with an expiry of `ttl` seconds if the
+/// item's CAS is still `cas`, sent only to `from`, the process that issued
+/// `cas` (see [`crate::instance`]). `Ok(None)` when the server's connection
+/// reaches another process now: nothing was sent.
+async fn store_again(
+    server: &Server,
+    key: &Key,
+    value: &[u8],
+    (from, cas): (Option<Instance>, u64),
+    ttl: u32,
+    timeout: Duration,
+) -> Result<Option<CasStore>> {
+    let batch = Batch::new().ms(key, value, &format!("C{cas} T{ttl} c"));
+    let Some(reply) = server.meta_one_to(from, batch, timeout).await? else {
+        return Ok(None);
+    };
+    match reply.code {
+        Code::Hd => Ok(Some(CasStore::Done(KnownCas::new(
+            from,
+            reply.flag_u64('c'),
+        )))),
+        Code::Ex => Ok(Some(CasStore::Changed)),
+        Code::Nf => Ok(Some(CasStore::Missing)),
+        _ => Err(unexpected(server, "a compare-and-swap store", &reply)),
+    }
+}
+
+/// Extends grant `id` of `key` to `ttl` seconds, if it is still there. One
+/// command when the CAS of our last store there is known (`remembered`,
+/// with the value stored); otherwise, or when the item changed since, the
+/// CAS is read first.
 async fn extend_on(
     server: &Server,
     key: &Key,
     id: LeaseId,
     ttl: u32,
+    remembered: Option<(Arc<[u8]>, KnownCas)>,
     timeout: Duration,
 ) -> Result<Extended> {
-    let (cas, value) = match read_on(server, key, id, timeout).await? {
-        Ownership::Ours { cas, value } => (cas, value),
-        Ownership::Other => return Ok(Extended::NotOurs),
-        Ownership::Missing => return Ok(Extended::Missing),
-    };
-    let reply = server
-        .meta_one(
-            Batch::new().ms(key, &value, &format!("C{cas} T{ttl}")),
-            timeout,
-        )
-        .await?;
-    match reply.code {
-        Code::Hd => Ok(Extended::Done { value }),
-        // Changed or deleted since we read it: no longer ours.
-        Code::Ex => Ok(Extended::NotOurs),
-        Code::Nf => Ok(Extended::Missing),
-        _ => Err(unexpected(server, "a compare-and-swap store", &reply)),
+    if let Some((value, known)) = remembered {
+        let expected = (Some(known.instance), known.cas);
+        match store_again(server, key, &value, expected, ttl, timeout).await? {
+            Some(CasStore::Done(cas)) => return Ok(Extended::Done { value, cas }),
+            Some(CasStore::Missing) => return Ok(Extended::Missing),
+            // Changed since (perhaps by an extension of ours whose answer
+            // was lost), or another process answers now: read to tell.
+            Some(CasStore::Changed) | None => {}
+        }
     }
+    for _ in 0..CAS_RETRIES {
+        let (expected, value) = match read_on(server, key, id, timeout).await? {
+            Ownership::Ours { cas, from, value } => ((from, cas), Arc::<[u8]>::from(value)),
+            Ownership::Other => return Ok(Extended::NotOurs),
+            Ownership::Missing => return Ok(Extended::Missing),
+        };
+        match store_again(server, key, &value, expected, ttl, timeout).await? {
+            Some(CasStore::Done(cas)) => return Ok(Extended::Done { value, cas }),
+            // Changed or deleted since we read it: no longer ours.
+            Some(CasStore::Changed) => return Ok(Extended::NotOurs),
+            Some(CasStore::Missing) => return Ok(Extended::Missing),
+            // The server restarted between the read and the store.
+            None => continue,
+        }
+    }
+    Err(server.message("the lock's server kept restarting while we extended it"))
 }
 
-/// Deletes `key` if it is grant `id`, by compare-and-swap. Returns whether
-/// it was.
-async fn release_on(server: &Server, key: &Key, id: LeaseId, timeout: Duration) -> Result<bool> {
+/// Deletes `key` if it is grant `id`, by compare-and-swap: at once with
+/// `known`, the CAS of our last store there, when there is one; otherwise,
+/// or when the item changed since, with the CAS read first. Returns whether
+/// it was ours.
+async fn release_on(
+    server: &Server,
+    key: &Key,
+    id: LeaseId,
+    known: Option<KnownCas>,
+    timeout: Duration,
+) -> Result<bool> {
+    let mut expected = known.map(|known| (Some(known.instance), known.cas));
     for _ in 0..CAS_RETRIES {
-        let Ownership::Ours { cas, .. } = read_on(server, key, id, timeout).await? else {
-            return Ok(false);
-        };
-        let reply = server
-            .meta_one(Batch::new().md(key, &format!("C{cas}")), timeout)
-            .await?;
-        match reply.code {
-            Code::Hd => return Ok(true),
-            Code::Nf => return Ok(false),
-            // Changed since we read it: look again.
-            Code::Ex => continue,
-            _ => return Err(unexpected(server, "a compare-and-swap delete", &reply)),
+        if let Some((from, cas)) = expected.take() {
+            let batch = Batch::new().md(key, &format!("C{cas}"));
+            // Sent only to the process that issued the CAS; to another one
+            // (the server restarted), nothing is sent and we read again.
+            if let Some(reply) = server.meta_one_to(from, batch, timeout).await? {
+                match reply.code {
+                    Code::Hd => return Ok(true),
+                    Code::Nf => return Ok(false),
+                    // Changed since: look again.
+                    Code::Ex => {}
+                    _ => return Err(unexpected(server, "a compare-and-swap delete", &reply)),
+                }
+            }
+        }
+        match read_on(server, key, id, timeout).await? {
+            Ownership::Ours { cas, from, .. } => expected = Some((from, cas)),
+            Ownership::Other | Ownership::Missing => return Ok(false),
         }
     }
     Err(server.message("the lock kept changing while we released it"))
@@ -527,14 +723,23 @@ impl Backend for MemcachedBackend {
 
         let mut granted = Vec::new();
         let mut in_doubt = Vec::new();
-        let mut held_for = Vec::new();
+        let mut held_on = Vec::new();
         let mut errors = Vec::new();
-        for (&index, outcome) in targets.iter().zip(outcomes) {
+        for (&server, outcome) in targets.iter().zip(outcomes) {
             match outcome {
-                Ok(Added::Granted { token, token_cas }) => granted.push((index, token, token_cas)),
-                Ok(Added::Held { ttl }) => held_for.push(ttl),
+                Ok(Added::Granted {
+                    token,
+                    token_cas,
+                    cas,
+                }) => granted.push(Grant {
+                    server,
+                    token,
+                    token_cas,
+                    cas,
+                }),
+                Ok(Added::Held) => held_on.push(server),
                 Err(error) => {
-                    in_doubt.push(index);
+                    in_doubt.push(server);
                     errors.push(error);
                 }
             }
@@ -544,29 +749,27 @@ impl Backend for MemcachedBackend {
         // while all of its keys live.
         let drift = request.lease / 100 + Duration::from_millis(2);
         let in_time = elapsed + drift < request.lease;
-        let granted_on: Vec<usize> = granted.iter().map(|&(index, _, _)| index).collect();
 
         if granted.len() >= need && in_time {
             let fencing_token = granted
                 .iter()
-                .map(|&(_, token, _)| token)
+                .map(|grant| grant.token)
                 .max()
                 .expect("at least one grant");
             if targets.len() > 1 {
                 // Later majorities meet this one in at least one server;
                 // its counter must not be behind this token.
-                let behind: Vec<(usize, u64)> = granted
+                let behind: Vec<&Grant> = granted
                     .iter()
-                    .filter(|&&(_, token, _)| token < fencing_token)
-                    .map(|&(index, _, cas)| (index, cas))
+                    .filter(|grant| grant.token < fencing_token)
                     .collect();
-                let indexes: Vec<usize> = behind.iter().map(|&(index, _)| index).collect();
+                let indexes: Vec<usize> = behind.iter().map(|grant| grant.server).collect();
                 let raised = self
                     .each(&indexes, timeout, |index, server| {
                         let cas = behind
                             .iter()
-                            .find(|&&(behind, _)| behind == index)
-                            .map_or(0, |&(_, cas)| cas);
+                            .find(|grant| grant.server == index)
+                            .map_or(0, |grant| grant.token_cas);
                         raise_on(server, &token_key, cas, fencing_token, timeout)
                     })
                     .await;
@@ -574,7 +777,7 @@ impl Backend for MemcachedBackend {
                     + raised.iter().filter(|r| matches!(r, Ok(true))).count();
                 let still_in_time = started.elapsed() + drift < request.lease;
                 if agreed < need || !still_in_time {
-                    self.roll_back(&granted_on, &in_doubt, &lock_key, request.lease_id, timeout)
+                    self.roll_back(&granted, &in_doubt, &lock_key, request.lease_id, timeout)
                         .await;
                     return Err(Error::Backend {
                         backend: BACKEND,
@@ -596,6 +799,13 @@ impl Backend for MemcachedBackend {
                     "acquired on a majority; some servers did not answer"
                 );
             }
+            let copies = Copies {
+                value: value.into(),
+                cas: granted
+                    .iter()
+                    .filter_map(|grant| Some((grant.server, grant.cas?)))
+                    .collect(),
+            };
             self.held().insert(
                 request.lease_id,
                 Local {
@@ -604,12 +814,13 @@ impl Backend for MemcachedBackend {
                     fencing_token,
                     lease: request.lease,
                     confirmed_at: started,
+                    copies,
                 },
             );
             return Ok(Attempt::Acquired { fencing_token });
         }
 
-        self.roll_back(&granted_on, &in_doubt, &lock_key, request.lease_id, timeout)
+        self.roll_back(&granted, &in_doubt, &lock_key, request.lease_id, timeout)
             .await;
         if errors.len() > targets.len() - need {
             return Err(combined(
@@ -631,7 +842,7 @@ impl Backend for MemcachedBackend {
                 source: None,
             });
         }
-        let retry_after = held_for.into_iter().flatten().min();
+        let retry_after = self.remaining(&held_on, &lock_key, timeout).await;
         Ok(Attempt::Held { retry_after })
     }
 
@@ -640,50 +851,46 @@ impl Backend for MemcachedBackend {
         let (targets, need) = self.targets(&lease.name);
         let key = self.keys.lock_key(&lease.name);
         let timeout = self.call_timeout(lease.lease);
+        let copies = self.copies_of(lease.id);
         let started = Instant::now();
         let outcomes = self
-            .each(&targets, timeout, |_, server| {
-                extend_on(server, &key, lease.id, ttl, timeout)
+            .each(&targets, timeout, |index, server| {
+                let remembered = copies
+                    .as_ref()
+                    .and_then(|copies| Some((copies.value.clone(), copies.cas_on(index)?)));
+                extend_on(server, &key, lease.id, ttl, remembered, timeout)
             })
             .await;
         let mut done = 0;
         let mut gone = 0;
         let mut missing = Vec::new();
         let mut value = None;
+        let mut learned = Vec::new();
         let mut errors = Vec::new();
         for (&index, outcome) in targets.iter().zip(outcomes) {
             match outcome {
-                Ok(Extended::Done { value: ours }) => {
+                Ok(Extended::Done { value: ours, cas }) => {
                     done += 1;
                     value = Some(ours);
+                    learned.push((index, cas));
                 }
-                Ok(Extended::NotOurs) => gone += 1,
+                Ok(Extended::NotOurs) => {
+                    gone += 1;
+                    learned.push((index, None));
+                }
                 Ok(Extended::Missing) => {
                     gone += 1;
                     missing.push(index);
+                    learned.push((index, None));
                 }
+                // The store may or may not have happened: the CAS we knew
+                // is either still right or will be found changed.
                 Err(error) => errors.push(error),
             }
         }
         if done >= need {
             if let (Some(value), false) = (value, missing.is_empty()) {
-                // A server that lost our key (it restarted) gets it back, so
-                // the lock keeps a full set of copies.
-                let repaired = self
-                    .each(&missing, timeout, |_, server| {
-                        let value = value.clone();
-                        let key = key.clone();
-                        async move {
-                            let batch = Batch::new().ms(&key, &value, &format!("ME T{ttl}"));
-                            server.meta_one(batch, timeout).await.map(|r| r.code)
-                        }
-                    })
-                    .await;
-                let restored = repaired
-                    .iter()
-                    .filter(|r| matches!(r, Ok(Code::Hd)))
-                    .count();
-                tracing::debug!(name = %lease.name, restored, "restored the lock on servers that had lost it");
+                learned.extend(self.restore(&missing, &key, &value, ttl, timeout).await);
             }
             if !errors.is_empty() {
                 tracing::warn!(
@@ -694,9 +901,7 @@ impl Backend for MemcachedBackend {
                     "extended on a majority; some servers did not answer"
                 );
             }
-            if let Some(local) = self.held().get_mut(&lease.id) {
-                local.confirmed_at = started;
-            }
+            self.confirm(lease.id, started, learned);
             return Ok(true);
         }
         if targets.len() - gone < need {
@@ -725,13 +930,14 @@ impl Backend for MemcachedBackend {
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
-        self.held().remove(&lease.id);
+        let copies = self.held().remove(&lease.id).map(|local| local.copies);
         let (targets, need) = self.targets(&lease.name);
         let key = self.keys.lock_key(&lease.name);
         let timeout = self.call_timeout(lease.lease);
         let outcomes = self
-            .each(&targets, timeout, |_, server| {
-                release_on(server, &key, lease.id, timeout)
+            .each(&targets, timeout, |index, server| {
+                let known = copies.as_ref().and_then(|copies| copies.cas_on(index));
+                release_on(server, &key, lease.id, known, timeout)
             })
             .await;
         let mut released = 0;

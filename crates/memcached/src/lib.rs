@@ -7,21 +7,29 @@
 //! locks durably, and check fencing tokens at the protected resource.
 //!
 //! # How it works
-//! - **Acquire** stores the grant with `ms <key> <len> ME T<ttl>` (an
-//!   `add`: it succeeds only if the key is absent). The value is the
-//!   grant's random 128-bit identity, followed by the name and holder as
-//!   JSON for people inspecting the cache. In the same round trip, the
-//!   name's token counter is incremented (`ma`), and the key's remaining
-//!   time is read (`mg … t`) to tell waiters when to come back.
-//! - **Extend** reads the key with its CAS (`mg <key> v c`), checks that the
-//!   value is still this grant's identity, and stores it again with that
-//!   CAS and a fresh expiry (`ms … C<cas> T<ttl>`). A changed CAS or a
-//!   missing key means the lock is lost.
-//! - **Release** reads the key the same way and deletes it only with that
-//!   CAS (`md <key> C<cas>`), never unconditionally, so a holder whose
-//!   lease ran out cannot delete the next holder's lock. A remembered CAS
-//!   is never reused: CAS values start again from 1 when memcached
-//!   restarts, and could then match someone else's item.
+//! - **Acquire** stores the grant with `ms <key> <len> ME T<ttl> c` (an
+//!   `add`: it succeeds only if the key is absent, and returns the item's
+//!   CAS). The value is the grant's random 128-bit identity, followed by
+//!   the name and holder as JSON for people inspecting the cache. In the
+//!   same round trip, the name's token counter is incremented (`ma`). Only
+//!   when the add fails is the key's remaining time read (`mg … t`), to
+//!   tell waiters when to come back.
+//! - **Extend** stores the value again only if the item still has the CAS
+//!   of our last store (`ms … C<cas> T<ttl> c`), which returns the new CAS:
+//!   one command. **Release** deletes only with that CAS (`md <key>
+//!   C<cas>`), never unconditionally, so a holder whose lease ran out
+//!   cannot delete the next holder's lock.
+//! - **A remembered CAS is used only on the memcached process that issued
+//!   it.** CAS values start again from 1 when memcached restarts, so after
+//!   a restart a remembered CAS could match someone else's item. Each
+//!   connection learns, when it opens, which process it reaches (`pid` and
+//!   start time, from `stats`); a restart drops every connection to the
+//!   old process, so a connection that reports the same process is
+//!   talking to it. When it reaches another process, when no CAS is
+//!   remembered, or when the item changed since (an extension whose answer
+//!   was lost), the key is read with its CAS (`mg <key> v c`), checked to
+//!   hold this grant's identity, and written with that CAS, over a
+//!   connection to the process that answered the read.
 //! - **Expiry** is memcached's, in whole seconds, by its own clock, which it
 //!   advances once a second. An expiry of `n` seconds lasts between `n - 1`
 //!   and `n` seconds, so a lease is rounded up to whole seconds and one
@@ -79,13 +87,17 @@
 //! # The client
 //! The crate speaks the memcached 1.6 meta protocol (`mg`, `ms`, `md`, `ma`)
 //! itself, over a small pool of pipelined Tokio connections per server,
-//! with a timeout on every call.
+//! with a timeout on every call. Each connection asks for `stats` once, as
+//! it opens, to learn which memcached process it reaches. Connect to the
+//! memcached servers themselves: a proxy that routes commands to servers
+//! behind it answers `stats` for itself, and could hide a restart.
 //!
 //! [`Backend::list`]: distlock_core::Backend::list
 
 mod backend;
 mod config;
 mod conn;
+mod instance;
 mod keys;
 mod lease;
 mod pool;
