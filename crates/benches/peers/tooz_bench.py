@@ -5,16 +5,20 @@ Run by distlock-bench (crates/benches), never by hand, with one of:
     tooz_bench.py versions
     tooz_bench.py uncontended --url memcached://HOST:PORT --lock NAME --seconds S
     tooz_bench.py contended --url memcached://HOST:PORT --lock NAME --threads T
-                  --process P --start-ns NS --until-ns NS [--rounds]
+                  --process P --start-ns NS --until-ns NS
+                  [--rounds [--work-seconds W]]
 
 `contended` runs T threads sharing one coordinator (as distlock's workers
 share one client), each taking the lock with tooz's own blocking acquire
 and releasing it at once: over and over until the window ends, or, with
 --rounds, once per round, a round starting at each `go` line on standard
-input and ending with {"round_done": N}. It then prints one JSON line per
-hold, {"hold": {...}}, in the format distlock's workers use, and
-{"errors": N}. Times are the wall clock (time.time_ns), which every process
-on the machine shares.
+input and ending with {"round_done": N}. With --work-seconds W, each
+thread holds the lock for W seconds (a sleep, standing for the work a lock
+protects) before releasing it; its release time is read after the sleep,
+right before the release call. It then prints one JSON line per hold,
+{"hold": {...}}, in the format distlock's workers use, and {"errors": N}.
+Times are the wall clock (time.time_ns), which every process on the
+machine shares.
 """
 
 import argparse
@@ -91,6 +95,8 @@ def contended(args):
                 failed += 1
                 continue
             acquired_at_ns = time.time_ns()
+            if args.work_seconds > 0:
+                time.sleep(args.work_seconds)
             released_at_ns = time.time_ns()
             try:
                 lock.release()
@@ -159,6 +165,7 @@ def main():
     c.add_argument("--start-ns", type=int, required=True)
     c.add_argument("--until-ns", type=int, required=True)
     c.add_argument("--rounds", action="store_true")
+    c.add_argument("--work-seconds", type=float, default=0.0)
     args = parser.parse_args()
     {"versions": versions, "uncontended": uncontended, "contended": contended}[args.mode](args)
 

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! distlock-bench [--backend URL]… [--seconds S] [--uncontended-seconds S]
-//!                [--processes P] [--tasks T]
+//!                [--processes P] [--tasks T] [--work D]
 //!                [--many N] [--many-seconds S] [--many-lease L] [--no-peers] [--peer-sleep D]
 //!                [--tooz SCRIPT] [--python PYTHON] [--note TEXT]… [--write FILE]
 //! ```
@@ -28,7 +28,7 @@ use clap::{Args as ClapArgs, Parser, Subcommand};
 
 use crate::peers::Tooz;
 use crate::report::{BackendResults, Contended, Contestant, Run, Settings};
-use crate::scenarios::{Layout, Window, bench_name};
+use crate::scenarios::{Layout, Window, Workload, bench_name};
 use crate::target::{Server, Target};
 
 #[derive(Debug, Parser)]
@@ -54,6 +54,10 @@ struct Args {
     /// Tasks (threads, for the Python peer) per worker process.
     #[arg(long, default_value_t = 4)]
     tasks: u32,
+    /// How long each task holds the lock in the third contention workload,
+    /// rounds with work; 0s skips that workload.
+    #[arg(long, default_value = "5ms", value_parser = humantime::parse_duration)]
+    work: Duration,
     /// Locks held at once in the many-locks scenario.
     #[arg(long, default_value_t = 10_000)]
     many: usize,
@@ -107,6 +111,9 @@ struct WorkerArgs {
     /// `go` line on standard input.
     #[arg(long)]
     rounds: bool,
+    /// In rounds, hold the lock this long before releasing it.
+    #[arg(long, requires = "rounds", value_parser = humantime::parse_duration)]
+    work: Option<Duration>,
 }
 
 impl WorkerArgs {
@@ -114,6 +121,16 @@ impl WorkerArgs {
         Window {
             start_ns: self.start_ns,
             until_ns: self.until_ns,
+        }
+    }
+
+    fn workload(&self) -> Workload {
+        if self.rounds {
+            Workload::Rounds {
+                work: self.work.unwrap_or_default(),
+            }
+        } else {
+            Workload::TightLoop
         }
     }
 }
@@ -150,7 +167,7 @@ async fn main() -> std::process::ExitCode {
                 w.tasks,
                 w.process,
                 w.window(),
-                w.rounds,
+                w.workload(),
             )
             .await
         }
@@ -161,7 +178,7 @@ async fn main() -> std::process::ExitCode {
                 w.tasks,
                 w.process,
                 w.window(),
-                w.rounds,
+                w.workload(),
                 *sleep,
             )
             .await
@@ -207,6 +224,7 @@ async fn bench(args: &Args) -> scenarios::Outcome<()> {
             uncontended_seconds: args.uncontended_seconds,
             processes: args.processes,
             tasks: args.tasks,
+            work: args.work,
             peer_sleep: args.peer_sleep,
         },
         args.notes.clone(),
@@ -280,8 +298,8 @@ async fn bench(args: &Args) -> scenarios::Outcome<()> {
     Ok(())
 }
 
-/// Every contended run on one backend: ours and its peers', in the tight
-/// loop and in rounds.
+/// Every contended run on one backend: ours and its peers', in every
+/// workload.
 async fn contended_runs(
     args: &Args,
     exe: &std::path::Path,
@@ -292,8 +310,9 @@ async fn contended_runs(
     let is_mongo = matches!(target.server, Server::Mongo { .. });
     let is_memcached = matches!(target.server, Server::Memcached(_));
     let mut contended = Vec::new();
-    for rounds in [false, true] {
-        let scenario = if rounds { "rounds" } else { "tight loop" };
+    for workload in Workload::all(args.work) {
+        let scenario = workload.label();
+        let rounds = workload.rounds();
         say(
             &format!("contended ({scenario}): {processes} processes x {tasks} tasks"),
             args.seconds,
@@ -302,14 +321,14 @@ async fn contended_runs(
             processes,
             tasks,
             window,
-            rounds,
+            workload,
         };
         let window = Window::after(RUST_STARTUP, args.seconds);
         let lock = bench_name("contended");
         let workers = scenarios::our_workers(exe, target, &lock, layout(window));
         contended.push(Contended {
             by: Contestant::Ours,
-            rounds,
+            workload,
             result: scenarios::contend(target, workers, window, rounds).await?,
         });
         if is_mongo && !args.no_peers {
@@ -330,7 +349,7 @@ async fn contended_runs(
                     peers::mongo_workers(exe, target, lock.as_str(), layout(window), sleep);
                 contended.push(Contended {
                     by: Contestant::MongoPeer { sleep },
-                    rounds,
+                    workload,
                     result: scenarios::contend(target, workers, window, rounds).await?,
                 });
             }
@@ -342,10 +361,77 @@ async fn contended_runs(
             let workers = tooz.workers(target, lock.as_str(), layout(window))?;
             contended.push(Contended {
                 by: Contestant::Tooz,
-                rounds,
+                workload,
                 result: scenarios::contend(target, workers, window, rounds).await?,
             });
         }
     }
     Ok(contended)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(layout: Layout, process: u32) -> WorkerArgs {
+        let args = [
+            "distlock-bench",
+            "worker",
+            "--backend",
+            "file:///x",
+            "--lock",
+            "l",
+        ]
+        .into_iter()
+        .map(str::to_owned)
+        .chain(layout.worker_args(process));
+        match Args::try_parse_from(args).unwrap().worker {
+            Some(Worker::Worker(w)) => w,
+            other => panic!("not a worker: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn workers_are_told_their_workload() {
+        let window = Window {
+            start_ns: 5,
+            until_ns: 9,
+        };
+        for workload in Workload::all(Duration::from_micros(2500)) {
+            let layout = Layout {
+                processes: 4,
+                tasks: 3,
+                window,
+                workload,
+            };
+            let w = parsed(layout, 2);
+            assert_eq!(w.workload(), workload);
+            assert_eq!((w.tasks, w.process), (3, 2));
+            assert_eq!((w.start_ns, w.until_ns), (5, 9));
+        }
+        assert_eq!(Workload::all(Duration::ZERO).len(), 2);
+    }
+
+    #[test]
+    fn work_needs_rounds() {
+        let args = [
+            "distlock-bench",
+            "worker",
+            "--backend",
+            "file:///x",
+            "--lock",
+            "l",
+            "--tasks",
+            "1",
+            "--process",
+            "0",
+            "--start-ns",
+            "0",
+            "--until-ns",
+            "1",
+            "--work",
+            "5ms",
+        ];
+        assert!(Args::try_parse_from(args).is_err());
+    }
 }

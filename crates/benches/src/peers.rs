@@ -19,7 +19,9 @@ use serde::Deserialize;
 use tokio::process::Command;
 
 use crate::commands::Counts;
-use crate::scenarios::{Layout, Outcome, Take, Taker, Window, drive, report_worker};
+use crate::scenarios::{
+    Layout, Outcome, Take, Taker, Window, Workload, do_work, drive, report_worker,
+};
 use crate::target::{Server, Target, mongo_client};
 use crate::timeline::now_ns;
 
@@ -87,7 +89,7 @@ pub(crate) fn mongo_workers(
 struct PeerTaker(Arc<MongoDistributedLock>);
 
 impl Taker for PeerTaker {
-    async fn take_once(&self, left: Duration) -> Take {
+    async fn take_once(&self, left: Duration, work: Duration) -> Take {
         // The peer checks its timeout only after a try and then sleeps its
         // full period; stop it when the window closes.
         let handle = match tokio::time::timeout(left, self.0.acquire(Some(left))).await {
@@ -98,6 +100,7 @@ impl Taker for PeerTaker {
             Ok(Err(_)) => return Take::Failed,
         };
         let acquired_at_ns = now_ns();
+        do_work(work).await;
         let released_at_ns = now_ns();
         let release_failed = handle.release().await.is_err();
         Take::Held {
@@ -118,7 +121,7 @@ pub(crate) async fn mongo_worker(
     tasks: u32,
     process: u32,
     window: Window,
-    rounds: bool,
+    workload: Workload,
     sleep: Option<Duration>,
 ) -> Outcome<()> {
     let (monitor, database, _collection) = mongo_client(url).await?;
@@ -129,7 +132,7 @@ pub(crate) async fn mongo_worker(
         peer_options(sleep),
     )));
     let before = monitor.snapshot();
-    let log = drive(taker, tasks, process, window, rounds).await?;
+    let log = drive(taker, tasks, process, window, workload).await?;
     report_worker(log, Some(monitor.snapshot().since(&before)))
 }
 
@@ -250,8 +253,11 @@ impl Tooz {
                     .args(["--process", &process.to_string()])
                     .args(["--start-ns", &layout.window.start_ns.to_string()])
                     .args(["--until-ns", &layout.window.until_ns.to_string()]);
-                if layout.rounds {
+                if let Workload::Rounds { work } = layout.workload {
                     command.arg("--rounds");
+                    if !work.is_zero() {
+                        command.args(["--work-seconds", &work.as_secs_f64().to_string()]);
+                    }
                 }
                 command
             })

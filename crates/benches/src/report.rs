@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::commands::{Counts, MEMCACHED_COMMANDS};
 use crate::peers::{ToozUncontended, ToozVersions};
-use crate::scenarios::{Contender, HoldMany, ROUNDS, Side, Uncontended};
+use crate::scenarios::{Contender, HoldMany, ROUNDS, Side, Uncontended, Workload};
 use crate::timeline::Contention;
 
 /// Everything measured in one run.
@@ -27,6 +27,8 @@ pub(crate) struct Settings {
     pub(crate) uncontended_seconds: Duration,
     pub(crate) processes: u32,
     pub(crate) tasks: u32,
+    /// The work held in the third contention workload (zero: not run).
+    pub(crate) work: Duration,
     pub(crate) peer_sleep: Duration,
 }
 
@@ -45,9 +47,7 @@ pub(crate) enum Contestant {
 #[derive(Debug)]
 pub(crate) struct Contended {
     pub(crate) by: Contestant,
-    /// The rounds scenario (every task once per round) rather than the
-    /// tight loop.
-    pub(crate) rounds: bool,
+    pub(crate) workload: Workload,
     pub(crate) result: Contention,
 }
 
@@ -307,6 +307,8 @@ impl Run {
 
     fn contention(&self, out: &mut String) {
         let s = &self.settings;
+        let workloads = Workload::all(s.work);
+        let work = humantime::format_duration(s.work);
         let _ = writeln!(
             out,
             "## 2. Contention: {} tasks in each of {} processes on one name\n",
@@ -315,7 +317,7 @@ impl Run {
         let _ = writeln!(
             out,
             "Each task takes the lock with the contender's own waiting strategy and \
-             releases it at once. Each Rust process shares one client (ours) or one \
+             releases it at once{}. Each Rust process shares one client (ours) or one \
              `mongodb::Client` and lock value (the peer's) among its tasks; each Python \
              process shares one tooz coordinator among its threads. All processes share \
              the machine's wall clock, so the holds of every process can be laid end to \
@@ -323,8 +325,14 @@ impl Run {
              gets it; *to another process* counts only the hand-offs where the next \
              holder is in another process than the last one, with their share of all \
              hand-offs. *Tasks served* is how many of the {} tasks held the lock at \
-             least once. Two workloads, each for {}:\n",
+             least once. {} workloads, each for {}:\n",
+            if s.work.is_zero() {
+                String::new()
+            } else {
+                format!(" (in the third workload, after {work} of work)")
+            },
             s.tasks * s.processes,
+            if workloads.len() == 3 { "Three" } else { "Two" },
             humantime::format_duration(s.seconds)
         );
         let _ = writeln!(
@@ -340,28 +348,39 @@ impl Run {
              hand-off within a round goes to a task that has been waiting since the \
              round began: this is the hand-off a waiter sees, like instances of a \
              service that all start the same job at the same moment. Hand-offs are \
-             only taken within a round.\n"
+             only taken within a round."
         );
+        if !s.work.is_zero() {
+            let _ = writeln!(
+                out,
+                "- **Rounds with work**: the rounds workload, but each task holds the lock \
+                 for {work} (a sleep, standing for the work a lock protects) before it \
+                 releases it. While the lock is held, a waiter that polls on a clock keeps \
+                 polling and one that waits for the release does not, so this shows what \
+                 waiting costs when the holder is busy. Hand-off is still the time from the \
+                 release call to the next grant; it does not include the work."
+            );
+        }
+        let _ = writeln!(out);
         let mut goals = Vec::new();
-        for rounds in [false, true] {
-            self.contention_table(out, rounds);
-            goals.extend(self.contention_goals(rounds));
+        for (letter, workload) in ['a', 'b', 'c'].into_iter().zip(workloads) {
+            self.contention_table(out, letter, workload);
+            goals.extend(self.contention_goals(workload));
         }
         goals_list(out, &goals);
         self.contention_findings(out);
     }
 
-    fn contention_table(&self, out: &mut String, rounds: bool) {
+    fn contention_table(&self, out: &mut String, letter: char, workload: Workload) {
         let s = &self.settings;
-        let _ = writeln!(
-            out,
-            "### {}\n",
-            if rounds {
-                "2b. Rounds: every task once per round"
-            } else {
-                "2a. Tight loop"
+        let title = match workload {
+            Workload::TightLoop => "Tight loop".to_owned(),
+            Workload::ROUNDS => "Rounds: every task once per round".to_owned(),
+            Workload::Rounds { work } => {
+                format!("Rounds with {} of work", humantime::format_duration(work))
             }
-        );
+        };
+        let _ = writeln!(out, "### 2{letter}. {title}\n");
         let _ = writeln!(
             out,
             "| backend | contender | acquisitions | per second | hand-offs | hand-off p50 | hand-off p99 | hand-off mean | to another process: share, p50, p99 | tasks served | server commands per acquisition | overlaps | errors |"
@@ -372,7 +391,7 @@ impl Run {
         );
         let tasks = s.tasks * s.processes;
         for b in &self.backends {
-            for c in b.contended.iter().filter(|c| c.rounds == rounds) {
+            for c in b.contended.iter().filter(|c| c.workload == workload) {
                 let r = &c.result;
                 let share = if r.hand_offs > 0 {
                     r.cross_process as f64 / r.hand_offs as f64
@@ -403,7 +422,7 @@ impl Run {
         }
         let _ = writeln!(out, "\nServer commands per acquisition, by command:\n");
         for b in &self.backends {
-            for c in b.contended.iter().filter(|c| c.rounds == rounds) {
+            for c in b.contended.iter().filter(|c| c.workload == workload) {
                 let r = &c.result;
                 let Some(commands) = &r.commands else {
                     continue;
@@ -429,25 +448,19 @@ impl Run {
         let _ = writeln!(out);
     }
 
-    fn contention_goals(&self, rounds: bool) -> Vec<String> {
-        fn by(b: &BackendResults, who: Contestant, rounds: bool) -> Option<&Contention> {
-            b.contended
-                .iter()
-                .find(|c| c.by == who && c.rounds == rounds)
-                .map(|c| &c.result)
-        }
+    fn contention_goals(&self, workload: Workload) -> Vec<String> {
+        let by = |b, who| find(b, who, workload);
         let s = &self.settings;
-        let scenario = if rounds { "rounds" } else { "tight loop" };
+        let scenario = workload.label();
         let mut goals = Vec::new();
         if let Some(b) = self.backend("MongoDB") {
-            let ours = by(b, Contestant::Ours, rounds);
-            let defaults = by(b, Contestant::MongoPeer { sleep: None }, rounds);
+            let ours = by(b, Contestant::Ours);
+            let defaults = by(b, Contestant::MongoPeer { sleep: None });
             let slow = by(
                 b,
                 Contestant::MongoPeer {
                     sleep: Some(s.peer_sleep),
                 },
-                rounds,
             );
             if let (Some(ours), Some(peer)) = (ours, defaults) {
                 goals.push(goal(
@@ -499,10 +512,7 @@ impl Run {
             }
         }
         if let Some(b) = self.backend("memcached")
-            && let (Some(ours), Some(tooz)) = (
-                by(b, Contestant::Ours, rounds),
-                by(b, Contestant::Tooz, rounds),
-            )
+            && let (Some(ours), Some(tooz)) = (by(b, Contestant::Ours), by(b, Contestant::Tooz))
         {
             let factor = ours.per_second / tooz.per_second;
             goals.push(goal(
@@ -632,10 +642,12 @@ impl Run {
             ) {
                 let ratio = client.per_second() / base.per_second();
                 let mut t = format!(
-                    "**memcached.** A cycle of ours is {} commands in three round trips \
-                     (acquire: the add, the fencing-token counter's increment and a TTL read, \
-                     pipelined in one write; release: a read of the value and its CAS, then the \
-                     CAS-conditional delete), against the bare recipe's {} in two. The lock \
+                    "**memcached.** A cycle of ours is {} commands in two round trips \
+                     (acquire: the add, which returns the item's CAS, and the fencing-token \
+                     counter's increment, pipelined in one write; release: the delete \
+                     conditional on the CAS the add returned, sent only over a connection to \
+                     the memcached process that issued it, since a restarted memcached numbers \
+                     CAS values from 1 again), against the bare recipe's {} in two. The lock \
                      client makes {:.2} of its own backend's direct calls, and {ratio:.2} of the \
                      recipe. ",
                     opt(client.commands_per_cycle()),
@@ -644,20 +656,14 @@ impl Run {
                 );
                 if ratio < 0.9 {
                     t.push_str(
-                        "The goal is missed for that reason, not because of the client: the \
-                         backend's release (`release_on` in `crates/memcached/src/backend.rs`) \
-                         reads the item's CAS before deleting with it, because it never reuses \
-                         the CAS its add returned (memcached restarts its CAS counter from 1, so \
-                         a remembered CAS could match another holder's item after a restart), \
-                         and every acquire also increments the token counter. Reaching 0.9 would \
-                         take a one-round-trip release, that is a CAS that cannot repeat across \
-                         restarts, which memcached 1.6.18's meta protocol does not let the \
-                         client choose. ",
+                        "The difference is the third command, the token counter's increment, \
+                         which a fencing token needs and the bare recipe does not send, and \
+                         the client's own work. ",
                     );
                 } else {
                     t.push_str(
-                        "In this run the extra command and round trip cost less than the \
-                         goal's margin. ",
+                        "In this run the third command, the token counter's increment that a \
+                         fencing token needs, cost less than the goal's margin. ",
                     );
                 }
                 if let Some(t_u) = &b.tooz_uncontended {
@@ -679,12 +685,8 @@ impl Run {
     fn contention_findings(&self, out: &mut String) {
         let s = &self.settings;
         let mut text = Vec::new();
-        let by = |b: &BackendResults, who: Contestant, rounds: bool| {
-            b.contended
-                .iter()
-                .find(|c| c.by == who && c.rounds == rounds)
-                .map(|c| c.result.clone())
-        };
+        // The rounds workload is the one without work.
+        let by = |b, who, workload| find(b, who, workload).cloned();
         let share = |r: &Contention| {
             if r.hand_offs == 0 {
                 0.0
@@ -696,10 +698,11 @@ impl Run {
             let slow = Contestant::MongoPeer {
                 sleep: Some(s.peer_sleep),
             };
+            let defaults = Contestant::MongoPeer { sleep: None };
             if let (Some(ours), Some(peer), Some(slow_tight)) = (
-                by(b, Contestant::Ours, false),
-                by(b, Contestant::MongoPeer { sleep: None }, false),
-                by(b, slow, false),
+                by(b, Contestant::Ours, Workload::TightLoop),
+                by(b, defaults, Workload::TightLoop),
+                by(b, slow, Workload::TightLoop),
             ) {
                 let mut t = format!(
                     "**MongoDB, tight loop.** The peer tries once before it first sleeps, so \
@@ -709,12 +712,15 @@ impl Run {
                      than a hand-off to a waiter. Ours handed {:.0} % of grants to another \
                      process, each through the change stream (the release's event must reach \
                      the other process's `getMore` before its `findAndModify` can go out); \
-                     the rest went to the next task of the same process, which the in-process \
-                     queue lets try at once. ",
+                     the rest went to the next task of the same process, by hand-over: one \
+                     `findAndModify` that ends one grant and makes the next, at most {} in a \
+                     row, after which the process releases and lets other processes try \
+                     first. ",
                     humantime::format_duration(s.peer_sleep),
                     share(&slow_tight),
                     short(slow_tight.hand_off_p50),
                     share(&ours),
+                    distlock::LockOptions::DEFAULT_LOCAL_HAND_OVERS,
                 );
                 if ours.hand_off_p50 > peer.hand_off_p50 {
                     let _ = write!(
@@ -740,9 +746,9 @@ impl Run {
                 text.push(t);
             }
             if let (Some(ours), Some(peer), Some(slow_rounds)) = (
-                by(b, Contestant::Ours, true),
-                by(b, Contestant::MongoPeer { sleep: None }, true),
-                by(b, slow, true),
+                by(b, Contestant::Ours, Workload::ROUNDS),
+                by(b, defaults, Workload::ROUNDS),
+                by(b, slow, Workload::ROUNDS),
             ) {
                 let p50_ok = ratio(slow_rounds.hand_off_p50, ours.hand_off_p50) >= 50.0;
                 let mean_ok = ratio(slow_rounds.hand_off_mean, ours.hand_off_mean) >= 50.0;
@@ -777,31 +783,30 @@ impl Run {
                 ));
             }
             if let (Some(ours), Some(peer_rounds)) = (
-                by(b, Contestant::Ours, true),
-                by(b, Contestant::MongoPeer { sleep: None }, true),
+                by(b, Contestant::Ours, Workload::ROUNDS),
+                by(b, defaults, Workload::ROUNDS),
             ) && let Some(commands) = &ours.commands
             {
                 let per = ours.acquisitions.max(1) as f64;
                 let count = |name: &str| commands.0.get(name).copied().unwrap_or(0) as f64 / per;
                 text.push(format!(
-                    "**MongoDB, server commands.** Ours need {} per acquisition in rounds: one \
-                     `findAndModify` that wins, one `update` to release, {:.2} `findAndModify` \
-                     that lose and {:.2} `getMore`. Every release is delivered to the change \
-                     stream of every process that has a waiter (one `getMore` reply per \
-                     process, fewer when events arrive together), and each woken process \
-                     retries at once; only one can win. The peer's count has another cause: its \
-                     waiters try every 10 ms whatever happens, so its commands per acquisition \
-                     are its tries per second over its acquisitions per second ({:.0} commands/s \
-                     for {:.0} acquisitions/s here); ours follow releases, not the clock. \
-                     Meeting at most 3 needs the backend to wake one process per release \
-                     instead of all: for example waiters could record themselves in \
-                     the lock document when they lose (a queue), the release pipeline could \
-                     name the next one, and each process's change-stream filter \
-                     (`crates/mongodb/src/watch.rs`) could match only the releases that name \
-                     it; or the release could grant the lock to the queued waiter directly. \
-                     Both are backend (and core wake-up) changes, not benchmark changes.",
+                    "**MongoDB, server commands.** Ours need {} per acquisition in rounds: \
+                     {:.2} `findAndModify` (grants, hand-overs, and tries that lose), {:.2} \
+                     `update` (releases: a hand-over is itself the release, so there is one \
+                     per run of hand-overs) and {:.2} `getMore`. A release is delivered to the \
+                     change stream of every process that has a waiter (one `getMore` reply per \
+                     process, fewer when events arrive together), and each woken process tries \
+                     once; only one can win. A hand-over wakes nobody. The peer's count has \
+                     another cause: its waiters try every 10 ms whatever happens, so its \
+                     commands per acquisition are its tries per second over its acquisitions \
+                     per second ({:.0} commands/s for {:.0} acquisitions/s here); ours follow \
+                     releases, not the clock. With nothing done under the lock, a hold is far \
+                     shorter than the peer's 10 ms sleep, so few of its tries fall inside one, \
+                     which keeps its count low; the rounds with work below show what its \
+                     polling costs while a holder works.",
                     opt(ours.commands_per_acquisition()),
-                    (count("findAndModify") - 1.0).max(0.0),
+                    count("findAndModify"),
+                    count("update"),
                     count("getMore"),
                     peer_rounds.commands.as_ref().map_or(0, Counts::total) as f64
                         / s.seconds.as_secs_f64(),
@@ -811,10 +816,10 @@ impl Run {
         }
         if let Some(b) = self.backend("memcached")
             && let (Some(ours_t), Some(tooz_t), Some(ours_r), Some(tooz_r)) = (
-                by(b, Contestant::Ours, false),
-                by(b, Contestant::Tooz, false),
-                by(b, Contestant::Ours, true),
-                by(b, Contestant::Tooz, true),
+                by(b, Contestant::Ours, Workload::TightLoop),
+                by(b, Contestant::Tooz, Workload::TightLoop),
+                by(b, Contestant::Ours, Workload::ROUNDS),
+                by(b, Contestant::Tooz, Workload::ROUNDS),
             )
         {
             let factor = ours_t.per_second / tooz_t.per_second;
@@ -826,10 +831,10 @@ impl Run {
                  difference: in rounds, tooz's blocked threads sleep a whole second between \
                  tries (tenacity's `wait_exponential(max=1)` starts at one second), ours \
                  retry after a jittered 5–500 ms backoff bounded by the holder's remaining \
-                 TTL, and hand over to a task of the same process at once: {:.0}/s against \
+                 TTL, and let the next task of the same process try at once: {:.0}/s against \
                  {:.0}/s ({:.0}x). Our {} commands per acquisition in the tight loop are the \
-                 uncontended cycle's five plus failed tries; tooz's {} are its add, get and \
-                 delete plus failed adds.",
+                 uncontended cycle's three plus failed tries (a failed add also reads how long \
+                 the holder has left); tooz's {} are its add, get and delete plus failed adds.",
                 share(&ours_t),
                 share(&tooz_t),
                 ours_t.per_second,
@@ -843,9 +848,104 @@ impl Run {
                 opt(tooz_t.commands_per_acquisition()),
             ));
         }
+        text.extend(self.work_findings());
         findings_list(out, &text);
     }
 
+    /// What the rounds with work show, beside the rounds without.
+    fn work_findings(&self) -> Vec<String> {
+        let s = &self.settings;
+        let mut text = Vec::new();
+        if s.work.is_zero() {
+            return text;
+        }
+        let workload = Workload::Rounds { work: s.work };
+        let work = humantime::format_duration(s.work);
+        let scenario = workload.label();
+        let run = |r: &Contention| {
+            format!(
+                "median hand-off {}, mean {}, {:.0} acquisitions/s, the lock held {:.0} % \
+                 of the window, {} server commands per acquisition",
+                short(r.hand_off_p50),
+                short(r.hand_off_mean),
+                r.per_second,
+                r.busy() * 100.0,
+                opt(r.commands_per_acquisition()),
+            )
+        };
+        if let Some(b) = self.backend("MongoDB")
+            && let Some(ours) = find(b, Contestant::Ours, workload)
+        {
+            let defaults = Contestant::MongoPeer { sleep: None };
+            let slow = Contestant::MongoPeer {
+                sleep: Some(s.peer_sleep),
+            };
+            let mut t = format!(
+                "**MongoDB, {scenario}.** Every holder keeps the lock for {work} before it \
+                 releases it, so the waiters of a round wait through the holds of those \
+                 before them. Ours: {}. ",
+                run(ours)
+            );
+            if let Some(peer) = find(b, defaults, workload) {
+                let _ = write!(
+                    t,
+                    "The peer with its defaults: {}; its waiters try every 10 ms whether the \
+                     lock is free or not ({:.0} commands/s for {:.0} acquisitions/s). ",
+                    run(peer),
+                    peer.commands.as_ref().map_or(0, Counts::total) as f64
+                        / peer.elapsed.as_secs_f64(),
+                    peer.per_second,
+                );
+                if let (Some(a), Some(p)) = (
+                    ours.commands_per_acquisition(),
+                    peer.commands_per_acquisition(),
+                ) {
+                    let _ = write!(
+                        t,
+                        "Ours sent {:.2} of the peer defaults' commands per acquisition. ",
+                        a / p
+                    );
+                }
+                if let (Some(ours_0), Some(peer_0)) = (
+                    find(b, Contestant::Ours, Workload::ROUNDS),
+                    find(b, defaults, Workload::ROUNDS),
+                ) {
+                    let _ = write!(
+                        t,
+                        "In rounds without work (2b) the counts were {} for ours and {} for \
+                         the peer's defaults. ",
+                        opt(ours_0.commands_per_acquisition()),
+                        opt(peer_0.commands_per_acquisition()),
+                    );
+                }
+            }
+            if let Some(peer) = find(b, slow, workload) {
+                let _ = write!(
+                    t,
+                    "The peer with a {} sleep: {}.",
+                    humantime::format_duration(s.peer_sleep),
+                    run(peer)
+                );
+            }
+            text.push(t.trim_end().to_owned());
+        }
+        if let Some(b) = self.backend("memcached")
+            && let Some(ours) = find(b, Contestant::Ours, workload)
+        {
+            let mut t = format!("**memcached, {scenario}.** Ours: {}. ", run(ours));
+            if let Some(tooz) = find(b, Contestant::Tooz, workload) {
+                let _ = write!(
+                    t,
+                    "{}: {}. Ours made {:.1}x its acquisitions per second.",
+                    self.tooz(),
+                    run(tooz),
+                    ours.per_second / tooz.per_second
+                );
+            }
+            text.push(t.trim_end().to_owned());
+        }
+        text
+    }
     fn many_findings(&self, out: &mut String) {
         let mut text = Vec::new();
         if let Some(b) = self.backend("MongoDB")
@@ -872,7 +972,8 @@ impl Run {
             text.push(format!(
                 "**memcached.** The keeper's call is batched the same way, but memcached has \
                  no multi-key conditional store, so the backend extends each lease with its \
-                 own read and CAS store (512 in flight, pipelined): {:.2} commands per lock \
+                 own store, conditional on the CAS its last store returned (512 in flight, \
+                 pipelined): {:.2} commands per lock \
                  per cadence, {:.0} commands/s for {} locks. There was no goal for this; it \
                  is what an efficiency lock on memcached costs.",
                 c.total() as f64 / b.many.locks as f64 / b.many.cadences(),
@@ -882,6 +983,14 @@ impl Run {
         }
         findings_list(out, &text);
     }
+}
+
+/// `who`'s result on `b` in `workload`, if it ran.
+fn find(b: &BackendResults, who: Contestant, workload: Workload) -> Option<&Contention> {
+    b.contended
+        .iter()
+        .find(|c| c.by == who && c.workload == workload)
+        .map(|c| &c.result)
 }
 
 /// A goal and whether this run met it.

@@ -260,9 +260,9 @@ impl Reports {
 /// `window`, and sums up what they report. In the tight loop every task
 /// takes the lock over and over; with `rounds`, the parent starts rounds
 /// (a `go` line to every worker) until the window closes, and every task
-/// takes the lock once per round. Server commands come from the workers'
-/// own counts (MongoDB) or from the server's `stats` read when the window
-/// opens and closes (memcached).
+/// takes the lock once per round (see [`Workload`]). Server commands come
+/// from the workers' own counts (MongoDB) or from the server's `stats` read
+/// when the window opens and closes (memcached).
 pub(crate) async fn contend(
     target: &Target,
     workers: Vec<Command>,
@@ -365,14 +365,66 @@ pub(crate) async fn contend(
     Ok(contention)
 }
 
+/// What the tasks of a contended run do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Workload {
+    /// Every task takes the lock over and over, releasing it at once.
+    TightLoop,
+    /// Every task takes the lock once per round and holds it for `work`
+    /// (zero: releases it at once), a round starting at each `go` line on
+    /// standard input.
+    Rounds { work: Duration },
+}
+
+impl Workload {
+    /// The rounds workload without work.
+    pub(crate) const ROUNDS: Self = Self::Rounds {
+        work: Duration::ZERO,
+    };
+
+    /// The workloads of a run, in order: the tight loop, rounds, and rounds
+    /// with `work` unless it is zero.
+    pub(crate) fn all(work: Duration) -> Vec<Self> {
+        let mut all = vec![Self::TightLoop, Self::ROUNDS];
+        if !work.is_zero() {
+            all.push(Self::Rounds { work });
+        }
+        all
+    }
+
+    /// Whether the parent runs it in rounds.
+    pub(crate) fn rounds(self) -> bool {
+        matches!(self, Self::Rounds { .. })
+    }
+
+    /// How long each task holds the lock before it releases it.
+    pub(crate) fn work(self) -> Duration {
+        match self {
+            Self::TightLoop => Duration::ZERO,
+            Self::Rounds { work } => work,
+        }
+    }
+
+    /// Its name in progress lines and goals.
+    pub(crate) fn label(self) -> String {
+        match self {
+            Self::TightLoop => "tight loop".to_owned(),
+            Self::Rounds { work } if work.is_zero() => "rounds".to_owned(),
+            Self::Rounds { work } => {
+                format!("rounds with {} of work", humantime::format_duration(work))
+            }
+        }
+    }
+}
+
 /// How a contended run is laid out: its processes, their tasks, its
-/// window, and whether it runs in rounds.
+/// window, and its workload.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Layout {
     pub(crate) processes: u32,
     pub(crate) tasks: u32,
     pub(crate) window: Window,
-    pub(crate) rounds: bool,
+    pub(crate) workload: Workload,
 }
 
 impl Layout {
@@ -388,8 +440,12 @@ impl Layout {
             "--until-ns".to_owned(),
             self.window.until_ns.to_string(),
         ];
-        if self.rounds {
+        if let Workload::Rounds { work } = self.workload {
             args.push("--rounds".to_owned());
+            if !work.is_zero() {
+                args.push("--work".to_owned());
+                args.push(humantime::format_duration(work).to_string());
+            }
         }
         args
     }
@@ -439,10 +495,21 @@ pub(crate) enum Take {
     Failed,
 }
 
-/// Takes a lock once, waiting at most `left`, and releases it at once:
-/// one per contender (our client, the Rust peer).
+/// Takes a lock once, waiting at most `left`, holds it for `work` (see
+/// [`do_work`]) and releases it: one per contender (our client, the Rust
+/// peer).
 pub(crate) trait Taker: Clone + Send + Sync + 'static {
-    fn take_once(&self, left: Duration) -> impl Future<Output = Take> + Send;
+    fn take_once(&self, left: Duration, work: Duration) -> impl Future<Output = Take> + Send;
+}
+
+/// The work done while holding a lock: a sleep of `work`, between the
+/// grant's `acquired_at_ns` and the `released_at_ns` read right before the
+/// release call, so that a hand-off still runs from the release call to the
+/// next grant. Nothing at all when `work` is zero.
+pub(crate) async fn do_work(work: Duration) {
+    if !work.is_zero() {
+        tokio::time::sleep(work).await;
+    }
 }
 
 /// Our client on one name.
@@ -453,7 +520,7 @@ struct OurTaker {
 }
 
 impl Taker for OurTaker {
-    async fn take_once(&self, left: Duration) -> Take {
+    async fn take_once(&self, left: Duration, work: Duration) -> Take {
         let guard = match self.client.acquire(&self.name, left).await {
             Ok(guard) => guard,
             Err(distlock::Error::Timeout { .. }) => return Take::TimedOut,
@@ -461,6 +528,7 @@ impl Taker for OurTaker {
         };
         let acquired_at_ns = now_ns();
         let token = guard.fencing_token();
+        do_work(work).await;
         let released_at_ns = now_ns();
         let release_failed = guard.release().await.is_err();
         Take::Held {
@@ -476,26 +544,28 @@ impl Taker for OurTaker {
 type TaskLog = (Vec<Hold>, u64);
 
 /// Runs `tasks` tasks of worker `process` that take the lock through
-/// `taker` within `window`: over and over (the tight loop), or, with
-/// `rounds`, exactly once per round, a round starting at each `go` line on
-/// standard input and ending with a [`Line::RoundDone`] on standard output.
-/// Returns every hold and the number of failed calls.
+/// `taker` within `window`: over and over (the tight loop), or, in rounds,
+/// exactly once per round, a round starting at each `go` line on standard
+/// input and ending with a [`Line::RoundDone`] on standard output, each
+/// holding the lock for the workload's work. Returns every hold and the
+/// number of failed calls.
 pub(crate) async fn drive<T: Taker>(
     taker: T,
     tasks: u32,
     process: u32,
     window: Window,
-    rounds: bool,
+    workload: Workload,
 ) -> Outcome<TaskLog> {
     let (mut holds, mut errors) = (Vec::new(), 0);
-    if !rounds {
+    let work = workload.work();
+    if !workload.rounds() {
         sleep_until_ns(window.start_ns).await;
         let handles: Vec<_> = (0..tasks)
             .map(|task| {
                 let taker = taker.clone();
-                tokio::spawn(
-                    async move { take_until(&taker, process, task, 0, window, false).await },
-                )
+                tokio::spawn(async move {
+                    take_until(&taker, process, task, 0, window, false, work).await
+                })
             })
             .collect();
         for handle in handles {
@@ -515,9 +585,9 @@ pub(crate) async fn drive<T: Taker>(
         let handles: Vec<_> = (0..tasks)
             .map(|task| {
                 let taker = taker.clone();
-                tokio::spawn(
-                    async move { take_until(&taker, process, task, round, window, true).await },
-                )
+                tokio::spawn(async move {
+                    take_until(&taker, process, task, round, window, true, work).await
+                })
             })
             .collect();
         for handle in handles {
@@ -531,7 +601,7 @@ pub(crate) async fn drive<T: Taker>(
 }
 
 /// One task: takes the lock until the window closes, or (`once`) until it
-/// has held it once.
+/// has held it once, holding it for `work` each time.
 async fn take_until<T: Taker>(
     taker: &T,
     process: u32,
@@ -539,6 +609,7 @@ async fn take_until<T: Taker>(
     round: u32,
     window: Window,
     once: bool,
+    work: Duration,
 ) -> TaskLog {
     let (mut holds, mut errors) = (Vec::new(), 0);
     loop {
@@ -547,7 +618,7 @@ async fn take_until<T: Taker>(
             break;
         }
         match taker
-            .take_once(Duration::from_nanos(window.until_ns - now))
+            .take_once(Duration::from_nanos(window.until_ns - now), work)
             .await
         {
             Take::Held {
@@ -599,7 +670,7 @@ pub(crate) async fn worker(
     tasks: u32,
     process: u32,
     window: Window,
-    rounds: bool,
+    workload: Workload,
 ) -> Outcome<()> {
     let target = Target::open(url).await?;
     let taker = OurTaker {
@@ -607,7 +678,7 @@ pub(crate) async fn worker(
         name: LockName::new(lock).map_err(|e| e.to_string())?,
     };
     let before = in_process_counts(&target).await?;
-    let log = drive(taker, tasks, process, window, rounds).await?;
+    let log = drive(taker, tasks, process, window, workload).await?;
     let after = in_process_counts(&target).await?;
     let commands = match (before, after) {
         (Some(before), Some(after)) => Some(after.since(&before)),

@@ -69,6 +69,11 @@ pub(crate) struct Contention {
     pub(crate) cross_p99: Duration,
     /// How many tasks got the lock at least once.
     pub(crate) tasks_served: usize,
+    /// The time the lock was held, all holds together (grant to release
+    /// call).
+    pub(crate) held: Duration,
+    /// The time summed up: the window.
+    pub(crate) elapsed: Duration,
     /// Holds that began before the previous one ended: must be zero.
     pub(crate) overlaps: usize,
     /// Calls that failed (the worker went on).
@@ -111,6 +116,10 @@ impl Contention {
             gaps.iter().sum::<Duration>() / gaps.len() as u32
         };
         cross.sort_unstable();
+        let held = holds
+            .iter()
+            .map(|h| Duration::from_nanos(h.released_at_ns.saturating_sub(h.acquired_at_ns)))
+            .sum();
         Self {
             acquisitions: holds.len(),
             per_second: holds.len() as f64 / elapsed.as_secs_f64(),
@@ -122,11 +131,18 @@ impl Contention {
             cross_p50: percentile(&cross, 50),
             cross_p99: percentile(&cross, 99),
             tasks_served: served.len(),
+            held,
+            elapsed,
             overlaps,
             errors: 0,
             commands: None,
             server_ops: None,
         }
+    }
+
+    /// The share of the window the lock was held, from 0 to 1.
+    pub(crate) fn busy(&self) -> f64 {
+        self.held.as_secs_f64() / self.elapsed.as_secs_f64()
     }
 
     /// Server commands per acquisition, where counted.
@@ -210,6 +226,7 @@ mod tests {
         assert_eq!(summary.cross_process, 0);
         assert_eq!(summary.hand_offs, 2);
         assert_eq!(summary.tasks_served, 3);
+        assert_eq!(summary.held, Duration::from_nanos(10 + 5 + 12 + 10));
     }
 
     #[test]
