@@ -7,8 +7,8 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, Error, Holder, Lease, LeaseId, LockInfo,
-    LockName, Result,
+    AcquireRequest, Attempt, Backend, Capabilities, Error, HandOver, Holder, Lease, LeaseId,
+    LockInfo, LockName, Result,
 };
 use tokio::time::Instant;
 
@@ -36,7 +36,8 @@ const LIST_CONCURRENCY: usize = 256;
 const EXTEND_CONCURRENCY: usize = 512;
 
 /// Locks in memcached: `add` with a lease to take, compare-and-swap to
-/// extend and release, a counter per name for fencing tokens.
+/// extend, release and (in sharded mode) hand over, a counter per name for
+/// fencing tokens.
 ///
 /// Open one with [`MemcachedBackend::open`] (from a `memcache://` URL) or
 /// [`MemcachedBackend::connect`]. See the crate documentation for what it
@@ -127,6 +128,31 @@ enum Extended {
     },
     NotOurs,
     Missing,
+}
+
+/// What one server said to a hand-over.
+enum HandedOver {
+    /// The lock key holds the next grant now.
+    Granted {
+        /// What the counter's increment returned.
+        token: u64,
+        /// The token counter's CAS, to raise it.
+        token_cas: u64,
+        /// The lock's new CAS.
+        cas: Option<KnownCas>,
+    },
+    /// The lock key holds another grant than the old one, or nothing.
+    NotOurs,
+}
+
+/// The next grant of a lock that is handed over: what to store where.
+struct NextGrant<'a> {
+    key: &'a Key,
+    token_key: &'a Key,
+    value: &'a [u8],
+    ttl: u32,
+    /// The token counter's seed, should it be missing.
+    seed: u64,
 }
 
 /// What a compare-and-swap store did.
@@ -443,6 +469,36 @@ fn unexpected(server: &Server, command: &str, reply: &Reply) -> Error {
     server.message(format!("unexpected reply {:?} to {command}", reply.code))
 }
 
+/// `batch` followed by the increment of the token counter at `token_key`,
+/// which creates the counter at `seed` when it is missing: how acquire and
+/// hand-over get their token in the same round trip as their store.
+fn counted(batch: Batch, token_key: &Key, seed: u64) -> Batch {
+    batch.ma(
+        token_key,
+        &format!("N{COUNTER_TTL} J{seed} T{COUNTER_TTL} v c"),
+    )
+}
+
+/// The replies to a store and the counter's increment.
+fn two_replies(server: &Server, replies: Vec<Reply>) -> Result<[Reply; 2]> {
+    <[Reply; 2]>::try_from(replies)
+        .map_err(|replies| server.message(format!("{} replies to 2 commands", replies.len())))
+}
+
+/// The token that the counter's increment returned, and the counter's CAS.
+fn token_of(server: &Server, counter: &Reply) -> Result<(u64, u64)> {
+    if counter.code != Code::Va {
+        return Err(unexpected(server, "the token counter's increment", counter));
+    }
+    let token = counter
+        .number()
+        .ok_or_else(|| server.message("the token counter is not a number"))?;
+    let token_cas = counter
+        .flag_u64('c')
+        .ok_or_else(|| server.message("the token counter came without its CAS"))?;
+    Ok((token, token_cas))
+}
+
 /// `add` of the lock key, returning its CAS, and the counter's increment
 /// (created from `seed` when missing), in one round trip. Nothing else:
 /// how long the holder has left matters only when the add fails, and is
@@ -456,15 +512,13 @@ async fn add_on(
     seed: u64,
     timeout: Duration,
 ) -> Result<Added> {
-    let batch = Batch::new()
-        .ms(lock_key, value, &format!("ME T{ttl} c"))
-        .ma(
-            token_key,
-            &format!("N{COUNTER_TTL} J{seed} T{COUNTER_TTL} v c"),
-        );
+    let batch = counted(
+        Batch::new().ms(lock_key, value, &format!("ME T{ttl} c")),
+        token_key,
+        seed,
+    );
     let (replies, from) = server.meta_from(batch, timeout).await?;
-    let [stored, counter] = <[Reply; 2]>::try_from(replies)
-        .map_err(|replies| server.message(format!("{} replies to 2 commands", replies.len())))?;
+    let [stored, counter] = two_replies(server, replies)?;
     match stored.code {
         Code::Hd => {
             if stored.flag_u64('c') == Some(0) {
@@ -475,19 +529,7 @@ async fn add_on(
                      extended or released safely; restart it without -C",
                 ));
             }
-            if counter.code != Code::Va {
-                return Err(unexpected(
-                    server,
-                    "the token counter's increment",
-                    &counter,
-                ));
-            }
-            let token = counter
-                .number()
-                .ok_or_else(|| server.message("the token counter is not a number"))?;
-            let token_cas = counter
-                .flag_u64('c')
-                .ok_or_else(|| server.message("the token counter came without its CAS"))?;
+            let (token, token_cas) = token_of(server, &counter)?;
             let cas = KnownCas::new(from, stored.flag_u64('c'));
             Ok(Added::Granted {
                 token,
@@ -638,6 +680,55 @@ async fn release_on(
     Err(server.message("the lock kept changing while we released it"))
 }
 
+/// Stores `next`'s grant in place of grant `old`, by compare-and-swap, with
+/// the counter's increment in the same write: at once with `known`, the
+/// CAS of our last store there, when there is one; otherwise, or when the
+/// item changed since, with the CAS read first, and only if the item read
+/// is grant `old`. An item that is not grant `old` is never written.
+async fn hand_over_on(
+    server: &Server,
+    next: &NextGrant<'_>,
+    old: LeaseId,
+    known: Option<KnownCas>,
+    timeout: Duration,
+) -> Result<HandedOver> {
+    let mut expected = known.map(|known| (Some(known.instance), known.cas));
+    for _ in 0..CAS_RETRIES {
+        if let Some((from, cas)) = expected.take() {
+            let store = Batch::new().ms(next.key, next.value, &format!("C{cas} T{} c", next.ttl));
+            let batch = counted(store, next.token_key, next.seed);
+            // Sent only to the process that issued the CAS; to another one
+            // (the server restarted), nothing is sent and we read again.
+            if let Some(replies) = server.meta_to(from, batch, timeout).await? {
+                let [stored, counter] = two_replies(server, replies)?;
+                match stored.code {
+                    Code::Hd => {
+                        let (token, token_cas) = token_of(server, &counter)?;
+                        let cas = KnownCas::new(from, stored.flag_u64('c'));
+                        return Ok(HandedOver::Granted {
+                            token,
+                            token_cas,
+                            cas,
+                        });
+                    }
+                    // Expired, evicted or deleted: the increment that went
+                    // with it only made the counter larger.
+                    Code::Nf => return Ok(HandedOver::NotOurs),
+                    // Changed since (perhaps by an extension of ours whose
+                    // answer was lost): look again.
+                    Code::Ex => {}
+                    _ => return Err(unexpected(server, "a compare-and-swap store", &stored)),
+                }
+            }
+        }
+        match read_on(server, next.key, old, timeout).await? {
+            Ownership::Ours { cas, from, .. } => expected = Some((from, cas)),
+            Ownership::Other | Ownership::Missing => return Ok(HandedOver::NotOurs),
+        }
+    }
+    Err(server.message("the lock kept changing while we handed it over"))
+}
+
 /// Deletes `key` whoever holds it. Returns whether it was there.
 async fn delete_on(server: &Server, key: &Key, timeout: Duration) -> Result<bool> {
     let reply = server.meta_one(Batch::new().md(key, ""), timeout).await?;
@@ -702,7 +793,9 @@ async fn raise_on(
 #[async_trait]
 impl Backend for MemcachedBackend {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::lease_based().with_lists_every_holder(false)
+        Capabilities::lease_based()
+            .with_lists_every_holder(false)
+            .with_hand_over(self.config.mode() == Mode::Sharded)
     }
 
     async fn try_acquire(&self, request: &AcquireRequest) -> Result<Attempt> {
@@ -965,6 +1058,101 @@ impl Backend for MemcachedBackend {
             ));
         }
         Ok(false)
+    }
+
+    /// In sharded mode, one compare-and-swap store of the next grant over
+    /// ours, with the counter's increment in the same write (see the crate
+    /// documentation). Quorum mode answers [`Error::Unsupported`].
+    async fn hand_over(&self, lease: &Lease, next: &AcquireRequest) -> Result<HandOver> {
+        if self.config.mode() == Mode::Quorum {
+            return Err(Error::Unsupported(
+                "memcached in quorum mode cannot hand a lock over in one step".into(),
+            ));
+        }
+        debug_assert_eq!(
+            lease.name, next.name,
+            "a lock is handed over under its own name"
+        );
+        let ttl = lease_ttl(next.lease)?;
+        let server = self.ring.server_of(&lease.name);
+        let key = self.keys.lock_key(&lease.name);
+        let token_key = self.keys.token_key(&lease.name);
+        let value: Arc<[u8]> = lock_value(next.lease_id, &next.name, &next.holder).into();
+        let next_grant = NextGrant {
+            key: &key,
+            token_key: &token_key,
+            value: &value,
+            ttl,
+            // Acquire's seed, but above the old token, in case the counter
+            // was lost while we held the lock.
+            seed: token_seed(SystemTime::now()).max(lease.fencing_token.saturating_add(1)),
+        };
+        let known = self
+            .copies_of(lease.id)
+            .and_then(|copies| copies.cas_on(server));
+        let timeout = self.call_timeout(lease.lease.min(next.lease));
+        let started = Instant::now();
+        let outcome = self
+            .each(&[server], timeout, |_, on| {
+                hand_over_on(on, &next_grant, lease.id, known, timeout)
+            })
+            .await
+            .pop()
+            .expect("one answer per server")?;
+        let HandedOver::Granted {
+            token,
+            token_cas,
+            cas,
+        } = outcome
+        else {
+            self.held().remove(&lease.id);
+            return Ok(HandOver::NotOurs);
+        };
+        let fencing_token = token.max(lease.fencing_token.saturating_add(1));
+        {
+            let mut held = self.held();
+            held.remove(&lease.id);
+            held.insert(
+                next.lease_id,
+                Local {
+                    name: next.name.clone(),
+                    holder: next.holder.clone(),
+                    fencing_token,
+                    lease: next.lease,
+                    confirmed_at: started,
+                    copies: Copies {
+                        value: value.clone(),
+                        cas: cas.map(|known| (server, known)).into_iter().collect(),
+                    },
+                },
+            );
+        }
+        if token < fencing_token {
+            // The counter was re-created below the old token while we held
+            // the lock (by a client whose clock is behind ours): raise it,
+            // so that later grants get more than this one.
+            let raised = self
+                .each(&[server], timeout, |_, on| {
+                    raise_on(on, &token_key, token_cas, fencing_token, timeout)
+                })
+                .await
+                .pop()
+                .expect("one answer per server");
+            if !matches!(raised, Ok(true)) {
+                // Core releases both grants after an error.
+                return Err(Error::Backend {
+                    backend: BACKEND,
+                    message: format!(
+                        "handed {} over, but could not raise its fencing counter to \
+                         {fencing_token}{}",
+                        lease.name,
+                        raised.err().map(|e| format!(": {e}")).unwrap_or_default()
+                    ),
+                    source: None,
+                });
+            }
+        }
+        Ok(HandOver::Granted { fencing_token })
     }
 
     async fn list(&self) -> Result<Vec<LockInfo>> {

@@ -19,6 +19,14 @@
 //!   one command. **Release** deletes only with that CAS (`md <key>
 //!   C<cas>`), never unconditionally, so a holder whose lease ran out
 //!   cannot delete the next holder's lock.
+//! - **Hand-over** (sharded mode), when a task releases a lock that another
+//!   task of the same client waits for: the next grant's value is stored
+//!   over ours only if the item still has the CAS of our last store
+//!   (`ms … C<cas> T<ttl> c`), in one write with the token counter's
+//!   increment, so the lock is never free in between. The token is above
+//!   the old one even if the counter was lost meanwhile. Quorum mode does
+//!   not hand over (`Error::Unsupported`): the lock is released, and the
+//!   waiter acquires it.
 //! - **A remembered CAS is used only on the memcached process that issued
 //!   it.** CAS values start again from 1 when memcached restarts, so after
 //!   a restart a remembered CAS could match someone else's item. Each
@@ -29,7 +37,8 @@
 //!   remembered, or when the item changed since (an extension whose answer
 //!   was lost), the key is read with its CAS (`mg <key> v c`), checked to
 //!   hold this grant's identity, and written with that CAS, over a
-//!   connection to the process that answered the read.
+//!   connection to the process that answered the read. Extend, release and
+//!   hand-over all work this way.
 //! - **Expiry** is memcached's, in whole seconds, by its own clock, which it
 //!   advances once a second. An expiry of `n` seconds lasts between `n - 1`
 //!   and `n` seconds, so a lease is rounded up to whole seconds and one

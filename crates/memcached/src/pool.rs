@@ -127,6 +127,21 @@ impl Server {
         batch: Batch,
         timeout: Duration,
     ) -> Result<Option<Reply>, Error> {
+        let Some(mut replies) = self.meta_to(instance, batch, timeout).await? else {
+            return Ok(None);
+        };
+        let reply = replies.pop();
+        reply.map(Some).ok_or_else(|| self.message("no reply"))
+    }
+
+    /// As [`meta_one_to`](Self::meta_one_to), for commands that each
+    /// expect one meta reply, sent together in one write.
+    pub(crate) async fn meta_to(
+        &self,
+        instance: Option<Instance>,
+        batch: Batch,
+        timeout: Duration,
+    ) -> Result<Option<Vec<Reply>>, Error> {
         let Some((outcomes, _)) = self
             .send(timeout, |reached| {
                 (reached == instance).then(|| batch.clone())
@@ -135,8 +150,7 @@ impl Server {
         else {
             return Ok(None);
         };
-        let reply = self.replies(outcomes)?.pop();
-        reply.map(Some).ok_or_else(|| self.message("no reply"))
+        self.replies(outcomes).map(Some)
     }
 
     /// The server's `stats`.

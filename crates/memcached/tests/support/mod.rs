@@ -213,6 +213,17 @@ impl Peek {
         assert_eq!(line, "HD", "storing {key}");
     }
 
+    /// Deletes `key`; returns whether it was there.
+    pub async fn delete(&mut self, key: &str) -> bool {
+        self.send(format!("md {key}\r\n").as_bytes()).await;
+        let line = self.line().await;
+        match line.as_str() {
+            "HD" => true,
+            "NF" => false,
+            _ => panic!("deleting {key}: {line}"),
+        }
+    }
+
     /// Stores `count` items of `size` bytes under `prefix`, pipelined.
     /// Returns how many the server refused.
     pub async fn fill(&mut self, prefix: &str, first: usize, count: usize, size: usize) -> usize {
