@@ -831,10 +831,13 @@ impl Run {
                  difference: in rounds, tooz's blocked threads sleep a whole second between \
                  tries (tenacity's `wait_exponential(max=1)` starts at one second), ours \
                  retry after a jittered 5–500 ms backoff bounded by the holder's remaining \
-                 TTL, and let the next task of the same process try at once: {:.0}/s against \
-                 {:.0}/s ({:.0}x). Our {} commands per acquisition in the tight loop are the \
-                 uncontended cycle's three plus failed tries (a failed add also reads how long \
-                 the holder has left); tooz's {} are its add, get and delete plus failed adds.",
+                 TTL, and a release passes the lock to the next task of the same process in one \
+                 round trip (a hand-over: a CAS store of the next grant and the token's \
+                 increment): {:.0}/s against \
+                 {:.0}/s ({:.0}x). Our {} commands per acquisition in the tight loop are \
+                 hand-overs (two commands), grants and releases, plus failed tries (a failed add \
+                 also reads how long the holder has left); tooz's {} are its add, get and \
+                 delete plus failed adds.",
                 share(&ours_t),
                 share(&tooz_t),
                 ours_t.per_second,
