@@ -373,8 +373,9 @@ async fn contended_runs(
 mod tests {
     use super::*;
 
-    fn parsed(layout: Layout, process: u32) -> WorkerArgs {
-        let args = [
+    /// A worker's command line, with `rest` after its backend and lock.
+    fn worker_command(rest: impl IntoIterator<Item = String>) -> Vec<String> {
+        [
             "distlock-bench",
             "worker",
             "--backend",
@@ -384,7 +385,12 @@ mod tests {
         ]
         .into_iter()
         .map(str::to_owned)
-        .chain(layout.worker_args(process));
+        .chain(rest)
+        .collect()
+    }
+
+    fn parsed(layout: Layout, process: u32) -> WorkerArgs {
+        let args = worker_command(layout.worker_args(process));
         match Args::try_parse_from(args).unwrap().worker {
             Some(Worker::Worker(w)) => w,
             other => panic!("not a worker: {other:?}"),
@@ -414,13 +420,7 @@ mod tests {
 
     #[test]
     fn work_needs_rounds() {
-        let args = [
-            "distlock-bench",
-            "worker",
-            "--backend",
-            "file:///x",
-            "--lock",
-            "l",
+        let rest = [
             "--tasks",
             "1",
             "--process",
@@ -432,6 +432,7 @@ mod tests {
             "--work",
             "5ms",
         ];
+        let args = worker_command(rest.into_iter().map(str::to_owned));
         assert!(Args::try_parse_from(args).is_err());
     }
 }

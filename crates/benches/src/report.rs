@@ -823,32 +823,45 @@ impl Run {
             )
         {
             let factor = ours_t.per_second / tooz_t.per_second;
+            let tasks = (s.tasks * s.processes) as usize;
             text.push(format!(
-                "**memcached.** In the tight loop {:.0} % of our hand-offs and {:.0} % of \
-                 tooz's went to another process: the process that releases asks again before \
-                 a waiter elsewhere polls, so the throughput is mostly one process cycling, \
-                 {:.0}/s for us against {:.0}/s for tooz ({:.1}x{}). Waiters that do wait show the \
-                 difference: in rounds, tooz's blocked threads sleep a whole second between \
-                 tries (tenacity's `wait_exponential(max=1)` starts at one second), ours \
-                 retry after a jittered 5–500 ms backoff bounded by the holder's remaining \
-                 TTL, and a release passes the lock to the next task of the same process in one \
-                 round trip (a hand-over: a CAS store of the next grant and the token's \
-                 increment): {:.0}/s against \
-                 {:.0}/s ({:.0}x). Our {} commands per acquisition in the tight loop are \
-                 hand-overs (two commands), grants and releases, plus failed tries (a failed add \
-                 also reads how long the holder has left); tooz's {} are its add, get and \
-                 delete plus failed adds.",
-                share(&ours_t),
+                "**memcached, tight loop.** tooz's releasing thread asks again before any \
+                 waiter polls, so its throughput is one thread cycling: {:.0} % of its \
+                 hand-offs went to another process, and {} of the {tasks} tasks held the lock \
+                 at all. Ours pass the lock to the next task of the same process by hand-over \
+                 (a CAS store of the next grant and the token's increment, in one round trip; \
+                 median hand-off {}) at most {} times in a row, then release it and let the \
+                 other processes in: {:.0} % of hand-offs went to another process, each \
+                 waiting for that process's next poll, since memcached has no notifications \
+                 (median {}), and {} of the {tasks} tasks were served. That bound keeps one \
+                 busy process from starving the others, and it is what limits the tight loop: \
+                 {:.0}/s for us against {:.0}/s for tooz ({:.1}x{}). Our {} commands per \
+                 acquisition are hand-overs (two commands), grants and releases, plus tries \
+                 that lose (a failed add also reads how long the holder has left); tooz's {} \
+                 are its add, get and delete plus failed adds.",
                 share(&tooz_t),
+                tooz_t.tasks_served,
+                short(ours_t.hand_off_p50),
+                distlock::LockOptions::DEFAULT_LOCAL_HAND_OVERS,
+                share(&ours_t),
+                short(ours_t.cross_p50),
+                ours_t.tasks_served,
                 ours_t.per_second,
                 tooz_t.per_second,
                 factor,
                 if factor >= 5.0 { "" } else { ", short of 5x" },
+                opt(ours_t.commands_per_acquisition()),
+                opt(tooz_t.commands_per_acquisition()),
+            ));
+            text.push(format!(
+                "**memcached, rounds.** Waiters that do wait show the difference: tooz's \
+                 blocked threads sleep a whole second between tries (tenacity's \
+                 `wait_exponential(max=1)` starts at one second), ours retry after a jittered \
+                 5–500 ms backoff bounded by the holder's remaining TTL, and within a process \
+                 the lock is handed over: {:.0}/s against {:.0}/s ({:.0}x).",
                 ours_r.per_second,
                 tooz_r.per_second,
                 ours_r.per_second / tooz_r.per_second,
-                opt(ours_t.commands_per_acquisition()),
-                opt(tooz_t.commands_per_acquisition()),
             ));
         }
         text.extend(self.work_findings());

@@ -19,6 +19,7 @@ use crate::lease::{HeldLease, LostSignal};
 use crate::name::LockName;
 use crate::options::LockOptions;
 use crate::slots::{Baton, SlotPermit, Slots};
+use crate::wake::ReleaseWatch;
 
 /// Takes, keeps and releases locks on one backend.
 ///
@@ -203,15 +204,7 @@ impl LockClient {
             // Another task of this client just held the lock through a run
             // of hand-overs: give other processes the first chance at it.
             let pause = min.min(deadline.saturating_duration_since(Instant::now()));
-            match watch.as_mut() {
-                Some(watch) => {
-                    tokio::select! {
-                        () = watch.released() => {}
-                        () = tokio::time::sleep(pause) => {}
-                    }
-                }
-                None => tokio::time::sleep(pause).await,
-            }
+            sleep_unless_released(watch.as_mut(), pause).await;
         }
         let mut first = true;
         let mut permit = Some(permit);
@@ -256,15 +249,7 @@ impl LockClient {
                 (None, None) => backoff.next_wait(),
             };
             wait = wait.min(deadline - now);
-            match watch.as_mut() {
-                Some(watch) => {
-                    tokio::select! {
-                        () = watch.released() => {}
-                        () = tokio::time::sleep(wait) => {}
-                    }
-                }
-                None => tokio::time::sleep(wait).await,
-            }
+            sleep_unless_released(watch.as_mut(), wait).await;
         }
     }
 
@@ -429,6 +414,19 @@ impl LockClient {
                 Err(error)
             }
         }
+    }
+}
+
+/// Sleeps for `wait`, or less if `watch` reports a release first.
+async fn sleep_unless_released(watch: Option<&mut ReleaseWatch>, wait: Duration) {
+    match watch {
+        Some(watch) => {
+            tokio::select! {
+                () = watch.released() => {}
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
+        None => tokio::time::sleep(wait).await,
     }
 }
 

@@ -54,6 +54,18 @@ impl Slot {
     fn live_grant(&self, now: Instant) -> Option<&Grant> {
         self.grant.as_ref().filter(|grant| grant.expires_at > now)
     }
+
+    /// Grants the lock to `request`, replacing any grant; returns the token.
+    fn grant_to(&mut self, request: &AcquireRequest, now: Instant) -> u64 {
+        self.last_token += 1;
+        self.grant = Some(Grant {
+            id: request.lease_id,
+            token: self.last_token,
+            expires_at: now + request.lease,
+            holder: request.holder.clone(),
+        });
+        self.last_token
+    }
 }
 
 #[async_trait]
@@ -74,15 +86,8 @@ impl Backend for MemoryBackend {
                 retry_after: Some(grant.expires_at - now),
             });
         }
-        slot.last_token += 1;
-        slot.grant = Some(Grant {
-            id: request.lease_id,
-            token: slot.last_token,
-            expires_at: now + request.lease,
-            holder: request.holder.clone(),
-        });
         Ok(Attempt::Acquired {
-            fencing_token: slot.last_token,
+            fencing_token: slot.grant_to(request, now),
         })
     }
 
@@ -129,15 +134,8 @@ impl Backend for MemoryBackend {
         }) else {
             return Ok(HandOver::NotOurs);
         };
-        slot.last_token += 1;
-        slot.grant = Some(Grant {
-            id: next.lease_id,
-            token: slot.last_token,
-            expires_at: now + next.lease,
-            holder: next.holder.clone(),
-        });
         Ok(HandOver::Granted {
-            fencing_token: slot.last_token,
+            fencing_token: slot.grant_to(next, now),
         })
     }
 
