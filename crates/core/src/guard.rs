@@ -115,6 +115,11 @@ impl LockGuard {
     /// Releases the lock. Returns `Ok(true)` if it was still ours, and
     /// `Ok(false)` if it had been lost before.
     ///
+    /// When another task of this client waits for the same name and the
+    /// backend can, the lock passes straight to that task instead, in one
+    /// step, with a new grant and a higher fencing token; see
+    /// [`LockOptions::local_hand_overs`](crate::LockOptions::local_hand_overs).
+    ///
     /// # Errors
     /// A backend error if the release could not be sent or confirmed; the
     /// lease then ends when it expires.
