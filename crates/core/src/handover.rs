@@ -92,8 +92,7 @@ pub(crate) async fn hand_over(
             ));
             let key = succession.keeper.insert(next_held.clone(), sent_at);
             permit.count_hand_over();
-            let offer = permit_offer(permit, next_held, key, succession);
-            if let Err(unclaimed) = offer {
+            if let Err(unclaimed) = offer_to_next_waiter(permit, next_held, key, succession) {
                 // The waiter gave up meanwhile: dropping the guard releases
                 // the new grant in the background (or hands it on again).
                 drop(unclaimed);
@@ -116,8 +115,9 @@ pub(crate) async fn hand_over(
     }
 }
 
-/// Builds the next holder's guard and offers it to the waiter.
-fn permit_offer(
+/// Builds the next holder's guard and offers it to the first task still
+/// waiting; gives it back when none is.
+fn offer_to_next_waiter(
     permit: SlotPermit,
     held: Arc<HeldLease>,
     key: u64,
