@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use distlock::{
-    AcquireRequest, Attempt, Backend, Capabilities, Lease, LockInfo, LockName, ReleaseWatch, Result,
+    AcquireRequest, Attempt, Backend, Capabilities, HandOver, Lease, LockInfo, LockName,
+    ReleaseWatch, Result,
 };
 
 /// Calls made through a [`Counting`] backend.
@@ -67,6 +68,12 @@ impl Backend for Counting {
     async fn release(&self, lease: &Lease) -> Result<bool> {
         self.calls.release.fetch_add(1, Ordering::Relaxed);
         self.inner.release(lease).await
+    }
+
+    async fn hand_over(&self, lease: &Lease, next: &AcquireRequest) -> Result<HandOver> {
+        self.calls.acquire.fetch_add(1, Ordering::Relaxed);
+        self.calls.release.fetch_add(1, Ordering::Relaxed);
+        self.inner.hand_over(lease, next).await
     }
 
     async fn list(&self) -> Result<Vec<LockInfo>> {

@@ -7,20 +7,35 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, Lease, LockClient, LockInfo, LockName,
-    LossReason, ReleaseWatch, Result,
+    AcquireRequest, Attempt, Backend, Capabilities, HandOver, Lease, LockClient, LockInfo,
+    LockName, LossReason, ReleaseWatch, Result,
 };
 use distlock_mongodb::MongoBackend;
 use distlock_mongodb::mongodb::bson::doc;
 
 use crate::common::*;
 
-/// Counts extension outcomes, to see that a fault really happened.
+/// Counts extension and hand-over outcomes, to see that a fault really
+/// happened.
 #[derive(Debug)]
 struct Counting {
     inner: Arc<MongoBackend>,
     failed: AtomicUsize,
     succeeded_after_failure: AtomicUsize,
+    hand_overs: AtomicUsize,
+    hand_overs_failed: AtomicUsize,
+}
+
+impl Counting {
+    fn new(inner: Arc<MongoBackend>) -> Self {
+        Self {
+            inner,
+            failed: AtomicUsize::new(0),
+            succeeded_after_failure: AtomicUsize::new(0),
+            hand_overs: AtomicUsize::new(0),
+            hand_overs_failed: AtomicUsize::new(0),
+        }
+    }
 }
 
 #[async_trait]
@@ -43,6 +58,14 @@ impl Backend for Counting {
     }
     async fn release(&self, lease: &Lease) -> Result<bool> {
         self.inner.release(lease).await
+    }
+    async fn hand_over(&self, lease: &Lease, next: &AcquireRequest) -> Result<HandOver> {
+        self.hand_overs.fetch_add(1, Ordering::SeqCst);
+        let outcome = self.inner.hand_over(lease, next).await;
+        if outcome.is_err() {
+            self.hand_overs_failed.fetch_add(1, Ordering::SeqCst);
+        }
+        outcome
     }
     async fn list(&self) -> Result<Vec<LockInfo>> {
         self.inner.list().await
@@ -132,17 +155,77 @@ async fn a_connection_closed_on_find_and_modify_never_double_grants_or_leaks() {
     }
 }
 
+/// A hand-over whose `findAndModify` loses its connection: once (the
+/// driver's retry hands over) or twice (the hand-over fails, and both
+/// identities are released). Either way the waiting task ends up with the
+/// lock, exactly one grant is live, and nothing is left behind.
+#[tokio::test]
+async fn a_connection_closed_during_a_hand_over_never_double_grants_or_leaks() {
+    let server = OwnServer::start();
+    let url = server.url();
+    let admin = inspector(&url).await;
+    let collection = unique("hand-over");
+    let victim_url = with_app_name(&url, "hand-over-victim");
+    let counting = Arc::new(Counting::new(backend_at(&victim_url, &collection).await));
+    let victim = LockClient::new(counting.clone(), short_lease(Duration::from_secs(30)));
+    let rival = client(
+        backend_at(&url, &collection).await,
+        short_lease(Duration::from_secs(30)),
+    );
+    for times in [1, 2] {
+        let name = lock_name("hand-over");
+        let first = victim.acquire(&name, Duration::ZERO).await.unwrap();
+        let first_token = first.fencing_token();
+        let waiter = {
+            let (victim, name) = (victim.clone(), name.clone());
+            tokio::spawn(async move { victim.acquire(&name, Duration::from_secs(10)).await })
+        };
+        // The waiter queues in the client; it sends nothing until the lock
+        // is passed on.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        fail_point(
+            &admin,
+            doc! { "times": times },
+            doc! {
+                "failCommands": ["findAndModify"],
+                "closeConnection": true,
+                "appName": "hand-over-victim",
+            },
+        )
+        .await;
+        let (tried, failed) = (
+            counting.hand_overs.load(Ordering::SeqCst),
+            counting.hand_overs_failed.load(Ordering::SeqCst),
+        );
+        let released = first.release().await;
+        fail_point_off(&admin).await;
+        assert!(released.unwrap(), "the first grant was ours until it ended");
+        assert_eq!(counting.hand_overs.load(Ordering::SeqCst), tried + 1);
+        // Once, the driver's retry hands over; twice, the hand-over fails.
+        let failures = counting.hand_overs_failed.load(Ordering::SeqCst) - failed;
+        assert_eq!(
+            failures,
+            usize::from(times == 2),
+            "with the fault {times} times"
+        );
+        let second = waiter.await.unwrap().expect("the waiter gets the lock");
+        assert!(second.fencing_token() > first_token);
+        assert_eq!(live_grants(&url, &collection, &name).await, 1);
+        assert!(rival.try_acquire(&name).await.unwrap().is_none());
+        assert!(second.release().await.unwrap());
+        assert_eq!(live_grants(&url, &collection, &name).await, 0);
+    }
+}
+
 #[tokio::test]
 async fn one_failed_extension_then_a_retry_within_the_lease_is_not_a_loss() {
     let server = OwnServer::start();
     let url = server.url();
     let admin = inspector(&url).await;
     let collection = unique("retry");
-    let counting = Arc::new(Counting {
-        inner: backend_at(&with_app_name(&url, "retry-victim"), &collection).await,
-        failed: AtomicUsize::new(0),
-        succeeded_after_failure: AtomicUsize::new(0),
-    });
+    let counting = Arc::new(Counting::new(
+        backend_at(&with_app_name(&url, "retry-victim"), &collection).await,
+    ));
     let victim = LockClient::new(counting.clone(), short_lease(Duration::from_secs(3)));
     let name = lock_name("retry");
     let guard = victim.acquire(&name, Duration::from_secs(5)).await.unwrap();

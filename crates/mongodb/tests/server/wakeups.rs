@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, Lease, LockClient, LockInfo, LockName,
-    LockOptions, LossReason, ReleaseWatch, Result,
+    AcquireRequest, Attempt, Backend, Capabilities, HandOver, Lease, LockClient, LockInfo,
+    LockName, LockOptions, LossReason, ReleaseWatch, Result,
 };
 use distlock_mongodb::MongoBackend;
 
@@ -155,6 +155,9 @@ impl Backend for Attempts {
     }
     async fn release(&self, lease: &Lease) -> Result<bool> {
         self.inner.release(lease).await
+    }
+    async fn hand_over(&self, lease: &Lease, next: &AcquireRequest) -> Result<HandOver> {
+        self.inner.hand_over(lease, next).await
     }
     async fn list(&self) -> Result<Vec<LockInfo>> {
         self.inner.list().await
