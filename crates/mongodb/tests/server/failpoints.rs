@@ -11,6 +11,7 @@ use distlock_core::{
     LockName, LossReason, ReleaseWatch, Result,
 };
 use distlock_mongodb::MongoBackend;
+use distlock_mongodb::mongodb::Client;
 use distlock_mongodb::mongodb::bson::doc;
 
 use crate::common::*;
@@ -105,6 +106,21 @@ async fn live_grants(url: &str, collection: &str, name: &LockName) -> u64 {
         .unwrap()
 }
 
+/// Closes the connection of the next `times` `findAndModify` commands that
+/// the client named `app` sends.
+async fn close_find_and_modify(admin: &Client, times: i32, app: &str) {
+    fail_point(
+        admin,
+        doc! { "times": times },
+        doc! {
+            "failCommands": ["findAndModify"],
+            "closeConnection": true,
+            "appName": app,
+        },
+    )
+    .await;
+}
+
 #[tokio::test]
 async fn a_connection_closed_on_find_and_modify_never_double_grants_or_leaks() {
     let server = OwnServer::start();
@@ -124,16 +140,7 @@ async fn a_connection_closed_on_find_and_modify_never_double_grants_or_leaks() {
     // fails too and the attempt is an error.
     for times in [1, 2, 1, 2] {
         let name = lock_name("closed");
-        fail_point(
-            &admin,
-            doc! { "times": times },
-            doc! {
-                "failCommands": ["findAndModify"],
-                "closeConnection": true,
-                "appName": "closed-victim",
-            },
-        )
-        .await;
+        close_find_and_modify(&admin, times, "closed-victim").await;
         let attempt = victim.try_acquire(&name).await;
         fail_point_off(&admin).await;
         match attempt {
@@ -183,16 +190,7 @@ async fn a_connection_closed_during_a_hand_over_never_double_grants_or_leaks() {
         // The waiter queues in the client; it sends nothing until the lock
         // is passed on.
         tokio::time::sleep(Duration::from_millis(100)).await;
-        fail_point(
-            &admin,
-            doc! { "times": times },
-            doc! {
-                "failCommands": ["findAndModify"],
-                "closeConnection": true,
-                "appName": "hand-over-victim",
-            },
-        )
-        .await;
+        close_find_and_modify(&admin, times, "hand-over-victim").await;
         let (tried, failed) = (
             counting.hand_overs.load(Ordering::SeqCst),
             counting.hand_overs_failed.load(Ordering::SeqCst),
