@@ -368,6 +368,11 @@ impl LockClient {
                 release_unclaimed(&*backend, &lease, operation_timeout).await;
             }
         });
+        if budget >= operation_timeout {
+            // The call is bounded by the operation timeout already; a second
+            // timer would only cost the runtime's timer wheel a registration.
+            return attempt.await;
+        }
         match tokio::time::timeout(budget, attempt).await {
             Ok(outcome) => outcome,
             Err(_) => Ok(Outcome::Held(None)),
