@@ -20,10 +20,9 @@ use tokio::process::Command;
 
 use crate::commands::Counts;
 use crate::scenarios::{
-    Layout, Outcome, Take, Taker, Window, Workload, do_work, drive, report_worker,
+    Layout, Outcome, Take, Taker, Window, Workload, drive, hold_then_release, report_worker,
 };
 use crate::target::{Server, Target, mongo_client};
-use crate::timeline::now_ns;
 
 /// The peer's options: its defaults, or a fixed sleep between tries.
 fn peer_options(sleep: Option<Duration>) -> Option<MongoDistributedLockOptions> {
@@ -99,16 +98,8 @@ impl Taker for PeerTaker {
             // reports as an error.
             Ok(Err(_)) => return Take::Failed,
         };
-        let acquired_at_ns = now_ns();
-        do_work(work).await;
-        let released_at_ns = now_ns();
-        let release_failed = handle.release().await.is_err();
-        Take::Held {
-            acquired_at_ns,
-            released_at_ns,
-            token: 0,
-            release_failed,
-        }
+        // The peer has no fencing tokens.
+        hold_then_release(work, 0, async { handle.release().await.is_err() }).await
     }
 }
 

@@ -502,13 +502,26 @@ pub(crate) trait Taker: Clone + Send + Sync + 'static {
     fn take_once(&self, left: Duration, work: Duration) -> impl Future<Output = Take> + Send;
 }
 
-/// The work done while holding a lock: a sleep of `work`, between the
-/// grant's `acquired_at_ns` and the `released_at_ns` read right before the
-/// release call, so that a hand-off still runs from the release call to the
-/// next grant. Nothing at all when `work` is zero.
-pub(crate) async fn do_work(work: Duration) {
+/// Holds a lock just granted for `work` (a sleep standing for the work a
+/// lock protects), then releases it with `release`, which says whether the
+/// release failed: one hold, timed from the grant to the release call, so
+/// that a hand-off still runs from the release call to the next grant.
+pub(crate) async fn hold_then_release(
+    work: Duration,
+    token: u64,
+    release: impl Future<Output = bool>,
+) -> Take {
+    let acquired_at_ns = now_ns();
     if !work.is_zero() {
         tokio::time::sleep(work).await;
+    }
+    let released_at_ns = now_ns();
+    let release_failed = release.await;
+    Take::Held {
+        acquired_at_ns,
+        released_at_ns,
+        token,
+        release_failed,
     }
 }
 
@@ -526,17 +539,8 @@ impl Taker for OurTaker {
             Err(distlock::Error::Timeout { .. }) => return Take::TimedOut,
             Err(_) => return Take::Failed,
         };
-        let acquired_at_ns = now_ns();
         let token = guard.fencing_token();
-        do_work(work).await;
-        let released_at_ns = now_ns();
-        let release_failed = guard.release().await.is_err();
-        Take::Held {
-            acquired_at_ns,
-            released_at_ns,
-            token,
-            release_failed,
-        }
+        hold_then_release(work, token, async { guard.release().await.is_err() }).await
     }
 }
 
