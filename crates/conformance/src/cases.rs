@@ -376,7 +376,7 @@ pub async fn hand_over_is_atomic_and_owner_checked(fixture: &dyn Fixture) {
         return;
     }
     let fencing_token = match backend.hand_over(&old, &next).await.expect("hand over") {
-        HandOver::Granted { fencing_token } => fencing_token,
+        HandOver::Granted { fencing_token, .. } => fencing_token,
         HandOver::NotOurs => panic!("a live grant of ours must be handed over"),
     };
     assert!(

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
 
 use crate::error::Result;
 use crate::name::LockName;
@@ -113,6 +114,13 @@ pub enum HandOver {
     Granted {
         /// Strictly greater than every token granted before for this name.
         fencing_token: u64,
+        /// `None` when the server confirmed the new grant in this call, so
+        /// that it lasts a lease from when the call was sent. A backend that
+        /// hands over without a server command, because this process keeps
+        /// the lease it already holds, gives the time the server last
+        /// confirmed that lease: the new grant then lasts a lease from then,
+        /// and is extended as that lease would have been.
+        confirmed_at: Option<Instant>,
     },
     /// The old lease was no longer ours, so nothing changed.
     NotOurs,

@@ -92,6 +92,7 @@ impl LockClient {
                 holder: holder.clone(),
                 lease: options.lease(),
                 bound: options.local_hand_overs(),
+                min_run: options.min_local_run(),
                 keeper: keeper.clone(),
             })
         });

@@ -4,10 +4,12 @@
 //!
 //! That costs one server command instead of a release and a new grant, and
 //! the lock is never free in between, so no other process can slip in, and
-//! none is woken for nothing. A run of hand-overs is bounded by
-//! [`LockOptions::local_hand_overs`](crate::LockOptions::local_hand_overs);
-//! at the bound the lock is released to everyone, and the next local waiter
-//! lets other processes try first.
+//! none is woken for nothing. A run of hand-overs ends once it has made
+//! [`LockOptions::local_hand_overs`](crate::LockOptions::local_hand_overs)
+//! of them and lasted
+//! [`LockOptions::min_local_run`](crate::LockOptions::min_local_run); then
+//! the lock is released to everyone, and the next local waiter lets other
+//! processes try first.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,6 +29,7 @@ pub(crate) struct Succession {
     pub(crate) holder: Holder,
     pub(crate) lease: Duration,
     pub(crate) bound: u32,
+    pub(crate) min_run: Duration,
     pub(crate) keeper: Keeper,
 }
 
@@ -37,7 +40,9 @@ impl Succession {
         if !permit.has_waiters() {
             return false;
         }
-        if permit.hand_overs() >= self.bound {
+        let ended = self.bound == 0
+            || (permit.hand_overs() >= self.bound && permit.run_length() >= self.min_run);
+        if ended {
             permit.yield_next();
             return false;
         }
@@ -75,7 +80,10 @@ pub(crate) async fn hand_over(
         lease: next.lease,
     };
     match outcome {
-        Ok(HandOver::Granted { fencing_token }) => {
+        Ok(HandOver::Granted {
+            fencing_token,
+            confirmed_at,
+        }) => {
             tracing::debug!(
                 name = %lease.name,
                 from = held.lease.fencing_token,
@@ -90,7 +98,10 @@ pub(crate) async fn hand_over(
                 held.backend.clone(),
                 held.operation_timeout,
             ));
-            let key = succession.keeper.insert(next_held.clone(), sent_at);
+            // A grant made under a lease the server confirmed earlier ends a
+            // lease after that confirmation, not after this call.
+            let since = confirmed_at.map_or(sent_at, |at| at.min(sent_at));
+            let key = succession.keeper.insert(next_held.clone(), since);
             permit.count_hand_over();
             if let Err(unclaimed) = offer_to_next_waiter(permit, next_held, key, succession) {
                 // The waiter gave up meanwhile: dropping the guard releases

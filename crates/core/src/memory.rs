@@ -136,6 +136,7 @@ impl Backend for MemoryBackend {
         };
         Ok(HandOver::Granted {
             fencing_token: slot.grant_to(next, now),
+            confirmed_at: None,
         })
     }
 

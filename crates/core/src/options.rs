@@ -28,6 +28,7 @@ pub struct LockOptions {
     backoff_min: Duration,
     backoff_max: Duration,
     local_hand_overs: u32,
+    min_local_run: Duration,
     label: Option<String>,
 }
 
@@ -48,6 +49,8 @@ impl LockOptions {
     pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_millis(500);
     /// The default bound on hand-overs in a row between tasks of a client.
     pub const DEFAULT_LOCAL_HAND_OVERS: u32 = 4;
+    /// The default shortest run of local hand-overs.
+    pub const DEFAULT_MIN_LOCAL_RUN: Duration = Duration::from_millis(2);
 
     /// A builder with every option at its default.
     pub fn builder() -> LockOptionsBuilder {
@@ -86,9 +89,22 @@ impl LockOptions {
     /// client to the next one waiting for it, on backends that can hand a
     /// lock over in one step. After that many, the lock is released to
     /// everyone, and the client's next waiter lets other processes try
-    /// first. Zero always releases.
+    /// first; unless the run is shorter than
+    /// [`min_local_run`](Self::min_local_run). Zero always releases.
     pub fn local_hand_overs(&self) -> u32 {
         self.local_hand_overs
+    }
+
+    /// How long a run of local hand-overs goes on, even past
+    /// [`local_hand_overs`](Self::local_hand_overs), before the lock is
+    /// released to other processes. A lock that is held only for
+    /// microseconds at a time would otherwise spend most of its time
+    /// passing between processes, which takes a round trip or a poll each
+    /// time; a run of this length keeps that share small. A run ends only
+    /// when both bounds are reached, so other processes wait at most the
+    /// longer of the two.
+    pub fn min_local_run(&self) -> Duration {
+        self.min_local_run
     }
 
     /// A free-form label recorded with the holder, for `distlock list`.
@@ -106,6 +122,7 @@ pub struct LockOptionsBuilder {
     operation_timeout: Option<Duration>,
     backoff: Option<(Duration, Duration)>,
     local_hand_overs: Option<u32>,
+    min_local_run: Option<Duration>,
     label: Option<String>,
 }
 
@@ -148,6 +165,14 @@ impl LockOptionsBuilder {
     /// keeps one busy process from starving the others.
     pub fn local_hand_overs(mut self, bound: u32) -> Self {
         self.local_hand_overs = Some(bound);
+        self
+    }
+
+    /// The shortest run of local hand-overs (default 2 ms; zero makes
+    /// [`local_hand_overs`](Self::local_hand_overs) the only bound). It must
+    /// be shorter than the lease.
+    pub fn min_local_run(mut self, run: Duration) -> Self {
+        self.min_local_run = Some(run);
         self
     }
 
@@ -212,6 +237,18 @@ impl LockOptionsBuilder {
                 ),
             ));
         }
+        let min_local_run = self
+            .min_local_run
+            .unwrap_or(LockOptions::DEFAULT_MIN_LOCAL_RUN);
+        if min_local_run >= lease {
+            return Err(Error::config(
+                "min_local_run",
+                format!(
+                    "{min_local_run:?} must be shorter than the lease ({lease:?}), or one process \
+                     could keep the lock for longer than a lease while others wait"
+                ),
+            ));
+        }
         Ok(LockOptions {
             lease,
             extend_every,
@@ -222,6 +259,7 @@ impl LockOptionsBuilder {
             local_hand_overs: self
                 .local_hand_overs
                 .unwrap_or(LockOptions::DEFAULT_LOCAL_HAND_OVERS),
+            min_local_run,
             label: self.label,
         })
     }
@@ -262,6 +300,10 @@ mod tests {
             (
                 LockOptions::builder().backoff(Duration::from_secs(2), Duration::from_secs(1)),
                 "backoff",
+            ),
+            (
+                LockOptions::builder().min_local_run(Duration::from_secs(30)),
+                "min_local_run",
             ),
         ];
         for (builder, field) in cases {

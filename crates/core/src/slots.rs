@@ -9,8 +9,10 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 
 use crate::guard::LockGuard;
 use crate::name::LockName;
@@ -46,6 +48,8 @@ pub(crate) struct SlotPermit {
     name: LockName,
     /// How many local hand-overs in a row led to the current grant.
     hand_overs: u32,
+    /// When the first of them happened.
+    run_began: Option<Instant>,
     /// Whether the next release yields to other processes.
     yield_next: bool,
     /// Whether dropping passes the slot on; false for a permit nobody took,
@@ -96,6 +100,7 @@ impl Slots {
             slots: self.clone(),
             name: name.clone(),
             hand_overs: 0,
+            run_began: None,
             yield_next: false,
             armed: true,
         }
@@ -149,9 +154,15 @@ impl SlotPermit {
         self.hand_overs
     }
 
+    /// How long ago the first of those hand-overs happened.
+    pub(crate) fn run_length(&self) -> Duration {
+        self.run_began.map_or(Duration::ZERO, |began| began.elapsed())
+    }
+
     /// Counts one more hand-over, as the permit moves to the next holder.
     pub(crate) fn count_hand_over(&mut self) {
         self.hand_overs += 1;
+        self.run_began.get_or_insert_with(Instant::now);
     }
 
     /// Makes the next pass yield to other processes: the run of local

@@ -24,6 +24,8 @@ struct Instrumented {
     reply_delay_ms: AtomicUsize,
     hand_overs: AtomicUsize,
     hand_over_delay_ms: AtomicUsize,
+    /// Hand-overs claim the lease was confirmed this long ago.
+    hand_over_confirmed_ms_ago: AtomicUsize,
     wakeups: bool,
     hands_over: bool,
 }
@@ -56,7 +58,11 @@ impl Backend for Instrumented {
 
     async fn hand_over(&self, lease: &Lease, next: &AcquireRequest) -> Result<HandOver> {
         self.hand_overs.fetch_add(1, Ordering::SeqCst);
-        let outcome = self.inner.hand_over(lease, next).await;
+        let mut outcome = self.inner.hand_over(lease, next).await;
+        let ago = self.hand_over_confirmed_ms_ago.load(Ordering::SeqCst);
+        if let (Ok(HandOver::Granted { confirmed_at, .. }), true) = (&mut outcome, ago > 0) {
+            *confirmed_at = Some(tokio::time::Instant::now() - Duration::from_millis(ago as u64));
+        }
         let delay = self.hand_over_delay_ms.load(Ordering::SeqCst);
         if delay > 0 {
             tokio::time::sleep(Duration::from_millis(delay as u64)).await;
@@ -321,6 +327,7 @@ async fn runs_of_hand_overs_are_bounded() {
     let options = LockOptions::builder()
         .lease(Duration::from_secs(30))
         .local_hand_overs(2)
+        .min_local_run(Duration::ZERO)
         .build()
         .unwrap();
     let client = LockClient::new(backend.clone(), options);
@@ -344,6 +351,58 @@ async fn runs_of_hand_overs_are_bounded() {
     // Two hand-overs, then a release and a fresh attempt, then a new run.
     assert_eq!(backend.hand_overs.load(Ordering::SeqCst), 3);
     assert_eq!(backend.attempts.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_run_goes_on_past_the_bound() {
+    let backend = Arc::new(Instrumented::handing_over());
+    let options = LockOptions::builder()
+        .lease(Duration::from_secs(30))
+        .local_hand_overs(1)
+        .min_local_run(Duration::from_secs(20))
+        .build()
+        .unwrap();
+    let client = LockClient::new(backend.clone(), options);
+    let lock = name("short-run");
+    let mut guard = client.acquire(&lock, Duration::ZERO).await.unwrap();
+    let mut waiters = Vec::new();
+    for _ in 0..3 {
+        waiters.push(queue_waiter(&client, &lock, Duration::from_secs(30)).await);
+    }
+    for waiter in waiters {
+        assert!(guard.release().await.unwrap());
+        guard = waiter.await.unwrap().unwrap();
+    }
+    assert!(guard.release().await.unwrap());
+    // Well within 20 s of the first hand-over, so the run never ended.
+    assert_eq!(backend.hand_overs.load(Ordering::SeqCst), 3);
+    assert_eq!(backend.attempts.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_under_an_earlier_confirmation_is_extended_by_its_schedule() {
+    let backend = Arc::new(Instrumented::handing_over());
+    let client = LockClient::new(backend.clone(), options(Duration::from_secs(30)));
+    let lock = name("confirmed-earlier");
+    let first = client.acquire(&lock, Duration::ZERO).await.unwrap();
+    let waiter = queue_waiter(&client, &lock, Duration::from_secs(30)).await;
+    // The backend hands over without asking the server, under a lease it
+    // confirmed 25 s ago: the extension that was due 15 s ago runs now.
+    backend
+        .hand_over_confirmed_ms_ago
+        .store(25_000, Ordering::SeqCst);
+    assert!(first.release().await.unwrap());
+    let second = waiter.await.unwrap().unwrap();
+    let extended = async {
+        while backend.extended_leases.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), extended)
+        .await
+        .expect("the keeper extended the handed-over lease at once");
+    assert!(!second.is_lost());
+    assert!(second.release().await.unwrap());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -25,6 +25,12 @@ use crate::proto::{Batch, Code, Key, Reply};
 /// the clock.
 const COUNTER_TTL: u64 = 60 * 60 * 24 * 30;
 
+/// How many fencing tokens a hand-over through the server reserves: the
+/// counter's increment adds this many, the grant takes the first, and the
+/// next hand-overs within the same run take the rest without a server
+/// command (see [`MemcachedBackend::pass_on`]).
+const TOKEN_BLOCK: u64 = 16;
+
 /// How many times a conditional write is retried when the item changed
 /// between reading it and writing it.
 const CAS_RETRIES: usize = 8;
@@ -62,14 +68,43 @@ struct Local {
     lease: Duration,
     confirmed_at: Instant,
     copies: Copies,
+    /// Tokens reserved by the last hand-over through the server and not yet
+    /// used, for hand-overs without a server command.
+    spare: Option<Spare>,
 }
 
 /// Our copies of a lock: the value stored, and per server the CAS that the
 /// copy got when we last stored it, where known.
 #[derive(Debug, Clone)]
 struct Copies {
+    /// The grant whose identity the stored value carries: the lease's own,
+    /// or, after hand-overs without a server command, an earlier grant's
+    /// of this process.
+    owner: LeaseId,
     value: Arc<[u8]>,
     cas: Vec<(usize, KnownCas)>,
+}
+
+/// Fencing tokens `next..=last`, reserved on the counter and unused.
+#[derive(Debug, Clone, Copy)]
+struct Spare {
+    next: u64,
+    last: u64,
+}
+
+impl Spare {
+    /// The tokens after `first` up to `last`, if there are any.
+    fn after(first: u64, last: u64) -> Option<Self> {
+        (first < last).then(|| Self {
+            next: first + 1,
+            last,
+        })
+    }
+
+    /// The next token, and what is left after it.
+    fn take(self) -> (u64, Option<Self>) {
+        (self.next, Self::after(self.next, self.last))
+    }
 }
 
 impl Copies {
@@ -353,9 +388,48 @@ impl MemcachedBackend {
         .min()
     }
 
+    /// Hands `lease` over to `next` without a server command, if this
+    /// process holds it with at least half of it left by its last
+    /// confirmation and has a reserved token to spare. The key on the
+    /// server stays as it is, still naming the earlier grant of this
+    /// process that stored it; `next` takes over its copies and its
+    /// confirmation, so it ends when `lease` would have, unless the keeper
+    /// extends it. `None` when the server must be asked.
+    fn pass_on(&self, lease: &Lease, next: &AcquireRequest) -> Option<HandOver> {
+        let mut held = self.held();
+        let local = held.get(&lease.id)?;
+        let fresh = local.confirmed_at + local.lease / 2 > Instant::now();
+        let alike = local.lease == next.lease && local.holder == next.holder;
+        if !fresh || !alike {
+            return None;
+        }
+        let (fencing_token, spare) = local.spare?.take();
+        let local = held.remove(&lease.id)?;
+        let confirmed_at = local.confirmed_at;
+        held.insert(
+            next.lease_id,
+            Local {
+                fencing_token,
+                spare,
+                ..local
+            },
+        );
+        Some(HandOver::Granted {
+            fencing_token,
+            confirmed_at: Some(confirmed_at),
+        })
+    }
+
     /// Our copies of lease `id`, while this backend holds it.
     fn copies_of(&self, id: LeaseId) -> Option<Copies> {
         self.held().get(&id).map(|local| local.copies.clone())
+    }
+
+    /// Whether lease `id` was handed on without a server command: the key
+    /// still carries its identity, but a later grant holds it now.
+    fn handed_on(&self, id: LeaseId) -> bool {
+        let held = self.held();
+        !held.contains_key(&id) && held.values().any(|local| local.copies.owner == id)
     }
 
     /// Records a successful extension of lease `id`, sent at `sent`, and
@@ -469,13 +543,14 @@ fn unexpected(server: &Server, command: &str, reply: &Reply) -> Error {
     server.message(format!("unexpected reply {:?} to {command}", reply.code))
 }
 
-/// `batch` followed by the increment of the token counter at `token_key`,
-/// which creates the counter at `seed` when it is missing: how acquire and
-/// hand-over get their token in the same round trip as their store.
-fn counted(batch: Batch, token_key: &Key, seed: u64) -> Batch {
+/// `batch` followed by the increment by `delta` of the token counter at
+/// `token_key`, which creates the counter at `seed` when it is missing (and
+/// then answers `seed`, not adding `delta`): how acquire and hand-over get
+/// their token in the same round trip as their store.
+fn counted(batch: Batch, token_key: &Key, seed: u64, delta: u64) -> Batch {
     batch.ma(
         token_key,
-        &format!("N{COUNTER_TTL} J{seed} T{COUNTER_TTL} v c"),
+        &format!("N{COUNTER_TTL} J{seed} D{delta} T{COUNTER_TTL} v c"),
     )
 }
 
@@ -516,6 +591,7 @@ async fn add_on(
         Batch::new().ms(lock_key, value, &format!("ME T{ttl} c")),
         token_key,
         seed,
+        1,
     );
     let (replies, from) = server.meta_from(batch, timeout).await?;
     let [stored, counter] = two_replies(server, replies)?;
@@ -696,7 +772,7 @@ async fn hand_over_on(
     for _ in 0..CAS_RETRIES {
         if let Some((from, cas)) = expected.take() {
             let store = Batch::new().ms(next.key, next.value, &format!("C{cas} T{} c", next.ttl));
-            let batch = counted(store, next.token_key, next.seed);
+            let batch = counted(store, next.token_key, next.seed, TOKEN_BLOCK);
             // Sent only to the process that issued the CAS; to another one
             // (the server restarted), nothing is sent and we read again.
             if let Some(replies) = server.meta_to(from, batch, timeout).await? {
@@ -893,6 +969,7 @@ impl Backend for MemcachedBackend {
                 );
             }
             let copies = Copies {
+                owner: request.lease_id,
                 value: value.into(),
                 cas: granted
                     .iter()
@@ -908,6 +985,7 @@ impl Backend for MemcachedBackend {
                     lease: request.lease,
                     confirmed_at: started,
                     copies,
+                    spare: None,
                 },
             );
             return Ok(Attempt::Acquired { fencing_token });
@@ -945,13 +1023,17 @@ impl Backend for MemcachedBackend {
         let key = self.keys.lock_key(&lease.name);
         let timeout = self.call_timeout(lease.lease);
         let copies = self.copies_of(lease.id);
+        if copies.is_none() && self.handed_on(lease.id) {
+            return Ok(false);
+        }
+        let owner = copies.as_ref().map_or(lease.id, |copies| copies.owner);
         let started = Instant::now();
         let outcomes = self
             .each(&targets, timeout, |index, server| {
                 let remembered = copies
                     .as_ref()
                     .and_then(|copies| Some((copies.value.clone(), copies.cas_on(index)?)));
-                extend_on(server, &key, lease.id, ttl, remembered, timeout)
+                extend_on(server, &key, owner, ttl, remembered, timeout)
             })
             .await;
         let mut done = 0;
@@ -1024,13 +1106,17 @@ impl Backend for MemcachedBackend {
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
         let copies = self.held().remove(&lease.id).map(|local| local.copies);
+        if copies.is_none() && self.handed_on(lease.id) {
+            return Ok(false);
+        }
+        let owner = copies.as_ref().map_or(lease.id, |copies| copies.owner);
         let (targets, need) = self.targets(&lease.name);
         let key = self.keys.lock_key(&lease.name);
         let timeout = self.call_timeout(lease.lease);
         let outcomes = self
             .each(&targets, timeout, |index, server| {
                 let known = copies.as_ref().and_then(|copies| copies.cas_on(index));
-                release_on(server, &key, lease.id, known, timeout)
+                release_on(server, &key, owner, known, timeout)
             })
             .await;
         let mut released = 0;
@@ -1060,19 +1146,30 @@ impl Backend for MemcachedBackend {
         Ok(false)
     }
 
-    /// In sharded mode, one compare-and-swap store of the next grant over
-    /// ours, with the counter's increment in the same write (see the crate
-    /// documentation). Quorum mode answers [`Error::Unsupported`].
+    /// In sharded mode: without a server command when this process holds
+    /// the lease with at least half of it left and a reserved token to
+    /// spare ([`pass_on`](Self::pass_on)); otherwise one compare-and-swap
+    /// store of the next grant over ours, with the counter's increment in
+    /// the same write, which reserves the tokens for the next ones (see the
+    /// crate documentation). Quorum mode answers [`Error::Unsupported`].
     async fn hand_over(&self, lease: &Lease, next: &AcquireRequest) -> Result<HandOver> {
         if self.config.mode() == Mode::Quorum {
             return Err(Error::Unsupported(
                 "memcached in quorum mode cannot hand a lock over in one step".into(),
             ));
         }
-        debug_assert_eq!(
-            lease.name, next.name,
-            "a lock is handed over under its own name"
-        );
+        if lease.name != next.name {
+            return Err(Error::config(
+                "next",
+                format!(
+                    "a lock is handed over under its own name, not from {} to {}",
+                    lease.name, next.name
+                ),
+            ));
+        }
+        if let Some(granted) = self.pass_on(lease, next) {
+            return Ok(granted);
+        }
         let ttl = lease_ttl(next.lease)?;
         let server = self.ring.server_of(&lease.name);
         let key = self.keys.lock_key(&lease.name);
@@ -1087,14 +1184,17 @@ impl Backend for MemcachedBackend {
             // was lost while we held the lock.
             seed: token_seed(SystemTime::now()).max(lease.fencing_token.saturating_add(1)),
         };
-        let known = self
-            .copies_of(lease.id)
-            .and_then(|copies| copies.cas_on(server));
+        let old = self.copies_of(lease.id);
+        if old.is_none() && self.handed_on(lease.id) {
+            return Ok(HandOver::NotOurs);
+        }
+        let old_owner = old.as_ref().map_or(lease.id, |copies| copies.owner);
+        let known = old.and_then(|copies| copies.cas_on(server));
         let timeout = self.call_timeout(lease.lease.min(next.lease));
         let started = Instant::now();
         let outcome = self
             .each(&[server], timeout, |_, on| {
-                hand_over_on(on, &next_grant, lease.id, known, timeout)
+                hand_over_on(on, &next_grant, old_owner, known, timeout)
             })
             .await
             .pop()
@@ -1108,7 +1208,18 @@ impl Backend for MemcachedBackend {
             self.held().remove(&lease.id);
             return Ok(HandOver::NotOurs);
         };
-        let fencing_token = token.max(lease.fencing_token.saturating_add(1));
+        // The increment reserved the `TOKEN_BLOCK` tokens up to `token`,
+        // all above the old grant's, unless it created the counter (its
+        // answer is then the seed) or the counter was re-created below the
+        // old token: then only `token`, raised if need be, is ours.
+        let reserved = token != next_grant.seed
+            && token.checked_sub(TOKEN_BLOCK) >= Some(lease.fencing_token);
+        let (fencing_token, spare) = if reserved {
+            let first = token - TOKEN_BLOCK + 1;
+            (first, Spare::after(first, token))
+        } else {
+            (token.max(lease.fencing_token.saturating_add(1)), None)
+        };
         {
             let mut held = self.held();
             held.remove(&lease.id);
@@ -1121,9 +1232,11 @@ impl Backend for MemcachedBackend {
                     lease: next.lease,
                     confirmed_at: started,
                     copies: Copies {
+                        owner: next.lease_id,
                         value: value.clone(),
                         cas: cas.map(|known| (server, known)).into_iter().collect(),
                     },
+                    spare,
                 },
             );
         }
@@ -1152,7 +1265,10 @@ impl Backend for MemcachedBackend {
                 });
             }
         }
-        Ok(HandOver::Granted { fencing_token })
+        Ok(HandOver::Granted {
+            fencing_token,
+            confirmed_at: None,
+        })
     }
 
     async fn list(&self) -> Result<Vec<LockInfo>> {
@@ -1163,13 +1279,13 @@ impl Backend for MemcachedBackend {
             .collect();
         let mut locks = Vec::with_capacity(mine.len());
         for chunk in mine.chunks(LIST_CONCURRENCY) {
-            let checks = chunk.iter().map(|(id, local)| async move {
+            let checks = chunk.iter().map(|(_, local)| async move {
                 let (targets, need) = self.targets(&local.name);
                 let key = self.keys.lock_key(&local.name);
                 let timeout = self.call_timeout(local.lease);
                 let outcomes = self
                     .each(&targets, timeout, |_, server| {
-                        read_on(server, &key, *id, timeout)
+                        read_on(server, &key, local.copies.owner, timeout)
                     })
                     .await;
                 let mut ours = 0;

@@ -24,9 +24,16 @@
 //!   over ours only if the item still has the CAS of our last store
 //!   (`ms … C<cas> T<ttl> c`), in one write with the token counter's
 //!   increment, so the lock is never free in between. The token is above
-//!   the old one even if the counter was lost meanwhile. Quorum mode does
-//!   not hand over (`Error::Unsupported`): the lock is released, and the
-//!   waiter acquires it.
+//!   the old one even if the counter was lost meanwhile. That increment
+//!   reserves a block of 16 tokens: the next 15 hand-overs of the run need
+//!   no server command at all, while at least half of the lease is left
+//!   since the server last confirmed it. The key then stays as it is, the
+//!   new grant takes the next reserved token and the old grant's place
+//!   (its remembered CAS, and its confirmation, so it ends when the old
+//!   lease would have unless extended), and the old grant can no longer
+//!   extend, release or hand over. Quorum mode does not hand over
+//!   (`Error::Unsupported`): the lock is released, and the waiter acquires
+//!   it.
 //! - **A remembered CAS is used only on the memcached process that issued
 //!   it.** CAS values start again from 1 when memcached restarts, so after
 //!   a restart a remembered CAS could match someone else's item. Each
@@ -51,17 +58,22 @@
 //!   key, and no name can add a command to the wire.
 //!
 //! # Fencing tokens
-//! Each name has a counter key, incremented on every attempt. When it is
+//! Each name has a counter key, incremented on every attempt (by 16 on a
+//! hand-over through the server, see above). When it is
 //! missing (first use, unused for 30 days, evicted, or lost in a restart)
 //! it is created from the acquiring machine's clock in microseconds since
 //! the Unix epoch. So:
 //! - while the counter survives, every grant's token is greater than every
-//!   earlier one;
+//!   earlier one. A hand-over without a server command takes a token
+//!   reserved on the counter before, under a lease this process held all
+//!   along; only if that lease was lost unnoticed (evicted, say) can a
+//!   later grant elsewhere carry a higher token than such a hand-over,
+//!   and then the fence turns the hand-over's holder away, as it should;
 //! - across the loss of a counter, tokens keep increasing as long as the
 //!   clock of the client that re-creates it reads later than the clock of
 //!   the client that created the lost counter did then, by more than the
-//!   number of increments since (one per attempt, far fewer than one per
-//!   microsecond). In practice: as long as the clients' clocks agree to
+//!   counter's growth since (at most 16 per server command on that name,
+//!   far less than one per microsecond). In practice: as long as the clients' clocks agree to
 //!   within the time between the creation of the lost counter and the
 //!   first grant after its loss.
 //! - In quorum mode the token is the largest of the counters of the

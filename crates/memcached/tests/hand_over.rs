@@ -39,7 +39,7 @@ fn request(name: &LockName, lease: Duration) -> AcquireRequest {
 async fn hand_over(backend: &MemcachedBackend, old: &Lease, lease: Duration) -> Option<Lease> {
     let next = request(&old.name, lease);
     match backend.hand_over(old, &next).await.expect("hand over") {
-        HandOver::Granted { fencing_token } => {
+        HandOver::Granted { fencing_token, .. } => {
             assert!(
                 fencing_token > old.fencing_token,
                 "{fencing_token} after {}",
@@ -98,8 +98,11 @@ async fn a_hand_over_keeps_the_lock_held() {
     });
 
     let mut tokens = vec![first.fencing_token];
+    let mut grants = vec![first.id];
     let mut old = first;
-    for _ in 0..20 {
+    // More than a block of reserved tokens, so the chain mixes hand-overs
+    // through the server and hand-overs without a command.
+    for _ in 0..40 {
         let new = hand_over(&backend, &old, LEASE).await.expect("ours");
         assert!(
             grant(&*other, &name, LEASE).await.is_none(),
@@ -113,6 +116,7 @@ async fn a_hand_over_keeps_the_lock_held() {
         );
         assert!(backend.extend(&new).await.unwrap(), "the new grant is live");
         tokens.push(new.fencing_token);
+        grants.push(new.id);
         old = new;
     }
     done.store(true, Ordering::SeqCst);
@@ -123,7 +127,12 @@ async fn a_hand_over_keeps_the_lock_held() {
     assert!(tries > 0, "the other client tried");
 
     let stored = item(&backend, &name).await.expect("held");
-    assert!(holds(&stored, &old), "the key holds the last grant");
+    assert!(
+        grants.iter().any(|&id| stored
+            .value
+            .starts_with(format!("{id}\n").as_bytes())),
+        "the key holds a grant of this chain"
+    );
     let listed = backend.list().await.unwrap();
     assert_eq!(listed.len(), 1, "no state kept for old grants: {listed:?}");
     assert_eq!(listed[0].fencing_token, Some(old.fencing_token));
@@ -356,4 +365,159 @@ async fn quorum_mode_does_not_hand_over() {
     assert!(matches!(outcome, Err(Error::Unsupported(_))), "{outcome:?}");
     assert!(backend.extend(&old).await.unwrap(), "still the old grant");
     assert!(backend.release(&old).await.unwrap());
+}
+
+/// A hand-over through the server reserves a block of tokens; the next
+/// hand-overs take them without a server command, under the lease the
+/// server confirmed last, and the one after the block asks the server
+/// again. Handed-on grants can neither extend, release nor hand over, and
+/// the last grant releases the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hand_overs_within_a_block_send_nothing() {
+    let server = OwnServer::start(&[]).await;
+    let backend = open(&own_url(&server)).await;
+    let name = unique("hand-over-block");
+    let first = grant(&backend, &name, LEASE).await.expect("free");
+    let mut peek = Peek::connect(&server.addr()).await;
+
+    let next = request(&name, LEASE);
+    let HandOver::Granted {
+        fencing_token,
+        confirmed_at,
+    } = backend.hand_over(&first, &next).await.unwrap()
+    else {
+        panic!("ours")
+    };
+    assert_eq!(confirmed_at, None, "the server confirmed this one");
+    let mut old = Lease {
+        name: name.clone(),
+        id: next.lease_id,
+        fencing_token,
+        lease: LEASE,
+    };
+    let mut stale = vec![first];
+    let before = peek.stats().await;
+    // The block is 16 tokens: the server's hand-over took the first.
+    for _ in 0..15 {
+        let next = request(&name, LEASE);
+        let HandOver::Granted {
+            fencing_token,
+            confirmed_at,
+        } = backend.hand_over(&old, &next).await.unwrap()
+        else {
+            panic!("ours")
+        };
+        assert_eq!(fencing_token, old.fencing_token + 1, "the next reserved token");
+        assert!(confirmed_at.is_some(), "granted under the lease confirmed before");
+        stale.push(std::mem::replace(
+            &mut old,
+            Lease {
+                name: name.clone(),
+                id: next.lease_id,
+                fencing_token,
+                lease: LEASE,
+            },
+        ));
+    }
+    let passed = peek.stats().await;
+    assert_eq!(
+        grown(&before, &passed),
+        [
+            ("cmd_get", 0),
+            ("cmd_set", 0),
+            ("cas_hits", 0),
+            ("incr_hits", 0),
+            ("delete_hits", 0),
+        ],
+        "15 hand-overs without a command"
+    );
+    for lease in &stale {
+        assert!(!backend.extend(lease).await.unwrap(), "a handed-on grant is not ours");
+        assert!(!backend.release(lease).await.unwrap(), "a handed-on grant is not ours");
+        assert!(hand_over(&backend, lease, LEASE).await.is_none());
+    }
+    assert_eq!(
+        grown(&passed, &peek.stats().await)[1..],
+        [
+            ("cmd_set", 0),
+            ("cas_hits", 0),
+            ("incr_hits", 0),
+            ("delete_hits", 0)
+        ],
+        "handed-on grants change nothing"
+    );
+    let listed = backend.list().await.unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].fencing_token, Some(old.fencing_token));
+    assert!(backend.extend(&old).await.unwrap());
+
+    // The block is used up: the next hand-over asks the server.
+    let before = peek.stats().await;
+    let last = hand_over(&backend, &old, LEASE).await.expect("ours");
+    let stored = item(&backend, &name).await.expect("held");
+    assert!(holds(&stored, &last), "the server's hand-over stores the new grant");
+    assert_eq!(
+        grown(&before, &peek.stats().await)[1..4],
+        [("cmd_set", 1), ("cas_hits", 1), ("incr_hits", 1)]
+    );
+    assert!(backend.release(&last).await.unwrap());
+    assert!(item(&backend, &name).await.is_none(), "released");
+    let other = open(&own_url(&server)).await;
+    let after = grant(&other, &name, LEASE).await.expect("free");
+    assert!(after.fencing_token > last.fencing_token);
+    assert!(other.release(&after).await.unwrap());
+}
+
+/// A grant passed on without a command releases the key even when its CAS
+/// changed meanwhile: it reads the key and knows the identity stored there.
+#[tokio::test]
+async fn a_grant_passed_on_releases_after_its_cas_changed() {
+    let server = OwnServer::start(&[]).await;
+    let backend = open(&own_url(&server)).await;
+    let name = unique("hand-over-reread");
+    let first = grant(&backend, &name, LEASE).await.expect("free");
+    let second = hand_over(&backend, &first, LEASE).await.expect("ours");
+    let third = hand_over(&backend, &second, LEASE).await.expect("ours");
+    let mut peek = Peek::connect(&server.addr()).await;
+    let stored = item(&backend, &name).await.expect("held");
+    assert!(holds(&stored, &second), "the third grant was passed on");
+    // Store the same value again: same owner, new CAS.
+    peek.set(&backend.lock_key(&name), &stored.value, 60).await;
+    assert!(backend.extend(&third).await.unwrap(), "read again and extended");
+    let stored = item(&backend, &name).await.expect("held");
+    peek.set(&backend.lock_key(&name), &stored.value, 60).await;
+    assert!(backend.release(&third).await.unwrap(), "read again and released");
+    assert!(item(&backend, &name).await.is_none());
+}
+
+/// A lease whose last confirmation is more than half a lease old is handed
+/// over through the server, which confirms it afresh.
+#[tokio::test]
+async fn a_stale_confirmation_is_handed_over_through_the_server() {
+    let server = OwnServer::start(&[]).await;
+    let backend = open(&own_url(&server)).await;
+    let name = unique("hand-over-stale");
+    let lease = Duration::from_secs(2);
+    let first = grant(&backend, &name, lease).await.expect("free");
+    let second = hand_over(&backend, &first, lease).await.expect("ours");
+    tokio::time::sleep(lease / 2 + Duration::from_millis(100)).await;
+    let mut peek = Peek::connect(&server.addr()).await;
+    let before = peek.stats().await;
+    let next = request(&name, lease);
+    let HandOver::Granted { confirmed_at, .. } = backend.hand_over(&second, &next).await.unwrap()
+    else {
+        panic!("ours")
+    };
+    assert_eq!(confirmed_at, None);
+    assert_eq!(
+        grown(&before, &peek.stats().await)[1..4],
+        [("cmd_set", 1), ("cas_hits", 1), ("incr_hits", 1)]
+    );
+    let third = Lease {
+        name: name.clone(),
+        id: next.lease_id,
+        fencing_token: 0,
+        lease,
+    };
+    assert!(backend.release(&third).await.unwrap());
 }

@@ -371,7 +371,10 @@ impl Backend for MongoBackend {
         match found {
             Some(found) if found.get_str(LOCK_ID).ok() == Some(lock_id(next.lease_id).as_str()) => {
                 let fencing_token = document::read_token(&found).ok_or_else(|| no_token(next))?;
-                Ok(HandOver::Granted { fencing_token })
+                Ok(HandOver::Granted {
+                    fencing_token,
+                    confirmed_at: None,
+                })
             }
             // Nothing matched: the old grant had expired or was taken away.
             _ => Ok(HandOver::NotOurs),
