@@ -238,6 +238,20 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// What this backend can do.
     fn capabilities(&self) -> Capabilities;
 
+    /// The longest that [`try_acquire`](Self::try_acquire),
+    /// [`release`](Self::release) or [`hand_over`](Self::hand_over) takes
+    /// for a lease of `lease`, when this backend bounds those calls itself:
+    /// each then answers within it, with an error if its servers do not.
+    /// Core sets no timer of its own around such a call when the bound is
+    /// within its operation timeout, since a timer costs the runtime a
+    /// registration (and often a wake-up of its timer driver) per call.
+    ///
+    /// The default, `None`, leaves every call to core's timer.
+    fn call_bound(&self, lease: Duration) -> Option<Duration> {
+        let _ = lease;
+        None
+    }
+
     /// Tries once to take `request.name`.
     ///
     /// # Errors

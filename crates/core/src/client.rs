@@ -14,7 +14,8 @@ use crate::detach::Detach;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::handover::Succession;
-use crate::keeper::{Keeper, timed_out};
+use crate::bounded;
+use crate::keeper::Keeper;
 use crate::lease::{HeldLease, LostSignal};
 use crate::name::LockName;
 use crate::options::LockOptions;
@@ -334,10 +335,13 @@ impl LockClient {
             let backend = backend.clone();
             async move {
                 let sent_at = Instant::now();
-                let attempt =
-                    tokio::time::timeout(operation_timeout, backend.try_acquire(&request))
-                        .await
-                        .unwrap_or_else(|_| Err(timed_out("acquire", operation_timeout)));
+                let attempt = bounded::within(
+                    backend.call_bound(request.lease),
+                    operation_timeout,
+                    "acquire",
+                    backend.try_acquire(&request),
+                )
+                .await;
                 let lease = Lease {
                     name: request.name,
                     id: request.lease_id,

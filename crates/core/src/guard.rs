@@ -7,6 +7,7 @@ use crate::backend::Lease;
 use crate::detach::Detach;
 use crate::error::{Error, Result};
 use crate::handover::{self, Succession};
+use crate::bounded;
 use crate::keeper::{Keeper, lost_error, timed_out};
 use crate::lease::{HeldLease, LossReason, LostSignal};
 use crate::name::LockName;
@@ -246,9 +247,13 @@ where
 
 /// The backend's release of `held`, bounded by the operation timeout.
 async fn backend_release(held: &HeldLease) -> Result<bool> {
-    tokio::time::timeout(held.operation_timeout, held.backend.release(&held.lease))
-        .await
-        .unwrap_or_else(|_| Err(timed_out("release", held.operation_timeout)))
+    bounded::within(
+        held.backend.call_bound(held.lease.lease),
+        held.operation_timeout,
+        "release",
+        held.backend.release(&held.lease),
+    )
+    .await
 }
 
 /// Ends `held` after a release, then lets the next task of this process

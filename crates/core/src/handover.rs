@@ -19,6 +19,7 @@ use tokio::time::Instant;
 use crate::backend::{AcquireRequest, HandOver, Holder, Lease, LeaseId};
 use crate::error::Result;
 use crate::guard::LockGuard;
+use crate::bounded;
 use crate::keeper::{Keeper, timed_out};
 use crate::lease::{HeldLease, LossReason};
 use crate::slots::SlotPermit;
@@ -66,12 +67,13 @@ pub(crate) async fn hand_over(
         holder: succession.holder.clone(),
     };
     let sent_at = Instant::now();
-    let outcome = tokio::time::timeout(
+    let outcome = bounded::within(
+        held.backend.call_bound(held.lease.lease.min(next.lease)),
         held.operation_timeout,
+        "hand-over",
         held.backend.hand_over(&held.lease, &next),
     )
-    .await
-    .unwrap_or_else(|_| Err(timed_out("hand-over", held.operation_timeout)));
+    .await;
     held.end(LossReason::Released);
     let lease = Lease {
         name: next.name,

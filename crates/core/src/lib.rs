@@ -18,6 +18,7 @@
 
 pub mod backend;
 mod backoff;
+mod bounded;
 mod client;
 mod detach;
 mod error;

@@ -123,6 +123,24 @@ impl Copies {
     }
 }
 
+/// When an operation on the servers must be over. Every call it makes
+/// gets the time that is left, so a loop of reads and retries ends in time
+/// too, and no timer wraps the whole.
+#[derive(Debug, Clone, Copy)]
+struct Deadline(Instant);
+
+impl Deadline {
+    fn after(patience: Duration) -> Self {
+        Self(Instant::now() + patience)
+    }
+
+    /// The time left; zero once it has passed, and a call then fails at
+    /// once with a timeout.
+    fn left(self) -> Duration {
+        self.0.saturating_duration_since(Instant::now())
+    }
+}
+
 /// A grant by one server.
 struct Grant {
     server: usize,
@@ -218,10 +236,10 @@ impl MemcachedBackend {
     pub async fn connect(config: MemcachedConfig) -> Result<Self> {
         let backend = Self::new(config);
         let all: Vec<usize> = (0..backend.servers.len()).collect();
-        let timeout = backend.config.timeout();
+        let deadline = Deadline::after(backend.config.timeout());
         let answers = backend
-            .each(&all, timeout, |_, server| async move {
-                let reply = server.meta_one(Batch::new().mn(), timeout).await?;
+            .each(&all, |_, server| async move {
+                let reply = server.meta_one(Batch::new().mn(), deadline.left()).await?;
                 if reply.code == Code::Mn {
                     Ok(())
                 } else {
@@ -310,9 +328,9 @@ impl MemcachedBackend {
     /// A backend error from the first server that did not answer.
     pub async fn stats(&self) -> Result<Vec<(String, Vec<(String, String)>)>> {
         let all: Vec<usize> = (0..self.servers.len()).collect();
-        let timeout = self.config.timeout();
-        self.each(&all, timeout, |_, server| async move {
-            Ok((server.addr().to_owned(), server.stats(timeout).await?))
+        let deadline = Deadline::after(self.config.timeout());
+        self.each(&all, |_, server| async move {
+            Ok((server.addr().to_owned(), server.stats(deadline.left()).await?))
         })
         .await
         .into_iter()
@@ -349,37 +367,30 @@ impl MemcachedBackend {
         self.held.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Runs `op` on each of `targets` at once, each within `timeout`.
-    async fn each<'a, T, F, Fut>(
-        &'a self,
-        targets: &[usize],
-        timeout: Duration,
-        op: F,
-    ) -> Vec<Result<T>>
+    /// Runs `op` on each of `targets` at once. Sets no timer: each
+    /// operation bounds its own calls by its [`Deadline`].
+    async fn each<'a, T, F, Fut>(&'a self, targets: &[usize], op: F) -> Vec<Result<T>>
     where
         F: Fn(usize, &'a Server) -> Fut,
         Fut: Future<Output = Result<T>>,
     {
-        let calls = targets.iter().map(|&index| {
-            let server = &self.servers[index];
-            let call = op(index, server);
-            async move {
-                tokio::time::timeout(timeout, call)
-                    .await
-                    .unwrap_or_else(
-                        |_| Err(server.message(format!("no answer within {timeout:?}"))),
-                    )
-            }
-        });
-        futures::future::join_all(calls).await
+        if let [index] = *targets {
+            return vec![op(index, &self.servers[index]).await];
+        }
+        futures::future::join_all(
+            targets
+                .iter()
+                .map(|&index| op(index, &self.servers[index])),
+        )
+        .await
     }
 
     /// The shortest time that the holders of `key` on `servers` have left,
     /// for waiters; `None` when no server says. Only a failed attempt asks,
     /// so a grant costs no read.
-    async fn remaining(&self, servers: &[usize], key: &Key, timeout: Duration) -> Option<Duration> {
-        self.each(servers, timeout, |_, server| {
-            remaining_on(server, key, timeout)
+    async fn remaining(&self, servers: &[usize], key: &Key, deadline: Deadline) -> Option<Duration> {
+        self.each(servers, |_, server| {
+            remaining_on(server, key, deadline)
         })
         .await
         .into_iter()
@@ -452,12 +463,12 @@ impl MemcachedBackend {
         key: &Key,
         value: &[u8],
         ttl: u32,
-        timeout: Duration,
+        deadline: Deadline,
     ) -> Vec<(usize, Option<KnownCas>)> {
         let added = self
-            .each(servers, timeout, |_, server| async move {
+            .each(servers, |_, server| async move {
                 let batch = Batch::new().ms(key, value, &format!("ME T{ttl} c"));
-                let (mut replies, from) = server.meta_from(batch, timeout).await?;
+                let (mut replies, from) = server.meta_from(batch, deadline.left()).await?;
                 let reply = replies.pop().ok_or_else(|| server.message("no reply"))?;
                 Ok((reply.code == Code::Hd).then(|| KnownCas::new(from, reply.flag_u64('c'))))
             })
@@ -484,16 +495,18 @@ impl MemcachedBackend {
         in_doubt: &[usize],
         key: &Key,
         id: LeaseId,
-        timeout: Duration,
     ) {
+        // With time of its own: the operation's may be up.
+        let patience = self.config.timeout();
+        let deadline = Deadline::after(patience);
         let servers: Vec<usize> = granted.iter().map(|grant| grant.server).collect();
         let outcomes = self
-            .each(&servers, timeout, |index, server| {
+            .each(&servers, |index, server| {
                 let known = granted
                     .iter()
                     .find(|grant| grant.server == index)
                     .and_then(|grant| grant.cas);
-                release_on(server, key, id, known, timeout)
+                release_on(server, key, id, known, deadline)
             })
             .await;
         for (index, outcome) in servers.iter().zip(outcomes) {
@@ -511,10 +524,9 @@ impl MemcachedBackend {
         let key = key.clone();
         tokio::spawn(async move {
             for server in doubtful {
-                let outcome =
-                    tokio::time::timeout(timeout, release_on(&server, &key, id, None, timeout))
-                        .await;
-                if !matches!(outcome, Ok(Ok(_))) {
+                let deadline = Deadline::after(patience);
+                let outcome = release_on(&server, &key, id, None, deadline).await;
+                if outcome.is_err() {
                     tracing::debug!(
                         server = server.addr(),
                         "could not roll back a grant whose answer was lost; it will expire"
@@ -585,7 +597,7 @@ async fn add_on(
     value: &[u8],
     ttl: u32,
     seed: u64,
-    timeout: Duration,
+    deadline: Deadline,
 ) -> Result<Added> {
     let batch = counted(
         Batch::new().ms(lock_key, value, &format!("ME T{ttl} c")),
@@ -593,7 +605,7 @@ async fn add_on(
         seed,
         1,
     );
-    let (replies, from) = server.meta_from(batch, timeout).await?;
+    let (replies, from) = server.meta_from(batch, deadline.left()).await?;
     let [stored, counter] = two_replies(server, replies)?;
     match stored.code {
         Code::Hd => {
@@ -620,8 +632,8 @@ async fn add_on(
 
 /// How long the holder of `key` has left: zero when the key is gone (the
 /// lease ended since the add failed), `None` when memcached does not say.
-async fn remaining_on(server: &Server, key: &Key, timeout: Duration) -> Result<Option<Duration>> {
-    let reply = server.meta_one(Batch::new().mg(key, "t"), timeout).await?;
+async fn remaining_on(server: &Server, key: &Key, deadline: Deadline) -> Result<Option<Duration>> {
+    let reply = server.meta_one(Batch::new().mg(key, "t"), deadline.left()).await?;
     Ok(match reply.code {
         Code::En => Some(Duration::ZERO),
         _ => reply
@@ -632,9 +644,9 @@ async fn remaining_on(server: &Server, key: &Key, timeout: Duration) -> Result<O
 }
 
 /// Reads `key` with its CAS and says whether it is grant `id`.
-async fn read_on(server: &Server, key: &Key, id: LeaseId, timeout: Duration) -> Result<Ownership> {
+async fn read_on(server: &Server, key: &Key, id: LeaseId, deadline: Deadline) -> Result<Ownership> {
     let (mut replies, from) = server
-        .meta_from(Batch::new().mg(key, "v c"), timeout)
+        .meta_from(Batch::new().mg(key, "v c"), deadline.left())
         .await?;
     let reply = replies.pop().ok_or_else(|| server.message("no reply"))?;
     match reply.code {
@@ -664,10 +676,10 @@ async fn store_again(
     value: &[u8],
     (from, cas): (Option<Instance>, u64),
     ttl: u32,
-    timeout: Duration,
+    deadline: Deadline,
 ) -> Result<Option<CasStore>> {
     let batch = Batch::new().ms(key, value, &format!("C{cas} T{ttl} c"));
-    let Some(reply) = server.meta_one_to(from, batch, timeout).await? else {
+    let Some(reply) = server.meta_one_to(from, batch, deadline.left()).await? else {
         return Ok(None);
     };
     match reply.code {
@@ -691,11 +703,11 @@ async fn extend_on(
     id: LeaseId,
     ttl: u32,
     remembered: Option<(Arc<[u8]>, KnownCas)>,
-    timeout: Duration,
+    deadline: Deadline,
 ) -> Result<Extended> {
     if let Some((value, known)) = remembered {
         let expected = (Some(known.instance), known.cas);
-        match store_again(server, key, &value, expected, ttl, timeout).await? {
+        match store_again(server, key, &value, expected, ttl, deadline).await? {
             Some(CasStore::Done(cas)) => return Ok(Extended::Done { value, cas }),
             Some(CasStore::Missing) => return Ok(Extended::Missing),
             // Changed since (perhaps by an extension of ours whose answer
@@ -704,12 +716,12 @@ async fn extend_on(
         }
     }
     for _ in 0..CAS_RETRIES {
-        let (expected, value) = match read_on(server, key, id, timeout).await? {
+        let (expected, value) = match read_on(server, key, id, deadline).await? {
             Ownership::Ours { cas, from, value } => ((from, cas), Arc::<[u8]>::from(value)),
             Ownership::Other => return Ok(Extended::NotOurs),
             Ownership::Missing => return Ok(Extended::Missing),
         };
-        match store_again(server, key, &value, expected, ttl, timeout).await? {
+        match store_again(server, key, &value, expected, ttl, deadline).await? {
             Some(CasStore::Done(cas)) => return Ok(Extended::Done { value, cas }),
             // Changed or deleted since we read it: no longer ours.
             Some(CasStore::Changed) => return Ok(Extended::NotOurs),
@@ -730,7 +742,7 @@ async fn release_on(
     key: &Key,
     id: LeaseId,
     known: Option<KnownCas>,
-    timeout: Duration,
+    deadline: Deadline,
 ) -> Result<bool> {
     let mut expected = known.map(|known| (Some(known.instance), known.cas));
     for _ in 0..CAS_RETRIES {
@@ -738,7 +750,7 @@ async fn release_on(
             let batch = Batch::new().md(key, &format!("C{cas}"));
             // Sent only to the process that issued the CAS; to another one
             // (the server restarted), nothing is sent and we read again.
-            if let Some(reply) = server.meta_one_to(from, batch, timeout).await? {
+            if let Some(reply) = server.meta_one_to(from, batch, deadline.left()).await? {
                 match reply.code {
                     Code::Hd => return Ok(true),
                     Code::Nf => return Ok(false),
@@ -748,7 +760,7 @@ async fn release_on(
                 }
             }
         }
-        match read_on(server, key, id, timeout).await? {
+        match read_on(server, key, id, deadline).await? {
             Ownership::Ours { cas, from, .. } => expected = Some((from, cas)),
             Ownership::Other | Ownership::Missing => return Ok(false),
         }
@@ -766,7 +778,7 @@ async fn hand_over_on(
     next: &NextGrant<'_>,
     old: LeaseId,
     known: Option<KnownCas>,
-    timeout: Duration,
+    deadline: Deadline,
 ) -> Result<HandedOver> {
     let mut expected = known.map(|known| (Some(known.instance), known.cas));
     for _ in 0..CAS_RETRIES {
@@ -775,7 +787,7 @@ async fn hand_over_on(
             let batch = counted(store, next.token_key, next.seed, TOKEN_BLOCK);
             // Sent only to the process that issued the CAS; to another one
             // (the server restarted), nothing is sent and we read again.
-            if let Some(replies) = server.meta_to(from, batch, timeout).await? {
+            if let Some(replies) = server.meta_to(from, batch, deadline.left()).await? {
                 let [stored, counter] = two_replies(server, replies)?;
                 match stored.code {
                     Code::Hd => {
@@ -797,7 +809,7 @@ async fn hand_over_on(
                 }
             }
         }
-        match read_on(server, next.key, old, timeout).await? {
+        match read_on(server, next.key, old, deadline).await? {
             Ownership::Ours { cas, from, .. } => expected = Some((from, cas)),
             Ownership::Other | Ownership::Missing => return Ok(HandedOver::NotOurs),
         }
@@ -806,8 +818,8 @@ async fn hand_over_on(
 }
 
 /// Deletes `key` whoever holds it. Returns whether it was there.
-async fn delete_on(server: &Server, key: &Key, timeout: Duration) -> Result<bool> {
-    let reply = server.meta_one(Batch::new().md(key, ""), timeout).await?;
+async fn delete_on(server: &Server, key: &Key, deadline: Deadline) -> Result<bool> {
+    let reply = server.meta_one(Batch::new().md(key, ""), deadline.left()).await?;
     match reply.code {
         Code::Hd => Ok(true),
         Code::Nf => Ok(false),
@@ -822,14 +834,14 @@ async fn raise_on(
     key: &Key,
     mut cas: u64,
     target: u64,
-    timeout: Duration,
+    deadline: Deadline,
 ) -> Result<bool> {
     let value = target.to_string();
     for _ in 0..CAS_RETRIES {
         let reply = server
             .meta_one(
                 Batch::new().ms(key, value.as_bytes(), &format!("C{cas} T{COUNTER_TTL}")),
-                timeout,
+                deadline.left(),
             )
             .await?;
         match reply.code {
@@ -838,7 +850,7 @@ async fn raise_on(
             _ => return Err(unexpected(server, "a counter store", &reply)),
         }
         let now = server
-            .meta_one(Batch::new().mg(key, "v c"), timeout)
+            .meta_one(Batch::new().mg(key, "v c"), deadline.left())
             .await?;
         match now.code {
             Code::Va => {
@@ -853,7 +865,7 @@ async fn raise_on(
                 let added = server
                     .meta_one(
                         Batch::new().ms(key, value.as_bytes(), &format!("ME T{COUNTER_TTL}")),
-                        timeout,
+                        deadline.left(),
                     )
                     .await?;
                 if added.code == Code::Hd {
@@ -874,6 +886,13 @@ impl Backend for MemcachedBackend {
             .with_hand_over(self.config.mode() == Mode::Sharded)
     }
 
+    /// In sharded mode, every call's commands share one [`Deadline`], a
+    /// lease's call timeout from when the call begins. Quorum mode rolls a
+    /// failed grant back with time of its own, so it claims no bound.
+    fn call_bound(&self, lease: Duration) -> Option<Duration> {
+        (self.config.mode() == Mode::Sharded).then(|| self.call_timeout(lease))
+    }
+
     async fn try_acquire(&self, request: &AcquireRequest) -> Result<Attempt> {
         let ttl = lease_ttl(request.lease)?;
         let (targets, need) = self.targets(&request.name);
@@ -881,11 +900,11 @@ impl Backend for MemcachedBackend {
         let token_key = self.keys.token_key(&request.name);
         let value = lock_value(request.lease_id, &request.name, &request.holder);
         let seed = token_seed(SystemTime::now());
-        let timeout = self.call_timeout(request.lease);
+        let deadline = Deadline::after(self.call_timeout(request.lease));
         let started = Instant::now();
         let outcomes = self
-            .each(&targets, timeout, |_, server| {
-                add_on(server, &lock_key, &token_key, &value, ttl, seed, timeout)
+            .each(&targets, |_, server| {
+                add_on(server, &lock_key, &token_key, &value, ttl, seed, deadline)
             })
             .await;
         let elapsed = started.elapsed();
@@ -934,19 +953,19 @@ impl Backend for MemcachedBackend {
                     .collect();
                 let indexes: Vec<usize> = behind.iter().map(|grant| grant.server).collect();
                 let raised = self
-                    .each(&indexes, timeout, |index, server| {
+                    .each(&indexes, |index, server| {
                         let cas = behind
                             .iter()
                             .find(|grant| grant.server == index)
                             .map_or(0, |grant| grant.token_cas);
-                        raise_on(server, &token_key, cas, fencing_token, timeout)
+                        raise_on(server, &token_key, cas, fencing_token, deadline)
                     })
                     .await;
                 let agreed = granted.len() - behind.len()
                     + raised.iter().filter(|r| matches!(r, Ok(true))).count();
                 let still_in_time = started.elapsed() + drift < request.lease;
                 if agreed < need || !still_in_time {
-                    self.roll_back(&granted, &in_doubt, &lock_key, request.lease_id, timeout)
+                    self.roll_back(&granted, &in_doubt, &lock_key, request.lease_id)
                         .await;
                     return Err(Error::Backend {
                         backend: BACKEND,
@@ -991,7 +1010,7 @@ impl Backend for MemcachedBackend {
             return Ok(Attempt::Acquired { fencing_token });
         }
 
-        self.roll_back(&granted, &in_doubt, &lock_key, request.lease_id, timeout)
+        self.roll_back(&granted, &in_doubt, &lock_key, request.lease_id)
             .await;
         if errors.len() > targets.len() - need {
             return Err(combined(
@@ -1013,7 +1032,7 @@ impl Backend for MemcachedBackend {
                 source: None,
             });
         }
-        let retry_after = self.remaining(&held_on, &lock_key, timeout).await;
+        let retry_after = self.remaining(&held_on, &lock_key, deadline).await;
         Ok(Attempt::Held { retry_after })
     }
 
@@ -1021,7 +1040,7 @@ impl Backend for MemcachedBackend {
         let ttl = lease_ttl(lease.lease)?;
         let (targets, need) = self.targets(&lease.name);
         let key = self.keys.lock_key(&lease.name);
-        let timeout = self.call_timeout(lease.lease);
+        let deadline = Deadline::after(self.call_timeout(lease.lease));
         let copies = self.copies_of(lease.id);
         if copies.is_none() && self.handed_on(lease.id) {
             return Ok(false);
@@ -1029,11 +1048,11 @@ impl Backend for MemcachedBackend {
         let owner = copies.as_ref().map_or(lease.id, |copies| copies.owner);
         let started = Instant::now();
         let outcomes = self
-            .each(&targets, timeout, |index, server| {
+            .each(&targets, |index, server| {
                 let remembered = copies
                     .as_ref()
                     .and_then(|copies| Some((copies.value.clone(), copies.cas_on(index)?)));
-                extend_on(server, &key, owner, ttl, remembered, timeout)
+                extend_on(server, &key, owner, ttl, remembered, deadline)
             })
             .await;
         let mut done = 0;
@@ -1065,7 +1084,7 @@ impl Backend for MemcachedBackend {
         }
         if done >= need {
             if let (Some(value), false) = (value, missing.is_empty()) {
-                learned.extend(self.restore(&missing, &key, &value, ttl, timeout).await);
+                learned.extend(self.restore(&missing, &key, &value, ttl, deadline).await);
             }
             if !errors.is_empty() {
                 tracing::warn!(
@@ -1112,11 +1131,11 @@ impl Backend for MemcachedBackend {
         let owner = copies.as_ref().map_or(lease.id, |copies| copies.owner);
         let (targets, need) = self.targets(&lease.name);
         let key = self.keys.lock_key(&lease.name);
-        let timeout = self.call_timeout(lease.lease);
+        let deadline = Deadline::after(self.call_timeout(lease.lease));
         let outcomes = self
-            .each(&targets, timeout, |index, server| {
+            .each(&targets, |index, server| {
                 let known = copies.as_ref().and_then(|copies| copies.cas_on(index));
-                release_on(server, &key, owner, known, timeout)
+                release_on(server, &key, owner, known, deadline)
             })
             .await;
         let mut released = 0;
@@ -1190,11 +1209,11 @@ impl Backend for MemcachedBackend {
         }
         let old_owner = old.as_ref().map_or(lease.id, |copies| copies.owner);
         let known = old.and_then(|copies| copies.cas_on(server));
-        let timeout = self.call_timeout(lease.lease.min(next.lease));
+        let deadline = Deadline::after(self.call_timeout(lease.lease.min(next.lease)));
         let started = Instant::now();
         let outcome = self
-            .each(&[server], timeout, |_, on| {
-                hand_over_on(on, &next_grant, old_owner, known, timeout)
+            .each(&[server], |_, on| {
+                hand_over_on(on, &next_grant, old_owner, known, deadline)
             })
             .await
             .pop()
@@ -1245,8 +1264,8 @@ impl Backend for MemcachedBackend {
             // the lock (by a client whose clock is behind ours): raise it,
             // so that later grants get more than this one.
             let raised = self
-                .each(&[server], timeout, |_, on| {
-                    raise_on(on, &token_key, token_cas, fencing_token, timeout)
+                .each(&[server], |_, on| {
+                    raise_on(on, &token_key, token_cas, fencing_token, deadline)
                 })
                 .await
                 .pop()
@@ -1282,10 +1301,10 @@ impl Backend for MemcachedBackend {
             let checks = chunk.iter().map(|(_, local)| async move {
                 let (targets, need) = self.targets(&local.name);
                 let key = self.keys.lock_key(&local.name);
-                let timeout = self.call_timeout(local.lease);
+                let deadline = Deadline::after(self.call_timeout(local.lease));
                 let outcomes = self
-                    .each(&targets, timeout, |_, server| {
-                        read_on(server, &key, local.copies.owner, timeout)
+                    .each(&targets, |_, server| {
+                        read_on(server, &key, local.copies.owner, deadline)
                     })
                     .await;
                 let mut ours = 0;
@@ -1332,10 +1351,10 @@ impl Backend for MemcachedBackend {
         self.held().retain(|_, local| &local.name != name);
         let (targets, need) = self.targets(name);
         let key = self.keys.lock_key(name);
-        let timeout = self.config.timeout();
+        let deadline = Deadline::after(self.config.timeout());
         let outcomes = self
-            .each(&targets, timeout, |_, server| {
-                delete_on(server, &key, timeout)
+            .each(&targets, |_, server| {
+                delete_on(server, &key, deadline)
             })
             .await;
         let mut deleted = 0;

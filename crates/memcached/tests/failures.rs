@@ -1,5 +1,5 @@
 //! What memcached can lose, on servers of the tests' own: a restart while a
-//! lock is held, and an eviction.
+//! lock is held, an eviction, and a server that stops answering.
 
 mod support;
 
@@ -109,4 +109,55 @@ async fn holder_key(server: &OwnServer, name: &distlock_core::LockName) -> Strin
         .await
         .unwrap()
         .lock_key(name)
+}
+
+/// In sharded mode the backend bounds its own calls (core sets no timer of
+/// its own around them): against a server that stops answering, acquire,
+/// hand-over and release still end, with an error, and the lock works
+/// again once the server answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_to_a_server_that_stops_answering_end_with_an_error() {
+    let server = OwnServer::start(&[]).await;
+    let backend = MemcachedBackend::open(&format!("memcache://{}?timeout=300ms", server.addr()))
+        .await
+        .expect("open");
+    assert_eq!(
+        distlock_core::Backend::call_bound(&backend, Duration::from_secs(2)),
+        Some(Duration::from_millis(300))
+    );
+    let holder = LockClient::new(Arc::new(backend), options());
+    let name = unique("paused");
+    let held = holder.try_acquire(&name).await.unwrap().expect("free");
+    let waiter = {
+        let (holder, name) = (holder.clone(), name.clone());
+        tokio::spawn(async move { holder.acquire(&name, Duration::from_secs(30)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    server.pause();
+    // Hang guards only: each call ends after its 300 ms of patience.
+    let released = tokio::time::timeout(Duration::from_secs(20), held.release())
+        .await
+        .expect("the hand-over or release ended");
+    assert!(released.is_err(), "nothing answered: {released:?}");
+    let other = unique("paused-other");
+    let tried = tokio::time::timeout(Duration::from_secs(20), holder.try_acquire(&other))
+        .await
+        .expect("the attempt ended");
+    assert!(tried.is_err(), "nothing answered: {tried:?}");
+
+    // The waiter, whose turn came with the failed hand-over, tried too and
+    // ended as well, with the lock or with the error.
+    let waited = tokio::time::timeout(Duration::from_secs(20), waiter)
+        .await
+        .expect("the waiter ended")
+        .unwrap();
+    server.resume();
+    if let Ok(guard) = waited {
+        let _ = guard.release().await;
+    }
+    // Once the server answers again the lock works: any grant left by the
+    // failed calls is released by identity or expires with its lease.
+    let guard = holder.acquire(&name, Duration::from_secs(30)).await.unwrap();
+    assert!(guard.release().await.unwrap());
 }

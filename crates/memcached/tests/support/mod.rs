@@ -133,6 +133,26 @@ impl OwnServer {
         }
     }
 
+    /// Stops the server (SIGSTOP): it keeps its connections and answers
+    /// nothing until [`resume`](Self::resume)d.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Lets a paused server go on (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = self.child.as_ref().expect("running").id().to_string();
+        let status = std::process::Command::new("kill")
+            .args([signal, &pid])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill {signal} {pid}");
+    }
+
     /// Kills the server and starts a new one, empty, on the same port.
     pub async fn restart(&mut self) {
         self.kill();

@@ -1,0 +1,63 @@
+//! Backend calls bounded by core's operation timeout, with a timer only
+//! where the backend does not bound the call itself.
+
+use std::future::Future;
+use std::time::Duration;
+
+use crate::error::Result;
+use crate::keeper::timed_out;
+
+/// Runs `call`, a backend's `operation`, for at most `limit`. No timer is
+/// set when the backend's own bound on the call
+/// ([`Backend::call_bound`](crate::Backend::call_bound)) is within `limit`.
+///
+/// # Errors
+/// The call's error, or a timeout naming `operation`.
+pub(crate) async fn within<T>(
+    bound: Option<Duration>,
+    limit: Duration,
+    operation: &str,
+    call: impl Future<Output = Result<T>>,
+) -> Result<T> {
+    if bound.is_some_and(|bound| bound <= limit) {
+        return call.await;
+    }
+    tokio::time::timeout(limit, call)
+        .await
+        .unwrap_or_else(|_| Err(timed_out(operation, limit)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Error;
+
+    const LIMIT: Duration = Duration::from_millis(50);
+
+    fn timed_out_naming(outcome: Result<()>, operation: &str) -> bool {
+        matches!(outcome, Err(Error::Backend { message, .. }) if message.contains(operation))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unbounded_call_is_timed_out() {
+        let outcome = within(None, LIMIT, "release", std::future::pending()).await;
+        assert!(timed_out_naming(outcome, "release"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_bound_beyond_the_limit_is_timed_out_too() {
+        let bound = Some(LIMIT * 2);
+        let outcome = within(bound, LIMIT, "acquire", std::future::pending()).await;
+        assert!(timed_out_naming(outcome, "acquire"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_bound_within_the_limit_is_left_to_the_backend() {
+        // The call outlives the limit: only the backend's bound ends it.
+        let call = async {
+            tokio::time::sleep(LIMIT * 3).await;
+            Ok(7)
+        };
+        assert_eq!(within(Some(LIMIT), LIMIT, "hand-over", call).await.unwrap(), 7);
+    }
+}
