@@ -400,7 +400,7 @@ impl Run {
                 };
                 let _ = writeln!(
                     out,
-                    "| {} | {} | {} | {:.0} | {} | {} | {} | {} | {:.0} %, {}, {} | {}/{} | {} | {} | {} |",
+                    "| {} | {} | {} | {:.0} | {} | {} | {} | {} | {:.1} %, {}, {} | {}/{} | {} | {} | {} |",
                     b.kind,
                     self.contestant(c.by),
                     r.acquisitions,
@@ -713,14 +713,15 @@ impl Run {
                      process, each through the change stream (the release's event must reach \
                      the other process's `getMore` before its `findAndModify` can go out); \
                      the rest went to the next task of the same process, by hand-over: one \
-                     `findAndModify` that ends one grant and makes the next, at most {} in a \
-                     row, after which the process releases and lets other processes try \
-                     first. ",
+                     `findAndModify` that ends one grant and makes the next, in runs that end \
+                     once they made {} hand-overs and lasted {}, after which the process \
+                     releases and lets other processes try first. ",
                     humantime::format_duration(s.peer_sleep),
                     share(&slow_tight),
                     short(slow_tight.hand_off_p50),
                     share(&ours),
                     distlock::LockOptions::DEFAULT_LOCAL_HAND_OVERS,
+                    humantime::format_duration(distlock::LockOptions::DEFAULT_MIN_LOCAL_RUN),
                 );
                 if ours.hand_off_p50 > peer.hand_off_p50 {
                     let _ = write!(
@@ -828,21 +829,24 @@ impl Run {
                 "**memcached, tight loop.** tooz's releasing thread asks again before any \
                  waiter polls, so its throughput is one thread cycling: {:.0} % of its \
                  hand-offs went to another process, and {} of the {tasks} tasks held the lock \
-                 at all. Ours pass the lock to the next task of the same process by hand-over \
-                 (a CAS store of the next grant and the token's increment, in one round trip; \
-                 median hand-off {}) at most {} times in a row, then release it and let the \
-                 other processes in: {:.0} % of hand-offs went to another process, each \
-                 waiting for that process's next poll, since memcached has no notifications \
-                 (median {}), and {} of the {tasks} tasks were served. That bound keeps one \
-                 busy process from starving the others, and it is what limits the tight loop: \
-                 {:.0}/s for us against {:.0}/s for tooz ({:.1}x{}). Our {} commands per \
-                 acquisition are hand-overs (two commands), grants and releases, plus tries \
-                 that lose (a failed add also reads how long the holder has left); tooz's {} \
-                 are its add, get and delete plus failed adds.",
+                 at all. Ours pass the lock to the next task of the same process by hand-over: \
+                 the first of a run is a CAS store of the next grant with the token counter's \
+                 increment by 16, in one round trip, and the next 15 take those reserved \
+                 tokens without any server command, under the lease the server confirmed \
+                 (median hand-off {}). A run ends once it made {} hand-overs and lasted {}; \
+                 then the process releases and lets the others in: {:.1} % of hand-offs went \
+                 to another process, each waiting for that process's next poll, since \
+                 memcached has no notifications (median {}), and {} of the {tasks} tasks were \
+                 served. {:.0}/s for us against {:.0}/s for tooz ({:.1}x{}). Our {} commands \
+                 per acquisition are the first hand-over of each block of 16 (two commands), \
+                 grants and releases, plus tries that lose (a failed add also reads how long \
+                 the holder has left); tooz's {} are its add, get and delete plus failed \
+                 adds.",
                 share(&tooz_t),
                 tooz_t.tasks_served,
                 short(ours_t.hand_off_p50),
                 distlock::LockOptions::DEFAULT_LOCAL_HAND_OVERS,
+                humantime::format_duration(distlock::LockOptions::DEFAULT_MIN_LOCAL_RUN),
                 share(&ours_t),
                 short(ours_t.cross_p50),
                 ours_t.tasks_served,
