@@ -58,6 +58,9 @@ mod tests {
             tokio::time::sleep(LIMIT * 3).await;
             Ok(7)
         };
-        assert_eq!(within(Some(LIMIT), LIMIT, "hand-over", call).await.unwrap(), 7);
+        assert_eq!(
+            within(Some(LIMIT), LIMIT, "hand-over", call).await.unwrap(),
+            7
+        );
     }
 }

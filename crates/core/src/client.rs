@@ -10,11 +10,11 @@ use tracing::Instrument;
 
 use crate::backend::{AcquireRequest, Attempt, Backend, Holder, Lease, LeaseId, LockInfo};
 use crate::backoff::Backoff;
+use crate::bounded;
 use crate::detach::Detach;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::handover::Succession;
-use crate::bounded;
 use crate::keeper::Keeper;
 use crate::lease::{HeldLease, LostSignal};
 use crate::name::LockName;

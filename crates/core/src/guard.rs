@@ -4,10 +4,10 @@ use std::future::Future;
 use std::sync::Arc;
 
 use crate::backend::Lease;
+use crate::bounded;
 use crate::detach::Detach;
 use crate::error::{Error, Result};
 use crate::handover::{self, Succession};
-use crate::bounded;
 use crate::keeper::{Keeper, lost_error, timed_out};
 use crate::lease::{HeldLease, LossReason, LostSignal};
 use crate::name::LockName;

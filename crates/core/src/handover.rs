@@ -17,9 +17,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backend::{AcquireRequest, HandOver, Holder, Lease, LeaseId};
+use crate::bounded;
 use crate::error::Result;
 use crate::guard::LockGuard;
-use crate::bounded;
 use crate::keeper::{Keeper, timed_out};
 use crate::lease::{HeldLease, LossReason};
 use crate::slots::SlotPermit;

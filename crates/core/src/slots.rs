@@ -156,7 +156,8 @@ impl SlotPermit {
 
     /// How long ago the first of those hand-overs happened.
     pub(crate) fn run_length(&self) -> Duration {
-        self.run_began.map_or(Duration::ZERO, |began| began.elapsed())
+        self.run_began
+            .map_or(Duration::ZERO, |began| began.elapsed())
     }
 
     /// Counts one more hand-over, as the permit moves to the next holder.

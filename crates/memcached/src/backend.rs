@@ -330,7 +330,10 @@ impl MemcachedBackend {
         let all: Vec<usize> = (0..self.servers.len()).collect();
         let deadline = Deadline::after(self.config.timeout());
         self.each(&all, |_, server| async move {
-            Ok((server.addr().to_owned(), server.stats(deadline.left()).await?))
+            Ok((
+                server.addr().to_owned(),
+                server.stats(deadline.left()).await?,
+            ))
         })
         .await
         .into_iter()
@@ -377,26 +380,25 @@ impl MemcachedBackend {
         if let [index] = *targets {
             return vec![op(index, &self.servers[index]).await];
         }
-        futures::future::join_all(
-            targets
-                .iter()
-                .map(|&index| op(index, &self.servers[index])),
-        )
-        .await
+        futures::future::join_all(targets.iter().map(|&index| op(index, &self.servers[index])))
+            .await
     }
 
     /// The shortest time that the holders of `key` on `servers` have left,
     /// for waiters; `None` when no server says. Only a failed attempt asks,
     /// so a grant costs no read.
-    async fn remaining(&self, servers: &[usize], key: &Key, deadline: Deadline) -> Option<Duration> {
-        self.each(servers, |_, server| {
-            remaining_on(server, key, deadline)
-        })
-        .await
-        .into_iter()
-        // A hint, not a verdict: a server that does not say is skipped.
-        .filter_map(|remaining| remaining.ok().flatten())
-        .min()
+    async fn remaining(
+        &self,
+        servers: &[usize],
+        key: &Key,
+        deadline: Deadline,
+    ) -> Option<Duration> {
+        self.each(servers, |_, server| remaining_on(server, key, deadline))
+            .await
+            .into_iter()
+            // A hint, not a verdict: a server that does not say is skipped.
+            .filter_map(|remaining| remaining.ok().flatten())
+            .min()
     }
 
     /// Hands `lease` over to `next` without a server command, if this
@@ -489,13 +491,7 @@ impl MemcachedBackend {
     /// effort, and from the servers whose answer was lost (which may have
     /// stored it) in the background, so that a server that hangs does not
     /// hold up the caller.
-    async fn roll_back(
-        &self,
-        granted: &[Grant],
-        in_doubt: &[usize],
-        key: &Key,
-        id: LeaseId,
-    ) {
+    async fn roll_back(&self, granted: &[Grant], in_doubt: &[usize], key: &Key, id: LeaseId) {
         // With time of its own: the operation's may be up.
         let patience = self.config.timeout();
         let deadline = Deadline::after(patience);
@@ -633,7 +629,9 @@ async fn add_on(
 /// How long the holder of `key` has left: zero when the key is gone (the
 /// lease ended since the add failed), `None` when memcached does not say.
 async fn remaining_on(server: &Server, key: &Key, deadline: Deadline) -> Result<Option<Duration>> {
-    let reply = server.meta_one(Batch::new().mg(key, "t"), deadline.left()).await?;
+    let reply = server
+        .meta_one(Batch::new().mg(key, "t"), deadline.left())
+        .await?;
     Ok(match reply.code {
         Code::En => Some(Duration::ZERO),
         _ => reply
@@ -819,7 +817,9 @@ async fn hand_over_on(
 
 /// Deletes `key` whoever holds it. Returns whether it was there.
 async fn delete_on(server: &Server, key: &Key, deadline: Deadline) -> Result<bool> {
-    let reply = server.meta_one(Batch::new().md(key, ""), deadline.left()).await?;
+    let reply = server
+        .meta_one(Batch::new().md(key, ""), deadline.left())
+        .await?;
     match reply.code {
         Code::Hd => Ok(true),
         Code::Nf => Ok(false),
@@ -1231,8 +1231,8 @@ impl Backend for MemcachedBackend {
         // all above the old grant's, unless it created the counter (its
         // answer is then the seed) or the counter was re-created below the
         // old token: then only `token`, raised if need be, is ours.
-        let reserved = token != next_grant.seed
-            && token.checked_sub(TOKEN_BLOCK) >= Some(lease.fencing_token);
+        let reserved =
+            token != next_grant.seed && token.checked_sub(TOKEN_BLOCK) >= Some(lease.fencing_token);
         let (fencing_token, spare) = if reserved {
             let first = token - TOKEN_BLOCK + 1;
             (first, Spare::after(first, token))
@@ -1353,9 +1353,7 @@ impl Backend for MemcachedBackend {
         let key = self.keys.lock_key(name);
         let deadline = Deadline::after(self.config.timeout());
         let outcomes = self
-            .each(&targets, |_, server| {
-                delete_on(server, &key, deadline)
-            })
+            .each(&targets, |_, server| delete_on(server, &key, deadline))
             .await;
         let mut deleted = 0;
         let mut errors = Vec::new();

@@ -158,6 +158,9 @@ async fn calls_to_a_server_that_stops_answering_end_with_an_error() {
     }
     // Once the server answers again the lock works: any grant left by the
     // failed calls is released by identity or expires with its lease.
-    let guard = holder.acquire(&name, Duration::from_secs(30)).await.unwrap();
+    let guard = holder
+        .acquire(&name, Duration::from_secs(30))
+        .await
+        .unwrap();
     assert!(guard.release().await.unwrap());
 }

@@ -128,9 +128,9 @@ async fn a_hand_over_keeps_the_lock_held() {
 
     let stored = item(&backend, &name).await.expect("held");
     assert!(
-        grants.iter().any(|&id| stored
-            .value
-            .starts_with(format!("{id}\n").as_bytes())),
+        grants
+            .iter()
+            .any(|&id| stored.value.starts_with(format!("{id}\n").as_bytes())),
         "the key holds a grant of this chain"
     );
     let listed = backend.list().await.unwrap();
@@ -407,8 +407,15 @@ async fn hand_overs_within_a_block_send_nothing() {
         else {
             panic!("ours")
         };
-        assert_eq!(fencing_token, old.fencing_token + 1, "the next reserved token");
-        assert!(confirmed_at.is_some(), "granted under the lease confirmed before");
+        assert_eq!(
+            fencing_token,
+            old.fencing_token + 1,
+            "the next reserved token"
+        );
+        assert!(
+            confirmed_at.is_some(),
+            "granted under the lease confirmed before"
+        );
         stale.push(std::mem::replace(
             &mut old,
             Lease {
@@ -432,8 +439,14 @@ async fn hand_overs_within_a_block_send_nothing() {
         "15 hand-overs without a command"
     );
     for lease in &stale {
-        assert!(!backend.extend(lease).await.unwrap(), "a handed-on grant is not ours");
-        assert!(!backend.release(lease).await.unwrap(), "a handed-on grant is not ours");
+        assert!(
+            !backend.extend(lease).await.unwrap(),
+            "a handed-on grant is not ours"
+        );
+        assert!(
+            !backend.release(lease).await.unwrap(),
+            "a handed-on grant is not ours"
+        );
         assert!(hand_over(&backend, lease, LEASE).await.is_none());
     }
     assert_eq!(
@@ -455,7 +468,10 @@ async fn hand_overs_within_a_block_send_nothing() {
     let before = peek.stats().await;
     let last = hand_over(&backend, &old, LEASE).await.expect("ours");
     let stored = item(&backend, &name).await.expect("held");
-    assert!(holds(&stored, &last), "the server's hand-over stores the new grant");
+    assert!(
+        holds(&stored, &last),
+        "the server's hand-over stores the new grant"
+    );
     assert_eq!(
         grown(&before, &peek.stats().await)[1..4],
         [("cmd_set", 1), ("cas_hits", 1), ("incr_hits", 1)]
@@ -483,10 +499,16 @@ async fn a_grant_passed_on_releases_after_its_cas_changed() {
     assert!(holds(&stored, &second), "the third grant was passed on");
     // Store the same value again: same owner, new CAS.
     peek.set(&backend.lock_key(&name), &stored.value, 60).await;
-    assert!(backend.extend(&third).await.unwrap(), "read again and extended");
+    assert!(
+        backend.extend(&third).await.unwrap(),
+        "read again and extended"
+    );
     let stored = item(&backend, &name).await.expect("held");
     peek.set(&backend.lock_key(&name), &stored.value, 60).await;
-    assert!(backend.release(&third).await.unwrap(), "read again and released");
+    assert!(
+        backend.release(&third).await.unwrap(),
+        "read again and released"
+    );
     assert!(item(&backend, &name).await.is_none());
 }
 
