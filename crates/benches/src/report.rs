@@ -265,9 +265,10 @@ impl Run {
                     ratio >= 0.9,
                     format!(
                         "MongoDB: the client reaches at least 0.9 of the same two commands \
-                         issued directly: {ratio:.2} ({:.0} against {:.0} cycles/s).",
+                         issued directly: {ratio:.2} ({:.0} against {:.0} cycles/s){}.",
                         client.per_second(),
-                        base.per_second()
+                        base.per_second(),
+                        spread(client, base),
                     ),
                 ));
                 if let Some(per) = client.commands_per_cycle() {
@@ -294,9 +295,10 @@ impl Run {
                     ratio >= 0.9,
                     format!(
                         "memcached: the client reaches at least 0.9 of the bare add + \
-                         conditional delete: {ratio:.2} ({:.0} against {:.0} cycles/s).",
+                         conditional delete: {ratio:.2} ({:.0} against {:.0} cycles/s){}.",
                         client.per_second(),
-                        base.per_second()
+                        base.per_second(),
+                        spread(client, base),
                     ),
                 ));
             }
@@ -1111,4 +1113,15 @@ fn rustc() -> String {
         .ok()
         .and_then(|out| String::from_utf8(out.stdout).ok())
         .map_or_else(|| "rustc (unknown)".into(), |v| v.trim().to_owned())
+}
+
+/// How the client's ratio to the baseline varied from round to round, for
+/// a goal's line.
+fn spread(client: &Side, base: &Side) -> String {
+    client.round_ratios(base).map_or_else(String::new, |s| {
+        format!(
+            "; round by round, median {:.2}, middle half {:.2}–{:.2}",
+            s.median, s.low, s.high
+        )
+    })
 }

@@ -50,6 +50,8 @@ pub(crate) struct Side {
     pub(crate) elapsed: Duration,
     /// Server commands over this contender's rounds, where counted.
     pub(crate) commands: Option<Counts>,
+    /// Cycles per second in each round, in order.
+    pub(crate) rounds: Vec<f64>,
 }
 
 impl Side {
@@ -61,6 +63,37 @@ impl Side {
         let commands = self.commands.as_ref()?;
         (self.cycles > 0).then(|| commands.total() as f64 / self.cycles as f64)
     }
+
+    /// This side's rate against `other`'s, round by round: the median and
+    /// the middle half, showing how much the machine's noise moves the
+    /// ratio.
+    pub(crate) fn round_ratios(&self, other: &Side) -> Option<Spread> {
+        let mut ratios: Vec<f64> = self
+            .rounds
+            .iter()
+            .zip(&other.rounds)
+            .filter(|&(_, &theirs)| theirs > 0.0)
+            .map(|(ours, theirs)| ours / theirs)
+            .collect();
+        if ratios.is_empty() {
+            return None;
+        }
+        ratios.sort_by(f64::total_cmp);
+        let at = |fraction: f64| ratios[((ratios.len() - 1) as f64 * fraction).round() as usize];
+        Some(Spread {
+            low: at(0.25),
+            median: at(0.5),
+            high: at(0.75),
+        })
+    }
+}
+
+/// The median and quartiles of per-round ratios.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Spread {
+    pub(crate) low: f64,
+    pub(crate) median: f64,
+    pub(crate) high: f64,
 }
 
 /// Uncontended results: one side per contender, the physical baseline
@@ -112,19 +145,24 @@ pub(crate) async fn uncontended(
             cycles: 0,
             elapsed: Duration::ZERO,
             commands: None,
+            rounds: Vec::with_capacity(ROUNDS as usize),
         })
         .collect();
     for _ in 0..ROUNDS {
         for side in &mut sides {
             let before = target.counts().await?;
             let started = Instant::now();
-            side.cycles += match side.contender {
+            let cycles = match side.contender {
                 Contender::Client => client_cycles(&client, &name, round).await?,
                 Contender::BackendCalls => backend_cycles(&*target.backend, &name, round).await?,
                 Contender::RawRecipe => raw_cycles(target, &name, round).await?,
                 Contender::MongoPeer => peers::mongo_cycles(target, &name, round).await?,
             };
-            side.elapsed += started.elapsed();
+            let elapsed = started.elapsed();
+            side.cycles += cycles;
+            side.elapsed += elapsed;
+            side.rounds
+                .push(cycles as f64 / elapsed.as_secs_f64().max(f64::EPSILON));
             if let (Some(before), Some(after)) = (before, target.counts().await?) {
                 side.commands
                     .get_or_insert_with(Counts::default)
