@@ -16,6 +16,7 @@
 mod commands;
 mod counting;
 mod peers;
+mod quiet;
 mod report;
 mod scenarios;
 mod target;
@@ -156,6 +157,9 @@ const RUST_STARTUP: Duration = Duration::from_millis(1500);
 /// Time for Python workers to start (importing tooz takes a while).
 const PYTHON_STARTUP: Duration = Duration::from_secs(3);
 
+/// The longest wait for a quiet machine before an uncontended scenario.
+const QUIET_PATIENCE: Duration = Duration::from_secs(30);
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let args = Args::parse();
@@ -250,10 +254,20 @@ async fn bench(args: &Args) -> scenarios::Outcome<()> {
         eprintln!("== {} ({})", target.shown, target.kind());
         let is_mongo = matches!(target.server, Server::Mongo { .. });
         let is_memcached = matches!(target.server, Server::Memcached(_));
+        let quiet = quiet::until_quiet(QUIET_PATIENCE).await;
+        eprintln!(
+            "   waited {} for a quiet machine ({})",
+            humantime::format_duration(Duration::from_millis(quiet.waited.as_millis() as u64)),
+            quiet.busy.map_or("busyness unknown".into(), |busy| format!(
+                "{:.0} % busy",
+                busy * 100.0
+            ))
+        );
         say("uncontended", args.uncontended_seconds);
-        let uncontended =
+        let mut uncontended =
             scenarios::uncontended(target, args.uncontended_seconds, is_mongo && !args.no_peers)
                 .await?;
+        uncontended.quiet = Some(quiet);
         let tooz_uncontended = match (&tooz, is_memcached) {
             (Some(tooz), true) => {
                 // As long as each of our contenders had in its rounds.

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::commands::{Counts, MEMCACHED_COMMANDS};
 use crate::peers::{ToozUncontended, ToozVersions};
+use crate::quiet::Quiet;
 use crate::scenarios::{Contender, HoldMany, ROUNDS, Side, Uncontended, Workload};
 use crate::timeline::Contention;
 
@@ -190,6 +191,32 @@ impl Run {
         );
     }
 
+    /// How long each backend's uncontended scenario waited for quiet.
+    fn quiet_waits(&self) -> String {
+        let waits: Vec<String> = self
+            .backends
+            .iter()
+            .filter_map(|b| {
+                let quiet = b.uncontended.quiet?;
+                let waited = Duration::from_millis(quiet.waited.as_millis() as u64);
+                Some(match quiet.busy {
+                    Some(busy) => format!(
+                        "{} waited {} (then {:.0} % busy)",
+                        b.kind,
+                        humantime::format_duration(waited),
+                        busy * 100.0
+                    ),
+                    None => format!("{} could not tell", b.kind),
+                })
+            })
+            .collect();
+        if waits.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", waits.join(", "))
+        }
+    }
+
     fn uncontended(&self, out: &mut String) {
         let _ = writeln!(out, "## 1. Uncontended acquire and release on one name\n");
         let _ = writeln!(
@@ -199,7 +226,12 @@ impl Run {
              hits them alike; tooz, a separate Python process, runs once afterwards, for as \
              long as one of our contenders had in all its rounds. The ratio is against the \
              backend's baseline, marked in bold: the same server commands issued directly, \
-             without the lock client.\n"
+             without the lock client. Before a backend's rounds start, the benchmark waits \
+             until the processors are at most {:.0} % busy over half a second (at most 30 s), \
+             so that a server still busy with an earlier scenario does not fall into some \
+             rounds and not others{}.\n",
+            Quiet::THRESHOLD * 100.0,
+            self.quiet_waits(),
         );
         let _ = writeln!(
             out,

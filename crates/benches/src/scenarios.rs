@@ -16,6 +16,7 @@ use tokio::process::Command;
 use crate::commands::Counts;
 use crate::counting::{Calls, Counting};
 use crate::peers;
+use crate::quiet::Quiet;
 use crate::target::{Server, Target};
 use crate::timeline::{Contention, Hold, Line, now_ns, sleep_until_ns};
 
@@ -101,6 +102,8 @@ pub(crate) struct Spread {
 #[derive(Debug, Clone)]
 pub(crate) struct Uncontended {
     pub(crate) sides: Vec<Side>,
+    /// How the wait for a quiet machine before the rounds went.
+    pub(crate) quiet: Option<Quiet>,
 }
 
 impl Uncontended {
@@ -170,7 +173,7 @@ pub(crate) async fn uncontended(
             }
         }
     }
-    Ok(Uncontended { sides })
+    Ok(Uncontended { sides, quiet: None })
 }
 
 async fn client_cycles(client: &LockClient, name: &LockName, seconds: Duration) -> Outcome<u64> {
