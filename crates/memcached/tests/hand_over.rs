@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use distlock_core::{AcquireRequest, Backend, Error, HandOver, Holder, Lease, LeaseId, LockName};
 use distlock_memcached::MemcachedBackend;
+use tokio::time::Instant;
 
 use support::{Item, OwnServer, Peek, grant, quorum_url, unique, url};
 
@@ -37,20 +38,34 @@ fn request(name: &LockName, lease: Duration) -> AcquireRequest {
 /// Hands `old` over to a new grant of `lease`: the new lease, or `None`
 /// when `old` was not ours. A token must exceed the old one.
 async fn hand_over(backend: &MemcachedBackend, old: &Lease, lease: Duration) -> Option<Lease> {
+    Some(handed_over(backend, old, lease).await?.0)
+}
+
+/// As [`hand_over`], with the earlier confirmation the grant runs under,
+/// when it was made without asking the server.
+async fn handed_over(
+    backend: &MemcachedBackend,
+    old: &Lease,
+    lease: Duration,
+) -> Option<(Lease, Option<Instant>)> {
     let next = request(&old.name, lease);
     match backend.hand_over(old, &next).await.expect("hand over") {
-        HandOver::Granted { fencing_token, .. } => {
+        HandOver::Granted {
+            fencing_token,
+            confirmed_at,
+        } => {
             assert!(
                 fencing_token > old.fencing_token,
                 "{fencing_token} after {}",
                 old.fencing_token
             );
-            Some(Lease {
+            let new = Lease {
                 name: old.name.clone(),
                 id: next.lease_id,
                 fencing_token,
                 lease,
-            })
+            };
+            Some((new, confirmed_at))
         }
         HandOver::NotOurs => None,
     }
@@ -380,35 +395,15 @@ async fn hand_overs_within_a_block_send_nothing() {
     let first = grant(&backend, &name, LEASE).await.expect("free");
     let mut peek = Peek::connect(&server.addr()).await;
 
-    let next = request(&name, LEASE);
-    let HandOver::Granted {
-        fencing_token,
-        confirmed_at,
-    } = backend.hand_over(&first, &next).await.unwrap()
-    else {
-        panic!("ours")
-    };
+    let (mut old, confirmed_at) = handed_over(&backend, &first, LEASE).await.expect("ours");
     assert_eq!(confirmed_at, None, "the server confirmed this one");
-    let mut old = Lease {
-        name: name.clone(),
-        id: next.lease_id,
-        fencing_token,
-        lease: LEASE,
-    };
     let mut stale = vec![first];
     let before = peek.stats().await;
     // The block is 16 tokens: the server's hand-over took the first.
     for _ in 0..15 {
-        let next = request(&name, LEASE);
-        let HandOver::Granted {
-            fencing_token,
-            confirmed_at,
-        } = backend.hand_over(&old, &next).await.unwrap()
-        else {
-            panic!("ours")
-        };
+        let (new, confirmed_at) = handed_over(&backend, &old, LEASE).await.expect("ours");
         assert_eq!(
-            fencing_token,
+            new.fencing_token,
             old.fencing_token + 1,
             "the next reserved token"
         );
@@ -416,15 +411,7 @@ async fn hand_overs_within_a_block_send_nothing() {
             confirmed_at.is_some(),
             "granted under the lease confirmed before"
         );
-        stale.push(std::mem::replace(
-            &mut old,
-            Lease {
-                name: name.clone(),
-                id: next.lease_id,
-                fencing_token,
-                lease: LEASE,
-            },
-        ));
+        stale.push(std::mem::replace(&mut old, new));
     }
     let passed = peek.stats().await;
     assert_eq!(
@@ -525,21 +512,11 @@ async fn a_stale_confirmation_is_handed_over_through_the_server() {
     tokio::time::sleep(lease / 2 + Duration::from_millis(100)).await;
     let mut peek = Peek::connect(&server.addr()).await;
     let before = peek.stats().await;
-    let next = request(&name, lease);
-    let HandOver::Granted { confirmed_at, .. } = backend.hand_over(&second, &next).await.unwrap()
-    else {
-        panic!("ours")
-    };
+    let (third, confirmed_at) = handed_over(&backend, &second, lease).await.expect("ours");
     assert_eq!(confirmed_at, None);
     assert_eq!(
         grown(&before, &peek.stats().await)[1..4],
         [("cmd_set", 1), ("cas_hits", 1), ("incr_hits", 1)]
     );
-    let third = Lease {
-        name: name.clone(),
-        id: next.lease_id,
-        fencing_token: 0,
-        lease,
-    };
     assert!(backend.release(&third).await.unwrap());
 }
