@@ -7,7 +7,7 @@
 //! [`Backend::extend_many`](crate::Backend::extend_many), so 10,000 locks
 //! taken at once cost a few bulk calls per cadence, not 10,000 timers.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
@@ -43,11 +43,14 @@ impl Drop for Shared {
 
 #[derive(Debug, Default)]
 struct Schedule {
-    entries: HashMap<u64, Entry>,
+    // Keys are handed out in order, so a B-tree keeps them without hashing.
+    entries: BTreeMap<u64, Entry>,
     queue: BTreeSet<(Instant, u64)>,
     next_key: u64,
     /// When the keeper task means to look next (`None`: only when woken).
     planned: Option<Instant>,
+    /// Whether the last look found nothing to keep.
+    was_empty: bool,
 }
 
 #[derive(Debug)]
@@ -123,24 +126,9 @@ impl Keeper {
     /// Returns the key to [`remove`](Self::remove) it with.
     pub(crate) fn insert(&self, held: Arc<HeldLease>, sent_at: Instant) -> u64 {
         self.start();
-        let shared = &self.shared;
-        let mut schedule = shared.lock();
-        let key = schedule.next_key;
-        schedule.next_key += 1;
-        let entry = Entry {
-            held,
-            next_extension: sent_at + shared.options.extend_every(),
-            valid_until: shared.valid_until(sent_at),
-            in_flight: false,
-            wake_at: sent_at,
-        };
-        schedule.entries.insert(key, entry);
-        schedule.queue.insert((sent_at, key));
-        schedule.reschedule(key);
-        let too_late = schedule.plan(key);
-        drop(schedule);
+        let (key, too_late) = self.shared.schedule_lease(held, sent_at);
         if too_late {
-            shared.wake.notify_one();
+            self.shared.wake.notify_one();
         }
         key
     }
@@ -213,6 +201,26 @@ impl Shared {
         Some(sent_at + self.options.lease() - self.options.safety_margin())
     }
 
+    /// Adds `held` to the schedule; returns its key and whether the keeper
+    /// must be woken to look at it in time.
+    fn schedule_lease(&self, held: Arc<HeldLease>, sent_at: Instant) -> (u64, bool) {
+        let mut schedule = self.lock();
+        let key = schedule.next_key;
+        schedule.next_key += 1;
+        let entry = Entry {
+            held,
+            next_extension: sent_at + self.options.extend_every(),
+            valid_until: self.valid_until(sent_at),
+            in_flight: false,
+            wake_at: sent_at,
+        };
+        schedule.entries.insert(key, entry);
+        schedule.queue.insert((sent_at, key));
+        schedule.reschedule(key);
+        let too_late = schedule.plan(key);
+        (key, too_late)
+    }
+
     /// How far ahead of time a lease may be extended, so that leases due
     /// close together share one batch.
     fn batch_window(&self) -> Duration {
@@ -264,6 +272,19 @@ impl Shared {
             let wake_at = schedule.entries[&key].wake_at;
             next_look = Some(next_look.map_or(wake_at, |t| t.min(wake_at)));
         }
+        if schedule.queue.is_empty() {
+            // A task that takes and releases locks in a loop inserts one
+            // lease after another, each due an extension period from now.
+            // Looking again after that period means none of them has to
+            // wake the keeper; only a second look in a row that finds
+            // nothing lets it sleep until woken.
+            next_look = if schedule.was_empty {
+                None
+            } else {
+                Some(now + self.options.extend_every())
+            };
+        }
+        schedule.was_empty = schedule.queue.is_empty();
         schedule.planned = next_look;
         (due, next_look)
     }
@@ -390,5 +411,69 @@ async fn run(weak: Weak<Shared>, wake: Arc<Notify>) {
             }
             None => wake.notified().await,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::LeaseId;
+    use crate::memory::MemoryBackend;
+    use crate::name::LockName;
+
+    fn keeper() -> Keeper {
+        Keeper::new(LockOptions::default(), false)
+    }
+
+    fn held() -> Arc<HeldLease> {
+        let lease = Lease {
+            name: LockName::new("kept").unwrap(),
+            id: LeaseId::random(),
+            fencing_token: 1,
+            lease: LockOptions::DEFAULT_LEASE,
+        };
+        Arc::new(HeldLease::new(
+            lease,
+            Arc::new(MemoryBackend::new()),
+            Duration::from_secs(1),
+        ))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_empty_look_keeps_watch_for_one_extension_period_then_sleeps() {
+        let keeper = keeper();
+        let every = keeper.shared.options.extend_every();
+        let now = Instant::now();
+        let (due, next_look) = keeper.shared.take_due(now);
+        assert!(due.is_empty());
+        assert_eq!(next_look, Some(now + every));
+        // A second look in a row that finds nothing sleeps until woken.
+        let (_, next_look) = keeper.shared.take_due(now + every);
+        assert_eq!(next_look, None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn leases_taken_in_a_loop_do_not_wake_the_keeper() {
+        let keeper = keeper();
+        let shared = &keeper.shared;
+        // The first lease finds the keeper asleep until woken.
+        let (first, wake) = shared.schedule_lease(held(), Instant::now());
+        assert!(wake);
+        let _ = shared.take_due(Instant::now());
+        shared.lock().remove(first);
+        // The keeper looks while nothing is held, as happens between a
+        // release and the next grant.
+        tokio::time::advance(Duration::from_millis(1)).await;
+        let _ = shared.take_due(Instant::now());
+        for _ in 0..100 {
+            tokio::time::advance(Duration::from_millis(1)).await;
+            let (key, wake) = shared.schedule_lease(held(), Instant::now());
+            assert!(!wake, "a lease due after the next look needs no wake-up");
+            shared.lock().remove(key);
+        }
+        // A lease confirmed earlier is due sooner, and still wakes it.
+        let earlier = Instant::now() - Duration::from_secs(5);
+        let (_, wake) = shared.schedule_lease(held(), earlier);
+        assert!(wake);
     }
 }
