@@ -1,9 +1,9 @@
 //! A lease held by this process, shared by its guard and the keeper.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use tokio::sync::{Mutex, watch};
+use tokio::sync::{Mutex, Notify};
 
 use crate::backend::{Backend, Lease};
 
@@ -42,7 +42,27 @@ pub(crate) struct HeldLease {
     /// races an extension (a compare-and-swap backend would then refuse the
     /// release and leave the key until it expires).
     pub(crate) ops: Mutex<()>,
-    loss: watch::Sender<Option<LossReason>>,
+    loss: Arc<Loss>,
+}
+
+/// Why the lease ended, once it has, and the tasks waiting to hear it.
+///
+/// Every release ends a lease, so this is on the hot path: one atomic
+/// write and one wake of the waiters, if any.
+#[derive(Debug, Default)]
+struct Loss {
+    reason: OnceLock<LossReason>,
+    ended: Notify,
+}
+
+impl Loss {
+    fn end(&self, reason: LossReason) -> bool {
+        let ended = self.reason.set(reason).is_ok();
+        if ended {
+            self.ended.notify_waiters();
+        }
+        ended
+    }
 }
 
 impl HeldLease {
@@ -56,20 +76,14 @@ impl HeldLease {
             backend,
             operation_timeout,
             ops: Mutex::new(()),
-            loss: watch::channel(None).0,
+            loss: Arc::default(),
         }
     }
 
     /// Records the end of the lease; the first reason wins. Returns whether
     /// this call ended it.
     pub(crate) fn end(&self, reason: LossReason) -> bool {
-        let ended = self.loss.send_if_modified(|state| {
-            if state.is_some() {
-                return false;
-            }
-            *state = Some(reason);
-            true
-        });
+        let ended = self.loss.end(reason);
         if ended && reason != LossReason::Released {
             tracing::warn!(
                 name = %self.lease.name,
@@ -82,11 +96,15 @@ impl HeldLease {
     }
 
     pub(crate) fn loss(&self) -> Option<LossReason> {
-        *self.loss.borrow()
+        self.loss.reason.get().copied()
     }
+}
 
-    pub(crate) fn subscribe(&self) -> watch::Receiver<Option<LossReason>> {
-        self.loss.subscribe()
+impl Drop for HeldLease {
+    fn drop(&mut self) {
+        // Nobody can end the lease any more, so it is over for whoever
+        // still watches it.
+        self.loss.end(LossReason::Released);
     }
 }
 
@@ -94,13 +112,13 @@ impl HeldLease {
 /// `'static`, so it can move into the task doing the protected work.
 #[derive(Debug, Clone)]
 pub struct LostSignal {
-    loss: watch::Receiver<Option<LossReason>>,
+    loss: Arc<Loss>,
 }
 
 impl LostSignal {
     pub(crate) fn new(held: &HeldLease) -> Self {
         Self {
-            loss: held.subscribe(),
+            loss: held.loss.clone(),
         }
     }
 
@@ -109,16 +127,24 @@ impl LostSignal {
     /// # Cancel safety
     /// Cancel safe.
     pub async fn lost(&self) -> LossReason {
-        let mut loss = self.loss.clone();
-        match loss.wait_for(Option::is_some).await {
-            Ok(state) => state.unwrap_or(LossReason::Released),
-            // The lease's owner is gone entirely, so the lease is too.
-            Err(_) => LossReason::Released,
+        let ended = self.loss.ended.notified();
+        tokio::pin!(ended);
+        // Registered before the check, so an end between the two still
+        // wakes this task.
+        ended.as_mut().enable();
+        if let Some(&reason) = self.loss.reason.get() {
+            return reason;
         }
+        ended.await;
+        self.loss
+            .reason
+            .get()
+            .copied()
+            .unwrap_or(LossReason::Released)
     }
 
     /// Whether the lease has ended, without waiting.
     pub fn is_lost(&self) -> bool {
-        self.loss.borrow().is_some()
+        self.loss.reason.get().is_some()
     }
 }
