@@ -222,8 +222,8 @@ impl Run {
         let _ = writeln!(
             out,
             "One task takes and releases one name as fast as it can. The contenders of a \
-             backend take turns in {ROUNDS} alternating rounds, so that noise from the machine \
-             hits them alike; tooz, a separate Python process, runs once afterwards, for as \
+             backend take turns in {ROUNDS} alternating rounds, each begun by the next contender \
+             in turn, so that noise from the machine hits them alike; tooz, a separate Python process, runs once afterwards, for as \
              long as one of our contenders had in all its rounds. The ratio is against the \
              backend's baseline, marked in bold: the same server commands issued directly, \
              without the lock client. Before a backend's rounds start, the benchmark waits \

@@ -124,7 +124,7 @@ impl Uncontended {
 pub(crate) const ROUNDS: u32 = 20;
 
 /// Acquires and releases one name as fast as possible, in alternating
-/// rounds: directly through the backend's two calls, through the client,
+/// rounds, each begun by the next contender in turn: directly through the backend's two calls, through the client,
 /// and (where there is one) through the bare recipe and the Rust peer.
 pub(crate) async fn uncontended(
     target: &Target,
@@ -151,8 +151,12 @@ pub(crate) async fn uncontended(
             rounds: Vec::with_capacity(ROUNDS as usize),
         })
         .collect();
-    for _ in 0..ROUNDS {
-        for side in &mut sides {
+    let count = sides.len();
+    for index in 0..ROUNDS as usize {
+        // Each round starts with the next contender, so that none always
+        // runs first (after the server counts are read) or last.
+        for turn in 0..count {
+            let side = &mut sides[(index + turn) % count];
             let before = target.counts().await?;
             let started = Instant::now();
             let cycles = match side.contender {
