@@ -183,10 +183,16 @@ impl Server {
         slot: &Mutex<Option<Open>>,
         deadline: Instant,
     ) -> Result<Open, Error> {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let mut slot = tokio::time::timeout(left, slot.lock())
-            .await
-            .map_err(|_| self.error(ConnError::ConnectTimeout(left)))?;
+        // Usually free: only then is a timer worth setting up.
+        let mut slot = match slot.try_lock() {
+            Ok(slot) => slot,
+            Err(_) => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                tokio::time::timeout(left, slot.lock())
+                    .await
+                    .map_err(|_| self.error(ConnError::ConnectTimeout(left)))?
+            }
+        };
         if let Some(open) = slot.as_ref().filter(|open| open.connection.is_alive()) {
             return Ok(open.clone());
         }
