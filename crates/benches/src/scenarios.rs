@@ -124,8 +124,9 @@ impl Uncontended {
 pub(crate) const ROUNDS: u32 = 20;
 
 /// Acquires and releases one name as fast as possible, in alternating
-/// rounds, each begun by the next contender in turn: directly through the backend's two calls, through the client,
-/// and (where there is one) through the bare recipe and the Rust peer.
+/// rounds, each begun by the next contender in turn: directly through the
+/// backend's two calls, through the client, and (where there is one)
+/// through the bare recipe and the Rust peer.
 pub(crate) async fn uncontended(
     target: &Target,
     seconds: Duration,
