@@ -38,6 +38,26 @@ const CAS_RETRIES: usize = 8;
 /// How many locks [`Backend::list`] checks at once.
 const LIST_CONCURRENCY: usize = 256;
 
+/// The servers that hold a name's keys, without allocating: every call
+/// of an operation asks.
+enum Targets<'a> {
+    /// Sharded mode: the one server the ring picks.
+    One([usize; 1]),
+    /// Quorum mode: all of them.
+    All(&'a [usize]),
+}
+
+impl std::ops::Deref for Targets<'_> {
+    type Target = [usize];
+
+    fn deref(&self) -> &[usize] {
+        match self {
+            Self::One(one) => one,
+            Self::All(all) => all,
+        }
+    }
+}
+
 /// How many leases [`Backend::extend_many`] extends at once.
 const EXTEND_CONCURRENCY: usize = 512;
 
@@ -52,6 +72,8 @@ const EXTEND_CONCURRENCY: usize = 512;
 pub struct MemcachedBackend {
     config: MemcachedConfig,
     servers: Vec<Arc<Server>>,
+    /// The index of every server, for quorum mode's calls.
+    everyone: Vec<usize>,
     ring: Ring,
     keys: KeySpace,
     held: Mutex<HashMap<LeaseId, Local>>,
@@ -274,7 +296,7 @@ impl MemcachedBackend {
     }
 
     fn new(config: MemcachedConfig) -> Self {
-        let servers = config
+        let servers: Vec<Arc<Server>> = config
             .servers()
             .iter()
             .map(|addr| {
@@ -288,6 +310,7 @@ impl MemcachedBackend {
         Self {
             ring: Ring::new(config.servers().iter().map(String::as_str)),
             keys: KeySpace::new(config.prefix()),
+            everyone: (0..servers.len()).collect(),
             servers,
             config,
             held: Mutex::new(HashMap::new()),
@@ -314,8 +337,8 @@ impl MemcachedBackend {
     pub fn servers_of(&self, name: &LockName) -> Vec<&str> {
         self.targets(name)
             .0
-            .into_iter()
-            .map(|index| self.servers[index].addr())
+            .iter()
+            .map(|&index| self.servers[index].addr())
             .collect()
     }
 
@@ -349,10 +372,10 @@ impl MemcachedBackend {
     }
 
     /// The servers that hold `name`, and how many of them must agree.
-    fn targets(&self, name: &LockName) -> (Vec<usize>, usize) {
+    fn targets(&self, name: &LockName) -> (Targets<'_>, usize) {
         match self.config.mode() {
-            Mode::Sharded => (vec![self.ring.server_of(name)], 1),
-            Mode::Quorum => ((0..self.servers.len()).collect(), self.config.quorum()),
+            Mode::Sharded => (Targets::One([self.ring.server_of(name)]), 1),
+            Mode::Quorum => (Targets::All(&self.everyone), self.config.quorum()),
         }
     }
 
