@@ -77,32 +77,41 @@ impl KeySpace {
 
     fn key(&self, kind: char, name: &LockName) -> Key {
         let budget = MAX_KEY_LEN - self.prefix.len() - kind.len_utf8();
-        let text = format!("{}{kind}{}", self.prefix, encode(name.as_str(), budget));
+        // Built in one allocation: every operation makes one or two.
+        let mut text = String::with_capacity(MAX_KEY_LEN);
+        text.push_str(&self.prefix);
+        text.push(kind);
+        encode(name.as_str(), budget, &mut text);
         Key::new(text).expect("prefixes are checked and encodings are printable ASCII")
     }
 }
 
-/// `name` as at most `budget` bytes of printable ASCII without spaces.
-fn encode(name: &str, budget: usize) -> String {
+/// Appends `name` to `out` as at most `budget` bytes of printable ASCII
+/// without spaces.
+fn encode(name: &str, budget: usize, out: &mut String) {
     let escaped = name.bytes().filter(|&b| !is_plain(b)).count();
     if 1 + name.len() + 2 * escaped <= budget {
-        let mut out = String::with_capacity(1 + name.len() + 2 * escaped);
         out.push('=');
         for byte in name.bytes() {
             if is_plain(byte) {
                 out.push(char::from(byte));
             } else {
-                out.push_str(&format!("%{byte:02X}"));
+                out.push('%');
+                push_hex(out, byte, b"0123456789ABCDEF");
             }
         }
-        out
     } else {
-        format!("#{}", hex(&Sha256::digest(name.as_bytes())))
+        out.push('#');
+        for byte in Sha256::digest(name.as_bytes()) {
+            push_hex(out, byte, b"0123456789abcdef");
+        }
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+/// Appends `byte` as two hex digits from `digits`.
+fn push_hex(out: &mut String, byte: u8, digits: &[u8; 16]) {
+    out.push(char::from(digits[usize::from(byte >> 4)]));
+    out.push(char::from(digits[usize::from(byte & 0x0f)]));
 }
 
 /// Consistent hashing of names onto servers, so that adding or removing a
