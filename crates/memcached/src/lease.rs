@@ -1,6 +1,7 @@
 //! Leases as memcached expiry times, fencing-token seeds, and what a lock
 //! key stores.
 
+use std::io::Write;
 use std::time::{Duration, SystemTime};
 
 use distlock_core::{Error, Holder, LeaseId, LockName, Result};
@@ -73,7 +74,11 @@ pub(crate) fn lock_value(id: LeaseId, name: &LockName, holder: &Holder) -> Vec<u
         name: &'a str,
         holder: &'a Holder,
     }
-    let mut value = format!("{id}\n").into_bytes();
+    // Room for the identity, the JSON around the strings, and the strings
+    // (escapes aside), so that serialising seldom grows the buffer.
+    let label = holder.label.as_deref().map_or(0, str::len);
+    let mut value = Vec::with_capacity(128 + name.as_str().len() + holder.host.len() + label);
+    writeln!(value, "{id}").expect("writing to memory cannot fail");
     let details = Details {
         name: name.as_str(),
         holder,
