@@ -11,7 +11,8 @@ use std::process::ExitStatus;
 use std::time::Duration;
 
 use distlock::{LockClient, LockGuard, LockName, LockOptions, LossReason};
-use rustix::process::{Pid, Signal, kill_process};
+use rustix::fs::{Mode, OFlags};
+use rustix::process::{Pid, Signal, getpgrp, kill_process};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -131,8 +132,12 @@ async fn supervise(
                 return Ok(Ended::Exited(status));
             }
             signal = signals.recv() => {
-                tracing::debug!(signal = signal.as_raw(), "passing a signal on to the command");
-                send(&child, signal);
+                if signal == Signal::INT && terminal_interrupted_command() {
+                    tracing::debug!("the terminal sent SIGINT to the command too; not passing it on");
+                } else {
+                    tracing::debug!(signal = signal.as_raw(), "passing a signal on to the command");
+                    send(&child, signal);
+                }
             }
             reason = lost.lost() => {
                 let killed = stop(&mut child, grace).await?;
@@ -177,6 +182,29 @@ async fn stop(child: &mut Child, grace: Duration) -> Result<bool, Failure> {
         }
     };
     waited.map_err(|error| Failure::runtime(format!("cannot wait for the command: {error}")))
+}
+
+/// Whether a SIGINT just received came, most likely, from the terminal's
+/// Ctrl-C. The terminal sends that to its whole foreground process group,
+/// and CMD shares distlock's group, so CMD has it already: passing it on
+/// would interrupt CMD twice, which many programs take as "quit now".
+///
+/// Without a controlling terminal (cron, systemd, CI), or in the
+/// background, the signal was meant for distlock alone and is passed on.
+fn terminal_interrupted_command() -> bool {
+    let foreground = rustix::fs::open(
+        "/dev/tty",
+        OFlags::RDONLY | OFlags::NOCTTY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .and_then(rustix::termios::tcgetpgrp)
+    .ok();
+    in_foreground(foreground, getpgrp())
+}
+
+/// Whether the process group `own` is the terminal's foreground group.
+fn in_foreground(foreground: Option<Pid>, own: Pid) -> bool {
+    foreground == Some(own)
 }
 
 /// Sends `signal` to the child unless it has already been reaped (its pid
@@ -262,6 +290,36 @@ impl Signals {
         tokio::select! {
             _ = self.interrupt.recv() => Signal::INT,
             _ = self.terminate.recv() => Signal::TERM,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pid(raw: i32) -> Pid {
+        Pid::from_raw(raw).unwrap()
+    }
+
+    #[test]
+    fn an_interrupt_in_the_foreground_already_reached_the_command() {
+        assert!(in_foreground(Some(pid(42)), pid(42)));
+    }
+
+    #[test]
+    fn an_interrupt_in_the_background_or_without_a_terminal_is_passed_on() {
+        assert!(!in_foreground(Some(pid(7)), pid(42)));
+        assert!(!in_foreground(None, pid(42)));
+    }
+
+    #[test]
+    fn without_a_controlling_terminal_every_interrupt_is_passed_on() {
+        // The tests run without a terminal under CI (no standard input);
+        // where one exists, this process is not in its foreground group
+        // unless run from a shell's foreground job.
+        if rustix::fs::open("/dev/tty", OFlags::RDONLY | OFlags::NOCTTY, Mode::empty()).is_err() {
+            assert!(!terminal_interrupted_command());
         }
     }
 }

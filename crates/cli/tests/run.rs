@@ -219,3 +219,109 @@ fn a_signal_while_waiting_stops_without_running_the_command() {
     );
     assert!(!ran.exists(), "the command must not run");
 }
+
+/// Writes `lines` to an executable-free shell script in the scratch
+/// directory and returns its path.
+fn script_file(scratch: &Scratch, name: &str, lines: &str) -> std::path::PathBuf {
+    let path = scratch.file(name);
+    std::fs::write(&path, lines).unwrap();
+    path
+}
+
+#[test]
+fn sigint_is_passed_on_when_no_terminal_sent_it() {
+    let scratch = Scratch::new();
+    let name = unique("int");
+    let got = scratch.file("got");
+    let ready = scratch.file("ready");
+    let body = format!(
+        "trap \"echo int > '{}'; exit 4\" INT; touch '{}'; {IDLE}",
+        got.display(),
+        ready.display()
+    );
+    // In a session of its own, distlock has no controlling terminal, so
+    // nothing but distlock can have sent the command this SIGINT.
+    let mut command = std::process::Command::new("setsid");
+    command
+        .arg(env!("CARGO_BIN_EXE_distlock"))
+        .args([
+            "run",
+            &name,
+            "--backend",
+            &scratch.url,
+            "--",
+            "sh",
+            "-c",
+            &body,
+        ])
+        .env_remove("DISTLOCK_URL")
+        .env("DISTLOCK_LOG", "warn")
+        .stdin(std::process::Stdio::null());
+    let holder = Running::spawn(command);
+    wait_until("the command started", || ready.exists());
+
+    holder.signal(Signal::INT);
+    let finished = holder.finish();
+    assert_eq!(finished.status.code(), Some(4), "{}", finished.stderr);
+    assert_eq!(std::fs::read_to_string(&got).unwrap().trim(), "int");
+    assert!(lock_is_free(&scratch, &name));
+}
+
+#[test]
+fn ctrl_c_at_a_terminal_reaches_the_command_once() {
+    let scratch = Scratch::new();
+    let name = unique("ctrl-c");
+    let count = scratch.file("count");
+    let ready = scratch.file("ready");
+    let stop = scratch.file("stop");
+    // Only builtins in the loop, so that each SIGINT that arrives runs the
+    // trap on its own and a second one would be counted.
+    let body = script_file(
+        &scratch,
+        "body.sh",
+        &format!(
+            "trap \"echo int >> '{}'\" INT\ntouch '{}'\nwhile [ ! -e '{}' ]; do :; done\n",
+            count.display(),
+            ready.display(),
+            stop.display()
+        ),
+    );
+    let launch = script_file(
+        &scratch,
+        "launch.sh",
+        &format!(
+            "exec '{}' run '{name}' --backend '{}' -- sh '{}'\n",
+            env!("CARGO_BIN_EXE_distlock"),
+            scratch.url,
+            body.display()
+        ),
+    );
+    // `script` runs distlock on a pseudo-terminal, in its foreground
+    // process group, and copies our ^C to it: the terminal then sends
+    // SIGINT to distlock and the command alike.
+    let mut terminal = std::process::Command::new("script")
+        .args(["-qec", &format!("sh '{}'", launch.display()), "/dev/null"])
+        .env_remove("DISTLOCK_URL")
+        .env("DISTLOCK_LOG", "warn")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start script(1) from util-linux");
+    wait_until("the command started", || ready.exists());
+
+    use std::io::Write;
+    let mut keyboard = terminal.stdin.take().unwrap();
+    keyboard.write_all(b"\x03").unwrap();
+    keyboard.flush().unwrap();
+    wait_until("the command saw the interrupt", || count.exists());
+    // Time for a second SIGINT to arrive, had distlock passed it on.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    std::fs::write(&stop, "").unwrap();
+
+    let output = terminal.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&count).unwrap(), "int\n");
+    assert!(lock_is_free(&scratch, &name));
+}
