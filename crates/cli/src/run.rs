@@ -191,6 +191,8 @@ async fn stop(child: &mut Child, grace: Duration) -> Result<bool, Failure> {
 ///
 /// Without a controlling terminal (cron, systemd, CI), or in the
 /// background, the signal was meant for distlock alone and is passed on.
+/// A `kill -INT` aimed at a distlock in a terminal's foreground cannot be
+/// told apart from Ctrl-C, so it is not passed on; SIGTERM always is.
 fn terminal_interrupted_command() -> bool {
     let foreground = rustix::fs::open(
         "/dev/tty",
@@ -315,9 +317,8 @@ mod tests {
 
     #[test]
     fn without_a_controlling_terminal_every_interrupt_is_passed_on() {
-        // The tests run without a terminal under CI (no standard input);
-        // where one exists, this process is not in its foreground group
-        // unless run from a shell's foreground job.
+        // Checked where the tests run without a controlling terminal, as
+        // under CI; in a terminal, the answer depends on the shell's job.
         if rustix::fs::open("/dev/tty", OFlags::RDONLY | OFlags::NOCTTY, Mode::empty()).is_err() {
             assert!(!terminal_interrupted_command());
         }
