@@ -3,6 +3,8 @@
 
 mod common;
 
+use std::process::Command;
+
 use common::{Running, Scratch, lock_is_free, process_ended, run_sh, unique, wait_until};
 use rustix::process::Signal;
 
@@ -60,17 +62,37 @@ fn commands_that_cannot_run_exit_127_or_126() {
 /// Holds `name` with a `distlock run` whose command runs `setup`, touches a
 /// ready file, then runs `body`; returns once the ready file exists.
 fn hold(scratch: &Scratch, name: &str, options: &[&str], setup: &str, body: &str) -> Running {
+    hold_in(scratch, name, options, setup, body, |command| command)
+}
+
+/// As [`hold`], with the `distlock run` command passed through `wrap`
+/// first.
+fn hold_in(
+    scratch: &Scratch,
+    name: &str,
+    options: &[&str],
+    setup: &str,
+    body: &str,
+    wrap: impl FnOnce(Command) -> Command,
+) -> Running {
     let ready = scratch.file(&format!("{name}.ready"));
     let script = format!("{setup} touch '{}'; {body}", ready.display());
-    let holder = Running::spawn(run_sh(scratch, name, options, &script));
+    let holder = Running::spawn(wrap(run_sh(scratch, name, options, &script)));
     wait_until("the holder's command started", || ready.exists());
     holder
 }
 
 /// A shell `trap` that writes `term` to `file` on SIGTERM and exits `code`.
 fn trap_term(file: &std::path::Path, code: i32) -> String {
+    trap("TERM", file, code)
+}
+
+/// A shell `trap` that writes `signal` in lower case to `file` on that
+/// signal and exits `code`.
+fn trap(signal: &str, file: &std::path::Path, code: i32) -> String {
     format!(
-        "trap \"echo term > '{}'; exit {code}\" TERM;",
+        "trap \"echo {} > '{}'; exit {code}\" {signal};",
+        signal.to_lowercase(),
         file.display()
     )
 }
@@ -233,33 +255,16 @@ fn sigint_is_passed_on_when_no_terminal_sent_it() {
     let scratch = Scratch::new();
     let name = unique("int");
     let got = scratch.file("got");
-    let ready = scratch.file("ready");
-    let body = format!(
-        "trap \"echo int > '{}'; exit 4\" INT; touch '{}'; {IDLE}",
-        got.display(),
-        ready.display()
-    );
     // In a session of its own, distlock has no controlling terminal, so
     // nothing but distlock can have sent the command this SIGINT.
-    let mut command = std::process::Command::new("setsid");
-    command
-        .arg(env!("CARGO_BIN_EXE_distlock"))
-        .args([
-            "run",
-            &name,
-            "--backend",
-            &scratch.url,
-            "--",
-            "sh",
-            "-c",
-            &body,
-        ])
-        .env_remove("DISTLOCK_URL")
-        .env("DISTLOCK_LOG", "warn")
-        .stdin(std::process::Stdio::null());
-    let holder = Running::spawn(command);
-    wait_until("the command started", || ready.exists());
-
+    let holder = hold_in(
+        &scratch,
+        &name,
+        &[],
+        &trap("INT", &got, 4),
+        IDLE,
+        |command| common::in_new_session(&command),
+    );
     holder.signal(Signal::INT);
     let finished = holder.finish();
     assert_eq!(finished.status.code(), Some(4), "{}", finished.stderr);

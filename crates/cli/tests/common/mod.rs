@@ -67,6 +67,22 @@ pub fn run_sh(scratch: &Scratch, name: &str, options: &[&str], script: &str) -> 
     command
 }
 
+/// `command` run through setsid(1), in a session of its own: without a
+/// controlling terminal. setsid execs it in place, so its pid is the one
+/// to signal.
+pub fn in_new_session(command: &Command) -> Command {
+    let mut session = Command::new("setsid");
+    session.arg(command.get_program()).args(command.get_args());
+    for (key, value) in command.get_envs() {
+        match value {
+            Some(value) => session.env(key, value),
+            None => session.env_remove(key),
+        };
+    }
+    session.stdin(Stdio::null());
+    session
+}
+
 /// A lock name no other test uses.
 pub fn unique(prefix: &str) -> String {
     static NEXT: AtomicU32 = AtomicU32::new(0);
