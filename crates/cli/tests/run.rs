@@ -303,13 +303,21 @@ fn ctrl_c_at_a_terminal_reaches_the_command_once() {
     );
     // `script` runs distlock on a pseudo-terminal, in its foreground
     // process group, and copies our ^C to it: the terminal then sends
-    // SIGINT to distlock and the command alike.
+    // SIGINT to distlock and the command alike. `script` starts the line
+    // with `$SHELL -c`; the `exec` keeps that shell from waiting around in
+    // the same group, where the ^C would kill it (dash does not exec the
+    // last command by itself).
     let mut terminal = std::process::Command::new("script")
-        .args(["-qec", &format!("sh '{}'", launch.display()), "/dev/null"])
+        .args([
+            "-qec",
+            &format!("exec sh '{}'", launch.display()),
+            "/dev/null",
+        ])
+        .env("SHELL", "/bin/sh")
         .env_remove("DISTLOCK_URL")
         .env("DISTLOCK_LOG", "warn")
         .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("start script(1) from util-linux");
@@ -325,8 +333,15 @@ fn ctrl_c_at_a_terminal_reaches_the_command_once() {
     std::fs::write(&stop, "").unwrap();
 
     let output = terminal.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stderr}");
+    // What distlock printed went to the terminal, which `script` copies to
+    // its standard output.
+    assert!(
+        output.status.success(),
+        "{}: {}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
     assert_eq!(std::fs::read_to_string(&count).unwrap(), "int\n");
     assert!(lock_is_free(&scratch, &name));
 }
