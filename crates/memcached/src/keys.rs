@@ -124,6 +124,7 @@ fn push_hex(out: &mut String, byte: u8, digits: &[u8; 16]) {
 #[derive(Debug, Clone)]
 pub(crate) struct Ring {
     points: Vec<(u64, usize)>,
+    servers: usize,
 }
 
 const POINTS_PER_SERVER: usize = 160;
@@ -131,17 +132,27 @@ const POINTS_PER_SERVER: usize = 160;
 impl Ring {
     pub(crate) fn new<'a>(servers: impl IntoIterator<Item = &'a str>) -> Self {
         let mut points = Vec::new();
+        let mut count = 0;
         for (index, addr) in servers.into_iter().enumerate() {
             for point in 0..POINTS_PER_SERVER {
                 points.push((hash64(format!("{addr}-{point}").as_bytes()), index));
             }
+            count = index + 1;
         }
         points.sort_unstable();
-        Self { points }
+        Self {
+            points,
+            servers: count,
+        }
     }
 
     /// The index of the server that holds `name`.
     pub(crate) fn server_of(&self, name: &LockName) -> usize {
+        // A lone server holds every name: hashing would only cost time on
+        // each operation.
+        if self.servers <= 1 {
+            return 0;
+        }
         let hash = hash64(name.as_str().as_bytes());
         let at = self.points.partition_point(|&(point, _)| point < hash);
         self.points
@@ -283,6 +294,14 @@ mod tests {
             if before != 2 {
                 assert_eq!(fewer.server_of(&name), before);
             }
+        }
+    }
+
+    #[test]
+    fn a_lone_server_holds_every_name() {
+        let ring = Ring::new(["a:1"]);
+        for i in 0..100 {
+            assert_eq!(ring.server_of(&name(&format!("n{i}"))), 0);
         }
     }
 }
