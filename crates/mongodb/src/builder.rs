@@ -14,9 +14,9 @@ use mongodb::{Client, Collection, Database, IndexModel};
 use crate::backend::MongoBackend;
 use crate::clock::ServerClock;
 use crate::document::EXPIRES_AT;
-use crate::error::{BACKEND, code, driver};
+use crate::error::{BACKEND, driver};
 use crate::redact::{redact_url, scrub, secrets_of};
-use crate::watch::Watcher;
+use crate::watch::{Subject, Watcher, change_streams_work};
 
 /// The collection used when none is named.
 pub const DEFAULT_COLLECTION: &str = "distributed_locks";
@@ -27,9 +27,6 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The default server-side bound on one command (`maxTimeMS`, and
 /// `wtimeout` of the default write concern).
 pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The `$changeStream` error of a server that is not a replica set member.
-const CHANGE_STREAMS_UNSUPPORTED: i32 = 40573;
 
 /// Where a [`MongoBackend`] finds its server.
 ///
@@ -251,7 +248,11 @@ impl MongoBackendBuilder {
         let watcher = if self.release_wakeups
             && change_streams_work(&collection, self.operation_timeout).await
         {
-            Some(Watcher::start(collection.clone(), hub.clone()))
+            Some(Watcher::start(
+                collection.clone(),
+                hub.clone(),
+                Subject::Locks,
+            ))
         } else {
             None
         };
@@ -354,30 +355,6 @@ async fn create_ttl_index(collection: &Collection<Document>, timeout: Duration) 
             collection = collection.name(),
             "creating the TTL index on expiresAt timed out; idle lock documents may stay"
         ),
-    }
-}
-
-/// Whether the server supports change streams on the collection.
-async fn change_streams_work(collection: &Collection<Document>, timeout: Duration) -> bool {
-    let probe = collection
-        .watch()
-        .pipeline([doc! { "$match": { "documentKey._id": { "$in": [] } } }]);
-    match tokio::time::timeout(timeout, probe).await {
-        Ok(Ok(_stream)) => true,
-        Ok(Err(error)) if code(&error) == Some(CHANGE_STREAMS_UNSUPPORTED) => {
-            tracing::info!(
-                "the server does not support change streams (not a replica set); waiters will poll"
-            );
-            false
-        }
-        Ok(Err(error)) => {
-            tracing::warn!(error = %driver("opening a change stream", error), "release wake-ups are off; waiters will poll");
-            false
-        }
-        Err(_) => {
-            tracing::warn!("opening a change stream timed out; release wake-ups are off");
-            false
-        }
     }
 }
 

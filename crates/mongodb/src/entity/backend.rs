@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use distlock_core::{
     AcquireRequest, Attempt, Backend, Capabilities, Error, Lease, LeaseId, LockInfo, LockName,
-    Result,
+    ReleaseWatch, Result,
 };
 use futures::TryStreamExt;
 use mongodb::Collection;
@@ -30,6 +30,7 @@ use crate::backend::{copy_error, settle};
 use crate::clock::ServerClock;
 use crate::document::lock_id;
 use crate::error::{BACKEND, driver, is_duplicate_key};
+use crate::watch::{LazyWatcher, Subject};
 
 /// What a successful lock read, waiting for its caller.
 #[derive(Debug)]
@@ -48,6 +49,8 @@ pub(crate) struct EntityBackend {
     grants: Mutex<HashMap<(LockName, u64), Grant>>,
     inserts: Mutex<HashMap<u64, Arc<Document>>>,
     next_insert: AtomicU64,
+    /// Release wake-ups, when asked for.
+    watcher: Option<LazyWatcher>,
 }
 
 impl fmt::Debug for EntityBackend {
@@ -68,8 +71,16 @@ impl EntityBackend {
         collection: Collection<Document>,
         fields: Fields,
         operation_timeout: Duration,
+        release_wakeups: bool,
     ) -> Self {
+        let watcher = release_wakeups.then(|| {
+            let subject = Subject::Entities {
+                lock_id: fields.lock_id.clone(),
+            };
+            LazyWatcher::new(collection.clone(), subject, operation_timeout)
+        });
         Self {
+            watcher,
             collection,
             fields,
             clock: ServerClock::default(),
@@ -86,6 +97,14 @@ impl EntityBackend {
 
     pub(crate) fn fields(&self) -> &Fields {
         &self.fields
+    }
+
+    /// Starts release wake-ups unless they run; returns whether they do.
+    pub(crate) async fn start_release_wakeups(&self) -> bool {
+        match &self.watcher {
+            Some(watcher) => watcher.start().await,
+            None => false,
+        }
     }
 
     /// How an entity is named in messages.
@@ -249,7 +268,7 @@ impl EntityBackend {
 #[async_trait]
 impl Backend for EntityBackend {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::lease_based()
+        Capabilities::lease_based().with_release_wakeups(self.watcher.is_some())
     }
 
     async fn try_acquire(&self, request: &AcquireRequest) -> Result<Attempt> {
@@ -394,5 +413,9 @@ impl Backend for EntityBackend {
             .await
             .map_err(|error| driver(&format!("force-unlocking {}", self.describe(&id)), error))?;
         Ok(updated.matched_count == 1)
+    }
+
+    fn watch_releases(&self, name: &LockName) -> Option<ReleaseWatch> {
+        self.watcher.as_ref()?.watch(name)
     }
 }

@@ -67,9 +67,14 @@
 //!   safety margin, operation timeout and backoff apply as they do to named
 //!   locks, and one keeper per handle extends every held entity in bulk
 //!   (one `updateMany` per cadence). Tasks of one handle that lock the same
-//!   entity queue locally. Waiters in other processes poll with jittered
-//!   backoff, never later than the moment the current lease ends: entity
-//!   locks have no change-stream wake-ups.
+//!   entity queue locally. Waiters in other processes are woken when the
+//!   entity is unlocked or deleted, by one change stream per handle on the
+//!   collection, filtered to the entities waited for and to unlocks only
+//!   (a write that keeps the lock wakes nobody). The stream opens at the
+//!   handle's first wait, or at [`EntityLocks::start_release_wakeups`].
+//!   Before it opens, and on a server without change streams, waiters poll
+//!   with jittered backoff, never later than the moment the current lease
+//!   ends.
 //! - **Fencing tokens** strictly increase per entity, across releases and
 //!   across the entity's deletion and re-insertion, as long as the server's
 //!   clock does not go back.
@@ -119,6 +124,12 @@ use self::fields::Fields;
 use self::guard::named;
 use crate::error::driver;
 
+/// The `_id` of the entity that `name` (a lock name of entity locks)
+/// locks; `None` for any other name.
+pub(crate) fn entity_id(name: &distlock_core::LockName) -> Option<Bson> {
+    id::parse(name).ok().map(|(id, _)| id)
+}
+
 /// Locks on the entities of one collection, kept on the entities' own
 /// documents; see the [module documentation](self).
 ///
@@ -164,6 +175,7 @@ pub struct EntityLocksBuilder<T> {
     collection: Collection<Document>,
     options: LockOptions,
     fields: Fields,
+    release_wakeups: bool,
     _value: PhantomData<fn() -> T>,
 }
 
@@ -173,6 +185,7 @@ impl<T> fmt::Debug for EntityLocksBuilder<T> {
             .field("namespace", &self.collection.namespace().to_string())
             .field("options", &self.options)
             .field("fields", &self.fields)
+            .field("release_wakeups", &self.release_wakeups)
             .finish_non_exhaustive()
     }
 }
@@ -213,6 +226,16 @@ impl<T> EntityLocksBuilder<T> {
         self
     }
 
+    /// Whether waiters hear of releases from a change stream on the
+    /// collection (default true). The stream opens at the first wait, once
+    /// a probe shows that the server supports change streams (a replica
+    /// set); until then, and on a server without them, waiters poll with
+    /// jittered backoff.
+    pub fn release_wakeups(mut self, watch: bool) -> Self {
+        self.release_wakeups = watch;
+        self
+    }
+
     /// Checks the field names and makes the handle. Nothing is sent to the
     /// server: no index is created, and the collection may not exist yet.
     ///
@@ -226,6 +249,7 @@ impl<T> EntityLocksBuilder<T> {
             self.collection,
             self.fields,
             self.options.operation_timeout(),
+            self.release_wakeups,
         ));
         Ok(EntityLocks {
             client: LockClient::new(backend.clone(), self.options),
@@ -267,6 +291,7 @@ where
             collection: collection.clone_with_type(),
             options: LockOptions::default(),
             fields: Fields::default(),
+            release_wakeups: true,
             _value: PhantomData,
         }
     }
@@ -274,6 +299,24 @@ where
     /// The options of the lock client.
     pub fn options(&self) -> &LockOptions {
         self.client.options()
+    }
+
+    /// Opens the change stream that wakes this handle's waiters when an
+    /// entity is unlocked, unless it is open; returns whether waiters are
+    /// woken. Without this call the stream opens at the first wait, which
+    /// itself polls.
+    ///
+    /// Returns false when wake-ups were turned off
+    /// ([`EntityLocksBuilder::release_wakeups`]) or the server has no
+    /// change streams (not a replica set); waiters then poll. Call it at
+    /// startup to have even the first waiter woken, and to log which it
+    /// will be.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a cancelled call leaves the stream unopened, and the
+    /// next call or wait opens it.
+    pub async fn start_release_wakeups(&self) -> bool {
+        self.backend.start_release_wakeups().await
     }
 
     /// Waits for the lock of the entity `id` for at most `timeout`, as

@@ -6,6 +6,7 @@ mod locking;
 mod optimistic;
 mod process;
 mod values;
+mod wakeups;
 
 use std::time::Duration;
 

@@ -1,5 +1,12 @@
-//! Release wake-ups: one change stream per backend on the lock collection,
-//! filtered to the names this process waits for.
+//! Release wake-ups: one change stream per backend on the watched
+//! collection, filtered to the names this process waits for.
+//!
+//! The lock collection's backend starts its watcher when it is built; an
+//! entity collection's, on the first wait, once a probe has shown that the
+//! server supports change streams ([`LazyWatcher`]).
+
+mod lazy;
+mod subject;
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -11,7 +18,10 @@ use mongodb::bson::{Bson, Document, doc};
 use mongodb::change_stream::event::ResumeToken;
 use tokio::task::AbortHandle;
 
-use crate::document::{ID, LOCK_ID};
+use crate::document::ID;
+
+pub(crate) use self::lazy::{LazyWatcher, change_streams_work};
+pub(crate) use self::subject::Subject;
 
 /// Past this many names (or bytes of names), the stream watches every
 /// release in the collection and this process drops the ones nobody here
@@ -43,8 +53,12 @@ impl Drop for Watcher {
 
 impl Watcher {
     /// Starts watching `collection` for releases of the names in `hub`.
-    pub(crate) fn start(collection: Collection<Document>, hub: ReleaseHub) -> Self {
-        let task = tokio::spawn(supervise(collection, hub)).abort_handle();
+    pub(crate) fn start(
+        collection: Collection<Document>,
+        hub: ReleaseHub,
+        subject: Subject,
+    ) -> Self {
+        let task = tokio::spawn(supervise(collection, hub, subject)).abort_handle();
         Self { task }
     }
 }
@@ -60,9 +74,13 @@ impl Drop for AbortOnDrop {
 
 /// Runs the watcher, and runs it again should it ever panic (in the
 /// driver, say), so that waiters are not left without wake-ups.
-async fn supervise(collection: Collection<Document>, hub: ReleaseHub) {
+async fn supervise(collection: Collection<Document>, hub: ReleaseHub, subject: Subject) {
     loop {
-        let mut task = AbortOnDrop(tokio::spawn(run(collection.clone(), hub.clone())));
+        let mut task = AbortOnDrop(tokio::spawn(run(
+            collection.clone(),
+            hub.clone(),
+            subject.clone(),
+        )));
         match (&mut task.0).await {
             Err(error) if error.is_panic() => {
                 tracing::error!("the release watcher panicked; restarting it");
@@ -75,30 +93,25 @@ async fn supervise(collection: Collection<Document>, hub: ReleaseHub) {
     }
 }
 
-/// The change stream's filter: releases (the grant identity removed) and
-/// deletions of the given names, or of every name when `names` is `None`.
-/// Extensions and grants do not match, so they wake nobody.
-pub(crate) fn pipeline(names: Option<&[LockName]>) -> Vec<Document> {
+/// The change stream's filter: releases (the grant's identity, in the
+/// field `lock_id`, removed) and deletions of the documents `ids`, or of
+/// every document when `ids` is `None`. Extensions and grants do not match,
+/// so they wake nobody.
+pub(crate) fn pipeline(lock_id: &str, ids: Option<Vec<Bson>>) -> Vec<Document> {
     let released = doc! {
         "$or": [
             { "operationType": "delete" },
-            { "operationType": "update", "updateDescription.removedFields": LOCK_ID },
+            { "operationType": "update", "updateDescription.removedFields": lock_id },
             // Only a replacement that leaves no grant is a release; one that
             // installs a grant is an acquisition.
-            { "operationType": "replace", format!("fullDocument.{LOCK_ID}"): { "$exists": false } },
+            { "operationType": "replace", format!("fullDocument.{lock_id}"): { "$exists": false } },
         ]
     };
-    let filter = match names {
-        Some(names) => {
-            let names: Vec<Bson> = names
-                .iter()
-                .map(|name| Bson::String(name.as_str().to_owned()))
-                .collect();
-            doc! {
-                format!("documentKey.{ID}"): { "$in": names },
-                "$and": [released],
-            }
-        }
+    let filter = match ids {
+        Some(ids) => doc! {
+            format!("documentKey.{ID}"): { "$in": ids },
+            "$and": [released],
+        },
         None => released,
     };
     vec![doc! { "$match": filter }]
@@ -110,7 +123,7 @@ fn filter_on_server(names: &[LockName]) -> bool {
         && names.iter().map(|name| name.as_str().len()).sum::<usize>() <= MAX_FILTERED_BYTES
 }
 
-async fn run(collection: Collection<Document>, hub: ReleaseHub) {
+async fn run(collection: Collection<Document>, hub: ReleaseHub, subject: Subject) {
     let mut resume: Option<ResumeToken> = None;
     // The names the open (or last) stream's filter covers; `None` when it
     // covers every name.
@@ -126,9 +139,15 @@ async fn run(collection: Collection<Document>, hub: ReleaseHub) {
             continue;
         }
         let on_server = filter_on_server(&names);
+        let ids = on_server.then(|| {
+            names
+                .iter()
+                .filter_map(|name| subject.id_of(name))
+                .collect()
+        });
         let opened = collection
             .watch()
-            .pipeline(pipeline(on_server.then_some(names.as_slice())))
+            .pipeline(pipeline(subject.lock_id_field(), ids))
             .resume_after(resume.clone())
             .await;
         let mut stream = match opened {
@@ -193,14 +212,8 @@ async fn run(collection: Collection<Document>, hub: ReleaseHub) {
                 }
                 event = stream.next() => match event {
                     Some(Ok(event)) => {
-                        let name = event
-                            .document_key
-                            .as_ref()
-                            .and_then(|key| key.get_str(ID).ok())
-                            .and_then(|id| LockName::new(id).ok());
-                        if let Some(name) = name {
-                            tracing::trace!(name = %name, "release seen");
-                            hub.notify(&name);
+                        if let Some(id) = event.document_key.as_ref().and_then(|key| key.get(ID)) {
+                            subject.notify(&hub, id, on_server);
                         }
                         delivered = stream.resume_token();
                     }
@@ -229,6 +242,7 @@ async fn run(collection: Collection<Document>, hub: ReleaseHub) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::document::LOCK_ID;
 
     #[test]
     fn the_filter_names_each_watched_lock_verbatim() {
@@ -236,7 +250,11 @@ mod tests {
             LockName::new("$$NOW").unwrap(),
             LockName::new("a.b").unwrap(),
         ];
-        let pipeline = pipeline(Some(&names));
+        let ids = names
+            .iter()
+            .filter_map(|name| Subject::Locks.id_of(name))
+            .collect();
+        let pipeline = pipeline(LOCK_ID, Some(ids));
         let filter = pipeline[0].get_document("$match").unwrap();
         let ids = filter
             .get_document("documentKey._id")
