@@ -571,7 +571,13 @@ fn combined(what: &str, errors: Vec<Error>) -> Error {
 }
 
 fn unexpected(server: &Server, command: &str, reply: &Reply) -> Error {
-    server.message(format!("unexpected reply {:?} to {command}", reply.code))
+    match reply.code {
+        Code::ServerError => server.message(format!(
+            "the server refused {command}: SERVER_ERROR {}",
+            String::from_utf8_lossy(reply.value.as_deref().unwrap_or_default())
+        )),
+        code => server.message(format!("unexpected reply {code:?} to {command}")),
+    }
 }
 
 /// `batch` followed by the increment by `delta` of the token counter at
@@ -710,6 +716,12 @@ async fn store_again(
         )))),
         Code::Ex => Ok(Some(CasStore::Changed)),
         Code::Nf => Ok(Some(CasStore::Missing)),
+        // memcached deleted our item when it could not store its
+        // replacement: the lock is gone.
+        Code::ServerError => {
+            tracing::warn!(error = %unexpected(server, "an extension", &reply), "the lock is lost");
+            Ok(Some(CasStore::Missing))
+        }
         _ => Err(unexpected(server, "a compare-and-swap store", &reply)),
     }
 }
@@ -820,9 +832,18 @@ async fn hand_over_on(
                             cas,
                         });
                     }
-                    // Expired, evicted or deleted: the increment that went
-                    // with it only made the counter larger.
+                    // Expired, evicted or deleted (memcached deletes the
+                    // item when it cannot store the replacement): the
+                    // increment that went with it only made the counter
+                    // larger.
                     Code::Nf => return Ok(HandedOver::NotOurs),
+                    Code::ServerError => {
+                        tracing::warn!(
+                            error = %unexpected(server, "a hand-over", &stored),
+                            "the lock is lost"
+                        );
+                        return Ok(HandedOver::NotOurs);
+                    }
                     // Changed since (perhaps by an extension of ours whose
                     // answer was lost): look again.
                     Code::Ex => {}

@@ -12,6 +12,9 @@ use crate::keys::{DEFAULT_PREFIX, check_prefix};
 /// memcached's default port.
 pub const DEFAULT_PORT: u16 = 11211;
 
+/// The longest `timeout` accepted.
+const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
+
 /// How locks are spread over the servers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
@@ -90,7 +93,7 @@ impl MemcachedConfig {
     ///
     /// - `prefix`: the start of every key, percent-decoded (default `lock:`);
     /// - `mode`: `sharded` (default) or `quorum`;
-    /// - `timeout`: the longest one call may take, as `500ms` or `2s` (default 1 s);
+    /// - `timeout`: the longest one call may take, as `500ms` or `2s` (default 1 s, at most 1 h);
     /// - `connections`: pipelined connections per server (default 2).
     ///
     /// # Errors
@@ -229,7 +232,7 @@ impl MemcachedConfigBuilder {
         self
     }
 
-    /// The longest one call may take (default 1 s).
+    /// The longest one call may take (default 1 s, at most 1 h).
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
         self
@@ -283,6 +286,15 @@ impl MemcachedConfigBuilder {
             return Err(Error::config(
                 "timeout",
                 format!("{timeout:?} is too short; use at least 1ms"),
+            ));
+        }
+        // Bounded so that deadlines computed from it cannot overflow, and
+        // because a call to a server that is not answering should fail well
+        // before any lease could run out.
+        if timeout > MAX_TIMEOUT {
+            return Err(Error::config(
+                "timeout",
+                format!("{timeout:?} is too long; use at most {MAX_TIMEOUT:?}"),
             ));
         }
         let connections = self
@@ -423,6 +435,8 @@ mod tests {
             ("memcache://a?mode=ring", "mode"),
             ("memcache://a?timeout=5", "timeout"),
             ("memcache://a?timeout=0ms", "timeout"),
+            ("memcache://a?timeout=61m", "timeout"),
+            ("memcache://a?timeout=18446744073709551615s", "timeout"),
             ("memcache://a?connections=0", "connections"),
             ("memcache://a?prefix=%zz", "prefix"),
             ("memcache://a?prefix=a&prefix=b", "prefix"),

@@ -47,7 +47,7 @@ impl Instance {
         };
         Some(Self {
             pid: u64::try_from(stat("pid")?).ok()?,
-            started: stat("time")? - stat("uptime")?,
+            started: stat("time")?.checked_sub(stat("uptime")?)?,
         })
     }
 }

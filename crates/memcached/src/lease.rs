@@ -65,10 +65,39 @@ pub(crate) fn token_seed(now: SystemTime) -> u64 {
     distlock_core::token_floor(now)
 }
 
+/// The longest lock value stored. memcached cannot be told to refuse an
+/// item too large for it without harm: when it cannot allocate a store, it
+/// deletes the key's current item, which for a competitor's `add` is the
+/// holder's lock. So lock values stay small enough for the smallest item
+/// size memcached allows (`-I 1k`), with a 250-byte key.
+pub(crate) const MAX_LOCK_VALUE: usize = 600;
+
+/// How many characters of the name and of each holder field a lock value
+/// keeps when the whole would be longer than [`MAX_LOCK_VALUE`].
+const SHORTENED_FIELD: usize = 24;
+
 /// What a lock key holds: the grant's identity in 32 hex digits, a line
 /// feed, and JSON naming the lock and its holder, for people inspecting
-/// the cache.
+/// the cache. The JSON is informative only, and shortened (or, at worst,
+/// left empty) to keep the value within [`MAX_LOCK_VALUE`] bytes.
 pub(crate) fn lock_value(id: LeaseId, name: &LockName, holder: &Holder) -> Vec<u8> {
+    let value = value_with(id, name.as_str(), holder);
+    if value.len() <= MAX_LOCK_VALUE {
+        return value;
+    }
+    let shortened = Holder {
+        host: shorten(&holder.host),
+        pid: holder.pid,
+        label: holder.label.as_deref().map(shorten),
+    };
+    let value = value_with(id, &shorten(name.as_str()), &shortened);
+    if value.len() <= MAX_LOCK_VALUE {
+        return value;
+    }
+    format!("{id}\n{{}}").into_bytes()
+}
+
+fn value_with(id: LeaseId, name: &str, holder: &Holder) -> Vec<u8> {
     #[derive(Serialize)]
     struct Details<'a> {
         name: &'a str,
@@ -77,14 +106,20 @@ pub(crate) fn lock_value(id: LeaseId, name: &LockName, holder: &Holder) -> Vec<u
     // Room for the identity, the JSON around the strings, and the strings
     // (escapes aside), so that serialising seldom grows the buffer.
     let label = holder.label.as_deref().map_or(0, str::len);
-    let mut value = Vec::with_capacity(128 + name.as_str().len() + holder.host.len() + label);
+    let mut value = Vec::with_capacity(128 + name.len() + holder.host.len() + label);
     writeln!(value, "{id}").expect("writing to memory cannot fail");
-    let details = Details {
-        name: name.as_str(),
-        holder,
-    };
-    serde_json::to_writer(&mut value, &details).expect("serialising to memory cannot fail");
+    serde_json::to_writer(&mut value, &Details { name, holder })
+        .expect("serialising to memory cannot fail");
     value
+}
+
+/// The first [`SHORTENED_FIELD`] characters of `text`, with an ellipsis
+/// when some were left out.
+fn shorten(text: &str) -> String {
+    match text.char_indices().nth(SHORTENED_FIELD) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_owned(),
+    }
 }
 
 /// Whether `value` is the lock value of grant `id`.
@@ -154,5 +189,30 @@ mod tests {
         let parsed: serde_json::Value = serde_json::from_str(json).unwrap();
         assert_eq!(parsed["name"], "a\r\nb\0");
         assert_eq!(parsed["holder"]["label"], "x");
+    }
+
+    #[test]
+    fn values_stay_small_whatever_the_name_and_label() {
+        let id = LeaseId::random();
+        let long_name = LockName::new("n".repeat(1024)).unwrap();
+        let escaped_name = LockName::new("\0".repeat(1024)).unwrap();
+        let huge_label = "é".repeat(1 << 20);
+        for name in [&long_name, &escaped_name] {
+            for label in [None, Some("x"), Some(huge_label.as_str())] {
+                let value = lock_value(id, name, &Holder::this_process(label));
+                assert!(value.len() <= MAX_LOCK_VALUE, "{} bytes", value.len());
+                assert!(is_ours(&value, id));
+                let text = String::from_utf8(value).unwrap();
+                let (_, json) = text.split_once('\n').unwrap();
+                let parsed: serde_json::Value = serde_json::from_str(json).unwrap();
+                assert!(parsed.is_object());
+            }
+        }
+        let shortened = lock_value(id, &long_name, &Holder::this_process(Some("x")));
+        let text = String::from_utf8(shortened).unwrap();
+        assert!(
+            text.contains(&format!("{}…", "n".repeat(SHORTENED_FIELD))),
+            "{text}"
+        );
     }
 }

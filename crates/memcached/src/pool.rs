@@ -165,6 +165,9 @@ impl Server {
             .map(|outcome| match outcome {
                 Ok(Answer::Meta(reply)) => Ok(reply),
                 Ok(Answer::Stats(_)) => Err(self.message("a stats reply to a meta command")),
+                // Left to the caller: a refused store has consequences
+                // (see `Code::ServerError`).
+                Err(Refusal::Server(message)) => Ok(Reply::server_error(&message)),
                 Err(refusal) => Err(self.refused(&refusal)),
             })
             .collect()

@@ -160,6 +160,10 @@ pub(crate) enum Code {
     Nf,
     /// The answer to `mn`.
     Mn,
+    /// Not a meta reply but `SERVER_ERROR`: the server could not carry the
+    /// command out (out of memory, an item too large); the message is the
+    /// reply's value. A store refused so has deleted the key's item.
+    ServerError,
 }
 
 /// A meta reply.
@@ -168,11 +172,20 @@ pub(crate) struct Reply {
     pub(crate) code: Code,
     /// The returned flags, as sent (`c123 t45`).
     flags: String,
-    /// The data block of a `VA` reply.
+    /// The data block of a `VA` reply, or a `SERVER_ERROR`'s message.
     pub(crate) value: Option<Vec<u8>>,
 }
 
 impl Reply {
+    /// A command's `SERVER_ERROR`, as a reply of its own.
+    pub(crate) fn server_error(message: &str) -> Self {
+        Self {
+            code: Code::ServerError,
+            flags: String::new(),
+            value: Some(message.as_bytes().to_vec()),
+        }
+    }
+
     /// The token of the returned flag `letter` (`c` in `c123` gives `123`).
     pub(crate) fn flag(&self, letter: char) -> Option<&str> {
         self.flags

@@ -164,3 +164,49 @@ async fn calls_to_a_server_that_stops_answering_end_with_an_error() {
         .unwrap();
     assert!(guard.release().await.unwrap());
 }
+
+/// memcached deletes a key's item when it cannot store a new one there, even
+/// for an `add` that was never going to succeed. So no lock value may be
+/// too large for the server, or a competitor with a long label would free
+/// the holder's lock. On the smallest item size memcached allows, every
+/// name and label still fits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_competitor_frees_the_lock_with_a_value_too_large_for_the_server() {
+    let server = OwnServer::start(&["-I", "1k", "-o", "slab_chunk_max=512"]).await;
+    let labelled = |label: String| {
+        let addr = server.addr();
+        async move {
+            let backend = MemcachedBackend::open(&format!("memcache://{addr}?timeout=500ms"))
+                .await
+                .expect("open");
+            let options = LockOptions::builder()
+                .lease(Duration::from_secs(30))
+                .label(label)
+                .build()
+                .unwrap();
+            LockClient::new(Arc::new(backend), options)
+        }
+    };
+    let holder = labelled("holder".into()).await;
+    let competitor = labelled("é".repeat(32 * 1024)).await;
+    let bystander = labelled("bystander".into()).await;
+
+    let names = [
+        unique("too-large"),
+        unique(&"r".repeat(230)),
+        unique(&"\r\n".repeat(500)),
+    ];
+    for name in &names {
+        let guard = holder.try_acquire(name).await.unwrap().expect("free");
+        assert!(competitor.try_acquire(name).await.unwrap().is_none());
+        assert!(
+            bystander.try_acquire(name).await.unwrap().is_none(),
+            "{name}: the holder's lock survived the competitor"
+        );
+        guard.extend().await.unwrap();
+        assert!(guard.release().await.unwrap());
+        // The competitor's own, shortened value fits too.
+        let taken = competitor.try_acquire(name).await.unwrap().expect("free");
+        assert!(taken.release().await.unwrap());
+    }
+}
