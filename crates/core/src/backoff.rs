@@ -31,7 +31,10 @@ impl Backoff {
         } else {
             self.min
         };
-        self.ceiling = (self.ceiling * 2).min(self.max);
+        self.ceiling = self
+            .ceiling
+            .checked_mul(2)
+            .map_or(self.max, |doubled| doubled.min(self.max));
         wait
     }
 }
@@ -50,5 +53,17 @@ mod tests {
             assert!(wait >= min && wait <= max, "{wait:?}");
         }
         assert_eq!(backoff.ceiling, max);
+    }
+
+    #[test]
+    fn an_unbounded_range_never_overflows() {
+        let mut backoff = Backoff::new(Duration::from_millis(1), Duration::MAX);
+        for _ in 0..200 {
+            backoff.next_wait();
+        }
+        assert_eq!(backoff.ceiling, Duration::MAX);
+        let mut huge = Backoff::new(Duration::MAX, Duration::MAX);
+        assert_eq!(huge.next_wait(), Duration::MAX);
+        assert_eq!(huge.next_wait(), Duration::MAX);
     }
 }

@@ -147,9 +147,15 @@ impl LockClient {
     }
 
     /// Waits for `name` for at most `timeout`, then gives up with
-    /// [`Error::Timeout`]. A zero timeout tries exactly once. The last
-    /// attempt is made at the deadline and may take up to 100 ms (at most the
-    /// operation timeout) to answer, so the timeout is never overrun by more.
+    /// [`Error::Timeout`]. A zero timeout tries exactly once.
+    ///
+    /// The first attempt always has the whole operation timeout to answer,
+    /// so that even a zero timeout gets a real answer from a slow backend.
+    /// Later attempts end at the deadline, except the one made at the
+    /// deadline, which may take up to 100 ms (at most the operation
+    /// timeout). So `acquire` returns within `timeout` plus 100 ms, or
+    /// within the operation timeout if that is longer and the backend is
+    /// that slow to answer the first attempt.
     ///
     /// Waiters retry with jittered exponential backoff within the options'
     /// range, never later than the moment the backend says the current lease

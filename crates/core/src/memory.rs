@@ -11,6 +11,7 @@ use crate::backend::{
 };
 use crate::error::Result;
 use crate::name::LockName;
+use crate::options::LockOptions;
 use crate::wake::{ReleaseHub, ReleaseWatch};
 
 /// Locks that live in this process's memory, with real leases that expire
@@ -61,7 +62,9 @@ impl Slot {
         self.grant = Some(Grant {
             id: request.lease_id,
             token: self.last_token,
-            expires_at: now + request.lease,
+            expires_at: now
+                .checked_add(request.lease)
+                .unwrap_or(now + LockOptions::MAX_LEASE),
             holder: request.holder.clone(),
         });
         self.last_token

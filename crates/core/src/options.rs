@@ -43,6 +43,10 @@ impl Default for LockOptions {
 impl LockOptions {
     /// The default lease.
     pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+    /// The longest lease accepted: a year. Longer ones would mean a lock
+    /// that a crashed holder keeps for good; backends may allow less
+    /// (memcached: 30 days).
+    pub const MAX_LEASE: Duration = Duration::from_secs(365 * 86_400);
     /// The default shortest wait between attempts on a held lock.
     pub const DEFAULT_BACKOFF_MIN: Duration = Duration::from_millis(5);
     /// The default longest wait between attempts on a held lock.
@@ -127,7 +131,7 @@ pub struct LockOptionsBuilder {
 }
 
 impl LockOptionsBuilder {
-    /// The lease (default 30 s).
+    /// The lease (default 30 s, at most [`LockOptions::MAX_LEASE`]).
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = Some(lease);
         self
@@ -195,6 +199,12 @@ impl LockOptionsBuilder {
                 format!("{lease:?} is too short; use at least 10ms"),
             ));
         }
+        if lease > LockOptions::MAX_LEASE {
+            return Err(Error::config(
+                "lease",
+                format!("{lease:?} is too long; use at most 365 days"),
+            ));
+        }
         let extend_every = self.extend_every.unwrap_or(lease / 3);
         if extend_every.is_zero() || extend_every >= lease {
             return Err(Error::config(
@@ -205,7 +215,10 @@ impl LockOptionsBuilder {
             ));
         }
         let safety_margin = self.safety_margin.unwrap_or(lease / 10);
-        if safety_margin + extend_every >= lease {
+        if safety_margin
+            .checked_add(extend_every)
+            .is_none_or(|before_extension| before_extension >= lease)
+        {
             return Err(Error::config(
                 "safety_margin",
                 format!(
@@ -292,6 +305,15 @@ mod tests {
             (
                 LockOptions::builder().safety_margin(Duration::from_secs(25)),
                 "safety_margin",
+            ),
+            (
+                LockOptions::builder().safety_margin(Duration::MAX),
+                "safety_margin",
+            ),
+            (LockOptions::builder().lease(Duration::MAX), "lease"),
+            (
+                LockOptions::builder().lease(LockOptions::MAX_LEASE + Duration::from_secs(1)),
+                "lease",
             ),
             (
                 LockOptions::builder().operation_timeout(Duration::ZERO),

@@ -181,7 +181,18 @@ impl Backend for FileBackend {
             return Ok(Attempt::Held { retry_after: None });
         };
         let previous = Record::read(&mut file).map_or(0, |record| record.fencing_token);
-        let fencing_token = (previous + 1).max(token_floor(SystemTime::now()));
+        // Only an edited or corrupt file holds the largest token; another
+        // grant could not be given a larger one.
+        let next = previous.checked_add(1).ok_or_else(|| Error::Backend {
+            backend: "file",
+            message: format!(
+                "{} holds the largest possible fencing token, so no later grant could \
+                 have a larger one; the file was edited or is corrupt",
+                path.display()
+            ),
+            source: None,
+        })?;
+        let fencing_token = next.max(token_floor(SystemTime::now()));
         let record = Record {
             name: request.name.as_str().to_owned(),
             fencing_token,
@@ -289,5 +300,44 @@ impl Backend for FileBackend {
 
     fn watch_releases(&self, name: &LockName) -> Option<ReleaseWatch> {
         self.wakeups.watch(&self.dir, name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use distlock_core::{Holder, LeaseId, LockOptions};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_file_at_the_largest_token_is_refused_not_wrapped() {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = FileBackend::open(dir.path()).unwrap();
+        let name = LockName::new("exhausted").unwrap();
+        let mut file = File::create(backend.path_of(&name)).unwrap();
+        Record {
+            name: name.as_str().to_owned(),
+            fencing_token: u64::MAX,
+            holder: None,
+            acquired_at_ms: None,
+        }
+        .write(&mut file)
+        .unwrap();
+        drop(file);
+        let request = AcquireRequest {
+            name,
+            lease_id: LeaseId::random(),
+            lease: LockOptions::DEFAULT_LEASE,
+            holder: Holder::this_process(None),
+        };
+        match backend.try_acquire(&request).await {
+            Err(Error::Backend { message, .. }) => {
+                assert!(
+                    message.contains("largest possible fencing token"),
+                    "{message}"
+                )
+            }
+            other => panic!("expected a backend error, got {other:?}"),
+        }
     }
 }
