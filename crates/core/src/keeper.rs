@@ -8,6 +8,7 @@
 //! taken at once cost a few bulk calls per cadence, not 10,000 timers.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
@@ -31,7 +32,10 @@ struct Shared {
     wake: Arc<Notify>,
     options: LockOptions,
     process_bound: bool,
-    started: std::sync::Once,
+    /// Whether the keeper task runs. It is started by the first insert, and
+    /// again by the next insert after it stopped with the runtime it ran on
+    /// (a client shared between runtimes outlives each of them).
+    running: AtomicBool,
 }
 
 impl Drop for Shared {
@@ -107,6 +111,13 @@ impl Schedule {
         self.queue.remove(&(entry.wake_at, key));
         Some(entry)
     }
+
+    /// Removes every entry.
+    fn clear(&mut self) -> BTreeMap<u64, Entry> {
+        self.queue.clear();
+        self.planned = None;
+        std::mem::take(&mut self.entries)
+    }
 }
 
 impl Keeper {
@@ -117,7 +128,7 @@ impl Keeper {
                 wake: Arc::new(Notify::new()),
                 options,
                 process_bound,
-                started: std::sync::Once::new(),
+                running: AtomicBool::new(false),
             }),
         }
     }
@@ -167,11 +178,13 @@ impl Keeper {
 
     fn start(&self) {
         let shared = &self.shared;
-        shared.started.call_once(|| {
-            let weak = Arc::downgrade(shared);
-            let wake = shared.wake.clone();
-            tokio::spawn(run(weak, wake));
-        });
+        // On the hot path: a read, unless the task must be started.
+        if shared.running.load(Ordering::Acquire) || shared.running.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let weak = Arc::downgrade(shared);
+        let stopped = OnStop(weak.clone());
+        tokio::spawn(run(weak, shared.wake.clone(), stopped));
     }
 }
 
@@ -390,7 +403,29 @@ impl Shared {
     }
 }
 
-async fn run(weak: Weak<Shared>, wake: Arc<Notify>) {
+/// Dropped with the keeper task. If the client still exists, the task did
+/// not end of its own accord: its runtime shut down, and with it the
+/// extensions in flight. Nothing extends the leases kept so far any more,
+/// so their holders are told now rather than left believing they hold
+/// their locks; the next insert starts a new task.
+struct OnStop(Weak<Shared>);
+
+impl Drop for OnStop {
+    fn drop(&mut self) {
+        let Some(shared) = self.0.upgrade() else {
+            return;
+        };
+        // First, so that an insert from here on starts a new task; a lease
+        // it inserts before the clear below is ended too, which is safe.
+        shared.running.store(false, Ordering::Release);
+        let orphaned = shared.lock().clear();
+        for entry in orphaned.into_values() {
+            entry.held.end(LossReason::KeeperStopped);
+        }
+    }
+}
+
+async fn run(weak: Weak<Shared>, wake: Arc<Notify>, _on_stop: OnStop) {
     loop {
         let next_look = {
             let Some(shared) = weak.upgrade() else {

@@ -20,6 +20,11 @@ pub enum LossReason {
     Expired,
     /// The guard released the lock.
     Released,
+    /// The task that extends the client's leases stopped, because the Tokio
+    /// runtime it ran on shut down, so nothing extends this lease any more.
+    /// A client shared between runtimes starts a new task on its next
+    /// grant; locks held across a runtime's shutdown should be taken again.
+    KeeperStopped,
 }
 
 impl std::fmt::Display for LossReason {
@@ -28,6 +33,9 @@ impl std::fmt::Display for LossReason {
             Self::Refused => "the backend refused to extend the lease",
             Self::Expired => "no extension succeeded before the lease ran out",
             Self::Released => "the lock was released",
+            Self::KeeperStopped => {
+                "the runtime that extended the lease shut down, so nothing extends it any more"
+            }
         })
     }
 }
