@@ -23,6 +23,9 @@ pub(crate) fn to_bson<I: Serialize + ?Sized>(id: &I) -> Result<Bson> {
         Bson::Array(_) => Some("an array"),
         Bson::RegularExpression(_) => Some("a regular expression"),
         Bson::Undefined => Some("undefined"),
+        // In a filter, `{_id: {$gt: ""}}` is a query, not an id: it would
+        // lock whichever entity matched. MongoDB stores no such `_id`.
+        _ if has_operator_key(&bson) => Some("a document with a field name starting with `$`"),
         _ => None,
     };
     match refused {
@@ -30,6 +33,18 @@ pub(crate) fn to_bson<I: Serialize + ?Sized>(id: &I) -> Result<Bson> {
             reason: format!("an entity id cannot be {kind}: MongoDB refuses it as `_id`"),
         }),
         None => Ok(bson),
+    }
+}
+
+/// Whether `value` holds, at any depth, a document with a field name that
+/// starts with `$`.
+fn has_operator_key(value: &Bson) -> bool {
+    match value {
+        Bson::Document(document) => document
+            .iter()
+            .any(|(key, value)| key.starts_with('$') || has_operator_key(value)),
+        Bson::Array(items) => items.iter().any(has_operator_key),
+        _ => false,
     }
 }
 
@@ -121,6 +136,26 @@ mod tests {
             to_bson(&vec![1, 2]),
             Err(Error::InvalidName { .. })
         ));
+    }
+
+    #[test]
+    fn ids_that_a_filter_would_read_as_operators_are_refused() {
+        for id in [
+            doc! { "$gt": "" },
+            doc! { "$ne": Bson::Null },
+            doc! { "$regex": ".*" },
+            doc! { "a": 1, "b": { "$exists": true } },
+            doc! { "a": [{ "$in": [1] }] },
+        ] {
+            match to_bson(&id) {
+                Err(Error::InvalidName { reason }) => assert!(reason.contains('$'), "{reason}"),
+                other => panic!("{id}: expected InvalidName, got {other:?}"),
+            }
+        }
+        // Plain documents and strings that merely hold a `$` are ids.
+        assert!(to_bson(&doc! { "tenant": "a", "n": 1 }).is_ok());
+        assert!(to_bson(&doc! { "price": "$5" }).is_ok());
+        assert!(to_bson("$gt").is_ok());
     }
 
     #[test]

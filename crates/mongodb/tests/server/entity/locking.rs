@@ -313,3 +313,32 @@ async fn ids_of_every_kind_lock_their_own_entity() {
         ids.len() as u64
     );
 }
+
+#[tokio::test]
+async fn an_id_that_is_a_query_locks_and_reads_nothing() {
+    let (reports, raw) = collections::<Report>("entity-query-id").await;
+    insert_raw(
+        &raw,
+        doc! { "_id": "victim", "title": "mine", "count": 1_i64 },
+    )
+    .await;
+    let locks = handle(&reports, options());
+    // What a request body might carry where an id is expected.
+    let crafted = serde_json::json!({ "$gt": "" });
+    for outcome in [
+        locks.try_lock(&crafted).await.map(|_| ()),
+        locks.read(&crafted).await.map(|_| ()),
+        locks
+            .update_if_unchanged(&crafted, 0, &Report::new("mallory", 0))
+            .await
+            .map(|_| ()),
+    ] {
+        assert!(
+            matches!(outcome, Err(Error::InvalidName { .. })),
+            "{outcome:?}"
+        );
+    }
+    let victim = stored(&raw, "victim").await;
+    assert_eq!(victim.get_str("title").unwrap(), "mine");
+    assert!(!victim.contains_key("lockId"), "{victim}");
+}
