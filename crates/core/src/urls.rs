@@ -1,22 +1,36 @@
 //! Small helpers for backend URLs, shared by every backend that takes one.
 
+/// The user information of `url` (`user:password` before the `@`), and
+/// where it starts. A password with an unencoded `/`, `?` or `#` makes the
+/// host part ambiguous, so this errs towards hiding: everything between
+/// `://` and the last `@` counts, even an `@` in the query string.
+///
+/// ```
+/// use distlock_core::urls::user_info;
+///
+/// assert_eq!(user_info("mongodb://admin:hunter2@db/"), Some((10, "admin:hunter2")));
+/// assert_eq!(user_info("mongodb://admin:hunt/er2@db/"), Some((10, "admin:hunt/er2")));
+/// assert_eq!(user_info("mongodb://db/app"), None);
+/// ```
+pub fn user_info(url: &str) -> Option<(usize, &str)> {
+    let start = url.find("://")? + 3;
+    let at = url[start..].rfind('@')?;
+    Some((start, &url[start..start + at]))
+}
+
 /// `url` with any user name and password replaced by `***`, for messages.
+/// As [`user_info`], it errs towards hiding too much.
 ///
 /// ```
 /// use distlock_core::urls::redact;
 ///
 /// assert_eq!(redact("mongodb://admin:hunter2@db:27017/?tls=true"), "mongodb://***@db:27017/?tls=true");
-/// assert_eq!(redact("mongodb://db/app?x=a@b"), "mongodb://db/app?x=a@b");
+/// assert_eq!(redact("mongodb://admin:hu?nt#er/2@db/"), "mongodb://***@db/");
+/// assert_eq!(redact("mongodb://db/app?tls=true"), "mongodb://db/app?tls=true");
 /// ```
 pub fn redact(url: &str) -> String {
-    let Some(start) = url.find("://").map(|i| i + 3) else {
-        return url.to_owned();
-    };
-    let authority_end = url[start..]
-        .find(['/', '?', '#'])
-        .map_or(url.len(), |i| start + i);
-    match url[start..authority_end].rfind('@') {
-        Some(at) => format!("{}***{}", &url[..start], &url[start + at..]),
+    match user_info(url) {
+        Some((start, info)) => format!("{}***{}", &url[..start], &url[start + info.len()..]),
         None => url.to_owned(),
     }
 }

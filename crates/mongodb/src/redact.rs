@@ -1,7 +1,7 @@
 //! Keeping credentials out of messages.
 
-use distlock_core::urls::percent_decode;
 pub(crate) use distlock_core::urls::redact as redact_url;
+use distlock_core::urls::{percent_decode, user_info};
 
 /// `text` %-decoded, or as it is when it does not decode.
 fn decoded(text: &str) -> String {
@@ -11,16 +11,9 @@ fn decoded(text: &str) -> String {
 /// The secrets in `url`'s user information (user name and password, raw and
 /// %-decoded), longest first, so a message can be scrubbed of them.
 pub(crate) fn secrets_of(url: &str) -> Vec<String> {
-    let Some(start) = url.find("://").map(|i| i + 3) else {
+    let Some((_, userinfo)) = user_info(url) else {
         return Vec::new();
     };
-    let authority_end = url[start..]
-        .find(['/', '?', '#'])
-        .map_or(url.len(), |i| start + i);
-    let Some(at) = url[start..authority_end].rfind('@') else {
-        return Vec::new();
-    };
-    let userinfo = &url[start..start + at];
     let mut secrets = vec![userinfo.to_owned()];
     if let Some((user, password)) = userinfo.split_once(':') {
         secrets.push(password.to_owned());
@@ -59,8 +52,25 @@ mod tests {
             redact_url("mongodb+srv://u:p%40ss@cluster.example/"),
             "mongodb+srv://***@cluster.example/"
         );
-        assert_eq!(redact_url("mongodb://h/db?x=a@b"), "mongodb://h/db?x=a@b");
         assert_eq!(redact_url("not a url"), "not a url");
+    }
+
+    #[test]
+    fn a_password_with_unencoded_delimiters_is_still_hidden() {
+        for url in [
+            "mongodb://admin:hunt/er2@127.0.0.1:27017/",
+            "mongodb://admin:hunt?er2@127.0.0.1:27017/",
+            "mongodb://admin:hunt#er2@127.0.0.1:27017/",
+        ] {
+            let redacted = redact_url(url);
+            assert!(!redacted.contains("er2"), "{redacted}");
+            assert!(redacted.ends_with("***@127.0.0.1:27017/"), "{redacted}");
+            let secrets = secrets_of(url);
+            let scrubbed = scrub(&format!("cannot parse {url}"), &secrets);
+            assert!(!scrubbed.contains("er2"), "{scrubbed}");
+        }
+        // An `@` later in the URL hides too much rather than too little.
+        assert_eq!(redact_url("mongodb://h/db?x=a@b"), "mongodb://***@b");
     }
 
     #[test]
