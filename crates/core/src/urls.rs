@@ -1,25 +1,33 @@
 //! Small helpers for backend URLs, shared by every backend that takes one.
 
 /// The user information of `url` (`user:password` before the `@`), and
-/// where it starts. A password with an unencoded `/`, `?` or `#` makes the
-/// host part ambiguous, so this errs towards hiding: everything between
-/// `://` and the last `@` counts, even an `@` in the query string.
+/// where it starts. A password with an unencoded `/`, `?` or `#` would end
+/// the host part early, so where the host part holds no `@`, everything
+/// up to the last `@` counts when it holds a `:`, as a password would.
+/// That errs towards hiding: it hides more of a URL with a port and an `@`
+/// in its query string, but never hides a path with an `@` in it.
 ///
 /// ```
 /// use distlock_core::urls::user_info;
 ///
 /// assert_eq!(user_info("mongodb://admin:hunter2@db/"), Some((10, "admin:hunter2")));
 /// assert_eq!(user_info("mongodb://admin:hunt/er2@db/"), Some((10, "admin:hunt/er2")));
-/// assert_eq!(user_info("mongodb://db/app"), None);
+/// assert_eq!(user_info("mongodb://db/app?x=a@b"), None);
+/// assert_eq!(user_info("file:///run/user@1000/locks"), None);
 /// ```
 pub fn user_info(url: &str) -> Option<(usize, &str)> {
     let start = url.find("://")? + 3;
-    let at = url[start..].rfind('@')?;
-    Some((start, &url[start..start + at]))
+    let rest = &url[start..];
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    let info = match authority.rfind('@') {
+        Some(at) => &authority[..at],
+        None => Some(&rest[..rest.rfind('@')?]).filter(|info| info.contains(':'))?,
+    };
+    Some((start, info))
 }
 
-/// `url` with any user name and password replaced by `***`, for messages.
-/// As [`user_info`], it errs towards hiding too much.
+/// `url` with any user name and password replaced by `***`, for messages;
+/// see [`user_info`] for what counts.
 ///
 /// ```
 /// use distlock_core::urls::redact;
