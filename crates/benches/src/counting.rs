@@ -61,6 +61,10 @@ impl Backend for Counting {
         self.inner.extend(lease).await
     }
 
+    fn extend_many_limit(&self) -> usize {
+        self.inner.extend_many_limit()
+    }
+
     async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<bool>> {
         self.calls.extend_batches.fetch_add(1, Ordering::Relaxed);
         self.calls

@@ -268,7 +268,8 @@ pub trait Backend: Send + Sync + fmt::Debug {
 
     /// Extends many leases; the result has one entry per lease, in order.
     /// The default calls [`extend`](Self::extend) with bounded concurrency;
-    /// backends that can extend in bulk override it.
+    /// backends that can extend in bulk override it, and
+    /// [`extend_many_limit`](Self::extend_many_limit) with it.
     async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<bool>> {
         let mut outcomes = Vec::with_capacity(leases.len());
         for chunk in leases.chunks(EXTEND_CONCURRENCY) {
@@ -279,6 +280,15 @@ pub trait Backend: Send + Sync + fmt::Debug {
             outcomes.extend(futures::future::join_all(pending).await);
         }
         outcomes
+    }
+
+    /// The most leases the keeper passes to one
+    /// [`extend_many`](Self::extend_many) call, which it bounds by one
+    /// operation timeout. The default suits the default `extend_many`,
+    /// which extends that many at once; backends that extend in bulk,
+    /// in a few commands whatever the number, return more.
+    fn extend_many_limit(&self) -> usize {
+        EXTEND_CONCURRENCY
     }
 
     /// Releases `lease` if it is still ours. Returns whether it was.

@@ -4,7 +4,9 @@
 //! Leases are kept in a schedule ordered by when each next needs attention,
 //! so the cost is per due lease, not per timer. Leases that fall due within
 //! a short window of each other go to the backend together through
-//! [`Backend::extend_many`](crate::Backend::extend_many), so 10,000 locks
+//! [`Backend::extend_many`](crate::Backend::extend_many) (in calls of at
+//! most [`Backend::extend_many_limit`](crate::Backend::extend_many_limit)
+//! leases, each bounded by the operation timeout), so 10,000 locks
 //! taken at once cost a few bulk calls per cadence, not 10,000 timers.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -349,12 +351,25 @@ impl Shared {
     }
 
     async fn extend_batch(self: Arc<Self>, batch: Vec<(u64, Arc<HeldLease>)>) {
+        let Some((_, first)) = batch.first() else {
+            return;
+        };
+        // Each call gets one operation timeout, so a backend that extends
+        // lease by lease is given only as many as it extends at once.
+        let limit = first.backend.extend_many_limit().max(1);
+        for chunk in batch.chunks(limit) {
+            self.extend_chunk(chunk).await;
+        }
+    }
+
+    /// Extends the leases of `chunk` in one call to the backend.
+    async fn extend_chunk(&self, chunk: &[(u64, Arc<HeldLease>)]) {
         // Leases being released hold their lock; skip them (the release
         // removes them from the schedule).
-        let mut guards = Vec::with_capacity(batch.len());
-        let mut keys = Vec::with_capacity(batch.len());
-        let mut leases: Vec<Lease> = Vec::with_capacity(batch.len());
-        for (key, held) in &batch {
+        let mut guards = Vec::with_capacity(chunk.len());
+        let mut keys = Vec::with_capacity(chunk.len());
+        let mut leases: Vec<Lease> = Vec::with_capacity(chunk.len());
+        for (key, held) in chunk {
             match held.ops.try_lock() {
                 Ok(guard) => {
                     guards.push(guard);
@@ -364,7 +379,7 @@ impl Shared {
                 Err(_) => self.skip(*key),
             }
         }
-        let Some((_, first)) = batch.first() else {
+        let Some((_, first)) = chunk.first() else {
             return;
         };
         if leases.is_empty() {

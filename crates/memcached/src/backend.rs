@@ -1157,6 +1157,11 @@ impl Backend for MemcachedBackend {
 
     /// Extends many leases at once: their commands share the pipelined
     /// connections, so a batch costs a few round trips, not one per lease.
+    fn extend_many_limit(&self) -> usize {
+        // A few commands extend any number of leases.
+        usize::MAX
+    }
+
     async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<bool>> {
         let mut outcomes = Vec::with_capacity(leases.len());
         for chunk in leases.chunks(EXTEND_CONCURRENCY) {

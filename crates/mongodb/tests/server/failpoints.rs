@@ -52,6 +52,10 @@ impl Backend for Counting {
         self.count(&outcome);
         outcome
     }
+    fn extend_many_limit(&self) -> usize {
+        self.inner.extend_many_limit()
+    }
+
     async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<bool>> {
         let outcomes = self.inner.extend_many(leases).await;
         outcomes.iter().for_each(|outcome| self.count(outcome));
