@@ -175,11 +175,19 @@ pub(crate) fn extend(lease: Duration) -> Vec<Document> {
     vec![doc! { "$set": { EXPIRES_AT: now_plus(lease) } }]
 }
 
-/// The release pipeline: the grant ends now and its identity goes; the
-/// document, with its fencing token, stays.
+/// The release pipeline: the grant's identity goes, and the document, with
+/// its fencing token, stays at least until the server's clock has passed
+/// that token. Tokens are `max(previous + 1, now in ms)`, so a lock granted
+/// faster than once a millisecond runs its tokens ahead of the clock; were
+/// the TTL index to delete the document sooner, the next grant would start
+/// from the clock again, below the last token. `expiresAt` is what the TTL
+/// index keys on, and a released lock is free whatever it says.
 pub(crate) fn release() -> Vec<Document> {
     vec![
-        doc! { "$set": { EXPIRES_AT: "$$NOW" } },
+        doc! { "$set": { EXPIRES_AT: { "$max": [
+            "$$NOW",
+            { "$toDate": format!("${FENCING_TOKEN}") },
+        ] } } },
         doc! { "$unset": [LOCK_ID] },
     ]
 }

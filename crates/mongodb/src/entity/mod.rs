@@ -77,7 +77,9 @@
 //!   ends.
 //! - **Fencing tokens** strictly increase per entity, across releases and
 //!   across the entity's deletion and re-insertion, as long as the server's
-//!   clock does not go back.
+//!   clock does not go back and, for a re-insertion, has passed the last
+//!   token (tokens run ahead of the clock only when an entity is locked
+//!   more than once per millisecond).
 //! - **Caller-supplied values** inside update pipelines (the lock identity,
 //!   the default value of [`EntityLocks::lock_or_insert`]) are wrapped in
 //!   `$literal`; values written back use the plain `$set` operator, so a

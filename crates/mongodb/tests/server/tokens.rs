@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use distlock_core::LockOptions;
-use distlock_mongodb::mongodb::bson::doc;
+use distlock_mongodb::mongodb::bson::{DateTime, doc};
 
 use crate::common::*;
 
@@ -30,6 +30,48 @@ async fn tokens_increase_across_releases_and_deletions() {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
     }
+}
+
+/// Tokens granted faster than once a millisecond run ahead of the clock.
+/// The TTL index must then not delete the released document before the
+/// clock catches up, or the next grant would start below the last token.
+#[tokio::test]
+async fn a_released_document_outlives_a_token_ahead_of_the_clock() {
+    let url = shared_url();
+    let collection = unique("tokens-ahead");
+    let client = client(backend_at(&url, &collection).await, LockOptions::default());
+    let inspector = inspector(&url).await;
+    let raw = raw_collection(&inspector, &collection);
+    let name = lock_name("ahead");
+
+    let guard = client.acquire(&name, Duration::from_secs(5)).await.unwrap();
+    // An hour ahead, as a long run of quick grants would leave it.
+    let ahead = DateTime::now().timestamp_millis() + 3_600_000;
+    raw.update_one(
+        doc! { "_id": name.as_str() },
+        doc! { "$set": { "fencingToken": ahead } },
+    )
+    .await
+    .unwrap();
+    assert!(guard.release().await.unwrap());
+
+    let released = raw
+        .find_one(doc! { "_id": name.as_str() })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        released
+            .get_datetime("expiresAt")
+            .unwrap()
+            .timestamp_millis(),
+        ahead,
+        "the TTL index keeps the document until the clock passes its token: {released}"
+    );
+    // Released all the same: free at once, and the next token is above.
+    let next = client.try_acquire(&name).await.unwrap().expect("free");
+    assert!(next.fencing_token() > u64::try_from(ahead).unwrap());
+    assert!(next.release().await.unwrap());
 }
 
 #[tokio::test]
