@@ -310,7 +310,10 @@ where
     ///
     /// Returns false when wake-ups were turned off
     /// ([`EntityLocksBuilder::release_wakeups`]) or the server has no
-    /// change streams (not a replica set); waiters then poll. Call it at
+    /// change streams (not a replica set); waiters then poll. Also false
+    /// when the stream could not be opened for another reason (a timeout,
+    /// missing privileges): that may pass, so the next call tries again,
+    /// and so does a wait 30 s later. Call it at
     /// startup to have even the first waiter woken, and to log which it
     /// will be.
     ///

@@ -16,6 +16,9 @@ use crate::error::{code, driver};
 /// The error code of a server without change streams (not a replica set).
 const CHANGE_STREAMS_UNSUPPORTED: i32 = 40573;
 
+/// How long after a failed probe the next wait probes again.
+const PROBE_AGAIN: Duration = Duration::from_secs(30);
+
 /// A watcher that starts on the first wait, or on [`start`](Self::start),
 /// once a probe has shown that the server supports change streams. Until
 /// then, and for good on a server without them, waiters poll.
@@ -28,7 +31,9 @@ pub(crate) struct LazyWatcher {
     /// The probe's outcome: the running watcher, or `None` without change
     /// streams.
     started: Arc<OnceCell<Option<Watcher>>>,
-    probing: AtomicBool,
+    /// Whether a background probe runs, or failed less than
+    /// [`PROBE_AGAIN`] ago.
+    probing: Arc<AtomicBool>,
 }
 
 impl LazyWatcher {
@@ -43,7 +48,7 @@ impl LazyWatcher {
             hub: ReleaseHub::new(),
             probe_timeout,
             started: Arc::new(OnceCell::new()),
-            probing: AtomicBool::new(false),
+            probing: Arc::default(),
         }
     }
 
@@ -58,7 +63,11 @@ impl LazyWatcher {
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
             let started = Arc::downgrade(&self.started);
-            runtime.spawn(start_unless_dropped(self.starter(), started));
+            runtime.spawn(start_unless_dropped(
+                self.starter(),
+                started,
+                self.probing.clone(),
+            ));
         }
         None
     }
@@ -70,9 +79,9 @@ impl LazyWatcher {
     /// Cancel safe: a cancelled probe is made again by the next caller.
     pub(crate) async fn start(&self) -> bool {
         self.started
-            .get_or_init(|| self.starter().run())
+            .get_or_try_init(|| self.starter().run())
             .await
-            .is_some()
+            .is_ok_and(Option::is_some)
     }
 
     fn starter(&self) -> Starter {
@@ -94,44 +103,84 @@ struct Starter {
 }
 
 impl Starter {
-    async fn run(self) -> Option<Watcher> {
-        if !change_streams_work(&self.collection, self.timeout).await {
-            return None;
+    /// The watcher, `None` without change streams, or `Err` when the probe
+    /// failed in a way that may pass, and should be made again later.
+    async fn run(self) -> Result<Option<Watcher>, ()> {
+        match probe(&self.collection, self.timeout).await {
+            Probe::Works => {
+                tracing::debug!(namespace = %self.collection.namespace(), "watching for releases");
+                Ok(Some(Watcher::start(
+                    self.collection,
+                    self.hub,
+                    self.subject,
+                )))
+            }
+            Probe::Unsupported => Ok(None),
+            Probe::Failed(error) => {
+                tracing::warn!(%error, retry_in = ?PROBE_AGAIN, "release wake-ups are off for now; waiters poll");
+                Err(())
+            }
         }
-        tracing::debug!(namespace = %self.collection.namespace(), "watching for releases");
-        Some(Watcher::start(self.collection, self.hub, self.subject))
     }
 }
 
 /// Starts the watcher in the background, unless its owner is gone by then.
-async fn start_unless_dropped(starter: Starter, started: Weak<OnceCell<Option<Watcher>>>) {
-    if let Some(started) = started.upgrade() {
-        started.get_or_init(|| starter.run()).await;
+/// After a failed probe, lets the next wait probe again once
+/// [`PROBE_AGAIN`] has passed.
+async fn start_unless_dropped(
+    starter: Starter,
+    started: Weak<OnceCell<Option<Watcher>>>,
+    probing: Arc<AtomicBool>,
+) {
+    let Some(cell) = started.upgrade() else {
+        return;
+    };
+    let failed = cell.get_or_try_init(|| starter.run()).await.is_err();
+    drop(cell);
+    if failed {
+        tokio::time::sleep(PROBE_AGAIN).await;
+        probing.store(false, Ordering::Release);
     }
 }
 
-/// Whether the server supports change streams on the collection.
-pub(crate) async fn change_streams_work(
-    collection: &Collection<Document>,
-    timeout: Duration,
-) -> bool {
+/// What a probe for change streams found.
+enum Probe {
+    Works,
+    /// Not a replica set: for good.
+    Unsupported,
+    /// Anything else (a timeout, a network error, missing privileges),
+    /// which may pass.
+    Failed(String),
+}
+
+async fn probe(collection: &Collection<Document>, timeout: Duration) -> Probe {
     let probe = collection
         .watch()
         .pipeline([doc! { "$match": { "documentKey._id": { "$in": [] } } }]);
     match tokio::time::timeout(timeout, probe).await {
-        Ok(Ok(_stream)) => true,
+        Ok(Ok(_stream)) => Probe::Works,
         Ok(Err(error)) if code(&error) == Some(CHANGE_STREAMS_UNSUPPORTED) => {
             tracing::info!(
                 "the server does not support change streams (not a replica set); waiters will poll"
             );
-            false
+            Probe::Unsupported
         }
-        Ok(Err(error)) => {
-            tracing::warn!(error = %driver("opening a change stream", error), "release wake-ups are off; waiters will poll");
-            false
-        }
-        Err(_) => {
-            tracing::warn!("opening a change stream timed out; release wake-ups are off");
+        Ok(Err(error)) => Probe::Failed(driver("opening a change stream", error).to_string()),
+        Err(_) => Probe::Failed(format!("opening a change stream took over {timeout:?}")),
+    }
+}
+
+/// Whether the server supports change streams on the collection; for a
+/// backend that decides once.
+pub(crate) async fn change_streams_work(
+    collection: &Collection<Document>,
+    timeout: Duration,
+) -> bool {
+    match probe(collection, timeout).await {
+        Probe::Works => true,
+        Probe::Unsupported => false,
+        Probe::Failed(error) => {
+            tracing::warn!(%error, "release wake-ups are off; waiters will poll");
             false
         }
     }

@@ -166,3 +166,28 @@ async fn wake_ups_can_be_turned_off() {
         .unwrap();
     assert!(!locks.start_release_wakeups().await);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_probe_that_failed_is_made_again() {
+    let server = OwnServer::start();
+    let url = server.url();
+    let admin = inspector(&url).await;
+    let app = inspector(&with_app_name(&url, "probe-fails")).await;
+    let reports: Collection<Report> = app.database("distlock_test").collection(&unique("probe"));
+    // The probe's `aggregate` is refused once, as for missing privileges.
+    fail_point(
+        &admin,
+        doc! { "times": 1 },
+        doc! { "failCommands": ["aggregate"], "errorCode": 13, "appName": "probe-fails" },
+    )
+    .await;
+    let locks = handle(&reports, slow_polling());
+    assert!(
+        !locks.start_release_wakeups().await,
+        "the probe was refused"
+    );
+    assert!(
+        locks.start_release_wakeups().await,
+        "a refusal may pass, so the next call probes again"
+    );
+}
