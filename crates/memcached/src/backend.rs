@@ -533,26 +533,39 @@ impl MemcachedBackend {
                 tracing::debug!(server = self.servers[*index].addr(), %error, "could not roll back a partial grant; it will expire");
             }
         }
-        let doubtful: Vec<Arc<Server>> = in_doubt
-            .iter()
-            .map(|&index| self.servers[index].clone())
-            .collect();
-        if doubtful.is_empty() {
+        if in_doubt.is_empty() {
             return;
         }
+        let doubtful = self.servers_at(in_doubt);
         let key = key.clone();
         tokio::spawn(async move {
-            for server in doubtful {
-                let deadline = Deadline::after(patience);
-                let outcome = release_on(&server, &key, id, None, deadline).await;
-                if outcome.is_err() {
-                    tracing::debug!(
-                        server = server.addr(),
-                        "could not roll back a grant whose answer was lost; it will expire"
-                    );
-                }
-            }
+            release_from(&doubtful, &key, id, patience).await;
+            // The lost answer's store may still be queued on another
+            // connection, and land after that first look.
+            tokio::time::sleep(patience).await;
+            release_from(&doubtful, &key, id, patience).await;
         });
+    }
+
+    fn servers_at(&self, indexes: &[usize]) -> Vec<Arc<Server>> {
+        indexes
+            .iter()
+            .map(|&index| self.servers[index].clone())
+            .collect()
+    }
+}
+
+/// Deletes grant `id` of `key` from `servers`, one after another, best
+/// effort: for grants whose answer was lost.
+async fn release_from(servers: &[Arc<Server>], key: &Key, id: LeaseId, patience: Duration) {
+    for server in servers {
+        let outcome = release_on(server, key, id, None, Deadline::after(patience)).await;
+        if outcome.is_err() {
+            tracing::debug!(
+                server = server.addr(),
+                "could not roll back a grant whose answer was lost; it will expire"
+            );
+        }
     }
 }
 
@@ -1201,6 +1214,18 @@ impl Backend for MemcachedBackend {
                 tracing::warn!(name = %lease.name, error = %combined("unanswered", errors), "released; some servers did not answer and keep the lock until it expires");
             }
             return Ok(true);
+        }
+        if copies.is_none() {
+            // A grant this backend never saw confirmed (its answer was lost,
+            // and the core releases it by identity) may still be queued on
+            // another connection and land after this look: look once more
+            // when it must have.
+            let servers = self.servers_at(&targets);
+            let (id, patience) = (lease.id, self.config.timeout());
+            tokio::spawn(async move {
+                tokio::time::sleep(patience).await;
+                release_from(&servers, &key, id, patience).await;
+            });
         }
         if !errors.is_empty() && released + errors.len() >= need {
             return Err(combined(

@@ -6,7 +6,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::{LockClient, LockOptions, LossReason};
+use distlock_core::{Backend, Lease, LeaseId, LockClient, LockOptions, LossReason};
 use distlock_memcached::MemcachedBackend;
 
 use support::{OwnServer, Peek, unique};
@@ -209,4 +209,34 @@ async fn no_competitor_frees_the_lock_with_a_value_too_large_for_the_server() {
         let taken = competitor.try_acquire(name).await.unwrap().expect("free");
         assert!(taken.release().await.unwrap());
     }
+}
+
+/// A grant whose answer was lost is released by its identity. The store
+/// itself may still be queued, on another connection than that release,
+/// and land after it looked: the backend looks once more, later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_that_lands_after_its_release_looked_is_released_too() {
+    let server = OwnServer::start(&[]).await;
+    let backend = MemcachedBackend::open(&format!("memcache://{}?timeout=300ms", server.addr()))
+        .await
+        .expect("open");
+    let name = unique("late");
+    let lease = Lease {
+        name: name.clone(),
+        id: LeaseId::random(),
+        fencing_token: 1,
+        lease: Duration::from_secs(60),
+    };
+    assert!(!backend.release(&lease).await.unwrap(), "nothing there yet");
+
+    // The grant lands now, as the lost answer's store would.
+    let key = backend.lock_key(&name);
+    let mut peek = Peek::connect(&server.addr()).await;
+    peek.set(&key, format!("{}\n{{}}", lease.id).as_bytes(), 600)
+        .await;
+    support::eventually("the late grant is released", || {
+        let (addr, key) = (server.addr(), key.clone());
+        async move { Peek::connect(&addr).await.get(&key).await.is_none() }
+    })
+    .await;
 }
