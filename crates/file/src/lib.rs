@@ -33,7 +33,7 @@ mod wake;
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::SystemTime;
@@ -73,12 +73,17 @@ impl FileBackend {
     /// directory.
     pub fn open(dir: impl Into<PathBuf>) -> Result<Self> {
         let dir = dir.into();
-        std::fs::create_dir_all(&dir).map_err(|e| {
-            io_error(
-                format!("cannot create the lock directory {}", dir.display()),
-                e,
-            )
-        })?;
+        // Private to this user when we create it.
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| {
+                io_error(
+                    format!("cannot create the lock directory {}", dir.display()),
+                    e,
+                )
+            })?;
         let meta = std::fs::metadata(&dir).map_err(|e| {
             io_error(
                 format!("cannot read the lock directory {}", dir.display()),
@@ -91,6 +96,9 @@ impl FileBackend {
                 format!("{} is not a directory", dir.display()),
             ));
         }
+        if dir == Self::default_dir() {
+            check_private(&dir)?;
+        }
         Ok(Self {
             dir,
             held: Mutex::new(HashMap::new()),
@@ -98,14 +106,17 @@ impl FileBackend {
         })
     }
 
-    /// The default directory: `$XDG_RUNTIME_DIR/distlock` when that is set,
-    /// else `distlock-<uid>` in the system's temp directory.
+    /// The default directory: `/tmp/distlock-<uid>`. It depends on nothing
+    /// but the user, so that every process of the user finds the same
+    /// locks: cron jobs and services have no `XDG_RUNTIME_DIR`, and `TMPDIR`
+    /// differs between sessions. It sits in a directory every user can
+    /// write, so [`open`](Self::open) refuses it unless it is a directory of
+    /// this user's that nobody else can write.
     pub fn default_dir() -> PathBuf {
-        match std::env::var_os("XDG_RUNTIME_DIR") {
-            Some(runtime) if !runtime.is_empty() => PathBuf::from(runtime).join("distlock"),
-            _ => std::env::temp_dir()
-                .join(format!("distlock-{}", rustix::process::getuid().as_raw())),
-        }
+        PathBuf::from(format!(
+            "/tmp/distlock-{}",
+            rustix::process::getuid().as_raw()
+        ))
     }
 
     /// The directory the locks live in.
@@ -123,7 +134,7 @@ impl FileBackend {
 
     fn try_lock_path(&self, path: &Path) -> Result<Option<File>> {
         for _ in 0..REPLACED_RETRIES {
-            let file = OpenOptions::new()
+            let file = no_follow()
                 .read(true)
                 .write(true)
                 .create(true)
@@ -148,6 +159,58 @@ impl FileBackend {
             message: format!("{} keeps being replaced while we lock it", path.display()),
             source: None,
         })
+    }
+}
+
+/// Options that refuse to open a symbolic link, so that nobody who can
+/// write the lock directory can point a lock file at a file of ours.
+pub(crate) fn no_follow() -> OpenOptions {
+    let mut options = OpenOptions::new();
+    options.custom_flags(libc_flag(rustix::fs::OFlags::NOFOLLOW));
+    options
+}
+
+fn libc_flag(flag: rustix::fs::OFlags) -> i32 {
+    i32::try_from(flag.bits()).expect("open flags fit an int")
+}
+
+/// Refuses a directory in a place every user can write (the default one,
+/// under `/tmp`) unless it is a real directory of this user's that nobody
+/// else can write: another user could have made it first, and would then
+/// control every lock in it.
+fn check_private(dir: &Path) -> Result<()> {
+    let meta = std::fs::symlink_metadata(dir).map_err(|e| {
+        io_error(
+            format!("cannot read the lock directory {}", dir.display()),
+            e,
+        )
+    })?;
+    let uid = rustix::process::getuid().as_raw();
+    let problem = if meta.file_type().is_symlink() {
+        Some("is a symbolic link".to_owned())
+    } else if meta.uid() != uid {
+        Some(format!(
+            "belongs to uid {}, not to this user (uid {uid})",
+            meta.uid()
+        ))
+    } else if meta.mode() & 0o022 != 0 {
+        Some(format!(
+            "can be written by others (mode {:o})",
+            meta.mode() & 0o777
+        ))
+    } else {
+        None
+    };
+    match problem {
+        None => Ok(()),
+        Some(problem) => Err(Error::config(
+            "file backend directory",
+            format!(
+                "{} {problem}, so another user could control its locks; remove it (distlock \
+                 makes it again, private), or name a directory of your own with file:///path",
+                dir.display()
+            ),
+        )),
     }
 }
 
@@ -237,7 +300,7 @@ impl Backend for FileBackend {
             if !names::is_lock_file(&path) {
                 continue;
             }
-            let Ok(mut file) = File::open(&path) else {
+            let Ok(mut file) = no_follow().read(true).open(&path) else {
                 continue;
             };
             match file.try_lock_shared() {
@@ -264,7 +327,7 @@ impl Backend for FileBackend {
 
     async fn force_release(&self, name: &LockName) -> Result<bool> {
         let path = self.path_of(name);
-        let mut old = match File::open(&path) {
+        let mut old = match no_follow().read(true).open(&path) {
             Ok(file) => file,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
             Err(e) => return Err(io_error(format!("cannot open {}", path.display()), e)),
@@ -279,7 +342,11 @@ impl Backend for FileBackend {
         };
         let temp = self.dir.join(names::temp_name(name));
         let write = || -> io::Result<()> {
-            let mut file = File::create(&temp)?;
+            let mut file = no_follow()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&temp)?;
             replacement.write(&mut file)?;
             std::fs::rename(&temp, &path)
         };
@@ -324,13 +391,7 @@ mod tests {
         .write(&mut file)
         .unwrap();
         drop(file);
-        let request = AcquireRequest {
-            name,
-            lease_id: LeaseId::random(),
-            lease: LockOptions::DEFAULT_LEASE,
-            holder: Holder::this_process(None),
-        };
-        match backend.try_acquire(&request).await {
+        match backend.try_acquire(&request(&name)).await {
             Err(Error::Backend { message, .. }) => {
                 assert!(
                     message.contains("largest possible fencing token"),
@@ -338,6 +399,65 @@ mod tests {
                 )
             }
             other => panic!("expected a backend error, got {other:?}"),
+        }
+    }
+
+    fn request(name: &LockName) -> AcquireRequest {
+        AcquireRequest {
+            name: name.clone(),
+            lease_id: LeaseId::random(),
+            lease: LockOptions::DEFAULT_LEASE,
+            holder: Holder::this_process(None),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_lock_file_planted_as_a_symbolic_link_is_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = FileBackend::open(dir.path().join("locks")).unwrap();
+        let name = LockName::new("planted").unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        std::os::unix::fs::symlink(&victim, backend.path_of(&name)).unwrap();
+        assert!(backend.try_acquire(&request(&name)).await.is_err());
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+    }
+
+    #[test]
+    fn only_a_private_directory_of_ours_passes() {
+        use std::os::unix::fs::PermissionsExt;
+
+        let dir = tempfile::tempdir().unwrap();
+        let private = dir.path().join("private");
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&private)
+            .unwrap();
+        assert!(check_private(&private).is_ok());
+
+        let open = dir.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&private, &link).unwrap();
+        let mut refused = vec![(open, "written by others"), (link, "symbolic link")];
+        // Only root can give a directory away.
+        if rustix::process::getuid().is_root() {
+            let theirs = dir.path().join("theirs");
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(&theirs)
+                .unwrap();
+            std::os::unix::fs::chown(&theirs, Some(4242), None).unwrap();
+            refused.push((theirs, "belongs to uid 4242"));
+        }
+        for (path, why) in refused {
+            match check_private(&path) {
+                Err(Error::InvalidConfig { reason, .. }) => {
+                    assert!(reason.contains(why), "{reason}")
+                }
+                other => panic!("{}: expected a refusal, got {other:?}", path.display()),
+            }
         }
     }
 }

@@ -64,7 +64,12 @@ impl Wakeups {
 /// Tells waiters in every process that `name` was released.
 pub(crate) fn signal_release(dir: &Path, name: &LockName) {
     let path = dir.join(names::release_signal(name));
-    if let Err(error) = std::fs::File::create(&path) {
+    let created = crate::no_follow()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path);
+    if let Err(error) = created {
         tracing::debug!(%error, path = %path.display(), "could not signal a release");
     }
 }
