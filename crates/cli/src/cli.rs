@@ -36,7 +36,7 @@ pub(crate) enum Command {
             By default distlock waits for the lock as long as it takes. CMD gets the environment \
             variables DISTLOCK_NAME and DISTLOCK_FENCING_TOKEN; pass the token to anything that \
             can turn away stale writers. If the lock is lost while CMD runs, CMD gets SIGTERM, \
-            then SIGKILL after --kill-grace. SIGINT and SIGTERM sent to distlock are passed on \
+            then SIGKILL after --kill-grace. SIGINT, SIGTERM and SIGHUP sent to distlock are passed on \
             to CMD, and distlock waits for it; a Ctrl-C at the terminal already reaches CMD, \
             so it is not passed on a second time. If distlock itself dies, even by SIGKILL, the \
             kernel kills CMD (the parent-death signal; not for set-user-ID programs, and only \

@@ -38,7 +38,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
     let url = open::url_or_default(args.backend.backend);
     let backend = open::open_backend(&url).await?;
     let client = LockClient::new(backend, options);
-    // From here on SIGINT and SIGTERM no longer kill distlock: they are
+    // From here on SIGINT, SIGTERM and SIGHUP no longer kill distlock: they are
     // handled, so that the lock is always released.
     let mut signals = Signals::new()?;
 
@@ -266,10 +266,14 @@ fn conclude(
     }
 }
 
-/// SIGINT and SIGTERM, received instead of killing distlock.
+/// SIGINT, SIGTERM and SIGHUP, received instead of killing distlock. A
+/// SIGHUP (the terminal or SSH session went away) would otherwise end
+/// distlock at once, the parent-death signal would SIGKILL CMD with no
+/// grace, and the lock would not be released.
 struct Signals {
     interrupt: tokio::signal::unix::Signal,
     terminate: tokio::signal::unix::Signal,
+    hangup: tokio::signal::unix::Signal,
 }
 
 impl Signals {
@@ -281,6 +285,7 @@ impl Signals {
         Ok(Self {
             interrupt: handle(SignalKind::interrupt())?,
             terminate: handle(SignalKind::terminate())?,
+            hangup: handle(SignalKind::hangup())?,
         })
     }
 
@@ -292,6 +297,7 @@ impl Signals {
         tokio::select! {
             _ = self.interrupt.recv() => Signal::INT,
             _ = self.terminate.recv() => Signal::TERM,
+            _ = self.hangup.recv() => Signal::HUP,
         }
     }
 }

@@ -161,6 +161,21 @@ fn sigterm_is_passed_on_and_the_lock_released() {
     assert!(lock_is_free(&scratch, &name));
 }
 
+/// A closed terminal or SSH session sends SIGHUP: passed on like SIGTERM,
+/// rather than ending distlock with the lock unreleased.
+#[test]
+fn sighup_is_passed_on_and_the_lock_released() {
+    let scratch = Scratch::new();
+    let name = unique("hup");
+    let got = scratch.file("got");
+    let holder = hold(&scratch, &name, &[], &trap("HUP", &got, 5), IDLE);
+    holder.signal(Signal::HUP);
+    let finished = holder.finish();
+    assert_eq!(finished.status.code(), Some(5), "{}", finished.stderr);
+    assert_eq!(std::fs::read_to_string(&got).unwrap().trim(), "hup");
+    assert!(lock_is_free(&scratch, &name));
+}
+
 #[test]
 fn a_lost_lock_stops_the_command_and_exits_76() {
     let scratch = Scratch::new();
