@@ -23,14 +23,14 @@ use crate::text;
 /// Becomes CMD; returns an exit code only if that failed.
 pub(crate) fn exec(args: ExecArgs) -> u8 {
     if let Err(message) = die_with_parent(args.parent_pid) {
-        eprintln!(
-            "distlock: {message}; not running {}",
+        text::say(&format!(
+            "{message}; not running {}",
             text::program(&args.command)
-        );
+        ));
         return RUNTIME;
     }
     let Some((program, rest)) = args.command.split_first() else {
-        eprintln!("distlock: no command to run");
+        text::say("no command to run");
         return RUNTIME;
     };
     // `exec` returns only on failure.
@@ -38,15 +38,15 @@ pub(crate) fn exec(args: ExecArgs) -> u8 {
     let shown = text::program(&args.command);
     match error.kind() {
         io::ErrorKind::NotFound => {
-            eprintln!("distlock: {shown}: command not found");
+            text::say(&format!("{shown}: command not found"));
             NOT_FOUND
         }
         io::ErrorKind::PermissionDenied => {
-            eprintln!("distlock: {shown}: permission denied");
+            text::say(&format!("{shown}: permission denied"));
             CANNOT_EXECUTE
         }
         _ => {
-            eprintln!("distlock: cannot run {shown}: {error}");
+            text::say(&format!("cannot run {shown}: {error}"));
             CANNOT_EXECUTE
         }
     }

@@ -89,7 +89,7 @@ impl Failure {
     /// Prints the message as one line on stderr; control characters from
     /// names, URLs or backends are escaped, so they cannot forge lines.
     pub(crate) fn report(&self) {
-        eprintln!("distlock: {}", crate::text::printable(&self.message));
+        crate::text::say(&crate::text::printable(&self.message));
     }
 }
 

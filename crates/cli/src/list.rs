@@ -66,9 +66,9 @@ pub(crate) async fn list(args: ListArgs) -> Result<u8, Failure> {
     let client = LockClient::new(backend, LockOptions::default());
     let locks = client.list().await?;
     if partial {
-        eprintln!(
-            "distlock: note: this backend can only list the locks held by the process that lists them, \
-             so locks held by other processes are not shown"
+        text::say(
+            "note: this backend can only list the locks held by the process that lists them, \
+             so locks held by other processes are not shown",
         );
     }
     if args.json {

@@ -257,9 +257,9 @@ fn conclude(
                 ),
             )),
             Err(error) => {
-                eprintln!(
-                    "distlock: warning: could not release lock {name}: {error}; it ends when its lease runs out"
-                );
+                text::say(&format!(
+                    "warning: could not release lock {name}: {error}; it ends when its lease runs out"
+                ));
                 Ok(exit::code_of(status))
             }
         },

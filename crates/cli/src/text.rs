@@ -21,6 +21,13 @@ pub(crate) fn print(text: &str) -> Result<(), Failure> {
     }
 }
 
+/// Writes `distlock: <message>` as a line to stderr. Where nobody reads
+/// stderr any more (a closed pipe), the message is dropped: the exit code
+/// still tells what happened, where `eprintln!` would panic instead.
+pub(crate) fn say(message: &str) {
+    let _ = writeln!(io::stderr().lock(), "distlock: {message}");
+}
+
 /// `text` with control characters escaped, so that a value from a backend or
 /// a command line can never forge extra lines or move the cursor.
 pub(crate) fn printable(text: &str) -> String {

@@ -119,6 +119,15 @@ fn no_wait_on_a_held_lock_exits_75_without_running_the_command() {
         .unwrap();
     let line = common::one_line_failure(&output, 75);
     assert!(line.contains("after waiting 100ms"), "{line}");
+
+    // Nobody reading stderr any more does not change the exit code.
+    let mut unread = run_sh(&scratch, &name, &["--no-wait"], &script)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(unread.stderr.take());
+    assert_eq!(unread.wait().unwrap().code(), Some(75));
     assert!(!ran.exists(), "the command must not run without the lock");
 }
 
