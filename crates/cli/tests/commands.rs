@@ -40,7 +40,15 @@ fn bad_input_is_one_clear_line_and_exit_2() {
 
 #[test]
 fn credentials_are_never_printed() {
-    for url in ["ftp://user:hunter2@h/", "mongodb://user:hunter2@h:27017/db"] {
+    for url in [
+        "ftp://user:hunter2@h/",
+        "mongodb://user:hunter2@h:27017/db",
+        // A mistyped scheme, a password with an unencoded `/`, and a
+        // secret among the options, each refused at once.
+        "mongodb//user:hunter2@h/db",
+        "mongodb://user:hunt/hunter2@h/db",
+        "mongodb://h/db?tls=maybe&tlsCertificateKeyFilePassword=hunter2",
+    ] {
         let output = distlock(&["list", "--backend", url]).output().unwrap();
         let line = one_line_failure(&output, 2);
         assert!(!line.contains("hunter2"), "{line}");

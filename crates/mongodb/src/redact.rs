@@ -1,27 +1,40 @@
 //! Keeping credentials out of messages.
 
 pub(crate) use distlock_core::urls::redact as redact_url;
-use distlock_core::urls::{percent_decode, user_info};
+use distlock_core::urls::{percent_decode, secret_options, user_info};
 
 /// `text` %-decoded, or as it is when it does not decode.
 fn decoded(text: &str) -> String {
     percent_decode(text).unwrap_or_else(|| text.to_owned())
 }
 
-/// The secrets in `url`'s user information (user name and password, raw and
-/// %-decoded), longest first, so a message can be scrubbed of them.
+/// The secrets in `url`'s user information (user name and password) and
+/// in its options that hold secrets, raw and %-decoded, longest first, so a
+/// message can be scrubbed of them.
 pub(crate) fn secrets_of(url: &str) -> Vec<String> {
-    let Some((_, userinfo)) = user_info(url) else {
-        return Vec::new();
-    };
-    let mut secrets = vec![userinfo.to_owned()];
-    if let Some((user, password)) = userinfo.split_once(':') {
-        secrets.push(password.to_owned());
-        secrets.push(decoded(password));
-        secrets.push(user.to_owned());
-        secrets.push(decoded(user));
-    } else {
-        secrets.push(decoded(userinfo));
+    let mut secrets = Vec::new();
+    if let Some((_, userinfo)) = user_info(url) {
+        secrets.push(userinfo.to_owned());
+        if let Some((user, password)) = userinfo.split_once(':') {
+            secrets.push(password.to_owned());
+            secrets.push(decoded(password));
+            secrets.push(user.to_owned());
+            secrets.push(decoded(user));
+        } else {
+            secrets.push(decoded(userinfo));
+        }
+    }
+    for value in secret_options(url) {
+        secrets.push(value.to_owned());
+        let value = decoded(value);
+        // `authMechanismProperties` is `KEY:value,KEY:value`; a message may
+        // quote one value alone.
+        for property in value.split(',') {
+            if let Some((_, secret)) = property.split_once(':') {
+                secrets.push(secret.to_owned());
+            }
+        }
+        secrets.push(value);
     }
     secrets.retain(|secret| !secret.is_empty());
     secrets.sort_by_key(|secret| std::cmp::Reverse(secret.len()));
@@ -70,6 +83,22 @@ mod tests {
             assert!(!scrubbed.contains("er2"), "{scrubbed}");
         }
         assert_eq!(redact_url("mongodb://h/db?x=a@b"), "mongodb://h/db?x=a@b");
+    }
+
+    #[test]
+    fn option_secrets_are_scrubbed_too() {
+        let url = "mongodb://h/?tls=true&tlsCertificateKeyFilePassword=s%33cret\
+                   &authMechanismProperties=AWS_SESSION_TOKEN:tok3n";
+        let secrets = secrets_of(url);
+        let scrubbed = scrub("bad key password s3cret, s%33cret; token tok3n", &secrets);
+        assert!(!scrubbed.contains("s3cret"), "{scrubbed}");
+        assert!(!scrubbed.contains("s%33cret"), "{scrubbed}");
+        assert!(!scrubbed.contains("tok3n"), "{scrubbed}");
+        let redacted = redact_url(url);
+        assert!(
+            !redacted.contains("cret") && !redacted.contains("tok3n"),
+            "{redacted}"
+        );
     }
 
     #[test]
