@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use distlock::{LockClient, LockGuard, LockName, LockOptions, LossReason};
 use rustix::fs::{Mode, OFlags};
-use rustix::process::{Pid, Signal, getpgrp, kill_process};
+use rustix::process::{Pid, Signal, getpgid, kill_process};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -132,7 +132,7 @@ async fn supervise(
                 return Ok(Ended::Exited(status));
             }
             signal = signals.recv() => {
-                if signal == Signal::INT && terminal_interrupted_command() {
+                if signal == Signal::INT && terminal_interrupted(&child) {
                     tracing::debug!("the terminal sent SIGINT to the command too; not passing it on");
                 } else {
                     tracing::debug!(signal = signal.as_raw(), "passing a signal on to the command");
@@ -185,15 +185,17 @@ async fn stop(child: &mut Child, grace: Duration) -> Result<bool, Failure> {
 }
 
 /// Whether a SIGINT just received came, most likely, from the terminal's
-/// Ctrl-C. The terminal sends that to its whole foreground process group,
-/// and CMD shares distlock's group, so CMD has it already: passing it on
-/// would interrupt CMD twice, which many programs take as "quit now".
+/// Ctrl-C, which the terminal sends to its whole foreground process group:
+/// then CMD has it already if CMD is in that group, and passing it on would
+/// interrupt CMD twice, which many programs take as "quit now". CMD is in
+/// distlock's group unless it moved to one of its own (`timeout` does);
+/// then it did not get the Ctrl-C, and it is passed on.
 ///
 /// Without a controlling terminal (cron, systemd, CI), or in the
 /// background, the signal was meant for distlock alone and is passed on.
 /// A `kill -INT` aimed at a distlock in a terminal's foreground cannot be
 /// told apart from Ctrl-C, so it is not passed on; SIGTERM always is.
-fn terminal_interrupted_command() -> bool {
+fn terminal_interrupted(child: &Child) -> bool {
     let foreground = rustix::fs::open(
         "/dev/tty",
         OFlags::RDONLY | OFlags::NOCTTY | OFlags::CLOEXEC,
@@ -201,12 +203,16 @@ fn terminal_interrupted_command() -> bool {
     )
     .and_then(rustix::termios::tcgetpgrp)
     .ok();
-    in_foreground(foreground, getpgrp())
+    let command_group = child
+        .id()
+        .and_then(|id| Pid::from_raw(id as i32))
+        .and_then(|pid| getpgid(Some(pid)).ok());
+    command_group.is_some_and(|group| in_foreground(foreground, group))
 }
 
-/// Whether the process group `own` is the terminal's foreground group.
-fn in_foreground(foreground: Option<Pid>, own: Pid) -> bool {
-    foreground == Some(own)
+/// Whether the process group `group` is the terminal's foreground group.
+fn in_foreground(foreground: Option<Pid>, group: Pid) -> bool {
+    foreground == Some(group)
 }
 
 /// Sends `signal` to the child unless it has already been reaped (its pid
@@ -321,12 +327,18 @@ mod tests {
         assert!(!in_foreground(None, pid(42)));
     }
 
-    #[test]
-    fn without_a_controlling_terminal_every_interrupt_is_passed_on() {
+    #[tokio::test]
+    async fn without_a_controlling_terminal_every_interrupt_is_passed_on() {
         // Checked where the tests run without a controlling terminal, as
         // under CI; in a terminal, the answer depends on the shell's job.
         if rustix::fs::open("/dev/tty", OFlags::RDONLY | OFlags::NOCTTY, Mode::empty()).is_err() {
-            assert!(!terminal_interrupted_command());
+            let mut child = Command::new("sleep")
+                .arg("5")
+                .kill_on_drop(true)
+                .spawn()
+                .unwrap();
+            assert!(!terminal_interrupted(&child));
+            child.kill().await.unwrap();
         }
     }
 }

@@ -298,6 +298,19 @@ fn sigint_is_passed_on_when_no_terminal_sent_it() {
 
 #[test]
 fn ctrl_c_at_a_terminal_reaches_the_command_once() {
+    ctrl_c_reaches_the_command_once("");
+}
+
+/// A command that leaves distlock's process group (here for a session of
+/// its own) no longer gets the terminal's Ctrl-C, so distlock passes it on.
+#[test]
+fn ctrl_c_reaches_a_command_in_a_process_group_of_its_own() {
+    ctrl_c_reaches_the_command_once("setsid ");
+}
+
+/// Runs a command under distlock on a pseudo-terminal, through `wrapper`,
+/// types ^C and checks that the command saw exactly one SIGINT.
+fn ctrl_c_reaches_the_command_once(wrapper: &str) {
     let scratch = Scratch::new();
     let name = unique("ctrl-c");
     let count = scratch.file("count");
@@ -319,7 +332,7 @@ fn ctrl_c_at_a_terminal_reaches_the_command_once() {
         &scratch,
         "launch.sh",
         &format!(
-            "exec '{}' run '{name}' --backend '{}' -- sh '{}'\n",
+            "exec '{}' run '{name}' --backend '{}' -- {wrapper}sh '{}'\n",
             env!("CARGO_BIN_EXE_distlock"),
             scratch.url,
             body.display()
