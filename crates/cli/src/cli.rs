@@ -35,12 +35,15 @@ pub(crate) enum Command {
         long_about = "Run CMD while holding the lock NAME, then release it.\n\n\
             By default distlock waits for the lock as long as it takes. CMD gets the environment \
             variables DISTLOCK_NAME and DISTLOCK_FENCING_TOKEN; pass the token to anything that \
-            can turn away stale writers. If the lock is lost while CMD runs, CMD gets SIGTERM, \
-            then SIGKILL after --kill-grace. SIGINT, SIGTERM and SIGHUP sent to distlock are passed on \
-            to CMD, and distlock waits for it; a Ctrl-C at the terminal already reaches CMD, \
-            so it is not passed on a second time. If distlock itself dies, even by SIGKILL, the \
-            kernel kills CMD (the parent-death signal; not for set-user-ID programs, and only \
-            CMD itself, not processes it started: use `exec` in shell scripts).",
+            can turn away stale writers. The lock covers CMD and every process it starts: if \
+            CMD exits leaving processes running, the lock is held until they end too, as \
+            flock(1) holds its lock. If the lock is lost, CMD and everything it started get \
+            SIGTERM, then SIGKILL after --kill-grace. SIGINT, SIGTERM and SIGHUP sent to \
+            distlock are passed on to CMD, and distlock waits for it; a Ctrl-C at the terminal \
+            already reaches CMD, so it is not passed on a second time. If distlock itself dies, \
+            even by SIGKILL, the kernel kills CMD (the parent-death signal; not for set-user-ID \
+            programs, and only CMD itself, not processes it started: use `exec` in shell \
+            scripts).",
         after_help = RUN_EXIT_CODES_HELP
     )]
     Run(RunArgs),

@@ -41,6 +41,7 @@ mod open;
 mod release;
 mod run;
 mod text;
+mod tree;
 
 use std::ffi::OsString;
 use std::io::IsTerminal;

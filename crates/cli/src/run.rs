@@ -10,7 +10,7 @@ use std::ffi::OsString;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use distlock::{LockClient, LockGuard, LockName, LockOptions, LossReason};
+use distlock::{LockClient, LockGuard, LockName, LockOptions, LossReason, LostSignal};
 use rustix::fs::{Mode, OFlags};
 use rustix::process::{Pid, Signal, getpgid, kill_process};
 use tokio::process::{Child, Command};
@@ -20,6 +20,7 @@ use crate::cli::RunArgs;
 use crate::exit::{self, Failure, LOST, NOT_ACQUIRED};
 use crate::open;
 use crate::text;
+use crate::tree;
 
 /// Runs `distlock run`; returns the exit code.
 pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
@@ -113,23 +114,23 @@ enum Ended {
     },
 }
 
-/// Starts CMD and waits for it, passing signals on and stopping it if the
-/// lock is lost.
+/// Starts CMD and waits for it, and then for what it left running, passing
+/// signals on and stopping all of it if the lock is lost.
 async fn supervise(
     guard: &LockGuard,
     command: &[OsString],
     grace: Duration,
     signals: &mut Signals,
 ) -> Result<Ended, Failure> {
+    tree::adopt_orphans();
     let mut child = spawn(guard, command)?;
     let lost = guard.lost_signal();
-    loop {
+    let status = loop {
         tokio::select! {
             status = child.wait() => {
-                let status = status.map_err(|error| {
+                break status.map_err(|error| {
                     Failure::runtime(format!("cannot wait for {}: {error}", text::program(command)))
                 })?;
-                return Ok(Ended::Exited(status));
             }
             signal = signals.recv() => {
                 if signal == Signal::INT && terminal_interrupted(&child) {
@@ -144,6 +145,60 @@ async fn supervise(
                 return Ok(Ended::Lost { reason, killed });
             }
         }
+    };
+    Ok(match wait_for_leftovers(&lost, grace, signals).await {
+        None => Ended::Exited(status),
+        Some((reason, killed)) => Ended::Lost { reason, killed },
+    })
+}
+
+/// How often to look whether the processes CMD left running have ended.
+const LEFTOVER_POLL: Duration = Duration::from_millis(50);
+
+/// Waits, with the lock held, until the processes CMD left running have
+/// ended, passing signals on to them; stops them if the lock is lost, and
+/// then returns the reason and whether SIGKILL was needed.
+async fn wait_for_leftovers(
+    lost: &LostSignal,
+    grace: Duration,
+    signals: &mut Signals,
+) -> Option<(LossReason, bool)> {
+    let mut told = false;
+    loop {
+        let running = tree::reap_adopted();
+        if running == 0 {
+            return None;
+        }
+        if !told {
+            tracing::info!(
+                running,
+                "CMD exited but left processes running; the lock is held until they end"
+            );
+            told = true;
+        }
+        tokio::select! {
+            () = tokio::time::sleep(LEFTOVER_POLL) => {}
+            signal = signals.recv() => {
+                tracing::debug!(signal = signal.as_raw(), "passing a signal on to what CMD left running");
+                tree::signal(&tree::all(), signal);
+            }
+            reason = lost.lost() => {
+                tree::signal(&tree::all(), Signal::TERM);
+                let ended = tokio::time::timeout(grace, until_adopted_end()).await.is_ok();
+                if !ended {
+                    tree::signal(&tree::all(), Signal::KILL);
+                    until_adopted_end().await;
+                }
+                return Some((reason, !ended));
+            }
+        }
+    }
+}
+
+/// Resolves once every process distlock adopted has ended and been reaped.
+async fn until_adopted_end() {
+    while tree::reap_adopted() > 0 {
+        tokio::time::sleep(LEFTOVER_POLL).await;
     }
 }
 
@@ -170,15 +225,24 @@ fn spawn(guard: &LockGuard, command: &[OsString]) -> Result<Child, Failure> {
         })
 }
 
-/// Sends SIGTERM, then SIGKILL after `grace`; returns whether SIGKILL was
-/// needed.
+/// Sends SIGTERM to CMD and every process it started, then SIGKILL to
+/// those left after `grace`, and waits for all of them; returns whether
+/// SIGKILL was needed.
 async fn stop(child: &mut Child, grace: Duration) -> Result<bool, Failure> {
-    send(child, Signal::TERM);
-    let waited = match tokio::time::timeout(grace, child.wait()).await {
+    tree::signal(&tree::all(), Signal::TERM);
+    let all_ended = async {
+        let status = child.wait().await;
+        until_adopted_end().await;
+        status
+    };
+    let waited = match tokio::time::timeout(grace, all_ended).await {
         Ok(status) => status.map(|_| false),
         Err(_) => {
+            tree::signal(&tree::all(), Signal::KILL);
             let _ = child.start_kill();
-            child.wait().await.map(|_| true)
+            let status = child.wait().await;
+            until_adopted_end().await;
+            status.map(|_| true)
         }
     };
     waited.map_err(|error| Failure::runtime(format!("cannot wait for the command: {error}")))

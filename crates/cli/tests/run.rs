@@ -382,3 +382,67 @@ fn ctrl_c_reaches_the_command_once(wrapper: &str) {
     assert_eq!(std::fs::read_to_string(&count).unwrap(), "int\n");
     assert!(lock_is_free(&scratch, &name));
 }
+
+/// Whether the process `pid` has ended (gone, or a zombie nobody reaped).
+fn has_ended(pid: &str) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z')),
+    }
+}
+
+/// The pid a command wrote to `file`.
+fn pid_in(file: &std::path::Path) -> String {
+    std::fs::read_to_string(file).unwrap().trim().to_owned()
+}
+
+#[test]
+fn a_lost_lock_stops_what_the_command_started_too() {
+    let scratch = Scratch::new();
+    let name = unique("lost-tree");
+    let child = scratch.file("child");
+    // The shell waits for a child of its own, which a SIGTERM to the shell
+    // alone would leave running.
+    let body = format!("sleep 1000 & echo $! > '{}'; wait", child.display());
+    let holder = hold(&scratch, &name, &["--lease", "1s"], "", &body);
+    wait_until("the child started", || child.exists());
+    let pid = pid_in(&child);
+
+    let output = scratch
+        .distlock(&["release", "--force", &name])
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let finished = holder.finish();
+    assert_eq!(finished.status.code(), Some(76), "{}", finished.stderr);
+    assert!(has_ended(&pid), "the command's child {pid} still runs");
+}
+
+#[test]
+fn the_lock_is_held_until_what_the_command_left_running_ends() {
+    let scratch = Scratch::new();
+    let name = unique("leftover");
+    let child = scratch.file("child");
+    let stop = scratch.file("stop");
+    // The command exits at once, leaving a process of its own running.
+    let body = format!(
+        "sh -c \"while [ ! -e '{}' ]; do sleep 0.05; done\" & echo $! > '{}'; exit 3",
+        stop.display(),
+        child.display()
+    );
+    let holder = hold(&scratch, &name, &[], "", &body);
+    wait_until("the child started", || child.exists());
+
+    let output = run_sh(&scratch, &name, &["--no-wait"], "true")
+        .output()
+        .unwrap();
+    common::one_line_failure(&output, 75);
+
+    std::fs::write(&stop, "").unwrap();
+    let finished = holder.finish();
+    assert_eq!(finished.status.code(), Some(3), "{}", finished.stderr);
+    assert!(has_ended(&pid_in(&child)));
+    assert!(lock_is_free(&scratch, &name));
+}
