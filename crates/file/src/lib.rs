@@ -141,12 +141,10 @@ impl FileBackend {
                 .truncate(false)
                 .open(path)
                 .map_err(|e| io_error(format!("cannot open {}", path.display()), e))?;
-            match file.try_lock() {
-                Ok(()) => {}
-                Err(TryLockError::WouldBlock) => return Ok(None),
-                Err(TryLockError::Error(e)) => {
-                    return Err(io_error(format!("cannot lock {}", path.display()), e));
-                }
+            if !lock_unless_held(&file)
+                .map_err(|e| io_error(format!("cannot lock {}", path.display()), e))?
+            {
+                return Ok(None);
             }
             // A forced release may have replaced the file between our open
             // and our lock; a lock on the old file protects nothing.
@@ -160,6 +158,35 @@ impl FileBackend {
             source: None,
         })
     }
+}
+
+/// How many times to try again for a lock that only someone looking at it
+/// keeps us from.
+const LOOKER_RETRIES: usize = 100;
+
+/// Takes the exclusive lock of `file`; `Ok(false)` when a holder has it.
+///
+/// Holders lock exclusively; `list` and a forced release take a shared lock
+/// for a moment, to see whether a holder has it. Such a look must not make
+/// the lock seem held to someone taking it, so where the exclusive lock
+/// fails but a shared one can be had, nobody holds it: try again.
+fn lock_unless_held(file: &File) -> io::Result<bool> {
+    for _ in 0..LOOKER_RETRIES {
+        match file.try_lock() {
+            Ok(()) => return Ok(true),
+            Err(TryLockError::Error(e)) => return Err(e),
+            Err(TryLockError::WouldBlock) => {}
+        }
+        match file.try_lock_shared() {
+            Ok(()) => {
+                file.unlock()?;
+                std::thread::yield_now();
+            }
+            Err(TryLockError::WouldBlock) => return Ok(false),
+            Err(TryLockError::Error(e)) => return Err(e),
+        }
+    }
+    Ok(false)
 }
 
 /// Options that refuse to open a symbolic link, so that nobody who can
@@ -459,5 +486,42 @@ mod tests {
                 other => panic!("{}: expected a refusal, got {other:?}", path.display()),
             }
         }
+    }
+
+    /// `list` looks at each lock file with a shared lock of a moment; that
+    /// must never make a free lock look held to someone taking it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn looking_at_a_free_lock_never_makes_it_look_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = std::sync::Arc::new(FileBackend::open(dir.path()).unwrap());
+        let name = LockName::new("looked-at").unwrap();
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let looker = {
+            let (backend, done) = (backend.clone(), done.clone());
+            tokio::spawn(async move {
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    backend.list().await.unwrap();
+                }
+            })
+        };
+        let mut refused = 0;
+        for _ in 0..2000 {
+            let request = request(&name);
+            match backend.try_acquire(&request).await.unwrap() {
+                Attempt::Acquired { fencing_token } => {
+                    let lease = Lease {
+                        name: name.clone(),
+                        id: request.lease_id,
+                        fencing_token,
+                        lease: request.lease,
+                    };
+                    assert!(backend.release(&lease).await.unwrap());
+                }
+                Attempt::Held { .. } => refused += 1,
+            }
+        }
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        looker.await.unwrap();
+        assert_eq!(refused, 0, "a free lock looked held {refused} times");
     }
 }
