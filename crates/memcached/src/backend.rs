@@ -492,7 +492,7 @@ impl MemcachedBackend {
     ) -> Vec<(usize, Option<KnownCas>)> {
         let added = self
             .each(servers, |_, server| async move {
-                let batch = Batch::new().ms(key, value, &format!("ME T{ttl} c"));
+                let batch = Batch::new().ms(key, value, format_args!("ME T{ttl} c"));
                 let (mut replies, from) = server.meta_from(batch, deadline.left()).await?;
                 let reply = replies.pop().ok_or_else(|| server.message("no reply"))?;
                 Ok((reply.code == Code::Hd).then(|| KnownCas::new(from, reply.flag_u64('c'))))
@@ -600,7 +600,7 @@ fn unexpected(server: &Server, command: &str, reply: &Reply) -> Error {
 fn counted(batch: Batch, token_key: &Key, seed: u64, delta: u64) -> Batch {
     batch.ma(
         token_key,
-        &format!("N{COUNTER_TTL} J{seed} D{delta} T{COUNTER_TTL} v c"),
+        format_args!("N{COUNTER_TTL} J{seed} D{delta} T{COUNTER_TTL} v c"),
     )
 }
 
@@ -638,7 +638,7 @@ async fn add_on(
     deadline: Deadline,
 ) -> Result<Added> {
     let batch = counted(
-        Batch::new().ms(lock_key, value, &format!("ME T{ttl} c")),
+        Batch::new().ms(lock_key, value, format_args!("ME T{ttl} c")),
         token_key,
         seed,
         1,
@@ -718,7 +718,7 @@ async fn store_again(
     ttl: u32,
     deadline: Deadline,
 ) -> Result<Option<CasStore>> {
-    let batch = Batch::new().ms(key, value, &format!("C{cas} T{ttl} c"));
+    let batch = Batch::new().ms(key, value, format_args!("C{cas} T{ttl} c"));
     let Some(reply) = server.meta_one_to(from, batch, deadline.left()).await? else {
         return Ok(None);
     };
@@ -793,7 +793,7 @@ async fn release_on(
     let mut expected = known.map(|known| (Some(known.instance), known.cas));
     for _ in 0..CAS_RETRIES {
         if let Some((from, cas)) = expected.take() {
-            let batch = Batch::new().md(key, &format!("C{cas}"));
+            let batch = Batch::new().md(key, format_args!("C{cas}"));
             // Sent only to the process that issued the CAS; to another one
             // (the server restarted), nothing is sent and we read again.
             if let Some(reply) = server.meta_one_to(from, batch, deadline.left()).await? {
@@ -829,7 +829,8 @@ async fn hand_over_on(
     let mut expected = known.map(|known| (Some(known.instance), known.cas));
     for _ in 0..CAS_RETRIES {
         if let Some((from, cas)) = expected.take() {
-            let store = Batch::new().ms(next.key, next.value, &format!("C{cas} T{} c", next.ttl));
+            let store =
+                Batch::new().ms(next.key, next.value, format_args!("C{cas} T{} c", next.ttl));
             let batch = counted(store, next.token_key, next.seed, TOKEN_BLOCK);
             // Sent only to the process that issued the CAS; to another one
             // (the server restarted), nothing is sent and we read again.
@@ -895,12 +896,8 @@ async fn raise_on(
 ) -> Result<bool> {
     let value = target.to_string();
     for _ in 0..CAS_RETRIES {
-        let reply = server
-            .meta_one(
-                Batch::new().ms(key, value.as_bytes(), &format!("C{cas} T{COUNTER_TTL}")),
-                deadline.left(),
-            )
-            .await?;
+        let store = Batch::new().ms(key, value.as_bytes(), format_args!("C{cas} T{COUNTER_TTL}"));
+        let reply = server.meta_one(store, deadline.left()).await?;
         match reply.code {
             Code::Hd => return Ok(true),
             Code::Ex | Code::Nf => {}
@@ -919,12 +916,8 @@ async fn raise_on(
                     .ok_or_else(|| server.message("a counter came without its CAS"))?;
             }
             Code::En => {
-                let added = server
-                    .meta_one(
-                        Batch::new().ms(key, value.as_bytes(), &format!("ME T{COUNTER_TTL}")),
-                        deadline.left(),
-                    )
-                    .await?;
+                let add = Batch::new().ms(key, value.as_bytes(), format_args!("ME T{COUNTER_TTL}"));
+                let added = server.meta_one(add, deadline.left()).await?;
                 if added.code == Code::Hd {
                     return Ok(true);
                 }

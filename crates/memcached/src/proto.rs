@@ -12,6 +12,7 @@
 //!   included) are never read as commands.
 
 use std::fmt;
+use std::io::Write as _;
 
 /// The longest key memcached accepts, in bytes.
 pub(crate) const MAX_KEY_LEN: usize = 250;
@@ -66,17 +67,22 @@ pub(crate) struct Batch {
 
 impl Batch {
     pub(crate) fn new() -> Self {
-        Self::default()
+        // Room for a lock's store and the counter's increment, so that
+        // building the common batches takes one allocation, not a few.
+        Self {
+            bytes: Vec::with_capacity(256),
+            expect: Vec::with_capacity(2),
+        }
     }
 
     /// `mg <key> <flags>`.
-    pub(crate) fn mg(mut self, key: &Key, flags: &str) -> Self {
+    pub(crate) fn mg(mut self, key: &Key, flags: impl fmt::Display) -> Self {
         self.line("mg", key, None, flags);
         self
     }
 
     /// `ms <key> <len> <flags>` and the value as a data block.
-    pub(crate) fn ms(mut self, key: &Key, value: &[u8], flags: &str) -> Self {
+    pub(crate) fn ms(mut self, key: &Key, value: &[u8], flags: impl fmt::Display) -> Self {
         self.line("ms", key, Some(value.len()), flags);
         self.bytes.extend_from_slice(value);
         self.bytes.extend_from_slice(b"\r\n");
@@ -84,13 +90,13 @@ impl Batch {
     }
 
     /// `md <key> <flags>`.
-    pub(crate) fn md(mut self, key: &Key, flags: &str) -> Self {
+    pub(crate) fn md(mut self, key: &Key, flags: impl fmt::Display) -> Self {
         self.line("md", key, None, flags);
         self
     }
 
     /// `ma <key> <flags>`.
-    pub(crate) fn ma(mut self, key: &Key, flags: &str) -> Self {
+    pub(crate) fn ma(mut self, key: &Key, flags: impl fmt::Display) -> Self {
         self.line("ma", key, None, flags);
         self
     }
@@ -109,21 +115,28 @@ impl Batch {
         self
     }
 
-    fn line(&mut self, command: &str, key: &Key, len: Option<usize>, flags: &str) {
-        debug_assert!(
-            flags.bytes().all(|b| b == b' ' || b.is_ascii_graphic()),
-            "flags are written by this crate: {flags:?}"
-        );
+    /// Writes `<command> <key>[ <len>][ <flags>]\r\n`. The flags are
+    /// formatted straight into the buffer: this is on every operation's path.
+    fn line(&mut self, command: &str, key: &Key, len: Option<usize>, flags: impl fmt::Display) {
         self.bytes.extend_from_slice(command.as_bytes());
         self.bytes.push(b' ');
         self.bytes.extend_from_slice(key.as_str().as_bytes());
         if let Some(len) = len {
-            self.bytes.extend_from_slice(format!(" {len}").as_bytes());
+            write!(self.bytes, " {len}").expect("writing to memory cannot fail");
         }
-        if !flags.is_empty() {
-            self.bytes.push(b' ');
-            self.bytes.extend_from_slice(flags.as_bytes());
+        let start = self.bytes.len();
+        write!(self.bytes, " {flags}").expect("writing to memory cannot fail");
+        if self.bytes.len() == start + 1 {
+            // No flags: no separator either.
+            self.bytes.pop();
         }
+        debug_assert!(
+            self.bytes[start..]
+                .iter()
+                .all(|&b| b == b' ' || b.is_ascii_graphic()),
+            "flags are written by this crate: {:?}",
+            String::from_utf8_lossy(&self.bytes[start..])
+        );
         self.bytes.extend_from_slice(b"\r\n");
         self.expect.push(Expect::Meta);
     }

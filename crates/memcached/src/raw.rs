@@ -61,7 +61,7 @@ impl RawLock<'_> {
         let server = self.backend.server_for(name);
         let reply = server
             .meta_one(
-                Batch::new().ms(&key, b"1", &format!("ME T{ttl} c")),
+                Batch::new().ms(&key, b"1", format_args!("ME T{ttl} c")),
                 self.backend.config().timeout(),
             )
             .await?;
@@ -90,7 +90,7 @@ impl RawLock<'_> {
         let server = self.backend.server_for(&grant.name);
         let reply = server
             .meta_one(
-                Batch::new().md(&grant.key, &format!("C{}", grant.cas)),
+                Batch::new().md(&grant.key, format_args!("C{}", grant.cas)),
                 self.backend.config().timeout(),
             )
             .await?;
