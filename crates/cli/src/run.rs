@@ -141,12 +141,12 @@ async fn supervise(
                 }
             }
             reason = lost.lost() => {
-                let killed = stop(&mut child, grace).await?;
+                let killed = stop(Some(&mut child), grace).await?;
                 return Ok(Ended::Lost { reason, killed });
             }
         }
     };
-    Ok(match wait_for_leftovers(&lost, grace, signals).await {
+    Ok(match wait_for_leftovers(&lost, grace, signals).await? {
         None => Ended::Exited(status),
         Some((reason, killed)) => Ended::Lost { reason, killed },
     })
@@ -162,12 +162,12 @@ async fn wait_for_leftovers(
     lost: &LostSignal,
     grace: Duration,
     signals: &mut Signals,
-) -> Option<(LossReason, bool)> {
+) -> Result<Option<(LossReason, bool)>, Failure> {
     let mut told = false;
     loop {
         let running = tree::reap_adopted();
         if running == 0 {
-            return None;
+            return Ok(None);
         }
         if !told {
             tracing::info!(
@@ -183,22 +183,10 @@ async fn wait_for_leftovers(
                 tree::signal(&tree::all(), signal);
             }
             reason = lost.lost() => {
-                tree::signal(&tree::all(), Signal::TERM);
-                let ended = tokio::time::timeout(grace, until_adopted_end()).await.is_ok();
-                if !ended {
-                    tree::signal(&tree::all(), Signal::KILL);
-                    until_adopted_end().await;
-                }
-                return Some((reason, !ended));
+                let killed = stop(None, grace).await?;
+                return Ok(Some((reason, killed)));
             }
         }
-    }
-}
-
-/// Resolves once every process distlock adopted has ended and been reaped.
-async fn until_adopted_end() {
-    while tree::reap_adopted() > 0 {
-        tokio::time::sleep(LEFTOVER_POLL).await;
     }
 }
 
@@ -225,27 +213,36 @@ fn spawn(guard: &LockGuard, command: &[OsString]) -> Result<Child, Failure> {
         })
 }
 
-/// Sends SIGTERM to CMD and every process it started, then SIGKILL to
-/// those left after `grace`, and waits for all of them; returns whether
-/// SIGKILL was needed.
-async fn stop(child: &mut Child, grace: Duration) -> Result<bool, Failure> {
+/// Sends SIGTERM to CMD, if it still runs, and to every process it
+/// started, then SIGKILL to those left after `grace`, and waits for all of
+/// them; returns whether SIGKILL was needed.
+async fn stop(mut child: Option<&mut Child>, grace: Duration) -> Result<bool, Failure> {
     tree::signal(&tree::all(), Signal::TERM);
-    let all_ended = async {
-        let status = child.wait().await;
-        until_adopted_end().await;
-        status
-    };
-    let waited = match tokio::time::timeout(grace, all_ended).await {
-        Ok(status) => status.map(|_| false),
+    match tokio::time::timeout(grace, all_ended(child.as_deref_mut())).await {
+        Ok(ended) => ended.map(|()| false),
         Err(_) => {
             tree::signal(&tree::all(), Signal::KILL);
-            let _ = child.start_kill();
-            let status = child.wait().await;
-            until_adopted_end().await;
-            status.map(|_| true)
+            if let Some(child) = child.as_deref_mut() {
+                let _ = child.start_kill();
+            }
+            all_ended(child).await.map(|()| true)
         }
-    };
-    waited.map_err(|error| Failure::runtime(format!("cannot wait for the command: {error}")))
+    }
+}
+
+/// Resolves once CMD, if given, and every process distlock adopted have
+/// ended and been reaped.
+async fn all_ended(child: Option<&mut Child>) -> Result<(), Failure> {
+    if let Some(child) = child {
+        child
+            .wait()
+            .await
+            .map_err(|error| Failure::runtime(format!("cannot wait for the command: {error}")))?;
+    }
+    while tree::reap_adopted() > 0 {
+        tokio::time::sleep(LEFTOVER_POLL).await;
+    }
+    Ok(())
 }
 
 /// Whether a SIGINT just received came, most likely, from the terminal's
@@ -267,10 +264,7 @@ fn terminal_interrupted(child: &Child) -> bool {
     )
     .and_then(rustix::termios::tcgetpgrp)
     .ok();
-    let command_group = child
-        .id()
-        .and_then(|id| Pid::from_raw(id as i32))
-        .and_then(|pid| getpgid(Some(pid)).ok());
+    let command_group = pid_of(child).and_then(|pid| getpgid(Some(pid)).ok());
     command_group.is_some_and(|group| in_foreground(foreground, group))
 }
 
@@ -279,10 +273,16 @@ fn in_foreground(foreground: Option<Pid>, group: Pid) -> bool {
     foreground == Some(group)
 }
 
+/// The child's pid, unless it has already been reaped (its pid may then
+/// belong to someone else).
+fn pid_of(child: &Child) -> Option<Pid> {
+    child.id().and_then(|id| Pid::from_raw(id as i32))
+}
+
 /// Sends `signal` to the child unless it has already been reaped (its pid
 /// may then belong to someone else).
 fn send(child: &Child, signal: Signal) {
-    let Some(pid) = child.id().and_then(|id| Pid::from_raw(id as i32)) else {
+    let Some(pid) = pid_of(child) else {
         return;
     };
     if let Err(error) = kill_process(pid, signal) {
