@@ -17,7 +17,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::backend::Lease;
+use crate::backend::{Backend, Lease};
 use crate::error::{Error, Result};
 use crate::lease::{HeldLease, LossReason};
 use crate::options::LockOptions;
@@ -356,14 +356,15 @@ impl Shared {
         };
         // Each call gets one operation timeout, so a backend that extends
         // lease by lease is given only as many as it extends at once.
-        let limit = first.backend.extend_many_limit().max(1);
+        let backend = first.backend.clone();
+        let limit = backend.extend_many_limit().max(1);
         for chunk in batch.chunks(limit) {
-            self.extend_chunk(chunk).await;
+            self.extend_chunk(&*backend, chunk).await;
         }
     }
 
-    /// Extends the leases of `chunk` in one call to the backend.
-    async fn extend_chunk(&self, chunk: &[(u64, Arc<HeldLease>)]) {
+    /// Extends the leases of `chunk` in one call to `backend`.
+    async fn extend_chunk(&self, backend: &dyn Backend, chunk: &[(u64, Arc<HeldLease>)]) {
         // Leases being released hold their lock; skip them (the release
         // removes them from the schedule).
         let mut guards = Vec::with_capacity(chunk.len());
@@ -379,13 +380,9 @@ impl Shared {
                 Err(_) => self.skip(*key),
             }
         }
-        let Some((_, first)) = chunk.first() else {
-            return;
-        };
         if leases.is_empty() {
             return;
         }
-        let backend = first.backend.clone();
         let timeout = self.options.operation_timeout();
         let sent_at = Instant::now();
         let started = std::time::Instant::now();
