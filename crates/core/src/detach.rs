@@ -7,46 +7,72 @@
 //! it unfinished moves the rest of the call into a spawned task, which then
 //! hands the result to an `orphan` handler (to release an unwanted grant).
 
-use std::future::Future;
+use std::future::{Future, Ready};
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
-type Orphan<T> = Box<dyn FnOnce(T) -> BoxFuture<()> + Send>;
+
+/// The orphan handler of [`Detach::new`]: drops the output.
+type Discard<T> = fn(T) -> Ready<()>;
 
 /// A future that, if dropped before it completes, completes in the
-/// background.
-pub(crate) struct Detach<T: Send + 'static> {
+/// background. The handler `F` is kept inline: a boxed closure would cost
+/// every call an allocation, and most calls complete.
+pub(crate) struct Detach<T, F = Discard<T>, Fut = Ready<()>>
+where
+    T: Send + 'static,
+    F: FnOnce(T) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
     future: Option<BoxFuture<T>>,
-    orphan: Option<Orphan<T>>,
+    orphan: Option<F>,
+    handler_output: PhantomData<fn() -> Fut>,
 }
 
 impl<T: Send + 'static> Detach<T> {
     /// Wraps `future`; its output is dropped if nobody waits for it.
     pub(crate) fn new(future: impl Future<Output = T> + Send + 'static) -> Self {
-        Self {
-            future: Some(Box::pin(future)),
-            orphan: None,
-        }
+        Detach::with_orphan(future, |output| {
+            drop(output);
+            std::future::ready(())
+        })
     }
+}
 
+impl<T, F, Fut> Detach<T, F, Fut>
+where
+    T: Send + 'static,
+    F: FnOnce(T) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
     /// Wraps `future`; if nobody waits for it, its output goes to `orphan`.
-    pub(crate) fn with_orphan<F, Fut>(
-        future: impl Future<Output = T> + Send + 'static,
-        orphan: F,
-    ) -> Self
-    where
-        F: FnOnce(T) -> Fut + Send + 'static,
-        Fut: Future<Output = ()> + Send + 'static,
-    {
+    pub(crate) fn with_orphan(future: impl Future<Output = T> + Send + 'static, orphan: F) -> Self {
         Self {
             future: Some(Box::pin(future)),
-            orphan: Some(Box::new(move |output| Box::pin(orphan(output)))),
+            orphan: Some(orphan),
+            handler_output: PhantomData,
         }
     }
 }
 
-impl<T: Send + 'static> Future for Detach<T> {
+// Nothing is pinned in place: the future is boxed, and the handler is only
+// moved out, never polled.
+impl<T, F, Fut> Unpin for Detach<T, F, Fut>
+where
+    T: Send + 'static,
+    F: FnOnce(T) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+}
+
+impl<T, F, Fut> Future for Detach<T, F, Fut>
+where
+    T: Send + 'static,
+    F: FnOnce(T) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
     type Output = T;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
@@ -64,7 +90,12 @@ impl<T: Send + 'static> Future for Detach<T> {
     }
 }
 
-impl<T: Send + 'static> Drop for Detach<T> {
+impl<T, F, Fut> Drop for Detach<T, F, Fut>
+where
+    T: Send + 'static,
+    F: FnOnce(T) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
     fn drop(&mut self) {
         let Some(future) = self.future.take() else {
             return;
