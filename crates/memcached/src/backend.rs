@@ -10,6 +10,7 @@ use distlock_core::{
     AcquireRequest, Attempt, Backend, Capabilities, Error, HandOver, Holder, Lease, LeaseId,
     LockInfo, LockName, Result,
 };
+use smallvec::SmallVec;
 use tokio::time::Instant;
 
 use crate::config::{MemcachedConfig, Mode};
@@ -58,6 +59,10 @@ impl std::ops::Deref for Targets<'_> {
     }
 }
 
+/// One outcome per server asked, kept inline for sharded mode's one
+/// server: every operation makes one.
+type Outcomes<T> = SmallVec<[Result<T>; 1]>;
+
 /// How many leases [`Backend::extend_many`] extends at once.
 const EXTEND_CONCURRENCY: usize = 512;
 
@@ -85,6 +90,8 @@ pub struct MemcachedBackend {
 #[derive(Debug, Clone)]
 struct Local {
     name: LockName,
+    /// The lock's key, so that a release need not encode the name again.
+    key: Key,
     holder: Holder,
     fencing_token: u64,
     lease: Duration,
@@ -104,7 +111,8 @@ struct Copies {
     /// of this process.
     owner: LeaseId,
     value: Arc<[u8]>,
-    cas: Vec<(usize, KnownCas)>,
+    /// Inline for sharded mode's one server.
+    cas: SmallVec<[(usize, KnownCas); 1]>,
 }
 
 /// Fencing tokens `next..=last`, reserved on the counter and unused.
@@ -138,7 +146,7 @@ impl Copies {
     }
 
     fn set(&mut self, server: usize, known: Option<KnownCas>) {
-        self.cas.retain(|&(on, _)| on != server);
+        self.cas.retain(|&mut (on, _)| on != server);
         if let Some(known) = known {
             self.cas.push((server, known));
         }
@@ -393,18 +401,22 @@ impl MemcachedBackend {
         self.held.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Runs `op` on each of `targets` at once. Sets no timer: each
-    /// operation bounds its own calls by its [`Deadline`].
-    async fn each<'a, T, F, Fut>(&'a self, targets: &[usize], op: F) -> Vec<Result<T>>
+    /// Runs `op` on each of `targets` at once, and returns the outcomes in
+    /// the order of `targets`. Sets no timer: each operation bounds its own
+    /// calls by its [`Deadline`].
+    async fn each<'a, T, F, Fut>(&'a self, targets: &[usize], op: F) -> Outcomes<T>
     where
         F: Fn(usize, &'a Server) -> Fut,
         Fut: Future<Output = Result<T>>,
     {
         if let [index] = *targets {
-            return vec![op(index, &self.servers[index]).await];
+            let mut one = Outcomes::new();
+            one.push(op(index, &self.servers[index]).await);
+            return one;
         }
         futures::future::join_all(targets.iter().map(|&index| op(index, &self.servers[index])))
             .await
+            .into()
     }
 
     /// The shortest time that the holders of `key` on `servers` have left,
@@ -946,8 +958,7 @@ impl Backend for MemcachedBackend {
     async fn try_acquire(&self, request: &AcquireRequest) -> Result<Attempt> {
         let ttl = lease_ttl(request.lease)?;
         let (targets, need) = self.targets(&request.name);
-        let lock_key = self.keys.lock_key(&request.name);
-        let token_key = self.keys.token_key(&request.name);
+        let (lock_key, token_key) = self.keys.both_keys(&request.name);
         let value = lock_value(request.lease_id, &request.name, &request.holder);
         let seed = token_seed(SystemTime::now());
         let deadline = Deadline::after(self.call_timeout(request.lease));
@@ -959,7 +970,7 @@ impl Backend for MemcachedBackend {
             .await;
         let elapsed = started.elapsed();
 
-        let mut granted = Vec::new();
+        let mut granted: SmallVec<[Grant; 1]> = SmallVec::new();
         let mut in_doubt = Vec::new();
         let mut held_on = Vec::new();
         let mut errors = Vec::new();
@@ -1049,6 +1060,7 @@ impl Backend for MemcachedBackend {
                 request.lease_id,
                 Local {
                     name: request.name.clone(),
+                    key: lock_key,
                     holder: request.holder.clone(),
                     fencing_token,
                     lease: request.lease,
@@ -1179,13 +1191,14 @@ impl Backend for MemcachedBackend {
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
-        let copies = self.held().remove(&lease.id).map(|local| local.copies);
-        if copies.is_none() && self.handed_on(lease.id) {
-            return Ok(false);
-        }
+        let local = self.held().remove(&lease.id);
+        let (copies, key) = match local {
+            Some(local) => (Some(local.copies), local.key),
+            None if self.handed_on(lease.id) => return Ok(false),
+            None => (None, self.keys.lock_key(&lease.name)),
+        };
         let owner = copies.as_ref().map_or(lease.id, |copies| copies.owner);
         let (targets, need) = self.targets(&lease.name);
-        let key = self.keys.lock_key(&lease.name);
         let deadline = Deadline::after(self.call_timeout(lease.lease));
         let outcomes = self
             .each(&targets, |index, server| {
@@ -1258,8 +1271,7 @@ impl Backend for MemcachedBackend {
         }
         let ttl = lease_ttl(next.lease)?;
         let server = self.ring.server_of(&lease.name);
-        let key = self.keys.lock_key(&lease.name);
-        let token_key = self.keys.token_key(&lease.name);
+        let (key, token_key) = self.keys.both_keys(&lease.name);
         let value: Arc<[u8]> = lock_value(next.lease_id, &next.name, &next.holder).into();
         let next_grant = NextGrant {
             key: &key,
@@ -1313,6 +1325,7 @@ impl Backend for MemcachedBackend {
                 next.lease_id,
                 Local {
                     name: next.name.clone(),
+                    key: key.clone(),
                     holder: next.holder.clone(),
                     fencing_token,
                     lease: next.lease,

@@ -67,51 +67,98 @@ impl KeySpace {
 
     /// The key holding `name`'s lock.
     pub(crate) fn lock_key(&self, name: &LockName) -> Key {
-        self.key('L', name)
+        self.key(LOCK, name)
     }
 
     /// The key holding `name`'s fencing-token counter.
     pub(crate) fn token_key(&self, name: &LockName) -> Key {
-        self.key('T', name)
+        self.key(TOKEN, name)
     }
 
-    fn key(&self, kind: char, name: &LockName) -> Key {
-        let budget = MAX_KEY_LEN - self.prefix.len() - kind.len_utf8();
-        // Built in one allocation: every operation makes one or two.
-        let mut text = String::with_capacity(MAX_KEY_LEN);
-        text.push_str(&self.prefix);
+    /// The lock key and the token key of `name`, encoding the name once:
+    /// every acquisition needs both.
+    pub(crate) fn both_keys(&self, name: &LockName) -> (Key, Key) {
+        let lock = self.key(LOCK, name);
+        let mut token = lock.as_str().as_bytes().to_vec();
+        token[self.prefix.len()] = TOKEN;
+        let token = String::from_utf8(token).expect("keys are ASCII");
+        (lock, Key::new(token).expect("the lock key was a key"))
+    }
+
+    fn key(&self, kind: u8, name: &LockName) -> Key {
+        let budget = MAX_KEY_LEN - self.prefix.len() - 1;
+        let encoding = Encoding::of(name.as_str().as_bytes(), budget);
+        // Built in one allocation of the right size: every operation makes one.
+        let mut text = Vec::with_capacity(self.prefix.len() + 1 + encoding.len());
+        text.extend_from_slice(self.prefix.as_bytes());
         text.push(kind);
-        encode(name.as_str(), budget, &mut text);
+        encoding.write(&mut text);
+        let text = String::from_utf8(text).expect("keys are ASCII");
         Key::new(text).expect("prefixes are checked and encodings are printable ASCII")
     }
 }
 
-/// Appends `name` to `out` as at most `budget` bytes of printable ASCII
-/// without spaces.
-fn encode(name: &str, budget: usize, out: &mut String) {
-    let escaped = name.bytes().filter(|&b| !is_plain(b)).count();
-    if 1 + name.len() + 2 * escaped <= budget {
-        out.push('=');
-        for byte in name.bytes() {
-            if is_plain(byte) {
-                out.push(char::from(byte));
-            } else {
-                out.push('%');
-                push_hex(out, byte, b"0123456789ABCDEF");
-            }
+/// The kind byte of a lock's own key.
+const LOCK: u8 = b'L';
+/// The kind byte of a lock's fencing-token counter.
+const TOKEN: u8 = b'T';
+
+/// How a name is written into its keys: readable when that fits in the
+/// key's budget, hashed otherwise.
+enum Encoding<'a> {
+    /// `=` and the name percent-encoded, with this many bytes escaped.
+    Readable { name: &'a [u8], escaped: usize },
+    /// `#` and the hex SHA-256 of the name.
+    Hashed(&'a [u8]),
+}
+
+impl<'a> Encoding<'a> {
+    fn of(name: &'a [u8], budget: usize) -> Self {
+        let escaped = name.iter().filter(|&&b| !is_plain(b)).count();
+        if 1 + name.len() + 2 * escaped <= budget {
+            Self::Readable { name, escaped }
+        } else {
+            Self::Hashed(name)
         }
-    } else {
-        out.push('#');
-        for byte in Sha256::digest(name.as_bytes()) {
-            push_hex(out, byte, b"0123456789abcdef");
+    }
+
+    /// The encoding's length in bytes.
+    fn len(&self) -> usize {
+        match self {
+            Self::Readable { name, escaped } => 1 + name.len() + 2 * escaped,
+            Self::Hashed(_) => 1 + 64,
+        }
+    }
+
+    /// Appends the encoding to `out`: printable ASCII without spaces.
+    fn write(&self, out: &mut Vec<u8>) {
+        match *self {
+            Self::Readable { name, .. } => {
+                out.push(b'=');
+                // Runs of plain bytes are copied whole: names are mostly plain.
+                let mut rest = name;
+                while let Some(at) = rest.iter().position(|&b| !is_plain(b)) {
+                    out.extend_from_slice(&rest[..at]);
+                    out.push(b'%');
+                    push_hex(out, rest[at], b"0123456789ABCDEF");
+                    rest = &rest[at + 1..];
+                }
+                out.extend_from_slice(rest);
+            }
+            Self::Hashed(name) => {
+                out.push(b'#');
+                for byte in Sha256::digest(name) {
+                    push_hex(out, byte, b"0123456789abcdef");
+                }
+            }
         }
     }
 }
 
 /// Appends `byte` as two hex digits from `digits`.
-fn push_hex(out: &mut String, byte: u8, digits: &[u8; 16]) {
-    out.push(char::from(digits[usize::from(byte >> 4)]));
-    out.push(char::from(digits[usize::from(byte & 0x0f)]));
+fn push_hex(out: &mut Vec<u8>, byte: u8, digits: &[u8; 16]) {
+    out.push(digits[usize::from(byte >> 4)]);
+    out.push(digits[usize::from(byte & 0x0f)]);
 }
 
 /// Consistent hashing of names onto servers, so that adding or removing a
@@ -255,6 +302,19 @@ mod tests {
                 .as_str()
                 .starts_with("L#")
         );
+    }
+
+    #[test]
+    fn both_keys_are_the_keys_made_one_by_one() {
+        let keys = KeySpace::new(DEFAULT_PREFIX);
+        for raw in ["reports/42", "a b\r\n%", &"x".repeat(300), &"é".repeat(200)] {
+            let name = name(raw);
+            assert_eq!(
+                keys.both_keys(&name),
+                (keys.lock_key(&name), keys.token_key(&name)),
+                "{raw:?}"
+            );
+        }
     }
 
     #[test]

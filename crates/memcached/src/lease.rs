@@ -1,7 +1,6 @@
 //! Leases as memcached expiry times, fencing-token seeds, and what a lock
 //! key stores.
 
-use std::io::Write;
 use std::time::{Duration, SystemTime};
 
 use distlock_core::{Error, Holder, LeaseId, LockName, Result};
@@ -107,10 +106,19 @@ fn value_with(id: LeaseId, name: &str, holder: &Holder) -> Vec<u8> {
     // (escapes aside), so that serialising seldom grows the buffer.
     let label = holder.label.as_deref().map_or(0, str::len);
     let mut value = Vec::with_capacity(128 + name.len() + holder.host.len() + label);
-    writeln!(value, "{id}").expect("writing to memory cannot fail");
+    value.extend_from_slice(&hex_id(id));
+    value.push(b'\n');
     serde_json::to_writer(&mut value, &Details { name, holder })
         .expect("serialising to memory cannot fail");
     value
+}
+
+/// `id` as 32 lowercase hex digits, as its `Display` writes it, without
+/// the formatting machinery: every grant writes one.
+fn hex_id(id: LeaseId) -> [u8; 32] {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let bits = id.as_u128();
+    std::array::from_fn(|at| DIGITS[((bits >> (4 * (31 - at))) & 0xf) as usize])
 }
 
 /// The first [`SHORTENED_FIELD`] characters of `text`, with an ellipsis
@@ -124,8 +132,8 @@ fn shorten(text: &str) -> String {
 
 /// Whether `value` is the lock value of grant `id`.
 pub(crate) fn is_ours(value: &[u8], id: LeaseId) -> bool {
-    let id = id.to_string();
-    value.len() > id.len() && value.starts_with(id.as_bytes()) && value[id.len()] == b'\n'
+    let id = hex_id(id);
+    value.len() > id.len() && value.starts_with(&id) && value[id.len()] == b'\n'
 }
 
 #[cfg(test)]
@@ -189,6 +197,17 @@ mod tests {
         let parsed: serde_json::Value = serde_json::from_str(json).unwrap();
         assert_eq!(parsed["name"], "a\r\nb\0");
         assert_eq!(parsed["holder"]["label"], "x");
+    }
+
+    #[test]
+    fn identities_are_written_as_display_writes_them() {
+        for id in [
+            LeaseId::from_u128(0),
+            LeaseId::from_u128(u128::MAX),
+            LeaseId::random(),
+        ] {
+            assert_eq!(hex_id(id).to_vec(), id.to_string().into_bytes());
+        }
     }
 
     #[test]
