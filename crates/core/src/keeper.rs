@@ -57,6 +57,8 @@ struct Schedule {
     planned: Option<Instant>,
     /// Whether the last look found nothing to keep.
     was_empty: bool,
+    /// Whether a lease was added since the last look.
+    added_since_look: bool,
 }
 
 #[derive(Debug)]
@@ -230,6 +232,7 @@ impl Shared {
             wake_at: sent_at,
         };
         schedule.entries.insert(key, entry);
+        schedule.added_since_look = true;
         schedule.queue.insert((sent_at, key));
         schedule.reschedule(key);
         let too_late = schedule.plan(key);
@@ -291,15 +294,18 @@ impl Shared {
             // A task that takes and releases locks in a loop inserts one
             // lease after another, each due an extension period from now.
             // Looking again after that period means none of them has to
-            // wake the keeper; only a second look in a row that finds
-            // nothing lets it sleep until woken.
-            next_look = if schedule.was_empty {
+            // wake the keeper. Only a second look in a row that finds
+            // nothing, with no lease added in between, lets it sleep until
+            // woken: on a runtime of one thread, the keeper only ever
+            // looks after the lease that woke it was released.
+            next_look = if schedule.was_empty && !schedule.added_since_look {
                 None
             } else {
                 Some(now + self.options.extend_every())
             };
         }
         schedule.was_empty = schedule.queue.is_empty();
+        schedule.added_since_look = false;
         schedule.planned = next_look;
         (due, next_look)
     }
@@ -497,6 +503,32 @@ mod tests {
         // A second look in a row that finds nothing sleeps until woken.
         let (_, next_look) = keeper.shared.take_due(now + every);
         assert_eq!(next_look, None);
+    }
+
+    /// On a runtime of one thread the keeper runs only when the task that
+    /// took a lease waits, which it does after releasing it: every look
+    /// finds nothing held, and the wake-up that started the keeper may
+    /// bring a second look at once.
+    #[tokio::test(start_paused = true)]
+    async fn leases_released_before_each_look_stop_waking_the_keeper() {
+        let keeper = keeper();
+        let shared = &keeper.shared;
+        let mut wake_ups = 0;
+        for _ in 0..100 {
+            tokio::time::advance(Duration::from_millis(1)).await;
+            let (key, wake) = shared.schedule_lease(held(), Instant::now());
+            shared.lock().remove(key);
+            if wake {
+                wake_ups += 1;
+                let _ = shared.take_due(Instant::now());
+                if wake_ups == 1 {
+                    // The keeper task starts with the wake-up stored, and
+                    // takes it as soon as it first waits.
+                    let _ = shared.take_due(Instant::now());
+                }
+            }
+        }
+        assert!(wake_ups <= 2, "{wake_ups} of 100 leases woke the keeper");
     }
 
     #[tokio::test(start_paused = true)]
