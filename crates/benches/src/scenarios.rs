@@ -197,7 +197,7 @@ async fn client_cycles(client: &LockClient, name: &LockName, seconds: Duration) 
 }
 
 async fn backend_cycles(backend: &dyn Backend, name: &LockName, seconds: Duration) -> Outcome<u64> {
-    let holder = Holder::this_process(Some("distlock-bench raw"));
+    let holder = Arc::new(Holder::this_process(Some("distlock-bench raw")));
     let lease = LockOptions::DEFAULT_LEASE;
     let started = Instant::now();
     let mut cycles = 0u64;

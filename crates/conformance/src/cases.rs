@@ -304,7 +304,7 @@ fn request(name: &LockName, lease: Duration) -> AcquireRequest {
         name: name.clone(),
         lease_id: LeaseId::random(),
         lease,
-        holder: Holder::this_process(Some("conformance")),
+        holder: Holder::this_process(Some("conformance")).into(),
     }
 }
 

@@ -5,6 +5,7 @@
 //! written once, in [`LockClient`](crate::LockClient).
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -86,8 +87,9 @@ pub struct AcquireRequest {
     pub lease_id: LeaseId,
     /// How long the grant lasts unless extended.
     pub lease: Duration,
-    /// Who asks, recorded for inspection.
-    pub holder: Holder,
+    /// Who asks, recorded for inspection. Shared: a client asks with the
+    /// same holder every time.
+    pub holder: Arc<Holder>,
 }
 
 /// What one attempt gave.

@@ -55,7 +55,7 @@ pub struct LockClient {
 struct Inner {
     backend: Arc<dyn Backend>,
     options: LockOptions,
-    holder: Holder,
+    holder: Arc<Holder>,
     keeper: Keeper,
     slots: Slots,
     release_wakeups: bool,
@@ -86,7 +86,7 @@ impl LockClient {
     /// A client of `backend` with `options`.
     pub fn new(backend: Arc<dyn Backend>, options: LockOptions) -> Self {
         let capabilities = backend.capabilities();
-        let holder = Holder::this_process(options.label());
+        let holder = Arc::new(Holder::this_process(options.label()));
         let keeper = Keeper::new(options.clone(), capabilities.process_bound);
         let succession = (capabilities.hand_over && options.local_hand_overs() > 0).then(|| {
             Arc::new(Succession {

@@ -27,7 +27,7 @@ use crate::slots::SlotPermit;
 /// What a client needs to make the next grant of a lock it hands over.
 #[derive(Debug)]
 pub(crate) struct Succession {
-    pub(crate) holder: Holder,
+    pub(crate) holder: Arc<Holder>,
     pub(crate) lease: Duration,
     pub(crate) bound: u32,
     pub(crate) min_run: Duration,

@@ -1,7 +1,7 @@
 //! An in-memory backend, for unit tests and documentation.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
 use tokio::time::Instant;
@@ -37,7 +37,7 @@ struct Grant {
     id: LeaseId,
     token: u64,
     expires_at: Instant,
-    holder: Holder,
+    holder: Arc<Holder>,
 }
 
 impl MemoryBackend {
@@ -152,7 +152,7 @@ impl Backend for MemoryBackend {
                 let grant = slot.live_grant(now)?;
                 Some(LockInfo {
                     name: name.clone(),
-                    holder: Some(grant.holder.clone()),
+                    holder: Some(Holder::clone(&grant.holder)),
                     fencing_token: Some(grant.token),
                     expires_in: Some(grant.expires_at - now),
                 })

@@ -286,7 +286,7 @@ impl Backend for FileBackend {
         let record = Record {
             name: request.name.as_str().to_owned(),
             fencing_token,
-            holder: Some(request.holder.clone()),
+            holder: Some(distlock_core::Holder::clone(&request.holder)),
             acquired_at_ms: Some(token_floor(SystemTime::now()) / 1000),
         };
         record
@@ -434,7 +434,7 @@ mod tests {
             name: name.clone(),
             lease_id: LeaseId::random(),
             lease: LockOptions::DEFAULT_LEASE,
-            holder: Holder::this_process(None),
+            holder: Holder::this_process(None).into(),
         }
     }
 

@@ -92,7 +92,7 @@ struct Local {
     name: LockName,
     /// The lock's key, so that a release need not encode the name again.
     key: Key,
-    holder: Holder,
+    holder: Arc<Holder>,
     fencing_token: u64,
     lease: Duration,
     confirmed_at: Instant,
@@ -1410,7 +1410,7 @@ impl Backend for MemcachedBackend {
                 match verdict? {
                     Some(true) => locks.push(LockInfo {
                         name: local.name.clone(),
-                        holder: Some(local.holder.clone()),
+                        holder: Some(Holder::clone(&local.holder)),
                         fencing_token: Some(local.fencing_token),
                         expires_in: Some(
                             (local.confirmed_at + local.lease)

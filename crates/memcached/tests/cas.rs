@@ -228,7 +228,7 @@ async fn a_server_without_cas_is_refused() {
         name: unique("no-cas"),
         lease_id: distlock_core::LeaseId::random(),
         lease: LEASE,
-        holder: distlock_core::Holder::this_process(None),
+        holder: distlock_core::Holder::this_process(None).into(),
     };
     let error = backend
         .try_acquire(&request)

@@ -31,7 +31,7 @@ fn request(name: &LockName, lease: Duration) -> AcquireRequest {
         name: name.clone(),
         lease_id: LeaseId::random(),
         lease,
-        holder: Holder::this_process(Some("hand-over-tests")),
+        holder: Holder::this_process(Some("hand-over-tests")).into(),
     }
 }
 

@@ -104,7 +104,7 @@ async fn losing_two_of_three_loses_the_lock() {
             name: name.clone(),
             lease_id: distlock_core::LeaseId::random(),
             lease: Duration::from_secs(2),
-            holder: distlock_core::Holder::this_process(None),
+            holder: distlock_core::Holder::this_process(None).into(),
         })
         .await;
     assert!(

@@ -65,7 +65,7 @@ async fn leases_over_thirty_days_are_refused_naming_the_lease() {
         name: name.clone(),
         lease_id: LeaseId::random(),
         lease: Duration::from_secs(31 * 86_400),
-        holder: Holder::this_process(None),
+        holder: Holder::this_process(None).into(),
     };
     match backend.try_acquire(&request).await {
         Err(Error::InvalidConfig { field, reason }) => {
@@ -151,7 +151,7 @@ async fn waiters_learn_when_the_lease_ends() {
         name: name.clone(),
         lease_id: LeaseId::random(),
         lease: Duration::from_secs(30),
-        holder: Holder::this_process(None),
+        holder: Holder::this_process(None).into(),
     };
     match backend.try_acquire(&request).await.expect("try") {
         Attempt::Held {

@@ -227,7 +227,8 @@ mod tests {
                 host: "$host".into(),
                 pid: 7,
                 label: label.map(str::to_owned),
-            },
+            }
+            .into(),
         }
     }
 
@@ -260,7 +261,7 @@ mod tests {
         for label in [None, Some("l")] {
             let request = request("n", label);
             let stored = doc! { HOLDER: holder(&request.holder) };
-            assert_eq!(read_holder(&stored), Some(request.holder.clone()));
+            assert_eq!(read_holder(&stored).as_ref(), Some(&*request.holder));
         }
     }
 

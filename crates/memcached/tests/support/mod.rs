@@ -41,7 +41,7 @@ pub async fn grant(backend: &dyn Backend, name: &LockName, lease: Duration) -> O
         name: name.clone(),
         lease_id: LeaseId::random(),
         lease,
-        holder: Holder::this_process(Some("memcached-tests")),
+        holder: Holder::this_process(Some("memcached-tests")).into(),
     };
     match backend.try_acquire(&request).await.expect("try_acquire") {
         Attempt::Acquired { fencing_token } => Some(Lease {

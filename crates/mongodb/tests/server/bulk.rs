@@ -14,7 +14,7 @@ async fn extend_many_extends_what_is_ours_and_reports_what_is_not() {
     let url = shared_url();
     let collection = unique("bulk");
     let backend = backend_at(&url, &collection).await;
-    let holder = Holder::this_process(Some("bulk"));
+    let holder = std::sync::Arc::new(Holder::this_process(Some("bulk")));
     let mut leases = Vec::new();
     for i in 0..60 {
         let lease = Lease {

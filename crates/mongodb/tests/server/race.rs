@@ -29,7 +29,7 @@ async fn thirty_two_racers_for_a_fresh_name_make_one_winner_and_no_error() {
                 name: name.clone(),
                 lease_id: LeaseId::random(),
                 lease: Duration::from_secs(30),
-                holder: Holder::this_process(Some(&format!("racer {racer}"))),
+                holder: Holder::this_process(Some(&format!("racer {racer}"))).into(),
             };
             racers.push(tokio::spawn(async move {
                 barrier.wait().await;
