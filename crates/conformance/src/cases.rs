@@ -137,6 +137,36 @@ pub async fn cancelled_acquire_leaves_nothing_held(fixture: &dyn Fixture) {
     guard.release().await.expect("release");
 }
 
+/// A wait cancelled through `acquire_or_cancel`, at any point, has
+/// released whatever it was granted by the time it returns: another client
+/// can take the lock at once, not only after a background release.
+pub async fn acquire_or_cancel_returns_holding_nothing(fixture: &dyn Fixture) {
+    let name = unique_name("cancel-token");
+    let a = client_with(fixture, LEAK_CATCHING_LEASE).await;
+    let b = client_with(fixture, LEAK_CATCHING_LEASE).await;
+    for round in 0..20u64 {
+        let cancel = tokio::time::sleep(Duration::from_micros(round * 250));
+        match b
+            .acquire_or_cancel(&name, Duration::from_secs(300), cancel)
+            .await
+        {
+            Ok(guard) => {
+                guard.release().await.expect("release");
+            }
+            Err(Error::Cancelled { .. }) => {}
+            Err(error) => panic!("round {round}: {error}"),
+        }
+        let check = a
+            .try_acquire(&name)
+            .await
+            .expect("try_acquire")
+            .unwrap_or_else(|| {
+                panic!("round {round}: the lock was still held after the call returned")
+            });
+        check.release().await.expect("release");
+    }
+}
+
 /// Many tasks in several clients never overlap, and every grant's token is
 /// greater than the last.
 pub async fn mutual_exclusion_across_clients(fixture: &dyn Fixture) {

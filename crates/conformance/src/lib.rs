@@ -66,6 +66,7 @@ macro_rules! conformance_suite {
             zero_timeout_tries_once,
             short_timeout_is_honoured,
             cancelled_acquire_leaves_nothing_held,
+            acquire_or_cancel_returns_holding_nothing,
             mutual_exclusion_across_clients,
             local_waiters_share_one_lock,
             names_are_case_sensitive_and_exact,

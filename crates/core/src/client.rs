@@ -2,9 +2,12 @@
 //! once for every backend.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt;
+use futures::future::{Fuse, FusedFuture};
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -168,14 +171,81 @@ impl LockClient {
     /// # Cancel safety
     /// Cancel safe: dropping the future at any point leaves no lease held
     /// that nobody owns. A grant that arrives after the drop is released in
-    /// the background.
+    /// the background. To know that nothing is held when the wait ends, use
+    /// [`acquire_or_cancel`](Self::acquire_or_cancel) instead.
     pub async fn acquire(&self, name: &LockName, timeout: Duration) -> Result<LockGuard> {
         let span =
             tracing::debug_span!("acquire", name = %name, timeout_ms = timeout.as_millis() as u64);
-        self.acquire_inner(name, timeout).instrument(span).await
+        self.acquire_inner(name, timeout, std::future::pending())
+            .instrument(span)
+            .await
     }
 
-    async fn acquire_inner(&self, name: &LockName, timeout: Duration) -> Result<LockGuard> {
+    /// As [`acquire`](Self::acquire), and gives up with
+    /// [`Error::Cancelled`] when `cancel` completes.
+    ///
+    /// Dropping the future of `acquire` leaves an attempt in flight to
+    /// finish in the background, and a grant it brings to be released
+    /// there. Cancelling through `cancel` returns only once nothing is
+    /// held: an attempt in flight is waited for (it ends within the
+    /// operation timeout), and a grant it brings is released before the
+    /// error is returned. Use it when the process is about to exit, on a
+    /// signal for example: background work ends with the runtime, and a
+    /// grant nobody released would keep others waiting until its lease ran
+    /// out.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use distlock_core::{Error, LockClient, LockName, LockOptions, MemoryBackend};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Error> {
+    /// let client = LockClient::new(Arc::new(MemoryBackend::new()), LockOptions::default());
+    /// let name = LockName::new("nightly-report")?;
+    /// let held = client.acquire(&name, Duration::ZERO).await?;
+    ///
+    /// // Gives up after 50 ms, long before the 10 s timeout.
+    /// let stop = tokio::time::sleep(Duration::from_millis(50));
+    /// let waited = client.acquire_or_cancel(&name, Duration::from_secs(10), stop).await;
+    /// assert!(matches!(waited, Err(Error::Cancelled { .. })));
+    /// held.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Cancelled`] once `cancel` completed (also when it completed
+    /// while a grant arrived: the grant is released); otherwise as
+    /// [`acquire`](Self::acquire).
+    ///
+    /// # Cancel safety
+    /// Dropping the returned future is as safe as dropping `acquire`'s.
+    /// Cancelling through `cancel` leaves nothing held, except a lock that
+    /// another task of this client hands over at that very moment: that one
+    /// goes to the next task waiting, or is released in the background.
+    pub async fn acquire_or_cancel(
+        &self,
+        name: &LockName,
+        timeout: Duration,
+        cancel: impl Future<Output = ()>,
+    ) -> Result<LockGuard> {
+        let span = tracing::debug_span!(
+            "acquire_or_cancel",
+            name = %name,
+            timeout_ms = timeout.as_millis() as u64
+        );
+        self.acquire_inner(name, timeout, cancel)
+            .instrument(span)
+            .await
+    }
+
+    async fn acquire_inner(
+        &self,
+        name: &LockName,
+        timeout: Duration,
+        cancel: impl Future<Output = ()>,
+    ) -> Result<LockGuard> {
         let started = Instant::now();
         let deadline = started
             .checked_add(timeout)
@@ -184,10 +254,19 @@ impl LockClient {
             name: name.to_string(),
             waited: started.elapsed(),
         };
+        let cancelled = || {
+            tracing::debug!(outcome = "cancelled");
+            Error::Cancelled {
+                name: name.to_string(),
+                waited: started.elapsed(),
+            }
+        };
+        let mut cancel = std::pin::pin!(cancel.fuse());
         let baton = tokio::select! {
             biased;
             baton = self.inner.slots.acquire(name) => baton,
             () = tokio::time::sleep_until(deadline) => return Err(timed_out()),
+            () = &mut cancel => return Err(cancelled()),
         };
         let (permit, yielded) = match baton {
             Baton::Granted(guard) => {
@@ -196,6 +275,9 @@ impl LockClient {
                     waited_us = started.elapsed().as_micros() as u64,
                     outcome = "handed over"
                 );
+                if is_done(cancel.as_mut()) {
+                    return Err(give_back(guard, cancelled()).await);
+                }
                 return Ok(guard);
             }
             Baton::Free(permit) => (permit, false),
@@ -212,11 +294,19 @@ impl LockClient {
             // Another task of this client just held the lock through a run
             // of hand-overs: give other processes the first chance at it.
             let pause = min.min(deadline.saturating_duration_since(Instant::now()));
-            sleep_unless_released(watch.as_mut(), pause).await;
+            tokio::select! {
+                () = sleep_unless_released(watch.as_mut(), pause) => {}
+                () = &mut cancel => return Err(cancelled()),
+            }
         }
         let mut first = true;
         let mut permit = Some(permit);
         loop {
+            // An attempt is never cut short: its answer is waited for, so
+            // that a cancelled wait knows whether it must release a grant.
+            if is_done(cancel.as_mut()) {
+                return Err(cancelled());
+            }
             // The first attempt always gets the full operation timeout, so a
             // zero timeout still tries once. Later ones end at the deadline,
             // except that the attempt made at the deadline gets a moment to
@@ -235,10 +325,14 @@ impl LockClient {
                 Ok(Outcome::Held(retry_after)) => retry_after,
                 other => {
                     let permit = permit.take().expect("the permit is only taken here");
-                    return match self.finish(permit, other, started)? {
-                        Ok(guard) => Ok(guard),
+                    let guard = match self.finish(permit, other, started)? {
+                        Ok(guard) => guard,
                         Err(_) => unreachable!("held outcomes are handled above"),
                     };
+                    if is_done(cancel.as_mut()) {
+                        return Err(give_back(guard, cancelled()).await);
+                    }
+                    return Ok(guard);
                 }
             };
             let now = Instant::now();
@@ -257,7 +351,10 @@ impl LockClient {
                 (None, None) => backoff.next_wait(),
             };
             wait = wait.min(deadline - now);
-            sleep_unless_released(watch.as_mut(), wait).await;
+            tokio::select! {
+                () = sleep_unless_released(watch.as_mut(), wait) => {}
+                () = &mut cancel => return Err(cancelled()),
+            }
         }
     }
 
@@ -431,6 +528,19 @@ impl LockClient {
             }
         }
     }
+}
+
+/// Whether `cancel` has completed, without waiting for it.
+fn is_done(cancel: Pin<&mut Fuse<impl Future<Output = ()>>>) -> bool {
+    cancel.is_terminated() || cancel.now_or_never().is_some()
+}
+
+/// Releases `guard`, taken after the caller cancelled, and returns `error`.
+async fn give_back(guard: LockGuard, error: Error) -> Error {
+    if let Err(release_error) = guard.release().await {
+        tracing::warn!(%release_error, "could not release a grant that came after the wait was cancelled; it will expire");
+    }
+    error
 }
 
 /// Sleeps for `wait`, or less if `watch` reports a release first.

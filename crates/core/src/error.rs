@@ -18,6 +18,17 @@ pub enum Error {
         /// How long the caller waited.
         waited: Duration,
     },
+    /// The caller cancelled the wait (see
+    /// [`LockClient::acquire_or_cancel`](crate::LockClient::acquire_or_cancel));
+    /// nothing is held.
+    #[error("cancelled after {waited:?} waiting for lock {name}")]
+    Cancelled {
+        /// The lock that was waited for, as shown to people.
+        name: String,
+        /// How long the caller waited, including the attempt that was in
+        /// flight when the wait was cancelled.
+        waited: Duration,
+    },
     /// The lease is no longer ours: an extension was refused, or none
     /// succeeded in time.
     #[error("lost the lock {name}")]

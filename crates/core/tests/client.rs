@@ -267,6 +267,93 @@ async fn a_grant_answered_after_cancellation_is_released() {
     guard.release().await.unwrap();
 }
 
+/// Dropping `acquire` leaves a late grant to be released in the background;
+/// cancelling `acquire_or_cancel` releases it before returning, so the
+/// lock is free the moment the call ends, even if the runtime ends then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_wait_releases_the_grant_in_flight_before_it_returns() {
+    let backend = Arc::new(Instrumented::default());
+    let client = LockClient::new(backend.clone(), options(Duration::from_secs(60)));
+    let lock = name("cancelled-in-flight");
+    backend.reply_delay_ms.store(200, Ordering::SeqCst);
+    // The cancellation comes while the backend has granted but not answered.
+    let cancel = tokio::time::sleep(Duration::from_millis(50));
+    match client
+        .acquire_or_cancel(&lock, Duration::from_secs(30), cancel)
+        .await
+    {
+        Err(Error::Cancelled { name, .. }) => assert_eq!(name, "cancelled-in-flight"),
+        other => panic!("expected a cancellation, got {other:?}"),
+    }
+    assert!(
+        backend.list().await.unwrap().is_empty(),
+        "the grant was released before the call returned"
+    );
+    assert_eq!(backend.attempts.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_wait_for_a_held_lock_ends_holding_nothing() {
+    let backend = Arc::new(Instrumented::default());
+    let holder = LockClient::new(backend.clone(), options(Duration::from_secs(60)));
+    let waiter = LockClient::new(backend.clone(), options(Duration::from_secs(60)));
+    let lock = name("cancelled-while-held");
+    let held = holder.acquire(&lock, Duration::ZERO).await.unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let waiting = {
+        let (waiter, lock) = (waiter.clone(), lock.clone());
+        tokio::spawn(async move {
+            let cancel = async {
+                let _ = stopped.await;
+            };
+            waiter
+                .acquire_or_cancel(&lock, Duration::from_secs(30), cancel)
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    stop.send(()).unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("a cancelled wait ends")
+        .unwrap();
+    assert!(
+        matches!(outcome, Err(Error::Cancelled { .. })),
+        "{outcome:?}"
+    );
+    let holders = backend.list().await.unwrap();
+    assert_eq!(holders.len(), 1);
+    assert_eq!(holders[0].fencing_token, Some(held.fencing_token()));
+    held.release().await.unwrap();
+    // The waiter's slot for the name was given up: it can take the lock now.
+    let later = waiter.acquire(&lock, Duration::ZERO).await.unwrap();
+    later.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_wait_cancelled_before_it_starts_asks_nothing() {
+    let backend = Arc::new(Instrumented::default());
+    let client = LockClient::new(backend.clone(), options(Duration::from_secs(60)));
+    let outcome = client
+        .acquire_or_cancel(&name("never"), Duration::from_secs(30), async {})
+        .await;
+    assert!(
+        matches!(outcome, Err(Error::Cancelled { .. })),
+        "{outcome:?}"
+    );
+    assert_eq!(backend.attempts.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_wait_that_is_never_cancelled_acquires_as_acquire_does() {
+    let client = LockClient::new(Arc::new(MemoryBackend::new()), LockOptions::default());
+    let guard = client
+        .acquire_or_cancel(&name("plain"), Duration::ZERO, std::future::pending())
+        .await
+        .unwrap();
+    assert!(guard.release().await.unwrap());
+}
+
 #[tokio::test]
 async fn try_acquire_of_a_held_lock_is_none_not_an_error() {
     let client = LockClient::new(Arc::new(MemoryBackend::new()), LockOptions::default());
