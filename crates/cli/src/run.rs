@@ -7,6 +7,7 @@
 //! (file backend) or when its lease runs out (server backends).
 
 use std::ffi::OsString;
+use std::future::Future;
 use std::process::ExitStatus;
 use std::time::Duration;
 
@@ -15,6 +16,7 @@ use rustix::fs::{Mode, OFlags};
 use rustix::process::{Pid, Signal, getpgid, kill_process};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::oneshot;
 
 use crate::cli::RunArgs;
 use crate::exit::{self, Failure, LOST, NOT_ACQUIRED};
@@ -49,16 +51,40 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
     } else {
         args.wait.map_or(Wait::Forever, Wait::AtMost)
     };
-    let guard = tokio::select! {
-        acquired = acquire(&client, &name, wait) => acquired?,
-        signal = signals.recv() => {
-            return Err(Failure::new(
-                exit::signal_code(signal.as_raw()),
-                format!("interrupted while waiting for lock {name}; did not run {program}"),
-            ));
+    // A first signal cancels the wait, which then ends holding nothing: an
+    // attempt in flight is answered and a grant it brings released, since
+    // nothing in the background outlives distlock. A second signal leaves
+    // at once.
+    let (cancel, cancelled) = oneshot::channel::<()>();
+    let mut cancel = Some(cancel);
+    let acquiring = acquire(&client, &name, wait, async {
+        let _ = cancelled.await;
+    });
+    tokio::pin!(acquiring);
+    let mut interrupted = None;
+    let acquired = loop {
+        tokio::select! {
+            acquired = &mut acquiring => break acquired,
+            signal = signals.recv() => {
+                if interrupted.is_some() {
+                    return Err(interrupted_waiting(signal, &name, &program));
+                }
+                tracing::debug!(signal = signal.as_raw(), "cancelling the wait");
+                interrupted = Some(signal);
+                if let Some(cancel) = cancel.take() {
+                    let _ = cancel.send(());
+                }
+            }
         }
     };
-    let Some(guard) = guard else {
+    if let Some(signal) = interrupted {
+        if let Ok(Some(guard)) = acquired {
+            // Granted as the signal came: not ours to use any more.
+            let _ = guard.release().await;
+        }
+        return Err(interrupted_waiting(signal, &name, &program));
+    }
+    let Some(guard) = acquired? else {
         let waited = match wait {
             Wait::AtMost(limit) => format!(" after waiting {}", humantime::format_duration(limit)),
             Wait::Once | Wait::Forever => String::new(),
@@ -83,23 +109,33 @@ enum Wait {
     Forever,
 }
 
-/// Takes the lock; `None` when it is held elsewhere and waiting ran out.
+/// Takes the lock; `None` when it is held elsewhere and waiting ran out,
+/// or the wait was cancelled.
 async fn acquire(
     client: &LockClient,
     name: &LockName,
     wait: Wait,
+    cancel: impl Future<Output = ()>,
 ) -> Result<Option<LockGuard>, Failure> {
     let timeout = match wait {
-        Wait::Once => return Ok(client.try_acquire(name).await?),
+        // A zero timeout tries exactly once.
+        Wait::Once => Duration::ZERO,
         Wait::AtMost(timeout) => timeout,
         // The client caps an endless deadline itself.
         Wait::Forever => Duration::MAX,
     };
-    match client.acquire(name, timeout).await {
+    match client.acquire_or_cancel(name, timeout, cancel).await {
         Ok(guard) => Ok(Some(guard)),
-        Err(distlock::Error::Timeout { .. }) => Ok(None),
+        Err(distlock::Error::Timeout { .. } | distlock::Error::Cancelled { .. }) => Ok(None),
         Err(error) => Err(error.into()),
     }
+}
+
+fn interrupted_waiting(signal: Signal, name: &LockName, program: &str) -> Failure {
+    Failure::new(
+        exit::signal_code(signal.as_raw()),
+        format!("interrupted while waiting for lock {name}; did not run {program}"),
+    )
 }
 
 /// How CMD ended.

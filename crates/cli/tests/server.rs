@@ -1,0 +1,137 @@
+//! `distlock run` against a real memcached of the test's own, which the test
+//! can stop (SIGSTOP) so that an attempt gets no answer.
+
+mod common;
+
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Running, distlock, process_ended, unique, wait_until};
+use rustix::process::Signal;
+
+/// memcached on a free loopback port, killed when the test ends.
+struct Memcached {
+    child: Child,
+    port: u16,
+}
+
+impl Memcached {
+    fn start() -> Self {
+        let bin = std::env::var("MEMCACHED_BIN").unwrap_or_else(|_| {
+            panic!("MEMCACHED_BIN is not set: run the tests with scripts/test, which installs memcached")
+        });
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .expect("a free port")
+            .port();
+        // `-u root` matters only when running as root, where memcached
+        // insists on being told which user to be.
+        let child = Command::new(&bin)
+            .args(["-u", "root", "-l", "127.0.0.1", "-U", "0"])
+            .args(["-p", &port.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {bin}: {e}"));
+        wait_until("memcached listens", || {
+            TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        Self { child, port }
+    }
+
+    fn signal(&self, signal: Signal) {
+        let pid = rustix::process::Pid::from_raw(self.child.id() as i32).expect("a pid");
+        rustix::process::kill_process(pid, signal).expect("signal memcached");
+    }
+}
+
+impl Drop for Memcached {
+    fn drop(&mut self) {
+        self.signal(Signal::CONT);
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `distlock run NAME --backend URL --lease 120s -- ARGS`, logging at debug.
+fn run(url: &str, name: &str, args: &[&str]) -> Running {
+    let mut command = distlock(&["run", name, "--backend", url, "--lease", "120s", "--"]);
+    command.args(args).env("DISTLOCK_LOG", "debug");
+    Running::spawn(command)
+}
+
+/// A first signal cancels the wait but lets the attempt in flight be
+/// answered, so that a grant it brings is released rather than left to
+/// expire; a second signal leaves at once.
+#[test]
+fn a_signal_waits_for_the_attempt_in_flight_and_a_second_one_leaves_at_once() {
+    let memcached = Memcached::start();
+    // Each call may take 30 s (a quarter of the lease, within the 60 s timeout).
+    let url = format!("memcache://127.0.0.1:{}?timeout=60s", memcached.port);
+    let name = unique("hanging");
+    let holder = run(&url, &name, &["sleep", "1000"]);
+    holder.wait_for_stderr("acquired; starting the command");
+    let waiter = run(&url, &name, &["true"]);
+    waiter.wait_for_stderr("taking the lock");
+
+    memcached.signal(Signal::STOP);
+    // A waiter tries at least every 500 ms: by now an attempt is in flight,
+    // and memcached will not answer it.
+    std::thread::sleep(Duration::from_millis(1500));
+    waiter.signal(Signal::INT);
+    waiter.wait_for_stderr("cancelling the wait");
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        !process_ended(waiter.pid()),
+        "the first signal waits for the attempt in flight"
+    );
+
+    waiter.signal(Signal::INT);
+    let pid = waiter.pid();
+    let asked = Instant::now();
+    wait_until("distlock leaves after the second signal", || {
+        process_ended(pid)
+    });
+    assert!(
+        asked.elapsed() < Duration::from_secs(20),
+        "distlock left only when the attempt's 30 s ran out"
+    );
+    let finished = waiter.finish();
+    assert_eq!(finished.status.code(), Some(128 + 2), "{}", finished.stderr);
+    assert!(
+        finished.stderr.contains(&format!(
+            "distlock: interrupted while waiting for lock {name}"
+        )),
+        "{}",
+        finished.stderr
+    );
+    drop(holder);
+}
+
+/// After a first signal, the wait ends as soon as the attempt in flight is
+/// answered.
+#[test]
+fn a_signalled_wait_ends_when_the_attempt_in_flight_is_answered() {
+    let memcached = Memcached::start();
+    let url = format!("memcache://127.0.0.1:{}?timeout=60s", memcached.port);
+    let name = unique("answered");
+    let holder = run(&url, &name, &["sleep", "1000"]);
+    holder.wait_for_stderr("acquired; starting the command");
+    let waiter = run(&url, &name, &["true"]);
+    waiter.wait_for_stderr("taking the lock");
+
+    memcached.signal(Signal::STOP);
+    std::thread::sleep(Duration::from_millis(1500));
+    waiter.signal(Signal::INT);
+    waiter.wait_for_stderr("cancelling the wait");
+    memcached.signal(Signal::CONT);
+    let finished = waiter.finish();
+    assert_eq!(finished.status.code(), Some(128 + 2), "{}", finished.stderr);
+    assert!(
+        finished.stderr.contains("outcome=\"cancelled\""),
+        "the wait ended as cancelled: {}",
+        finished.stderr
+    );
+    drop(holder);
+}
