@@ -18,7 +18,7 @@ use crate::instance::{Instance, KnownCas};
 use crate::keys::{KeySpace, Ring};
 use crate::lease::{is_ours, lease_ttl, lock_value, token_seed};
 use crate::pool::{BACKEND, Server};
-use crate::proto::{Batch, Code, Key, Reply};
+use crate::proto::{Batch, Code, Inline, Key, Reply};
 
 /// How long a fencing-token counter outlives its last use, in seconds
 /// (30 days, memcached's longest relative expiry). Counters of names that
@@ -197,7 +197,7 @@ enum Ownership {
     Ours {
         cas: u64,
         from: Option<Instance>,
-        value: Vec<u8>,
+        value: Inline,
     },
     Other,
     Missing,
@@ -775,7 +775,7 @@ async fn extend_on(
     }
     for _ in 0..CAS_RETRIES {
         let (expected, value) = match read_on(server, key, id, deadline).await? {
-            Ownership::Ours { cas, from, value } => ((from, cas), Arc::<[u8]>::from(value)),
+            Ownership::Ours { cas, from, value } => ((from, cas), Arc::<[u8]>::from(&value[..])),
             Ownership::Other => return Ok(Extended::NotOurs),
             Ownership::Missing => return Ok(Extended::Missing),
         };
@@ -1050,7 +1050,7 @@ impl Backend for MemcachedBackend {
             }
             let copies = Copies {
                 owner: request.lease_id,
-                value: value.into(),
+                value,
                 cas: granted
                     .iter()
                     .filter_map(|grant| Some((grant.server, grant.cas?)))
@@ -1272,7 +1272,7 @@ impl Backend for MemcachedBackend {
         let ttl = lease_ttl(next.lease)?;
         let server = self.ring.server_of(&lease.name);
         let (key, token_key) = self.keys.both_keys(&lease.name);
-        let value: Arc<[u8]> = lock_value(next.lease_id, &next.name, &next.holder).into();
+        let value = lock_value(next.lease_id, &next.name, &next.holder);
         let next_grant = NextGrant {
             key: &key,
             token_key: &token_key,

@@ -343,7 +343,7 @@ mod tests {
         match &outcomes[0] {
             Ok(Answer::Meta(reply)) => {
                 assert_eq!(reply.code, Code::Va);
-                String::from_utf8(reply.value.clone().unwrap()).unwrap()
+                String::from_utf8(reply.value.clone().unwrap().to_vec()).unwrap()
             }
             other => panic!("{other:?}"),
         }

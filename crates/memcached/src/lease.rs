@@ -3,8 +3,11 @@
 
 use std::time::{Duration, SystemTime};
 
+use std::sync::Arc;
+
 use distlock_core::{Error, Holder, LeaseId, LockName, Result};
 use serde::Serialize;
+use smallvec::SmallVec;
 
 /// The longest relative expiry memcached accepts, in seconds (30 days).
 /// A larger number is read as a Unix timestamp.
@@ -79,10 +82,10 @@ const SHORTENED_FIELD: usize = 24;
 /// feed, and JSON naming the lock and its holder, for people inspecting
 /// the cache. The JSON is informative only, and shortened (or, at worst,
 /// left empty) to keep the value within [`MAX_LOCK_VALUE`] bytes.
-pub(crate) fn lock_value(id: LeaseId, name: &LockName, holder: &Holder) -> Vec<u8> {
+pub(crate) fn lock_value(id: LeaseId, name: &LockName, holder: &Holder) -> Arc<[u8]> {
     let value = value_with(id, name.as_str(), holder);
     if value.len() <= MAX_LOCK_VALUE {
-        return value;
+        return Arc::from(&value[..]);
     }
     let shortened = Holder {
         host: shorten(&holder.host),
@@ -91,21 +94,22 @@ pub(crate) fn lock_value(id: LeaseId, name: &LockName, holder: &Holder) -> Vec<u
     };
     let value = value_with(id, &shorten(name.as_str()), &shortened);
     if value.len() <= MAX_LOCK_VALUE {
-        return value;
+        return Arc::from(&value[..]);
     }
-    format!("{id}\n{{}}").into_bytes()
+    Arc::from(format!("{id}\n{{}}").into_bytes())
 }
 
-fn value_with(id: LeaseId, name: &str, holder: &Holder) -> Vec<u8> {
+/// A lock value as it is built: on the stack up to [`MAX_LOCK_VALUE`] and
+/// some, so that a grant allocates only the value it keeps.
+type ValueBuffer = SmallVec<[u8; MAX_LOCK_VALUE + 40]>;
+
+fn value_with(id: LeaseId, name: &str, holder: &Holder) -> ValueBuffer {
     #[derive(Serialize)]
     struct Details<'a> {
         name: &'a str,
         holder: &'a Holder,
     }
-    // Room for the identity, the JSON around the strings, and the strings
-    // (escapes aside), so that serialising seldom grows the buffer.
-    let label = holder.label.as_deref().map_or(0, str::len);
-    let mut value = Vec::with_capacity(128 + name.len() + holder.host.len() + label);
+    let mut value = ValueBuffer::new();
     value.extend_from_slice(&hex_id(id));
     value.push(b'\n');
     serde_json::to_writer(&mut value, &Details { name, holder })
@@ -192,7 +196,7 @@ mod tests {
         assert!(is_ours(&value, id));
         assert!(!is_ours(&value, LeaseId::random()));
         assert!(!is_ours(id.to_string().as_bytes(), id));
-        let text = String::from_utf8(value).unwrap();
+        let text = String::from_utf8(value.to_vec()).unwrap();
         let (_, json) = text.split_once('\n').unwrap();
         let parsed: serde_json::Value = serde_json::from_str(json).unwrap();
         assert_eq!(parsed["name"], "a\r\nb\0");
@@ -221,14 +225,14 @@ mod tests {
                 let value = lock_value(id, name, &Holder::this_process(label));
                 assert!(value.len() <= MAX_LOCK_VALUE, "{} bytes", value.len());
                 assert!(is_ours(&value, id));
-                let text = String::from_utf8(value).unwrap();
+                let text = String::from_utf8(value.to_vec()).unwrap();
                 let (_, json) = text.split_once('\n').unwrap();
                 let parsed: serde_json::Value = serde_json::from_str(json).unwrap();
                 assert!(parsed.is_object());
             }
         }
         let shortened = lock_value(id, &long_name, &Holder::this_process(Some("x")));
-        let text = String::from_utf8(shortened).unwrap();
+        let text = String::from_utf8(shortened.to_vec()).unwrap();
         assert!(
             text.contains(&format!("{}…", "n".repeat(SHORTENED_FIELD))),
             "{text}"

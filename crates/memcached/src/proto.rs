@@ -14,6 +14,8 @@
 use std::fmt;
 use std::io::Write as _;
 
+use smallvec::SmallVec;
+
 /// The longest key memcached accepts, in bytes.
 pub(crate) const MAX_KEY_LEN: usize = 250;
 
@@ -183,25 +185,30 @@ pub(crate) enum Code {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Reply {
     pub(crate) code: Code,
-    /// The returned flags, as sent (`c123 t45`).
-    flags: String,
+    /// The returned flags, as sent (`c123 t45`): ASCII.
+    flags: Inline,
     /// The data block of a `VA` reply, or a `SERVER_ERROR`'s message.
-    pub(crate) value: Option<Vec<u8>>,
+    pub(crate) value: Option<Inline>,
 }
+
+/// Bytes of a reply, kept inline when short, as flags and counters are:
+/// every command gets a reply, and most would otherwise allocate.
+pub(crate) type Inline = SmallVec<[u8; 32]>;
 
 impl Reply {
     /// A command's `SERVER_ERROR`, as a reply of its own.
     pub(crate) fn server_error(message: &str) -> Self {
         Self {
             code: Code::ServerError,
-            flags: String::new(),
-            value: Some(message.as_bytes().to_vec()),
+            flags: Inline::new(),
+            value: Some(Inline::from_slice(message.as_bytes())),
         }
     }
 
     /// The token of the returned flag `letter` (`c` in `c123` gives `123`).
     pub(crate) fn flag(&self, letter: char) -> Option<&str> {
-        self.flags
+        std::str::from_utf8(&self.flags)
+            .ok()?
             .split(' ')
             .find_map(|token| token.strip_prefix(letter))
     }
@@ -305,7 +312,7 @@ pub(crate) fn parse(buf: &[u8], expect: Expect) -> Result<Option<(usize, Outcome
                 if &buf[used + size..end] != b"\r\n" {
                     return Err(Malformed("a data block does not end in CRLF".into()));
                 }
-                let value = buf[used..used + size].to_vec();
+                let value = Inline::from_slice(&buf[used..used + size]);
                 used = end;
                 (Some(value), flags)
             } else {
@@ -313,7 +320,7 @@ pub(crate) fn parse(buf: &[u8], expect: Expect) -> Result<Option<(usize, Outcome
             };
             let reply = Reply {
                 code,
-                flags: flags.to_owned(),
+                flags: Inline::from_slice(flags.as_bytes()),
                 value,
             };
             Ok(Some((used, Ok(Answer::Meta(reply)))))
