@@ -5,7 +5,10 @@ mod common;
 
 use std::process::Command;
 
-use common::{Running, Scratch, lock_is_free, process_ended, run_sh, unique, wait_until};
+use common::{
+    Running, Scratch, assert_interrupted_while_waiting, lock_is_free, process_ended, run_sh,
+    unique, wait_until,
+};
 use rustix::process::Signal;
 
 #[test]
@@ -254,15 +257,7 @@ fn a_signal_while_waiting_stops_without_running_the_command() {
     waiter.wait_for_stderr("taking the lock");
 
     waiter.signal(Signal::INT);
-    let finished = waiter.finish();
-    assert_eq!(finished.status.code(), Some(128 + 2), "{}", finished.stderr);
-    assert!(
-        finished.stderr.contains(&format!(
-            "distlock: interrupted while waiting for lock {name}"
-        )),
-        "{}",
-        finished.stderr
-    );
+    assert_interrupted_while_waiting(&waiter.finish(), &name);
     assert!(!ran.exists(), "the command must not run");
 }
 

@@ -184,6 +184,19 @@ impl Drop for Running {
     }
 }
 
+/// Checks that `finished` is a `distlock run` that a SIGINT stopped while
+/// it waited for lock `name`.
+pub fn assert_interrupted_while_waiting(finished: &Finished, name: &str) {
+    assert_eq!(finished.status.code(), Some(128 + 2), "{}", finished.stderr);
+    assert!(
+        finished.stderr.contains(&format!(
+            "distlock: interrupted while waiting for lock {name}"
+        )),
+        "{}",
+        finished.stderr
+    );
+}
+
 /// Polls `done` until it holds; fails the test after the poll limit.
 pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     let started = Instant::now();
