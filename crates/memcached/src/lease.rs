@@ -1,9 +1,8 @@
 //! Leases as memcached expiry times, fencing-token seeds, and what a lock
 //! key stores.
 
-use std::time::{Duration, SystemTime};
-
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use distlock_core::{Error, Holder, LeaseId, LockName, Result};
 use serde::Serialize;
