@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use distlock::{
     AcquireRequest, Attempt, Backend, Capabilities, HandOver, Lease, LockInfo, LockName,
-    ReleaseWatch, Result,
+    ReleaseWatch, Result, WaitState,
 };
 
 /// Calls made through a [`Counting`] backend.
@@ -50,9 +50,13 @@ impl Backend for Counting {
         self.inner.call_bound(lease)
     }
 
-    async fn try_acquire(&self, request: &AcquireRequest) -> Result<Attempt> {
+    async fn try_acquire(&self, request: &AcquireRequest, wait: &mut WaitState) -> Result<Attempt> {
         self.calls.acquire.fetch_add(1, Ordering::Relaxed);
-        self.inner.try_acquire(request).await
+        self.inner.try_acquire(request, wait).await
+    }
+
+    async fn end_wait(&self, request: &AcquireRequest, wait: WaitState) -> Result<()> {
+        self.inner.end_wait(request, wait).await
     }
 
     async fn extend(&self, lease: &Lease) -> Result<bool> {
@@ -94,9 +98,5 @@ impl Backend for Counting {
 
     fn watch_releases(&self, name: &LockName) -> Option<ReleaseWatch> {
         self.inner.watch_releases(name)
-    }
-
-    fn abandon(&self, lease: &Lease) {
-        self.inner.abandon(lease);
     }
 }

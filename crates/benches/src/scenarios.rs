@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use distlock::{
-    AcquireRequest, Attempt, Backend, Holder, Lease, LeaseId, LockClient, LockName, LockOptions,
+    AcquireRequest, Attempt, Backend, Claim, Holder, LockClient, LockName, LockOptions, WaitState,
 };
 use futures::StreamExt;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -202,25 +202,18 @@ async fn backend_cycles(backend: &dyn Backend, name: &LockName, seconds: Duratio
     let started = Instant::now();
     let mut cycles = 0u64;
     while started.elapsed() < seconds {
-        let request = AcquireRequest {
-            name: name.clone(),
-            lease_id: LeaseId::random(),
-            lease,
-            holder: holder.clone(),
-        };
-        let Attempt::Acquired { fencing_token } = backend
-            .try_acquire(&request)
+        let request = AcquireRequest::new(name.clone(), Claim::Exclusive, lease, holder.clone());
+        let Attempt::Acquired {
+            fencing_token,
+            state,
+        } = backend
+            .try_acquire(&request, &mut WaitState::new())
             .await
             .map_err(|e| e.to_string())?
         else {
             return Err("an uncontended lock was held".into());
         };
-        let lease = Lease {
-            name: name.clone(),
-            id: request.lease_id,
-            fencing_token,
-            lease,
-        };
+        let lease = request.granted(fencing_token, state);
         backend.release(&lease).await.map_err(|e| e.to_string())?;
         cycles += 1;
     }

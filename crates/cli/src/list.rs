@@ -1,22 +1,27 @@
 //! `distlock list`: the locks held now, as a table or as JSON.
 //!
-//! The JSON shape is stable: an array of objects, sorted by name, each
+//! The JSON shape is stable: an array of objects, one per holder (a shared
+//! lock or a semaphore has one per reader or permit), sorted by name, each
 //!
 //! ```json
 //! {
 //!   "name": "nightly-report",
+//!   "kind": "semaphore",
+//!   "permits": {"in_use": 2, "limit": 4},
 //!   "holder": {"host": "web-1", "pid": 4242, "label": "distlock run make"},
 //!   "fencing_token": 1718000000123,
 //!   "expires_in_ms": 29500
 //! }
 //! ```
 //!
-//! `holder` and `fencing_token` are `null` when the backend does not know
-//! them, `label` is `null` when the holder set none, and `expires_in_ms` is
-//! `null` when the lock lasts as long as its holder's process (the file
-//! backend). Names are exact (JSON escapes any control characters).
+//! `kind` is `exclusive`, `shared` or `semaphore`; `permits` is `null`
+//! except for a semaphore. `holder` and `fencing_token` are `null` when the
+//! backend does not know them, `label` is `null` when the holder set none,
+//! and `expires_in_ms` is `null` when the lock lasts as long as its
+//! holder's process (the file backend). Names are exact (JSON escapes any
+//! control characters).
 
-use distlock::{LockClient, LockInfo, LockOptions};
+use distlock::{LockClient, LockInfo, LockKind, LockOptions, Permits};
 use serde::Serialize;
 
 use crate::cli::ListArgs;
@@ -28,6 +33,8 @@ use crate::text;
 #[derive(Debug, Serialize)]
 struct Listed<'a> {
     name: &'a str,
+    kind: LockKind,
+    permits: Option<Permits>,
     holder: Option<ListedHolder<'a>>,
     fencing_token: Option<u64>,
     expires_in_ms: Option<u64>,
@@ -45,6 +52,8 @@ impl<'a> From<&'a LockInfo> for Listed<'a> {
     fn from(info: &'a LockInfo) -> Self {
         Self {
             name: info.name.as_str(),
+            kind: info.kind,
+            permits: info.permits,
             holder: info.holder.as_ref().map(|holder| ListedHolder {
                 host: &holder.host,
                 pid: holder.pid,
@@ -88,6 +97,7 @@ pub(crate) async fn list(args: ListArgs) -> Result<u8, Failure> {
 fn table(locks: &[LockInfo]) -> String {
     let mut rows = vec![[
         "NAME".to_owned(),
+        "KIND".to_owned(),
         "HOLDER".to_owned(),
         "TOKEN".to_owned(),
         "TIME LEFT".to_owned(),
@@ -95,6 +105,10 @@ fn table(locks: &[LockInfo]) -> String {
     for info in locks {
         rows.push([
             info.name.to_string(),
+            match info.permits {
+                Some(permits) => format!("{} {}/{}", info.kind, permits.in_use, permits.limit),
+                None => info.kind.to_string(),
+            },
             info.holder.as_ref().map_or_else(
                 || "-".to_owned(),
                 |holder| {
@@ -116,7 +130,7 @@ fn table(locks: &[LockInfo]) -> String {
             },
         ]);
     }
-    let widths: Vec<usize> = (0..4)
+    let widths: Vec<usize> = (0..rows[0].len())
         .map(|column| {
             rows.iter()
                 .map(|row| row[column].chars().count())
@@ -153,6 +167,8 @@ mod tests {
     fn info(name: &str, expires_in: Option<Duration>) -> LockInfo {
         LockInfo {
             name: LockName::new(name).unwrap(),
+            kind: LockKind::Exclusive,
+            permits: None,
             holder: Some(Holder {
                 host: "h".into(),
                 pid: 7,
@@ -174,6 +190,30 @@ mod tests {
         assert!(lines[1].starts_with("a\\nb"), "{shown}");
         assert!(lines[1].ends_with("until the holder exits"), "{shown}");
         assert!(lines[2].ends_with("1s 500ms"), "{shown}");
+        assert!(lines[0].starts_with("NAME  KIND"), "{shown}");
+    }
+
+    #[test]
+    fn semaphore_holders_show_their_permits() {
+        let permit = LockInfo {
+            kind: LockKind::Semaphore,
+            permits: Some(Permits {
+                in_use: 2,
+                limit: 4,
+            }),
+            ..info("exports", None)
+        };
+        let shown = table(std::slice::from_ref(&permit));
+        assert!(
+            shown.lines().nth(1).unwrap().contains("semaphore 2/4"),
+            "{shown}"
+        );
+        let value = serde_json::to_value(Listed::from(&permit)).unwrap();
+        assert_eq!(value["kind"], "semaphore");
+        assert_eq!(
+            value["permits"],
+            serde_json::json!({"in_use": 2, "limit": 4})
+        );
     }
 
     #[test]
@@ -184,6 +224,8 @@ mod tests {
             value,
             serde_json::json!({
                 "name": "x",
+                "kind": "exclusive",
+                "permits": null,
                 "holder": {"host": "h", "pid": 7, "label": null},
                 "fencing_token": 3,
                 "expires_in_ms": 2000

@@ -330,23 +330,25 @@ pub async fn list_shows_held_locks(fixture: &dyn Fixture) {
 }
 
 fn request(name: &LockName, lease: Duration) -> AcquireRequest {
-    AcquireRequest {
-        name: name.clone(),
-        lease_id: LeaseId::random(),
+    AcquireRequest::new(
+        name.clone(),
+        distlock_core::Claim::Exclusive,
         lease,
-        holder: Holder::this_process(Some("conformance")).into(),
-    }
+        Holder::this_process(Some("conformance")).into(),
+    )
 }
 
 async fn grant(backend: &dyn Backend, name: &LockName, lease: Duration) -> Lease {
     let request = request(name, lease);
-    match backend.try_acquire(&request).await.expect("try_acquire") {
-        Attempt::Acquired { fencing_token } => Lease {
-            name: name.clone(),
-            id: request.lease_id,
+    match backend
+        .try_acquire(&request, &mut distlock_core::WaitState::new())
+        .await
+        .expect("try_acquire")
+    {
+        Attempt::Acquired {
             fencing_token,
-            lease,
-        },
+            state,
+        } => request.granted(fencing_token, state),
         held => panic!("expected a grant on a fresh name, got {held:?}"),
     }
 }
@@ -405,8 +407,12 @@ pub async fn hand_over_is_atomic_and_owner_checked(fixture: &dyn Fixture) {
         assert!(backend.release(&old).await.expect("release"));
         return;
     }
-    let fencing_token = match backend.hand_over(&old, &next).await.expect("hand over") {
-        HandOver::Granted { fencing_token, .. } => fencing_token,
+    let (fencing_token, state) = match backend.hand_over(&old, &next).await.expect("hand over") {
+        HandOver::Granted {
+            fencing_token,
+            state,
+            ..
+        } => (fencing_token, state),
         HandOver::NotOurs => panic!("a live grant of ours must be handed over"),
     };
     assert!(
@@ -414,12 +420,7 @@ pub async fn hand_over_is_atomic_and_owner_checked(fixture: &dyn Fixture) {
         "{fencing_token} after {}",
         old.fencing_token
     );
-    let new = Lease {
-        name: name.clone(),
-        id: next.lease_id,
-        fencing_token,
-        lease: LEAK_CATCHING_LEASE,
-    };
+    let new = next.granted(fencing_token, state);
     let other = client(fixture).await;
     assert!(
         other.try_acquire(&name).await.expect("try").is_none(),
@@ -437,7 +438,10 @@ pub async fn hand_over_is_atomic_and_owner_checked(fixture: &dyn Fixture) {
         .hand_over(&old, &request(&name, LEAK_CATCHING_LEASE))
         .await
         .expect("stale hand-over");
-    assert_eq!(stale, HandOver::NotOurs, "a stale grant hands nothing over");
+    assert!(
+        matches!(stale, HandOver::NotOurs),
+        "a stale grant hands nothing over"
+    );
     assert!(
         backend.extend(&new).await.expect("extend new"),
         "the new grant is live"
@@ -451,9 +455,8 @@ pub async fn hand_over_is_atomic_and_owner_checked(fixture: &dyn Fixture) {
         .hand_over(&short, &request(&name, LEAK_CATCHING_LEASE))
         .await
         .expect("late hand-over");
-    assert_eq!(
-        late,
-        HandOver::NotOurs,
+    assert!(
+        matches!(late, HandOver::NotOurs),
         "an expired grant hands nothing over"
     );
     let after = other
@@ -528,10 +531,11 @@ pub async fn fencing_tokens_increase_across_release_and_expiry(fixture: &dyn Fix
     // A holder that vanishes without releasing.
     let backend = fixture.backend().await;
     let lease = grant(&*backend, &name, fixture.lease()).await;
-    assert!(lease.fencing_token > t2);
-    if backend.capabilities().process_bound {
-        backend.abandon(&lease);
-    }
+    let vanished = lease.fencing_token;
+    assert!(vanished > t2);
+    // Dropping the lease drops its grant state: a process-bound lock (an
+    // open file) ends with it, as when its process dies; others expire.
+    drop(lease);
     let third = bounded(
         "acquire after the holder vanished",
         a.acquire(&name, fixture.lease() * 5),
@@ -539,10 +543,9 @@ pub async fn fencing_tokens_increase_across_release_and_expiry(fixture: &dyn Fix
     .await
     .expect("the vanished holder's lease ends");
     assert!(
-        third.fencing_token() > lease.fencing_token,
-        "{} after {}",
+        third.fencing_token() > vanished,
+        "{} after {vanished}",
         third.fencing_token(),
-        lease.fencing_token
     );
     third.release().await.expect("release");
 }

@@ -12,8 +12,11 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
+use crate::claim::{Claim, LockKind, Permits};
 use crate::error::Result;
+use crate::lease::LossReporter;
 use crate::name::LockName;
+use crate::state::{GrantState, WaitState};
 use crate::wake::ReleaseWatch;
 
 /// The random 128-bit identity of one grant. A backend extends and releases
@@ -83,6 +86,8 @@ impl Holder {
 pub struct AcquireRequest {
     /// The lock.
     pub name: LockName,
+    /// What is asked for on it.
+    pub claim: Claim,
     /// The identity to store with the grant.
     pub lease_id: LeaseId,
     /// How long the grant lasts unless extended.
@@ -90,15 +95,55 @@ pub struct AcquireRequest {
     /// Who asks, recorded for inspection. Shared: a client asks with the
     /// same holder every time.
     pub holder: Arc<Holder>,
+    /// Whether core tries again should this attempt find the lock held.
+    /// A backend that records waiters (a waiting writer keeps new readers
+    /// out) records one only then, so that a single try leaves no trace.
+    pub retries: bool,
+    /// Ends the grant's [`lost`](crate::LockGuard::lost) signal, for a
+    /// backend that learns of a loss by itself (a pinned connection that
+    /// dropped, a key that was deleted). A backend keeps it only with the
+    /// grant it makes, in its [`GrantState`] or a task of its own.
+    pub loss: LossReporter,
+}
+
+impl AcquireRequest {
+    /// A request for `claim` on `name` with a fresh identity, tried once.
+    pub fn new(name: LockName, claim: Claim, lease: Duration, holder: Arc<Holder>) -> Self {
+        Self {
+            name,
+            claim,
+            lease_id: LeaseId::random(),
+            lease,
+            holder,
+            retries: false,
+            loss: LossReporter::new(),
+        }
+    }
+
+    /// The lease this request's grant is, once granted with
+    /// `fencing_token` and `state`.
+    pub fn granted(&self, fencing_token: u64, state: GrantState) -> Lease {
+        Lease {
+            name: self.name.clone(),
+            claim: self.claim,
+            id: self.lease_id,
+            fencing_token,
+            lease: self.lease,
+            state,
+        }
+    }
 }
 
 /// What one attempt gave.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum Attempt {
     /// The lock is ours, with this fencing token.
     Acquired {
         /// Strictly greater than every token granted before for this name.
         fencing_token: u64,
+        /// What the backend keeps for this grant; it comes back with the
+        /// grant's [`Lease`].
+        state: GrantState,
     },
     /// Someone else holds it.
     Held {
@@ -109,7 +154,7 @@ pub enum Attempt {
 }
 
 /// What a [`Backend::hand_over`] did.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum HandOver {
     /// The old lease ended and the new one began in the same step, with
     /// this fencing token.
@@ -123,6 +168,8 @@ pub enum HandOver {
         /// confirmed that lease: the new grant then lasts a lease from then,
         /// and is extended as that lease would have been.
         confirmed_at: Option<Instant>,
+        /// What the backend keeps for the new grant.
+        state: GrantState,
     },
     /// The old lease was no longer ours, so nothing changed.
     NotOurs,
@@ -133,12 +180,16 @@ pub enum HandOver {
 pub struct Lease {
     /// The lock.
     pub name: LockName,
+    /// What was granted on it.
+    pub claim: Claim,
     /// The grant's identity.
     pub id: LeaseId,
     /// The grant's fencing token.
     pub fencing_token: u64,
     /// How long each grant or extension lasts.
     pub lease: Duration,
+    /// What the backend keeps for this grant, as it gave it.
+    pub state: GrantState,
 }
 
 /// What a backend can do, where backends differ.
@@ -159,6 +210,10 @@ pub struct Capabilities {
     /// [`Backend::hand_over`] is implemented, so a lock can pass from one
     /// task of a client to the next in one step, without being released.
     pub hand_over: bool,
+    /// [`Claim::Shared`] is granted, so a name is a reader-writer lock.
+    pub shared: bool,
+    /// [`Claim::Permit`] is granted, so a name can be a semaphore.
+    pub semaphores: bool,
 }
 
 impl Capabilities {
@@ -170,6 +225,29 @@ impl Capabilities {
             cross_process: true,
             lists_every_holder: true,
             hand_over: false,
+            shared: false,
+            semaphores: false,
+        }
+    }
+
+    /// These capabilities with shared (reader) locks or without.
+    pub const fn with_shared(mut self, on: bool) -> Self {
+        self.shared = on;
+        self
+    }
+
+    /// These capabilities with semaphores or without.
+    pub const fn with_semaphores(mut self, on: bool) -> Self {
+        self.semaphores = on;
+        self
+    }
+
+    /// Whether `claim` is granted at all.
+    pub const fn grants(&self, claim: Claim) -> bool {
+        match claim {
+            Claim::Exclusive => true,
+            Claim::Shared => self.shared,
+            Claim::Permit { .. } => self.semaphores,
         }
     }
 
@@ -205,11 +283,17 @@ impl Capabilities {
     }
 }
 
-/// A lock as [`Backend::list`] sees it.
+/// One holder of a lock, as [`Backend::list`] sees it. A name held by
+/// several readers, or by several permits of a semaphore, has one entry per
+/// holder.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockInfo {
     /// The lock's name, exactly as given.
     pub name: LockName,
+    /// The holder's kind.
+    pub kind: LockKind,
+    /// For a semaphore, the permits in use out of its limit.
+    pub permits: Option<Permits>,
     /// Who holds it, when known.
     pub holder: Option<Holder>,
     /// The fencing token of the current grant, when known.
@@ -254,12 +338,35 @@ pub trait Backend: Send + Sync + fmt::Debug {
         None
     }
 
-    /// Tries once to take `request.name`.
+    /// Tries once to take `request.claim` on `request.name`.
+    ///
+    /// `wait` is this wait's state: empty at its first attempt, and handed
+    /// back as this call left it on each later attempt of the same wait.
+    /// A backend that records waiters keeps what it needs to find its
+    /// record there, and clears it with the grant.
     ///
     /// # Errors
-    /// A backend error. Losing to another holder is [`Attempt::Held`], not
-    /// an error, and so is losing a race to create the lock.
-    async fn try_acquire(&self, request: &AcquireRequest) -> Result<Attempt>;
+    /// A backend error; [`Error::KindConflict`](crate::Error::KindConflict)
+    /// when the name is held as another kind, or as a semaphore with
+    /// another limit; [`Error::Unsupported`](crate::Error::Unsupported) for
+    /// a claim this backend does not grant. Losing to another holder is
+    /// [`Attempt::Held`], not an error, and so is losing a race to create
+    /// the lock.
+    async fn try_acquire(&self, request: &AcquireRequest, wait: &mut WaitState) -> Result<Attempt>;
+
+    /// Called once when a wait whose state is not empty ends without a
+    /// grant (it timed out, failed, or was cancelled), with the last
+    /// request and that state, so the backend can remove what it recorded.
+    /// The default drops the state. A backend must not rely on this call
+    /// alone: a process that dies mid-wait never makes it, so records of
+    /// waiters must expire by themselves.
+    ///
+    /// # Errors
+    /// A backend error; core logs it and carries on.
+    async fn end_wait(&self, request: &AcquireRequest, wait: WaitState) -> Result<()> {
+        let _ = (request, wait);
+        Ok(())
+    }
 
     /// Extends `lease` by its lease period if it is still ours.
     /// Returns `Ok(false)` when it is not: that lease is lost.
@@ -301,7 +408,7 @@ pub trait Backend: Send + Sync + fmt::Debug {
     async fn release(&self, lease: &Lease) -> Result<bool>;
 
     /// Ends `lease` and grants `next` in one atomic step, if `lease` is
-    /// still ours; otherwise changes nothing. The lock is never free in
+    /// still ours; otherwise changes nothing. Both are exclusive. The lock is never free in
     /// between, so no other process can take it, and the new grant gets a
     /// fresh identity and a fencing token greater than the old one's.
     ///
@@ -326,9 +433,9 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// A backend error.
     async fn list(&self) -> Result<Vec<LockInfo>>;
 
-    /// Releases `name` whoever holds it: an administrator's tool. The holder
-    /// learns it lost the lock at its next extension. Returns whether the
-    /// lock was held.
+    /// Releases `name` from every holder: an administrator's tool. Each
+    /// holder learns it lost the lock at its next extension. Returns
+    /// whether the lock was held.
     ///
     /// # Errors
     /// A backend error, or [`Error::Unsupported`](crate::Error::Unsupported).
@@ -339,12 +446,5 @@ pub trait Backend: Send + Sync + fmt::Debug {
     fn watch_releases(&self, name: &LockName) -> Option<ReleaseWatch> {
         let _ = name;
         None
-    }
-
-    /// Called instead of [`release`](Self::release) when a guard is dropped
-    /// where no async runtime can run the release. It must not block. The
-    /// default does nothing: the lease's expiry is the safety net.
-    fn abandon(&self, lease: &Lease) {
-        let _ = lease;
     }
 }

@@ -11,15 +11,15 @@ use futures::future::{Fuse, FusedFuture};
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::backend::{AcquireRequest, Attempt, Backend, Holder, Lease, LeaseId, LockInfo};
+use crate::attempt::{Asking, Outcome};
+use crate::backend::{AcquireRequest, Backend, Holder, Lease, LockInfo};
 use crate::backoff::Backoff;
-use crate::bounded;
-use crate::detach::Detach;
+use crate::claim::Claim;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::handover::Succession;
 use crate::keeper::Keeper;
-use crate::lease::{HeldLease, LostSignal};
+use crate::lease::{HeldLease, LossReporter, LostSignal};
 use crate::name::LockName;
 use crate::options::LockOptions;
 use crate::slots::{Baton, SlotPermit, Slots};
@@ -80,11 +80,6 @@ pub struct LockContext {
 /// How long the attempt made at the deadline may take to answer.
 const FINAL_ATTEMPT_BUDGET: Duration = Duration::from_millis(100);
 
-enum Outcome {
-    Granted(Lease, Instant),
-    Held(Option<Duration>),
-}
-
 impl LockClient {
     /// A client of `backend` with `options`.
     pub fn new(backend: Arc<dyn Backend>, options: LockOptions) -> Self {
@@ -123,27 +118,98 @@ impl LockClient {
         &self.inner.options
     }
 
-    /// Tries once to take `name`. Returns `Ok(None)` when it is held
-    /// elsewhere, including by another task of this client.
+    /// Tries once to take `name` exclusively. Returns `Ok(None)` when it is
+    /// held elsewhere, including by another task of this client.
     ///
     /// # Errors
-    /// A backend error, or a timeout of the single attempt (the operation
-    /// timeout of the options).
+    /// As [`try_acquire_claim`](Self::try_acquire_claim).
     ///
     /// # Cancel safety
     /// Cancel safe: if the future is dropped after the backend granted the
     /// lock, the grant is released in the background.
     pub async fn try_acquire(&self, name: &LockName) -> Result<Option<LockGuard>> {
-        let span = tracing::debug_span!("try_acquire", name = %name);
+        self.try_acquire_claim(name, Claim::Exclusive).await
+    }
+
+    /// Tries once to take a reader's share of `name`; see
+    /// [`acquire_shared`](Self::acquire_shared).
+    ///
+    /// # Errors
+    /// As [`try_acquire_claim`](Self::try_acquire_claim).
+    ///
+    /// # Cancel safety
+    /// As [`try_acquire`](Self::try_acquire).
+    pub async fn try_acquire_shared(&self, name: &LockName) -> Result<Option<LockGuard>> {
+        self.try_acquire_claim(name, Claim::Shared).await
+    }
+
+    /// Tries once to take one of `limit` permits of the semaphore `name`;
+    /// see [`acquire_permit`](Self::acquire_permit).
+    ///
+    /// # Errors
+    /// As [`try_acquire_claim`](Self::try_acquire_claim).
+    ///
+    /// # Cancel safety
+    /// As [`try_acquire`](Self::try_acquire).
+    pub async fn try_acquire_permit(
+        &self,
+        name: &LockName,
+        limit: u32,
+    ) -> Result<Option<LockGuard>> {
+        self.try_acquire_claim(name, Claim::Permit { limit }).await
+    }
+
+    /// Tries once to take `claim` on `name`. Returns `Ok(None)` when it
+    /// cannot be had now: a writer or all permits are in, or (for a
+    /// reader) a writer waits.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for a permit limit outside 1 to
+    /// [`MAX_PERMITS`](crate::MAX_PERMITS); [`Error::KindConflict`] when the
+    /// name is held as another kind; [`Error::Unsupported`] for a claim the
+    /// backend does not grant; a backend error, or a timeout of the single
+    /// attempt (the operation timeout of the options).
+    ///
+    /// # Cancel safety
+    /// As [`try_acquire`](Self::try_acquire).
+    pub async fn try_acquire_claim(
+        &self,
+        name: &LockName,
+        claim: Claim,
+    ) -> Result<Option<LockGuard>> {
+        let claim = claim.validated()?;
+        let span = tracing::debug_span!("try_acquire", name = %name, ?claim);
         async {
             let Some(permit) = self.inner.slots.try_acquire(name) else {
                 tracing::debug!(outcome = "held in this process");
                 return Ok(None);
             };
-            let outcome = self
-                .attempt(name, self.inner.options.operation_timeout())
+            let asking = Asking::new(self.request(name, claim, false));
+            let (outcome, asking) = asking
+                .attempt(
+                    &self.inner.backend,
+                    self.inner.options.operation_timeout(),
+                    self.inner.options.operation_timeout(),
+                )
                 .await;
-            self.finish(permit, outcome, Instant::now()).map(Result::ok)
+            self.end_wait(asking).await;
+            match outcome {
+                Ok(Outcome::Granted(lease, sent_at, reporter)) => Ok(Some(self.guard(
+                    permit,
+                    lease,
+                    sent_at,
+                    reporter,
+                    Instant::now(),
+                ))),
+                Ok(Outcome::Held(_)) => {
+                    tracing::debug!(outcome = "held elsewhere");
+                    Ok(None)
+                }
+                Err(error) => {
+                    tracing::debug!(%error, outcome = "error");
+                    Err(error)
+                }
+            }
         }
         .instrument(span)
         .await
@@ -174,10 +240,116 @@ impl LockClient {
     /// the background. To know that nothing is held when the wait ends, use
     /// [`acquire_or_cancel`](Self::acquire_or_cancel) instead.
     pub async fn acquire(&self, name: &LockName, timeout: Duration) -> Result<LockGuard> {
-        let span =
-            tracing::debug_span!("acquire", name = %name, timeout_ms = timeout.as_millis() as u64);
-        self.acquire_inner(name, timeout, std::future::pending())
-            .instrument(span)
+        self.acquire_claim(name, Claim::Exclusive, timeout).await
+    }
+
+    /// Waits for a reader's share of `name`, for at most `timeout`.
+    ///
+    /// Readers hold `name` together, and never while a writer (a holder
+    /// from [`acquire`](Self::acquire)) does. Once a writer waits, readers
+    /// that come after it wait behind it, so a steady stream of readers
+    /// cannot starve writers; readers already in finish first. Each reader
+    /// has its own grant, fencing token and lease.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use distlock_core::{LockClient, LockName, LockOptions, MemoryBackend};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), distlock_core::Error> {
+    /// let client = LockClient::new(Arc::new(MemoryBackend::new()), LockOptions::default());
+    /// let config = LockName::new("config")?;
+    ///
+    /// let first = client.acquire_shared(&config, Duration::from_secs(5)).await?;
+    /// let second = client.acquire_shared(&config, Duration::from_secs(5)).await?;
+    /// assert!(second.fencing_token() > first.fencing_token());
+    /// // The writer's side waits for both readers.
+    /// assert!(client.try_acquire(&config).await?.is_none());
+    /// first.release().await?;
+    /// second.release().await?;
+    /// let writer = client.acquire(&config, Duration::from_secs(5)).await?;
+    /// writer.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`acquire_claim`](Self::acquire_claim).
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Self::acquire).
+    pub async fn acquire_shared(&self, name: &LockName, timeout: Duration) -> Result<LockGuard> {
+        self.acquire_claim(name, Claim::Shared, timeout).await
+    }
+
+    /// Waits for one of `limit` permits of the semaphore `name`, for at most
+    /// `timeout`: at most `limit` holders, in every process, hold a permit
+    /// at once.
+    ///
+    /// Every permit holder has its own grant, fencing token and lease, so a
+    /// holder that dies gives its permit back when its lease ends. All
+    /// holders of a semaphore must agree on its limit: asking with another
+    /// limit than its holders' is an [`Error::KindConflict`]. A name that
+    /// nobody holds takes the limit of whoever asks first.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use distlock_core::{LockClient, LockName, LockOptions, MemoryBackend};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), distlock_core::Error> {
+    /// let client = LockClient::new(Arc::new(MemoryBackend::new()), LockOptions::default());
+    /// let exports = LockName::new("exports")?;
+    ///
+    /// let one = client.acquire_permit(&exports, 2, Duration::from_secs(5)).await?;
+    /// let two = client.acquire_permit(&exports, 2, Duration::from_secs(5)).await?;
+    /// assert!(client.try_acquire_permit(&exports, 2).await?.is_none());
+    /// one.release().await?;
+    /// let three = client.acquire_permit(&exports, 2, Duration::from_secs(5)).await?;
+    /// two.release().await?;
+    /// three.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`acquire_claim`](Self::acquire_claim).
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Self::acquire).
+    pub async fn acquire_permit(
+        &self,
+        name: &LockName,
+        limit: u32,
+        timeout: Duration,
+    ) -> Result<LockGuard> {
+        self.acquire_claim(name, Claim::Permit { limit }, timeout)
+            .await
+    }
+
+    /// Waits for `claim` on `name`, for at most `timeout`: the general form
+    /// of [`acquire`](Self::acquire),
+    /// [`acquire_shared`](Self::acquire_shared) and
+    /// [`acquire_permit`](Self::acquire_permit), with the same timing.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] after the deadline; [`Error::InvalidConfig`] for a
+    /// permit limit outside 1 to [`MAX_PERMITS`](crate::MAX_PERMITS);
+    /// [`Error::KindConflict`] when the name is held as another kind;
+    /// [`Error::Unsupported`] for a claim the backend does not grant; a
+    /// backend error as soon as one happens.
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Self::acquire).
+    pub async fn acquire_claim(
+        &self,
+        name: &LockName,
+        claim: Claim,
+        timeout: Duration,
+    ) -> Result<LockGuard> {
+        self.acquire_claim_or_cancel(name, claim, timeout, std::future::pending())
             .await
     }
 
@@ -230,132 +402,63 @@ impl LockClient {
         timeout: Duration,
         cancel: impl Future<Output = ()>,
     ) -> Result<LockGuard> {
+        self.acquire_claim_or_cancel(name, Claim::Exclusive, timeout, cancel)
+            .await
+    }
+
+    /// As [`acquire_claim`](Self::acquire_claim), and gives up with
+    /// [`Error::Cancelled`] when `cancel` completes; see
+    /// [`acquire_or_cancel`](Self::acquire_or_cancel).
+    ///
+    /// # Errors
+    /// [`Error::Cancelled`] once `cancel` completed; otherwise as
+    /// [`acquire_claim`](Self::acquire_claim).
+    ///
+    /// # Cancel safety
+    /// As [`acquire_or_cancel`](Self::acquire_or_cancel).
+    pub async fn acquire_claim_or_cancel(
+        &self,
+        name: &LockName,
+        claim: Claim,
+        timeout: Duration,
+        cancel: impl Future<Output = ()>,
+    ) -> Result<LockGuard> {
+        let claim = claim.validated()?;
         let span = tracing::debug_span!(
-            "acquire_or_cancel",
+            "acquire",
             name = %name,
+            ?claim,
             timeout_ms = timeout.as_millis() as u64
         );
-        self.acquire_inner(name, timeout, cancel)
+        self.wait_for(name, claim, timeout, cancel)
             .instrument(span)
             .await
     }
 
-    async fn acquire_inner(
+    /// Waits for `claim` on `name` until `timeout` or `cancel`: first for
+    /// this client's slot of the name, then for the backend's grant.
+    async fn wait_for(
         &self,
         name: &LockName,
+        claim: Claim,
         timeout: Duration,
         cancel: impl Future<Output = ()>,
     ) -> Result<LockGuard> {
-        let started = Instant::now();
-        let deadline = started
-            .checked_add(timeout)
-            .unwrap_or_else(|| started + Duration::from_secs(86_400 * 365 * 30));
-        let timed_out = || Error::Timeout {
-            name: name.to_string(),
-            waited: started.elapsed(),
-        };
-        let cancelled = || {
-            tracing::debug!(outcome = "cancelled");
-            Error::Cancelled {
-                name: name.to_string(),
-                waited: started.elapsed(),
-            }
-        };
-        let mut cancel = std::pin::pin!(cancel.fuse());
-        let baton = tokio::select! {
-            biased;
-            baton = self.inner.slots.acquire(name) => baton,
-            () = tokio::time::sleep_until(deadline) => return Err(timed_out()),
-            () = &mut cancel => return Err(cancelled()),
-        };
-        let (permit, yielded) = match baton {
-            Baton::Granted(guard) => {
-                tracing::debug!(
-                    fencing_token = guard.fencing_token(),
-                    waited_us = started.elapsed().as_micros() as u64,
-                    outcome = "handed over"
-                );
-                if is_done(cancel.as_mut()) {
-                    return Err(give_back(guard, cancelled()).await);
-                }
-                return Ok(guard);
-            }
+        let cancel = std::pin::pin!(cancel.fuse());
+        let mut wait = Wait::new(self, name, timeout, cancel);
+        let (permit, yielded) = match wait.local_turn(claim).await? {
+            Baton::Granted(guard) => return wait.deliver(guard).await,
             Baton::Free(permit) => (permit, false),
             Baton::Yielded(permit) => (permit, true),
         };
-        let mut watch = if self.inner.release_wakeups {
-            self.inner.backend.watch_releases(name)
-        } else {
-            None
-        };
-        let (min, max) = self.inner.options.backoff();
-        let mut backoff = Backoff::new(min, max);
-        if yielded {
-            // Another task of this client just held the lock through a run
-            // of hand-overs: give other processes the first chance at it.
-            let pause = min.min(deadline.saturating_duration_since(Instant::now()));
-            tokio::select! {
-                () = sleep_unless_released(watch.as_mut(), pause) => {}
-                () = &mut cancel => return Err(cancelled()),
-            }
-        }
-        let mut first = true;
-        let mut permit = Some(permit);
-        loop {
-            // An attempt is never cut short: its answer is waited for, so
-            // that a cancelled wait knows whether it must release a grant.
-            if is_done(cancel.as_mut()) {
-                return Err(cancelled());
-            }
-            // The first attempt always gets the full operation timeout, so a
-            // zero timeout still tries once. Later ones end at the deadline,
-            // except that the attempt made at the deadline gets a moment to
-            // answer rather than being abandoned unheard.
-            let operation_timeout = self.inner.options.operation_timeout();
-            let budget = if first {
-                operation_timeout
-            } else {
-                deadline
-                    .saturating_duration_since(Instant::now())
-                    .max(operation_timeout.min(FINAL_ATTEMPT_BUDGET))
-            };
-            first = false;
-            let outcome = self.attempt(name, budget).await;
-            let retry_after = match outcome {
-                Ok(Outcome::Held(retry_after)) => retry_after,
-                other => {
-                    let permit = permit.take().expect("the permit is only taken here");
-                    let guard = match self.finish(permit, other, started)? {
-                        Ok(guard) => guard,
-                        Err(_) => unreachable!("held outcomes are handled above"),
-                    };
-                    if is_done(cancel.as_mut()) {
-                        return Err(give_back(guard, cancelled()).await);
-                    }
-                    return Ok(guard);
-                }
-            };
-            let now = Instant::now();
-            if now >= deadline {
-                tracing::debug!(outcome = "timeout");
-                return Err(timed_out());
-            }
-            let mut wait = match (&watch, retry_after) {
-                // With wake-ups a release wakes us; only a lease that runs out
-                // unreleased needs a timed retry.
-                (Some(_), Some(until_expiry)) => until_expiry + Duration::from_millis(1),
-                (Some(_), None) => max,
-                (None, Some(until_expiry)) => backoff
-                    .next_wait()
-                    .min(until_expiry + Duration::from_millis(1)),
-                (None, None) => backoff.next_wait(),
-            };
-            wait = wait.min(deadline - now);
-            tokio::select! {
-                () = sleep_unless_released(watch.as_mut(), wait) => {}
-                () = &mut cancel => return Err(cancelled()),
-            }
-        }
+        // A zero timeout tries once, so it leaves no record of a waiter.
+        let retries = !timeout.is_zero();
+        let mut pending = PendingWait::new(self, Asking::new(self.request(name, claim, retries)));
+        let outcome = wait.for_grant(&mut pending, yielded).await;
+        pending.end().await;
+        let (lease, sent_at, reporter) = outcome?;
+        let guard = self.guard(permit, lease, sent_at, reporter, wait.started);
+        wait.deliver(guard).await
     }
 
     /// Takes `name`, runs `work`, and releases on every path: when `work`
@@ -381,7 +484,30 @@ impl LockClient {
         F: FnOnce(LockContext) -> Fut,
         Fut: Future<Output = T>,
     {
-        let guard = self.acquire(name, timeout).await?;
+        self.with_claim(name, Claim::Exclusive, timeout, work).await
+    }
+
+    /// As [`with_lock`](Self::with_lock), holding `claim`: a reader's share
+    /// or a semaphore's permit.
+    ///
+    /// # Errors
+    /// As [`acquire_claim`](Self::acquire_claim), and as
+    /// [`with_lock`](Self::with_lock) once `work` runs.
+    ///
+    /// # Cancel safety
+    /// As [`with_lock`](Self::with_lock).
+    pub async fn with_claim<T, F, Fut>(
+        &self,
+        name: &LockName,
+        claim: Claim,
+        timeout: Duration,
+        work: F,
+    ) -> Result<T>
+    where
+        F: FnOnce(LockContext) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let guard = self.acquire_claim(name, claim, timeout).await?;
         let context = LockContext {
             name: name.clone(),
             fencing_token: guard.fencing_token(),
@@ -422,125 +548,273 @@ impl LockClient {
         self.inner.backend.force_release(name).await
     }
 
-    /// One attempt. If the caller stops waiting (cancellation, or the budget
-    /// runs out), the attempt still completes in the background, and a grant
-    /// that nobody waits for is released rather than leaked.
-    async fn attempt(&self, name: &LockName, budget: Duration) -> Result<Outcome> {
-        let request = AcquireRequest {
-            name: name.clone(),
-            lease_id: LeaseId::random(),
-            lease: self.inner.options.lease(),
-            holder: self.inner.holder.clone(),
-        };
-        let backend = self.inner.backend.clone();
-        let operation_timeout = self.inner.options.operation_timeout();
-        let call = {
-            let backend = backend.clone();
-            async move {
-                let sent_at = Instant::now();
-                let attempt = bounded::within(
-                    backend.call_bound(request.lease),
-                    operation_timeout,
-                    "acquire",
-                    backend.try_acquire(&request),
-                )
-                .await;
-                let lease = Lease {
-                    name: request.name,
-                    id: request.lease_id,
-                    fencing_token: 0,
-                    lease: request.lease,
-                };
-                match attempt {
-                    Ok(Attempt::Acquired { fencing_token }) => Ok(Outcome::Granted(
-                        Lease {
-                            fencing_token,
-                            ..lease
-                        },
-                        sent_at,
-                    )),
-                    Ok(Attempt::Held { retry_after }) => Ok(Outcome::Held(retry_after)),
-                    Err(error) => {
-                        // The backend may have granted before the reply was
-                        // lost; release by identity, harmless if it did not.
-                        tokio::spawn(async move {
-                            release_unclaimed(&*backend, &lease, operation_timeout).await;
-                        });
-                        Err(error)
-                    }
-                }
-            }
-        };
-        let attempt = Detach::with_orphan(call, move |outcome| async move {
-            if let Ok(Outcome::Granted(lease, _)) = outcome {
-                release_unclaimed(&*backend, &lease, operation_timeout).await;
-            }
-        });
-        if budget >= operation_timeout {
-            // The call is bounded by the operation timeout already; a second
-            // timer would only cost the runtime's timer wheel a registration.
-            return attempt.await;
-        }
-        match tokio::time::timeout(budget, attempt).await {
-            Ok(outcome) => outcome,
-            Err(_) => Ok(Outcome::Held(None)),
+    /// A request for `claim` on `name`, made by this client.
+    fn request(&self, name: &LockName, claim: Claim, retries: bool) -> AcquireRequest {
+        AcquireRequest {
+            retries,
+            ..AcquireRequest::new(
+                name.clone(),
+                claim,
+                self.inner.options.lease(),
+                self.inner.holder.clone(),
+            )
         }
     }
 
-    /// Turns an attempt's outcome into a guard (`Ok(Ok)`), "held"
-    /// (`Ok(Err(retry_after))`), or an error.
-    fn finish(
+    /// Ends a wait that got no grant on the backend.
+    async fn end_wait(&self, asking: Option<Asking>) {
+        if let Some(asking) = asking {
+            asking
+                .end(&*self.inner.backend, self.inner.options.operation_timeout())
+                .await;
+        }
+    }
+
+    /// The guard of `lease`, granted by a request sent at `sent_at` for a
+    /// wait that began at `started`. An exclusive grant keeps this client's
+    /// slot of the name; a reader or a permit passes it on at once, so that
+    /// the next task of this client may try too.
+    fn guard(
         &self,
         permit: SlotPermit,
-        outcome: Result<Outcome>,
+        lease: Lease,
+        sent_at: Instant,
+        reporter: LossReporter,
         started: Instant,
-    ) -> Result<Result<LockGuard, Option<Duration>>> {
-        match outcome {
-            Ok(Outcome::Granted(lease, sent_at)) => {
-                tracing::debug!(
-                    fencing_token = lease.fencing_token,
-                    waited_us = started.elapsed().as_micros() as u64,
-                    outcome = "acquired"
-                );
-                let held = Arc::new(HeldLease::new(
-                    lease,
-                    self.inner.backend.clone(),
-                    self.inner.options.operation_timeout(),
-                ));
-                let key = self.inner.keeper.insert(held.clone(), sent_at);
-                Ok(Ok(LockGuard::new(
-                    held,
-                    self.inner.keeper.clone(),
-                    key,
-                    permit,
-                    self.inner.succession.clone(),
-                )))
+    ) -> LockGuard {
+        tracing::debug!(
+            fencing_token = lease.fencing_token,
+            waited_us = started.elapsed().as_micros() as u64,
+            outcome = "acquired"
+        );
+        let exclusive = lease.claim == Claim::Exclusive;
+        let held = Arc::new(HeldLease::new(
+            lease,
+            self.inner.backend.clone(),
+            self.inner.options.operation_timeout(),
+            reporter,
+        ));
+        let key = self.inner.keeper.insert(held.clone(), sent_at);
+        let (slot, succession) = if exclusive {
+            (Some(permit), self.inner.succession.clone())
+        } else {
+            drop(permit);
+            (None, None)
+        };
+        LockGuard::new(held, self.inner.keeper.clone(), key, slot, succession)
+    }
+}
+
+/// One call's wait: its deadline, its cancellation, and the errors it ends
+/// with.
+struct Wait<'a, C: Future<Output = ()>> {
+    client: &'a LockClient,
+    name: &'a LockName,
+    started: Instant,
+    deadline: Instant,
+    cancel: Pin<&'a mut Fuse<C>>,
+}
+
+impl<'a, C: Future<Output = ()>> Wait<'a, C> {
+    fn new(
+        client: &'a LockClient,
+        name: &'a LockName,
+        timeout: Duration,
+        cancel: Pin<&'a mut Fuse<C>>,
+    ) -> Self {
+        let started = Instant::now();
+        let deadline = started
+            .checked_add(timeout)
+            .unwrap_or_else(|| started + Duration::from_secs(86_400 * 365 * 30));
+        Self {
+            client,
+            name,
+            started,
+            deadline,
+            cancel,
+        }
+    }
+
+    fn timed_out(&self) -> Error {
+        tracing::debug!(outcome = "timeout");
+        Error::Timeout {
+            name: self.name.to_string(),
+            waited: self.started.elapsed(),
+        }
+    }
+
+    fn cancelled(&self) -> Error {
+        tracing::debug!(outcome = "cancelled");
+        Error::Cancelled {
+            name: self.name.to_string(),
+            waited: self.started.elapsed(),
+        }
+    }
+
+    fn is_cancelled(&mut self) -> bool {
+        self.cancel.is_terminated() || self.cancel.as_mut().now_or_never().is_some()
+    }
+
+    /// Waits for this client's slot of the name: a lock handed over by the
+    /// task before, or the right to ask the backend.
+    async fn local_turn(&mut self, claim: Claim) -> Result<Baton> {
+        tokio::select! {
+            biased;
+            baton = self.client.inner.slots.acquire(self.name, claim) => Ok(baton),
+            () = tokio::time::sleep_until(self.deadline) => Err(self.timed_out()),
+            () = &mut self.cancel => Err(self.cancelled()),
+        }
+    }
+
+    /// Asks the backend until it grants, the deadline passes, or the wait
+    /// is cancelled. After a yielding release, other processes get the
+    /// first chance.
+    async fn for_grant(
+        &mut self,
+        pending: &mut PendingWait,
+        yielded: bool,
+    ) -> Result<(Lease, Instant, LossReporter)> {
+        let inner = &self.client.inner;
+        let mut watch = if inner.release_wakeups {
+            inner.backend.watch_releases(self.name)
+        } else {
+            None
+        };
+        let (min, max) = inner.options.backoff();
+        let mut backoff = Backoff::new(min, max);
+        if yielded {
+            // Another task of this client just held the lock through a run
+            // of hand-overs: give other processes the first chance at it.
+            let pause = min.min(self.deadline.saturating_duration_since(Instant::now()));
+            self.pause(watch.as_mut(), pause).await?;
+        }
+        let operation_timeout = inner.options.operation_timeout();
+        let mut first = true;
+        loop {
+            // An attempt is never cut short: its answer is waited for, so
+            // that a cancelled wait knows whether it must release a grant.
+            if self.is_cancelled() {
+                return Err(self.cancelled());
             }
-            Ok(Outcome::Held(retry_after)) => {
-                drop(permit);
-                tracing::debug!(outcome = "held elsewhere");
-                Ok(Err(retry_after))
+            // The first attempt always gets the full operation timeout, so a
+            // zero timeout still tries once. Later ones end at the deadline,
+            // except that the attempt made at the deadline gets a moment to
+            // answer rather than being abandoned unheard.
+            let budget = if first {
+                operation_timeout
+            } else {
+                self.deadline
+                    .saturating_duration_since(Instant::now())
+                    .max(operation_timeout.min(FINAL_ATTEMPT_BUDGET))
+            };
+            first = false;
+            let retry_after = match pending.attempt(budget).await {
+                Ok(Outcome::Granted(lease, sent_at, reporter)) => {
+                    return Ok((lease, sent_at, reporter));
+                }
+                Ok(Outcome::Held(retry_after)) => retry_after,
+                Err(error) => {
+                    tracing::debug!(%error, outcome = "error");
+                    return Err(error);
+                }
+            };
+            let now = Instant::now();
+            if now >= self.deadline {
+                return Err(self.timed_out());
             }
-            Err(error) => {
-                drop(permit);
-                tracing::debug!(%error, outcome = "error");
-                Err(error)
-            }
+            let wait = match (&watch, retry_after) {
+                // With wake-ups a release wakes us; only a lease that runs out
+                // unreleased needs a timed retry.
+                (Some(_), Some(until_expiry)) => until_expiry + Duration::from_millis(1),
+                (Some(_), None) => max,
+                (None, Some(until_expiry)) => backoff
+                    .next_wait()
+                    .min(until_expiry + Duration::from_millis(1)),
+                (None, None) => backoff.next_wait(),
+            };
+            self.pause(watch.as_mut(), wait.min(self.deadline - now))
+                .await?;
+        }
+    }
+
+    /// Sleeps for `wait`, or less if `watch` reports a release first.
+    async fn pause(&mut self, watch: Option<&mut ReleaseWatch>, wait: Duration) -> Result<()> {
+        tokio::select! {
+            () = sleep_unless_released(watch, wait) => Ok(()),
+            () = &mut self.cancel => Err(self.cancelled()),
+        }
+    }
+
+    /// Hands `guard` to the caller, or releases it if the caller cancelled
+    /// meanwhile.
+    async fn deliver(&mut self, guard: LockGuard) -> Result<LockGuard> {
+        if !self.is_cancelled() {
+            return Ok(guard);
+        }
+        let error = self.cancelled();
+        if let Err(release_error) = guard.release().await {
+            tracing::warn!(%release_error, "could not release a grant that came after the wait was cancelled; it will expire");
+        }
+        Err(error)
+    }
+}
+
+/// The backend's side of a wait: what it asks, and the state the backend
+/// keeps for it. If the wait is dropped unfinished, the backend's record of
+/// it is ended in the background.
+struct PendingWait {
+    backend: Arc<dyn Backend>,
+    operation_timeout: Duration,
+    /// The next request; `None` once an attempt was left to finish in the
+    /// background, until the next one begins afresh.
+    asking: Option<Asking>,
+    template: AcquireRequest,
+}
+
+impl PendingWait {
+    fn new(client: &LockClient, asking: Asking) -> Self {
+        Self {
+            backend: client.inner.backend.clone(),
+            operation_timeout: client.inner.options.operation_timeout(),
+            template: asking.request.clone(),
+            asking: Some(asking),
+        }
+    }
+
+    async fn attempt(&mut self, budget: Duration) -> Result<Outcome> {
+        let asking = self.asking.take().unwrap_or_else(|| {
+            // The last attempt went on in the background with its state,
+            // and ends it there; this one starts afresh.
+            Asking::new(AcquireRequest {
+                loss: LossReporter::new(),
+                ..self.template.clone()
+            })
+        });
+        let (outcome, asking) = asking
+            .attempt(&self.backend, self.operation_timeout, budget)
+            .await;
+        self.asking = asking;
+        outcome
+    }
+
+    /// Ends the backend's record of the wait, if it kept one.
+    async fn end(mut self) {
+        if let Some(asking) = self.asking.take() {
+            asking.end(&*self.backend, self.operation_timeout).await;
         }
     }
 }
 
-/// Whether `cancel` has completed, without waiting for it.
-fn is_done(cancel: Pin<&mut Fuse<impl Future<Output = ()>>>) -> bool {
-    cancel.is_terminated() || cancel.now_or_never().is_some()
-}
-
-/// Releases `guard`, taken after the caller cancelled, and returns `error`.
-async fn give_back(guard: LockGuard, error: Error) -> Error {
-    if let Err(release_error) = guard.release().await {
-        tracing::warn!(%release_error, "could not release a grant that came after the wait was cancelled; it will expire");
+impl Drop for PendingWait {
+    fn drop(&mut self) {
+        let Some(asking) = self.asking.take().filter(|asking| !asking.wait.is_empty()) else {
+            return;
+        };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let (backend, timeout) = (self.backend.clone(), self.operation_timeout);
+            runtime.spawn(async move { asking.end(&*backend, timeout).await });
+        }
     }
-    error
 }
 
 /// Sleeps for `wait`, or less if `watch` reports a release first.
@@ -553,18 +827,5 @@ async fn sleep_unless_released(watch: Option<&mut ReleaseWatch>, wait: Duration)
             }
         }
         None => tokio::time::sleep(wait).await,
-    }
-}
-
-async fn release_unclaimed(backend: &dyn Backend, lease: &Lease, timeout: Duration) {
-    match tokio::time::timeout(timeout, backend.release(lease)).await {
-        Ok(Ok(true)) => tracing::debug!(name = %lease.name, "released a grant nobody waited for"),
-        Ok(Ok(false)) => {}
-        Ok(Err(error)) => {
-            tracing::warn!(name = %lease.name, %error, "could not release an unclaimed grant; it will expire")
-        }
-        Err(_) => {
-            tracing::warn!(name = %lease.name, "releasing an unclaimed grant timed out; it will expire")
-        }
     }
 }

@@ -69,6 +69,18 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// The name is held as another kind of lock than was asked for: a
+    /// semaphore asked for as a lock, or the other way round, or a
+    /// semaphore asked for with another limit than its holders'.
+    #[error("lock {name} is held as {held}; it cannot be taken as {requested}")]
+    KindConflict {
+        /// The lock, as shown to people.
+        name: String,
+        /// What its holders hold.
+        held: crate::Claim,
+        /// What was asked for.
+        requested: crate::Claim,
+    },
     /// The backend cannot do what was asked.
     #[error("not supported: {0}")]
     Unsupported(String),

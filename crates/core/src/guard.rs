@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use crate::backend::Lease;
 use crate::bounded;
+use crate::claim::Claim;
 use crate::detach::Detach;
 use crate::error::{Error, Result};
 use crate::handover::{self, Succession};
@@ -42,14 +43,14 @@ impl LockGuard {
         held: Arc<HeldLease>,
         keeper: Keeper,
         key: u64,
-        slot: SlotPermit,
+        slot: Option<SlotPermit>,
         succession: Option<Arc<Succession>>,
     ) -> Self {
         Self {
             held,
             keeper,
             key,
-            slot: Some(slot),
+            slot,
             succession,
             released: false,
         }
@@ -69,6 +70,12 @@ impl LockGuard {
     /// The lock's name.
     pub fn name(&self) -> &LockName {
         &self.held.lease.name
+    }
+
+    /// What this guard holds: the whole lock, a reader's share, or a
+    /// semaphore's permit.
+    pub fn claim(&self) -> Claim {
+        self.held.lease.claim
     }
 
     /// The fencing token of this grant. It is strictly greater than every
@@ -306,7 +313,9 @@ impl Drop for LockGuard {
                 });
             }
             Err(_) => {
-                held.backend.abandon(&held.lease);
+                // Nothing can be sent. Dropping the lease drops its grant
+                // state, which is how a backend whose grants live in that
+                // state (an open file) lets go; others' leases expire.
                 held.end(LossReason::Released);
             }
         }

@@ -16,13 +16,15 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::{AcquireRequest, HandOver, Holder, Lease, LeaseId};
+use crate::backend::{AcquireRequest, HandOver, Holder, Lease};
 use crate::bounded;
+use crate::claim::Claim;
 use crate::error::Result;
 use crate::guard::LockGuard;
 use crate::keeper::{Keeper, timed_out};
 use crate::lease::{HeldLease, LossReason};
 use crate::slots::SlotPermit;
+use crate::state::GrantState;
 
 /// What a client needs to make the next grant of a lock it hands over.
 #[derive(Debug)]
@@ -38,7 +40,7 @@ impl Succession {
     /// Whether the lock `permit` holds should go straight to the next task
     /// of this client. At the bound, marks the permit to yield instead.
     pub(crate) fn applies(&self, permit: &mut SlotPermit) -> bool {
-        if !permit.has_waiters() {
+        if !permit.next_waits_exclusive() {
             return false;
         }
         let ended = self.bound == 0
@@ -60,12 +62,12 @@ pub(crate) async fn hand_over(
     mut permit: SlotPermit,
     succession: &Arc<Succession>,
 ) -> Result<bool> {
-    let next = AcquireRequest {
-        name: held.lease.name.clone(),
-        lease_id: LeaseId::random(),
-        lease: succession.lease,
-        holder: succession.holder.clone(),
-    };
+    let next = AcquireRequest::new(
+        held.lease.name.clone(),
+        Claim::Exclusive,
+        succession.lease,
+        succession.holder.clone(),
+    );
     let sent_at = Instant::now();
     let outcome = bounded::within(
         held.backend.call_bound(held.lease.lease.min(next.lease)),
@@ -75,16 +77,12 @@ pub(crate) async fn hand_over(
     )
     .await;
     held.end(LossReason::Released);
-    let lease = Lease {
-        name: next.name,
-        id: next.lease_id,
-        fencing_token: 0,
-        lease: next.lease,
-    };
+    let lease = next.granted(0, GrantState::none());
     match outcome {
         Ok(HandOver::Granted {
             fencing_token,
             confirmed_at,
+            state,
         }) => {
             tracing::debug!(
                 name = %lease.name,
@@ -93,12 +91,10 @@ pub(crate) async fn hand_over(
                 "lock handed over"
             );
             let next_held = Arc::new(HeldLease::new(
-                Lease {
-                    fencing_token,
-                    ..lease
-                },
+                next.granted(fencing_token, state),
                 held.backend.clone(),
                 held.operation_timeout,
+                next.loss.clone(),
             ));
             // A grant made under a lease the server confirmed earlier ends a
             // lease after that confirmation, not after this call.
@@ -140,7 +136,7 @@ fn offer_to_next_waiter(
         held,
         succession.keeper.clone(),
         key,
-        permit,
+        Some(permit),
         Some(succession.clone()),
     );
     guard.offer_to_next()

@@ -470,25 +470,28 @@ async fn run(weak: Weak<Shared>, wake: Arc<Notify>, _on_stop: OnStop) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::LeaseId;
+    use crate::backend::{AcquireRequest, Holder};
+    use crate::claim::Claim;
     use crate::memory::MemoryBackend;
     use crate::name::LockName;
+    use crate::state::GrantState;
 
     fn keeper() -> Keeper {
         Keeper::new(LockOptions::default(), false)
     }
 
     fn held() -> Arc<HeldLease> {
-        let lease = Lease {
-            name: LockName::new("kept").unwrap(),
-            id: LeaseId::random(),
-            fencing_token: 1,
-            lease: LockOptions::DEFAULT_LEASE,
-        };
+        let request = AcquireRequest::new(
+            LockName::new("kept").unwrap(),
+            Claim::Exclusive,
+            LockOptions::DEFAULT_LEASE,
+            Arc::new(Holder::this_process(None)),
+        );
         Arc::new(HeldLease::new(
-            lease,
+            request.granted(1, GrantState::none()),
             Arc::new(MemoryBackend::new()),
             Duration::from_secs(1),
+            request.loss,
         ))
     }
 

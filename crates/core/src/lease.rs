@@ -18,6 +18,9 @@ pub enum LossReason {
     /// measured on the local monotonic clock, so the server may already have
     /// let the lease go.
     Expired,
+    /// The backend saw the grant end by itself: its key was deleted, or
+    /// the connection it lived on dropped.
+    Detected,
     /// The guard released the lock.
     Released,
     /// The task that extends the client's leases stopped, because the Tokio
@@ -32,6 +35,7 @@ impl std::fmt::Display for LossReason {
         f.write_str(match self {
             Self::Refused => "the backend refused to extend the lease",
             Self::Expired => "no extension succeeded before the lease ran out",
+            Self::Detected => "the backend saw the grant end",
             Self::Released => "the lock was released",
             Self::KeeperStopped => {
                 "the runtime that extended the lease shut down, so nothing extends it any more"
@@ -74,17 +78,20 @@ impl Loss {
 }
 
 impl HeldLease {
+    /// The lease `lease`, whose loss `reporter` (the one its request
+    /// carried) reports.
     pub(crate) fn new(
         lease: Lease,
         backend: Arc<dyn Backend>,
         operation_timeout: Duration,
+        reporter: LossReporter,
     ) -> Self {
         Self {
             lease,
             backend,
             operation_timeout,
             ops: Mutex::new(()),
-            loss: Arc::default(),
+            loss: reporter.loss,
         }
     }
 
@@ -113,6 +120,37 @@ impl Drop for HeldLease {
         // Nobody can end the lease any more, so it is over for whoever
         // still watches it.
         self.loss.end(LossReason::Released);
+    }
+}
+
+/// How a backend reports that a grant ended by itself, before core would
+/// find out at the next extension: see
+/// [`AcquireRequest::loss`](crate::AcquireRequest::loss). Cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct LossReporter {
+    loss: Arc<Loss>,
+}
+
+impl LossReporter {
+    /// A reporter for a grant not yet made.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Reports that the grant ended: its guard's
+    /// [`lost`](crate::LockGuard::lost) resolves with
+    /// [`LossReason::Detected`]. Reporting after the guard was released,
+    /// or twice, does nothing.
+    pub fn report(&self) {
+        if self.loss.end(LossReason::Detected) {
+            tracing::warn!("lock lost: the backend saw the grant end");
+        }
+    }
+
+    /// Whether the grant this reporter belongs to has ended, for any
+    /// reason.
+    pub fn is_ended(&self) -> bool {
+        self.loss.reason.get().is_some()
     }
 }
 

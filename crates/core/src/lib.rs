@@ -16,9 +16,11 @@
 //!   says when the lease is lost.
 //! - [`MemoryBackend`] keeps locks in memory, for tests and examples.
 
+mod attempt;
 pub mod backend;
 mod backoff;
 mod bounded;
+mod claim;
 mod client;
 mod detach;
 mod error;
@@ -30,6 +32,7 @@ mod memory;
 mod name;
 mod options;
 mod slots;
+mod state;
 pub mod urls;
 mod wake;
 
@@ -38,13 +41,15 @@ pub use async_trait::async_trait;
 pub use backend::{
     AcquireRequest, Attempt, Backend, Capabilities, HandOver, Holder, Lease, LeaseId, LockInfo,
 };
+pub use claim::{Claim, LockKind, MAX_PERMITS, Permits};
 pub use client::{LockClient, LockContext};
 pub use error::{Error, Result};
 pub use guard::LockGuard;
-pub use lease::{LossReason, LostSignal};
+pub use lease::{LossReason, LossReporter, LostSignal};
 pub use memory::MemoryBackend;
 pub use name::{LockName, MAX_NAME_LEN};
 pub use options::{LockOptions, LockOptionsBuilder};
+pub use state::{GrantState, WaitState};
 pub use wake::{ReleaseHub, ReleaseWatch};
 
 /// The fencing token floor for backends that may lose their counters (a

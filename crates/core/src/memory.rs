@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::time::Instant;
@@ -9,13 +10,16 @@ use tokio::time::Instant;
 use crate::backend::{
     AcquireRequest, Attempt, Backend, Capabilities, HandOver, Holder, Lease, LeaseId, LockInfo,
 };
+use crate::claim::{Claim, Permits};
 use crate::error::Result;
 use crate::name::LockName;
 use crate::options::LockOptions;
+use crate::state::{GrantState, WaitState};
 use crate::wake::{ReleaseHub, ReleaseWatch};
 
 /// Locks that live in this process's memory, with real leases that expire
-/// by Tokio's clock, fencing tokens and release wake-ups.
+/// by Tokio's clock, fencing tokens and release wake-ups. It grants every
+/// [`Claim`]: exclusive and shared locks, and semaphores.
 ///
 /// It is shared by the clients of one process that hold the same
 /// `Arc<MemoryBackend>`, and by nobody else: use it to test code that takes
@@ -26,19 +30,34 @@ pub struct MemoryBackend {
     releases: ReleaseHub,
 }
 
+/// One name: its holders, the writers waiting for it, and its last token.
 #[derive(Debug, Default)]
 struct Slot {
-    grant: Option<Grant>,
+    holders: Vec<Grant>,
+    /// Writers waiting, each until its mark expires: while one waits, new
+    /// readers wait behind it.
+    waiting_writers: Vec<WriterMark>,
     last_token: u64,
 }
 
 #[derive(Debug)]
 struct Grant {
     id: LeaseId,
+    claim: Claim,
     token: u64,
     expires_at: Instant,
     holder: Arc<Holder>,
 }
+
+#[derive(Debug)]
+struct WriterMark {
+    wait: LeaseId,
+    expires_at: Instant,
+}
+
+/// The identity of a waiting writer's mark, kept in its wait's state.
+#[derive(Debug, Clone, Copy)]
+struct MarkId(LeaseId);
 
 impl MemoryBackend {
     /// An empty backend.
@@ -51,23 +70,101 @@ impl MemoryBackend {
     }
 }
 
+fn expiry(now: Instant, lease: Duration) -> Instant {
+    now.checked_add(lease)
+        .unwrap_or(now + LockOptions::MAX_LEASE)
+}
+
 impl Slot {
-    fn live_grant(&self, now: Instant) -> Option<&Grant> {
-        self.grant.as_ref().filter(|grant| grant.expires_at > now)
+    /// Forgets holders and marks that ran out.
+    fn prune(&mut self, now: Instant) {
+        self.holders.retain(|grant| grant.expires_at > now);
+        self.waiting_writers.retain(|mark| mark.expires_at > now);
     }
 
-    /// Grants the lock to `request`, replacing any grant; returns the token.
+    /// What the holders hold, when it rules `claim` out as another kind.
+    fn conflict(&self, claim: Claim) -> Option<Claim> {
+        self.holders
+            .iter()
+            .map(|grant| grant.claim)
+            .find(|&held| !held.same_family(claim))
+    }
+
+    /// Whether `claim` can be granted now, next to the live holders; a
+    /// reader also waits for writers that wait, other than `own_mark`.
+    fn admits(&self, claim: Claim) -> bool {
+        match claim {
+            Claim::Exclusive => self.holders.is_empty(),
+            Claim::Shared => {
+                self.waiting_writers.is_empty()
+                    && self
+                        .holders
+                        .iter()
+                        .all(|grant| grant.claim == Claim::Shared)
+            }
+            Claim::Permit { limit } => self.holders.len() < limit as usize,
+        }
+    }
+
+    /// Grants `request`; returns the token.
     fn grant_to(&mut self, request: &AcquireRequest, now: Instant) -> u64 {
         self.last_token += 1;
-        self.grant = Some(Grant {
+        self.holders.push(Grant {
             id: request.lease_id,
+            claim: request.claim,
             token: self.last_token,
-            expires_at: now
-                .checked_add(request.lease)
-                .unwrap_or(now + LockOptions::MAX_LEASE),
+            expires_at: expiry(now, request.lease),
             holder: request.holder.clone(),
         });
         self.last_token
+    }
+
+    /// Marks `wait`'s writer as waiting for a lease from now.
+    fn mark_writer(&mut self, wait: &mut WaitState, lease: Duration, now: Instant) {
+        let id = match wait.get::<MarkId>() {
+            Some(&MarkId(id)) => id,
+            None => {
+                let id = LeaseId::random();
+                wait.set(MarkId(id));
+                id
+            }
+        };
+        let expires_at = expiry(now, lease);
+        match self.waiting_writers.iter_mut().find(|mark| mark.wait == id) {
+            Some(mark) => mark.expires_at = expires_at,
+            None => self.waiting_writers.push(WriterMark {
+                wait: id,
+                expires_at,
+            }),
+        }
+    }
+
+    fn unmark_writer(&mut self, wait: &mut WaitState) {
+        if let Some(MarkId(id)) = wait.take::<MarkId>() {
+            self.waiting_writers.retain(|mark| mark.wait != id);
+        }
+    }
+
+    /// How long until the first holder's lease ends.
+    fn first_expiry(&self, now: Instant) -> Option<Duration> {
+        self.holders
+            .iter()
+            .map(|grant| grant.expires_at - now)
+            .min()
+    }
+
+    fn position(&self, lease: &Lease, now: Instant) -> Option<usize> {
+        self.holders
+            .iter()
+            .position(|grant| grant.id == lease.id && grant.expires_at > now)
+    }
+
+    fn permits(&self, claim: Claim) -> Option<Permits> {
+        let limit = claim.limit()?;
+        Some(Permits {
+            in_use: self.holders.len() as u32,
+            limit,
+        })
     }
 }
 
@@ -78,33 +175,63 @@ impl Backend for MemoryBackend {
             .with_release_wakeups(true)
             .with_cross_process(false)
             .with_hand_over(true)
+            .with_shared(true)
+            .with_semaphores(true)
     }
 
-    async fn try_acquire(&self, request: &AcquireRequest) -> Result<Attempt> {
+    async fn try_acquire(&self, request: &AcquireRequest, wait: &mut WaitState) -> Result<Attempt> {
         let now = Instant::now();
         let mut locks = self.lock();
         let slot = locks.entry(request.name.clone()).or_default();
-        if let Some(grant) = slot.live_grant(now) {
-            return Ok(Attempt::Held {
-                retry_after: Some(grant.expires_at - now),
+        slot.prune(now);
+        if let Some(held) = slot.conflict(request.claim) {
+            return Err(request.claim.conflict(&request.name, held));
+        }
+        if request.claim == Claim::Exclusive {
+            // This writer's own mark must not keep it out; others' marks
+            // do not either: writers take turns by who gets there first.
+            slot.unmark_writer(wait);
+        }
+        if slot.admits(request.claim) {
+            return Ok(Attempt::Acquired {
+                fencing_token: slot.grant_to(request, now),
+                state: GrantState::none(),
             });
         }
-        Ok(Attempt::Acquired {
-            fencing_token: slot.grant_to(request, now),
-        })
+        if request.claim == Claim::Exclusive && request.retries {
+            slot.mark_writer(wait, request.lease, now);
+        }
+        let mut retry_after = slot.first_expiry(now);
+        if !wait.is_empty() {
+            // The mark lasts a lease from this attempt: try again well
+            // within it, so that it does not lapse while we wait.
+            retry_after =
+                Some(retry_after.map_or(request.lease / 2, |after| after.min(request.lease / 2)));
+        }
+        Ok(Attempt::Held { retry_after })
+    }
+
+    async fn end_wait(&self, request: &AcquireRequest, mut wait: WaitState) -> Result<()> {
+        let mut locks = self.lock();
+        if let Some(slot) = locks.get_mut(&request.name) {
+            slot.unmark_writer(&mut wait);
+        }
+        drop(locks);
+        // Readers held back by the mark may go now.
+        self.releases.notify(&request.name);
+        Ok(())
     }
 
     async fn extend(&self, lease: &Lease) -> Result<bool> {
         let now = Instant::now();
         let mut locks = self.lock();
-        let Some(grant) = locks
-            .get_mut(&lease.name)
-            .and_then(|slot| slot.grant.as_mut())
-            .filter(|grant| grant.id == lease.id && grant.expires_at > now)
-        else {
+        let Some(slot) = locks.get_mut(&lease.name) else {
             return Ok(false);
         };
-        grant.expires_at = now + lease.lease;
+        let Some(at) = slot.position(lease, now) else {
+            return Ok(false);
+        };
+        slot.holders[at].expires_at = expiry(now, lease.lease);
         Ok(true)
     }
 
@@ -114,15 +241,10 @@ impl Backend for MemoryBackend {
         let Some(slot) = locks.get_mut(&lease.name) else {
             return Ok(false);
         };
-        if !slot
-            .grant
-            .as_ref()
-            .is_some_and(|grant| grant.id == lease.id)
-        {
+        let Some(at) = slot.holders.iter().position(|grant| grant.id == lease.id) else {
             return Ok(false);
-        }
-        let was_live = slot.live_grant(now).is_some();
-        slot.grant = None;
+        };
+        let was_live = slot.holders.swap_remove(at).expires_at > now;
         drop(locks);
         self.releases.notify(&lease.name);
         Ok(was_live)
@@ -131,34 +253,37 @@ impl Backend for MemoryBackend {
     async fn hand_over(&self, lease: &Lease, next: &AcquireRequest) -> Result<HandOver> {
         let now = Instant::now();
         let mut locks = self.lock();
-        let Some(slot) = locks.get_mut(&lease.name).filter(|slot| {
-            slot.live_grant(now)
-                .is_some_and(|grant| grant.id == lease.id)
-        }) else {
+        let Some(slot) = locks.get_mut(&lease.name) else {
             return Ok(HandOver::NotOurs);
         };
+        let Some(at) = slot.position(lease, now) else {
+            return Ok(HandOver::NotOurs);
+        };
+        slot.holders.swap_remove(at);
         Ok(HandOver::Granted {
             fencing_token: slot.grant_to(next, now),
             confirmed_at: None,
+            state: GrantState::none(),
         })
     }
 
     async fn list(&self) -> Result<Vec<LockInfo>> {
         let now = Instant::now();
-        let mut held: Vec<LockInfo> = self
-            .lock()
-            .iter()
-            .filter_map(|(name, slot)| {
-                let grant = slot.live_grant(now)?;
-                Some(LockInfo {
+        let mut held: Vec<LockInfo> = Vec::new();
+        for (name, slot) in self.lock().iter_mut() {
+            slot.prune(now);
+            for grant in &slot.holders {
+                held.push(LockInfo {
                     name: name.clone(),
+                    kind: grant.claim.kind(),
+                    permits: slot.permits(grant.claim),
                     holder: Some(Holder::clone(&grant.holder)),
                     fencing_token: Some(grant.token),
                     expires_in: Some(grant.expires_at - now),
-                })
-            })
-            .collect();
-        held.sort_by(|a, b| a.name.cmp(&b.name));
+                });
+            }
+        }
+        held.sort_by(|a, b| (&a.name, a.fencing_token).cmp(&(&b.name, b.fencing_token)));
         Ok(held)
     }
 
@@ -168,11 +293,12 @@ impl Backend for MemoryBackend {
         let Some(slot) = locks.get_mut(name) else {
             return Ok(false);
         };
-        let was_live = slot.live_grant(now).is_some();
-        slot.grant = None;
+        slot.prune(now);
+        let was_held = !slot.holders.is_empty();
+        slot.holders.clear();
         drop(locks);
         self.releases.notify(name);
-        Ok(was_live)
+        Ok(was_held)
     }
 
     fn watch_releases(&self, name: &LockName) -> Option<ReleaseWatch> {

@@ -14,6 +14,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use crate::claim::Claim;
 use crate::guard::LockGuard;
 use crate::name::LockName;
 
@@ -29,9 +30,22 @@ pub(crate) enum Baton {
     Granted(LockGuard),
 }
 
+/// A task waiting for a name, with what it asks for.
+#[derive(Debug)]
+struct Waiter {
+    claim: Claim,
+    baton: oneshot::Sender<Baton>,
+}
+
+impl Waiter {
+    fn is_gone(&self) -> bool {
+        self.baton.is_closed()
+    }
+}
+
 /// The tasks waiting for a name, oldest first. A name is in the table
 /// exactly while some task of the client has its slot.
-type Queue = VecDeque<oneshot::Sender<Baton>>;
+type Queue = VecDeque<Waiter>;
 type Table = HashMap<LockName, Queue>;
 
 #[derive(Debug, Clone, Default)]
@@ -39,9 +53,9 @@ pub(crate) struct Slots {
     table: Arc<Mutex<Table>>,
 }
 
-/// The right to attempt or hold one name in this client. Dropping it passes
-/// the slot to the next task in line, and forgets the slot when nobody
-/// else wants it.
+/// The right to attempt one name in this client, and, for an exclusive
+/// grant, to hold it. Dropping it passes the slot to the next task in line,
+/// and forgets the slot when nobody else wants it.
 #[derive(Debug)]
 pub(crate) struct SlotPermit {
     slots: Slots,
@@ -58,13 +72,14 @@ pub(crate) struct SlotPermit {
 }
 
 impl Slots {
-    /// Waits for `name`'s slot.
+    /// Waits for `name`'s slot, to ask for `claim`. Only an exclusive
+    /// claim is ever handed a lock.
     ///
     /// # Cancel safety
     /// Cancel safe: a cancelled wait leaves the queue, and a baton sent to
     /// it meanwhile is dropped, which passes the slot on (and releases a
     /// lock handed over).
-    pub(crate) async fn acquire(&self, name: &LockName) -> Baton {
+    pub(crate) async fn acquire(&self, name: &LockName, claim: Claim) -> Baton {
         loop {
             let waiting = {
                 let mut table = self.lock();
@@ -72,9 +87,12 @@ impl Slots {
                     table.insert(name.clone(), Queue::new());
                     return Baton::Free(self.permit(name));
                 };
-                queue.retain(|waiter| !waiter.is_closed());
+                queue.retain(|waiter| !waiter.is_gone());
                 let (sender, receiver) = oneshot::channel();
-                queue.push_back(sender);
+                queue.push_back(Waiter {
+                    claim,
+                    baton: sender,
+                });
                 receiver
             };
             // A waiter's sender is only dropped unsent once its receiver
@@ -108,10 +126,23 @@ impl Slots {
 
     /// Gives `baton` to the oldest task still waiting for `name`. When
     /// nobody waits, gives it back, after forgetting the slot if `forget`.
+    /// A lock handed over goes only to an exclusive waiter: when the oldest
+    /// waiter asks for something else, it is given back too.
     fn offer(&self, name: &LockName, mut baton: Baton, forget: bool) -> Result<(), Baton> {
         loop {
             let next = {
                 let mut table = self.lock();
+                let queue = table.get_mut(name);
+                let handed_a_lock = matches!(baton, Baton::Granted(_));
+                if let Some(queue) = queue
+                    && handed_a_lock
+                    && queue
+                        .iter()
+                        .find(|waiter| !waiter.is_gone())
+                        .is_some_and(|waiter| waiter.claim != Claim::Exclusive)
+                {
+                    return Err(baton);
+                }
                 match table.get_mut(name).and_then(VecDeque::pop_front) {
                     Some(next) => next,
                     None => {
@@ -124,7 +155,7 @@ impl Slots {
                     }
                 }
             };
-            match next.send(baton) {
+            match next.baton.send(baton) {
                 Ok(()) => return Ok(()),
                 // That waiter gave up; try the next one.
                 Err(back) => baton = back,
@@ -132,10 +163,22 @@ impl Slots {
         }
     }
 
+    /// Whether a task waits for `name`, and the oldest of them asks for
+    /// the whole lock, so that it could be handed the lock.
+    fn next_waits_exclusive(&self, name: &LockName) -> bool {
+        self.lock().get(name).is_some_and(|queue| {
+            queue
+                .iter()
+                .find(|waiter| !waiter.is_gone())
+                .is_some_and(|waiter| waiter.claim == Claim::Exclusive)
+        })
+    }
+
+    #[cfg(test)]
     fn has_waiters(&self, name: &LockName) -> bool {
         self.lock()
             .get(name)
-            .is_some_and(|queue| queue.iter().any(|waiter| !waiter.is_closed()))
+            .is_some_and(|queue| queue.iter().any(|waiter| !waiter.is_gone()))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
@@ -172,8 +215,14 @@ impl SlotPermit {
         self.yield_next = true;
     }
 
-    /// Whether another task of this client waits for the name.
-    pub(crate) fn has_waiters(&self) -> bool {
+    /// Whether the next task of this client waiting for the name asks for
+    /// the whole lock, and so could be handed it.
+    pub(crate) fn next_waits_exclusive(&self) -> bool {
+        self.slots.next_waits_exclusive(&self.name)
+    }
+
+    #[cfg(test)]
+    fn has_waiters(&self) -> bool {
         self.slots.has_waiters(&self.name)
     }
 
@@ -242,7 +291,7 @@ mod tests {
     async fn slots_are_forgotten_when_unused() {
         let slots = Slots::default();
         let name = LockName::new("n").unwrap();
-        let permit = free(slots.acquire(&name).await);
+        let permit = free(slots.acquire(&name, Claim::Exclusive).await);
         assert!(slots.try_acquire(&name).is_none());
         assert_eq!(slots.len(), 1);
         drop(permit);
@@ -253,8 +302,12 @@ mod tests {
     async fn a_cancelled_wait_forgets_the_slot() {
         let slots = Slots::default();
         let name = LockName::new("n").unwrap();
-        let permit = free(slots.acquire(&name).await);
-        let waited = tokio::time::timeout(Duration::from_millis(10), slots.acquire(&name)).await;
+        let permit = free(slots.acquire(&name, Claim::Exclusive).await);
+        let waited = tokio::time::timeout(
+            Duration::from_millis(10),
+            slots.acquire(&name, Claim::Exclusive),
+        )
+        .await;
         assert!(waited.is_err());
         assert!(!permit.has_waiters());
         drop(permit);
@@ -265,14 +318,14 @@ mod tests {
     async fn waiters_are_served_in_order() {
         let slots = Slots::default();
         let name = LockName::new("n").unwrap();
-        let first = free(slots.acquire(&name).await);
+        let first = free(slots.acquire(&name, Claim::Exclusive).await);
         let (order, mut served) = tokio::sync::mpsc::unbounded_channel();
         let mut tasks = Vec::new();
         for i in 0..3 {
             let (task_slots, task_name) = (slots.clone(), name.clone());
             let order = order.clone();
             tasks.push(tokio::spawn(async move {
-                let permit = free(task_slots.acquire(&task_name).await);
+                let permit = free(task_slots.acquire(&task_name, Claim::Exclusive).await);
                 order.send(i).unwrap();
                 drop(permit);
             }));
@@ -294,11 +347,11 @@ mod tests {
     async fn a_yielding_release_tells_the_next_waiter() {
         let slots = Slots::default();
         let name = LockName::new("n").unwrap();
-        let mut first = free(slots.acquire(&name).await);
+        let mut first = free(slots.acquire(&name, Claim::Exclusive).await);
         let waiter = {
             let slots = slots.clone();
             let name = name.clone();
-            tokio::spawn(async move { slots.acquire(&name).await })
+            tokio::spawn(async move { slots.acquire(&name, Claim::Exclusive).await })
         };
         while !first.has_waiters() {
             tokio::task::yield_now().await;

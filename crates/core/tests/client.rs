@@ -9,7 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use distlock_core::{
     AcquireRequest, Attempt, Backend, Capabilities, Error, HandOver, Lease, LockClient, LockInfo,
-    LockName, LockOptions, LossReason, MemoryBackend, ReleaseWatch, Result,
+    LockName, LockOptions, LossReason, MemoryBackend, ReleaseWatch, Result, WaitState,
 };
 
 /// The memory backend with counters, a switch that makes extensions hang,
@@ -70,14 +70,18 @@ impl Backend for Instrumented {
         outcome
     }
 
-    async fn try_acquire(&self, request: &AcquireRequest) -> Result<Attempt> {
+    async fn try_acquire(&self, request: &AcquireRequest, wait: &mut WaitState) -> Result<Attempt> {
         self.attempts.fetch_add(1, Ordering::SeqCst);
-        let attempt = self.inner.try_acquire(request).await;
+        let attempt = self.inner.try_acquire(request, wait).await;
         let delay = self.reply_delay_ms.load(Ordering::SeqCst);
         if delay > 0 {
             tokio::time::sleep(Duration::from_millis(delay as u64)).await;
         }
         attempt
+    }
+
+    async fn end_wait(&self, request: &AcquireRequest, wait: WaitState) -> Result<()> {
+        self.inner.end_wait(request, wait).await
     }
 
     async fn extend(&self, lease: &Lease) -> Result<bool> {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use distlock_core::{
     AcquireRequest, Attempt, Backend, Capabilities, Lease, LockClient, LockInfo, LockName,
-    LockOptions, MemoryBackend, Result,
+    LockOptions, MemoryBackend, Result, WaitState,
 };
 
 /// The memory backend with extensions that take 30 ms each, and no bulk
@@ -22,8 +22,8 @@ impl Backend for SlowExtensions {
         self.inner.capabilities()
     }
 
-    async fn try_acquire(&self, request: &AcquireRequest) -> Result<Attempt> {
-        self.inner.try_acquire(request).await
+    async fn try_acquire(&self, request: &AcquireRequest, wait: &mut WaitState) -> Result<Attempt> {
+        self.inner.try_acquire(request, wait).await
     }
 
     async fn extend(&self, lease: &Lease) -> Result<bool> {

@@ -30,18 +30,17 @@ mod names;
 mod record;
 mod wake;
 
-use std::collections::HashMap;
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, PoisonError};
 use std::time::SystemTime;
 
 use async_trait::async_trait;
 use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, Error, Lease, LeaseId, LockInfo, LockName,
-    ReleaseWatch, Result, token_floor,
+    AcquireRequest, Attempt, Backend, Capabilities, Claim, Error, GrantState, Lease, LockInfo,
+    LockKind, LockName, ReleaseWatch, Result, WaitState, token_floor,
 };
 
 use crate::record::Record;
@@ -55,14 +54,33 @@ const REPLACED_RETRIES: usize = 8;
 #[derive(Debug)]
 pub struct FileBackend {
     dir: PathBuf,
-    held: Mutex<HashMap<LeaseId, HeldFile>>,
     wakeups: Wakeups,
 }
 
+/// A grant's state: the locked file, open until the grant is released or
+/// its guard dropped, since closing it drops the OS lock.
 #[derive(Debug)]
 struct HeldFile {
-    file: File,
+    file: Mutex<Option<File>>,
     path: PathBuf,
+    dir: PathBuf,
+    name: LockName,
+}
+
+impl HeldFile {
+    fn file(&self) -> std::sync::MutexGuard<'_, Option<File>> {
+        self.file.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Drop for HeldFile {
+    fn drop(&mut self) {
+        // A guard dropped where no release could run: the file closes now,
+        // which drops the lock; tell the waiters.
+        if self.file().take().is_some() {
+            signal_release(&self.dir, &self.name);
+        }
+    }
 }
 
 impl FileBackend {
@@ -101,7 +119,6 @@ impl FileBackend {
         }
         Ok(Self {
             dir,
-            held: Mutex::new(HashMap::new()),
             wakeups: Wakeups::default(),
         })
     }
@@ -126,10 +143,6 @@ impl FileBackend {
 
     fn path_of(&self, name: &LockName) -> PathBuf {
         self.dir.join(names::file_name(name))
-    }
-
-    fn held(&self) -> MutexGuard<'_, HashMap<LeaseId, HeldFile>> {
-        self.held.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn try_lock_path(&self, path: &Path) -> Result<Option<File>> {
@@ -265,7 +278,13 @@ impl Backend for FileBackend {
             .with_release_wakeups(true)
     }
 
-    async fn try_acquire(&self, request: &AcquireRequest) -> Result<Attempt> {
+    async fn try_acquire(&self, request: &AcquireRequest, _: &mut WaitState) -> Result<Attempt> {
+        if request.claim != Claim::Exclusive {
+            return Err(Error::Unsupported(format!(
+                "the file backend does not grant {} yet; the memory backend does",
+                request.claim
+            )));
+        }
         let path = self.path_of(&request.name);
         let Some(mut file) = self.try_lock_path(&path)? else {
             return Ok(Attempt::Held { retry_after: None });
@@ -292,28 +311,42 @@ impl Backend for FileBackend {
         record
             .write(&mut file)
             .map_err(|e| io_error(format!("cannot write {}", path.display()), e))?;
-        self.held()
-            .insert(request.lease_id, HeldFile { file, path });
-        Ok(Attempt::Acquired { fencing_token })
+        let state = GrantState::new(HeldFile {
+            file: Mutex::new(Some(file)),
+            path,
+            dir: self.dir.clone(),
+            name: request.name.clone(),
+        });
+        Ok(Attempt::Acquired {
+            fencing_token,
+            state,
+        })
     }
 
     async fn extend(&self, lease: &Lease) -> Result<bool> {
-        let held = self.held();
-        let Some(entry) = held.get(&lease.id) else {
+        let Some(held) = lease.state.get::<HeldFile>() else {
             return Ok(false);
         };
-        is_current(&entry.file, &entry.path)
+        match &*held.file() {
+            Some(file) => is_current(file, &held.path),
+            None => Ok(false),
+        }
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
-        let Some(entry) = self.held().remove(&lease.id) else {
+        // A grant lives in its state: a lease without one (an attempt whose
+        // answer never came) holds nothing here.
+        let Some(held) = lease.state.get::<HeldFile>() else {
             return Ok(false);
         };
-        let still_ours = is_current(&entry.file, &entry.path).unwrap_or(false);
+        let Some(file) = held.file().take() else {
+            return Ok(false);
+        };
+        let still_ours = is_current(&file, &held.path).unwrap_or(false);
         // Closing the file drops the lock; unlock first so the lock goes even
         // if a duplicate of the descriptor were alive somewhere.
-        let _ = entry.file.unlock();
-        drop(entry);
+        let _ = file.unlock();
+        drop(file);
         signal_release(&self.dir, &lease.name);
         Ok(still_ours)
     }
@@ -343,6 +376,8 @@ impl Backend for FileBackend {
             };
             locks.push(LockInfo {
                 name,
+                kind: LockKind::Exclusive,
+                permits: None,
                 holder: record.holder,
                 fencing_token: Some(record.fencing_token),
                 expires_in: None,
@@ -385,13 +420,6 @@ impl Backend for FileBackend {
         Ok(was_held)
     }
 
-    fn abandon(&self, lease: &Lease) {
-        // Dropping the file closes it, which drops the OS lock.
-        if self.held().remove(&lease.id).is_some() {
-            signal_release(&self.dir, &lease.name);
-        }
-    }
-
     fn watch_releases(&self, name: &LockName) -> Option<ReleaseWatch> {
         self.wakeups.watch(&self.dir, name)
     }
@@ -399,7 +427,7 @@ impl Backend for FileBackend {
 
 #[cfg(test)]
 mod tests {
-    use distlock_core::{Holder, LeaseId, LockOptions};
+    use distlock_core::{Holder, LockOptions};
 
     use super::*;
 
@@ -418,7 +446,10 @@ mod tests {
         .write(&mut file)
         .unwrap();
         drop(file);
-        match backend.try_acquire(&request(&name)).await {
+        match backend
+            .try_acquire(&request(&name), &mut WaitState::new())
+            .await
+        {
             Err(Error::Backend { message, .. }) => {
                 assert!(
                     message.contains("largest possible fencing token"),
@@ -430,12 +461,12 @@ mod tests {
     }
 
     fn request(name: &LockName) -> AcquireRequest {
-        AcquireRequest {
-            name: name.clone(),
-            lease_id: LeaseId::random(),
-            lease: LockOptions::DEFAULT_LEASE,
-            holder: Holder::this_process(None).into(),
-        }
+        AcquireRequest::new(
+            name.clone(),
+            Claim::Exclusive,
+            LockOptions::DEFAULT_LEASE,
+            Holder::this_process(None).into(),
+        )
     }
 
     #[tokio::test]
@@ -446,7 +477,12 @@ mod tests {
         let victim = dir.path().join("victim");
         std::fs::write(&victim, "precious").unwrap();
         std::os::unix::fs::symlink(&victim, backend.path_of(&name)).unwrap();
-        assert!(backend.try_acquire(&request(&name)).await.is_err());
+        assert!(
+            backend
+                .try_acquire(&request(&name), &mut WaitState::new())
+                .await
+                .is_err()
+        );
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
     }
 
@@ -507,14 +543,16 @@ mod tests {
         let mut refused = 0;
         for _ in 0..2000 {
             let request = request(&name);
-            match backend.try_acquire(&request).await.unwrap() {
-                Attempt::Acquired { fencing_token } => {
-                    let lease = Lease {
-                        name: name.clone(),
-                        id: request.lease_id,
-                        fencing_token,
-                        lease: request.lease,
-                    };
+            match backend
+                .try_acquire(&request, &mut WaitState::new())
+                .await
+                .unwrap()
+            {
+                Attempt::Acquired {
+                    fencing_token,
+                    state,
+                } => {
+                    let lease = request.granted(fencing_token, state);
                     assert!(backend.release(&lease).await.unwrap());
                 }
                 Attempt::Held { .. } => refused += 1,

@@ -7,8 +7,8 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, Error, HandOver, Holder, Lease, LeaseId,
-    LockInfo, LockName, Result,
+    AcquireRequest, Attempt, Backend, Capabilities, Claim, Error, GrantState, HandOver, Holder,
+    Lease, LeaseId, LockInfo, LockKind, LockName, Result, WaitState,
 };
 use smallvec::SmallVec;
 use tokio::time::Instant;
@@ -465,6 +465,7 @@ impl MemcachedBackend {
         Some(HandOver::Granted {
             fencing_token,
             confirmed_at: Some(confirmed_at),
+            state: GrantState::none(),
         })
     }
 
@@ -955,7 +956,22 @@ impl Backend for MemcachedBackend {
         (self.config.mode() == Mode::Sharded).then(|| self.call_timeout(lease))
     }
 
-    async fn try_acquire(&self, request: &AcquireRequest) -> Result<Attempt> {
+    async fn try_acquire(&self, request: &AcquireRequest, _: &mut WaitState) -> Result<Attempt> {
+        match request.claim {
+            Claim::Exclusive => {}
+            Claim::Shared => {
+                return Err(Error::Unsupported(
+                    "memcached has no shared (reader) locks: it cannot change several keys at                      once, which a reader-writer lock needs; use the MongoDB or file backend                      for them"
+                        .into(),
+                ));
+            }
+            Claim::Permit { .. } => {
+                return Err(Error::Unsupported(format!(
+                    "the memcached backend does not grant {} yet",
+                    request.claim
+                )));
+            }
+        }
         let ttl = lease_ttl(request.lease)?;
         let (targets, need) = self.targets(&request.name);
         let (lock_key, token_key) = self.keys.both_keys(&request.name);
@@ -1069,7 +1085,10 @@ impl Backend for MemcachedBackend {
                     spare: None,
                 },
             );
-            return Ok(Attempt::Acquired { fencing_token });
+            return Ok(Attempt::Acquired {
+                fencing_token,
+                state: GrantState::none(),
+            });
         }
 
         self.roll_back(&granted, &in_doubt, &lock_key, request.lease_id)
@@ -1367,6 +1386,7 @@ impl Backend for MemcachedBackend {
         Ok(HandOver::Granted {
             fencing_token,
             confirmed_at: None,
+            state: GrantState::none(),
         })
     }
 
@@ -1410,6 +1430,8 @@ impl Backend for MemcachedBackend {
                 match verdict? {
                     Some(true) => locks.push(LockInfo {
                         name: local.name.clone(),
+                        kind: LockKind::Exclusive,
+                        permits: None,
                         holder: Some(Holder::clone(&local.holder)),
                         fencing_token: Some(local.fencing_token),
                         expires_in: Some(
@@ -1457,10 +1479,5 @@ impl Backend for MemcachedBackend {
             ));
         }
         Ok(false)
-    }
-
-    fn abandon(&self, lease: &Lease) {
-        // No I/O here: the lease expires on the servers.
-        self.held().remove(&lease.id);
     }
 }

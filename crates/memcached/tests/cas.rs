@@ -224,14 +224,14 @@ async fn a_changed_cas_on_our_own_lock_is_read_and_kept() {
 async fn a_server_without_cas_is_refused() {
     let server = OwnServer::start(&["-C"]).await;
     let backend = open(&url_of(std::slice::from_ref(&server))).await;
-    let request = distlock_core::AcquireRequest {
-        name: unique("no-cas"),
-        lease_id: distlock_core::LeaseId::random(),
-        lease: LEASE,
-        holder: distlock_core::Holder::this_process(None).into(),
-    };
+    let request = distlock_core::AcquireRequest::new(
+        unique("no-cas"),
+        distlock_core::Claim::Exclusive,
+        LEASE,
+        distlock_core::Holder::this_process(None).into(),
+    );
     let error = backend
-        .try_acquire(&request)
+        .try_acquire(&request, &mut distlock_core::WaitState::new())
         .await
         .expect_err("no grant without CAS values");
     assert!(error.to_string().contains("-C"), "{error}");

@@ -244,6 +244,8 @@ async fn a_grant_that_lands_after_its_release_looked_is_released_too() {
         id: LeaseId::random(),
         fencing_token: 1,
         lease: Duration::from_secs(60),
+        claim: distlock_core::Claim::Exclusive,
+        state: distlock_core::GrantState::none(),
     };
     assert!(!backend.release(&lease).await.unwrap(), "nothing there yet");
 

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use distlock_core::{AcquireRequest, Backend, Error, HandOver, Holder, Lease, LeaseId, LockName};
+use distlock_core::{AcquireRequest, Backend, Error, HandOver, Holder, Lease, LockName};
 use distlock_memcached::MemcachedBackend;
 use tokio::time::Instant;
 
@@ -27,12 +27,12 @@ fn own_url(server: &OwnServer) -> String {
 }
 
 fn request(name: &LockName, lease: Duration) -> AcquireRequest {
-    AcquireRequest {
-        name: name.clone(),
-        lease_id: LeaseId::random(),
+    AcquireRequest::new(
+        name.clone(),
+        distlock_core::Claim::Exclusive,
         lease,
-        holder: Holder::this_process(Some("hand-over-tests")).into(),
-    }
+        Holder::this_process(Some("hand-over-tests")).into(),
+    )
 }
 
 /// Hands `old` over to a new grant of `lease`: the new lease, or `None`
@@ -53,6 +53,7 @@ async fn handed_over(
         HandOver::Granted {
             fencing_token,
             confirmed_at,
+            ..
         } => {
             assert!(
                 fencing_token > old.fencing_token,
@@ -64,6 +65,8 @@ async fn handed_over(
                 id: next.lease_id,
                 fencing_token,
                 lease,
+                claim: distlock_core::Claim::Exclusive,
+                state: distlock_core::GrantState::none(),
             };
             Some((new, confirmed_at))
         }

@@ -100,12 +100,15 @@ async fn losing_two_of_three_loses_the_lock() {
         .await
         .expect("the holder reports the loss");
     let attempt = other
-        .try_acquire(&distlock_core::AcquireRequest {
-            name: name.clone(),
-            lease_id: distlock_core::LeaseId::random(),
-            lease: Duration::from_secs(2),
-            holder: distlock_core::Holder::this_process(None).into(),
-        })
+        .try_acquire(
+            &distlock_core::AcquireRequest::new(
+                name.clone(),
+                distlock_core::Claim::Exclusive,
+                Duration::from_secs(2),
+                distlock_core::Holder::this_process(None).into(),
+            ),
+            &mut distlock_core::WaitState::new(),
+        )
         .await;
     assert!(
         attempt.is_err(),

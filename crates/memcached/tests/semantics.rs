@@ -6,9 +6,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::{
-    AcquireRequest, Attempt, Backend, Error, Holder, LeaseId, LockClient, LockOptions,
-};
+use distlock_core::{AcquireRequest, Attempt, Backend, Error, Holder, LockClient, LockOptions};
 use distlock_memcached::{MAX_LEASE, MemcachedBackend, MemcachedConfig, Mode};
 
 use support::{Peek, eventually, grant, quorum_url, unique, url};
@@ -61,13 +59,16 @@ async fn peek_missing(key: &str) -> bool {
 async fn leases_over_thirty_days_are_refused_naming_the_lease() {
     let backend = open(&url()).await;
     let name = unique("ttl-long");
-    let request = AcquireRequest {
-        name: name.clone(),
-        lease_id: LeaseId::random(),
-        lease: Duration::from_secs(31 * 86_400),
-        holder: Holder::this_process(None).into(),
-    };
-    match backend.try_acquire(&request).await {
+    let request = AcquireRequest::new(
+        name.clone(),
+        distlock_core::Claim::Exclusive,
+        Duration::from_secs(31 * 86_400),
+        Holder::this_process(None).into(),
+    );
+    match backend
+        .try_acquire(&request, &mut distlock_core::WaitState::new())
+        .await
+    {
         Err(Error::InvalidConfig { field, reason }) => {
             assert_eq!(field, "lease");
             assert!(reason.contains("30 days"), "{reason}");
@@ -147,13 +148,17 @@ async fn waiters_learn_when_the_lease_ends() {
     let lease = grant(&backend, &name, Duration::from_secs(30))
         .await
         .unwrap();
-    let request = AcquireRequest {
-        name: name.clone(),
-        lease_id: LeaseId::random(),
-        lease: Duration::from_secs(30),
-        holder: Holder::this_process(None).into(),
-    };
-    match backend.try_acquire(&request).await.expect("try") {
+    let request = AcquireRequest::new(
+        name.clone(),
+        distlock_core::Claim::Exclusive,
+        Duration::from_secs(30),
+        Holder::this_process(None).into(),
+    );
+    match backend
+        .try_acquire(&request, &mut distlock_core::WaitState::new())
+        .await
+        .expect("try")
+    {
         Attempt::Held {
             retry_after: Some(left),
         } => assert!(

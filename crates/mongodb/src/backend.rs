@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, Error, HandOver, Lease, LockInfo, LockName,
-    ReleaseHub, ReleaseWatch, Result,
+    AcquireRequest, Attempt, Backend, Capabilities, Claim, Error, GrantState, HandOver, Lease,
+    LockInfo, LockKind, LockName, ReleaseHub, ReleaseWatch, Result, WaitState,
 };
 use futures::{StreamExt, TryStreamExt};
 use mongodb::bson::{Bson, Document, doc};
@@ -139,7 +139,10 @@ impl MongoBackend {
             {
                 let fencing_token =
                     document::read_token(&found).ok_or_else(|| no_token(request))?;
-                Ok(Attempt::Acquired { fencing_token })
+                Ok(Attempt::Acquired {
+                    fencing_token,
+                    state: GrantState::none(),
+                })
             }
             _ => Ok(Attempt::Held {
                 retry_after: Some(Duration::ZERO),
@@ -256,7 +259,13 @@ impl Backend for MongoBackend {
             .with_hand_over(true)
     }
 
-    async fn try_acquire(&self, request: &AcquireRequest) -> Result<Attempt> {
+    async fn try_acquire(&self, request: &AcquireRequest, _: &mut WaitState) -> Result<Attempt> {
+        if request.claim != Claim::Exclusive {
+            return Err(Error::Unsupported(format!(
+                "the MongoDB backend does not grant {} yet; the memory backend does",
+                request.claim
+            )));
+        }
         let sent = Instant::now();
         let outcome = self
             .collection
@@ -288,7 +297,10 @@ impl Backend for MongoBackend {
                 self.clock
                     .observe(acquired_at.timestamp_millis(), sent, received);
             }
-            return Ok(Attempt::Acquired { fencing_token });
+            return Ok(Attempt::Acquired {
+                fencing_token,
+                state: GrantState::none(),
+            });
         }
         let retry_after = found
             .get_datetime(EXPIRES_AT)
@@ -379,6 +391,7 @@ impl Backend for MongoBackend {
                 Ok(HandOver::Granted {
                     fencing_token,
                     confirmed_at: None,
+                    state: GrantState::none(),
                 })
             }
             // Nothing matched: the old grant had expired or was taken away.
@@ -407,6 +420,8 @@ impl Backend for MongoBackend {
                 };
                 Some(LockInfo {
                     name,
+                    kind: LockKind::Exclusive,
+                    permits: None,
                     holder: document::read_holder(found),
                     fencing_token: document::read_token(found),
                     expires_in: Some(Duration::from_millis(remaining)),
@@ -443,9 +458,11 @@ mod tests {
     fn lease(name: &str, secs: u64) -> Lease {
         Lease {
             name: LockName::new(name).unwrap(),
+            claim: Claim::Exclusive,
             id: LeaseId::random(),
             fencing_token: 1,
             lease: Duration::from_secs(secs),
+            state: GrantState::none(),
         }
     }
 

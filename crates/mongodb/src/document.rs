@@ -220,15 +220,18 @@ mod tests {
 
     fn request(name: &str, label: Option<&str>) -> AcquireRequest {
         AcquireRequest {
-            name: LockName::new(name).unwrap(),
             lease_id: LeaseId::from_u128(0xabc),
-            lease: Duration::from_millis(1500),
-            holder: Holder {
-                host: "$host".into(),
-                pid: 7,
-                label: label.map(str::to_owned),
-            }
-            .into(),
+            ..AcquireRequest::new(
+                LockName::new(name).unwrap(),
+                distlock_core::Claim::Exclusive,
+                Duration::from_millis(1500),
+                Holder {
+                    host: "$host".into(),
+                    pid: 7,
+                    label: label.map(str::to_owned),
+                }
+                .into(),
+            )
         }
     }
 

@@ -9,7 +9,7 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use distlock_core::{AcquireRequest, Attempt, Backend, Holder, Lease, LeaseId, LockName};
+use distlock_core::{AcquireRequest, Attempt, Backend, Holder, Lease, LockName};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
@@ -37,18 +37,24 @@ pub fn unique(prefix: &str) -> LockName {
 /// One attempt through the backend alone, without a keeper: a lease that
 /// nobody extends.
 pub async fn grant(backend: &dyn Backend, name: &LockName, lease: Duration) -> Option<Lease> {
-    let request = AcquireRequest {
-        name: name.clone(),
-        lease_id: LeaseId::random(),
+    let request = AcquireRequest::new(
+        name.clone(),
+        distlock_core::Claim::Exclusive,
         lease,
-        holder: Holder::this_process(Some("memcached-tests")).into(),
-    };
-    match backend.try_acquire(&request).await.expect("try_acquire") {
-        Attempt::Acquired { fencing_token } => Some(Lease {
+        Holder::this_process(Some("memcached-tests")).into(),
+    );
+    match backend
+        .try_acquire(&request, &mut distlock_core::WaitState::new())
+        .await
+        .expect("try_acquire")
+    {
+        Attempt::Acquired { fencing_token, .. } => Some(Lease {
             name: name.clone(),
             id: request.lease_id,
             fencing_token,
             lease,
+            claim: distlock_core::Claim::Exclusive,
+            state: distlock_core::GrantState::none(),
         }),
         Attempt::Held { .. } => None,
     }

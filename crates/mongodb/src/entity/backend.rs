@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, Error, Lease, LeaseId, LockInfo, LockName,
-    ReleaseWatch, Result,
+    AcquireRequest, Attempt, Backend, Capabilities, Claim, Error, GrantState, Lease, LeaseId,
+    LockInfo, LockKind, LockName, ReleaseWatch, Result, WaitState,
 };
 use futures::TryStreamExt;
 use mongodb::Collection;
@@ -176,7 +176,10 @@ impl EntityBackend {
             (request.name.clone(), fencing_token),
             Grant { document, inserted },
         );
-        Ok(Attempt::Acquired { fencing_token })
+        Ok(Attempt::Acquired {
+            fencing_token,
+            state: GrantState::none(),
+        })
     }
 
     /// Inserts the entity, locked by us, with `value` as its fields. Loses
@@ -271,7 +274,13 @@ impl Backend for EntityBackend {
         Capabilities::lease_based().with_release_wakeups(self.watcher.is_some())
     }
 
-    async fn try_acquire(&self, request: &AcquireRequest) -> Result<Attempt> {
+    async fn try_acquire(&self, request: &AcquireRequest, _: &mut WaitState) -> Result<Attempt> {
+        if request.claim != Claim::Exclusive {
+            return Err(Error::Unsupported(format!(
+                "entity locks are exclusive; {} is not granted on an entity",
+                request.claim
+            )));
+        }
         let (id, insert) = id::parse(&request.name)?;
         let sent = Instant::now();
         let found = self
@@ -396,6 +405,8 @@ impl Backend for EntityBackend {
                     _ => None,
                 };
                 Some(LockInfo {
+                    kind: LockKind::Exclusive,
+                    permits: None,
                     name,
                     holder: None,
                     fencing_token,

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use distlock_core::{AcquireRequest, Attempt, Backend, Holder, Lease, LeaseId};
+use distlock_core::{AcquireRequest, Attempt, Backend, Claim, Holder, Lease, LeaseId, WaitState};
 use distlock_mongodb::mongodb::bson::doc;
 use futures::TryStreamExt;
 
@@ -17,26 +17,23 @@ async fn extend_many_extends_what_is_ours_and_reports_what_is_not() {
     let holder = std::sync::Arc::new(Holder::this_process(Some("bulk")));
     let mut leases = Vec::new();
     for i in 0..60 {
-        let lease = Lease {
-            name: lock_name(&format!("bulk{i}")),
-            id: LeaseId::random(),
-            fencing_token: 0,
-            lease: Duration::from_secs(if i % 3 == 0 { 10 } else { 30 }),
-        };
-        let request = AcquireRequest {
-            name: lease.name.clone(),
-            lease_id: lease.id,
-            lease: lease.lease,
-            holder: holder.clone(),
-        };
-        let Attempt::Acquired { fencing_token } = backend.try_acquire(&request).await.unwrap()
-        else {
-            panic!("{} is fresh", lease.name);
-        };
-        leases.push(Lease {
+        let request = AcquireRequest::new(
+            lock_name(&format!("bulk{i}")),
+            Claim::Exclusive,
+            Duration::from_secs(if i % 3 == 0 { 10 } else { 30 }),
+            holder.clone(),
+        );
+        let Attempt::Acquired {
             fencing_token,
-            ..lease
-        });
+            state,
+        } = backend
+            .try_acquire(&request, &mut WaitState::new())
+            .await
+            .unwrap()
+        else {
+            panic!("{} is fresh", request.name);
+        };
+        leases.push(request.granted(fencing_token, state));
     }
     // Taken away: forced releases, and an identity that was never granted.
     let lost = [4, 9, 30];

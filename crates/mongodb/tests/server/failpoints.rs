@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use distlock_core::{
     AcquireRequest, Attempt, Backend, Capabilities, HandOver, Lease, LockClient, LockInfo,
-    LockName, LossReason, ReleaseWatch, Result,
+    LockName, LossReason, ReleaseWatch, Result, WaitState,
 };
 use distlock_mongodb::MongoBackend;
 use distlock_mongodb::mongodb::Client;
@@ -44,8 +44,8 @@ impl Backend for Counting {
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }
-    async fn try_acquire(&self, request: &AcquireRequest) -> Result<Attempt> {
-        self.inner.try_acquire(request).await
+    async fn try_acquire(&self, request: &AcquireRequest, wait: &mut WaitState) -> Result<Attempt> {
+        self.inner.try_acquire(request, wait).await
     }
     async fn extend(&self, lease: &Lease) -> Result<bool> {
         let outcome = self.inner.extend(lease).await;

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::{AcquireRequest, Attempt, Backend, Holder, LeaseId};
+use distlock_core::{AcquireRequest, Attempt, Backend, Claim, Holder, WaitState};
 use tokio::sync::Barrier;
 
 use crate::common::*;
@@ -25,15 +25,15 @@ async fn thirty_two_racers_for_a_fresh_name_make_one_winner_and_no_error() {
         for racer in 0..RACERS {
             let backend = backends[racer % BACKENDS].clone();
             let barrier = barrier.clone();
-            let request = AcquireRequest {
-                name: name.clone(),
-                lease_id: LeaseId::random(),
-                lease: Duration::from_secs(30),
-                holder: Holder::this_process(Some(&format!("racer {racer}"))).into(),
-            };
+            let request = AcquireRequest::new(
+                name.clone(),
+                Claim::Exclusive,
+                Duration::from_secs(30),
+                Holder::this_process(Some(&format!("racer {racer}"))).into(),
+            );
             racers.push(tokio::spawn(async move {
                 barrier.wait().await;
-                backend.try_acquire(&request).await
+                backend.try_acquire(&request, &mut WaitState::new()).await
             }));
         }
         let mut winners = 0;

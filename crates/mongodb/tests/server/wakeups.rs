@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use distlock_core::{
     AcquireRequest, Attempt, Backend, Capabilities, HandOver, Lease, LockClient, LockInfo,
-    LockName, LockOptions, LossReason, ReleaseWatch, Result,
+    LockName, LockOptions, LossReason, ReleaseWatch, Result, WaitState,
 };
 use distlock_mongodb::MongoBackend;
 
@@ -146,9 +146,9 @@ impl Backend for Attempts {
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }
-    async fn try_acquire(&self, request: &AcquireRequest) -> Result<Attempt> {
+    async fn try_acquire(&self, request: &AcquireRequest, wait: &mut WaitState) -> Result<Attempt> {
         self.count.fetch_add(1, Ordering::SeqCst);
-        self.inner.try_acquire(request).await
+        self.inner.try_acquire(request, wait).await
     }
     async fn extend(&self, lease: &Lease) -> Result<bool> {
         self.inner.extend(lease).await

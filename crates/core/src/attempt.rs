@@ -1,0 +1,155 @@
+//! One attempt of a wait, run so that nothing is left held when its caller
+//! stops listening.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::backend::{AcquireRequest, Attempt, Backend, Lease, LeaseId};
+use crate::bounded;
+use crate::detach::Detach;
+use crate::error::Result;
+use crate::lease::LossReporter;
+use crate::state::{GrantState, WaitState};
+
+/// What one wait asks for, and the state the backend keeps across its
+/// attempts.
+#[derive(Debug)]
+pub(crate) struct Asking {
+    pub(crate) request: AcquireRequest,
+    pub(crate) wait: WaitState,
+}
+
+/// What an attempt gave, as the wait loop needs it.
+pub(crate) enum Outcome {
+    /// Granted by a request sent at that instant; the reporter is the one
+    /// the request carried.
+    Granted(Lease, Instant, LossReporter),
+    Held(Option<Duration>),
+}
+
+impl Asking {
+    pub(crate) fn new(request: AcquireRequest) -> Self {
+        Self {
+            request,
+            wait: WaitState::new(),
+        }
+    }
+
+    /// Makes the attempt, bounded by `budget`, and gives back this wait to
+    /// ask again with, unless the budget ran out first. If the caller stops
+    /// waiting (cancellation, or the budget runs out), the attempt still
+    /// completes in the background: a grant that nobody waits for is
+    /// released, and what the backend keeps for the wait is ended.
+    pub(crate) async fn attempt(
+        mut self,
+        backend: &Arc<dyn Backend>,
+        operation_timeout: Duration,
+        budget: Duration,
+    ) -> (Result<Outcome>, Option<Self>) {
+        // Each attempt has its own identity: an earlier attempt whose answer
+        // was lost may still hold a grant under the old one.
+        self.request.lease_id = LeaseId::random();
+        let call = {
+            let backend = backend.clone();
+            async move {
+                let outcome = self.ask(&backend, operation_timeout).await;
+                (outcome, self)
+            }
+        };
+        let orphaned = {
+            let backend = backend.clone();
+            move |(outcome, asking): (Result<Outcome>, Self)| async move {
+                if let Ok(Outcome::Granted(lease, ..)) = outcome {
+                    release_unclaimed(&*backend, &lease, operation_timeout).await;
+                }
+                asking.end(&*backend, operation_timeout).await;
+            }
+        };
+        let attempt = Detach::with_orphan(call, orphaned);
+        if budget >= operation_timeout {
+            // The call is bounded by the operation timeout already; a second
+            // timer would only cost the runtime's timer wheel a registration.
+            let (outcome, asking) = attempt.await;
+            return (outcome, Some(asking));
+        }
+        match tokio::time::timeout(budget, attempt).await {
+            Ok((outcome, asking)) => (outcome, Some(asking)),
+            Err(_) => (Ok(Outcome::Held(None)), None),
+        }
+    }
+
+    async fn ask(
+        &mut self,
+        backend: &Arc<dyn Backend>,
+        operation_timeout: Duration,
+    ) -> Result<Outcome> {
+        let sent_at = Instant::now();
+        let attempt = bounded::within(
+            backend.call_bound(self.request.lease),
+            operation_timeout,
+            "acquire",
+            backend.try_acquire(&self.request, &mut self.wait),
+        )
+        .await;
+        match attempt {
+            Ok(Attempt::Acquired {
+                fencing_token,
+                state,
+            }) => Ok(Outcome::Granted(
+                self.request.granted(fencing_token, state),
+                sent_at,
+                self.request.loss.clone(),
+            )),
+            Ok(Attempt::Held { retry_after }) => Ok(Outcome::Held(retry_after)),
+            Err(error) => {
+                if error.is_transient() {
+                    // The backend may have granted before the reply was
+                    // lost; release by identity, harmless if it did not.
+                    let lease = self.request.granted(0, GrantState::none());
+                    let backend = backend.clone();
+                    tokio::spawn(async move {
+                        release_unclaimed(&*backend, &lease, operation_timeout).await;
+                    });
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// Ends the wait on the backend, if it kept anything for it.
+    pub(crate) async fn end(self, backend: &dyn Backend, operation_timeout: Duration) {
+        if self.wait.is_empty() {
+            return;
+        }
+        let name = self.request.name.clone();
+        match tokio::time::timeout(
+            operation_timeout,
+            backend.end_wait(&self.request, self.wait),
+        )
+        .await
+        {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                tracing::warn!(%name, %error, "could not end a wait on the backend; its record will expire")
+            }
+            Err(_) => {
+                tracing::warn!(%name, "ending a wait on the backend timed out; its record will expire")
+            }
+        }
+    }
+}
+
+pub(crate) async fn release_unclaimed(backend: &dyn Backend, lease: &Lease, timeout: Duration) {
+    match tokio::time::timeout(timeout, backend.release(lease)).await {
+        Ok(Ok(true)) => tracing::debug!(name = %lease.name, "released a grant nobody waited for"),
+        Ok(Ok(false)) => {}
+        Ok(Err(error)) => {
+            tracing::warn!(name = %lease.name, %error, "could not release an unclaimed grant; it will expire")
+        }
+        Err(_) => {
+            tracing::warn!(name = %lease.name, "releasing an unclaimed grant timed out; it will expire")
+        }
+    }
+}

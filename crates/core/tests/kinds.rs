@@ -1,0 +1,167 @@
+//! Shared locks, semaphores and what the trait carries for them, in core:
+//! local queues that mix kinds, and losses a backend reports by itself.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use distlock_core::{
+    AcquireRequest, Attempt, Backend, Capabilities, Claim, HandOver, Lease, LockClient, LockInfo,
+    LockName, LockOptions, LossReason, LossReporter, MemoryBackend, ReleaseWatch, Result,
+    WaitState,
+};
+
+const PATIENCE: Duration = Duration::from_secs(10);
+
+/// The memory backend, keeping the loss reporter of each grant so that a
+/// test can report the grant lost, as a backend whose connection dropped
+/// would.
+#[derive(Debug, Default)]
+struct Reporting {
+    inner: MemoryBackend,
+    reporters: Mutex<Vec<LossReporter>>,
+}
+
+#[async_trait]
+impl Backend for Reporting {
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    async fn try_acquire(&self, request: &AcquireRequest, wait: &mut WaitState) -> Result<Attempt> {
+        let attempt = self.inner.try_acquire(request, wait).await?;
+        if let Attempt::Acquired { .. } = attempt {
+            self.reporters.lock().unwrap().push(request.loss.clone());
+        }
+        Ok(attempt)
+    }
+
+    async fn end_wait(&self, request: &AcquireRequest, wait: WaitState) -> Result<()> {
+        self.inner.end_wait(request, wait).await
+    }
+
+    async fn extend(&self, lease: &Lease) -> Result<bool> {
+        self.inner.extend(lease).await
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        self.inner.release(lease).await
+    }
+
+    async fn hand_over(&self, lease: &Lease, next: &AcquireRequest) -> Result<HandOver> {
+        self.inner.hand_over(lease, next).await
+    }
+
+    async fn list(&self) -> Result<Vec<LockInfo>> {
+        self.inner.list().await
+    }
+
+    async fn force_release(&self, name: &LockName) -> Result<bool> {
+        self.inner.force_release(name).await
+    }
+
+    fn watch_releases(&self, name: &LockName) -> Option<ReleaseWatch> {
+        self.inner.watch_releases(name)
+    }
+}
+
+fn name(text: &str) -> LockName {
+    LockName::new(text).unwrap()
+}
+
+#[tokio::test]
+async fn a_loss_the_backend_reports_ends_the_guard_at_once() {
+    let backend = Arc::new(Reporting::default());
+    let client = LockClient::new(backend.clone(), LockOptions::default());
+    let guard = client.acquire(&name("reported"), PATIENCE).await.unwrap();
+    let other = client
+        .acquire_shared(&name("untouched"), PATIENCE)
+        .await
+        .unwrap();
+    assert!(!guard.is_lost());
+    let reporter = backend.reporters.lock().unwrap()[0].clone();
+    reporter.report();
+    assert_eq!(
+        tokio::time::timeout(PATIENCE, guard.lost()).await.unwrap(),
+        LossReason::Detected
+    );
+    assert!(reporter.is_ended());
+    assert!(!other.is_lost(), "only the reported grant is lost");
+    other.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_lock_is_handed_over_only_to_a_local_writer() {
+    let client = LockClient::new(Arc::new(MemoryBackend::new()), LockOptions::default());
+    let lock = name("mixed-queue");
+    let writer = client.acquire(&lock, PATIENCE).await.unwrap();
+    let reader = {
+        let (client, lock) = (client.clone(), lock.clone());
+        tokio::spawn(async move { client.acquire_shared(&lock, PATIENCE).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let writer_token = writer.fencing_token();
+    assert!(writer.release().await.unwrap());
+    let reader = reader.await.unwrap().unwrap();
+    assert_eq!(
+        reader.claim(),
+        Claim::Shared,
+        "a reader gets a reader's grant"
+    );
+    assert!(reader.fencing_token() > writer_token);
+    // It is a reader's share: another reader joins it.
+    let second = client.try_acquire_shared(&lock).await.unwrap().unwrap();
+    reader.release().await.unwrap();
+    second.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn tasks_of_one_client_share_a_semaphore_up_to_its_limit() {
+    let client = LockClient::new(Arc::new(MemoryBackend::new()), LockOptions::default());
+    let exports = name("exports");
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(client.acquire_permit(&exports, 3, PATIENCE).await.unwrap());
+    }
+    assert!(
+        client
+            .try_acquire_permit(&exports, 3)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let waiter = {
+        let (client, exports) = (client.clone(), exports.clone());
+        tokio::spawn(async move { client.acquire_permit(&exports, 3, PATIENCE).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!waiter.is_finished());
+    held.pop().unwrap().release().await.unwrap();
+    let fourth = waiter.await.unwrap().unwrap();
+    assert_eq!(fourth.claim(), Claim::Permit { limit: 3 });
+    let listed = client.list().await.unwrap();
+    assert_eq!(listed.len(), 3);
+    assert!(
+        listed
+            .iter()
+            .all(|info| info.permits.is_some_and(|p| p.in_use == 3 && p.limit == 3))
+    );
+    fourth.release().await.unwrap();
+    for permit in held {
+        permit.release().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_zero_timeout_writer_leaves_no_mark_behind() {
+    let client = LockClient::new(Arc::new(MemoryBackend::new()), LockOptions::default());
+    let lock = name("zero-writer");
+    let reader = client.acquire_shared(&lock, PATIENCE).await.unwrap();
+    let other = LockClient::new(client.backend().clone(), LockOptions::default());
+    assert!(other.acquire(&lock, Duration::ZERO).await.is_err());
+    assert!(
+        other.try_acquire_shared(&lock).await.unwrap().is_some(),
+        "a writer that tried once holds no reader back"
+    );
+    reader.release().await.unwrap();
+}
