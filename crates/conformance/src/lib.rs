@@ -14,6 +14,7 @@
 //! ```
 
 pub mod cases;
+pub mod kinds;
 mod process;
 mod support;
 
@@ -79,6 +80,18 @@ macro_rules! conformance_suite {
             with_lock_releases_on_every_path,
             dropped_guard_releases,
         );
+        $crate::conformance_suite!(@kinds $fixture;
+            readers_overlap,
+            a_writer_excludes_readers_and_writers,
+            a_waiting_writer_is_served_before_later_readers,
+            a_writer_that_gave_up_lets_readers_in,
+            a_semaphore_never_exceeds_its_limit_and_reaches_it,
+            a_dead_holders_permit_returns,
+            kind_and_limit_conflicts_are_errors,
+            tokens_increase_across_kinds,
+            lost_fires_for_each_kind,
+            cancelled_waits_leave_nothing_held_for_each_kind,
+        );
     };
     ($fixture:expr) => {
         $crate::conformance_suite!(in_process: $fixture);
@@ -86,6 +99,15 @@ macro_rules! conformance_suite {
             cross_process_sigkill_frees_the_lock,
             cross_process_sigstop_holder,
         );
+    };
+    (@kinds $fixture:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[::tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $case() {
+                let fixture = $fixture;
+                $crate::kinds::$case(&fixture).await;
+            }
+        )*
     };
     (@cases $fixture:expr; $($case:ident),* $(,)?) => {
         $(
