@@ -99,6 +99,16 @@ pub(crate) struct RunArgs {
     /// Try once; if the lock is held, exit 75 without running CMD.
     #[arg(long)]
     pub(crate) no_wait: bool,
+    /// Take the read side of NAME: readers hold it together, never beside a
+    /// writer. Without it (or --permits), `run` takes the write side, which
+    /// excludes everyone else.
+    #[arg(long, conflicts_with = "permits")]
+    pub(crate) shared: bool,
+    /// Take one of N permits of the semaphore NAME, so that at most N
+    /// commands run at once (N from 1 to 1000). Every holder must give the
+    /// same N.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub(crate) permits: Option<u32>,
     /// The lease on backends whose locks expire unless extended (default
     /// 30s); the lease is extended every third of it.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
@@ -117,9 +127,11 @@ pub(crate) struct RunArgs {
 pub(crate) struct ListArgs {
     #[command(flatten)]
     pub(crate) backend: BackendArg,
-    /// Print a JSON array of {"name", "holder": {"host", "pid", "label"} or
-    /// null, "fencing_token" or null, "expires_in_ms" or null (the lock lasts
-    /// as long as its holder's process)}.
+    /// Print a JSON array with one object per holder: {"name", "kind"
+    /// ("exclusive", "shared" or "semaphore"), "permits": {"in_use",
+    /// "limit"} or null, "holder": {"host", "pid", "label"} or null,
+    /// "fencing_token" or null, "expires_in_ms" or null (the lock lasts as
+    /// long as its holder's process)}.
     #[arg(long)]
     pub(crate) json: bool,
 }

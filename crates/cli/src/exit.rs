@@ -98,7 +98,8 @@ impl From<distlock::Error> for Failure {
         let code = match error {
             distlock::Error::InvalidConfig { .. }
             | distlock::Error::InvalidName { .. }
-            | distlock::Error::Unsupported(_) => USAGE,
+            | distlock::Error::Unsupported(_)
+            | distlock::Error::KindConflict { .. } => USAGE,
             _ => RUNTIME,
         };
         Self::new(code, error.to_string())

@@ -11,7 +11,7 @@ use std::future::Future;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use distlock::{LockClient, LockGuard, LockName, LockOptions, LossReason, LostSignal};
+use distlock::{Claim, LockClient, LockGuard, LockName, LockOptions, LossReason, LostSignal};
 use rustix::fs::{Mode, OFlags};
 use rustix::process::{Pid, Signal, getpgid, kill_process};
 use tokio::process::{Child, Command};
@@ -45,7 +45,12 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
     // handled, so that the lock is always released.
     let mut signals = Signals::new()?;
 
-    tracing::debug!(name = %name, "taking the lock");
+    let claim = match (args.shared, args.permits) {
+        (true, _) => Claim::Shared,
+        (false, Some(limit)) => Claim::Permit { limit },
+        (false, None) => Claim::Exclusive,
+    };
+    tracing::debug!(name = %name, ?claim, "taking the lock");
     let wait = if args.no_wait {
         Wait::Once
     } else {
@@ -57,7 +62,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
     // at once.
     let (cancel, cancelled) = oneshot::channel::<()>();
     let mut cancel = Some(cancel);
-    let acquiring = acquire(&client, &name, wait, async {
+    let acquiring = acquire(&client, &name, claim, wait, async {
         let _ = cancelled.await;
     });
     tokio::pin!(acquiring);
@@ -114,6 +119,7 @@ enum Wait {
 async fn acquire(
     client: &LockClient,
     name: &LockName,
+    claim: Claim,
     wait: Wait,
     cancel: impl Future<Output = ()>,
 ) -> Result<Option<LockGuard>, Failure> {
@@ -124,7 +130,10 @@ async fn acquire(
         // The client caps an endless deadline itself.
         Wait::Forever => Duration::MAX,
     };
-    match client.acquire_or_cancel(name, timeout, cancel).await {
+    match client
+        .acquire_claim_or_cancel(name, claim, timeout, cancel)
+        .await
+    {
         Ok(guard) => Ok(Some(guard)),
         Err(distlock::Error::Timeout { .. } | distlock::Error::Cancelled { .. }) => Ok(None),
         Err(error) => Err(error.into()),

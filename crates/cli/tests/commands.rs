@@ -23,6 +23,12 @@ fn bad_input_is_one_clear_line_and_exit_2() {
             &["run", "x", "--no-wait", "--wait", "1s", "--", "true"],
             "cannot be used with",
         ),
+        (&["run", "x", "--permits", "0", "--", "true"], "1..=1000"),
+        (&["run", "x", "--permits", "1001", "--", "true"], "1..=1000"),
+        (
+            &["run", "x", "--shared", "--permits", "2", "--", "true"],
+            "cannot be used with",
+        ),
     ];
     for (args, expected) in cases {
         let output = distlock(args).output().unwrap();
@@ -36,6 +42,13 @@ fn bad_input_is_one_clear_line_and_exit_2() {
         .unwrap();
     let line = one_line_failure(&output, 2);
     assert!(line.contains("lease"), "{line}");
+    // So is a kind of lock the backend does not grant.
+    let output = scratch
+        .distlock(&["run", "x", "--shared", "--", "true"])
+        .output()
+        .unwrap();
+    let line = one_line_failure(&output, 2);
+    assert!(line.contains("not supported"), "{line}");
 }
 
 #[test]
@@ -122,6 +135,8 @@ fn list_shows_the_holder_and_json_parses() {
     assert!(ours["holder"]["host"].is_string());
     assert!(ours["fencing_token"].as_u64().unwrap() > 0);
     assert!(ours["expires_in_ms"].is_null());
+    assert_eq!(ours["kind"], "exclusive");
+    assert!(ours["permits"].is_null());
     let odd_listed = locks.iter().find(|lock| lock["name"] == odd.as_str());
     assert_eq!(
         odd_listed.expect("the odd name, exact")["holder"]["pid"],
