@@ -91,7 +91,7 @@ impl Slot {
     }
 
     /// Whether `claim` can be granted now, next to the live holders; a
-    /// reader also waits for writers that wait, other than `own_mark`.
+    /// reader also waits while any writer waits.
     fn admits(&self, claim: Claim) -> bool {
         match claim {
             Claim::Exclusive => self.holders.is_empty(),
@@ -187,12 +187,10 @@ impl Backend for MemoryBackend {
         if let Some(held) = slot.conflict(request.claim) {
             return Err(request.claim.conflict(&request.name, held));
         }
-        if request.claim == Claim::Exclusive {
-            // This writer's own mark must not keep it out; others' marks
-            // do not either: writers take turns by who gets there first.
-            slot.unmark_writer(wait);
-        }
+        // Marks keep only readers out: writers take turns by who gets
+        // there first, and a granted writer's own mark goes with its grant.
         if slot.admits(request.claim) {
+            slot.unmark_writer(wait);
             return Ok(Attempt::Acquired {
                 fencing_token: slot.grant_to(request, now),
                 state: GrantState::none(),
