@@ -42,13 +42,28 @@ fn bad_input_is_one_clear_line_and_exit_2() {
         .unwrap();
     let line = one_line_failure(&output, 2);
     assert!(line.contains("lease"), "{line}");
-    // So is a kind of lock the backend does not grant.
-    let output = scratch
-        .distlock(&["run", "x", "--shared", "--", "true"])
-        .output()
-        .unwrap();
-    let line = one_line_failure(&output, 2);
-    assert!(line.contains("not supported"), "{line}");
+}
+
+#[test]
+fn a_kind_or_limit_that_conflicts_with_the_holders_is_bad_input() {
+    let scratch = Scratch::new();
+    let name = unique("semaphore");
+    let ready = scratch.file("ready");
+    let script = format!("touch '{}'; exec sleep 1000", ready.display());
+    let _holder = Running::spawn(run_sh(&scratch, &name, &["--permits", "2"], &script));
+    wait_until("the permit holder's command started", || ready.exists());
+    for (options, expected) in [
+        (&[][..], "an exclusive lock"),
+        (&["--shared"][..], "a shared (reader) lock"),
+        (&["--permits", "3"][..], "a semaphore of 3 permits"),
+    ] {
+        let output = run_sh(&scratch, &name, options, "true").output().unwrap();
+        let line = one_line_failure(&output, 2);
+        assert!(
+            line.contains("held as a semaphore of 2 permits") && line.contains(expected),
+            "{options:?}: {line}"
+        );
+    }
 }
 
 #[test]

@@ -11,6 +11,7 @@ use distlock_core::{
 };
 
 use crate::Fixture;
+use crate::process::HeldByChild;
 use crate::support::{LEAK_CATCHING_LEASE, bounded, client, client_with, shared, unique_name};
 
 const PATIENCE: Duration = Duration::from_secs(10);
@@ -422,5 +423,45 @@ fn exclusive_side(claim: Claim) -> Claim {
     match claim {
         Claim::Shared => Claim::Exclusive,
         other => other,
+    }
+}
+
+/// A `distlock run --shared` or `--permits 1` holder killed with SIGKILL
+/// gives its share back: at once on process-bound backends, within one
+/// lease on the others.
+pub async fn cross_process_sigkill_frees_each_kind(fixture: &dyn Fixture) {
+    let url = fixture.url().expect("cross-process cases need a URL");
+    let a = client(fixture).await;
+    for claim in [Claim::Shared, Claim::Permit { limit: 1 }] {
+        if !grants(&a, claim).await {
+            continue;
+        }
+        let name = unique_name("sigkill-kind");
+        let mut child = HeldByChild::start_as(&url, &name, fixture.lease(), claim).await;
+        let excluded = exclusive_side(claim);
+        assert!(
+            a.try_acquire_claim(&name, excluded)
+                .await
+                .expect("try")
+                .is_none(),
+            "the child's {claim} keeps {excluded} out"
+        );
+        child.kill_hard();
+        let guard = if a.backend().capabilities().process_bound {
+            a.try_acquire_claim(&name, excluded)
+                .await
+                .expect("try")
+                .unwrap_or_else(|| panic!("{claim}: free at once after the holder died"))
+        } else {
+            a.acquire_claim(
+                &name,
+                excluded,
+                fixture.lease() + fixture.expiry_slack() + Duration::from_secs(1),
+            )
+            .await
+            .expect("free within one lease after the holder died")
+        };
+        assert!(guard.fencing_token() > child.fencing_token());
+        guard.release().await.expect("release");
     }
 }

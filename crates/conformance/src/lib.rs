@@ -99,6 +99,9 @@ macro_rules! conformance_suite {
             cross_process_sigkill_frees_the_lock,
             cross_process_sigstop_holder,
         );
+        $crate::conformance_suite!(@kinds $fixture;
+            cross_process_sigkill_frees_each_kind,
+        );
     };
     (@kinds $fixture:expr; $($case:ident),* $(,)?) => {
         $(

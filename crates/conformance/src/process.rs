@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use distlock_core::LockName;
+use distlock_core::{Claim, LockName};
 use rustix::process::{Pid, Signal, kill_process};
 
 /// The `distlock` binary: `$DISTLOCK_BIN`, else `target/<profile>/distlock`
@@ -28,6 +28,15 @@ fn distlock_bin() -> PathBuf {
     bin
 }
 
+/// The `distlock run` flags that take `claim`.
+fn claim_args(claim: Claim) -> Vec<String> {
+    match claim {
+        Claim::Exclusive => Vec::new(),
+        Claim::Shared => vec!["--shared".into()],
+        Claim::Permit { limit } => vec!["--permits".into(), limit.to_string()],
+    }
+}
+
 pub(crate) struct HeldByChild {
     child: Child,
     token: u64,
@@ -38,6 +47,17 @@ impl HeldByChild {
     /// Starts `distlock run NAME -- sh -c '<write the token>; sleep'` and
     /// waits until the child holds the lock.
     pub(crate) async fn start(url: &str, name: &LockName, lease: Duration) -> Self {
+        Self::start_as(url, name, lease, Claim::Exclusive).await
+    }
+
+    /// As [`start`](Self::start), with the child holding `claim`: a
+    /// reader's share (`--shared`) or a permit (`--permits N`).
+    pub(crate) async fn start_as(
+        url: &str,
+        name: &LockName,
+        lease: Duration,
+        claim: Claim,
+    ) -> Self {
         let dir = std::env::temp_dir().join(format!(
             "distlock-conformance-{:016x}",
             rand::random::<u64>()
@@ -62,6 +82,7 @@ impl HeldByChild {
                 "--kill-grace",
                 "2s",
             ])
+            .args(claim_args(claim))
             .args(["--", "sh", "-c", &script])
             .stdin(Stdio::null())
             .spawn()

@@ -12,9 +12,21 @@
 //!   tokens persist across releases and restarts. A new token is
 //!   `max(previous + 1, microseconds since the epoch)`, so tokens keep
 //!   increasing even if the directory is wiped, as long as the clock does.
-//! - A forced release atomically replaces the file (keeping its token). The
-//!   holder's check at its next extension sees that its file is no longer
-//!   the one at the path, and reports the lock lost.
+//! - Readers and semaphore permits hold the lock file with a *shared*
+//!   `flock`, which keeps writers out and is kept out by a writer, and each
+//!   also holds a slot file of its own exclusively (`….r<i>.lock` for
+//!   readers, `….p<i>.lock` for the `limit` permits of a semaphore), which
+//!   counts it and records its holder and token. Whether a reader or a
+//!   permit may go in, and its token, are decided one process at a time
+//!   inside the name's gate, `.<SHA-256>.gate`, a file locked exclusively
+//!   for a moment. A writer that waits holds a shared lock on
+//!   `.<SHA-256>.writers`, and readers that come after it wait while
+//!   anyone does. All of these are the kernel's locks, so a holder or a
+//!   waiting writer that dies lets go at once.
+//! - A forced release atomically replaces the lock file and every slot file
+//!   (keeping the token). Each holder's check at its next extension sees
+//!   that its files are no longer the ones at their paths, and reports the
+//!   lock lost.
 //!
 //! - A release touches a signal file, `.<SHA-256>.released`, and waiters in
 //!   every process watch the directory with inotify, so they retry the
@@ -26,61 +38,40 @@
 //! backend across machines. Token writes are not fsynced; after a power loss
 //! the clock-based floor keeps tokens increasing.
 
+mod admin;
+mod files;
+mod gate;
+mod held;
 mod names;
 mod record;
+mod shared;
 mod wake;
 
-use std::fs::{File, OpenOptions, TryLockError};
-use std::io;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::fs::File;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, PoisonError};
-use std::time::SystemTime;
 
 use async_trait::async_trait;
 use distlock_core::{
     AcquireRequest, Attempt, Backend, Capabilities, Claim, Error, GrantState, Lease, LockInfo,
-    LockKind, LockName, ReleaseWatch, Result, WaitState, token_floor,
+    LockName, ReleaseWatch, Result, WaitState,
 };
 
-use crate::record::Record;
+use crate::files::{Mode, io_error, open_existing, open_locked};
+use crate::gate::Gate;
+use crate::held::{Held, LockedFile};
+use crate::names::SlotKind;
+use crate::record::{Record, SharedKind, next_token, now_ms};
+use crate::shared::WriterMark;
 use crate::wake::{Wakeups, signal_release};
 
-/// How many times an attempt retries when the file was replaced between
-/// opening and locking it.
-const REPLACED_RETRIES: usize = 8;
+pub(crate) use crate::files::no_follow;
 
 /// Locks held as OS file locks in one directory.
 #[derive(Debug)]
 pub struct FileBackend {
     dir: PathBuf,
     wakeups: Wakeups,
-}
-
-/// A grant's state: the locked file, open until the grant is released or
-/// its guard dropped, since closing it drops the OS lock.
-#[derive(Debug)]
-struct HeldFile {
-    file: Mutex<Option<File>>,
-    path: PathBuf,
-    dir: PathBuf,
-    name: LockName,
-}
-
-impl HeldFile {
-    fn file(&self) -> std::sync::MutexGuard<'_, Option<File>> {
-        self.file.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-impl Drop for HeldFile {
-    fn drop(&mut self) {
-        // A guard dropped where no release could run: the file closes now,
-        // which drops the lock; tell the waiters.
-        if self.file().take().is_some() {
-            signal_release(&self.dir, &self.name);
-        }
-    }
 }
 
 impl FileBackend {
@@ -145,73 +136,65 @@ impl FileBackend {
         self.dir.join(names::file_name(name))
     }
 
-    fn try_lock_path(&self, path: &Path) -> Result<Option<File>> {
-        for _ in 0..REPLACED_RETRIES {
-            let file = no_follow()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(path)
-                .map_err(|e| io_error(format!("cannot open {}", path.display()), e))?;
-            if !lock_unless_held(&file)
-                .map_err(|e| io_error(format!("cannot lock {}", path.display()), e))?
-            {
-                return Ok(None);
-            }
-            // A forced release may have replaced the file between our open
-            // and our lock; a lock on the old file protects nothing.
-            if is_current(&file, path)? {
-                return Ok(Some(file));
-            }
+    /// Takes `request.name` exclusively: at once when nobody has the lock
+    /// file; otherwise, inside the gate, finds out whether someone really
+    /// holds it (a look may have had it for a moment), and if so whether as
+    /// a semaphore, and marks a writer that will wait.
+    async fn acquire_exclusive(
+        &self,
+        request: &AcquireRequest,
+        wait: &mut WaitState,
+    ) -> Result<Attempt> {
+        let path = self.path_of(&request.name);
+        if let Some(file) = open_locked(&path, Mode::Exclusive)? {
+            return self.grant_exclusive(request, wait, file, path);
         }
-        Err(Error::Backend {
-            backend: "file",
-            message: format!("{} keeps being replaced while we lock it", path.display()),
-            source: None,
+        let _gate = Gate::enter(&self.dir.join(names::gate_name(&request.name))).await?;
+        if let Some(file) = open_locked(&path, Mode::Exclusive)? {
+            return self.grant_exclusive(request, wait, file, path);
+        }
+        let last = open_existing(&path)?.and_then(|mut file| Record::read(&mut file).ok());
+        if let Some(SharedKind::Permit { limit }) = last.and_then(|record| record.shared)
+            && !shared::live_slots(self, &request.name, SlotKind::Permit, limit)?.is_empty()
+        {
+            return Err(request
+                .claim
+                .conflict(&request.name, Claim::Permit { limit }));
+        }
+        if request.retries {
+            shared::mark_writer(self, &request.name, wait)?;
+        }
+        Ok(Attempt::Held { retry_after: None })
+    }
+
+    fn grant_exclusive(
+        &self,
+        request: &AcquireRequest,
+        wait: &mut WaitState,
+        mut file: File,
+        path: PathBuf,
+    ) -> Result<Attempt> {
+        // A writer that waited stops keeping readers out only once it holds
+        // the lock, which keeps them out itself.
+        drop(wait.take::<WriterMark>());
+        let previous = Record::read(&mut file).map_or(0, |record| record.fencing_token);
+        let fencing_token = next_token(previous, &path)?;
+        let record = Record {
+            name: request.name.as_str().to_owned(),
+            fencing_token,
+            holder: Some(distlock_core::Holder::clone(&request.holder)),
+            acquired_at_ms: Some(now_ms()),
+            shared: None,
+        };
+        record
+            .write(&mut file)
+            .map_err(|e| io_error(format!("cannot write {}", path.display()), e))?;
+        let lock_file = LockedFile { file, path };
+        Ok(Attempt::Acquired {
+            fencing_token,
+            state: GrantState::new(Held::new(&self.dir, &request.name, lock_file, None)),
         })
     }
-}
-
-/// How many times to try again for a lock that only someone looking at it
-/// keeps us from.
-const LOOKER_RETRIES: usize = 100;
-
-/// Takes the exclusive lock of `file`; `Ok(false)` when a holder has it.
-///
-/// Holders lock exclusively; `list` and a forced release take a shared lock
-/// for a moment, to see whether a holder has it. Such a look must not make
-/// the lock seem held to someone taking it, so where the exclusive lock
-/// fails but a shared one can be had, nobody holds it: try again.
-fn lock_unless_held(file: &File) -> io::Result<bool> {
-    for _ in 0..LOOKER_RETRIES {
-        match file.try_lock() {
-            Ok(()) => return Ok(true),
-            Err(TryLockError::Error(e)) => return Err(e),
-            Err(TryLockError::WouldBlock) => {}
-        }
-        match file.try_lock_shared() {
-            Ok(()) => {
-                file.unlock()?;
-                std::thread::yield_now();
-            }
-            Err(TryLockError::WouldBlock) => return Ok(false),
-            Err(TryLockError::Error(e)) => return Err(e),
-        }
-    }
-    Ok(false)
-}
-
-/// Options that refuse to open a symbolic link, so that nobody who can
-/// write the lock directory can point a lock file at a file of ours.
-pub(crate) fn no_follow() -> OpenOptions {
-    let mut options = OpenOptions::new();
-    options.custom_flags(libc_flag(rustix::fs::OFlags::NOFOLLOW));
-    options
-}
-
-fn libc_flag(flag: rustix::fs::OFlags) -> i32 {
-    i32::try_from(flag.bits()).expect("open flags fit an int")
 }
 
 /// Refuses a directory in a place every user can write (the default one,
@@ -254,81 +237,37 @@ fn check_private(dir: &Path) -> Result<()> {
     }
 }
 
-/// Whether `file` is still the file at `path`.
-fn is_current(file: &File, path: &Path) -> Result<bool> {
-    let ours = file
-        .metadata()
-        .map_err(|e| io_error(format!("cannot stat {}", path.display()), e))?;
-    match std::fs::metadata(path) {
-        Ok(there) => Ok(there.dev() == ours.dev() && there.ino() == ours.ino()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(io_error(format!("cannot stat {}", path.display()), e)),
-    }
-}
-
-fn io_error(message: String, error: io::Error) -> Error {
-    Error::backend("file", format!("{message}: {error}"), error)
-}
-
 #[async_trait]
 impl Backend for FileBackend {
     fn capabilities(&self) -> Capabilities {
         Capabilities::lease_based()
             .with_process_bound(true)
             .with_release_wakeups(true)
+            .with_shared(true)
+            .with_semaphores(true)
     }
 
-    async fn try_acquire(&self, request: &AcquireRequest, _: &mut WaitState) -> Result<Attempt> {
-        if request.claim != Claim::Exclusive {
-            return Err(Error::Unsupported(format!(
-                "the file backend does not grant {} yet; the memory backend does",
-                request.claim
-            )));
+    async fn try_acquire(&self, request: &AcquireRequest, wait: &mut WaitState) -> Result<Attempt> {
+        match request.claim {
+            Claim::Exclusive => self.acquire_exclusive(request, wait).await,
+            Claim::Shared => shared::acquire(self, request, SharedKind::Reader).await,
+            Claim::Permit { limit } => {
+                shared::acquire(self, request, SharedKind::Permit { limit }).await
+            }
         }
-        let path = self.path_of(&request.name);
-        let Some(mut file) = self.try_lock_path(&path)? else {
-            return Ok(Attempt::Held { retry_after: None });
-        };
-        let previous = Record::read(&mut file).map_or(0, |record| record.fencing_token);
-        // Only an edited or corrupt file holds the largest token; another
-        // grant could not be given a larger one.
-        let next = previous.checked_add(1).ok_or_else(|| Error::Backend {
-            backend: "file",
-            message: format!(
-                "{} holds the largest possible fencing token, so no later grant could \
-                 have a larger one; the file was edited or is corrupt",
-                path.display()
-            ),
-            source: None,
-        })?;
-        let fencing_token = next.max(token_floor(SystemTime::now()));
-        let record = Record {
-            name: request.name.as_str().to_owned(),
-            fencing_token,
-            holder: Some(distlock_core::Holder::clone(&request.holder)),
-            acquired_at_ms: Some(token_floor(SystemTime::now()) / 1000),
-        };
-        record
-            .write(&mut file)
-            .map_err(|e| io_error(format!("cannot write {}", path.display()), e))?;
-        let state = GrantState::new(HeldFile {
-            file: Mutex::new(Some(file)),
-            path,
-            dir: self.dir.clone(),
-            name: request.name.clone(),
-        });
-        Ok(Attempt::Acquired {
-            fencing_token,
-            state,
-        })
+    }
+
+    async fn end_wait(&self, request: &AcquireRequest, wait: WaitState) -> Result<()> {
+        // Dropping the state drops a waiting writer's mark; the readers it
+        // held back may go now.
+        drop(wait);
+        signal_release(&self.dir, &request.name);
+        Ok(())
     }
 
     async fn extend(&self, lease: &Lease) -> Result<bool> {
-        let Some(held) = lease.state.get::<HeldFile>() else {
-            return Ok(false);
-        };
-        match &*held.file() {
-            Some(file) => is_current(file, &held.path),
+        match lease.state.get::<Held>() {
+            Some(held) => held.is_ours(),
             None => Ok(false),
         }
     }
@@ -336,88 +275,15 @@ impl Backend for FileBackend {
     async fn release(&self, lease: &Lease) -> Result<bool> {
         // A grant lives in its state: a lease without one (an attempt whose
         // answer never came) holds nothing here.
-        let Some(held) = lease.state.get::<HeldFile>() else {
-            return Ok(false);
-        };
-        let Some(file) = held.file().take() else {
-            return Ok(false);
-        };
-        let still_ours = is_current(&file, &held.path).unwrap_or(false);
-        // Closing the file drops the lock; unlock first so the lock goes even
-        // if a duplicate of the descriptor were alive somewhere.
-        let _ = file.unlock();
-        drop(file);
-        signal_release(&self.dir, &lease.name);
-        Ok(still_ours)
+        Ok(lease.state.get::<Held>().is_some_and(Held::release))
     }
 
     async fn list(&self) -> Result<Vec<LockInfo>> {
-        let entries = std::fs::read_dir(&self.dir)
-            .map_err(|e| io_error(format!("cannot list {}", self.dir.display()), e))?;
-        let mut locks = Vec::new();
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if !names::is_lock_file(&path) {
-                continue;
-            }
-            let Ok(mut file) = no_follow().read(true).open(&path) else {
-                continue;
-            };
-            match file.try_lock_shared() {
-                Ok(()) => continue,
-                Err(TryLockError::WouldBlock) => {}
-                Err(TryLockError::Error(_)) => continue,
-            }
-            let Ok(record) = Record::read(&mut file) else {
-                continue;
-            };
-            let Ok(name) = LockName::new(&record.name) else {
-                continue;
-            };
-            locks.push(LockInfo {
-                name,
-                kind: LockKind::Exclusive,
-                permits: None,
-                holder: record.holder,
-                fencing_token: Some(record.fencing_token),
-                expires_in: None,
-            });
-        }
-        locks.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(locks)
+        admin::list(self).await
     }
 
     async fn force_release(&self, name: &LockName) -> Result<bool> {
-        let path = self.path_of(name);
-        let mut old = match no_follow().read(true).open(&path) {
-            Ok(file) => file,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
-            Err(e) => return Err(io_error(format!("cannot open {}", path.display()), e)),
-        };
-        let was_held = matches!(old.try_lock_shared(), Err(TryLockError::WouldBlock));
-        let fencing_token = Record::read(&mut old).map_or(0, |record| record.fencing_token);
-        let replacement = Record {
-            name: name.as_str().to_owned(),
-            fencing_token,
-            holder: None,
-            acquired_at_ms: None,
-        };
-        let temp = self.dir.join(names::temp_name(name));
-        let write = || -> io::Result<()> {
-            let mut file = no_follow()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .open(&temp)?;
-            replacement.write(&mut file)?;
-            std::fs::rename(&temp, &path)
-        };
-        write().map_err(|e| {
-            let _ = std::fs::remove_file(&temp);
-            io_error(format!("cannot replace {}", path.display()), e)
-        })?;
-        signal_release(&self.dir, name);
-        Ok(was_held)
+        admin::force_release(self, name).await
     }
 
     fn watch_releases(&self, name: &LockName) -> Option<ReleaseWatch> {
@@ -442,6 +308,7 @@ mod tests {
             fencing_token: u64::MAX,
             holder: None,
             acquired_at_ms: None,
+            shared: None,
         }
         .write(&mut file)
         .unwrap();

@@ -17,6 +17,81 @@ pub(crate) fn file_name(name: &LockName) -> String {
     format!("{}-{}{SUFFIX}", readable(name), digest(name))
 }
 
+/// Which holders a slot file is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SlotKind {
+    /// A reader of a reader-writer lock.
+    Reader,
+    /// A permit of a semaphore.
+    Permit,
+}
+
+impl SlotKind {
+    fn letter(self) -> char {
+        match self {
+            Self::Reader => 'r',
+            Self::Permit => 'p',
+        }
+    }
+}
+
+/// The file of slot `index` of `name`'s readers or permits: the lock
+/// file's name with `.r<index>` or `.p<index>` before its suffix.
+pub(crate) fn slot_name(name: &LockName, kind: SlotKind, index: u32) -> String {
+    format!(
+        "{}-{}.{}{index}{SUFFIX}",
+        readable(name),
+        digest(name),
+        kind.letter()
+    )
+}
+
+/// The file whose exclusive lock a process holds for the moment it decides
+/// about `name`: granting a reader or a permit, or looking at a holder.
+pub(crate) fn gate_name(name: &LockName) -> String {
+    gate_of_digest(&digest(name))
+}
+
+/// The gate of a lock or slot file, from the digest in its name.
+pub(crate) fn gate_of_lock_file(path: &Path) -> Option<String> {
+    let stem = path.file_name()?.to_str()?.strip_suffix(SUFFIX)?;
+    let stem = match stem.rsplit_once('.') {
+        Some((before, slot)) if is_slot_suffix(slot) => before,
+        _ => stem,
+    };
+    let digest = stem.get(stem.len().checked_sub(64)?..)?;
+    digest
+        .bytes()
+        .all(|b| b.is_ascii_hexdigit())
+        .then(|| gate_of_digest(digest))
+}
+
+/// Whether a lock file is a slot file of readers or permits.
+pub(crate) fn is_slot_file(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.strip_suffix(SUFFIX))
+        .and_then(|stem| stem.rsplit_once('.'))
+        .is_some_and(|(_, slot)| is_slot_suffix(slot))
+}
+
+fn is_slot_suffix(text: &str) -> bool {
+    let mut chars = text.chars();
+    matches!(chars.next(), Some('r' | 'p'))
+        && !chars.as_str().is_empty()
+        && chars.as_str().bytes().all(|b| b.is_ascii_digit())
+}
+
+fn gate_of_digest(digest: &str) -> String {
+    format!(".{digest}.gate")
+}
+
+/// The file that writers waiting for `name` hold a shared lock on, so that
+/// readers who come after them wait too.
+pub(crate) fn writers_name(name: &LockName) -> String {
+    format!(".{}.writers", digest(name))
+}
+
 /// A temporary file in the same directory, for atomic replacement.
 pub(crate) fn temp_name(name: &LockName) -> String {
     format!(".{}.{:016x}.tmp", digest(name), rand_suffix())
@@ -102,6 +177,25 @@ mod tests {
             Some(digest(&lock).as_str())
         );
         assert_eq!(signalled_digest(file_name(&lock).as_bytes()), None);
+    }
+
+    #[test]
+    fn slot_files_are_lock_files_of_the_same_gate() {
+        let lock = name("a.r1");
+        let gate = gate_name(&lock);
+        assert_eq!(
+            gate_of_lock_file(Path::new(&file_name(&lock))),
+            Some(gate.clone())
+        );
+        assert!(!is_slot_file(Path::new(&file_name(&lock))));
+        for kind in [SlotKind::Reader, SlotKind::Permit] {
+            let slot = slot_name(&lock, kind, 12);
+            assert!(is_lock_file(Path::new(&slot)), "{slot}");
+            assert!(is_slot_file(Path::new(&slot)), "{slot}");
+            assert_eq!(gate_of_lock_file(Path::new(&slot)), Some(gate.clone()));
+        }
+        assert!(!is_lock_file(Path::new(&gate)));
+        assert!(!is_lock_file(Path::new(&writers_name(&lock))));
     }
 
     #[test]

@@ -2,8 +2,10 @@
 
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::path::Path;
+use std::time::SystemTime;
 
-use distlock_core::Holder;
+use distlock_core::{Claim, Error, Holder, Result, token_floor};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -14,9 +16,40 @@ pub(crate) struct Record {
     pub(crate) holder: Option<Holder>,
     #[serde(default)]
     pub(crate) acquired_at_ms: Option<u64>,
+    /// What the last grant was: absent for an exclusive lock, and in
+    /// files written before readers and semaphores existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) shared: Option<SharedKind>,
+}
+
+/// The kind of a grant that shares its name with others.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum SharedKind {
+    /// A reader.
+    Reader,
+    /// A permit of a semaphore of `limit`.
+    Permit {
+        /// The semaphore's limit.
+        limit: u32,
+    },
+}
+
+impl SharedKind {
+    pub(crate) fn claim(self) -> Claim {
+        match self {
+            Self::Reader => Claim::Shared,
+            Self::Permit { limit } => Claim::Permit { limit },
+        }
+    }
 }
 
 impl Record {
+    /// What the record's grant claimed.
+    pub(crate) fn claim(&self) -> Claim {
+        self.shared.map_or(Claim::Exclusive, SharedKind::claim)
+    }
+
     pub(crate) fn read(file: &mut File) -> io::Result<Self> {
         let mut text = String::new();
         file.seek(SeekFrom::Start(0))?;
@@ -30,4 +63,30 @@ impl Record {
         file.seek(SeekFrom::Start(0))?;
         file.write_all(&text)
     }
+}
+
+/// The token of the next grant of a name whose last token was `previous`:
+/// `max(previous + 1, microseconds since the epoch)`, so tokens keep
+/// increasing even if the directory is wiped, as long as the clock does.
+///
+/// # Errors
+/// A backend error when `previous` is the largest token: only an edited or
+/// corrupt file at `path` holds it, and no later grant could be given a
+/// larger one.
+pub(crate) fn next_token(previous: u64, path: &Path) -> Result<u64> {
+    let next = previous.checked_add(1).ok_or_else(|| Error::Backend {
+        backend: "file",
+        message: format!(
+            "{} holds the largest possible fencing token, so no later grant could \
+             have a larger one; the file was edited or is corrupt",
+            path.display()
+        ),
+        source: None,
+    })?;
+    Ok(next.max(token_floor(SystemTime::now())))
+}
+
+/// Now, in milliseconds since the epoch, for a record's `acquired_at_ms`.
+pub(crate) fn now_ms() -> u64 {
+    token_floor(SystemTime::now()) / 1000
 }
