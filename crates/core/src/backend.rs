@@ -214,6 +214,12 @@ pub struct Capabilities {
     pub shared: bool,
     /// [`Claim::Permit`] is granted, so a name can be a semaphore.
     pub semaphores: bool,
+    /// Every grant and wait hangs on one session of the backend's (an etcd
+    /// lease for all of a client's keys), which
+    /// [`Backend::renew_session`] keeps alive: core renews the session once
+    /// per extension period while anything is held or waited for, instead
+    /// of extending grants one by one.
+    pub sessions: bool,
 }
 
 impl Capabilities {
@@ -227,7 +233,15 @@ impl Capabilities {
             hand_over: false,
             shared: false,
             semaphores: false,
+            sessions: false,
         }
+    }
+
+    /// These capabilities with a session that [`Backend::renew_session`]
+    /// keeps, or without.
+    pub const fn with_sessions(mut self, on: bool) -> Self {
+        self.sessions = on;
+        self
     }
 
     /// These capabilities with shared (reader) locks or without.
@@ -398,6 +412,29 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// in a few commands whatever the number, return more.
     fn extend_many_limit(&self) -> usize {
         EXTEND_CONCURRENCY
+    }
+
+    /// Renews the session every grant and wait of this backend hangs on, for
+    /// a backend with [`Capabilities::sessions`]; core calls it once per
+    /// extension period while the client holds or waits for anything, and
+    /// never calls [`extend`](Self::extend) or
+    /// [`extend_many`](Self::extend_many) for such a backend. A renewal
+    /// that succeeds keeps every grant of the session for a lease from
+    /// when it was sent. `Ok(false)` means the session is gone, and every
+    /// grant with it; the backend starts a new session for the next grant
+    /// or wait.
+    ///
+    /// The default answers
+    /// [`Error::Unsupported`](crate::Error::Unsupported).
+    ///
+    /// # Errors
+    /// A backend error, after which the outcome is unknown: core tries
+    /// again, and gives up the grants once none was confirmed for the lease
+    /// minus the safety margin.
+    async fn renew_session(&self) -> Result<bool> {
+        Err(crate::Error::Unsupported(
+            "this backend keeps no session".into(),
+        ))
     }
 
     /// Releases `lease` if it is still ours. Returns whether it was.

@@ -85,7 +85,7 @@ impl LockClient {
     pub fn new(backend: Arc<dyn Backend>, options: LockOptions) -> Self {
         let capabilities = backend.capabilities();
         let holder = Arc::new(Holder::this_process(options.label()));
-        let keeper = Keeper::new(options.clone(), capabilities.process_bound);
+        let keeper = Keeper::new(options.clone(), &backend);
         let succession = (capabilities.hand_over && options.local_hand_overs() > 0).then(|| {
             Arc::new(Succession {
                 holder: holder.clone(),
@@ -451,6 +451,8 @@ impl LockClient {
             Baton::Free(permit) => (permit, false),
             Baton::Yielded(permit) => (permit, true),
         };
+        // A backend whose waits hang on its session keeps it while we wait.
+        let _waiting = self.inner.keeper.begin_wait();
         // A zero timeout tries once, so it leaves no record of a waiter.
         let retries = !timeout.is_zero();
         let mut pending = PendingWait::new(self, Asking::new(self.request(name, claim, retries)));

@@ -8,6 +8,11 @@
 //! most [`Backend::extend_many_limit`](crate::Backend::extend_many_limit)
 //! leases, each bounded by the operation timeout), so 10,000 locks
 //! taken at once cost a few bulk calls per cadence, not 10,000 timers.
+//!
+//! A backend whose grants hang on one session instead has that session
+//! renewed once per cadence (see [`session`]).
+
+mod session;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,6 +39,12 @@ struct Shared {
     wake: Arc<Notify>,
     options: LockOptions,
     process_bound: bool,
+    /// The backend, when its grants hang on a session that the keeper
+    /// renews instead of extending grants one by one.
+    session: Option<Arc<dyn Backend>>,
+    /// How many waits of the client are under way, for a session backend:
+    /// its session must live while they wait too.
+    waits: std::sync::atomic::AtomicUsize,
     /// Whether the keeper task runs. It is started by the first insert, and
     /// again by the next insert after it stopped with the runtime it ran on
     /// (a client shared between runtimes outlives each of them).
@@ -59,6 +70,8 @@ struct Schedule {
     was_empty: bool,
     /// Whether a lease was added since the last look.
     added_since_look: bool,
+    /// When a session backend's session is renewed next.
+    session: session::Plan,
 }
 
 #[derive(Debug)]
@@ -125,13 +138,17 @@ impl Schedule {
 }
 
 impl Keeper {
-    pub(crate) fn new(options: LockOptions, process_bound: bool) -> Self {
+    /// The keeper of a client of `backend` with `options`.
+    pub(crate) fn new(options: LockOptions, backend: &Arc<dyn Backend>) -> Self {
+        let capabilities = backend.capabilities();
         Self {
             shared: Arc::new(Shared {
                 schedule: Mutex::new(Schedule::default()),
                 wake: Arc::new(Notify::new()),
                 options,
-                process_bound,
+                process_bound: capabilities.process_bound,
+                session: capabilities.sessions.then(|| backend.clone()),
+                waits: Default::default(),
                 running: AtomicBool::new(false),
             }),
         }
@@ -158,6 +175,9 @@ impl Keeper {
         let _ops = held.ops.lock().await;
         if held.loss().is_some() {
             return Err(lost_error(held));
+        }
+        if self.shared.session.is_some() {
+            return self.shared.clone().renew_now(held).await;
         }
         let sent_at = Instant::now();
         let outcome =
@@ -224,9 +244,15 @@ impl Shared {
         let mut schedule = self.lock();
         let key = schedule.next_key;
         schedule.next_key += 1;
+        // A session backend's grants are kept by renewing the session.
+        let next_extension = if self.session.is_some() {
+            far_future()
+        } else {
+            sent_at + self.options.extend_every()
+        };
         let entry = Entry {
             held,
-            next_extension: sent_at + self.options.extend_every(),
+            next_extension,
             valid_until: self.valid_until(sent_at),
             in_flight: false,
             wake_at: sent_at,
@@ -449,9 +475,14 @@ async fn run(weak: Weak<Shared>, wake: Arc<Notify>, _on_stop: OnStop) {
             let Some(shared) = weak.upgrade() else {
                 return;
             };
-            let (due, next_look) = shared.take_due(Instant::now());
+            let now = Instant::now();
+            let (due, next_look) = shared.take_due(now);
             if !due.is_empty() {
                 tokio::spawn(shared.clone().extend_batch(due));
+            }
+            let (renew, next_look) = shared.take_session_due(now, next_look);
+            if renew {
+                tokio::spawn(shared.clone().renew_session());
             }
             next_look
         };
@@ -477,7 +508,8 @@ mod tests {
     use crate::state::GrantState;
 
     fn keeper() -> Keeper {
-        Keeper::new(LockOptions::default(), false)
+        let backend: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
+        Keeper::new(LockOptions::default(), &backend)
     }
 
     fn held() -> Arc<HeldLease> {
