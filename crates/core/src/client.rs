@@ -22,7 +22,7 @@ use crate::keeper::Keeper;
 use crate::lease::{HeldLease, LossReporter, LostSignal};
 use crate::name::LockName;
 use crate::options::LockOptions;
-use crate::slots::{Baton, SlotPermit, Slots};
+use crate::slots::{Baton, LocalReleases, LocalReleasesWatch, SlotPermit, Slots};
 use crate::wake::ReleaseWatch;
 
 /// Takes, keeps and releases locks on one backend.
@@ -597,13 +597,21 @@ impl LockClient {
             reporter,
         ));
         let key = self.inner.keeper.insert(held.clone(), sent_at);
-        let (slot, succession) = if exclusive {
-            (Some(permit), self.inner.succession.clone())
+        let (slot, succession, shared) = if exclusive {
+            (Some(permit), self.inner.succession.clone(), None)
         } else {
+            let shared = Box::new(self.inner.slots.shared_release(&held.lease.name));
             drop(permit);
-            (None, None)
+            (None, None, Some(shared))
         };
-        LockGuard::new(held, self.inner.keeper.clone(), key, slot, succession)
+        LockGuard::new(
+            held,
+            self.inner.keeper.clone(),
+            key,
+            slot,
+            succession,
+            shared,
+        )
     }
 }
 
@@ -688,11 +696,15 @@ impl<'a, C: Future<Output = ()>> Wait<'a, C> {
             // Another task of this client just held the lock through a run
             // of hand-overs: give other processes the first chance at it.
             let pause = min.min(self.deadline.saturating_duration_since(Instant::now()));
-            self.pause(watch.as_mut(), pause).await?;
+            self.pause(watch.as_mut(), None, pause).await?;
         }
         let operation_timeout = inner.options.operation_timeout();
+        // Heard only once the lock was found held: an uncontended wait
+        // pays nothing for it.
+        let mut local_releases: Option<LocalReleasesWatch> = None;
         let mut first = true;
         loop {
+            let seen = local_releases.as_ref().map(|releases| releases.seen());
             // An attempt is never cut short: its answer is waited for, so
             // that a cancelled wait knows whether it must release a grant.
             if self.is_cancelled() {
@@ -714,7 +726,12 @@ impl<'a, C: Future<Output = ()>> Wait<'a, C> {
                 Ok(Outcome::Granted(lease, sent_at, reporter)) => {
                     return Ok((lease, sent_at, reporter));
                 }
-                Ok(Outcome::Held(retry_after)) => retry_after,
+                Ok(Outcome::Held(retry_after)) => {
+                    if local_releases.is_none() {
+                        local_releases = Some(inner.slots.watch_local_releases(self.name));
+                    }
+                    retry_after
+                }
                 Err(error) => {
                     tracing::debug!(%error, outcome = "error");
                     return Err(error);
@@ -734,15 +751,32 @@ impl<'a, C: Future<Output = ()>> Wait<'a, C> {
                     .min(until_expiry + Duration::from_millis(1)),
                 (None, None) => backoff.next_wait(),
             };
-            self.pause(watch.as_mut(), wait.min(self.deadline - now))
+            let local = local_releases
+                .as_deref()
+                .map(|releases| (releases, seen.unwrap_or_else(|| releases.seen())));
+            self.pause(watch.as_mut(), local, wait.min(self.deadline - now))
                 .await?;
         }
     }
 
-    /// Sleeps for `wait`, or less if `watch` reports a release first.
-    async fn pause(&mut self, watch: Option<&mut ReleaseWatch>, wait: Duration) -> Result<()> {
+    /// Sleeps for `wait`, or less if `watch` reports a release first, or
+    /// this client released a reader or a permit of the name since it last
+    /// asked (`local`: the releases, and how many it had seen then).
+    async fn pause(
+        &mut self,
+        watch: Option<&mut ReleaseWatch>,
+        local: Option<(&LocalReleases, u64)>,
+        wait: Duration,
+    ) -> Result<()> {
+        let released_here = async {
+            match local {
+                Some((releases, seen)) => releases.since(seen).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             () = sleep_unless_released(watch, wait) => Ok(()),
+            () = released_here => Ok(()),
             () = &mut self.cancel => Err(self.cancelled()),
         }
     }

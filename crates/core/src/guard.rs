@@ -12,7 +12,7 @@ use crate::handover::{self, Succession};
 use crate::keeper::{Keeper, lost_error, timed_out};
 use crate::lease::{HeldLease, LossReason, LostSignal};
 use crate::name::LockName;
-use crate::slots::SlotPermit;
+use crate::slots::{SharedRelease, SlotPermit};
 
 /// Proof that this process holds a lock. It is owned, `'static` and `Send`,
 /// so it can move into a spawned task.
@@ -35,6 +35,9 @@ pub struct LockGuard {
     slot: Option<SlotPermit>,
     /// Set when the backend can hand the lock to this client's next waiter.
     succession: Option<Arc<Succession>>,
+    /// A reader's or a permit's tie to this client's waiters for the name
+    /// (boxed: exclusive guards, the common kind, stay small).
+    shared: Option<Box<SharedRelease>>,
     released: bool,
 }
 
@@ -45,6 +48,7 @@ impl LockGuard {
         key: u64,
         slot: Option<SlotPermit>,
         succession: Option<Arc<Succession>>,
+        shared: Option<Box<SharedRelease>>,
     ) -> Self {
         Self {
             held,
@@ -52,6 +56,7 @@ impl LockGuard {
             key,
             slot,
             succession,
+            shared,
             released: false,
         }
     }
@@ -141,9 +146,10 @@ impl LockGuard {
         let held = self.held.clone();
         let slot = self.slot.take();
         let succession = self.succession.take();
+        let shared = self.shared.take();
         // If this future is dropped halfway, the release still completes, and
         // only then is the local slot handed on.
-        Detach::new(release_lease(held, slot, succession)).await
+        Detach::new(release_lease(held, slot, succession, shared)).await
     }
 
     /// Releases the lock with `release` in place of the backend's own
@@ -182,7 +188,8 @@ impl LockGuard {
         self.keeper.remove(self.key);
         let held = self.held.clone();
         let slot = self.slot.take();
-        Detach::new(release_lease_with(held, slot, release)).await
+        let shared = self.shared.take();
+        Detach::new(release_lease_with(held, slot, shared, release)).await
     }
 }
 
@@ -193,6 +200,7 @@ async fn release_lease(
     held: Arc<HeldLease>,
     mut slot: Option<SlotPermit>,
     succession: Option<Arc<Succession>>,
+    shared: Option<Box<SharedRelease>>,
 ) -> Result<bool> {
     let started = std::time::Instant::now();
     let ops = held.ops.lock().await;
@@ -218,6 +226,7 @@ async fn release_lease(
     end_released(
         &held,
         slot,
+        shared,
         started,
         outcome.as_ref().map(|&ours| Some(ours)),
     );
@@ -229,6 +238,7 @@ async fn release_lease(
 async fn release_lease_with<R, F, Fut>(
     held: Arc<HeldLease>,
     slot: Option<SlotPermit>,
+    shared: Option<Box<SharedRelease>>,
     release: F,
 ) -> Result<R>
 where
@@ -248,7 +258,7 @@ where
             .unwrap_or_else(|_| Err(timed_out("release", held.operation_timeout)))
     };
     drop(ops);
-    end_released(&held, slot, started, outcome.as_ref().map(|_| None));
+    end_released(&held, slot, shared, started, outcome.as_ref().map(|_| None));
     outcome
 }
 
@@ -268,12 +278,16 @@ async fn backend_release(held: &HeldLease) -> Result<bool> {
 fn end_released(
     held: &HeldLease,
     slot: Option<SlotPermit>,
+    shared: Option<Box<SharedRelease>>,
     started: std::time::Instant,
     outcome: std::result::Result<Option<bool>, &Error>,
 ) {
     held.end(LossReason::Released);
     // Only now may the next task of this process try.
     drop(slot);
+    if let Some(shared) = shared {
+        shared.released();
+    }
     match outcome {
         Ok(still_ours) => tracing::debug!(
             name = %held.lease.name,
@@ -306,10 +320,11 @@ impl Drop for LockGuard {
         let held = self.held.clone();
         let slot = self.slot.take();
         let succession = self.succession.take();
+        let shared = self.shared.take();
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 runtime.spawn(async move {
-                    let _ = release_lease(held, slot, succession).await;
+                    let _ = release_lease(held, slot, succession, shared).await;
                 });
             }
             Err(_) => {

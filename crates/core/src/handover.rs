@@ -138,6 +138,7 @@ fn offer_to_next_waiter(
         key,
         Some(permit),
         Some(succession.clone()),
+        None,
     );
     guard.offer_to_next()
 }

@@ -8,10 +8,11 @@
 //! handed it over in one step, or the right to try for it at once.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::oneshot;
+use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
 use crate::claim::Claim;
@@ -50,7 +51,101 @@ type Table = HashMap<LockName, Queue>;
 
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Slots {
-    table: Arc<Mutex<Table>>,
+    inner: Arc<SlotsInner>,
+}
+
+#[derive(Debug, Default)]
+struct SlotsInner {
+    table: Mutex<Table>,
+    /// For each name a task of this client waits on the backend for, the
+    /// releases of its readers and permits in this client: each may let
+    /// that task in, so it tries again at once instead of after its
+    /// backoff.
+    local_releases: Mutex<HashMap<LockName, Arc<LocalReleases>>>,
+}
+
+/// Releases of shared grants of one name in this client, counted.
+#[derive(Debug, Default)]
+pub(crate) struct LocalReleases {
+    count: AtomicU64,
+    released: Notify,
+}
+
+impl LocalReleases {
+    /// How many releases there have been so far.
+    pub(crate) fn seen(&self) -> u64 {
+        self.count.load(Ordering::Acquire)
+    }
+
+    /// Resolves once there have been more releases than `seen`.
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub(crate) async fn since(&self, seen: u64) {
+        loop {
+            let released = self.released.notified();
+            tokio::pin!(released);
+            // Registered before the count is read, so a release between the
+            // two still wakes us.
+            released.as_mut().enable();
+            if self.seen() != seen {
+                return;
+            }
+            released.await;
+        }
+    }
+
+    fn release(&self) {
+        self.count.fetch_add(1, Ordering::AcqRel);
+        self.released.notify_waiters();
+    }
+}
+
+/// Hears this client's releases of shared grants of one name while a task
+/// waits for it on the backend; dropping it stops listening.
+#[derive(Debug)]
+pub(crate) struct LocalReleasesWatch {
+    slots: Slots,
+    name: LockName,
+    releases: Arc<LocalReleases>,
+}
+
+impl std::ops::Deref for LocalReleasesWatch {
+    type Target = LocalReleases;
+
+    fn deref(&self) -> &LocalReleases {
+        &self.releases
+    }
+}
+
+impl Drop for LocalReleasesWatch {
+    fn drop(&mut self) {
+        let mut watched = self.slots.local_releases();
+        // Only the task with the name's slot listens, one at a time.
+        if watched
+            .get(&self.name)
+            .is_some_and(|releases| Arc::ptr_eq(releases, &self.releases))
+        {
+            watched.remove(&self.name);
+        }
+    }
+}
+
+/// A reader's or a permit's tie to its client's waiters for the name: its
+/// release may let one of them in.
+#[derive(Debug)]
+pub(crate) struct SharedRelease {
+    slots: Slots,
+    name: LockName,
+}
+
+impl SharedRelease {
+    /// Tells the task of this client that waits for the name, if any.
+    pub(crate) fn released(self) {
+        if let Some(releases) = self.slots.local_releases().get(&self.name) {
+            releases.release();
+        }
+    }
 }
 
 /// The right to attempt one name in this client, and, for an exclusive
@@ -182,7 +277,40 @@ impl Slots {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
-        self.table.lock().unwrap_or_else(PoisonError::into_inner)
+        self.inner
+            .table
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn local_releases(&self) -> std::sync::MutexGuard<'_, HashMap<LockName, Arc<LocalReleases>>> {
+        self.inner
+            .local_releases
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Starts hearing this client's releases of readers and permits of
+    /// `name`, for the task that waits for it on the backend.
+    pub(crate) fn watch_local_releases(&self, name: &LockName) -> LocalReleasesWatch {
+        let releases = self
+            .local_releases()
+            .entry(name.clone())
+            .or_default()
+            .clone();
+        LocalReleasesWatch {
+            slots: self.clone(),
+            name: name.clone(),
+            releases,
+        }
+    }
+
+    /// The tie of a reader or a permit of `name` to this client's waiters.
+    pub(crate) fn shared_release(&self, name: &LockName) -> SharedRelease {
+        SharedRelease {
+            slots: self.clone(),
+            name: name.clone(),
+        }
     }
 
     #[cfg(test)]

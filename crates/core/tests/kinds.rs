@@ -165,3 +165,72 @@ async fn a_zero_timeout_writer_leaves_no_mark_behind() {
     );
     reader.release().await.unwrap();
 }
+
+/// The memory backend without its release wake-ups, as a backend that
+/// cannot report releases (memcached) is.
+#[derive(Debug, Default)]
+struct Deaf {
+    inner: MemoryBackend,
+}
+
+#[async_trait]
+impl Backend for Deaf {
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities().with_release_wakeups(false)
+    }
+
+    async fn try_acquire(&self, request: &AcquireRequest, wait: &mut WaitState) -> Result<Attempt> {
+        self.inner.try_acquire(request, wait).await
+    }
+
+    async fn extend(&self, lease: &Lease) -> Result<bool> {
+        self.inner.extend(lease).await
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        self.inner.release(lease).await
+    }
+
+    async fn list(&self) -> Result<Vec<LockInfo>> {
+        self.inner.list().await
+    }
+
+    async fn force_release(&self, name: &LockName) -> Result<bool> {
+        self.inner.force_release(name).await
+    }
+}
+
+/// Without wake-ups a waiter polls with backoff; a permit released by
+/// another task of the same client lets it in at once all the same.
+#[tokio::test(start_paused = true)]
+async fn a_local_release_lets_the_local_waiter_in_without_polling() {
+    let backoff = Duration::from_secs(5);
+    let options = LockOptions::builder()
+        .lease(Duration::from_secs(60))
+        .backoff(backoff, backoff)
+        .build()
+        .unwrap();
+    let client = LockClient::new(Arc::new(Deaf::default()), options);
+    let exports = name("deaf-exports");
+    let first = client.acquire_permit(&exports, 1, PATIENCE).await.unwrap();
+    let waiter = {
+        let (client, exports) = (client.clone(), exports.clone());
+        tokio::spawn(async move {
+            client
+                .acquire_permit(&exports, 1, Duration::from_secs(60))
+                .await
+        })
+    };
+    // The waiter has asked once and sleeps its backoff.
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let released_at = tokio::time::Instant::now();
+    first.release().await.unwrap();
+    let second = waiter.await.unwrap().unwrap();
+    // Time is paused: only a poll would move it on, by most of a backoff.
+    assert!(
+        released_at.elapsed() < backoff / 5,
+        "the waiter was let in by the release, not by its next poll, {:?} later",
+        released_at.elapsed()
+    );
+    second.release().await.unwrap();
+}
