@@ -16,7 +16,7 @@ use crate::claim::{Claim, LockKind, Permits};
 use crate::error::Result;
 use crate::lease::LossReporter;
 use crate::name::LockName;
-use crate::state::{GrantState, WaitState};
+use crate::state::{GrantState, Payload, WaitState};
 use crate::wake::ReleaseWatch;
 
 /// The random 128-bit identity of one grant. A backend extends and releases
@@ -104,6 +104,10 @@ pub struct AcquireRequest {
     /// dropped, a key that was deleted). A backend keeps it only with the
     /// grant it makes, in its [`GrantState`] or a task of its own.
     pub loss: LossReporter,
+    /// What the caller handed the backend for this call (see
+    /// [`LockClient::acquire_claim_with`](crate::LockClient::acquire_claim_with));
+    /// empty for most calls.
+    pub payload: Payload,
 }
 
 impl AcquireRequest {
@@ -117,6 +121,7 @@ impl AcquireRequest {
             holder,
             retries: false,
             loss: LossReporter::new(),
+            payload: Payload::none(),
         }
     }
 

@@ -23,6 +23,7 @@ use crate::lease::{HeldLease, LossReporter, LostSignal};
 use crate::name::LockName;
 use crate::options::LockOptions;
 use crate::slots::{Baton, LocalReleases, LocalReleasesWatch, SlotPermit, Slots};
+use crate::state::Payload;
 use crate::wake::ReleaseWatch;
 
 /// Takes, keeps and releases locks on one backend.
@@ -177,6 +178,25 @@ impl LockClient {
         name: &LockName,
         claim: Claim,
     ) -> Result<Option<LockGuard>> {
+        self.try_acquire_claim_with(name, claim, Payload::none())
+            .await
+    }
+
+    /// As [`try_acquire_claim`](Self::try_acquire_claim), handing the
+    /// backend `payload` with the attempt; see
+    /// [`acquire_claim_with`](Self::acquire_claim_with).
+    ///
+    /// # Errors
+    /// As [`try_acquire_claim`](Self::try_acquire_claim).
+    ///
+    /// # Cancel safety
+    /// As [`try_acquire`](Self::try_acquire).
+    pub async fn try_acquire_claim_with(
+        &self,
+        name: &LockName,
+        claim: Claim,
+        payload: Payload,
+    ) -> Result<Option<LockGuard>> {
         let claim = claim.validated()?;
         let span = tracing::debug_span!("try_acquire", name = %name, ?claim);
         async {
@@ -184,7 +204,7 @@ impl LockClient {
                 tracing::debug!(outcome = "held in this process");
                 return Ok(None);
             };
-            let asking = Asking::new(self.request(name, claim, false));
+            let asking = Asking::new(self.request(name, claim, false, payload));
             let (outcome, asking) = asking
                 .attempt(
                     &self.inner.backend,
@@ -423,6 +443,41 @@ impl LockClient {
         timeout: Duration,
         cancel: impl Future<Output = ()>,
     ) -> Result<LockGuard> {
+        self.wait_with(name, claim, timeout, Payload::none(), cancel)
+            .await
+    }
+
+    /// As [`acquire_claim`](Self::acquire_claim), handing the backend
+    /// `payload` with every attempt: something a backend needs from its
+    /// caller beside the name, as an entity lock needs the value to insert
+    /// when the entity is missing. Calls with different payloads still
+    /// queue for the name together in this client.
+    ///
+    /// # Errors
+    /// As [`acquire_claim`](Self::acquire_claim).
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Self::acquire).
+    pub async fn acquire_claim_with(
+        &self,
+        name: &LockName,
+        claim: Claim,
+        timeout: Duration,
+        payload: Payload,
+    ) -> Result<LockGuard> {
+        self.wait_with(name, claim, timeout, payload, std::future::pending())
+            .await
+    }
+
+    /// Validates `claim`, then waits for it in a span of its own.
+    async fn wait_with(
+        &self,
+        name: &LockName,
+        claim: Claim,
+        timeout: Duration,
+        payload: Payload,
+        cancel: impl Future<Output = ()>,
+    ) -> Result<LockGuard> {
         let claim = claim.validated()?;
         let span = tracing::debug_span!(
             "acquire",
@@ -430,7 +485,7 @@ impl LockClient {
             ?claim,
             timeout_ms = timeout.as_millis() as u64
         );
-        self.wait_for(name, claim, timeout, cancel)
+        self.wait_for(name, claim, timeout, payload, cancel)
             .instrument(span)
             .await
     }
@@ -442,6 +497,7 @@ impl LockClient {
         name: &LockName,
         claim: Claim,
         timeout: Duration,
+        payload: Payload,
         cancel: impl Future<Output = ()>,
     ) -> Result<LockGuard> {
         let cancel = std::pin::pin!(cancel.fuse());
@@ -455,7 +511,10 @@ impl LockClient {
         let _waiting = self.inner.keeper.begin_wait();
         // A zero timeout tries once, so it leaves no record of a waiter.
         let retries = !timeout.is_zero();
-        let mut pending = PendingWait::new(self, Asking::new(self.request(name, claim, retries)));
+        let mut pending = PendingWait::new(
+            self,
+            Asking::new(self.request(name, claim, retries, payload)),
+        );
         let outcome = wait.for_grant(&mut pending, yielded).await;
         pending.end().await;
         let (lease, sent_at, reporter) = outcome?;
@@ -551,9 +610,16 @@ impl LockClient {
     }
 
     /// A request for `claim` on `name`, made by this client.
-    fn request(&self, name: &LockName, claim: Claim, retries: bool) -> AcquireRequest {
+    fn request(
+        &self,
+        name: &LockName,
+        claim: Claim,
+        retries: bool,
+        payload: Payload,
+    ) -> AcquireRequest {
         AcquireRequest {
             retries,
+            payload,
             ..AcquireRequest::new(
                 name.clone(),
                 claim,

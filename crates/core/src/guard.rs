@@ -13,6 +13,7 @@ use crate::keeper::{Keeper, lost_error, timed_out};
 use crate::lease::{HeldLease, LossReason, LostSignal};
 use crate::name::LockName;
 use crate::slots::{SharedRelease, SlotPermit};
+use crate::state::GrantState;
 
 /// Proof that this process holds a lock. It is owned, `'static` and `Send`,
 /// so it can move into a spawned task.
@@ -81,6 +82,14 @@ impl LockGuard {
     /// semaphore's permit.
     pub fn claim(&self) -> Claim {
         self.held.lease.claim
+    }
+
+    /// What the backend keeps for this grant. Opaque to everyone but the
+    /// backend that made it: a backend crate that hands its callers
+    /// something from the grant (an entity lock hands the locked document)
+    /// reads it here.
+    pub fn grant_state(&self) -> &GrantState {
+        &self.held.lease.state
     }
 
     /// The fencing token of this grant. It is strictly greater than every

@@ -49,7 +49,7 @@ pub use lease::{LossReason, LossReporter, LostSignal};
 pub use memory::MemoryBackend;
 pub use name::{LockName, MAX_NAME_LEN};
 pub use options::{LockOptions, LockOptionsBuilder};
-pub use state::{GrantState, WaitState};
+pub use state::{GrantState, Payload, WaitState};
 pub use wake::{ReleaseHub, ReleaseWatch};
 
 /// The fencing token floor for backends that may lose their counters (a

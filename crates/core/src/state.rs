@@ -47,6 +47,40 @@ impl fmt::Debug for GrantState {
     }
 }
 
+/// What a caller hands its backend with every attempt of one call, beside
+/// the name: an entity lock's value to insert when the entity is missing,
+/// for example. Cheap to clone (shared). Backends that take nothing from
+/// their callers ignore it.
+#[derive(Clone, Default)]
+pub struct Payload(Option<Arc<dyn Any + Send + Sync>>);
+
+impl Payload {
+    /// A payload holding `value`.
+    pub fn new<T: Any + Send + Sync>(value: T) -> Self {
+        Self(Some(Arc::new(value)))
+    }
+
+    /// No payload. It costs no allocation.
+    pub const fn none() -> Self {
+        Self(None)
+    }
+
+    /// The value, if this payload holds a `T`.
+    pub fn get<T: Any>(&self) -> Option<&T> {
+        self.0.as_deref()?.downcast_ref()
+    }
+}
+
+impl fmt::Debug for Payload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Payload(..)"
+        } else {
+            "Payload(none)"
+        })
+    }
+}
+
 /// What a backend keeps for one wait, across its attempts: a waiting-writer
 /// marker's identity, a queue key. Empty when a wait begins.
 #[derive(Default)]

@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use distlock_core::{
     AcquireRequest, Attempt, Backend, Capabilities, Claim, HandOver, Lease, LockClient, LockInfo,
-    LockName, LockOptions, LossReason, LossReporter, MemoryBackend, ReleaseWatch, Result,
+    LockName, LockOptions, LossReason, LossReporter, MemoryBackend, Payload, ReleaseWatch, Result,
     WaitState,
 };
 
@@ -20,6 +20,7 @@ const PATIENCE: Duration = Duration::from_secs(10);
 struct Reporting {
     inner: MemoryBackend,
     reporters: Mutex<Vec<LossReporter>>,
+    payloads: Mutex<Vec<Option<u32>>>,
 }
 
 #[async_trait]
@@ -29,6 +30,8 @@ impl Backend for Reporting {
     }
 
     async fn try_acquire(&self, request: &AcquireRequest, wait: &mut WaitState) -> Result<Attempt> {
+        let payload = request.payload.get::<u32>().copied();
+        self.payloads.lock().unwrap().push(payload);
         let attempt = self.inner.try_acquire(request, wait).await?;
         if let Attempt::Acquired { .. } = attempt {
             self.reporters.lock().unwrap().push(request.loss.clone());
@@ -233,4 +236,31 @@ async fn a_local_release_lets_the_local_waiter_in_without_polling() {
         released_at.elapsed()
     );
     second.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_payload_reaches_every_attempt_of_its_call_only() {
+    let backend = Arc::new(Reporting::default());
+    let client = LockClient::new(backend.clone(), LockOptions::default());
+    let lock = name("payload");
+    let held = client.acquire(&lock, PATIENCE).await.unwrap();
+    let other = LockClient::new(backend.clone(), LockOptions::default());
+    let waiting = {
+        let (other, lock) = (other.clone(), lock.clone());
+        tokio::spawn(async move {
+            other
+                .acquire_claim_with(&lock, Claim::Exclusive, PATIENCE, Payload::new(7u32))
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    held.release().await.unwrap();
+    waiting.await.unwrap().unwrap().release().await.unwrap();
+    let payloads = backend.payloads.lock().unwrap().clone();
+    assert_eq!(payloads[0], None, "the first call had none");
+    assert!(
+        payloads.len() >= 3,
+        "the waiter asked at least twice: {payloads:?}"
+    );
+    assert!(payloads[1..].iter().all(|p| *p == Some(7)), "{payloads:?}");
 }
