@@ -1,32 +1,29 @@
 //! The backend: each operation is one command on one lock document.
 
-use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, Claim, Error, GrantState, HandOver, Lease,
-    LockInfo, LockKind, LockName, ReleaseHub, ReleaseWatch, Result, WaitState,
+    AcquireRequest, Attempt, Backend, Capabilities, Claim, GrantState, HandOver, Lease, LockInfo,
+    LockName, ReleaseHub, ReleaseWatch, Result, WaitState,
 };
-use futures::{StreamExt, TryStreamExt};
-use mongodb::bson::{Bson, Document, doc};
+use futures::TryStreamExt;
+use mongodb::bson::{Document, doc};
 use mongodb::options::ReturnDocument;
 use mongodb::{Client, Collection, Database};
 
 use crate::builder::{Connection, MongoBackendBuilder};
 use crate::clock::ServerClock;
-use crate::document::{self, ACQUIRED_AT, EXPIRES_AT, ID, LOCK_ID, lock_id};
-use crate::error::{BACKEND, driver, is_duplicate_key};
+use crate::document::{self, HOLDERS, LOCK_ID, lock_id};
+use crate::error::{driver, is_duplicate_key};
+use crate::reply::{self, Verdict, no_token};
+use crate::waiting::{self, WriterMark};
 use crate::watch::Watcher;
+use crate::{bulk, exclusive, holders, listing};
 
-/// At most this many leases go into one bulk extension command.
-const MAX_BATCH_LEASES: usize = 10_000;
-/// At most this many bytes of names go into one bulk extension command,
-/// well below MongoDB's 16 MiB command limit.
-const MAX_BATCH_BYTES: usize = 4 << 20;
-/// How many bulk extension commands run at once.
-const BATCH_CONCURRENCY: usize = 4;
+// Entity locks share the bulk extension's bookkeeping.
+pub(crate) use crate::bulk::{copy_error, settle};
 
 /// Locks kept as documents in one MongoDB collection, judged by the
 /// server's clock.
@@ -91,7 +88,8 @@ impl MongoBackend {
     /// `distributed_locks`); every other option goes to the driver.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] when the `collection` option is malformed.
+    /// [`Error::InvalidConfig`](distlock_core::Error::InvalidConfig) when the
+    /// `collection` option is malformed.
     pub fn from_url(url: &str) -> Result<MongoBackendBuilder> {
         let (driver_url, collection) = crate::builder::split_collection_option(url)?;
         let builder = Self::builder(driver_url);
@@ -124,7 +122,8 @@ impl MongoBackend {
 
     /// Finds out whether an acquisition whose reply carried no document
     /// granted the lock: the grant is ours exactly when the stored identity
-    /// is ours, since nobody else can replace a grant before it expires.
+    /// (or, for a reader or a permit, our entry) is there, since nobody
+    /// else can remove a grant before it expires.
     async fn read_back(&self, request: &AcquireRequest) -> Result<Attempt> {
         tracing::debug!(name = %request.name, "the acquire reply had no document; reading it back");
         let found = self
@@ -133,122 +132,179 @@ impl MongoBackend {
             .max_time(self.operation_timeout)
             .await
             .map_err(|error| driver(&format!("acquiring {}", request.name), error))?;
-        match found {
-            Some(found)
-                if found.get_str(LOCK_ID).ok() == Some(lock_id(request.lease_id).as_str()) =>
-            {
-                let fencing_token =
-                    document::read_token(&found).ok_or_else(|| no_token(request))?;
-                Ok(Attempt::Acquired {
-                    fencing_token,
-                    state: GrantState::none(),
-                })
-            }
-            _ => Ok(Attempt::Held {
+        let token = found.as_ref().and_then(|found| match request.claim {
+            Claim::Exclusive => (found.get_str(LOCK_ID).ok()
+                == Some(lock_id(request.lease_id).as_str()))
+            .then(|| document::read_token(found)),
+            _ => holders::entry(found, request.lease_id).map(document::read_token),
+        });
+        match token {
+            Some(token) => Ok(Attempt::Acquired {
+                fencing_token: token.ok_or_else(|| no_token(request))?,
+                state: GrantState::none(),
+            }),
+            None => Ok(Attempt::Held {
                 retry_after: Some(Duration::ZERO),
             }),
         }
     }
 
-    /// Extends the leases of one chunk, all with the same lease period.
-    /// Returns, per lease, whether it is still ours.
-    async fn extend_chunk(&self, lease: Duration, chunk: &[&Lease]) -> Result<Vec<bool>> {
-        let filter = || document::live_grants(chunk.iter().map(|lease| (&lease.name, lease.id)));
-        let updated = self
+    /// Sends one acquire command: `pipeline` on `request`'s document,
+    /// created if missing, replying with the document as it left it (as
+    /// much of it as `projection` keeps).
+    async fn send_acquire(
+        &self,
+        request: &AcquireRequest,
+        pipeline: Vec<Document>,
+        projection: Document,
+    ) -> Result<Sent> {
+        let sent = Instant::now();
+        let outcome = self
             .collection
-            .update_many(filter(), document::extend(lease))
-            .await
-            .map_err(|error| driver("extending leases", error))?;
-        if usize::try_from(updated.matched_count).unwrap_or(usize::MAX) >= chunk.len() {
-            return Ok(vec![true; chunk.len()]);
-        }
-        // Some were not ours any more. A lease that is ours and unexpired now
-        // was so when the update ran (nobody else extends it), so it was
-        // extended; the others are lost.
-        let live: HashSet<String> = self
-            .collection
-            .find(filter())
-            .projection(doc! { ID: 0, LOCK_ID: 1 })
+            .find_one_and_update(document::by_name(&request.name), pipeline)
+            .upsert(true)
+            .return_document(ReturnDocument::After)
+            .projection(projection)
             .max_time(self.operation_timeout)
-            .await
-            .map_err(|error| driver("checking extended leases", error))?
-            .try_collect::<Vec<Document>>()
-            .await
-            .map_err(|error| driver("checking extended leases", error))?
-            .into_iter()
-            .filter_map(|found| found.get_str(LOCK_ID).ok().map(str::to_owned))
-            .collect();
-        Ok(chunk
-            .iter()
-            .map(|lease| live.contains(&lock_id(lease.id)))
-            .collect())
-    }
-}
-
-/// Splits leases into bulk commands: by lease period, then by size.
-fn chunks(leases: &[Lease]) -> Vec<(Duration, Vec<usize>)> {
-    let mut by_period: BTreeMap<Duration, Vec<usize>> = BTreeMap::new();
-    for (index, lease) in leases.iter().enumerate() {
-        by_period.entry(lease.lease).or_default().push(index);
-    }
-    let mut chunks = Vec::new();
-    for (period, indices) in by_period {
-        let mut chunk = Vec::new();
-        let mut bytes = 0;
-        for index in indices {
-            let size = leases[index].name.as_str().len() + 64;
-            if !chunk.is_empty()
-                && (chunk.len() >= MAX_BATCH_LEASES || bytes + size > MAX_BATCH_BYTES)
-            {
-                chunks.push((period, std::mem::take(&mut chunk)));
-                bytes = 0;
+            .await;
+        let received = Instant::now();
+        match outcome {
+            Ok(Some(found)) => Ok(Sent::Reply {
+                found,
+                sent,
+                received,
+            }),
+            // MongoDB always returns the document of an upsert asked for the
+            // new document; a server that does not (see docs/mongodb.md)
+            // leaves the outcome to be read back.
+            Ok(None) => self.read_back(request).await.map(Sent::Settled),
+            // Two first upserts of this name raced and the other inserted
+            // the document: not ours this time, but worth trying again now.
+            Err(error) if is_duplicate_key(&error) => {
+                tracing::debug!(name = %request.name, "lost a race to create the lock document");
+                Ok(Sent::Settled(Attempt::Held {
+                    retry_after: Some(Duration::ZERO),
+                }))
             }
-            chunk.push(index);
-            bytes += size;
-        }
-        if !chunk.is_empty() {
-            chunks.push((period, chunk));
+            Err(error) => Err(driver(&format!("acquiring {}", request.name), error)),
         }
     }
-    chunks
-}
 
-fn no_token(request: &AcquireRequest) -> Error {
-    Error::Backend {
-        backend: BACKEND,
-        message: format!(
-            "acquiring {}: the granted document has no fencing token",
-            request.name
-        ),
-        source: None,
-    }
-}
-
-/// `error` again, for each lease of a bulk command that failed as a whole
-/// (errors cannot be cloned, and the driver's source stays with the first).
-pub(crate) fn copy_error(error: &Error) -> Error {
-    Error::Backend {
-        backend: BACKEND,
-        message: error.to_string(),
-        source: None,
-    }
-}
-
-/// The per-lease outcomes of a bulk extension, in order; a lease that no
-/// command covered is an error, never silently "extended".
-pub(crate) fn settle(outcomes: Vec<Option<Result<bool>>>) -> Vec<Result<bool>> {
-    outcomes
-        .into_iter()
-        .map(|outcome| {
-            outcome.unwrap_or_else(|| {
-                Err(Error::Backend {
-                    backend: BACKEND,
-                    message: "a lease was left out of the bulk extension".into(),
-                    source: None,
+    /// The attempt `verdict` stands for; a reply sent at `sent` and
+    /// received at `received`.
+    fn settle_attempt(
+        &self,
+        request: &AcquireRequest,
+        verdict: Verdict,
+        sent: Instant,
+        received: Instant,
+    ) -> Result<Attempt> {
+        match verdict {
+            Verdict::Granted {
+                fencing_token,
+                acquired_at,
+            } => {
+                if let Some(acquired_at) = acquired_at {
+                    self.clock.observe(acquired_at, sent, received);
+                }
+                Ok(Attempt::Acquired {
+                    fencing_token,
+                    state: GrantState::none(),
                 })
-            })
+            }
+            Verdict::Conflict(held) => Err(request.claim.conflict(&request.name, held)),
+            Verdict::Held { until } => Ok(Attempt::Held {
+                retry_after: until.and_then(|until| self.clock.until(until)),
+            }),
+        }
+    }
+
+    /// An exclusive attempt. A wait that will try again keeps its mark's
+    /// identity in `wait` for as long as the mark may be stored.
+    async fn acquire_exclusive(
+        &self,
+        request: &AcquireRequest,
+        wait: &mut WaitState,
+    ) -> Result<Attempt> {
+        let mark = request
+            .retries
+            .then(|| wait.take::<WriterMark>().unwrap_or_else(WriterMark::new));
+        if let Some(mark) = &mark {
+            // Should the reply be lost, the mark may be stored: the wait's
+            // end removes it.
+            wait.set(mark.clone());
+        }
+        let reply = self
+            .send_acquire(
+                request,
+                exclusive::acquire(request, mark.as_ref()),
+                // A writer waiting behind readers need not read them all.
+                doc! { HOLDERS: 0 },
+            )
+            .await?;
+        let (found, sent, received) = match reply {
+            Sent::Reply {
+                found,
+                sent,
+                received,
+            } => (found, sent, received),
+            Sent::Settled(attempt) => {
+                if matches!(attempt, Attempt::Acquired { .. }) {
+                    wait.take::<WriterMark>();
+                }
+                return Ok(attempt);
+            }
+        };
+        let marked = mark.as_ref().is_some_and(|mark| mark.is_in(&found));
+        if !marked {
+            // The grant took our mark away, or none was stored.
+            wait.take::<WriterMark>();
+        }
+        let attempt =
+            self.settle_attempt(request, reply::exclusive(request, &found)?, sent, received)?;
+        Ok(match attempt {
+            // The mark lasts a lease from this attempt: try again well
+            // within it, so that it does not lapse while we wait.
+            Attempt::Held { retry_after } if marked => Attempt::Held {
+                retry_after: Some(
+                    retry_after.map_or(request.lease / 2, |after| after.min(request.lease / 2)),
+                ),
+            },
+            attempt => attempt,
         })
-        .collect()
+    }
+
+    /// A reader's or a permit's attempt.
+    async fn acquire_entry(&self, request: &AcquireRequest) -> Result<Attempt> {
+        let reply = self
+            .send_acquire(
+                request,
+                holders::acquire(request),
+                holders::reply_projection(),
+            )
+            .await?;
+        match reply {
+            Sent::Reply {
+                found,
+                sent,
+                received,
+            } => self.settle_attempt(request, reply::entry(request, &found)?, sent, received),
+            Sent::Settled(attempt) => Ok(attempt),
+        }
+    }
+}
+
+/// What an acquire command brought back.
+enum Sent {
+    /// The document as the command left it, and when the command was sent
+    /// and answered.
+    Reply {
+        found: Document,
+        sent: Instant,
+        received: Instant,
+    },
+    /// An attempt settled without a reply document.
+    Settled(Attempt),
 }
 
 #[async_trait]
@@ -257,65 +313,50 @@ impl Backend for MongoBackend {
         Capabilities::lease_based()
             .with_release_wakeups(self.watcher.is_some())
             .with_hand_over(true)
+            .with_shared(true)
+            .with_semaphores(true)
     }
 
-    async fn try_acquire(&self, request: &AcquireRequest, _: &mut WaitState) -> Result<Attempt> {
-        if request.claim != Claim::Exclusive {
-            return Err(Error::Unsupported(format!(
-                "the MongoDB backend does not grant {} yet; the memory backend does",
-                request.claim
-            )));
+    async fn try_acquire(&self, request: &AcquireRequest, wait: &mut WaitState) -> Result<Attempt> {
+        match request.claim {
+            Claim::Exclusive => self.acquire_exclusive(request, wait).await,
+            Claim::Shared | Claim::Permit { .. } => self.acquire_entry(request).await,
         }
-        let sent = Instant::now();
-        let outcome = self
-            .collection
-            .find_one_and_update(document::by_name(&request.name), document::acquire(request))
-            .upsert(true)
-            .return_document(ReturnDocument::After)
-            .max_time(self.operation_timeout)
-            .await;
-        let received = Instant::now();
-        let found = match outcome {
-            Ok(Some(found)) => found,
-            // MongoDB always returns the document of an upsert asked for the
-            // new document; a server that does not (see docs/mongodb.md)
-            // leaves the outcome to be read back.
-            Ok(None) => return self.read_back(request).await,
-            // Two first upserts of this name raced and the other inserted
-            // the document: not ours this time, but worth trying again now.
-            Err(error) if is_duplicate_key(&error) => {
-                tracing::debug!(name = %request.name, "lost a race to create the lock document");
-                return Ok(Attempt::Held {
-                    retry_after: Some(Duration::ZERO),
-                });
-            }
-            Err(error) => return Err(driver(&format!("acquiring {}", request.name), error)),
+    }
+
+    async fn end_wait(&self, request: &AcquireRequest, mut wait: WaitState) -> Result<()> {
+        let Some(mark) = wait.take::<WriterMark>() else {
+            return Ok(());
         };
-        if found.get_str(LOCK_ID).ok() == Some(lock_id(request.lease_id).as_str()) {
-            let fencing_token = document::read_token(&found).ok_or_else(|| no_token(request))?;
-            if let Ok(acquired_at) = found.get_datetime(ACQUIRED_AT) {
-                self.clock
-                    .observe(acquired_at.timestamp_millis(), sent, received);
-            }
-            return Ok(Attempt::Acquired {
-                fencing_token,
-                state: GrantState::none(),
-            });
-        }
-        let retry_after = found
-            .get_datetime(EXPIRES_AT)
-            .ok()
-            .and_then(|expires_at| self.clock.until(expires_at.timestamp_millis()));
-        Ok(Attempt::Held { retry_after })
-    }
-
-    async fn extend(&self, lease: &Lease) -> Result<bool> {
         let updated = self
             .collection
             .update_one(
-                document::live_grant(&lease.name, lease.id),
-                document::extend(lease.lease),
+                waiting::marked(&request.name, &mark),
+                waiting::unmark(&mark),
             )
+            .await
+            .map_err(|error| driver(&format!("ending a wait for {}", request.name), error))?;
+        if updated.matched_count == 1 {
+            // Readers of this process held back by the mark may go now.
+            self.hub.notify(&request.name);
+        }
+        Ok(())
+    }
+
+    async fn extend(&self, lease: &Lease) -> Result<bool> {
+        let (filter, pipeline) = match lease.claim {
+            Claim::Exclusive => (
+                document::live_grant(&lease.name, lease.id),
+                exclusive::extend(lease.lease),
+            ),
+            claim => (
+                holders::live_entry(&lease.name, claim, lease.id),
+                holders::extend(&[lock_id(lease.id)], lease.lease),
+            ),
+        };
+        let updated = self
+            .collection
+            .update_one(filter, pipeline)
             .await
             .map_err(|error| driver(&format!("extending {}", lease.name), error))?;
         Ok(updated.matched_count == 1)
@@ -330,40 +371,23 @@ impl Backend for MongoBackend {
         if leases.len() == 1 {
             return vec![self.extend(&leases[0]).await];
         }
-        let mut outcomes: Vec<Option<Result<bool>>> = leases.iter().map(|_| None).collect();
-        let results: Vec<(Vec<usize>, Result<Vec<bool>>)> = futures::stream::iter(chunks(leases))
-            .map(|(period, indices)| async move {
-                let chunk: Vec<&Lease> = indices.iter().map(|&i| &leases[i]).collect();
-                let outcome = self.extend_chunk(period, &chunk).await;
-                (indices, outcome)
-            })
-            .buffer_unordered(BATCH_CONCURRENCY)
-            .collect()
-            .await;
-        for (indices, outcome) in results {
-            match outcome {
-                Ok(still_ours) => {
-                    for (index, ours) in indices.into_iter().zip(still_ours) {
-                        outcomes[index] = Some(Ok(ours));
-                    }
-                }
-                Err(error) => {
-                    for index in indices {
-                        outcomes[index] = Some(Err(copy_error(&error)));
-                    }
-                }
-            }
-        }
-        settle(outcomes)
+        bulk::extend_many(&self.collection, self.operation_timeout, leases).await
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
+        let (filter, pipeline) = match lease.claim {
+            Claim::Exclusive => (
+                document::live_grant(&lease.name, lease.id),
+                exclusive::release(),
+            ),
+            claim => (
+                holders::live_entry(&lease.name, claim, lease.id),
+                holders::release(claim, lease.id),
+            ),
+        };
         let updated = self
             .collection
-            .update_one(
-                document::live_grant(&lease.name, lease.id),
-                document::release(),
-            )
+            .update_one(filter, pipeline)
             .await
             .map_err(|error| driver(&format!("releasing {}", lease.name), error))?;
         let released = updated.matched_count == 1;
@@ -379,7 +403,7 @@ impl Backend for MongoBackend {
             .collection
             .find_one_and_update(
                 document::live_grant(&lease.name, lease.id),
-                document::hand_over(next),
+                exclusive::hand_over(next),
             )
             .return_document(ReturnDocument::After)
             .max_time(self.operation_timeout)
@@ -402,40 +426,22 @@ impl Backend for MongoBackend {
     async fn list(&self) -> Result<Vec<LockInfo>> {
         let found: Vec<Document> = self
             .collection
-            .aggregate(document::list())
+            .aggregate(listing::pipeline())
             .max_time(self.operation_timeout)
             .await
             .map_err(|error| driver("listing locks", error))?
             .try_collect()
             .await
             .map_err(|error| driver("listing locks", error))?;
-        let mut locks: Vec<LockInfo> = found
-            .iter()
-            .filter_map(|found| {
-                let name = LockName::new(found.get_str(ID).ok()?).ok()?;
-                let remaining = match found.get("remainingMs") {
-                    Some(Bson::Int64(ms)) => u64::try_from(*ms).unwrap_or(0),
-                    Some(Bson::Int32(ms)) => u64::try_from(*ms).unwrap_or(0),
-                    _ => 0,
-                };
-                Some(LockInfo {
-                    name,
-                    kind: LockKind::Exclusive,
-                    permits: None,
-                    holder: document::read_holder(found),
-                    fencing_token: document::read_token(found),
-                    expires_in: Some(Duration::from_millis(remaining)),
-                })
-            })
-            .collect();
-        locks.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut locks: Vec<LockInfo> = found.iter().filter_map(listing::read).collect();
+        locks.sort_by(|a, b| (&a.name, a.fencing_token).cmp(&(&b.name, b.fencing_token)));
         Ok(locks)
     }
 
     async fn force_release(&self, name: &LockName) -> Result<bool> {
         let updated = self
             .collection
-            .update_one(document::any_live_grant(name), document::release())
+            .update_one(document::any_live_grant(name), exclusive::force_release())
             .await
             .map_err(|error| driver(&format!("force-releasing {name}"), error))?;
         let released = updated.matched_count == 1;
@@ -447,52 +453,5 @@ impl Backend for MongoBackend {
 
     fn watch_releases(&self, name: &LockName) -> Option<ReleaseWatch> {
         self.watcher.as_ref().map(|_| self.hub.watch(name))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use distlock_core::LeaseId;
-
-    fn lease(name: &str, secs: u64) -> Lease {
-        Lease {
-            name: LockName::new(name).unwrap(),
-            claim: Claim::Exclusive,
-            id: LeaseId::random(),
-            fencing_token: 1,
-            lease: Duration::from_secs(secs),
-            state: GrantState::none(),
-        }
-    }
-
-    #[test]
-    fn chunks_group_by_lease_period_and_keep_every_lease() {
-        let leases = vec![lease("a", 30), lease("b", 10), lease("c", 30)];
-        let chunks = chunks(&leases);
-        assert_eq!(chunks.len(), 2);
-        let mut all: Vec<usize> = chunks.iter().flat_map(|(_, i)| i.clone()).collect();
-        all.sort_unstable();
-        assert_eq!(all, vec![0, 1, 2]);
-        for (period, indices) in &chunks {
-            assert!(indices.iter().all(|&i| leases[i].lease == *period));
-        }
-    }
-
-    #[test]
-    fn chunks_respect_the_size_bound() {
-        let name = "x".repeat(1000);
-        let leases: Vec<Lease> = (0..5000)
-            .map(|i| lease(&format!("{name}{i}"), 30))
-            .collect();
-        let chunks = chunks(&leases);
-        assert!(chunks.len() >= 2);
-        for (_, indices) in &chunks {
-            let bytes: usize = indices
-                .iter()
-                .map(|&i| leases[i].name.as_str().len() + 64)
-                .sum();
-            assert!(bytes <= MAX_BATCH_BYTES);
-        }
     }
 }

@@ -1,6 +1,8 @@
-//! The lock document and the filters and update pipelines that change it.
+//! The lock document: its fields, how they are read back, the filters that
+//! find it, and the expressions the update pipelines of every kind share.
 //!
-//! One document per lock:
+//! One document per lock name. An exclusive grant lives in the top-level
+//! fields:
 //!
 //! ```text
 //! { _id: <name>, lockId: <32 hex chars>, fencingToken: <int64>,
@@ -8,41 +10,70 @@
 //!   holder: { host: <string>, pid: <int64>, label: <string or null> } }
 //! ```
 //!
+//! Readers and permits live in `holders`, one entry each, while `lockId`
+//! says which of them the name holds (`"shared"` or `"permits"`, never 32
+//! hex digits) and `expiresAt` is the latest expiry among the entries, so
+//! that "held until `expiresAt`" stays true of every document. `waiting`
+//! lists the writers waiting for readers; `freed` marks a write that may let
+//! a waiter in (see `watch`).
+//!
 //! Every time is the server's `$$NOW`; every value the caller supplied is
 //! wrapped in `$literal` inside a pipeline, so no name or label can be read
 //! as an expression or a field path.
 
 use std::time::Duration;
 
-use distlock_core::{AcquireRequest, Holder, LeaseId, LockName};
+use distlock_core::{Holder, LeaseId, LockName};
 use mongodb::bson::{Bson, Document, doc};
 
 /// The lock's name, verbatim.
 pub(crate) const ID: &str = "_id";
-/// The identity of the current grant; absent when the lock was released.
+/// The identity of the current exclusive grant, or [`SHARED`] or
+/// [`PERMITS`] while readers or permits hold the name; absent when free.
 pub(crate) const LOCK_ID: &str = "lockId";
-/// The fencing token of the latest grant; kept across releases.
+/// The fencing token of the latest grant of any kind; kept across releases.
 pub(crate) const FENCING_TOKEN: &str = "fencingToken";
 /// When the latest grant was made, by the server's clock.
 pub(crate) const ACQUIRED_AT: &str = "acquiredAt";
-/// When the current grant ends unless extended, by the server's clock.
+/// When the current grant ends unless extended, by the server's clock: the
+/// latest of the holders' expiries when there are several.
 pub(crate) const EXPIRES_AT: &str = "expiresAt";
 /// Who made the latest grant.
 pub(crate) const HOLDER: &str = "holder";
+/// The readers or permits that hold the name, one entry each.
+pub(crate) const HOLDERS: &str = "holders";
+/// A semaphore's limit, while its permits are held.
+pub(crate) const LIMIT: &str = "limit";
+/// Writers waiting for the name: `[{id, expiresAt}]`.
+pub(crate) const WAITING: &str = "waiting";
+/// Set to a fresh value by each write that may let a waiter in.
+pub(crate) const FREED: &str = "freed";
+/// An entry's identity, in [`HOLDERS`] and [`WAITING`].
+pub(crate) const ENTRY_ID: &str = "id";
+
+/// `lockId` while readers hold the name.
+pub(crate) const SHARED: &str = "shared";
+/// `lockId` while permits of a semaphore are held.
+pub(crate) const PERMITS: &str = "permits";
 
 /// How a lease identity is stored: 32 lowercase hex digits.
 pub(crate) fn lock_id(id: LeaseId) -> String {
     format!("{:032x}", id.as_u128())
 }
 
-fn millis(duration: Duration) -> i64 {
+/// `$field`: the value of a top-level field, in an expression.
+pub(crate) fn field(name: &str) -> String {
+    format!("${name}")
+}
+
+pub(crate) fn millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis())
         .unwrap_or(i64::MAX)
         .max(1)
 }
 
 /// `$$NOW + lease` as an aggregation expression.
-fn now_plus(lease: Duration) -> Document {
+pub(crate) fn now_plus(lease: Duration) -> Document {
     doc! {
         "$dateAdd": { "startDate": "$$NOW", "unit": "millisecond", "amount": millis(lease) }
     }
@@ -50,21 +81,83 @@ fn now_plus(lease: Duration) -> Document {
 
 /// True while the document's grant has not expired by the server's clock.
 pub(crate) fn unexpired() -> Document {
-    doc! { "$gt": [format!("${EXPIRES_AT}"), "$$NOW"] }
+    doc! { "$gt": [field(EXPIRES_AT), "$$NOW"] }
 }
 
 /// True while someone holds the lock: a grant identity is present and has
-/// not expired.
-fn held() -> Document {
+/// not expired. With readers or permits, `expiresAt` is their latest
+/// expiry, so this holds while any of them lives.
+pub(crate) fn held() -> Document {
     doc! {
         "$and": [
-            { "$ne": [{ "$type": format!("${LOCK_ID}") }, "missing"] },
+            { "$ne": [{ "$type": field(LOCK_ID) }, "missing"] },
             unexpired(),
         ]
     }
 }
 
-fn holder(holder: &Holder) -> Document {
+/// True when `lockId` names readers or permits rather than one grant.
+pub(crate) fn held_by_entries() -> Document {
+    doc! { "$in": [field(LOCK_ID), [SHARED, PERMITS]] }
+}
+
+/// True while an exclusive grant lives.
+pub(crate) fn held_exclusively() -> Document {
+    doc! { "$and": [held(), { "$not": [held_by_entries()] }] }
+}
+
+/// The entries of the array field `array` that have not expired.
+pub(crate) fn live(array: &str) -> Document {
+    doc! {
+        "$filter": {
+            "input": { "$ifNull": [field(array), []] },
+            "as": "entry",
+            "cond": { "$gt": ["$$entry.expiresAt", "$$NOW"] },
+        }
+    }
+}
+
+/// The array `entries`, or nothing (the field is removed) when it is
+/// empty: an array field is never stored empty.
+pub(crate) fn or_remove(entries: impl Into<Bson>) -> Document {
+    doc! {
+        "$let": {
+            "vars": { "entries": entries.into() },
+            "in": { "$cond": [{ "$eq": [{ "$size": "$$entries" }, 0] }, "$$REMOVE", "$$entries"] },
+        }
+    }
+}
+
+/// The latest `expiresAt` among `entries`; null when there are none.
+/// (`$max` of `$map`, since not every server reads `"$a.b"` through an
+/// array; see docs/mongodb.md.)
+pub(crate) fn latest_expiry(entries: impl Into<Bson>) -> Document {
+    doc! { "$max": { "$map": { "input": entries.into(), "in": "$$this.expiresAt" } } }
+}
+
+/// The next fencing token: `max(previous + 1, now in ms)`.
+pub(crate) fn next_token() -> Document {
+    let previous = doc! { "$ifNull": [field(FENCING_TOKEN), 0_i64] };
+    doc! {
+        "$max": [
+            { "$add": [previous, 1_i64] },
+            { "$toLong": "$$NOW" },
+        ]
+    }
+}
+
+/// The `expiresAt` of a lock just freed: the server's now, or its fencing
+/// token read as milliseconds since the epoch if that is later. Tokens are
+/// `max(previous + 1, now in ms)`, so a lock granted faster than once a
+/// millisecond runs its tokens ahead of the clock; were the TTL index to
+/// delete the document sooner, the next grant would start from the clock
+/// again, below the last token. `expiresAt` is what the TTL index keys on,
+/// and a released lock is free whatever it says.
+pub(crate) fn free_at() -> Document {
+    doc! { "$max": ["$$NOW", { "$toDate": field(FENCING_TOKEN) }] }
+}
+
+pub(crate) fn holder(holder: &Holder) -> Document {
     doc! {
         "host": holder.host.as_str(),
         "pid": i64::from(holder.pid),
@@ -89,9 +182,14 @@ pub(crate) fn read_holder(document: &Document) -> Option<Holder> {
 
 /// Reads a fencing token back.
 pub(crate) fn read_token(document: &Document) -> Option<u64> {
-    match document.get(FENCING_TOKEN)? {
-        Bson::Int64(token) => u64::try_from(*token).ok(),
-        Bson::Int32(token) => u64::try_from(*token).ok(),
+    read_u64(document, FENCING_TOKEN)
+}
+
+/// Reads a non-negative integer field back, whatever its integer type.
+pub(crate) fn read_u64(document: &Document, key: &str) -> Option<u64> {
+    match document.get(key)? {
+        Bson::Int64(value) => u64::try_from(*value).ok(),
+        Bson::Int32(value) => u64::try_from(*value).ok(),
         _ => None,
     }
 }
@@ -101,17 +199,17 @@ pub(crate) fn by_name(name: &LockName) -> Document {
     doc! { ID: name.as_str() }
 }
 
-/// The filter for a grant of ours that has not expired.
+/// The filter for an exclusive grant of ours that has not expired.
 pub(crate) fn live_grant(name: &LockName, id: LeaseId) -> Document {
     doc! { ID: name.as_str(), LOCK_ID: lock_id(id), "$expr": unexpired() }
 }
 
-/// The filter for any live grant of `name`, whoever holds it.
+/// The filter for any live grant of `name`, whoever holds it, of any kind.
 pub(crate) fn any_live_grant(name: &LockName) -> Document {
     doc! { ID: name.as_str(), LOCK_ID: { "$exists": true }, "$expr": unexpired() }
 }
 
-/// The filter for live grants of ours among several locks.
+/// The filter for live exclusive grants of ours among several locks.
 pub(crate) fn live_grants<'a>(leases: impl Iterator<Item = (&'a LockName, LeaseId)>) -> Document {
     let (names, ids): (Vec<Bson>, Vec<Bson>) = leases
         .map(|(name, id)| {
@@ -133,144 +231,37 @@ pub(crate) fn all_live_grants() -> Document {
     doc! { LOCK_ID: { "$exists": true }, "$expr": unexpired() }
 }
 
-/// A grant to `request`, as an expression of the document it replaces:
-/// the token is `max(previous + 1, now in ms)`.
-fn grant(request: &AcquireRequest) -> Document {
-    let previous = doc! { "$ifNull": [format!("${FENCING_TOKEN}"), 0_i64] };
-    doc! {
-        ID: format!("${ID}"),
-        LOCK_ID: { "$literal": lock_id(request.lease_id) },
-        FENCING_TOKEN: {
-            "$max": [
-                { "$add": [previous, 1_i64] },
-                { "$toLong": "$$NOW" },
-            ]
-        },
-        ACQUIRED_AT: "$$NOW",
-        EXPIRES_AT: now_plus(request.lease),
-        HOLDER: { "$literal": holder(&request.holder) },
-    }
-}
-
-/// The acquire pipeline: when nobody holds the lock by the server's clock,
-/// replace the grant with ours; otherwise leave the document as it is.
-pub(crate) fn acquire(request: &AcquireRequest) -> Vec<Document> {
-    vec![doc! {
-        "$replaceWith": {
-            "$cond": { "if": held(), "then": "$$ROOT", "else": grant(request) }
-        }
-    }]
-}
-
-/// The hand-over pipeline, for a document the filter found held by the
-/// old grant: the new grant replaces it in the same write, so the lock is
-/// never free in between. The grant identity is replaced, not removed, so
-/// the release watchers of other processes do not see a release.
-pub(crate) fn hand_over(next: &AcquireRequest) -> Vec<Document> {
-    vec![doc! { "$replaceWith": grant(next) }]
-}
-
-/// The extension pipeline: the lease now runs `lease` from the server's now.
-pub(crate) fn extend(lease: Duration) -> Vec<Document> {
-    vec![doc! { "$set": { EXPIRES_AT: now_plus(lease) } }]
-}
-
-/// The release pipeline: the grant's identity goes, and the document, with
-/// its fencing token, stays at least until the server's clock has passed
-/// that token. Tokens are `max(previous + 1, now in ms)`, so a lock granted
-/// faster than once a millisecond runs its tokens ahead of the clock; were
-/// the TTL index to delete the document sooner, the next grant would start
-/// from the clock again, below the last token. `expiresAt` is what the TTL
-/// index keys on, and a released lock is free whatever it says.
-pub(crate) fn release() -> Vec<Document> {
-    vec![
-        doc! { "$set": { EXPIRES_AT: { "$max": [
-            "$$NOW",
-            { "$toDate": format!("${FENCING_TOKEN}") },
-        ] } } },
-        doc! { "$unset": [LOCK_ID] },
-    ]
-}
-
-/// The pipeline of [`list`](distlock_core::Backend::list): held locks with
-/// the milliseconds they have left by the server's clock.
-pub(crate) fn list() -> Vec<Document> {
-    vec![
-        doc! { "$match": all_live_grants() },
-        doc! {
-            "$project": {
-                ID: 1,
-                FENCING_TOKEN: 1,
-                HOLDER: 1,
-                "remainingMs": {
-                    "$subtract": [
-                        { "$toLong": format!("${EXPIRES_AT}") },
-                        { "$toLong": "$$NOW" },
-                    ]
-                },
-            }
-        },
-        doc! { "$sort": { ID: 1 } },
-    ]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn request(name: &str, label: Option<&str>) -> AcquireRequest {
-        AcquireRequest {
-            lease_id: LeaseId::from_u128(0xabc),
-            ..AcquireRequest::new(
-                LockName::new(name).unwrap(),
-                distlock_core::Claim::Exclusive,
-                Duration::from_millis(1500),
-                Holder {
-                    host: "$host".into(),
-                    pid: 7,
-                    label: label.map(str::to_owned),
-                }
-                .into(),
-            )
+    #[test]
+    fn holders_read_back_with_or_without_a_label() {
+        for label in [None, Some("l")] {
+            let expected = Holder {
+                host: "$host".into(),
+                pid: 7,
+                label: label.map(str::to_owned),
+            };
+            let stored = doc! { HOLDER: holder(&expected) };
+            assert_eq!(read_holder(&stored), Some(expected));
         }
     }
 
     #[test]
-    fn caller_values_are_literals_in_the_acquire_pipeline() {
-        let pipeline = acquire(&request("$$NOW", Some("$label")));
-        let grant = pipeline[0]
-            .get_document("$replaceWith")
-            .and_then(|with| with.get_document("$cond"))
-            .and_then(|cond| cond.get_document("else"))
-            .unwrap();
-        assert_eq!(
-            grant.get_document(LOCK_ID).unwrap(),
-            &doc! { "$literal": "00000000000000000000000000000abc" }
-        );
-        assert_eq!(
-            grant.get_document(HOLDER).unwrap(),
-            &doc! { "$literal": { "host": "$host", "pid": 7_i64, "label": "$label" } }
-        );
-        assert_eq!(grant.get_str(ID).unwrap(), "$_id");
-        // The name itself is only in the filter, a plain equality.
+    fn identities_are_32_hex_digits_and_never_a_kind() {
+        assert_eq!(lock_id(LeaseId::from_u128(u128::MAX)), "f".repeat(32));
+        assert_eq!(lock_id(LeaseId::from_u128(1)).len(), 32);
+        for kind in [SHARED, PERMITS] {
+            assert_ne!(kind.len(), 32, "{kind} could pass for a grant identity");
+        }
+    }
+
+    #[test]
+    fn names_are_only_plain_equality_values() {
         assert_eq!(
             by_name(&LockName::new("$$NOW").unwrap()),
             doc! { "_id": "$$NOW" }
         );
-    }
-
-    #[test]
-    fn holders_read_back_with_or_without_a_label() {
-        for label in [None, Some("l")] {
-            let request = request("n", label);
-            let stored = doc! { HOLDER: holder(&request.holder) };
-            assert_eq!(read_holder(&stored).as_ref(), Some(&*request.holder));
-        }
-    }
-
-    #[test]
-    fn identities_are_32_hex_digits() {
-        assert_eq!(lock_id(LeaseId::from_u128(u128::MAX)), "f".repeat(32));
-        assert_eq!(lock_id(LeaseId::from_u128(1)).len(), 32);
     }
 }

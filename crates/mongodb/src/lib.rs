@@ -33,36 +33,51 @@
 //! about named locks.
 //!
 //! # The document
-//! One document per lock, in one collection (default `distributed_locks`):
+//! One document per lock name, in one collection (default
+//! `distributed_locks`). An exclusive grant has the shape every version of
+//! this backend wrote:
 //!
 //! | field | value |
 //! | --- | --- |
 //! | `_id` | the lock name, verbatim, as a string |
 //! | `lockId` | the grant's 128-bit identity as 32 lowercase hex digits; absent once released |
-//! | `fencingToken` | int64, `max(previous + 1, server time in ms)` at each grant; kept across releases |
-//! | `acquiredAt` | the server's `$$NOW` at the grant |
+//! | `fencingToken` | int64, `max(previous + 1, server time in ms)` at each grant of any kind; kept across releases |
+//! | `acquiredAt` | the server's `$$NOW` at the latest grant |
 //! | `expiresAt` | the server's `$$NOW` plus the lease, moved at each extension; the server's now at release |
-//! | `holder` | `{ host, pid, label }` of the grant, for inspection |
+//! | `holder` | `{ host, pid, label }` of the latest grant, for inspection |
+//!
+//! Readers ([`Claim::Shared`](distlock_core::Claim::Shared)) and permits
+//! ([`Claim::Permit`](distlock_core::Claim::Permit)) are entries of a
+//! `holders` array, `{id, fencingToken, acquiredAt, expiresAt, holder}`
+//! each, while `lockId` is `"shared"` or `"permits"` (a semaphore also
+//! keeps its `limit`) and `expiresAt` is the latest entry's expiry, so
+//! "held until `expiresAt`" is true of every document. Writers waiting for
+//! readers keep `{id, expiresAt}` marks in `waiting`, which hold new
+//! readers back until the writer is served, gives up, or its mark expires
+//! one lease after its last attempt. At most 1,000 readers hold one name at
+//! once.
 //!
 //! Every value a caller supplies goes into update pipelines wrapped in
 //! `$literal`, so a name such as `$$NOW` or `$x` is stored as written.
 //!
 //! # Operations
 //! - **Acquire** is one `findOneAndUpdate` upsert whose pipeline grants
-//!   only when the document has no `lockId` or its `expiresAt` is not after
-//!   `$$NOW`, and returns the document after the update: we won exactly when
-//!   the returned `lockId` is ours. Two first upserts racing on a new name
-//!   make one of them fail with a duplicate key error, which is reported as
-//!   "held, retry now", never as an error.
-//! - **Extend** updates `expiresAt` only where `_id`, our `lockId` match and
-//!   the lease has not expired by `$$NOW`, so a lease somebody else has held
-//!   since is never revived. Many leases are extended by one `updateMany`
-//!   per lease period and size bound; only when fewer matched than were
-//!   sent does a `find` say which ones were lost.
-//! - **Release** sets `expiresAt` to the server's now and removes `lockId`,
-//!   again only where `_id` and our `lockId` match. The document stays, so
-//!   its fencing token survives.
-//! - **Force release** does the same whoever holds the lock; the holder's
+//!   only when nothing that excludes the request lives by `$$NOW`, and
+//!   returns the document after the update: we won exactly when the
+//!   returned `lockId` (or, for a reader or a permit, an entry) is ours.
+//!   Two first upserts racing on a new name make one of them fail with a
+//!   duplicate key error, which is reported as "held, retry now", never as
+//!   an error. A name held as another kind, or as a semaphore of another
+//!   limit, is [`Error::KindConflict`](distlock_core::Error::KindConflict).
+//! - **Extend** updates the expiry only where `_id` and our `lockId` (or
+//!   our live entry) match and the lease has not expired by `$$NOW`, so a
+//!   lease somebody else has held since is never revived. Many leases are
+//!   extended by one `updateMany` per lease period, kind of document and
+//!   size bound; only when the count cannot prove them all extended does a
+//!   read say which ones were lost.
+//! - **Release** ends only our grant or entry; the document stays, so its
+//!   fencing token survives.
+//! - **Force release** removes every holder of any kind; each holder's
 //!   next extension is refused and its guard reports the loss.
 //!
 //! A TTL index on `expiresAt` (created once per backend, idempotently;
@@ -113,7 +128,9 @@
 //! Where change streams work (replica sets and sharded clusters), each
 //! backend runs one change stream on the lock collection, filtered to the
 //! names this process waits for, and wakes the waiters of a name when its
-//! `lockId` is removed or its document deleted. On a standalone server,
+//! `lockId` is removed, its document deleted, or a write says in `freed`
+//! that it may let a waiter in (a permit's release, a writer that stopped
+//! waiting). On a standalone server,
 //! waiters poll with jittered backoff, never later than the lease's end.
 //!
 //! # Cancel safety
@@ -122,7 +139,9 @@
 //! applied as a whole by the server; nothing is half-done. An acquisition
 //! applied after its caller stopped waiting is a grant nobody claims: the
 //! lock client runs each attempt in a task of its own and releases such a
-//! grant by its identity, and otherwise it ends when its lease does.
+//! grant by its identity, and otherwise it ends when its lease does. A
+//! waiting writer's mark left by such an attempt is removed when the wait
+//! ends, and otherwise expires one lease after it was written.
 //!
 //! # Credentials
 //! Errors and `Debug` output never contain the password of the URL: URLs
@@ -130,11 +149,17 @@
 
 mod backend;
 mod builder;
+mod bulk;
 mod clock;
 mod document;
 pub mod entity;
 mod error;
+mod exclusive;
+mod holders;
+mod listing;
 mod redact;
+mod reply;
+mod waiting;
 mod watch;
 
 pub use mongodb;

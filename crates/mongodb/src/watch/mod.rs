@@ -94,19 +94,42 @@ async fn supervise(collection: Collection<Document>, hub: ReleaseHub, subject: S
 }
 
 /// The change stream's filter: releases (the grant's identity, in the
-/// field `lock_id`, removed) and deletions of the documents `ids`, or of
-/// every document when `ids` is `None`. Extensions and grants do not match,
-/// so they wake nobody.
-pub(crate) fn pipeline(lock_id: &str, ids: Option<Vec<Bson>>) -> Vec<Document> {
-    let released = doc! {
-        "$or": [
-            { "operationType": "delete" },
-            { "operationType": "update", "updateDescription.removedFields": lock_id },
-            // Only a replacement that leaves no grant is a release; one that
-            // installs a grant is an acquisition.
-            { "operationType": "replace", format!("fullDocument.{lock_id}"): { "$exists": false } },
-        ]
-    };
+/// field `lock_id`, removed), writes that say in the field `freed` that they
+/// may let a waiter in, and deletions, of the documents `ids`, or of every
+/// document when `ids` is `None`. Extensions and grants do not match, so
+/// they wake nobody.
+///
+/// MongoDB may report a pipeline update as a `replace` event, with the new
+/// document but no description of the change; so every write that neither
+/// extends a lease nor removes the grant's identity either sets `freed`
+/// afresh or removes it, and a `replace` with `freed` was a write that set
+/// it. (An extension that left an older `freed` and is reported as a
+/// `replace` wakes waiters for nothing: they try once, and their attempt
+/// removes it.)
+pub(crate) fn pipeline(
+    lock_id: &str,
+    freed: Option<&str>,
+    ids: Option<Vec<Bson>>,
+) -> Vec<Document> {
+    let mut released = vec![
+        Bson::from(doc! { "operationType": "delete" }),
+        doc! { "operationType": "update", "updateDescription.removedFields": lock_id }.into(),
+        // Only a replacement that leaves no grant is a release; one that
+        // installs a grant is an acquisition.
+        doc! { "operationType": "replace", format!("fullDocument.{lock_id}"): { "$exists": false } }
+            .into(),
+    ];
+    if let Some(freed) = freed {
+        released.extend([
+            Bson::from(doc! {
+                "operationType": "update",
+                format!("updateDescription.updatedFields.{freed}"): { "$exists": true },
+            }),
+            doc! { "operationType": "replace", format!("fullDocument.{freed}"): { "$exists": true } }
+                .into(),
+        ]);
+    }
+    let released = doc! { "$or": released };
     let filter = match ids {
         Some(ids) => doc! {
             format!("documentKey.{ID}"): { "$in": ids },
@@ -147,7 +170,11 @@ async fn run(collection: Collection<Document>, hub: ReleaseHub, subject: Subject
         });
         let opened = collection
             .watch()
-            .pipeline(pipeline(subject.lock_id_field(), ids))
+            .pipeline(pipeline(
+                subject.lock_id_field(),
+                subject.freed_field(),
+                ids,
+            ))
             .resume_after(resume.clone())
             .await;
         let mut stream = match opened {
@@ -242,7 +269,7 @@ async fn run(collection: Collection<Document>, hub: ReleaseHub, subject: Subject
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::document::LOCK_ID;
+    use crate::document::{FREED, LOCK_ID};
 
     #[test]
     fn the_filter_names_each_watched_lock_verbatim() {
@@ -254,7 +281,7 @@ mod tests {
             .iter()
             .filter_map(|name| Subject::Locks.id_of(name))
             .collect();
-        let pipeline = pipeline(LOCK_ID, Some(ids));
+        let pipeline = pipeline(LOCK_ID, Some(FREED), Some(ids));
         let filter = pipeline[0].get_document("$match").unwrap();
         let ids = filter
             .get_document("documentKey._id")

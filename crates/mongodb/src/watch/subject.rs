@@ -3,7 +3,7 @@
 use distlock_core::{LockName, ReleaseHub};
 use mongodb::bson::Bson;
 
-use crate::document::LOCK_ID;
+use crate::document::{FREED, LOCK_ID};
 use crate::entity::entity_id;
 
 /// What a watcher watches: which field holds a grant, and how the ids of
@@ -25,6 +25,16 @@ impl Subject {
         match self {
             Self::Locks => LOCK_ID,
             Self::Entities { lock_id } => lock_id,
+        }
+    }
+
+    /// The field a write sets afresh when it may let a waiter in without
+    /// removing the grant's identity (a permit's release, a writer that
+    /// stopped waiting); entities have none.
+    pub(super) fn freed_field(&self) -> Option<&'static str> {
+        match self {
+            Self::Locks => Some(FREED),
+            Self::Entities { .. } => None,
         }
     }
 

@@ -1,37 +1,11 @@
 //! Releases wake waiters; forced releases reach the holder.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use async_trait::async_trait;
-use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, HandOver, Lease, LockClient, LockInfo,
-    LockName, LockOptions, LossReason, ReleaseWatch, Result, WaitState,
-};
-use distlock_mongodb::MongoBackend;
+use distlock_core::{Backend, LockClient, LockOptions, LossReason};
 
 use crate::common::*;
-
-/// How long a woken waiter may take to get a released lock: far below the
-/// 30 s leases and 25 s waits of these tests, so that only a wake-up (or
-/// polling) can meet it, never the lease's end or the waiter's last attempt
-/// at its deadline.
-const WOKEN_WITHIN: Duration = Duration::from_secs(5);
-
-/// How long the waiters of these tests are willing to wait.
-const PATIENCE: Duration = Duration::from_secs(25);
-
-/// The lock a waiter got once the holder released it.
-async fn woken(
-    waiter: tokio::task::JoinHandle<Result<distlock_core::LockGuard>>,
-) -> distlock_core::LockGuard {
-    tokio::time::timeout(WOKEN_WITHIN, waiter)
-        .await
-        .expect("the waiter is woken by the release, long before the lease ends")
-        .unwrap()
-        .expect("the waiter gets the lock")
-}
 
 #[tokio::test]
 async fn a_release_wakes_a_waiter_in_another_client() {
@@ -134,42 +108,6 @@ async fn without_change_streams_waiters_poll() {
     assert!(taken.release().await.unwrap());
 }
 
-/// Counts acquisition attempts.
-#[derive(Debug)]
-struct Attempts {
-    inner: Arc<MongoBackend>,
-    count: AtomicUsize,
-}
-
-#[async_trait]
-impl Backend for Attempts {
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-    async fn try_acquire(&self, request: &AcquireRequest, wait: &mut WaitState) -> Result<Attempt> {
-        self.count.fetch_add(1, Ordering::SeqCst);
-        self.inner.try_acquire(request, wait).await
-    }
-    async fn extend(&self, lease: &Lease) -> Result<bool> {
-        self.inner.extend(lease).await
-    }
-    async fn release(&self, lease: &Lease) -> Result<bool> {
-        self.inner.release(lease).await
-    }
-    async fn hand_over(&self, lease: &Lease, next: &AcquireRequest) -> Result<HandOver> {
-        self.inner.hand_over(lease, next).await
-    }
-    async fn list(&self) -> Result<Vec<LockInfo>> {
-        self.inner.list().await
-    }
-    async fn force_release(&self, name: &LockName) -> Result<bool> {
-        self.inner.force_release(name).await
-    }
-    fn watch_releases(&self, name: &LockName) -> Option<ReleaseWatch> {
-        self.inner.watch_releases(name)
-    }
-}
-
 #[tokio::test]
 async fn extensions_wake_no_waiter() {
     let url = shared_url();
@@ -181,10 +119,7 @@ async fn extensions_wake_no_waiter() {
         .build()
         .unwrap();
     let holder = client(backend_at(&url, &collection).await, busy);
-    let attempts = Arc::new(Attempts {
-        inner: backend_at(&url, &collection).await,
-        count: AtomicUsize::new(0),
-    });
+    let attempts = Arc::new(Attempts::new(backend_at(&url, &collection).await));
     let waiter = LockClient::new(attempts.clone(), LockOptions::default());
     let name = lock_name("quiet");
     let guard = holder.acquire(&name, Duration::from_secs(5)).await.unwrap();
@@ -195,7 +130,7 @@ async fn extensions_wake_no_waiter() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     // The first attempt, and at most one more when the change stream starts
     // covering the name; none for the extensions in between.
-    let during = attempts.count.load(Ordering::SeqCst);
+    let during = attempts.made();
     assert!((1..=2).contains(&during), "{during} attempts while held");
     assert!(guard.release().await.unwrap());
     let taken = woken(waiting).await;
