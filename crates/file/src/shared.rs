@@ -37,6 +37,13 @@ pub(crate) async fn acquire(
 ) -> Result<Attempt> {
     let name = &request.name;
     let lock_path = backend.path_of(name);
+    // The gate first: a shared lock on the lock file is only ever taken to
+    // be kept, so a writer that finds the file locked inside the gate knows
+    // that real holders have it, and waits for their release.
+    let _gate = Gate::enter(&backend.dir.join(names::gate_name(name))).await?;
+    if kind == SharedKind::Reader && writers_wait(backend, name)? {
+        return Ok(Attempt::Held { retry_after: None });
+    }
     let Some(mut lock_file) = open_locked(&lock_path, Mode::Shared)? else {
         // Only a writer keeps a shared lock out; a name a writer holds is
         // a lock, not a semaphore.
@@ -45,10 +52,6 @@ pub(crate) async fn acquire(
             SharedKind::Permit { .. } => Err(request.claim.conflict(name, Claim::Exclusive)),
         };
     };
-    let _gate = Gate::enter(&backend.dir.join(names::gate_name(name))).await?;
-    if kind == SharedKind::Reader && writers_wait(backend, name)? {
-        return Ok(Attempt::Held { retry_after: None });
-    }
     let last = Record::read(&mut lock_file).ok();
     if let Some(held) = conflict(backend, name, kind, last.as_ref())? {
         return Err(request.claim.conflict(name, held));
