@@ -10,11 +10,16 @@
 //! ```
 //!
 //! Every scenario runs against every backend in the same run, so that the
-//! ratios between them are meaningful on a noisy machine. `scripts/bench`
-//! starts the servers and runs this with every backend.
+//! ratios between them are meaningful on a noisy machine; the semaphore and
+//! the reader-writer lock run on every backend whose capabilities grant
+//! them. `scripts/bench` starts the servers and runs this with every
+//! backend.
 
 mod commands;
 mod counting;
+mod kinds;
+mod markdown;
+mod mix;
 mod peers;
 mod quiet;
 mod report;
@@ -27,6 +32,8 @@ use std::time::Duration;
 
 use clap::{Args as ClapArgs, Parser, Subcommand};
 
+use crate::kinds::{KindOutcome, KindRun, KindSummary};
+use crate::mix::MixArgs;
 use crate::peers::Tooz;
 use crate::report::{BackendResults, Contended, Contestant, Run, Settings};
 use crate::scenarios::{Layout, Window, Workload, bench_name};
@@ -138,9 +145,16 @@ impl WorkerArgs {
 
 #[derive(Debug, Subcommand)]
 enum Worker {
-    /// One contending worker process of ours (started by the contention scenario).
+    /// One contending worker process of ours (started by the contention
+    /// scenario, and by the semaphore and reader-writer scenario).
     #[command(hide = true)]
-    Worker(WorkerArgs),
+    Worker {
+        #[command(flatten)]
+        args: WorkerArgs,
+        /// What its tasks take: the whole lock unless told otherwise.
+        #[command(flatten)]
+        mix: MixArgs,
+    },
     /// One contending worker process of distributed-lock-mongo.
     #[command(hide = true)]
     PeerWorker {
@@ -164,7 +178,7 @@ const QUIET_PATIENCE: Duration = Duration::from_secs(30);
 async fn main() -> std::process::ExitCode {
     let args = Args::parse();
     let outcome = match &args.worker {
-        Some(Worker::Worker(w)) => {
+        Some(Worker::Worker { args: w, mix }) => {
             scenarios::worker(
                 &w.backend,
                 &w.lock,
@@ -172,6 +186,7 @@ async fn main() -> std::process::ExitCode {
                 w.process,
                 w.window(),
                 w.workload(),
+                mix.mix(),
             )
             .await
         }
@@ -285,8 +300,16 @@ async fn bench(args: &Args) -> scenarios::Outcome<()> {
         eprintln!("== {} ({})", target.shown, target.kind());
         all_contended.push(contended_runs(args, &exe, target, tooz.as_ref()).await?);
     }
-    for (((target, server_version), (uncontended, tooz_uncontended)), contended) in
-        targets.iter().zip(partial).zip(all_contended)
+    let mut all_kinds = Vec::new();
+    for (target, _) in &targets {
+        eprintln!("== {} ({})", target.shown, target.kind());
+        all_kinds.push(kind_runs(args, &exe, target).await?);
+    }
+    for ((((target, server_version), (uncontended, tooz_uncontended)), contended), kinds) in targets
+        .iter()
+        .zip(partial)
+        .zip(all_contended)
+        .zip(all_kinds)
     {
         eprintln!("== {} ({})", target.shown, target.kind());
         say(&format!("{} locks held", args.many), args.many_seconds);
@@ -299,6 +322,7 @@ async fn bench(args: &Args) -> scenarios::Outcome<()> {
             uncontended,
             tooz_uncontended,
             contended,
+            kinds,
             many,
         });
     }
@@ -383,9 +407,60 @@ async fn contended_runs(
     Ok(contended)
 }
 
+/// The semaphore and the reader-writer lock on one backend (see
+/// [`kinds`]), each in rounds with the contention scenario's work, or left
+/// out where the backend's capabilities do not grant it.
+async fn kind_runs(
+    args: &Args,
+    exe: &std::path::Path,
+    target: &Target,
+) -> scenarios::Outcome<Vec<KindRun>> {
+    let (processes, tasks) = (args.processes, args.tasks);
+    let workload = Workload::Rounds { work: args.work };
+    let capabilities = target.backend.capabilities();
+    let mut runs = Vec::new();
+    for mix in kinds::MEASURED {
+        if let Some(claim) = mix.refused_by(&capabilities) {
+            eprintln!("   {}: left out, {claim} is not granted", mix.label());
+            runs.push(KindRun {
+                mix,
+                outcome: KindOutcome::LeftOut(claim),
+            });
+            continue;
+        }
+        say(
+            &format!(
+                "{} ({}): {processes} processes x {tasks} tasks",
+                mix.label(),
+                workload.label()
+            ),
+            args.seconds,
+        );
+        let window = Window::after(RUST_STARTUP, args.seconds);
+        let layout = Layout {
+            processes,
+            tasks,
+            window,
+            workload,
+        };
+        let workers = kinds::workers(exe, target, &bench_name(mix.slug()), layout, mix);
+        let gathered = scenarios::gather(target, workers, window, workload.rounds()).await?;
+        runs.push(KindRun {
+            mix,
+            outcome: KindOutcome::Measured(Box::new(KindSummary::new(
+                gathered,
+                mix,
+                window.length(),
+            ))),
+        });
+    }
+    Ok(runs)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mix::Mix;
 
     /// A worker's command line, with `rest` after its backend and lock.
     fn worker_command(rest: impl IntoIterator<Item = String>) -> Vec<String> {
@@ -403,12 +478,50 @@ mod tests {
         .collect()
     }
 
-    fn parsed(layout: Layout, process: u32) -> WorkerArgs {
-        let args = worker_command(layout.worker_args(process));
+    fn parsed_with(layout: Layout, process: u32, mix: Mix) -> (WorkerArgs, Mix) {
+        let args = worker_command(
+            layout
+                .worker_args(process)
+                .into_iter()
+                .chain(mix.worker_args()),
+        );
         match Args::try_parse_from(args).unwrap().worker {
-            Some(Worker::Worker(w)) => w,
+            Some(Worker::Worker { args, mix }) => (args, mix.mix()),
             other => panic!("not a worker: {other:?}"),
         }
+    }
+
+    fn parsed(layout: Layout, process: u32) -> WorkerArgs {
+        let (args, mix) = parsed_with(layout, process, Mix::Exclusive);
+        assert_eq!(mix, Mix::Exclusive);
+        args
+    }
+
+    #[test]
+    fn workers_are_told_their_mix() {
+        let layout = Layout {
+            processes: 4,
+            tasks: 4,
+            window: Window {
+                start_ns: 1,
+                until_ns: 2,
+            },
+            workload: Workload::Rounds {
+                work: Duration::from_millis(5),
+            },
+        };
+        for mix in kinds::MEASURED {
+            let (w, told) = parsed_with(layout, 1, mix);
+            assert_eq!(told, mix);
+            assert_eq!(w.workload(), layout.workload);
+        }
+        let both = worker_command(
+            layout
+                .worker_args(0)
+                .into_iter()
+                .chain(["--permits", "4", "--writers", "1"].map(str::to_owned)),
+        );
+        assert!(Args::try_parse_from(both).is_err());
     }
 
     #[test]

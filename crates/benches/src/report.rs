@@ -6,6 +6,8 @@ use std::fmt::Write;
 use std::time::Duration;
 
 use crate::commands::{Counts, MEMCACHED_COMMANDS};
+use crate::kinds::{self, KindRun};
+use crate::markdown::{commands_line, findings_list, goal, goals_list, opt, short};
 use crate::peers::{ToozUncontended, ToozVersions};
 use crate::quiet::Quiet;
 use crate::scenarios::{Contender, HoldMany, ROUNDS, Side, Uncontended, Workload};
@@ -61,6 +63,8 @@ pub(crate) struct BackendResults {
     pub(crate) uncontended: Uncontended,
     pub(crate) tooz_uncontended: Option<ToozUncontended>,
     pub(crate) contended: Vec<Contended>,
+    /// The semaphore and the reader-writer lock, measured or left out.
+    pub(crate) kinds: Vec<KindRun>,
     pub(crate) many: HoldMany,
 }
 
@@ -103,6 +107,7 @@ impl Run {
         self.header(&mut out);
         self.uncontended(&mut out);
         self.contention(&mut out);
+        self.kinds(&mut out);
         self.many(&mut out);
         out
     }
@@ -461,21 +466,12 @@ impl Run {
                 let Some(commands) = &r.commands else {
                     continue;
                 };
-                let per = r.acquisitions.max(1) as f64;
-                let mut line = format!(
-                    "- {}, {}: {}",
-                    b.kind,
-                    self.contestant(c.by),
-                    commands.per(per)
+                let line = commands_line(
+                    &format!("{}, {}", b.kind, self.contestant(c.by)),
+                    commands,
+                    r.server_ops.as_ref(),
+                    r.acquisitions.max(1) as f64,
                 );
-                if let Some(ops) = &r.server_ops {
-                    let _ = write!(
-                        line,
-                        "; the server's opcounters: {:.2} ({})",
-                        ops.total() as f64 / per,
-                        ops.per(per)
-                    );
-                }
                 let _ = writeln!(out, "{line}");
             }
         }
@@ -563,12 +559,32 @@ impl Run {
         goals
     }
 
+    fn kinds(&self, out: &mut String) {
+        let s = &self.settings;
+        let backends: Vec<(&str, &[KindRun])> = self
+            .backends
+            .iter()
+            .map(|b| (b.kind, b.kinds.as_slice()))
+            .collect();
+        kinds::write_section(
+            out,
+            3,
+            kinds::Plan {
+                processes: s.processes,
+                tasks: s.tasks,
+                seconds: s.seconds,
+                work: s.work,
+            },
+            &backends,
+        );
+    }
+
     fn many(&self, out: &mut String) {
         let Some(first) = self.backends.first() else {
             return;
         };
         let m = &first.many;
-        let _ = writeln!(out, "## 3. Many locks held by one process\n");
+        let _ = writeln!(out, "## 4. Many locks held by one process\n");
         let _ = writeln!(
             out,
             "One client takes {} locks (64 attempts in flight), holds them for {} with a \
@@ -1047,32 +1063,6 @@ fn find(b: &BackendResults, who: Contestant, workload: Workload) -> Option<&Cont
         .map(|c| &c.result)
 }
 
-/// A goal and whether this run met it.
-fn goal(met: bool, text: String) -> String {
-    format!("**{}** — {text}", if met { "Met" } else { "Not met" })
-}
-
-fn findings_list(out: &mut String, text: &[String]) {
-    if text.is_empty() {
-        return;
-    }
-    let _ = writeln!(out, "What this shows:\n");
-    for t in text {
-        let _ = writeln!(out, "{t}\n");
-    }
-}
-
-fn goals_list(out: &mut String, goals: &[String]) {
-    if goals.is_empty() {
-        return;
-    }
-    let _ = writeln!(out, "Goals, checked against this run:\n");
-    for g in goals {
-        let _ = writeln!(out, "- {g}");
-    }
-    let _ = writeln!(out);
-}
-
 fn ratio(a: Duration, b: Duration) -> f64 {
     if b.is_zero() {
         f64::INFINITY
@@ -1091,22 +1081,8 @@ fn by_total(c: &Counts, over: Duration) -> String {
         .join(", ")
 }
 
-fn opt(value: Option<f64>) -> String {
-    value.map_or("—".into(), |v| format!("{v:.2}"))
-}
-
 fn mib(kib: u64) -> String {
     format!("{:.1} MiB", kib as f64 / 1024.0)
-}
-
-fn short(d: Duration) -> String {
-    if d >= Duration::from_secs(1) {
-        format!("{:.2} s", d.as_secs_f64())
-    } else if d >= Duration::from_millis(1) {
-        format!("{:.2} ms", d.as_secs_f64() * 1e3)
-    } else {
-        format!("{:.0} µs", d.as_secs_f64() * 1e6)
-    }
 }
 
 fn machine() -> String {

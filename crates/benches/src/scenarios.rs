@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use distlock::{
-    AcquireRequest, Attempt, Backend, Claim, Holder, LockClient, LockName, LockOptions, WaitState,
+    AcquireRequest, Attempt, Backend, Claim, Holder, LockClient, LockKind, LockName, LockOptions,
+    WaitState,
 };
 use futures::StreamExt;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -15,6 +16,7 @@ use tokio::process::Command;
 
 use crate::commands::Counts;
 use crate::counting::{Calls, Counting};
+use crate::mix::Mix;
 use crate::peers;
 use crate::quiet::Quiet;
 use crate::target::{Server, Target};
@@ -296,18 +298,49 @@ impl Reports {
 }
 
 /// Runs one worker process per command, all contending for one lock within
-/// `window`, and sums up what they report. In the tight loop every task
-/// takes the lock over and over; with `rounds`, the parent starts rounds
-/// (a `go` line to every worker) until the window closes, and every task
-/// takes the lock once per round (see [`Workload`]). Server commands come
-/// from the workers' own counts (MongoDB) or from the server's `stats` read
-/// when the window opens and closes (memcached).
+/// `window`, and sums up what they report with [`Contention::from_holds`]
+/// (see [`gather`]).
 pub(crate) async fn contend(
     target: &Target,
     workers: Vec<Command>,
     window: Window,
     rounds: bool,
 ) -> Outcome<Contention> {
+    let gathered = gather(target, workers, window, rounds).await?;
+    let mut contention = Contention::from_holds(gathered.holds, window.length());
+    contention.errors = gathered.errors;
+    contention.commands = gathered.commands;
+    contention.server_ops = gathered.server_ops;
+    Ok(contention)
+}
+
+/// What the workers of one contended run reported, over its window.
+#[derive(Debug, Default)]
+pub(crate) struct Gathered {
+    /// The holds granted within the window.
+    pub(crate) holds: Vec<Hold>,
+    /// Server commands over the window, where counted.
+    pub(crate) commands: Option<Counts>,
+    /// The server's own count of its operations over the window, where it
+    /// keeps one.
+    pub(crate) server_ops: Option<Counts>,
+    /// Calls that failed (the workers went on).
+    pub(crate) errors: u64,
+}
+
+/// Runs one worker process per command, all contending for one lock within
+/// `window`, and gathers what they report. In the tight loop every task
+/// takes the lock over and over; with `rounds`, the parent starts rounds
+/// (a `go` line to every worker) until the window closes, and every task
+/// takes the lock once per round (see [`Workload`]). Server commands come
+/// from the workers' own counts (MongoDB) or from the server's `stats` read
+/// when the window opens and closes (memcached).
+pub(crate) async fn gather(
+    target: &Target,
+    workers: Vec<Command>,
+    window: Window,
+    rounds: bool,
+) -> Outcome<Gathered> {
     let mut children = Vec::new();
     for mut command in workers {
         let child = command
@@ -397,11 +430,12 @@ pub(crate) async fn contend(
     };
     let mut holds = reports.holds;
     holds.retain(|hold| window.contains(hold.acquired_at_ns));
-    let mut contention = Contention::from_holds(holds, window.length());
-    contention.errors = reports.errors;
-    contention.commands = commands;
-    contention.server_ops = server_ops;
-    Ok(contention)
+    Ok(Gathered {
+        holds,
+        commands,
+        server_ops,
+        errors: reports.errors,
+    })
 }
 
 /// What the tasks of a contended run do.
@@ -535,10 +569,21 @@ pub(crate) enum Take {
 }
 
 /// Takes a lock once, waiting at most `left`, holds it for `work` (see
-/// [`do_work`]) and releases it: one per contender (our client, the Rust
-/// peer).
+/// [`hold_then_release`]) and releases it: one per contender (our client,
+/// the Rust peer).
 pub(crate) trait Taker: Clone + Send + Sync + 'static {
     fn take_once(&self, left: Duration, work: Duration) -> impl Future<Output = Take> + Send;
+
+    /// The taker of task `task` of its process: this one, unless the
+    /// tasks of a process take different claims.
+    fn for_task(&self, _task: u32) -> Self {
+        self.clone()
+    }
+
+    /// What this taker holds, as its holds report it.
+    fn kind(&self) -> LockKind {
+        LockKind::Exclusive
+    }
 }
 
 /// Holds a lock just granted for `work` (a sleep standing for the work a
@@ -564,22 +609,40 @@ pub(crate) async fn hold_then_release(
     }
 }
 
-/// Our client on one name.
+/// Our client on one name, taking `claim`, which its process's `mix`
+/// chose for the task.
 #[derive(Debug, Clone)]
 struct OurTaker {
     client: LockClient,
     name: LockName,
+    mix: Mix,
+    claim: Claim,
 }
 
 impl Taker for OurTaker {
     async fn take_once(&self, left: Duration, work: Duration) -> Take {
-        let guard = match self.client.acquire(&self.name, left).await {
+        let guard = match self
+            .client
+            .acquire_claim(&self.name, self.claim, left)
+            .await
+        {
             Ok(guard) => guard,
             Err(distlock::Error::Timeout { .. }) => return Take::TimedOut,
             Err(_) => return Take::Failed,
         };
         let token = guard.fencing_token();
         hold_then_release(work, token, async { guard.release().await.is_err() }).await
+    }
+
+    fn for_task(&self, task: u32) -> Self {
+        Self {
+            claim: self.mix.claim(task),
+            ..self.clone()
+        }
+    }
+
+    fn kind(&self) -> LockKind {
+        self.claim.kind()
     }
 }
 
@@ -605,7 +668,7 @@ pub(crate) async fn drive<T: Taker>(
         sleep_until_ns(window.start_ns).await;
         let handles: Vec<_> = (0..tasks)
             .map(|task| {
-                let taker = taker.clone();
+                let taker = taker.for_task(task);
                 tokio::spawn(async move {
                     take_until(&taker, process, task, 0, window, false, work).await
                 })
@@ -627,7 +690,7 @@ pub(crate) async fn drive<T: Taker>(
         round += 1;
         let handles: Vec<_> = (0..tasks)
             .map(|task| {
-                let taker = taker.clone();
+                let taker = taker.for_task(task);
                 tokio::spawn(async move {
                     take_until(&taker, process, task, round, window, true, work).await
                 })
@@ -678,6 +741,7 @@ async fn take_until<T: Taker>(
                     process,
                     task,
                     round,
+                    kind: taker.kind(),
                 });
                 if once {
                     break;
@@ -706,7 +770,8 @@ pub(crate) fn report_worker((holds, errors): TaskLog, commands: Option<Counts>) 
 }
 
 /// One worker process of ours: `tasks` tasks sharing one client take the
-/// lock within the window (see [`drive`]), then report as JSON lines.
+/// lock within the window (see [`drive`]), each the claim `mix` gives it,
+/// then report as JSON lines.
 pub(crate) async fn worker(
     url: &str,
     lock: &str,
@@ -714,11 +779,14 @@ pub(crate) async fn worker(
     process: u32,
     window: Window,
     workload: Workload,
+    mix: Mix,
 ) -> Outcome<()> {
     let target = Target::open(url).await?;
     let taker = OurTaker {
         client: LockClient::new(target.backend.clone(), LockOptions::default()),
         name: LockName::new(lock).map_err(|e| e.to_string())?,
+        mix,
+        claim: mix.claim(0),
     };
     let before = in_process_counts(&target).await?;
     let log = drive(taker, tasks, process, window, workload).await?;

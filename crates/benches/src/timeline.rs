@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use distlock::LockKind;
 use serde::{Deserialize, Serialize};
 
 use crate::commands::Counts;
@@ -29,6 +30,14 @@ pub(crate) struct Hold {
     /// Only holds of the same round are laid end to end.
     #[serde(default)]
     pub(crate) round: u32,
+    /// What was held: the whole lock (the peers, which report none), a
+    /// reader's share, or a semaphore's permit.
+    #[serde(default = "exclusive")]
+    pub(crate) kind: LockKind,
+}
+
+fn exclusive() -> LockKind {
+    LockKind::Exclusive
 }
 
 /// One line a contending worker prints.
@@ -189,6 +198,7 @@ mod tests {
             process,
             task,
             round: 0,
+            kind: LockKind::Exclusive,
         }
     }
 
@@ -248,6 +258,7 @@ mod tests {
             panic!("not a hold: {line:?}")
         };
         assert_eq!((hold.token, hold.process, hold.task), (0, 2, 3));
+        assert_eq!(hold.kind, LockKind::Exclusive);
         let line: Line = serde_json::from_str(r#"{"errors": 4}"#).unwrap();
         assert!(matches!(line, Line::Errors(4)));
     }
