@@ -1,17 +1,14 @@
 //! The entity lock backend: the lock client's [`Backend`] over the lock
 //! fields of the entities in one collection.
 //!
-//! It hands two things past the lock client, keyed so that nothing else
-//! can pick them up: the document read by a successful lock goes from
-//! [`Backend::try_acquire`] to the caller through `grants`, keyed by the
-//! lock name and the grant's fencing token (unique per entity); the default
-//! value of `lock_or_insert` goes from the caller to `try_acquire` through
-//! `inserts`, keyed by a number that is part of that call's lock name.
+//! It hands two things past the lock client: the value `lock_or_insert`
+//! inserts when the entity is missing comes with each attempt as its
+//! payload ([`InsertValue`]), and the document a successful lock read goes
+//! back to the caller in the grant's state ([`LockedDocument`]).
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -41,14 +38,27 @@ pub(crate) struct Grant {
     pub(crate) inserted: bool,
 }
 
+/// A grant's state: what the lock read, until its caller takes it.
+#[derive(Debug)]
+pub(crate) struct LockedDocument(Mutex<Option<Grant>>);
+
+impl LockedDocument {
+    /// Takes what the lock read; `None` once taken.
+    pub(crate) fn take(&self) -> Option<Grant> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).take()
+    }
+}
+
+/// The payload of a `lock_or_insert` call's attempts: the fields to insert
+/// when the entity is missing.
+#[derive(Debug)]
+pub(crate) struct InsertValue(pub(crate) Document);
+
 pub(crate) struct EntityBackend {
     collection: Collection<Document>,
     fields: Fields,
     clock: ServerClock,
     operation_timeout: Duration,
-    grants: Mutex<HashMap<(LockName, u64), Grant>>,
-    inserts: Mutex<HashMap<u64, Arc<Document>>>,
-    next_insert: AtomicU64,
     /// Release wake-ups, when asked for.
     watcher: Option<LazyWatcher>,
 }
@@ -60,10 +70,6 @@ impl fmt::Debug for EntityBackend {
             .field("fields", &self.fields)
             .finish_non_exhaustive()
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl EntityBackend {
@@ -85,9 +91,6 @@ impl EntityBackend {
             fields,
             clock: ServerClock::default(),
             operation_timeout,
-            grants: Mutex::default(),
-            inserts: Mutex::default(),
-            next_insert: AtomicU64::new(1),
         }
     }
 
@@ -110,28 +113,6 @@ impl EntityBackend {
     /// How an entity is named in messages.
     pub(crate) fn describe(&self, id: &Bson) -> String {
         format!("entity {id} in {}", self.collection.namespace())
-    }
-
-    /// Takes the document of the grant `token` of `name`.
-    pub(crate) fn take_grant(&self, name: &LockName, token: u64) -> Option<Grant> {
-        lock(&self.grants).remove(&(name.clone(), token))
-    }
-
-    /// Keeps `value` for the lock attempts of one `lock_or_insert` call;
-    /// returns the key that goes into that call's lock name.
-    pub(crate) fn register_insert(&self, value: Document) -> u64 {
-        let key = self.next_insert.fetch_add(1, Ordering::Relaxed);
-        lock(&self.inserts).insert(key, Arc::new(value));
-        key
-    }
-
-    /// Forgets the value kept under `key`.
-    pub(crate) fn unregister_insert(&self, key: u64) {
-        lock(&self.inserts).remove(&key);
-    }
-
-    fn insert_value(&self, key: u64) -> Option<Arc<Document>> {
-        lock(&self.inserts).get(&key).cloned()
     }
 
     /// Judges the document a lock attempt returned: ours when it carries
@@ -172,13 +153,10 @@ impl EntityBackend {
             self.clock
                 .observe(expires_at.saturating_sub(lease), sent, Instant::now());
         }
-        lock(&self.grants).insert(
-            (request.name.clone(), fencing_token),
-            Grant { document, inserted },
-        );
+        let locked = LockedDocument(Mutex::new(Some(Grant { document, inserted })));
         Ok(Attempt::Acquired {
             fencing_token,
-            state: GrantState::none(),
+            state: GrantState::new(locked),
         })
     }
 
@@ -281,7 +259,7 @@ impl Backend for EntityBackend {
                 request.claim
             )));
         }
-        let (id, insert) = id::parse(&request.name)?;
+        let id = id::parse(&request.name)?;
         let sent = Instant::now();
         let found = self
             .collection
@@ -293,9 +271,9 @@ impl Backend for EntityBackend {
             .max_time(self.operation_timeout)
             .await
             .map_err(|error| driver(&format!("locking {}", self.describe(&id)), error))?;
-        match (found, insert.and_then(|key| self.insert_value(key))) {
+        match (found, request.payload.get::<InsertValue>()) {
             (Some(document), _) => self.judge(request, &id, document, sent, false),
-            (None, Some(value)) => self.insert_locked(request, &id, &value).await,
+            (None, Some(InsertValue(value))) => self.insert_locked(request, &id, value).await,
             (None, None) => Err(Error::NotFound {
                 what: self.describe(&id),
             }),
@@ -303,7 +281,7 @@ impl Backend for EntityBackend {
     }
 
     async fn extend(&self, lease: &Lease) -> Result<bool> {
-        let (id, _) = id::parse(&lease.name)?;
+        let id = id::parse(&lease.name)?;
         let updated = self
             .collection
             .update_one(
@@ -333,7 +311,7 @@ impl Backend for EntityBackend {
         let mut by_period: HashMap<Duration, Vec<(usize, Bson, LeaseId)>> = HashMap::new();
         for (index, lease) in leases.iter().enumerate() {
             match id::parse(&lease.name) {
-                Ok((id, _)) => by_period
+                Ok(id) => by_period
                     .entry(lease.lease)
                     .or_default()
                     .push((index, id, lease.id)),
@@ -366,9 +344,7 @@ impl Backend for EntityBackend {
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
-        // A grant nobody claimed (its caller went away) is released here.
-        self.take_grant(&lease.name, lease.fencing_token);
-        let (id, _) = id::parse(&lease.name)?;
+        let id = id::parse(&lease.name)?;
         let updated = self
             .collection
             .update_one(
@@ -393,7 +369,7 @@ impl Backend for EntityBackend {
         let mut locks: Vec<LockInfo> = found
             .iter()
             .filter_map(|found| {
-                let name = id::name(found.get("_id")?, None).ok()?;
+                let name = id::name(found.get("_id")?).ok()?;
                 let remaining = match found.get("remainingMs") {
                     Some(Bson::Int64(ms)) => u64::try_from(*ms).unwrap_or(0),
                     Some(Bson::Int32(ms)) => u64::try_from(*ms).unwrap_or(0),
@@ -419,7 +395,7 @@ impl Backend for EntityBackend {
     }
 
     async fn force_release(&self, name: &LockName) -> Result<bool> {
-        let (id, _) = id::parse(name)?;
+        let id = id::parse(name)?;
         let updated = self
             .collection
             .update_one(

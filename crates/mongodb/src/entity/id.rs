@@ -5,10 +5,9 @@
 //! canonical extended JSON, which keeps the BSON type (`{"$numberInt":"7"}`
 //! and `{"$numberLong":"7"}` differ), the order of an embedded document's
 //! fields (the `bson` crate builds `serde_json` with `preserve_order`), and
-//! every byte of a string. A lock taken with the right to insert
-//! the entity (`lock_or_insert`) adds a NUL and a key under which the
-//! default value waits in the backend; canonical extended JSON escapes every
-//! control character, so a NUL never occurs in the JSON itself.
+//! every byte of a string. A lock taken with the right to insert the entity
+//! (`lock_or_insert`) has the same name: the value to insert travels with
+//! its attempts as their payload, so both kinds of call queue together.
 
 use distlock_core::{Error, LockName, Result};
 use mongodb::bson::Bson;
@@ -48,13 +47,12 @@ fn has_operator_key(value: &Bson) -> bool {
     }
 }
 
-/// The longest extended JSON form of an id, leaving room in a lock name for
-/// a NUL and a pending insert's key.
-const MAX_ID_JSON: usize = distlock_core::MAX_NAME_LEN - 24;
+/// The longest extended JSON form of an id: a lock name's.
+const MAX_ID_JSON: usize = distlock_core::MAX_NAME_LEN;
 
-/// The lock name of `id`, with the key of a pending insert if any.
-pub(crate) fn name(id: &Bson, insert: Option<u64>) -> Result<LockName> {
-    let mut text = id.clone().into_canonical_extjson().to_string();
+/// The lock name of `id`.
+pub(crate) fn name(id: &Bson) -> Result<LockName> {
+    let text = id.clone().into_canonical_extjson().to_string();
     if text.len() > MAX_ID_JSON {
         return Err(Error::InvalidName {
             reason: format!(
@@ -64,25 +62,16 @@ pub(crate) fn name(id: &Bson, insert: Option<u64>) -> Result<LockName> {
             ),
         });
     }
-    if let Some(key) = insert {
-        text.push('\0');
-        text.push_str(&key.to_string());
-    }
     LockName::new(text)
 }
 
-/// The id and the pending insert's key that `name` was made from.
-pub(crate) fn parse(name: &LockName) -> Result<(Bson, Option<u64>)> {
+/// The id that `name` was made from.
+pub(crate) fn parse(name: &LockName) -> Result<Bson> {
     let invalid = || Error::InvalidName {
         reason: format!("{name} is not an entity lock name"),
     };
-    let (json, insert) = match name.as_str().split_once('\0') {
-        Some((json, key)) => (json, Some(key.parse::<u64>().map_err(|_| invalid())?)),
-        None => (name.as_str(), None),
-    };
-    let value: serde_json::Value = serde_json::from_str(json).map_err(|_| invalid())?;
-    let id = Bson::try_from(value).map_err(|_| invalid())?;
-    Ok((id, insert))
+    let value: serde_json::Value = serde_json::from_str(name.as_str()).map_err(|_| invalid())?;
+    Bson::try_from(value).map_err(|_| invalid())
 }
 
 #[cfg(test)]
@@ -104,22 +93,20 @@ mod tests {
             Bson::Document(doc! { "b": 1, "a": "x" }),
         ];
         for id in ids {
-            for insert in [None, Some(42)] {
-                let name = name(&id, insert).unwrap();
-                assert_eq!(parse(&name).unwrap(), (id.clone(), insert), "{name:?}");
-            }
+            let name = name(&id).unwrap();
+            assert_eq!(parse(&name).unwrap(), id, "{name:?}");
         }
     }
 
     #[test]
     fn different_types_make_different_names() {
         assert_ne!(
-            name(&Bson::Int32(7), None).unwrap(),
-            name(&Bson::Int64(7), None).unwrap()
+            name(&Bson::Int32(7)).unwrap(),
+            name(&Bson::Int64(7)).unwrap()
         );
         assert_ne!(
-            name(&Bson::String("7".into()), None).unwrap(),
-            name(&Bson::Int32(7), None).unwrap()
+            name(&Bson::String("7".into())).unwrap(),
+            name(&Bson::Int32(7)).unwrap()
         );
     }
 
@@ -161,6 +148,6 @@ mod tests {
     #[test]
     fn overlong_ids_are_refused() {
         let long = Bson::String("x".repeat(2000));
-        assert!(matches!(name(&long, None), Err(Error::InvalidName { .. })));
+        assert!(matches!(name(&long), Err(Error::InvalidName { .. })));
     }
 }

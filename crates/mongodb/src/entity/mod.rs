@@ -109,7 +109,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::{Error, LockClient, LockGuard, LockOptions, Result};
+use distlock_core::{Claim, Error, LockClient, LockGuard, LockOptions, Payload, Result};
 use mongodb::Collection;
 use mongodb::bson::{Bson, Document};
 use serde::Serialize;
@@ -121,7 +121,7 @@ pub use self::fields::{
 };
 pub use self::guard::EntityGuard;
 
-use self::backend::EntityBackend;
+use self::backend::{EntityBackend, InsertValue, LockedDocument};
 use self::fields::Fields;
 use self::guard::named;
 use crate::error::driver;
@@ -129,7 +129,7 @@ use crate::error::driver;
 /// The `_id` of the entity that `name` (a lock name of entity locks)
 /// locks; `None` for any other name.
 pub(crate) fn entity_id(name: &distlock_core::LockName) -> Option<Bson> {
-    id::parse(name).ok().map(|(id, _)| id)
+    id::parse(name).ok()
 }
 
 /// Locks on the entities of one collection, kept on the entities' own
@@ -263,17 +263,6 @@ impl<T> EntityLocksBuilder<T> {
 
 /// Forgets a `lock_or_insert` call's default value when the call ends,
 /// however it ends.
-struct PendingInsert<'a> {
-    backend: &'a EntityBackend,
-    key: u64,
-}
-
-impl Drop for PendingInsert<'_> {
-    fn drop(&mut self) {
-        self.backend.unregister_insert(self.key);
-    }
-}
-
 impl<T> EntityLocks<T>
 where
     T: Serialize + DeserializeOwned + Send + Sync,
@@ -344,7 +333,7 @@ where
         I: Serialize + ?Sized,
     {
         let id = id::to_bson(id)?;
-        let name = id::name(&id, None)?;
+        let name = id::name(&id)?;
         let guard = self
             .client
             .acquire(&name, timeout)
@@ -366,7 +355,7 @@ where
         I: Serialize + ?Sized,
     {
         let id = id::to_bson(id)?;
-        let name = id::name(&id, None)?;
+        let name = id::name(&id)?;
         let guard = self
             .client
             .try_acquire(&name)
@@ -405,14 +394,13 @@ where
         I: Serialize + ?Sized,
     {
         let id = id::to_bson(id)?;
-        let pending = self.pending_insert(&id, default)?;
-        let name = id::name(&id, Some(pending.key))?;
+        let insert = self.insert_payload(&id, default)?;
+        let name = id::name(&id)?;
         let guard = self
             .client
-            .acquire(&name, timeout)
+            .acquire_claim_with(&name, Claim::Exclusive, timeout, insert)
             .await
             .map_err(|error| named(&self.backend, &id, error))?;
-        drop(pending);
         self.open(guard, id).await
     }
 
@@ -429,14 +417,13 @@ where
         I: Serialize + ?Sized,
     {
         let id = id::to_bson(id)?;
-        let pending = self.pending_insert(&id, default)?;
-        let name = id::name(&id, Some(pending.key))?;
+        let insert = self.insert_payload(&id, default)?;
+        let name = id::name(&id)?;
         let guard = self
             .client
-            .try_acquire(&name)
+            .try_acquire_claim_with(&name, Claim::Exclusive, insert)
             .await
             .map_err(|error| named(&self.backend, &id, error))?;
-        drop(pending);
         match guard {
             Some(guard) => self.open(guard, id).await.map(Some),
             None => Ok(None),
@@ -551,10 +538,12 @@ where
         I: Serialize + ?Sized,
     {
         let id = id::to_bson(id)?;
-        self.client.force_release(&id::name(&id, None)?).await
+        self.client.force_release(&id::name(&id)?).await
     }
 
-    fn pending_insert<'a>(&'a self, id: &Bson, default: &T) -> Result<PendingInsert<'a>> {
+    /// The fields of `default` to insert as the entity `id` when it is
+    /// missing, as the payload of a lock's attempts.
+    fn insert_payload(&self, id: &Bson, default: &T) -> Result<Payload> {
         let what = self.backend.describe(id);
         let lock_fields = self.backend.fields();
         let fields: Document = value::encode(default, &what)?
@@ -562,16 +551,17 @@ where
             .filter(|(name, _)| name != "_id" && !lock_fields.is_lock_field(name))
             .collect();
         let fields = check_insertable(fields, &what)?;
-        Ok(PendingInsert {
-            key: self.backend.register_insert(fields),
-            backend: &self.backend,
-        })
+        Ok(Payload::new(InsertValue(fields)))
     }
 
     /// Turns a lock client guard into an entity guard with the value the
     /// lock read; unlocks again if the value cannot be read.
     async fn open(&self, guard: LockGuard, id: Bson) -> Result<EntityGuard<T>> {
-        let Some(grant) = self.backend.take_grant(guard.name(), guard.fencing_token()) else {
+        let grant = guard
+            .grant_state()
+            .get::<LockedDocument>()
+            .and_then(LockedDocument::take);
+        let Some(grant) = grant else {
             let _ = guard.release().await;
             return Err(Error::Backend {
                 backend: crate::error::BACKEND,

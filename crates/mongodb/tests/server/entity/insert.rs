@@ -111,3 +111,48 @@ async fn lock_or_insert_of_an_existing_entity_only_locks_it() {
     assert_eq!(after.get_str("title").unwrap(), "stored");
     assert_eq!(after.get_str("owner").unwrap(), "ops");
 }
+
+/// `lock` and `lock_or_insert` on one id queue together in a handle, first
+/// come first served: a `lock_or_insert` that queued first is served first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lock_and_lock_or_insert_on_one_id_share_one_local_queue() {
+    let (reports, _raw) = collections::<Report>("entity-one-queue").await;
+    let locks = handle(&reports, options());
+    let id = ObjectId::new();
+    for round in 0..3 {
+        let held = locks
+            .lock_or_insert(&id, &Report::new("first", 0), Duration::from_secs(10))
+            .await
+            .unwrap();
+        assert_eq!(held.inserted(), round == 0);
+        let (order, mut served) = tokio::sync::mpsc::unbounded_channel();
+        let inserter = {
+            let (locks, order) = (locks.clone(), order.clone());
+            tokio::spawn(async move {
+                let default = Report::new("unused", 0);
+                let guard = locks
+                    .lock_or_insert(&id, &default, Duration::from_secs(30))
+                    .await
+                    .unwrap();
+                order.send("lock_or_insert").unwrap();
+                guard.commit().await.unwrap();
+            })
+        };
+        // Each waiter queues before the next one comes.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let locker = {
+            let (locks, order) = (locks.clone(), order.clone());
+            tokio::spawn(async move {
+                let guard = locks.lock(&id, Duration::from_secs(30)).await.unwrap();
+                order.send("lock").unwrap();
+                guard.commit().await.unwrap();
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        held.commit().await.unwrap();
+        inserter.await.unwrap();
+        locker.await.unwrap();
+        let got = [served.recv().await.unwrap(), served.recv().await.unwrap()];
+        assert_eq!(got, ["lock_or_insert", "lock"], "round {round}");
+    }
+}
