@@ -19,6 +19,7 @@ use crate::keys::{KeySpace, Ring};
 use crate::lease::{is_ours, lease_ttl, lock_value, token_seed};
 use crate::pool::{BACKEND, Server};
 use crate::proto::{Batch, Code, Inline, Key, Reply};
+use crate::semaphore::{HeldPermits, semaphore_limit};
 
 /// How long a fencing-token counter outlives its last use, in seconds
 /// (30 days, memcached's longest relative expiry). Counters of names that
@@ -34,10 +35,10 @@ const TOKEN_BLOCK: u64 = 16;
 
 /// How many times a conditional write is retried when the item changed
 /// between reading it and writing it.
-const CAS_RETRIES: usize = 8;
+pub(crate) const CAS_RETRIES: usize = 8;
 
 /// How many locks [`Backend::list`] checks at once.
-const LIST_CONCURRENCY: usize = 256;
+pub(crate) const LIST_CONCURRENCY: usize = 256;
 
 /// The servers that hold a name's keys, without allocating: every call
 /// of an operation asks.
@@ -82,6 +83,8 @@ pub struct MemcachedBackend {
     ring: Ring,
     keys: KeySpace,
     held: Mutex<HashMap<LeaseId, Local>>,
+    /// The semaphore permits this instance holds (see [`crate::semaphore`]).
+    permits: HeldPermits,
 }
 
 /// A lease this backend instance granted and still believes in: for
@@ -157,16 +160,16 @@ impl Copies {
 /// gets the time that is left, so a loop of reads and retries ends in time
 /// too, and no timer wraps the whole.
 #[derive(Debug, Clone, Copy)]
-struct Deadline(Instant);
+pub(crate) struct Deadline(Instant);
 
 impl Deadline {
-    fn after(patience: Duration) -> Self {
+    pub(crate) fn after(patience: Duration) -> Self {
         Self(Instant::now() + patience)
     }
 
     /// The time left; zero once it has passed, and a call then fails at
     /// once with a timeout.
-    fn left(self) -> Duration {
+    pub(crate) fn left(self) -> Duration {
         self.0.saturating_duration_since(Instant::now())
     }
 }
@@ -192,7 +195,7 @@ enum Added {
 }
 
 /// Whose a lock key is, on one server.
-enum Ownership {
+pub(crate) enum Ownership {
     /// Ours, with the CAS read and the process that gave it.
     Ours {
         cas: u64,
@@ -236,6 +239,15 @@ struct NextGrant<'a> {
     ttl: u32,
     /// The token counter's seed, should it be missing.
     seed: u64,
+}
+
+/// What a failed add found at the lock key, on one server.
+struct Holding {
+    /// How long the holder has left, when memcached says.
+    left: Option<Duration>,
+    /// The limit, when the key holds a semaphore's record rather than a
+    /// lock.
+    semaphore: Option<u32>,
 }
 
 /// What a compare-and-swap store did.
@@ -322,6 +334,7 @@ impl MemcachedBackend {
             servers,
             config,
             held: Mutex::new(HashMap::new()),
+            permits: HeldPermits::default(),
         }
     }
 
@@ -372,11 +385,24 @@ impl MemcachedBackend {
     }
 
     pub(crate) fn server_for(&self, name: &LockName) -> &Server {
+        self.shard(name)
+    }
+
+    /// The server that sharded mode keeps `name`'s keys on.
+    pub(crate) fn shard(&self, name: &LockName) -> &Arc<Server> {
         &self.servers[self.ring.server_of(name)]
     }
 
     pub(crate) fn key_for(&self, name: &LockName) -> Key {
         self.keys.lock_key(name)
+    }
+
+    pub(crate) fn keys(&self) -> &KeySpace {
+        &self.keys
+    }
+
+    pub(crate) fn permits(&self) -> &HeldPermits {
+        &self.permits
     }
 
     /// The servers that hold `name`, and how many of them must agree.
@@ -390,7 +416,7 @@ impl MemcachedBackend {
     /// The time one server may take for one operation on a lease: the
     /// configured timeout, but at most a quarter of the lease, so that a
     /// slow server cannot use up a lease that the others granted.
-    fn call_timeout(&self, lease: Duration) -> Duration {
+    pub(crate) fn call_timeout(&self, lease: Duration) -> Duration {
         self.config
             .timeout()
             .min(lease / 4)
@@ -419,21 +445,27 @@ impl MemcachedBackend {
             .into()
     }
 
-    /// The shortest time that the holders of `key` on `servers` have left,
-    /// for waiters; `None` when no server says. Only a failed attempt asks,
-    /// so a grant costs no read.
-    async fn remaining(
-        &self,
-        servers: &[usize],
-        key: &Key,
-        deadline: Deadline,
-    ) -> Option<Duration> {
-        self.each(servers, |_, server| remaining_on(server, key, deadline))
-            .await
-            .into_iter()
-            // A hint, not a verdict: a server that does not say is skipped.
-            .filter_map(|remaining| remaining.ok().flatten())
-            .min()
+    /// What holds `key` on `servers`: the shortest time that its holders
+    /// have left, for waiters (`None` when no server says), and the limit
+    /// of the semaphore whose record it is, if it is one. Only a failed
+    /// attempt asks, so a grant costs no read.
+    async fn holding(&self, servers: &[usize], key: &Key, deadline: Deadline) -> Holding {
+        let mut holding = Holding {
+            left: None,
+            semaphore: None,
+        };
+        let outcomes = self
+            .each(servers, |_, server| holding_on(server, key, deadline))
+            .await;
+        // A hint, not a verdict: a server that does not say is skipped.
+        for on_server in outcomes.into_iter().flatten() {
+            holding.left = match (holding.left, on_server.left) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            holding.semaphore = holding.semaphore.or(on_server.semaphore);
+        }
+        holding
     }
 
     /// Hands `lease` over to `next` without a server command, if this
@@ -570,7 +602,12 @@ impl MemcachedBackend {
 
 /// Deletes grant `id` of `key` from `servers`, one after another, best
 /// effort: for grants whose answer was lost.
-async fn release_from(servers: &[Arc<Server>], key: &Key, id: LeaseId, patience: Duration) {
+pub(crate) async fn release_from(
+    servers: &[Arc<Server>],
+    key: &Key,
+    id: LeaseId,
+    patience: Duration,
+) {
     for server in servers {
         let outcome = release_on(server, key, id, None, Deadline::after(patience)).await;
         if outcome.is_err() {
@@ -596,7 +633,7 @@ fn combined(what: &str, errors: Vec<Error>) -> Error {
     }
 }
 
-fn unexpected(server: &Server, command: &str, reply: &Reply) -> Error {
+pub(crate) fn unexpected(server: &Server, command: &str, reply: &Reply) -> Error {
     match reply.code {
         Code::ServerError => server.message(format!(
             "the server refused {command}: SERVER_ERROR {}",
@@ -610,7 +647,7 @@ fn unexpected(server: &Server, command: &str, reply: &Reply) -> Error {
 /// `token_key`, which creates the counter at `seed` when it is missing (and
 /// then answers `seed`, not adding `delta`): how acquire and hand-over get
 /// their token in the same round trip as their store.
-fn counted(batch: Batch, token_key: &Key, seed: u64, delta: u64) -> Batch {
+pub(crate) fn counted(batch: Batch, token_key: &Key, seed: u64, delta: u64) -> Batch {
     batch.ma(
         token_key,
         format_args!("N{COUNTER_TTL} J{seed} D{delta} T{COUNTER_TTL} v c"),
@@ -618,13 +655,13 @@ fn counted(batch: Batch, token_key: &Key, seed: u64, delta: u64) -> Batch {
 }
 
 /// The replies to a store and the counter's increment.
-fn two_replies(server: &Server, replies: Vec<Reply>) -> Result<[Reply; 2]> {
+pub(crate) fn two_replies(server: &Server, replies: Vec<Reply>) -> Result<[Reply; 2]> {
     <[Reply; 2]>::try_from(replies)
         .map_err(|replies| server.message(format!("{} replies to 2 commands", replies.len())))
 }
 
 /// The token that the counter's increment returned, and the counter's CAS.
-fn token_of(server: &Server, counter: &Reply) -> Result<(u64, u64)> {
+pub(crate) fn token_of(server: &Server, counter: &Reply) -> Result<(u64, u64)> {
     if counter.code != Code::Va {
         return Err(unexpected(server, "the token counter's increment", counter));
     }
@@ -640,7 +677,7 @@ fn token_of(server: &Server, counter: &Reply) -> Result<(u64, u64)> {
 /// `add` of the lock key, returning its CAS, and the counter's increment
 /// (created from `seed` when missing), in one round trip. Nothing else:
 /// how long the holder has left matters only when the add fails, and is
-/// read then ([`remaining_on`]).
+/// read then ([`holding_on`]).
 async fn add_on(
     server: &Server,
     lock_key: &Key,
@@ -681,23 +718,36 @@ async fn add_on(
     }
 }
 
-/// How long the holder of `key` has left: zero when the key is gone (the
-/// lease ended since the add failed), `None` when memcached does not say.
-async fn remaining_on(server: &Server, key: &Key, deadline: Deadline) -> Result<Option<Duration>> {
+/// What holds `key`: how long its holder has left (zero when the key is
+/// gone: the lease ended since the add failed; `None` when memcached does
+/// not say), and whether it is a semaphore's record, which the client
+/// flags tell in the same read.
+async fn holding_on(server: &Server, key: &Key, deadline: Deadline) -> Result<Holding> {
     let reply = server
-        .meta_one(Batch::new().mg(key, "t"), deadline.left())
+        .meta_one(Batch::new().mg(key, "t f"), deadline.left())
         .await?;
     Ok(match reply.code {
-        Code::En => Some(Duration::ZERO),
-        _ => reply
-            .flag_i64('t')
-            .and_then(|secs| u64::try_from(secs).ok())
-            .map(Duration::from_secs),
+        Code::En => Holding {
+            left: Some(Duration::ZERO),
+            semaphore: None,
+        },
+        _ => Holding {
+            left: reply
+                .flag_i64('t')
+                .and_then(|secs| u64::try_from(secs).ok())
+                .map(Duration::from_secs),
+            semaphore: semaphore_limit(&reply),
+        },
     })
 }
 
 /// Reads `key` with its CAS and says whether it is grant `id`.
-async fn read_on(server: &Server, key: &Key, id: LeaseId, deadline: Deadline) -> Result<Ownership> {
+pub(crate) async fn read_on(
+    server: &Server,
+    key: &Key,
+    id: LeaseId,
+    deadline: Deadline,
+) -> Result<Ownership> {
     let (mut replies, from) = server
         .meta_from(Batch::new().mg(key, "v c"), deadline.left())
         .await?;
@@ -796,7 +846,7 @@ async fn extend_on(
 /// `known`, the CAS of our last store there, when there is one; otherwise,
 /// or when the item changed since, with the CAS read first. Returns whether
 /// it was ours.
-async fn release_on(
+pub(crate) async fn release_on(
     server: &Server,
     key: &Key,
     id: LeaseId,
@@ -944,9 +994,11 @@ async fn raise_on(
 #[async_trait]
 impl Backend for MemcachedBackend {
     fn capabilities(&self) -> Capabilities {
+        let sharded = self.config.mode() == Mode::Sharded;
         Capabilities::lease_based()
             .with_lists_every_holder(false)
-            .with_hand_over(self.config.mode() == Mode::Sharded)
+            .with_hand_over(sharded)
+            .with_semaphores(sharded)
     }
 
     /// In sharded mode, every call's commands share one [`Deadline`], a
@@ -961,15 +1013,16 @@ impl Backend for MemcachedBackend {
             Claim::Exclusive => {}
             Claim::Shared => {
                 return Err(Error::Unsupported(
-                    "memcached has no shared (reader) locks: it cannot change several keys at                      once, which a reader-writer lock needs; use the MongoDB or file backend                      for them"
+                    "memcached has no shared (reader) locks: it cannot change several keys at \
+                     once, which a reader-writer lock needs; use the MongoDB or file backend \
+                     for them"
                         .into(),
                 ));
             }
-            Claim::Permit { .. } => {
-                return Err(Error::Unsupported(format!(
-                    "the memcached backend does not grant {} yet",
-                    request.claim
-                )));
+            // Boxed, here and in `extend` and `release`: inline, the
+            // permit's state would make every exclusive call's future larger.
+            Claim::Permit { limit } => {
+                return Box::pin(self.try_acquire_permit(request, limit)).await;
             }
         }
         let ttl = lease_ttl(request.lease)?;
@@ -1113,11 +1166,21 @@ impl Backend for MemcachedBackend {
                 source: None,
             });
         }
-        let retry_after = self.remaining(&held_on, &lock_key, deadline).await;
-        Ok(Attempt::Held { retry_after })
+        let holding = self.holding(&held_on, &lock_key, deadline).await;
+        if let Some(limit) = holding.semaphore {
+            return Err(request
+                .claim
+                .conflict(&request.name, Claim::Permit { limit }));
+        }
+        Ok(Attempt::Held {
+            retry_after: holding.left,
+        })
     }
 
     async fn extend(&self, lease: &Lease) -> Result<bool> {
+        if let Claim::Permit { .. } = lease.claim {
+            return Box::pin(self.extend_permit(lease)).await;
+        }
         let ttl = lease_ttl(lease.lease)?;
         let (targets, need) = self.targets(&lease.name);
         let key = self.keys.lock_key(&lease.name);
@@ -1210,6 +1273,9 @@ impl Backend for MemcachedBackend {
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
+        if let Claim::Permit { limit } = lease.claim {
+            return Box::pin(self.release_permit(lease, limit)).await;
+        }
         let local = self.held().remove(&lease.id);
         let (copies, key) = match local {
             Some(local) => (Some(local.copies), local.key),
@@ -1274,6 +1340,11 @@ impl Backend for MemcachedBackend {
         if self.config.mode() == Mode::Quorum {
             return Err(Error::Unsupported(
                 "memcached in quorum mode cannot hand a lock over in one step".into(),
+            ));
+        }
+        if lease.claim != Claim::Exclusive || next.claim != Claim::Exclusive {
+            return Err(Error::Unsupported(
+                "memcached hands over exclusive locks only".into(),
             ));
         }
         if lease.name != next.name {
@@ -1445,12 +1516,19 @@ impl Backend for MemcachedBackend {
                 }
             }
         }
-        locks.sort_by(|a, b| a.name.cmp(&b.name));
+        locks.extend(self.list_permits().await?);
+        locks.sort_by(|a, b| (&a.name, a.fencing_token).cmp(&(&b.name, b.fencing_token)));
         Ok(locks)
     }
 
+    /// In sharded mode, deletes the lock key and every permit slot the
+    /// name can have, in one write. Quorum mode grants no permits, so it
+    /// deletes the lock key on every server.
     async fn force_release(&self, name: &LockName) -> Result<bool> {
         self.held().retain(|_, local| &local.name != name);
+        if self.config.mode() == Mode::Sharded {
+            return self.force_release_sharded(name).await;
+        }
         let (targets, need) = self.targets(name);
         let key = self.keys.lock_key(name);
         let deadline = Deadline::after(self.config.timeout());

@@ -1,8 +1,10 @@
 //! Lock names to memcached keys, and keys to servers.
 //!
 //! A name becomes `<prefix><kind><encoding>`:
-//! - `<kind>` is `L` for the lock itself and `T` for its fencing-token
-//!   counter, so the two never share a key;
+//! - `<kind>` is `L` for the lock itself (or a semaphore's record, see
+//!   [`crate::semaphore`]), `T` for its fencing-token counter, and `S` and
+//!   a permit's slot number (`S0`, `S17`) for a semaphore's permit slots,
+//!   so no two of them share a key;
 //! - `<encoding>` is `=` and the name percent-encoded (every byte outside
 //!   `A-Z a-z 0-9 - . _ ~ / :` becomes `%XX`, `%` included) when that fits
 //!   in memcached's 250 bytes, and otherwise `#` and the hex SHA-256 of the
@@ -15,7 +17,7 @@
 
 use sha2::{Digest, Sha256};
 
-use distlock_core::{Error, LockName, Result};
+use distlock_core::{Error, LockName, MAX_PERMITS, Result};
 
 use crate::proto::{Key, MAX_KEY_LEN};
 
@@ -85,6 +87,21 @@ impl KeySpace {
         (lock, Key::new(token).expect("the lock key was a key"))
     }
 
+    /// The keys of `name`'s permit slots, the name encoded once: a look at
+    /// a semaphore makes one per slot.
+    pub(crate) fn slot_keys(&self, name: &LockName) -> SlotKeys {
+        // Every slot number gets room for the longest one, so all slots of
+        // a name encode it the same way.
+        let budget = MAX_KEY_LEN - self.prefix.len() - 1 - SLOT_DIGITS;
+        let encoding = Encoding::of(name.as_str().as_bytes(), budget);
+        let mut text = Vec::with_capacity(encoding.len());
+        encoding.write(&mut text);
+        SlotKeys {
+            head: format!("{}{}", self.prefix, char::from(SLOT)),
+            encoding: String::from_utf8(text).expect("encodings are ASCII"),
+        }
+    }
+
     fn key(&self, kind: u8, name: &LockName) -> Key {
         let budget = MAX_KEY_LEN - self.prefix.len() - 1;
         let encoding = Encoding::of(name.as_str().as_bytes(), budget);
@@ -102,6 +119,31 @@ impl KeySpace {
 const LOCK: u8 = b'L';
 /// The kind byte of a lock's fencing-token counter.
 const TOKEN: u8 = b'T';
+/// The kind byte of a semaphore's permit slots, followed by the slot number.
+const SLOT: u8 = b'S';
+
+/// The most digits a slot number has (slots are numbered from 0).
+const SLOT_DIGITS: usize = 3;
+const _: () = assert!(MAX_PERMITS <= 1000, "slot numbers must fit in SLOT_DIGITS");
+
+/// The keys of one name's permit slots: `<prefix>S<slot><encoding>`. The
+/// encoding starts with `=` or `#`, never a digit, so the slot number ends
+/// where it begins and distinct (name, slot) pairs never share a key.
+#[derive(Debug, Clone)]
+pub(crate) struct SlotKeys {
+    /// The prefix and the kind byte.
+    head: String,
+    encoding: String,
+}
+
+impl SlotKeys {
+    /// The key of slot `slot`, which is below [`MAX_PERMITS`].
+    pub(crate) fn key(&self, slot: u32) -> Key {
+        debug_assert!(slot < MAX_PERMITS, "slot {slot}");
+        Key::new(format!("{}{slot}{}", self.head, self.encoding))
+            .expect("prefixes are checked, and encodings leave room for the slot")
+    }
+}
 
 /// How a name is written into its keys: readable when that fits in the
 /// key's budget, hashed otherwise.
@@ -353,6 +395,34 @@ mod tests {
             let before = all.server_of(&name);
             if before != 2 {
                 assert_eq!(fewer.server_of(&name), before);
+            }
+        }
+    }
+
+    #[test]
+    fn slot_keys_are_distinct_safe_and_readable() {
+        let keys = KeySpace::new("lock:");
+        let slots = keys.slot_keys(&name("reports/42"));
+        assert_eq!(slots.key(0).as_str(), "lock:S0=reports/42");
+        assert_eq!(slots.key(999).as_str(), "lock:S999=reports/42");
+
+        let long_prefix = KeySpace::new(&"p".repeat(MAX_PREFIX_LEN));
+        let long = "a".repeat(1024);
+        let mut seen = HashSet::new();
+        for space in [&keys, &long_prefix] {
+            // "a1" with slot 1 against "a" with slot 11: the encoding's
+            // first byte keeps them apart.
+            for raw in ["a", "a1", "1", "=a", "#a", long.as_str()] {
+                let name = name(raw);
+                assert!(seen.insert(space.lock_key(&name)), "{raw:?}");
+                assert!(seen.insert(space.token_key(&name)), "{raw:?}");
+                let slots = space.slot_keys(&name);
+                for slot in [0, 1, 11, 110, MAX_PERMITS - 1] {
+                    let key = slots.key(slot);
+                    assert!(key.as_str().len() <= MAX_KEY_LEN, "{key:?}");
+                    assert!(key.as_str().bytes().all(|b| b.is_ascii_graphic()));
+                    assert!(seen.insert(key), "{raw:?} slot {slot}");
+                }
             }
         }
     }

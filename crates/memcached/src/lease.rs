@@ -10,7 +10,7 @@ use smallvec::SmallVec;
 
 /// The longest relative expiry memcached accepts, in seconds (30 days).
 /// A larger number is read as a Unix timestamp.
-const MAX_RELATIVE_EXPIRY: u64 = 60 * 60 * 24 * 30;
+pub(crate) const MAX_RELATIVE_EXPIRY: u64 = 60 * 60 * 24 * 30;
 
 /// The longest lease this backend accepts: 30 days less one second, since
 /// the expiry sent is one second longer than the lease (see [`lease_ttl`]).

@@ -50,6 +50,14 @@
 //!   advances once a second. An expiry of `n` seconds lasts between `n - 1`
 //!   and `n` seconds, so a lease is rounded up to whole seconds and one
 //!   second is added ([`lease_ttl`]); leases over 30 days are refused.
+//! - **Semaphores** (sharded mode): a permit of a semaphore of `n` is one
+//!   of `n` slot keys, taken with `add` and owned through CAS as a lock key
+//!   is, with its token from the name's counter. The name's lock key holds
+//!   a record of the limit (in its client flags) while any permit lives,
+//!   so asking for the name as a lock, or with another limit, is
+//!   `Error::KindConflict`. Quorum mode answers `Error::Unsupported`;
+//!   shared (reader) locks are unsupported in both modes. Details and
+//!   limits: docs/memcached.md, "Semaphores".
 //! - **Waiting** polls: memcached cannot report releases, so the core's
 //!   jittered backoff retries, never later than the holder's expiry.
 //! - **Names** become keys that memcached accepts whatever the name holds
@@ -102,8 +110,9 @@
 //!
 //! # Listing
 //! memcached cannot enumerate keys reliably, so [`Backend::list`] shows the
-//! locks that this backend instance acquired and still holds, each checked
-//! against the servers. Locks held by other processes are not shown.
+//! locks and permits that this backend instance acquired and still holds,
+//! each checked against the servers. Locks held by other processes are not
+//! shown, and a permit's `in_use` counts this instance's permits only.
 //!
 //! # The client
 //! The crate speaks the memcached 1.6 meta protocol (`mg`, `ms`, `md`, `ma`)
@@ -124,6 +133,7 @@ mod lease;
 mod pool;
 mod proto;
 pub mod raw;
+mod semaphore;
 
 pub use crate::backend::MemcachedBackend;
 pub use crate::config::{DEFAULT_PORT, MemcachedConfig, MemcachedConfigBuilder, Mode};

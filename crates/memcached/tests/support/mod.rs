@@ -9,7 +9,7 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use distlock_core::{AcquireRequest, Attempt, Backend, Holder, Lease, LockName};
+use distlock_core::{AcquireRequest, Attempt, Backend, Claim, Holder, Lease, LockName};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
@@ -37,27 +37,36 @@ pub fn unique(prefix: &str) -> LockName {
 /// One attempt through the backend alone, without a keeper: a lease that
 /// nobody extends.
 pub async fn grant(backend: &dyn Backend, name: &LockName, lease: Duration) -> Option<Lease> {
+    grant_as(backend, name, Claim::Exclusive, lease)
+        .await
+        .expect("try_acquire")
+}
+
+/// As [`grant`], for `claim`, with the backend's error.
+pub async fn grant_as(
+    backend: &dyn Backend,
+    name: &LockName,
+    claim: Claim,
+    lease: Duration,
+) -> distlock_core::Result<Option<Lease>> {
     let request = AcquireRequest::new(
         name.clone(),
-        distlock_core::Claim::Exclusive,
+        claim,
         lease,
         Holder::this_process(Some("memcached-tests")).into(),
     );
-    match backend
-        .try_acquire(&request, &mut distlock_core::WaitState::new())
-        .await
-        .expect("try_acquire")
-    {
-        Attempt::Acquired { fencing_token, .. } => Some(Lease {
-            name: name.clone(),
-            id: request.lease_id,
-            fencing_token,
-            lease,
-            claim: distlock_core::Claim::Exclusive,
-            state: distlock_core::GrantState::none(),
-        }),
-        Attempt::Held { .. } => None,
-    }
+    Ok(
+        match backend
+            .try_acquire(&request, &mut distlock_core::WaitState::new())
+            .await?
+        {
+            Attempt::Acquired {
+                fencing_token,
+                state,
+            } => Some(request.granted(fencing_token, state)),
+            Attempt::Held { .. } => None,
+        },
+    )
 }
 
 /// Retries `check` every 50 ms until it is true, failing after 60 s.
@@ -177,13 +186,15 @@ pub struct Peek {
     stream: BufReader<TcpStream>,
 }
 
-/// An item as `mg <key> v c t` shows it.
+/// An item as `mg <key> v c t f` shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Item {
     pub value: Vec<u8>,
     pub cas: u64,
     /// Seconds left; -1 for never.
     pub ttl: i64,
+    /// The client flags: a semaphore's limit on its record and slots.
+    pub flags: u32,
 }
 
 impl Peek {
@@ -205,7 +216,7 @@ impl Peek {
     }
 
     pub async fn get(&mut self, key: &str) -> Option<Item> {
-        self.send(format!("mg {key} v c t\r\n").as_bytes()).await;
+        self.send(format!("mg {key} v c t f\r\n").as_bytes()).await;
         let line = self.line().await;
         if line == "EN" {
             return None;
@@ -217,12 +228,15 @@ impl Peek {
             value: vec![0; len + 2],
             cas: 0,
             ttl: 0,
+            flags: 0,
         };
         for word in words {
             if let Some(cas) = word.strip_prefix('c') {
                 item.cas = cas.parse().unwrap();
             } else if let Some(ttl) = word.strip_prefix('t') {
                 item.ttl = ttl.parse().unwrap();
+            } else if let Some(flags) = word.strip_prefix('f') {
+                item.flags = flags.parse().unwrap();
             }
         }
         self.stream.read_exact(&mut item.value).await.unwrap();
@@ -237,6 +251,18 @@ impl Peek {
         self.send(&command).await;
         let line = self.line().await;
         assert_eq!(line, "HD", "storing {key}");
+    }
+
+    /// Sets `key`'s expiry to `ttl` seconds from now, whatever it holds;
+    /// returns whether it was there.
+    pub async fn touch(&mut self, key: &str, ttl: u32) -> bool {
+        self.send(format!("mg {key} T{ttl}\r\n").as_bytes()).await;
+        let line = self.line().await;
+        match line.as_str() {
+            "HD" => true,
+            "EN" => false,
+            _ => panic!("touching {key}: {line}"),
+        }
     }
 
     /// Deletes `key`; returns whether it was there.
