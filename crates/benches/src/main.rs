@@ -26,6 +26,7 @@ mod report;
 mod scenarios;
 mod target;
 mod timeline;
+mod variants;
 
 use std::path::PathBuf;
 use std::time::Duration;

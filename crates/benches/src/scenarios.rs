@@ -21,6 +21,7 @@ use crate::peers;
 use crate::quiet::Quiet;
 use crate::target::{Server, Target};
 use crate::timeline::{Contention, Hold, Line, now_ns, sleep_until_ns};
+use crate::variants::MongoVariants;
 
 /// Failures end the run with a message.
 pub(crate) type Outcome<T> = Result<T, String>;
@@ -43,6 +44,10 @@ pub(crate) enum Contender {
     RawRecipe,
     /// `distributed-lock-mongo` 0.2.0's `try_acquire` and `release`.
     MongoPeer,
+    /// MongoDB: the backend's own calls with write concern `w: 1`.
+    WriteOne,
+    /// MongoDB: the backend's acquire, released by deleting the document.
+    DeletingRelease,
 }
 
 /// One contender's uncontended cycles.
@@ -142,6 +147,10 @@ pub(crate) async fn uncontended(
     if with_peer && matches!(target.server, Server::Mongo { .. }) {
         contenders.push(Contender::MongoPeer);
     }
+    let variants = MongoVariants::open(target).await?;
+    if variants.is_some() {
+        contenders.extend([Contender::WriteOne, Contender::DeletingRelease]);
+    }
     let round = seconds / (contenders.len() as u32 * ROUNDS);
     let client = LockClient::new(target.backend.clone(), LockOptions::default());
     let mut sides: Vec<Side> = contenders
@@ -167,6 +176,12 @@ pub(crate) async fn uncontended(
                 Contender::BackendCalls => backend_cycles(&*target.backend, &name, round).await?,
                 Contender::RawRecipe => raw_cycles(target, &name, round).await?,
                 Contender::MongoPeer => peers::mongo_cycles(target, &name, round).await?,
+                Contender::WriteOne => opened(&variants)?.write_one_cycles(&name, round).await?,
+                Contender::DeletingRelease => {
+                    opened(&variants)?
+                        .deleting_cycles(&*target.backend, &name, round)
+                        .await?
+                }
             };
             let elapsed = started.elapsed();
             side.cycles += cycles;
@@ -181,6 +196,12 @@ pub(crate) async fn uncontended(
         }
     }
     Ok(Uncontended { sides, quiet: None })
+}
+
+fn opened(variants: &Option<MongoVariants>) -> Outcome<&MongoVariants> {
+    variants
+        .as_ref()
+        .ok_or_else(|| "the MongoDB variants need a MongoDB target".to_owned())
 }
 
 async fn client_cycles(client: &LockClient, name: &LockName, seconds: Duration) -> Outcome<u64> {
