@@ -152,6 +152,17 @@ impl OwnServer {
     /// nothing until [`resume`](Self::resume)d.
     pub fn pause(&self) {
         self.signal("-STOP");
+        // kill(1) returns once the signal is sent, not once every thread of
+        // the server has stopped: until then it may still answer a request.
+        let pid = self.child.as_ref().expect("running").id();
+        let started = Instant::now();
+        while !all_threads_stopped(pid) {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "memcached {pid} did not stop"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 
     /// Lets a paused server go on (SIGCONT).
@@ -325,4 +336,18 @@ impl Peek {
     async fn send(&mut self, bytes: &[u8]) {
         self.stream.get_mut().write_all(bytes).await.expect("write");
     }
+}
+
+/// Whether every thread of process `pid` is stopped (state `T`).
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().all(|task| {
+        std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
+            // The state follows the command name's closing parenthesis.
+            stat.rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
+        })
+    })
 }
