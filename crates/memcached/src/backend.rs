@@ -1,8 +1,7 @@
 //! The [`Backend`] on memcached.
 
-use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
@@ -14,12 +13,13 @@ use smallvec::SmallVec;
 use tokio::time::Instant;
 
 use crate::config::{MemcachedConfig, Mode};
+use crate::grant::{FirstGrant, Listing, LockHold, Spare, Standing, cas_on};
 use crate::instance::{Instance, KnownCas};
 use crate::keys::{KeySpace, Ring};
-use crate::lease::{is_ours, lease_ttl, lock_value, token_seed};
+use crate::lease::{is_ours, lease_ttl, lock_value_inline, token_seed};
 use crate::pool::{BACKEND, Server};
 use crate::proto::{Batch, Code, Inline, Key, Reply};
-use crate::semaphore::{HeldPermits, semaphore_limit};
+use crate::semaphore::{PermitHold, semaphore_limit};
 
 /// How long a fencing-token counter outlives its last use, in seconds
 /// (30 days, memcached's longest relative expiry). Counters of names that
@@ -30,7 +30,7 @@ const COUNTER_TTL: u64 = 60 * 60 * 24 * 30;
 /// How many fencing tokens a hand-over through the server reserves: the
 /// counter's increment adds this many, the grant takes the first, and the
 /// next hand-overs within the same run take the rest without a server
-/// command (see [`MemcachedBackend::pass_on`]).
+/// command (see [`LockHold::pass_on`]).
 const TOKEN_BLOCK: u64 = 16;
 
 /// How many times a conditional write is retried when the item changed
@@ -82,78 +82,13 @@ pub struct MemcachedBackend {
     everyone: Vec<usize>,
     ring: Ring,
     keys: KeySpace,
-    held: Mutex<HashMap<LeaseId, Local>>,
-    /// The semaphore permits this instance holds (see [`crate::semaphore`]).
-    permits: HeldPermits,
-}
-
-/// A lease this backend instance granted and still believes in: for
-/// [`Backend::list`], and to extend and release it in one command each.
-/// Dropped when the lease is released, refused, forced away or abandoned.
-#[derive(Debug, Clone)]
-struct Local {
-    name: LockName,
-    /// The lock's key, so that a release need not encode the name again.
-    key: Key,
-    holder: Arc<Holder>,
-    fencing_token: u64,
-    lease: Duration,
-    confirmed_at: Instant,
-    copies: Copies,
-    /// Tokens reserved by the last hand-over through the server and not yet
-    /// used, for hand-overs without a server command.
-    spare: Option<Spare>,
-}
-
-/// Our copies of a lock: the value stored, and per server the CAS that the
-/// copy got when we last stored it, where known.
-#[derive(Debug, Clone)]
-struct Copies {
-    /// The grant whose identity the stored value carries: the lease's own,
-    /// or, after hand-overs without a server command, an earlier grant's
-    /// of this process.
-    owner: LeaseId,
-    value: Arc<[u8]>,
-    /// Inline for sharded mode's one server.
-    cas: SmallVec<[(usize, KnownCas); 1]>,
-}
-
-/// Fencing tokens `next..=last`, reserved on the counter and unused.
-#[derive(Debug, Clone, Copy)]
-struct Spare {
-    next: u64,
-    last: u64,
-}
-
-impl Spare {
-    /// The tokens after `first` up to `last`, if there are any.
-    fn after(first: u64, last: u64) -> Option<Self> {
-        (first < last).then(|| Self {
-            next: first + 1,
-            last,
-        })
-    }
-
-    /// The next token, and what is left after it.
-    fn take(self) -> (u64, Option<Self>) {
-        (self.next, Self::after(self.next, self.last))
-    }
-}
-
-impl Copies {
-    fn cas_on(&self, server: usize) -> Option<KnownCas> {
-        self.cas
-            .iter()
-            .find(|&&(on, _)| on == server)
-            .map(|&(_, known)| known)
-    }
-
-    fn set(&mut self, server: usize, known: Option<KnownCas>) {
-        self.cas.retain(|&mut (on, _)| on != server);
-        if let Some(known) = known {
-            self.cas.push((server, known));
-        }
-    }
+    /// The locks this instance holds, for [`Backend::list`] only: each
+    /// operation on a grant finds what it needs in the grant's own state
+    /// (see [`Listing`] for why this index exists).
+    holds: Listing<LockHold>,
+    /// The semaphore permits this instance holds, for [`Backend::list`]
+    /// only (see [`crate::semaphore`]).
+    permits: Listing<PermitHold>,
 }
 
 /// When an operation on the servers must be over. Every call it makes
@@ -209,7 +144,8 @@ pub(crate) enum Ownership {
 /// What one server said to an extension.
 enum Extended {
     Done {
-        value: Arc<[u8]>,
+        /// Our value as read from the server, when it was read.
+        read: Option<Arc<[u8]>>,
         cas: Option<KnownCas>,
     },
     NotOurs,
@@ -333,8 +269,8 @@ impl MemcachedBackend {
             everyone: (0..servers.len()).collect(),
             servers,
             config,
-            held: Mutex::new(HashMap::new()),
-            permits: HeldPermits::default(),
+            holds: Listing::default(),
+            permits: Listing::default(),
         }
     }
 
@@ -401,7 +337,7 @@ impl MemcachedBackend {
         &self.keys
     }
 
-    pub(crate) fn permits(&self) -> &HeldPermits {
+    pub(crate) fn permits(&self) -> &Listing<PermitHold> {
         &self.permits
     }
 
@@ -421,10 +357,6 @@ impl MemcachedBackend {
             .timeout()
             .min(lease / 4)
             .max(Duration::from_millis(1))
-    }
-
-    fn held(&self) -> MutexGuard<'_, HashMap<LeaseId, Local>> {
-        self.held.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Runs `op` on each of `targets` at once, and returns the outcomes in
@@ -466,62 +398,6 @@ impl MemcachedBackend {
             holding.semaphore = holding.semaphore.or(on_server.semaphore);
         }
         holding
-    }
-
-    /// Hands `lease` over to `next` without a server command, if this
-    /// process holds it with at least half of it left by its last
-    /// confirmation and has a reserved token to spare. The key on the
-    /// server stays as it is, still naming the earlier grant of this
-    /// process that stored it; `next` takes over its copies and its
-    /// confirmation, so it ends when `lease` would have, unless the keeper
-    /// extends it. `None` when the server must be asked.
-    fn pass_on(&self, lease: &Lease, next: &AcquireRequest) -> Option<HandOver> {
-        let mut held = self.held();
-        let local = held.get(&lease.id)?;
-        let fresh = local.confirmed_at + local.lease / 2 > Instant::now();
-        let alike = local.lease == next.lease && local.holder == next.holder;
-        if !fresh || !alike {
-            return None;
-        }
-        let (fencing_token, spare) = local.spare?.take();
-        let local = held.remove(&lease.id)?;
-        let confirmed_at = local.confirmed_at;
-        held.insert(
-            next.lease_id,
-            Local {
-                fencing_token,
-                spare,
-                ..local
-            },
-        );
-        Some(HandOver::Granted {
-            fencing_token,
-            confirmed_at: Some(confirmed_at),
-            state: GrantState::none(),
-        })
-    }
-
-    /// Our copies of lease `id`, while this backend holds it.
-    fn copies_of(&self, id: LeaseId) -> Option<Copies> {
-        self.held().get(&id).map(|local| local.copies.clone())
-    }
-
-    /// Whether lease `id` was handed on without a server command: the key
-    /// still carries its identity, but a later grant holds it now.
-    fn handed_on(&self, id: LeaseId) -> bool {
-        let held = self.held();
-        !held.contains_key(&id) && held.values().any(|local| local.copies.owner == id)
-    }
-
-    /// Records a successful extension of lease `id`, sent at `sent`, and
-    /// what each server answered about our copy's CAS.
-    fn confirm(&self, id: LeaseId, sent: Instant, learned: Vec<(usize, Option<KnownCas>)>) {
-        if let Some(local) = self.held().get_mut(&id) {
-            local.confirmed_at = sent;
-            for (server, known) in learned {
-                local.copies.set(server, known);
-            }
-        }
     }
 
     /// Adds our copy of `key` again on `servers`, which answered that it was
@@ -811,13 +687,13 @@ async fn extend_on(
     key: &Key,
     id: LeaseId,
     ttl: u32,
-    remembered: Option<(Arc<[u8]>, KnownCas)>,
+    remembered: Option<(&[u8], KnownCas)>,
     deadline: Deadline,
 ) -> Result<Extended> {
     if let Some((value, known)) = remembered {
         let expected = (Some(known.instance), known.cas);
-        match store_again(server, key, &value, expected, ttl, deadline).await? {
-            Some(CasStore::Done(cas)) => return Ok(Extended::Done { value, cas }),
+        match store_again(server, key, value, expected, ttl, deadline).await? {
+            Some(CasStore::Done(cas)) => return Ok(Extended::Done { read: None, cas }),
             Some(CasStore::Missing) => return Ok(Extended::Missing),
             // Changed since (perhaps by an extension of ours whose answer
             // was lost), or another process answers now: read to tell.
@@ -831,7 +707,12 @@ async fn extend_on(
             Ownership::Missing => return Ok(Extended::Missing),
         };
         match store_again(server, key, &value, expected, ttl, deadline).await? {
-            Some(CasStore::Done(cas)) => return Ok(Extended::Done { value, cas }),
+            Some(CasStore::Done(cas)) => {
+                return Ok(Extended::Done {
+                    read: Some(value),
+                    cas,
+                });
+            }
             // Changed or deleted since we read it: no longer ours.
             Some(CasStore::Changed) => return Ok(Extended::NotOurs),
             Some(CasStore::Missing) => return Ok(Extended::Missing),
@@ -1028,13 +909,31 @@ impl Backend for MemcachedBackend {
         let ttl = lease_ttl(request.lease)?;
         let (targets, need) = self.targets(&request.name);
         let (lock_key, token_key) = self.keys.both_keys(&request.name);
-        let value = lock_value(request.lease_id, &request.name, &request.holder);
+        // The grant's state, made before the add so that the value stored
+        // lives in it: a grant costs this one allocation and no other.
+        let hold = Arc::new(LockHold::new(
+            request.name.clone(),
+            lock_key,
+            request.holder.clone(),
+            request.lease,
+            request.lease_id,
+            lock_value_inline(request.lease_id, &request.name, &request.holder),
+        ));
+        let lock_key = &hold.key;
         let seed = token_seed(SystemTime::now());
         let deadline = Deadline::after(self.call_timeout(request.lease));
         let started = Instant::now();
         let outcomes = self
             .each(&targets, |_, server| {
-                add_on(server, &lock_key, &token_key, &value, ttl, seed, deadline)
+                add_on(
+                    server,
+                    lock_key,
+                    &token_key,
+                    &hold.value,
+                    ttl,
+                    seed,
+                    deadline,
+                )
             })
             .await;
         let elapsed = started.elapsed();
@@ -1095,7 +994,7 @@ impl Backend for MemcachedBackend {
                     + raised.iter().filter(|r| matches!(r, Ok(true))).count();
                 let still_in_time = started.elapsed() + drift < request.lease;
                 if agreed < need || !still_in_time {
-                    self.roll_back(&granted, &in_doubt, &lock_key, request.lease_id)
+                    self.roll_back(&granted, &in_doubt, lock_key, request.lease_id)
                         .await;
                     return Err(Error::Backend {
                         backend: BACKEND,
@@ -1117,34 +1016,24 @@ impl Backend for MemcachedBackend {
                     "acquired on a majority; some servers did not answer"
                 );
             }
-            let copies = Copies {
-                owner: request.lease_id,
-                value,
+            hold.begin(FirstGrant {
+                id: request.lease_id,
+                fencing_token,
+                confirmed_at: started,
                 cas: granted
                     .iter()
                     .filter_map(|grant| Some((grant.server, grant.cas?)))
                     .collect(),
-            };
-            self.held().insert(
-                request.lease_id,
-                Local {
-                    name: request.name.clone(),
-                    key: lock_key,
-                    holder: request.holder.clone(),
-                    fencing_token,
-                    lease: request.lease,
-                    confirmed_at: started,
-                    copies,
-                    spare: None,
-                },
-            );
+                spare: None,
+            });
+            self.holds.insert(&hold);
             return Ok(Attempt::Acquired {
                 fencing_token,
-                state: GrantState::none(),
+                state: GrantState::new(hold),
             });
         }
 
-        self.roll_back(&granted, &in_doubt, &lock_key, request.lease_id)
+        self.roll_back(&granted, &in_doubt, lock_key, request.lease_id)
             .await;
         if errors.len() > targets.len() - need {
             return Err(combined(
@@ -1166,7 +1055,7 @@ impl Backend for MemcachedBackend {
                 source: None,
             });
         }
-        let holding = self.holding(&held_on, &lock_key, deadline).await;
+        let holding = self.holding(&held_on, lock_key, deadline).await;
         if let Some(limit) = holding.semaphore {
             return Err(request
                 .claim
@@ -1183,33 +1072,43 @@ impl Backend for MemcachedBackend {
         }
         let ttl = lease_ttl(lease.lease)?;
         let (targets, need) = self.targets(&lease.name);
-        let key = self.keys.lock_key(&lease.name);
         let deadline = Deadline::after(self.call_timeout(lease.lease));
-        let copies = self.copies_of(lease.id);
-        if copies.is_none() && self.handed_on(lease.id) {
-            return Ok(false);
-        }
-        let owner = copies.as_ref().map_or(lease.id, |copies| copies.owner);
+        let hold = LockHold::of(lease);
+        // A grant whose hold ended (or that came without state) is
+        // extended by its identity, as it was granted.
+        let (hold, cas) = match hold.map(|hold| (hold, hold.standing(lease.id))) {
+            Some((hold, Standing::Current(cas))) => (Some(hold), cas),
+            Some((_, Standing::HandedOn)) => return Ok(false),
+            Some((_, Standing::Ended)) | None => (None, SmallVec::new()),
+        };
+        let encoded;
+        let key = match hold {
+            Some(hold) => &hold.key,
+            None => {
+                encoded = self.keys.lock_key(&lease.name);
+                &encoded
+            }
+        };
+        let owner = hold.map_or(lease.id, |hold| hold.owner);
         let started = Instant::now();
         let outcomes = self
             .each(&targets, |index, server| {
-                let remembered = copies
-                    .as_ref()
-                    .and_then(|copies| Some((copies.value.clone(), copies.cas_on(index)?)));
-                extend_on(server, &key, owner, ttl, remembered, deadline)
+                let remembered =
+                    hold.and_then(|hold| Some((&hold.value[..], cas_on(&cas, index)?)));
+                extend_on(server, key, owner, ttl, remembered, deadline)
             })
             .await;
         let mut done = 0;
         let mut gone = 0;
         let mut missing = Vec::new();
-        let mut value = None;
-        let mut learned = Vec::new();
+        let mut read = None;
+        let mut learned: SmallVec<[(usize, Option<KnownCas>); 1]> = SmallVec::new();
         let mut errors = Vec::new();
         for (&index, outcome) in targets.iter().zip(outcomes) {
             match outcome {
-                Ok(Extended::Done { value: ours, cas }) => {
+                Ok(Extended::Done { read: value, cas }) => {
                     done += 1;
-                    value = Some(ours);
+                    read = read.or(value);
                     learned.push((index, cas));
                 }
                 Ok(Extended::NotOurs) => {
@@ -1227,8 +1126,9 @@ impl Backend for MemcachedBackend {
             }
         }
         if done >= need {
+            let value = hold.map(|hold| &hold.value[..]).or(read.as_deref());
             if let (Some(value), false) = (value, missing.is_empty()) {
-                learned.extend(self.restore(&missing, &key, &value, ttl, deadline).await);
+                learned.extend(self.restore(&missing, key, value, ttl, deadline).await);
             }
             if !errors.is_empty() {
                 tracing::warn!(
@@ -1239,11 +1139,15 @@ impl Backend for MemcachedBackend {
                     "extended on a majority; some servers did not answer"
                 );
             }
-            self.confirm(lease.id, started, learned);
+            if let Some(hold) = hold {
+                hold.confirm(lease.id, started, &learned);
+            }
             return Ok(true);
         }
         if targets.len() - gone < need {
-            self.held().remove(&lease.id);
+            if let Some(hold) = hold {
+                hold.end(lease.id);
+            }
             return Ok(false);
         }
         Err(combined(
@@ -1276,19 +1180,31 @@ impl Backend for MemcachedBackend {
         if let Claim::Permit { limit } = lease.claim {
             return Box::pin(self.release_permit(lease, limit)).await;
         }
-        let local = self.held().remove(&lease.id);
-        let (copies, key) = match local {
-            Some(local) => (Some(local.copies), local.key),
-            None if self.handed_on(lease.id) => return Ok(false),
-            None => (None, self.keys.lock_key(&lease.name)),
+        let hold = LockHold::of(lease);
+        let (hold, cas) = match hold.map(|hold| (hold, hold.standing(lease.id))) {
+            Some((hold, Standing::Current(cas))) => {
+                hold.end(lease.id);
+                (Some(hold), cas)
+            }
+            Some((_, Standing::HandedOn)) => return Ok(false),
+            // Released or lost already, or a grant whose answer was lost
+            // (core releases it by its identity, with no state).
+            Some((_, Standing::Ended)) | None => (None, SmallVec::new()),
         };
-        let owner = copies.as_ref().map_or(lease.id, |copies| copies.owner);
+        let encoded;
+        let key = match hold {
+            Some(hold) => &hold.key,
+            None => {
+                encoded = self.keys.lock_key(&lease.name);
+                &encoded
+            }
+        };
+        let owner = hold.map_or(lease.id, |hold| hold.owner);
         let (targets, need) = self.targets(&lease.name);
         let deadline = Deadline::after(self.call_timeout(lease.lease));
         let outcomes = self
             .each(&targets, |index, server| {
-                let known = copies.as_ref().and_then(|copies| copies.cas_on(index));
-                release_on(server, &key, owner, known, deadline)
+                release_on(server, key, owner, cas_on(&cas, index), deadline)
             })
             .await;
         let mut released = 0;
@@ -1306,13 +1222,13 @@ impl Backend for MemcachedBackend {
             }
             return Ok(true);
         }
-        if copies.is_none() {
+        if hold.is_none() {
             // A grant this backend never saw confirmed (its answer was lost,
             // and the core releases it by identity) may still be queued on
             // another connection and land after this look: look once more
             // when it must have.
             let servers = self.servers_at(&targets);
-            let (id, patience) = (lease.id, self.config.timeout());
+            let (key, id, patience) = (key.clone(), lease.id, self.config.timeout());
             tokio::spawn(async move {
                 tokio::time::sleep(patience).await;
                 release_from(&servers, &key, id, patience).await;
@@ -1332,7 +1248,7 @@ impl Backend for MemcachedBackend {
 
     /// In sharded mode: without a server command when this process holds
     /// the lease with at least half of it left and a reserved token to
-    /// spare ([`pass_on`](Self::pass_on)); otherwise one compare-and-swap
+    /// spare ([`LockHold::pass_on`]); otherwise one compare-and-swap
     /// store of the next grant over ours, with the counter's increment in
     /// the same write, which reserves the tokens for the next ones (see the
     /// crate documentation). Quorum mode answers [`Error::Unsupported`].
@@ -1356,28 +1272,53 @@ impl Backend for MemcachedBackend {
                 ),
             ));
         }
-        if let Some(granted) = self.pass_on(lease, next) {
-            return Ok(granted);
-        }
-        let ttl = lease_ttl(next.lease)?;
+        let hold = LockHold::of(lease);
         let server = self.ring.server_of(&lease.name);
+        let (old, known) = match hold.map(|hold| (hold, hold.standing(lease.id))) {
+            Some((hold, Standing::Current(cas))) => {
+                // Without a server command, if this process holds the lease
+                // with at least half of it left and a reserved token to
+                // spare: the key stays as it is, still naming the earlier
+                // grant of this process that stored it, and `next` shares
+                // its hold (see [`LockHold`]), so it ends when `lease`
+                // would have, unless the keeper extends it.
+                let alike = hold.lease == next.lease && hold.holder == next.holder;
+                if let Some((fencing_token, confirmed_at)) = alike
+                    .then(|| hold.pass_on(lease.id, next.lease_id))
+                    .flatten()
+                {
+                    return Ok(HandOver::Granted {
+                        fencing_token,
+                        confirmed_at: Some(confirmed_at),
+                        state: GrantState::new(Arc::clone(hold)),
+                    });
+                }
+                (Some(hold), cas_on(&cas, server))
+            }
+            Some((_, Standing::HandedOn)) => return Ok(HandOver::NotOurs),
+            Some((_, Standing::Ended)) | None => (None, None),
+        };
+        let ttl = lease_ttl(next.lease)?;
         let (key, token_key) = self.keys.both_keys(&lease.name);
-        let value = lock_value(next.lease_id, &next.name, &next.holder);
+        // The next grant's state, with the value it stores.
+        let new = Arc::new(LockHold::new(
+            next.name.clone(),
+            key,
+            next.holder.clone(),
+            next.lease,
+            next.lease_id,
+            lock_value_inline(next.lease_id, &next.name, &next.holder),
+        ));
         let next_grant = NextGrant {
-            key: &key,
+            key: &new.key,
             token_key: &token_key,
-            value: &value,
+            value: &new.value,
             ttl,
             // Acquire's seed, but above the old token, in case the counter
             // was lost while we held the lock.
             seed: token_seed(SystemTime::now()).max(lease.fencing_token.saturating_add(1)),
         };
-        let old = self.copies_of(lease.id);
-        if old.is_none() && self.handed_on(lease.id) {
-            return Ok(HandOver::NotOurs);
-        }
-        let old_owner = old.as_ref().map_or(lease.id, |copies| copies.owner);
-        let known = old.and_then(|copies| copies.cas_on(server));
+        let old_owner = old.map_or(lease.id, |hold| hold.owner);
         let deadline = Deadline::after(self.call_timeout(lease.lease.min(next.lease)));
         let started = Instant::now();
         let outcome = self
@@ -1387,13 +1328,16 @@ impl Backend for MemcachedBackend {
             .await
             .pop()
             .expect("one answer per server")?;
+        if let Some(old) = old {
+            // Ours no more, whatever the answer.
+            old.end(lease.id);
+        }
         let HandedOver::Granted {
             token,
             token_cas,
             cas,
         } = outcome
         else {
-            self.held().remove(&lease.id);
             return Ok(HandOver::NotOurs);
         };
         // The increment reserved the `TOKEN_BLOCK` tokens up to `token`,
@@ -1408,27 +1352,13 @@ impl Backend for MemcachedBackend {
         } else {
             (token.max(lease.fencing_token.saturating_add(1)), None)
         };
-        {
-            let mut held = self.held();
-            held.remove(&lease.id);
-            held.insert(
-                next.lease_id,
-                Local {
-                    name: next.name.clone(),
-                    key: key.clone(),
-                    holder: next.holder.clone(),
-                    fencing_token,
-                    lease: next.lease,
-                    confirmed_at: started,
-                    copies: Copies {
-                        owner: next.lease_id,
-                        value: value.clone(),
-                        cas: cas.map(|known| (server, known)).into_iter().collect(),
-                    },
-                    spare,
-                },
-            );
-        }
+        new.begin(FirstGrant {
+            id: next.lease_id,
+            fencing_token,
+            confirmed_at: started,
+            cas: cas.map(|known| (server, known)).into_iter().collect(),
+            spare,
+        });
         if token < fencing_token {
             // The counter was re-created below the old token while we held
             // the lock (by a client whose clock is behind ours): raise it,
@@ -1454,28 +1384,29 @@ impl Backend for MemcachedBackend {
                 });
             }
         }
+        self.holds.insert(&new);
         Ok(HandOver::Granted {
             fencing_token,
             confirmed_at: None,
-            state: GrantState::none(),
+            state: GrantState::new(new),
         })
     }
 
     async fn list(&self) -> Result<Vec<LockInfo>> {
-        let mine: Vec<(LeaseId, Local)> = self
-            .held()
-            .iter()
-            .map(|(id, local)| (*id, local.clone()))
-            .collect();
+        let mine = self.holds.live();
         let mut locks = Vec::with_capacity(mine.len());
         for chunk in mine.chunks(LIST_CONCURRENCY) {
-            let checks = chunk.iter().map(|(_, local)| async move {
-                let (targets, need) = self.targets(&local.name);
-                let key = self.keys.lock_key(&local.name);
-                let deadline = Deadline::after(self.call_timeout(local.lease));
+            let checks = chunk.iter().map(|hold| async move {
+                // A hold that ended is not listed, though a grant's state
+                // may keep it alive.
+                let Some(listed) = hold.listed() else {
+                    return Ok(None);
+                };
+                let (targets, need) = self.targets(&hold.name);
+                let deadline = Deadline::after(self.call_timeout(hold.lease));
                 let outcomes = self
                     .each(&targets, |_, server| {
-                        read_on(server, &key, local.copies.owner, deadline)
+                        read_on(server, &hold.key, hold.owner, deadline)
                     })
                     .await;
                 let mut ours = 0;
@@ -1489,30 +1420,29 @@ impl Backend for MemcachedBackend {
                     }
                 }
                 if ours >= need {
-                    Ok(Some(true))
+                    Ok(Some((listed, true)))
                 } else if targets.len() - gone < need {
-                    Ok(Some(false))
+                    Ok(Some((listed, false)))
                 } else {
                     Err(combined("cannot tell whether a lock is held", errors))
                 }
             });
             let verdicts = futures::future::join_all(checks).await;
-            for ((id, local), verdict) in chunk.iter().zip(verdicts) {
+            for (hold, verdict) in chunk.iter().zip(verdicts) {
                 match verdict? {
-                    Some(true) => locks.push(LockInfo {
-                        name: local.name.clone(),
+                    Some((listed, true)) => locks.push(LockInfo {
+                        name: hold.name.clone(),
                         kind: LockKind::Exclusive,
                         permits: None,
-                        holder: Some(Holder::clone(&local.holder)),
-                        fencing_token: Some(local.fencing_token),
+                        holder: Some(Holder::clone(&hold.holder)),
+                        fencing_token: Some(listed.fencing_token),
                         expires_in: Some(
-                            (local.confirmed_at + local.lease)
+                            (listed.confirmed_at + hold.lease)
                                 .saturating_duration_since(Instant::now()),
                         ),
                     }),
-                    _ => {
-                        self.held().remove(id);
-                    }
+                    Some((_, false)) => hold.forget(),
+                    None => {}
                 }
             }
         }
@@ -1525,7 +1455,6 @@ impl Backend for MemcachedBackend {
     /// name can have, in one write. Quorum mode grants no permits, so it
     /// deletes the lock key on every server.
     async fn force_release(&self, name: &LockName) -> Result<bool> {
-        self.held().retain(|_, local| &local.name != name);
         if self.config.mode() == Mode::Sharded {
             return self.force_release_sharded(name).await;
         }

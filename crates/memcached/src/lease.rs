@@ -82,9 +82,15 @@ const SHORTENED_FIELD: usize = 24;
 /// the cache. The JSON is informative only, and shortened (or, at worst,
 /// left empty) to keep the value within [`MAX_LOCK_VALUE`] bytes.
 pub(crate) fn lock_value(id: LeaseId, name: &LockName, holder: &Holder) -> Arc<[u8]> {
+    Arc::from(&lock_value_inline(id, name, holder)[..])
+}
+
+/// [`lock_value`], without an allocation of its own: a grant keeps it
+/// inline, in the one allocation of its state.
+pub(crate) fn lock_value_inline(id: LeaseId, name: &LockName, holder: &Holder) -> LockValue {
     let value = value_with(id, name.as_str(), holder);
     if value.len() <= MAX_LOCK_VALUE {
-        return Arc::from(&value[..]);
+        return value;
     }
     let shortened = Holder {
         host: shorten(&holder.host),
@@ -93,22 +99,26 @@ pub(crate) fn lock_value(id: LeaseId, name: &LockName, holder: &Holder) -> Arc<[
     };
     let value = value_with(id, &shorten(name.as_str()), &shortened);
     if value.len() <= MAX_LOCK_VALUE {
-        return Arc::from(&value[..]);
+        return value;
     }
-    Arc::from(format!("{id}\n{{}}").into_bytes())
+    let mut value = LockValue::new();
+    value.extend_from_slice(&hex_id(id));
+    value.extend_from_slice(b"\n{}");
+    value
 }
 
-/// A lock value as it is built: on the stack up to [`MAX_LOCK_VALUE`] and
-/// some, so that a grant allocates only the value it keeps.
-type ValueBuffer = SmallVec<[u8; MAX_LOCK_VALUE + 40]>;
+/// A lock value: on the stack, or inline in a grant's state, up to
+/// [`MAX_LOCK_VALUE`] and some, so that a grant allocates no value of its
+/// own.
+pub(crate) type LockValue = SmallVec<[u8; MAX_LOCK_VALUE + 40]>;
 
-fn value_with(id: LeaseId, name: &str, holder: &Holder) -> ValueBuffer {
+fn value_with(id: LeaseId, name: &str, holder: &Holder) -> LockValue {
     #[derive(Serialize)]
     struct Details<'a> {
         name: &'a str,
         holder: &'a Holder,
     }
-    let mut value = ValueBuffer::new();
+    let mut value = LockValue::new();
     value.extend_from_slice(&hex_id(id));
     value.push(b'\n');
     serde_json::to_writer(&mut value, &Details { name, holder })

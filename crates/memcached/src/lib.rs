@@ -127,6 +127,7 @@
 mod backend;
 mod config;
 mod conn;
+mod grant;
 mod instance;
 mod keys;
 mod lease;

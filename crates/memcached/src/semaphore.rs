@@ -27,6 +27,7 @@ mod record;
 mod slots;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use distlock_core::{
@@ -45,14 +46,14 @@ use crate::keys::SlotKeys;
 use crate::lease::{lease_ttl, lock_value, token_seed};
 use crate::proto::{Batch, Code, Key};
 
-use self::held::HeldPermit;
+use self::held::PermitGrant;
 use self::record::{Record, Seen};
 use self::slots::{
     Ask, Scan, SlotExtended, SlotGrant, claim, clear_idle_record, extend_slot, release_by_identity,
     scan_slots, spread,
 };
 
-pub(crate) use self::held::HeldPermits;
+pub(crate) use self::held::PermitHold;
 pub(crate) use self::record::semaphore_limit;
 
 /// How many free slots one attempt claims, after the first slot it tried,
@@ -166,23 +167,22 @@ impl MemcachedBackend {
             .await;
         let refusal = match kept {
             Ok(None) => {
-                self.permits().insert(
-                    request.lease_id,
-                    HeldPermit {
-                        name: request.name.clone(),
-                        limit: ask.limit,
-                        key,
-                        value: ask.value.clone(),
-                        holder: request.holder.clone(),
-                        fencing_token: grant.token,
-                        lease: request.lease,
-                        confirmed_at: ask.started,
-                        cas: grant.cas,
-                    },
-                );
+                let hold = Arc::new(PermitHold::new(PermitGrant {
+                    id: request.lease_id,
+                    name: request.name.clone(),
+                    limit: ask.limit,
+                    key,
+                    value: ask.value.clone(),
+                    holder: request.holder.clone(),
+                    fencing_token: grant.token,
+                    lease: request.lease,
+                    confirmed_at: ask.started,
+                    cas: grant.cas,
+                }));
+                self.permits().insert(&hold);
                 return Ok(Attempt::Acquired {
                     fencing_token: grant.token,
-                    state: GrantState::none(),
+                    state: GrantState::new(hold),
                 });
             }
             Ok(Some(held)) => request.claim.conflict(&request.name, held),
@@ -202,26 +202,30 @@ impl MemcachedBackend {
     /// Extends permit `lease` if its slot is still ours, and keeps the
     /// semaphore's record alive as long as the slot.
     pub(crate) async fn extend_permit(&self, lease: &Lease) -> Result<bool> {
-        let Some(permit) = self.permits().get(lease.id) else {
+        let Some(permit) = PermitHold::of(lease) else {
             return Ok(false);
         };
+        let live = permit.live();
+        if live.ended {
+            return Ok(false);
+        }
         let ttl = lease_ttl(lease.lease)?;
         let server = self.shard(&lease.name);
         let lock = self.keys().lock_key(&lease.name);
         let record = Record::new(permit.limit, ttl);
         let deadline = Deadline::after(self.call_timeout(lease.lease));
         let started = Instant::now();
-        let (cas, seen) =
-            match extend_slot(server, &permit, lease.id, ttl, &record, &lock, deadline).await? {
-                SlotExtended::Done { cas, record } => (cas, record),
-                SlotExtended::Gone => {
-                    self.permits().remove(lease.id);
-                    return Ok(false);
-                }
-            };
+        let extended = extend_slot(server, permit, live.cas, ttl, &record, &lock, deadline).await?;
+        let (cas, seen) = match extended {
+            SlotExtended::Done { cas, record } => (cas, record),
+            SlotExtended::Gone => {
+                permit.end();
+                return Ok(false);
+            }
+        };
         match record.keep(server, &lock, seen, deadline).await? {
             None => {
-                self.permits().confirm(lease.id, started, cas);
+                permit.confirm(started, cas);
                 Ok(true)
             }
             Some(held) => {
@@ -229,7 +233,7 @@ impl MemcachedBackend {
                 // the name taken as another kind meanwhile: the permit
                 // cannot live beside it.
                 tracing::warn!(name = %lease.name, %held, "a permit's name is now held as another kind; the permit is lost");
-                self.permits().remove(lease.id);
+                permit.end();
                 self.abandon(&lease.name, &permit.key, lease.id, cas, deadline)
                     .await;
                 Ok(false)
@@ -239,17 +243,22 @@ impl MemcachedBackend {
 
     /// Releases permit `lease` of a semaphore of `limit` permits if its
     /// slot is still ours. The last permit of a semaphore to go deletes its
-    /// record too, so that the name is free for any kind again.
+    /// record too, so that the name is free for any kind again: whether
+    /// it is the last is not known here (this instance keeps no table of
+    /// the permits it holds), so every release that freed a slot looks.
     pub(crate) async fn release_permit(&self, lease: &Lease, limit: u32) -> Result<bool> {
         let server = self.shard(&lease.name);
         let slots = self.keys().slot_keys(&lease.name);
         let deadline = Deadline::after(self.call_timeout(lease.lease));
-        let released = match self.permits().remove(lease.id) {
-            Some(permit) => release_on(server, &permit.key, lease.id, permit.cas, deadline).await?,
+        let held = PermitHold::of(lease).filter(|permit| permit.end());
+        let released = match held {
+            Some(permit) => {
+                let cas = permit.live().cas;
+                release_on(server, &permit.key, lease.id, cas, deadline).await?
+            }
             None => self.release_unknown(lease, &slots, limit, deadline).await?,
         };
-        // Another permit of ours keeps the record needed; no look is needed.
-        if released && !self.permits().any_of(&lease.name) {
+        if released {
             let lock = self.keys().lock_key(&lease.name);
             if let Err(error) = clear_idle_record(server, &lock, &slots, limit, deadline).await {
                 tracing::debug!(name = %lease.name, %error, "could not clear a semaphore's record; it will expire");
@@ -292,19 +301,24 @@ impl MemcachedBackend {
     /// Their `in_use` is how many permits of the semaphore this instance
     /// holds: the others' are not known.
     pub(crate) async fn list_permits(&self) -> Result<Vec<LockInfo>> {
-        let mine = self.permits().snapshot();
+        let mine: Vec<Arc<PermitHold>> = self
+            .permits()
+            .live()
+            .into_iter()
+            .filter(|permit| !permit.live().ended)
+            .collect();
         let mut live = Vec::with_capacity(mine.len());
         for chunk in mine.chunks(LIST_CONCURRENCY) {
-            let checks = chunk.iter().map(|(id, permit)| {
+            let checks = chunk.iter().map(|permit| {
                 let deadline = Deadline::after(self.call_timeout(permit.lease));
-                read_on(self.shard(&permit.name), &permit.key, *id, deadline)
+                read_on(self.shard(&permit.name), &permit.key, permit.id, deadline)
             });
             let verdicts = futures::future::join_all(checks).await;
-            for ((id, permit), verdict) in chunk.iter().zip(verdicts) {
+            for (permit, verdict) in chunk.iter().zip(verdicts) {
                 match verdict? {
                     Ownership::Ours { .. } => live.push(permit),
                     Ownership::Other | Ownership::Missing => {
-                        self.permits().remove(*id);
+                        permit.end();
                     }
                 }
             }
@@ -325,7 +339,8 @@ impl MemcachedBackend {
                 holder: Some(Holder::clone(&permit.holder)),
                 fencing_token: Some(permit.fencing_token),
                 expires_in: Some(
-                    (permit.confirmed_at + permit.lease).saturating_duration_since(Instant::now()),
+                    (permit.live().confirmed_at + permit.lease)
+                        .saturating_duration_since(Instant::now()),
                 ),
             })
             .collect())
@@ -336,7 +351,6 @@ impl MemcachedBackend {
     /// bounded by its limit but by [`MAX_PERMITS`]. Returns whether a lock
     /// or a permit was held.
     pub(crate) async fn force_release_sharded(&self, name: &LockName) -> Result<bool> {
-        self.permits().forget(name);
         let server = self.shard(name);
         let lock = self.keys().lock_key(name);
         let slots = self.keys().slot_keys(name);

@@ -53,7 +53,7 @@ async fn handed_over(
         HandOver::Granted {
             fencing_token,
             confirmed_at,
-            ..
+            state,
         } => {
             assert!(
                 fencing_token > old.fencing_token,
@@ -66,7 +66,7 @@ async fn handed_over(
                 fencing_token,
                 lease,
                 claim: distlock_core::Claim::Exclusive,
-                state: distlock_core::GrantState::none(),
+                state,
             };
             Some((new, confirmed_at))
         }

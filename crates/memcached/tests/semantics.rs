@@ -327,3 +327,42 @@ async fn a_thousand_held_locks_outlive_their_lease() {
         assert!(released.expect("release"), "still ours");
     }
 }
+
+/// A guard dropped with no runtime left drops its grant's state at once:
+/// the backend forgets the grant, so `list` shows nothing (the lock on the
+/// server runs out with its lease).
+#[test]
+fn a_guard_dropped_with_no_runtime_leaves_nothing_listed() {
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let (name, semaphore) = (unique("no-runtime"), unique("no-runtime-permits"));
+    let first = runtime();
+    let backend = Arc::new(first.block_on(open(&url())));
+    let client = LockClient::new(
+        backend.clone(),
+        LockOptions::builder()
+            .lease(Duration::from_secs(2))
+            .build()
+            .unwrap(),
+    );
+    let guards = first.block_on(async {
+        let guard = client.acquire(&name, Duration::from_secs(5)).await.unwrap();
+        let permit = client
+            .acquire_permit(&semaphore, 2, Duration::from_secs(5))
+            .await
+            .unwrap();
+        let listed = backend.list().await.unwrap();
+        assert_eq!(listed.len(), 2, "{listed:?}");
+        (guard, permit)
+    });
+    drop(first);
+    drop(guards);
+    drop(client);
+    // Nothing is left to check against the servers: `list` needs no call.
+    let listed = runtime().block_on(backend.list()).expect("list");
+    assert!(listed.is_empty(), "{listed:?}");
+}

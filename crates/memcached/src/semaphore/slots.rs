@@ -18,7 +18,7 @@ use crate::lease::is_ours;
 use crate::pool::Server;
 use crate::proto::{Batch, Code, Key, Reply};
 
-use super::held::HeldPermit;
+use super::held::PermitHold;
 use super::record::{self, Record, Seen};
 
 /// What one attempt asks for, and by when: everything but the slot.
@@ -174,19 +174,19 @@ pub(super) async fn scan_slots(
 }
 
 /// Stores `permit`'s slot again with an expiry of `ttl` seconds if it is
-/// still grant `id`, and reads the lock key in the same write. One write
-/// when the CAS of our last store is known; otherwise, or when the slot
+/// still that grant's, and reads the lock key in the same write. One write
+/// when `cas`, the CAS of our last store, is known; otherwise, or when the slot
 /// changed since, the slot is read first.
 pub(super) async fn extend_slot(
     server: &Server,
-    permit: &HeldPermit,
-    id: LeaseId,
+    permit: &PermitHold,
+    cas: Option<KnownCas>,
     ttl: u32,
     record: &Record,
     lock: &Key,
     deadline: Deadline,
 ) -> Result<SlotExtended> {
-    let mut expected = permit.cas.map(|known| (Some(known.instance), known.cas));
+    let mut expected = cas.map(|known| (Some(known.instance), known.cas));
     let mut was_read = false;
     for _ in 0..CAS_RETRIES {
         if let Some((from, cas)) = expected.take() {
@@ -225,7 +225,7 @@ pub(super) async fn extend_slot(
                 }
             }
         }
-        match read_on(server, &permit.key, id, deadline).await? {
+        match read_on(server, &permit.key, permit.id, deadline).await? {
             Ownership::Ours { cas, from, .. } => expected = Some((from, cas)),
             Ownership::Other | Ownership::Missing => return Ok(SlotExtended::Gone),
         }
