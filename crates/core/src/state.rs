@@ -31,9 +31,21 @@ impl GrantState {
         Self(None)
     }
 
+    /// State holding the value `shared` points to, without a second
+    /// allocation: a backend that keeps weak references to its grants (to
+    /// list them) or shares one value among grants passes its own `Arc`.
+    pub fn from_arc<T: Any + Send + Sync>(shared: Arc<T>) -> Self {
+        Self(Some(shared))
+    }
+
     /// The value, if this state holds a `T`.
     pub fn get<T: Any>(&self) -> Option<&T> {
         self.0.as_deref()?.downcast_ref()
+    }
+
+    /// A shared handle on the value, if this state holds a `T`.
+    pub fn get_arc<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
+        self.0.clone()?.downcast().ok()
     }
 }
 

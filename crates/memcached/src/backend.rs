@@ -1029,7 +1029,7 @@ impl Backend for MemcachedBackend {
             self.holds.insert(&hold);
             return Ok(Attempt::Acquired {
                 fencing_token,
-                state: GrantState::new(hold),
+                state: GrantState::from_arc(hold),
             });
         }
 
@@ -1290,7 +1290,8 @@ impl Backend for MemcachedBackend {
                     return Ok(HandOver::Granted {
                         fencing_token,
                         confirmed_at: Some(confirmed_at),
-                        state: GrantState::new(Arc::clone(hold)),
+                        // The same hold, shared: no allocation.
+                        state: lease.state.clone(),
                     });
                 }
                 (Some(hold), cas_on(&cas, server))
@@ -1388,7 +1389,7 @@ impl Backend for MemcachedBackend {
         Ok(HandOver::Granted {
             fencing_token,
             confirmed_at: None,
-            state: GrantState::new(new),
+            state: GrantState::from_arc(new),
         })
     }
 

@@ -155,8 +155,8 @@ impl LockHold {
     }
 
     /// The hold `lease` carries in its state, if any.
-    pub(crate) fn of(lease: &Lease) -> Option<&Arc<Self>> {
-        lease.state.get::<Arc<Self>>()
+    pub(crate) fn of(lease: &Lease) -> Option<&Self> {
+        lease.state.get::<Self>()
     }
 
     /// How grant `id` stands with this hold.
@@ -303,8 +303,8 @@ mod tests {
         // Grants whose state goes at once, as a guard dropped with no
         // runtime drops it: the index never grows for them.
         for round in 0..1_000u32 {
-            let state = distlock_core::GrantState::new(Arc::new(round));
-            listing.insert(state.get::<Arc<u32>>().unwrap());
+            let state = distlock_core::GrantState::from_arc(Arc::new(round));
+            listing.insert(&state.get_arc::<u32>().unwrap());
             drop(state);
             assert!(listing.len() <= 8, "{} entries", listing.len());
         }

@@ -182,7 +182,7 @@ impl MemcachedBackend {
                 self.permits().insert(&hold);
                 return Ok(Attempt::Acquired {
                     fencing_token: grant.token,
-                    state: GrantState::new(hold),
+                    state: GrantState::from_arc(hold),
                 });
             }
             Ok(Some(held)) => request.claim.conflict(&request.name, held),

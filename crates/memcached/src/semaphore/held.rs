@@ -73,8 +73,8 @@ impl PermitHold {
     }
 
     /// The permit `lease` carries in its state, if any.
-    pub(super) fn of(lease: &Lease) -> Option<&Arc<Self>> {
-        lease.state.get::<Arc<Self>>()
+    pub(super) fn of(lease: &Lease) -> Option<&Self> {
+        lease.state.get::<Self>()
     }
 
     fn lock(&self) -> MutexGuard<'_, Live> {
