@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use distlock_core::AcquireRequest;
-use mongodb::bson::{Document, doc};
+use mongodb::bson::{Bson, Document, doc};
 
 use crate::document::{
     ACQUIRED_AT, EXPIRES_AT, FENCING_TOKEN, FREED, HOLDER, HOLDERS, ID, LIMIT, LOCK_ID, WAITING,
@@ -24,7 +24,18 @@ fn grant(request: &AcquireRequest, mark: Option<&WriterMark>) -> Document {
         ACQUIRED_AT: "$$NOW",
         EXPIRES_AT: now_plus(request.lease),
         HOLDER: { "$literal": holder(&request.holder) },
-        WAITING: or_remove(others(mark)),
+        WAITING: waiting_after_grant(mark),
+    }
+}
+
+/// The waiting writers' marks a grant keeps: all but the granted writer's
+/// own. A grant that had no mark keeps the field as it is, without
+/// evaluating it: that is the uncontended path, and marks that expired meanwhile are
+/// dropped by the next attempt that marks.
+fn waiting_after_grant(mark: Option<&WriterMark>) -> Bson {
+    match mark {
+        None => field(WAITING).into(),
+        Some(_) => or_remove(others(mark)).into(),
     }
 }
 
