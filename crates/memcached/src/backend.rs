@@ -352,6 +352,23 @@ impl MemcachedBackend {
     /// The time one server may take for one operation on a lease: the
     /// configured timeout, but at most a quarter of the lease, so that a
     /// slow server cannot use up a lease that the others granted.
+    /// The key `lease`'s lock lives under and the identity its stored value
+    /// carries: its hold's, or, for a lease whose hold is gone (or whose
+    /// answer was lost), its own name's key and its own identity.
+    fn key_and_owner<'a>(
+        &self,
+        hold: Option<&'a LockHold>,
+        lease: &Lease,
+    ) -> (std::borrow::Cow<'a, Key>, LeaseId) {
+        match hold {
+            Some(hold) => (std::borrow::Cow::Borrowed(&hold.key), hold.owner),
+            None => (
+                std::borrow::Cow::Owned(self.keys.lock_key(&lease.name)),
+                lease.id,
+            ),
+        }
+    }
+
     pub(crate) fn call_timeout(&self, lease: Duration) -> Duration {
         self.config
             .timeout()
@@ -1081,15 +1098,8 @@ impl Backend for MemcachedBackend {
             Some((_, Standing::HandedOn)) => return Ok(false),
             Some((_, Standing::Ended)) | None => (None, SmallVec::new()),
         };
-        let encoded;
-        let key = match hold {
-            Some(hold) => &hold.key,
-            None => {
-                encoded = self.keys.lock_key(&lease.name);
-                &encoded
-            }
-        };
-        let owner = hold.map_or(lease.id, |hold| hold.owner);
+        let (key, owner) = self.key_and_owner(hold, lease);
+        let key = &*key;
         let started = Instant::now();
         let outcomes = self
             .each(&targets, |index, server| {
@@ -1191,15 +1201,8 @@ impl Backend for MemcachedBackend {
             // (core releases it by its identity, with no state).
             Some((_, Standing::Ended)) | None => (None, SmallVec::new()),
         };
-        let encoded;
-        let key = match hold {
-            Some(hold) => &hold.key,
-            None => {
-                encoded = self.keys.lock_key(&lease.name);
-                &encoded
-            }
-        };
-        let owner = hold.map_or(lease.id, |hold| hold.owner);
+        let (key, owner) = self.key_and_owner(hold, lease);
+        let key = &*key;
         let (targets, need) = self.targets(&lease.name);
         let deadline = Deadline::after(self.call_timeout(lease.lease));
         let outcomes = self
