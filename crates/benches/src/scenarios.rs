@@ -219,13 +219,45 @@ async fn client_cycles(client: &LockClient, name: &LockName, seconds: Duration) 
     Ok(cycles)
 }
 
-async fn backend_cycles(backend: &dyn Backend, name: &LockName, seconds: Duration) -> Outcome<u64> {
+/// The backend's own `try_acquire` and `release`, as often as `seconds`
+/// allows.
+pub(crate) async fn backend_cycles(
+    backend: &dyn Backend,
+    name: &LockName,
+    seconds: Duration,
+) -> Outcome<u64> {
+    cycles_with(backend, name, seconds, |lease| async move {
+        backend
+            .release(&lease)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    })
+    .await
+}
+
+/// Acquires `name` through `backend` and releases it with `release`, as
+/// often as `seconds` allows.
+pub(crate) async fn cycles_with<F, Fut>(
+    backend: &dyn Backend,
+    name: &LockName,
+    seconds: Duration,
+    release: F,
+) -> Outcome<u64>
+where
+    F: Fn(distlock::Lease) -> Fut,
+    Fut: Future<Output = Outcome<()>>,
+{
     let holder = Arc::new(Holder::this_process(Some("distlock-bench raw")));
-    let lease = LockOptions::DEFAULT_LEASE;
     let started = Instant::now();
     let mut cycles = 0u64;
     while started.elapsed() < seconds {
-        let request = AcquireRequest::new(name.clone(), Claim::Exclusive, lease, holder.clone());
+        let request = AcquireRequest::new(
+            name.clone(),
+            Claim::Exclusive,
+            LockOptions::DEFAULT_LEASE,
+            holder.clone(),
+        );
         let Attempt::Acquired {
             fencing_token,
             state,
@@ -236,8 +268,7 @@ async fn backend_cycles(backend: &dyn Backend, name: &LockName, seconds: Duratio
         else {
             return Err("an uncontended lock was held".into());
         };
-        let lease = request.granted(fencing_token, state);
-        backend.release(&lease).await.map_err(|e| e.to_string())?;
+        release(request.granted(fencing_token, state)).await?;
         cycles += 1;
     }
     Ok(cycles)

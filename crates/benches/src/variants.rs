@@ -5,15 +5,15 @@
 //! what the backend does.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use distlock::mongodb::MongoBackend;
 use distlock::mongodb::mongodb::Collection;
 use distlock::mongodb::mongodb::bson::{Document, doc};
 use distlock::mongodb::mongodb::options::{Acknowledgment, WriteConcern};
-use distlock::{AcquireRequest, Attempt, Backend, Claim, Holder, LockName, LockOptions, WaitState};
+use distlock::{Backend, LockName};
 
-use crate::scenarios::Outcome;
+use crate::scenarios::{Outcome, backend_cycles, cycles_with};
 use crate::target::{Server, Target};
 
 /// The MongoDB backends and collection the variants use.
@@ -52,15 +52,7 @@ impl MongoVariants {
         name: &LockName,
         seconds: Duration,
     ) -> Outcome<u64> {
-        let backend = &*self.write_one;
-        cycles(backend, name, seconds, |lease| async move {
-            backend
-                .release(&lease)
-                .await
-                .map(|_| ())
-                .map_err(|e| e.to_string())
-        })
-        .await
+        backend_cycles(&*self.write_one, name, seconds).await
     }
 
     /// Cycles of the backend's acquire, each released by deleting the
@@ -72,7 +64,7 @@ impl MongoVariants {
         seconds: Duration,
     ) -> Outcome<u64> {
         let collection = &self.collection;
-        cycles(backend, name, seconds, |lease| async move {
+        cycles_with(backend, name, seconds, |lease| async move {
             let ours = doc! {
                 "_id": lease.name.as_str(),
                 "lockId": format!("{:032x}", lease.id.as_u128()),
@@ -88,42 +80,4 @@ impl MongoVariants {
         })
         .await
     }
-}
-
-/// Acquires `name` through `backend` and releases it with `release`, as
-/// often as `seconds` allows.
-async fn cycles<F, Fut>(
-    backend: &dyn Backend,
-    name: &LockName,
-    seconds: Duration,
-    release: F,
-) -> Outcome<u64>
-where
-    F: Fn(distlock::Lease) -> Fut,
-    Fut: Future<Output = Outcome<()>>,
-{
-    let holder = Arc::new(Holder::this_process(Some("distlock-bench variant")));
-    let started = Instant::now();
-    let mut count = 0u64;
-    while started.elapsed() < seconds {
-        let request = AcquireRequest::new(
-            name.clone(),
-            Claim::Exclusive,
-            LockOptions::DEFAULT_LEASE,
-            holder.clone(),
-        );
-        let Attempt::Acquired {
-            fencing_token,
-            state,
-        } = backend
-            .try_acquire(&request, &mut WaitState::new())
-            .await
-            .map_err(|e| e.to_string())?
-        else {
-            return Err("an uncontended lock was held".into());
-        };
-        release(request.granted(fencing_token, state)).await?;
-        count += 1;
-    }
-    Ok(count)
 }
