@@ -46,10 +46,6 @@ impl Backend for Counting {
         self.inner.capabilities()
     }
 
-    fn call_bound(&self, lease: std::time::Duration) -> Option<std::time::Duration> {
-        self.inner.call_bound(lease)
-    }
-
     async fn try_acquire(&self, request: &AcquireRequest, wait: &mut WaitState) -> Result<Attempt> {
         self.calls.acquire.fetch_add(1, Ordering::Relaxed);
         self.inner.try_acquire(request, wait).await

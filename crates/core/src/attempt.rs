@@ -37,7 +37,8 @@ impl Asking {
         }
     }
 
-    /// Makes the attempt, bounded by `budget`, and gives back this wait to
+    /// Makes the attempt, bounded by `budget` (it never takes longer than
+    /// the request's operation timeout in any case), and gives back this wait to
     /// ask again with, unless the budget ran out first. If the caller stops
     /// waiting (cancellation, or the budget runs out), the attempt still
     /// completes in the background: a grant that nobody waits for is
@@ -45,16 +46,16 @@ impl Asking {
     pub(crate) async fn attempt(
         mut self,
         backend: &Arc<dyn Backend>,
-        operation_timeout: Duration,
         budget: Duration,
     ) -> (Result<Outcome>, Option<Self>) {
+        let operation_timeout = self.request.operation_timeout;
         // Each attempt has its own identity: an earlier attempt whose answer
         // was lost may still hold a grant under the old one.
         self.request.lease_id = LeaseId::random();
         let call = {
             let backend = backend.clone();
             async move {
-                let outcome = self.ask(&backend, operation_timeout).await;
+                let outcome = self.ask(&backend).await;
                 (outcome, self)
             }
         };
@@ -64,7 +65,7 @@ impl Asking {
                 if let Ok(Outcome::Granted(lease, ..)) = outcome {
                     release_unclaimed(&*backend, &lease, operation_timeout).await;
                 }
-                asking.end(&*backend, operation_timeout).await;
+                asking.end(&*backend).await;
             }
         };
         let attempt = Detach::with_orphan(call, orphaned);
@@ -80,14 +81,11 @@ impl Asking {
         }
     }
 
-    async fn ask(
-        &mut self,
-        backend: &Arc<dyn Backend>,
-        operation_timeout: Duration,
-    ) -> Result<Outcome> {
+    async fn ask(&mut self, backend: &Arc<dyn Backend>) -> Result<Outcome> {
+        let operation_timeout = self.request.operation_timeout;
         let sent_at = Instant::now();
         let attempt = bounded::within(
-            backend.call_bound(self.request.lease),
+            backend.capabilities().bounds_calls,
             operation_timeout,
             "acquire",
             backend.try_acquire(&self.request, &mut self.wait),
@@ -119,10 +117,11 @@ impl Asking {
     }
 
     /// Ends the wait on the backend, if it kept anything for it.
-    pub(crate) async fn end(self, backend: &dyn Backend, operation_timeout: Duration) {
+    pub(crate) async fn end(self, backend: &dyn Backend) {
         if self.wait.is_empty() {
             return;
         }
+        let operation_timeout = self.request.operation_timeout;
         let name = self.request.name.clone();
         match tokio::time::timeout(
             operation_timeout,

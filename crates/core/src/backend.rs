@@ -16,6 +16,7 @@ use crate::claim::{Claim, LockKind, Permits};
 use crate::error::Result;
 use crate::lease::LossReporter;
 use crate::name::LockName;
+use crate::options::LockOptions;
 use crate::state::{GrantState, Payload, WaitState};
 use crate::wake::ReleaseWatch;
 
@@ -92,6 +93,11 @@ pub struct AcquireRequest {
     pub lease_id: LeaseId,
     /// How long the grant lasts unless extended.
     pub lease: Duration,
+    /// The longest this call may take: the client's
+    /// [`operation_timeout`](crate::LockOptions::operation_timeout). A
+    /// backend that bounds its own calls
+    /// ([`Capabilities::bounds_calls`]) answers within it.
+    pub operation_timeout: Duration,
     /// Who asks, recorded for inspection. Shared: a client asks with the
     /// same holder every time.
     pub holder: Arc<Holder>,
@@ -111,13 +117,15 @@ pub struct AcquireRequest {
 }
 
 impl AcquireRequest {
-    /// A request for `claim` on `name` with a fresh identity, tried once.
+    /// A request for `claim` on `name` with a fresh identity, tried once,
+    /// with the default operation timeout for `lease`.
     pub fn new(name: LockName, claim: Claim, lease: Duration, holder: Arc<Holder>) -> Self {
         Self {
             name,
             claim,
             lease_id: LeaseId::random(),
             lease,
+            operation_timeout: LockOptions::default_operation_timeout(lease),
             holder,
             retries: false,
             loss: LossReporter::new(),
@@ -134,6 +142,7 @@ impl AcquireRequest {
             id: self.lease_id,
             fencing_token,
             lease: self.lease,
+            operation_timeout: self.operation_timeout,
             state,
         }
     }
@@ -193,6 +202,9 @@ pub struct Lease {
     pub fencing_token: u64,
     /// How long each grant or extension lasts.
     pub lease: Duration,
+    /// The longest a call on this lease may take, as for
+    /// [`AcquireRequest::operation_timeout`].
+    pub operation_timeout: Duration,
     /// What the backend keeps for this grant, as it gave it.
     pub state: GrantState,
 }
@@ -225,6 +237,13 @@ pub struct Capabilities {
     /// per extension period while anything is held or waited for, instead
     /// of extending grants one by one.
     pub sessions: bool,
+    /// [`try_acquire`](Backend::try_acquire), [`release`](Backend::release)
+    /// and [`hand_over`](Backend::hand_over) each answer within the
+    /// operation timeout their request or lease carries, with an error if
+    /// the servers do not. Core then sets no timer of its own around them:
+    /// a timer costs the runtime a registration, and often a wake-up of its
+    /// timer driver, per call.
+    pub bounds_calls: bool,
 }
 
 impl Capabilities {
@@ -239,7 +258,14 @@ impl Capabilities {
             shared: false,
             semaphores: false,
             sessions: false,
+            bounds_calls: false,
         }
+    }
+
+    /// These capabilities with calls that bound themselves, or without.
+    pub const fn with_bounds_calls(mut self, on: bool) -> Self {
+        self.bounds_calls = on;
+        self
     }
 
     /// These capabilities with a session that [`Backend::renew_session`]
@@ -342,20 +368,6 @@ const EXTEND_CONCURRENCY: usize = 32;
 pub trait Backend: Send + Sync + fmt::Debug {
     /// What this backend can do.
     fn capabilities(&self) -> Capabilities;
-
-    /// The longest that [`try_acquire`](Self::try_acquire),
-    /// [`release`](Self::release) or [`hand_over`](Self::hand_over) takes
-    /// for a lease of `lease`, when this backend bounds those calls itself:
-    /// each then answers within it, with an error if its servers do not.
-    /// Core sets no timer of its own around such a call when the bound is
-    /// within its operation timeout, since a timer costs the runtime a
-    /// registration (and often a wake-up of its timer driver) per call.
-    ///
-    /// The default, `None`, leaves every call to core's timer.
-    fn call_bound(&self, lease: Duration) -> Option<Duration> {
-        let _ = lease;
-        None
-    }
 
     /// Tries once to take `request.claim` on `request.name`.
     ///

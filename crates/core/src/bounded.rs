@@ -1,5 +1,5 @@
-//! Backend calls bounded by core's operation timeout, with a timer only
-//! where the backend does not bound the call itself.
+//! Backend calls bounded by the operation timeout, with a timer only where
+//! the backend does not bound the call itself.
 
 use std::future::Future;
 use std::time::Duration;
@@ -8,18 +8,19 @@ use crate::error::Result;
 use crate::keeper::timed_out;
 
 /// Runs `call`, a backend's `operation`, for at most `limit`. No timer is
-/// set when the backend's own bound on the call
-/// ([`Backend::call_bound`](crate::Backend::call_bound)) is within `limit`.
+/// set when the backend bounds the call itself
+/// ([`Capabilities::bounds_calls`](crate::Capabilities::bounds_calls)), as
+/// it then ends within the same operation timeout that `limit` is.
 ///
 /// # Errors
 /// The call's error, or a timeout naming `operation`.
 pub(crate) async fn within<T>(
-    bound: Option<Duration>,
+    self_bounded: bool,
     limit: Duration,
     operation: &str,
     call: impl Future<Output = Result<T>>,
 ) -> Result<T> {
-    if bound.is_some_and(|bound| bound <= limit) {
+    if self_bounded {
         return call.await;
     }
     tokio::time::timeout(limit, call)
@@ -40,27 +41,17 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_unbounded_call_is_timed_out() {
-        let outcome = within(None, LIMIT, "release", std::future::pending()).await;
+        let outcome = within(false, LIMIT, "release", std::future::pending()).await;
         assert!(timed_out_naming(outcome, "release"));
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_bound_beyond_the_limit_is_timed_out_too() {
-        let bound = Some(LIMIT * 2);
-        let outcome = within(bound, LIMIT, "acquire", std::future::pending()).await;
-        assert!(timed_out_naming(outcome, "acquire"));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_bound_within_the_limit_is_left_to_the_backend() {
+    async fn a_self_bounded_call_is_left_to_the_backend() {
         // The call outlives the limit: only the backend's bound ends it.
         let call = async {
             tokio::time::sleep(LIMIT * 3).await;
             Ok(7)
         };
-        assert_eq!(
-            within(Some(LIMIT), LIMIT, "hand-over", call).await.unwrap(),
-            7
-        );
+        assert_eq!(within(true, LIMIT, "hand-over", call).await.unwrap(), 7);
     }
 }

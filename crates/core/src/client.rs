@@ -78,9 +78,6 @@ pub struct LockContext {
     pub lost: LostSignal,
 }
 
-/// How long the attempt made at the deadline may take to answer.
-const FINAL_ATTEMPT_BUDGET: Duration = Duration::from_millis(100);
-
 impl LockClient {
     /// A client of `backend` with `options`.
     pub fn new(backend: Arc<dyn Backend>, options: LockOptions) -> Self {
@@ -205,13 +202,8 @@ impl LockClient {
                 return Ok(None);
             };
             let asking = Asking::new(self.request(name, claim, false, payload));
-            let (outcome, asking) = asking
-                .attempt(
-                    &self.inner.backend,
-                    self.inner.options.operation_timeout(),
-                    self.inner.options.operation_timeout(),
-                )
-                .await;
+            let budget = self.inner.options.operation_timeout();
+            let (outcome, asking) = asking.attempt(&self.inner.backend, budget).await;
             self.end_wait(asking).await;
             match outcome {
                 Ok(Outcome::Granted(lease, sent_at, reporter)) => Ok(Some(self.guard(
@@ -620,6 +612,7 @@ impl LockClient {
         AcquireRequest {
             retries,
             payload,
+            operation_timeout: self.inner.options.operation_timeout(),
             ..AcquireRequest::new(
                 name.clone(),
                 claim,
@@ -632,9 +625,7 @@ impl LockClient {
     /// Ends a wait that got no grant on the backend.
     async fn end_wait(&self, asking: Option<Asking>) {
         if let Some(asking) = asking {
-            asking
-                .end(&*self.inner.backend, self.inner.options.operation_timeout())
-                .await;
+            asking.end(&*self.inner.backend).await;
         }
     }
 
@@ -656,12 +647,7 @@ impl LockClient {
             outcome = "acquired"
         );
         let exclusive = lease.claim == Claim::Exclusive;
-        let held = Arc::new(HeldLease::new(
-            lease,
-            self.inner.backend.clone(),
-            self.inner.options.operation_timeout(),
-            reporter,
-        ));
+        let held = Arc::new(HeldLease::new(lease, self.inner.backend.clone(), reporter));
         let key = self.inner.keeper.insert(held.clone(), sent_at);
         let (slot, succession, shared) = if exclusive {
             (Some(permit), self.inner.succession.clone(), None)
@@ -776,8 +762,9 @@ impl<'a, C: Future<Output = ()>> Wait<'a, C> {
             if self.is_cancelled() {
                 return Err(self.cancelled());
             }
-            // The first attempt always gets the full operation timeout, so a
-            // zero timeout still tries once. Later ones end at the deadline,
+            // The timeout rule (see `LockOptions::operation_timeout`): the
+            // first attempt gets the whole operation timeout, so a zero
+            // timeout still tries once; later ones end at the deadline,
             // except that the attempt made at the deadline gets a moment to
             // answer rather than being abandoned unheard.
             let budget = if first {
@@ -785,7 +772,7 @@ impl<'a, C: Future<Output = ()>> Wait<'a, C> {
             } else {
                 self.deadline
                     .saturating_duration_since(Instant::now())
-                    .max(operation_timeout.min(FINAL_ATTEMPT_BUDGET))
+                    .max(operation_timeout.min(LockOptions::FINAL_ATTEMPT))
             };
             first = false;
             let retry_after = match pending.attempt(budget).await {
@@ -866,7 +853,6 @@ impl<'a, C: Future<Output = ()>> Wait<'a, C> {
 /// it is ended in the background.
 struct PendingWait {
     backend: Arc<dyn Backend>,
-    operation_timeout: Duration,
     /// The next request; `None` once an attempt was left to finish in the
     /// background, until the next one begins afresh.
     asking: Option<Asking>,
@@ -877,7 +863,6 @@ impl PendingWait {
     fn new(client: &LockClient, asking: Asking) -> Self {
         Self {
             backend: client.inner.backend.clone(),
-            operation_timeout: client.inner.options.operation_timeout(),
             template: asking.request.clone(),
             asking: Some(asking),
         }
@@ -892,9 +877,7 @@ impl PendingWait {
                 ..self.template.clone()
             })
         });
-        let (outcome, asking) = asking
-            .attempt(&self.backend, self.operation_timeout, budget)
-            .await;
+        let (outcome, asking) = asking.attempt(&self.backend, budget).await;
         self.asking = asking;
         outcome
     }
@@ -902,7 +885,7 @@ impl PendingWait {
     /// Ends the backend's record of the wait, if it kept one.
     async fn end(mut self) {
         if let Some(asking) = self.asking.take() {
-            asking.end(&*self.backend, self.operation_timeout).await;
+            asking.end(&*self.backend).await;
         }
     }
 }
@@ -913,8 +896,8 @@ impl Drop for PendingWait {
             return;
         };
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let (backend, timeout) = (self.backend.clone(), self.operation_timeout);
-            runtime.spawn(async move { asking.end(&*backend, timeout).await });
+            let backend = self.backend.clone();
+            runtime.spawn(async move { asking.end(&*backend).await });
         }
     }
 }

@@ -262,9 +262,9 @@ where
         let _ = backend_release(&held).await;
         Err(lost_error(&held))
     } else {
-        tokio::time::timeout(held.operation_timeout, release(held.lease.clone()))
+        tokio::time::timeout(held.lease.operation_timeout, release(held.lease.clone()))
             .await
-            .unwrap_or_else(|_| Err(timed_out("release", held.operation_timeout)))
+            .unwrap_or_else(|_| Err(timed_out("release", held.lease.operation_timeout)))
     };
     drop(ops);
     end_released(&held, slot, shared, started, outcome.as_ref().map(|_| None));
@@ -274,8 +274,8 @@ where
 /// The backend's release of `held`, bounded by the operation timeout.
 async fn backend_release(held: &HeldLease) -> Result<bool> {
     bounded::within(
-        held.backend.call_bound(held.lease.lease),
-        held.operation_timeout,
+        held.backend.capabilities().bounds_calls,
+        held.lease.operation_timeout,
         "release",
         held.backend.release(&held.lease),
     )

@@ -62,16 +62,19 @@ pub(crate) async fn hand_over(
     mut permit: SlotPermit,
     succession: &Arc<Succession>,
 ) -> Result<bool> {
-    let next = AcquireRequest::new(
-        held.lease.name.clone(),
-        Claim::Exclusive,
-        succession.lease,
-        succession.holder.clone(),
-    );
+    let next = AcquireRequest {
+        operation_timeout: held.lease.operation_timeout,
+        ..AcquireRequest::new(
+            held.lease.name.clone(),
+            Claim::Exclusive,
+            succession.lease,
+            succession.holder.clone(),
+        )
+    };
     let sent_at = Instant::now();
     let outcome = bounded::within(
-        held.backend.call_bound(held.lease.lease.min(next.lease)),
-        held.operation_timeout,
+        held.backend.capabilities().bounds_calls,
+        held.lease.operation_timeout,
         "hand-over",
         held.backend.hand_over(&held.lease, &next),
     )
@@ -93,7 +96,6 @@ pub(crate) async fn hand_over(
             let next_held = Arc::new(HeldLease::new(
                 next.granted(fencing_token, state),
                 held.backend.clone(),
-                held.operation_timeout,
                 next.loss.clone(),
             ));
             // A grant made under a lease the server confirmed earlier ends a
@@ -144,7 +146,7 @@ fn offer_to_next_waiter(
 }
 
 async fn release(held: &HeldLease, lease: &Lease) -> Result<bool> {
-    tokio::time::timeout(held.operation_timeout, held.backend.release(lease))
+    tokio::time::timeout(held.lease.operation_timeout, held.backend.release(lease))
         .await
-        .unwrap_or_else(|_| Err(timed_out("release", held.operation_timeout)))
+        .unwrap_or_else(|_| Err(timed_out("release", held.lease.operation_timeout)))
 }

@@ -1,7 +1,6 @@
 //! A lease held by this process, shared by its guard and the keeper.
 
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
 
 use tokio::sync::{Mutex, Notify};
 
@@ -49,7 +48,6 @@ impl std::fmt::Display for LossReason {
 pub(crate) struct HeldLease {
     pub(crate) lease: Lease,
     pub(crate) backend: Arc<dyn Backend>,
-    pub(crate) operation_timeout: Duration,
     /// Serialises extension and release of this lease, so a release never
     /// races an extension (a compare-and-swap backend would then refuse the
     /// release and leave the key until it expires).
@@ -80,16 +78,10 @@ impl Loss {
 impl HeldLease {
     /// The lease `lease`, whose loss `reporter` (the one its request
     /// carried) reports.
-    pub(crate) fn new(
-        lease: Lease,
-        backend: Arc<dyn Backend>,
-        operation_timeout: Duration,
-        reporter: LossReporter,
-    ) -> Self {
+    pub(crate) fn new(lease: Lease, backend: Arc<dyn Backend>, reporter: LossReporter) -> Self {
         Self {
             lease,
             backend,
-            operation_timeout,
             ops: Mutex::new(()),
             loss: reporter.loss,
         }

@@ -55,6 +55,10 @@ impl LockOptions {
     pub const DEFAULT_LOCAL_HAND_OVERS: u32 = 4;
     /// The default shortest run of local hand-overs.
     pub const DEFAULT_MIN_LOCAL_RUN: Duration = Duration::from_millis(2);
+    /// How long an attempt made at a wait's deadline may take to answer
+    /// before the wait gives up on it (see
+    /// [`operation_timeout`](Self::operation_timeout)).
+    pub const FINAL_ATTEMPT: Duration = Duration::from_millis(100);
 
     /// A builder with every option at its default.
     pub fn builder() -> LockOptionsBuilder {
@@ -79,8 +83,25 @@ impl LockOptions {
     }
 
     /// The longest any single backend call may take.
+    ///
+    /// This is the one timeout rule: every call a client makes to its
+    /// backend ends within it, and a wait ends at its deadline. Two
+    /// refinements keep a wait's answer meaningful: its first attempt
+    /// always gets the whole operation timeout (so a zero timeout still
+    /// tries once), and an attempt made at the deadline gets
+    /// [`FINAL_ATTEMPT`](Self::FINAL_ATTEMPT) (or the operation timeout, if
+    /// shorter) to answer. An attempt cut short goes on in the background,
+    /// within the operation timeout, and releases what it was granted.
+    /// Backends are handed the same timeout with every call, and those that
+    /// bound their own I/O use it, so there is no second timeout to tune.
     pub fn operation_timeout(&self) -> Duration {
         self.operation_timeout
+    }
+
+    /// The operation timeout used unless one is set: a third of `lease`,
+    /// at most 10 s.
+    pub fn default_operation_timeout(lease: Duration) -> Duration {
+        (lease / 3).min(Duration::from_secs(10))
     }
 
     /// The range, shortest then longest, of jittered waits between attempts
@@ -229,7 +250,7 @@ impl LockOptionsBuilder {
         }
         let operation_timeout = self
             .operation_timeout
-            .unwrap_or_else(|| (lease / 3).min(Duration::from_secs(10)));
+            .unwrap_or_else(|| LockOptions::default_operation_timeout(lease));
         if operation_timeout.is_zero() || operation_timeout >= lease {
             return Err(Error::config(
                 "operation_timeout",

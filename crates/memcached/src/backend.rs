@@ -369,11 +369,10 @@ impl MemcachedBackend {
         }
     }
 
-    pub(crate) fn call_timeout(&self, lease: Duration) -> Duration {
-        self.config
-            .timeout()
-            .min(lease / 4)
-            .max(Duration::from_millis(1))
+    /// How long a call on a lease may take: the client's operation timeout,
+    /// or this backend's `timeout` if that is shorter.
+    pub(crate) fn call_timeout(&self, operation_timeout: Duration) -> Duration {
+        self.config.timeout().min(operation_timeout)
     }
 
     /// Runs `op` on each of `targets` at once, and returns the outcomes in
@@ -897,13 +896,11 @@ impl Backend for MemcachedBackend {
             .with_lists_every_holder(false)
             .with_hand_over(sharded)
             .with_semaphores(sharded)
-    }
-
-    /// In sharded mode, every call's commands share one [`Deadline`], a
-    /// lease's call timeout from when the call begins. Quorum mode rolls a
-    /// failed grant back with time of its own, so it claims no bound.
-    fn call_bound(&self, lease: Duration) -> Option<Duration> {
-        (self.config.mode() == Mode::Sharded).then(|| self.call_timeout(lease))
+            // In sharded mode, every call's commands share one
+            // [`Deadline`], within the operation timeout, from when the call
+            // begins. Quorum mode rolls a failed grant back with time of its
+            // own, so it leaves the bound to core.
+            .with_bounds_calls(sharded)
     }
 
     async fn try_acquire(&self, request: &AcquireRequest, _: &mut WaitState) -> Result<Attempt> {
@@ -938,7 +935,7 @@ impl Backend for MemcachedBackend {
         ));
         let lock_key = &hold.key;
         let seed = token_seed(SystemTime::now());
-        let deadline = Deadline::after(self.call_timeout(request.lease));
+        let deadline = Deadline::after(self.call_timeout(request.operation_timeout));
         let started = Instant::now();
         let outcomes = self
             .each(&targets, |_, server| {
@@ -1089,7 +1086,7 @@ impl Backend for MemcachedBackend {
         }
         let ttl = lease_ttl(lease.lease)?;
         let (targets, need) = self.targets(&lease.name);
-        let deadline = Deadline::after(self.call_timeout(lease.lease));
+        let deadline = Deadline::after(self.call_timeout(lease.operation_timeout));
         let hold = LockHold::of(lease);
         // A grant whose hold ended (or that came without state) is
         // extended by its identity, as it was granted.
@@ -1204,7 +1201,7 @@ impl Backend for MemcachedBackend {
         let (key, owner) = self.key_and_owner(hold, lease);
         let key = &*key;
         let (targets, need) = self.targets(&lease.name);
-        let deadline = Deadline::after(self.call_timeout(lease.lease));
+        let deadline = Deadline::after(self.call_timeout(lease.operation_timeout));
         let outcomes = self
             .each(&targets, |index, server| {
                 release_on(server, key, owner, cas_on(&cas, index), deadline)
@@ -1323,7 +1320,8 @@ impl Backend for MemcachedBackend {
             seed: token_seed(SystemTime::now()).max(lease.fencing_token.saturating_add(1)),
         };
         let old_owner = old.map_or(lease.id, |hold| hold.owner);
-        let deadline = Deadline::after(self.call_timeout(lease.lease.min(next.lease)));
+        let deadline =
+            Deadline::after(self.call_timeout(lease.operation_timeout.min(next.operation_timeout)));
         let started = Instant::now();
         let outcome = self
             .each(&[server], |_, on| {
@@ -1407,7 +1405,7 @@ impl Backend for MemcachedBackend {
                     return Ok(None);
                 };
                 let (targets, need) = self.targets(&hold.name);
-                let deadline = Deadline::after(self.call_timeout(hold.lease));
+                let deadline = Deadline::after(self.config.timeout());
                 let outcomes = self
                     .each(&targets, |_, server| {
                         read_on(server, &hold.key, hold.owner, deadline)

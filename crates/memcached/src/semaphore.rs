@@ -106,7 +106,7 @@ impl MemcachedBackend {
             seed: token_seed(SystemTime::now()),
             record: Record::new(limit, ttl),
             started: Instant::now(),
-            deadline: Deadline::after(self.call_timeout(request.lease)),
+            deadline: Deadline::after(self.call_timeout(request.operation_timeout)),
         };
         // Contending clients start at different slots, so that they rarely
         // race for the same one.
@@ -213,7 +213,7 @@ impl MemcachedBackend {
         let server = self.shard(&lease.name);
         let lock = self.keys().lock_key(&lease.name);
         let record = Record::new(permit.limit, ttl);
-        let deadline = Deadline::after(self.call_timeout(lease.lease));
+        let deadline = Deadline::after(self.call_timeout(lease.operation_timeout));
         let started = Instant::now();
         let extended = extend_slot(server, permit, live.cas, ttl, &record, &lock, deadline).await?;
         let (cas, seen) = match extended {
@@ -249,7 +249,7 @@ impl MemcachedBackend {
     pub(crate) async fn release_permit(&self, lease: &Lease, limit: u32) -> Result<bool> {
         let server = self.shard(&lease.name);
         let slots = self.keys().slot_keys(&lease.name);
-        let deadline = Deadline::after(self.call_timeout(lease.lease));
+        let deadline = Deadline::after(self.call_timeout(lease.operation_timeout));
         let held = PermitHold::of(lease).filter(|permit| permit.end());
         let released = match held {
             Some(permit) => {
@@ -310,7 +310,7 @@ impl MemcachedBackend {
         let mut live = Vec::with_capacity(mine.len());
         for chunk in mine.chunks(LIST_CONCURRENCY) {
             let checks = chunk.iter().map(|permit| {
-                let deadline = Deadline::after(self.call_timeout(permit.lease));
+                let deadline = Deadline::after(self.config().timeout());
                 read_on(self.shard(&permit.name), &permit.key, permit.id, deadline)
             });
             let verdicts = futures::future::join_all(checks).await;

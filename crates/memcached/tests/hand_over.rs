@@ -65,6 +65,7 @@ async fn handed_over(
                 id: next.lease_id,
                 fencing_token,
                 lease,
+                operation_timeout: next.operation_timeout,
                 claim: distlock_core::Claim::Exclusive,
                 state,
             };

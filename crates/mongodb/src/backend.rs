@@ -129,7 +129,7 @@ impl MongoBackend {
         let found = self
             .collection
             .find_one(document::by_name(&request.name))
-            .max_time(self.operation_timeout)
+            .max_time(request.operation_timeout)
             .await
             .map_err(|error| driver(&format!("acquiring {}", request.name), error))?;
         let token = found.as_ref().and_then(|found| match request.claim {
@@ -165,7 +165,7 @@ impl MongoBackend {
             .upsert(true)
             .return_document(ReturnDocument::After)
             .projection(projection)
-            .max_time(self.operation_timeout)
+            .max_time(request.operation_timeout)
             .await;
         let received = Instant::now();
         match outcome {
@@ -371,7 +371,14 @@ impl Backend for MongoBackend {
         if leases.len() == 1 {
             return vec![self.extend(&leases[0]).await];
         }
-        bulk::extend_many(&self.collection, self.operation_timeout, leases).await
+        // One client's keeper extends these, with its one operation timeout.
+        let timeout = leases.iter().map(|lease| lease.operation_timeout).min();
+        bulk::extend_many(
+            &self.collection,
+            timeout.unwrap_or(self.operation_timeout),
+            leases,
+        )
+        .await
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
@@ -406,7 +413,7 @@ impl Backend for MongoBackend {
                 exclusive::hand_over(next),
             )
             .return_document(ReturnDocument::After)
-            .max_time(self.operation_timeout)
+            .max_time(next.operation_timeout)
             .await
             .map_err(|error| driver(&format!("handing over {}", lease.name), error))?;
         match found {

@@ -153,10 +153,12 @@ impl MongoBackendBuilder {
         self
     }
 
-    /// The server-side bound on each command: `maxTimeMS` of reads and
-    /// `findAndModify`, and `wtimeout` of the default write concern
-    /// (default 10 s). Keep it below the lease. The lock client bounds each
-    /// call on its side too, with its own operation timeout.
+    /// The server-side bound on the commands that no lock client times:
+    /// `maxTimeMS` of `list`, `force_release` and setup, and `wtimeout` of
+    /// the default write concern (default 10 s). A lock client's commands
+    /// carry its own [`operation_timeout`](distlock_core::LockOptions::operation_timeout)
+    /// as `maxTimeMS` instead, and the client ends them within it, so one
+    /// number bounds every call on a lock.
     pub fn operation_timeout(mut self, timeout: Duration) -> Self {
         self.operation_timeout = timeout;
         self

@@ -238,6 +238,7 @@ mod tests {
             id: LeaseId::random(),
             fencing_token: 1,
             lease: Duration::from_secs(secs),
+            operation_timeout: Duration::from_secs(1),
             state: GrantState::none(),
         }
     }

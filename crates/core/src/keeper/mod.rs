@@ -180,10 +180,12 @@ impl Keeper {
             return self.shared.clone().renew_now(held).await;
         }
         let sent_at = Instant::now();
-        let outcome =
-            tokio::time::timeout(held.operation_timeout, held.backend.extend(&held.lease))
-                .await
-                .unwrap_or_else(|_| Err(timed_out("extend", held.operation_timeout)));
+        let outcome = tokio::time::timeout(
+            held.lease.operation_timeout,
+            held.backend.extend(&held.lease),
+        )
+        .await
+        .unwrap_or_else(|_| Err(timed_out("extend", held.lease.operation_timeout)));
         let failure = match &outcome {
             Err(error) => Some(Error::Backend {
                 backend: "core",
@@ -513,16 +515,18 @@ mod tests {
     }
 
     fn held() -> Arc<HeldLease> {
-        let request = AcquireRequest::new(
-            LockName::new("kept").unwrap(),
-            Claim::Exclusive,
-            LockOptions::DEFAULT_LEASE,
-            Arc::new(Holder::this_process(None)),
-        );
+        let request = AcquireRequest {
+            operation_timeout: Duration::from_secs(1),
+            ..AcquireRequest::new(
+                LockName::new("kept").unwrap(),
+                Claim::Exclusive,
+                LockOptions::DEFAULT_LEASE,
+                Arc::new(Holder::this_process(None)),
+            )
+        };
         Arc::new(HeldLease::new(
             request.granted(1, GrantState::none()),
             Arc::new(MemoryBackend::new()),
-            Duration::from_secs(1),
             request.loss,
         ))
     }

@@ -177,7 +177,7 @@ impl EntityBackend {
             )
             .upsert(true)
             .return_document(ReturnDocument::After)
-            .max_time(self.operation_timeout)
+            .max_time(request.operation_timeout)
             .await;
         match inserted {
             Ok(Some(document)) => self.judge(request, id, document, sent, true),
@@ -188,7 +188,7 @@ impl EntityBackend {
                 let found = self
                     .collection
                     .find_one(update::by_id(id))
-                    .max_time(self.operation_timeout)
+                    .max_time(request.operation_timeout)
                     .await
                     .map_err(|error| driver(&format!("inserting {}", self.describe(id)), error))?;
                 match found {
@@ -268,7 +268,7 @@ impl Backend for EntityBackend {
                 update::lock(&self.fields, request.lease_id, request.lease),
             )
             .return_document(ReturnDocument::After)
-            .max_time(self.operation_timeout)
+            .max_time(request.operation_timeout)
             .await
             .map_err(|error| driver(&format!("locking {}", self.describe(&id)), error))?;
         match (found, request.payload.get::<InsertValue>()) {

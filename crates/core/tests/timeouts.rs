@@ -1,0 +1,151 @@
+//! The one timeout rule (`LockOptions::operation_timeout`): every backend
+//! call carries the client's operation timeout and ends within it, and a
+//! wait ends at its deadline, giving its first attempt the whole operation
+//! timeout and an attempt made at the deadline `FINAL_ATTEMPT`.
+//!
+//! Time is paused, so the durations below are the runtime's logical time:
+//! these tests check the rule's arithmetic, not the machine's speed.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use distlock_core::{
+    AcquireRequest, Attempt, Backend, Capabilities, Error, Lease, LockClient, LockInfo, LockName,
+    LockOptions, MemoryBackend, Result, WaitState,
+};
+use tokio::time::Instant;
+
+const OPERATION_TIMEOUT: Duration = Duration::from_millis(700);
+
+/// The memory backend, recording the operation timeout each call carries,
+/// and never answering attempts from the `hang_from`-th on.
+#[derive(Debug)]
+struct Recording {
+    inner: MemoryBackend,
+    attempts: AtomicUsize,
+    hang_from: usize,
+    seen: Mutex<Vec<(&'static str, Duration)>>,
+}
+
+impl Recording {
+    fn hanging_from(attempt: usize) -> Self {
+        Self {
+            inner: MemoryBackend::new(),
+            attempts: AtomicUsize::new(0),
+            hang_from: attempt,
+            seen: Mutex::default(),
+        }
+    }
+
+    fn see(&self, call: &'static str, timeout: Duration) {
+        self.seen.lock().unwrap().push((call, timeout));
+    }
+}
+
+#[async_trait]
+impl Backend for Recording {
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    async fn try_acquire(&self, request: &AcquireRequest, wait: &mut WaitState) -> Result<Attempt> {
+        self.see("acquire", request.operation_timeout);
+        if self.attempts.fetch_add(1, Ordering::SeqCst) >= self.hang_from {
+            std::future::pending::<()>().await;
+        }
+        self.inner.try_acquire(request, wait).await
+    }
+
+    async fn extend(&self, lease: &Lease) -> Result<bool> {
+        self.see("extend", lease.operation_timeout);
+        self.inner.extend(lease).await
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        self.see("release", lease.operation_timeout);
+        self.inner.release(lease).await
+    }
+
+    async fn list(&self) -> Result<Vec<LockInfo>> {
+        self.inner.list().await
+    }
+
+    async fn force_release(&self, name: &LockName) -> Result<bool> {
+        self.inner.force_release(name).await
+    }
+}
+
+fn client(backend: &Arc<Recording>) -> LockClient {
+    let options = LockOptions::builder()
+        .lease(Duration::from_secs(3))
+        .operation_timeout(OPERATION_TIMEOUT)
+        .build()
+        .unwrap();
+    LockClient::new(backend.clone(), options)
+}
+
+fn name(text: &str) -> LockName {
+    LockName::new(text).unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_call_carries_the_clients_operation_timeout() {
+    let backend = Arc::new(Recording::hanging_from(usize::MAX));
+    let client = client(&backend);
+    let guard = client
+        .acquire(&name("carried"), Duration::ZERO)
+        .await
+        .unwrap();
+    // Two extension cadences (a third of the lease each).
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    assert!(guard.release().await.unwrap());
+
+    let seen = backend.seen.lock().unwrap().clone();
+    for call in ["acquire", "extend", "release"] {
+        assert!(
+            seen.iter().any(|(made, _)| *made == call),
+            "no {call} was made: {seen:?}"
+        );
+    }
+    assert!(
+        seen.iter()
+            .all(|(_, timeout)| *timeout == OPERATION_TIMEOUT),
+        "every call carries the client's operation timeout: {seen:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_first_attempt_gets_the_whole_operation_timeout_even_with_a_zero_wait() {
+    let backend = Arc::new(Recording::hanging_from(0));
+    let client = client(&backend);
+    let started = Instant::now();
+    let outcome = client.acquire(&name("hung"), Duration::ZERO).await;
+    assert!(
+        matches!(&outcome, Err(Error::Backend { message, .. }) if message.contains("acquire")),
+        "a call that never answers ends in a timeout naming it: {outcome:?}"
+    );
+    assert_eq!(started.elapsed(), OPERATION_TIMEOUT);
+}
+
+#[tokio::test(start_paused = true)]
+async fn later_attempts_end_by_the_deadline_and_the_final_attempts_moment() {
+    // The holder's attempt and the waiter's first answer; later ones hang.
+    let backend = Arc::new(Recording::hanging_from(2));
+    let client = client(&backend);
+    let name = name("held");
+    let _held = client.try_acquire(&name).await.unwrap().expect("free");
+
+    let other = self::client(&backend);
+    let wait = Duration::from_millis(300);
+    let started = Instant::now();
+    let outcome = other.acquire(&name, wait).await;
+    assert!(matches!(outcome, Err(Error::Timeout { .. })), "{outcome:?}");
+    // The later attempts hang: the wait ends at its deadline, or, for an
+    // attempt made at the deadline, a moment after it; never after a whole
+    // operation timeout of a later attempt.
+    let waited = started.elapsed();
+    assert!(waited >= wait, "{waited:?}");
+    assert!(waited <= wait + LockOptions::FINAL_ATTEMPT, "{waited:?}");
+}
