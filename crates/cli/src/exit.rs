@@ -30,8 +30,9 @@ Exit codes:
   0        success (for run: CMD's own exit code is passed through)
   1        runtime error (backend failure, I/O error, a failed demo check)
   2        bad input: arguments, duration, lock name, backend URL, or a
-           backend that cannot be opened or reached within 10s
-  75       run: the lock was not acquired (--no-wait or --wait); CMD did not run
+           backend that cannot be opened or reached (run: within its wait)
+  75       run: the lock was not acquired (--no-wait or --wait; held, or the
+           backend kept failing); CMD did not run
   76       run: the lock was lost while CMD ran; CMD was stopped
   126      run: CMD could not be executed (permission denied)
   127      run: CMD was not found
@@ -44,9 +45,12 @@ Exit codes:
            75 or 76 itself)
   1        runtime error (backend failure, I/O error)
   2        bad input: arguments, duration, lock name, backend URL, or a
-           backend that cannot be opened or reached within 10s
+           backend that cannot be opened; a server that refuses or drops
+           connections is tried again for as long as the lock would be
+           waited for (once with --no-wait)
   75       the lock was not acquired (--no-wait found it held, or --wait
-           ran out); CMD did not run
+           ran out while it was held or the backend kept failing); CMD did
+           not run
   76       the lock was lost while CMD ran: CMD got SIGTERM, then SIGKILL
            after --kill-grace; also when the lock turned out lost just as
            CMD finished
@@ -99,6 +103,7 @@ impl From<distlock::Error> for Failure {
             distlock::Error::InvalidConfig { .. }
             | distlock::Error::InvalidName { .. }
             | distlock::Error::Unsupported(_)
+            | distlock::Error::Denied { .. }
             | distlock::Error::KindConflict { .. } => USAGE,
             _ => RUNTIME,
         };

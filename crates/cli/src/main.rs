@@ -18,8 +18,8 @@
 //! |---------|---------|
 //! | 0       | success; for `run`, CMD's own exit code is passed through |
 //! | 1       | runtime error: backend failure, I/O error, a failed demo check |
-//! | 2       | bad input: arguments, duration, lock name, backend URL, or a backend that cannot be opened or reached within 10 s |
-//! | 75      | `run`: the lock was not acquired (`--no-wait`, or `--wait` ran out); CMD did not run |
+//! | 2       | bad input: arguments, duration, lock name, backend URL, or a backend that cannot be opened or reached (for `run`, within its wait) |
+//! | 75      | `run`: the lock was not acquired (`--no-wait`, or `--wait` ran out, while it was held or the backend kept failing); CMD did not run |
 //! | 76      | `run`: the lock was lost while CMD ran (CMD got SIGTERM, then SIGKILL after `--kill-grace`), or turned out lost just as CMD finished |
 //! | 126     | `run`: CMD could not be executed |
 //! | 127     | `run`: CMD was not found |

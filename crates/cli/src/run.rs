@@ -39,7 +39,15 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
     }
     let options = options.build()?;
     let url = open::url_or_default(args.backend.backend);
-    let backend = open::open_backend(&url).await?;
+    let wait = if args.no_wait {
+        Wait::Once
+    } else {
+        args.wait.map_or(Wait::Forever, Wait::AtMost)
+    };
+    let opening = std::time::Instant::now();
+    let backend = open::open_backend_waiting(&url, wait.patience()).await?;
+    // Time spent reaching the server counts against the wait.
+    let (asked, wait) = (wait, wait.less(opening.elapsed()));
     let client = LockClient::new(backend, options);
     // From here on SIGINT, SIGTERM and SIGHUP no longer kill distlock: they are
     // handled, so that the lock is always released.
@@ -51,18 +59,13 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
         (false, None) => Claim::Exclusive,
     };
     tracing::debug!(name = %name, ?claim, "taking the lock");
-    let wait = if args.no_wait {
-        Wait::Once
-    } else {
-        args.wait.map_or(Wait::Forever, Wait::AtMost)
-    };
     // A first signal cancels the wait, which then ends holding nothing: an
     // attempt in flight is answered and a grant it brings released, since
     // nothing in the background outlives distlock. A second signal leaves
     // at once.
     let (cancel, cancelled) = oneshot::channel::<()>();
     let mut cancel = Some(cancel);
-    let acquiring = acquire(&client, &name, claim, wait, async {
+    let acquiring = acquire(&client, &name, claim, wait, &program, async {
         let _ = cancelled.await;
     });
     tokio::pin!(acquiring);
@@ -90,7 +93,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
         return Err(interrupted_waiting(signal, &name, &program));
     }
     let Some(guard) = acquired? else {
-        let waited = match wait {
+        let waited = match asked {
             Wait::AtMost(limit) => format!(" after waiting {}", humantime::format_duration(limit)),
             Wait::Once | Wait::Forever => String::new(),
         };
@@ -114,13 +117,36 @@ enum Wait {
     Forever,
 }
 
+impl Wait {
+    /// How long opening the backend may keep trying: `None` for ever.
+    fn patience(self) -> Option<Duration> {
+        match self {
+            Self::Once => Some(Duration::ZERO),
+            Self::AtMost(limit) => Some(limit),
+            Self::Forever => None,
+        }
+    }
+
+    /// What is left of this wait after `spent`; a wait used up still tries
+    /// once.
+    fn less(self, spent: Duration) -> Self {
+        match self {
+            Self::AtMost(limit) if limit > spent => Self::AtMost(limit - spent),
+            Self::AtMost(_) | Self::Once => Self::Once,
+            Self::Forever => Self::Forever,
+        }
+    }
+}
+
 /// Takes the lock; `None` when it is held elsewhere and waiting ran out,
-/// or the wait was cancelled.
+/// or the wait was cancelled. A wait that ran out while the backend kept
+/// failing is not acquired either (exit 75), and says why.
 async fn acquire(
     client: &LockClient,
     name: &LockName,
     claim: Claim,
     wait: Wait,
+    program: &str,
     cancel: impl Future<Output = ()>,
 ) -> Result<Option<LockGuard>, Failure> {
     let timeout = match wait {
@@ -135,6 +161,15 @@ async fn acquire(
         .await
     {
         Ok(guard) => Ok(Some(guard)),
+        Err(distlock::Error::Timeout {
+            last_error: Some(error),
+            ..
+        }) => Err(Failure::new(
+            NOT_ACQUIRED,
+            format!(
+                "could not take lock {name}, as the backend kept failing ({error}); did not run {program}"
+            ),
+        )),
         Err(distlock::Error::Timeout { .. } | distlock::Error::Cancelled { .. }) => Ok(None),
         Err(error) => Err(error.into()),
     }

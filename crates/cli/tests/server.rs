@@ -18,15 +18,23 @@ struct Memcached {
     port: u16,
 }
 
+/// A loopback port that nothing listens on now.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port()
+}
+
 impl Memcached {
     fn start() -> Self {
+        Self::start_on(free_port())
+    }
+
+    fn start_on(port: u16) -> Self {
         let bin = std::env::var("MEMCACHED_BIN").unwrap_or_else(|_| {
             panic!("MEMCACHED_BIN is not set: run the tests with scripts/test, which installs memcached")
         });
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|listener| listener.local_addr())
-            .expect("a free port")
-            .port();
         // `-u root` matters only when running as root, where memcached
         // insists on being told which user to be.
         let child = Command::new(&bin)
@@ -67,7 +75,8 @@ fn run(url: &str, name: &str, args: &[&str]) -> Running {
 /// first SIGINT came while its attempt was in flight on a stopped
 /// memcached. Returns the holder and the waiter, and the lock's name.
 fn signalled_in_flight(memcached: &Memcached, prefix: &str) -> (Running, Running, String) {
-    // Each call may take 30 s (a quarter of the lease, within the 60 s timeout).
+    // Each call may take 10 s: the operation timeout, shorter than the
+    // URL's 60 s.
     let url = format!("memcache://127.0.0.1:{}?timeout=60s", memcached.port);
     let name = unique(prefix);
     let holder = run(&url, &name, &["sleep", "1000"]);
@@ -103,9 +112,11 @@ fn a_signal_waits_for_the_attempt_in_flight_and_a_second_one_leaves_at_once() {
     wait_until("distlock leaves after the second signal", || {
         process_ended(pid)
     });
+    // The attempt in flight began at most about 2.5 s before the second
+    // signal, and its 10 s would end at the earliest 7.5 s after it.
     assert!(
-        asked.elapsed() < Duration::from_secs(20),
-        "distlock left only when the attempt's 30 s ran out"
+        asked.elapsed() < Duration::from_secs(7),
+        "distlock left only when the attempt's 10 s ran out"
     );
     assert_interrupted_while_waiting(&waiter.finish(), &name);
 }
@@ -122,6 +133,87 @@ fn a_signalled_wait_ends_when_the_attempt_in_flight_is_answered() {
     assert!(
         finished.stderr.contains("outcome=\"cancelled\""),
         "the wait ended as cancelled: {}",
+        finished.stderr
+    );
+}
+
+/// `distlock run` whose server is not up yet waits for it, for as long as
+/// it would wait for the lock, and says so once.
+#[test]
+fn run_waits_for_a_server_that_comes_up_while_it_waits() {
+    let port = free_port();
+    let url = format!("memcache://127.0.0.1:{port}");
+    let waiting = run(&url, &unique("late-server"), &["true"]);
+    waiting.wait_for_stderr("trying again until it answers");
+    let _memcached = Memcached::start_on(port);
+    let finished = waiting.finish();
+    assert_eq!(finished.status.code(), Some(0), "{}", finished.stderr);
+    assert_eq!(
+        finished.stderr.matches("trying again").count(),
+        1,
+        "said once: {}",
+        finished.stderr
+    );
+}
+
+/// With `--wait`, a server that never comes up is bad input (exit 2) once
+/// the wait is over; with `--no-wait`, at the first refusal.
+#[test]
+fn run_gives_up_on_an_unreachable_server_when_its_wait_ends() {
+    let url = format!("memcache://127.0.0.1:{}", free_port());
+    let name = unique("no-server");
+    let output = distlock(&[
+        "run",
+        &name,
+        "--backend",
+        &url,
+        "--wait",
+        "1s",
+        "--",
+        "true",
+    ])
+    .output()
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("trying again for up to 1s"), "{stderr}");
+    assert!(stderr.contains("cannot open the backend"), "{stderr}");
+
+    let output = distlock(&["run", &name, "--backend", &url, "--no-wait", "--", "true"])
+        .output()
+        .unwrap();
+    let line = common::one_line_failure(&output, 2);
+    assert!(line.contains("cannot open the backend"), "{line}");
+}
+
+/// Once the backend is open, a wait that runs out while the server fails
+/// is a lock not acquired (exit 75), naming the last error.
+#[test]
+fn a_wait_that_ends_while_the_server_fails_exits_75() {
+    let memcached = Memcached::start();
+    let url = format!("memcache://127.0.0.1:{}", memcached.port);
+    let name = unique("gone");
+    let holder = run(&url, &name, &["sleep", "1000"]);
+    holder.wait_for_stderr("acquired; starting the command");
+    let mut waiter = distlock(&[
+        "run",
+        &name,
+        "--backend",
+        &url,
+        "--wait",
+        "3s",
+        "--",
+        "true",
+    ]);
+    waiter.env("DISTLOCK_LOG", "debug");
+    let waiter = Running::spawn(waiter);
+    waiter.wait_for_stderr("taking the lock");
+    drop(memcached);
+    let finished = waiter.finish();
+    assert_eq!(finished.status.code(), Some(75), "{}", finished.stderr);
+    assert!(
+        finished.stderr.contains("as the backend kept failing"),
+        "{}",
         finished.stderr
     );
 }

@@ -10,6 +10,7 @@ use crate::backend::{AcquireRequest, Attempt, Backend, Lease, LeaseId};
 use crate::bounded;
 use crate::detach::Detach;
 use crate::error::Result;
+use crate::keeper::timed_out;
 use crate::lease::LossReporter;
 use crate::state::{GrantState, WaitState};
 
@@ -37,12 +38,13 @@ impl Asking {
         }
     }
 
-    /// Makes the attempt, bounded by `budget` (it never takes longer than
-    /// the request's operation timeout in any case), and gives back this wait to
-    /// ask again with, unless the budget ran out first. If the caller stops
-    /// waiting (cancellation, or the budget runs out), the attempt still
-    /// completes in the background: a grant that nobody waits for is
-    /// released, and what the backend keeps for the wait is ended.
+    /// Makes the attempt, bounded by `budget` (and by the request's
+    /// operation timeout in any case), and gives back this wait to ask again
+    /// with. If the budget runs out first, the outcome is a timeout and the
+    /// wait is not given back: the attempt completes in the background, as
+    /// it does when the caller stops waiting, and there a grant that nobody
+    /// waits for is released and what the backend keeps for the wait is
+    /// ended.
     pub(crate) async fn attempt(
         mut self,
         backend: &Arc<dyn Backend>,
@@ -77,7 +79,8 @@ impl Asking {
         }
         match tokio::time::timeout(budget, attempt).await {
             Ok((outcome, asking)) => (outcome, Some(asking)),
-            Err(_) => (Ok(Outcome::Held(None)), None),
+            // Unanswered so far: the wait goes on without it (or ends).
+            Err(_) => (Err(timed_out("acquire", budget)), None),
         }
     }
 

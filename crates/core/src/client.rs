@@ -675,6 +675,8 @@ struct Wait<'a, C: Future<Output = ()>> {
     started: Instant,
     deadline: Instant,
     cancel: Pin<&'a mut Fuse<C>>,
+    /// The transient error the last attempt failed with, if it did.
+    last_error: Option<Error>,
 }
 
 impl<'a, C: Future<Output = ()>> Wait<'a, C> {
@@ -694,14 +696,16 @@ impl<'a, C: Future<Output = ()>> Wait<'a, C> {
             started,
             deadline,
             cancel,
+            last_error: None,
         }
     }
 
-    fn timed_out(&self) -> Error {
+    fn timed_out(&mut self) -> Error {
         tracing::debug!(outcome = "timeout");
         Error::Timeout {
             name: self.name.to_string(),
             waited: self.started.elapsed(),
+            last_error: self.last_error.take().map(Box::new),
         }
     }
 
@@ -775,15 +779,36 @@ impl<'a, C: Future<Output = ()>> Wait<'a, C> {
                     .max(operation_timeout.min(LockOptions::FINAL_ATTEMPT))
             };
             first = false;
-            let retry_after = match pending.attempt(budget).await {
+            let wait = match pending.attempt(budget).await {
                 Ok(Outcome::Granted(lease, sent_at, reporter)) => {
                     return Ok((lease, sent_at, reporter));
                 }
                 Ok(Outcome::Held(retry_after)) => {
+                    self.last_error = None;
                     if local_releases.is_none() {
                         local_releases = Some(inner.slots.watch_local_releases(self.name));
                     }
-                    retry_after
+                    match (&watch, retry_after) {
+                        // With wake-ups a release wakes us; only a lease that
+                        // runs out unreleased needs a timed retry.
+                        (Some(_), Some(until_expiry)) => until_expiry + Duration::from_millis(1),
+                        (Some(_), None) => max,
+                        (None, Some(until_expiry)) => backoff
+                            .next_wait()
+                            .min(until_expiry + Duration::from_millis(1)),
+                        (None, None) => backoff.next_wait(),
+                    }
+                }
+                // A store that is briefly away (a restart, an election) is
+                // waited out like a held lock, until the deadline.
+                Err(error) if error.is_transient() => {
+                    if self.last_error.is_none() {
+                        tracing::warn!(%error, "an attempt failed; trying again until the deadline");
+                    } else {
+                        tracing::debug!(%error, outcome = "transient error");
+                    }
+                    self.last_error = Some(error);
+                    backoff.next_wait()
                 }
                 Err(error) => {
                     tracing::debug!(%error, outcome = "error");
@@ -794,16 +819,6 @@ impl<'a, C: Future<Output = ()>> Wait<'a, C> {
             if now >= self.deadline {
                 return Err(self.timed_out());
             }
-            let wait = match (&watch, retry_after) {
-                // With wake-ups a release wakes us; only a lease that runs out
-                // unreleased needs a timed retry.
-                (Some(_), Some(until_expiry)) => until_expiry + Duration::from_millis(1),
-                (Some(_), None) => max,
-                (None, Some(until_expiry)) => backoff
-                    .next_wait()
-                    .min(until_expiry + Duration::from_millis(1)),
-                (None, None) => backoff.next_wait(),
-            };
             let local = local_releases
                 .as_deref()
                 .map(|releases| (releases, seen.unwrap_or_else(|| releases.seen())));

@@ -10,13 +10,19 @@ use std::time::Duration;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The lock could not be acquired before the deadline.
-    #[error("timed out after {waited:?} waiting for lock {name}")]
+    /// The lock could not be acquired before the deadline: it was held, or
+    /// the backend kept failing with transient errors (the last of which is
+    /// kept), or both.
+    #[error("timed out after {waited:?} waiting for lock {name}{}", last_error_note(.last_error))]
     Timeout {
         /// The lock that was waited for, as shown to people.
         name: String,
         /// How long the caller waited.
         waited: Duration,
+        /// The last transient error of the wait's attempts, if the last
+        /// attempt failed with one.
+        #[source]
+        last_error: Option<Box<Error>>,
     },
     /// The caller cancelled the wait (see
     /// [`LockClient::acquire_or_cancel`](crate::LockClient::acquire_or_cancel));
@@ -84,6 +90,18 @@ pub enum Error {
     /// The backend cannot do what was asked.
     #[error("not supported: {0}")]
     Unsupported(String),
+    /// The backend refused us: bad credentials, or missing permissions.
+    /// Retrying does not help until the configuration is fixed.
+    #[error("{backend} backend refused: {message}")]
+    Denied {
+        /// Which backend refused (`"mongodb"`, `"file"`, …).
+        backend: &'static str,
+        /// What was refused, in words that never include credentials.
+        message: String,
+        /// The driver's own error, if any, reachable by downcast.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
     /// The backend failed, or could not be reached.
     #[error("{backend} backend: {message}")]
     Backend {
@@ -119,11 +137,43 @@ impl Error {
         }
     }
 
-    /// Whether retrying the same call later may succeed (a backend fault or a
-    /// timeout, not bad input).
+    /// An [`Error::Denied`] that keeps `source`.
+    pub fn denied(
+        backend: &'static str,
+        message: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Self::Denied {
+            backend,
+            message: message.into(),
+            source: Some(Box::new(source)),
+        }
+    }
+
+    /// Whether retrying the same call later may succeed: true for
+    /// [`Error::Backend`] (a store that is unreachable, slow, failing over,
+    /// or answered in a way the backend did not expect) and
+    /// [`Error::Timeout`]; false for everything that stays wrong until
+    /// someone changes something: [`Error::Denied`] (credentials,
+    /// permissions), [`Error::InvalidData`] (corrupt stored data),
+    /// [`Error::InvalidConfig`], [`Error::InvalidName`],
+    /// [`Error::KindConflict`], [`Error::NotFound`], [`Error::Unsupported`],
+    /// and the ends of a wait or a lease ([`Error::Cancelled`],
+    /// [`Error::Lost`]).
+    ///
+    /// [`LockClient::acquire`](crate::LockClient::acquire) retries
+    /// transient errors until its deadline, and ends at once on any other.
     pub fn is_transient(&self) -> bool {
         matches!(self, Self::Backend { .. } | Self::Timeout { .. })
     }
+}
+
+/// What a timeout adds when the wait's last attempt failed.
+fn last_error_note(last_error: &Option<Box<Error>>) -> String {
+    last_error
+        .as_ref()
+        .map(|error| format!("; the last attempt failed: {error}"))
+        .unwrap_or_default()
 }
 
 /// `Result` with distlock's [`Error`].

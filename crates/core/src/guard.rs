@@ -99,10 +99,18 @@ impl LockGuard {
         self.held.lease.fencing_token
     }
 
-    /// Resolves, with the reason, when the lease is no longer ours: an
-    /// extension was refused, or none succeeded for the lease period minus
-    /// the safety margin. That is always before the backend could grant the
-    /// lock to anyone else.
+    /// Resolves, with the reason, when the lease is no longer ours.
+    ///
+    /// How early that is depends on the reason:
+    /// - [`LossReason::Expired`]: no extension succeeded for the lease
+    ///   period minus the safety margin, on the local monotonic clock. This
+    ///   fires before the backend could grant the lock to anyone else
+    ///   (given clocks that run at the same rate within the margin).
+    /// - [`LossReason::Refused`] and [`LossReason::Detected`]: the backend
+    ///   says the grant is gone. By then it may already have been granted
+    ///   to someone else: it expired on the server (a holder paused past its
+    ///   lease), or was forced away. Only a fencing token protects work done
+    ///   in between.
     ///
     /// # Cancel safety
     /// Cancel safe.

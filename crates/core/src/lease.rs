@@ -10,12 +10,13 @@ use crate::backend::{Backend, Lease};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LossReason {
-    /// The backend refused an extension: the lease expired or was taken away
-    /// (by a forced release, a deletion, or another holder).
+    /// The backend refused an extension: the lease expired on the server or
+    /// was taken away (by a forced release, a deletion, or another holder),
+    /// so it may already be someone else's.
     Refused,
     /// No extension succeeded for the lease period minus the safety margin,
-    /// measured on the local monotonic clock, so the server may already have
-    /// let the lease go.
+    /// measured on the local monotonic clock: the lease is given up before
+    /// the server could let anyone else have it.
     Expired,
     /// The backend saw the grant end by itself: its key was deleted, or
     /// the connection it lived on dropped.

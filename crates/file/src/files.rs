@@ -144,5 +144,10 @@ pub(crate) fn is_current(file: &File, path: &Path) -> Result<bool> {
 }
 
 pub(crate) fn io_error(message: String, error: io::Error) -> Error {
-    Error::backend("file", format!("{message}: {error}"), error)
+    let message = format!("{message}: {error}");
+    if error.kind() == io::ErrorKind::PermissionDenied {
+        // Stays so until someone changes the directory's permissions.
+        return Error::denied("file", message, error);
+    }
+    Error::backend("file", message, error)
 }

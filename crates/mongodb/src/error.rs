@@ -9,12 +9,32 @@ pub(crate) const BACKEND: &str = "mongodb";
 /// MongoDB's duplicate key error.
 const DUPLICATE_KEY: i32 = 11000;
 
+/// The server's codes for a user it does not know or may not act: retrying
+/// will not help until someone changes the credentials or the roles.
+const UNAUTHORIZED: i32 = 13;
+const AUTHENTICATION_FAILED: i32 = 18;
+
 /// A backend error for `what` that keeps the driver's error as its source.
 ///
 /// Driver errors name hosts and server replies, never the password of the
 /// URL: the driver keeps credentials out of its messages and its `Debug`.
 pub(crate) fn driver(what: &str, error: mongodb::error::Error) -> Error {
-    Error::backend(BACKEND, format!("{what}: {}", summary(&error)), error)
+    let message = format!("{what}: {}", summary(&error));
+    if is_denial(&error) {
+        return Error::denied(BACKEND, message, error);
+    }
+    Error::backend(BACKEND, message, error)
+}
+
+/// Whether `error` is the server refusing our credentials or our rights.
+fn is_denial(error: &mongodb::error::Error) -> bool {
+    let code = match error.kind.as_ref() {
+        ErrorKind::Authentication { .. } => return true,
+        ErrorKind::Command(command) => command.code,
+        ErrorKind::Write(WriteFailure::WriteError(write)) => write.code,
+        _ => return false,
+    };
+    matches!(code, UNAUTHORIZED | AUTHENTICATION_FAILED)
 }
 
 /// A short description of a driver error: its kind, without the full

@@ -238,9 +238,12 @@ pub(crate) fn named(backend: &EntityBackend, id: &Bson, error: Error) -> Error {
         Error::Lost { .. } => Error::Lost {
             name: backend.describe(id),
         },
-        Error::Timeout { waited, .. } => Error::Timeout {
+        Error::Timeout {
+            waited, last_error, ..
+        } => Error::Timeout {
             name: backend.describe(id),
             waited,
+            last_error,
         },
         other => other,
     }

@@ -1,0 +1,175 @@
+//! A wait outlives a backend that is briefly away: transient errors are
+//! retried until the deadline, and only errors that retrying cannot fix end
+//! a wait at once.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use distlock_core::{
+    AcquireRequest, Attempt, Backend, Capabilities, Error, Lease, LockClient, LockInfo, LockName,
+    LockOptions, MemoryBackend, Result, WaitState,
+};
+
+/// The memory backend, failing its first `failures` attempts with what
+/// `fail` makes.
+#[derive(Debug)]
+struct Failing {
+    inner: MemoryBackend,
+    failures: usize,
+    attempts: AtomicUsize,
+    fail: fn() -> Error,
+}
+
+impl Failing {
+    fn new(failures: usize, fail: fn() -> Error) -> Arc<Self> {
+        Arc::new(Self {
+            inner: MemoryBackend::new(),
+            failures,
+            attempts: AtomicUsize::new(0),
+            fail,
+        })
+    }
+
+    fn attempts(&self) -> usize {
+        self.attempts.load(Ordering::SeqCst)
+    }
+}
+
+fn refused() -> Error {
+    Error::Backend {
+        backend: "failing",
+        message: "connection refused".into(),
+        source: None,
+    }
+}
+
+fn denied() -> Error {
+    Error::Denied {
+        backend: "failing",
+        message: "authentication failed".into(),
+        source: None,
+    }
+}
+
+#[async_trait]
+impl Backend for Failing {
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    async fn try_acquire(&self, request: &AcquireRequest, wait: &mut WaitState) -> Result<Attempt> {
+        if self.attempts.fetch_add(1, Ordering::SeqCst) < self.failures {
+            return Err((self.fail)());
+        }
+        self.inner.try_acquire(request, wait).await
+    }
+
+    async fn extend(&self, lease: &Lease) -> Result<bool> {
+        self.inner.extend(lease).await
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        self.inner.release(lease).await
+    }
+
+    async fn list(&self) -> Result<Vec<LockInfo>> {
+        self.inner.list().await
+    }
+
+    async fn force_release(&self, name: &LockName) -> Result<bool> {
+        self.inner.force_release(name).await
+    }
+}
+
+fn client(backend: &Arc<Failing>) -> LockClient {
+    LockClient::new(backend.clone(), LockOptions::default())
+}
+
+fn name() -> LockName {
+    LockName::new("flaky").unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_wait_outlives_a_backend_that_is_briefly_away() {
+    let backend = Failing::new(5, refused);
+    let guard = client(&backend)
+        .acquire(&name(), Duration::from_secs(60))
+        .await
+        .expect("granted once the backend answers again");
+    assert_eq!(backend.attempts(), 6);
+    assert!(guard.release().await.unwrap());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deadline_reached_through_errors_is_a_timeout_that_keeps_the_last_error() {
+    let backend = Failing::new(usize::MAX, refused);
+    let outcome = client(&backend)
+        .acquire(&name(), Duration::from_secs(2))
+        .await;
+    match outcome {
+        Err(error @ Error::Timeout { .. }) => {
+            let Error::Timeout { last_error, .. } = &error else {
+                unreachable!()
+            };
+            assert!(
+                matches!(last_error.as_deref(), Some(Error::Backend { .. })),
+                "{error:?}"
+            );
+            assert!(error.to_string().contains("connection refused"), "{error}");
+        }
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    assert!(backend.attempts() > 1, "it tried again");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_zero_timeout_tries_once_even_when_that_fails() {
+    let backend = Failing::new(usize::MAX, refused);
+    let outcome = client(&backend).acquire(&name(), Duration::ZERO).await;
+    assert!(matches!(outcome, Err(Error::Timeout { .. })), "{outcome:?}");
+    assert_eq!(backend.attempts(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_error_retrying_cannot_fix_ends_the_wait_at_once() {
+    let backend = Failing::new(usize::MAX, denied);
+    let outcome = client(&backend)
+        .acquire(&name(), Duration::from_secs(60))
+        .await;
+    assert!(matches!(outcome, Err(Error::Denied { .. })), "{outcome:?}");
+    assert_eq!(backend.attempts(), 1);
+    assert!(!outcome.unwrap_err().is_transient());
+}
+
+#[tokio::test(start_paused = true)]
+async fn try_acquire_reports_the_error_itself() {
+    let backend = Failing::new(1, refused);
+    let outcome = client(&backend).try_acquire(&name()).await;
+    assert!(matches!(outcome, Err(Error::Backend { .. })), "{outcome:?}");
+}
+
+#[test]
+fn only_errors_worth_retrying_are_transient() {
+    assert!(refused().is_transient());
+    assert!(!denied().is_transient());
+    let name = LockName::new("n").unwrap();
+    let lasting = [
+        Error::config("lease", "too short"),
+        Error::InvalidData {
+            what: "lock n".into(),
+            field: "fencingToken".into(),
+            reason: "not a number".into(),
+        },
+        distlock_core::Claim::Permit { limit: 2 }
+            .conflict(&name, distlock_core::Claim::Permit { limit: 3 }),
+        Error::NotFound {
+            what: "entity 7".into(),
+        },
+        Error::Unsupported("shared locks".into()),
+    ];
+    for error in lasting {
+        assert!(!error.is_transient(), "{error}");
+    }
+}
