@@ -120,6 +120,11 @@ impl MongoBackend {
         &self.collection
     }
 
+    /// How the document of `name` is named in errors.
+    fn describe(&self, name: &LockName) -> String {
+        document::describe(name, &self.collection.namespace())
+    }
+
     /// Finds out whether an acquisition whose reply carried no document
     /// granted the lock: the grant is ours exactly when the stored identity
     /// (or, for a reader or a permit, our entry) is there, since nobody
@@ -140,7 +145,9 @@ impl MongoBackend {
         });
         match token {
             Some(token) => Ok(Attempt::Acquired {
-                fencing_token: token.ok_or_else(|| no_token(request))?,
+                fencing_token: token
+                    .map_err(|bad| bad.into_error(self.describe(&request.name)))?
+                    .ok_or_else(|| no_token(request))?,
                 state: GrantState::none(),
             }),
             None => Ok(Attempt::Held {
@@ -260,8 +267,8 @@ impl MongoBackend {
             // The grant took our mark away, or none was stored.
             wait.take::<WriterMark>();
         }
-        let attempt =
-            self.settle_attempt(request, reply::exclusive(request, &found)?, sent, received)?;
+        let verdict = reply::exclusive(request, &found, &self.collection.namespace())?;
+        let attempt = self.settle_attempt(request, verdict, sent, received)?;
         Ok(match attempt {
             // The mark lasts a lease from this attempt: try again well
             // within it, so that it does not lapse while we wait.
@@ -288,7 +295,10 @@ impl MongoBackend {
                 found,
                 sent,
                 received,
-            } => self.settle_attempt(request, reply::entry(request, &found)?, sent, received),
+            } => {
+                let verdict = reply::entry(request, &found, &self.collection.namespace())?;
+                self.settle_attempt(request, verdict, sent, received)
+            }
             Sent::Settled(attempt) => Ok(attempt),
         }
     }
@@ -416,18 +426,22 @@ impl Backend for MongoBackend {
             .max_time(next.operation_timeout)
             .await
             .map_err(|error| driver(&format!("handing over {}", lease.name), error))?;
-        match found {
-            Some(found) if found.get_str(LOCK_ID).ok() == Some(lock_id(next.lease_id).as_str()) => {
-                let fencing_token = document::read_token(&found).ok_or_else(|| no_token(next))?;
-                Ok(HandOver::Granted {
-                    fencing_token,
-                    confirmed_at: None,
-                    state: GrantState::none(),
-                })
-            }
-            // Nothing matched: the old grant had expired or was taken away.
-            _ => Ok(HandOver::NotOurs),
+        // Nothing matched: the old grant had expired or was taken away.
+        let Some(found) = found else {
+            return Ok(HandOver::NotOurs);
+        };
+        // A token no grant can follow left the old grant in place: an error,
+        // on which the lock client releases it.
+        let token = document::read_token(&found)
+            .map_err(|bad| bad.into_error(self.describe(&lease.name)))?;
+        if found.get_str(LOCK_ID).ok() != Some(lock_id(next.lease_id).as_str()) {
+            return Ok(HandOver::NotOurs);
         }
+        Ok(HandOver::Granted {
+            fencing_token: token.ok_or_else(|| no_token(next))?,
+            confirmed_at: None,
+            state: GrantState::none(),
+        })
     }
 
     async fn list(&self) -> Result<Vec<LockInfo>> {
@@ -440,7 +454,11 @@ impl Backend for MongoBackend {
             .try_collect()
             .await
             .map_err(|error| driver("listing locks", error))?;
-        let mut locks: Vec<LockInfo> = found.iter().filter_map(listing::read).collect();
+        let namespace = self.collection.namespace();
+        let mut locks = found
+            .iter()
+            .filter_map(|row| listing::read(row, &namespace).transpose())
+            .collect::<Result<Vec<LockInfo>>>()?;
         locks.sort_by(|a, b| (&a.name, a.fencing_token).cmp(&(&b.name, b.fencing_token)));
         Ok(locks)
     }

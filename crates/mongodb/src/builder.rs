@@ -7,7 +7,8 @@ use distlock_core::urls::percent_decode;
 use distlock_core::{Error, Result};
 use mongodb::bson::{Document, doc};
 use mongodb::options::{
-    ClientOptions, CollectionOptions, IndexOptions, ReadPreference, SelectionCriteria, WriteConcern,
+    ClientOptions, CollectionOptions, IndexOptions, ReadConcern, ReadPreference, SelectionCriteria,
+    WriteConcern,
 };
 use mongodb::{Client, Collection, Database, IndexModel};
 
@@ -234,9 +235,12 @@ impl MongoBackendBuilder {
                 .w_timeout(self.operation_timeout)
                 .build()
         });
+        // Reads see the primary's latest writes, ours included, whatever the
+        // client's or database's defaults (change streams set their own).
         let options = CollectionOptions::builder()
             .write_concern(write_concern)
             .selection_criteria(SelectionCriteria::ReadPreference(ReadPreference::Primary))
+            .read_concern(ReadConcern::local())
             .build();
         let collection: Collection<Document> =
             database.collection_with_options(&self.collection, options);

@@ -24,7 +24,10 @@
 use std::time::Duration;
 
 use distlock_core::{Holder, LeaseId, LockName};
+use mongodb::Namespace;
 use mongodb::bson::{Bson, Document, doc};
+
+use crate::counter::{self, BadCounter};
 
 /// The lock's name, verbatim.
 pub(crate) const ID: &str = "_id";
@@ -135,12 +138,20 @@ pub(crate) fn latest_expiry(entries: impl Into<Bson>) -> Document {
     doc! { "$max": { "$map": { "input": entries.into(), "in": "$$this.expiresAt" } } }
 }
 
-/// The next fencing token: `max(previous + 1, now in ms)`.
+/// True when the stored fencing token may be built on (see
+/// [`counter::is_valid`]): a grant is made only then, and otherwise the
+/// reply shows the token, which is reported as an error.
+pub(crate) fn token_is_valid() -> Document {
+    counter::is_valid(&field(FENCING_TOKEN))
+}
+
+/// The next fencing token, an int64: `max(previous + 1, now in ms)`, for a
+/// document whose token [`token_is_valid`]. A whole double stored by hand
+/// counts as the integer it holds.
 pub(crate) fn next_token() -> Document {
-    let previous = doc! { "$ifNull": [field(FENCING_TOKEN), 0_i64] };
     doc! {
         "$max": [
-            { "$add": [previous, 1_i64] },
+            { "$add": [counter::as_long(&field(FENCING_TOKEN)), 1_i64] },
             { "$toLong": "$$NOW" },
         ]
     }
@@ -152,9 +163,11 @@ pub(crate) fn next_token() -> Document {
 /// millisecond runs its tokens ahead of the clock; were the TTL index to
 /// delete the document sooner, the next grant would start from the clock
 /// again, below the last token. `expiresAt` is what the TTL index keys on,
-/// and a released lock is free whatever it says.
+/// and a released lock is free whatever it says. A token no grant could
+/// have written (see [`token_is_valid`]) counts for nothing here, so that a
+/// release never fails on it.
 pub(crate) fn free_at() -> Document {
-    doc! { "$max": ["$$NOW", { "$toDate": field(FENCING_TOKEN) }] }
+    doc! { "$max": ["$$NOW", { "$toDate": counter::as_long(&field(FENCING_TOKEN)) }] }
 }
 
 pub(crate) fn holder(holder: &Holder) -> Document {
@@ -180,18 +193,17 @@ pub(crate) fn read_holder(document: &Document) -> Option<Holder> {
     })
 }
 
-/// Reads a fencing token back.
-pub(crate) fn read_token(document: &Document) -> Option<u64> {
-    read_u64(document, FENCING_TOKEN)
+/// Reads a fencing token back: `None` when there is none.
+///
+/// # Errors
+/// [`BadCounter`] when it is not a whole number from 0 to 2^63 - 1.
+pub(crate) fn read_token(document: &Document) -> Result<Option<u64>, BadCounter> {
+    counter::read(document, FENCING_TOKEN)
 }
 
-/// Reads a non-negative integer field back, whatever its integer type.
-pub(crate) fn read_u64(document: &Document, key: &str) -> Option<u64> {
-    match document.get(key)? {
-        Bson::Int64(value) => u64::try_from(*value).ok(),
-        Bson::Int32(value) => u64::try_from(*value).ok(),
-        _ => None,
-    }
+/// How the document of `name` in `namespace` is named in errors.
+pub(crate) fn describe(name: &LockName, namespace: &Namespace) -> String {
+    format!("lock document {name} in {namespace}")
 }
 
 /// The filter for one lock.

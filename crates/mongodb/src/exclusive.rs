@@ -9,7 +9,7 @@ use mongodb::bson::{Bson, Document, doc};
 
 use crate::document::{
     ACQUIRED_AT, EXPIRES_AT, FENCING_TOKEN, FREED, HOLDER, HOLDERS, ID, LIMIT, LOCK_ID, WAITING,
-    field, free_at, held, holder, lock_id, next_token, now_plus, or_remove,
+    field, free_at, held, holder, lock_id, next_token, now_plus, or_remove, token_is_valid,
 };
 use crate::waiting::{WriterMark, may_mark, others, with_mark};
 
@@ -39,6 +39,12 @@ fn waiting_after_grant(mark: Option<&WriterMark>) -> Bson {
     }
 }
 
+/// A grant to `request` where the stored fencing token may be built on;
+/// otherwise the document as it is, whose reply shows the token at fault.
+fn grant_if_token_valid(request: &AcquireRequest, mark: Option<&WriterMark>) -> Document {
+    doc! { "$cond": [token_is_valid(), grant(request, mark), "$$ROOT"] }
+}
+
 /// The acquire pipeline: when nobody holds the lock by the server's clock,
 /// replace the grant with ours; otherwise leave the document as it is.
 ///
@@ -50,20 +56,18 @@ fn waiting_after_grant(mark: Option<&WriterMark>) -> Bson {
 /// waiting attempt on a plain lock a write-free no-op.
 pub(crate) fn acquire(request: &AcquireRequest, mark: Option<&WriterMark>) -> Vec<Document> {
     let Some(mark) = mark else {
+        let grant = grant_if_token_valid(request, None);
         return vec![doc! {
-            "$replaceWith": {
-                "$cond": { "if": held(), "then": "$$ROOT", "else": grant(request, None) }
-            }
+            "$replaceWith": { "$cond": { "if": held(), "then": "$$ROOT", "else": grant } }
         }];
     };
     let kept_out = doc! {
         "$cond": [may_mark(), with_mark(mark, request.lease), "$$ROOT"]
     };
+    let grant = grant_if_token_valid(request, Some(mark));
     vec![
         doc! {
-            "$replaceWith": {
-                "$cond": { "if": held(), "then": kept_out, "else": grant(request, Some(mark)) }
-            }
+            "$replaceWith": { "$cond": { "if": held(), "then": kept_out, "else": grant } }
         },
         // A waiting attempt may be made because a change event woke it; its
         // own write must not look like a release, or it would wake itself.
@@ -76,7 +80,7 @@ pub(crate) fn acquire(request: &AcquireRequest, mark: Option<&WriterMark>) -> Ve
 /// never free in between. The grant identity is replaced, not removed, so
 /// the release watchers of other processes do not see a release.
 pub(crate) fn hand_over(next: &AcquireRequest) -> Vec<Document> {
-    vec![doc! { "$replaceWith": grant(next, None) }]
+    vec![doc! { "$replaceWith": grant_if_token_valid(next, None) }]
 }
 
 /// The extension pipeline: the lease now runs `lease` from the server's now.
@@ -126,11 +130,15 @@ mod tests {
     }
 
     fn granted(pipeline: &[Document]) -> &Document {
-        pipeline[0]
+        let if_valid = pipeline[0]
             .get_document("$replaceWith")
             .and_then(|with| with.get_document("$cond"))
             .and_then(|cond| cond.get_document("else"))
-            .unwrap()
+            .and_then(|grant| grant.get_array("$cond"))
+            .unwrap();
+        assert_eq!(if_valid[0], Bson::Document(token_is_valid()));
+        assert_eq!(if_valid[2], Bson::from("$$ROOT"), "no grant on a bad token");
+        if_valid[1].as_document().unwrap()
     }
 
     #[test]

@@ -15,7 +15,7 @@ use mongodb::bson::{Bson, Document, doc};
 use crate::document::{
     ACQUIRED_AT, ENTRY_ID, EXPIRES_AT, FENCING_TOKEN, FREED, HOLDER, HOLDERS, ID, LIMIT, LOCK_ID,
     PERMITS, SHARED, WAITING, field, free_at, held_by_entries, held_exclusively, holder,
-    latest_expiry, live, lock_id, next_token, now_plus, or_remove,
+    latest_expiry, live, lock_id, next_token, now_plus, or_remove, token_is_valid,
 };
 
 /// The most readers that hold one name at once; the next one waits as if
@@ -92,9 +92,10 @@ fn admits(claim: Claim) -> Document {
 }
 
 /// The acquire pipeline of a reader or a permit: adds our entry when
-/// `request.claim` is admitted, and otherwise only drops what expired (a
-/// no-op write once nothing has). Every field gets its new value or
-/// itself; the temporary `_` fields go at the end.
+/// `request.claim` is admitted and the stored fencing token may be built
+/// on, and otherwise only drops what expired (a no-op write once nothing
+/// has). Every field gets its new value or itself; the temporary `_`
+/// fields go at the end.
 pub(crate) fn acquire(request: &AcquireRequest) -> Vec<Document> {
     let kind = marker(request.claim);
     let none_left = doc! { "$eq": [{ "$size": "$_h" }, 0] };
@@ -118,8 +119,9 @@ pub(crate) fn acquire(request: &AcquireRequest) -> Vec<Document> {
             "_w": live(WAITING),
             "_x": held_exclusively(),
             "_t": next_token(),
+            "_v": token_is_valid(),
         } },
-        doc! { "$set": { "_ok": admits(request.claim) } },
+        doc! { "$set": { "_ok": { "$and": ["$_v", admits(request.claim)] } } },
         doc! { "$set": {
             LOCK_ID: { "$cond": ["$_ok", kind, { "$cond": [emptied.clone(), "$$REMOVE", field(LOCK_ID)] }] },
             LIMIT: limit,
@@ -137,7 +139,7 @@ pub(crate) fn acquire(request: &AcquireRequest) -> Vec<Document> {
             // write must not look like a release, or it would wake itself.
             FREED: "$$REMOVE",
         } },
-        doc! { "$unset": ["_h", "_w", "_x", "_t", "_ok"] },
+        doc! { "$unset": ["_h", "_w", "_x", "_t", "_v", "_ok"] },
     ]
 }
 

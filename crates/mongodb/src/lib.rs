@@ -151,6 +151,7 @@ mod backend;
 mod builder;
 mod bulk;
 mod clock;
+mod counter;
 mod document;
 pub mod entity;
 mod error;

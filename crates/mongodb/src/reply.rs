@@ -1,12 +1,18 @@
 //! Reading the document an acquire returns: granted, held, or held as
 //! another kind. The pipelines leave only live state behind them, so the
 //! document alone tells, without comparing any time with a clock here.
+//!
+//! A stored counter that no grant can be built on (see `counter`) makes the
+//! pipelines leave the document as it was; the reply then shows it, and it
+//! is reported as an error rather than waited on.
 
 use distlock_core::{AcquireRequest, Claim, Error, Result};
+use mongodb::Namespace;
 use mongodb::bson::Document;
 
+use crate::counter::{self, BadCounter};
 use crate::document::{
-    ACQUIRED_AT, EXPIRES_AT, LIMIT, LOCK_ID, PERMITS, SHARED, lock_id, read_token, read_u64,
+    ACQUIRED_AT, EXPIRES_AT, LIMIT, LOCK_ID, PERMITS, SHARED, describe, lock_id, read_token,
 };
 use crate::error::BACKEND;
 use crate::holders::{self, MAX_READERS};
@@ -30,33 +36,47 @@ pub(crate) enum Verdict {
 
 /// What `found` is held as, by the `lockId` the pipelines left; `None`
 /// when it is free.
-pub(crate) fn held_as(found: &Document) -> Option<Claim> {
-    match found.get_str(LOCK_ID).ok()? {
-        SHARED => Some(Claim::Shared),
-        PERMITS => Some(Claim::Permit {
-            limit: read_u64(found, LIMIT)
+///
+/// # Errors
+/// [`BadCounter`] when a semaphore's `limit` is not a whole number.
+pub(crate) fn held_as(found: &Document) -> std::result::Result<Option<Claim>, BadCounter> {
+    let Ok(kind) = found.get_str(LOCK_ID) else {
+        return Ok(None);
+    };
+    Ok(Some(match kind {
+        SHARED => Claim::Shared,
+        PERMITS => Claim::Permit {
+            limit: counter::read(found, LIMIT)?
                 .and_then(|limit| u32::try_from(limit).ok())
                 .unwrap_or(0),
-        }),
-        _ => Some(Claim::Exclusive),
-    }
+        },
+        _ => Claim::Exclusive,
+    }))
 }
 
 fn millis(found: &Document, key: &str) -> Option<i64> {
     found.get_datetime(key).ok().map(|at| at.timestamp_millis())
 }
 
-/// The verdict on an exclusive request's reply.
+/// The verdict on an exclusive request's reply, from the lock collection
+/// `namespace`.
 ///
 /// # Errors
-/// A backend error when a grant has no fencing token.
-pub(crate) fn exclusive(request: &AcquireRequest, found: &Document) -> Result<Verdict> {
+/// [`Error::InvalidData`] when the document's fencing token or limit is
+/// not a whole number; a backend error when a grant has no fencing token.
+pub(crate) fn exclusive(
+    request: &AcquireRequest,
+    found: &Document,
+    namespace: &Namespace,
+) -> Result<Verdict> {
+    let bad = |bad: BadCounter| bad.into_error(describe(&request.name, namespace));
+    let token = read_token(found).map_err(bad)?;
     if found.get_str(LOCK_ID).ok() == Some(lock_id(request.lease_id).as_str()) {
-        return granted(request, read_token(found), found);
+        return granted(request, token, found);
     }
     // A grant made only when nothing lives, so a kind left in the reply
     // lives: permits are a conflict, readers hold it until `expiresAt`.
-    Ok(match held_as(found) {
+    Ok(match held_as(found).map_err(bad)? {
         Some(held @ Claim::Permit { .. }) => Verdict::Conflict(held),
         _ => Verdict::Held {
             until: millis(found, EXPIRES_AT),
@@ -64,15 +84,22 @@ pub(crate) fn exclusive(request: &AcquireRequest, found: &Document) -> Result<Ve
     })
 }
 
-/// The verdict on a reader's or a permit's reply.
+/// The verdict on a reader's or a permit's reply, from the lock collection
+/// `namespace`.
 ///
 /// # Errors
-/// A backend error when our entry has no fencing token.
-pub(crate) fn entry(request: &AcquireRequest, found: &Document) -> Result<Verdict> {
+/// As [`exclusive`], for the document's counters and our entry's token.
+pub(crate) fn entry(
+    request: &AcquireRequest,
+    found: &Document,
+    namespace: &Namespace,
+) -> Result<Verdict> {
+    let bad = |bad: BadCounter| bad.into_error(describe(&request.name, namespace));
+    read_token(found).map_err(bad)?;
     if let Some(entry) = holders::entry(found, request.lease_id) {
-        return granted(request, read_token(entry), found);
+        return granted(request, read_token(entry).map_err(bad)?, found);
     }
-    let held = held_as(found);
+    let held = held_as(found).map_err(bad)?;
     if let Some(held) = held.filter(|&held| !request.claim.same_family(held)) {
         return Ok(Verdict::Conflict(held));
     }
@@ -139,6 +166,10 @@ mod tests {
         DateTime::from_millis(ms)
     }
 
+    fn ns() -> Namespace {
+        Namespace::new("db", "locks")
+    }
+
     #[test]
     fn an_exclusive_reply_is_ours_held_or_a_semaphore() {
         let ours = request(Claim::Exclusive);
@@ -146,7 +177,7 @@ mod tests {
             LOCK_ID: lock_id(ours.lease_id), FENCING_TOKEN: 9_i64, ACQUIRED_AT: at(5),
         };
         assert_eq!(
-            exclusive(&ours, &granted).unwrap(),
+            exclusive(&ours, &granted, &ns()).unwrap(),
             Verdict::Granted {
                 fencing_token: 9,
                 acquired_at: Some(5)
@@ -154,16 +185,16 @@ mod tests {
         );
         let readers = doc! { LOCK_ID: SHARED, EXPIRES_AT: at(70) };
         assert_eq!(
-            exclusive(&ours, &readers).unwrap(),
+            exclusive(&ours, &readers, &ns()).unwrap(),
             Verdict::Held { until: Some(70) }
         );
         let permits = doc! { LOCK_ID: PERMITS, LIMIT: 2_i64, EXPIRES_AT: at(70) };
         assert_eq!(
-            exclusive(&ours, &permits).unwrap(),
+            exclusive(&ours, &permits, &ns()).unwrap(),
             Verdict::Conflict(Claim::Permit { limit: 2 })
         );
         let tokenless = doc! { LOCK_ID: lock_id(ours.lease_id) };
-        assert!(exclusive(&ours, &tokenless).is_err());
+        assert!(exclusive(&ours, &tokenless, &ns()).is_err());
     }
 
     #[test]
@@ -175,7 +206,7 @@ mod tests {
             ACQUIRED_AT: at(1),
         };
         assert_eq!(
-            entry(&reader, &ours).unwrap(),
+            entry(&reader, &ours, &ns()).unwrap(),
             Verdict::Granted {
                 fencing_token: 4,
                 acquired_at: Some(1)
@@ -186,12 +217,12 @@ mod tests {
             WAITING: [{ ENTRY_ID: "a", EXPIRES_AT: at(80) }, { ENTRY_ID: "b", EXPIRES_AT: at(60) }],
         };
         assert_eq!(
-            entry(&reader, &writer_and_marks).unwrap(),
+            entry(&reader, &writer_and_marks, &ns()).unwrap(),
             Verdict::Held { until: Some(60) }
         );
         let permits = doc! { LOCK_ID: PERMITS, LIMIT: 3_i64 };
         assert_eq!(
-            entry(&reader, &permits).unwrap(),
+            entry(&reader, &permits, &ns()).unwrap(),
             Verdict::Conflict(Claim::Permit { limit: 3 })
         );
     }
@@ -204,12 +235,12 @@ mod tests {
             HOLDERS: [{ ENTRY_ID: "a", EXPIRES_AT: at(30) }, { ENTRY_ID: "b", EXPIRES_AT: at(20) }],
         };
         assert_eq!(
-            entry(&permit, &full).unwrap(),
+            entry(&permit, &full, &ns()).unwrap(),
             Verdict::Held { until: Some(20) }
         );
         let other_limit = doc! { LOCK_ID: PERMITS, LIMIT: 3_i64 };
         assert_eq!(
-            entry(&permit, &other_limit).unwrap(),
+            entry(&permit, &other_limit, &ns()).unwrap(),
             Verdict::Conflict(Claim::Permit { limit: 3 })
         );
         for (held, claim) in [
@@ -219,7 +250,57 @@ mod tests {
                 Claim::Exclusive,
             ),
         ] {
-            assert_eq!(entry(&permit, &held).unwrap(), Verdict::Conflict(claim));
+            assert_eq!(
+                entry(&permit, &held, &ns()).unwrap(),
+                Verdict::Conflict(claim)
+            );
+        }
+    }
+
+    #[test]
+    fn whole_doubles_are_read_as_integers() {
+        let ours = request(Claim::Exclusive);
+        let granted = doc! { LOCK_ID: lock_id(ours.lease_id), FENCING_TOKEN: 9.0 };
+        assert_eq!(
+            exclusive(&ours, &granted, &ns()).unwrap(),
+            Verdict::Granted {
+                fencing_token: 9,
+                acquired_at: None
+            }
+        );
+        let permit = request(Claim::Permit { limit: 2 });
+        let other_limit = doc! { LOCK_ID: PERMITS, LIMIT: 3.0, FENCING_TOKEN: 4.0 };
+        assert_eq!(
+            entry(&permit, &other_limit, &ns()).unwrap(),
+            Verdict::Conflict(Claim::Permit { limit: 3 })
+        );
+    }
+
+    #[test]
+    fn a_counter_no_grant_can_follow_is_an_error_naming_the_document() {
+        let writer = request(Claim::Exclusive);
+        let reader = request(Claim::Shared);
+        let cases = [
+            (doc! { FENCING_TOKEN: 5.5 }, FENCING_TOKEN),
+            (
+                doc! { LOCK_ID: SHARED, FENCING_TOKEN: -1_i64 },
+                FENCING_TOKEN,
+            ),
+            (doc! { LOCK_ID: PERMITS, LIMIT: 2.5 }, LIMIT),
+        ];
+        for (found, bad_field) in cases {
+            for outcome in [
+                exclusive(&writer, &found, &ns()),
+                entry(&reader, &found, &ns()),
+            ] {
+                match outcome {
+                    Err(Error::InvalidData { what, field, .. }) => {
+                        assert_eq!(field, bad_field);
+                        assert_eq!(what, "lock document n in db.locks");
+                    }
+                    other => panic!("{found}: {other:?}"),
+                }
+            }
         }
     }
 }

@@ -22,9 +22,10 @@ use mongodb::bson::{Bson, Document};
 use mongodb::options::ReturnDocument;
 
 use super::fields::Fields;
-use super::{id, update};
+use super::{id, primary, update};
 use crate::backend::{copy_error, settle};
 use crate::clock::ServerClock;
+use crate::counter;
 use crate::document::lock_id;
 use crate::error::{BACKEND, driver, is_duplicate_key};
 use crate::watch::{LazyWatcher, Subject};
@@ -79,6 +80,7 @@ impl EntityBackend {
         operation_timeout: Duration,
         release_wakeups: bool,
     ) -> Self {
+        let collection = primary::on_primary(&collection);
         let watcher = release_wakeups.then(|| {
             let subject = Subject::Entities {
                 lock_id: fields.lock_id.clone(),
@@ -116,7 +118,9 @@ impl EntityBackend {
     }
 
     /// Judges the document a lock attempt returned: ours when it carries
-    /// our identity. Keeps it for the caller when it is.
+    /// our identity. Keeps it for the caller when it is. A stored token no
+    /// lock can be built on (the lock pipeline leaves the entity as it was)
+    /// is an error, whoever holds the entity.
     fn judge(
         &self,
         request: &AcquireRequest,
@@ -130,16 +134,13 @@ impl EntityBackend {
             .get_datetime(&fields.expires_at)
             .ok()
             .map(|date| date.timestamp_millis());
+        let token = counter::read(&document, &fields.token)
+            .map_err(|bad| bad.into_error(self.describe(id)))?;
         if document.get_str(&fields.lock_id).ok() != Some(lock_id(request.lease_id).as_str()) {
             let retry_after = expires_at.and_then(|at| self.clock.until(at));
             return Ok(Attempt::Held { retry_after });
         }
-        let fencing_token = match document.get(&fields.token) {
-            Some(Bson::Int64(token)) => u64::try_from(*token).ok(),
-            Some(Bson::Int32(token)) => u64::try_from(*token).ok(),
-            _ => None,
-        }
-        .ok_or_else(|| Error::Backend {
+        let fencing_token = token.ok_or_else(|| Error::Backend {
             backend: BACKEND,
             message: format!(
                 "locking {}: the locked document has no valid `{}`",
@@ -205,6 +206,34 @@ impl EntityBackend {
             }),
             Err(error) => Err(driver(&format!("inserting {}", self.describe(id)), error)),
         }
+    }
+
+    /// One row of the list pipeline; `None` when its id makes no name.
+    ///
+    /// # Errors
+    /// [`Error::InvalidData`] when its token is not a whole number.
+    fn list_row(&self, found: &Document) -> Result<Option<LockInfo>> {
+        let Some(id) = found.get("_id") else {
+            return Ok(None);
+        };
+        let Ok(name) = id::name(id) else {
+            return Ok(None);
+        };
+        let remaining = match found.get("remainingMs") {
+            Some(Bson::Int64(ms)) => u64::try_from(*ms).unwrap_or(0),
+            Some(Bson::Int32(ms)) => u64::try_from(*ms).unwrap_or(0),
+            _ => 0,
+        };
+        let fencing_token = counter::read(found, &self.fields.token)
+            .map_err(|bad| bad.into_error(self.describe(id)))?;
+        Ok(Some(LockInfo {
+            kind: LockKind::Exclusive,
+            permits: None,
+            name,
+            holder: None,
+            fencing_token,
+            expires_in: Some(Duration::from_millis(remaining)),
+        }))
     }
 
     /// Extends the leases of one lease period, one command for all.
@@ -366,30 +395,10 @@ impl Backend for EntityBackend {
             .try_collect()
             .await
             .map_err(|error| driver("listing entity locks", error))?;
-        let mut locks: Vec<LockInfo> = found
+        let mut locks = found
             .iter()
-            .filter_map(|found| {
-                let name = id::name(found.get("_id")?).ok()?;
-                let remaining = match found.get("remainingMs") {
-                    Some(Bson::Int64(ms)) => u64::try_from(*ms).unwrap_or(0),
-                    Some(Bson::Int32(ms)) => u64::try_from(*ms).unwrap_or(0),
-                    _ => 0,
-                };
-                let fencing_token = match found.get(&self.fields.token) {
-                    Some(Bson::Int64(token)) => u64::try_from(*token).ok(),
-                    Some(Bson::Int32(token)) => u64::try_from(*token).ok(),
-                    _ => None,
-                };
-                Some(LockInfo {
-                    kind: LockKind::Exclusive,
-                    permits: None,
-                    name,
-                    holder: None,
-                    fencing_token,
-                    expires_in: Some(Duration::from_millis(remaining)),
-                })
-            })
-            .collect();
+            .filter_map(|found| self.list_row(found).transpose())
+            .collect::<Result<Vec<LockInfo>>>()?;
         locks.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(locks)
     }

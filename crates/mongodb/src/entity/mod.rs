@@ -88,6 +88,14 @@
 //!   (a collection obtained with
 //!   [`collection_with_options`](mongodb::Database::collection_with_options))
 //!   so that a failover never hands a held entity to someone else.
+//! - **Reads and writes go to the primary**, with read concern `local`,
+//!   whatever read preference and read concern your collection handle has
+//!   (its write concern is kept): a lagging secondary could show a lease
+//!   of ours as lost, or someone else's as ours.
+//! - **Counters edited by hand**: a `lockToken` or version stored as a
+//!   whole double (mongosh's numbers) is read as the integer it holds, and
+//!   the next token is written as an int64; any other value is
+//!   [`Error::InvalidData`] naming the field, and no lock is built on it.
 //!
 //! # Optimistic updates
 //! [`EntityLocks::read`] returns the value with its version, and
@@ -101,6 +109,7 @@ mod backend;
 mod fields;
 mod guard;
 mod id;
+mod primary;
 mod update;
 mod value;
 
@@ -124,6 +133,7 @@ pub use self::guard::EntityGuard;
 use self::backend::{EntityBackend, InsertValue, LockedDocument};
 use self::fields::Fields;
 use self::guard::named;
+use crate::counter;
 use crate::error::driver;
 
 /// The `_id` of the entity that `name` (a lock name of entity locks)
@@ -436,8 +446,9 @@ where
     ///
     /// # Errors
     /// [`Error::NotFound`]; [`Error::InvalidData`], naming the field, when
-    /// the document cannot be read as a `T` or its version is not a
-    /// non-negative integer; a backend error.
+    /// the document cannot be read as a `T` or its version is not a whole
+    /// number from 0 to 2^63 - 1 (an int32, an int64 or a whole double); a
+    /// backend error.
     ///
     /// # Cancel safety
     /// Cancel safe: it only reads.
@@ -456,17 +467,9 @@ where
             .map_err(|error| driver(&format!("reading {what}"), error))?
             .ok_or_else(|| Error::NotFound { what: what.clone() })?;
         let fields = self.backend.fields();
-        let version = match found.get(&fields.version) {
-            None | Some(Bson::Null) => Some(0),
-            Some(Bson::Int32(version)) => u64::try_from(*version).ok(),
-            Some(Bson::Int64(version)) => u64::try_from(*version).ok(),
-            Some(_) => None,
-        }
-        .ok_or_else(|| Error::InvalidData {
-            what: what.clone(),
-            field: fields.version.clone(),
-            reason: "the version must be a non-negative integer".into(),
-        })?;
+        let version = counter::read(&found, &fields.version)
+            .map_err(|bad| bad.into_error(what.clone()))?
+            .unwrap_or(0);
         let value = value::decode(found, fields, &what)?;
         Ok(Versioned { value, version })
     }

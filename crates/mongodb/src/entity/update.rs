@@ -13,6 +13,7 @@ use distlock_core::LeaseId;
 use mongodb::bson::{Bson, Document, doc};
 
 use super::fields::Fields;
+use crate::counter;
 use crate::document::lock_id;
 
 fn millis(duration: Duration) -> i64 {
@@ -49,11 +50,14 @@ fn held(fields: &Fields) -> Document {
     }
 }
 
-/// The next fencing token: `max(previous + 1, server time in ms)`.
+/// The next fencing token, an int64: `max(previous + 1, server time in
+/// ms)`, for an entity whose token may be built on (see
+/// [`counter::is_valid`]). A whole double stored by hand counts as the
+/// integer it holds.
 fn next_token(fields: &Fields) -> Document {
     doc! {
         "$max": [
-            { "$add": [{ "$ifNull": [path(&fields.token), 0_i64] }, 1_i64] },
+            { "$add": [counter::as_long(&path(&fields.token)), 1_i64] },
             { "$toLong": "$$NOW" },
         ]
     }
@@ -96,12 +100,15 @@ pub(crate) fn anybodys(fields: &Fields, id: &Bson) -> Document {
 }
 
 /// The lock pipeline: when nobody holds the entity by the server's clock,
-/// set our identity, the expiry and the next token; otherwise set each lock
-/// field to what it was. No other field is touched.
+/// set our identity, the expiry and the next token; otherwise, or when the
+/// stored token cannot be built on (the reply shows it, and it is reported),
+/// set each lock field to what it was. No other field is touched.
 pub(crate) fn lock(fields: &Fields, lease_id: LeaseId, lease: Duration) -> Vec<Document> {
-    let held = held(fields);
+    let keep = doc! {
+        "$or": [held(fields), { "$not": [counter::is_valid(&path(&fields.token))] }]
+    };
     let keep_or = |field: &str, value: Bson| -> Bson {
-        Bson::Document(doc! { "$cond": [held.clone(), path(field), value] })
+        Bson::Document(doc! { "$cond": [keep.clone(), path(field), value] })
     };
     vec![doc! {
         "$set": {

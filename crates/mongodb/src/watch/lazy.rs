@@ -156,7 +156,8 @@ enum Probe {
 async fn probe(collection: &Collection<Document>, timeout: Duration) -> Probe {
     let probe = collection
         .watch()
-        .pipeline([doc! { "$match": { "documentKey._id": { "$in": [] } } }]);
+        .pipeline([doc! { "$match": { "documentKey._id": { "$in": [] } } }])
+        .read_concern(super::read_concern());
     match tokio::time::timeout(timeout, probe).await {
         Ok(Ok(_stream)) => Probe::Works,
         Ok(Err(error)) if code(&error) == Some(CHANGE_STREAMS_UNSUPPORTED) => {

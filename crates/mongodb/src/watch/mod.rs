@@ -16,9 +16,11 @@ use futures::StreamExt;
 use mongodb::Collection;
 use mongodb::bson::{Bson, Document, doc};
 use mongodb::change_stream::event::ResumeToken;
+use mongodb::options::ReadConcern;
 use tokio::task::AbortHandle;
 
 use crate::document::ID;
+use crate::error::code;
 
 pub(crate) use self::lazy::{LazyWatcher, change_streams_work};
 pub(crate) use self::subject::Subject;
@@ -38,6 +40,30 @@ const MAX_RETRY: Duration = Duration::from_secs(5);
 /// How often an open stream checks whether anyone still waits, and closes
 /// when nobody does.
 const IDLE_CHECK: Duration = Duration::from_secs(30);
+
+/// The server's codes for a change stream that cannot go on from where it
+/// was: it refuses to resume from the token (ChangeStreamFatalError), or
+/// the history the token points into is gone (ChangeStreamHistoryLost).
+const CHANGE_STREAM_FATAL: i32 = 280;
+const CHANGE_STREAM_HISTORY_LOST: i32 = 286;
+
+/// The read concern of every change stream: MongoDB runs them only with
+/// `majority` or none, and a handle's own (`local`, say) would be refused.
+pub(crate) fn read_concern() -> ReadConcern {
+    ReadConcern::majority()
+}
+
+/// Whether a stream that failed with the server's error `code` is resumed
+/// after the last event it delivered, rather than replaced by a fresh one.
+/// Not when the server said it cannot go on from there, nor when the
+/// stream was itself resumed and failed before delivering anything: the
+/// server may refuse that token on every `getMore`, and resuming from it
+/// again would never end. A fresh stream misses what happened meanwhile, so
+/// every waiter tries once more when it opens.
+fn may_resume(code: Option<i32>, resumed: bool, delivered_any: bool) -> bool {
+    let fatal = matches!(code, Some(CHANGE_STREAM_FATAL | CHANGE_STREAM_HISTORY_LOST));
+    !fatal && (delivered_any || !resumed)
+}
 
 /// Stops the watching task when the backend is dropped.
 #[derive(Debug)]
@@ -168,6 +194,7 @@ async fn run(collection: Collection<Document>, hub: ReleaseHub, subject: Subject
                 .filter_map(|name| subject.id_of(name))
                 .collect()
         });
+        let resumed = resume.is_some();
         let opened = collection
             .watch()
             .pipeline(pipeline(
@@ -175,6 +202,7 @@ async fn run(collection: Collection<Document>, hub: ReleaseHub, subject: Subject
                 subject.freed_field(),
                 ids,
             ))
+            .read_concern(read_concern())
             .resume_after(resume.clone())
             .await;
         let mut stream = match opened {
@@ -212,6 +240,7 @@ async fn run(collection: Collection<Document>, hub: ReleaseHub, subject: Subject
         // interrupted; events fetched by an interrupted poll are then
         // delivered again by the replacement.
         let mut delivered = stream.resume_token();
+        let mut delivered_any = false;
         tracing::debug!(names = names.len(), on_server, "watching for releases");
         let mut idle_check = tokio::time::interval(IDLE_CHECK);
         idle_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -243,10 +272,17 @@ async fn run(collection: Collection<Document>, hub: ReleaseHub, subject: Subject
                             subject.notify(&hub, id, on_server);
                         }
                         delivered = stream.resume_token();
+                        delivered_any = true;
                     }
                     Some(Err(error)) => {
-                        tracing::warn!(%error, "the release change stream failed; reopening it");
-                        resume = stream.resume_token();
+                        if may_resume(code(&error), resumed, delivered_any) {
+                            tracing::warn!(%error, "the release change stream failed; resuming it");
+                            resume = stream.resume_token();
+                        } else {
+                            tracing::warn!(%error, "the release change stream cannot go on; starting afresh");
+                            resume = None;
+                            covered = Some(HashSet::new());
+                        }
                         hub.notify_all();
                         tokio::time::sleep(retry).await;
                         retry = (retry * 2).min(MAX_RETRY);
@@ -255,6 +291,7 @@ async fn run(collection: Collection<Document>, hub: ReleaseHub, subject: Subject
                     None => {
                         tracing::debug!("the release change stream ended; reopening it");
                         resume = None;
+                        covered = Some(HashSet::new());
                         hub.notify_all();
                         tokio::time::sleep(retry).await;
                         retry = (retry * 2).min(MAX_RETRY);
@@ -289,6 +326,22 @@ mod tests {
             .get_array("$in")
             .unwrap();
         assert_eq!(ids, &vec![Bson::from("$$NOW"), Bson::from("a.b")]);
+    }
+
+    #[test]
+    fn a_stream_the_server_cannot_go_on_with_is_replaced_by_a_fresh_one() {
+        // A passing failure of a stream that delivered events: resume.
+        assert!(may_resume(None, false, false));
+        assert!(may_resume(Some(6), true, true));
+        // The server refuses to go on from the token, or lost its history.
+        for code in [CHANGE_STREAM_FATAL, CHANGE_STREAM_HISTORY_LOST] {
+            assert!(!may_resume(Some(code), false, true));
+            assert!(!may_resume(Some(code), true, true));
+        }
+        // A resumed stream that failed before any event: its token may be
+        // refused every time.
+        assert!(!may_resume(Some(6), true, false));
+        assert!(!may_resume(None, true, false));
     }
 
     #[test]

@@ -314,3 +314,59 @@ async fn a_hung_server_makes_the_holder_report_loss_in_time() {
     )
     .await;
 }
+
+/// The release stream's `getMore` fails with ChangeStreamFatalError (280),
+/// as when the server refuses to go on from a resume token, three times in
+/// a row, so that streams reopened after the first failure fail too. The
+/// watcher opens a fresh stream, and a release still wakes the waiter,
+/// whose own polls (every 100 s, or at the end of a 120 s lease) come after
+/// its patience ends.
+#[tokio::test]
+async fn a_release_stream_the_server_cannot_resume_is_replaced_and_still_wakes() {
+    let server = OwnServer::start();
+    let url = server.url();
+    let admin = inspector(&url).await;
+    let collection = unique("fatal-stream");
+    let slow = distlock_core::LockOptions::builder()
+        .lease(Duration::from_secs(120))
+        .backoff(Duration::from_secs(100), Duration::from_secs(100))
+        .build()
+        .unwrap();
+    let holder = client(backend_at(&url, &collection).await, slow.clone());
+    let attempts = Arc::new(Attempts::new(
+        backend_at(&with_app_name(&url, "fatal-stream"), &collection).await,
+    ));
+    let waiter = LockClient::new(attempts.clone(), slow);
+    let name = lock_name("fatal");
+    let guard = holder.acquire(&name, Duration::from_secs(5)).await.unwrap();
+    let first_token = guard.fencing_token();
+    let waiting = {
+        let name = name.clone();
+        tokio::spawn(async move { waiter.acquire(&name, Duration::from_secs(60)).await })
+    };
+    // The second attempt comes when the stream first covers the name.
+    until(|| attempts.made() >= 2).await;
+    let before = attempts.made();
+    fail_point(
+        &admin,
+        doc! { "times": 3 },
+        doc! { "failCommands": ["getMore"], "errorCode": 280, "appName": "fatal-stream" },
+    )
+    .await;
+    // A failed stream wakes every waiter to try once more.
+    until(|| attempts.made() > before).await;
+    assert!(guard.release().await.unwrap());
+    let taken = waiting
+        .await
+        .unwrap()
+        .expect("the release wakes the waiter through a fresh stream");
+    assert!(taken.fencing_token() > first_token);
+    assert!(taken.release().await.unwrap());
+}
+
+/// Waits until `done`, however long that takes.
+async fn until(done: impl Fn() -> bool) {
+    while !done() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -1,9 +1,11 @@
 //! Entity locks against a real server: locks kept on the entity's own
 //! document, and optimistic updates.
 
+mod counters;
 mod insert;
 mod locking;
 mod optimistic;
+mod preferences;
 mod process;
 mod values;
 mod wakeups;
