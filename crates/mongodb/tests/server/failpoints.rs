@@ -370,3 +370,56 @@ async fn until(done: impl Fn() -> bool) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// A server that refuses us (error 13, Unauthorized) ends a wait at once
+/// with `Error::Denied`, which retrying would not fix; a server that
+/// failed transiently is waited out.
+#[tokio::test]
+async fn a_refusal_ends_a_wait_at_once_and_a_passing_fault_is_waited_out() {
+    let server = OwnServer::start();
+    let url = server.url();
+    let admin = inspector(&url).await;
+    let collection = unique("refused");
+    let refused_url = with_app_name(&url, "refused-victim");
+    let victim = client(
+        backend_at(&refused_url, &collection).await,
+        short_lease(Duration::from_secs(30)),
+    );
+
+    fail_point(
+        &admin,
+        doc! { "times": 1 },
+        doc! {
+            "failCommands": ["findAndModify"],
+            "errorCode": 13,
+            "appName": "refused-victim",
+        },
+    )
+    .await;
+    let outcome = victim
+        .acquire(&lock_name("refused"), Duration::from_secs(60))
+        .await;
+    fail_point_off(&admin).await;
+    match outcome {
+        Err(error @ distlock_core::Error::Denied { .. }) => assert!(!error.is_transient()),
+        other => panic!("expected Denied at once, got {other:?}"),
+    }
+
+    // A fault that passes (here, three failed commands with a transient
+    // code) is retried until the lock is granted.
+    fail_point(
+        &admin,
+        doc! { "times": 3 },
+        doc! {
+            "failCommands": ["findAndModify"],
+            "errorCode": 91,
+            "appName": "refused-victim",
+        },
+    )
+    .await;
+    let guard = victim
+        .acquire(&lock_name("passing"), Duration::from_secs(60))
+        .await;
+    fail_point_off(&admin).await;
+    assert!(guard.expect("waited out").release().await.unwrap());
+}
