@@ -1,0 +1,239 @@
+//! The fenced resource: a counter in a file that every holder of the lock
+//! under test reads and increments, accepting an operation only with a
+//! fencing token at least as high as the highest it has seen.
+//!
+//! Processes share it through an exclusive `flock` on its state file, which
+//! has nothing to do with the lock under test. Every operation, accepted or
+//! rejected, is appended to its log.
+//!
+//! **Kinds.** A writer (an exclusive holder) is accepted when its token is
+//! at least the highest token seen of any kind, and raises it. A reader
+//! only reads: it is accepted when its token is at least the highest
+//! *writer* token seen, so readers whose grants overlap share a range of
+//! tokens (every reader token since the last writer's), and a reader
+//! granted before a later writer is turned away once that writer has been
+//! seen. Semaphore holders are not fenced against each other (permits are
+//! held side by side by design); they are judged by how many hold at once.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{FlockOperation, flock};
+use serde::{Deserialize, Serialize};
+
+use crate::Outcome;
+use crate::clock::now_ns;
+
+/// The store's state, rewritten by every accepted operation.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct State {
+    /// The highest token seen in an accepted operation, of any kind.
+    pub(crate) highest: u64,
+    /// The highest token seen in an accepted writer's operation.
+    pub(crate) highest_writer: u64,
+    /// The counter.
+    pub(crate) value: u64,
+}
+
+/// What an operation was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Op {
+    /// A writer's read of the counter, before it writes.
+    Read,
+    /// A writer's write of the counter.
+    Write,
+    /// A reader's read.
+    SharedRead,
+}
+
+/// One line of the log.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Entry {
+    pub(crate) op: Op,
+    pub(crate) token: u64,
+    pub(crate) accepted: bool,
+    /// The value read, or written.
+    pub(crate) value: u64,
+    /// When, on the machine's monotonic clock.
+    pub(crate) at_ns: u64,
+    pub(crate) pid: u32,
+}
+
+/// A fenced counter in a directory.
+#[derive(Debug, Clone)]
+pub(crate) struct FencedStore {
+    dir: PathBuf,
+}
+
+impl FencedStore {
+    /// The store in `dir`, created empty if it is not there.
+    ///
+    /// # Errors
+    /// An I/O error.
+    pub(crate) fn open(dir: &Path) -> Outcome<Self> {
+        std::fs::create_dir_all(dir)?;
+        Ok(Self {
+            dir: dir.to_owned(),
+        })
+    }
+
+    /// A writer's read, with `token`: the counter if accepted.
+    ///
+    /// # Errors
+    /// An I/O error.
+    pub(crate) fn read(&self, token: u64) -> Outcome<Option<u64>> {
+        self.apply(Op::Read, token, |state| {
+            (token >= state.highest).then(|| {
+                state.highest = token;
+                state.highest_writer = token;
+                state.value
+            })
+        })
+    }
+
+    /// A writer's write of `value`, with `token`: whether it was accepted.
+    ///
+    /// # Errors
+    /// An I/O error.
+    pub(crate) fn write(&self, token: u64, value: u64) -> Outcome<bool> {
+        let accepted = self.apply(Op::Write, token, |state| {
+            (token >= state.highest).then(|| {
+                state.highest = token;
+                state.highest_writer = token;
+                state.value = value;
+                value
+            })
+        })?;
+        Ok(accepted.is_some())
+    }
+
+    /// A reader's read, with `token`: the counter if accepted.
+    ///
+    /// # Errors
+    /// An I/O error.
+    pub(crate) fn shared_read(&self, token: u64) -> Outcome<Option<u64>> {
+        self.apply(Op::SharedRead, token, |state| {
+            (token >= state.highest_writer).then(|| {
+                state.highest = state.highest.max(token);
+                state.value
+            })
+        })
+    }
+
+    /// The state now.
+    ///
+    /// # Errors
+    /// An I/O error, or a state file that cannot be read.
+    pub(crate) fn state(&self) -> Outcome<State> {
+        let mut file = self.locked()?;
+        read_state(&mut file)
+    }
+
+    /// Every entry of the log, in the order they were made.
+    ///
+    /// # Errors
+    /// An I/O error, or a line that cannot be read.
+    pub(crate) fn log(&self) -> Outcome<Vec<Entry>> {
+        let text = match std::fs::read_to_string(self.dir.join("log.jsonl")) {
+            Ok(text) => text,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(error) => return Err(error.into()),
+        };
+        let mut entries = Vec::new();
+        for line in text.lines() {
+            entries.push(serde_json::from_str(line)?);
+        }
+        Ok(entries)
+    }
+
+    /// Runs `decide` on the state under the store's lock; an accepted
+    /// operation (`Some` value) writes the state back. Either way the
+    /// operation is logged before the lock is let go.
+    fn apply(
+        &self,
+        op: Op,
+        token: u64,
+        decide: impl FnOnce(&mut State) -> Option<u64>,
+    ) -> Outcome<Option<u64>> {
+        let mut file = self.locked()?;
+        let mut state = read_state(&mut file)?;
+        let outcome = decide(&mut state);
+        if outcome.is_some() {
+            let text = serde_json::to_vec(&state)?;
+            file.set_len(0)?;
+            file.seek(SeekFrom::Start(0))?;
+            file.write_all(&text)?;
+        }
+        let entry = Entry {
+            op,
+            token,
+            accepted: outcome.is_some(),
+            value: outcome.unwrap_or(0),
+            at_ns: now_ns(),
+            pid: std::process::id(),
+        };
+        let mut log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("log.jsonl"))?;
+        let mut line = serde_json::to_vec(&entry)?;
+        line.push(b'\n');
+        log.write_all(&line)?;
+        // The flock ends when `file` closes.
+        Ok(outcome)
+    }
+
+    fn locked(&self) -> Outcome<File> {
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(self.dir.join("state.json"))?;
+        flock(&file, FlockOperation::LockExclusive)?;
+        Ok(file)
+    }
+}
+
+fn read_state(file: &mut File) -> Outcome<State> {
+    let mut text = String::new();
+    file.seek(SeekFrom::Start(0))?;
+    file.read_to_string(&mut text)?;
+    if text.is_empty() {
+        return Ok(State::default());
+    }
+    Ok(serde_json::from_str(&text)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stale_writer_is_turned_away_after_a_newer_one_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FencedStore::open(dir.path()).unwrap();
+        assert_eq!(store.read(5).unwrap(), Some(0));
+        assert_eq!(store.read(6).unwrap(), Some(0));
+        assert!(!store.write(5, 1).unwrap(), "5 is behind 6");
+        assert!(store.write(6, 1).unwrap());
+        assert_eq!(store.state().unwrap().value, 1);
+        let log = store.log().unwrap();
+        assert_eq!(log.len(), 4);
+        assert_eq!(log.iter().filter(|entry| !entry.accepted).count(), 1);
+    }
+
+    #[test]
+    fn readers_share_a_range_until_a_writer_is_seen() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FencedStore::open(dir.path()).unwrap();
+        assert!(store.shared_read(3).unwrap().is_some());
+        assert!(store.shared_read(4).unwrap().is_some());
+        assert!(store.shared_read(3).unwrap().is_some(), "readers overlap");
+        assert!(store.read(5).unwrap().is_some());
+        assert!(store.shared_read(4).unwrap().is_none(), "behind the writer");
+        assert!(store.shared_read(7).unwrap().is_some());
+    }
+}

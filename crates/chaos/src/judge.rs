@@ -1,0 +1,275 @@
+//! Judging a run from the holders' records and the fenced counter.
+//!
+//! A holder is valid from the moment its grant arrived until it stopped
+//! acting on it: just before its release, or when `lost()` fired, whichever
+//! came first. All times are on the machine's one monotonic clock.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+
+use crate::Outcome;
+use crate::fenced::{FencedStore, Op};
+use crate::worker::{ClaimSpec, Event};
+
+/// One grant, as its holder recorded it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Holding {
+    pub(crate) claim: ClaimSpec,
+    pub(crate) token: u64,
+    pub(crate) start_ns: u64,
+    /// When it stopped being valid; `None` if its process never said (it
+    /// was killed, or is still paused).
+    pub(crate) end_ns: Option<u64>,
+    /// When `lost()` fired, if it did.
+    pub(crate) lost_ns: Option<u64>,
+    pub(crate) write_ok: Option<bool>,
+}
+
+/// What a run showed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Verdict {
+    /// Grants recorded.
+    pub(crate) acquisitions: usize,
+    /// Holdings that overlapped a holding they exclude: another writer (or
+    /// any reader, for a writer), or, for a semaphore, holdings granted
+    /// while the limit was already held.
+    pub(crate) overlaps: usize,
+    /// Most holders of a semaphore seen at once.
+    pub(crate) most_at_once: usize,
+    /// Accepted writes the counter does not show.
+    pub(crate) lost_updates: u64,
+    /// Pairs of holdings, one ended before the other began, whose tokens
+    /// are not in that order.
+    pub(crate) token_regressions: usize,
+    /// Writes the fenced counter turned away.
+    pub(crate) rejected_writes: usize,
+    /// Holdings whose `lost()` fired.
+    pub(crate) losses: usize,
+    /// Acquisitions that failed, or timed out.
+    pub(crate) failed: usize,
+}
+
+impl Verdict {
+    /// Adds `other`'s counts to these, for a scenario of several runs.
+    pub(crate) fn add(&mut self, other: &Verdict) {
+        self.acquisitions += other.acquisitions;
+        self.overlaps += other.overlaps;
+        self.most_at_once = self.most_at_once.max(other.most_at_once);
+        self.lost_updates += other.lost_updates;
+        self.token_regressions += other.token_regressions;
+        self.rejected_writes += other.rejected_writes;
+        self.losses += other.losses;
+        self.failed += other.failed;
+    }
+}
+
+/// The holdings in `events`, with what was recorded of their end.
+pub(crate) fn holdings(events: &[Event]) -> Vec<Holding> {
+    let mut ends = HashMap::new();
+    for event in events {
+        if let Event::Ended {
+            pid,
+            task,
+            token,
+            at_ns,
+            lost_ns,
+            write_ok,
+            ..
+        } = event
+        {
+            let end = lost_ns.map_or(*at_ns, |lost| lost.min(*at_ns));
+            ends.insert((*pid, *task, *token), (end, *lost_ns, *write_ok));
+        }
+    }
+    events
+        .iter()
+        .filter_map(|event| match event {
+            Event::Acquired {
+                pid,
+                task,
+                claim,
+                token,
+                at_ns,
+            } => {
+                let end = ends.get(&(*pid, *task, *token));
+                Some(Holding {
+                    claim: *claim,
+                    token: *token,
+                    start_ns: *at_ns,
+                    end_ns: end.map(|(end, ..)| *end),
+                    lost_ns: end.and_then(|(_, lost, _)| *lost),
+                    write_ok: end.and_then(|(.., write)| *write),
+                })
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// Judges one name's run: `events` from every holder of it, and its
+/// fenced counter.
+///
+/// # Errors
+/// The counter's state or log cannot be read.
+pub(crate) fn judge(events: &[Event], store: &FencedStore) -> Outcome<Verdict> {
+    let holdings = holdings(events);
+    let state = store.state()?;
+    let log = store.log()?;
+    let accepted_writes = log
+        .iter()
+        .filter(|entry| entry.op == Op::Write && entry.accepted)
+        .count() as u64;
+    let (overlaps, most_at_once) = overlaps(&holdings);
+    Ok(Verdict {
+        acquisitions: holdings.len(),
+        overlaps,
+        most_at_once,
+        lost_updates: accepted_writes.saturating_sub(state.value),
+        token_regressions: token_regressions(&holdings),
+        rejected_writes: log
+            .iter()
+            .filter(|entry| entry.op == Op::Write && !entry.accepted)
+            .count(),
+        losses: holdings
+            .iter()
+            .filter(|holding| holding.lost_ns.is_some())
+            .count(),
+        failed: events
+            .iter()
+            .filter(|event| matches!(event, Event::Failed { .. } | Event::TimedOut { .. }))
+            .count(),
+    })
+}
+
+/// Overlapping holdings among those that ended, and the most holders seen
+/// at once. A holding overlaps when it began while a holding it excludes
+/// was still valid.
+fn overlaps(holdings: &[Holding]) -> (usize, usize) {
+    let mut ended: Vec<(u64, u64, ClaimSpec)> = holdings
+        .iter()
+        .filter_map(|holding| Some((holding.start_ns, holding.end_ns?, holding.claim)))
+        .collect();
+    ended.sort_unstable_by_key(|(start, ..)| *start);
+    let limit = ended.iter().find_map(|(.., claim)| match claim {
+        ClaimSpec::Permit { limit } => Some(*limit as usize),
+        _ => None,
+    });
+    // The holdings still valid, by when they end, and how many of them
+    // are writers.
+    let mut valid: BinaryHeap<Reverse<(u64, bool)>> = BinaryHeap::new();
+    let mut valid_writers = 0;
+    let (mut overlapping, mut most) = (0, 0);
+    for (start, end, claim) in ended {
+        while let Some(Reverse((valid_end, writer))) = valid.peek().copied() {
+            if valid_end > start {
+                break;
+            }
+            valid.pop();
+            valid_writers -= usize::from(writer);
+        }
+        let writer = claim == ClaimSpec::Exclusive;
+        let excluded = match limit {
+            Some(limit) => valid.len() >= limit,
+            None => valid_writers > 0 || (writer && !valid.is_empty()),
+        };
+        overlapping += usize::from(excluded);
+        valid.push(Reverse((end, writer)));
+        valid_writers += usize::from(writer);
+        most = most.max(valid.len());
+    }
+    (overlapping, most)
+}
+
+/// Pairs of ended holdings in real-time order whose tokens are not.
+fn token_regressions(holdings: &[Holding]) -> usize {
+    let mut by_end: Vec<(u64, u64)> = holdings
+        .iter()
+        .filter_map(|holding| Some((holding.end_ns?, holding.token)))
+        .collect();
+    by_end.sort_unstable();
+    // The highest token among holdings that ended by each position.
+    let mut highest = Vec::with_capacity(by_end.len());
+    let mut running = 0;
+    for (_, token) in &by_end {
+        running = running.max(*token);
+        highest.push(running);
+    }
+    holdings
+        .iter()
+        .filter(|later| {
+            let before = by_end.partition_point(|(end, _)| *end < later.start_ns);
+            before > 0 && highest[before - 1] >= later.token
+        })
+        .count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn holding(claim: ClaimSpec, token: u64, start: u64, end: u64) -> Holding {
+        Holding {
+            claim,
+            token,
+            start_ns: start,
+            end_ns: Some(end),
+            lost_ns: None,
+            write_ok: None,
+        }
+    }
+
+    #[test]
+    fn exclusive_holdings_that_meet_overlap() {
+        let apart = [
+            holding(ClaimSpec::Exclusive, 1, 0, 10),
+            holding(ClaimSpec::Exclusive, 2, 10, 20),
+        ];
+        assert_eq!(overlaps(&apart).0, 0);
+        let met = [
+            holding(ClaimSpec::Exclusive, 1, 0, 10),
+            holding(ClaimSpec::Exclusive, 2, 9, 20),
+        ];
+        assert_eq!(overlaps(&met).0, 1);
+    }
+
+    #[test]
+    fn readers_may_meet_but_not_beside_a_writer() {
+        let readers = [
+            holding(ClaimSpec::Shared, 1, 0, 10),
+            holding(ClaimSpec::Shared, 2, 5, 20),
+        ];
+        assert_eq!(overlaps(&readers), (0, 2));
+        let writer = [
+            holding(ClaimSpec::Shared, 1, 0, 10),
+            holding(ClaimSpec::Exclusive, 2, 5, 20),
+        ];
+        assert_eq!(overlaps(&writer).0, 1);
+    }
+
+    #[test]
+    fn a_semaphore_overlaps_only_past_its_limit() {
+        let permit = ClaimSpec::Permit { limit: 2 };
+        let within = [holding(permit, 1, 0, 10), holding(permit, 2, 1, 10)];
+        assert_eq!(overlaps(&within), (0, 2));
+        let beyond = [
+            holding(permit, 1, 0, 10),
+            holding(permit, 2, 1, 10),
+            holding(permit, 3, 2, 10),
+        ];
+        assert_eq!(overlaps(&beyond), (1, 3));
+    }
+
+    #[test]
+    fn tokens_must_follow_real_time() {
+        let ordered = [
+            holding(ClaimSpec::Exclusive, 1, 0, 10),
+            holding(ClaimSpec::Exclusive, 2, 11, 20),
+        ];
+        assert_eq!(token_regressions(&ordered), 0);
+        let regressed = [
+            holding(ClaimSpec::Exclusive, 5, 0, 10),
+            holding(ClaimSpec::Exclusive, 2, 11, 20),
+        ];
+        assert_eq!(token_regressions(&regressed), 1);
+    }
+}

@@ -1,0 +1,205 @@
+//! `distlock-chaos`: distlock's reliability campaign.
+//!
+//! Each scenario puts one fault between lock holders and their backend
+//! (a server restart, a paused or killed holder, a lost acknowledgement, a
+//! shifted clock…), while holders in separate processes do read-increment-
+//! write cycles on a [fenced counter](fenced). The [judge] then counts, from
+//! the counter's log and the holders' own records on one monotonic clock,
+//! the overlaps among valid holders, the lost updates and the fencing-token
+//! regressions. `bash scripts/chaos` runs every scenario in full and writes
+//! RELIABILITY.md; the test `short` runs each in a short form in CI.
+//!
+//! A backend joins the campaign with one line in [`servers::Kind::ALL`].
+//!
+//! ```text
+//! distlock-chaos [--backend NAME]… [--scenario ID]… [--short] [--lease D]
+//!                [--note TEXT]… [--command TEXT] [--write FILE]
+//! ```
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand};
+
+use crate::report::{Row, RunInfo};
+use crate::scenarios::Settings;
+use crate::servers::{Kind, Server};
+
+mod clock;
+mod fenced;
+mod judge;
+mod report;
+mod scenarios;
+mod servers;
+mod worker;
+
+/// What the campaign's steps return: any error, with its message.
+type Outcome<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+#[derive(Debug, Parser)]
+#[command(name = "distlock-chaos", about = "distlock's reliability campaign")]
+struct Args {
+    #[command(subcommand)]
+    worker: Option<Worker>,
+    /// A backend to run against (file, MongoDB, memcached); repeat for
+    /// several. Default: every backend.
+    #[arg(long = "backend", value_name = "NAME")]
+    backends: Vec<String>,
+    /// A scenario to run (R1, R2, …); repeat for several. Default: all.
+    #[arg(long = "scenario", value_name = "ID")]
+    scenarios: Vec<String>,
+    /// The short form, as CI runs it.
+    #[arg(long)]
+    short: bool,
+    /// Every holder's lease.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    lease: Duration,
+    /// A line for the report's head (versions); repeat for several.
+    #[arg(long = "note", value_name = "TEXT")]
+    notes: Vec<String>,
+    /// The command to name in the report.
+    #[arg(long)]
+    command: Option<String>,
+    /// Where to write the report (default: stdout).
+    #[arg(long, value_name = "FILE")]
+    write: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Worker {
+    /// Runs one holder process (used by the campaign itself).
+    #[command(hide = true)]
+    Worker { spec: String },
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    if let Some(Worker::Worker { spec }) = &args.worker {
+        return run_worker(spec);
+    }
+    match campaign(&args) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(error) => {
+            eprintln!("distlock-chaos: {error}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run_worker(spec: &str) -> ExitCode {
+    let outcome = (|| -> Outcome<()> {
+        let spec = serde_json::from_str(spec)?;
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()?
+            .block_on(worker::run(spec))
+    })();
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("distlock-chaos worker: {error}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn campaign(args: &Args) -> Outcome<bool> {
+    let kinds = if args.backends.is_empty() {
+        Kind::ALL.to_vec()
+    } else {
+        args.backends
+            .iter()
+            .map(|name| {
+                Kind::parse(name).ok_or_else(|| {
+                    format!("unknown backend {name}; use file, MongoDB or memcached")
+                })
+            })
+            .collect::<Result<_, _>>()?
+    };
+    let chosen: Vec<_> = scenarios::all()
+        .into_iter()
+        .filter(|scenario| {
+            args.scenarios.is_empty()
+                || args
+                    .scenarios
+                    .iter()
+                    .any(|id| id.eq_ignore_ascii_case(scenario.info.id))
+        })
+        .collect();
+    let exe = std::env::current_exe()?;
+    let settings = Settings {
+        cli: exe
+            .parent()
+            .map(|dir| dir.join("distlock"))
+            .filter(|cli| cli.exists()),
+        exe,
+        short: args.short,
+        lease: args.lease,
+    };
+    let started = Instant::now();
+    let mut rows = Vec::new();
+    for kind in kinds {
+        let mut server = Server::start(kind)?;
+        for scenario in &chosen {
+            eprintln!("distlock-chaos: {} on {}", scenario.info.id, kind.name());
+            match (scenario.run)(&mut server, &settings) {
+                Ok(found) => rows.extend(found),
+                Err(error) => rows.push(Row {
+                    scenario: scenario.info.id,
+                    backend: kind.name(),
+                    kind: "—".into(),
+                    verdict: None,
+                    detail: format!("the scenario could not run: {error}"),
+                    passed: false,
+                    overlaps_allowed: false,
+                }),
+            }
+        }
+    }
+    let run = RunInfo {
+        command: args
+            .command
+            .clone()
+            .unwrap_or_else(|| std::env::args().collect::<Vec<_>>().join(" ")),
+        machine: machine(),
+        versions: args.notes.clone(),
+        short: args.short,
+        took: started.elapsed(),
+    };
+    let infos: Vec<_> = chosen.iter().map(|scenario| scenario.info).collect();
+    let text = report::markdown(&run, &infos, &rows);
+    match &args.write {
+        Some(path) => std::fs::write(path, &text)?,
+        None => print!("{text}"),
+    }
+    // The short form, run in CI, judges only the safety invariants: its
+    // few runs on a busy machine say nothing reliable about timing.
+    Ok(rows
+        .iter()
+        .all(|row| if args.short { row.safe() } else { row.passed }))
+}
+
+/// The processors, memory and kernel of this machine.
+fn machine() -> String {
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let memory = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|info| {
+            let kib: u64 = info
+                .lines()
+                .next()?
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()?;
+            Some(format!("{:.0} GiB", kib as f64 / 1024.0 / 1024.0))
+        })
+        .unwrap_or_else(|| "unknown memory".into());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|release| format!("Linux {}", release.trim()))
+        .unwrap_or_else(|_| "unknown kernel".into());
+    format!("{cpus} processors, {memory}, {kernel}")
+}

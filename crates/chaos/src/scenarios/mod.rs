@@ -1,0 +1,229 @@
+//! The scenarios, and what they share: settings, and holder processes.
+
+mod churn;
+mod kill;
+mod pause;
+mod tokens;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rustix::process::{Pid, Signal, kill_process};
+
+use crate::Outcome;
+use crate::report::{Row, ScenarioInfo};
+use crate::servers::Server;
+use crate::worker::{ClaimSpec, Event, Spec, read_events};
+
+/// How a campaign runs.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    /// The `distlock-chaos` binary, which runs the holders.
+    pub(crate) exe: PathBuf,
+    /// The `distlock` binary, for the `distlock run` checks, when built.
+    pub(crate) cli: Option<PathBuf>,
+    /// The short form, for CI: fewer runs and cycles, the same invariants.
+    pub(crate) short: bool,
+    /// The lease of every holder.
+    pub(crate) lease: Duration,
+}
+
+impl Settings {
+    /// `full`, or `short` in the short form.
+    pub(crate) fn pick<T>(&self, full: T, short: T) -> T {
+        if self.short { short } else { full }
+    }
+
+    /// How often a holder extends its lease (the default, a third).
+    pub(crate) fn cadence(&self) -> Duration {
+        self.lease / 3
+    }
+}
+
+/// A scenario: what it is, and how it runs on one backend.
+pub(crate) struct Scenario {
+    pub(crate) info: ScenarioInfo,
+    pub(crate) run: fn(&mut Server, &Settings) -> Outcome<Vec<Row>>,
+}
+
+/// Every scenario, in order.
+pub(crate) fn all() -> Vec<Scenario> {
+    vec![
+        churn::SCENARIO,
+        pause::SCENARIO,
+        kill::SCENARIO,
+        tokens::SCENARIO,
+    ]
+}
+
+/// The lock kinds `server`'s backend grants, each as a list of the claims
+/// its processes take: exclusive; readers with one writing process; a
+/// semaphore of 3.
+pub(crate) fn kinds(server: &Server) -> Vec<(String, Vec<ClaimSpec>)> {
+    let mut kinds = vec![("exclusive".to_owned(), vec![ClaimSpec::Exclusive])];
+    if server.kind.has_shared() {
+        kinds.push((
+            "reader-writer".to_owned(),
+            vec![ClaimSpec::Exclusive, ClaimSpec::Shared],
+        ));
+    }
+    kinds.push((
+        "semaphore of 3".to_owned(),
+        vec![ClaimSpec::Permit { limit: 3 }],
+    ));
+    kinds
+}
+
+/// A lock name of its own for each run.
+pub(crate) fn unique(prefix: &str) -> String {
+    format!("{prefix}-{}-{}", std::process::id(), crate::clock::now_ns())
+}
+
+/// A holder process.
+pub(crate) struct Worker {
+    child: Child,
+    pub(crate) events: PathBuf,
+}
+
+impl Worker {
+    /// Starts a holder with `spec`.
+    ///
+    /// # Errors
+    /// The binary cannot be started.
+    pub(crate) fn spawn(settings: &Settings, spec: &Spec) -> Outcome<Worker> {
+        let child = Command::new(&settings.exe)
+            .arg("worker")
+            .arg(serde_json::to_string(spec)?)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|error| format!("cannot start {}: {error}", settings.exe.display()))?;
+        Ok(Worker {
+            child,
+            events: spec.events.clone(),
+        })
+    }
+
+    /// Sends `signal` to the holder.
+    pub(crate) fn signal(&self, signal: Signal) {
+        if let Some(pid) = Pid::from_raw(self.child.id() as i32) {
+            let _ = kill_process(pid, signal);
+        }
+    }
+
+    /// Waits until the holder's records show an event `wanted` accepts.
+    ///
+    /// # Errors
+    /// None came within `limit`.
+    pub(crate) fn wait_for(
+        &self,
+        limit: Duration,
+        wanted: impl Fn(&Event) -> bool,
+    ) -> Outcome<Event> {
+        let started = Instant::now();
+        loop {
+            if let Some(event) = read_events(&self.events)?.into_iter().find(&wanted) {
+                return Ok(event);
+            }
+            if started.elapsed() > limit {
+                return Err(format!(
+                    "no such event in {} within {limit:?}",
+                    self.events.display()
+                )
+                .into());
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// Waits for the holder to end.
+    ///
+    /// # Errors
+    /// It exited with a failure.
+    pub(crate) fn finish(mut self) -> Outcome<Vec<Event>> {
+        let status = self.child.wait()?;
+        if !status.success() {
+            return Err(format!("a holder failed: {status}").into());
+        }
+        read_events(&self.events)
+    }
+
+    /// Kills the holder outright and reaps it.
+    pub(crate) fn kill(mut self) -> Vec<Event> {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        read_events(&self.events).unwrap_or_default()
+    }
+
+    /// Whether the holder has ended.
+    pub(crate) fn has_ended(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A spec for one holder of `name` on `server`, with its records in
+/// `dir`; callers change what they need.
+pub(crate) fn spec(
+    server: &Server,
+    settings: &Settings,
+    name: &str,
+    dir: &Path,
+    id: usize,
+) -> Spec {
+    Spec {
+        url: server.url(),
+        name: name.to_owned(),
+        claim: ClaimSpec::Exclusive,
+        tasks: 1,
+        cycles: 1,
+        lease_ms: settings.lease.as_millis() as u64,
+        hold_ms: 0,
+        wait_ms: 30_000,
+        store: dir.join("store"),
+        events: dir.join(format!("events-{id}.jsonl")),
+        write_when_lost: false,
+        await_loss_ms: None,
+        stop_at_ns: None,
+    }
+}
+
+/// A directory of its own under the server's scratch space.
+///
+/// # Errors
+/// It cannot be made.
+pub(crate) fn run_dir(server: &Server, name: &str) -> Outcome<PathBuf> {
+    let dir = server.scratch().join(name);
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+/// The `p`-th percentile of `values` (sorted in place), if any.
+pub(crate) fn percentile(values: &mut [Duration], p: f64) -> Option<Duration> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_unstable();
+    let index = ((values.len() as f64 * p / 100.0).ceil() as usize).clamp(1, values.len()) - 1;
+    Some(values[index])
+}
+
+/// A duration as milliseconds for a report, with a decimal below 10 ms.
+pub(crate) fn ms(duration: Duration) -> String {
+    let millis = duration.as_secs_f64() * 1000.0;
+    if millis < 10.0 {
+        format!("{millis:.1} ms")
+    } else {
+        format!("{millis:.0} ms")
+    }
+}

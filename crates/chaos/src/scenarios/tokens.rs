@@ -1,0 +1,145 @@
+//! R7: fencing tokens keep increasing across releases, expiries, deleted
+//! records and server restarts.
+
+use std::io::{Read, Write};
+use std::sync::Arc;
+use std::time::Duration;
+
+use distlock::{AcquireRequest, Claim, Holder, LockClient, LockName, LockOptions, WaitState};
+
+use super::{Scenario, Settings, unique};
+use crate::Outcome;
+use crate::judge::Verdict;
+use crate::report::{Row, ScenarioInfo};
+use crate::servers::{Kind, Server};
+
+pub(super) const SCENARIO: Scenario = Scenario {
+    info: ScenarioInfo {
+        id: "R7",
+        title: "Token monotonicity",
+        what: "1,000 cycles on one name (short form: 100): most release; every tenth lets \
+               its grant expire; every tenth (another one) is followed by the deletion of the \
+               name's record (MongoDB: the document; memcached: `flush_all`, which takes the \
+               token counters too; file: a forced release); the server restarts every 100th \
+               cycle (short form: every 25th). Must hold: every token strictly greater than \
+               the one before.",
+    },
+    run,
+};
+
+/// How long a grant that is left to expire lasts.
+const EXPIRING: Duration = Duration::from_millis(200);
+
+fn run(server: &mut Server, settings: &Settings) -> Outcome<Vec<Row>> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let row = runtime.block_on(cycles(server, settings))?;
+    Ok(vec![row])
+}
+
+async fn cycles(server: &mut Server, settings: &Settings) -> Outcome<Row> {
+    let cycles = settings.pick(1000, 100);
+    let restart_every = settings.pick(100, 25);
+    let name = LockName::new(unique("r7"))?;
+    let backend = distlock::open(&server.url()).await?;
+    let options = LockOptions::builder().lease(settings.lease).build()?;
+    let client = LockClient::new(backend.clone(), options);
+    let holder = Arc::new(Holder::this_process(Some("distlock-chaos")));
+    let (mut previous, mut regressions, mut restarts) = (0, 0, 0);
+    let (mut expired, mut deleted) = (0, 0);
+    for cycle in 0..cycles {
+        if cycle > 0 && cycle % restart_every == 0 && server.kind.has_server() {
+            server.restart()?;
+            restarts += 1;
+        }
+        let token = match cycle % 10 {
+            // Granted by the backend itself, so that no keeper extends it,
+            // and left to expire.
+            3 => {
+                let request =
+                    AcquireRequest::new(name.clone(), Claim::Exclusive, EXPIRING, holder.clone());
+                let token = loop {
+                    match backend.try_acquire(&request, &mut WaitState::new()).await {
+                        Ok(distlock::Attempt::Acquired { fencing_token, .. }) => {
+                            break fencing_token;
+                        }
+                        Ok(distlock::Attempt::Held { .. }) => {
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
+                        Err(error) if error.is_transient() => {
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                        }
+                        Err(error) => return Err(error.into()),
+                    }
+                };
+                expired += 1;
+                token
+            }
+            7 => {
+                let guard = client.acquire(&name, Duration::from_secs(60)).await?;
+                let token = guard.fencing_token();
+                let _ = guard.release().await;
+                delete_record(server, &name).await?;
+                deleted += 1;
+                token
+            }
+            _ => {
+                let guard = client.acquire(&name, Duration::from_secs(60)).await?;
+                let token = guard.fencing_token();
+                let _ = guard.release().await;
+                token
+            }
+        };
+        regressions += usize::from(token <= previous);
+        previous = token;
+    }
+    let verdict = Verdict {
+        acquisitions: cycles,
+        token_regressions: regressions,
+        ..Verdict::default()
+    };
+    Ok(Row {
+        scenario: "R7",
+        backend: server.kind.name(),
+        kind: "exclusive".into(),
+        passed: regressions == 0,
+        verdict: Some(verdict),
+        detail: format!(
+            "{cycles} cycles: {expired} left to expire, {deleted} followed by deleting the record; \
+             {restarts} server restarts; last token {previous}"
+        ),
+        overlaps_allowed: false,
+    })
+}
+
+/// Deletes `name`'s record behind the backend's back.
+async fn delete_record(server: &Server, name: &LockName) -> Outcome<()> {
+    match server.kind {
+        Kind::File => {
+            let backend = distlock::open(&server.url()).await?;
+            backend.force_release(name).await?;
+        }
+        Kind::MongoDb => {
+            let client = mongodb::Client::with_uri_str(server.url()).await?;
+            client
+                .database("distlock_chaos")
+                .collection::<mongodb::bson::Document>(distlock::mongodb::DEFAULT_COLLECTION)
+                .delete_one(mongodb::bson::doc! { "_id": name.as_str() })
+                .await?;
+        }
+        Kind::Memcached => {
+            let mut stream = std::net::TcpStream::connect(server.address())?;
+            stream.write_all(b"flush_all\r\n")?;
+            let mut reply = [0; 4];
+            stream.read_exact(&mut reply)?;
+            if &reply != b"OK\r\n" {
+                return Err(
+                    format!("flush_all answered {:?}", String::from_utf8_lossy(&reply)).into(),
+                );
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,312 @@
+//! A holder process: tasks that take the lock under test, work on the fenced
+//! counter while they hold it, and release it, recording each holding on
+//! the shared monotonic clock.
+//!
+//! The campaign starts workers as `distlock-chaos worker SPEC`, with the
+//! spec as JSON, so that a scenario can pause or kill a holder's process.
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use distlock::{Claim, LockClient, LockName, LockOptions, LossReason};
+use serde::{Deserialize, Serialize};
+
+use crate::Outcome;
+use crate::clock::now_ns;
+use crate::fenced::FencedStore;
+
+/// What a worker does.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Spec {
+    pub(crate) url: String,
+    pub(crate) name: String,
+    pub(crate) claim: ClaimSpec,
+    /// Tasks in the process, each taking the lock in turn with the others.
+    pub(crate) tasks: usize,
+    /// Holdings per task.
+    pub(crate) cycles: usize,
+    pub(crate) lease_ms: u64,
+    /// How long a holding lasts, between the read and the write.
+    pub(crate) hold_ms: u64,
+    /// How long one acquisition may wait.
+    pub(crate) wait_ms: u64,
+    /// The fenced counter's directory.
+    pub(crate) store: PathBuf,
+    /// Where the events go (JSON lines, appended).
+    pub(crate) events: PathBuf,
+    /// Write even after `lost()` fired, as a holder that does not look
+    /// would: the fenced counter must turn it away.
+    pub(crate) write_when_lost: bool,
+    /// After its work, wait up to this long for `lost()` before releasing,
+    /// to see that it fires by itself.
+    pub(crate) await_loss_ms: Option<u64>,
+    /// Stop taking the lock once the monotonic clock passes this.
+    pub(crate) stop_at_ns: Option<u64>,
+}
+
+/// The claim a worker takes, as a spec spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum ClaimSpec {
+    Exclusive,
+    Shared,
+    Permit { limit: u32 },
+}
+
+impl ClaimSpec {
+    pub(crate) fn claim(self) -> Claim {
+        match self {
+            ClaimSpec::Exclusive => Claim::Exclusive,
+            ClaimSpec::Shared => Claim::Shared,
+            ClaimSpec::Permit { limit } => Claim::Permit { limit },
+        }
+    }
+}
+
+/// One line of a worker's record.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub(crate) enum Event {
+    /// A grant arrived.
+    Acquired {
+        pid: u32,
+        task: usize,
+        claim: ClaimSpec,
+        token: u64,
+        at_ns: u64,
+    },
+    /// The holder stopped acting on the grant (just before it released).
+    Ended {
+        pid: u32,
+        task: usize,
+        token: u64,
+        at_ns: u64,
+        /// When `lost()` fired, if it did before the release.
+        lost_ns: Option<u64>,
+        /// Whether the fenced operations were accepted: the read, and the
+        /// write if one was made.
+        read_ok: bool,
+        write_ok: Option<bool>,
+        release: Release,
+    },
+    /// An acquisition ended in an error (not a timeout).
+    Failed {
+        pid: u32,
+        task: usize,
+        at_ns: u64,
+        error: String,
+    },
+    /// An acquisition timed out.
+    TimedOut { pid: u32, task: usize, at_ns: u64 },
+}
+
+/// How a release went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Release {
+    Released,
+    NotOurs,
+    Failed,
+}
+
+/// Reads a worker's events file; a file that does not exist is empty, and
+/// a torn last line (the process was killed mid-write) is skipped.
+///
+/// # Errors
+/// An I/O error, or a line that is not an event.
+pub(crate) fn read_events(path: &Path) -> Outcome<Vec<Event>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(error) => return Err(error.into()),
+    };
+    let mut events = Vec::new();
+    let lines: Vec<&str> = text.lines().collect();
+    for (index, line) in lines.iter().enumerate() {
+        match serde_json::from_str(line) {
+            Ok(event) => events.push(event),
+            Err(_) if index + 1 == lines.len() => {}
+            Err(error) => return Err(format!("{}: {error}", path.display()).into()),
+        }
+    }
+    Ok(events)
+}
+
+/// Runs a worker to the end of its cycles.
+///
+/// # Errors
+/// A backend that cannot be opened within 30 s, or an I/O error.
+pub(crate) async fn run(spec: Spec) -> Outcome<()> {
+    let backend = open_patiently(&spec.url).await?;
+    let options = LockOptions::builder()
+        .lease(Duration::from_millis(spec.lease_ms))
+        .label("distlock-chaos")
+        .build()?;
+    let client = LockClient::new(backend, options);
+    let spec = Arc::new(spec);
+    let mut tasks = Vec::new();
+    for task in 0..spec.tasks {
+        let (client, spec) = (client.clone(), spec.clone());
+        tasks.push(tokio::spawn(async move {
+            hold_in_turn(&client, &spec, task).await
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    Ok(())
+}
+
+async fn open_patiently(url: &str) -> Outcome<Arc<dyn distlock::Backend>> {
+    let started = std::time::Instant::now();
+    loop {
+        match distlock::open(url).await {
+            Ok(backend) => return Ok(backend),
+            Err(error) if error.is_transient() && started.elapsed() < Duration::from_secs(30) => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(error) => return Err(error.into()),
+        }
+    }
+}
+
+async fn hold_in_turn(client: &LockClient, spec: &Spec, task: usize) -> Outcome<()> {
+    let name = LockName::new(&spec.name)?;
+    let store = FencedStore::open(&spec.store)?;
+    let pid = std::process::id();
+    for _ in 0..spec.cycles {
+        if spec.stop_at_ns.is_some_and(|stop| now_ns() >= stop) {
+            break;
+        }
+        let wait = Duration::from_millis(spec.wait_ms);
+        let guard = match client.acquire_claim(&name, spec.claim.claim(), wait).await {
+            Ok(guard) => guard,
+            Err(distlock::Error::Timeout { .. }) => {
+                record(
+                    &spec.events,
+                    &Event::TimedOut {
+                        pid,
+                        task,
+                        at_ns: now_ns(),
+                    },
+                )?;
+                continue;
+            }
+            Err(error) => {
+                let at_ns = now_ns();
+                let error = error.to_string();
+                record(
+                    &spec.events,
+                    &Event::Failed {
+                        pid,
+                        task,
+                        at_ns,
+                        error,
+                    },
+                )?;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+        };
+        let token = guard.fencing_token();
+        let claim = spec.claim;
+        record(
+            &spec.events,
+            &Event::Acquired {
+                pid,
+                task,
+                claim,
+                token,
+                at_ns: now_ns(),
+            },
+        )?;
+        let lost_at = watch_loss(&guard);
+
+        let hold = Duration::from_millis(spec.hold_ms);
+        let (read_ok, write_ok) = match spec.claim {
+            ClaimSpec::Exclusive => {
+                let read = store.read(token)?;
+                tokio::time::sleep(hold).await;
+                let write = match read {
+                    Some(value) if spec.write_when_lost || !guard.is_lost() => {
+                        Some(store.write(token, value + 1)?)
+                    }
+                    _ => None,
+                };
+                (read.is_some(), write)
+            }
+            ClaimSpec::Shared => {
+                let read = store.shared_read(token)?;
+                tokio::time::sleep(hold).await;
+                (read.is_some(), None)
+            }
+            ClaimSpec::Permit { .. } => {
+                tokio::time::sleep(hold).await;
+                (true, None)
+            }
+        };
+        if let Some(patience) = spec.await_loss_ms {
+            let _ = tokio::time::timeout(Duration::from_millis(patience), guard.lost()).await;
+        }
+        if guard.is_lost() && lost_at.load(Ordering::SeqCst) == 0 {
+            // Lost before its watcher task had its turn.
+            lost_at.store(now_ns(), Ordering::SeqCst);
+        }
+        let at_ns = now_ns();
+        let release = match guard.release().await {
+            Ok(true) => Release::Released,
+            Ok(false) | Err(distlock::Error::Lost { .. }) => Release::NotOurs,
+            Err(_) => Release::Failed,
+        };
+        let lost_ns = match lost_at.load(Ordering::SeqCst) {
+            0 => None,
+            at => Some(at),
+        };
+        record(
+            &spec.events,
+            &Event::Ended {
+                pid,
+                task,
+                token,
+                at_ns,
+                lost_ns,
+                read_ok,
+                write_ok,
+                release,
+            },
+        )?;
+    }
+    Ok(())
+}
+
+/// When the guard's `lost()` fires for a reason other than its release,
+/// the time it fired; zero until then.
+fn watch_loss(guard: &distlock::LockGuard) -> Arc<AtomicU64> {
+    let lost_at = Arc::new(AtomicU64::new(0));
+    let signal = guard.lost_signal();
+    let seen = lost_at.clone();
+    tokio::spawn(async move {
+        let reason = signal.lost().await;
+        if reason != LossReason::Released {
+            seen.store(now_ns(), Ordering::SeqCst);
+        }
+    });
+    lost_at
+}
+
+/// Appends `event` as one line, in one write, so that a process killed at
+/// any moment leaves whole lines (and at most a torn last one).
+fn record(path: &Path, event: &Event) -> Outcome<()> {
+    let mut line = serde_json::to_vec(event)?;
+    line.push(b'\n');
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?
+        .write_all(&line)?;
+    Ok(())
+}
