@@ -11,7 +11,7 @@ use distlock_core::{
 use futures::TryStreamExt;
 use mongodb::bson::{Document, doc};
 use mongodb::options::ReturnDocument;
-use mongodb::{Client, Collection, Database};
+use mongodb::{Client, Collection, Database, Namespace};
 
 use crate::builder::{Connection, MongoBackendBuilder};
 use crate::clock::ServerClock;
@@ -38,6 +38,9 @@ pub struct MongoBackend {
     watcher: Option<Watcher>,
     clock: ServerClock,
     operation_timeout: Duration,
+    /// The collection's namespace, for errors; kept so that a reply, read
+    /// on every acquisition, need not build it.
+    namespace: Namespace,
 }
 
 impl fmt::Debug for MongoBackend {
@@ -107,6 +110,7 @@ impl MongoBackend {
         operation_timeout: Duration,
     ) -> Self {
         Self {
+            namespace: collection.namespace(),
             collection,
             hub,
             watcher,
@@ -122,7 +126,7 @@ impl MongoBackend {
 
     /// How the document of `name` is named in errors.
     fn describe(&self, name: &LockName) -> String {
-        document::describe(name, &self.collection.namespace())
+        document::describe(name, &self.namespace)
     }
 
     /// Finds out whether an acquisition whose reply carried no document
@@ -267,7 +271,7 @@ impl MongoBackend {
             // The grant took our mark away, or none was stored.
             wait.take::<WriterMark>();
         }
-        let verdict = reply::exclusive(request, &found, &self.collection.namespace())?;
+        let verdict = reply::exclusive(request, &found, &self.namespace)?;
         let attempt = self.settle_attempt(request, verdict, sent, received)?;
         Ok(match attempt {
             // The mark lasts a lease from this attempt: try again well
@@ -296,7 +300,7 @@ impl MongoBackend {
                 sent,
                 received,
             } => {
-                let verdict = reply::entry(request, &found, &self.collection.namespace())?;
+                let verdict = reply::entry(request, &found, &self.namespace)?;
                 self.settle_attempt(request, verdict, sent, received)
             }
             Sent::Settled(attempt) => Ok(attempt),
@@ -454,10 +458,9 @@ impl Backend for MongoBackend {
             .try_collect()
             .await
             .map_err(|error| driver("listing locks", error))?;
-        let namespace = self.collection.namespace();
         let mut locks = found
             .iter()
-            .filter_map(|row| listing::read(row, &namespace).transpose())
+            .filter_map(|row| listing::read(row, &self.namespace).transpose())
             .collect::<Result<Vec<LockInfo>>>()?;
         locks.sort_by(|a, b| (&a.name, a.fencing_token).cmp(&(&b.name, b.fencing_token)));
         Ok(locks)
