@@ -1,8 +1,12 @@
 //! The scenarios, and what they share: settings, and holder processes.
 
 mod churn;
+mod delayed_write;
 mod kill;
+mod lost_ack;
+mod network;
 mod pause;
+mod slow_renewal;
 mod tokens;
 
 use std::path::{Path, PathBuf};
@@ -52,8 +56,11 @@ pub(crate) fn all() -> Vec<Scenario> {
     vec![
         churn::SCENARIO,
         pause::SCENARIO,
+        delayed_write::SCENARIO,
         kill::SCENARIO,
+        lost_ack::SCENARIO,
         tokens::SCENARIO,
+        slow_renewal::SCENARIO,
     ]
 }
 
