@@ -16,6 +16,8 @@ use crate::worker::{ClaimSpec, Event};
 pub(crate) struct Holding {
     pub(crate) claim: ClaimSpec,
     pub(crate) token: u64,
+    /// When its holder asked for it, if recorded.
+    pub(crate) asked_ns: Option<u64>,
     pub(crate) start_ns: u64,
     /// When it stopped being valid; `None` if its process never said (it
     /// was killed, or is still paused).
@@ -38,8 +40,11 @@ pub(crate) struct Verdict {
     pub(crate) most_at_once: usize,
     /// Accepted writes the counter does not show.
     pub(crate) lost_updates: u64,
-    /// Pairs of holdings, one ended before the other began, whose tokens
-    /// are not in that order.
+    /// Holdings that began after another one ended, yet whose token is
+    /// not above it. Between two holdings that may be held side by side
+    /// (two readers, two permits), only one asked for after the other
+    /// ended counts: the server may grant a token before the next one and
+    /// its holder record the grant after the next one's holder is done.
     pub(crate) token_regressions: usize,
     /// Writes the fenced counter turned away.
     pub(crate) rejected_writes: usize,
@@ -81,9 +86,15 @@ pub(crate) fn holdings(events: &[Event]) -> Vec<Holding> {
             ends.insert((*pid, *task, *token), (end, *lost_ns, *write_ok));
         }
     }
+    // Each task's asks and grants come in order in its process's records.
+    let mut asked = HashMap::new();
     events
         .iter()
         .filter_map(|event| match event {
+            Event::Asked { pid, task, at_ns } => {
+                asked.insert((*pid, *task), *at_ns);
+                None
+            }
             Event::Acquired {
                 pid,
                 task,
@@ -95,6 +106,7 @@ pub(crate) fn holdings(events: &[Event]) -> Vec<Holding> {
                 Some(Holding {
                     claim: *claim,
                     token: *token,
+                    asked_ns: asked.remove(&(*pid, *task)),
                     start_ns: *at_ns,
                     end_ns: end.map(|(end, ..)| *end),
                     lost_ns: end.and_then(|(_, lost, _)| *lost),
@@ -180,27 +192,102 @@ fn overlaps(holdings: &[Holding]) -> (usize, usize) {
     (overlapping, most)
 }
 
-/// Pairs of ended holdings in real-time order whose tokens are not.
+/// Holdings whose token is not above that of a holding that ended before
+/// they began (or, for two claims that may be held side by side, before
+/// they were asked for).
 fn token_regressions(holdings: &[Holding]) -> usize {
-    let mut by_end: Vec<(u64, u64)> = holdings
-        .iter()
-        .filter_map(|holding| Some((holding.end_ns?, holding.token)))
-        .collect();
-    by_end.sort_unstable();
-    // The highest token among holdings that ended by each position.
-    let mut highest = Vec::with_capacity(by_end.len());
-    let mut running = 0;
-    for (_, token) in &by_end {
-        running = running.max(*token);
-        highest.push(running);
-    }
+    let ended = [Side::Writer, Side::Reader, Side::Permit].map(|side| Ended::of(holdings, side));
     holdings
         .iter()
         .filter(|later| {
-            let before = by_end.partition_point(|(end, _)| *end < later.start_ns);
-            before > 0 && highest[before - 1] >= later.token
+            ended.iter().any(|earlier| {
+                earlier
+                    .highest_before(since(later, earlier.side))
+                    .is_some_and(|highest| highest >= later.token)
+            })
         })
         .count()
+}
+
+/// One pair of holdings that [`token_regressions`] counts, earlier first,
+/// if any: for a report.
+pub(crate) fn token_regression(holdings: &[Holding]) -> Option<(Holding, Holding)> {
+    holdings.iter().find_map(|later| {
+        holdings.iter().find_map(|earlier| {
+            let before = earlier
+                .end_ns
+                .is_some_and(|end| end < since(later, Side::of(earlier.claim)));
+            (before && earlier.token >= later.token).then_some((*earlier, *later))
+        })
+    })
+}
+
+/// When a holding of `side` must have ended to count as before `later`:
+/// when `later` began, or, when both may be held side by side, when it
+/// was asked for.
+fn since(later: &Holding, side: Side) -> u64 {
+    if side == Side::of(later.claim) && side != Side::Writer {
+        later.asked_ns.unwrap_or(later.start_ns)
+    } else {
+        later.start_ns
+    }
+}
+
+/// Which holdings may be held side by side: readers with readers, and
+/// permits with permits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Writer,
+    Reader,
+    Permit,
+}
+
+impl Side {
+    fn of(claim: ClaimSpec) -> Side {
+        match claim {
+            ClaimSpec::Exclusive => Side::Writer,
+            ClaimSpec::Shared => Side::Reader,
+            ClaimSpec::Permit { .. } => Side::Permit,
+        }
+    }
+}
+
+/// The ended holdings of one side, by when they ended, with the highest
+/// token among those that ended by each.
+struct Ended {
+    side: Side,
+    ends: Vec<u64>,
+    highest: Vec<u64>,
+}
+
+impl Ended {
+    fn of(holdings: &[Holding], side: Side) -> Ended {
+        let mut by_end: Vec<(u64, u64)> = holdings
+            .iter()
+            .filter(|holding| Side::of(holding.claim) == side)
+            .filter_map(|holding| Some((holding.end_ns?, holding.token)))
+            .collect();
+        by_end.sort_unstable();
+        let mut running = 0;
+        let highest = by_end
+            .iter()
+            .map(|(_, token)| {
+                running = running.max(*token);
+                running
+            })
+            .collect();
+        Ended {
+            side,
+            ends: by_end.into_iter().map(|(end, _)| end).collect(),
+            highest,
+        }
+    }
+
+    /// The highest token among the holdings that ended before `at`.
+    fn highest_before(&self, at: u64) -> Option<u64> {
+        let before = self.ends.partition_point(|end| *end < at);
+        before.checked_sub(1).map(|last| self.highest[last])
+    }
 }
 
 #[cfg(test)]
@@ -211,6 +298,7 @@ mod tests {
         Holding {
             claim,
             token,
+            asked_ns: None,
             start_ns: start,
             end_ns: Some(end),
             lost_ns: None,
@@ -271,5 +359,22 @@ mod tests {
             holding(ClaimSpec::Exclusive, 2, 11, 20),
         ];
         assert_eq!(token_regressions(&regressed), 1);
+    }
+
+    #[test]
+    fn side_by_side_grants_may_be_recorded_out_of_token_order() {
+        // Reader 10 was granted first but recorded its grant after reader
+        // 11, granted next, was done: it asked before 11 ended.
+        let mut late = holding(ClaimSpec::Shared, 10, 6, 8);
+        late.asked_ns = Some(0);
+        let early = holding(ClaimSpec::Shared, 11, 1, 5);
+        assert_eq!(token_regressions(&[early, late]), 0);
+        // Asked for after 11 ended, it must have a higher token.
+        late.asked_ns = Some(6);
+        assert_eq!(token_regressions(&[early, late]), 1);
+        // A writer's order is judged from its grant, whoever came before.
+        let mut writer = holding(ClaimSpec::Exclusive, 10, 6, 8);
+        writer.asked_ns = Some(0);
+        assert_eq!(token_regressions(&[early, writer]), 1);
     }
 }

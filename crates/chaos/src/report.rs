@@ -27,9 +27,12 @@ pub(crate) struct Row {
 impl Row {
     /// Whether the safety invariants held: no lost update, no token out of
     /// real-time order, and no overlap unless the scenario allows one. No
-    /// timing is judged here, which is what the short form asserts.
+    /// timing is judged here, which is what the short form asserts. A row
+    /// without holders (a scenario that does not apply, checks that judge
+    /// no holders, or one that could not run) holds when it passed: a
+    /// scenario that could not run never passes silently.
     pub(crate) fn safe(&self) -> bool {
-        self.verdict.as_ref().is_none_or(|verdict| {
+        self.verdict.as_ref().map_or(self.passed, |verdict| {
             verdict.lost_updates == 0
                 && verdict.token_regressions == 0
                 && (self.overlaps_allowed || verdict.overlaps == 0)
@@ -94,8 +97,9 @@ pub(crate) fn markdown(run: &RunInfo, scenarios: &[ScenarioInfo], rows: &[Row]) 
          range of tokens). A holder is valid from its grant until it releases or its \
          `lost()` fires; overlaps are counted among valid holders on the machine's one \
          monotonic clock. Lost updates are accepted writes the counter does not show; a \
-         token regression is a pair of holdings, one ended before the other began, whose \
-         tokens are not in that order.\n"
+         token regression is a holding whose token is not above that of one that ended \
+         before it began (between two readers, or two permits, before it was asked for: \
+         their grants may be answered out of order).\n"
     );
     for scenario in scenarios {
         let mine: Vec<&Row> = rows

@@ -69,6 +69,8 @@ pub(crate) struct Server {
     port: u16,
     child: Option<Child>,
     bin: Option<PathBuf>,
+    /// Arguments added to the server's command line.
+    extra_args: Vec<String>,
 }
 
 impl Server {
@@ -79,6 +81,16 @@ impl Server {
     /// A binary that is not there, or a server that does not listen within
     /// 30 s.
     pub(crate) fn start(kind: Kind) -> Outcome<Server> {
+        Server::start_with(kind, &[])
+    }
+
+    /// Starts `kind`'s server as [`Server::start`] does, with `extra_args`
+    /// added to its command line (memcached's `-m 1`, say), also on every
+    /// restart.
+    ///
+    /// # Errors
+    /// As [`Server::start`].
+    pub(crate) fn start_with(kind: Kind, extra_args: &[&str]) -> Outcome<Server> {
         let bin = match kind {
             Kind::File => None,
             Kind::MongoDb => Some(binary("SECANTUSD_BIN")?),
@@ -92,6 +104,7 @@ impl Server {
             port: free_port()?,
             child: None,
             bin,
+            extra_args: extra_args.iter().map(|arg| (*arg).to_owned()).collect(),
         };
         server.launch()?;
         Ok(server)
@@ -159,6 +172,7 @@ impl Server {
                 command.args(["-u", "root", "-l", "127.0.0.1", "-U", "0", "-p", &port]);
             }
         }
+        command.args(&self.extra_args);
         let log = std::fs::File::create(self.dir.path().join("server.log"))?;
         self.child = Some(
             command

@@ -71,6 +71,13 @@ impl ClaimSpec {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub(crate) enum Event {
+    /// The process started: its wall clock (`SystemTime::now()`, which
+    /// `faketime` shifts), in milliseconds since the Unix epoch, read at
+    /// `at_ns` on the shared monotonic clock.
+    Started { pid: u32, wall_ms: i64, at_ns: u64 },
+    /// The holder asked for the lock; the grant, timeout or failure that
+    /// follows for the same task answers this ask.
+    Asked { pid: u32, task: usize, at_ns: u64 },
     /// A grant arrived.
     Acquired {
         pid: u32,
@@ -141,6 +148,14 @@ pub(crate) fn read_events(path: &Path) -> Outcome<Vec<Event>> {
 /// # Errors
 /// A backend that cannot be opened within 30 s, or an I/O error.
 pub(crate) async fn run(spec: Spec) -> Outcome<()> {
+    record(
+        &spec.events,
+        &Event::Started {
+            pid: std::process::id(),
+            wall_ms: wall_ms(std::time::SystemTime::now()),
+            at_ns: now_ns(),
+        },
+    )?;
     let backend = open_patiently(&spec.url).await?;
     let options = LockOptions::builder()
         .lease(Duration::from_millis(spec.lease_ms))
@@ -183,6 +198,14 @@ async fn hold_in_turn(client: &LockClient, spec: &Spec, task: usize) -> Outcome<
             break;
         }
         let wait = Duration::from_millis(spec.wait_ms);
+        record(
+            &spec.events,
+            &Event::Asked {
+                pid,
+                task,
+                at_ns: now_ns(),
+            },
+        )?;
         let guard = match client.acquire_claim(&name, spec.claim.claim(), wait).await {
             Ok(guard) => guard,
             Err(distlock::Error::Timeout { .. }) => {
@@ -296,6 +319,14 @@ fn watch_loss(guard: &distlock::LockGuard) -> Arc<AtomicU64> {
         }
     });
     lost_at
+}
+
+/// `time` in milliseconds since the Unix epoch, negative before it.
+pub(crate) fn wall_ms(time: std::time::SystemTime) -> i64 {
+    match time.duration_since(std::time::UNIX_EPOCH) {
+        Ok(after) => i64::try_from(after.as_millis()).unwrap_or(i64::MAX),
+        Err(before) => -i64::try_from(before.duration().as_millis()).unwrap_or(i64::MAX),
+    }
 }
 
 /// Appends `event` as one line, in one write, so that a process killed at

@@ -1,11 +1,16 @@
 //! The scenarios, and what they share: settings, and holder processes.
 
 mod churn;
+mod clock_shift;
 mod delayed_write;
+mod failover;
 mod kill;
 mod lost_ack;
+mod memcached_edges;
+mod names;
 mod network;
 mod pause;
+mod secrets;
 mod slow_renewal;
 mod tokens;
 
@@ -59,8 +64,13 @@ pub(crate) fn all() -> Vec<Scenario> {
         delayed_write::SCENARIO,
         kill::SCENARIO,
         lost_ack::SCENARIO,
+        failover::SCENARIO,
         tokens::SCENARIO,
+        clock_shift::SCENARIO,
         slow_renewal::SCENARIO,
+        memcached_edges::SCENARIO,
+        names::SCENARIO,
+        secrets::SCENARIO,
     ]
 }
 
@@ -99,9 +109,23 @@ impl Worker {
     /// # Errors
     /// The binary cannot be started.
     pub(crate) fn spawn(settings: &Settings, spec: &Spec) -> Outcome<Worker> {
+        Worker::spawn_with_env(settings, spec, &[])
+    }
+
+    /// Starts a holder with `spec` and these environment variables added
+    /// (`LD_PRELOAD` of libfaketime and its settings, say).
+    ///
+    /// # Errors
+    /// The binary cannot be started.
+    pub(crate) fn spawn_with_env(
+        settings: &Settings,
+        spec: &Spec,
+        env: &[(&str, &std::ffi::OsStr)],
+    ) -> Outcome<Worker> {
         let child = Command::new(&settings.exe)
             .arg("worker")
             .arg(serde_json::to_string(spec)?)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
