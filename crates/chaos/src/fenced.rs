@@ -131,6 +131,26 @@ impl FencedStore {
         read_state(&mut file)
     }
 
+    /// Whether some process is inside an operation on the store now (holds
+    /// its lock), as a holder stopped mid-operation would be.
+    ///
+    /// # Errors
+    /// An I/O error.
+    pub(crate) fn is_busy(&self) -> Outcome<bool> {
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(self.dir.join("state.json"))?;
+        match flock(&file, FlockOperation::NonBlockingLockExclusive) {
+            // Ours for a moment: let go at once, as `file` closes.
+            Ok(()) => Ok(false),
+            Err(rustix::io::Errno::WOULDBLOCK) => Ok(true),
+            Err(error) => Err(error.into()),
+        }
+    }
+
     /// Every entry of the log, in the order they were made.
     ///
     /// # Errors

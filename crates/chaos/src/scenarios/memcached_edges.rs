@@ -18,6 +18,7 @@ use rustix::process::Signal;
 use super::network::{does_not_apply, runtime};
 use super::{Scenario, Settings, Worker, ms, run_dir, spec, unique};
 use crate::Outcome;
+use crate::fenced::FencedStore;
 use crate::judge::Verdict;
 use crate::report::{Row, ScenarioInfo};
 use crate::servers::{Kind, Server};
@@ -577,7 +578,7 @@ fn paused_release(
     else {
         unreachable!("the event was chosen for being a grant");
     };
-    worker.signal(Signal::STOP);
+    worker.stop_outside(&FencedStore::open(&dir.join("store"))?)?;
     std::thread::sleep(settings.lease * 3);
     let lock = LockName::new(&name)?;
     let backend = runtime.block_on(distlock::open(&server.url()))?;

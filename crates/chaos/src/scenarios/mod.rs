@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use rustix::process::{Pid, Signal, kill_process};
 
 use crate::Outcome;
+use crate::fenced::FencedStore;
 use crate::report::{Row, ScenarioInfo};
 use crate::servers::Server;
 use crate::worker::{ClaimSpec, Event, Spec, read_events};
@@ -101,6 +102,8 @@ pub(crate) fn unique(prefix: &str) -> String {
 pub(crate) struct Worker {
     child: Child,
     pub(crate) events: PathBuf,
+    /// How long `finish` waits before it counts the holder as hung.
+    patience: Duration,
 }
 
 impl Worker {
@@ -134,6 +137,7 @@ impl Worker {
         Ok(Worker {
             child,
             events: spec.events.clone(),
+            patience: settings.pick(Duration::from_secs(1200), Duration::from_secs(120)),
         })
     }
 
@@ -141,6 +145,45 @@ impl Worker {
     pub(crate) fn signal(&self, signal: Signal) {
         if let Some(pid) = Pid::from_raw(self.child.id() as i32) {
             let _ = kill_process(pid, signal);
+        }
+    }
+
+    /// Stops the holder (SIGSTOP) at a moment when it is not inside an
+    /// operation on `store`: a holder stopped there would keep its lock on
+    /// the counter, and every other holder out of the counter until it is
+    /// continued.
+    ///
+    /// # Errors
+    /// The holder did not stop within a second, or never stopped outside
+    /// the store, or the store cannot be read.
+    pub(crate) fn stop_outside(&self, store: &FencedStore) -> Outcome<()> {
+        for _ in 0..1000 {
+            self.signal(Signal::STOP);
+            self.wait_stopped()?;
+            if !store.is_busy()? {
+                return Ok(());
+            }
+            self.signal(Signal::CONT);
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        Err("a holder was inside the fenced counter every time it was stopped".into())
+    }
+
+    /// Waits until the holder's process is stopped: `kill` only queues the
+    /// signal.
+    fn wait_stopped(&self) -> Outcome<()> {
+        let stat = format!("/proc/{}/stat", self.child.id());
+        let started = Instant::now();
+        loop {
+            let text = std::fs::read_to_string(&stat)?;
+            let state = text.rsplit_once(')').map(|(_, rest)| rest.trim_start());
+            if state.is_some_and(|rest| rest.starts_with(['T', 't'])) {
+                return Ok(());
+            }
+            if started.elapsed() > Duration::from_secs(1) {
+                return Err(format!("a holder did not stop within 1 s ({stat})").into());
+            }
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
 
@@ -169,12 +212,30 @@ impl Worker {
         }
     }
 
-    /// Waits for the holder to end.
+    /// Waits for the holder to end. A holder that has not ended in the
+    /// worker's patience is killed: a hung scenario becomes a failed row,
+    /// never a campaign that waits for ever.
     ///
     /// # Errors
-    /// It exited with a failure.
+    /// It exited with a failure, or it hung.
     pub(crate) fn finish(mut self) -> Outcome<Vec<Event>> {
-        let status = self.child.wait()?;
+        let started = Instant::now();
+        let status = loop {
+            if let Some(status) = self.child.try_wait()? {
+                break status;
+            }
+            if started.elapsed() > self.patience {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                return Err(format!(
+                    "a holder had not ended after {:?}, so it was killed ({})",
+                    self.patience,
+                    self.events.display()
+                )
+                .into());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
         if !status.success() {
             return Err(format!("a holder failed: {status}").into());
         }

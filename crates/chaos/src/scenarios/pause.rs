@@ -1,14 +1,14 @@
 //! R2: a holder is paused (SIGSTOP) for three leases while someone else
 //! takes the lock; when it resumes, its write must be turned away.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rustix::process::Signal;
 
 use super::{Scenario, Settings, Worker, ms, percentile, run_dir, spec, unique};
 use crate::Outcome;
 use crate::clock::now_ns;
-use crate::fenced::FencedStore;
+use crate::fenced::{FencedStore, Op};
 use crate::judge::{Verdict, holdings, judge};
 use crate::report::{Row, ScenarioInfo};
 use crate::servers::Server;
@@ -101,7 +101,16 @@ fn pause_batch(server: &Server, settings: &Settings, batch: usize) -> Outcome<Ve
         worker.wait_for(Duration::from_secs(60), |event| {
             matches!(event, Event::Acquired { .. })
         })?;
-        worker.signal(Signal::STOP);
+        // Paused once it has read, outside the counter's own lock.
+        let store = FencedStore::open(&dir.join("store"))?;
+        let started = Instant::now();
+        while !store.log()?.iter().any(|entry| entry.op == Op::Read) {
+            if started.elapsed() > Duration::from_secs(60) {
+                return Err("the first holder never read the fenced counter".into());
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        worker.stop_outside(&store)?;
         paused.push((name, dir, worker));
     }
     std::thread::sleep(settings.lease * 3);
