@@ -23,17 +23,18 @@ pub(super) const SCENARIO: Scenario = Scenario {
         id: "R11",
         title: "Name fuzz",
         what: "100,000 names (short form: 2,000) from a fixed-seed generator, mixing `$`, `.`, \
-               `$$NOW`, NUL, CR/LF, `flush_all`, `\\r\\nflush_all\\r\\n`, `{}`, quotes, \
-               spaces, `%`-escapes, paths, unicode (accents, CJK, emoji, joiners, \
-               right-to-left marks), the empty name and lengths up to 1 KiB and just over \
-               (exactly 1,024 and 1,025 bytes among them), taken 1,000 at a time (short form: \
-               500) on a key space of their own, listed, and released. Must hold: a name is \
+               `$$NOW`, NUL, CR/LF, `flush_all`, `\\r\\nflush_all\\r\\n`, `{}`, quotes, spaces, \
+               `%`-escapes, paths, unicode (accents, CJK, emoji, joiners, right-to-left marks), \
+               the empty name and lengths up to 1 KiB and just over (exactly 1,024 and 1,025 \
+               bytes among them), taken 1,000 at a time (short form: 500), each batch in a key \
+               space of its own beside a canary lock, listed, and released. Must hold: a name is \
                refused with `InvalidName` exactly when it is empty or over 1,024 bytes; every \
                other name is granted, shows in `list()` under exactly its own bytes, and its \
                release returns `true`; `list()` shows no other name; and nothing is injected: \
-               a canary lock held (and extended) throughout is still held, listed and released \
-               at the end, and on memcached a canary item that a `flush_all` would delete is \
-               still there (a disturbed canary counts as an overlap).",
+               each batch's canary is still held, listed and released at the batch's end, as is a \
+               canary lock held (and extended) throughout in a key space of its own, and on \
+               memcached a canary item that a `flush_all` would delete is still there (a \
+               disturbed canary counts as an overlap).",
     },
     run,
 };
@@ -66,8 +67,9 @@ struct Found {
     strays: Vec<String>,
     /// Releases that did not return `true`.
     bad_releases: Vec<String>,
-    /// Times `list()` did not show the canary.
-    canary_unlisted: usize,
+    /// Rounds whose canary was not listed as itself, was lost, or could
+    /// not be released.
+    round_canaries_disturbed: usize,
     /// Time spent taking, listing and releasing.
     taking: Duration,
     listing: Duration,
@@ -81,7 +83,7 @@ impl Found {
             + self.unlisted.len()
             + self.strays.len()
             + self.bad_releases.len()
-            + self.canary_unlisted
+            + self.round_canaries_disturbed
     }
 }
 
@@ -89,21 +91,15 @@ async fn fuzz(server: &Server, settings: &Settings) -> Outcome<Row> {
     let total = settings.pick(100_000, 2_000);
     let batch = settings.pick(1_000, 500);
     let started = Instant::now();
-    let url = own_key_space(server)?;
-    let backend = distlock::open(&url).await?;
-    // Long leases: the keeper has nothing to do for the names under test.
-    let options = LockOptions::builder()
-        .lease(Duration::from_secs(120))
-        .label("distlock-chaos")
-        .build()?;
-    let client = LockClient::new(backend.clone(), options);
-    // The canary, on a client of its own, extended throughout: an
-    // injection that took it away would show at its next extension, or
-    // in a listing. Its lease is long enough to ride out a backend slowed
-    // down by the fuzz, which is not what this checks.
+    // The home canary, in a key space of its own, extended throughout: an
+    // injection that reached across key spaces (a dropped collection, a
+    // `flush_all`) would show at its next extension, or in a listing. Its
+    // lease is long enough to ride out a backend slowed down by the fuzz,
+    // which is not what this checks.
+    let home = distlock::open(&key_space(server, "home")?).await?;
     let canary_name = LockName::new(unique("r11-canary"))?;
     let canary_client = LockClient::new(
-        backend.clone(),
+        home.clone(),
         LockOptions::builder().lease(CANARY_LEASE).build()?,
     );
     let canary = canary_client
@@ -118,15 +114,20 @@ async fn fuzz(server: &Server, settings: &Settings) -> Outcome<Row> {
     let mut names = Names::new(0x5eed_0fd1_5710_c0de);
     let mut found = Found::default();
     let mut done = 0;
+    let mut rounds = 0;
     while done < total {
         let count = batch.min(total - done);
         let raw: Vec<String> = (0..count).map(|_| names.next()).collect();
         done += count;
-        round(&client, &backend, &canary_name, raw, &mut found).await?;
+        rounds += 1;
+        // Each round has a key space of its own, so that listing and
+        // releasing cost the same in the last round as in the first.
+        let backend = distlock::open(&key_space(server, &format!("round{rounds}"))?).await?;
+        round(&backend, raw, &mut found).await?;
     }
 
-    // The canary, untouched by any of it.
-    let listed = backend.list().await?;
+    // The home canary, untouched by any of it.
+    let listed = home.list().await?;
     let canary_listed = listed
         .iter()
         .find(|info| info.name == canary_name)
@@ -135,7 +136,7 @@ async fn fuzz(server: &Server, settings: &Settings) -> Outcome<Row> {
         listed
             .iter()
             .filter(|info| info.name != canary_name)
-            .map(|info| format!("{:?} listed after every release", info.name.as_str())),
+            .map(|info| format!("{:?} listed beside the home canary", info.name.as_str())),
     );
     let canary_lost = if canary.is_lost() {
         Some(canary.lost().await)
@@ -147,7 +148,11 @@ async fn fuzz(server: &Server, settings: &Settings) -> Outcome<Row> {
         Some((key, value)) => canary_item_intact(server, key, value)?,
         None => true,
     };
-    let injected = !canary_listed || canary_lost.is_some() || !canary_released || !item_intact;
+    let injected = !canary_listed
+        || canary_lost.is_some()
+        || !canary_released
+        || !item_intact
+        || found.round_canaries_disturbed > 0;
 
     let mut problems: Vec<String> = Vec::new();
     for (what, list) in [
@@ -165,21 +170,30 @@ async fn fuzz(server: &Server, settings: &Settings) -> Outcome<Row> {
             ));
         }
     }
-    if found.canary_unlisted > 0 {
+    if found.round_canaries_disturbed > 0 {
         problems.push(format!(
-            "the canary was missing from {} listings",
-            found.canary_unlisted
+            "the round's canary was disturbed in {} of {rounds} rounds",
+            found.round_canaries_disturbed
         ));
     }
     let canary_note = format!(
-        "canary lock {}{}{}",
-        if injected { "DISTURBED" } else { "intact" },
+        "home canary lock {}{}{}; {rounds} rounds' canary locks {}",
+        if canary_listed && canary_lost.is_none() && canary_released {
+            "intact"
+        } else {
+            "DISTURBED"
+        },
         canary_lost.map_or(String::new(), |reason| format!(" (lost: {reason})")),
         match canary_item {
             Some(_) if item_intact => ", canary item intact",
             Some(_) => ", canary item GONE",
             None => "",
-        }
+        },
+        if found.round_canaries_disturbed == 0 {
+            "intact"
+        } else {
+            "DISTURBED"
+        },
     );
     Ok(Row {
         scenario: "R11",
@@ -188,7 +202,7 @@ async fn fuzz(server: &Server, settings: &Settings) -> Outcome<Row> {
         // A disturbed canary is a lock taken from its holder: an overlap,
         // which the short form judges too.
         verdict: Some(Verdict {
-            acquisitions: found.granted + 1,
+            acquisitions: found.granted + 1 + rounds,
             overlaps: usize::from(injected),
             losses: usize::from(canary_lost.is_some()),
             failed: found.not_granted.len(),
@@ -215,10 +229,11 @@ async fn fuzz(server: &Server, settings: &Settings) -> Outcome<Row> {
     })
 }
 
-/// The server's URL with a key space of this run's own (a collection, a
-/// key prefix, a directory), so that `list()` shows only this run's locks.
-fn own_key_space(server: &Server) -> Outcome<String> {
-    let space = format!("r11_{}", std::process::id());
+/// The server's URL with a key space of this run's own called `space` (a
+/// collection, a key prefix, a directory), so that `list()` shows only its
+/// locks.
+fn key_space(server: &Server, space: &str) -> Outcome<String> {
+    let space = format!("r11_{}_{space}", std::process::id());
     Ok(match server.kind {
         Kind::File => format!("file://{}", run_dir(server, &space)?.display()),
         Kind::MongoDb => format!("{}&collection={space}", server.url()),
@@ -226,15 +241,22 @@ fn own_key_space(server: &Server) -> Outcome<String> {
     })
 }
 
-/// One batch: validates `raw`, takes every valid name, lists, and
-/// releases them all.
-async fn round(
-    client: &LockClient,
-    backend: &Arc<dyn Backend>,
-    canary: &LockName,
-    raw: Vec<String>,
-    found: &mut Found,
-) -> Outcome<()> {
+/// One round, on a key space of its own: takes a canary, validates `raw`,
+/// takes every valid name, lists, releases them all, and checks that the
+/// canary is still held and listed as it was.
+async fn round(backend: &Arc<dyn Backend>, raw: Vec<String>, found: &mut Found) -> Outcome<()> {
+    // Long leases: the keeper has nothing to do for the names under test.
+    let options = LockOptions::builder()
+        .lease(Duration::from_secs(120))
+        .label("distlock-chaos")
+        .build()?;
+    let client = LockClient::new(backend.clone(), options);
+    let canary_name = LockName::new(unique("r11-round-canary"))?;
+    let canary = client
+        .acquire(&canary_name, Duration::from_secs(30))
+        .await?;
+    let canary_token = canary.fencing_token();
+
     let mut valid = Vec::new();
     let mut seen = HashSet::new();
     for text in raw {
@@ -292,10 +314,10 @@ async fn round(
     let listed = backend.list().await?;
     found.listing += phase.elapsed();
     let mut listed_names = HashSet::new();
-    let mut canary_seen = false;
+    let mut canary_listed = false;
     for info in &listed {
-        if &info.name == canary {
-            canary_seen = true;
+        if info.name == canary_name {
+            canary_listed = info.fencing_token.is_none_or(|token| token == canary_token);
         } else if held.contains_key(&info.name) {
             listed_names.insert(info.name.clone());
         } else {
@@ -304,7 +326,6 @@ async fn round(
                 .push(format!("{} listed", shown(info.name.as_str())));
         }
     }
-    found.canary_unlisted += usize::from(!canary_seen);
     for name in held.keys() {
         if !listed_names.contains(name) {
             found
@@ -331,6 +352,9 @@ async fn round(
         }
     }
     found.releasing += phase.elapsed();
+
+    let intact = canary_listed && !canary.is_lost() && matches!(canary.release().await, Ok(true));
+    found.round_canaries_disturbed += usize::from(!intact);
     Ok(())
 }
 
