@@ -91,11 +91,22 @@ fn main() -> ExitCode {
 fn run_worker(spec: &str) -> ExitCode {
     let outcome = (|| -> Outcome<()> {
         let spec = serde_json::from_str(spec)?;
-        tokio::runtime::Builder::new_multi_thread()
+        let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
-            .build()?
-            .block_on(worker::run(spec))
+            .build()?;
+        let outcome = runtime.block_on(worker::run(spec));
+        // The worker's records are written; the MongoDB driver's background
+        // tasks can panic when a runtime is torn down under them
+        // (mongo-rust-driver#1204), which would only add noise to the
+        // campaign's output. So the process ends here, runtime and all.
+        std::process::exit(match outcome {
+            Ok(()) => 0,
+            Err(error) => {
+                eprintln!("distlock-chaos worker: {error}");
+                1
+            }
+        })
     })();
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
