@@ -9,7 +9,7 @@
 //! regressions. `bash scripts/chaos` runs every scenario in full and writes
 //! RELIABILITY.md; the test `short` runs each in a short form in CI.
 //!
-//! A backend joins the campaign with one line in [`servers::Kind::ALL`].
+//! A backend joins the campaign with one line in [`backends::ALL`].
 //!
 //! ```text
 //! distlock-chaos [--backend NAME]… [--scenario ID]… [--short] [--lease D]
@@ -24,8 +24,9 @@ use clap::{Parser, Subcommand};
 
 use crate::report::{Row, RunInfo};
 use crate::scenarios::Settings;
-use crate::servers::{Kind, Server};
+use crate::servers::Server;
 
+mod backends;
 mod clock;
 mod fenced;
 mod judge;
@@ -119,12 +120,12 @@ fn run_worker(spec: &str) -> ExitCode {
 
 fn campaign(args: &Args) -> Outcome<bool> {
     let kinds = if args.backends.is_empty() {
-        Kind::ALL.to_vec()
+        backends::ALL.to_vec()
     } else {
         args.backends
             .iter()
             .map(|name| {
-                Kind::parse(name).ok_or_else(|| {
+                backends::parse(name).ok_or_else(|| {
                     format!("unknown backend {name}; use file, MongoDB or memcached")
                 })
             })

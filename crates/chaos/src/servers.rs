@@ -1,7 +1,6 @@
 //! The backends under test, each with a server of the campaign's own that a
-//! scenario may restart: memcached and SecantusDB (MongoDB) on a free
-//! loopback port with their data in a temp dir, and the file backend in a
-//! temp dir.
+//! scenario may restart, on a free loopback port with its data in a temp
+//! dir (and the file backend, which has no server, in a temp dir).
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -9,57 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::Outcome;
-
-/// A backend of the campaign.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
-    File,
-    MongoDb,
-    Memcached,
-}
-
-impl Kind {
-    /// Every backend the campaign runs against. Adding a backend is one
-    /// entry here (and its arm in [`Server::start`]).
-    pub(crate) const ALL: [Kind; 3] = [Kind::File, Kind::MongoDb, Kind::Memcached];
-
-    /// The backend's name in reports.
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Kind::File => "file",
-            Kind::MongoDb => "MongoDB",
-            Kind::Memcached => "memcached",
-        }
-    }
-
-    /// Parses a name as `--backend` takes it.
-    pub(crate) fn parse(text: &str) -> Option<Kind> {
-        Kind::ALL
-            .into_iter()
-            .find(|kind| kind.name().eq_ignore_ascii_case(text))
-    }
-
-    /// Whether the backend has a server that can be restarted.
-    pub(crate) fn has_server(self) -> bool {
-        self != Kind::File
-    }
-
-    /// Whether a lock lives exactly as long as its holder's process, so a
-    /// paused holder keeps it.
-    pub(crate) fn process_bound(self) -> bool {
-        self == Kind::File
-    }
-
-    /// Whether the backend keeps its locks across a server restart.
-    pub(crate) fn keeps_locks_across_restarts(self) -> bool {
-        self != Kind::Memcached
-    }
-
-    /// Whether the backend grants shared (reader) locks.
-    pub(crate) fn has_shared(self) -> bool {
-        self != Kind::Memcached
-    }
-}
+use crate::backends::Kind;
 
 /// A running backend.
 #[derive(Debug)]
@@ -74,8 +23,8 @@ pub(crate) struct Server {
 }
 
 impl Server {
-    /// Starts `kind`'s server (memcached from `MEMCACHED_BIN`, SecantusDB
-    /// from `SECANTUSD_BIN`, both exported by `scripts/servers`).
+    /// Starts `kind`'s server, from the binary its variable names
+    /// (`scripts/servers` exports them).
     ///
     /// # Errors
     /// A binary that is not there, or a server that does not listen within
@@ -91,10 +40,9 @@ impl Server {
     /// # Errors
     /// As [`Server::start`].
     pub(crate) fn start_with(kind: Kind, extra_args: &[&str]) -> Outcome<Server> {
-        let bin = match kind {
-            Kind::File => None,
-            Kind::MongoDb => Some(binary("SECANTUSD_BIN")?),
-            Kind::Memcached => Some(binary("MEMCACHED_BIN")?),
+        let bin = match kind.server() {
+            Some(command) => Some(binary(command.binary_var)?),
+            None => None,
         };
         let mut server = Server {
             kind,
@@ -117,15 +65,7 @@ impl Server {
 
     /// The URL of this backend reached through `address` (a fault proxy).
     pub(crate) fn url_at(&self, address: &str) -> String {
-        match self.kind {
-            Kind::File => format!("file://{}", self.dir.path().join("locks").display()),
-            // A proxy in between hides the replica set's member list from
-            // the driver, so it must not go looking for the members.
-            Kind::MongoDb => {
-                format!("mongodb://{address}/distlock_chaos?directConnection=true")
-            }
-            Kind::Memcached => format!("memcache://{address}"),
-        }
+        self.kind.url(self.dir.path(), address)
     }
 
     /// The server's own address.
@@ -155,23 +95,11 @@ impl Server {
         let Some(bin) = &self.bin else {
             return Ok(());
         };
-        let port = self.port.to_string();
+        let Some(server) = self.kind.server() else {
+            return Ok(());
+        };
         let mut command = Command::new(bin);
-        match self.kind {
-            Kind::File => unreachable!("the file backend has no server"),
-            Kind::MongoDb => {
-                let data = self.dir.path().join("mongodb");
-                command
-                    .args(["--port", &port, "--storage-path"])
-                    .arg(&data)
-                    .args(["--enable-test-commands", "--cache-size", "256M"]);
-            }
-            // `-u root` matters only when running as root, where memcached
-            // insists on being told which user to be.
-            Kind::Memcached => {
-                command.args(["-u", "root", "-l", "127.0.0.1", "-U", "0", "-p", &port]);
-            }
-        }
+        command.args((server.args)(self.port, self.dir.path()));
         command.args(&self.extra_args);
         let log = std::fs::File::create(self.dir.path().join("server.log"))?;
         self.child = Some(
@@ -185,7 +113,9 @@ impl Server {
         let started = Instant::now();
         while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
             if started.elapsed() > Duration::from_secs(30) {
-                return Err(format!("{} does not listen on {port}", self.kind.name()).into());
+                return Err(
+                    format!("{} does not listen on {}", self.kind.name(), self.port).into(),
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         }

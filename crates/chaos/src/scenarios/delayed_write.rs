@@ -40,7 +40,10 @@ fn run(server: &mut Server, settings: &Settings) -> Outcome<Vec<Row>> {
         return Ok(vec![does_not_apply(
             "R3",
             server,
-            "the file backend's locks live in this machine's kernel; there is no connection to delay",
+            &format!(
+                "{}; there is no connection to delay",
+                server.kind.without_server()
+            ),
         )]);
     }
     let runtime = runtime()?;

@@ -46,7 +46,10 @@ fn run(server: &mut Server, settings: &Settings) -> Outcome<Vec<Row>> {
         return Ok(vec![does_not_apply(
             "R6",
             server,
-            "the file backend has no server to fail over: its locks live in this machine's kernel",
+            &format!(
+                "{}; there is no server to fail over",
+                server.kind.without_server()
+            ),
         )]);
     }
     let mut chosen = kinds(server);

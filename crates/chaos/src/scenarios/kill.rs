@@ -7,11 +7,12 @@ use std::time::{Duration, Instant};
 
 use super::{Scenario, Settings, Worker, ms, percentile, run_dir, spec, unique};
 use crate::Outcome;
+use crate::backends::Kind;
 use crate::clock::now_ns;
 use crate::fenced::FencedStore;
 use crate::judge::{Verdict, judge};
 use crate::report::{Row, ScenarioInfo};
-use crate::servers::{Kind, Server};
+use crate::servers::Server;
 use crate::worker::{ClaimSpec, Event};
 
 pub(super) const SCENARIO: Scenario = Scenario {
@@ -120,17 +121,7 @@ fn earliest_regrant(kind: Kind, settings: &Settings) -> Duration {
 
 /// The documented bound on a re-grant after the kill, plus one poll.
 fn documented_bound(kind: Kind, settings: &Settings) -> Duration {
-    let poll = distlock::LockOptions::DEFAULT_BACKOFF_MAX;
-    match kind {
-        // The kernel frees the lock with the process; waiters poll.
-        Kind::File => poll,
-        Kind::MongoDb => settings.lease + poll,
-        // memcached counts TTLs in whole seconds, rounded up, and its clock
-        // ticks once a second.
-        Kind::Memcached => {
-            Duration::from_secs(settings.lease.as_secs_f64().ceil() as u64 + 1) + poll
-        }
-    }
+    kind.regrant_bound(settings.lease) + distlock::LockOptions::DEFAULT_BACKOFF_MAX
 }
 
 fn kill_batch(

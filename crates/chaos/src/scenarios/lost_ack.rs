@@ -10,7 +10,6 @@
 //! it releases the attempt in the background. The holder that comes next is
 //! a worker, connected directly.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::{LockClient, LockName, LockOptions};
@@ -21,11 +20,12 @@ use tokio::runtime::Runtime;
 use super::network::{does_not_apply, proxy, runtime};
 use super::{Scenario, Settings, Worker, ms, percentile, run_dir, spec, unique};
 use crate::Outcome;
+use crate::backends::LostAnswer as Loss;
 use crate::clock::now_ns;
 use crate::fenced::FencedStore;
 use crate::judge::{Verdict, judge};
 use crate::report::{Row, ScenarioInfo};
-use crate::servers::{Kind, Server};
+use crate::servers::Server;
 use crate::worker::{ClaimSpec, Event, Release};
 
 pub(super) const SCENARIO: Scenario = Scenario {
@@ -60,41 +60,29 @@ const VICTIM_APP: &str = "distlock-chaos-r5";
 /// starts and waits.
 const HOLD: Duration = Duration::from_millis(500);
 
-/// How the answer is lost.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Loss {
-    /// MongoDB's `failCommand` fail point closes the connection of the
-    /// client's `findAndModify`, which then does not run.
-    FailPoint,
-    /// The proxy passes the acquisition to the server, which applies it,
-    /// and resets the connection before the reply passes.
-    ResetAfterRequest,
-}
-
-impl Loss {
-    fn label(self) -> &'static str {
-        match self {
-            Loss::FailPoint => "exclusive, connection closed on `findAndModify` (fail point)",
-            Loss::ResetAfterRequest => "exclusive, reply lost after the request (proxy)",
-        }
+/// A sub-case's label in the report.
+fn label(loss: Loss) -> &'static str {
+    match loss {
+        Loss::FailPoint => "exclusive, connection closed on `findAndModify` (fail point)",
+        Loss::ResetAfterRequest => "exclusive, reply lost after the request (proxy)",
     }
 }
 
 fn run(server: &mut Server, settings: &Settings) -> Outcome<Vec<Row>> {
-    let losses = match server.kind {
-        Kind::File => {
-            return Ok(vec![does_not_apply(
-                "R5",
-                server,
-                "the file backend's locks live in this machine's kernel; no network answer can be lost",
-            )]);
-        }
-        Kind::MongoDb => vec![Loss::FailPoint, Loss::ResetAfterRequest],
-        Kind::Memcached => vec![Loss::ResetAfterRequest],
-    };
+    let losses = server.kind.lost_answers();
+    if losses.is_empty() {
+        return Ok(vec![does_not_apply(
+            "R5",
+            server,
+            &format!(
+                "{}; no network answer can be lost",
+                server.kind.without_server()
+            ),
+        )]);
+    }
     let runtime = runtime()?;
     let mut rows = Vec::new();
-    for loss in losses {
+    for &loss in losses {
         rows.push(lost_acks(&runtime, server, settings, loss)?);
     }
     Ok(rows)
@@ -166,7 +154,7 @@ fn lost_acks(runtime: &Runtime, server: &Server, settings: &Settings, loss: Loss
     Ok(Row {
         scenario: "R5",
         backend: server.kind.name(),
-        kind: loss.label().into(),
+        kind: label(loss).into(),
         verdict: Some(total),
         detail: format!(
             "{shot}the attempt was granted after all in {}, found the name held in {}, and gave \
@@ -197,30 +185,11 @@ fn victim(runtime: &Runtime, server: &Server, lease: Duration, loss: Loss) -> Ou
         ),
         Loss::ResetAfterRequest => {
             let (proxy, url) = proxy(runtime, server)?;
-            // One connection, opened (with its `stats`) as the backend
-            // connects, so that the acquisition is the next request on it.
-            // With more, the acquisition may open one of its own, and the
-            // proxy's one shot would hit that connection's `stats`.
-            let url = match server.kind {
-                Kind::Memcached => with_query(&url, "connections=1"),
-                _ => url,
-            };
             (Some(proxy), url)
         }
     };
     let client = runtime.block_on(async {
-        let backend: Arc<dyn distlock::Backend> = match server.kind {
-            // Without release wake-ups: a change stream's `getMore`s are
-            // requests of their own, which the proxy's shot might hit
-            // instead of the acquisition.
-            Kind::MongoDb => Arc::new(
-                distlock::mongodb::MongoBackend::from_url(&url)?
-                    .release_wakeups(false)
-                    .build()
-                    .await?,
-            ),
-            _ => distlock::open(&url).await?,
-        };
+        let backend = server.kind.open_quiet(&url).await?;
         let options = LockOptions::builder()
             .lease(lease)
             .label("distlock-chaos")

@@ -18,10 +18,11 @@ use rustix::process::Signal;
 use super::network::{does_not_apply, runtime};
 use super::{Scenario, Settings, Worker, ms, run_dir, spec, unique};
 use crate::Outcome;
+use crate::backends::{CampaignBackend, MEMCACHED};
 use crate::fenced::FencedStore;
 use crate::judge::Verdict;
 use crate::report::{Row, ScenarioInfo};
-use crate::servers::{Kind, Server};
+use crate::servers::Server;
 use crate::worker::{Event, Release};
 
 pub(super) const SCENARIO: Scenario = Scenario {
@@ -64,25 +65,8 @@ const NEVER: Duration = Duration::from_secs(10);
 const POLL: Duration = Duration::from_millis(20);
 
 fn run(server: &mut Server, settings: &Settings) -> Outcome<Vec<Row>> {
-    match server.kind {
-        Kind::Memcached => {}
-        Kind::File => {
-            return Ok(vec![does_not_apply(
-                "R10",
-                server,
-                "memcached only; file locks are process-bound flocks: no expiry time, no \
-                 eviction, no server to restart",
-            )]);
-        }
-        Kind::MongoDb => {
-            return Ok(vec![does_not_apply(
-                "R10",
-                server,
-                "memcached only; MongoDB judges leases in milliseconds on the server's clock \
-                 (`$$NOW`), never evicts a lock document, and keeps its locks across restarts \
-                 (R6)",
-            )]);
-        }
+    if let Err(why) = server.kind.expiry_edges() {
+        return Ok(vec![does_not_apply("R10", server, why)]);
     }
     let runtime = runtime()?;
     let runs = settings.pick(5, 1);
@@ -182,7 +166,7 @@ impl Cases {
         }
         Row {
             scenario: "R10",
-            backend: Kind::Memcached.name(),
+            backend: MEMCACHED.name(),
             kind: kind.into(),
             passed: self.held == runs,
             verdict: Some(self.verdict),
@@ -360,7 +344,7 @@ async fn after_drop(
 async fn evicted(settings: &Settings) -> Outcome<Case> {
     // memcached refuses an item size above half its memory: 512 KiB items
     // in 1 MiB, its least.
-    let small = Server::start_with(Kind::Memcached, &["-m", "1", "-I", "512k"])?;
+    let small = Server::start_with(&MEMCACHED, &["-m", "1", "-I", "512k"])?;
     let url = small.url();
     let backend = MemcachedBackend::open(&url).await?;
     let name = LockName::new(unique("r10-evicted"))?;

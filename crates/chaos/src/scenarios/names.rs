@@ -12,11 +12,12 @@ use tokio::task::JoinSet;
 
 use super::memcached_edges::memcached_text;
 use super::network::runtime;
-use super::{Scenario, Settings, run_dir, unique};
+use super::{Scenario, Settings, unique};
 use crate::Outcome;
+use crate::backends::{CampaignBackend, MEMCACHED};
 use crate::judge::Verdict;
 use crate::report::{Row, ScenarioInfo};
-use crate::servers::{Kind, Server};
+use crate::servers::Server;
 
 pub(super) const SCENARIO: Scenario = Scenario {
     info: ScenarioInfo {
@@ -106,9 +107,10 @@ async fn fuzz(server: &Server, settings: &Settings) -> Outcome<Row> {
         .acquire(&canary_name, Duration::from_secs(30))
         .await?;
     let canary_token = canary.fencing_token();
-    let canary_item = match server.kind {
-        Kind::Memcached => Some(store_canary_item(server)?),
-        _ => None,
+    let canary_item = if server.kind.name() == MEMCACHED.name() {
+        Some(store_canary_item(server)?)
+    } else {
+        None
     };
 
     let mut names = Names::new(0x5eed_0fd1_5710_c0de);
@@ -229,16 +231,12 @@ async fn fuzz(server: &Server, settings: &Settings) -> Outcome<Row> {
     })
 }
 
-/// The server's URL with a key space of this run's own called `space` (a
-/// collection, a key prefix, a directory), so that `list()` shows only its
-/// locks.
+/// The server's URL with a key space of this run's own called `space`, so
+/// that `list()` shows only its locks.
 fn key_space(server: &Server, space: &str) -> Outcome<String> {
-    let space = format!("r11_{}_{space}", std::process::id());
-    Ok(match server.kind {
-        Kind::File => format!("file://{}", run_dir(server, &space)?.display()),
-        Kind::MongoDb => format!("{}&collection={space}", server.url()),
-        Kind::Memcached => format!("{}?prefix={space}:", server.url()),
-    })
+    server
+        .kind
+        .key_space_url(server, &format!("r11_{}_{space}", std::process::id()))
 }
 
 /// One round, on a key space of its own: takes a canary, validates `raw`,

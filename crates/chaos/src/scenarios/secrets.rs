@@ -11,11 +11,12 @@ use std::time::{Duration, Instant};
 use distlock::{BackendUrl, LockClient, LockName, LockOptions};
 use tracing_subscriber::EnvFilter;
 
-use super::{Scenario, Settings, run_dir, unique};
+use super::{Scenario, Settings, unique};
 use crate::Outcome;
+use crate::backends::Kind;
 use crate::judge::Verdict;
 use crate::report::{Row, ScenarioInfo};
-use crate::servers::{Kind, Server};
+use crate::servers::Server;
 
 pub(super) const SCENARIO: Scenario = Scenario {
     info: ScenarioInfo {
@@ -48,68 +49,10 @@ fn run(server: &mut Server, settings: &Settings) -> Outcome<Vec<Row>> {
          distlock-cli), R12 runs it",
     )?;
     let mut rows = Vec::new();
-    for (label, url, note) in cases(server)? {
-        rows.push(check(server, &cli, label, &url, note)?);
+    for case in server.kind.secret_cases(server, CANARY)? {
+        rows.push(check(server, &cli, case.label, &case.url, case.note)?);
     }
     Ok(rows)
-}
-
-/// The URLs tried on `server`'s backend, each with a label and what it
-/// is for.
-fn cases(server: &Server) -> Outcome<Vec<(&'static str, String, &'static str)>> {
-    let fast = "serverSelectionTimeoutMS=1500&connectTimeoutMS=1500";
-    Ok(match server.kind {
-        Kind::MongoDb => vec![
-            (
-                "bad host (a closed port)",
-                format!(
-                    "mongodb://alice:{CANARY}@127.0.0.1:{}/distlock_chaos?{fast}",
-                    closed_port()?
-                ),
-                "",
-            ),
-            (
-                "bad credentials (no such user)",
-                format!(
-                    "mongodb://alice:{CANARY}@{}/distlock_chaos?directConnection=true&{fast}",
-                    server.address()
-                ),
-                "",
-            ),
-            (
-                "a URL the driver refuses",
-                format!("mongodb://alice:{CANARY}@127.0.0.1:notaport/distlock_chaos"),
-                "",
-            ),
-        ],
-        Kind::Memcached => vec![(
-            "user and password in the URL",
-            format!("memcache://u:{CANARY}@{}", server.address()),
-            "memcached has no credentials; ",
-        )],
-        Kind::File => {
-            let dir = run_dir(server, &unique("r12"))?;
-            vec![
-                (
-                    "user information in the URL",
-                    format!("file://u:{CANARY}@localhost{}", dir.display()),
-                    "the file backend has no credentials; ",
-                ),
-                (
-                    "user information, no host",
-                    format!("file://u:{CANARY}@{}", dir.display()),
-                    "the file backend has no credentials; ",
-                ),
-            ]
-        }
-    })
-}
-
-/// A loopback port nobody listens on.
-fn closed_port() -> Outcome<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
 }
 
 /// One output that was searched for the canary.
@@ -353,22 +296,14 @@ async fn library_answers(kind: Kind, url: &str, name: &str) -> Outcome<Library> 
             Err(error) => error_text(&error),
         },
     );
-    match kind {
-        Kind::MongoDb => push(
-            "`MongoBackend::from_url`",
-            match distlock::mongodb::MongoBackend::from_url(url) {
-                Ok(builder) => format!("{builder:?}"),
+    if let Some((source, parsed)) = kind.parse_url(url) {
+        push(
+            source,
+            match parsed {
+                Ok(debug) => debug,
                 Err(error) => error_text(&error),
             },
-        ),
-        Kind::Memcached => push(
-            "`MemcachedConfig::from_url`",
-            match distlock::memcached::MemcachedConfig::from_url(url) {
-                Ok(config) => format!("{config:?}"),
-                Err(error) => error_text(&error),
-            },
-        ),
-        Kind::File => {}
+        );
     }
     let opened = match distlock::open(url).await {
         Err(error) => {

@@ -39,7 +39,10 @@ fn run(server: &mut Server, settings: &Settings) -> Outcome<Vec<Row>> {
         return Ok(vec![does_not_apply(
             "R9",
             server,
-            "the file backend's locks live in this machine's kernel; there are no renewals to slow down",
+            &format!(
+                "{}; there are no renewals to slow down",
+                server.kind.without_server()
+            ),
         )]);
     }
     let runtime = runtime()?;

@@ -1,7 +1,6 @@
 //! R7: fencing tokens keep increasing across releases, expiries, deleted
 //! records and server restarts.
 
-use std::io::{Read, Write};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,7 +10,7 @@ use super::{Scenario, Settings, unique};
 use crate::Outcome;
 use crate::judge::Verdict;
 use crate::report::{Row, ScenarioInfo};
-use crate::servers::{Kind, Server};
+use crate::servers::Server;
 
 pub(super) const SCENARIO: Scenario = Scenario {
     info: ScenarioInfo {
@@ -81,7 +80,7 @@ async fn cycles(server: &mut Server, settings: &Settings) -> Outcome<Row> {
                 let guard = client.acquire(&name, Duration::from_secs(60)).await?;
                 let token = guard.fencing_token();
                 let _ = guard.release().await;
-                delete_record(server, &name).await?;
+                server.kind.delete_record(server, &name).await?;
                 deleted += 1;
                 token
             }
@@ -112,34 +111,4 @@ async fn cycles(server: &mut Server, settings: &Settings) -> Outcome<Row> {
         ),
         overlaps_allowed: false,
     })
-}
-
-/// Deletes `name`'s record behind the backend's back.
-async fn delete_record(server: &Server, name: &LockName) -> Outcome<()> {
-    match server.kind {
-        Kind::File => {
-            let backend = distlock::open(&server.url()).await?;
-            backend.force_release(name).await?;
-        }
-        Kind::MongoDb => {
-            let client = mongodb::Client::with_uri_str(server.url()).await?;
-            client
-                .database("distlock_chaos")
-                .collection::<mongodb::bson::Document>(distlock::mongodb::DEFAULT_COLLECTION)
-                .delete_one(mongodb::bson::doc! { "_id": name.as_str() })
-                .await?;
-        }
-        Kind::Memcached => {
-            let mut stream = std::net::TcpStream::connect(server.address())?;
-            stream.write_all(b"flush_all\r\n")?;
-            let mut reply = [0; 4];
-            stream.read_exact(&mut reply)?;
-            if &reply != b"OK\r\n" {
-                return Err(
-                    format!("flush_all answered {:?}", String::from_utf8_lossy(&reply)).into(),
-                );
-            }
-        }
-    }
-    Ok(())
 }

@@ -1,0 +1,166 @@
+//! The backends the campaign runs against, each described once, in a
+//! module of its own: how its server starts, how a client reaches it, and
+//! what the scenarios must know of it. A backend joins the campaign with
+//! its module here and one line in [`ALL`]; what it does not say, the
+//! trait's defaults say for it.
+
+mod file;
+mod memcached;
+mod mongodb;
+
+use std::ffi::OsString;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use distlock::LockName;
+
+use crate::Outcome;
+use crate::servers::Server;
+
+pub(crate) use memcached::MEMCACHED;
+
+/// A backend of the campaign.
+pub(crate) type Kind = &'static dyn CampaignBackend;
+
+/// Every backend the campaign runs against, in report order.
+pub(crate) const ALL: [Kind; 3] = [&file::FILE, &mongodb::MONGODB, &memcached::MEMCACHED];
+
+/// The backend called `text` (as `--backend` takes it, in any case).
+pub(crate) fn parse(text: &str) -> Option<Kind> {
+    ALL.into_iter()
+        .find(|kind| kind.name().eq_ignore_ascii_case(text))
+}
+
+/// How a backend's server starts.
+pub(crate) struct ServerCommand {
+    /// The environment variable naming its binary, which `scripts/servers`
+    /// exports.
+    pub(crate) binary_var: &'static str,
+    /// Its arguments, to listen on loopback at a port and keep its data in
+    /// a directory.
+    pub(crate) args: fn(port: u16, data: &Path) -> Vec<OsString>,
+}
+
+/// How an acquisition's answer can be lost on the way back (R5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LostAnswer {
+    /// MongoDB's `failCommand` fail point closes the connection of the
+    /// client's `findAndModify`, which then does not run.
+    FailPoint,
+    /// The proxy passes the acquisition to the server, which applies it,
+    /// and resets the connection before the reply passes.
+    ResetAfterRequest,
+}
+
+/// A URL with a password canary in it, tried in R12.
+pub(crate) struct SecretCase {
+    pub(crate) label: &'static str,
+    pub(crate) url: String,
+    /// Said before the row's findings (why a backend without credentials
+    /// is tried at all, say).
+    pub(crate) note: &'static str,
+}
+
+/// What the campaign must know of one backend.
+#[async_trait::async_trait]
+pub(crate) trait CampaignBackend: Sync + std::fmt::Debug {
+    /// The backend's name in reports and in `--backend`.
+    fn name(&self) -> &'static str;
+
+    /// How its server starts, if it has one the campaign can restart.
+    fn server(&self) -> Option<ServerCommand>;
+
+    /// Whether it has a server.
+    fn has_server(&self) -> bool {
+        self.server().is_some()
+    }
+
+    /// Why it has no server, for the rows of scenarios that fault one.
+    fn without_server(&self) -> &'static str {
+        "it has no server"
+    }
+
+    /// The URL lock clients open, with the server at `address` (its own,
+    /// or a fault proxy's) and the run's scratch directory `scratch`.
+    fn url(&self, scratch: &Path, address: &str) -> String;
+
+    /// The server's URL with a key space of its own called `space` (a
+    /// collection, a key prefix, a directory), so that `list()` shows only
+    /// the locks taken there.
+    ///
+    /// # Errors
+    /// The key space cannot be made.
+    fn key_space_url(&self, server: &Server, space: &str) -> Outcome<String>;
+
+    /// Whether a lock lives exactly as long as its holder's process, so a
+    /// paused holder keeps it.
+    fn process_bound(&self) -> bool {
+        false
+    }
+
+    /// Whether the backend keeps its locks across a server restart.
+    fn keeps_locks_across_restarts(&self) -> bool {
+        true
+    }
+
+    /// Whether the backend grants shared (reader) locks.
+    fn has_shared(&self) -> bool {
+        true
+    }
+
+    /// The documented bound on granting a dead holder's lock again, after
+    /// its last extension, for a lease of `lease` (R4 adds one poll).
+    fn regrant_bound(&self, lease: Duration) -> Duration;
+
+    /// How R5 loses an acquisition's answer on this backend.
+    fn lost_answers(&self) -> &'static [LostAnswer] {
+        &[LostAnswer::ResetAfterRequest]
+    }
+
+    /// A backend at `url` that sends only what it is asked to, on as few
+    /// connections as it can: R5's proxy has one shot, which a request of
+    /// the backend's own (a wake-up stream, a second connection's
+    /// handshake) must not take.
+    ///
+    /// # Errors
+    /// It cannot be opened.
+    async fn open_quiet(&self, url: &str) -> Outcome<Arc<dyn distlock::Backend>> {
+        Ok(distlock::open(url).await?)
+    }
+
+    /// Deletes `name`'s record behind the backend's back (R7), as an
+    /// operator or a cache eviction might.
+    ///
+    /// # Errors
+    /// The server cannot be reached.
+    async fn delete_record(&self, server: &Server, name: &LockName) -> Outcome<()>;
+
+    /// The URLs R12 tries, each with `canary` as a password.
+    ///
+    /// # Errors
+    /// A scratch directory or a closed port cannot be had.
+    fn secret_cases(&self, server: &Server, canary: &str) -> Outcome<Vec<SecretCase>>;
+
+    /// The backend's own parse of `url`: where it came from, and its
+    /// `Debug` print or error (R12 searches both for the canary).
+    fn parse_url(&self, _url: &str) -> Option<(&'static str, Result<String, distlock::Error>)> {
+        None
+    }
+
+    /// Whether R10 (TTL rounding, eviction, stale release and restart)
+    /// applies, or why not.
+    fn expiry_edges(&self) -> Result<(), &'static str> {
+        Err("memcached only")
+    }
+}
+
+/// A loopback port nobody listens on.
+///
+/// # Errors
+/// No port can be bound.
+pub(crate) fn closed_port() -> Outcome<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}

@@ -1,0 +1,125 @@
+//! MongoDB, on the campaign's own SecantusDB.
+
+use std::ffi::OsString;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use distlock::LockName;
+
+use super::{CampaignBackend, LostAnswer, SecretCase, ServerCommand, closed_port};
+use crate::Outcome;
+use crate::servers::Server;
+
+#[derive(Debug)]
+pub(crate) struct MongoDb;
+
+pub(crate) const MONGODB: MongoDb = MongoDb;
+
+/// The database the campaign's locks live in.
+const DATABASE: &str = "distlock_chaos";
+
+fn args(port: u16, data: &Path) -> Vec<OsString> {
+    let mut args: Vec<OsString> = vec!["--port".into(), port.to_string().into()];
+    args.push("--storage-path".into());
+    args.push(data.join("mongodb").into());
+    args.extend(["--enable-test-commands", "--cache-size", "256M"].map(OsString::from));
+    args
+}
+
+#[async_trait::async_trait]
+impl CampaignBackend for MongoDb {
+    fn name(&self) -> &'static str {
+        "MongoDB"
+    }
+
+    fn server(&self) -> Option<ServerCommand> {
+        Some(ServerCommand {
+            binary_var: "SECANTUSD_BIN",
+            args,
+        })
+    }
+
+    /// A proxy in between hides the replica set's member list from the
+    /// driver, so it must not go looking for the members.
+    fn url(&self, _scratch: &Path, address: &str) -> String {
+        format!("mongodb://{address}/{DATABASE}?directConnection=true")
+    }
+
+    fn key_space_url(&self, server: &Server, space: &str) -> Outcome<String> {
+        Ok(format!("{}&collection={space}", server.url()))
+    }
+
+    /// Expiry is judged on the server's clock to the millisecond.
+    fn regrant_bound(&self, lease: Duration) -> Duration {
+        lease
+    }
+
+    fn lost_answers(&self) -> &'static [LostAnswer] {
+        &[LostAnswer::FailPoint, LostAnswer::ResetAfterRequest]
+    }
+
+    /// Without release wake-ups: a change stream's `getMore`s are requests
+    /// of their own, which the proxy's shot might hit instead of the
+    /// acquisition.
+    async fn open_quiet(&self, url: &str) -> Outcome<Arc<dyn distlock::Backend>> {
+        Ok(Arc::new(
+            distlock::mongodb::MongoBackend::from_url(url)?
+                .release_wakeups(false)
+                .build()
+                .await?,
+        ))
+    }
+
+    async fn delete_record(&self, server: &Server, name: &LockName) -> Outcome<()> {
+        let client = mongodb::Client::with_uri_str(server.url()).await?;
+        client
+            .database(DATABASE)
+            .collection::<mongodb::bson::Document>(distlock::mongodb::DEFAULT_COLLECTION)
+            .delete_one(mongodb::bson::doc! { "_id": name.as_str() })
+            .await?;
+        Ok(())
+    }
+
+    fn secret_cases(&self, server: &Server, canary: &str) -> Outcome<Vec<SecretCase>> {
+        let fast = "serverSelectionTimeoutMS=1500&connectTimeoutMS=1500";
+        Ok(vec![
+            SecretCase {
+                label: "bad host (a closed port)",
+                url: format!(
+                    "mongodb://alice:{canary}@127.0.0.1:{}/{DATABASE}?{fast}",
+                    closed_port()?
+                ),
+                note: "",
+            },
+            SecretCase {
+                label: "bad credentials (no such user)",
+                url: format!(
+                    "mongodb://alice:{canary}@{}/{DATABASE}?directConnection=true&{fast}",
+                    server.address()
+                ),
+                note: "",
+            },
+            SecretCase {
+                label: "a URL the driver refuses",
+                url: format!("mongodb://alice:{canary}@127.0.0.1:notaport/{DATABASE}"),
+                note: "",
+            },
+        ])
+    }
+
+    fn parse_url(&self, url: &str) -> Option<(&'static str, Result<String, distlock::Error>)> {
+        Some((
+            "`MongoBackend::from_url`",
+            distlock::mongodb::MongoBackend::from_url(url).map(|builder| format!("{builder:?}")),
+        ))
+    }
+
+    fn expiry_edges(&self) -> Result<(), &'static str> {
+        Err(
+            "memcached only; MongoDB judges leases in milliseconds on the server's clock \
+             (`$$NOW`), never evicts a lock document, and keeps its locks across restarts \
+             (R6)",
+        )
+    }
+}
