@@ -1248,7 +1248,7 @@ impl Backend for MemcachedBackend {
 
     /// In sharded mode: without a server command when this process holds
     /// the lease with at least half of it left and a reserved token to
-    /// spare ([`LockHold::pass_on`]); otherwise one compare-and-swap
+    /// spare (`LockHold::pass_on`); otherwise one compare-and-swap
     /// store of the next grant over ours, with the counter's increment in
     /// the same write, which reserves the tokens for the next ones (see the
     /// crate documentation). Quorum mode answers [`Error::Unsupported`].
