@@ -125,10 +125,17 @@ fn parse_file(rest: &str, url: &str) -> Result<BackendUrl> {
         None => (rest, ""),
     };
     if !host.is_empty() && host != "localhost" {
+        // Never the user information itself: it may hold a password.
+        let named = match host.rsplit_once('@') {
+            None => format!("the host `{host}`"),
+            Some((_, "" | "localhost")) => "user information".to_owned(),
+            Some((_, bare)) => format!("user information and the host `{bare}`"),
+        };
         return Err(Error::config(
             "backend URL",
             format!(
-                "`{}` names the host `{host}`; a file URL is local: write file:///absolute/path",
+                "`{}` names {named}; a file URL is local and has no credentials: write \
+                 file:///absolute/path",
                 redact(url)
             ),
         ));
@@ -212,6 +219,19 @@ mod tests {
             BackendUrl::File("/tmp/a b".into())
         );
         assert!(BackendUrl::parse("file://otherhost/tmp").is_err());
+    }
+
+    #[test]
+    fn file_urls_with_user_information_are_refused_without_showing_it() {
+        for url in [
+            "file://u:secret@localhost/tmp",
+            "file://u:secret@/tmp",
+            "file://u:secret@otherhost/tmp",
+        ] {
+            let err = BackendUrl::parse(url).unwrap_err().to_string();
+            assert!(!err.contains("secret"), "{err}");
+            assert!(err.contains("user information"), "{err}");
+        }
     }
 
     #[test]
