@@ -22,6 +22,7 @@ pub(super) const SCENARIO: Scenario = Scenario {
                holders, 0 lost updates, 0 token regressions. memcached loses its locks when it \
                restarts, so its overlaps are reported, not forbidden; the fenced counter must \
                still lose no update.",
+        untimed: false,
     },
     run,
 };

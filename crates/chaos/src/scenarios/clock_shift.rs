@@ -28,6 +28,7 @@ pub(super) const SCENARIO: Scenario = Scenario {
                (±1 h within 5 s), or the run fails. Must hold: 0 overlaps among valid holders, \
                0 lost updates, 0 token regressions, and no spurious loss (no `lost()` fired, no \
                extension refused) nor failed wait, since nothing else goes wrong.",
+        untimed: false,
     },
     run,
 };

@@ -31,6 +31,7 @@ pub(super) const SCENARIO: Scenario = Scenario {
                run; the first holder's `lost()` fires before the second is granted (otherwise \
                the two overlap); 0 lost updates; 0 token regressions. The file backend has no \
                connection to delay, so this does not apply to it.",
+        untimed: false,
     },
     run,
 };

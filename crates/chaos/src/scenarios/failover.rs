@@ -26,6 +26,7 @@ pub(super) const SCENARIO: Scenario = Scenario {
                its locks on restart: its overlaps are reported (allowed), and the fenced \
                counter must still lose no update. The file backend has no server, so this does \
                not apply to it.",
+        untimed: false,
     },
     run,
 };

@@ -27,6 +27,7 @@ pub(super) const SCENARIO: Scenario = Scenario {
                third of the lease, before the kill), and the re-grant's p99 within the \
                backend's documented bound plus one poll. Also, per backend, `distlock run` is \
                killed while its command runs: the command must not outlive it.",
+        untimed: false,
     },
     run,
 };

@@ -48,6 +48,7 @@ pub(super) const SCENARIO: Scenario = Scenario {
                the second holder is granted within a quarter of that long lease after the \
                first released or gave up. The file backend has no connection whose answer \
                could be lost, so this does not apply to it.",
+        untimed: false,
     },
     run,
 };

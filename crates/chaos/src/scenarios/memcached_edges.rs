@@ -48,6 +48,7 @@ pub(super) const SCENARIO: Scenario = Scenario {
                last four (short form: 1). Overlaps between the moment memcached dropped a lock \
                and the holder's `lost()` are memcached's documented failure mode: reported, \
                allowed only when the loss was then detected.",
+        untimed: false,
     },
     run,
 };

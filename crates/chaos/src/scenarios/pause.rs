@@ -26,6 +26,7 @@ pub(super) const SCENARIO: Scenario = Scenario {
                holder's interval overlaps the next one's by construction (it is frozen, not \
                wrong): that is what fencing tokens are for. On the file backend a paused \
                process keeps its lock, so nobody else is granted.",
+        untimed: false,
     },
     run,
 };

@@ -33,6 +33,7 @@ pub(super) const SCENARIO: Scenario = Scenario {
                `Debug` and sources, the backend builders' and backends' `Debug`, and \
                everything it logs at trace level). Must hold: the canary appears in none of \
                them (judged in the full form).",
+        untimed: true,
     },
     run,
 };

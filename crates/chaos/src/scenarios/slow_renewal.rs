@@ -30,6 +30,7 @@ pub(super) const SCENARIO: Scenario = Scenario {
                before it counts as an overlap), 0 lost updates, 0 token regressions. The margin \
                is the second holder's grant less the first one's loss. The file backend has no \
                connection to slow down, so this does not apply to it.",
+        untimed: false,
     },
     run,
 };

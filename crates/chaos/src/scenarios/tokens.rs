@@ -22,6 +22,7 @@ pub(super) const SCENARIO: Scenario = Scenario {
                token counters too; file: a forced release); the server restarts every 100th \
                cycle (short form: every 25th). Must hold: every token strictly greater than \
                the one before.",
+        untimed: false,
     },
     run,
 };
