@@ -222,6 +222,26 @@ pub(crate) fn token_regression(holdings: &[Holding]) -> Option<(Holding, Holding
     })
 }
 
+/// The first token regression the judge counted, in words, for a report.
+pub(crate) fn regression_example(holdings: &[Holding]) -> Option<String> {
+    let (earlier, later) = token_regression(holdings)?;
+    let gap = later.start_ns.saturating_sub(earlier.end_ns.unwrap_or(0));
+    Some(format!(
+        "e.g. a {:?} holding granted token {} {:.1} ms after a {:?} holding with token {} \
+         ended{}",
+        later.claim,
+        later.token,
+        gap as f64 / 1e6,
+        earlier.claim,
+        earlier.token,
+        if earlier.lost_ns.is_some() {
+            " (its `lost()` had fired)"
+        } else {
+            ""
+        },
+    ))
+}
+
 /// When a holding of `side` must have ended to count as before `later`:
 /// when `later` began, or, when both may be held side by side, when it
 /// was asked for.

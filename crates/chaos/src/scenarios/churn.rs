@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use super::{Scenario, Settings, Worker, kinds, run_dir, spec, unique};
 use crate::Outcome;
 use crate::fenced::FencedStore;
-use crate::judge::judge;
+use crate::judge::{holdings, judge, regression_example};
 use crate::report::{Row, ScenarioInfo};
 use crate::servers::Server;
 use crate::worker::ClaimSpec;
@@ -89,6 +89,9 @@ fn churn(
             "; at most {} of {limit} held at once",
             verdict.most_at_once
         ));
+    }
+    if let Some(example) = regression_example(&holdings(&events)) {
+        detail.push_str(&format!("; {example}"));
     }
     if overlaps_tolerated && verdict.overlaps > 0 {
         detail.push_str("; overlaps follow restarts that lost the locks (reported, not forbidden)");

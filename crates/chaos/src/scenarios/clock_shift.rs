@@ -9,7 +9,7 @@ use super::{Scenario, Settings, Worker, kinds, run_dir, spec, unique};
 use crate::Outcome;
 use crate::clock::now_ns;
 use crate::fenced::FencedStore;
-use crate::judge::{Holding, Verdict, holdings, judge, token_regression};
+use crate::judge::{Verdict, holdings, judge, regression_example};
 use crate::report::{Row, ScenarioInfo};
 use crate::servers::Server;
 use crate::worker::{ClaimSpec, Event, wall_ms};
@@ -178,21 +178,6 @@ fn shifted(
         passed,
         overlaps_allowed: false,
     })
-}
-
-/// The first token regression the judge counted, in words.
-fn regression_example(holdings: &[Holding]) -> Option<String> {
-    let (earlier, later) = token_regression(holdings)?;
-    Some(format!(
-        "e.g. a {:?} holding granted token {} {} after a {:?} holding with token {} ended",
-        later.claim,
-        later.token,
-        super::ms(Duration::from_nanos(
-            later.start_ns.saturating_sub(earlier.end_ns.unwrap_or(0))
-        )),
-        earlier.claim,
-        earlier.token,
-    ))
 }
 
 /// A shift in milliseconds as signed seconds.
