@@ -1,0 +1,512 @@
+//! The [`Backend`] on etcd.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use distlock_core::{
+    AcquireRequest, Attempt, Backend, Capabilities, Claim, Error, GrantState, Lease, LeaseId,
+    LockInfo, LockName, LossReporter, Permits, ReleaseHub, ReleaseWatch, Result, WaitState,
+    async_trait,
+};
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, KvClient, LeaseClient,
+    PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, TxnResponse, WatchClient,
+};
+
+use crate::config::EtcdConfig;
+use crate::error::{from_etcd, is_lease_not_found};
+use crate::keys::{NameRange, Record, name_of_key};
+use crate::rules::{Entry, Standing, holds, in_order, standing};
+use crate::session::{SessionId, Sessions};
+use crate::watch::{Task, Watched, deleted};
+
+/// How many times a single try reads and writes again when another write
+/// to the name came between its read and its write.
+const TRY_ROUNDS: usize = 8;
+
+/// distlock's etcd backend; see the [crate docs](crate).
+pub struct EtcdBackend {
+    config: EtcdConfig,
+    kv: KvClient,
+    watch: WatchClient,
+    /// For `list`'s time left; the sessions keep their own.
+    leases: LeaseClient,
+    sessions: Sessions,
+    hub: ReleaseHub,
+}
+
+impl fmt::Debug for EtcdBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdBackend")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a grant keeps: its key, and the task watching it.
+#[derive(Debug)]
+struct Grant {
+    key: Vec<u8>,
+    revision: i64,
+    id: LeaseId,
+    /// Set before our own release deletes the key, so that its watch does
+    /// not report that deletion as a loss.
+    releasing: Arc<AtomicBool>,
+    _watch: Task,
+}
+
+/// What a wait keeps across its attempts: its key, and the watch on the
+/// key it waits behind.
+#[derive(Debug)]
+struct Waiting {
+    key: Vec<u8>,
+    /// The predecessor watched, by key, and its watch.
+    behind: Option<(Vec<u8>, Task)>,
+}
+
+impl EtcdBackend {
+    /// Opens the backend at `url`; see the [crate docs](crate) for the URL.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for a bad URL or an unreadable CA file;
+    /// [`Error::Denied`] for refused credentials; a backend error when the
+    /// members cannot be reached to authenticate.
+    pub async fn open(url: &str) -> Result<Self> {
+        Self::with_config(EtcdConfig::parse(url)?).await
+    }
+
+    /// Opens the backend from a parsed configuration.
+    ///
+    /// # Errors
+    /// As [`open`](Self::open).
+    pub async fn with_config(config: EtcdConfig) -> Result<Self> {
+        let mut options = ConnectOptions::new()
+            .with_connect_timeout(Duration::from_secs(5))
+            .with_keep_alive(Duration::from_secs(5), Duration::from_secs(5));
+        if let Some((user, password)) = &config.credentials {
+            options = options.with_user(user.clone(), password.clone());
+        }
+        if config.tls {
+            let mut tls = etcd_client::TlsOptions::new().with_enabled_roots();
+            if let Some(ca) = &config.ca {
+                let pem = std::fs::read(ca).map_err(|error| {
+                    Error::config("ca", format!("cannot read {}: {error}", ca.display()))
+                })?;
+                tls = tls.ca_certificate(etcd_client::Certificate::from_pem(pem));
+            }
+            options = options.with_tls(tls);
+        }
+        let client = Client::connect(config.endpoint_urls(), Some(options))
+            .await
+            .map_err(|e| from_etcd("connecting", e))?;
+        Ok(Self::from_client(client, config))
+    }
+
+    /// The backend on a client already connected, with `config`'s prefix.
+    pub fn from_client(client: Client, config: EtcdConfig) -> Self {
+        Self {
+            kv: client.kv_client(),
+            watch: client.watch_client(),
+            leases: client.lease_client(),
+            sessions: Sessions::new(client.lease_client()),
+            hub: ReleaseHub::new(),
+            config,
+        }
+    }
+
+    /// The configuration this backend was opened with.
+    pub fn config(&self) -> &EtcdConfig {
+        &self.config
+    }
+
+    /// The first key (inclusive) and the end (exclusive) of `name`'s keys.
+    pub fn key_range(&self, name: &LockName) -> (Vec<u8>, Vec<u8>) {
+        let range = self.range(name);
+        let end = range.end();
+        (range.start, end)
+    }
+
+    fn range(&self, name: &LockName) -> NameRange {
+        NameRange::new(&self.config.prefix, name)
+    }
+
+    async fn txn(&self, txn: Txn, what: &str) -> Result<TxnResponse> {
+        let mut kv = self.kv.clone();
+        kv.txn(txn).await.map_err(|e| from_etcd(what, e))
+    }
+
+    /// A single try: write a key only if it would hold, in a transaction
+    /// that fails if the name changed since it was read, so that a loss
+    /// leaves no key behind.
+    async fn try_once(&self, request: &AcquireRequest, session: SessionId) -> Result<Attempt> {
+        let range = self.range(&request.name);
+        let key = range.try_key(request.lease_id);
+        let record = Record::new(request.claim, &request.holder).to_bytes();
+        // First guess: the name is free.
+        let mut guard = Compare::create_revision(range.start.clone(), CompareOp::Equal, 0)
+            .with_range(range.end());
+        for _ in 0..TRY_ROUNDS {
+            let txn = Txn::new()
+                .when([guard])
+                .and_then([TxnOp::put(
+                    key.clone(),
+                    record.clone(),
+                    Some(PutOptions::new().with_lease(session.0)),
+                )])
+                .or_else([TxnOp::get(range.start.clone(), Some(name_options(&range)))]);
+            let response = self.txn(txn, "trying a lock").await?;
+            let revision = header_revision(&response);
+            if response.succeeded() {
+                return Ok(self.granted(request, key, revision));
+            }
+            let entries = entries_of(&response);
+            match standing(&request.name, request.claim, &entries, entries.len())? {
+                Standing::Waits(_) => return Ok(Attempt::Held { retry_after: None }),
+                // It would hold now: write unless the name changed since.
+                Standing::Holds => {
+                    guard =
+                        Compare::mod_revision(range.start.clone(), CompareOp::Less, revision + 1)
+                            .with_range(range.end());
+                }
+            }
+        }
+        Ok(Attempt::Held { retry_after: None })
+    }
+
+    /// One attempt of a wait: its key is created at the first attempt (and
+    /// again if it went, with a forced release or the session), and it
+    /// holds once the keys before it allow.
+    async fn wait_once(
+        &self,
+        request: &AcquireRequest,
+        wait: &mut WaitState,
+        session: SessionId,
+    ) -> Result<Attempt> {
+        let range = self.range(&request.name);
+        let mut waiting = wait.take::<Waiting>().unwrap_or_else(|| Waiting {
+            key: range.key(rand::random()),
+            behind: None,
+        });
+        let key = waiting.key.clone();
+        // Kept before the write, so an answer lost after it still lets
+        // `end_wait` remove the key.
+        let record = Record::new(request.claim, &request.holder).to_bytes();
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([
+                TxnOp::put(
+                    key.clone(),
+                    record,
+                    Some(PutOptions::new().with_lease(session.0)),
+                ),
+                TxnOp::get(range.start.clone(), Some(name_options(&range))),
+            ])
+            .or_else([TxnOp::get(range.start.clone(), Some(name_options(&range)))]);
+        wait.set(Waiting {
+            key: key.clone(),
+            behind: None,
+        });
+        let response = self.txn(txn, "waiting for a lock").await?;
+        let revision = header_revision(&response);
+        let entries = entries_of(&response);
+        let Some(position) = entries.iter().position(|entry| entry.key == key) else {
+            // Deleted between the write and the read in one transaction
+            // cannot happen; a missing key means a reply we cannot read.
+            return Err(Error::Backend {
+                backend: "etcd",
+                message: "a waiter's key was missing from the reply that wrote it".into(),
+                source: None,
+            });
+        };
+        let own = entries[position].revision;
+        match standing(&request.name, request.claim, &entries, position) {
+            Err(conflict) => {
+                // The wait ends with this error: take the key back now.
+                self.delete_key(&key).await.ok();
+                wait.take::<Waiting>();
+                Err(conflict)
+            }
+            Ok(Standing::Holds) => {
+                wait.take::<Waiting>();
+                Ok(self.granted(request, key, own))
+            }
+            Ok(Standing::Waits(index)) => {
+                // A permit may be let in by any holder leaving, not only
+                // the one just before it.
+                let watched = match request.claim {
+                    Claim::Permit { .. } => Watched::AnyOf {
+                        start: range.start.clone(),
+                        end: range.end(),
+                    },
+                    _ => Watched::Predecessor(entries[index].key.clone()),
+                };
+                let behind = match waiting.behind.take() {
+                    Some((previous, task)) if previous == watched.key() => (previous, task),
+                    _ => {
+                        let (client, name, hub, key) = (
+                            self.watch.clone(),
+                            request.name.clone(),
+                            self.hub.clone(),
+                            watched.key().to_vec(),
+                        );
+                        let task = Task::spawn(async move {
+                            deleted(client, watched, revision).await;
+                            hub.notify(&name);
+                        });
+                        (key, task)
+                    }
+                };
+                wait.set(Waiting {
+                    key,
+                    behind: Some(behind),
+                });
+                Ok(Attempt::Held { retry_after: None })
+            }
+        }
+    }
+
+    /// The grant of `key`, created at `revision`, watched for deletion.
+    fn granted(&self, request: &AcquireRequest, key: Vec<u8>, revision: i64) -> Attempt {
+        let releasing = Arc::new(AtomicBool::new(false));
+        let watch = {
+            let watched = Watched::Own {
+                key: key.clone(),
+                revision,
+                kv: Box::new(self.kv.clone()),
+            };
+            let (client, loss, releasing) =
+                (self.watch.clone(), request.loss.clone(), releasing.clone());
+            Task::spawn(report_deletion(client, watched, revision, loss, releasing))
+        };
+        Attempt::Acquired {
+            fencing_token: u64::try_from(revision).unwrap_or(0),
+            state: GrantState::new(Grant {
+                key,
+                revision,
+                id: request.lease_id,
+                releasing,
+                _watch: watch,
+            }),
+        }
+    }
+
+    /// How long until etcd ends `session` unless it is renewed, read once
+    /// per session into `known`. It is the session's padded TTL (see the
+    /// session module): the most a crashed holder's keys could outlive it.
+    async fn time_left(
+        &self,
+        session: i64,
+        known: &mut BTreeMap<i64, Option<Duration>>,
+    ) -> Result<Option<Duration>> {
+        if session == 0 {
+            return Ok(None);
+        }
+        if let Some(left) = known.get(&session) {
+            return Ok(*left);
+        }
+        let response = self
+            .leases
+            .clone()
+            .time_to_live(session, None)
+            .await
+            .map_err(|e| from_etcd("reading a session's time left", e))?;
+        // A negative TTL: the session ended as it was read.
+        let left = Some(Duration::from_secs(
+            u64::try_from(response.ttl()).unwrap_or(0),
+        ));
+        known.insert(session, left);
+        Ok(left)
+    }
+
+    async fn delete_key(&self, key: &[u8]) -> Result<bool> {
+        let mut kv = self.kv.clone();
+        let response = kv
+            .delete(key.to_vec(), None)
+            .await
+            .map_err(|e| from_etcd("deleting a key", e))?;
+        Ok(response.deleted() > 0)
+    }
+}
+
+async fn report_deletion(
+    client: WatchClient,
+    watched: Watched,
+    revision: i64,
+    loss: LossReporter,
+    releasing: Arc<AtomicBool>,
+) {
+    deleted(client, watched, revision).await;
+    if !releasing.load(Ordering::Acquire) {
+        loss.report();
+    }
+}
+
+/// Reads a name's keys, oldest first.
+fn name_options(range: &NameRange) -> GetOptions {
+    GetOptions::new()
+        .with_range(range.end())
+        .with_sort(SortTarget::Create, SortOrder::Ascend)
+}
+
+fn header_revision(response: &TxnResponse) -> i64 {
+    response.header().map_or(0, |header| header.revision())
+}
+
+/// The keys read by the transaction's last range.
+fn entries_of(response: &TxnResponse) -> Vec<Entry> {
+    let mut entries = Vec::new();
+    for op in response.op_responses() {
+        if let TxnOpResponse::Get(get) = op {
+            entries = get.kvs().iter().map(Entry::from_kv).collect();
+        }
+    }
+    in_order(entries)
+}
+
+#[async_trait]
+impl Backend for EtcdBackend {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::lease_based()
+            .with_shared(true)
+            .with_semaphores(true)
+            .with_sessions(true)
+            .with_release_wakeups(true)
+    }
+
+    async fn try_acquire(&self, request: &AcquireRequest, wait: &mut WaitState) -> Result<Attempt> {
+        let session = self.sessions.ensure(request.lease).await?;
+        let attempt = if request.retries {
+            self.wait_once(request, wait, session).await
+        } else {
+            self.try_once(request, session).await
+        };
+        match attempt {
+            Err(error) if is_lease_not_found(&error) => {
+                // The session ended while unused: start another, once.
+                self.sessions.forget(session).await;
+                let session = self.sessions.ensure(request.lease).await?;
+                if request.retries {
+                    self.wait_once(request, wait, session).await
+                } else {
+                    self.try_once(request, session).await
+                }
+            }
+            other => other,
+        }
+    }
+
+    async fn end_wait(&self, _request: &AcquireRequest, mut wait: WaitState) -> Result<()> {
+        if let Some(waiting) = wait.take::<Waiting>() {
+            self.delete_key(&waiting.key).await?;
+        }
+        Ok(())
+    }
+
+    async fn extend(&self, lease: &Lease) -> Result<bool> {
+        let Some(grant) = lease.state.get::<Grant>().filter(|g| g.id == lease.id) else {
+            return Ok(false);
+        };
+        let mut kv = self.kv.clone();
+        let current = kv
+            .get(grant.key.clone(), None)
+            .await
+            .map_err(|e| from_etcd("reading a lock", e))?;
+        let ours = current
+            .kvs()
+            .first()
+            .is_some_and(|kv| kv.create_revision() == grant.revision);
+        if !ours {
+            return Ok(false);
+        }
+        self.sessions.renew().await
+    }
+
+    async fn renew_session(&self) -> Result<bool> {
+        self.sessions.renew().await
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        let Some(grant) = lease.state.get::<Grant>() else {
+            // A grant whose answer was lost: a single try's key is named
+            // after its identity.
+            let key = self.range(&lease.name).try_key(lease.id);
+            return self.delete_key(&key).await;
+        };
+        if grant.id != lease.id {
+            return Ok(false);
+        }
+        grant.releasing.store(true, Ordering::Release);
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                grant.key.clone(),
+                CompareOp::Equal,
+                grant.revision,
+            )])
+            .and_then([TxnOp::delete(grant.key.clone(), None)]);
+        let released = self.txn(txn, "releasing a lock").await?.succeeded();
+        Ok(released)
+    }
+
+    async fn list(&self) -> Result<Vec<LockInfo>> {
+        let prefix = self.config.prefix.as_bytes().to_vec();
+        let mut kv = self.kv.clone();
+        let response = kv
+            .get(
+                prefix,
+                Some(
+                    GetOptions::new()
+                        .with_prefix()
+                        .with_sort(SortTarget::Create, SortOrder::Ascend),
+                ),
+            )
+            .await
+            .map_err(|e| from_etcd("listing locks", e))?;
+        let mut names: BTreeMap<LockName, Vec<Entry>> = BTreeMap::new();
+        for kv in response.kvs() {
+            if let Some(name) = name_of_key(&self.config.prefix, kv.key()) {
+                names.entry(name).or_default().push(Entry::from_kv(kv));
+            }
+        }
+        let mut time_left = BTreeMap::new();
+        let mut infos = Vec::new();
+        for (name, entries) in names {
+            let entries = in_order(entries);
+            let holders: Vec<&Entry> = (0..entries.len())
+                .filter(|&i| holds(&entries, i))
+                .map(|i| &entries[i])
+                .collect();
+            let in_use = u32::try_from(holders.len()).unwrap_or(u32::MAX);
+            for entry in holders {
+                infos.push(LockInfo {
+                    name: name.clone(),
+                    kind: entry.claim.kind(),
+                    permits: entry.claim.limit().map(|limit| Permits { in_use, limit }),
+                    holder: entry.record.as_ref().map(|r| r.holder.clone()),
+                    fencing_token: u64::try_from(entry.revision).ok(),
+                    expires_in: self.time_left(entry.session, &mut time_left).await?,
+                });
+            }
+        }
+        Ok(infos)
+    }
+
+    async fn force_release(&self, name: &LockName) -> Result<bool> {
+        let range = self.range(name);
+        let mut kv = self.kv.clone();
+        let response = kv
+            .delete(
+                range.start.clone(),
+                Some(DeleteOptions::new().with_range(range.end())),
+            )
+            .await
+            .map_err(|e| from_etcd("force-releasing a lock", e))?;
+        Ok(response.deleted() > 0)
+    }
+
+    fn watch_releases(&self, name: &LockName) -> Option<ReleaseWatch> {
+        Some(self.hub.watch(name))
+    }
+}

@@ -1,0 +1,143 @@
+//! Keys and values: where each waiter's key lives, and what it records.
+//!
+//! A name's keys are `<prefix><encoded name>/<32 hex digits>`. The encoded
+//! name is the name's UTF-8 with every byte outside `A-Z a-z 0-9 - _ . ~`
+//! written `%XX`, so it never holds a `/`: the range `<prefix><encoded>/`
+//! holds that name's keys and no other name's (`a/` and `a%2Fb/` do not
+//! nest).
+
+use distlock_core::{Claim, Holder, LeaseId, LockKind, LockName};
+use serde::{Deserialize, Serialize};
+
+/// A name's key range under one prefix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NameRange {
+    /// `<prefix><encoded name>/`: every key of the name starts with it.
+    pub(crate) start: Vec<u8>,
+}
+
+impl NameRange {
+    pub(crate) fn new(prefix: &str, name: &LockName) -> Self {
+        let mut start = prefix.as_bytes().to_vec();
+        encode_name(name.as_str(), &mut start);
+        start.push(b'/');
+        Self { start }
+    }
+
+    /// The end of the range (exclusive): the start with its last byte,
+    /// `/`, bumped to `0`.
+    pub(crate) fn end(&self) -> Vec<u8> {
+        let mut end = self.start.clone();
+        if let Some(last) = end.last_mut() {
+            *last += 1;
+        }
+        end
+    }
+
+    /// The key of one waiter or grant of this name.
+    pub(crate) fn key(&self, id: u128) -> Vec<u8> {
+        let mut key = self.start.clone();
+        key.extend_from_slice(format!("{id:032x}").as_bytes());
+        key
+    }
+
+    /// The key a single try with identity `id` writes.
+    pub(crate) fn try_key(&self, id: LeaseId) -> Vec<u8> {
+        self.key(id.as_u128())
+    }
+}
+
+/// Appends `name`, percent-encoded, to `out`.
+pub(crate) fn encode_name(name: &str, out: &mut Vec<u8>) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    for &byte in name.as_bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {
+            out.push(byte);
+        } else {
+            out.extend_from_slice(&[
+                b'%',
+                HEX[usize::from(byte >> 4)],
+                HEX[usize::from(byte & 15)],
+            ]);
+        }
+    }
+}
+
+/// The name whose key `key` is, if it is one of ours under `prefix`.
+pub(crate) fn name_of_key(prefix: &str, key: &[u8]) -> Option<LockName> {
+    let rest = key.strip_prefix(prefix.as_bytes())?;
+    let slash = rest.iter().rposition(|&b| b == b'/')?;
+    let encoded = std::str::from_utf8(&rest[..slash]).ok()?;
+    let name = distlock_core::urls::percent_decode(encoded)?;
+    LockName::new(name).ok()
+}
+
+/// What each key holds: the claim it was made for, who made it, and the
+/// lease its maker keeps, for `list` and for the rules between kinds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Record {
+    pub(crate) kind: LockKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) limit: Option<u32>,
+    pub(crate) holder: Holder,
+}
+
+impl Record {
+    pub(crate) fn new(claim: Claim, holder: &Holder) -> Self {
+        Self {
+            kind: claim.kind(),
+            limit: claim.limit(),
+            holder: holder.clone(),
+        }
+    }
+
+    pub(crate) fn to_bytes(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// The record in `value`; `None` for a value that is not one (a key
+    /// someone else wrote under our prefix), which then counts as a writer.
+    pub(crate) fn parse(value: &[u8]) -> Option<Self> {
+        serde_json::from_slice(value).ok()
+    }
+
+    /// The claim the key was made for.
+    pub(crate) fn claim(&self) -> Claim {
+        match (self.kind, self.limit) {
+            (LockKind::Shared, _) => Claim::Shared,
+            (LockKind::Semaphore, Some(limit)) => Claim::Permit { limit },
+            _ => Claim::Exclusive,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn name(text: &str) -> LockName {
+        LockName::new(text).unwrap()
+    }
+
+    #[test]
+    fn no_name_range_holds_another() {
+        let a = NameRange::new("p/", &name("a"));
+        let ab = NameRange::new("p/", &name("a/b"));
+        assert_eq!(a.start, b"p/a/");
+        assert_eq!(ab.start, b"p/a%2Fb/");
+        assert!(!ab.start.starts_with(&a.start));
+        let key = ab.key(7);
+        assert!(key.as_slice() >= ab.start.as_slice() && key < ab.end());
+        assert!(!(key.as_slice() >= a.start.as_slice() && key < a.end()));
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for text in ["a", "a/b", "nul\0x", "%41", "ü ☃\r\n$.", &"x".repeat(1024)] {
+            let range = NameRange::new("distlock/", &name(text));
+            let key = range.key(u128::MAX);
+            assert_eq!(name_of_key("distlock/", &key), Some(name(text)), "{text:?}");
+        }
+        assert_eq!(name_of_key("other/", b"distlock/a/00"), None);
+    }
+}

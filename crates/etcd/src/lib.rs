@@ -1,0 +1,61 @@
+//! distlock's etcd backend: every grant and every waiter is a key on one
+//! etcd lease per client, and waiters are served in revision order.
+//!
+//! # Opening
+//! `etcd://[user:password@]host[:port][,host[:port]…][?prefix=…]` names
+//! the members of one cluster (default port 2379) and the key prefix
+//! (default `distlock/`); `etcds://` connects with TLS, with `?ca=PATH` for
+//! a private CA. Any other option is [`Error::InvalidConfig`]. The user and
+//! password authenticate, and are never printed.
+//!
+//! # How it works
+//! - **One session per client.** The first grant or wait creates one etcd
+//!   lease, and every key of this backend hangs on it. Core's keeper renews
+//!   it with one keepalive per extension period, whatever the number of
+//!   locks held ([`Capabilities::sessions`]). etcd leases are whole
+//!   seconds: a lease under one second is [`Error::InvalidConfig`], and
+//!   etcd's TTL is the client's lease plus half, rounded up (see
+//!   `session.rs` for why).
+//! - **Keys.** Each waiter writes its own key under the name's range,
+//!   `<prefix><percent-encoded name>/<id>`, on the session's lease, in a
+//!   transaction that creates it only if absent. Keys are ordered by their
+//!   create revision: an exclusive key holds when no key precedes it, a
+//!   shared key when no exclusive key precedes it, a permit of N when
+//!   fewer than N keys precede it. So waiting is first come, first served
+//!   by revision: across clients in revision order, and within a client in
+//!   its local queue order.
+//! - **Fencing token**: the create revision of the holder's key. etcd's
+//!   revision totally orders every write of the cluster, so it strictly
+//!   increases through restarts and leader changes. Readers let in
+//!   together may be granted in another order than their tokens; each
+//!   reader's token is above every earlier writer's.
+//! - **Waiting** watches only the key just before the waiter's (for a
+//!   reader, the last writer before it), so a release wakes one waiter,
+//!   not the herd.
+//! - **A single try** (`try_acquire`) reads the name and writes its key
+//!   only if it would hold, in a transaction that fails if the name changed
+//!   meanwhile: a try that loses leaves no key.
+//! - **Loss.** `lost()` fires when etcd refuses a keepalive (the session is
+//!   gone), when no keepalive succeeded for the lease minus the safety
+//!   margin (core's keeper), and at once when the holder's own key is
+//!   deleted: each grant watches its key.
+//! - **`list`** shows each holder's time left as its session's: how long
+//!   etcd keeps the keys if nobody renews them (the padded TTL).
+//! - **Reads are linearizable**: every decision reads in a transaction or
+//!   a default (linearizable) range read, never a serializable one.
+//!
+//! [`Error::InvalidConfig`]: distlock_core::Error::InvalidConfig
+//! [`Capabilities::sessions`]: distlock_core::Capabilities::sessions
+
+mod backend;
+mod config;
+mod error;
+mod keys;
+mod rules;
+mod session;
+mod watch;
+
+pub use backend::EtcdBackend;
+pub use config::{DEFAULT_PORT, DEFAULT_PREFIX, EtcdConfig};
+/// The etcd client this backend is built on, at the version it uses.
+pub use etcd_client;

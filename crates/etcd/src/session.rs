@@ -1,0 +1,188 @@
+//! The one etcd lease per backend that every key of this client hangs on.
+//!
+//! etcd leases are whole seconds, and a key written on a lease does not
+//! renew it. Core counts a new grant as confirmed for a lease from when it
+//! was asked for, so the etcd lease is granted half as long again as the
+//! client's lease ([`ttl_for`]), and renewed before a grant whenever its
+//! last confirmation is older than that padding. Then the server never lets
+//! a key go before its holder gives it up; a crashed holder's keys go after
+//! at most the padded time.
+
+use std::time::Duration;
+
+use distlock_core::{Error, Result};
+use etcd_client::LeaseClient;
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+
+use crate::error::from_etcd;
+
+/// The live session, as this process knows it.
+#[derive(Debug, Clone, Copy)]
+struct Session {
+    /// etcd's lease id.
+    id: i64,
+    /// The client lease this session serves.
+    lease: Duration,
+    /// The TTL etcd granted, at least [`ttl_for`] of the lease.
+    ttl: Duration,
+    /// When the request behind the last confirmation was sent.
+    confirmed: Instant,
+}
+
+impl Session {
+    /// How old a confirmation may be before a grant needs a fresh one.
+    fn padding(&self) -> Duration {
+        self.ttl.saturating_sub(self.lease)
+    }
+}
+
+/// The etcd lease a grant is made under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SessionId(pub(crate) i64);
+
+/// Keeps the session: created on first use, renewed by core's keeper
+/// through [`renew`](Self::renew), replaced once etcd says it is gone.
+pub(crate) struct Sessions {
+    client: LeaseClient,
+    current: Mutex<Option<Session>>,
+}
+
+/// etcd's TTL for a client lease: half as long again, in whole seconds,
+/// rounded up.
+pub(crate) fn ttl_for(lease: Duration) -> i64 {
+    let padded = lease + lease / 2;
+    let secs = padded.as_secs() + u64::from(padded.subsec_nanos() > 0);
+    i64::try_from(secs).unwrap_or(i64::MAX)
+}
+
+/// Refuses leases etcd cannot keep: under a second.
+pub(crate) fn check_lease(lease: Duration) -> Result<()> {
+    if lease < Duration::from_secs(1) {
+        return Err(Error::config(
+            "lease",
+            format!("etcd leases are whole seconds: a lease of {lease:?} is under the 1 s minimum"),
+        ));
+    }
+    Ok(())
+}
+
+impl std::fmt::Debug for Sessions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sessions").finish_non_exhaustive()
+    }
+}
+
+impl Sessions {
+    pub(crate) fn new(client: LeaseClient) -> Self {
+        Self {
+            client,
+            current: Mutex::new(None),
+        }
+    }
+
+    /// The session for a grant or wait with this client `lease`, created or
+    /// confirmed first when needed.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for a lease under a second, or another
+    /// lease than the session's (one backend serves one lease length); a
+    /// backend error.
+    ///
+    /// # Cancel safety
+    /// Dropped while it creates a session, it leaves an etcd lease with no
+    /// keys, which expires by itself.
+    pub(crate) async fn ensure(&self, lease: Duration) -> Result<SessionId> {
+        check_lease(lease)?;
+        let mut current = self.current.lock().await;
+        if let Some(session) = current.as_mut() {
+            if session.lease != lease {
+                return Err(Error::config(
+                    "lease",
+                    format!(
+                        "this etcd backend's session serves leases of {:?}; open another backend for leases of {lease:?}",
+                        session.lease
+                    ),
+                ));
+            }
+            if session.confirmed.elapsed() <= session.padding() {
+                return Ok(SessionId(session.id));
+            }
+            let sent = Instant::now();
+            if keep_alive(&self.client, session.id).await? {
+                session.confirmed = sent;
+                return Ok(SessionId(session.id));
+            }
+        }
+        let sent = Instant::now();
+        let mut client = self.client.clone();
+        let granted = client
+            .grant(ttl_for(lease), None)
+            .await
+            .map_err(|e| from_etcd("granting a lease", e))?;
+        let ttl = Duration::from_secs(u64::try_from(granted.ttl()).unwrap_or(0));
+        let session = Session {
+            id: granted.id(),
+            lease,
+            ttl: ttl.max(lease),
+            confirmed: sent,
+        };
+        *current = Some(session);
+        Ok(SessionId(session.id))
+    }
+
+    /// Renews the session with one keepalive. `Ok(true)` when there is none
+    /// (nothing hangs on it); `Ok(false)` when etcd no longer has it.
+    pub(crate) async fn renew(&self) -> Result<bool> {
+        let Some(session) = *self.current.lock().await else {
+            return Ok(true);
+        };
+        let sent = Instant::now();
+        let alive = keep_alive(&self.client, session.id).await?;
+        let mut current = self.current.lock().await;
+        if let Some(now) = current.as_mut().filter(|now| now.id == session.id) {
+            if alive {
+                now.confirmed = now.confirmed.max(sent);
+            } else {
+                *current = None;
+            }
+        }
+        Ok(alive)
+    }
+
+    /// Forgets `id` if it is still the session, after etcd said it is gone.
+    pub(crate) async fn forget(&self, id: SessionId) {
+        let mut current = self.current.lock().await;
+        if current.is_some_and(|session| session.id == id.0) {
+            *current = None;
+        }
+    }
+}
+
+/// One keepalive: whether etcd still has the lease.
+async fn keep_alive(client: &LeaseClient, id: i64) -> Result<bool> {
+    let mut client = client.clone();
+    // Opening the stream sends the first keepalive and waits for its answer.
+    match client.keep_alive(id).await {
+        Ok(_) => Ok(true),
+        Err(etcd_client::Error::LeaseKeepAliveError(message)) if message == "lease not found" => {
+            Ok(false)
+        }
+        Err(error) => Err(from_etcd("renewing the session's lease", error)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttls_are_padded_whole_seconds() {
+        assert_eq!(ttl_for(Duration::from_secs(1)), 2);
+        assert_eq!(ttl_for(Duration::from_secs(2)), 3);
+        assert_eq!(ttl_for(Duration::from_millis(2500)), 4);
+        assert_eq!(ttl_for(Duration::from_secs(30)), 45);
+        assert!(check_lease(Duration::from_millis(999)).is_err());
+        assert!(check_lease(Duration::from_secs(1)).is_ok());
+    }
+}

@@ -1,0 +1,489 @@
+//! The etcd backend against a real etcd member: name encoding, URL errors,
+//! FIFO waiting, single tries that leave nothing behind, and forced
+//! releases seen at once. `scripts/test` starts etcd and sets
+//! `DISTLOCK_TEST_ETCD_URL`.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use distlock_core::{
+    AcquireRequest, Attempt, Backend, Claim, Error, Holder, LockClient, LockName, LockOptions,
+    LossReason, WaitState,
+};
+use distlock_etcd::EtcdBackend;
+use distlock_etcd::etcd_client::GetOptions;
+
+fn url() -> String {
+    std::env::var("DISTLOCK_TEST_ETCD_URL").unwrap_or_else(|_| {
+        panic!(
+            "DISTLOCK_TEST_ETCD_URL is not set: run the tests with scripts/test, which starts etcd"
+        )
+    })
+}
+
+fn unique(prefix: &str) -> String {
+    format!("{prefix}-{:016x}", rand::random::<u64>())
+}
+
+fn name(text: &str) -> LockName {
+    LockName::new(text).expect("valid name")
+}
+
+async fn backend() -> Arc<EtcdBackend> {
+    Arc::new(EtcdBackend::open(&url()).await.expect("open etcd"))
+}
+
+fn options(lease: Duration) -> LockOptions {
+    LockOptions::builder()
+        .lease(lease)
+        .extend_every(lease / 4)
+        .safety_margin(lease / 10)
+        .operation_timeout(lease / 3)
+        .backoff(Duration::from_millis(5), Duration::from_millis(100))
+        .build()
+        .expect("valid options")
+}
+
+async fn client(lease: Duration) -> (LockClient, Arc<EtcdBackend>) {
+    let backend = backend().await;
+    (LockClient::new(backend.clone(), options(lease)), backend)
+}
+
+/// The keys etcd holds in `name`'s range.
+async fn keys_of(backend: &EtcdBackend, name: &LockName) -> Vec<Vec<u8>> {
+    let (start, end) = backend.key_range(name);
+    let mut etcd = distlock_etcd::etcd_client::Client::connect(
+        [url().replacen("etcd://", "http://", 1)],
+        None,
+    )
+    .await
+    .expect("connect");
+    let response = etcd
+        .get(start, Some(GetOptions::new().with_range(end)))
+        .await
+        .expect("get");
+    response.kvs().iter().map(|kv| kv.key().to_vec()).collect()
+}
+
+const PATIENCE: Duration = Duration::from_secs(30);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn nested_names_nul_and_long_names_are_distinct_and_round_trip() {
+    let (a, backend) = client(Duration::from_secs(10)).await;
+    let base = unique("enc");
+    let names = [
+        name(&base),
+        name(&format!("{base}/b")),
+        name(&format!("{base}\0nul")),
+        name(&format!("{base}{}", "é".repeat(510))[..1024]),
+    ];
+    assert_eq!(names[3].as_str().len(), 1024);
+    let mut guards = Vec::new();
+    for lock in &names {
+        guards.push(
+            a.acquire(lock, PATIENCE)
+                .await
+                .expect("each name is its own lock"),
+        );
+    }
+    for lock in &names {
+        assert_eq!(
+            keys_of(&backend, lock).await.len(),
+            1,
+            "{lock:?} has one key"
+        );
+    }
+    let listed = a.list().await.expect("list");
+    for lock in &names {
+        assert_eq!(
+            listed.iter().filter(|info| &info.name == lock).count(),
+            1,
+            "{lock:?} round-trips through list"
+        );
+    }
+    for guard in guards {
+        assert!(guard.release().await.expect("release"));
+    }
+}
+
+#[tokio::test]
+async fn url_errors_name_the_part_at_fault() {
+    for (url, field) in [
+        ("etcd://h?bogus=1", "bogus"),
+        ("etcd://h:0", "port"),
+        ("etcd://h:99999", "port"),
+        ("etcd://", "host"),
+        ("etcd://a,,b", "host"),
+        ("etcd://h/path", "url"),
+        ("etcd://h?ca=/x.pem", "ca"),
+        ("etcd://h?prefix=", "prefix"),
+        ("http://h", "url"),
+    ] {
+        match EtcdBackend::open(url).await {
+            Err(Error::InvalidConfig { field: got, .. }) => assert_eq!(got, field, "{url}"),
+            other => panic!("{url}: expected InvalidConfig for {field}, got {other:?}"),
+        }
+    }
+    match EtcdBackend::open("etcds://root:hunter2@h?ca=/nonexistent/ca.pem").await {
+        Err(error @ Error::InvalidConfig { .. }) => {
+            assert!(!error.to_string().contains("hunter2"), "{error}")
+        }
+        other => panic!("an unreadable CA is a configuration error, got {other:?}"),
+    }
+    let with_password = EtcdBackend::open(&url().replacen("etcd://", "etcd://u:hunter2@", 1))
+        .await
+        .map(|backend| format!("{backend:?}"));
+    // etcd here has no auth enabled, so it may refuse the user: either way
+    // the password is never shown.
+    let shown = match with_password {
+        Ok(debug) => debug,
+        Err(error) => format!("{error} {error:?}"),
+    };
+    assert!(!shown.contains("hunter2"), "{shown}");
+}
+
+#[tokio::test]
+async fn a_lease_under_a_second_is_refused() {
+    let backend = backend().await;
+    let request = AcquireRequest::new(
+        name(&unique("short")),
+        Claim::Exclusive,
+        Duration::from_millis(500),
+        Holder::this_process(None).into(),
+    );
+    match backend.try_acquire(&request, &mut WaitState::new()).await {
+        Err(Error::InvalidConfig { field, reason }) => {
+            assert_eq!(field, "lease");
+            assert!(reason.contains("whole seconds"), "{reason}");
+        }
+        other => panic!("expected InvalidConfig, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn waiters_are_served_in_arrival_order() {
+    const WAITERS: usize = 5;
+    let lock = name(&unique("fifo"));
+    let (holder, probe) = client(Duration::from_secs(10)).await;
+    let first = holder.acquire(&lock, PATIENCE).await.expect("holder");
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..WAITERS {
+        // Each waiter is its own client, so order is etcd's, by revision.
+        let (waiter, _) = client(Duration::from_secs(10)).await;
+        let (wanted, order) = (lock.clone(), order.clone());
+        tasks.push(tokio::spawn(async move {
+            let guard = waiter.acquire(&wanted, PATIENCE).await.expect("waiter");
+            order.lock().unwrap().push(i);
+            guard.release().await.expect("release");
+        }));
+        // Arrived once its key is there.
+        while keys_of(&probe, &lock).await.len() < i + 2 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    first.release().await.expect("release");
+    for task in tasks {
+        task.await.expect("task");
+    }
+    assert_eq!(*order.lock().unwrap(), (0..WAITERS).collect::<Vec<_>>());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_losing_try_leaves_no_key() {
+    let (a, backend) = client(Duration::from_secs(10)).await;
+    let (b, _) = client(Duration::from_secs(10)).await;
+    for (held, tried) in [
+        (Claim::Exclusive, Claim::Exclusive),
+        (Claim::Exclusive, Claim::Shared),
+        (Claim::Shared, Claim::Exclusive),
+        (Claim::Permit { limit: 1 }, Claim::Permit { limit: 1 }),
+    ] {
+        let lock = name(&unique("try"));
+        let guard = a.acquire_claim(&lock, held, PATIENCE).await.expect("hold");
+        for _ in 0..3 {
+            assert!(
+                b.try_acquire_claim(&lock, tried)
+                    .await
+                    .expect("try")
+                    .is_none(),
+                "{tried} while {held} is held"
+            );
+        }
+        // A zero timeout tries once too.
+        assert!(matches!(
+            b.acquire_claim(&lock, tried, Duration::ZERO).await,
+            Err(Error::Timeout { .. })
+        ));
+        assert_eq!(
+            keys_of(&backend, &lock).await.len(),
+            1,
+            "{tried} left a key"
+        );
+        guard.release().await.expect("release");
+        assert!(keys_of(&backend, &lock).await.is_empty());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_forced_release_is_seen_at_once_not_at_the_next_renewal() {
+    // A lease far longer than the bound below: only the key's watch can
+    // end the guard in time.
+    let (a, _) = client(Duration::from_secs(600)).await;
+    let admin = backend().await;
+    let lock = name(&unique("forced"));
+    let guard = a.acquire(&lock, PATIENCE).await.expect("acquire");
+    assert!(admin.force_release(&lock).await.expect("force release"));
+    let reason = tokio::time::timeout(PATIENCE, guard.lost())
+        .await
+        .expect("lost() fires long before the next renewal");
+    assert_eq!(reason, LossReason::Detected);
+    assert!(!guard.release().await.expect("release"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_permit_waiter_wakes_when_any_holder_leaves() {
+    // The waiter retries unwoken only after ten minutes: only a wake-up
+    // lets it in within the bound below.
+    let lease = Duration::from_secs(600);
+    let permit = Claim::Permit { limit: 2 };
+    let lock = name(&unique("permits"));
+    let (first, probe) = client(lease).await;
+    let (second, _) = client(lease).await;
+    let patient = LockOptions::builder()
+        .lease(lease)
+        .backoff(Duration::from_millis(5), lease)
+        .build()
+        .expect("valid options");
+    let third = LockClient::new(backend().await, patient);
+    let one = first
+        .acquire_claim(&lock, permit, PATIENCE)
+        .await
+        .expect("first");
+    let two = second
+        .acquire_claim(&lock, permit, PATIENCE)
+        .await
+        .expect("second");
+    let waiter = {
+        let lock = lock.clone();
+        tokio::spawn(async move { third.acquire_claim(&lock, permit, lease).await })
+    };
+    while keys_of(&probe, &lock).await.len() < 3 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The earliest holder leaves, not the key just before the waiter's.
+    one.release().await.expect("release");
+    let three = tokio::time::timeout(PATIENCE, waiter)
+        .await
+        .expect("the waiter is woken by the release, long before the lease ends")
+        .expect("task")
+        .expect("third");
+    assert!(three.fencing_token() > two.fencing_token());
+    two.release().await.expect("release");
+    three.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn list_shows_the_time_the_session_has_left() {
+    let (a, backend) = client(Duration::from_secs(10)).await;
+    let lock = name(&unique("listed"));
+    let guard = a.acquire(&lock, PATIENCE).await.expect("acquire");
+    let infos = backend.list().await.expect("list");
+    let info = infos.iter().find(|info| info.name == lock).expect("listed");
+    let left = info
+        .expires_in
+        .expect("a lease-based lock shows its time left");
+    // The session is the lease and half again, in whole seconds.
+    assert!(left <= Duration::from_secs(15), "{left:?}");
+    guard.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tokens_are_create_revisions_and_grow() {
+    let backend = backend().await;
+    let lock = name(&unique("tokens"));
+    let mut last = 0;
+    for _ in 0..3 {
+        let request = AcquireRequest::new(
+            lock.clone(),
+            Claim::Exclusive,
+            Duration::from_secs(5),
+            Holder::this_process(None).into(),
+        );
+        let lease = match backend
+            .try_acquire(&request, &mut WaitState::new())
+            .await
+            .expect("try")
+        {
+            Attempt::Acquired {
+                fencing_token,
+                state,
+            } => request.granted(fencing_token, state),
+            held => panic!("free name, got {held:?}"),
+        };
+        assert!(lease.fencing_token > last);
+        last = lease.fencing_token;
+        assert!(backend.release(&lease).await.expect("release"));
+    }
+}
+
+/// The 3-member cluster: find, kill and restart its leader.
+mod cluster {
+    use std::path::PathBuf;
+    use std::time::Duration;
+
+    use distlock_etcd::etcd_client::{Client, ConnectOptions};
+
+    fn dir() -> PathBuf {
+        std::env::var_os("DISTLOCK_TEST_ETCD_CLUSTER_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                panic!("DISTLOCK_TEST_ETCD_CLUSTER_DIR is not set: run the tests with scripts/test")
+            })
+    }
+
+    fn read(file: &str) -> String {
+        std::fs::read_to_string(dir().join(file))
+            .unwrap_or_else(|e| panic!("{file}: {e}"))
+            .trim()
+            .to_owned()
+    }
+
+    /// The member (1 to 3) that says it leads, if one answers so.
+    pub(super) async fn leader() -> Option<usize> {
+        for member in 1..=3 {
+            let endpoint = read(&format!("member-{member}.client"));
+            let options = ConnectOptions::new().with_connect_timeout(Duration::from_millis(500));
+            let status = tokio::time::timeout(Duration::from_secs(1), async {
+                let mut client = Client::connect([endpoint], Some(options)).await.ok()?;
+                client.status().await.ok()
+            })
+            .await
+            .ok()
+            .flatten();
+            if let Some(status) = status
+                && status.header().map(|h| h.member_id()) == Some(status.leader())
+            {
+                return Some(member);
+            }
+        }
+        None
+    }
+
+    pub(super) fn kill(member: usize) {
+        let pid = read(&format!("member-{member}.pid"));
+        let status = std::process::Command::new("kill")
+            .args(["-KILL", &pid])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill -KILL {pid}");
+    }
+
+    /// Starts the member again from its command line, and records its pid.
+    /// The member outlives the test, as the first one did: the script that
+    /// started the cluster stops it by its pid file.
+    #[allow(clippy::zombie_processes)]
+    pub(super) fn restart(member: usize) {
+        let args: Vec<String> = read(&format!("member-{member}.cmd"))
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir().join(format!("member-{member}.log")))
+            .expect("log");
+        let child = std::process::Command::new(&args[0])
+            .args(&args[1..])
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("restart the member");
+        std::fs::write(
+            dir().join(format!("member-{member}.pid")),
+            child.id().to_string(),
+        )
+        .expect("pid file");
+    }
+}
+
+/// Tasks of three clients contend while the cluster's leader is SIGKILLed
+/// and restarted twice: never two holders at once, and tokens strictly
+/// increase. It runs alone among the tests on the cluster (the
+/// `etcd-cluster` group in `.config/nextest.toml`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cluster_leader_loss_keeps_exclusion_and_tokens_grow() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    let url = std::env::var("DISTLOCK_TEST_ETCD_CLUSTER_URL").unwrap_or_else(|_| {
+        panic!("DISTLOCK_TEST_ETCD_CLUSTER_URL is not set: run the tests with scripts/test")
+    });
+    let lock = name(&unique("leader-loss"));
+    let stop = Arc::new(AtomicBool::new(false));
+    let inside = Arc::new(AtomicUsize::new(0));
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let acquisitions = Arc::new(AtomicUsize::new(0));
+    let last_token = Arc::new(Mutex::new((0u64, 0usize)));
+    let mut tasks = Vec::new();
+    for _ in 0..3 {
+        let backend = Arc::new(EtcdBackend::open(&url).await.expect("open the cluster"));
+        let client = LockClient::new(backend, options(Duration::from_secs(2)));
+        for _ in 0..2 {
+            let (client, lock, stop) = (client.clone(), lock.clone(), stop.clone());
+            let (inside, overlaps, acquisitions, last_token) = (
+                inside.clone(),
+                overlaps.clone(),
+                acquisitions.clone(),
+                last_token.clone(),
+            );
+            tasks.push(tokio::spawn(async move {
+                while !stop.load(Ordering::SeqCst) {
+                    // Errors while the cluster elects are expected.
+                    let Ok(guard) = client.acquire(&lock, Duration::from_secs(10)).await else {
+                        continue;
+                    };
+                    if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                        overlaps.fetch_add(1, Ordering::SeqCst);
+                    }
+                    {
+                        let mut last = last_token.lock().unwrap();
+                        if guard.fencing_token() <= last.0 {
+                            last.1 += 1;
+                        }
+                        last.0 = last.0.max(guard.fencing_token());
+                    }
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    acquisitions.fetch_add(1, Ordering::SeqCst);
+                    let _ = guard.release().await;
+                }
+            }));
+        }
+    }
+    for _ in 0..2 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let mut old = None;
+        while old.is_none() {
+            old = cluster::leader().await;
+        }
+        let old = old.unwrap_or_default();
+        cluster::kill(old);
+        // A new leader among the two left.
+        loop {
+            match cluster::leader().await {
+                Some(new) if new != old => break,
+                _ => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        cluster::restart(old);
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, Ordering::SeqCst);
+    for task in tasks {
+        task.await.expect("task");
+    }
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0, "two holders at once");
+    assert_eq!(last_token.lock().unwrap().1, 0, "a token did not increase");
+    assert!(acquisitions.load(Ordering::SeqCst) > 0);
+}
