@@ -505,7 +505,12 @@ pub async fn lost_fires_on_forced_release(fixture: &dyn Fixture) {
         "it was held"
     );
     let reason = bounded("lost() after a forced release", guard.lost()).await;
-    assert_eq!(reason, LossReason::Refused);
+    // Refused at the next extension, or Detected at once by a backend
+    // that watches its grants (etcd).
+    assert!(
+        matches!(reason, LossReason::Refused | LossReason::Detected),
+        "{reason:?}"
+    );
     assert!(guard.is_lost());
     assert!(matches!(guard.extend().await, Err(Error::Lost { .. })));
     assert!(

@@ -3,6 +3,8 @@
 mod url;
 
 pub use distlock_core::*;
+#[cfg(feature = "etcd")]
+pub use distlock_etcd as etcd;
 #[cfg(feature = "file")]
 pub use distlock_file as file;
 #[cfg(feature = "memcached")]

@@ -19,6 +19,10 @@ fn known() -> String {
         "memcache://",
         #[cfg(feature = "memcached")]
         "memcached://",
+        #[cfg(feature = "etcd")]
+        "etcd://",
+        #[cfg(feature = "etcd")]
+        "etcds://",
     ];
     schemes.join(", ")
 }
@@ -39,6 +43,10 @@ pub enum BackendUrl {
     /// see [`MemcachedConfig::from_url`](distlock_memcached::MemcachedConfig::from_url).
     #[cfg(feature = "memcached")]
     Memcached(distlock_memcached::MemcachedConfig),
+    /// `etcd://[user:password@]host[:port][,host[:port]…][?prefix=…]`, or
+    /// `etcds://` for TLS; see [`EtcdConfig::parse`](distlock_etcd::EtcdConfig::parse).
+    #[cfg(feature = "etcd")]
+    Etcd(distlock_etcd::EtcdConfig),
 }
 
 /// A URL that may hold credentials: its `Debug` and `Display` show it with
@@ -96,7 +104,19 @@ impl BackendUrl {
             )),
             #[cfg(not(feature = "memcached"))]
             "memcache" | "memcached" => Err(unsupported(scheme)),
-            "etcd" | "redis" | "postgres" | "postgresql" => Err(unsupported(scheme)),
+            #[cfg(feature = "etcd")]
+            "etcd" | "etcds" => Ok(Self::Etcd(distlock_etcd::EtcdConfig::parse(&format!(
+                "{}{}",
+                if scheme.eq_ignore_ascii_case("etcds") {
+                    "etcds://"
+                } else {
+                    "etcd://"
+                },
+                rest
+            ))?)),
+            #[cfg(not(feature = "etcd"))]
+            "etcd" | "etcds" => Err(unsupported(scheme)),
+            "redis" | "postgres" | "postgresql" => Err(unsupported(scheme)),
             _ => Err(Error::config(
                 "backend URL",
                 format!(
@@ -197,6 +217,10 @@ pub async fn open(url: &str) -> Result<Arc<dyn Backend>> {
         BackendUrl::Memcached(config) => Ok(Arc::new(
             distlock_memcached::MemcachedBackend::connect(config).await?,
         )),
+        #[cfg(feature = "etcd")]
+        BackendUrl::Etcd(config) => Ok(Arc::new(
+            distlock_etcd::EtcdBackend::with_config(config).await?,
+        )),
     }
 }
 
@@ -277,6 +301,27 @@ mod tests {
         ));
         let err = BackendUrl::parse("memcache://a:1,b:1?mode=quorum").unwrap_err();
         assert!(err.to_string().contains("at least 3"), "{err}");
+    }
+
+    #[cfg(feature = "etcd")]
+    #[test]
+    fn parses_etcd_urls_and_hides_their_credentials() {
+        let parsed = BackendUrl::parse("ETCD://root:hunter2@m1,m2:2380?prefix=app/").unwrap();
+        match &parsed {
+            BackendUrl::Etcd(config) => {
+                assert_eq!(config.endpoints, ["m1:2379", "m2:2380"]);
+                assert_eq!(config.prefix, "app/");
+                assert!(!config.tls);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(!format!("{parsed:?}").contains("hunter2"));
+        assert!(matches!(
+            BackendUrl::parse("etcds://m1").unwrap(),
+            BackendUrl::Etcd(config) if config.tls
+        ));
+        let err = BackendUrl::parse("etcd://u:hunter2@m1?bogus=1").unwrap_err();
+        assert!(!err.to_string().contains("hunter2"), "{err}");
     }
 
     #[test]
