@@ -19,6 +19,7 @@ use etcd_client::{
 use crate::config::EtcdConfig;
 use crate::error::{from_etcd, is_lease_not_found};
 use crate::keys::{NameRange, Record, name_of_key};
+use crate::leftovers::Leftovers;
 use crate::rules::{Entry, Standing, holds, in_order, standing};
 use crate::session::{SessionId, Sessions};
 use crate::watch::{Task, Watched, deleted};
@@ -35,6 +36,7 @@ pub struct EtcdBackend {
     /// For `list`'s time left; the sessions keep their own.
     leases: LeaseClient,
     sessions: Sessions,
+    leftovers: Leftovers,
     hub: ReleaseHub,
 }
 
@@ -112,6 +114,7 @@ impl EtcdBackend {
             watch: client.watch_client(),
             leases: client.lease_client(),
             sessions: Sessions::new(client.lease_client()),
+            leftovers: Leftovers::default(),
             hub: ReleaseHub::new(),
             config,
         }
@@ -321,12 +324,16 @@ impl EtcdBackend {
         Ok(left)
     }
 
+    /// Deletes our own `key`; until etcd answers, it is noted as a
+    /// leftover, to be deleted again at the next renewal.
     async fn delete_key(&self, key: &[u8]) -> Result<bool> {
+        self.leftovers.note(key);
         let mut kv = self.kv.clone();
         let response = kv
             .delete(key.to_vec(), None)
             .await
             .map_err(|e| from_etcd("deleting a key", e))?;
+        self.leftovers.forget(key);
         Ok(response.deleted() > 0)
     }
 }
@@ -425,6 +432,7 @@ impl Backend for EtcdBackend {
     }
 
     async fn renew_session(&self) -> Result<bool> {
+        self.leftovers.retry(&self.kv);
         self.sessions.renew().await
     }
 
@@ -446,7 +454,9 @@ impl Backend for EtcdBackend {
                 grant.revision,
             )])
             .and_then([TxnOp::delete(grant.key.clone(), None)]);
+        self.leftovers.note(&grant.key);
         let released = self.txn(txn, "releasing a lock").await?.succeeded();
+        self.leftovers.forget(&grant.key);
         Ok(released)
     }
 

@@ -41,6 +41,10 @@
 //!   deleted: each grant watches its key.
 //! - **`list`** shows each holder's time left as its session's: how long
 //!   etcd keeps the keys if nobody renews them (the padded TTL).
+//! - **Nothing is left behind.** A key lives as long as the client's
+//!   session, which lives as long as the client holds or waits for
+//!   anything; so a release or an ended wait whose delete fails or is
+//!   cancelled is deleted again at every renewal until etcd answers.
 //! - **Reads are linearizable**: every decision reads in a transaction or
 //!   a default (linearizable) range read, never a serializable one.
 //!
@@ -51,6 +55,7 @@ mod backend;
 mod config;
 mod error;
 mod keys;
+mod leftovers;
 mod rules;
 mod session;
 mod watch;

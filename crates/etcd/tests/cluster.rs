@@ -1,0 +1,381 @@
+//! The etcd backend on a 3-member cluster that keeps losing members:
+//! leader loss under churn across processes, a frozen member, and quorum
+//! lost and regained. `scripts/test` starts the cluster and sets
+//! `DISTLOCK_TEST_ETCD_CLUSTER_URL` and `DISTLOCK_TEST_ETCD_CLUSTER_DIR`.
+//!
+//! These tests kill and stop members, so they run one at a time among the
+//! tests on the cluster (the `etcd-cluster` group in `.config/nextest.toml`).
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use distlock_core::{Error, LockClient, LockName, LockOptions};
+use distlock_etcd::EtcdBackend;
+use serde::{Deserialize, Serialize};
+
+use support::fenced::{Fenced, Op};
+use support::members::{self, Member};
+
+/// Set in a worker process: the path of its settings file.
+const WORKER_ENV: &str = "DISTLOCK_ETCD_CHURN_WORKER";
+
+/// How long the churn lasts; `DISTLOCK_ETCD_CHURN_SECS` overrides it.
+const CHURN: Duration = Duration::from_secs(60);
+/// The leader is killed and brought back this often.
+const KILL_EVERY: Duration = Duration::from_secs(3);
+/// How long a worker waits for the lock: far longer than an election and
+/// the queue ahead of it take, so a wait that ends unserved means a stuck
+/// queue (a key left behind), not a slow one.
+const WAIT: Duration = Duration::from_secs(30);
+const PROCESSES: usize = 4;
+const TASKS: usize = 4;
+
+fn cluster_url() -> String {
+    std::env::var("DISTLOCK_TEST_ETCD_CLUSTER_URL").unwrap_or_else(|_| {
+        panic!("DISTLOCK_TEST_ETCD_CLUSTER_URL is not set: run the tests with scripts/test")
+    })
+}
+
+fn unique(prefix: &str) -> LockName {
+    LockName::new(format!("{prefix}-{:016x}", rand::random::<u64>())).expect("valid name")
+}
+
+fn options(lease: Duration) -> LockOptions {
+    LockOptions::builder()
+        .lease(lease)
+        .extend_every(lease / 4)
+        .safety_margin(lease / 10)
+        .operation_timeout(lease / 3)
+        .backoff(Duration::from_millis(5), Duration::from_millis(100))
+        .build()
+        .expect("valid options")
+}
+
+async fn client(url: &str, lease: Duration) -> LockClient {
+    let backend = EtcdBackend::open(url)
+        .await
+        .unwrap_or_else(|e| panic!("cannot open {url}: {e}"));
+    LockClient::new(Arc::new(backend), options(lease))
+}
+
+/// Nanoseconds on the wall clock, which every process of the machine
+/// shares; nothing here shifts it during a test.
+fn now_ns() -> u64 {
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("after the epoch");
+    u64::try_from(since.as_nanos()).expect("fits 64 bits")
+}
+
+/// What a churn worker is told.
+#[derive(Debug, Serialize, Deserialize)]
+struct Settings {
+    url: String,
+    name: String,
+    counter: PathBuf,
+    results: PathBuf,
+    until_ns: u64,
+}
+
+/// One holding, as a worker saw it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Holding {
+    token: u64,
+    granted_ns: u64,
+    /// When it was released, or when its `lost()` fired if that was first.
+    ended_ns: u64,
+    lost: bool,
+    /// Whether the counter took its read and its write.
+    read_accepted: bool,
+    write_accepted: bool,
+}
+
+/// What a worker process reports.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Report {
+    holdings: Vec<Holding>,
+    failed_waits: usize,
+    /// The first few errors that ended waits, for the log.
+    errors: Vec<String>,
+}
+
+/// The entry point of a churn worker process: the test binary runs itself
+/// with only this test and `DISTLOCK_ETCD_CHURN_WORKER` set. Without it,
+/// as in a normal run, it does nothing.
+#[test]
+fn churn_worker_entry_point() {
+    let Some(path) = std::env::var_os(WORKER_ENV) else {
+        return;
+    };
+    let settings: Settings =
+        serde_json::from_slice(&std::fs::read(path).expect("settings")).expect("settings");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let report = runtime.block_on(churn_worker(&settings));
+    std::fs::write(
+        &settings.results,
+        serde_json::to_vec(&report).expect("report"),
+    )
+    .expect("results");
+}
+
+async fn churn_worker(settings: &Settings) -> Report {
+    let client = client(&settings.url, Duration::from_secs(2)).await;
+    let name = LockName::new(settings.name.as_str()).expect("name");
+    let mut tasks = Vec::new();
+    for _ in 0..TASKS {
+        let (client, name) = (client.clone(), name.clone());
+        let counter = Fenced::new(&settings.counter);
+        let until = settings.until_ns;
+        tasks.push(tokio::spawn(async move {
+            let mut report = Report::default();
+            while now_ns() < until {
+                match client.acquire(&name, WAIT).await {
+                    Ok(guard) => report.holdings.push(hold(&guard, &counter).await),
+                    Err(error) => {
+                        report.failed_waits += 1;
+                        if report.errors.len() < 3 {
+                            report.errors.push(error.to_string());
+                        }
+                    }
+                }
+            }
+            report
+        }));
+    }
+    let mut report = Report::default();
+    for task in tasks {
+        let part = task.await.expect("task");
+        report.holdings.extend(part.holdings);
+        report.failed_waits += part.failed_waits;
+        report.errors.extend(part.errors);
+    }
+    report
+}
+
+/// One read-increment-write of the fenced counter under `guard`, with a
+/// pause between the read and the write in which another holder, if one
+/// were let in, would lose an update.
+async fn hold(guard: &distlock_core::LockGuard, counter: &Fenced) -> Holding {
+    let granted_ns = now_ns();
+    let token = guard.fencing_token();
+    let read = counter.apply(Op::Read, token);
+    let pause = tokio::time::sleep(Duration::from_millis(2));
+    let lost = tokio::select! {
+        () = pause => false,
+        _ = guard.lost() => true,
+    };
+    let (lost, ended_ns, write_accepted) = if lost {
+        (true, now_ns(), false)
+    } else {
+        let write = read.map(|value| counter.apply(Op::Write(value + 1), token));
+        let ended = now_ns();
+        (guard.is_lost(), ended, matches!(write, Some(Some(_))))
+    };
+    Holding {
+        token,
+        granted_ns,
+        ended_ns,
+        lost,
+        read_accepted: read.is_some(),
+        write_accepted,
+    }
+}
+
+/// Starts a churn worker process.
+fn spawn_worker(dir: &Path, index: usize, settings: &Settings) -> std::process::Child {
+    let path = dir.join(format!("worker-{index}.json"));
+    std::fs::write(&path, serde_json::to_vec(settings).expect("settings")).expect("settings");
+    Command::new(std::env::current_exe().expect("test binary"))
+        .args(["churn_worker_entry_point", "--exact", "--test-threads=1"])
+        .env(WORKER_ENV, &path)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("worker")
+}
+
+/// 4 processes × 4 tasks contend through a fenced counter for a minute
+/// while the leader is SIGKILLed and restarted every 3 s: no two valid
+/// holders at once, no lost update, tokens strictly increase in grant
+/// order, and every wait is served (a delete cut off by a kill leaves no
+/// key blocking the queue).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_leader_loss_under_churn() {
+    let churn = std::env::var("DISTLOCK_ETCD_CHURN_SECS")
+        .ok()
+        .and_then(|secs| secs.parse().ok())
+        .map_or(CHURN, Duration::from_secs);
+    let dir = tempfile_dir("churn");
+    let counter = dir.join("counter");
+    let start = Instant::now();
+    let until_ns = now_ns() + u64::try_from(churn.as_nanos()).expect("fits");
+    let name = unique("churn");
+    let mut workers = Vec::new();
+    for index in 0..PROCESSES {
+        let settings = Settings {
+            url: cluster_url(),
+            name: name.as_str().to_owned(),
+            counter: counter.clone(),
+            results: dir.join(format!("results-{index}.json")),
+            until_ns,
+        };
+        workers.push((spawn_worker(&dir, index, &settings), settings.results));
+    }
+    let mut kills = 0;
+    while start.elapsed() + KILL_EVERY < churn {
+        tokio::time::sleep(KILL_EVERY).await;
+        let leader = members::wait_for_leader(None).await;
+        leader.kill();
+        members::wait_for_leader(Some(leader)).await;
+        leader.restart();
+        kills += 1;
+    }
+    let mut holdings = Vec::new();
+    let mut failed_waits = 0;
+    let mut errors = Vec::new();
+    for (mut worker, results) in workers {
+        let status = worker.wait().expect("worker");
+        assert!(status.success(), "a worker failed: {status}");
+        let report: Report =
+            serde_json::from_slice(&std::fs::read(&results).expect("results")).expect("report");
+        holdings.extend(report.holdings);
+        failed_waits += report.failed_waits;
+        errors.extend(report.errors);
+    }
+    holdings.sort_by_key(|holding| holding.granted_ns);
+
+    let overlaps = overlaps(&holdings);
+    let regressions = holdings
+        .windows(2)
+        .filter(|pair| pair[1].token <= pair[0].token)
+        .count();
+    let accepted_writes = holdings.iter().filter(|h| h.write_accepted).count();
+    let stored = Fenced::new(&counter).value();
+    let losses = holdings.iter().filter(|h| h.lost).count();
+    eprintln!(
+        "{} acquisitions, {kills} leader kills, {losses} losses, {failed_waits} failed waits, \
+         {accepted_writes} writes accepted, counter {stored}",
+        holdings.len()
+    );
+    for error in errors.iter().take(5) {
+        eprintln!("a wait ended with: {error}");
+    }
+    assert!(kills > 0, "the churn ended before a leader was killed");
+    assert!(!holdings.is_empty(), "nobody was granted the lock");
+    assert_eq!(overlaps, 0, "valid holders overlapped");
+    assert_eq!(regressions, 0, "a token did not increase in grant order");
+    assert_eq!(stored, accepted_writes as u64, "an update was lost");
+    assert_eq!(failed_waits, 0, "waits went unserved: {errors:?}");
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// How many holdings began before an earlier one ended.
+fn overlaps(sorted: &[Holding]) -> usize {
+    let mut latest_end = 0;
+    let mut overlaps = 0;
+    for holding in sorted {
+        if holding.granted_ns < latest_end {
+            overlaps += 1;
+        }
+        latest_end = latest_end.max(holding.ended_ns);
+    }
+    overlaps
+}
+
+fn tempfile_dir(label: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "distlock-etcd-{label}-{}-{:08x}",
+        std::process::id(),
+        rand::random::<u32>()
+    ));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+/// A member is SIGSTOPped while a client that knows only that member holds
+/// a lock: its `lost()` fires before a client of the other two is granted
+/// the lock, and the member serves again once continued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_frozen_member() {
+    let lease = Duration::from_secs(2);
+    let frozen = Member::new(3);
+    let others = [Member::new(1), Member::new(2)];
+    let name = unique("frozen");
+    let alone = client(&frozen.url(), lease).await;
+    let rest = client(&members::url_of(&others), lease).await;
+    let guard = alone
+        .acquire(&name, Duration::from_secs(10))
+        .await
+        .expect("acquire");
+
+    frozen.stop();
+    let lost_at = {
+        let reason = tokio::time::timeout(Duration::from_secs(30), guard.lost()).await;
+        let at = Instant::now();
+        assert!(
+            reason.is_ok(),
+            "lost() did not fire while the member was frozen"
+        );
+        at
+    };
+    let next = rest.acquire(&name, Duration::from_secs(30)).await;
+    let granted_at = Instant::now();
+    frozen.resume();
+    let next = next.expect("the other two members grant the lock");
+    assert!(
+        lost_at < granted_at,
+        "granted before the frozen holder knew it had lost"
+    );
+    assert!(next.fencing_token() > guard.fencing_token());
+    next.release().await.expect("release");
+    assert!(!guard.release().await.expect("release"));
+
+    // The member serves again.
+    let again = alone
+        .acquire(&name, Duration::from_secs(30))
+        .await
+        .expect("after resume");
+    again.release().await.expect("release");
+}
+
+/// Two of three members are stopped: the holder reports its lock lost,
+/// nothing is granted, and both work again once quorum returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_quorum_lost_and_regained() {
+    let lease = Duration::from_secs(2);
+    let name = unique("quorum");
+    let holder = client(&cluster_url(), lease).await;
+    let other = client(&cluster_url(), lease).await;
+    let guard = holder
+        .acquire(&name, Duration::from_secs(10))
+        .await
+        .expect("acquire");
+    let stopped = [Member::new(1), Member::new(2)];
+    for member in &stopped {
+        member.stop();
+    }
+    let reason = tokio::time::timeout(Duration::from_secs(30), guard.lost()).await;
+    // Nothing is granted without a quorum, however long one waits.
+    let refused = other.acquire(&name, lease * 3).await;
+    for member in &stopped {
+        member.resume();
+    }
+    assert!(reason.is_ok(), "lost() did not fire without a quorum");
+    assert!(
+        matches!(refused, Err(Error::Timeout { .. })),
+        "granted without a quorum: {refused:?}"
+    );
+    let after = other
+        .acquire(&name, Duration::from_secs(60))
+        .await
+        .expect("granted once quorum returns");
+    assert!(after.fencing_token() > guard.fencing_token());
+    after.release().await.expect("release");
+}

@@ -1,0 +1,5 @@
+//! What the cluster tests share: the members of the test cluster, and a
+//! fenced counter that holders in several processes update.
+
+pub(crate) mod fenced;
+pub(crate) mod members;
