@@ -20,6 +20,8 @@ install_etcd() {
     # etcd-client (the crate) generates its gRPC code with protoc at build
     # time, so this must run before any cargo command.
     command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
+    # The partition test cuts a member off in a network namespace.
+    command -v ip >/dev/null 2>&1 || missing+=(iproute2)
     if [ "${#missing[@]}" = 0 ]; then
         return 0
     fi

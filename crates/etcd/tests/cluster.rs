@@ -6,6 +6,8 @@
 //! These tests kill and stop members, so they run one at a time among the
 //! tests on the cluster (the `etcd-cluster` group in `.config/nextest.toml`).
 
+// Shared with the partition test, which uses the rest of it.
+#[allow(dead_code)]
 mod support;
 
 use std::path::{Path, PathBuf};

@@ -3,3 +3,5 @@
 
 pub(crate) mod fenced;
 pub(crate) mod members;
+pub(crate) mod netns;
+pub(crate) mod own_cluster;

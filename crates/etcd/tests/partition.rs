@@ -1,0 +1,188 @@
+//! A member cut off from its peers while it still serves its clients: the
+//! test's own 3-member cluster, with member 3 and a lock holder connected
+//! only to it inside a network namespace whose link is then taken down.
+//! The holder must report its lock lost before a client of the other two
+//! is granted it, and the other two keep serving.
+
+// Shared with the cluster tests, which use the rest of it.
+#[allow(dead_code)]
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use distlock_core::{LockClient, LockName, LockOptions};
+use distlock_etcd::EtcdBackend;
+
+use support::netns::Netns;
+use support::own_cluster::OwnCluster;
+
+/// Set in the holder process: `URL NAME REPORT-FILE`.
+const HOLDER_ENV: &str = "DISTLOCK_ETCD_PARTITION_HOLDER";
+
+const LEASE: Duration = Duration::from_secs(2);
+
+/// Nanoseconds on the wall clock, which every process of the machine
+/// shares, inside a network namespace or not.
+fn now_ns() -> u64 {
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("after the epoch");
+    u64::try_from(since.as_nanos()).expect("fits 64 bits")
+}
+
+fn options() -> LockOptions {
+    LockOptions::builder()
+        .lease(LEASE)
+        .extend_every(LEASE / 4)
+        .safety_margin(LEASE / 10)
+        .operation_timeout(LEASE / 3)
+        .backoff(Duration::from_millis(5), Duration::from_millis(100))
+        .build()
+        .expect("valid options")
+}
+
+async fn client(url: &str) -> LockClient {
+    let backend = EtcdBackend::open(url)
+        .await
+        .unwrap_or_else(|e| panic!("cannot open {url}: {e}"));
+    LockClient::new(Arc::new(backend), options())
+}
+
+/// The holder, run inside the namespace: the test binary runs itself with
+/// only this test and `DISTLOCK_ETCD_PARTITION_HOLDER` set. Without it, as
+/// in a normal run, it does nothing. It writes `granted TOKEN`, then
+/// `lost AT_NS` once its `lost()` fires.
+#[test]
+fn partition_holder_entry_point() {
+    let Ok(settings) = std::env::var(HOLDER_ENV) else {
+        return;
+    };
+    let [url, name, report]: [&str; 3] = settings
+        .splitn(3, ' ')
+        .collect::<Vec<_>>()
+        .try_into()
+        .expect("URL NAME REPORT");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let client = client(url).await;
+        let name = LockName::new(name).expect("name");
+        let guard = client
+            .acquire(&name, Duration::from_secs(30))
+            .await
+            .expect("the holder acquires");
+        append(
+            Path::new(report),
+            &format!("granted {}", guard.fencing_token()),
+        );
+        let lost = tokio::time::timeout(Duration::from_secs(60), guard.lost()).await;
+        if lost.is_ok() {
+            append(Path::new(report), &format!("lost {}", now_ns()));
+        }
+    });
+}
+
+fn append(path: &Path, line: &str) {
+    use std::io::Write;
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .expect("report");
+    writeln!(file, "{line}").expect("report");
+}
+
+/// The value after `word` on a line of the holder's report, once there.
+async fn reported(path: &Path, word: &str) -> u64 {
+    for _ in 0..1200 {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if let Some(value) = text
+            .lines()
+            .find_map(|line| line.strip_prefix(word)?.trim().parse().ok())
+        {
+            return value;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "the holder never reported `{word}`: {:?}",
+        std::fs::read_to_string(path)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_members_holder_loses_before_anyone_else_is_granted() {
+    let netns = Netns::create();
+    let cluster = OwnCluster::start(&netns);
+    cluster.wait_healthy().await;
+    let name = LockName::new(format!("partition-{:016x}", rand::random::<u64>())).expect("name");
+    let report: PathBuf = std::env::temp_dir().join(format!("{name}.report"));
+
+    let inside_url = format!("etcd://{}", cluster.clients[2]);
+    let mut holder = netns_holder(&netns, &inside_url, &name, &report);
+    let held_token = reported(&report, "granted").await;
+
+    let outside = client(&format!(
+        "etcd://{},{}",
+        cluster.clients[0], cluster.clients[1]
+    ))
+    .await;
+    netns.partition();
+    let waiter = {
+        let (outside, name) = (outside.clone(), name.clone());
+        tokio::spawn(async move {
+            let guard = outside.acquire(&name, Duration::from_secs(60)).await;
+            (guard, now_ns())
+        })
+    };
+    // The other two keep serving other names meanwhile.
+    let other = LockName::new(format!("{name}-other")).expect("name");
+    let guard = outside
+        .acquire(&other, Duration::from_secs(30))
+        .await
+        .expect("the majority serves other names");
+    guard.release().await.expect("release");
+
+    let (granted, granted_ns) = waiter.await.expect("task");
+    let granted = granted.expect("the majority grants the lock once the holder's session ends");
+    let lost_ns = reported(&report, "lost").await;
+    netns.heal();
+    let _ = holder.wait();
+
+    eprintln!(
+        "the cut-off holder reported its loss {} ms before the majority granted the lock",
+        granted_ns.saturating_sub(lost_ns) / 1_000_000
+    );
+    assert!(
+        lost_ns < granted_ns,
+        "granted {} ms before the cut-off holder reported its loss",
+        (lost_ns - granted_ns) / 1_000_000
+    );
+    assert!(granted.fencing_token() > held_token);
+    granted.release().await.expect("release");
+    let _ = std::fs::remove_file(&report);
+    drop(cluster);
+}
+
+fn netns_holder(netns: &Netns, url: &str, name: &LockName, report: &Path) -> std::process::Child {
+    let exe = std::env::current_exe().expect("test binary");
+    let mut command: Command = netns.command(exe.to_str().expect("a UTF-8 path"));
+    command
+        .args([
+            "partition_holder_entry_point",
+            "--exact",
+            "--test-threads=1",
+        ])
+        .env(
+            HOLDER_ENV,
+            format!("{url} {} {}", name.as_str(), report.display()),
+        )
+        .stdout(std::process::Stdio::null());
+    command.spawn().expect("the holder")
+}
