@@ -1,0 +1,53 @@
+//! The conformance suite on PostgreSQL in lease mode: on the server
+//! itself, and through PgBouncer in transaction-pooling mode.
+//! `scripts/test` starts them and sets `DISTLOCK_TEST_POSTGRES_URL` and
+//! `DISTLOCK_TEST_POSTGRES_PGBOUNCER_URL`. Each test uses a fresh table.
+
+use std::sync::Arc;
+
+use distlock_conformance::{Fixture, conformance_suite};
+use distlock_core::Backend;
+use distlock_postgres::PostgresBackend;
+
+struct Postgres {
+    /// The server's URL with a fresh table of the test's own.
+    url: String,
+}
+
+impl Postgres {
+    fn from_env(var: &str) -> Self {
+        let server = std::env::var(var).unwrap_or_else(|_| {
+            panic!("{var} is not set: run the tests with scripts/test, which starts PostgreSQL")
+        });
+        let separator = if server.contains('?') { '&' } else { '?' };
+        let table = format!("conformance_{:016x}", rand::random::<u64>());
+        Self {
+            url: format!("{server}{separator}table={table}"),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Fixture for Postgres {
+    async fn backend(&self) -> Arc<dyn Backend> {
+        Arc::new(
+            PostgresBackend::open(&self.url)
+                .await
+                .unwrap_or_else(|e| panic!("cannot open the test server: {e}")),
+        )
+    }
+
+    fn url(&self) -> Option<String> {
+        Some(self.url.clone())
+    }
+}
+
+mod direct {
+    use super::*;
+    conformance_suite!(Postgres::from_env("DISTLOCK_TEST_POSTGRES_URL"));
+}
+
+mod pgbouncer {
+    use super::*;
+    conformance_suite!(Postgres::from_env("DISTLOCK_TEST_POSTGRES_PGBOUNCER_URL"));
+}

@@ -1,0 +1,301 @@
+//! The SQL of every operation, one statement each, built once per table.
+//!
+//! A row holds one name: `holders` is a JSON array of grants,
+//! `{id, token, at, exp, holder}` with times in the server's microseconds
+//! since the epoch, and `waiting` an array of writers' marks, `{id, exp}`.
+//! A grant or mark lives while its `exp` is after the server's clock
+//! (`clock_timestamp()`, read once per statement); `kind` and
+//! `permit_limit` say what the live holders hold, and mean nothing once
+//! none lives. Expired entries stay until the next grant or release of the
+//! name drops them. Only the table's quoted name is put into the text;
+//! every value goes as a bind parameter.
+
+use crate::table::TableName;
+
+/// The most readers that hold one name at once, as in the other backends;
+/// it bounds the row's size and the work of each statement on it.
+pub(crate) const MAX_READERS: u32 = distlock_core::MAX_PERMITS;
+
+/// The server's clock in microseconds since the epoch, read once for a
+/// whole statement when selected in a `FROM` item.
+const CLOCK: &str =
+    "(SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS now_us) AS c";
+
+/// The JSON path of the live entries of an array, given `$now`.
+const LIVE: &str = "'$[*] ? (@.exp > $now)'";
+
+/// The JSON path of the live entries other than `$id`.
+const LIVE_OTHERS: &str = "'$[*] ? (@.exp > $now && @.id != $id)'";
+
+/// The JSON path of the live entry `$id`.
+const LIVE_ONE: &str = "'$[*] ? (@.exp > $now && @.id == $id)'";
+
+/// What an acquire asks for, which decides who it may join.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Asked {
+    Exclusive,
+    Shared,
+    Permit,
+}
+
+impl Asked {
+    /// The `kind` column's value for this claim.
+    pub(crate) fn kind(self) -> &'static str {
+        match self {
+            Self::Exclusive => "exclusive",
+            Self::Shared => "shared",
+            Self::Permit => "semaphore",
+        }
+    }
+}
+
+/// Every statement the backend sends, for one table.
+#[derive(Debug)]
+pub(crate) struct Statements {
+    acquire_exclusive: String,
+    acquire_shared: String,
+    acquire_permit: String,
+    /// After an acquire found the name held: why, until when, and, for a
+    /// waiting writer, its mark.
+    pub(crate) held: String,
+    pub(crate) extend: String,
+    pub(crate) release: String,
+    pub(crate) hand_over: String,
+    pub(crate) force_release: String,
+    pub(crate) end_wait: String,
+    pub(crate) list: String,
+}
+
+impl Statements {
+    pub(crate) fn new(table: &TableName) -> Self {
+        let t = table.quoted();
+        Self {
+            acquire_exclusive: acquire(t, Asked::Exclusive),
+            acquire_shared: acquire(t, Asked::Shared),
+            acquire_permit: acquire(t, Asked::Permit),
+            held: held(t),
+            extend: extend(t),
+            release: release(t),
+            hand_over: hand_over(t),
+            force_release: force_release(t),
+            end_wait: end_wait(t),
+            list: list(t),
+        }
+    }
+
+    pub(crate) fn acquire(&self, asked: Asked) -> &str {
+        match asked {
+            Asked::Exclusive => &self.acquire_exclusive,
+            Asked::Shared => &self.acquire_shared,
+            Asked::Permit => &self.acquire_permit,
+        }
+    }
+}
+
+/// Whether the existing row `t` admits `asked`, judged at the proposed
+/// row's token, which is the server's clock (`excluded.fencing_token`).
+fn admits(asked: Asked) -> String {
+    let vars = "jsonb_build_object('now', excluded.fencing_token)";
+    let any_live = format!("jsonb_path_exists(t.holders, {LIVE}, {vars})");
+    let live_count =
+        format!("jsonb_array_length(jsonb_path_query_array(t.holders, {LIVE}, {vars}))");
+    match asked {
+        Asked::Exclusive => format!("NOT {any_live}"),
+        // Readers also wait while a writer waits, so writers are not starved.
+        Asked::Shared => format!(
+            "(NOT {any_live} OR t.kind = 'shared')
+             AND NOT jsonb_path_exists(t.waiting, {LIVE}, {vars})
+             AND {live_count} < {MAX_READERS}"
+        ),
+        Asked::Permit => format!(
+            "NOT {any_live}
+             OR (t.kind = 'semaphore' AND t.permit_limit = $4 AND {live_count} < $4)"
+        ),
+    }
+}
+
+/// One attempt, as one statement: the row is created holding our grant,
+/// or, where it exists, our grant joins its live holders when it admits
+/// us; otherwise nothing changes and no row comes back. The token is
+/// `greatest(previous + 1, the server's clock in µs)`, so it keeps
+/// increasing across every kind and even after the row was deleted.
+///
+/// `$1` name, `$2` grant id, `$3` kind, `$4` permit limit, `$5` lease in
+/// µs, `$6` holder as JSON text, `$7` the writer's own mark, which goes
+/// with the grant (other live marks stay).
+fn acquire(t: &str, asked: Asked) -> String {
+    let now = "excluded.fencing_token";
+    let token = format!("greatest(t.fencing_token + 1, {now})");
+    format!(
+        "INSERT INTO {t} AS t (name, kind, permit_limit, fencing_token, holders)
+         SELECT $1, $3, $4, c.now_us, jsonb_build_array(jsonb_build_object(
+             'id', $2::text, 'token', c.now_us, 'at', c.now_us,
+             'exp', c.now_us + $5, 'holder', $6::text::jsonb))
+         FROM {CLOCK}
+         ON CONFLICT (name) DO UPDATE SET
+             kind = excluded.kind,
+             permit_limit = excluded.permit_limit,
+             fencing_token = {token},
+             holders = jsonb_path_query_array(t.holders, {LIVE}, jsonb_build_object('now', {now}))
+                 || jsonb_build_array(jsonb_set(excluded.holders -> 0, '{{token}}', to_jsonb({token}))),
+             waiting = jsonb_path_query_array(t.waiting, {LIVE_OTHERS},
+                 jsonb_build_object('now', {now}, 'id', $7::text))
+         WHERE {admits}
+         RETURNING t.fencing_token",
+        admits = admits(asked),
+    )
+}
+
+/// Why an attempt found the name held, read after it: the holders' kind
+/// and limit, how many live, how long until the first of them expires,
+/// and whether a waiting writer's mark (`$2`, when given) is stored, added
+/// or refreshed here to last a lease (`$3`, µs) from now. A writer marks where
+/// readers hold the name or other writers' marks live, so that new readers
+/// wait behind it; never beside permits, which is a conflict.
+fn held(t: &str) -> String {
+    let vars = "jsonb_build_object('now', c.now_us, 'id', $2::text)";
+    let any_live = format!("jsonb_path_exists(t.holders, {LIVE}, {vars})");
+    format!(
+        "WITH marked AS (
+             UPDATE {t} AS t SET waiting = jsonb_path_query_array(t.waiting, {LIVE_OTHERS}, {vars})
+                 || jsonb_build_array(jsonb_build_object('id', $2::text, 'exp', c.now_us + $3))
+             FROM {CLOCK}
+             WHERE t.name = $1 AND $2::text IS NOT NULL
+               AND (({any_live} AND t.kind = 'shared')
+                    OR (NOT ({any_live} AND t.kind = 'semaphore')
+                        AND jsonb_path_exists(t.waiting, {LIVE_OTHERS}, {vars})))
+             RETURNING 1
+         )
+         SELECT t.kind, t.permit_limit,
+                jsonb_array_length(jsonb_path_query_array(t.holders, {LIVE}, {vars}))::integer,
+                (SELECT min((h ->> 'exp')::bigint) FROM jsonb_array_elements(t.holders) AS h
+                  WHERE (h ->> 'exp')::bigint > c.now_us) - c.now_us,
+                EXISTS (SELECT FROM marked)
+                    OR t.waiting @> jsonb_build_array(jsonb_build_object('id', $2::text))
+         FROM {t} AS t, {CLOCK}
+         WHERE t.name = $1"
+    )
+}
+
+/// Extends any number of leases in one statement: `$1` names, `$2` grant
+/// ids and `$3` leases in µs, one element per lease. Each live grant among
+/// them runs its lease from the server's now. Rows are locked in name
+/// order first, so that two processes extending overlapping sets never
+/// deadlock. Returns each row's extended ids.
+fn extend(t: &str) -> String {
+    let live_asked = "a.leases ? (h ->> 'id') AND (h ->> 'exp')::bigint > c.now_us";
+    format!(
+        "WITH asked AS (
+             SELECT n AS name, jsonb_object_agg(i, us) AS leases
+             FROM unnest($1::bytea[], $2::text[], $3::bigint[]) AS u(n, i, us)
+             GROUP BY n
+         ), locked AS MATERIALIZED (
+             SELECT t.name FROM {t} AS t JOIN asked USING (name) ORDER BY t.name FOR UPDATE OF t
+         )
+         UPDATE {t} AS t SET holders = (
+             SELECT jsonb_agg(CASE WHEN {live_asked}
+                 THEN jsonb_set(h, '{{exp}}', to_jsonb(c.now_us + (a.leases ->> (h ->> 'id'))::bigint))
+                 ELSE h END ORDER BY n)
+             FROM jsonb_array_elements(t.holders) WITH ORDINALITY AS x(h, n)
+         )
+         FROM asked AS a, locked AS l, {CLOCK}
+         WHERE t.name = a.name AND l.name = a.name
+           AND EXISTS (SELECT FROM jsonb_array_elements(t.holders) AS h WHERE {live_asked})
+         RETURNING t.name, ARRAY(SELECT h ->> 'id' FROM jsonb_array_elements(t.holders) AS h
+                                 WHERE {live_asked})"
+    )
+}
+
+/// Ends the live grant `$2` of `$1`, dropping expired entries with it.
+/// Returns a row when there was one to end.
+fn release(t: &str) -> String {
+    let vars = "jsonb_build_object('now', c.now_us, 'id', $2::text)";
+    format!(
+        "UPDATE {t} AS t SET holders = jsonb_path_query_array(t.holders, {LIVE_OTHERS}, {vars})
+         FROM {CLOCK}
+         WHERE t.name = $1 AND jsonb_path_exists(t.holders, {LIVE_ONE}, {vars})
+         RETURNING 1"
+    )
+}
+
+/// Ends the live exclusive grant `$2` of `$1` and grants `$3` (lease `$4`
+/// µs, holder `$5`) in the same write, with the next token. Waiting
+/// writers' marks stay.
+fn hand_over(t: &str) -> String {
+    let vars = "jsonb_build_object('now', c.now_us, 'id', $2::text)";
+    let token = "greatest(t.fencing_token + 1, c.now_us)";
+    format!(
+        "UPDATE {t} AS t SET
+             fencing_token = {token},
+             holders = jsonb_build_array(jsonb_build_object(
+                 'id', $3::text, 'token', {token}, 'at', c.now_us,
+                 'exp', c.now_us + $4, 'holder', $5::text::jsonb))
+         FROM {CLOCK}
+         WHERE t.name = $1 AND t.kind = 'exclusive'
+           AND jsonb_path_exists(t.holders, {LIVE_ONE}, {vars})
+         RETURNING t.fencing_token"
+    )
+}
+
+/// Ends every holder of `$1`; returns a row when one lived. Waiting
+/// writers' marks stay.
+fn force_release(t: &str) -> String {
+    format!(
+        "UPDATE {t} AS t SET holders = '[]'
+         FROM {CLOCK}
+         WHERE t.name = $1
+           AND jsonb_path_exists(t.holders, {LIVE}, jsonb_build_object('now', c.now_us))
+         RETURNING 1"
+    )
+}
+
+/// Removes the writer's mark `$2` from `$1`, with the marks that expired.
+fn end_wait(t: &str) -> String {
+    let vars = "jsonb_build_object('now', c.now_us, 'id', $2::text)";
+    format!(
+        "UPDATE {t} AS t SET waiting = jsonb_path_query_array(t.waiting, {LIVE_OTHERS}, {vars})
+         FROM {CLOCK}
+         WHERE t.name = $1 AND t.waiting @> jsonb_build_array(jsonb_build_object('id', $2::text))
+         RETURNING 1"
+    )
+}
+
+/// Every live holder: name, kind, limit, token, µs left, holder as JSON
+/// text, and how many live holders its name has.
+fn list(t: &str) -> String {
+    format!(
+        "SELECT t.name, t.kind, t.permit_limit, (h ->> 'token')::bigint,
+                (h ->> 'exp')::bigint - c.now_us, (h -> 'holder')::text,
+                (count(*) OVER (PARTITION BY t.name))::integer
+         FROM {t} AS t CROSS JOIN {CLOCK} CROSS JOIN LATERAL jsonb_array_elements(t.holders) AS h
+         WHERE (h ->> 'exp')::bigint > c.now_us
+         ORDER BY t.name, (h ->> 'token')::bigint"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_quoted_table_name_is_interpolated() {
+        let table = TableName::new("s", "a \"b\"; --").unwrap();
+        let statements = Statements::new(&table);
+        for sql in [
+            statements.acquire(Asked::Exclusive),
+            &statements.held,
+            &statements.extend,
+            &statements.list,
+        ] {
+            assert!(sql.contains(r#""s"."a ""b""; --""#), "{sql}");
+        }
+    }
+
+    #[test]
+    fn readers_are_capped_and_wait_behind_writers() {
+        let shared = admits(Asked::Shared);
+        assert!(shared.contains("t.waiting"), "{shared}");
+        assert!(shared.contains(&format!("< {MAX_READERS}")), "{shared}");
+        assert!(!admits(Asked::Exclusive).contains("t.waiting"));
+    }
+}

@@ -1,0 +1,116 @@
+# PostgreSQL for the postgres backend's tests: one server, and PgBouncer in
+# transaction-pooling mode in front of it. Sourced by scripts/test after
+# common.sh.
+#
+# Exports:
+# - DISTLOCK_TEST_POSTGRES_URL: postgres://distlock:PASSWORD@127.0.0.1:PORT/distlock
+#   (the server itself, with a password-authenticated role of its own)
+# - DISTLOCK_TEST_POSTGRES_PGBOUNCER_URL: the same role and database through
+#   PgBouncer (pool_mode = transaction)
+# - DISTLOCK_POSTGRES_BIN: the directory of initdb, pg_ctl and psql
+
+# The newest PostgreSQL installed, as Debian lays it out.
+postgres_bin_dir() {
+    local dir
+    dir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true)
+    [ -n "$dir" ] && [ -x "$dir/postgres" ] && echo "$dir"
+}
+
+install_postgres() {
+    local missing=()
+    postgres_bin_dir >/dev/null || missing+=(postgresql)
+    command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || missing+=(pgbouncer)
+    if [ "${#missing[@]}" = 0 ]; then
+        return 0
+    fi
+    step "installing ${missing[*]}"
+    apt_install "${missing[@]}"
+}
+
+# postgres_as COMMAND...: runs COMMAND as the postgres user, which initdb,
+# the server and PgBouncer insist on (none of them runs as root).
+postgres_as() {
+    runuser -u postgres -- "$@" </dev/null
+}
+
+start_postgres() {
+    step "starting PostgreSQL and PgBouncer (transaction pooling)"
+    local bin dir port bouncer_port password pgbouncer
+    bin=$(postgres_bin_dir)
+    pgbouncer=$(command -v pgbouncer || echo /usr/sbin/pgbouncer)
+    export DISTLOCK_POSTGRES_BIN="$bin"
+    dir="$DISTLOCK_TMP/postgres"
+    # The postgres user must reach its directory through the run's temp
+    # dir, which mktemp made private: let others through, not list it.
+    chmod o+x "$DISTLOCK_TMP"
+    mkdir -p "$dir/sock"
+    chown -R postgres:postgres "$dir"
+    chmod 700 "$dir"
+    port=$(free_port)
+    bouncer_port=$(free_port)
+    password=$(python3 -c 'import secrets; print(secrets.token_hex(16))')
+
+    # Local (socket) connections trust the OS user, for the setup below;
+    # TCP connections need a password, as the tests' URLs give.
+    postgres_as "$bin/initdb" -D "$dir/data" -U postgres -E UTF8 --no-locale \
+        --auth-local=trust --auth-host=scram-sha-256 >"$dir/initdb.log" 2>&1 || {
+        cat "$dir/initdb.log" >&2
+        return 1
+    }
+    # fsync off: the data is thrown away with the run.
+    postgres_as "$bin/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -t 60 start \
+        -o "-p $port -k $dir/sock -c listen_addresses=127.0.0.1 -c max_connections=400 -c fsync=off -c synchronous_commit=off -c full_page_writes=off" \
+        >/dev/null || {
+        cat "$dir/postgres.log" >&2
+        return 1
+    }
+    POSTGRES_DATA_DIR="$dir/data"
+    stop_on_exit "$(head -n 1 "$dir/data/postmaster.pid")"
+
+    # The password is hex, so it needs no quoting inside the SQL string.
+    postgres_as "$bin/psql" -q -X -v ON_ERROR_STOP=1 -h "$dir/sock" -p "$port" -U postgres -d postgres \
+        -c "CREATE ROLE distlock LOGIN PASSWORD '$password'" \
+        -c "CREATE DATABASE distlock OWNER distlock" >/dev/null
+
+    # PgBouncer 1.18 (Debian 12's) predates prepared-statement support in
+    # transaction mode: the backend must send every statement unnamed.
+    printf '"distlock" "%s"\n' "$password" >"$dir/userlist.txt"
+    cat >"$dir/pgbouncer.ini" <<EOF
+[databases]
+distlock = host=127.0.0.1 port=$port dbname=distlock
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $bouncer_port
+unix_socket_dir =
+auth_type = scram-sha-256
+auth_file = $dir/userlist.txt
+pool_mode = transaction
+max_client_conn = 2000
+default_pool_size = 60
+ignore_startup_parameters = extra_float_digits
+logfile = $dir/pgbouncer.log
+pidfile = $dir/pgbouncer.pid
+EOF
+    chown postgres:postgres "$dir/userlist.txt" "$dir/pgbouncer.ini"
+    chmod 600 "$dir/userlist.txt"
+    postgres_as "$pgbouncer" -d -q "$dir/pgbouncer.ini" || {
+        cat "$dir/pgbouncer.log" >&2 2>/dev/null
+        return 1
+    }
+    wait_for_port "$bouncer_port" pgbouncer
+    stop_on_exit "$(cat "$dir/pgbouncer.pid")"
+
+    export DISTLOCK_TEST_POSTGRES_URL="postgres://distlock:$password@127.0.0.1:$port/distlock"
+    export DISTLOCK_TEST_POSTGRES_PGBOUNCER_URL="postgres://distlock:$password@127.0.0.1:$bouncer_port/distlock"
+}
+
+# stop_servers sends the server SIGTERM, which waits for clients to leave,
+# and then removes its data: stop it at once, and wait, before that.
+stop_postgres() {
+    [ -n "${POSTGRES_DATA_DIR:-}" ] && [ -f "$POSTGRES_DATA_DIR/postmaster.pid" ] &&
+        postgres_as "$DISTLOCK_POSTGRES_BIN/pg_ctl" -D "$POSTGRES_DATA_DIR" -m immediate -w stop >/dev/null 2>&1
+    return 0
+}
+
+run_on_exit stop_postgres
