@@ -38,8 +38,16 @@ wait_for_port() {
 
 stop_on_exit() { STOP_PIDS+=("$1"); }
 
+# run_on_exit FN: calls FN on exit, before the servers are signalled and
+# the temp dir removed (for a server that needs its own way to stop).
+EXIT_HOOKS=()
+run_on_exit() { EXIT_HOOKS+=("$1"); }
+
 stop_servers() {
-    local pid
+    local pid hook
+    for hook in "${EXIT_HOOKS[@]}"; do
+        "$hook" || true
+    done
     for pid in "${STOP_PIDS[@]}"; do
         kill "$pid" 2>/dev/null || true
     done

@@ -131,4 +131,4 @@ stop_etcd_cluster() {
     done
     return 0
 }
-trap 'stop_etcd_cluster; stop_servers' EXIT
+run_on_exit stop_etcd_cluster

@@ -11,6 +11,8 @@ pub use distlock_file as file;
 pub use distlock_memcached as memcached;
 #[cfg(feature = "mongodb")]
 pub use distlock_mongodb as mongodb;
+#[cfg(feature = "postgres")]
+pub use distlock_postgres as postgres;
 
 pub use crate::url::{BackendUrl, SecretUrl, default_url, open};
 pub use distlock_core::urls::redact;

@@ -19,6 +19,10 @@ fn known() -> String {
         "memcache://",
         #[cfg(feature = "memcached")]
         "memcached://",
+        #[cfg(feature = "postgres")]
+        "postgres://",
+        #[cfg(feature = "postgres")]
+        "postgresql://",
         #[cfg(feature = "etcd")]
         "etcd://",
         #[cfg(feature = "etcd")]
@@ -47,6 +51,11 @@ pub enum BackendUrl {
     /// `etcds://` for TLS; see [`EtcdConfig::parse`](distlock_etcd::EtcdConfig::parse).
     #[cfg(feature = "etcd")]
     Etcd(distlock_etcd::EtcdConfig),
+    /// `postgres://…` or `postgresql://…`, as libpq reads it, with
+    /// distlock's options `table`, `schema`, `mode` and `listen_url`; see
+    /// [`PostgresConfig`](distlock_postgres::PostgresConfig).
+    #[cfg(feature = "postgres")]
+    Postgres(SecretUrl),
 }
 
 /// A URL that may hold credentials: its `Debug` and `Display` show it with
@@ -116,7 +125,11 @@ impl BackendUrl {
             ))?)),
             #[cfg(not(feature = "etcd"))]
             "etcd" | "etcds" => Err(unsupported(scheme)),
-            "redis" | "postgres" | "postgresql" => Err(unsupported(scheme)),
+            #[cfg(feature = "postgres")]
+            "postgres" | "postgresql" => Ok(Self::Postgres(SecretUrl(url.to_owned()))),
+            #[cfg(not(feature = "postgres"))]
+            "postgres" | "postgresql" => Err(unsupported(scheme)),
+            "redis" => Err(unsupported(scheme)),
             _ => Err(Error::config(
                 "backend URL",
                 format!(
@@ -217,6 +230,10 @@ pub async fn open(url: &str) -> Result<Arc<dyn Backend>> {
         BackendUrl::Memcached(config) => Ok(Arc::new(
             distlock_memcached::MemcachedBackend::connect(config).await?,
         )),
+        #[cfg(feature = "postgres")]
+        BackendUrl::Postgres(url) => Ok(Arc::new(
+            distlock_postgres::PostgresBackend::open(url.expose()).await?,
+        )),
         #[cfg(feature = "etcd")]
         BackendUrl::Etcd(config) => Ok(Arc::new(
             distlock_etcd::EtcdBackend::with_config(config).await?,
@@ -301,6 +318,22 @@ mod tests {
         ));
         let err = BackendUrl::parse("memcache://a:1,b:1?mode=quorum").unwrap_err();
         assert!(err.to_string().contains("at least 3"), "{err}");
+    }
+
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn parses_postgres_urls_and_hides_their_credentials() {
+        for url in [
+            "postgres://app:hunter2@db/app?table=locks",
+            "POSTGRESQL://app:hunter2@db:6432/app",
+        ] {
+            let parsed = BackendUrl::parse(url).unwrap();
+            match &parsed {
+                BackendUrl::Postgres(secret) => assert_eq!(secret.expose(), url),
+                other => panic!("{other:?}"),
+            }
+            assert!(!format!("{parsed:?}").contains("hunter2"));
+        }
     }
 
     #[cfg(feature = "etcd")]
