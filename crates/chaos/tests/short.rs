@@ -45,3 +45,8 @@ fn the_short_form_holds_on_mongodb() {
 fn the_short_form_holds_on_memcached() {
     short_form("memcached");
 }
+
+#[test]
+fn the_short_form_holds_on_etcd() {
+    short_form("etcd");
+}

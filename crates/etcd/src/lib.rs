@@ -64,3 +64,4 @@ pub use backend::EtcdBackend;
 pub use config::{DEFAULT_PORT, DEFAULT_PREFIX, EtcdConfig};
 /// The etcd client this backend is built on, at the version it uses.
 pub use etcd_client;
+pub use session::session_ttl;

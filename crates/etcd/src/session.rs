@@ -56,6 +56,13 @@ pub(crate) fn ttl_for(lease: Duration) -> i64 {
     i64::try_from(secs).unwrap_or(i64::MAX)
 }
 
+/// The TTL of the etcd lease that carries the keys of clients with leases
+/// of `lease`: how long after its last renewal a crashed client's locks
+/// can outlive it.
+pub fn session_ttl(lease: Duration) -> Duration {
+    Duration::from_secs(u64::try_from(ttl_for(lease)).unwrap_or(u64::MAX))
+}
+
 /// Refuses leases etcd cannot keep: under a second.
 pub(crate) fn check_lease(lease: Duration) -> Result<()> {
     if lease < Duration::from_secs(1) {

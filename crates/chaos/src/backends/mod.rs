@@ -4,6 +4,7 @@
 //! its module here and one line in [`ALL`]; what it does not say, the
 //! trait's defaults say for it.
 
+mod etcd;
 mod file;
 mod memcached;
 mod mongodb;
@@ -24,7 +25,12 @@ pub(crate) use memcached::MEMCACHED;
 pub(crate) type Kind = &'static dyn CampaignBackend;
 
 /// Every backend the campaign runs against, in report order.
-pub(crate) const ALL: [Kind; 3] = [&file::FILE, &mongodb::MONGODB, &memcached::MEMCACHED];
+pub(crate) const ALL: [Kind; 4] = [
+    &file::FILE,
+    &mongodb::MONGODB,
+    &memcached::MEMCACHED,
+    &etcd::ETCD,
+];
 
 /// The backend called `text` (as `--backend` takes it, in any case).
 pub(crate) fn parse(text: &str) -> Option<Kind> {
@@ -99,6 +105,11 @@ pub(crate) trait CampaignBackend: Sync + std::fmt::Debug {
         false
     }
 
+    /// The shortest lease it grants.
+    fn min_lease(&self) -> Duration {
+        Duration::ZERO
+    }
+
     /// Whether the backend keeps its locks across a server restart.
     fn keeps_locks_across_restarts(&self) -> bool {
         true
@@ -119,13 +130,14 @@ pub(crate) trait CampaignBackend: Sync + std::fmt::Debug {
     }
 
     /// A backend at `url` that sends only what it is asked to, on as few
-    /// connections as it can: R5's proxy has one shot, which a request of
-    /// the backend's own (a wake-up stream, a second connection's
-    /// handshake) must not take.
+    /// connections as it can, for clients with leases of `lease`: R5's
+    /// proxy has one shot, which a request of the backend's own (a wake-up
+    /// stream, a second connection's handshake, a session's creation) must
+    /// not take.
     ///
     /// # Errors
     /// It cannot be opened.
-    async fn open_quiet(&self, url: &str) -> Outcome<Arc<dyn distlock::Backend>> {
+    async fn open_quiet(&self, url: &str, _lease: Duration) -> Outcome<Arc<dyn distlock::Backend>> {
         Ok(distlock::open(url).await?)
     }
 

@@ -75,7 +75,7 @@ impl CampaignBackend for MongoDb {
     /// Without release wake-ups: a change stream's `getMore`s are requests
     /// of their own, which the proxy's shot might hit instead of the
     /// acquisition.
-    async fn open_quiet(&self, url: &str) -> Outcome<Arc<dyn distlock::Backend>> {
+    async fn open_quiet(&self, url: &str, _lease: Duration) -> Outcome<Arc<dyn distlock::Backend>> {
         Ok(Arc::new(
             distlock::mongodb::MongoBackend::from_url(url)?
                 .release_wakeups(false)

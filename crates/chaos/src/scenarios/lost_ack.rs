@@ -190,7 +190,7 @@ fn victim(runtime: &Runtime, server: &Server, lease: Duration, loss: Loss) -> Ou
         }
     };
     let client = runtime.block_on(async {
-        let backend = server.kind.open_quiet(&url).await?;
+        let backend = server.kind.open_quiet(&url, lease).await?;
         let options = LockOptions::builder()
             .lease(lease)
             .label("distlock-chaos")

@@ -17,9 +17,10 @@ pub(super) const SCENARIO: Scenario = Scenario {
         id: "R7",
         title: "Token monotonicity",
         what: "1,000 cycles on one name (short form: 100): most release; every tenth lets \
-               its grant expire; every tenth (another one) is followed by the deletion of the \
+               its grant expire (granted by a client of its own that then vanishes, with a \
+               200 ms lease, or the backend's shortest: etcd's is a second); every tenth (another one) is followed by the deletion of the \
                name's record (MongoDB: the document; memcached: `flush_all`, which takes the \
-               token counters too; file: a forced release); the server restarts every 100th \
+               token counters too; etcd: the name's keys; file: a forced release); the server restarts every 100th \
                cycle (short form: every 25th). Must hold: every token strictly greater than \
                the one before.",
         untimed: false,
@@ -45,7 +46,7 @@ async fn cycles(server: &mut Server, settings: &Settings) -> Outcome<Row> {
     let name = LockName::new(unique("r7"))?;
     let backend = distlock::open(&server.url()).await?;
     let options = LockOptions::builder().lease(settings.lease).build()?;
-    let client = LockClient::new(backend.clone(), options);
+    let client = LockClient::new(backend, options);
     let holder = Arc::new(Holder::this_process(Some("distlock-chaos")));
     let (mut previous, mut regressions, mut restarts) = (0, 0, 0);
     let (mut expired, mut deleted) = (0, 0);
@@ -55,13 +56,16 @@ async fn cycles(server: &mut Server, settings: &Settings) -> Outcome<Row> {
             restarts += 1;
         }
         let token = match cycle % 10 {
-            // Granted by the backend itself, so that no keeper extends it,
-            // and left to expire.
+            // Granted by a backend of its own, dropped at once, so that no
+            // keeper extends the grant and no session keeps it: left to
+            // expire.
             3 => {
+                let lease = EXPIRING.max(server.kind.min_lease());
                 let request =
-                    AcquireRequest::new(name.clone(), Claim::Exclusive, EXPIRING, holder.clone());
+                    AcquireRequest::new(name.clone(), Claim::Exclusive, lease, holder.clone());
+                let vanishing = distlock::open(&server.url()).await?;
                 let token = loop {
-                    match backend.try_acquire(&request, &mut WaitState::new()).await {
+                    match vanishing.try_acquire(&request, &mut WaitState::new()).await {
                         Ok(distlock::Attempt::Acquired { fencing_token, .. }) => {
                             break fencing_token;
                         }
