@@ -15,6 +15,9 @@ pub(crate) struct Calls {
     pub(crate) acquire: AtomicU64,
     pub(crate) extend_batches: AtomicU64,
     pub(crate) extended_leases: AtomicU64,
+    /// Renewals of a session backend's session (etcd), which keep every
+    /// lease of the client at once.
+    pub(crate) session_renewals: AtomicU64,
     pub(crate) release: AtomicU64,
 }
 
@@ -71,6 +74,13 @@ impl Backend for Counting {
             .extended_leases
             .fetch_add(leases.len() as u64, Ordering::Relaxed);
         self.inner.extend_many(leases).await
+    }
+
+    // Core renews a session backend's leases only through this call; the
+    // trait's default would refuse it, and every lease would be lost.
+    async fn renew_session(&self) -> Result<bool> {
+        self.calls.session_renewals.fetch_add(1, Ordering::Relaxed);
+        self.inner.renew_session().await
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {

@@ -271,6 +271,7 @@ mod tests {
 
     pub(super) fn hold(from: u64, to: u64, task: u32, kind: LockKind) -> Hold {
         Hold {
+            asked_at_ns: from,
             acquired_at_ns: from,
             released_at_ns: to,
             token: from,

@@ -6,7 +6,8 @@
 //! distlock-bench [--backend URL]… [--seconds S] [--uncontended-seconds S]
 //!                [--processes P] [--tasks T] [--work D]
 //!                [--many N] [--many-seconds S] [--many-lease L] [--no-peers] [--peer-sleep D]
-//!                [--tooz SCRIPT] [--python PYTHON] [--note TEXT]… [--write FILE]
+//!                [--tooz SCRIPT] [--python PYTHON] [--etcdctl ETCDCTL] [--only KIND]…
+//!                [--note TEXT]… [--write FILE]
 //! ```
 //!
 //! Every scenario runs against every backend in the same run, so that the
@@ -17,9 +18,13 @@
 
 mod commands;
 mod counting;
+mod etcd_metrics;
+mod etcd_peer;
+mod etcdctl;
 mod kinds;
 mod markdown;
 mod mix;
+mod order;
 mod peers;
 mod quiet;
 mod report;
@@ -38,7 +43,7 @@ use crate::mix::MixArgs;
 use crate::peers::Tooz;
 use crate::report::{BackendResults, Contended, Contestant, Run, Settings};
 use crate::scenarios::{Layout, Window, Workload, bench_name};
-use crate::target::{Server, Target};
+use crate::target::{Server, Target, kind_of_url};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -47,7 +52,7 @@ use crate::target::{Server, Target};
 )]
 struct Args {
     #[command(subcommand)]
-    worker: Option<Worker>,
+    worker: Option<WorkerCommand>,
     /// A backend to measure; repeat for several. Default: file:// in a temp dir.
     #[arg(long = "backend", value_name = "URL")]
     backends: Vec<String>,
@@ -90,6 +95,14 @@ struct Args {
     /// The Python that runs the tooz script.
     #[arg(long, default_value = "python3")]
     python: String,
+    /// etcd's command-line client; `etcdctl lock` runs in the uncontended
+    /// scenario on etcd only when given.
+    #[arg(long, value_name = "ETCDCTL")]
+    etcdctl: Option<String>,
+    /// Measure only the backends of this kind (file, MongoDB, memcached,
+    /// etcd; any case); repeat for several. Default: every backend given.
+    #[arg(long = "only", value_name = "KIND")]
+    only: Vec<String>,
     /// A line for the report's list of versions, e.g. "SecantusDB: secantusd-rs 0.5.3".
     #[arg(long = "note", value_name = "TEXT")]
     notes: Vec<String>,
@@ -145,7 +158,7 @@ impl WorkerArgs {
 }
 
 #[derive(Debug, Subcommand)]
-enum Worker {
+enum WorkerCommand {
     /// One contending worker process of ours (started by the contention
     /// scenario, and by the semaphore and reader-writer scenario).
     #[command(hide = true)]
@@ -165,6 +178,13 @@ enum Worker {
         #[arg(long, value_parser = humantime::parse_duration)]
         sleep: Option<Duration>,
     },
+    /// One contending worker process of etcd's own lock service (the
+    /// `Lock` and `Unlock` RPCs).
+    #[command(hide = true)]
+    EtcdPeerWorker {
+        #[command(flatten)]
+        args: WorkerArgs,
+    },
 }
 
 /// Time for Rust workers to start and connect before the window opens.
@@ -179,7 +199,7 @@ const QUIET_PATIENCE: Duration = Duration::from_secs(30);
 async fn main() -> std::process::ExitCode {
     let args = Args::parse();
     let outcome = match &args.worker {
-        Some(Worker::Worker { args: w, mix }) => {
+        Some(WorkerCommand::Worker { args: w, mix }) => {
             scenarios::worker(
                 &w.backend,
                 &w.lock,
@@ -191,7 +211,7 @@ async fn main() -> std::process::ExitCode {
             )
             .await
         }
-        Some(Worker::PeerWorker { args: w, sleep }) => {
+        Some(WorkerCommand::PeerWorker { args: w, sleep }) => {
             peers::mongo_worker(
                 &w.backend,
                 &w.lock,
@@ -200,6 +220,17 @@ async fn main() -> std::process::ExitCode {
                 w.window(),
                 w.workload(),
                 *sleep,
+            )
+            .await
+        }
+        Some(WorkerCommand::EtcdPeerWorker { args: w }) => {
+            etcd_peer::worker(
+                &w.backend,
+                &w.lock,
+                w.tasks,
+                w.process,
+                w.window(),
+                w.workload(),
             )
             .await
         }
@@ -220,13 +251,31 @@ fn say(what: &str, seconds: Duration) {
 
 async fn bench(args: &Args) -> scenarios::Outcome<()> {
     let temp = std::env::temp_dir().join(format!("distlock-bench-{}", std::process::id()));
-    let backends = if args.backends.is_empty() {
+    let mut backends = if args.backends.is_empty() {
         vec![format!("file://{}", temp.display())]
     } else {
         args.backends.clone()
     };
+    if !args.only.is_empty() {
+        backends.retain(|url| {
+            let kind = kind_of_url(url);
+            args.only.iter().any(|only| only.eq_ignore_ascii_case(kind))
+        });
+        if backends.is_empty() {
+            return Err(format!(
+                "no backend given is of a kind in --only {}",
+                args.only.join(", ")
+            ));
+        }
+    }
+    // etcdctl runs only beside an etcd backend, and only with the peers.
+    let etcdctl = args
+        .etcdctl
+        .as_deref()
+        .filter(|_| !args.no_peers && backends.iter().any(|url| kind_of_url(url) == "etcd"));
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let tooz = match (&args.tooz, args.no_peers) {
+    let has_memcached = backends.iter().any(|url| kind_of_url(url) == "memcached");
+    let tooz = match (&args.tooz, args.no_peers || !has_memcached) {
         (Some(script), false) => Some(Tooz {
             python: args.python.clone(),
             script: script.clone(),
@@ -237,6 +286,13 @@ async fn bench(args: &Args) -> scenarios::Outcome<()> {
         .command
         .clone()
         .unwrap_or_else(|| std::env::args().collect::<Vec<_>>().join(" "));
+    let mut notes = args.notes.clone();
+    if let Some(bin) = etcdctl
+        && let Some(url) = backends.iter().find(|url| kind_of_url(url) == "etcd")
+        && let Some(version) = etcdctl::Etcdctl::for_url(bin, url)?.version().await
+    {
+        notes.push(version);
+    }
     let mut run = Run::new(
         command,
         Settings {
@@ -247,7 +303,7 @@ async fn bench(args: &Args) -> scenarios::Outcome<()> {
             work: args.work,
             peer_sleep: args.peer_sleep,
         },
-        args.notes.clone(),
+        notes,
     );
     if let Some(tooz) = &tooz {
         run.tooz_versions = Some(tooz.versions().await?);
@@ -258,7 +314,8 @@ async fn bench(args: &Args) -> scenarios::Outcome<()> {
         let server_version = match &target.server {
             Server::Mongo { database, .. } => commands::mongo_version(database).await,
             Server::Memcached(backend) => commands::memcached_version(backend).await,
-            Server::Uncounted => None,
+            Server::Etcd(Some(metrics)) => metrics.version().await,
+            Server::Etcd(None) | Server::Uncounted => None,
         };
         targets.push((target, server_version));
     }
@@ -270,6 +327,7 @@ async fn bench(args: &Args) -> scenarios::Outcome<()> {
         eprintln!("== {} ({})", target.shown, target.kind());
         let is_mongo = matches!(target.server, Server::Mongo { .. });
         let is_memcached = matches!(target.server, Server::Memcached(_));
+        let is_etcd = matches!(target.server, Server::Etcd(_));
         let quiet = quiet::until_quiet(QUIET_PATIENCE).await;
         eprintln!(
             "   waited {} for a quiet machine ({})",
@@ -280,9 +338,9 @@ async fn bench(args: &Args) -> scenarios::Outcome<()> {
             ))
         );
         say("uncontended", args.uncontended_seconds);
+        let with_peers = (is_mongo || is_etcd) && !args.no_peers;
         let mut uncontended =
-            scenarios::uncontended(target, args.uncontended_seconds, is_mongo && !args.no_peers)
-                .await?;
+            scenarios::uncontended(target, args.uncontended_seconds, with_peers, etcdctl).await?;
         uncontended.quiet = Some(quiet);
         let tooz_uncontended = match (&tooz, is_memcached) {
             (Some(tooz), true) => {
@@ -348,6 +406,7 @@ async fn contended_runs(
     let (processes, tasks) = (args.processes, args.tasks);
     let is_mongo = matches!(target.server, Server::Mongo { .. });
     let is_memcached = matches!(target.server, Server::Memcached(_));
+    let is_etcd = matches!(target.server, Server::Etcd(_));
     let mut contended = Vec::new();
     for workload in Workload::all(args.work) {
         let scenario = workload.label();
@@ -392,6 +451,20 @@ async fn contended_runs(
                     result: scenarios::contend(target, workers, window, rounds).await?,
                 });
             }
+        }
+        if is_etcd && !args.no_peers {
+            say(
+                &format!("contended ({scenario}), etcd's Lock RPC"),
+                args.seconds,
+            );
+            let window = Window::after(RUST_STARTUP, args.seconds);
+            let lock = bench_name("etcd-peer-contended");
+            let workers = etcd_peer::workers(exe, target, lock.as_str(), layout(window));
+            contended.push(Contended {
+                by: Contestant::EtcdLockRpc,
+                workload,
+                result: scenarios::contend(target, workers, window, rounds).await?,
+            });
         }
         if let (Some(tooz), true) = (tooz, is_memcached) {
             say(&format!("contended ({scenario}), tooz"), args.seconds);
@@ -487,7 +560,7 @@ mod tests {
                 .chain(mix.worker_args()),
         );
         match Args::try_parse_from(args).unwrap().worker {
-            Some(Worker::Worker { args, mix }) => (args, mix.mix()),
+            Some(WorkerCommand::Worker { args, mix }) => (args, mix.mix()),
             other => panic!("not a worker: {other:?}"),
         }
     }

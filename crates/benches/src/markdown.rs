@@ -56,7 +56,8 @@ pub(crate) fn counted(n: u32, one: &str, several: &str) -> String {
 
 /// One line of the list of server commands by name below a table:
 /// `commands` per `per` acquisitions, with the server's own count beside
-/// them where it keeps one.
+/// them where it keeps one (MongoDB's opcounters, etcd's storage
+/// operations).
 pub(crate) fn commands_line(
     label: &str,
     commands: &Counts,
@@ -67,7 +68,7 @@ pub(crate) fn commands_line(
     if let Some(ops) = server_ops {
         let _ = write!(
             line,
-            "; the server's opcounters: {:.2} ({})",
+            "; the server's own count: {:.2} ({})",
             ops.total() as f64 / per,
             ops.per(per)
         );

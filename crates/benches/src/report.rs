@@ -2,12 +2,15 @@
 //! table per scenario with every backend and peer side by side, and the
 //! goals, each checked against this run's numbers.
 
+mod etcd;
+
 use std::fmt::Write;
 use std::time::Duration;
 
 use crate::commands::{Counts, MEMCACHED_COMMANDS};
 use crate::kinds::{self, KindRun};
 use crate::markdown::{commands_line, findings_list, goal, goals_list, opt, short};
+use crate::order;
 use crate::peers::{ToozUncontended, ToozVersions};
 use crate::quiet::Quiet;
 use crate::scenarios::{Contender, HoldMany, ROUNDS, Side, Uncontended, Workload};
@@ -44,6 +47,8 @@ pub(crate) enum Contestant {
         sleep: Option<Duration>,
     },
     Tooz,
+    /// etcd's own lock service: the `Lock` and `Unlock` RPCs.
+    EtcdLockRpc,
 }
 
 /// One contended run.
@@ -95,6 +100,7 @@ impl Run {
                 format!("{PEER}, {} sleep", humantime::format_duration(s))
             }
             Contestant::Tooz => format!("{} (Python threads)", self.tooz()),
+            Contestant::EtcdLockRpc => etcd::LOCK_RPC_PER_TASK.to_owned(),
         }
     }
 
@@ -194,6 +200,9 @@ impl Run {
                 .collect::<Vec<_>>()
                 .join(" + ")
         );
+        if self.backend("etcd").is_some() {
+            let _ = writeln!(out, "{}\n", etcd::COUNTING);
+        }
     }
 
     /// How long each backend's uncontended scenario waited for quiet.
@@ -231,7 +240,7 @@ impl Run {
              in turn, so that noise from the machine hits them alike; tooz, a separate Python process, runs once afterwards, for as \
              long as one of our contenders had in all its rounds. The ratio is against the \
              backend's baseline, marked in bold: the same server commands issued directly, \
-             without the lock client. Before a backend's rounds start, the benchmark waits \
+             without the lock client (on etcd, etcd's own lock service). Before a backend's rounds start, the benchmark waits \
              until the processors are at most {:.0} % busy over half a second (at most 30 s), \
              so that a server still busy with an earlier scenario does not fall into some \
              rounds and not others{}.\n",
@@ -249,7 +258,9 @@ impl Run {
             for side in &u.sides {
                 let label = match side.contender {
                     Contender::Client => "distlock `LockClient`".to_owned(),
-                    Contender::BackendCalls if u.side(Contender::RawRecipe).is_some() => {
+                    Contender::BackendCalls
+                        if u.baseline().map(|b| b.contender) != Some(Contender::BackendCalls) =>
+                    {
                         "the backend's `try_acquire` + `release`, called directly".to_owned()
                     }
                     Contender::BackendCalls => {
@@ -267,6 +278,8 @@ impl Run {
                         "measured only: the backend's acquire, released by deleting the document"
                             .to_owned()
                     }
+                    Contender::EtcdLockRpc => format!("**baseline**: {}", etcd::LOCK_RPC),
+                    Contender::Etcdctl => etcd::ETCDCTL.to_owned(),
                 };
                 let _ = writeln!(
                     out,
@@ -279,9 +292,7 @@ impl Run {
                         side.per_second() / base
                     )),
                     opt(side.commands_per_cycle()),
-                    side.commands
-                        .as_ref()
-                        .map_or("—".into(), |c| c.per(side.cycles as f64)),
+                    which(side),
                 );
             }
             if let Some(t) = &b.tooz_uncontended {
@@ -347,6 +358,9 @@ impl Run {
                 ));
             }
         }
+        if let Some(b) = self.backend("etcd") {
+            goals.extend(etcd::uncontended_goals(b));
+        }
         goals_list(out, &goals);
         self.uncontended_findings(out);
     }
@@ -371,13 +385,21 @@ impl Run {
              gets it; *to another process* counts only the hand-offs where the next \
              holder is in another process than the last one, with their share of all \
              hand-offs. *Tasks served* is how many of the {} tasks held the lock at \
-             least once. {} workloads, each for {}:\n",
+             least once. *Out of asking order* counts the grants that went to a task while \
+             another, which had called acquire at least {} earlier (by the shared wall \
+             clock) in the same round, still waited; a lock that serves first come, first \
+             served has none. Tasks that ask closer together than that can reach the server \
+             in either order, so they are not ordered; as every task of a round asks at its \
+             start, within about that margin, only the tight loop really tests the order \
+             (— where a worker does not say when it asked; only grants in the window are \
+             seen). {} workloads, each for {}:\n",
             if s.work.is_zero() {
                 String::new()
             } else {
                 format!(" (in the third workload, after {work} of work)")
             },
             s.tasks * s.processes,
+            humantime::format_duration(order::MARGIN),
             if workloads.len() == 3 { "Three" } else { "Two" },
             humantime::format_duration(s.seconds)
         );
@@ -429,11 +451,11 @@ impl Run {
         let _ = writeln!(out, "### 2{letter}. {title}\n");
         let _ = writeln!(
             out,
-            "| backend | contender | acquisitions | per second | hand-offs | hand-off p50 | hand-off p99 | hand-off mean | to another process: share, p50, p99 | tasks served | server commands per acquisition | overlaps | errors |"
+            "| backend | contender | acquisitions | per second | hand-offs | hand-off p50 | hand-off p99 | hand-off mean | to another process: share, p50, p99 | tasks served | out of asking order | server commands per acquisition | overlaps | errors |"
         );
         let _ = writeln!(
             out,
-            "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"
+            "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|"
         );
         let tasks = s.tasks * s.processes;
         for b in &self.backends {
@@ -446,7 +468,7 @@ impl Run {
                 };
                 let _ = writeln!(
                     out,
-                    "| {} | {} | {} | {:.0} | {} | {} | {} | {} | {:.1} %, {}, {} | {}/{} | {} | {} | {} |",
+                    "| {} | {} | {} | {:.0} | {} | {} | {} | {} | {:.1} %, {}, {} | {}/{} | {} | {} | {} | {} |",
                     b.kind,
                     self.contestant(c.by),
                     r.acquisitions,
@@ -460,6 +482,7 @@ impl Run {
                     short(r.cross_p99),
                     r.tasks_served,
                     tasks,
+                    r.out_of_order.map_or("—".into(), |n| n.to_string()),
                     opt(r.commands_per_acquisition()),
                     r.overlaps,
                     r.errors
@@ -563,6 +586,10 @@ impl Run {
                 ),
             ));
         }
+        if let Some(b) = self.backend("etcd") {
+            let tasks = (s.tasks * s.processes) as usize;
+            goals.extend(etcd::contention_goals(b, workload, tasks));
+        }
         goals
     }
 
@@ -597,7 +624,9 @@ impl Run {
             "One client takes {} locks (64 attempts in flight), holds them for {} with a \
              {} lease (extended every {}, so {:.0} extension rounds), then releases them. \
              *Extension calls* are the calls the lock client's keeper makes to the backend \
-             (`extend` or `extend_many`); *server commands* are what the server received \
+             (`extend` or `extend_many`, or on etcd `renew_session`, one renewal of the \
+             client's session that keeps all its leases, so no lease is extended on its \
+             own); *server commands* are what the server received \
              while the locks were held, counted as above. CPU is this process's user + \
              system time while holding; RSS is this process's resident memory before \
              taking the locks and while holding them.\n",
@@ -617,12 +646,16 @@ impl Run {
             let commands = m.commands.as_ref();
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {:.2} | {:.0} | {} | {} | {} | {} ({:.2} % of one core) | {} → {} |",
+                "| {} | {} | {} | {:.2} | {} | {} | {} | {} | {} ({:.2} % of one core) | {} → {} |",
                 b.kind,
                 m.locks,
                 short(m.acquire_time),
-                m.per_second(m.extend_calls),
-                m.per_second(m.extended_leases),
+                m.per_second(m.extend_calls + m.session_renewals),
+                if m.session_renewals > 0 && m.extended_leases == 0 {
+                    "— (one session)".to_owned()
+                } else {
+                    format!("{:.0}", m.per_second(m.extended_leases))
+                },
                 commands.map_or("—".into(), |c| format!("{:.2}", m.per_second(c.total()))),
                 commands.map_or("—".into(), |c| format!(
                     "{:.5}",
@@ -659,6 +692,9 @@ impl Run {
                     b.many.lost
                 ),
             ));
+        }
+        if let Some(b) = self.backend("etcd") {
+            goals.extend(etcd::many_goals(b));
         }
         goals_list(out, &goals);
         self.many_findings(out);
@@ -755,6 +791,9 @@ impl Run {
                 }
                 text.push(t);
             }
+        }
+        if let Some(b) = self.backend("etcd") {
+            text.extend(etcd::uncontended_findings(b));
         }
         findings_list(out, &text);
     }
@@ -946,6 +985,9 @@ impl Run {
             ));
         }
         text.extend(self.work_findings());
+        if let Some(b) = self.backend("etcd") {
+            text.extend(etcd::contention_findings(b, &Workload::all(s.work)));
+        }
         findings_list(out, &text);
     }
 
@@ -1078,6 +1120,9 @@ impl Run {
                 b.many.locks
             ));
         }
+        if let Some(b) = self.backend("etcd") {
+            text.extend(etcd::many_findings(b));
+        }
         findings_list(out, &text);
     }
 }
@@ -1148,6 +1193,17 @@ fn rustc() -> String {
         .ok()
         .and_then(|out| String::from_utf8(out.stdout).ok())
         .map_or_else(|| "rustc (unknown)".into(), |v| v.trim().to_owned())
+}
+
+/// The "which" cell of an uncontended row: the commands by name per cycle,
+/// and the server's own count beside them where it keeps one.
+fn which(side: &Side) -> String {
+    let per = side.cycles as f64;
+    let mut cell = side.commands.as_ref().map_or("—".into(), |c| c.per(per));
+    if let Some(ops) = &side.server_ops {
+        let _ = write!(cell, "; the server's own count: {}", ops.per(per));
+    }
+    cell
 }
 
 /// How the client's ratio to the baseline varied from round to round, for

@@ -16,6 +16,8 @@ use tokio::process::Command;
 
 use crate::commands::Counts;
 use crate::counting::{Calls, Counting};
+use crate::etcd_peer::LockService;
+use crate::etcdctl::Etcdctl;
 use crate::mix::Mix;
 use crate::peers;
 use crate::quiet::Quiet;
@@ -48,6 +50,10 @@ pub(crate) enum Contender {
     WriteOne,
     /// MongoDB: the backend's acquire, released by deleting the document.
     DeletingRelease,
+    /// etcd's own lock service: the `Lock` and `Unlock` RPCs.
+    EtcdLockRpc,
+    /// `etcdctl lock NAME true`, one process per cycle.
+    Etcdctl,
 }
 
 /// One contender's uncontended cycles.
@@ -58,6 +64,9 @@ pub(crate) struct Side {
     pub(crate) elapsed: Duration,
     /// Server commands over this contender's rounds, where counted.
     pub(crate) commands: Option<Counts>,
+    /// The server's own count of its operations over these rounds, where
+    /// it keeps one (etcd's storage operations).
+    pub(crate) server_ops: Option<Counts>,
     /// Cycles per second in each round, in order.
     pub(crate) rounds: Vec<f64>,
 }
@@ -119,9 +128,11 @@ impl Uncontended {
     }
 
     /// What the client is compared with: the bare recipe where there is
-    /// one, else the backend's own two calls.
+    /// one, etcd's own lock service on etcd, else the backend's own two
+    /// calls.
     pub(crate) fn baseline(&self) -> Option<&Side> {
         self.side(Contender::RawRecipe)
+            .or_else(|| self.side(Contender::EtcdLockRpc))
             .or_else(|| self.side(Contender::BackendCalls))
     }
 }
@@ -133,11 +144,13 @@ pub(crate) const ROUNDS: u32 = 20;
 /// Acquires and releases one name as fast as possible, in alternating
 /// rounds, each begun by the next contender in turn: directly through the
 /// backend's two calls, through the client, and (where there is one)
-/// through the bare recipe and the Rust peer.
+/// through the bare recipe and the peers: the Rust peer on MongoDB, etcd's
+/// lock service and (given its binary) `etcdctl lock` on etcd.
 pub(crate) async fn uncontended(
     target: &Target,
     seconds: Duration,
     with_peer: bool,
+    etcdctl: Option<&str>,
 ) -> Outcome<Uncontended> {
     let name = bench_name("uncontended");
     let mut contenders = vec![Contender::BackendCalls, Contender::Client];
@@ -151,6 +164,21 @@ pub(crate) async fn uncontended(
     if variants.is_some() {
         contenders.extend([Contender::WriteOne, Contender::DeletingRelease]);
     }
+    let lock_service = if with_peer {
+        LockService::open(target).await?
+    } else {
+        None
+    };
+    if lock_service.is_some() {
+        contenders.push(Contender::EtcdLockRpc);
+    }
+    let etcdctl = match (etcdctl, &lock_service) {
+        (Some(bin), Some(_)) => Some(Etcdctl::for_url(bin, &target.url)?),
+        _ => None,
+    };
+    if etcdctl.is_some() {
+        contenders.push(Contender::Etcdctl);
+    }
     let round = seconds / (contenders.len() as u32 * ROUNDS);
     let client = LockClient::new(target.backend.clone(), LockOptions::default());
     let mut sides: Vec<Side> = contenders
@@ -160,6 +188,7 @@ pub(crate) async fn uncontended(
             cycles: 0,
             elapsed: Duration::ZERO,
             commands: None,
+            server_ops: None,
             rounds: Vec::with_capacity(ROUNDS as usize),
         })
         .collect();
@@ -170,6 +199,7 @@ pub(crate) async fn uncontended(
         for turn in 0..count {
             let side = &mut sides[(index + turn) % count];
             let before = target.counts().await?;
+            let ops_before = target.server_ops().await;
             let started = Instant::now();
             let cycles = match side.contender {
                 Contender::Client => client_cycles(&client, &name, round).await?,
@@ -182,6 +212,14 @@ pub(crate) async fn uncontended(
                         .deleting_cycles(&*target.backend, &name, round)
                         .await?
                 }
+                Contender::EtcdLockRpc => {
+                    let service = lock_service.as_ref().ok_or("no etcd lock service")?;
+                    service.cycles(&name, round).await?
+                }
+                Contender::Etcdctl => {
+                    let etcdctl = etcdctl.as_ref().ok_or("no etcdctl")?;
+                    etcdctl.cycles(&name, round).await?
+                }
             };
             let elapsed = started.elapsed();
             side.cycles += cycles;
@@ -193,7 +231,15 @@ pub(crate) async fn uncontended(
                     .get_or_insert_with(Counts::default)
                     .add(&after.since(&before));
             }
+            if let (Some(before), Some(after)) = (ops_before, target.server_ops().await) {
+                side.server_ops
+                    .get_or_insert_with(Counts::default)
+                    .add(&after.since(&before));
+            }
         }
+    }
+    if let Some(service) = lock_service {
+        service.close().await;
     }
     Ok(Uncontended { sides, quiet: None })
 }
@@ -475,9 +521,10 @@ pub(crate) async fn gather(
         _ => None,
     };
     // MongoDB's commands are counted by each worker's own client; the
-    // parent's monitor sees none of them. memcached's come from the server.
-    let commands = match (&target.server, counts_opened?, counts_closed?) {
-        (Server::Memcached(_), Some(before), Some(after)) => Some(after.since(&before)),
+    // parent's monitor sees none of them. memcached's and etcd's come from
+    // the server.
+    let commands = match (counts_opened?, counts_closed?) {
+        (Some(before), Some(after)) if target.counted_by_server() => Some(after.since(&before)),
         _ => reports.commands,
     };
     let mut holds = reports.holds;
@@ -771,6 +818,8 @@ async fn take_until<T: Taker>(
 ) -> TaskLog {
     let (mut holds, mut errors) = (Vec::new(), 0);
     loop {
+        // When this task asks: the order in which tasks asked is what a
+        // first come, first served lock serves them in.
         let now = now_ns();
         if now >= window.until_ns {
             break;
@@ -787,6 +836,7 @@ async fn take_until<T: Taker>(
             } => {
                 errors += u64::from(release_failed);
                 holds.push(Hold {
+                    asked_at_ns: now,
                     acquired_at_ns,
                     released_at_ns,
                     token,
@@ -869,6 +919,9 @@ pub(crate) struct HoldMany {
     pub(crate) acquire_time: Duration,
     pub(crate) extend_calls: u64,
     pub(crate) extended_leases: u64,
+    /// Renewals of the client's session, for a backend that keeps one
+    /// (etcd): each keeps every lease at once.
+    pub(crate) session_renewals: u64,
     /// Server commands while the locks were held, where counted.
     pub(crate) commands: Option<Counts>,
     pub(crate) lost: usize,
@@ -900,7 +953,16 @@ pub(crate) async fn hold_many(
     held_for: Duration,
     lease: Duration,
 ) -> Outcome<HoldMany> {
-    let counting = Arc::new(Counting::new(target.backend.clone()));
+    // A session backend (etcd) serves one lease length per session: give
+    // this scenario's lease a backend, and a session, of its own.
+    let backend = if target.backend.capabilities().sessions {
+        distlock::open(&target.url)
+            .await
+            .map_err(|e| format!("{}: {e}", target.shown))?
+    } else {
+        target.backend.clone()
+    };
+    let counting = Arc::new(Counting::new(backend));
     let calls: Arc<Calls> = counting.calls.clone();
     let options = LockOptions::builder()
         .lease(lease)
@@ -930,9 +992,10 @@ pub(crate) async fn hold_many(
         .into_iter()
         .collect::<Outcome<_>>()?;
     let acquire_time = started.elapsed();
-    let (batches_before, leases_before) = (
+    let (batches_before, leases_before, renewals_before) = (
         Calls::get(&calls.extend_batches),
         Calls::get(&calls.extended_leases),
+        Calls::get(&calls.session_renewals),
     );
     let commands_before = target.counts().await?;
     let cpu_before = cpu_time();
@@ -944,6 +1007,7 @@ pub(crate) async fn hold_many(
     };
     let extend_calls = Calls::get(&calls.extend_batches) - batches_before;
     let extended_leases = Calls::get(&calls.extended_leases) - leases_before;
+    let session_renewals = Calls::get(&calls.session_renewals) - renewals_before;
     let rss_held_kib = rss_kib();
     let lost = guards.iter().filter(|guard| guard.is_lost()).count();
     futures::stream::iter(guards)
@@ -962,6 +1026,7 @@ pub(crate) async fn hold_many(
         acquire_time,
         extend_calls,
         extended_leases,
+        session_renewals,
         commands,
         lost,
         cpu,

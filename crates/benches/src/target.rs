@@ -11,6 +11,7 @@ use distlock::mongodb::mongodb::options::ClientOptions;
 use distlock::mongodb::mongodb::{Client, Database};
 
 use crate::commands::{Counts, MongoMonitor, memcached_counts, mongo_opcounters};
+use crate::etcd_metrics::EtcdMetrics;
 use crate::scenarios::Outcome;
 
 /// Which server a target talks to.
@@ -27,6 +28,9 @@ pub(crate) enum Server {
     },
     /// memcached, counted by its `stats`.
     Memcached(Arc<MemcachedBackend>),
+    /// etcd, counted by the member's metrics where they can be read (not
+    /// over TLS).
+    Etcd(Option<EtcdMetrics>),
 }
 
 /// A backend opened for the benchmarks.
@@ -43,7 +47,7 @@ pub(crate) struct Target {
 impl Target {
     /// Opens `url`: MongoDB and memcached URLs with their own backend types
     /// (so that commands can be counted), anything else with
-    /// [`distlock::open`].
+    /// [`distlock::open`], etcd's with its metrics endpoint beside.
     pub(crate) async fn open(url: &str) -> Outcome<Self> {
         let shown = distlock::redact(url);
         let fail = |e: &dyn std::fmt::Display| format!("{shown}: {e}");
@@ -68,10 +72,12 @@ impl Target {
             let backend = Arc::new(MemcachedBackend::open(url).await.map_err(|e| fail(&e))?);
             (backend.clone(), Server::Memcached(backend))
         } else {
-            (
-                distlock::open(url).await.map_err(|e| fail(&e))?,
-                Server::Uncounted,
-            )
+            let server = if is_etcd_url(url) {
+                Server::Etcd(EtcdMetrics::for_url(url).map_err(|e| fail(&e))?)
+            } else {
+                Server::Uncounted
+            };
+            (distlock::open(url).await.map_err(|e| fail(&e))?, server)
         };
         Ok(Self {
             url: url.to_owned(),
@@ -83,22 +89,26 @@ impl Target {
 
     /// What kind of backend this is, for the report.
     pub(crate) fn kind(&self) -> &'static str {
-        match &self.server {
-            Server::Mongo { .. } => "MongoDB",
-            Server::Memcached(_) => "memcached",
-            Server::Uncounted if self.url.starts_with("file:") => "file",
-            Server::Uncounted => "other",
-        }
+        kind_of_url(&self.url)
     }
 
     /// The commands counted so far: this process's for MongoDB, the
-    /// server's for memcached; `None` where nothing counts them.
+    /// server's for memcached and etcd (its requests); `None` where nothing
+    /// counts them.
     pub(crate) async fn counts(&self) -> Outcome<Option<Counts>> {
         match &self.server {
-            Server::Uncounted => Ok(None),
+            Server::Uncounted | Server::Etcd(None) => Ok(None),
             Server::Mongo { monitor, .. } => Ok(Some(monitor.snapshot())),
             Server::Memcached(backend) => memcached_counts(backend).await.map(Some),
+            Server::Etcd(Some(metrics)) => Ok(Some(metrics.sample().await?.requests)),
         }
+    }
+
+    /// Whether the server itself counts the commands (memcached, etcd), so
+    /// that the parent reads them around a run, rather than each process
+    /// counting its own (MongoDB).
+    pub(crate) fn counted_by_server(&self) -> bool {
+        matches!(self.server, Server::Memcached(_) | Server::Etcd(_))
     }
 
     /// Deletes the lock documents whose names start with `prefix` (MongoDB
@@ -123,13 +133,35 @@ impl Target {
         }
     }
 
-    /// The server's own operation counters, where it keeps them.
+    /// The server's own operation counters, where it keeps them: MongoDB's
+    /// opcounters, etcd's storage operations.
     pub(crate) async fn server_ops(&self) -> Option<Counts> {
         match &self.server {
             Server::Mongo { database, .. } => mongo_opcounters(database).await,
+            Server::Etcd(Some(metrics)) => metrics.sample().await.ok().map(|s| s.storage),
             _ => None,
         }
     }
+}
+
+/// The kind of backend `url` names, as [`Target::kind`] says it.
+pub(crate) fn kind_of_url(url: &str) -> &'static str {
+    if url.starts_with("file:") {
+        "file"
+    } else if url.starts_with("mongodb://") || url.starts_with("mongodb+srv://") {
+        "MongoDB"
+    } else if url.starts_with("memcache://") || url.starts_with("memcached://") {
+        "memcached"
+    } else if is_etcd_url(url) {
+        "etcd"
+    } else {
+        "other"
+    }
+}
+
+/// Whether `url` names etcd (`etcd://`, or `etcds://` for TLS).
+pub(crate) fn is_etcd_url(url: &str) -> bool {
+    url.starts_with("etcd://") || url.starts_with("etcds://")
 }
 
 /// `text` with every character a regular expression gives a meaning to

@@ -10,11 +10,16 @@ use distlock::LockKind;
 use serde::{Deserialize, Serialize};
 
 use crate::commands::Counts;
+use crate::order;
 
 /// One time a worker held the lock, by the machine's wall clock (which all
 /// workers on one machine share).
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub(crate) struct Hold {
+    /// When the task called acquire; 0 where the worker does not say (the
+    /// Python peer).
+    #[serde(default)]
+    pub(crate) asked_at_ns: u64,
     pub(crate) acquired_at_ns: u64,
     pub(crate) released_at_ns: u64,
     /// The fencing token, or 0 for a lock that has none.
@@ -78,6 +83,9 @@ pub(crate) struct Contention {
     pub(crate) cross_p99: Duration,
     /// How many tasks got the lock at least once.
     pub(crate) tasks_served: usize,
+    /// Grants that overtook a task which had asked earlier and still
+    /// waited (see [`order::overtaking`]); `None` where asks are unknown.
+    pub(crate) out_of_order: Option<usize>,
     /// The time the lock was held, all holds together (grant to release
     /// call).
     pub(crate) held: Duration,
@@ -140,6 +148,7 @@ impl Contention {
             cross_p50: percentile(&cross, 50),
             cross_p99: percentile(&cross, 99),
             tasks_served: served.len(),
+            out_of_order: order::overtaking(&holds),
             held,
             elapsed,
             overlaps,
@@ -192,6 +201,7 @@ mod tests {
 
     fn hold(from: u64, to: u64, process: u32, task: u32) -> Hold {
         Hold {
+            asked_at_ns: from,
             acquired_at_ns: from,
             released_at_ns: to,
             token: from,

@@ -1,0 +1,181 @@
+//! Counting what an etcd member receives, from the Prometheus metrics it
+//! serves on its client port (`GET /metrics`).
+//!
+//! - **Requests**: `grpc_server_msg_received_total`, by gRPC method, for
+//!   etcd's own services. A unary call (`Txn`, `Range`, `Lock`, …) is one
+//!   message; a stream counts each message the client sends on it: a
+//!   `Watch` create request, a `LeaseKeepAlive` request. Counting messages
+//!   rather than calls is what makes keepalives and watches visible, since
+//!   a stream's call is counted only when it ends.
+//! - **Storage operations**: `etcd_mvcc_{range,put,delete}_total`, what the
+//!   key-value store did, including the work etcd's own lock service does
+//!   inside one `Lock` call, which no gRPC counter shows. `etcd_mvcc_txn_total`
+//!   is left out: its operations are already counted one by one.
+//!
+//! The counters are the whole member's: every client of the member counts,
+//! which is why the benchmarks give each run a server of its own.
+
+use std::collections::BTreeMap;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::commands::Counts;
+use crate::scenarios::Outcome;
+
+/// The gRPC services whose requests are counted: etcd's key-value, watch,
+/// lease and lock services (not the health checks).
+const COUNTED_SERVICES: [&str; 2] = ["etcdserverpb.", "v3lockpb."];
+
+/// The store's counters that make up the storage operations.
+const STORAGE_COUNTERS: [(&str, &str); 3] = [
+    ("etcd_mvcc_range_total", "range"),
+    ("etcd_mvcc_put_total", "put"),
+    ("etcd_mvcc_delete_total", "delete"),
+];
+
+/// One etcd member's metrics endpoint.
+#[derive(Debug, Clone)]
+pub(crate) struct EtcdMetrics {
+    /// `host:port` of the member's client port.
+    address: String,
+}
+
+/// One reading of the metrics.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Sample {
+    pub(crate) requests: Counts,
+    pub(crate) storage: Counts,
+    pub(crate) version: Option<String>,
+}
+
+impl EtcdMetrics {
+    /// The metrics of the first member an `etcd://` URL names; `None` for
+    /// `etcds://`, whose metrics need TLS.
+    pub(crate) fn for_url(url: &str) -> Outcome<Option<Self>> {
+        let config = distlock::etcd::EtcdConfig::parse(url).map_err(|e| e.to_string())?;
+        if config.tls {
+            return Ok(None);
+        }
+        let address = config
+            .endpoints
+            .first()
+            .ok_or("an etcd URL without a member")?
+            .clone();
+        Ok(Some(Self { address }))
+    }
+
+    /// Reads the metrics now.
+    pub(crate) async fn sample(&self) -> Outcome<Sample> {
+        let text = self.fetch().await?;
+        Ok(parse(&text))
+    }
+
+    /// The member's version.
+    pub(crate) async fn version(&self) -> Option<String> {
+        self.sample().await.ok()?.version
+    }
+
+    /// The metrics page, over plain HTTP/1.0 so that the member closes the
+    /// connection after one unchunked reply.
+    async fn fetch(&self) -> Outcome<String> {
+        let fail = |e: std::io::Error| format!("etcd metrics at {}: {e}", self.address);
+        let mut stream = TcpStream::connect(&self.address).await.map_err(fail)?;
+        let request = format!("GET /metrics HTTP/1.0\r\nHost: {}\r\n\r\n", self.address);
+        stream.write_all(request.as_bytes()).await.map_err(fail)?;
+        let mut reply = Vec::new();
+        stream.read_to_end(&mut reply).await.map_err(fail)?;
+        let reply = String::from_utf8_lossy(&reply);
+        let (head, body) = reply
+            .split_once("\r\n\r\n")
+            .ok_or("etcd metrics: a reply without headers")?;
+        let status = head.lines().next().unwrap_or_default();
+        if !status.contains(" 200") {
+            return Err(format!("etcd metrics: {status}"));
+        }
+        Ok(body.to_owned())
+    }
+}
+
+/// The requests, storage operations and version in a metrics page.
+fn parse(text: &str) -> Sample {
+    let mut requests = BTreeMap::new();
+    let mut storage = BTreeMap::new();
+    let mut version = None;
+    for line in text.lines().filter(|line| !line.starts_with('#')) {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let (name, labels) = match series.split_once('{') {
+            Some((name, labels)) => (name, labels.trim_end_matches('}')),
+            None => (series, ""),
+        };
+        // Counters past a million are printed as 1.234567e+06.
+        let Ok(value) = value.parse::<f64>() else {
+            continue;
+        };
+        let count = value.round() as u64;
+        match name {
+            "grpc_server_msg_received_total" => {
+                let service = label(labels, "grpc_service").unwrap_or_default();
+                if count > 0
+                    && COUNTED_SERVICES.iter().any(|s| service.starts_with(s))
+                    && let Some(method) = label(labels, "grpc_method")
+                {
+                    *requests.entry(method.to_owned()).or_default() += count;
+                }
+            }
+            "etcd_server_version" => {
+                version = label(labels, "server_version").map(str::to_owned);
+            }
+            _ => {
+                if let Some((_, short)) = STORAGE_COUNTERS.iter().find(|(n, _)| *n == name) {
+                    storage.insert((*short).to_owned(), count);
+                }
+            }
+        }
+    }
+    Sample {
+        requests: Counts(requests),
+        storage: Counts(storage),
+        version,
+    }
+}
+
+/// The value of label `key` in `a="x",b="y"`.
+fn label<'a>(labels: &'a str, key: &str) -> Option<&'a str> {
+    labels.split(',').find_map(|pair| {
+        let (k, v) = pair.split_once('=')?;
+        (k.trim() == key).then(|| v.trim_matches('"'))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_storage_and_version_are_read() {
+        let text = "\
+# HELP grpc_server_msg_received_total Total number of RPC stream messages received on the server.
+grpc_server_msg_received_total{grpc_method=\"Txn\",grpc_service=\"etcdserverpb.KV\",grpc_type=\"unary\"} 2923
+grpc_server_msg_received_total{grpc_method=\"Watch\",grpc_service=\"etcdserverpb.Watch\",grpc_type=\"bidi_stream\"} 1.234567e+06
+grpc_server_msg_received_total{grpc_method=\"Watch\",grpc_service=\"grpc.health.v1.Health\",grpc_type=\"server_stream\"} 7
+grpc_server_msg_received_total{grpc_method=\"Lock\",grpc_service=\"v3lockpb.Lock\",grpc_type=\"unary\"} 4
+grpc_server_msg_received_total{grpc_method=\"Range\",grpc_service=\"etcdserverpb.KV\",grpc_type=\"unary\"} 0
+grpc_server_started_total{grpc_method=\"Txn\",grpc_service=\"etcdserverpb.KV\",grpc_type=\"unary\"} 2923
+etcd_mvcc_put_total 971
+etcd_mvcc_range_total 4893
+etcd_mvcc_txn_total 908
+etcd_server_version{server_version=\"3.4.23\"} 1
+";
+        let sample = parse(text);
+        let expected: BTreeMap<String, u64> = [("Lock", 4), ("Txn", 2923), ("Watch", 1_234_567)]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect();
+        assert_eq!(sample.requests.0, expected);
+        assert_eq!(sample.storage.total(), 971 + 4893);
+        assert_eq!(sample.version.as_deref(), Some("3.4.23"));
+    }
+}

@@ -1,0 +1,114 @@
+//! Whether tasks were served in the order they asked: a lock that is first
+//! come, first served grants no task before another that asked earlier and
+//! still waits.
+//!
+//! "Asked" is when a task called acquire, by the wall clock all processes
+//! share. Tasks that ask within a moment of each other can reach the
+//! server in either order (a busy machine may not even run a task's
+//! request until later), so only a task that asked at least [`MARGIN`]
+//! before another counts as overtaken by it. In rounds every task asks at
+//! the start of the round, within about that margin, so there only gross
+//! unfairness can show; the tight loop, where tasks ask at different
+//! times, is where order shows.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::timeline::Hold;
+
+/// How much earlier a task must have asked to count as overtaken.
+pub(crate) const MARGIN: Duration = Duration::from_millis(1);
+
+/// How many of `holds` were granted while a task that had asked at least
+/// [`MARGIN`] earlier in the same round (the tight loop is one round) still
+/// waited: each such grant overtook somebody. `None` when some hold does
+/// not say when it was asked (the Python peer's).
+///
+/// Only grants within the window are seen, so a task still waiting when
+/// the window closed is not counted as overtaken.
+pub(crate) fn overtaking(holds: &[Hold]) -> Option<usize> {
+    overtaking_by(holds, MARGIN.as_nanos() as u64)
+}
+
+fn overtaking_by(holds: &[Hold], margin_ns: u64) -> Option<usize> {
+    if holds.iter().any(|hold| hold.asked_at_ns == 0) {
+        return None;
+    }
+    let mut rounds: BTreeMap<u32, Vec<(u64, u64)>> = BTreeMap::new();
+    for hold in holds {
+        rounds
+            .entry(hold.round)
+            .or_default()
+            .push((hold.asked_at_ns, hold.acquired_at_ns));
+    }
+    let mut overtook = 0;
+    for mut asks in rounds.into_values() {
+        asks.sort_unstable();
+        // The latest grant among the tasks that asked at least the margin
+        // before this one: if it came after this grant, this grant
+        // overtook that task. One sweep, since asks are sorted.
+        let (mut earlier, mut latest_grant) = (0, 0u64);
+        for &(asked, granted) in &asks {
+            while asks[earlier].0 + margin_ns < asked {
+                latest_grant = latest_grant.max(asks[earlier].1);
+                earlier += 1;
+            }
+            overtook += usize::from(latest_grant > granted);
+        }
+    }
+    Some(overtook)
+}
+
+#[cfg(test)]
+mod tests {
+    use distlock::LockKind;
+
+    use super::*;
+
+    fn hold(asked: u64, granted: u64, round: u32) -> Hold {
+        Hold {
+            asked_at_ns: asked,
+            acquired_at_ns: granted,
+            released_at_ns: granted + 1,
+            token: 0,
+            process: 0,
+            task: 0,
+            round,
+            kind: LockKind::Exclusive,
+        }
+    }
+
+    #[test]
+    fn a_grant_before_an_earlier_asker_overtakes_it() {
+        // Asked 1, 2, 3; granted 10, 30, 20: the third overtook the second.
+        let holds = [hold(1, 10, 1), hold(2, 30, 1), hold(3, 20, 1)];
+        assert_eq!(overtaking_by(&holds, 0), Some(1));
+        // Served in asking order.
+        let fair = [hold(1, 10, 1), hold(2, 20, 1), hold(3, 30, 1)];
+        assert_eq!(overtaking_by(&fair, 0), Some(0));
+        // Rounds are judged apart: a later round asks after every grant of
+        // the one before.
+        let rounds = [hold(5, 10, 1), hold(1, 50, 2), hold(6, 40, 2)];
+        assert_eq!(overtaking_by(&rounds, 0), Some(1));
+    }
+
+    #[test]
+    fn asks_within_the_margin_are_not_ordered() {
+        let ms = 1_000_000;
+        // The second asked half a millisecond after the first and was
+        // served first: within the margin. The third asked 2 ms after the
+        // first and was served before it: overtaking.
+        let holds = [
+            hold(10 * ms, 20 * ms, 0),
+            hold(10 * ms + ms / 2, 15 * ms, 0),
+            hold(12 * ms, 18 * ms, 0),
+        ];
+        assert_eq!(overtaking(&holds), Some(1));
+    }
+
+    #[test]
+    fn unknown_asks_say_nothing() {
+        assert_eq!(overtaking(&[hold(0, 10, 0), hold(2, 3, 0)]), None);
+        assert_eq!(overtaking(&[]), Some(0));
+    }
+}

@@ -1,0 +1,254 @@
+//! The report's lines on etcd: how its requests are counted, and the goals
+//! and findings that set distlock beside etcd's own lock service and
+//! `etcdctl lock`.
+
+use std::fmt::Write;
+
+use super::{BackendResults, Contestant, by_total, find, spread};
+use crate::markdown::{goal, opt, short};
+use crate::order;
+use crate::scenarios::{Contender, Side, Workload};
+use crate::timeline::Contention;
+
+/// etcd's lock service as the uncontended baseline.
+pub(super) const LOCK_RPC: &str = "etcd's own lock service: `Lock` + `Unlock` RPCs through \
+    etcd-client's `lock_client()`, on one lease granted up front and kept alive";
+
+/// etcd's lock service as a contender.
+pub(super) const LOCK_RPC_PER_TASK: &str =
+    "etcd's lock service (`Lock` + `Unlock` RPCs, a lease per task)";
+
+/// `etcdctl lock` in the uncontended table.
+pub(super) const ETCDCTL: &str = "`etcdctl lock NAME true`: a process per cycle, so its rate \
+    includes starting the process and its session";
+
+/// How etcd's requests are counted, for the report's header.
+pub(super) const COUNTING: &str = "- **etcd**: deltas of the member's own Prometheus \
+    metrics, served on its client port (`GET /metrics`, read by the parent when a window \
+    opens and when it closes, and around each uncontended round). *Server commands* are \
+    `grpc_server_msg_received_total` by gRPC method, for etcd's key-value, watch, lease and \
+    lock services: a unary call (`Txn`, `Range`, `DeleteRange`, `LeaseGrant`, `Lock`, \
+    `Unlock`) is one, and a stream counts each request sent on it: each `Watch` create \
+    request, each `LeaseKeepAlive`. *The server's own count* beside them is what the store \
+    did, `etcd_mvcc_range_total + etcd_mvcc_put_total + etcd_mvcc_delete_total`: it shows \
+    the work inside a call, such as the puts, ranges and deletes etcd's lock service makes \
+    within one `Lock`, which no gRPC counter shows. The counters are the whole member's, \
+    so they include the benchmark's parent too (its session's keepalives while it holds).";
+
+/// The uncontended goal: the client against etcd's lock service.
+pub(super) fn uncontended_goals(b: &BackendResults) -> Vec<String> {
+    let u = &b.uncontended;
+    let (Some(client), Some(rpc)) = (u.side(Contender::Client), u.side(Contender::EtcdLockRpc))
+    else {
+        return Vec::new();
+    };
+    let ratio = client.per_second() / rpc.per_second();
+    vec![goal(
+        ratio >= 0.9,
+        format!(
+            "etcd: the client reaches at least 0.9 of etcd's own lock service (`Lock` + \
+             `Unlock`): {ratio:.2} ({:.0} against {:.0} cycles/s){}.",
+            client.per_second(),
+            rpc.per_second(),
+            spread(client, rpc),
+        ),
+    )]
+}
+
+/// Requests and store operations per cycle of one side, as prose.
+fn cycle_cost(side: &Side) -> String {
+    let per = side.cycles.max(1) as f64;
+    format!(
+        "{} requests ({}) and {:.2} store operations ({})",
+        opt(side.commands_per_cycle()),
+        side.commands.as_ref().map_or("—".into(), |c| c.per(per)),
+        side.server_ops
+            .as_ref()
+            .map_or(0.0, |ops| ops.total() as f64 / per),
+        side.server_ops.as_ref().map_or("—".into(), |c| c.per(per)),
+    )
+}
+
+/// What the uncontended rows on etcd show.
+pub(super) fn uncontended_findings(b: &BackendResults) -> Option<String> {
+    let u = &b.uncontended;
+    let client = u.side(Contender::Client)?;
+    let rpc = u.side(Contender::EtcdLockRpc)?;
+    let mut t = format!(
+        "**etcd.** A cycle of ours cost {} per cycle: the single try is one `Txn` that \
+         writes the key only if the name is free, the grant opens a `Watch` on its own key \
+         (so that a deletion by anyone else is reported as a loss at once), and the release \
+         is a `Txn` that deletes the key if it is still ours. etcd's lock service cost {}: \
+         its two calls hide the store operations the server makes inside them. ",
+        cycle_cost(client),
+        cycle_cost(rpc),
+    );
+    if let Some(calls) = u.side(Contender::BackendCalls) {
+        let _ = write!(
+            t,
+            "The backend's own calls, without the lock client, made {:.2} of the lock \
+             service's cycles, and the client {:.2} of its backend's. ",
+            calls.per_second() / rpc.per_second(),
+            client.per_second() / calls.per_second(),
+        );
+    }
+    if let Some(etcdctl) = u.side(Contender::Etcdctl) {
+        let _ = write!(
+            t,
+            "`etcdctl lock` made {:.0} cycles/s ({:.3} of the lock service's), each a process \
+             that connects, starts a session and takes etcd's lock recipe on the client side \
+             ({}): what a shell script pays, most of it starting the process.",
+            etcdctl.per_second(),
+            etcdctl.per_second() / rpc.per_second(),
+            cycle_cost(etcdctl),
+        );
+    }
+    Some(t.trim_end().to_owned())
+}
+
+/// The contention goals on etcd in `workload`, among `tasks` tasks.
+pub(super) fn contention_goals(
+    b: &BackendResults,
+    workload: Workload,
+    tasks: usize,
+) -> Vec<String> {
+    let scenario = workload.label();
+    let (Some(ours), Some(peer)) = (
+        find(b, Contestant::Ours, workload),
+        find(b, Contestant::EtcdLockRpc, workload),
+    ) else {
+        return Vec::new();
+    };
+    let order = |r: &Contention| {
+        format!(
+            "{}/{tasks} tasks served, {} of {} grants overtook a task that asked at least {} \
+             earlier",
+            r.tasks_served,
+            r.out_of_order.map_or("—".into(), |n| n.to_string()),
+            r.acquisitions,
+            humantime::format_duration(order::MARGIN),
+        )
+    };
+    vec![
+        goal(
+            ours.hand_off_p50 <= peer.hand_off_p50,
+            format!(
+                "etcd, {scenario}: hand-off p50 no worse than etcd's lock service: {} \
+                 against {} (p99 {} against {}).",
+                short(ours.hand_off_p50),
+                short(peer.hand_off_p50),
+                short(ours.hand_off_p99),
+                short(peer.hand_off_p99),
+            ),
+        ),
+        goal(
+            ours.tasks_served == tasks && ours.out_of_order == Some(0),
+            format!(
+                "etcd, {scenario}: every task served, in the order it asked: {} (etcd's lock \
+                 service: {}).",
+                order(ours),
+                order(peer),
+            ),
+        ),
+    ]
+}
+
+/// Requests and store operations per acquisition of one run, as prose.
+fn acquisition_cost(r: &Contention) -> String {
+    let per = r.acquisitions.max(1) as f64;
+    format!(
+        "{} requests per acquisition ({}), {:.2} store operations",
+        opt(r.commands_per_acquisition()),
+        r.commands.as_ref().map_or("—".into(), |c| c.per(per)),
+        r.server_ops
+            .as_ref()
+            .map_or(0.0, |ops| ops.total() as f64 / per),
+    )
+}
+
+/// What the contended runs on etcd show, over `workloads`.
+pub(super) fn contention_findings(b: &BackendResults, workloads: &[Workload]) -> Vec<String> {
+    let mut text = Vec::new();
+    let mut costs = Vec::new();
+    for &workload in workloads {
+        if let (Some(ours), Some(peer)) = (
+            find(b, Contestant::Ours, workload),
+            find(b, Contestant::EtcdLockRpc, workload),
+        ) {
+            costs.push(format!(
+                "{}: ours {}; the lock service {}",
+                workload.label(),
+                acquisition_cost(ours),
+                acquisition_cost(peer),
+            ));
+        }
+    }
+    if costs.is_empty() {
+        return text;
+    }
+    text.push(format!(
+        "**etcd, queues and requests.** Every task of etcd's lock service calls `Lock` with a \
+         lease of its own, so the server holds one key per waiting task and grants them in \
+         revision order, first come, first served at the server, in one `Lock` and one \
+         `Unlock` per acquisition. Ours queue the tasks of one process in the process, first \
+         come, first served; only the first waits on etcd, with one key per process, and \
+         when the process's holder releases, its next task writes its key behind the other \
+         processes' waiters. So the lock goes round the processes in turn, and a task can \
+         be served before a task of another process that asked earlier but stood further \
+         back in its own process's queue: that is what the *out of asking order* column \
+         counts for ours. A waiter of ours writes its key and reads the name in one `Txn`, \
+         watches the key just before it (one `Watch`), reads again in a `Txn` when woken, \
+         then watches its own key as a grant (another `Watch`), and releases in a `Txn`. \
+         Requests and store operations per acquisition: {}.",
+        costs.join("; ")
+    ));
+    text
+}
+
+/// The keepalives of the many-locks scenario on etcd, as a goal.
+pub(super) fn many_goals(b: &BackendResults) -> Vec<String> {
+    let m = &b.many;
+    let Some(c) = &m.commands else {
+        return Vec::new();
+    };
+    let keepalives = c.0.get("LeaseKeepAlive").copied().unwrap_or(0);
+    vec![goal(
+        keepalives as f64 <= m.cadences().ceil() && m.lost == 0,
+        format!(
+            "etcd: one keepalive per cadence, whatever the number of locks: {keepalives} \
+             `LeaseKeepAlive` requests in {} for {} locks, {:.2} per cadence of {} (the \
+             keeper made {} session renewals), {} locks lost.",
+            humantime::format_duration(m.held_for),
+            m.locks,
+            keepalives as f64 / m.cadences(),
+            humantime::format_duration(m.extend_every),
+            m.session_renewals,
+            m.lost,
+        ),
+    )]
+}
+
+/// What the many-locks scenario shows on etcd.
+pub(super) fn many_findings(b: &BackendResults) -> Option<String> {
+    let m = &b.many;
+    let c = m.commands.as_ref()?;
+    Some(format!(
+        "**etcd.** Every lock's key hangs on the client's one etcd lease, so the keeper keeps \
+         all {} of them with one session renewal per cadence, a keepalive on the member, \
+         instead of extending each lock. The locks were taken in {}, each with a `Txn` and a \
+         `Watch` on its own key, so the member kept {} watches open meanwhile, and this \
+         process grew from {} to {} ({:.1} KiB per lock), most of it, presumably, those \
+         watches' streams and tasks. While the locks were held the member received: {}.",
+        m.locks,
+        short(m.acquire_time),
+        m.locks,
+        super::mib(m.rss_before_kib),
+        super::mib(m.rss_held_kib),
+        m.rss_held_kib.saturating_sub(m.rss_before_kib) as f64 / m.locks.max(1) as f64,
+        if c.0.is_empty() {
+            "nothing".to_owned()
+        } else {
+            by_total(c, m.held_for)
+        },
+    ))
+}
