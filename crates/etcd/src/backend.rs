@@ -24,6 +24,9 @@ use crate::rules::{Entry, Standing, holds, in_order, standing};
 use crate::session::{SessionId, Sessions};
 use crate::watch::{Task, Watched, deleted};
 
+/// How long after a grant its key's watch starts.
+const WATCH_AFTER: Duration = Duration::from_millis(25);
+
 /// How many times a single try reads and writes again when another write
 /// to the name came between its read and its write.
 const TRY_ROUNDS: usize = 8;
@@ -338,6 +341,11 @@ impl EtcdBackend {
     }
 }
 
+/// Reports a loss once the grant's key, created at `revision`, is deleted
+/// by anyone but our own release. The watch starts [`WATCH_AFTER`] after
+/// the grant: most holds end sooner and then cost no watch at all, and a
+/// watch from the grant's revision still sees a deletion made before it
+/// started.
 async fn report_deletion(
     client: WatchClient,
     watched: Watched,
@@ -345,6 +353,7 @@ async fn report_deletion(
     loss: LossReporter,
     releasing: Arc<AtomicBool>,
 ) {
+    tokio::time::sleep(WATCH_AFTER).await;
     deleted(client, watched, revision).await;
     if !releasing.load(Ordering::Acquire) {
         loss.report();

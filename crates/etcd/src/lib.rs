@@ -37,8 +37,10 @@
 //!   meanwhile: a try that loses leaves no key.
 //! - **Loss.** `lost()` fires when etcd refuses a keepalive (the session is
 //!   gone), when no keepalive succeeded for the lease minus the safety
-//!   margin (core's keeper), and at once when the holder's own key is
-//!   deleted: each grant watches its key.
+//!   margin (core's keeper), and within moments when the holder's own key
+//!   is deleted: each grant held longer than 25 ms watches its key, from
+//!   the revision it was created at, so a deletion made before the watch
+//!   began is seen too. Shorter holds cost no watch.
 //! - **`list`** shows each holder's time left as its session's: how long
 //!   etcd keeps the keys if nobody renews them (the padded TTL).
 //! - **Nothing is left behind.** A key lives as long as the client's
