@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use distlock_core::{
     AcquireRequest, Attempt, Backend, Capabilities, Claim, Error, GrantState, HandOver, Lease,
-    LockInfo, LockName, Result, WaitState,
+    LockInfo, LockName, ReleaseWatch, Result, WaitState,
 };
 use tokio_postgres::NoTls;
 use tokio_postgres::types::Type;
@@ -19,6 +19,7 @@ use crate::pool::Connections;
 use crate::rows::{self, HeldBy, get, holder_json, micros};
 use crate::statements::{Asked, Statements};
 use crate::table;
+use crate::wake::{Channels, Listener, POLL_WHILE_RECONNECTING, WakeUps};
 
 /// How long the calls that carry no timeout of their own may take:
 /// opening (connecting and preparing the table), listing, and forced
@@ -35,6 +36,9 @@ const EXTEND_MANY_LIMIT: usize = 10_000;
 pub struct PostgresBackend {
     connections: Connections,
     statements: Statements,
+    channels: Channels,
+    /// Hears releases for this backend's waiters; stops when dropped.
+    listener: Listener,
     config: PostgresConfig,
 }
 
@@ -42,6 +46,7 @@ impl fmt::Debug for PostgresBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PostgresBackend")
             .field("config", &self.config)
+            .field("wake_ups", &self.listener.state())
             .finish_non_exhaustive()
     }
 }
@@ -62,7 +67,9 @@ impl PostgresBackend {
     }
 
     /// Opens the backend `config` describes, creating the lock table (and
-    /// its schema) if missing, within [`ADMIN_TIMEOUT`].
+    /// its schema) if missing, within [`ADMIN_TIMEOUT`], and starts opening
+    /// its listening connection for release wake-ups in the background
+    /// (see [`wake_ups`](Self::wake_ups)).
     ///
     /// # Errors
     /// [`Error::Denied`] for refused credentials or missing privileges;
@@ -89,11 +96,27 @@ impl PostgresBackend {
         drop(client);
         connection.abort();
         ensured?;
+        let connections = Connections::new(config.driver.clone())?;
+        let channels = Channels::new(&config.table);
         Ok(Self {
-            connections: Connections::new(config.driver.clone())?,
+            listener: Listener::start(config.listen.clone(), connections.clone(), channels),
+            connections,
             statements: Statements::new(&config.table),
+            channels,
             config,
         })
+    }
+
+    /// Whether releases wake this backend's waiters now, or they poll.
+    ///
+    /// The backend keeps one connection of its own that `LISTEN`s for
+    /// releases (`listen_url`'s, or the main URL's), trusted once a probe
+    /// notification sent the way releases are sent has come back over it.
+    /// It is [`WakeUps::Starting`] just after opening, usually for
+    /// milliseconds. A wait that begins while it is not
+    /// [`WakeUps::Listening`] polls, with the client's backoff, to its end.
+    pub fn wake_ups(&self) -> WakeUps {
+        self.listener.state()
     }
 
     /// What this backend was opened with.
@@ -141,15 +164,26 @@ impl PostgresBackend {
         {
             return Err(request.claim.conflict(&request.name, claim));
         }
-        let retry_after = if held.marked {
+        // A release wakes a waiter; without one, the name comes free when
+        // the first holder's lease ends, or, for a reader kept out by
+        // writers' marks alone, when the first mark does. Nothing left
+        // between the two statements: try again now.
+        let mut retry_after = held
+            .first_expiry
+            .or(held.first_mark_expiry)
+            .unwrap_or(Duration::ZERO);
+        if held.marked {
             // The mark lasts a lease from this attempt: try again well
             // within it, so that it does not lapse while we wait.
-            let half = request.lease / 2;
-            Some(held.first_expiry.map_or(half, |first| first.min(half)))
-        } else {
-            held.first_expiry
-        };
-        Ok(Attempt::Held { retry_after })
+            retry_after = retry_after.min(request.lease / 2);
+        }
+        if self.listener.state() == WakeUps::Reconnecting {
+            // Releases go unheard until the listening connection is back.
+            retry_after = retry_after.min(POLL_WHILE_RECONNECTING);
+        }
+        Ok(Attempt::Held {
+            retry_after: Some(retry_after),
+        })
     }
 }
 
@@ -157,6 +191,9 @@ impl PostgresBackend {
 impl Backend for PostgresBackend {
     fn capabilities(&self) -> Capabilities {
         Capabilities::lease_based()
+            // Off only once notifications proved not to arrive; until they
+            // are shown to, `watch_releases` answers `None` and waits poll.
+            .with_release_wakeups(self.listener.state() != WakeUps::Unavailable)
             .with_hand_over(true)
             .with_shared(true)
             .with_semaphores(true)
@@ -222,11 +259,17 @@ impl Backend for PostgresBackend {
         };
         let name = request.name.as_str().as_bytes();
         let mark_id = mark.as_str();
+        let (channel, payload) = self.channels.announce(&request.name);
         self.connections
             .query(
                 &format!("ending a wait for {}", request.name),
                 &self.statements.end_wait,
-                &[(&name, Type::BYTEA), (&mark_id, Type::TEXT)],
+                &[
+                    (&name, Type::BYTEA),
+                    (&mark_id, Type::TEXT),
+                    (&channel, Type::TEXT),
+                    (&payload, Type::TEXT),
+                ],
                 request.operation_timeout,
             )
             .await?;
@@ -293,12 +336,18 @@ impl Backend for PostgresBackend {
     async fn release(&self, lease: &Lease) -> Result<bool> {
         let name = lease.name.as_str().as_bytes();
         let id = lease.id.to_string();
+        let (channel, payload) = self.channels.announce(&lease.name);
         let rows = self
             .connections
             .query(
                 &format!("releasing {}", lease.name),
                 &self.statements.release,
-                &[(&name, Type::BYTEA), (&id, Type::TEXT)],
+                &[
+                    (&name, Type::BYTEA),
+                    (&id, Type::TEXT),
+                    (&channel, Type::TEXT),
+                    (&payload, Type::TEXT),
+                ],
                 lease.operation_timeout,
             )
             .await?;
@@ -347,15 +396,24 @@ impl Backend for PostgresBackend {
 
     async fn force_release(&self, name: &LockName) -> Result<bool> {
         let bytes = name.as_str().as_bytes();
+        let (channel, payload) = self.channels.announce(name);
         let rows = self
             .connections
             .query(
                 &format!("force-releasing {name}"),
                 &self.statements.force_release,
-                &[(&bytes, Type::BYTEA)],
+                &[
+                    (&bytes, Type::BYTEA),
+                    (&channel, Type::TEXT),
+                    (&payload, Type::TEXT),
+                ],
                 ADMIN_TIMEOUT,
             )
             .await?;
         Ok(!rows.is_empty())
+    }
+
+    fn watch_releases(&self, name: &LockName) -> Option<ReleaseWatch> {
+        self.listener.watch(name)
     }
 }

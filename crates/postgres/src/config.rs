@@ -36,10 +36,13 @@ pub struct PostgresConfig {
     pub(crate) table: TableName,
     /// How locks are held (`?mode=`).
     pub mode: Mode,
-    /// A connection for `LISTEN` (`?listen_url=`), kept for release
-    /// wake-ups; pooled connections never listen, since PgBouncer in
-    /// transaction mode hands them to other clients between statements.
-    pub(crate) listen_url: Option<String>,
+    /// What the listening connection for release wake-ups connects with:
+    /// `?listen_url=` when given, else the main URL. Pooled connections
+    /// never listen, since PgBouncer in transaction mode hands them to
+    /// other clients between statements.
+    pub(crate) listen: tokio_postgres::Config,
+    /// `?listen_url=` as given, for display only.
+    listen_url: Option<String>,
     /// The URL as messages may show it.
     shown: String,
 }
@@ -61,11 +64,12 @@ impl PostgresConfig {
     /// # Errors
     /// [`Error::InvalidConfig`] naming the part at fault: another scheme, a
     /// malformed escape, an empty or overlong `table` or `schema`, a `mode`
-    /// other than `lease` (`advisory` is not supported yet), or an option
-    /// the driver refuses. Messages never include the user information or
+    /// other than `lease` (`advisory` is not supported yet), an option the
+    /// driver refuses, or a `listen_url` that is not a PostgreSQL URL the
+    /// driver accepts. Messages never include the user information or
     /// secret options.
     pub fn parse(url: &str) -> Result<Self> {
-        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        if !is_postgres_url(url) {
             return Err(Error::config(
                 "url",
                 "a PostgreSQL URL starts with postgres:// or postgresql://",
@@ -102,19 +106,24 @@ impl PostgresConfig {
         } else {
             format!("{head}?{}", driver_options.join("&"))
         };
-        let driver = tokio_postgres::Config::from_str(&driver_url).map_err(|error| {
-            Error::config(
-                "url",
-                format!(
-                    "the driver refused {shown}: {}",
-                    scrub(&error.to_string(), url)
-                ),
-            )
-        })?;
+        let driver = driver_config("url", &driver_url, url)?;
+        let listen = match &listen_url {
+            Some(listen_url) => {
+                if !is_postgres_url(listen_url) {
+                    return Err(Error::config(
+                        "listen_url",
+                        "a PostgreSQL URL starts with postgres:// or postgresql://",
+                    ));
+                }
+                driver_config("listen_url", listen_url, listen_url)?
+            }
+            None => driver.clone(),
+        };
         Ok(Self {
             driver,
             table,
             mode,
+            listen,
             listen_url,
             shown,
         })
@@ -139,6 +148,25 @@ impl PostgresConfig {
     pub fn listen_url(&self) -> Option<String> {
         self.listen_url.as_deref().map(redact)
     }
+}
+
+fn is_postgres_url(url: &str) -> bool {
+    url.starts_with("postgres://") || url.starts_with("postgresql://")
+}
+
+/// The driver's configuration from `driver_url` (`field` of the URL, whose
+/// secrets `original` holds), or an error that shows neither's secrets.
+fn driver_config(field: &str, driver_url: &str, original: &str) -> Result<tokio_postgres::Config> {
+    tokio_postgres::Config::from_str(driver_url).map_err(|error| {
+        Error::config(
+            field,
+            format!(
+                "the driver refused {}: {}",
+                redact(driver_url),
+                scrub(&error.to_string(), original)
+            ),
+        )
+    })
 }
 
 fn parse_mode(mode: &str) -> Result<Mode> {
@@ -243,6 +271,41 @@ mod tests {
         assert_eq!(
             scrub("bad p/w and p%2Fw for bob", url),
             "bad *** and *** for ***"
+        );
+    }
+
+    #[test]
+    fn the_listening_connection_goes_to_listen_url_or_the_main_url() {
+        let config = PostgresConfig::parse("postgres://u:p@db:6432/app?table=t").unwrap();
+        assert_eq!(config.listen.get_ports(), &[6432]);
+        let config = PostgresConfig::parse(
+            "postgres://u:p@db:6432/app?listen_url=postgres%3A%2F%2Fu%3Ap%40direct%3A5432%2Fapp",
+        )
+        .unwrap();
+        assert_eq!(config.listen.get_ports(), &[5432]);
+        assert_eq!(config.driver.get_ports(), &[6432]);
+    }
+
+    #[test]
+    fn a_bad_listen_url_is_refused_without_its_secrets() {
+        let wrong_scheme =
+            PostgresConfig::parse("postgres://db/?listen_url=mysql%3A%2F%2Fdb").unwrap_err();
+        assert!(
+            wrong_scheme.to_string().contains("listen_url"),
+            "{wrong_scheme}"
+        );
+        let bad_option = PostgresConfig::parse(
+            "postgres://db/?listen_url=postgres%3A%2F%2Falice%3Ahush-pw%40db%2F%3Fbogus%3D1",
+        )
+        .unwrap_err();
+        let text = bad_option.to_string();
+        assert!(
+            text.contains("listen_url") && text.contains("bogus"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("hush-pw") && !text.contains("alice"),
+            "{text}"
         );
     }
 

@@ -28,7 +28,7 @@
 //! | `table` | `distlock_locks` | the lock table |
 //! | `schema` | `public` | its schema, created if missing |
 //! | `mode` | `lease` | `lease` is the only mode yet; `advisory` is refused as not supported |
-//! | `listen_url` | none | a direct (not pooled) connection for release wake-ups; accepted and kept, not used yet |
+//! | `listen_url` | the main URL | where the connection that listens for releases goes: a direct connection to the same server and database (see [Release wake-ups](#release-wake-ups)) |
 //!
 //! The user, the password and secret options never appear in errors, logs
 //! or `Debug` output. Connections are unencrypted for now (the driver runs
@@ -43,7 +43,8 @@
 //! named prepared statement would go missing. The backend also keeps no
 //! session state on pooled connections: no `SET`, no temporary tables, no
 //! `LISTEN`, no session advisory locks. Connections come from a small
-//! pool ([`deadpool_postgres`], 16 at most per backend).
+//! pool ([`deadpool_postgres`], 16 at most per backend). Release wake-ups
+//! need a connection that PgBouncer does not pool: see `listen_url` below.
 //!
 //! # The table
 //! One row per name, created with its table on first use (concurrent
@@ -76,12 +77,49 @@
 //!   deleted.
 //! - **Extend and release** act only on a live grant with our random grant
 //!   identity. Extending any number of leases is one statement.
-//! - **Waiting** polls, with core's jittered backoff, never later than the
-//!   first holder's lease ends; release wake-ups through `LISTEN`/`NOTIFY`
-//!   are not implemented yet.
+//! - **Waiting** is woken by releases (below); without a wake-up, a waiter
+//!   tries again when the first holder's lease ends, or polls with core's
+//!   jittered backoff while wake-ups are off.
 //! - **Timeouts.** Each statement waits at most the request's operation
 //!   timeout for a connection and its answer; a connection whose statement
 //!   was abandoned is closed, never reused.
+//!
+//! # Release wake-ups
+//! A release, a forced release and the end of a waiting writer's wait
+//! notify (`pg_notify`) inside their own statement, which the server sends
+//! when the statement commits. A table's names are hashed onto 64
+//! channels, and each backend keeps one connection of its own, outside the
+//! pool, that `LISTEN`s only on the channels of the names its waiters wait
+//! for: a release reaches the processes that wait for that name, or for a
+//! name sharing its channel. That connection goes to `listen_url` when
+//! given, else to the main URL.
+//!
+//! The connection is trusted once a probe notification, sent through the
+//! pool as releases are, comes back over it; [`PostgresBackend::wake_ups`]
+//! says where it stands. Until then, and while a failed connection is
+//! being opened again (with backoff, 100 ms to 5 s), waits poll, at least
+//! once a second for a wait that was relying on wake-ups, so a lost
+//! notification delays a waiter and never strands it. Through PgBouncer in
+//! transaction mode, which accepts `LISTEN` and then loses the
+//! notifications, the probe never comes back: after three tries the
+//! backend logs a warning, stops listening, reports no
+//! [`release_wakeups`](distlock_core::Capabilities::release_wakeups), and
+//! waits poll. A `listen_url` pointing straight at the server behind
+//! PgBouncer gives the wake-ups back. A lease that runs out notifies
+//! nobody.
+//!
+//! # Server restarts and failover
+//! Locks are rows, so they outlive a restart of the server; a holder whose
+//! extensions resume within its lease keeps its lock, and fencing tokens
+//! keep increasing. A failover to an asynchronous standby can lose the
+//! latest grants.
+//!
+//! # Modes
+//! `mode=lease`, the default, is the only mode yet; `mode=advisory`
+//! (session advisory locks on a pinned connection) is refused as not
+//! supported. Once it exists, it will not pass through PgBouncer in
+//! transaction mode, which hands a server connection, and the session
+//! advisory locks on it, to other clients between transactions.
 
 mod backend;
 mod config;
@@ -91,6 +129,7 @@ mod pool;
 mod rows;
 mod statements;
 mod table;
+mod wake;
 
 pub use backend::{ADMIN_TIMEOUT, PostgresBackend};
 pub use config::{DEFAULT_SCHEMA, DEFAULT_TABLE, Mode, PostgresConfig};
@@ -98,3 +137,4 @@ pub use config::{DEFAULT_SCHEMA, DEFAULT_TABLE, Mode, PostgresConfig};
 pub use deadpool_postgres;
 /// The driver this backend is built on, at the version it uses.
 pub use tokio_postgres;
+pub use wake::WakeUps;

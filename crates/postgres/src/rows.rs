@@ -64,6 +64,8 @@ pub(crate) struct HeldBy {
     pub(crate) claim: Option<Claim>,
     /// How long until the first live holder's lease ends.
     pub(crate) first_expiry: Option<Duration>,
+    /// How long until the first live mark of another waiting writer ends.
+    pub(crate) first_mark_expiry: Option<Duration>,
     /// Whether this attempt's writer's mark is stored.
     pub(crate) marked: bool,
 }
@@ -76,7 +78,8 @@ impl HeldBy {
         let limit: Option<i32> = get(row, 1, &what)?;
         let live: i32 = get(row, 2, &what)?;
         let first_us: Option<i64> = get(row, 3, &what)?;
-        let marked: bool = get(row, 4, &what)?;
+        let first_mark_us: Option<i64> = get(row, 4, &what)?;
+        let marked: bool = get(row, 5, &what)?;
         let claim = if live > 0 {
             Some(claim(&kind, limit, &what)?)
         } else {
@@ -84,10 +87,16 @@ impl HeldBy {
         };
         Ok(Self {
             claim,
-            first_expiry: first_us.map(|us| Duration::from_micros(us.max(0).unsigned_abs())),
+            first_expiry: first_us.map(duration),
+            first_mark_expiry: first_mark_us.map(duration),
             marked,
         })
     }
+}
+
+/// A span of microseconds the server computed; a negative one is zero.
+fn duration(us: i64) -> Duration {
+    Duration::from_micros(us.max(0).unsigned_abs())
 }
 
 /// The claim the stored `kind` and `limit` stand for.
@@ -128,7 +137,7 @@ pub(crate) fn lock_info(row: &Row) -> Result<LockInfo> {
         },
         holder: holder.and_then(|json| serde_json::from_str(&json).ok()),
         fencing_token: Some(token(stored_token, &what)?),
-        expires_in: Some(Duration::from_micros(left_us.max(0).unsigned_abs())),
+        expires_in: Some(duration(left_us)),
         name,
     })
 }

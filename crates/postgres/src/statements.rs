@@ -148,7 +148,7 @@ fn acquire(t: &str, asked: Asked) -> String {
 
 /// Why an attempt found the name held, read after it: the holders' kind
 /// and limit, how many live, how long until the first of them expires,
-/// and whether a waiting writer's mark (`$2`, when given) is stored, added
+/// how long until the first other writer's mark expires, and whether a waiting writer's mark (`$2`, when given) is stored, added
 /// or refreshed here to last a lease (`$3`, µs) from now. A writer marks where
 /// readers hold the name or other writers' marks live, so that new readers
 /// wait behind it; never beside permits, which is a conflict.
@@ -170,6 +170,9 @@ fn held(t: &str) -> String {
                 jsonb_array_length(jsonb_path_query_array(t.holders, {LIVE}, {vars}))::integer,
                 (SELECT min((h ->> 'exp')::bigint) FROM jsonb_array_elements(t.holders) AS h
                   WHERE (h ->> 'exp')::bigint > c.now_us) - c.now_us,
+                (SELECT min((m ->> 'exp')::bigint) FROM jsonb_array_elements(t.waiting) AS m
+                  WHERE (m ->> 'exp')::bigint > c.now_us
+                    AND (m ->> 'id') IS DISTINCT FROM $2::text) - c.now_us,
                 EXISTS (SELECT FROM marked)
                     OR t.waiting @> jsonb_build_array(jsonb_build_object('id', $2::text))
          FROM {t} AS t, {CLOCK}
@@ -206,16 +209,29 @@ fn extend(t: &str) -> String {
     )
 }
 
-/// Ends the live grant `$2` of `$1`, dropping expired entries with it.
-/// Returns a row when there was one to end.
+/// Ends the live grant `$2` of `$1`, dropping expired entries with it,
+/// and announces the release on channel `$3` with payload `$4`. Returns a
+/// row when there was a grant to end.
 fn release(t: &str) -> String {
     let vars = "jsonb_build_object('now', c.now_us, 'id', $2::text)";
-    format!(
-        "UPDATE {t} AS t SET holders = jsonb_path_query_array(t.holders, {LIVE_OTHERS}, {vars})
-         FROM {CLOCK}
-         WHERE t.name = $1 AND jsonb_path_exists(t.holders, {LIVE_ONE}, {vars})
-         RETURNING 1"
+    announcing(
+        &format!(
+            "UPDATE {t} AS t SET holders = jsonb_path_query_array(t.holders, {LIVE_OTHERS}, {vars})
+             FROM {CLOCK}
+             WHERE t.name = $1 AND jsonb_path_exists(t.holders, {LIVE_ONE}, {vars})
+             RETURNING 1"
+        ),
+        3,
     )
+}
+
+/// `write`, a statement that returns a row when it freed something, then
+/// a notification on channel `$n` with payload `$n+1` for that row. It is
+/// part of the statement, so it costs no round trip of its own, and the
+/// server sends it when the write commits, never without it.
+fn announcing(write: &str, channel: u8) -> String {
+    let payload = channel + 1;
+    format!("WITH freed AS ({write}) SELECT pg_notify(${channel}, ${payload}) FROM freed")
 }
 
 /// Ends the live exclusive grant `$2` of `$1` and grants `$3` (lease `$4`
@@ -237,26 +253,34 @@ fn hand_over(t: &str) -> String {
     )
 }
 
-/// Ends every holder of `$1`; returns a row when one lived. Waiting
-/// writers' marks stay.
+/// Ends every holder of `$1` and announces it on channel `$2` with payload
+/// `$3`; returns a row when one lived. Waiting writers' marks stay.
 fn force_release(t: &str) -> String {
-    format!(
-        "UPDATE {t} AS t SET holders = '[]'
-         FROM {CLOCK}
-         WHERE t.name = $1
-           AND jsonb_path_exists(t.holders, {LIVE}, jsonb_build_object('now', c.now_us))
-         RETURNING 1"
+    announcing(
+        &format!(
+            "UPDATE {t} AS t SET holders = '[]'
+             FROM {CLOCK}
+             WHERE t.name = $1
+               AND jsonb_path_exists(t.holders, {LIVE}, jsonb_build_object('now', c.now_us))
+             RETURNING 1"
+        ),
+        2,
     )
 }
 
-/// Removes the writer's mark `$2` from `$1`, with the marks that expired.
+/// Removes the writer's mark `$2` from `$1`, with the marks that expired,
+/// and announces it on channel `$3` with payload `$4`: readers that waited
+/// behind the mark may go in.
 fn end_wait(t: &str) -> String {
     let vars = "jsonb_build_object('now', c.now_us, 'id', $2::text)";
-    format!(
-        "UPDATE {t} AS t SET waiting = jsonb_path_query_array(t.waiting, {LIVE_OTHERS}, {vars})
-         FROM {CLOCK}
-         WHERE t.name = $1 AND t.waiting @> jsonb_build_array(jsonb_build_object('id', $2::text))
-         RETURNING 1"
+    announcing(
+        &format!(
+            "UPDATE {t} AS t SET waiting = jsonb_path_query_array(t.waiting, {LIVE_OTHERS}, {vars})
+             FROM {CLOCK}
+             WHERE t.name = $1 AND t.waiting @> jsonb_build_array(jsonb_build_object('id', $2::text))
+             RETURNING 1"
+        ),
+        3,
     )
 }
 
@@ -285,9 +309,30 @@ mod tests {
             statements.acquire(Asked::Exclusive),
             &statements.held,
             &statements.extend,
+            &statements.release,
             &statements.list,
         ] {
             assert!(sql.contains(r#""s"."a ""b""; --""#), "{sql}");
+        }
+    }
+
+    #[test]
+    fn what_frees_a_name_announces_it_and_nothing_else_does() {
+        let statements = Statements::new(&TableName::new("s", "t").unwrap());
+        for sql in [
+            &statements.release,
+            &statements.force_release,
+            &statements.end_wait,
+        ] {
+            assert!(sql.contains("pg_notify("), "{sql}");
+        }
+        for sql in [
+            statements.acquire(Asked::Exclusive),
+            &statements.held,
+            &statements.extend,
+            &statements.hand_over,
+        ] {
+            assert!(!sql.contains("pg_notify"), "{sql}");
         }
     }
 

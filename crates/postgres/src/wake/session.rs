@@ -1,0 +1,318 @@
+//! One listening connection, from opening to failure: it listens on the
+//! buckets of the names waited for, proves that notifications arrive, and
+//! then wakes the waiters of each release it hears.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use distlock_core::LeaseId;
+use tokio::sync::mpsc;
+use tokio::time::{Instant, MissedTickBehavior};
+use tokio_postgres::tls::NoTlsStream;
+use tokio_postgres::types::Type;
+use tokio_postgres::{AsyncMessage, Client, Connection, NoTls, Notification, Socket};
+
+use super::channel::{Bucket, Channel, NameHash};
+use super::{Shared, Target, WakeUps};
+
+/// How long opening the listening connection may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a probe may take to come back over the listening connection.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long a `LISTEN` or `UNLISTEN` may take.
+const STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How often the connection gives up channels nobody waits on any more,
+/// and, while someone waits, probes that it still delivers: a connection
+/// cut without a word would otherwise go unnoticed.
+const TICK: Duration = Duration::from_secs(5);
+
+/// Why a session ended.
+#[derive(Debug)]
+pub(super) enum Ended {
+    /// The connection could not be opened or used, or failed; `heard`
+    /// says whether a probe had come back over it first.
+    Failed { why: String, heard: bool },
+    /// The connection worked, but the probe never came back over it.
+    Unheard,
+}
+
+/// What the connection's driver passes on: notifications, then its error
+/// if it failed. The channel closes when the connection ends.
+type Events = mpsc::UnboundedReceiver<Result<Notification, tokio_postgres::Error>>;
+
+/// Opens a listening connection and serves it until it fails.
+pub(super) async fn run(shared: &Shared, target: &Target) -> Ended {
+    let connected = tokio::time::timeout(CONNECT_TIMEOUT, target.config.connect(NoTls)).await;
+    let (client, connection) = match connected {
+        Ok(Ok(opened)) => opened,
+        Ok(Err(error)) => return failed(format!("connecting: {error}"), false),
+        Err(_) => {
+            return failed(
+                format!("connecting: no answer within {CONNECT_TIMEOUT:?}"),
+                false,
+            );
+        }
+    };
+    let (sender, events) = mpsc::unbounded_channel();
+    let driver = tokio::spawn(drive(connection, sender));
+    let _stop_driver = AbortOnDrop(driver.abort_handle());
+    let mut session = Session {
+        shared,
+        target,
+        client,
+        events,
+        probe: Channel::probe(),
+        listened: HashSet::new(),
+    };
+    if let Err(why) = session.listen_to_probe_and_waiters().await {
+        return failed(why, false);
+    }
+    match session.probe_comes_back().await {
+        Ok(true) => {}
+        Ok(false) => return Ended::Unheard,
+        Err(why) => return failed(why, false),
+    }
+    if shared.state() == WakeUps::Reconnecting {
+        tracing::info!("release wake-ups are back: the listening connection is open again");
+    } else {
+        tracing::debug!("release wake-ups are on");
+    }
+    shared.set(WakeUps::Listening);
+    // Whatever was released before the channels were listened to went
+    // unheard: every waiter tries once more.
+    shared.hub.notify_all();
+    failed(session.serve().await, true)
+}
+
+fn failed(why: String, heard: bool) -> Ended {
+    Ended::Failed { why, heard }
+}
+
+/// Ends a task when dropped.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Drives the connection, passing on its notifications, until it ends.
+async fn drive(
+    mut connection: Connection<Socket, NoTlsStream>,
+    events: mpsc::UnboundedSender<Result<Notification, tokio_postgres::Error>>,
+) {
+    loop {
+        match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+            Some(Ok(AsyncMessage::Notification(notification))) => {
+                if events.send(Ok(notification)).is_err() {
+                    return;
+                }
+            }
+            // Notices say nothing about releases.
+            Some(Ok(_)) => {}
+            Some(Err(error)) => {
+                let _ = events.send(Err(error));
+                return;
+            }
+            None => return,
+        }
+    }
+}
+
+struct Session<'a> {
+    shared: &'a Shared,
+    target: &'a Target,
+    /// The listening connection; nothing else is sent over it.
+    client: Client,
+    events: Events,
+    /// This connection's own channel, for probes.
+    probe: Channel,
+    /// The buckets listened to.
+    listened: HashSet<Bucket>,
+}
+
+impl Session<'_> {
+    /// Listens to the probe's channel and the buckets of the names waited
+    /// for now.
+    async fn listen_to_probe_and_waiters(&mut self) -> Result<(), String> {
+        self.execute(&self.probe.listen()).await?;
+        self.listen_to_new_buckets().await
+    }
+
+    /// Sends a probe the way releases are sent, and waits for it to come
+    /// back over this connection. Releases heard meanwhile wake their
+    /// waiters.
+    async fn probe_comes_back(&mut self) -> Result<bool, String> {
+        let nonce = self.send_probe().await?;
+        let deadline = Instant::now() + PROBE_TIMEOUT;
+        loop {
+            let Ok(event) = tokio::time::timeout_at(deadline, self.events.recv()).await else {
+                return Ok(false);
+            };
+            let notification = heard(event)?;
+            if notification.channel() == self.probe.as_str() {
+                if notification.payload() == nonce {
+                    return Ok(true);
+                }
+            } else {
+                self.wake(&notification);
+            }
+        }
+    }
+
+    /// Wakes the waiters of each release heard, follows the names waited
+    /// for, and probes now and then, until the connection fails; returns
+    /// why it did.
+    async fn serve(&mut self) -> String {
+        let mut tick = tokio::time::interval_at(Instant::now() + TICK, TICK);
+        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        // The nonce of the probe on its way, and when it was sent.
+        let mut probing: Option<(String, Instant)> = None;
+        loop {
+            tokio::select! {
+                biased;
+                event = self.events.recv() => {
+                    let notification = match heard(event) {
+                        Ok(notification) => notification,
+                        Err(why) => return why,
+                    };
+                    if notification.channel() != self.probe.as_str() {
+                        self.wake(&notification);
+                    } else if probing
+                        .as_ref()
+                        .is_some_and(|(nonce, _)| nonce == notification.payload())
+                    {
+                        probing = None;
+                    }
+                }
+                () = self.shared.hub.changed() => {
+                    if let Err(why) = self.listen_to_new_buckets().await {
+                        return why;
+                    }
+                }
+                _ = tick.tick() => {
+                    if let Some((_, sent)) = &probing
+                        && sent.elapsed() > PROBE_TIMEOUT
+                    {
+                        return format!("a probe did not come back within {PROBE_TIMEOUT:?}");
+                    }
+                    if let Err(why) = self.unlisten_stale_buckets().await {
+                        return why;
+                    }
+                    if probing.is_none() && !self.listened.is_empty() {
+                        match self.send_probe().await {
+                            Ok(nonce) => probing = Some((nonce, Instant::now())),
+                            // The pool's trouble, not this connection's:
+                            // waiters meet it in their own statements.
+                            Err(why) => tracing::debug!(%why, "a probe could not be sent"),
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Wakes the waiters of the name a release notification is about, and
+    /// those of names that share its hash.
+    fn wake(&self, notification: &Notification) {
+        let Some(hash) = NameHash::from_payload(notification.payload()) else {
+            return;
+        };
+        for name in self.shared.hub.watched() {
+            if NameHash::of(&name) == hash {
+                self.shared.hub.notify(&name);
+            }
+        }
+    }
+
+    /// The buckets of the names waited for now.
+    fn wanted(&self) -> HashSet<Bucket> {
+        self.shared
+            .hub
+            .watched()
+            .iter()
+            .map(|name| NameHash::of(name).bucket())
+            .collect()
+    }
+
+    /// Listens to the buckets of newly watched names. Their waiters then
+    /// try once more: a release just before the `LISTEN` went unheard.
+    async fn listen_to_new_buckets(&mut self) -> Result<(), String> {
+        let new: Vec<Bucket> = self.wanted().difference(&self.listened).copied().collect();
+        if new.is_empty() {
+            return Ok(());
+        }
+        let channels = self.target.channels;
+        let sql: String = new
+            .iter()
+            .map(|bucket| channels.of(*bucket).listen())
+            .collect();
+        self.execute(&sql).await?;
+        self.listened.extend(&new);
+        for name in self.shared.hub.watched() {
+            if new.contains(&NameHash::of(&name).bucket()) {
+                self.shared.hub.notify(&name);
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops listening to buckets nobody here waits on any more.
+    async fn unlisten_stale_buckets(&mut self) -> Result<(), String> {
+        let wanted = self.wanted();
+        let stale: Vec<Bucket> = self.listened.difference(&wanted).copied().collect();
+        if stale.is_empty() {
+            return Ok(());
+        }
+        let channels = self.target.channels;
+        let sql: String = stale
+            .iter()
+            .map(|bucket| channels.of(*bucket).unlisten())
+            .collect();
+        self.execute(&sql).await?;
+        self.listened.retain(|bucket| wanted.contains(bucket));
+        Ok(())
+    }
+
+    /// Runs `LISTEN` or `UNLISTEN` statements on this connection.
+    async fn execute(&self, sql: &str) -> Result<(), String> {
+        match tokio::time::timeout(STATEMENT_TIMEOUT, self.client.batch_execute(sql)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(error)) => Err(format!("listening: {error}")),
+            Err(_) => Err(format!("listening: no answer within {STATEMENT_TIMEOUT:?}")),
+        }
+    }
+
+    /// Notifies this connection's probe channel through the pool, as a
+    /// release would be; returns the probe's random payload.
+    async fn send_probe(&self) -> Result<String, String> {
+        let nonce = LeaseId::random().to_string();
+        let channel = self.probe.as_str();
+        self.target
+            .connections
+            .query(
+                "probing release wake-ups",
+                "SELECT pg_notify($1, $2)",
+                &[(&channel, Type::TEXT), (&nonce, Type::TEXT)],
+                PROBE_TIMEOUT,
+            )
+            .await
+            .map_err(|error| error.to_string())?;
+        Ok(nonce)
+    }
+}
+
+/// A notification the driver passed on, or why none will come.
+fn heard(
+    event: Option<Result<Notification, tokio_postgres::Error>>,
+) -> Result<Notification, String> {
+    match event {
+        Some(Ok(notification)) => Ok(notification),
+        Some(Err(error)) => Err(format!("the connection failed: {error}")),
+        None => Err("the connection closed".to_owned()),
+    }
+}

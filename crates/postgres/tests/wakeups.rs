@@ -1,0 +1,431 @@
+//! Release wake-ups against a real server: a release in one backend
+//! instance wakes a waiter in another long before its backoff would have
+//! it try again; through PgBouncer in transaction mode the backend says
+//! that notifications do not arrive and polls, unless `listen_url` names
+//! the server itself; a listening connection that an administrator
+//! terminates comes back. `scripts/test` starts the server and PgBouncer
+//! and sets `DISTLOCK_TEST_POSTGRES_URL` and
+//! `DISTLOCK_TEST_POSTGRES_PGBOUNCER_URL`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use distlock_core::{Backend, Claim, LockClient, LockName, LockOptions};
+use distlock_postgres::tokio_postgres::{self, NoTls, types::Type};
+use distlock_postgres::{PostgresBackend, WakeUps};
+
+/// How long a woken waiter may take to be granted. A waiter that is not
+/// woken tries again only after [`LONG`].
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// The holders' leases and the waiters' longest backoff: far longer than
+/// any test waits.
+const LONG: Duration = Duration::from_secs(600);
+
+/// The server's URL. A missing one fails the test: a run without the
+/// server must not pass as if it had one.
+fn url() -> String {
+    env("DISTLOCK_TEST_POSTGRES_URL")
+}
+
+fn pgbouncer_url() -> String {
+    env("DISTLOCK_TEST_POSTGRES_PGBOUNCER_URL")
+}
+
+fn env(var: &str) -> String {
+    std::env::var(var).unwrap_or_else(|_| {
+        panic!("{var} is not set: run the tests with scripts/test, which starts PostgreSQL")
+    })
+}
+
+fn unique(prefix: &str) -> String {
+    format!("{prefix}_{:016x}", rand::random::<u64>())
+}
+
+/// `base` with `options` added to its query string.
+fn with_options(base: &str, options: &str) -> String {
+    let separator = if base.contains('?') { '&' } else { '?' };
+    format!("{base}{separator}{options}")
+}
+
+/// `text` with everything but letters and digits %-escaped, as a URL's
+/// option value.
+fn escaped(text: &str) -> String {
+    text.bytes()
+        .map(|byte| {
+            if byte.is_ascii_alphanumeric() {
+                char::from(byte).to_string()
+            } else {
+                format!("%{byte:02X}")
+            }
+        })
+        .collect()
+}
+
+fn name(text: &str) -> LockName {
+    LockName::new(text).expect("a valid name")
+}
+
+async fn open(url: &str) -> Arc<PostgresBackend> {
+    Arc::new(PostgresBackend::open(url).await.expect("open"))
+}
+
+/// Waits until `backend`'s wake-ups are `state`.
+async fn wait_for(backend: &PostgresBackend, state: WakeUps, within: Duration) {
+    let started = Instant::now();
+    while backend.wake_ups() != state {
+        assert!(
+            started.elapsed() < within,
+            "wake-ups still {:?}, not {state:?}, after {within:?}",
+            backend.wake_ups()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A client that holds its locks for [`LONG`] unless it releases them.
+fn holder(backend: Arc<PostgresBackend>) -> LockClient {
+    let options = LockOptions::builder()
+        .lease(LONG)
+        .build()
+        .expect("valid options");
+    LockClient::new(backend, options)
+}
+
+/// A client whose waits try again unwoken only after [`LONG`], from the
+/// first pause on.
+fn patient(backend: Arc<PostgresBackend>) -> LockClient {
+    let options = LockOptions::builder()
+        .lease(LONG)
+        .backoff(LONG, LONG)
+        .build()
+        .expect("valid options");
+    LockClient::new(backend, options)
+}
+
+/// Holds `lock` in `holders`, has `waiters` wait for it, frees it with
+/// `free`, and checks that the waiter is granted within [`PATIENCE`]: only
+/// a wake-up can do that.
+async fn waiter_is_woken<F, Fut>(
+    holders: &LockClient,
+    waiters: LockClient,
+    lock: &LockName,
+    free: F,
+) where
+    F: FnOnce(distlock_core::LockGuard) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let held = holders.acquire(lock, PATIENCE).await.expect("hold");
+    let waiter = {
+        let lock = lock.clone();
+        tokio::spawn(async move { waiters.acquire(&lock, LONG).await })
+    };
+    // The waiter found the lock held, and waits.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!waiter.is_finished(), "the waiter did not wait");
+    let token = held.fencing_token();
+    let freed = Instant::now();
+    free(held).await;
+    let granted = tokio::time::timeout(PATIENCE, waiter)
+        .await
+        .expect("the waiter is woken by the release, long before its backoff ends")
+        .expect("task")
+        .expect("granted");
+    assert!(granted.fencing_token() > token);
+    eprintln!("granted {:?} after the release", freed.elapsed());
+    assert!(granted.release().await.expect("release"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_waiter_is_woken_by_another_instances_release() {
+    let server = with_options(&url(), &format!("table={}", unique("woken")));
+    let waiting = open(&server).await;
+    let holding = open(&server).await;
+    wait_for(&waiting, WakeUps::Listening, PATIENCE).await;
+    assert!(waiting.capabilities().release_wakeups);
+    let (holders, waiters) = (holder(holding.clone()), patient(waiting.clone()));
+
+    let lock = name(&unique("released"));
+    waiter_is_woken(&holders, waiters.clone(), &lock, |guard| async move {
+        assert!(guard.release().await.expect("release"));
+    })
+    .await;
+
+    // An administrator's forced release wakes waiters too.
+    let lock = name(&unique("forced"));
+    let backend = holding.clone();
+    waiter_is_woken(&holders, waiters, &lock, |guard| async move {
+        let name = guard.name().clone();
+        assert!(backend.force_release(&name).await.expect("force"));
+        // The guard learns of it at its next extension; it need not wait.
+        drop(guard);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_permit_waiter_is_woken_when_any_holder_leaves() {
+    let server = with_options(&url(), &format!("table={}", unique("permits")));
+    let waiting = open(&server).await;
+    wait_for(&waiting, WakeUps::Listening, PATIENCE).await;
+    let first = holder(open(&server).await);
+    let second = holder(open(&server).await);
+    let third = patient(waiting);
+    let permit = Claim::Permit { limit: 2 };
+    let lock = name(&unique("permits"));
+    let one = first
+        .acquire_claim(&lock, permit, PATIENCE)
+        .await
+        .expect("first");
+    let two = second
+        .acquire_claim(&lock, permit, PATIENCE)
+        .await
+        .expect("second");
+    let waiter = {
+        let lock = lock.clone();
+        tokio::spawn(async move { third.acquire_claim(&lock, permit, LONG).await })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!waiter.is_finished(), "the waiter did not wait");
+    one.release().await.expect("release");
+    let three = tokio::time::timeout(PATIENCE, waiter)
+        .await
+        .expect("the waiter is woken by the release")
+        .expect("task")
+        .expect("third");
+    assert!(three.fencing_token() > two.fencing_token());
+    two.release().await.expect("release");
+    three.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn through_pgbouncer_without_listen_url_waits_poll_and_say_so() {
+    let table = format!("table={}", unique("bounced"));
+    let backend = open(&with_options(&pgbouncer_url(), &table)).await;
+    // Three probes of 2 s each, with pauses between them.
+    wait_for(&backend, WakeUps::Unavailable, Duration::from_secs(60)).await;
+    assert!(!backend.capabilities().release_wakeups);
+    assert!(backend.watch_releases(&name("any")).is_none());
+
+    // Waits still end: they poll with the client's backoff.
+    let options = LockOptions::builder()
+        .lease(Duration::from_secs(30))
+        .backoff(Duration::from_millis(5), Duration::from_millis(200))
+        .build()
+        .expect("valid options");
+    let polling = LockClient::new(backend.clone(), options);
+    let holders = holder(open(&with_options(&url(), &table)).await);
+    let lock = name(&unique("polled"));
+    let held = holders.acquire(&lock, PATIENCE).await.expect("hold");
+    let waiter = {
+        let lock = lock.clone();
+        tokio::spawn(async move { polling.acquire(&lock, PATIENCE).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(held.release().await.expect("release"));
+    let granted = tokio::time::timeout(PATIENCE, waiter)
+        .await
+        .expect("the polling waiter is granted")
+        .expect("task")
+        .expect("granted");
+    assert!(granted.release().await.expect("release"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn through_pgbouncer_with_listen_url_at_the_server_wake_ups_work() {
+    let table = format!("table={}", unique("bounced"));
+    let listening = format!("{table}&listen_url={}", escaped(&url()));
+    let waiting = open(&with_options(&pgbouncer_url(), &listening)).await;
+    let holding = open(&with_options(&pgbouncer_url(), &table)).await;
+    wait_for(&waiting, WakeUps::Listening, PATIENCE).await;
+    let lock = name(&unique("bounced"));
+    waiter_is_woken(
+        &holder(holding),
+        patient(waiting),
+        &lock,
+        |guard| async move {
+            assert!(guard.release().await.expect("release"));
+        },
+    )
+    .await;
+}
+
+/// The server process ids of the listening connections whose application
+/// name is `application`: nothing but `LISTEN` and `UNLISTEN` runs on them.
+async fn listeners(admin: &tokio_postgres::Client, application: &str) -> Vec<i32> {
+    admin
+        .query_typed(
+            "SELECT pid FROM pg_stat_activity
+             WHERE application_name = $1 AND (query LIKE 'LISTEN %' OR query LIKE 'UNLISTEN %')",
+            &[(&application, Type::TEXT)],
+        )
+        .await
+        .expect("pg_stat_activity")
+        .iter()
+        .map(|row| row.get(0))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_terminated_listening_connection_comes_back_and_wakes_again() {
+    let application = unique("distlock_listener");
+    let table = format!("table={}", unique("terminated"));
+    let waiting = open(&with_options(
+        &url(),
+        &format!("{table}&application_name={application}"),
+    ))
+    .await;
+    let holders = holder(open(&with_options(&url(), &table)).await);
+    wait_for(&waiting, WakeUps::Listening, PATIENCE).await;
+    let (admin, connection) = tokio_postgres::connect(&url(), NoTls).await.expect("admin");
+    tokio::spawn(connection);
+    let before = listeners(&admin, &application).await;
+    assert_eq!(before.len(), 1, "one listening connection per backend");
+
+    let terminated = admin
+        .query_typed(
+            "SELECT pg_terminate_backend($1)",
+            &[(&before[0], Type::INT4)],
+        )
+        .await
+        .expect("terminate");
+    assert!(terminated[0].get::<_, bool>(0));
+
+    // Another connection listens, and was shown to deliver.
+    let started = Instant::now();
+    loop {
+        let now = listeners(&admin, &application).await;
+        if waiting.wake_ups() == WakeUps::Listening && now.len() == 1 && now != before {
+            break;
+        }
+        assert!(
+            started.elapsed() < PATIENCE,
+            "not back after {PATIENCE:?}: {:?}, listeners {now:?}",
+            waiting.wake_ups()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let lock = name(&unique("after"));
+    waiter_is_woken(&holders, patient(waiting), &lock, |guard| async move {
+        assert!(guard.release().await.expect("release"));
+    })
+    .await;
+}
+
+/// A TCP proxy to the server that can be cut: its connections dropped and
+/// new ones refused, until restored.
+struct Proxy {
+    port: u16,
+    open: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Proxy {
+    async fn to(server: std::net::SocketAddr) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("address").port();
+        let (open, _) = tokio::sync::watch::channel(true);
+        let gate = open.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((mut inbound, _)) = listener.accept().await else {
+                    return;
+                };
+                let mut gate = gate.subscribe();
+                if !*gate.borrow_and_update() {
+                    continue;
+                }
+                tokio::spawn(async move {
+                    let Ok(mut outbound) = tokio::net::TcpStream::connect(server).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = gate.wait_for(|open| !open) => {}
+                    }
+                });
+            }
+        });
+        Self { port, open, task }
+    }
+
+    fn cut(&self) {
+        self.open.send_replace(false);
+    }
+
+    fn restore(&self) {
+        self.open.send_replace(true);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The host and port of a `postgres://user:password@host:port/db` URL.
+fn address_of(url: &str) -> std::net::SocketAddr {
+    let rest = url.split_once("://").expect("a URL").1;
+    let host_port = rest.rsplit_once('@').map_or(rest, |(_, after)| after);
+    let host_port = host_port.split(['/', '?']).next().expect("a host");
+    host_port.parse().expect("a numeric host and port")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_release_while_the_listener_is_down_delays_a_waiter_but_never_strands_it() {
+    let server = url();
+    let proxy = Proxy::to(address_of(&server)).await;
+    let address = address_of(&server);
+    let proxied = server.replacen(
+        &format!("{}:{}", address.ip(), address.port()),
+        &format!("127.0.0.1:{}", proxy.port),
+        1,
+    );
+    let table = format!("table={}", unique("down"));
+    let listening = format!("{table}&listen_url={}", escaped(&proxied));
+    let waiting = open(&with_options(&server, &listening)).await;
+    let holders = holder(open(&with_options(&server, &table)).await);
+    wait_for(&waiting, WakeUps::Listening, PATIENCE).await;
+
+    let lock = name(&unique("down"));
+    let held = holders.acquire(&lock, PATIENCE).await.expect("hold");
+    let waiter = {
+        let waiters = patient(waiting.clone());
+        let lock = lock.clone();
+        tokio::spawn(async move { waiters.acquire(&lock, LONG).await })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!waiter.is_finished(), "the waiter did not wait");
+
+    // The listening connection goes, and cannot come back; the release
+    // that follows is heard by nobody.
+    proxy.cut();
+    wait_for(&waiting, WakeUps::Reconnecting, PATIENCE).await;
+    // The waiter tried once more when the connection failed, and found
+    // the lock held; now it waits.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiter.is_finished(), "the waiter did not wait");
+    assert!(held.release().await.expect("release"));
+    let released = Instant::now();
+    let granted = tokio::time::timeout(PATIENCE, waiter)
+        .await
+        .expect("the waiter polls while the listener is down")
+        .expect("task")
+        .expect("granted");
+    eprintln!("granted {:?} after the unheard release", released.elapsed());
+    assert_eq!(waiting.wake_ups(), WakeUps::Reconnecting);
+    assert!(granted.release().await.expect("release"));
+
+    // Back, it wakes waiters again.
+    proxy.restore();
+    wait_for(&waiting, WakeUps::Listening, PATIENCE).await;
+    let lock = name(&unique("back"));
+    waiter_is_woken(&holders, patient(waiting), &lock, |guard| async move {
+        assert!(guard.release().await.expect("release"));
+    })
+    .await;
+}
