@@ -8,6 +8,7 @@
 # - DISTLOCK_TEST_POSTGRES_PGBOUNCER_URL: the same role and database through
 #   PgBouncer (pool_mode = transaction)
 # - DISTLOCK_POSTGRES_BIN: the directory of initdb, pg_ctl and psql
+# - DISTLOCK_POSTGRES_SERVER: the server binary in it
 
 # The newest PostgreSQL installed, as Debian lays it out.
 postgres_bin_dir() {
@@ -39,6 +40,8 @@ start_postgres() {
     bin=$(postgres_bin_dir)
     pgbouncer=$(command -v pgbouncer || echo /usr/sbin/pgbouncer)
     export DISTLOCK_POSTGRES_BIN="$bin"
+    # The server binary itself, for the reliability campaign's own server.
+    export DISTLOCK_POSTGRES_SERVER="$bin/postgres"
     dir="$DISTLOCK_TMP/postgres"
     # The postgres user must reach its directory through the run's temp
     # dir, which mktemp made private: let others through, not list it.

@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::Outcome;
-use crate::backends::Kind;
+use crate::backends::{Kind, ServerCommand};
 
 /// A running backend.
 #[derive(Debug)]
@@ -54,6 +54,9 @@ impl Server {
             bin,
             extra_args: extra_args.iter().map(|arg| (*arg).to_owned()).collect(),
         };
+        if let Some(prepare) = kind.server().and_then(|command| command.prepare) {
+            prepare(server.dir.path())?;
+        }
         server.launch()?;
         Ok(server)
     }
@@ -98,28 +101,55 @@ impl Server {
         let Some(server) = self.kind.server() else {
             return Ok(());
         };
-        let mut command = Command::new(bin);
-        command.args((server.args)(self.port, self.dir.path()));
-        command.args(&self.extra_args);
-        let log = std::fs::File::create(self.dir.path().join("server.log"))?;
-        self.child = Some(
-            command
-                .stdin(Stdio::null())
-                .stdout(log.try_clone()?)
-                .stderr(log)
-                .spawn()
-                .map_err(|error| format!("cannot start {}: {error}", bin.display()))?,
-        );
         let started = Instant::now();
+        self.child = Some(self.spawn(bin, &server)?);
         while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
             if started.elapsed() > Duration::from_secs(30) {
                 return Err(
                     format!("{} does not listen on {}", self.kind.name(), self.port).into(),
                 );
             }
+            // A server that gave up starting is started again: PostgreSQL
+            // refuses while the processes of the one just killed still
+            // hold its shared memory, and they leave within moments.
+            if let Some(child) = self.child.as_mut()
+                && child.try_wait()?.is_some()
+            {
+                std::thread::sleep(Duration::from_millis(100));
+                self.child = Some(self.spawn(bin, &server)?);
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
         Ok(())
+    }
+
+    fn spawn(&self, bin: &Path, server: &ServerCommand) -> Outcome<Child> {
+        let mut command = match server.run_as {
+            // `setpriv` execs the server in its place, so killing the
+            // child kills the server itself.
+            Some(user) => {
+                let mut command = Command::new("setpriv");
+                command
+                    .arg(format!("--reuid={user}"))
+                    .arg(format!("--regid={user}"))
+                    .arg("--init-groups")
+                    .arg(bin);
+                command
+            }
+            None => Command::new(bin),
+        };
+        command.args((server.args)(self.port, self.dir.path()));
+        command.args(&self.extra_args);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("server.log"))?;
+        Ok(command
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .map_err(|error| format!("cannot start {}: {error}", bin.display()))?)
     }
 }
 

@@ -50,3 +50,8 @@ fn the_short_form_holds_on_memcached() {
 fn the_short_form_holds_on_etcd() {
     short_form("etcd");
 }
+
+#[test]
+fn the_short_form_holds_on_postgresql() {
+    short_form("postgresql");
+}

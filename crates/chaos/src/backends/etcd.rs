@@ -76,10 +76,7 @@ impl CampaignBackend for Etcd {
     }
 
     fn server(&self) -> Option<ServerCommand> {
-        Some(ServerCommand {
-            binary_var: "DISTLOCK_ETCD_BIN",
-            args,
-        })
+        Some(ServerCommand::plain("DISTLOCK_ETCD_BIN", args))
     }
 
     fn url(&self, _scratch: &Path, address: &str) -> String {

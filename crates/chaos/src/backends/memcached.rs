@@ -33,10 +33,7 @@ impl CampaignBackend for Memcached {
     }
 
     fn server(&self) -> Option<ServerCommand> {
-        Some(ServerCommand {
-            binary_var: "MEMCACHED_BIN",
-            args,
-        })
+        Some(ServerCommand::plain("MEMCACHED_BIN", args))
     }
 
     fn url(&self, _scratch: &Path, address: &str) -> String {

@@ -8,6 +8,7 @@ mod etcd;
 mod file;
 mod memcached;
 mod mongodb;
+mod postgres;
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -25,11 +26,12 @@ pub(crate) use memcached::MEMCACHED;
 pub(crate) type Kind = &'static dyn CampaignBackend;
 
 /// Every backend the campaign runs against, in report order.
-pub(crate) const ALL: [Kind; 4] = [
+pub(crate) const ALL: [Kind; 5] = [
     &file::FILE,
     &mongodb::MONGODB,
     &memcached::MEMCACHED,
     &etcd::ETCD,
+    &postgres::POSTGRES,
 ];
 
 /// The backend called `text` (as `--backend` takes it, in any case).
@@ -46,6 +48,26 @@ pub(crate) struct ServerCommand {
     /// Its arguments, to listen on loopback at a port and keep its data in
     /// a directory.
     pub(crate) args: fn(port: u16, data: &Path) -> Vec<OsString>,
+    /// Run once before the server first starts, to make its data
+    /// directory (PostgreSQL's `initdb`).
+    pub(crate) prepare: Option<fn(data: &Path) -> Outcome<()>>,
+    /// The user it runs as, when it refuses to run as root.
+    pub(crate) run_as: Option<&'static str>,
+}
+
+impl ServerCommand {
+    /// A server that needs nothing before it starts, run as this user.
+    pub(crate) const fn plain(
+        binary_var: &'static str,
+        args: fn(port: u16, data: &Path) -> Vec<OsString>,
+    ) -> Self {
+        Self {
+            binary_var,
+            args,
+            prepare: None,
+            run_as: None,
+        }
+    }
 }
 
 /// How an acquisition's answer can be lost on the way back (R5).

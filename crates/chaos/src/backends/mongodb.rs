@@ -47,10 +47,7 @@ impl CampaignBackend for MongoDb {
     }
 
     fn server(&self) -> Option<ServerCommand> {
-        Some(ServerCommand {
-            binary_var: "SECANTUSD_BIN",
-            args,
-        })
+        Some(ServerCommand::plain("SECANTUSD_BIN", args))
     }
 
     /// A proxy in between hides the replica set's member list from the
