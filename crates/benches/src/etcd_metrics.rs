@@ -13,7 +13,11 @@
 //!   is left out: its operations are already counted one by one.
 //!
 //! The counters are the whole member's: every client of the member counts,
-//! which is why the benchmarks give each run a server of its own.
+//! which is why the benchmarks give each run a server of its own. For a
+//! cluster, the requests are summed over its members (a client's request
+//! reaches one member, which forwards writes to the leader over the peer
+//! protocol, not gRPC); the storage operations are not, since every member
+//! applies every write, and are left out.
 
 use std::collections::BTreeMap;
 
@@ -34,67 +38,78 @@ const STORAGE_COUNTERS: [(&str, &str); 3] = [
     ("etcd_mvcc_delete_total", "delete"),
 ];
 
-/// One etcd member's metrics endpoint.
+/// The metrics endpoints of the members of one etcd cluster.
 #[derive(Debug, Clone)]
 pub(crate) struct EtcdMetrics {
-    /// `host:port` of the member's client port.
-    address: String,
+    /// `host:port` of each member's client port.
+    addresses: Vec<String>,
 }
 
 /// One reading of the metrics.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Sample {
     pub(crate) requests: Counts,
-    pub(crate) storage: Counts,
+    /// The store's operations, for a single member only.
+    pub(crate) storage: Option<Counts>,
     pub(crate) version: Option<String>,
 }
 
 impl EtcdMetrics {
-    /// The metrics of the first member an `etcd://` URL names; `None` for
+    /// The metrics of the members an `etcd://` URL names; `None` for
     /// `etcds://`, whose metrics need TLS.
     pub(crate) fn for_url(url: &str) -> Outcome<Option<Self>> {
         let config = distlock::etcd::EtcdConfig::parse(url).map_err(|e| e.to_string())?;
         if config.tls {
             return Ok(None);
         }
-        let address = config
-            .endpoints
-            .first()
-            .ok_or("an etcd URL without a member")?
-            .clone();
-        Ok(Some(Self { address }))
+        if config.endpoints.is_empty() {
+            return Err("an etcd URL without a member".to_owned());
+        }
+        Ok(Some(Self {
+            addresses: config.endpoints,
+        }))
     }
 
-    /// Reads the metrics now.
+    /// Reads the metrics now: every member's requests summed, and the
+    /// storage operations of a single member.
     pub(crate) async fn sample(&self) -> Outcome<Sample> {
-        let text = self.fetch().await?;
-        Ok(parse(&text))
+        let mut sum = Sample::default();
+        for address in &self.addresses {
+            let sample = parse(&fetch(address).await?);
+            sum.requests.add(&sample.requests);
+            sum.version = sum.version.or(sample.version);
+            sum.storage = sample.storage;
+        }
+        if self.addresses.len() > 1 {
+            sum.storage = None;
+        }
+        Ok(sum)
     }
 
     /// The member's version.
     pub(crate) async fn version(&self) -> Option<String> {
         self.sample().await.ok()?.version
     }
+}
 
-    /// The metrics page, over plain HTTP/1.0 so that the member closes the
-    /// connection after one unchunked reply.
-    async fn fetch(&self) -> Outcome<String> {
-        let fail = |e: std::io::Error| format!("etcd metrics at {}: {e}", self.address);
-        let mut stream = TcpStream::connect(&self.address).await.map_err(fail)?;
-        let request = format!("GET /metrics HTTP/1.0\r\nHost: {}\r\n\r\n", self.address);
-        stream.write_all(request.as_bytes()).await.map_err(fail)?;
-        let mut reply = Vec::new();
-        stream.read_to_end(&mut reply).await.map_err(fail)?;
-        let reply = String::from_utf8_lossy(&reply);
-        let (head, body) = reply
-            .split_once("\r\n\r\n")
-            .ok_or("etcd metrics: a reply without headers")?;
-        let status = head.lines().next().unwrap_or_default();
-        if !status.contains(" 200") {
-            return Err(format!("etcd metrics: {status}"));
-        }
-        Ok(body.to_owned())
+/// The metrics page of the member at `address`, over plain HTTP/1.0 so that
+/// the member closes the connection after one unchunked reply.
+async fn fetch(address: &str) -> Outcome<String> {
+    let fail = |e: std::io::Error| format!("etcd metrics at {address}: {e}");
+    let mut stream = TcpStream::connect(address).await.map_err(fail)?;
+    let request = format!("GET /metrics HTTP/1.0\r\nHost: {address}\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.map_err(fail)?;
+    let mut reply = Vec::new();
+    stream.read_to_end(&mut reply).await.map_err(fail)?;
+    let reply = String::from_utf8_lossy(&reply);
+    let (head, body) = reply
+        .split_once("\r\n\r\n")
+        .ok_or("etcd metrics: a reply without headers")?;
+    let status = head.lines().next().unwrap_or_default();
+    if !status.contains(" 200") {
+        return Err(format!("etcd metrics: {status}"));
     }
+    Ok(body.to_owned())
 }
 
 /// The requests, storage operations and version in a metrics page.
@@ -137,7 +152,7 @@ fn parse(text: &str) -> Sample {
     }
     Sample {
         requests: Counts(requests),
-        storage: Counts(storage),
+        storage: Some(Counts(storage)),
         version,
     }
 }
@@ -175,7 +190,7 @@ etcd_server_version{server_version=\"3.4.23\"} 1
             .map(|(k, v)| (k.to_owned(), v))
             .collect();
         assert_eq!(sample.requests.0, expected);
-        assert_eq!(sample.storage.total(), 971 + 4893);
+        assert_eq!(sample.storage.map(|s| s.total()), Some(971 + 4893));
         assert_eq!(sample.version.as_deref(), Some("3.4.23"));
     }
 }

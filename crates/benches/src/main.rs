@@ -13,7 +13,10 @@
 //! Every scenario runs against every backend in the same run, so that the
 //! ratios between them are meaningful on a noisy machine; the semaphore and
 //! the reader-writer lock run on every backend whose capabilities grant
-//! them. `scripts/bench` starts the servers and runs this with every
+//! them. A backend spread over several servers (an etcd cluster, memcached
+//! in quorum mode) is a scale-out form of its kind: it runs the uncontended
+//! and contended scenarios only, without peers, beside its single-server
+//! form. `scripts/bench` starts the servers and runs this with every
 //! backend.
 
 mod commands;
@@ -26,8 +29,11 @@ mod markdown;
 mod mix;
 mod order;
 mod peers;
+mod pg_peer;
+mod pg_stats;
 mod quiet;
 mod report;
+mod scale_out;
 mod scenarios;
 mod target;
 mod timeline;
@@ -42,6 +48,7 @@ use crate::kinds::{KindOutcome, KindRun, KindSummary};
 use crate::mix::MixArgs;
 use crate::peers::Tooz;
 use crate::report::{BackendResults, Contended, Contestant, Run, Settings};
+use crate::scale_out::ScaleOut;
 use crate::scenarios::{Layout, Window, Workload, bench_name};
 use crate::target::{Server, Target, kind_of_url};
 
@@ -100,7 +107,10 @@ struct Args {
     #[arg(long, value_name = "ETCDCTL")]
     etcdctl: Option<String>,
     /// Measure only the backends of this kind (file, MongoDB, memcached,
-    /// etcd; any case); repeat for several. Default: every backend given.
+    /// etcd, PostgreSQL; any case); repeat for several. `scale-out`: only
+    /// the scale-out forms given and their single-server forms, in the
+    /// uncontended and contended scenarios, without peers. Default: every
+    /// backend given, in every scenario.
     #[arg(long = "only", value_name = "KIND")]
     only: Vec<String>,
     /// A line for the report's list of versions, e.g. "SecantusDB: secantusd-rs 0.5.3".
@@ -185,7 +195,16 @@ enum WorkerCommand {
         #[command(flatten)]
         args: WorkerArgs,
     },
+    /// One contending worker process of sqlx's `PgAdvisoryLock`.
+    #[command(hide = true)]
+    PgAdvisoryWorker {
+        #[command(flatten)]
+        args: WorkerArgs,
+    },
 }
+
+/// The `--only` value that selects the scale-out forms.
+const SCALE_OUT: &str = "scale-out";
 
 /// Time for Rust workers to start and connect before the window opens.
 const RUST_STARTUP: Duration = Duration::from_millis(1500);
@@ -234,6 +253,17 @@ async fn main() -> std::process::ExitCode {
             )
             .await
         }
+        Some(WorkerCommand::PgAdvisoryWorker { args: w }) => {
+            pg_peer::worker(
+                &w.backend,
+                &w.lock,
+                w.tasks,
+                w.process,
+                w.window(),
+                w.workload(),
+            )
+            .await
+        }
         None => bench(&args).await,
     };
     match outcome {
@@ -256,10 +286,21 @@ async fn bench(args: &Args) -> scenarios::Outcome<()> {
     } else {
         args.backends.clone()
     };
+    let scale_out_only = args
+        .only
+        .iter()
+        .any(|only| only.eq_ignore_ascii_case(SCALE_OUT));
     if !args.only.is_empty() {
+        // The kinds that some backend given spreads over several servers.
+        let scaled: Vec<&str> = backends
+            .iter()
+            .filter(|url| ScaleOut::of_url(url).is_some())
+            .map(|url| kind_of_url(url))
+            .collect();
         backends.retain(|url| {
             let kind = kind_of_url(url);
             args.only.iter().any(|only| only.eq_ignore_ascii_case(kind))
+                || (scale_out_only && scaled.contains(&kind))
         });
         if backends.is_empty() {
             return Err(format!(
@@ -268,14 +309,15 @@ async fn bench(args: &Args) -> scenarios::Outcome<()> {
             ));
         }
     }
+    let no_peers = args.no_peers || scale_out_only;
     // etcdctl runs only beside an etcd backend, and only with the peers.
     let etcdctl = args
         .etcdctl
         .as_deref()
-        .filter(|_| !args.no_peers && backends.iter().any(|url| kind_of_url(url) == "etcd"));
+        .filter(|_| !no_peers && backends.iter().any(|url| kind_of_url(url) == "etcd"));
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let has_memcached = backends.iter().any(|url| kind_of_url(url) == "memcached");
-    let tooz = match (&args.tooz, args.no_peers || !has_memcached) {
+    let tooz = match (&args.tooz, no_peers || !has_memcached) {
         (Some(script), false) => Some(Tooz {
             python: args.python.clone(),
             script: script.clone(),
@@ -288,7 +330,9 @@ async fn bench(args: &Args) -> scenarios::Outcome<()> {
         .unwrap_or_else(|| std::env::args().collect::<Vec<_>>().join(" "));
     let mut notes = args.notes.clone();
     if let Some(bin) = etcdctl
-        && let Some(url) = backends.iter().find(|url| kind_of_url(url) == "etcd")
+        && let Some(url) = backends
+            .iter()
+            .find(|url| kind_of_url(url) == "etcd" && ScaleOut::of_url(url).is_none())
         && let Some(version) = etcdctl::Etcdctl::for_url(bin, url)?.version().await
     {
         notes.push(version);
@@ -312,22 +356,27 @@ async fn bench(args: &Args) -> scenarios::Outcome<()> {
     for url in &backends {
         let target = Target::open(url).await?;
         let server_version = match &target.server {
+            // The single-server form says which version it runs.
+            _ if target.scale_out.is_some() => None,
             Server::Mongo { database, .. } => commands::mongo_version(database).await,
             Server::Memcached(backend) => commands::memcached_version(backend).await,
             Server::Etcd(Some(metrics)) => metrics.version().await,
+            Server::Postgres(stats) => stats.version().await,
             Server::Etcd(None) | Server::Uncounted => None,
         };
         targets.push((target, server_version));
     }
+    // Peers, the semaphore and reader-writer scenarios and the many locks
+    // run on the single-server forms only, unless only the scale-out forms
+    // are asked for.
+    let full = |target: &Target| !scale_out_only && target.scale_out.is_none();
     // One scenario at a time for every backend, the many-locks scenario
     // last: the servers' background work after it (SecantusDB's TTL
     // monitor, say) then disturbs no other measurement.
     let mut partial = Vec::new();
     for (target, _) in &targets {
-        eprintln!("== {} ({})", target.shown, target.kind());
-        let is_mongo = matches!(target.server, Server::Mongo { .. });
+        eprintln!("== {} ({})", target.shown, target.label());
         let is_memcached = matches!(target.server, Server::Memcached(_));
-        let is_etcd = matches!(target.server, Server::Etcd(_));
         let quiet = quiet::until_quiet(QUIET_PATIENCE).await;
         eprintln!(
             "   waited {} for a quiet machine ({})",
@@ -338,11 +387,11 @@ async fn bench(args: &Args) -> scenarios::Outcome<()> {
             ))
         );
         say("uncontended", args.uncontended_seconds);
-        let with_peers = (is_mongo || is_etcd) && !args.no_peers;
+        let with_peers = full(target) && !no_peers;
         let mut uncontended =
             scenarios::uncontended(target, args.uncontended_seconds, with_peers, etcdctl).await?;
         uncontended.quiet = Some(quiet);
-        let tooz_uncontended = match (&tooz, is_memcached) {
+        let tooz_uncontended = match (&tooz, is_memcached && with_peers) {
             (Some(tooz), true) => {
                 // As long as each of our contenders had in its rounds.
                 let seconds = args.uncontended_seconds / 3;
@@ -356,13 +405,18 @@ async fn bench(args: &Args) -> scenarios::Outcome<()> {
     }
     let mut all_contended = Vec::new();
     for (target, _) in &targets {
-        eprintln!("== {} ({})", target.shown, target.kind());
-        all_contended.push(contended_runs(args, &exe, target, tooz.as_ref()).await?);
+        eprintln!("== {} ({})", target.shown, target.label());
+        let peers = full(target) && !no_peers;
+        all_contended.push(contended_runs(args, &exe, target, peers, tooz.as_ref()).await?);
     }
     let mut all_kinds = Vec::new();
     for (target, _) in &targets {
-        eprintln!("== {} ({})", target.shown, target.kind());
-        all_kinds.push(kind_runs(args, &exe, target).await?);
+        if full(target) {
+            eprintln!("== {} ({})", target.shown, target.label());
+            all_kinds.push(kind_runs(args, &exe, target).await?);
+        } else {
+            all_kinds.push(Vec::new());
+        }
     }
     for ((((target, server_version), (uncontended, tooz_uncontended)), contended), kinds) in targets
         .iter()
@@ -370,12 +424,17 @@ async fn bench(args: &Args) -> scenarios::Outcome<()> {
         .zip(all_contended)
         .zip(all_kinds)
     {
-        eprintln!("== {} ({})", target.shown, target.kind());
-        say(&format!("{} locks held", args.many), args.many_seconds);
-        let many =
-            scenarios::hold_many(target, args.many, args.many_seconds, args.many_lease).await?;
+        let many = if full(target) {
+            eprintln!("== {} ({})", target.shown, target.label());
+            say(&format!("{} locks held", args.many), args.many_seconds);
+            Some(scenarios::hold_many(target, args.many, args.many_seconds, args.many_lease).await?)
+        } else {
+            None
+        };
         run.backends.push(BackendResults {
             kind: target.kind(),
+            label: target.label(),
+            scale_out: target.scale_out,
             url: target.shown.clone(),
             server_version: server_version.clone(),
             uncontended,
@@ -395,18 +454,20 @@ async fn bench(args: &Args) -> scenarios::Outcome<()> {
     Ok(())
 }
 
-/// Every contended run on one backend: ours and its peers', in every
-/// workload.
+/// Every contended run on one backend: ours and, with `peers`, its peers',
+/// in every workload.
 async fn contended_runs(
     args: &Args,
     exe: &std::path::Path,
     target: &Target,
+    peers: bool,
     tooz: Option<&Tooz>,
 ) -> scenarios::Outcome<Vec<Contended>> {
     let (processes, tasks) = (args.processes, args.tasks);
-    let is_mongo = matches!(target.server, Server::Mongo { .. });
-    let is_memcached = matches!(target.server, Server::Memcached(_));
-    let is_etcd = matches!(target.server, Server::Etcd(_));
+    let is_mongo = matches!(target.server, Server::Mongo { .. }) && peers;
+    let is_memcached = matches!(target.server, Server::Memcached(_)) && peers;
+    let is_etcd = matches!(target.server, Server::Etcd(_)) && peers;
+    let is_postgres = matches!(target.server, Server::Postgres(_)) && peers;
     let mut contended = Vec::new();
     for workload in Workload::all(args.work) {
         let scenario = workload.label();
@@ -429,7 +490,7 @@ async fn contended_runs(
             workload,
             result: scenarios::contend(target, workers, window, rounds).await?,
         });
-        if is_mongo && !args.no_peers {
+        if is_mongo {
             for sleep in [None, Some(args.peer_sleep)] {
                 say(
                     &format!(
@@ -452,7 +513,7 @@ async fn contended_runs(
                 });
             }
         }
-        if is_etcd && !args.no_peers {
+        if is_etcd {
             say(
                 &format!("contended ({scenario}), etcd's Lock RPC"),
                 args.seconds,
@@ -462,6 +523,20 @@ async fn contended_runs(
             let workers = etcd_peer::workers(exe, target, lock.as_str(), layout(window));
             contended.push(Contended {
                 by: Contestant::EtcdLockRpc,
+                workload,
+                result: scenarios::contend(target, workers, window, rounds).await?,
+            });
+        }
+        if is_postgres {
+            say(
+                &format!("contended ({scenario}), sqlx's PgAdvisoryLock"),
+                args.seconds,
+            );
+            let window = Window::after(RUST_STARTUP, args.seconds);
+            let lock = bench_name("pg-advisory-contended");
+            let workers = pg_peer::workers(exe, target, lock.as_str(), layout(window));
+            contended.push(Contended {
+                by: Contestant::PgAdvisoryLock,
                 workload,
                 result: scenarios::contend(target, workers, window, rounds).await?,
             });

@@ -3,6 +3,8 @@
 //! goals, each checked against this run's numbers.
 
 mod etcd;
+mod postgres;
+mod scale_out;
 
 use std::fmt::Write;
 use std::time::Duration;
@@ -13,6 +15,7 @@ use crate::markdown::{commands_line, findings_list, goal, goals_list, opt, short
 use crate::order;
 use crate::peers::{ToozUncontended, ToozVersions};
 use crate::quiet::Quiet;
+use crate::scale_out::ScaleOut;
 use crate::scenarios::{Contender, HoldMany, ROUNDS, Side, Uncontended, Workload};
 use crate::timeline::Contention;
 
@@ -49,6 +52,8 @@ pub(crate) enum Contestant {
     Tooz,
     /// etcd's own lock service: the `Lock` and `Unlock` RPCs.
     EtcdLockRpc,
+    /// sqlx's `PgAdvisoryLock`: a session advisory lock per task.
+    PgAdvisoryLock,
 }
 
 /// One contended run.
@@ -63,6 +68,11 @@ pub(crate) struct Contended {
 #[derive(Debug)]
 pub(crate) struct BackendResults {
     pub(crate) kind: &'static str,
+    /// What the report calls it: its kind, and its scale-out form if any.
+    pub(crate) label: String,
+    /// Its scale-out form; `None` for the single-server form, which the
+    /// goals are stated for.
+    pub(crate) scale_out: Option<ScaleOut>,
     pub(crate) url: String,
     pub(crate) server_version: Option<String>,
     pub(crate) uncontended: Uncontended,
@@ -70,7 +80,8 @@ pub(crate) struct BackendResults {
     pub(crate) contended: Vec<Contended>,
     /// The semaphore and the reader-writer lock, measured or left out.
     pub(crate) kinds: Vec<KindRun>,
-    pub(crate) many: HoldMany,
+    /// The many-locks scenario; not run on a scale-out form.
+    pub(crate) many: Option<HoldMany>,
 }
 
 const PEER: &str = "distributed-lock-mongo 0.2.0";
@@ -101,11 +112,15 @@ impl Run {
             }
             Contestant::Tooz => format!("{} (Python threads)", self.tooz()),
             Contestant::EtcdLockRpc => etcd::LOCK_RPC_PER_TASK.to_owned(),
+            Contestant::PgAdvisoryLock => postgres::ADVISORY_PER_TASK.to_owned(),
         }
     }
 
+    /// The single-server form of `kind`, which the goals are stated for.
     fn backend(&self, kind: &str) -> Option<&BackendResults> {
-        self.backends.iter().find(|b| b.kind == kind)
+        self.backends
+            .iter()
+            .find(|b| b.kind == kind && b.scale_out.is_none())
     }
 
     pub(crate) fn to_markdown(&self) -> String {
@@ -115,6 +130,12 @@ impl Run {
         self.contention(&mut out);
         self.kinds(&mut out);
         self.many(&mut out);
+        scale_out::write_section(
+            &mut out,
+            5,
+            &self.backends,
+            &Workload::all(self.settings.work),
+        );
         out
     }
 
@@ -156,7 +177,7 @@ impl Run {
             "- Backends (servers started by the script on loopback): {}",
             self.backends
                 .iter()
-                .map(|b| format!("{} `{}`", b.kind, b.url))
+                .map(|b| format!("{} `{}`", b.label, b.url))
                 .collect::<Vec<_>>()
                 .join(", ")
         );
@@ -193,7 +214,8 @@ impl Run {
              window opens and when it closes), summed over {}. A CAS store counts in \
              `cmd_set` and again in `cas_*`, so `cas_*` is left out. memcached 1.6 does \
              not count an `ma` that creates a missing counter (once per lock name) nor \
-             `mn`/`stats`.\n",
+             `mn`/`stats`. For memcached over several servers (quorum mode), the \
+             counters are summed over all of them.\n",
             MEMCACHED_COMMANDS
                 .iter()
                 .map(|name| format!("`{name}`"))
@@ -202,6 +224,16 @@ impl Run {
         );
         if self.backend("etcd").is_some() {
             let _ = writeln!(out, "{}\n", etcd::COUNTING);
+        }
+        if self
+            .backends
+            .iter()
+            .any(|b| matches!(b.scale_out, Some(ScaleOut::EtcdCluster { .. })))
+        {
+            let _ = writeln!(out, "{}\n", etcd::CLUSTER_COUNTING);
+        }
+        if self.backend("PostgreSQL").is_some() {
+            let _ = writeln!(out, "{}\n", postgres::COUNTING);
         }
     }
 
@@ -216,11 +248,11 @@ impl Run {
                 Some(match quiet.busy {
                     Some(busy) => format!(
                         "{} waited {} (then {:.0} % busy)",
-                        b.kind,
+                        b.label,
                         humantime::format_duration(waited),
                         busy * 100.0
                     ),
-                    None => format!("{} could not tell", b.kind),
+                    None => format!("{} could not tell", b.label),
                 })
             })
             .collect();
@@ -280,11 +312,12 @@ impl Run {
                     }
                     Contender::EtcdLockRpc => format!("**baseline**: {}", etcd::LOCK_RPC),
                     Contender::Etcdctl => etcd::ETCDCTL.to_owned(),
+                    Contender::PgAdvisoryLock => postgres::ADVISORY.to_owned(),
                 };
                 let _ = writeln!(
                     out,
                     "| {} | {} | {:.0} | {} | {} | {} |",
-                    b.kind,
+                    b.label,
                     label,
                     side.per_second(),
                     baseline.map_or("—".into(), |base| format!(
@@ -299,7 +332,7 @@ impl Run {
                 let _ = writeln!(
                     out,
                     "| {} | {} (Python, not interleaved) | {:.0} | {} | {} | {} |",
-                    b.kind,
+                    b.label,
                     self.tooz(),
                     t.per_second,
                     baseline.map_or("—".into(), |base| format!("{:.2}", t.per_second / base)),
@@ -360,6 +393,9 @@ impl Run {
         }
         if let Some(b) = self.backend("etcd") {
             goals.extend(etcd::uncontended_goals(b));
+        }
+        if let Some(b) = self.backend("PostgreSQL") {
+            goals.extend(postgres::uncontended_goals(b));
         }
         goals_list(out, &goals);
         self.uncontended_findings(out);
@@ -469,7 +505,7 @@ impl Run {
                 let _ = writeln!(
                     out,
                     "| {} | {} | {} | {:.0} | {} | {} | {} | {} | {:.1} %, {}, {} | {}/{} | {} | {} | {} | {} |",
-                    b.kind,
+                    b.label,
                     self.contestant(c.by),
                     r.acquisitions,
                     r.per_second,
@@ -497,7 +533,7 @@ impl Run {
                     continue;
                 };
                 let line = commands_line(
-                    &format!("{}, {}", b.kind, self.contestant(c.by)),
+                    &format!("{}, {}", b.label, self.contestant(c.by)),
                     commands,
                     r.server_ops.as_ref(),
                     r.acquisitions.max(1) as f64,
@@ -590,6 +626,9 @@ impl Run {
             let tasks = (s.tasks * s.processes) as usize;
             goals.extend(etcd::contention_goals(b, workload, tasks));
         }
+        if let Some(b) = self.backend("PostgreSQL") {
+            goals.extend(postgres::contention_goals(b, workload));
+        }
         goals
     }
 
@@ -598,8 +637,12 @@ impl Run {
         let backends: Vec<(&str, &[KindRun])> = self
             .backends
             .iter()
-            .map(|b| (b.kind, b.kinds.as_slice()))
+            .filter(|b| !b.kinds.is_empty())
+            .map(|b| (b.label.as_str(), b.kinds.as_slice()))
             .collect();
+        if backends.is_empty() {
+            return;
+        }
         kinds::write_section(
             out,
             3,
@@ -614,10 +657,9 @@ impl Run {
     }
 
     fn many(&self, out: &mut String) {
-        let Some(first) = self.backends.first() else {
+        let Some(m) = self.backends.iter().find_map(|b| b.many.as_ref()) else {
             return;
         };
-        let m = &first.many;
         let _ = writeln!(out, "## 4. Many locks held by one process\n");
         let _ = writeln!(
             out,
@@ -642,12 +684,14 @@ impl Run {
         );
         let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         for b in &self.backends {
-            let m = &b.many;
+            let Some(m) = &b.many else {
+                continue;
+            };
             let commands = m.commands.as_ref();
             let _ = writeln!(
                 out,
                 "| {} | {} | {} | {:.2} | {} | {} | {} | {} | {} ({:.2} % of one core) | {} → {} |",
-                b.kind,
+                b.label,
                 m.locks,
                 short(m.acquire_time),
                 m.per_second(m.extend_calls + m.session_renewals),
@@ -668,28 +712,38 @@ impl Run {
                 mib(m.rss_held_kib),
             );
         }
-        let _ = writeln!(out, "\nServer commands while held, by command:\n");
-        for b in &self.backends {
-            if let Some(c) = &b.many.commands {
-                let _ = writeln!(out, "- {}: {}", b.kind, by_total(c, b.many.held_for));
-            }
-        }
         let _ = writeln!(out);
+        let by_command: Vec<String> = self
+            .backends
+            .iter()
+            .filter_map(|b| {
+                let m = b.many.as_ref()?;
+                let c = m.commands.as_ref()?;
+                Some(format!("- {}: {}", b.label, by_total(c, m.held_for)))
+            })
+            .collect();
+        if !by_command.is_empty() {
+            let _ = writeln!(out, "Server commands while held, by command:\n");
+            for line in &by_command {
+                let _ = writeln!(out, "{line}");
+            }
+            let _ = writeln!(out);
+        }
         let mut goals = Vec::new();
-        if let Some(b) = self.backend("MongoDB")
-            && let Some(c) = &b.many.commands
+        if let Some(m) = self.backend("MongoDB").and_then(|b| b.many.as_ref())
+            && let Some(c) = &m.commands
         {
-            let per_lock = c.total() as f64 / b.many.locks as f64 / b.many.cadences();
+            let per_lock = c.total() as f64 / m.locks as f64 / m.cadences();
             goals.push(goal(
-                per_lock < 0.01 && b.many.lost == 0,
+                per_lock < 0.01 && m.lost == 0,
                 format!(
                     "MongoDB: batched extension, far below one command per lock per cadence: \
                      {per_lock:.5} commands per lock per cadence ({} commands in {} for {} \
                      locks), {} locks lost.",
                     c.total(),
-                    humantime::format_duration(b.many.held_for),
-                    b.many.locks,
-                    b.many.lost
+                    humantime::format_duration(m.held_for),
+                    m.locks,
+                    m.lost
                 ),
             ));
         }
@@ -794,6 +848,9 @@ impl Run {
         }
         if let Some(b) = self.backend("etcd") {
             text.extend(etcd::uncontended_findings(b));
+        }
+        if let Some(b) = self.backend("PostgreSQL") {
+            text.extend(postgres::uncontended_findings(b));
         }
         findings_list(out, &text);
     }
@@ -988,6 +1045,9 @@ impl Run {
         if let Some(b) = self.backend("etcd") {
             text.extend(etcd::contention_findings(b, &Workload::all(s.work)));
         }
+        if let Some(b) = self.backend("PostgreSQL") {
+            text.extend(postgres::contention_findings(b, &Workload::all(s.work)));
+        }
         findings_list(out, &text);
     }
 
@@ -1087,8 +1147,8 @@ impl Run {
     }
     fn many_findings(&self, out: &mut String) {
         let mut text = Vec::new();
-        if let Some(b) = self.backend("MongoDB")
-            && let Some(c) = &b.many.commands
+        if let Some(m) = self.backend("MongoDB").and_then(|b| b.many.as_ref())
+            && let Some(c) = &m.commands
         {
             text.push(format!(
                 "**MongoDB.** The keeper extends the leases that fall due together with one \
@@ -1097,16 +1157,16 @@ impl Run {
                  leases were taken over {}, so they fall due in a few groups: {} extension \
                  calls and {} server commands in {}, against {} if each lock were extended on \
                  its own at every cadence.",
-                b.many.locks,
-                short(b.many.acquire_time),
-                b.many.extend_calls,
+                m.locks,
+                short(m.acquire_time),
+                m.extend_calls,
                 c.total(),
-                humantime::format_duration(b.many.held_for),
-                (b.many.locks as f64 * b.many.cadences()).round()
+                humantime::format_duration(m.held_for),
+                (m.locks as f64 * m.cadences()).round()
             ));
         }
-        if let Some(b) = self.backend("memcached")
-            && let Some(c) = &b.many.commands
+        if let Some(m) = self.backend("memcached").and_then(|b| b.many.as_ref())
+            && let Some(c) = &m.commands
         {
             text.push(format!(
                 "**memcached.** The keeper's call is batched the same way, but memcached has \
@@ -1115,9 +1175,9 @@ impl Run {
                  pipelined): {:.2} commands per lock \
                  per cadence, {:.0} commands/s for {} locks. There was no goal for this; it \
                  is what an efficiency lock on memcached costs.",
-                c.total() as f64 / b.many.locks as f64 / b.many.cadences(),
-                b.many.per_second(c.total()),
-                b.many.locks
+                c.total() as f64 / m.locks as f64 / m.cadences(),
+                m.per_second(c.total()),
+                m.locks
             ));
         }
         if let Some(b) = self.backend("etcd") {

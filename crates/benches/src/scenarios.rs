@@ -19,11 +19,12 @@ use crate::counting::{Calls, Counting};
 use crate::etcd_peer::LockService;
 use crate::etcdctl::Etcdctl;
 use crate::mix::Mix;
-use crate::peers;
+use crate::pg_stats::PUBLISHED_AFTER_CLOSE;
 use crate::quiet::Quiet;
 use crate::target::{Server, Target};
 use crate::timeline::{Contention, Hold, Line, now_ns, sleep_until_ns};
 use crate::variants::MongoVariants;
+use crate::{peers, pg_peer};
 
 /// Failures end the run with a message.
 pub(crate) type Outcome<T> = Result<T, String>;
@@ -54,6 +55,9 @@ pub(crate) enum Contender {
     EtcdLockRpc,
     /// `etcdctl lock NAME true`, one process per cycle.
     Etcdctl,
+    /// sqlx's `PgAdvisoryLock`: `acquire` and `release_now` on one
+    /// connection.
+    PgAdvisoryLock,
 }
 
 /// One contender's uncontended cycles.
@@ -145,7 +149,9 @@ pub(crate) const ROUNDS: u32 = 20;
 /// rounds, each begun by the next contender in turn: directly through the
 /// backend's two calls, through the client, and (where there is one)
 /// through the bare recipe and the peers: the Rust peer on MongoDB, etcd's
-/// lock service and (given its binary) `etcdctl lock` on etcd.
+/// lock service and (given its binary) `etcdctl lock` on etcd, sqlx's
+/// advisory lock on PostgreSQL. Where the server publishes its counts late
+/// (PostgreSQL), rounds this short cannot be counted apart, and none is.
 pub(crate) async fn uncontended(
     target: &Target,
     seconds: Duration,
@@ -154,7 +160,8 @@ pub(crate) async fn uncontended(
 ) -> Outcome<Uncontended> {
     let name = bench_name("uncontended");
     let mut contenders = vec![Contender::BackendCalls, Contender::Client];
-    if matches!(target.server, Server::Memcached(_)) {
+    // The bare recipe runs on one server: no baseline for a scale-out form.
+    if matches!(target.server, Server::Memcached(_)) && target.scale_out.is_none() {
         contenders.insert(0, Contender::RawRecipe);
     }
     if with_peer && matches!(target.server, Server::Mongo { .. }) {
@@ -179,8 +186,17 @@ pub(crate) async fn uncontended(
     if etcdctl.is_some() {
         contenders.push(Contender::Etcdctl);
     }
+    let mut advisory = match &target.server {
+        Server::Postgres(_) if with_peer => Some(pg_peer::connect(&target.url).await?),
+        _ => None,
+    };
+    if advisory.is_some() {
+        contenders.push(Contender::PgAdvisoryLock);
+    }
+    let counted = !target.counts_published_late();
+    let backend = rounds_backend(target).await?;
     let round = seconds / (contenders.len() as u32 * ROUNDS);
-    let client = LockClient::new(target.backend.clone(), LockOptions::default());
+    let client = LockClient::new(backend.clone(), LockOptions::default());
     let mut sides: Vec<Side> = contenders
         .iter()
         .map(|&contender| Side {
@@ -198,12 +214,16 @@ pub(crate) async fn uncontended(
         // runs first (after the server counts are read) or last.
         for turn in 0..count {
             let side = &mut sides[(index + turn) % count];
-            let before = target.counts().await?;
+            let before = if counted {
+                target.counts().await?
+            } else {
+                None
+            };
             let ops_before = target.server_ops().await;
             let started = Instant::now();
             let cycles = match side.contender {
                 Contender::Client => client_cycles(&client, &name, round).await?,
-                Contender::BackendCalls => backend_cycles(&*target.backend, &name, round).await?,
+                Contender::BackendCalls => backend_cycles(&*backend, &name, round).await?,
                 Contender::RawRecipe => raw_cycles(target, &name, round).await?,
                 Contender::MongoPeer => peers::mongo_cycles(target, &name, round).await?,
                 Contender::WriteOne => opened(&variants)?.write_one_cycles(&name, round).await?,
@@ -220,16 +240,22 @@ pub(crate) async fn uncontended(
                     let etcdctl = etcdctl.as_ref().ok_or("no etcdctl")?;
                     etcdctl.cycles(&name, round).await?
                 }
+                Contender::PgAdvisoryLock => {
+                    let connection = advisory.as_mut().ok_or("no sqlx connection")?;
+                    pg_peer::cycles(connection, &name, round).await?
+                }
             };
             let elapsed = started.elapsed();
             side.cycles += cycles;
             side.elapsed += elapsed;
             side.rounds
                 .push(cycles as f64 / elapsed.as_secs_f64().max(f64::EPSILON));
-            if let (Some(before), Some(after)) = (before, target.counts().await?) {
+            if let Some(before) = before
+                && let Some(after) = target.counts().await?
+            {
                 side.commands
                     .get_or_insert_with(Counts::default)
-                    .add(&after.since(&before));
+                    .add(&target.counted_between(&before, &after));
             }
             if let (Some(before), Some(after)) = (ops_before, target.server_ops().await) {
                 side.server_ops
@@ -241,7 +267,28 @@ pub(crate) async fn uncontended(
     if let Some(service) = lock_service {
         service.close().await;
     }
+    if !counted {
+        // Close every connection of the rounds, so that the server
+        // publishes their counts now, not in a later run's window.
+        drop((client, backend));
+        if let Some(connection) = advisory {
+            let _ = sqlx::Connection::close(connection).await;
+        }
+        tokio::time::sleep(PUBLISHED_AFTER_CLOSE).await;
+    }
     Ok(Uncontended { sides, quiet: None })
+}
+
+/// The backend the uncontended rounds take the lock through: the target's
+/// own, or, where the server publishes its counts only once a connection
+/// closes (PostgreSQL), one opened for the rounds and closed after them.
+async fn rounds_backend(target: &Target) -> Outcome<Arc<dyn Backend>> {
+    if !target.counts_published_late() {
+        return Ok(target.backend.clone());
+    }
+    distlock::open(&target.url)
+        .await
+        .map_err(|e| format!("{}: {e}", target.shown))
 }
 
 fn opened(variants: &Option<MongoVariants>) -> Outcome<&MongoVariants> {
@@ -431,8 +478,10 @@ pub(crate) struct Gathered {
 /// takes the lock over and over; with `rounds`, the parent starts rounds
 /// (a `go` line to every worker) until the window closes, and every task
 /// takes the lock once per round (see [`Workload`]). Server commands come
-/// from the workers' own counts (MongoDB) or from the server's `stats` read
-/// when the window opens and closes (memcached).
+/// from the workers' own counts (MongoDB), from the server's counters read
+/// when the window opens and closes (memcached, etcd), or, where the server
+/// publishes them late (PostgreSQL), read when the window opens and once
+/// every worker has exited.
 pub(crate) async fn gather(
     target: &Target,
     workers: Vec<Command>,
@@ -507,8 +556,14 @@ pub(crate) async fn gather(
             return Err(format!("a worker failed: {status}"));
         }
     }
-    let ((counts_opened, ops_opened), (counts_closed, ops_closed)) =
+    let ((counts_opened, ops_opened), (mut counts_closed, ops_closed)) =
         edges.await.map_err(|e| e.to_string())?;
+    if target.counts_published_late() {
+        // The workers' connections have closed, and their counts are
+        // published as the server's processes for them exit.
+        tokio::time::sleep(PUBLISHED_AFTER_CLOSE).await;
+        counts_closed = target.counts().await;
+    }
     let server_ops = match (ops_opened, ops_closed) {
         (Some(before), Some(after)) => {
             let mut delta = after.since(&before);
@@ -524,7 +579,9 @@ pub(crate) async fn gather(
     // parent's monitor sees none of them. memcached's and etcd's come from
     // the server.
     let commands = match (counts_opened?, counts_closed?) {
-        (Some(before), Some(after)) if target.counted_by_server() => Some(after.since(&before)),
+        (Some(before), Some(after)) if target.counted_by_server() => {
+            Some(target.counted_between(&before, &after))
+        }
         _ => reports.commands,
     };
     let mut holds = reports.holds;
@@ -997,13 +1054,21 @@ pub(crate) async fn hold_many(
         Calls::get(&calls.extended_leases),
         Calls::get(&calls.session_renewals),
     );
-    let commands_before = target.counts().await?;
+    // Counts published late would mix the acquisitions into the hold.
+    let commands_before = if target.counts_published_late() {
+        None
+    } else {
+        target.counts().await?
+    };
     let cpu_before = cpu_time();
     tokio::time::sleep(held_for).await;
     let cpu = cpu_time().saturating_sub(cpu_before);
-    let commands = match (commands_before, target.counts().await?) {
-        (Some(before), Some(after)) => Some(after.since(&before)),
-        _ => None,
+    let commands = match commands_before {
+        Some(before) => target
+            .counts()
+            .await?
+            .map(|after| target.counted_between(&before, &after)),
+        None => None,
     };
     let extend_calls = Calls::get(&calls.extend_batches) - batches_before;
     let extended_leases = Calls::get(&calls.extended_leases) - leases_before;

@@ -12,6 +12,8 @@ use distlock::mongodb::mongodb::{Client, Database};
 
 use crate::commands::{Counts, MongoMonitor, memcached_counts, mongo_opcounters};
 use crate::etcd_metrics::EtcdMetrics;
+use crate::pg_stats::PgStats;
+use crate::scale_out::{self, ScaleOut};
 use crate::scenarios::Outcome;
 
 /// Which server a target talks to.
@@ -28,9 +30,12 @@ pub(crate) enum Server {
     },
     /// memcached, counted by its `stats`.
     Memcached(Arc<MemcachedBackend>),
-    /// etcd, counted by the member's metrics where they can be read (not
+    /// etcd, counted by the members' metrics where they can be read (not
     /// over TLS).
     Etcd(Option<EtcdMetrics>),
+    /// PostgreSQL, counted in transactions by the database's statistics,
+    /// which the server publishes late (see [`crate::pg_stats`]).
+    Postgres(PgStats),
 }
 
 /// A backend opened for the benchmarks.
@@ -42,6 +47,8 @@ pub(crate) struct Target {
     pub(crate) shown: String,
     pub(crate) backend: Arc<dyn Backend>,
     pub(crate) server: Server,
+    /// Its scale-out form, if it spreads over several servers.
+    pub(crate) scale_out: Option<ScaleOut>,
 }
 
 impl Target {
@@ -74,6 +81,8 @@ impl Target {
         } else {
             let server = if is_etcd_url(url) {
                 Server::Etcd(EtcdMetrics::for_url(url).map_err(|e| fail(&e))?)
+            } else if is_postgres_url(url) {
+                Server::Postgres(PgStats::for_url(url))
             } else {
                 Server::Uncounted
             };
@@ -84,12 +93,18 @@ impl Target {
             shown,
             backend,
             server,
+            scale_out: ScaleOut::of_url(url),
         })
     }
 
     /// What kind of backend this is, for the report.
     pub(crate) fn kind(&self) -> &'static str {
         kind_of_url(&self.url)
+    }
+
+    /// What the report calls it: its kind, and its scale-out form if any.
+    pub(crate) fn label(&self) -> String {
+        scale_out::label(self.kind(), self.scale_out)
     }
 
     /// The commands counted so far: this process's for MongoDB, the
@@ -101,14 +116,35 @@ impl Target {
             Server::Mongo { monitor, .. } => Ok(Some(monitor.snapshot())),
             Server::Memcached(backend) => memcached_counts(backend).await.map(Some),
             Server::Etcd(Some(metrics)) => Ok(Some(metrics.sample().await?.requests)),
+            Server::Postgres(stats) => stats.sample().await.map(Some),
         }
     }
 
-    /// Whether the server itself counts the commands (memcached, etcd), so
-    /// that the parent reads them around a run, rather than each process
-    /// counting its own (MongoDB).
+    /// The commands between two readings of [`counts`](Self::counts), less
+    /// what the earlier reading itself added (PostgreSQL's).
+    pub(crate) fn counted_between(&self, before: &Counts, after: &Counts) -> Counts {
+        match self.server {
+            Server::Postgres(_) => PgStats::between(before, after),
+            _ => after.since(before),
+        }
+    }
+
+    /// Whether the server itself counts the commands (memcached, etcd,
+    /// PostgreSQL), so that the parent reads them around a run, rather than
+    /// each process counting its own (MongoDB).
     pub(crate) fn counted_by_server(&self) -> bool {
-        matches!(self.server, Server::Memcached(_) | Server::Etcd(_))
+        matches!(
+            self.server,
+            Server::Memcached(_) | Server::Etcd(_) | Server::Postgres(_)
+        )
+    }
+
+    /// Whether the server publishes its counts only once the connections
+    /// that made them have closed (PostgreSQL): they are then read only
+    /// around worker processes, after they have exited, and not around
+    /// work of the parent's own connections.
+    pub(crate) fn counts_published_late(&self) -> bool {
+        matches!(self.server, Server::Postgres(_))
     }
 
     /// Deletes the lock documents whose names start with `prefix` (MongoDB
@@ -138,7 +174,7 @@ impl Target {
     pub(crate) async fn server_ops(&self) -> Option<Counts> {
         match &self.server {
             Server::Mongo { database, .. } => mongo_opcounters(database).await,
-            Server::Etcd(Some(metrics)) => metrics.sample().await.ok().map(|s| s.storage),
+            Server::Etcd(Some(metrics)) => metrics.sample().await.ok()?.storage,
             _ => None,
         }
     }
@@ -154,6 +190,8 @@ pub(crate) fn kind_of_url(url: &str) -> &'static str {
         "memcached"
     } else if is_etcd_url(url) {
         "etcd"
+    } else if is_postgres_url(url) {
+        "PostgreSQL"
     } else {
         "other"
     }
@@ -162,6 +200,11 @@ pub(crate) fn kind_of_url(url: &str) -> &'static str {
 /// Whether `url` names etcd (`etcd://`, or `etcds://` for TLS).
 pub(crate) fn is_etcd_url(url: &str) -> bool {
     url.starts_with("etcd://") || url.starts_with("etcds://")
+}
+
+/// Whether `url` names PostgreSQL (`postgres://` or `postgresql://`).
+pub(crate) fn is_postgres_url(url: &str) -> bool {
+    url.starts_with("postgres://") || url.starts_with("postgresql://")
 }
 
 /// `text` with every character a regular expression gives a meaning to

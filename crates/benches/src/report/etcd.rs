@@ -35,6 +35,13 @@ pub(super) const COUNTING: &str = "- **etcd**: deltas of the member's own Promet
     within one `Lock`, which no gRPC counter shows. The counters are the whole member's, \
     so they include the benchmark's parent too (its session's keepalives while it holds).";
 
+/// How an etcd cluster's requests are counted, for the report's header.
+pub(super) const CLUSTER_COUNTING: &str = "- **etcd, a cluster**: the requests are \
+    summed over the members' metrics, each read as above: a client's request reaches one \
+    member, which passes a write on to the leader over the members' own protocol, not over \
+    gRPC, so each is counted once. The store's operations are not given for a cluster: every \
+    member applies every write.";
+
 /// The uncontended goal: the client against etcd's lock service.
 pub(super) fn uncontended_goals(b: &BackendResults) -> Vec<String> {
     let u = &b.uncontended;
@@ -207,7 +214,9 @@ pub(super) fn contention_findings(b: &BackendResults, workloads: &[Workload]) ->
 
 /// The keepalives of the many-locks scenario on etcd, as a goal.
 pub(super) fn many_goals(b: &BackendResults) -> Vec<String> {
-    let m = &b.many;
+    let Some(m) = &b.many else {
+        return Vec::new();
+    };
     let Some(c) = &m.commands else {
         return Vec::new();
     };
@@ -230,7 +239,7 @@ pub(super) fn many_goals(b: &BackendResults) -> Vec<String> {
 
 /// What the many-locks scenario shows on etcd.
 pub(super) fn many_findings(b: &BackendResults) -> Option<String> {
-    let m = &b.many;
+    let m = b.many.as_ref()?;
     let c = m.commands.as_ref()?;
     Some(format!(
         "**etcd.** Every lock's key hangs on the client's one etcd lease, so the keeper keeps \
