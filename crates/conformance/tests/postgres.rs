@@ -1,5 +1,7 @@
-//! The conformance suite on PostgreSQL in lease mode: on the server
-//! itself, and through PgBouncer in transaction-pooling mode.
+//! The conformance suite on PostgreSQL: in lease mode on the server itself
+//! and through PgBouncer in transaction-pooling mode, and in advisory mode
+//! on the server itself (session advisory locks cannot pass through
+//! PgBouncer in transaction mode).
 //! `scripts/test` starts them and sets `DISTLOCK_TEST_POSTGRES_URL` and
 //! `DISTLOCK_TEST_POSTGRES_PGBOUNCER_URL`. Each test uses a fresh table.
 
@@ -16,13 +18,19 @@ struct Postgres {
 
 impl Postgres {
     fn from_env(var: &str) -> Self {
+        Self::with_options(var, "")
+    }
+
+    /// As [`from_env`](Self::from_env), with `options` (`&`-separated)
+    /// added to the URL.
+    fn with_options(var: &str, options: &str) -> Self {
         let server = std::env::var(var).unwrap_or_else(|_| {
             panic!("{var} is not set: run the tests with scripts/test, which starts PostgreSQL")
         });
         let separator = if server.contains('?') { '&' } else { '?' };
         let table = format!("conformance_{:016x}", rand::random::<u64>());
         Self {
-            url: format!("{server}{separator}table={table}"),
+            url: format!("{server}{separator}table={table}{options}"),
         }
     }
 }
@@ -50,4 +58,12 @@ mod direct {
 mod pgbouncer {
     use super::*;
     conformance_suite!(Postgres::from_env("DISTLOCK_TEST_POSTGRES_PGBOUNCER_URL"));
+}
+
+mod advisory {
+    use super::*;
+    conformance_suite!(Postgres::with_options(
+        "DISTLOCK_TEST_POSTGRES_URL",
+        "&mode=advisory"
+    ));
 }

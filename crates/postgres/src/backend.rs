@@ -1,59 +1,55 @@
-//! The backend: each decision is one statement on one lock row.
+//! The public backend: it opens the server, prepares the mode's table and
+//! the listening connection, and passes every call to its mode.
 
-use std::collections::HashSet;
 use std::fmt;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, Claim, Error, GrantState, HandOver, Lease,
-    LockInfo, LockName, ReleaseWatch, Result, WaitState,
+    AcquireRequest, Attempt, Backend, Capabilities, Error, HandOver, Lease, LockInfo, LockName,
+    ReleaseWatch, Result, WaitState,
 };
 use tokio_postgres::NoTls;
-use tokio_postgres::types::Type;
 
-use crate::config::PostgresConfig;
-use crate::error::{copy, from_driver};
-use crate::mark::WriterMark;
+use crate::advisory::AdvisoryMode;
+use crate::config::{Mode, PostgresConfig};
+use crate::error::from_driver;
+use crate::lease::LeaseMode;
 use crate::pool::Connections;
-use crate::rows::{self, HeldBy, get, holder_json, micros};
-use crate::statements::{Asked, Statements};
-use crate::table;
-use crate::wake::{Channels, Listener, POLL_WHILE_RECONNECTING, WakeUps};
+use crate::table::{self, Layout};
+use crate::wake::{Channels, Listener, WakeUps};
 
 /// How long the calls that carry no timeout of their own may take:
 /// opening (connecting and preparing the table), listing, and forced
 /// releases.
 pub const ADMIN_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The most leases one bulk extension carries: one statement extends them
-/// all, and this bounds its size.
-const EXTEND_MANY_LIMIT: usize = 10_000;
-
-/// Locks kept as rows of one PostgreSQL table, judged by the server's
-/// clock. See the [crate documentation](crate) for the table and the
-/// guarantees.
+/// Locks kept on one PostgreSQL server, as rows of a table (`mode=lease`)
+/// or as session advisory locks (`mode=advisory`). See the
+/// [crate documentation](crate) for the modes and their guarantees.
 pub struct PostgresBackend {
-    connections: Connections,
-    statements: Statements,
-    channels: Channels,
-    /// Hears releases for this backend's waiters; stops when dropped.
-    listener: Listener,
+    mode: Modes,
     config: PostgresConfig,
+}
+
+/// The mode every call goes to. Boxed: each is large, and they differ.
+enum Modes {
+    Lease(Box<LeaseMode>),
+    Advisory(Box<AdvisoryMode>),
 }
 
 impl fmt::Debug for PostgresBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PostgresBackend")
             .field("config", &self.config)
-            .field("wake_ups", &self.listener.state())
+            .field("wake_ups", &self.wake_ups())
             .finish_non_exhaustive()
     }
 }
 
 impl PostgresBackend {
     /// Opens the backend at `url` (see [`PostgresConfig::parse`]), creating
-    /// the lock table if it is missing.
+    /// the mode's table if it is missing.
     ///
     /// # Errors
     /// As [`connect`](Self::connect), and [`Error::InvalidConfig`] for a
@@ -66,7 +62,7 @@ impl PostgresBackend {
         Self::connect(PostgresConfig::parse(url)?).await
     }
 
-    /// Opens the backend `config` describes, creating the lock table (and
+    /// Opens the backend `config` describes, creating the mode's table (and
     /// its schema) if missing, within [`ADMIN_TIMEOUT`], and starts opening
     /// its listening connection for release wake-ups in the background
     /// (see [`wake_ups`](Self::wake_ups)).
@@ -74,8 +70,9 @@ impl PostgresBackend {
     /// # Errors
     /// [`Error::Denied`] for refused credentials or missing privileges;
     /// [`Error::InvalidConfig`] when a table of that name exists but was
-    /// not made by distlock; a backend error when the server cannot be
-    /// reached. No message includes the credentials.
+    /// not made by distlock for this mode, or, in advisory mode, when the
+    /// server is older than PostgreSQL 14 or the URL reaches a transaction
+    /// pooler; a backend error when the server cannot be reached. No message includes the credentials.
     ///
     /// # Cancel safety
     /// As [`open`](Self::open).
@@ -92,19 +89,32 @@ impl PostgresBackend {
                 .map_err(|error| from_driver(&what, error))?;
         // The setup connection lives until `client` is dropped below.
         let connection = tokio::spawn(connection);
-        let ensured = table::ensure(&client, &config.table, ADMIN_TIMEOUT).await;
+        let layout = match config.mode {
+            Mode::Lease => Layout::Lease,
+            Mode::Advisory => Layout::Advisory,
+        };
+        let mut ready = table::ensure(&client, &config.table, layout, ADMIN_TIMEOUT).await;
+        if ready.is_ok() && config.mode == Mode::Advisory {
+            ready = crate::advisory::check_server(&client, ADMIN_TIMEOUT).await;
+        }
         drop(client);
         connection.abort();
-        ensured?;
+        ready?;
         let connections = Connections::new(config.driver.clone())?;
         let channels = Channels::new(&config.table);
-        Ok(Self {
-            listener: Listener::start(config.listen.clone(), connections.clone(), channels),
-            connections,
-            statements: Statements::new(&config.table),
-            channels,
-            config,
-        })
+        let listener = Listener::start(config.listen.clone(), connections.clone(), channels);
+        let mode = match config.mode {
+            Mode::Lease => Modes::Lease(Box::new(LeaseMode::new(
+                connections,
+                &config.table,
+                channels,
+                listener,
+            ))),
+            Mode::Advisory => Modes::Advisory(Box::new(
+                AdvisoryMode::open(&config, connections, channels, listener).await?,
+            )),
+        };
+        Ok(Self { mode, config })
     }
 
     /// Whether releases wake this backend's waiters now, or they poll.
@@ -116,7 +126,10 @@ impl PostgresBackend {
     /// milliseconds. A wait that begins while it is not
     /// [`WakeUps::Listening`] polls, with the client's backoff, to its end.
     pub fn wake_ups(&self) -> WakeUps {
-        self.listener.state()
+        match &self.mode {
+            Modes::Lease(lease) => lease.wake_ups(),
+            Modes::Advisory(advisory) => advisory.wake_ups(),
+        }
     }
 
     /// What this backend was opened with.
@@ -124,296 +137,57 @@ impl PostgresBackend {
         &self.config
     }
 
-    /// Why an attempt that was not granted found `request.name` held; a
-    /// waiting writer's mark is added or refreshed on the way.
-    async fn why_held(
-        &self,
-        request: &AcquireRequest,
-        mark: Option<&WriterMark>,
-        wait: &mut WaitState,
-    ) -> Result<Attempt> {
-        let name = request.name.as_str().as_bytes();
-        let mark_id = mark.map(WriterMark::as_str);
-        let lease_us = micros(request.lease);
-        let rows = self
-            .connections
-            .query(
-                &format!("acquiring {}", request.name),
-                &self.statements.held,
-                &[
-                    (&name, Type::BYTEA),
-                    (&mark_id, Type::TEXT),
-                    (&lease_us, Type::INT8),
-                ],
-                request.operation_timeout,
-            )
-            .await?;
-        let Some(row) = rows.first() else {
-            // The row went between the two statements: nothing holds it.
-            wait.take::<WriterMark>();
-            return Ok(Attempt::Held {
-                retry_after: Some(Duration::ZERO),
-            });
-        };
-        let held = HeldBy::read(row, &request.name)?;
-        if !held.marked {
-            wait.take::<WriterMark>();
+    fn mode(&self) -> &dyn Backend {
+        match &self.mode {
+            Modes::Lease(lease) => &**lease,
+            Modes::Advisory(advisory) => &**advisory,
         }
-        if let Some(claim) = held.claim
-            && !request.claim.same_family(claim)
-        {
-            return Err(request.claim.conflict(&request.name, claim));
-        }
-        // A release wakes a waiter; without one, the name comes free when
-        // the first holder's lease ends, or, for a reader kept out by
-        // writers' marks alone, when the first mark does. Nothing left
-        // between the two statements: try again now.
-        let mut retry_after = held
-            .first_expiry
-            .or(held.first_mark_expiry)
-            .unwrap_or(Duration::ZERO);
-        if held.marked {
-            // The mark lasts a lease from this attempt: try again well
-            // within it, so that it does not lapse while we wait.
-            retry_after = retry_after.min(request.lease / 2);
-        }
-        if self.listener.state() == WakeUps::Reconnecting {
-            // Releases go unheard until the listening connection is back.
-            retry_after = retry_after.min(POLL_WHILE_RECONNECTING);
-        }
-        Ok(Attempt::Held {
-            retry_after: Some(retry_after),
-        })
     }
 }
 
 #[async_trait]
 impl Backend for PostgresBackend {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::lease_based()
-            // Off only once notifications proved not to arrive; until they
-            // are shown to, `watch_releases` answers `None` and waits poll.
-            .with_release_wakeups(self.listener.state() != WakeUps::Unavailable)
-            .with_hand_over(true)
-            .with_shared(true)
-            .with_semaphores(true)
+        self.mode().capabilities()
     }
 
     async fn try_acquire(&self, request: &AcquireRequest, wait: &mut WaitState) -> Result<Attempt> {
-        let asked = match request.claim {
-            Claim::Exclusive => Asked::Exclusive,
-            Claim::Shared => Asked::Shared,
-            Claim::Permit { .. } => Asked::Permit,
-        };
-        let mark = (asked == Asked::Exclusive && request.retries)
-            .then(|| wait.take::<WriterMark>().unwrap_or_else(WriterMark::new));
-        if let Some(mark) = &mark {
-            // Should the reply be lost, the mark may be stored: the wait's
-            // end removes it.
-            wait.set(mark.clone());
-        }
-        let name = request.name.as_str().as_bytes();
-        let id = request.lease_id.to_string();
-        let kind = asked.kind();
-        let limit = request
-            .claim
-            .limit()
-            .map(|limit| i32::try_from(limit).unwrap_or(i32::MAX));
-        let lease_us = micros(request.lease);
-        let holder = holder_json(&request.holder);
-        let mark_id = mark.as_ref().map(WriterMark::as_str);
-        let what = format!("acquiring {}", request.name);
-        let rows = self
-            .connections
-            .query(
-                &what,
-                self.statements.acquire(asked),
-                &[
-                    (&name, Type::BYTEA),
-                    (&id, Type::TEXT),
-                    (&kind, Type::TEXT),
-                    (&limit, Type::INT4),
-                    (&lease_us, Type::INT8),
-                    (&holder, Type::TEXT),
-                    (&mark_id, Type::TEXT),
-                ],
-                request.operation_timeout,
-            )
-            .await?;
-        match rows.first() {
-            Some(row) => {
-                // Our mark, if any, went with the grant.
-                wait.take::<WriterMark>();
-                Ok(Attempt::Acquired {
-                    fencing_token: rows::token(get(row, 0, &what)?, &what)?,
-                    state: GrantState::none(),
-                })
-            }
-            None => self.why_held(request, mark.as_ref(), wait).await,
-        }
+        self.mode().try_acquire(request, wait).await
     }
 
-    async fn end_wait(&self, request: &AcquireRequest, mut wait: WaitState) -> Result<()> {
-        let Some(mark) = wait.take::<WriterMark>() else {
-            return Ok(());
-        };
-        let name = request.name.as_str().as_bytes();
-        let mark_id = mark.as_str();
-        let (channel, payload) = self.channels.announce(&request.name);
-        self.connections
-            .query(
-                &format!("ending a wait for {}", request.name),
-                &self.statements.end_wait,
-                &[
-                    (&name, Type::BYTEA),
-                    (&mark_id, Type::TEXT),
-                    (&channel, Type::TEXT),
-                    (&payload, Type::TEXT),
-                ],
-                request.operation_timeout,
-            )
-            .await?;
-        Ok(())
+    async fn end_wait(&self, request: &AcquireRequest, wait: WaitState) -> Result<()> {
+        self.mode().end_wait(request, wait).await
     }
 
     async fn extend(&self, lease: &Lease) -> Result<bool> {
-        self.extend_many(std::slice::from_ref(lease))
-            .await
-            .pop()
-            .unwrap_or(Ok(false))
+        self.mode().extend(lease).await
     }
 
     fn extend_many_limit(&self) -> usize {
-        EXTEND_MANY_LIMIT
+        self.mode().extend_many_limit()
     }
 
     async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<bool>> {
-        if leases.is_empty() {
-            return Vec::new();
-        }
-        let names: Vec<&[u8]> = leases
-            .iter()
-            .map(|lease| lease.name.as_str().as_bytes())
-            .collect();
-        let ids: Vec<String> = leases.iter().map(|lease| lease.id.to_string()).collect();
-        let lease_us: Vec<i64> = leases.iter().map(|lease| micros(lease.lease)).collect();
-        // One client's keeper extends these, with its one operation timeout.
-        let timeout = leases
-            .iter()
-            .map(|lease| lease.operation_timeout)
-            .min()
-            .unwrap_or(ADMIN_TIMEOUT);
-        let what = match leases {
-            [one] => format!("extending {}", one.name),
-            _ => format!("extending {} leases", leases.len()),
-        };
-        let extended = self
-            .connections
-            .query(
-                &what,
-                &self.statements.extend,
-                &[
-                    (&names, Type::BYTEA_ARRAY),
-                    (&ids, Type::TEXT_ARRAY),
-                    (&lease_us, Type::INT8_ARRAY),
-                ],
-                timeout,
-            )
-            .await
-            .and_then(|rows| {
-                let mut extended = HashSet::new();
-                for row in &rows {
-                    extended.extend(get::<Vec<String>>(row, 1, &what)?);
-                }
-                Ok(extended)
-            });
-        match extended {
-            Ok(extended) => ids.iter().map(|id| Ok(extended.contains(id))).collect(),
-            Err(error) => leases.iter().map(|_| Err(copy(&error))).collect(),
-        }
+        self.mode().extend_many(leases).await
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
-        let name = lease.name.as_str().as_bytes();
-        let id = lease.id.to_string();
-        let (channel, payload) = self.channels.announce(&lease.name);
-        let rows = self
-            .connections
-            .query(
-                &format!("releasing {}", lease.name),
-                &self.statements.release,
-                &[
-                    (&name, Type::BYTEA),
-                    (&id, Type::TEXT),
-                    (&channel, Type::TEXT),
-                    (&payload, Type::TEXT),
-                ],
-                lease.operation_timeout,
-            )
-            .await?;
-        Ok(!rows.is_empty())
+        self.mode().release(lease).await
     }
 
     async fn hand_over(&self, lease: &Lease, next: &AcquireRequest) -> Result<HandOver> {
-        let name = lease.name.as_str().as_bytes();
-        let old = lease.id.to_string();
-        let new = next.lease_id.to_string();
-        let lease_us = micros(next.lease);
-        let holder = holder_json(&next.holder);
-        let what = format!("handing over {}", lease.name);
-        let rows = self
-            .connections
-            .query(
-                &what,
-                &self.statements.hand_over,
-                &[
-                    (&name, Type::BYTEA),
-                    (&old, Type::TEXT),
-                    (&new, Type::TEXT),
-                    (&lease_us, Type::INT8),
-                    (&holder, Type::TEXT),
-                ],
-                next.operation_timeout,
-            )
-            .await?;
-        match rows.first() {
-            Some(row) => Ok(HandOver::Granted {
-                fencing_token: rows::token(get(row, 0, &what)?, &what)?,
-                confirmed_at: None,
-                state: GrantState::none(),
-            }),
-            None => Ok(HandOver::NotOurs),
-        }
+        self.mode().hand_over(lease, next).await
     }
 
     async fn list(&self) -> Result<Vec<LockInfo>> {
-        let rows = self
-            .connections
-            .query("listing locks", &self.statements.list, &[], ADMIN_TIMEOUT)
-            .await?;
-        rows.iter().map(rows::lock_info).collect()
+        self.mode().list().await
     }
 
     async fn force_release(&self, name: &LockName) -> Result<bool> {
-        let bytes = name.as_str().as_bytes();
-        let (channel, payload) = self.channels.announce(name);
-        let rows = self
-            .connections
-            .query(
-                &format!("force-releasing {name}"),
-                &self.statements.force_release,
-                &[
-                    (&bytes, Type::BYTEA),
-                    (&channel, Type::TEXT),
-                    (&payload, Type::TEXT),
-                ],
-                ADMIN_TIMEOUT,
-            )
-            .await?;
-        Ok(!rows.is_empty())
+        self.mode().force_release(name).await
     }
 
     fn watch_releases(&self, name: &LockName) -> Option<ReleaseWatch> {
-        self.listener.watch(name)
+        self.mode().watch_releases(name)
     }
 }

@@ -1,6 +1,6 @@
 //! The backend's URL: a libpq-style `postgres://` or `postgresql://` URL
-//! whose options `table`, `schema`, `mode` and `listen_url` are distlock's,
-//! and whose other options go to the driver.
+//! whose options `table`, `schema`, `mode`, `advisory_class` and
+//! `listen_url` are distlock's, and whose other options go to the driver.
 
 use std::fmt;
 use std::str::FromStr;
@@ -13,6 +13,16 @@ use crate::table::TableName;
 /// The lock table, when the URL names none.
 pub const DEFAULT_TABLE: &str = "distlock_locks";
 
+/// The fencing-token table of `mode=advisory`, when the URL names none.
+pub const DEFAULT_ADVISORY_TABLE: &str = "distlock_advisory";
+
+/// The first of the two-`int4` advisory keys' halves that `mode=advisory`
+/// uses, when the URL gives no `advisory_class`: the bytes `dl` (0x646c),
+/// shifted up. The application's own advisory locks keep out of it by
+/// using another class, or the one-`bigint` key form, which PostgreSQL
+/// keeps apart from the two-`int4` form.
+pub const DEFAULT_ADVISORY_CLASS: i32 = 0x646c_0000;
+
 /// The schema of the lock table, when the URL names none.
 pub const DEFAULT_SCHEMA: &str = "public";
 
@@ -23,6 +33,9 @@ pub enum Mode {
     /// One row per lock, with leases judged by the server's clock
     /// (`mode=lease`, the default).
     Lease,
+    /// Session advisory locks on a connection pinned to each grant
+    /// (`mode=advisory`); see the [crate documentation](crate#advisory-mode).
+    Advisory,
 }
 
 /// Where the backend connects, and where it keeps its locks.
@@ -36,6 +49,9 @@ pub struct PostgresConfig {
     pub(crate) table: TableName,
     /// How locks are held (`?mode=`).
     pub mode: Mode,
+    /// The class (first key half) of `mode=advisory`'s advisory locks
+    /// (`?advisory_class=`, [`DEFAULT_ADVISORY_CLASS`] when not given).
+    pub advisory_class: i32,
     /// What the listening connection for release wake-ups connects with:
     /// `?listen_url=` when given, else the main URL. Pooled connections
     /// never listen, since PgBouncer in transaction mode hands them to
@@ -53,6 +69,7 @@ impl fmt::Debug for PostgresConfig {
             .field("url", &self.shown)
             .field("table", &self.table)
             .field("mode", &self.mode)
+            .field("advisory_class", &self.advisory_class)
             .field("listen_url", &self.listen_url.as_deref().map(redact))
             .finish()
     }
@@ -64,8 +81,8 @@ impl PostgresConfig {
     /// # Errors
     /// [`Error::InvalidConfig`] naming the part at fault: another scheme, a
     /// malformed escape, an empty or overlong `table` or `schema`, a `mode`
-    /// other than `lease` (`advisory` is not supported yet), an option the
-    /// driver refuses, or a `listen_url` that is not a PostgreSQL URL the
+    /// other than `lease` and `advisory`, an `advisory_class` that is not
+    /// an integer from 0 to 2147483647, an option the driver refuses, or a `listen_url` that is not a PostgreSQL URL the
     /// driver accepts. Messages never include the user information or
     /// secret options.
     pub fn parse(url: &str) -> Result<Self> {
@@ -81,8 +98,9 @@ impl PostgresConfig {
             None => (url, ""),
         };
         let mut schema = DEFAULT_SCHEMA.to_owned();
-        let mut table = DEFAULT_TABLE.to_owned();
+        let mut table = None;
         let mut mode = Mode::Lease;
+        let mut advisory_class = DEFAULT_ADVISORY_CLASS;
         let mut listen_url = None;
         let mut driver_options = Vec::new();
         for pair in query.split('&').filter(|pair| !pair.is_empty()) {
@@ -94,12 +112,20 @@ impl PostgresConfig {
             };
             match key {
                 "schema" => schema = decoded()?,
-                "table" => table = decoded()?,
+                "table" => table = Some(decoded()?),
                 "mode" => mode = parse_mode(&decoded()?)?,
+                "advisory_class" => advisory_class = parse_class(&decoded()?)?,
                 "listen_url" => listen_url = Some(decoded()?).filter(|url| !url.is_empty()),
                 _ => driver_options.push(pair),
             }
         }
+        let table = table.unwrap_or_else(|| {
+            match mode {
+                Mode::Lease => DEFAULT_TABLE,
+                Mode::Advisory => DEFAULT_ADVISORY_TABLE,
+            }
+            .to_owned()
+        });
         let table = TableName::new(&schema, &table)?;
         let driver_url = if driver_options.is_empty() {
             head.to_owned()
@@ -123,6 +149,7 @@ impl PostgresConfig {
             driver,
             table,
             mode,
+            advisory_class,
             listen,
             listen_url,
             shown,
@@ -172,15 +199,27 @@ fn driver_config(field: &str, driver_url: &str, original: &str) -> Result<tokio_
 fn parse_mode(mode: &str) -> Result<Mode> {
     match mode {
         "lease" => Ok(Mode::Lease),
-        "advisory" => Err(Error::config(
-            "mode",
-            "advisory mode is not supported yet; use mode=lease (the default)",
-        )),
+        "advisory" => Ok(Mode::Advisory),
         other => Err(Error::config(
             "mode",
             format!("{other:?} is not a mode; the accepted values are lease and advisory"),
         )),
     }
+}
+
+/// A class for advisory keys: a non-negative `int4`, so that it reads the
+/// same in `pg_locks`, which shows it as an unsigned `oid`.
+fn parse_class(class: &str) -> Result<i32> {
+    class
+        .parse::<i32>()
+        .ok()
+        .filter(|class| *class >= 0)
+        .ok_or_else(|| {
+            Error::config(
+                "advisory_class",
+                format!("{class:?} is not an integer from 0 to {}", i32::MAX),
+            )
+        })
 }
 
 /// `message` with every secret of `url` in it, raw or decoded, replaced
@@ -235,12 +274,24 @@ mod tests {
     }
 
     #[test]
-    fn modes_other_than_lease_are_refused_by_name() {
-        let advisory = PostgresConfig::parse("postgres://db/?mode=advisory").unwrap_err();
-        assert!(
-            advisory.to_string().contains("not supported yet"),
-            "{advisory}"
-        );
+    fn advisory_mode_has_its_own_table_and_a_validated_class() {
+        let config = PostgresConfig::parse("postgres://db/?mode=advisory").unwrap();
+        assert_eq!(config.mode, Mode::Advisory);
+        assert_eq!(config.table(), DEFAULT_ADVISORY_TABLE);
+        assert_eq!(config.advisory_class, DEFAULT_ADVISORY_CLASS);
+        let config =
+            PostgresConfig::parse("postgres://db/?mode=advisory&advisory_class=7&table=t").unwrap();
+        assert_eq!((config.advisory_class, config.table()), (7, "t"));
+        for bad in ["-1", "2147483648", "x", ""] {
+            let error = PostgresConfig::parse(&format!("postgres://db/?advisory_class={bad}"))
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains("advisory_class"), "{error}");
+        }
+    }
+
+    #[test]
+    fn unknown_modes_are_refused_by_name() {
         let other = PostgresConfig::parse("postgres://db/?mode=fast").unwrap_err();
         let text = other.to_string();
         assert!(

@@ -1,5 +1,7 @@
 //! distlock's PostgreSQL backend: one row per lock, changed by single
-//! statements judged against the server's clock.
+//! statements judged against the server's clock (`mode=lease`, the
+//! default), or session advisory locks on a connection pinned to each
+//! grant (`mode=advisory`).
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -19,22 +21,23 @@
 //! ```
 //!
 //! # Opening
-//! `postgres://` or `postgresql://`, as libpq reads it. distlock reads four
+//! `postgres://` or `postgresql://`, as libpq reads it. distlock reads five
 //! options of its own and passes every other one to the driver
 //! (`connect_timeout`, `application_name`, `host`, …):
 //!
 //! | option | default | meaning |
 //! | --- | --- | --- |
-//! | `table` | `distlock_locks` | the lock table |
+//! | `table` | `distlock_locks`; `distlock_advisory` in advisory mode | the lock table, or advisory mode's token table |
 //! | `schema` | `public` | its schema, created if missing |
-//! | `mode` | `lease` | `lease` is the only mode yet; `advisory` is refused as not supported |
+//! | `mode` | `lease` | `lease` or `advisory` (see [Advisory mode](#advisory-mode)) |
+//! | `advisory_class` | [`DEFAULT_ADVISORY_CLASS`] (1684799488) | advisory mode's key class, 0 to 2147483647 |
 //! | `listen_url` | the main URL | where the connection that listens for releases goes: a direct connection to the same server and database (see [Release wake-ups](#release-wake-ups)) |
 //!
 //! The user, the password and secret options never appear in errors, logs
 //! or `Debug` output. Connections are unencrypted for now (the driver runs
 //! without TLS), so reach the server over a trusted network.
 //!
-//! # Works through PgBouncer in transaction mode
+//! # Lease mode works through PgBouncer in transaction mode
 //! The driver is [`tokio_postgres`], because it can send every statement
 //! unnamed (`Client::query_typed`: Parse, Bind, Execute and Sync with an
 //! unnamed statement, in one round trip). PgBouncer 1.18, Debian 12's,
@@ -42,11 +45,12 @@
 //! consecutive statements may run on different server connections, so a
 //! named prepared statement would go missing. The backend also keeps no
 //! session state on pooled connections: no `SET`, no temporary tables, no
-//! `LISTEN`, no session advisory locks. Connections come from a small
-//! pool ([`deadpool_postgres`], 16 at most per backend). Release wake-ups
+//! `LISTEN`, no session advisory locks. (This holds for lease mode;
+//! [advisory mode](#advisory-mode) needs a direct connection.)
+//! Connections come from a small pool ([`deadpool_postgres`], 16 at most per backend). Release wake-ups
 //! need a connection that PgBouncer does not pool: see `listen_url` below.
 //!
-//! # The table
+//! # The table (lease mode)
 //! One row per name, created with its table on first use (concurrent
 //! creators are serialized by a transaction-scoped advisory lock). The
 //! table's comment records the layout's version, so that a later release
@@ -61,7 +65,7 @@
 //! | `holders` | `jsonb` array of grants, `{id, token, at, exp, holder}`, times in the server's µs since the epoch |
 //! | `waiting` | `jsonb` array of waiting writers' marks, `{id, exp}` |
 //!
-//! # How it works
+//! # How lease mode works
 //! - **Acquire** is one `INSERT … ON CONFLICT (name) DO UPDATE … WHERE`
 //!   statement: it creates the row holding our grant, or adds our grant to
 //!   the row when its live holders admit us; a grant or a mark lives while
@@ -109,21 +113,100 @@
 //! nobody.
 //!
 //! # Server restarts and failover
-//! Locks are rows, so they outlive a restart of the server; a holder whose
+//! In lease mode, locks are rows, so they outlive a restart of the server; a holder whose
 //! extensions resume within its lease keeps its lock, and fencing tokens
 //! keep increasing. A failover to an asynchronous standby can lose the
-//! latest grants.
+//! latest grants. In advisory mode a restart or a failover ends every
+//! session, and every lock with it: each holder's `lost()` fires at once;
+//! tokens, kept in the token table, keep increasing.
 //!
-//! # Modes
-//! `mode=lease`, the default, is the only mode yet; `mode=advisory`
-//! (session advisory locks on a pinned connection) is refused as not
-//! supported. Once it exists, it will not pass through PgBouncer in
-//! transaction mode, which hands a server connection, and the session
-//! advisory locks on it, to other clients between transactions.
+//! # Advisory mode
+//! `mode=advisory` holds each grant as a session advisory lock
+//! (`pg_try_advisory_lock`, or `pg_try_advisory_lock_shared` for a
+//! reader), the locks sqlx's `PgAdvisoryLock` takes, with distlock's
+//! waiting, timeouts, cancellation and loss signal. It needs PostgreSQL 14
+//! or later; opening refuses an older server.
+//!
+//! - **A connection per grant.** Each grant lives on a connection of its
+//!   own, outside the pool, which the grant keeps for its whole life; the
+//!   lock ends when that connection does. Released connections are kept
+//!   for later attempts (8 at most, one opened ahead). So each lock held,
+//!   and each waiting writer, costs a server connection: a process that
+//!   holds many locks at once needs as many of the server's
+//!   `max_connections`.
+//! - **Losses.** A connection that ends (terminated by an administrator,
+//!   a server restart, a network error) makes the grant's
+//!   [`lost`](distlock_core::LockGuard::lost) fire at once. A connection
+//!   that goes silent (a network partition) is caught by the extension,
+//!   which in this mode checks the grant's connection with one round trip
+//!   each extension period: with no check answered within the lease minus
+//!   the safety margin, the holder gives the lock up. The server, for its
+//!   part, ends a holder's connection after one lease without a statement
+//!   (`idle_session_timeout` is set to the lease on it), so a partitioned
+//!   or stopped holder frees the lock a lease after its last check, never
+//!   before it gave the lock up, and long before TCP would notice. So
+//!   locks in this mode are not [process-bound](distlock_core::Capabilities::process_bound):
+//!   they expire like leases when their holder stops checking them.
+//! - **Keys.** A name's lock is the two-`int4` key (`advisory_class`,
+//!   objid). The table gives each name its objid (even, non-negative):
+//!   tried first at a hash of the name, and at the next even numbers when
+//!   another name has it. A unique constraint decides races, so distinct
+//!   names never share a key, however their hashes fall, and every process
+//!   reads the same key for a name. The class keeps distlock's keys apart
+//!   from the application's own advisory locks: give distlock a class
+//!   that nothing else uses, and one class per token table (two tables in
+//!   one class would give different names the same key). The
+//!   one-`bigint` key form is a different key space, never ours.
+//! - **The token table.** One row per name: `name` (`bytea`, primary key,
+//!   the exact bytes, NUL included), `objid` (unique), `fencing_token`,
+//!   and `holders`, which records each grant's token and holder under its
+//!   connection's server process id, for `list`. Each grant bumps the
+//!   token to `greatest(previous + 1, server time in µs)` in the same
+//!   statement as the lock, only when granted, so tokens keep increasing
+//!   across every grant of both kinds.
+//! - **Readers and writers.** Writers are not starved: a writer that waits
+//!   holds its name's intent key (objid + 1) shared on its waiting
+//!   connection, and a reader does not try while any writer's intent is
+//!   held (it reads `pg_locks`). A writer's intent ends with its grant,
+//!   when it stops waiting, or with its connection (the server ends that
+//!   one, too, after a lease of silence).
+//! - **Semaphores** are not offered: asking for a permit is
+//!   [`Error::Unsupported`](distlock_core::Error::Unsupported). Use
+//!   `mode=lease`.
+//! - **Releases** unlock on the grant's connection and notify waiters in
+//!   the same statement, as in lease mode. Waiters also try again at least
+//!   once a second, since a holder whose connection ended frees the lock
+//!   without a notification.
+//! - **`list`** shows every holder in the class, from `pg_locks` joined
+//!   with the token table, each with its kind, token and holder; a lock
+//!   lasts as long as its holder's connection, so `expires_in` is `None`.
+//! - **Forced releases** (`distlock release --force`) terminate, with
+//!   `pg_terminate_backend`, every connection that holds the name's key,
+//!   found in `pg_locks`, and wait up to 2 s for each to end. The holders'
+//!   `lost()` fires at once. Terminating another role's connection needs
+//!   membership in `pg_signal_backend` (or to be that role); a
+//!   superuser's connections only a superuser can end.
+//! - **No PgBouncer in transaction mode.** A session advisory lock
+//!   belongs to one server connection, which PgBouncer in transaction mode
+//!   hands to other clients between transactions: a release could then
+//!   run on another server connection and leave the lock held. Opening
+//!   checks for it, and refuses with [`Error::InvalidConfig`](distlock_core::Error::InvalidConfig)
+//!   naming `mode`: two connections of the backend take the same key,
+//!   which behind such a pooler usually lands on the same server
+//!   connection (advisory locks are re-entrant there) or unlocks on
+//!   another. "Usually": a busy pooler can pass the check, so connect
+//!   advisory mode straight to the server (or through PgBouncer in session
+//!   mode). Each check of a held lock also compares the server process id
+//!   with the one the grant was made on, and reports the lock lost when
+//!   they differ.
+//! - **Hand-overs** are not offered: a lock passes between the tasks of
+//!   one client by a release and a new grant.
 
+mod advisory;
 mod backend;
 mod config;
 mod error;
+mod lease;
 mod mark;
 mod pool;
 mod rows;
@@ -132,7 +215,10 @@ mod table;
 mod wake;
 
 pub use backend::{ADMIN_TIMEOUT, PostgresBackend};
-pub use config::{DEFAULT_SCHEMA, DEFAULT_TABLE, Mode, PostgresConfig};
+pub use config::{
+    DEFAULT_ADVISORY_CLASS, DEFAULT_ADVISORY_TABLE, DEFAULT_SCHEMA, DEFAULT_TABLE, Mode,
+    PostgresConfig,
+};
 /// The pool this backend keeps its connections in, at the version it uses.
 pub use deadpool_postgres;
 /// The driver this backend is built on, at the version it uses.

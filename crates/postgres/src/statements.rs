@@ -18,7 +18,7 @@ pub(crate) const MAX_READERS: u32 = distlock_core::MAX_PERMITS;
 
 /// The server's clock in microseconds since the epoch, read once for a
 /// whole statement when selected in a `FROM` item.
-const CLOCK: &str =
+pub(crate) const CLOCK: &str =
     "(SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS now_us) AS c";
 
 /// The JSON path of the live entries of an array, given `$now`.

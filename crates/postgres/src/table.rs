@@ -15,9 +15,45 @@ use crate::error::from_driver;
 /// recorded in the table's comment so that a later release can migrate.
 pub(crate) const SCHEMA_VERSION: u32 = 1;
 
-/// What the comment of a table made by distlock starts with; the version
-/// follows.
+/// What the comment of a lease-mode table made by distlock starts with;
+/// the version follows.
 const COMMENT_PREFIX: &str = "distlock lock table, schema version ";
+
+/// The same for `mode=advisory`'s fencing-token table.
+const ADVISORY_COMMENT_PREFIX: &str = "distlock advisory token table, schema version ";
+
+/// Which mode's table: each has its layout, and its own comment, so that
+/// neither mode ever uses the other's table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Layout {
+    /// One row per lock, its holders in it.
+    Lease,
+    /// One row per name: its advisory key and its latest fencing token.
+    Advisory,
+}
+
+impl Layout {
+    fn comment_prefix(self) -> &'static str {
+        match self {
+            Self::Lease => COMMENT_PREFIX,
+            Self::Advisory => ADVISORY_COMMENT_PREFIX,
+        }
+    }
+
+    fn other(self) -> Self {
+        match self {
+            Self::Lease => Self::Advisory,
+            Self::Advisory => Self::Lease,
+        }
+    }
+
+    fn mode(self) -> &'static str {
+        match self {
+            Self::Lease => "mode=lease",
+            Self::Advisory => "mode=advisory",
+        }
+    }
+}
 
 /// PostgreSQL cuts identifiers longer than this (NAMEDATALEN - 1), which
 /// could make two configured names one table.
@@ -94,29 +130,41 @@ fn quote(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
-/// The table's layout. `holders` lists the live and expired grants of the
-/// name, `waiting` the writers' marks; `kind` and `permit_limit` mean
-/// something only while a holder lives.
+/// The table's layout. In lease mode `holders` lists the live and expired
+/// grants of the name, `waiting` the writers' marks; `kind` and
+/// `permit_limit` mean something only while a holder lives. In advisory
+/// mode, a row gives a name its advisory key (`objid`, unique, so two
+/// names never share one) and keeps its latest token and, by server
+/// process id, who took which grant (for `list`).
 /// The schema is created too unless it exists: creating one needs a
 /// privilege that using one does not.
-fn create_statements(table: &TableName, schema_exists: bool) -> String {
+fn create_statements(table: &TableName, layout: Layout, schema_exists: bool) -> String {
     let name = table.quoted();
-    let comment = format!("{COMMENT_PREFIX}{SCHEMA_VERSION}");
+    let comment = format!("{}{SCHEMA_VERSION}", layout.comment_prefix());
     let schema = if schema_exists {
         String::new()
     } else {
         format!("CREATE SCHEMA IF NOT EXISTS {};", table.quoted_schema())
     };
-    format!(
-        "{schema}
-         CREATE TABLE IF NOT EXISTS {name} (
-             name bytea PRIMARY KEY,
+    let columns = match layout {
+        Layout::Lease => {
+            "name bytea PRIMARY KEY,
              kind text NOT NULL CHECK (kind IN ('exclusive', 'shared', 'semaphore')),
              permit_limit integer,
              fencing_token bigint NOT NULL,
              holders jsonb NOT NULL DEFAULT '[]',
-             waiting jsonb NOT NULL DEFAULT '[]'
-         );
+             waiting jsonb NOT NULL DEFAULT '[]'"
+        }
+        Layout::Advisory => {
+            "name bytea PRIMARY KEY,
+             objid integer NOT NULL UNIQUE CHECK (objid >= 0 AND objid % 2 = 0),
+             fencing_token bigint NOT NULL,
+             holders jsonb NOT NULL DEFAULT '{}'"
+        }
+    };
+    format!(
+        "{schema}
+         CREATE TABLE IF NOT EXISTS {name} ({columns});
          COMMENT ON TABLE {name} IS '{comment}';"
     )
 }
@@ -138,8 +186,13 @@ enum Found {
 /// [`Error::Denied`] when the role may not create what is missing;
 /// [`Error::InvalidConfig`] when a table of that name exists but was not
 /// made by distlock, or by a newer release; a backend error otherwise.
-pub(crate) async fn ensure(client: &Client, table: &TableName, timeout: Duration) -> Result<()> {
-    tokio::time::timeout(timeout, ensure_now(client, table))
+pub(crate) async fn ensure(
+    client: &Client,
+    table: &TableName,
+    layout: Layout,
+    timeout: Duration,
+) -> Result<()> {
+    tokio::time::timeout(timeout, ensure_now(client, table, layout))
         .await
         .map_err(|_| Error::Backend {
             backend: "postgres",
@@ -148,8 +201,8 @@ pub(crate) async fn ensure(client: &Client, table: &TableName, timeout: Duration
         })?
 }
 
-async fn ensure_now(client: &Client, table: &TableName) -> Result<()> {
-    if let Found::Current = inspect(client, table).await? {
+async fn ensure_now(client: &Client, table: &TableName, layout: Layout) -> Result<()> {
+    if let Found::Current = inspect(client, table, layout).await? {
         return Ok(());
     }
     let what = format!("creating the lock table {table:?}");
@@ -168,8 +221,8 @@ async fn ensure_now(client: &Client, table: &TableName) -> Result<()> {
         .await
         .map_err(|error| from_driver(&what, error))?;
     // Another process may have made it while we waited for the lock.
-    if let Found::Missing { schema_exists } = inspect(client, table).await? {
-        let statements = create_statements(table, schema_exists);
+    if let Found::Missing { schema_exists } = inspect(client, table, layout).await? {
+        let statements = create_statements(table, layout, schema_exists);
         if let Err(error) = client.batch_execute(&statements).await {
             // Only a server that ignores the advisory lock's promise
             // (another tool creating the same table) gets here.
@@ -195,7 +248,7 @@ fn is_duplicate(error: &tokio_postgres::Error) -> bool {
     )
 }
 
-async fn inspect(client: &Client, table: &TableName) -> Result<Found> {
+async fn inspect(client: &Client, table: &TableName, layout: Layout) -> Result<Found> {
     let what = format!("looking for the lock table {table:?}");
     let rows = client
         .query_typed(
@@ -221,9 +274,23 @@ async fn inspect(client: &Client, table: &TableName) -> Result<Found> {
     if !table_exists {
         return Ok(Found::Missing { schema_exists });
     }
+    let other = layout.other();
+    if comment
+        .as_deref()
+        .is_some_and(|comment| comment.starts_with(other.comment_prefix()))
+    {
+        return Err(Error::config(
+            "table",
+            format!(
+                "{table:?} is distlock's table for {}, not {}; name another with ?table=",
+                other.mode(),
+                layout.mode()
+            ),
+        ));
+    }
     let version = comment
         .as_deref()
-        .and_then(|comment| comment.strip_prefix(COMMENT_PREFIX))
+        .and_then(|comment| comment.strip_prefix(layout.comment_prefix()))
         .and_then(|version| version.parse::<u32>().ok());
     match version {
         Some(SCHEMA_VERSION) => Ok(Found::Current),
@@ -263,12 +330,18 @@ mod tests {
     #[test]
     fn an_existing_schema_is_not_created_again() {
         let table = TableName::new("s", "t").unwrap();
-        let fresh = create_statements(&table, false);
+        let fresh = create_statements(&table, Layout::Lease, false);
         assert!(
             fresh.starts_with("CREATE SCHEMA IF NOT EXISTS \"s\";"),
             "{fresh}"
         );
         assert!(fresh.contains("schema version 1"));
-        assert!(!create_statements(&table, true).contains("CREATE SCHEMA"));
+        assert!(!create_statements(&table, Layout::Lease, true).contains("CREATE SCHEMA"));
+        let advisory = create_statements(&table, Layout::Advisory, true);
+        assert!(
+            advisory.contains("objid integer NOT NULL UNIQUE"),
+            "{advisory}"
+        );
+        assert!(advisory.contains(ADVISORY_COMMENT_PREFIX), "{advisory}");
     }
 }

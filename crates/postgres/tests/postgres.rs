@@ -243,7 +243,7 @@ async fn a_held_lock_survives_its_connections_being_terminated() {
 async fn bad_url_options_are_clear_errors() {
     let base = url();
     let cases = [
-        ("mode=advisory", "not supported yet"),
+        ("mode=advisory&advisory_class=-3", "advisory_class"),
         ("mode=fastest", "lease and advisory"),
         ("table=", "table"),
         ("schema=", "schema"),

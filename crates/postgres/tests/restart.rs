@@ -1,6 +1,7 @@
 //! A server restart while a lock is held: in lease mode the lock is a row,
 //! so it outlives the restart, and the holder keeps it if extension
-//! resumes within the lease. The test starts a server of its own, since
+//! resumes within the lease; in advisory mode the lock ends with its
+//! session, and the holder hears it at once. The test starts a server of its own, since
 //! restarting the shared one would disturb the tests that run beside it.
 //! It needs `DISTLOCK_POSTGRES_BIN` (the directory of `initdb`, `pg_ctl`
 //! and `psql`, which `scripts/test` sets) and root, to run them as the
@@ -12,7 +13,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use distlock_core::{Backend, LockClient, LockName, LockOptions};
+use distlock_core::{Backend, LockClient, LockName, LockOptions, LossReason};
 use distlock_postgres::tokio_postgres::{self, NoTls};
 use distlock_postgres::{PostgresBackend, WakeUps};
 
@@ -271,4 +272,43 @@ async fn a_lock_held_across_a_server_restart_is_kept_and_tokens_keep_growing() {
         last = next.fencing_token();
         assert!(next.release().await.expect("release"));
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_advisory_lock_ends_with_a_server_restart_and_its_holder_hears_it_at_once() {
+    let server = OwnServer::start();
+    let url = format!("{}?mode=advisory", server.url());
+    let lease = Duration::from_secs(30);
+    let options = LockOptions::builder()
+        .lease(lease)
+        .build()
+        .expect("valid options");
+    let holder = LockClient::new(
+        Arc::new(PostgresBackend::open(&url).await.expect("open")),
+        options.clone(),
+    );
+    let rival = LockClient::new(
+        Arc::new(PostgresBackend::open(&url).await.expect("open")),
+        options,
+    );
+    let lock = name(&format!("restart-{:016x}", rand::random::<u64>()));
+    let guard = holder.acquire(&lock, lease).await.expect("acquire");
+    let token = guard.fencing_token();
+
+    let restarted = Instant::now();
+    tokio::task::block_in_place(|| server.restart_immediately());
+    let reason = tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("lost() fires long before the lease ends");
+    assert_eq!(reason, LossReason::Detected);
+    eprintln!("lost() {:?} after the restart began", restarted.elapsed());
+    assert!(!guard.release().await.expect("release"));
+
+    // The restart freed the lock; tokens keep growing.
+    let next = rival
+        .acquire(&lock, Duration::from_secs(20))
+        .await
+        .expect("free after the restart");
+    assert!(next.fencing_token() > token);
+    assert!(next.release().await.expect("release"));
 }

@@ -56,6 +56,11 @@ impl NameHash {
             .map(Self)
     }
 
+    /// The hash itself, for other uses of a stable hash of a name.
+    pub(crate) fn bits(self) -> u64 {
+        self.0
+    }
+
     /// The payload of this name's releases: 16 hex digits.
     pub(crate) fn payload(self) -> String {
         format!("{:016x}", self.0)

@@ -19,7 +19,7 @@ use tokio::task::AbortHandle;
 
 use crate::pool::Connections;
 
-pub(crate) use self::channel::Channels;
+pub(crate) use self::channel::{Channels, NameHash};
 use self::session::Ended;
 
 /// How long a waiter waits before it tries again, at most, while the

@@ -1,0 +1,541 @@
+//! Advisory mode: each grant is a session advisory lock on a connection of
+//! its own, pinned to the grant for its life and checked once per
+//! extension period. See the crate docs' "Advisory mode" for what callers
+//! can rely on; this module says how.
+//!
+//! - A grant's [`GrantState`] holds its [`Pinned`] session. Releasing
+//!   unlocks it and returns the session to the spares; dropping the state
+//!   closes the session, which ends the lock on the server.
+//! - A session's driver task reports the grant lost the moment its
+//!   connection ends (see [`session`]). A connection that silently stops
+//!   answering is caught by the extension check instead, which core's
+//!   keeper gives up on after the lease minus its safety margin; the
+//!   server ends that session after a lease of silence, through the
+//!   `idle_session_timeout` each holding session is given.
+//! - Writers are not starved: a waiting writer holds its name's intent key
+//!   shared on its waiting session, and readers do not try while any
+//!   intent is held (see [`statements`]).
+
+mod keys;
+mod pooler;
+mod session;
+mod statements;
+
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use distlock_core::{
+    AcquireRequest, Attempt, Backend, Capabilities, Claim, Error, GrantState, Lease, LeaseId,
+    LockInfo, LockKind, LockName, ReleaseWatch, Result, WaitState,
+};
+use tokio::time::Instant;
+use tokio_postgres::types::Type;
+use tokio_postgres::{Client, Row};
+
+use self::keys::Key;
+use self::session::{Session, Spares};
+use self::statements::Statements;
+use crate::backend::ADMIN_TIMEOUT;
+use crate::config::PostgresConfig;
+use crate::error::from_driver;
+use crate::pool::Connections;
+use crate::rows::{self, get, holder_json};
+use crate::wake::{Channels, Listener, WakeUps};
+
+/// How long a waiter waits at most before trying again: a holder whose
+/// session ends without a release (a dead process, a session the server
+/// timed out) frees the lock without a notification.
+const SILENT_END_POLL: Duration = Duration::from_secs(1);
+
+/// The oldest server with `idle_session_timeout`.
+const MIN_SERVER_VERSION: i32 = 140_000;
+
+/// Checks that the server can end the sessions of holders that stopped
+/// checking them: `idle_session_timeout` came with PostgreSQL 14.
+///
+/// # Errors
+/// [`Error::InvalidConfig`] for an older server; a backend error.
+///
+/// # Cancel safety
+/// Cancel safe: it only reads.
+pub(crate) async fn check_server(client: &Client, timeout: Duration) -> Result<()> {
+    let what = "reading the server's version";
+    let rows = tokio::time::timeout(
+        timeout,
+        client.query_typed("SELECT current_setting('server_version_num')::integer", &[]),
+    )
+    .await
+    .map_err(|_| Error::Backend {
+        backend: "postgres",
+        message: format!("{what}: no answer within {timeout:?}"),
+        source: None,
+    })?
+    .map_err(|error| from_driver(what, error))?;
+    let version: i32 = match rows.first() {
+        Some(row) => get(row, 0, what)?,
+        None => 0,
+    };
+    if version < MIN_SERVER_VERSION {
+        return Err(Error::config(
+            "mode",
+            format!(
+                "mode=advisory needs PostgreSQL 14 or later (idle_session_timeout), \
+                 the server is version {version}; use mode=lease"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// What a grant keeps: its session, and what identifies the grant on it.
+struct Pinned {
+    id: LeaseId,
+    key: Key,
+    shared: bool,
+    /// The server process of the session, as the grant found it: an
+    /// extension that answers from another one (a pooler between us and
+    /// the server) does not hold the lock.
+    pid: i32,
+    /// Taken out by the release.
+    session: Mutex<Option<Arc<Session>>>,
+}
+
+impl Pinned {
+    /// The grant's session, unless released; `None` also for another
+    /// identity's lease.
+    fn session(&self, lease: &Lease) -> Option<Arc<Session>> {
+        (self.id == lease.id)
+            .then(|| {
+                self.session
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .clone()
+            })
+            .flatten()
+    }
+
+    fn take_session(&self, lease: &Lease) -> Option<Arc<Session>> {
+        (self.id == lease.id)
+            .then(|| {
+                self.session
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .take()
+            })
+            .flatten()
+    }
+}
+
+/// A waiting writer's session, which holds the name's intent key shared
+/// until the writer is granted or stops waiting.
+struct WaitingWriter {
+    session: Session,
+    objid: i32,
+}
+
+/// What one attempt's statement answered.
+struct Answer {
+    objid: i32,
+    granted: bool,
+    token: Option<i64>,
+    pid: i32,
+}
+
+impl Answer {
+    fn read(row: &Row, what: &str) -> Result<Self> {
+        Ok(Self {
+            objid: get(row, 0, what)?,
+            granted: get(row, 1, what)?,
+            token: get(row, 2, what)?,
+            pid: get(row, 4, what)?,
+        })
+    }
+}
+
+/// Locks kept as session advisory locks, one pinned session per grant.
+pub(crate) struct AdvisoryMode {
+    class: i32,
+    spares: Spares,
+    /// Pooled connections, for statements that hold nothing: listing and
+    /// forced releases.
+    connections: Connections,
+    statements: Statements,
+    channels: Channels,
+    /// Hears releases for this backend's waiters; stops when dropped.
+    listener: Listener,
+}
+
+impl fmt::Debug for AdvisoryMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AdvisoryMode")
+            .field("class", &self.class)
+            .field("wake_ups", &self.listener.state())
+            .finish_non_exhaustive()
+    }
+}
+
+impl AdvisoryMode {
+    /// Advisory mode as `config` describes it, once its URL proved to
+    /// reach the server itself, within [`ADMIN_TIMEOUT`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] behind a transaction pooler; a backend
+    /// error.
+    ///
+    /// # Cancel safety
+    /// Dropping the future leaves nothing held.
+    pub(crate) async fn open(
+        config: &PostgresConfig,
+        connections: Connections,
+        channels: Channels,
+        listener: Listener,
+    ) -> Result<Self> {
+        let spares = Spares::new(config.driver.clone());
+        pooler::refuse_transaction_pooling(&spares, config.advisory_class, ADMIN_TIMEOUT).await?;
+        Ok(Self {
+            class: config.advisory_class,
+            spares,
+            connections,
+            statements: Statements::new(&config.table),
+            channels,
+            listener,
+        })
+    }
+
+    pub(crate) fn wake_ups(&self) -> WakeUps {
+        self.listener.state()
+    }
+
+    /// Runs one attempt's statement on `session`, giving the name its key
+    /// first if it has none, all before `deadline`.
+    async fn ask(
+        &self,
+        request: &AcquireRequest,
+        session: &Session,
+        shared: bool,
+        had_intent: bool,
+        deadline: Instant,
+    ) -> Result<Answer> {
+        let what = format!("acquiring {}", request.name);
+        let name = request.name.as_str().as_bytes();
+        let idle_ms = request
+            .lease
+            .as_millis()
+            .clamp(1, i32::MAX as u128)
+            .to_string();
+        let holder = holder_json(&request.holder);
+        let will_wait = !shared && request.retries;
+        // Twice at most: the second time, the name has its key.
+        for _ in 0..2 {
+            let rows = session
+                .query(
+                    &what,
+                    self.statements.acquire(shared),
+                    &[
+                        (&self.class, Type::INT4),
+                        (&name, Type::BYTEA),
+                        (&idle_ms, Type::TEXT),
+                        (&holder, Type::TEXT),
+                        (&had_intent, Type::BOOL),
+                        (&will_wait, Type::BOOL),
+                    ],
+                    left(deadline),
+                )
+                .await?;
+            if let Some(row) = rows.first() {
+                return Answer::read(row, &what);
+            }
+            keys::allocate(
+                session,
+                &self.statements.insert_key,
+                &request.name,
+                left(deadline),
+            )
+            .await?;
+        }
+        Err(Error::Backend {
+            backend: "postgres",
+            message: format!("{what}: the name's key was deleted while it was being given"),
+            source: None,
+        })
+    }
+
+    /// One attempt, start to end: a session, the statement, and what
+    /// becomes of the session (pinned to the grant, kept by a waiting
+    /// writer, or back to the spares).
+    async fn attempt(
+        &self,
+        request: &AcquireRequest,
+        shared: bool,
+        wait: &mut WaitState,
+        deadline: Instant,
+    ) -> Result<Attempt> {
+        // A waiting writer asks again on the session holding its intent.
+        let (session, had_intent) = match wait.take::<WaitingWriter>() {
+            Some(waiting) if !waiting.session.is_closed() => (waiting.session, true),
+            _ => (self.spares.take(left(deadline)).await?, false),
+        };
+        let answer = self
+            .ask(request, &session, shared, had_intent, deadline)
+            .await?;
+        let what = format!("acquiring {}", request.name);
+        if answer.granted {
+            let token = answer.token.ok_or_else(|| Error::Backend {
+                backend: "postgres",
+                message: format!("{what}: granted without a token"),
+                source: None,
+            })?;
+            if session.is_closed() {
+                // It ended after answering: the lock went with it.
+                return Err(Error::Backend {
+                    backend: "postgres",
+                    message: format!("{what}: the session ended as the lock was granted"),
+                    source: None,
+                });
+            }
+            // Should it end between the check and the pin, unheard, the
+            // next extension finds it closed and refuses.
+            session.pin(request.loss.clone());
+            let pinned = Pinned {
+                id: request.lease_id,
+                key: Key {
+                    class: self.class,
+                    objid: answer.objid,
+                },
+                shared,
+                pid: answer.pid,
+                session: Mutex::new(Some(Arc::new(session))),
+            };
+            return Ok(Attempt::Acquired {
+                fencing_token: rows::token(token, &what)?,
+                state: GrantState::new(pinned),
+            });
+        }
+        if !shared && request.retries {
+            wait.set(WaitingWriter {
+                session,
+                objid: answer.objid,
+            });
+        } else {
+            self.spares.put(session);
+        }
+        // A release wakes waiters; a holder whose session ended unreleased
+        // does not, nor does a writer's intent that ended with its session.
+        // A waiting writer also keeps its session's idle timer, a lease,
+        // from running out.
+        Ok(Attempt::Held {
+            retry_after: Some(SILENT_END_POLL.min(request.lease / 2)),
+        })
+    }
+}
+
+/// The time left until `deadline`.
+fn left(deadline: Instant) -> Duration {
+    deadline.saturating_duration_since(Instant::now())
+}
+
+#[async_trait]
+impl Backend for AdvisoryMode {
+    fn capabilities(&self) -> Capabilities {
+        // Not process-bound: a holder cut off from the server must give
+        // the lock up before the server ends its session (after a lease
+        // of silence), so core's keeper checks each grant's session once
+        // per extension period. No hand-overs: a lock passes between a
+        // client's tasks by a release and a new grant.
+        Capabilities::lease_based()
+            .with_release_wakeups(self.listener.state() != WakeUps::Unavailable)
+            .with_shared(true)
+    }
+
+    async fn try_acquire(&self, request: &AcquireRequest, wait: &mut WaitState) -> Result<Attempt> {
+        let shared = match request.claim {
+            Claim::Exclusive => false,
+            Claim::Shared => true,
+            Claim::Permit { .. } => {
+                return Err(Error::Unsupported(
+                    "PostgreSQL's mode=advisory has no semaphores; mode=lease (the default) has"
+                        .into(),
+                ));
+            }
+        };
+        let deadline = Instant::now() + request.operation_timeout;
+        // Everything the attempt opened is dropped with it, and a dropped
+        // session ends whatever lock it took.
+        tokio::time::timeout_at(deadline, self.attempt(request, shared, wait, deadline))
+            .await
+            .map_err(|_| Error::Backend {
+                backend: "postgres",
+                message: format!(
+                    "acquiring {}: no answer within {:?}",
+                    request.name, request.operation_timeout
+                ),
+                source: None,
+            })?
+    }
+
+    async fn end_wait(&self, request: &AcquireRequest, mut wait: WaitState) -> Result<()> {
+        let Some(waiting) = wait.take::<WaitingWriter>() else {
+            return Ok(());
+        };
+        let (channel, payload) = self.channels.announce(&request.name);
+        waiting
+            .session
+            .query(
+                &format!("ending a wait for {}", request.name),
+                &self.statements.end_wait,
+                &[
+                    (&self.class, Type::INT4),
+                    (&waiting.objid, Type::INT4),
+                    (&channel, Type::TEXT),
+                    (&payload, Type::TEXT),
+                ],
+                request.operation_timeout,
+            )
+            .await?;
+        self.spares.put(waiting.session);
+        Ok(())
+    }
+
+    async fn extend(&self, lease: &Lease) -> Result<bool> {
+        let Some(pinned) = lease.state.get::<Pinned>() else {
+            return Ok(false);
+        };
+        let Some(session) = pinned.session(lease) else {
+            return Ok(false);
+        };
+        if session.is_closed() {
+            return Ok(false);
+        }
+        let checked = session
+            .query(
+                &format!("checking {}", lease.name),
+                &self.statements.check,
+                &[],
+                lease.operation_timeout,
+            )
+            .await;
+        match checked {
+            Ok(rows) => match rows.first() {
+                Some(row) => Ok(get::<i32>(row, 0, "checking a session")? == pinned.pid),
+                None => Ok(false),
+            },
+            Err(_) if session.is_closed() => Ok(false),
+            Err(error) => Err(error),
+        }
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        let Some(pinned) = lease.state.get::<Pinned>() else {
+            return Ok(false);
+        };
+        let Some(session) = pinned.take_session(lease) else {
+            return Ok(false);
+        };
+        // Released on purpose: the connection's end is no loss any more.
+        session.unpin();
+        if session.is_closed() {
+            return Ok(false);
+        }
+        let (channel, payload) = self.channels.announce(&lease.name);
+        let released = session
+            .query(
+                &format!("releasing {}", lease.name),
+                self.statements.release(pinned.shared),
+                &[
+                    (&pinned.key.class, Type::INT4),
+                    (&pinned.key.objid, Type::INT4),
+                    (&channel, Type::TEXT),
+                    (&payload, Type::TEXT),
+                ],
+                lease.operation_timeout,
+            )
+            .await;
+        let rows = match released {
+            Ok(rows) => rows,
+            // The lock ended with the session.
+            Err(_) if session.is_closed() => return Ok(false),
+            // Dropping the session closes it, which ends the lock.
+            Err(error) => return Err(error),
+        };
+        let held = match rows.first() {
+            Some(row) => get::<bool>(row, 0, "releasing")?,
+            None => false,
+        };
+        if let Ok(session) = Arc::try_unwrap(session) {
+            self.spares.put(session);
+        }
+        Ok(held)
+    }
+
+    async fn list(&self) -> Result<Vec<LockInfo>> {
+        let rows = self
+            .connections
+            .query(
+                "listing locks",
+                &self.statements.list,
+                &[(&self.class, Type::INT4)],
+                ADMIN_TIMEOUT,
+            )
+            .await?;
+        rows.iter().map(lock_info).collect()
+    }
+
+    async fn force_release(&self, name: &LockName) -> Result<bool> {
+        let bytes = name.as_str().as_bytes();
+        let (channel, payload) = self.channels.announce(name);
+        let what = format!("force-releasing {name}");
+        let rows = self
+            .connections
+            .query(
+                &what,
+                &self.statements.force_release,
+                &[
+                    (&self.class, Type::INT4),
+                    (&bytes, Type::BYTEA),
+                    (&channel, Type::TEXT),
+                    (&payload, Type::TEXT),
+                ],
+                ADMIN_TIMEOUT,
+            )
+            .await?;
+        let ended: i32 = match rows.first() {
+            Some(row) => get(row, 0, &what)?,
+            None => 0,
+        };
+        Ok(ended > 0)
+    }
+
+    fn watch_releases(&self, name: &LockName) -> Option<ReleaseWatch> {
+        self.listener.watch(name)
+    }
+}
+
+/// Reads a row of the list statement.
+fn lock_info(row: &Row) -> Result<LockInfo> {
+    let what = "a listed lock";
+    let raw: &[u8] = get(row, 0, what)?;
+    let text = std::str::from_utf8(raw).map_err(|_| Error::InvalidData {
+        what: what.into(),
+        field: "name".into(),
+        reason: "not UTF-8".into(),
+    })?;
+    let name = LockName::new(text)?;
+    let mode: String = get(row, 1, what)?;
+    let token: Option<i64> = get(row, 2, what)?;
+    let holder: Option<String> = get(row, 3, what)?;
+    Ok(LockInfo {
+        kind: if mode == "ShareLock" {
+            LockKind::Shared
+        } else {
+            LockKind::Exclusive
+        },
+        permits: None,
+        holder: holder.and_then(|json| serde_json::from_str(&json).ok()),
+        fencing_token: token.map(|token| rows::token(token, what)).transpose()?,
+        // It lasts as long as the holder's session.
+        expires_in: None,
+        name,
+    })
+}

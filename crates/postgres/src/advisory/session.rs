@@ -1,0 +1,239 @@
+//! Dedicated connections for advisory mode: each one is a server session
+//! that can hold session advisory locks, opened outside the pool, and
+//! watched so that its end is known at once.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use distlock_core::{Error, LossReporter, Result};
+use tokio_postgres::{Client, NoTls, Row};
+
+use crate::error::from_driver;
+use crate::pool::Params;
+
+/// How many idle sessions a backend keeps for its next attempts; more are
+/// closed. Opening one costs a connection and an authentication.
+const MAX_SPARES: usize = 8;
+
+/// One server session of our own, with its driver task.
+///
+/// Dropped, it closes its connection, and the server ends every advisory
+/// lock the session held.
+pub(crate) struct Session {
+    client: Client,
+    watch: Arc<Watch>,
+}
+
+/// What the driver task reports to when the connection ends.
+#[derive(Default)]
+struct Watch {
+    /// The grant that lives on this session, while one does.
+    reporter: Mutex<Option<LossReporter>>,
+}
+
+impl Watch {
+    fn set(&self, reporter: Option<LossReporter>) {
+        *self.reporter.lock().unwrap_or_else(PoisonError::into_inner) = reporter;
+    }
+
+    fn take(&self) -> Option<LossReporter> {
+        self.reporter
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+}
+
+impl Session {
+    /// Opens a session with `config` within `timeout`.
+    ///
+    /// # Errors
+    /// As [`from_driver`], or a backend error when the server does not
+    /// answer in time.
+    ///
+    /// # Cancel safety
+    /// Dropping the future leaves nothing open.
+    async fn open(config: &tokio_postgres::Config, timeout: Duration) -> Result<Self> {
+        let what = "opening a session for advisory locks";
+        let (client, connection) = within(what, timeout, config.connect(NoTls))
+            .await?
+            .map_err(|error| from_driver(what, error))?;
+        let watch = Arc::new(Watch::default());
+        let ended = watch.clone();
+        tokio::spawn(async move {
+            // Ends when the server closes the connection (terminated,
+            // restarted, timed out), the network fails, or `client` is
+            // dropped; only the first two leave a reporter set.
+            let _ = connection.await;
+            if let Some(reporter) = ended.take() {
+                reporter.report();
+            }
+        });
+        Ok(Self { client, watch })
+    }
+
+    /// From now on, the end of this connection reports `reporter`'s grant
+    /// lost.
+    pub(crate) fn pin(&self, reporter: LossReporter) {
+        self.watch.set(Some(reporter));
+    }
+
+    /// The end of this connection no longer concerns any grant.
+    pub(crate) fn unpin(&self) {
+        self.watch.set(None);
+    }
+
+    /// Whether the connection has ended, and every lock on it with it.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.client.is_closed()
+    }
+
+    /// Runs `sql` with `params`, waiting at most `timeout` for the answer.
+    ///
+    /// # Errors
+    /// A backend error, or [`Error::Denied`]; `what` says what was being
+    /// done.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the statement running; its answer
+    /// then comes before the answer to the session's next statement.
+    pub(crate) async fn query(
+        &self,
+        what: &str,
+        sql: &str,
+        params: &Params<'_>,
+        timeout: Duration,
+    ) -> Result<Vec<Row>> {
+        within(what, timeout, self.client.query_typed(sql, params))
+            .await?
+            .map_err(|error| from_driver(what, error))
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        // Closed on purpose: nothing was lost.
+        self.unpin();
+    }
+}
+
+/// `future`'s output, or a backend error once `timeout` passed.
+async fn within<T>(
+    what: &str,
+    timeout: Duration,
+    future: impl std::future::Future<Output = T>,
+) -> Result<T> {
+    tokio::time::timeout(timeout, future)
+        .await
+        .map_err(|_| Error::Backend {
+            backend: "postgres",
+            message: format!("{what}: no answer within {timeout:?}"),
+            source: None,
+        })
+}
+
+/// How long a background refill of the spares may take to connect.
+const REFILL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Idle sessions kept for the next attempts, and how to open more.
+///
+/// One spare is kept ready in the background: opening a session costs a
+/// connection and an authentication (SCRAM's key derivation is slow in
+/// unoptimized builds), which an attempt would otherwise pay within its
+/// operation timeout.
+#[derive(Clone)]
+pub(crate) struct Spares {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: tokio_postgres::Config,
+    idle: Mutex<Vec<Session>>,
+    /// Whether a background open is under way.
+    refilling: AtomicBool,
+}
+
+impl Spares {
+    /// Spares that connect with `config`; the first opens at once, in the
+    /// background.
+    pub(crate) fn new(config: tokio_postgres::Config) -> Self {
+        let spares = Self {
+            inner: Arc::new(Inner {
+                config,
+                idle: Mutex::new(Vec::new()),
+                refilling: AtomicBool::new(false),
+            }),
+        };
+        spares.refill();
+        spares
+    }
+
+    /// An idle session that is still open, or a new one.
+    ///
+    /// # Errors
+    /// As [`Session::open`].
+    ///
+    /// # Cancel safety
+    /// Dropping the future closes the session it was getting.
+    pub(crate) async fn take(&self, timeout: Duration) -> Result<Session> {
+        loop {
+            let (idle, now_empty) = {
+                let mut idle = self
+                    .inner
+                    .idle
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                let session = idle.pop();
+                (session, idle.is_empty())
+            };
+            if now_empty {
+                self.refill();
+            }
+            match idle {
+                Some(session) if !session.is_closed() => return Ok(session),
+                Some(_closed) => continue,
+                None => return Session::open(&self.inner.config, timeout).await,
+            }
+        }
+    }
+
+    /// Keeps `session` for a later attempt. Only a session that holds no
+    /// lock, has no statement in flight and has no idle timeout set may
+    /// come back.
+    pub(crate) fn put(&self, session: Session) {
+        if session.is_closed() {
+            return;
+        }
+        let mut idle = self
+            .inner
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if idle.len() < MAX_SPARES {
+            session.unpin();
+            idle.push(session);
+        }
+    }
+
+    /// Opens one spare in the background, unless one is being opened.
+    fn refill(&self) {
+        if self.inner.refilling.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        // Weak: a refill must not keep a dropped backend's spares alive.
+        let inner = Arc::downgrade(&self.inner);
+        let config = self.inner.config.clone();
+        tokio::spawn(async move {
+            let opened = Session::open(&config, REFILL_TIMEOUT).await;
+            let Some(inner) = inner.upgrade() else {
+                return;
+            };
+            inner.refilling.store(false, Ordering::Release);
+            match opened {
+                Ok(session) => Self { inner }.put(session),
+                Err(error) => tracing::debug!(%error, "could not open a spare session"),
+            }
+        });
+    }
+}

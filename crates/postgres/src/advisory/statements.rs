@@ -1,0 +1,228 @@
+//! The SQL of advisory mode, built once per table.
+//!
+//! Locks are session advisory locks on the two-`int4` key
+//! `(class, objid)`; the table gives each name its `objid` and keeps its
+//! latest fencing token, and, under the server process id of each grant's
+//! session, that grant's token and holder (for `list`). Only the table's
+//! quoted name is put into the text; every value goes as a bind parameter.
+
+use crate::statements::CLOCK;
+use crate::table::TableName;
+
+/// The most holder entries a name's row keeps: entries of sessions that
+/// ended pile up while readers come and go, until a writer's grant resets
+/// them.
+const MAX_HOLDER_ENTRIES: u32 = 1000;
+
+/// The `pg_locks` rows of our class's two-`int4` advisory locks in this
+/// database, as `p`, with the class as `$1`.
+const OURS: &str = "p.locktype = 'advisory'
+    AND p.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+    AND p.classid = $1::oid AND p.objsubid = 2";
+
+/// Every statement of advisory mode, for one table.
+#[derive(Debug)]
+pub(crate) struct Statements {
+    acquire_exclusive: String,
+    acquire_shared: String,
+    /// Gives a name its `objid` unless it has one: `$1` name, `$2` objid.
+    pub(crate) insert_key: String,
+    pub(crate) release_exclusive: String,
+    pub(crate) release_shared: String,
+    /// Checks the session: answers its server process id.
+    pub(crate) check: String,
+    pub(crate) end_wait: String,
+    pub(crate) force_release: String,
+    pub(crate) list: String,
+}
+
+impl Statements {
+    pub(crate) fn new(table: &TableName) -> Self {
+        let t = table.quoted();
+        Self {
+            acquire_exclusive: acquire(t, false),
+            acquire_shared: acquire(t, true),
+            insert_key: format!(
+                "INSERT INTO {t} (name, objid, fencing_token) VALUES ($1, $2, 0)
+                 ON CONFLICT (name) DO NOTHING"
+            ),
+            release_exclusive: release("pg_advisory_unlock"),
+            release_shared: release("pg_advisory_unlock_shared"),
+            check: "SELECT pg_backend_pid()".to_owned(),
+            end_wait: "SELECT pg_advisory_unlock_shared($1, $2 + 1),
+                              set_config('idle_session_timeout', '0', false),
+                              pg_notify($3, $4)"
+                .to_owned(),
+            force_release: force_release(t),
+            list: list(t),
+        }
+    }
+
+    pub(crate) fn acquire(&self, shared: bool) -> &str {
+        if shared {
+            &self.acquire_shared
+        } else {
+            &self.acquire_exclusive
+        }
+    }
+
+    pub(crate) fn release(&self, shared: bool) -> &str {
+        if shared {
+            &self.release_shared
+        } else {
+            &self.release_exclusive
+        }
+    }
+}
+
+/// One attempt, as one statement on the session that is to hold the lock:
+/// the name's key is read from the table, the lock tried without waiting,
+/// and, only when granted, the name's token bumped to
+/// `greatest(previous + 1, the server's clock in µs)` and this grant
+/// recorded under the session's process id.
+///
+/// A reader first looks for waiting writers' intent (`objid + 1`, held
+/// shared by each waiting writer) and does not try while one waits. A
+/// writer that will wait (`$6`) takes the intent when not granted, unless
+/// it holds it already (`$5`), and gives it up when granted.
+///
+/// The session gets an idle timeout of `$3` ms while it holds the lock or
+/// an intent, so that the server ends a session whose holder stopped
+/// checking it; a session going back to the spares gets none.
+///
+/// `$1` class, `$2` name, `$3` idle timeout, `$4` holder as JSON text,
+/// `$5` holds the intent, `$6` waits as a writer. No row when the name has
+/// no key yet; otherwise its `objid`, whether granted, the token, whether
+/// a writer waits (for readers), and the session's process id.
+fn acquire(t: &str, shared: bool) -> String {
+    let token = "greatest(t.fencing_token + 1, c.now_us)";
+    let entry = format!(
+        "jsonb_build_object(pg_backend_pid()::text,
+             jsonb_build_object('token', {token}, 'holder', $4::text::jsonb))"
+    );
+    let (tried, holders) = if shared {
+        (
+            format!(
+                "w AS MATERIALIZED (
+                     SELECT k.objid, EXISTS (
+                         SELECT FROM pg_locks AS p
+                         WHERE {OURS} AND p.objid = (k.objid + 1)::oid AND p.granted
+                     ) AS writer_waits
+                     FROM k
+                 ), l AS MATERIALIZED (
+                     SELECT w.objid, w.writer_waits,
+                            CASE WHEN w.writer_waits THEN false
+                                 ELSE pg_try_advisory_lock_shared($1, w.objid) END AS granted
+                     FROM w
+                 )"
+            ),
+            format!(
+                "CASE WHEN (SELECT count(*) FROM jsonb_object_keys(t.holders)) >= {MAX_HOLDER_ENTRIES}
+                      THEN '{{}}'::jsonb ELSE t.holders END || {entry}"
+            ),
+        )
+    } else {
+        // The writer's own grant is the only one: earlier entries are of
+        // sessions that no longer hold the name.
+        (
+            "l AS MATERIALIZED (
+                 SELECT k.objid, false AS writer_waits,
+                        pg_try_advisory_lock($1, k.objid) AS granted
+                 FROM k
+             )"
+            .to_owned(),
+            entry.clone(),
+        )
+    };
+    format!(
+        "WITH k AS (SELECT objid FROM {t} WHERE name = $2),
+         {tried},
+         bumped AS (
+             UPDATE {t} AS t SET fencing_token = {token}, holders = {holders}
+             FROM l, {CLOCK}
+             WHERE t.name = $2 AND l.granted
+             RETURNING t.fencing_token
+         )
+         SELECT l.objid, l.granted, (SELECT fencing_token FROM bumped), l.writer_waits,
+                pg_backend_pid(),
+                CASE WHEN l.granted AND $5 THEN pg_advisory_unlock_shared($1, l.objid + 1)
+                     WHEN NOT l.granted AND $6 AND NOT $5
+                         THEN pg_try_advisory_lock_shared($1, l.objid + 1)
+                END,
+                set_config('idle_session_timeout',
+                           CASE WHEN l.granted OR $6 THEN $3 ELSE '0' END, false)
+         FROM l"
+    )
+}
+
+/// Unlocks `($1, $2)` with `unlock`, takes the idle timeout off, and
+/// announces the release on channel `$3` with payload `$4` (sent at
+/// commit, so after the unlock). Answers whether the lock was held.
+fn release(unlock: &str) -> String {
+    format!(
+        "SELECT {unlock}($1, $2), set_config('idle_session_timeout', '0', false),
+                pg_notify($3, $4)"
+    )
+}
+
+/// Terminates every session holding `$2`'s key in class `$1`, waiting up
+/// to 2 s for each to end, and announces it on `$3` with payload `$4`.
+/// Answers how many ended.
+fn force_release(t: &str) -> String {
+    format!(
+        "WITH k AS (SELECT objid FROM {t} WHERE name = $2),
+         ended AS MATERIALIZED (
+             SELECT pg_terminate_backend(p.pid, 2000) AS done
+             FROM pg_locks AS p JOIN k ON p.objid = k.objid::oid
+             WHERE {OURS} AND p.granted
+         )
+         SELECT (count(*) FILTER (WHERE done))::integer, pg_notify($3, $4) FROM ended"
+    )
+}
+
+/// Every holder of a name's key in class `$1`: name, lock mode, and the
+/// grant's token and holder as JSON text where its session recorded them.
+fn list(t: &str) -> String {
+    format!(
+        "SELECT t.name, p.mode, (t.holders -> p.pid::text ->> 'token')::bigint,
+                (t.holders -> p.pid::text -> 'holder')::text
+         FROM pg_locks AS p JOIN {t} AS t ON p.objid = t.objid::oid
+         WHERE {OURS} AND p.granted
+         ORDER BY t.name, p.pid"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_quoted_table_name_is_interpolated() {
+        let table = TableName::new("s", "a \"b\"; --").unwrap();
+        let statements = Statements::new(&table);
+        for sql in [
+            statements.acquire(false),
+            statements.acquire(true),
+            &statements.insert_key,
+            &statements.force_release,
+            &statements.list,
+        ] {
+            assert!(sql.contains(r#""s"."a ""b""; --""#), "{sql}");
+        }
+    }
+
+    #[test]
+    fn readers_look_for_waiting_writers_and_writers_do_not() {
+        let statements = Statements::new(&TableName::new("s", "t").unwrap());
+        assert!(statements.acquire(true).contains("writer_waits THEN false"));
+        assert!(!statements.acquire(false).contains("pg_locks"));
+        for sql in [
+            statements.release(false),
+            statements.release(true),
+            &statements.end_wait,
+            &statements.force_release,
+        ] {
+            assert!(sql.contains("pg_notify("), "{sql}");
+        }
+    }
+}

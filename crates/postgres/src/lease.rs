@@ -1,0 +1,358 @@
+//! Lease mode: each decision is one statement on one lock row.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use distlock_core::{
+    AcquireRequest, Attempt, Backend, Capabilities, Claim, GrantState, HandOver, Lease, LockInfo,
+    LockName, ReleaseWatch, Result, WaitState,
+};
+use tokio_postgres::types::Type;
+
+use crate::backend::ADMIN_TIMEOUT;
+use crate::error::copy;
+use crate::mark::WriterMark;
+use crate::pool::Connections;
+use crate::rows::{self, HeldBy, get, holder_json, micros};
+use crate::statements::{Asked, Statements};
+use crate::table::TableName;
+use crate::wake::{Channels, Listener, POLL_WHILE_RECONNECTING, WakeUps};
+
+/// The most leases one bulk extension carries: one statement extends them
+/// all, and this bounds its size.
+const EXTEND_MANY_LIMIT: usize = 10_000;
+
+/// Locks kept as rows of one PostgreSQL table, judged by the server's
+/// clock. See the [crate documentation](crate) for the table and the
+/// guarantees.
+pub(crate) struct LeaseMode {
+    connections: Connections,
+    statements: Statements,
+    channels: Channels,
+    /// Hears releases for this backend's waiters; stops when dropped.
+    listener: Listener,
+}
+
+impl fmt::Debug for LeaseMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaseMode")
+            .field("wake_ups", &self.listener.state())
+            .finish_non_exhaustive()
+    }
+}
+
+impl LeaseMode {
+    /// Lease mode on `table`, whose releases `listener` hears.
+    pub(crate) fn new(
+        connections: Connections,
+        table: &TableName,
+        channels: Channels,
+        listener: Listener,
+    ) -> Self {
+        Self {
+            connections,
+            statements: Statements::new(table),
+            channels,
+            listener,
+        }
+    }
+
+    pub(crate) fn wake_ups(&self) -> WakeUps {
+        self.listener.state()
+    }
+
+    /// Why an attempt that was not granted found `request.name` held; a
+    /// waiting writer's mark is added or refreshed on the way.
+    async fn why_held(
+        &self,
+        request: &AcquireRequest,
+        mark: Option<&WriterMark>,
+        wait: &mut WaitState,
+    ) -> Result<Attempt> {
+        let name = request.name.as_str().as_bytes();
+        let mark_id = mark.map(WriterMark::as_str);
+        let lease_us = micros(request.lease);
+        let rows = self
+            .connections
+            .query(
+                &format!("acquiring {}", request.name),
+                &self.statements.held,
+                &[
+                    (&name, Type::BYTEA),
+                    (&mark_id, Type::TEXT),
+                    (&lease_us, Type::INT8),
+                ],
+                request.operation_timeout,
+            )
+            .await?;
+        let Some(row) = rows.first() else {
+            // The row went between the two statements: nothing holds it.
+            wait.take::<WriterMark>();
+            return Ok(Attempt::Held {
+                retry_after: Some(Duration::ZERO),
+            });
+        };
+        let held = HeldBy::read(row, &request.name)?;
+        if !held.marked {
+            wait.take::<WriterMark>();
+        }
+        if let Some(claim) = held.claim
+            && !request.claim.same_family(claim)
+        {
+            return Err(request.claim.conflict(&request.name, claim));
+        }
+        // A release wakes a waiter; without one, the name comes free when
+        // the first holder's lease ends, or, for a reader kept out by
+        // writers' marks alone, when the first mark does. Nothing left
+        // between the two statements: try again now.
+        let mut retry_after = held
+            .first_expiry
+            .or(held.first_mark_expiry)
+            .unwrap_or(Duration::ZERO);
+        if held.marked {
+            // The mark lasts a lease from this attempt: try again well
+            // within it, so that it does not lapse while we wait.
+            retry_after = retry_after.min(request.lease / 2);
+        }
+        if self.listener.state() == WakeUps::Reconnecting {
+            // Releases go unheard until the listening connection is back.
+            retry_after = retry_after.min(POLL_WHILE_RECONNECTING);
+        }
+        Ok(Attempt::Held {
+            retry_after: Some(retry_after),
+        })
+    }
+}
+
+#[async_trait]
+impl Backend for LeaseMode {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::lease_based()
+            // Off only once notifications proved not to arrive; until they
+            // are shown to, `watch_releases` answers `None` and waits poll.
+            .with_release_wakeups(self.listener.state() != WakeUps::Unavailable)
+            .with_hand_over(true)
+            .with_shared(true)
+            .with_semaphores(true)
+    }
+
+    async fn try_acquire(&self, request: &AcquireRequest, wait: &mut WaitState) -> Result<Attempt> {
+        let asked = match request.claim {
+            Claim::Exclusive => Asked::Exclusive,
+            Claim::Shared => Asked::Shared,
+            Claim::Permit { .. } => Asked::Permit,
+        };
+        let mark = (asked == Asked::Exclusive && request.retries)
+            .then(|| wait.take::<WriterMark>().unwrap_or_else(WriterMark::new));
+        if let Some(mark) = &mark {
+            // Should the reply be lost, the mark may be stored: the wait's
+            // end removes it.
+            wait.set(mark.clone());
+        }
+        let name = request.name.as_str().as_bytes();
+        let id = request.lease_id.to_string();
+        let kind = asked.kind();
+        let limit = request
+            .claim
+            .limit()
+            .map(|limit| i32::try_from(limit).unwrap_or(i32::MAX));
+        let lease_us = micros(request.lease);
+        let holder = holder_json(&request.holder);
+        let mark_id = mark.as_ref().map(WriterMark::as_str);
+        let what = format!("acquiring {}", request.name);
+        let rows = self
+            .connections
+            .query(
+                &what,
+                self.statements.acquire(asked),
+                &[
+                    (&name, Type::BYTEA),
+                    (&id, Type::TEXT),
+                    (&kind, Type::TEXT),
+                    (&limit, Type::INT4),
+                    (&lease_us, Type::INT8),
+                    (&holder, Type::TEXT),
+                    (&mark_id, Type::TEXT),
+                ],
+                request.operation_timeout,
+            )
+            .await?;
+        match rows.first() {
+            Some(row) => {
+                // Our mark, if any, went with the grant.
+                wait.take::<WriterMark>();
+                Ok(Attempt::Acquired {
+                    fencing_token: rows::token(get(row, 0, &what)?, &what)?,
+                    state: GrantState::none(),
+                })
+            }
+            None => self.why_held(request, mark.as_ref(), wait).await,
+        }
+    }
+
+    async fn end_wait(&self, request: &AcquireRequest, mut wait: WaitState) -> Result<()> {
+        let Some(mark) = wait.take::<WriterMark>() else {
+            return Ok(());
+        };
+        let name = request.name.as_str().as_bytes();
+        let mark_id = mark.as_str();
+        let (channel, payload) = self.channels.announce(&request.name);
+        self.connections
+            .query(
+                &format!("ending a wait for {}", request.name),
+                &self.statements.end_wait,
+                &[
+                    (&name, Type::BYTEA),
+                    (&mark_id, Type::TEXT),
+                    (&channel, Type::TEXT),
+                    (&payload, Type::TEXT),
+                ],
+                request.operation_timeout,
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn extend(&self, lease: &Lease) -> Result<bool> {
+        self.extend_many(std::slice::from_ref(lease))
+            .await
+            .pop()
+            .unwrap_or(Ok(false))
+    }
+
+    fn extend_many_limit(&self) -> usize {
+        EXTEND_MANY_LIMIT
+    }
+
+    async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<bool>> {
+        if leases.is_empty() {
+            return Vec::new();
+        }
+        let names: Vec<&[u8]> = leases
+            .iter()
+            .map(|lease| lease.name.as_str().as_bytes())
+            .collect();
+        let ids: Vec<String> = leases.iter().map(|lease| lease.id.to_string()).collect();
+        let lease_us: Vec<i64> = leases.iter().map(|lease| micros(lease.lease)).collect();
+        // One client's keeper extends these, with its one operation timeout.
+        let timeout = leases
+            .iter()
+            .map(|lease| lease.operation_timeout)
+            .min()
+            .unwrap_or(ADMIN_TIMEOUT);
+        let what = match leases {
+            [one] => format!("extending {}", one.name),
+            _ => format!("extending {} leases", leases.len()),
+        };
+        let extended = self
+            .connections
+            .query(
+                &what,
+                &self.statements.extend,
+                &[
+                    (&names, Type::BYTEA_ARRAY),
+                    (&ids, Type::TEXT_ARRAY),
+                    (&lease_us, Type::INT8_ARRAY),
+                ],
+                timeout,
+            )
+            .await
+            .and_then(|rows| {
+                let mut extended = HashSet::new();
+                for row in &rows {
+                    extended.extend(get::<Vec<String>>(row, 1, &what)?);
+                }
+                Ok(extended)
+            });
+        match extended {
+            Ok(extended) => ids.iter().map(|id| Ok(extended.contains(id))).collect(),
+            Err(error) => leases.iter().map(|_| Err(copy(&error))).collect(),
+        }
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        let name = lease.name.as_str().as_bytes();
+        let id = lease.id.to_string();
+        let (channel, payload) = self.channels.announce(&lease.name);
+        let rows = self
+            .connections
+            .query(
+                &format!("releasing {}", lease.name),
+                &self.statements.release,
+                &[
+                    (&name, Type::BYTEA),
+                    (&id, Type::TEXT),
+                    (&channel, Type::TEXT),
+                    (&payload, Type::TEXT),
+                ],
+                lease.operation_timeout,
+            )
+            .await?;
+        Ok(!rows.is_empty())
+    }
+
+    async fn hand_over(&self, lease: &Lease, next: &AcquireRequest) -> Result<HandOver> {
+        let name = lease.name.as_str().as_bytes();
+        let old = lease.id.to_string();
+        let new = next.lease_id.to_string();
+        let lease_us = micros(next.lease);
+        let holder = holder_json(&next.holder);
+        let what = format!("handing over {}", lease.name);
+        let rows = self
+            .connections
+            .query(
+                &what,
+                &self.statements.hand_over,
+                &[
+                    (&name, Type::BYTEA),
+                    (&old, Type::TEXT),
+                    (&new, Type::TEXT),
+                    (&lease_us, Type::INT8),
+                    (&holder, Type::TEXT),
+                ],
+                next.operation_timeout,
+            )
+            .await?;
+        match rows.first() {
+            Some(row) => Ok(HandOver::Granted {
+                fencing_token: rows::token(get(row, 0, &what)?, &what)?,
+                confirmed_at: None,
+                state: GrantState::none(),
+            }),
+            None => Ok(HandOver::NotOurs),
+        }
+    }
+
+    async fn list(&self) -> Result<Vec<LockInfo>> {
+        let rows = self
+            .connections
+            .query("listing locks", &self.statements.list, &[], ADMIN_TIMEOUT)
+            .await?;
+        rows.iter().map(rows::lock_info).collect()
+    }
+
+    async fn force_release(&self, name: &LockName) -> Result<bool> {
+        let bytes = name.as_str().as_bytes();
+        let (channel, payload) = self.channels.announce(name);
+        let rows = self
+            .connections
+            .query(
+                &format!("force-releasing {name}"),
+                &self.statements.force_release,
+                &[
+                    (&bytes, Type::BYTEA),
+                    (&channel, Type::TEXT),
+                    (&payload, Type::TEXT),
+                ],
+                ADMIN_TIMEOUT,
+            )
+            .await?;
+        Ok(!rows.is_empty())
+    }
+
+    fn watch_releases(&self, name: &LockName) -> Option<ReleaseWatch> {
+        self.listener.watch(name)
+    }
+}

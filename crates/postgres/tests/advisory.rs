@@ -1,0 +1,527 @@
+//! Advisory mode against a real server: exclusion across backends, what
+//! it refuses, losses it reports (a terminated session at once, a session
+//! cut off without a word within the lease), tokens, odd names through
+//! `list`, names whose hashes collide, and its options. `scripts/test`
+//! starts the server and sets `DISTLOCK_TEST_POSTGRES_URL`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use distlock_core::{
+    AcquireRequest, Attempt, Backend, Claim, Error, Holder, LockClient, LockKind, LockName,
+    LockOptions, LossReason, WaitState,
+};
+use distlock_postgres::tokio_postgres::{self, NoTls, types::Type};
+use distlock_postgres::{DEFAULT_ADVISORY_CLASS, PostgresBackend};
+
+/// Long enough for any step of a test; a lease this long never runs out
+/// within one.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// The server's URL. A missing one fails the test: a run without the
+/// server must not pass as if it had one.
+fn url() -> String {
+    std::env::var("DISTLOCK_TEST_POSTGRES_URL").unwrap_or_else(|_| {
+        panic!(
+            "DISTLOCK_TEST_POSTGRES_URL is not set: run the tests with scripts/test, \
+             which starts PostgreSQL"
+        )
+    })
+}
+
+fn unique(prefix: &str) -> String {
+    format!("{prefix}_{:016x}", rand::random::<u64>())
+}
+
+/// `base` with `options` added to its query string.
+fn with_options(base: &str, options: &str) -> String {
+    let separator = if base.contains('?') { '&' } else { '?' };
+    format!("{base}{separator}{options}")
+}
+
+/// A class of its own for one test, so that `pg_locks` shows only its
+/// locks there.
+fn fresh_class() -> i32 {
+    rand::random::<i32>() & 0x7fff_ffff
+}
+
+/// Advisory mode on a fresh table, in `class`.
+fn advisory_url(base: &str, table: &str, class: i32) -> String {
+    with_options(
+        base,
+        &format!("mode=advisory&table={table}&advisory_class={class}"),
+    )
+}
+
+fn name(text: &str) -> LockName {
+    LockName::new(text).expect("a valid name")
+}
+
+async fn open(url: &str) -> Arc<PostgresBackend> {
+    Arc::new(PostgresBackend::open(url).await.expect("open"))
+}
+
+fn client(backend: Arc<PostgresBackend>, lease: Duration) -> LockClient {
+    let options = LockOptions::builder()
+        .lease(lease)
+        .extend_every(lease / 4)
+        .safety_margin(lease / 10)
+        .operation_timeout(lease / 3)
+        .backoff(Duration::from_millis(5), Duration::from_millis(100))
+        .label("advisory-tests")
+        .build()
+        .expect("valid options");
+    LockClient::new(backend, options)
+}
+
+async fn admin() -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(&url(), NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(connection);
+    client
+}
+
+/// The server processes holding an advisory lock of `class`, shared or
+/// not.
+async fn holders_in(admin: &tokio_postgres::Client, class: i32) -> Vec<i32> {
+    admin
+        .query_typed(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2
+               AND classid = $1::oid AND granted AND objid::bigint % 2 = 0",
+            &[(&class, Type::INT4)],
+        )
+        .await
+        .expect("read pg_locks")
+        .iter()
+        .map(|row| row.get(0))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn writers_exclude_everyone_and_readers_share_across_backends() {
+    let url = advisory_url(&url(), &unique("rw"), fresh_class());
+    let a = client(open(&url).await, PATIENCE);
+    let b = client(open(&url).await, PATIENCE);
+    let lock = name(&unique("rw"));
+
+    let writer = a.acquire(&lock, PATIENCE).await.expect("writer");
+    assert!(b.try_acquire(&lock).await.expect("try").is_none());
+    assert!(b.try_acquire_shared(&lock).await.expect("try").is_none());
+    assert!(writer.release().await.expect("release"));
+
+    let first = a.acquire_shared(&lock, PATIENCE).await.expect("reader");
+    let second = b
+        .try_acquire_shared(&lock)
+        .await
+        .expect("try")
+        .expect("readers share");
+    assert!(b.try_acquire(&lock).await.expect("try").is_none());
+    assert!(second.fencing_token() > first.fencing_token());
+    assert!(first.release().await.expect("release"));
+    assert!(second.release().await.expect("release"));
+    b.try_acquire(&lock)
+        .await
+        .expect("try")
+        .expect("free once the readers left")
+        .release()
+        .await
+        .expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn semaphores_are_refused_naming_the_mode_that_has_them() {
+    let url = advisory_url(&url(), &unique("sem"), fresh_class());
+    let backend = open(&url).await;
+    assert!(!backend.capabilities().semaphores);
+    assert!(backend.capabilities().shared);
+    assert!(!backend.capabilities().process_bound);
+    let a = client(backend, PATIENCE);
+    match a.acquire_permit(&name(&unique("sem")), 2, PATIENCE).await {
+        Err(Error::Unsupported(why)) => assert!(why.contains("mode=lease"), "{why}"),
+        other => panic!("expected Unsupported, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_terminated_holder_session_reports_the_loss_at_once() {
+    let class = fresh_class();
+    let url = advisory_url(&url(), &unique("kill"), class);
+    let a = client(open(&url).await, PATIENCE);
+    let lock = name(&unique("kill"));
+    let guard = a.acquire(&lock, PATIENCE).await.expect("acquire");
+    let admin = admin().await;
+    let holders = holders_in(&admin, class).await;
+    assert_eq!(holders.len(), 1, "one pinned session holds it: {holders:?}");
+    let terminated = Instant::now();
+    admin
+        .query_typed(
+            "SELECT pg_terminate_backend($1)",
+            &[(&holders[0], Type::INT4)],
+        )
+        .await
+        .expect("terminate");
+    let reason = tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("lost() fires long before the 30 s lease");
+    assert_eq!(reason, LossReason::Detected);
+    eprintln!("lost() {:?} after the termination", terminated.elapsed());
+    assert!(!guard.release().await.expect("release"));
+}
+
+/// A TCP proxy to the server that can freeze: it stops passing bytes
+/// either way but keeps every connection open, as a network partition
+/// does.
+struct Blackhole {
+    port: u16,
+    frozen: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Blackhole {
+    async fn to(server: std::net::SocketAddr) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("address").port();
+        let (frozen, _) = tokio::sync::watch::channel(false);
+        let gate = frozen.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((mut inbound, _)) = listener.accept().await else {
+                    return;
+                };
+                let mut gate = gate.subscribe();
+                tokio::spawn(async move {
+                    let Ok(mut outbound) = tokio::net::TcpStream::connect(server).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => return,
+                        _ = gate.wait_for(|frozen| *frozen) => {}
+                    }
+                    // Both ends stay open and silent until the test ends.
+                    std::future::pending::<()>().await;
+                    drop((inbound, outbound));
+                });
+            }
+        });
+        Self { port, frozen, task }
+    }
+
+    fn freeze(&self) {
+        self.frozen.send_replace(true);
+    }
+}
+
+impl Drop for Blackhole {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The host and port of a `postgres://user:password@host:port/db` URL.
+fn address_of(url: &str) -> std::net::SocketAddr {
+    let rest = url.split_once("://").expect("a URL").1;
+    let host_port = rest.rsplit_once('@').map_or(rest, |(_, after)| after);
+    let host_port = host_port.split(['/', '?']).next().expect("a host");
+    host_port.parse().expect("a numeric host and port")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_holder_cut_off_without_a_word_gives_up_within_its_lease_and_the_server_frees_it() {
+    let server = url();
+    let address = address_of(&server);
+    let proxy = Blackhole::to(address).await;
+    let proxied = server.replacen(
+        &format!("{}:{}", address.ip(), address.port()),
+        &format!("127.0.0.1:{}", proxy.port),
+        1,
+    );
+    let table = unique("cut");
+    let class = fresh_class();
+    let lease = Duration::from_secs(2);
+    let cut_off = client(open(&advisory_url(&proxied, &table, class)).await, lease);
+    let other = client(open(&advisory_url(&server, &table, class)).await, lease);
+    let lock = name(&unique("cut"));
+    let guard = cut_off.acquire(&lock, PATIENCE).await.expect("acquire");
+    let token = guard.fencing_token();
+    // Held across extensions before the cut.
+    tokio::time::sleep(lease).await;
+    assert!(!guard.is_lost());
+
+    proxy.freeze();
+    let frozen = Instant::now();
+    let reason = tokio::time::timeout(lease * 2, guard.lost())
+        .await
+        .expect("the holder gives the lock up");
+    let gave_up = frozen.elapsed();
+    assert_eq!(reason, LossReason::Expired);
+    assert!(gave_up <= lease, "gave up {gave_up:?} after the cut");
+
+    // The server ends the silent session a lease after its last check:
+    // never before the holder gave up.
+    let next = other
+        .acquire(&lock, PATIENCE)
+        .await
+        .expect("the server frees the lock");
+    let freed = frozen.elapsed();
+    assert!(freed >= gave_up, "freed {freed:?}, gave up {gave_up:?}");
+    assert!(freed <= lease * 3, "freed only {freed:?} after the cut");
+    assert!(next.fencing_token() > token);
+    eprintln!("gave up {gave_up:?} and freed {freed:?} after the cut");
+    assert!(next.release().await.expect("release"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tokens_strictly_increase_across_backends_and_kinds() {
+    let url = advisory_url(&url(), &unique("tokens"), fresh_class());
+    let a = client(open(&url).await, PATIENCE);
+    let b = client(open(&url).await, PATIENCE);
+    let lock = name(&unique("tokens"));
+    let mut last = 0;
+    for round in 0..5 {
+        for (who, shared) in [(&a, false), (&b, true), (&b, false), (&a, true)] {
+            let guard = if shared {
+                who.acquire_shared(&lock, PATIENCE).await
+            } else {
+                who.acquire(&lock, PATIENCE).await
+            }
+            .expect("acquire");
+            assert!(guard.fencing_token() > last, "round {round}");
+            last = guard.fencing_token();
+            assert!(guard.release().await.expect("release"));
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn odd_names_round_trip_through_list_with_their_holders() {
+    let class = fresh_class();
+    let url = advisory_url(&url(), &unique("odd"), class);
+    let backend = open(&url).await;
+    let a = client(backend.clone(), PATIENCE);
+    let prefix = unique("odd");
+    let mut guards = Vec::new();
+    for odd in [
+        "nul\0byte",
+        "quote'\"",
+        "back\\slash",
+        "é 🦀",
+        "; DROP TABLE x; --",
+    ] {
+        let lock = name(&format!("{prefix}{odd}"));
+        guards.push(a.acquire(&lock, PATIENCE).await.expect("acquire"));
+    }
+    let reader = a
+        .acquire_shared(&name(&format!("{prefix}-shared")), PATIENCE)
+        .await
+        .expect("reader");
+    let listed = backend.list().await.expect("list");
+    for guard in &guards {
+        let info = listed
+            .iter()
+            .find(|info| info.name == *guard.name())
+            .unwrap_or_else(|| panic!("{:?} missing from {listed:?}", guard.name()));
+        assert_eq!(info.kind, LockKind::Exclusive);
+        assert_eq!(info.fencing_token, Some(guard.fencing_token()));
+        let holder = info.holder.as_ref().expect("holder");
+        assert_eq!(holder.pid, std::process::id());
+        assert_eq!(holder.label.as_deref(), Some("advisory-tests"));
+    }
+    let shared = listed
+        .iter()
+        .find(|info| info.name == *reader.name())
+        .expect("the reader is listed");
+    assert_eq!(shared.kind, LockKind::Shared);
+    assert_eq!(shared.fencing_token, Some(reader.fencing_token()));
+    assert_eq!(listed.len(), guards.len() + 1, "{listed:?}");
+    for guard in guards {
+        assert!(guard.release().await.expect("release"));
+    }
+    assert!(reader.release().await.expect("release"));
+    assert!(backend.list().await.expect("list").is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn names_whose_keys_collide_get_keys_of_their_own() {
+    let table = unique("collide");
+    let backend = open(&advisory_url(&url(), &table, fresh_class())).await;
+    let a = client(backend.clone(), PATIENCE);
+    let admin = admin().await;
+    let objid_of = |lock: LockName| {
+        let admin = &admin;
+        let sql = format!("SELECT objid FROM public.\"{table}\" WHERE name = $1");
+        async move {
+            let bytes = lock.as_str().as_bytes().to_vec();
+            let rows = admin
+                .query_typed(&sql, &[(&bytes, Type::BYTEA)])
+                .await
+                .expect("read the key");
+            rows.first().map(|row| row.get::<_, i32>(0))
+        }
+    };
+    // Another name already has the key that `wanted` hashes to: it takes
+    // `wanted`'s first key before `wanted` ever asks.
+    let wanted = name(&unique("wanted"));
+    let probe_table = unique("probe");
+    let probe = client(
+        open(&advisory_url(&url(), &probe_table, fresh_class())).await,
+        PATIENCE,
+    );
+    probe
+        .acquire(&wanted, PATIENCE)
+        .await
+        .expect("acquire")
+        .release()
+        .await
+        .expect("release");
+    let hashed: i32 = admin
+        .query_typed(
+            &format!("SELECT objid FROM public.\"{probe_table}\" WHERE name = $1"),
+            &[(&wanted.as_str().as_bytes().to_vec(), Type::BYTEA)],
+        )
+        .await
+        .expect("read the key")[0]
+        .get(0);
+    let squatter = name(&unique("squatter"));
+    admin
+        .query_typed(
+            &format!(
+                "INSERT INTO public.\"{table}\" (name, objid, fencing_token) VALUES ($1, $2, 0)"
+            ),
+            &[
+                (&squatter.as_str().as_bytes().to_vec(), Type::BYTEA),
+                (&hashed, Type::INT4),
+            ],
+        )
+        .await
+        .expect("insert the colliding name");
+
+    let held = a.acquire(&squatter, PATIENCE).await.expect("squatter");
+    let other = a
+        .try_acquire(&wanted)
+        .await
+        .expect("try")
+        .expect("a colliding name is another lock");
+    assert_eq!(objid_of(squatter.clone()).await, Some(hashed));
+    let moved = objid_of(wanted.clone()).await.expect("wanted has a key");
+    assert_ne!(moved, hashed);
+    assert_eq!(moved % 2, 0);
+    let listed = backend.list().await.expect("list");
+    for lock in [&squatter, &wanted] {
+        assert!(listed.iter().any(|info| info.name == *lock), "{listed:?}");
+    }
+    assert!(held.release().await.expect("release"));
+    assert!(other.release().await.expect("release"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn classes_are_validated_and_keep_locks_apart() {
+    for bad in ["-1", "2147483648", "twelve"] {
+        match PostgresBackend::open(&with_options(
+            &url(),
+            &format!("mode=advisory&advisory_class={bad}"),
+        ))
+        .await
+        {
+            Err(Error::InvalidConfig { field, .. }) => assert_eq!(field, "advisory_class"),
+            other => panic!("advisory_class={bad} must be refused, got {other:?}"),
+        }
+    }
+    let config =
+        distlock_postgres::PostgresConfig::parse(&with_options(&url(), "mode=advisory")).unwrap();
+    assert_eq!(config.advisory_class, DEFAULT_ADVISORY_CLASS);
+
+    // The same name in two classes is two locks.
+    let table = unique("classes");
+    let one = client(
+        open(&advisory_url(&url(), &table, fresh_class())).await,
+        PATIENCE,
+    );
+    let two = client(
+        open(&advisory_url(&url(), &unique("classes"), fresh_class())).await,
+        PATIENCE,
+    );
+    let lock = name(&unique("classes"));
+    let first = one.acquire(&lock, PATIENCE).await.expect("one");
+    let second = two
+        .try_acquire(&lock)
+        .await
+        .expect("try")
+        .expect("another class");
+    assert!(first.release().await.expect("release"));
+    assert!(second.release().await.expect("release"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lease_mode_table_is_refused_and_force_release_ends_every_holder() {
+    let table = unique("modes");
+    let lease_mode = open(&with_options(&url(), &format!("table={table}"))).await;
+    drop(lease_mode);
+    match PostgresBackend::open(&advisory_url(&url(), &table, fresh_class())).await {
+        Err(Error::InvalidConfig { field, reason }) => {
+            assert_eq!(field, "table");
+            assert!(reason.contains("mode=lease"), "{reason}");
+        }
+        other => panic!("a lease-mode table must be refused, got {other:?}"),
+    }
+
+    let class = fresh_class();
+    let backend = open(&advisory_url(&url(), &unique("force"), class)).await;
+    let lock = name(&unique("force"));
+    assert!(!backend.force_release(&lock).await.expect("nothing held"));
+    let request = AcquireRequest::new(
+        lock.clone(),
+        Claim::Shared,
+        PATIENCE,
+        Holder::this_process(None).into(),
+    );
+    let mut grants = Vec::new();
+    for _ in 0..2 {
+        let request = AcquireRequest {
+            lease_id: distlock_core::LeaseId::random(),
+            ..request.clone()
+        };
+        match backend
+            .try_acquire(&request, &mut WaitState::new())
+            .await
+            .expect("try")
+        {
+            Attempt::Acquired {
+                fencing_token,
+                state,
+            } => grants.push(request.granted(fencing_token, state)),
+            held => panic!("readers share, got {held:?}"),
+        }
+    }
+    let admin = admin().await;
+    assert_eq!(holders_in(&admin, class).await.len(), 2);
+    assert!(backend.force_release(&lock).await.expect("force release"));
+    assert!(holders_in(&admin, class).await.is_empty());
+    for grant in &grants {
+        assert!(!backend.extend(grant).await.expect("extend"));
+        assert!(!backend.release(grant).await.expect("release"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn opening_through_a_transaction_pooler_is_refused() {
+    let pgbouncer = std::env::var("DISTLOCK_TEST_POSTGRES_PGBOUNCER_URL").unwrap_or_else(|_| {
+        panic!(
+            "DISTLOCK_TEST_POSTGRES_PGBOUNCER_URL is not set: run the tests with scripts/test, \
+             which starts PgBouncer"
+        )
+    });
+    for _ in 0..5 {
+        match PostgresBackend::open(&advisory_url(&pgbouncer, &unique("pooled"), fresh_class()))
+            .await
+        {
+            Err(Error::InvalidConfig { field, reason }) => {
+                assert_eq!(field, "mode");
+                assert!(reason.contains("PgBouncer"), "{reason}");
+            }
+            other => panic!("advisory mode through PgBouncer must be refused, got {other:?}"),
+        }
+    }
+}
