@@ -83,9 +83,10 @@ pub(super) fn uncontended_findings(b: &BackendResults) -> Option<String> {
     let rpc = u.side(Contender::EtcdLockRpc)?;
     let mut t = format!(
         "**etcd.** A cycle of ours cost {} per cycle: the single try is one `Txn` that \
-         writes the key only if the name is free, the grant opens a `Watch` on its own key \
-         (so that a deletion by anyone else is reported as a loss at once), and the release \
-         is a `Txn` that deletes the key if it is still ours. etcd's lock service cost {}: \
+         writes the key only if the name is free, and the release is a `Txn` that deletes \
+         the key if it is still ours; a grant held longer than 25 ms also opens a `Watch` \
+         on its own key (so that a deletion by anyone else is reported as a loss within \
+         moments), which a cycle this short never does. etcd's lock service cost {}: \
          its two calls hide the store operations the server makes inside them. ",
         cycle_cost(client),
         cycle_cost(rpc),
