@@ -4,6 +4,7 @@
 //! `list`, names whose hashes collide, and its options. `scripts/test`
 //! starts the server and sets `DISTLOCK_TEST_POSTGRES_URL`.
 
+use distlock_faultproxy::{Fault, FaultProxy};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -169,57 +170,6 @@ async fn a_terminated_holder_session_reports_the_loss_at_once() {
     assert!(!guard.release().await.expect("release"));
 }
 
-/// A TCP proxy to the server that can freeze: it stops passing bytes
-/// either way but keeps every connection open, as a network partition
-/// does.
-struct Blackhole {
-    port: u16,
-    frozen: tokio::sync::watch::Sender<bool>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Blackhole {
-    async fn to(server: std::net::SocketAddr) -> Self {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let port = listener.local_addr().expect("address").port();
-        let (frozen, _) = tokio::sync::watch::channel(false);
-        let gate = frozen.clone();
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((mut inbound, _)) = listener.accept().await else {
-                    return;
-                };
-                let mut gate = gate.subscribe();
-                tokio::spawn(async move {
-                    let Ok(mut outbound) = tokio::net::TcpStream::connect(server).await else {
-                        return;
-                    };
-                    tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => return,
-                        _ = gate.wait_for(|frozen| *frozen) => {}
-                    }
-                    // Both ends stay open and silent until the test ends.
-                    std::future::pending::<()>().await;
-                    drop((inbound, outbound));
-                });
-            }
-        });
-        Self { port, frozen, task }
-    }
-
-    fn freeze(&self) {
-        self.frozen.send_replace(true);
-    }
-}
-
-impl Drop for Blackhole {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
 /// The host and port of a `postgres://user:password@host:port/db` URL.
 fn address_of(url: &str) -> std::net::SocketAddr {
     let rest = url.split_once("://").expect("a URL").1;
@@ -232,10 +182,11 @@ fn address_of(url: &str) -> std::net::SocketAddr {
 async fn a_holder_cut_off_without_a_word_gives_up_within_its_lease_and_the_server_frees_it() {
     let server = url();
     let address = address_of(&server);
-    let proxy = Blackhole::to(address).await;
+    // Bytes stop both ways, connections stay open: a network partition.
+    let proxy = FaultProxy::start(address).expect("fault proxy");
     let proxied = server.replacen(
         &format!("{}:{}", address.ip(), address.port()),
-        &format!("127.0.0.1:{}", proxy.port),
+        &proxy.addr().to_string(),
         1,
     );
     let table = unique("cut");
@@ -250,7 +201,7 @@ async fn a_holder_cut_off_without_a_word_gives_up_within_its_lease_and_the_serve
     tokio::time::sleep(lease).await;
     assert!(!guard.is_lost());
 
-    proxy.freeze();
+    proxy.set_fault(Fault::Blackhole);
     let frozen = Instant::now();
     let reason = tokio::time::timeout(lease * 2, guard.lost())
         .await

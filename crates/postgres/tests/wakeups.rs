@@ -7,6 +7,7 @@
 //! and sets `DISTLOCK_TEST_POSTGRES_URL` and
 //! `DISTLOCK_TEST_POSTGRES_PGBOUNCER_URL`.
 
+use distlock_faultproxy::{Fault, FaultProxy};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -313,60 +314,6 @@ async fn a_terminated_listening_connection_comes_back_and_wakes_again() {
     .await;
 }
 
-/// A TCP proxy to the server that can be cut: its connections dropped and
-/// new ones refused, until restored.
-struct Proxy {
-    port: u16,
-    open: tokio::sync::watch::Sender<bool>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Proxy {
-    async fn to(server: std::net::SocketAddr) -> Self {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let port = listener.local_addr().expect("address").port();
-        let (open, _) = tokio::sync::watch::channel(true);
-        let gate = open.clone();
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((mut inbound, _)) = listener.accept().await else {
-                    return;
-                };
-                let mut gate = gate.subscribe();
-                if !*gate.borrow_and_update() {
-                    continue;
-                }
-                tokio::spawn(async move {
-                    let Ok(mut outbound) = tokio::net::TcpStream::connect(server).await else {
-                        return;
-                    };
-                    tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
-                        _ = gate.wait_for(|open| !open) => {}
-                    }
-                });
-            }
-        });
-        Self { port, open, task }
-    }
-
-    fn cut(&self) {
-        self.open.send_replace(false);
-    }
-
-    fn restore(&self) {
-        self.open.send_replace(true);
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
 /// The host and port of a `postgres://user:password@host:port/db` URL.
 fn address_of(url: &str) -> std::net::SocketAddr {
     let rest = url.split_once("://").expect("a URL").1;
@@ -378,11 +325,11 @@ fn address_of(url: &str) -> std::net::SocketAddr {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_release_while_the_listener_is_down_delays_a_waiter_but_never_strands_it() {
     let server = url();
-    let proxy = Proxy::to(address_of(&server)).await;
+    let proxy = FaultProxy::start(address_of(&server)).expect("fault proxy");
     let address = address_of(&server);
     let proxied = server.replacen(
         &format!("{}:{}", address.ip(), address.port()),
-        &format!("127.0.0.1:{}", proxy.port),
+        &proxy.addr().to_string(),
         1,
     );
     let table = format!("table={}", unique("down"));
@@ -403,7 +350,9 @@ async fn a_release_while_the_listener_is_down_delays_a_waiter_but_never_strands_
 
     // The listening connection goes, and cannot come back; the release
     // that follows is heard by nobody.
-    proxy.cut();
+    // Its connections dropped and new ones refused, until restored.
+    proxy.set_fault(Fault::Refuse);
+    proxy.reset_all();
     wait_for(&waiting, WakeUps::Reconnecting, PATIENCE).await;
     // The waiter tried once more when the connection failed, and found
     // the lock held; now it waits.
@@ -421,7 +370,7 @@ async fn a_release_while_the_listener_is_down_delays_a_waiter_but_never_strands_
     assert!(granted.release().await.expect("release"));
 
     // Back, it wakes waiters again.
-    proxy.restore();
+    proxy.clear();
     wait_for(&waiting, WakeUps::Listening, PATIENCE).await;
     let lock = name(&unique("back"));
     waiter_is_woken(&holders, patient(waiting), &lock, |guard| async move {
