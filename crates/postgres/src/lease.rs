@@ -9,6 +9,7 @@ use distlock_core::{
     AcquireRequest, Attempt, Backend, Capabilities, Claim, GrantState, HandOver, Lease, LockInfo,
     LockName, ReleaseWatch, Result, WaitState,
 };
+use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
 
 use crate::backend::ADMIN_TIMEOUT;
@@ -198,21 +199,26 @@ impl Backend for LeaseMode {
         };
         let name = request.name.as_str().as_bytes();
         let mark_id = mark.as_str();
-        let (channel, payload) = self.channels.announce(&request.name);
-        self.connections
-            .query(
-                &format!("ending a wait for {}", request.name),
-                &self.statements.end_wait,
-                &[
-                    (&name, Type::BYTEA),
-                    (&mark_id, Type::TEXT),
-                    (&channel, Type::TEXT),
-                    (&payload, Type::TEXT),
-                ],
-                request.operation_timeout,
-            )
-            .await?;
-        Ok(())
+        let mut announced = Announced::new(self.channels, &request.name);
+        loop {
+            let ended = self
+                .connections
+                .query(
+                    &format!("ending a wait for {}", request.name),
+                    &self.statements.end_wait,
+                    &[
+                        (&name, Type::BYTEA),
+                        (&mark_id, Type::TEXT),
+                        (&announced.channel, Type::TEXT),
+                        (&announced.payload, Type::TEXT),
+                    ],
+                    request.operation_timeout,
+                )
+                .await;
+            if !announced.without_notification_after(&ended) {
+                return ended.map(drop);
+            }
+        }
     }
 
     async fn extend(&self, lease: &Lease) -> Result<bool> {
@@ -275,22 +281,26 @@ impl Backend for LeaseMode {
     async fn release(&self, lease: &Lease) -> Result<bool> {
         let name = lease.name.as_str().as_bytes();
         let id = lease.id.to_string();
-        let (channel, payload) = self.channels.announce(&lease.name);
-        let rows = self
-            .connections
-            .query(
-                &format!("releasing {}", lease.name),
-                &self.statements.release,
-                &[
-                    (&name, Type::BYTEA),
-                    (&id, Type::TEXT),
-                    (&channel, Type::TEXT),
-                    (&payload, Type::TEXT),
-                ],
-                lease.operation_timeout,
-            )
-            .await?;
-        Ok(!rows.is_empty())
+        let mut announced = Announced::new(self.channels, &lease.name);
+        loop {
+            let released = self
+                .connections
+                .query(
+                    &format!("releasing {}", lease.name),
+                    &self.statements.release,
+                    &[
+                        (&name, Type::BYTEA),
+                        (&id, Type::TEXT),
+                        (&announced.channel, Type::TEXT),
+                        (&announced.payload, Type::TEXT),
+                    ],
+                    lease.operation_timeout,
+                )
+                .await;
+            if !announced.without_notification_after(&released) {
+                return released.map(|rows| !rows.is_empty());
+            }
+        }
     }
 
     async fn hand_over(&self, lease: &Lease, next: &AcquireRequest) -> Result<HandOver> {
@@ -335,24 +345,79 @@ impl Backend for LeaseMode {
 
     async fn force_release(&self, name: &LockName) -> Result<bool> {
         let bytes = name.as_str().as_bytes();
-        let (channel, payload) = self.channels.announce(name);
-        let rows = self
-            .connections
-            .query(
-                &format!("force-releasing {name}"),
-                &self.statements.force_release,
-                &[
-                    (&bytes, Type::BYTEA),
-                    (&channel, Type::TEXT),
-                    (&payload, Type::TEXT),
-                ],
-                ADMIN_TIMEOUT,
-            )
-            .await?;
-        Ok(!rows.is_empty())
+        let mut announced = Announced::new(self.channels, name);
+        loop {
+            let released = self
+                .connections
+                .query(
+                    &format!("force-releasing {name}"),
+                    &self.statements.force_release,
+                    &[
+                        (&bytes, Type::BYTEA),
+                        (&announced.channel, Type::TEXT),
+                        (&announced.payload, Type::TEXT),
+                    ],
+                    ADMIN_TIMEOUT,
+                )
+                .await;
+            if !announced.without_notification_after(&released) {
+                return released.map(|rows| !rows.is_empty());
+            }
+        }
     }
 
     fn watch_releases(&self, name: &LockName) -> Option<ReleaseWatch> {
         self.listener.watch(name)
     }
+}
+
+/// The notification a statement that frees a name sends with its write.
+///
+/// PostgreSQL refuses to commit a transaction that notifies while its
+/// notification queue is full (a listening session somewhere has stopped
+/// reading it), and the write is then undone with it. A release must not
+/// fail for that: the write is sent again without the notification, and
+/// waiters of other processes find the name free when they next poll.
+struct Announced {
+    channel: Option<String>,
+    payload: String,
+}
+
+impl Announced {
+    fn new(channels: Channels, name: &LockName) -> Self {
+        let (channel, payload) = channels.announce(name);
+        Self {
+            channel: Some(channel),
+            payload,
+        }
+    }
+
+    /// Whether the statement that gave `outcome` is to be sent again,
+    /// without the notification: it failed on a full queue, with one.
+    fn without_notification_after<T>(&mut self, outcome: &Result<T>) -> bool {
+        let Err(error) = outcome else {
+            return false;
+        };
+        if self.channel.is_none() || !notification_queue_full(error) {
+            return false;
+        }
+        tracing::warn!(
+            error = %error,
+            "PostgreSQL's notification queue is full; freeing the name without waking its \
+             waiters, which find it free when they next poll"
+        );
+        self.channel = None;
+        true
+    }
+}
+
+/// Whether `error` is the server refusing a commit because its
+/// notification queue is full (SQLSTATE 54000, program limit exceeded,
+/// which that refusal is the only one a freeing statement can meet).
+fn notification_queue_full(error: &distlock_core::Error) -> bool {
+    let source = std::error::Error::source(error);
+    source
+        .and_then(|source| source.downcast_ref::<tokio_postgres::Error>())
+        .and_then(tokio_postgres::Error::code)
+        == Some(&SqlState::PROGRAM_LIMIT_EXCEEDED)
 }

@@ -228,10 +228,17 @@ fn release(t: &str) -> String {
 /// `write`, a statement that returns a row when it freed something, then
 /// a notification on channel `$n` with payload `$n+1` for that row. It is
 /// part of the statement, so it costs no round trip of its own, and the
-/// server sends it when the write commits, never without it.
+/// server sends it when the write commits, never without it. A null
+/// channel sends none: the write alone, for when the server's
+/// notification queue is full (see `lease::Announced`).
 fn announcing(write: &str, channel: u8) -> String {
     let payload = channel + 1;
-    format!("WITH freed AS ({write}) SELECT pg_notify(${channel}, ${payload}) FROM freed")
+    format!(
+        "WITH freed AS ({write})
+         SELECT 1 FROM freed LEFT JOIN LATERAL (
+             SELECT pg_notify(${channel}, ${payload}) WHERE ${channel}::text IS NOT NULL
+         ) AS announced ON true"
+    )
 }
 
 /// Ends the live exclusive grant `$2` of `$1` and grants `$3` (lease `$4`

@@ -378,3 +378,54 @@ async fn a_release_while_the_listener_is_down_delays_a_waiter_but_never_strands_
     })
     .await;
 }
+
+/// A release whose commit the server refuses because its notification
+/// queue is full (a listening session somewhere stopped reading it) is sent
+/// again without the notification, so the name is still freed. The full
+/// queue (8 GB in PostgreSQL 15) is stood in for by a trigger that refuses
+/// the first write to the lock's row with the same error, SQLSTATE 54000.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_release_refused_for_a_full_notification_queue_still_frees_the_name() {
+    let table = unique("full_queue");
+    let backend = open(&with_options(&url(), &format!("table={table}"))).await;
+    let holders = holder(backend.clone());
+    let lock = name("refused once");
+    let held = holders.acquire(&lock, PATIENCE).await.expect("hold");
+
+    let (admin, connection) = tokio_postgres::connect(&url(), NoTls)
+        .await
+        .expect("admin connection");
+    tokio::spawn(connection);
+    // `table` is lower-case letters, digits and underscores: a plain
+    // identifier, named by the test itself.
+    admin
+        .batch_execute(&format!(
+            "CREATE SEQUENCE {table}_writes;
+             CREATE FUNCTION {table}_refuse_first() RETURNS trigger LANGUAGE plpgsql AS $body$
+             BEGIN
+                 IF nextval('{table}_writes') = 1 THEN
+                     RAISE EXCEPTION 'too many notifications in the NOTIFY queue'
+                         USING ERRCODE = '54000';
+                 END IF;
+                 RETURN NEW;
+             END $body$;
+             CREATE TRIGGER refuse_first BEFORE UPDATE ON {table}
+                 FOR EACH ROW EXECUTE FUNCTION {table}_refuse_first();"
+        ))
+        .await
+        .expect("the refusing trigger");
+
+    assert!(held.release().await.expect("the release succeeds"));
+    let writes: i64 = admin
+        .query_one(&format!("SELECT last_value FROM {table}_writes"), &[])
+        .await
+        .expect("the count of writes")
+        .get(0);
+    assert_eq!(writes, 2, "one refused write, then one without the notification");
+    let next = holders
+        .try_acquire(&lock)
+        .await
+        .expect("try")
+        .expect("the name is free");
+    assert!(next.release().await.expect("release"));
+}
