@@ -16,7 +16,10 @@
 //! them. A backend spread over several servers (an etcd cluster, memcached
 //! in quorum mode) is a scale-out form of its kind: it runs the uncontended
 //! and contended scenarios only, without peers, beside its single-server
-//! form. `scripts/bench` starts the servers and runs this with every
+//! form. PostgreSQL's advisory mode (`?mode=advisory`) is a target of its
+//! own, with sqlx's advisory lock beside it as beside lease mode, but
+//! without the many-locks scenario: each lock it holds is a server
+//! connection. `scripts/bench` starts the servers and runs this with every
 //! backend.
 
 mod commands;
@@ -107,10 +110,11 @@ struct Args {
     #[arg(long, value_name = "ETCDCTL")]
     etcdctl: Option<String>,
     /// Measure only the backends of this kind (file, MongoDB, memcached,
-    /// etcd, PostgreSQL; any case); repeat for several. `scale-out`: only
-    /// the scale-out forms given and their single-server forms, in the
-    /// uncontended and contended scenarios, without peers. Default: every
-    /// backend given, in every scenario.
+    /// etcd, PostgreSQL, which takes lease and advisory mode alike; any
+    /// case); repeat for several. `scale-out`: only the scale-out forms
+    /// given and their single-server forms, in the uncontended and
+    /// contended scenarios, without peers. Default: every backend given,
+    /// in every scenario.
     #[arg(long = "only", value_name = "KIND")]
     only: Vec<String>,
     /// A line for the report's list of versions, e.g. "SecantusDB: secantusd-rs 0.5.3".
@@ -324,10 +328,19 @@ async fn bench(args: &Args) -> scenarios::Outcome<()> {
         }),
         _ => None,
     };
-    let command = args
-        .command
-        .clone()
-        .unwrap_or_else(|| std::env::args().collect::<Vec<_>>().join(" "));
+    // This command line, with the credentials of every URL in it hidden.
+    let command = args.command.clone().unwrap_or_else(|| {
+        std::env::args()
+            .map(|arg| {
+                if arg.contains("://") {
+                    distlock::redact(&arg)
+                } else {
+                    arg
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    });
     let mut notes = args.notes.clone();
     if let Some(bin) = etcdctl
         && let Some(url) = backends
@@ -424,7 +437,17 @@ async fn bench(args: &Args) -> scenarios::Outcome<()> {
         .zip(all_contended)
         .zip(all_kinds)
     {
-        let many = if full(target) {
+        let many = if full(target) && target.advisory_mode() {
+            // Each lock held is a server connection of its own.
+            eprintln!(
+                "== {} ({}): {} locks held: left out, {}",
+                target.shown,
+                target.label(),
+                args.many,
+                report::MANY_LEFT_OUT_ADVISORY
+            );
+            None
+        } else if full(target) {
             eprintln!("== {} ({})", target.shown, target.label());
             say(&format!("{} locks held", args.many), args.many_seconds);
             Some(scenarios::hold_many(target, args.many, args.many_seconds, args.many_lease).await?)
@@ -435,6 +458,7 @@ async fn bench(args: &Args) -> scenarios::Outcome<()> {
             kind: target.kind(),
             label: target.label(),
             scale_out: target.scale_out,
+            advisory_mode: target.advisory_mode(),
             url: target.shown.clone(),
             server_version: server_version.clone(),
             uncontended,

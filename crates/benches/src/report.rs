@@ -3,6 +3,7 @@
 //! goals, each checked against this run's numbers.
 
 mod etcd;
+mod mongodb;
 mod postgres;
 mod scale_out;
 
@@ -73,6 +74,9 @@ pub(crate) struct BackendResults {
     /// Its scale-out form; `None` for the single-server form, which the
     /// goals are stated for.
     pub(crate) scale_out: Option<ScaleOut>,
+    /// Whether it is PostgreSQL's advisory mode, a target of its own
+    /// beside lease mode (see [`Run::advisory_mode`]).
+    pub(crate) advisory_mode: bool,
     pub(crate) url: String,
     pub(crate) server_version: Option<String>,
     pub(crate) uncontended: Uncontended,
@@ -80,9 +84,12 @@ pub(crate) struct BackendResults {
     pub(crate) contended: Vec<Contended>,
     /// The semaphore and the reader-writer lock, measured or left out.
     pub(crate) kinds: Vec<KindRun>,
-    /// The many-locks scenario; not run on a scale-out form.
+    /// The many-locks scenario; not run on a scale-out form, nor in
+    /// PostgreSQL's advisory mode (see [`MANY_LEFT_OUT_ADVISORY`]).
     pub(crate) many: Option<HoldMany>,
 }
+
+pub(crate) use postgres::MANY_LEFT_OUT_ADVISORY;
 
 const PEER: &str = "distributed-lock-mongo 0.2.0";
 
@@ -116,11 +123,17 @@ impl Run {
         }
     }
 
-    /// The single-server form of `kind`, which the goals are stated for.
+    /// The single-server form of `kind`, which the goals are stated for;
+    /// for PostgreSQL, lease mode (the default).
     fn backend(&self, kind: &str) -> Option<&BackendResults> {
         self.backends
             .iter()
-            .find(|b| b.kind == kind && b.scale_out.is_none())
+            .find(|b| b.kind == kind && b.scale_out.is_none() && !b.advisory_mode)
+    }
+
+    /// PostgreSQL's advisory mode, if it ran.
+    fn advisory_mode(&self) -> Option<&BackendResults> {
+        self.backends.iter().find(|b| b.advisory_mode)
     }
 
     pub(crate) fn to_markdown(&self) -> String {
@@ -155,10 +168,14 @@ impl Run {
         versions.extend(self.notes.iter().cloned());
         for b in &self.backends {
             if let Some(version) = &b.server_version {
-                versions.push(match b.kind {
+                let line = match b.kind {
                     "MongoDB" => format!("MongoDB server: `buildInfo` reports {version}"),
                     kind => format!("{kind} {version}"),
-                });
+                };
+                // Both PostgreSQL modes report the one server.
+                if !versions.contains(&line) {
+                    versions.push(line);
+                }
             }
         }
         if self.backend("MongoDB").is_some() {
@@ -232,7 +249,7 @@ impl Run {
         {
             let _ = writeln!(out, "{}\n", etcd::CLUSTER_COUNTING);
         }
-        if self.backend("PostgreSQL").is_some() {
+        if self.backend("PostgreSQL").is_some() || self.advisory_mode().is_some() {
             let _ = writeln!(out, "{}\n", postgres::COUNTING);
         }
     }
@@ -308,6 +325,25 @@ impl Run {
                     }
                     Contender::DeletingRelease => {
                         "measured only: the backend's acquire, released by deleting the document"
+                            .to_owned()
+                    }
+                    Contender::Unindexed => {
+                        "measured only: the backend's calls on a collection without the TTL index"
+                            .to_owned()
+                    }
+                    Contender::UnindexedDeleting => {
+                        "measured only: without the TTL index, and released by deleting the \
+                         document"
+                            .to_owned()
+                    }
+                    Contender::PeerCommands => {
+                        "measured only: distributed-lock-mongo's two commands, sent directly on a \
+                         collection without indexes"
+                            .to_owned()
+                    }
+                    Contender::PeerCommandsWithToken => {
+                        "measured only: the same, with a fencing token built by the server as \
+                         ours is"
                             .to_owned()
                     }
                     Contender::EtcdLockRpc => format!("**baseline**: {}", etcd::LOCK_RPC),
@@ -395,6 +431,9 @@ impl Run {
             goals.extend(etcd::uncontended_goals(b));
         }
         if let Some(b) = self.backend("PostgreSQL") {
+            goals.extend(postgres::uncontended_goals(b));
+        }
+        if let Some(b) = self.advisory_mode() {
             goals.extend(postgres::uncontended_goals(b));
         }
         goals_list(out, &goals);
@@ -629,6 +668,9 @@ impl Run {
         if let Some(b) = self.backend("PostgreSQL") {
             goals.extend(postgres::contention_goals(b, workload));
         }
+        if let Some(b) = self.advisory_mode() {
+            goals.extend(postgres::advisory_contention_goals(b, workload));
+        }
         goals
     }
 
@@ -712,6 +754,11 @@ impl Run {
                 mib(m.rss_held_kib),
             );
         }
+        if let Some(b) = self.advisory_mode()
+            && b.many.is_none()
+        {
+            let _ = writeln!(out, "\n{}: left out, {}.", b.label, MANY_LEFT_OUT_ADVISORY);
+        }
         let _ = writeln!(out);
         let by_command: Vec<String> = self
             .backends
@@ -757,48 +804,7 @@ impl Run {
     fn uncontended_findings(&self, out: &mut String) {
         let mut text = Vec::new();
         if let Some(b) = self.backend("MongoDB") {
-            let u = &b.uncontended;
-            if let (Some(client), Some(base)) = (u.side(Contender::Client), u.baseline()) {
-                let ratio = client.per_second() / base.per_second();
-                let mut t = format!(
-                    "**MongoDB.** The lock client sends exactly the baseline's two commands per \
-                     cycle (one `findAndModify` upsert, one `updateOne`; counted above), so the \
-                     only difference is the client's own work in the process (the in-process \
-                     slot, the attempt task, registering the lease with the keeper): {ratio:.2} \
-                     of the baseline in this run. "
-                );
-                if let Some(peer) = u.side(Contender::MongoPeer) {
-                    let _ = write!(
-                        t,
-                        "{PEER} also sends two commands per cycle, a `findAndModify` upsert and a \
-                         `deleteOne` (it deletes the document on release, so there is nothing \
-                         to carry a fencing token across grants), and made {:.2} of our \
-                         baseline's cycles.",
-                        peer.per_second() / base.per_second()
-                    );
-                }
-                if let (Some(write_one), Some(deleting)) = (
-                    u.side(Contender::WriteOne),
-                    u.side(Contender::DeletingRelease),
-                ) {
-                    let _ = write!(
-                        t,
-                        " Two rows measure what two guarantees cost, in the same rounds: the \
-                         backend's own calls with write concern `w: 1` instead of `majority` \
-                         made {:.2} of the baseline's cycles, and the backend's acquire with a \
-                         release that deletes the document, as the peer's does, made {:.2}. \
-                         Neither is what distlock does: `majority` keeps a grant through a \
-                         failover on a replica set (on SecantusDB, a one-node replica set, a \
-                         majority is that one node), and keeping the document keeps the last fencing \
-                         token, so that the next grant's token is greater even within one \
-                         millisecond of the server's clock, where a deleted document leaves \
-                         only the clock to go by (see docs/mongodb.md).",
-                        write_one.per_second() / base.per_second(),
-                        deleting.per_second() / base.per_second(),
-                    );
-                }
-                text.push(t);
-            }
+            text.extend(mongodb::uncontended_findings(b));
         }
         if let Some(b) = self.backend("memcached") {
             let u = &b.uncontended;
@@ -849,9 +855,10 @@ impl Run {
         if let Some(b) = self.backend("etcd") {
             text.extend(etcd::uncontended_findings(b));
         }
-        if let Some(b) = self.backend("PostgreSQL") {
-            text.extend(postgres::uncontended_findings(b));
-        }
+        text.extend(postgres::uncontended_findings(
+            self.backend("PostgreSQL"),
+            self.advisory_mode(),
+        ));
         findings_list(out, &text);
     }
 
@@ -1045,9 +1052,11 @@ impl Run {
         if let Some(b) = self.backend("etcd") {
             text.extend(etcd::contention_findings(b, &Workload::all(s.work)));
         }
-        if let Some(b) = self.backend("PostgreSQL") {
-            text.extend(postgres::contention_findings(b, &Workload::all(s.work)));
-        }
+        text.extend(postgres::contention_findings(
+            self.backend("PostgreSQL"),
+            self.advisory_mode(),
+            &Workload::all(s.work),
+        ));
         findings_list(out, &text);
     }
 

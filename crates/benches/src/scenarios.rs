@@ -51,6 +51,14 @@ pub(crate) enum Contender {
     WriteOne,
     /// MongoDB: the backend's acquire, released by deleting the document.
     DeletingRelease,
+    /// MongoDB: the backend's calls on a collection without the TTL index.
+    Unindexed,
+    /// MongoDB: the same, each acquire released by deleting the document.
+    UnindexedDeleting,
+    /// MongoDB: distributed-lock-mongo's two commands, sent directly.
+    PeerCommands,
+    /// MongoDB: the same, with a fencing token built by the server.
+    PeerCommandsWithToken,
     /// etcd's own lock service: the `Lock` and `Unlock` RPCs.
     EtcdLockRpc,
     /// `etcdctl lock NAME true`, one process per cycle.
@@ -169,7 +177,14 @@ pub(crate) async fn uncontended(
     }
     let variants = MongoVariants::open(target).await?;
     if variants.is_some() {
-        contenders.extend([Contender::WriteOne, Contender::DeletingRelease]);
+        contenders.extend([
+            Contender::WriteOne,
+            Contender::DeletingRelease,
+            Contender::Unindexed,
+            Contender::UnindexedDeleting,
+            Contender::PeerCommands,
+            Contender::PeerCommandsWithToken,
+        ]);
     }
     let lock_service = if with_peer {
         LockService::open(target).await?
@@ -230,6 +245,26 @@ pub(crate) async fn uncontended(
                 Contender::DeletingRelease => {
                     opened(&variants)?
                         .deleting_cycles(&*target.backend, &name, round)
+                        .await?
+                }
+                Contender::Unindexed => {
+                    opened(&variants)?
+                        .unindexed_cycles(&name, round, false)
+                        .await?
+                }
+                Contender::UnindexedDeleting => {
+                    opened(&variants)?
+                        .unindexed_cycles(&name, round, true)
+                        .await?
+                }
+                Contender::PeerCommands => {
+                    opened(&variants)?
+                        .peer_command_cycles(&name, round, false)
+                        .await?
+                }
+                Contender::PeerCommandsWithToken => {
+                    opened(&variants)?
+                        .peer_command_cycles(&name, round, true)
                         .await?
                 }
                 Contender::EtcdLockRpc => {

@@ -102,9 +102,19 @@ impl Target {
         kind_of_url(&self.url)
     }
 
-    /// What the report calls it: its kind, and its scale-out form if any.
+    /// What the report calls it: its kind, and its scale-out form if any,
+    /// or [`ADVISORY_MODE`] for PostgreSQL's advisory mode.
     pub(crate) fn label(&self) -> String {
+        if self.advisory_mode() {
+            return ADVISORY_MODE.to_owned();
+        }
         scale_out::label(self.kind(), self.scale_out)
+    }
+
+    /// Whether this is distlock's PostgreSQL advisory mode (see
+    /// [`is_advisory_mode`]).
+    pub(crate) fn advisory_mode(&self) -> bool {
+        is_advisory_mode(&self.url)
     }
 
     /// The commands counted so far: this process's for MongoDB, the
@@ -207,6 +217,18 @@ pub(crate) fn is_postgres_url(url: &str) -> bool {
     url.starts_with("postgres://") || url.starts_with("postgresql://")
 }
 
+/// What the report calls distlock's PostgreSQL advisory mode, a target of
+/// its own beside lease mode (the default, called plain `PostgreSQL`).
+pub(crate) const ADVISORY_MODE: &str = "PostgreSQL, advisory mode";
+
+/// Whether `url` opens distlock's PostgreSQL backend in advisory mode
+/// (`?mode=advisory`), as the backend itself reads the URL.
+pub(crate) fn is_advisory_mode(url: &str) -> bool {
+    is_postgres_url(url)
+        && distlock::postgres::PostgresConfig::parse(url)
+            .is_ok_and(|config| config.mode == distlock::postgres::Mode::Advisory)
+}
+
 /// `text` with every character a regular expression gives a meaning to
 /// escaped.
 fn regex_escape(text: &str) -> String {
@@ -242,4 +264,22 @@ pub(crate) async fn mongo_client(
         .default_database()
         .unwrap_or_else(|| client.database(distlock::mongodb::DEFAULT_DATABASE));
     Ok((monitor, database, collection))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn advisory_mode_is_told_from_the_url() {
+        let url = "postgres://u:p@127.0.0.1:5432/db";
+        assert!(!is_advisory_mode(url));
+        assert!(is_advisory_mode(&format!("{url}?mode=advisory")));
+        assert!(is_advisory_mode(&format!("{url}?table=t&mode=advisory")));
+        assert!(!is_advisory_mode(&format!("{url}?mode=lease")));
+        assert!(!is_advisory_mode("memcache://127.0.0.1:1?mode=advisory"));
+        // Both modes are PostgreSQL, so `--only PostgreSQL` keeps both.
+        assert_eq!(kind_of_url(&format!("{url}?mode=advisory")), "PostgreSQL");
+        assert!(!distlock::redact(&format!("{url}?mode=advisory")).contains("u:p"));
+    }
 }
