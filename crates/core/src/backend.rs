@@ -496,7 +496,10 @@ pub trait Backend: Send + Sync + fmt::Debug {
     async fn force_release(&self, name: &LockName) -> Result<bool>;
 
     /// Starts watching `name` for releases; `None` when the backend cannot
-    /// report them, and waiters then poll.
+    /// report them, and waiters then poll. A wait that got `None` asks
+    /// again before each of its attempts, so a backend whose wake-ups start
+    /// late (a listening connection still being checked) serves waits that
+    /// began before; it must therefore answer cheaply.
     fn watch_releases(&self, name: &LockName) -> Option<ReleaseWatch> {
         let _ = name;
         None

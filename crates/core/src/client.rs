@@ -760,6 +760,12 @@ impl<'a, C: Future<Output = ()>> Wait<'a, C> {
         let mut local_releases: Option<LocalReleasesWatch> = None;
         let mut first = true;
         loop {
+            // Wake-ups that were not available when the wait began may be
+            // now. Asked before the attempt, so that a release after it is
+            // heard.
+            if watch.is_none() && inner.release_wakeups {
+                watch = inner.backend.watch_releases(self.name);
+            }
             let seen = local_releases.as_ref().map(|releases| releases.seen());
             // An attempt is never cut short: its answer is waited for, so
             // that a cancelled wait knows whether it must release a grant.

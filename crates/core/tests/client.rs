@@ -28,6 +28,10 @@ struct Instrumented {
     hand_over_confirmed_ms_ago: AtomicUsize,
     wakeups: bool,
     hands_over: bool,
+    /// While set, `watch_releases` answers `None`, as a backend whose
+    /// wake-ups have not started yet does.
+    no_watch_yet: AtomicBool,
+    watches_given: AtomicUsize,
 }
 
 impl Instrumented {
@@ -113,6 +117,10 @@ impl Backend for Instrumented {
     }
 
     fn watch_releases(&self, name: &LockName) -> Option<ReleaseWatch> {
+        if self.no_watch_yet.load(Ordering::SeqCst) {
+            return None;
+        }
+        self.watches_given.fetch_add(1, Ordering::SeqCst);
         self.inner.watch_releases(name)
     }
 }
@@ -543,4 +551,46 @@ async fn a_dropped_guard_hands_over_too() {
         .unwrap();
     assert_eq!(backend.hand_overs.load(Ordering::SeqCst), 1);
     assert!(second.release().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_that_began_before_wake_ups_started_stops_polling_once_they_have() {
+    let backend = Arc::new(Instrumented::with_wakeups());
+    backend.no_watch_yet.store(true, Ordering::SeqCst);
+    let holder = LockClient::new(backend.clone(), options(Duration::from_secs(30)));
+    let waiters = LockClient::new(backend.clone(), options(Duration::from_secs(30)));
+    let lock = name("late wake-ups");
+    let guard = holder.acquire(&lock, Duration::ZERO).await.unwrap();
+    let waiter = {
+        let lock = lock.clone();
+        tokio::spawn(async move { waiters.acquire(&lock, Duration::from_secs(30)).await })
+    };
+    // Without wake-ups the waiter polls with its backoff (at most 50 ms).
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        backend.attempts.load(Ordering::SeqCst) >= 3,
+        "the waiter polls"
+    );
+    backend.no_watch_yet.store(false, Ordering::SeqCst);
+    while backend.watches_given.load(Ordering::SeqCst) == 0 {
+        assert!(
+            !waiter.is_finished(),
+            "the waiter ended while the lock was held"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // It asked again before an attempt and now waits for a release, or for
+    // the holder's lease to end, 30 s away: no more attempts meanwhile. The
+    // attempt that followed the watch may still be on its way.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let attempts = backend.attempts.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        backend.attempts.load(Ordering::SeqCst),
+        attempts,
+        "the waiter stopped polling"
+    );
+    guard.release().await.unwrap();
+    let granted = waiter.await.unwrap().expect("woken by the release");
+    granted.release().await.unwrap();
 }
