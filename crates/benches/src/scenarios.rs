@@ -229,12 +229,15 @@ pub(crate) async fn uncontended(
         // runs first (after the server counts are read) or last.
         for turn in 0..count {
             let side = &mut sides[(index + turn) % count];
+            // The server's count is read first, so that the command that
+            // reads it (MongoDB's `serverStatus`) is not counted as the
+            // contender's.
+            let ops_before = target.server_ops().await;
             let before = if counted {
                 target.counts().await?
             } else {
                 None
             };
-            let ops_before = target.server_ops().await;
             let started = Instant::now();
             let cycles = match side.contender {
                 Contender::Client => client_cycles(&client, &name, round).await?,
