@@ -43,8 +43,9 @@ type Outcome<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 struct Args {
     #[command(subcommand)]
     worker: Option<Worker>,
-    /// A backend to run against (file, MongoDB, memcached); repeat for
-    /// several. Default: every backend.
+    /// A backend to run against (file, MongoDB, memcached, etcd,
+    /// PostgreSQL, postgresql-advisory); repeat for several. Default: every
+    /// backend.
     #[arg(long = "backend", value_name = "NAME")]
     backends: Vec<String>,
     /// A scenario to run (R1, R2, …); repeat for several. Default: all.
@@ -126,7 +127,11 @@ fn campaign(args: &Args) -> Outcome<bool> {
             .iter()
             .map(|name| {
                 backends::parse(name).ok_or_else(|| {
-                    format!("unknown backend {name}; use file, MongoDB or memcached")
+                    let known: Vec<_> = backends::ALL
+                        .iter()
+                        .map(|kind| kind.option_name())
+                        .collect();
+                    format!("unknown backend {name}; use one of {}", known.join(", "))
                 })
             })
             .collect::<Result<_, _>>()?

@@ -55,3 +55,8 @@ fn the_short_form_holds_on_etcd() {
 fn the_short_form_holds_on_postgresql() {
     short_form("postgresql");
 }
+
+#[test]
+fn the_short_form_holds_on_postgresql_advisory_mode() {
+    short_form("postgresql-advisory");
+}

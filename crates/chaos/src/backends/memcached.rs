@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use distlock::LockName;
 
-use super::{CampaignBackend, SecretCase, ServerCommand};
+use super::{CampaignBackend, OnRestart, SecretCase, ServerCommand};
 use crate::Outcome;
 use crate::servers::Server;
 
@@ -44,8 +44,8 @@ impl CampaignBackend for Memcached {
         Ok(format!("{}?prefix={space}:", server.url()))
     }
 
-    fn keeps_locks_across_restarts(&self) -> bool {
-        false
+    fn on_restart(&self) -> OnRestart {
+        OnRestart::Forgotten
     }
 
     fn has_shared(&self) -> bool {

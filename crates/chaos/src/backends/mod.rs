@@ -26,18 +26,37 @@ pub(crate) use memcached::MEMCACHED;
 pub(crate) type Kind = &'static dyn CampaignBackend;
 
 /// Every backend the campaign runs against, in report order.
-pub(crate) const ALL: [Kind; 5] = [
+pub(crate) const ALL: [Kind; 6] = [
     &file::FILE,
     &mongodb::MONGODB,
     &memcached::MEMCACHED,
     &etcd::ETCD,
     &postgres::POSTGRES,
+    &postgres::POSTGRES_ADVISORY,
 ];
 
-/// The backend called `text` (as `--backend` takes it, in any case).
+/// The backend called `text` (as `--backend` takes it, in any case): its
+/// option name, or its name in reports.
 pub(crate) fn parse(text: &str) -> Option<Kind> {
-    ALL.into_iter()
-        .find(|kind| kind.name().eq_ignore_ascii_case(text))
+    ALL.into_iter().find(|kind| {
+        kind.option_name().eq_ignore_ascii_case(text) || kind.name().eq_ignore_ascii_case(text)
+    })
+}
+
+/// What a server restart does to the locks held on it (R1, R6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OnRestart {
+    /// They outlive it: a holder whose extensions resume in time keeps its
+    /// lock.
+    Kept,
+    /// They end with their holders' connections, and each holder hears it
+    /// as its connection ends, before the server is back to grant them
+    /// again: overlaps stay forbidden.
+    EndedAndTold,
+    /// The server forgets them without a word, and holders learn it at
+    /// their next extension: overlaps until then are reported, not
+    /// forbidden.
+    Forgotten,
 }
 
 /// How a backend's server starts.
@@ -93,8 +112,13 @@ pub(crate) struct SecretCase {
 /// What the campaign must know of one backend.
 #[async_trait::async_trait]
 pub(crate) trait CampaignBackend: Sync + std::fmt::Debug {
-    /// The backend's name in reports and in `--backend`.
+    /// The backend's name in reports (and in `--backend`).
     fn name(&self) -> &'static str;
+
+    /// Its name in `--backend`, when its name in reports has spaces.
+    fn option_name(&self) -> &'static str {
+        self.name()
+    }
 
     /// How its server starts, if it has one the campaign can restart.
     fn server(&self) -> Option<ServerCommand>;
@@ -127,19 +151,38 @@ pub(crate) trait CampaignBackend: Sync + std::fmt::Debug {
         false
     }
 
+    /// Whether a lock ends as soon as its holder's process does (the kernel
+    /// drops its flocks, or closes its connection, whose end the server
+    /// sees at once), so that a killed holder's lock may be granted again
+    /// at once (R4).
+    fn ends_with_holder(&self) -> bool {
+        self.process_bound()
+    }
+
     /// The shortest lease it grants.
     fn min_lease(&self) -> Duration {
         Duration::ZERO
     }
 
-    /// Whether the backend keeps its locks across a server restart.
-    fn keeps_locks_across_restarts(&self) -> bool {
-        true
+    /// What a server restart does to its locks.
+    fn on_restart(&self) -> OnRestart {
+        OnRestart::Kept
     }
 
     /// Whether the backend grants shared (reader) locks.
     fn has_shared(&self) -> bool {
         true
+    }
+
+    /// Whether the backend grants semaphores, or why not.
+    fn semaphores(&self) -> Result<(), &'static str> {
+        Ok(())
+    }
+
+    /// The most locks one process should hold at once, when each costs a
+    /// server connection: R11 takes its names in batches no larger.
+    fn max_held(&self) -> Option<usize> {
+        None
     }
 
     /// The documented bound on granting a dead holder's lock again, after
@@ -161,6 +204,16 @@ pub(crate) trait CampaignBackend: Sync + std::fmt::Debug {
     /// It cannot be opened.
     async fn open_quiet(&self, url: &str, _lease: Duration) -> Outcome<Arc<dyn distlock::Backend>> {
         Ok(distlock::open(url).await?)
+    }
+
+    /// Makes what a first acquisition of `name` makes before it can grant
+    /// (PostgreSQL's advisory mode gives the name its key in a statement
+    /// of its own), so that R5's one shot hits the acquisition itself.
+    ///
+    /// # Errors
+    /// The server cannot be reached.
+    async fn prepare_name(&self, _server: &Server, _name: &LockName) -> Outcome<()> {
+        Ok(())
     }
 
     /// Deletes `name`'s record behind the backend's back (R7), as an

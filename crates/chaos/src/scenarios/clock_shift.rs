@@ -5,7 +5,9 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use super::{Scenario, Settings, Worker, kinds, run_dir, spec, unique};
+use super::{
+    SEMAPHORE_OF_3, Scenario, Settings, Worker, kinds, run_dir, spec, unique, without_semaphores,
+};
 use crate::Outcome;
 use crate::clock::now_ns;
 use crate::fenced::FencedStore;
@@ -55,6 +57,7 @@ fn run(server: &mut Server, settings: &Settings) -> Outcome<Vec<Row>> {
             server, settings, &faketime, &label, &claims, false,
         )?);
     }
+    rows.extend(without_semaphores("R8", server, SEMAPHORE_OF_3));
     rows.push(shifted(
         server,
         settings,

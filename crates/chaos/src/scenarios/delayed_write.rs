@@ -29,8 +29,10 @@ pub(super) const SCENARIO: Scenario = Scenario {
                after its read without looking at `lost()`. 20 runs (short form: 3), 10 at a \
                time on names of their own. Must hold: the late write is turned away in every \
                run; the first holder's `lost()` fires before the second is granted (otherwise \
-               the two overlap); 0 lost updates; 0 token regressions. The file backend has no \
-               connection to delay, so this does not apply to it.",
+               the two overlap); 0 lost updates; 0 token regressions. In PostgreSQL's advisory \
+               mode the server ends the holder's silent connection, and the lock with it, a \
+               lease after its last check. The file backend has no connection to delay, so \
+               this does not apply to it.",
         untimed: false,
     },
     run,

@@ -4,11 +4,14 @@
 use std::time::Duration;
 
 use super::network::does_not_apply;
-use super::{Scenario, Settings, Worker, kinds, run_dir, spec, unique};
+use super::{
+    SEMAPHORE_OF_3, Scenario, Settings, Worker, kinds, run_dir, spec, unique, without_semaphores,
+};
 use crate::Outcome;
+use crate::backends::OnRestart;
 use crate::clock::now_ns;
 use crate::fenced::FencedStore;
-use crate::judge::{holdings, judge};
+use crate::judge::{Holding, holdings, judge};
 use crate::report::{Row, ScenarioInfo};
 use crate::servers::Server;
 use crate::worker::{ClaimSpec, Event, read_events};
@@ -24,7 +27,10 @@ pub(super) const SCENARIO: Scenario = Scenario {
                kind the backend grants runs. Must hold: 0 overlaps among valid holders, 0 token \
                regressions, 0 lost updates, and every restart hit a holding. memcached loses \
                its locks on restart: its overlaps are reported (allowed), and the fenced \
-               counter must still lose no update. The file backend has no server, so this does \
+               counter must still lose no update. PostgreSQL's advisory mode loses them too, \
+               but tells: each holding a restart hit must see its `lost()` fire (as the \
+               restart ends its connection), and overlaps stay forbidden. A backend without \
+               semaphores says so (full form). The file backend has no server, so this does \
                not apply to it.",
         untimed: false,
     },
@@ -60,6 +66,9 @@ fn run(server: &mut Server, settings: &Settings) -> Outcome<Vec<Row>> {
     let mut rows = Vec::new();
     for (label, claims) in chosen {
         rows.push(failover(server, settings, label, &claims)?);
+    }
+    if !settings.short {
+        rows.extend(without_semaphores("R6", server, SEMAPHORE_OF_3));
     }
     Ok(rows)
 }
@@ -107,22 +116,36 @@ fn failover(
     }
     let verdict = judge(&events, &FencedStore::open(&dir.join("store"))?)?;
     let held = holdings(&events);
+    let spans = |holding: &Holding, at: u64| {
+        holding.start_ns <= at && holding.end_ns.is_none_or(|end| end > at)
+    };
     let hit = restarts
         .iter()
-        .filter(|&&at| {
-            held.iter()
-                .any(|holding| holding.start_ns <= at && holding.end_ns.is_none_or(|end| end > at))
+        .filter(|&&at| held.iter().any(|holding| spans(holding, at)))
+        .count();
+    // Holdings a restart hit whose `lost()` never fired.
+    let untold = held
+        .iter()
+        .filter(|holding| {
+            holding.lost_ns.is_none() && restarts.iter().any(|&at| spans(holding, at))
         })
         .count();
-    let overlaps_allowed = !server.kind.keeps_locks_across_restarts();
+    let on_restart = server.kind.on_restart();
+    let overlaps_allowed = on_restart == OnRestart::Forgotten;
     let safe = verdict.lost_updates == 0
         && verdict.token_regressions == 0
         && (overlaps_allowed || verdict.overlaps == 0);
+    let told = on_restart != OnRestart::EndedAndTold || untold == 0;
     let mut detail = format!(
         "{} of {planned} restarts made, {hit} of them while a holder held; {} holdings lost",
         restarts.len(),
         verdict.losses
     );
+    if on_restart == OnRestart::EndedAndTold {
+        detail.push_str(&format!(
+            "; {untold} holdings a restart hit without `lost()` firing"
+        ));
+    }
     if overlaps_allowed && verdict.overlaps > 0 {
         detail.push_str(
             "; overlaps follow restarts that lost the locks (memcached keeps none: reported, \
@@ -133,7 +156,7 @@ fn failover(
         scenario: "R6",
         backend: server.kind.name(),
         kind: label,
-        passed: safe && restarts.len() == planned && hit == planned,
+        passed: safe && told && restarts.len() == planned && hit == planned,
         verdict: Some(verdict),
         detail,
         overlaps_allowed,

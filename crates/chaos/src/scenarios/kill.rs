@@ -5,7 +5,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{Scenario, Settings, Worker, ms, percentile, run_dir, spec, unique};
+use super::{
+    Scenario, Settings, Worker, ms, percentile, run_dir, spec, unique, without_semaphores,
+};
 use crate::Outcome;
 use crate::backends::Kind;
 use crate::clock::now_ns;
@@ -26,8 +28,12 @@ pub(super) const SCENARIO: Scenario = Scenario {
                lease can have ended (its last extension may have been up to one cadence, a \
                third of the lease, before the kill), and the re-grant's p99 within the \
                backend's documented bound plus one poll, and 25 ms for the attempt that \
-               follows the poll and its record. Also, per backend, `distlock run` is \
-               killed while its command runs: the command must not outlive it.",
+               follows the poll and its record. On the file backend, and in PostgreSQL's \
+               advisory mode, a lock ends with its holder's process (its flock; its \
+               connection, whose end the server reads at once), so it may be granted again \
+               at once after the kill. On every backend a grant before the kill is an \
+               overlap. A backend without semaphores says so. Also, per backend, `distlock \
+               run` is killed while its command runs: the command must not outlive it.",
         untimed: false,
     },
     run,
@@ -48,10 +54,15 @@ fn cases(server: &Server) -> Vec<(&'static str, Vec<ClaimSpec>, ClaimSpec)> {
             ClaimSpec::Exclusive,
         ));
     }
-    let permit = ClaimSpec::Permit { limit: 2 };
-    cases.push(("semaphore of 2", vec![permit, permit], permit));
+    if server.kind.semaphores().is_ok() {
+        let permit = ClaimSpec::Permit { limit: 2 };
+        cases.push((SEMAPHORE_OF_2, vec![permit, permit], permit));
+    }
     cases
 }
+
+/// The label of the semaphore [`cases`] runs.
+const SEMAPHORE_OF_2: &str = "semaphore of 2";
 
 fn run(server: &mut Server, settings: &Settings) -> Outcome<Vec<Row>> {
     let mut rows = Vec::new();
@@ -69,11 +80,15 @@ fn run(server: &mut Server, settings: &Settings) -> Outcome<Vec<Row>> {
         let mut latencies = Vec::new();
         let mut early = 0;
         for _ in 0..runs.div_ceil(batch) {
-            for (verdict, latency) in kill_batch(server, settings, batch, &holders, waiter)? {
+            for (verdict, regrant) in kill_batch(server, settings, batch, &holders, waiter)? {
                 total.add(&verdict);
-                if let Some(latency) = latency {
-                    early += usize::from(latency < earliest_regrant(server.kind, settings));
-                    latencies.push(latency);
+                match regrant {
+                    Some(Regrant::AfterKill(latency)) => {
+                        early += usize::from(latency < earliest_regrant(server.kind, settings));
+                        latencies.push(latency);
+                    }
+                    Some(Regrant::BeforeKill) => early += 1,
+                    None => {}
                 }
             }
         }
@@ -108,16 +123,27 @@ fn run(server: &mut Server, settings: &Settings) -> Outcome<Vec<Row>> {
             overlaps_allowed: false,
         });
     }
+    rows.extend(without_semaphores("R4", server, SEMAPHORE_OF_2));
     Ok(rows)
+}
+
+/// When the waiter was granted the name.
+enum Regrant {
+    /// This long after the kill.
+    AfterKill(Duration),
+    /// Before the kill, while the holder held it: an overlap.
+    BeforeKill,
 }
 
 /// What a re-grant may take beyond the poll that found the lock free.
 const ATTEMPT_ALLOWANCE: Duration = Duration::from_millis(25);
 
 /// The earliest a dead holder's lock may be granted again after the kill:
-/// its last extension may have been one cadence before it.
+/// at once where a lock ends with its holder's process; otherwise its
+/// lease less a cadence, since its last extension may have been one
+/// cadence before the kill.
 fn earliest_regrant(kind: Kind, settings: &Settings) -> Duration {
-    if kind.process_bound() {
+    if kind.ends_with_holder() {
         Duration::ZERO
     } else {
         settings.lease - settings.cadence()
@@ -139,7 +165,7 @@ fn kill_batch(
     batch: usize,
     holders: &[ClaimSpec],
     waiter: ClaimSpec,
-) -> Outcome<Vec<(Verdict, Option<Duration>)>> {
+) -> Outcome<Vec<(Verdict, Option<Regrant>)>> {
     let mut runs = Vec::new();
     for _ in 0..batch {
         let name = unique("r4");
@@ -171,20 +197,22 @@ fn kill_batch(
     let mut outcomes = Vec::new();
     for (dir, held, waiter, killed_at, mut events) in killed {
         let waited = waiter.finish()?;
-        let latency = waited.iter().find_map(|event| match event {
-            Event::Acquired { at_ns, .. } => {
-                Some(Duration::from_nanos(at_ns.saturating_sub(killed_at)))
-            }
+        let regrant = waited.iter().find_map(|event| match event {
+            Event::Acquired { at_ns, .. } => Some(match at_ns.checked_sub(killed_at) {
+                Some(after) => Regrant::AfterKill(Duration::from_nanos(after)),
+                None => Regrant::BeforeKill,
+            }),
             _ => None,
         });
         events.extend(waited);
         for other in held {
             events.extend(other.kill());
         }
-        outcomes.push((
-            judge(&events, &FencedStore::open(&dir.join("store"))?)?,
-            latency,
-        ));
+        let mut verdict = judge(&events, &FencedStore::open(&dir.join("store"))?)?;
+        // The killed holder never recorded an end, so the judge cannot see
+        // it overlap the waiter.
+        verdict.overlaps += usize::from(matches!(regrant, Some(Regrant::BeforeKill)));
+        outcomes.push((verdict, regrant));
     }
     Ok(outcomes)
 }

@@ -38,7 +38,10 @@ pub(super) const SCENARIO: Scenario = Scenario {
                command; alternately once, which the driver's retry gets past, and twice, which \
                fails the attempt); and the fault proxy lets the `findAndModify` reach the \
                server, which applies it, and resets the connection before the reply comes back. \
-               memcached: the proxy's reset after the request, on the acquisition's add. If \
+               memcached: the proxy's reset after the request, on the acquisition's add. \
+               PostgreSQL's advisory mode: the same, on the statement that takes the lock, on a \
+               name given its key beforehand (its first statement would otherwise only find \
+               that it has none); the reset connection was the session to hold the lock. If \
                granted, the client reads and writes the fenced counter, holds half a second and \
                releases, while a second holder (a process of its own, connected directly) \
                waits; if not, the second holder comes once the client has given up. The first \
@@ -222,6 +225,7 @@ fn lost_ack(
     let dir = run_dir(server, &name)?;
     let store = FencedStore::open(&dir.join("store"))?;
     let lock = LockName::new(&name)?;
+    runtime.block_on(server.kind.prepare_name(server, &lock))?;
     if let Some(admin) = &victim.admin {
         runtime.block_on(close_find_and_modify(admin, times))?;
     }

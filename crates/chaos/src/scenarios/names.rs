@@ -27,7 +27,8 @@ pub(super) const SCENARIO: Scenario = Scenario {
                `$$NOW`, NUL, CR/LF, `flush_all`, `\\r\\nflush_all\\r\\n`, `{}`, quotes, spaces, \
                `%`-escapes, paths, unicode (accents, CJK, emoji, joiners, right-to-left marks), \
                the empty name and lengths up to 1 KiB and just over (exactly 1,024 and 1,025 \
-               bytes among them), taken 1,000 at a time (short form: 500), each batch in a key \
+               bytes among them), taken 1,000 at a time (short form: 500; PostgreSQL's advisory \
+               mode, where each lock held is a server connection: 100), each batch in a key \
                space of its own beside a canary lock, listed, and released. Must hold: a name is \
                refused with `InvalidName` exactly when it is empty or over 1,024 bytes; every \
                other name is granted, shows in `list()` under exactly its own bytes, and its \
@@ -91,7 +92,10 @@ impl Found {
 
 async fn fuzz(server: &Server, settings: &Settings) -> Outcome<Row> {
     let total = settings.pick(100_000, 2_000);
-    let batch = settings.pick(1_000, 500);
+    // Each batch is held at once: no more than the backend can hold.
+    let batch = settings
+        .pick(1_000, 500)
+        .min(server.kind.max_held().unwrap_or(usize::MAX));
     let started = Instant::now();
     // The home canary, in a key space of its own, extended throughout: an
     // injection that reached across key spaces (a dropped collection, a
@@ -213,7 +217,8 @@ async fn fuzz(server: &Server, settings: &Settings) -> Outcome<Row> {
         }),
         passed: found.failures() == 0 && !injected,
         detail: format!(
-            "{} names: {} refused as invalid, {} granted, listed and released; {canary_note}; \
+            "{} names, {batch} at a time: {} refused as invalid, {} granted, listed and \
+             released; {canary_note}; \
              {}; took {}s (taking {}s, listing {}s, releasing {}s)",
             found.generated,
             found.refused,

@@ -41,13 +41,5 @@ pub(crate) fn proxy(runtime: &Runtime, server: &Server) -> Outcome<(FaultProxy, 
 /// backend, whose locks live in this machine's kernel): there is no
 /// connection to fault.
 pub(crate) fn does_not_apply(id: &'static str, server: &Server, why: &str) -> Row {
-    Row {
-        scenario: id,
-        backend: server.kind.name(),
-        kind: "exclusive".into(),
-        verdict: None,
-        detail: format!("does not apply: {why}"),
-        passed: true,
-        overlaps_allowed: false,
-    }
+    super::not_applicable(id, server, "exclusive", why)
 }

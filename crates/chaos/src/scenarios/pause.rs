@@ -25,7 +25,9 @@ pub(super) const SCENARIO: Scenario = Scenario {
                turned away in every run, `lost()` fires on resume, 0 lost updates. The paused \
                holder's interval overlaps the next one's by construction (it is frozen, not \
                wrong): that is what fencing tokens are for. On the file backend a paused \
-               process keeps its lock, so nobody else is granted.",
+               process keeps its lock, so nobody else is granted. In PostgreSQL's advisory \
+               mode the lease is the server's `idle_session_timeout`: it ends the paused \
+               holder's silent connection, and the lock with it, a lease after its last check.",
         untimed: false,
     },
     run,

@@ -28,8 +28,10 @@ pub(super) const SCENARIO: Scenario = Scenario {
                (short form: 3), 10 at a time on names of their own. Must hold, in every run: \
                the first holder's `lost()` fires before the second holder is granted (a grant \
                before it counts as an overlap), 0 lost updates, 0 token regressions. The margin \
-               is the second holder's grant less the first one's loss. The file backend has no \
-               connection to slow down, so this does not apply to it.",
+               is the second holder's grant less the first one's loss. In PostgreSQL's advisory \
+               mode the server ends the silent connection, and the lock with it, a lease after \
+               the holder's last check: the holder must have given the lock up by then. The \
+               file backend has no connection to slow down, so this does not apply to it.",
         untimed: false,
     },
     run,

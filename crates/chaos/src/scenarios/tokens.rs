@@ -18,11 +18,13 @@ pub(super) const SCENARIO: Scenario = Scenario {
         title: "Token monotonicity",
         what: "1,000 cycles on one name (short form: 100): most release; every tenth lets \
                its grant expire (granted by a client of its own that then vanishes, with a \
-               200 ms lease, or the backend's shortest: etcd's is a second); every tenth (another one) is followed by the deletion of the \
-               name's record (MongoDB: the document; memcached: `flush_all`, which takes the \
-               token counters too; etcd: the name's keys; file: a forced release); the server restarts every 100th \
-               cycle (short form: every 25th). Must hold: every token strictly greater than \
-               the one before.",
+               200 ms lease, or the backend's shortest: etcd's is a second; in PostgreSQL's \
+               advisory mode the lock ends as the vanished client's connection closes); every \
+               tenth (another one) is followed by the deletion of the name's record (MongoDB: \
+               the document; memcached: `flush_all`, which takes the token counters too; etcd: \
+               the name's keys; PostgreSQL: the name's row, in advisory mode its token row; \
+               file: a forced release); the server restarts every 100th cycle (short form: \
+               every 25th). Must hold: every token strictly greater than the one before.",
         untimed: false,
     },
     run,
@@ -111,8 +113,8 @@ async fn cycles(server: &mut Server, settings: &Settings) -> Outcome<Row> {
         passed: regressions == 0,
         verdict: Some(verdict),
         detail: format!(
-            "{cycles} cycles: {expired} left to expire, {deleted} followed by deleting the record; \
-             {restarts} server restarts; last token {previous}"
+            "{cycles} cycles: {expired} abandoned unreleased, {deleted} followed by deleting the \
+             record; {restarts} server restarts; last token {previous}"
         ),
         overlaps_allowed: false,
     })
