@@ -421,7 +421,10 @@ async fn a_release_refused_for_a_full_notification_queue_still_frees_the_name() 
         .await
         .expect("the count of writes")
         .get(0);
-    assert_eq!(writes, 2, "one refused write, then one without the notification");
+    assert_eq!(
+        writes, 2,
+        "one refused write, then one without the notification"
+    );
     let next = holders
         .try_acquire(&lock)
         .await
