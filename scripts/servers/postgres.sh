@@ -4,7 +4,10 @@
 #
 # Exports:
 # - DISTLOCK_TEST_POSTGRES_URL: postgres://distlock:PASSWORD@127.0.0.1:PORT/distlock
-#   (the server itself, with a password-authenticated role of its own)
+#   (the server itself, with a password-authenticated role of its own; it
+#   accepts TLS and plain TCP alike)
+# - DISTLOCK_TEST_POSTGRES_CA: the PEM certificate of the throwaway CA that
+#   signed the server's certificate (issued for 127.0.0.1 and localhost)
 # - DISTLOCK_TEST_POSTGRES_PGBOUNCER_URL: the same role and database through
 #   PgBouncer (pool_mode = transaction)
 # - DISTLOCK_POSTGRES_BIN: the directory of initdb, pg_ctl and psql
@@ -21,11 +24,40 @@ install_postgres() {
     local missing=()
     postgres_bin_dir >/dev/null || missing+=(postgresql)
     command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || missing+=(pgbouncer)
+    command -v openssl >/dev/null 2>&1 || missing+=(openssl)
     if [ "${#missing[@]}" = 0 ]; then
         return 0
     fi
     step "installing ${missing[*]}"
     apt_install "${missing[@]}"
+}
+
+# postgres_tls DIR: a throwaway CA (DIR/ca.pem) and a server certificate it
+# signs for 127.0.0.1 and localhost (DIR/server.pem, DIR/server.key), valid
+# for a week; the CA's key is deleted once it has signed.
+postgres_tls() {
+    local dir=$1
+    mkdir -p "$dir"
+    openssl req -x509 -new -nodes -newkey ec -pkeyopt ec_paramgen_curve:P-256 \
+        -keyout "$dir/ca.key" -out "$dir/ca.pem" -days 7 -subj "/CN=distlock test CA" \
+        -addext "basicConstraints=critical,CA:TRUE" \
+        -addext "keyUsage=critical,keyCertSign,cRLSign" 2>"$dir/openssl.log" &&
+    openssl req -new -nodes -newkey ec -pkeyopt ec_paramgen_curve:P-256 \
+        -keyout "$dir/server.key" -out "$dir/server.csr" -subj "/CN=127.0.0.1" \
+        2>>"$dir/openssl.log" &&
+    printf '%s\n' "subjectAltName=IP:127.0.0.1,DNS:localhost" "basicConstraints=critical,CA:FALSE" \
+        "keyUsage=critical,digitalSignature" "extendedKeyUsage=serverAuth" >"$dir/server.ext" &&
+    openssl x509 -req -in "$dir/server.csr" -CA "$dir/ca.pem" -CAkey "$dir/ca.key" \
+        -CAcreateserial -days 7 -extfile "$dir/server.ext" -out "$dir/server.pem" \
+        2>>"$dir/openssl.log" || {
+        cat "$dir/openssl.log" >&2
+        return 1
+    }
+    rm -f "$dir/ca.key" "$dir/ca.srl" "$dir/server.csr" "$dir/server.ext" "$dir/openssl.log"
+    # The server refuses a key that others can read.
+    chown postgres:postgres "$dir/server.key" "$dir/server.pem"
+    chmod 600 "$dir/server.key"
+    chmod 644 "$dir/ca.pem" "$dir/server.pem"
 }
 
 # postgres_as COMMAND...: runs COMMAND as the postgres user, which initdb,
@@ -47,6 +79,7 @@ start_postgres() {
     # dir, which mktemp made private: let others through, not list it.
     chmod o+x "$DISTLOCK_TMP"
     mkdir -p "$dir/sock"
+    postgres_tls "$dir/tls"
     chown -R postgres:postgres "$dir"
     chmod 700 "$dir"
     port=$(free_port)
@@ -60,9 +93,10 @@ start_postgres() {
         cat "$dir/initdb.log" >&2
         return 1
     }
-    # fsync off: the data is thrown away with the run.
+    # fsync off: the data is thrown away with the run. TLS on, with the
+    # certificate above; plain TCP is still accepted.
     postgres_as "$bin/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -t 60 start \
-        -o "-p $port -k $dir/sock -c listen_addresses=127.0.0.1 -c max_connections=400 -c fsync=off -c synchronous_commit=off -c full_page_writes=off" \
+        -o "-p $port -k $dir/sock -c listen_addresses=127.0.0.1 -c max_connections=400 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c ssl=on -c ssl_cert_file=$dir/tls/server.pem -c ssl_key_file=$dir/tls/server.key" \
         >/dev/null || {
         cat "$dir/postgres.log" >&2
         return 1
@@ -106,6 +140,7 @@ EOF
 
     export DISTLOCK_TEST_POSTGRES_URL="postgres://distlock:$password@127.0.0.1:$port/distlock"
     export DISTLOCK_TEST_POSTGRES_PGBOUNCER_URL="postgres://distlock:$password@127.0.0.1:$bouncer_port/distlock"
+    export DISTLOCK_TEST_POSTGRES_CA="$dir/tls/ca.pem"
 }
 
 # stop_servers sends the server SIGTERM, which waits for clients to leave,

@@ -51,8 +51,9 @@ pub enum BackendUrl {
     /// `etcds://` for TLS; see [`EtcdConfig::parse`](distlock_etcd::EtcdConfig::parse).
     #[cfg(feature = "etcd")]
     Etcd(distlock_etcd::EtcdConfig),
-    /// `postgres://…` or `postgresql://…`, as libpq reads it, with
-    /// distlock's options `table`, `schema`, `mode` and `listen_url`; see
+    /// `postgres://…` or `postgresql://…`, as libpq reads it (`sslmode`
+    /// and `sslrootcert` included), with distlock's options `table`,
+    /// `schema`, `mode`, `listen_url` and `advisory_class`; see
     /// [`PostgresConfig`](distlock_postgres::PostgresConfig).
     #[cfg(feature = "postgres")]
     Postgres(SecretUrl),

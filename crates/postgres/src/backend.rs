@@ -9,7 +9,6 @@ use distlock_core::{
     AcquireRequest, Attempt, Backend, Capabilities, Error, HandOver, Lease, LockInfo, LockName,
     ReleaseWatch, Result, WaitState,
 };
-use tokio_postgres::NoTls;
 
 use crate::advisory::AdvisoryMode;
 use crate::config::{Mode, PostgresConfig};
@@ -69,24 +68,29 @@ impl PostgresBackend {
     ///
     /// # Errors
     /// [`Error::Denied`] for refused credentials or missing privileges;
-    /// [`Error::InvalidConfig`] when a table of that name exists but was
-    /// not made by distlock for this mode, or, in advisory mode, when the
-    /// server is older than PostgreSQL 14 or the URL reaches a transaction
-    /// pooler; a backend error when the server cannot be reached. No message includes the credentials.
+    /// [`Error::InvalidConfig`] when `sslrootcert` cannot be read or holds
+    /// no CA certificate, when a table of that name exists but was not made
+    /// by distlock for this mode, or, in advisory mode, when the server is
+    /// older than PostgreSQL 14 or the URL reaches a transaction pooler; a
+    /// backend error when the server cannot be reached, does not offer TLS
+    /// that `sslmode` requires, or presents a certificate that fails
+    /// `sslmode`'s checks (the message says which check, and how to fix
+    /// it). No message includes the credentials.
     ///
     /// # Cancel safety
     /// As [`open`](Self::open).
     pub async fn connect(config: PostgresConfig) -> Result<Self> {
+        // The TLS connectors, built once for every connection to come.
+        let (endpoint, listen) = config.endpoints()?;
         let what = format!("connecting to {}", config.redacted_url());
-        let (client, connection) =
-            tokio::time::timeout(ADMIN_TIMEOUT, config.driver.connect(NoTls))
-                .await
-                .map_err(|_| Error::Backend {
-                    backend: "postgres",
-                    message: format!("{what}: no answer within {ADMIN_TIMEOUT:?}"),
-                    source: None,
-                })?
-                .map_err(|error| from_driver(&what, error))?;
+        let (client, connection) = tokio::time::timeout(ADMIN_TIMEOUT, endpoint.connect())
+            .await
+            .map_err(|_| Error::Backend {
+                backend: "postgres",
+                message: format!("{what}: no answer within {ADMIN_TIMEOUT:?}"),
+                source: None,
+            })?
+            .map_err(|error| from_driver(&what, error))?;
         // The setup connection lives until `client` is dropped below.
         let connection = tokio::spawn(connection);
         let layout = match config.mode {
@@ -100,9 +104,9 @@ impl PostgresBackend {
         drop(client);
         connection.abort();
         ready?;
-        let connections = Connections::new(config.driver.clone())?;
+        let connections = Connections::new(endpoint.clone())?;
         let channels = Channels::new(&config.table);
-        let listener = Listener::start(config.listen.clone(), connections.clone(), channels);
+        let listener = Listener::start(listen, connections.clone(), channels);
         let mode = match config.mode {
             Mode::Lease => Modes::Lease(Box::new(LeaseMode::new(
                 connections,
@@ -111,7 +115,7 @@ impl PostgresBackend {
                 listener,
             ))),
             Mode::Advisory => Modes::Advisory(Box::new(
-                AdvisoryMode::open(&config, connections, channels, listener).await?,
+                AdvisoryMode::open(&config, endpoint, connections, channels, listener).await?,
             )),
         };
         Ok(Self { mode, config })

@@ -1,14 +1,18 @@
 //! The backend's URL: a libpq-style `postgres://` or `postgresql://` URL
-//! whose options `table`, `schema`, `mode`, `advisory_class` and
-//! `listen_url` are distlock's, and whose other options go to the driver.
+//! whose options `table`, `schema`, `mode`, `advisory_class`,
+//! `listen_url`, `sslmode` and `sslrootcert` are distlock's, and whose
+//! other options go to the driver.
 
 use std::fmt;
+use std::path::Path;
 use std::str::FromStr;
 
 use distlock_core::urls::{percent_decode, redact, secret_options, user_info};
 use distlock_core::{Error, Result};
 
+use crate::error::describe;
 use crate::table::TableName;
+use crate::tls::{Endpoint, Problem, SslMode, TlsOptions, TlsSettings};
 
 /// The lock table, when the URL names none.
 pub const DEFAULT_TABLE: &str = "distlock_locks";
@@ -59,6 +63,11 @@ pub struct PostgresConfig {
     pub(crate) listen: tokio_postgres::Config,
     /// `?listen_url=` as given, for display only.
     listen_url: Option<String>,
+    /// `?sslmode=` and `?sslrootcert=`, checked.
+    tls: TlsSettings,
+    /// `listen_url`'s own `sslmode` and `sslrootcert`, when it gives any;
+    /// otherwise it uses the main URL's.
+    listen_tls: Option<TlsSettings>,
     /// The URL as messages may show it.
     shown: String,
 }
@@ -71,6 +80,7 @@ impl fmt::Debug for PostgresConfig {
             .field("mode", &self.mode)
             .field("advisory_class", &self.advisory_class)
             .field("listen_url", &self.listen_url.as_deref().map(redact))
+            .field("sslmode", &self.tls.mode)
             .finish()
     }
 }
@@ -82,9 +92,16 @@ impl PostgresConfig {
     /// [`Error::InvalidConfig`] naming the part at fault: another scheme, a
     /// malformed escape, an empty or overlong `table` or `schema`, a `mode`
     /// other than `lease` and `advisory`, an `advisory_class` that is not
-    /// an integer from 0 to 2147483647, an option the driver refuses, or a `listen_url` that is not a PostgreSQL URL the
-    /// driver accepts. Messages never include the user information or
-    /// secret options.
+    /// an integer from 0 to 2147483647, an `sslmode` other than `disable`,
+    /// `prefer`, `require`, `verify-ca` and `verify-full`, `verify-ca`
+    /// without `sslrootcert`, `sslrootcert=system` with another mode than
+    /// `verify-full`, `sslcert`, `sslkey`, `sslcrl` or `sslcrldir` (not
+    /// supported), an option the driver refuses, or a `listen_url` that
+    /// is not a PostgreSQL URL the driver accepts (its own `sslmode` and
+    /// `sslrootcert` checked the same way). Messages never include the user
+    /// information or secret options.
+    ///
+    /// The `sslrootcert` file is read when the backend connects, not here.
     pub fn parse(url: &str) -> Result<Self> {
         if !is_postgres_url(url) {
             return Err(Error::config(
@@ -102,20 +119,32 @@ impl PostgresConfig {
         let mut mode = Mode::Lease;
         let mut advisory_class = DEFAULT_ADVISORY_CLASS;
         let mut listen_url = None;
+        let mut tls = TlsOptions::default();
         let mut driver_options = Vec::new();
         for pair in query.split('&').filter(|pair| !pair.is_empty()) {
             let (key, raw) = pair.split_once('=').unwrap_or((pair, ""));
-            let decoded = || {
-                percent_decode(&raw.replace('+', " ")).ok_or_else(|| {
-                    Error::config(key, "the value has a malformed %-escape or is not UTF-8")
-                })
-            };
+            let decoded = || decode(key, raw);
             match key {
                 "schema" => schema = decoded()?,
                 "table" => table = Some(decoded()?),
                 "mode" => mode = parse_mode(&decoded()?)?,
                 "advisory_class" => advisory_class = parse_class(&decoded()?)?,
                 "listen_url" => listen_url = Some(decoded()?).filter(|url| !url.is_empty()),
+                "sslmode" => tls.mode = Some(decoded()?),
+                "sslrootcert" => tls.root_cert = Some(decoded()?),
+                "sslcert" | "sslkey" => {
+                    return Err(Error::config(
+                        key,
+                        "client certificates are not supported: authenticate with a \
+                         password in the URL",
+                    ));
+                }
+                "sslcrl" | "sslcrldir" => {
+                    return Err(Error::config(
+                        key,
+                        "certificate revocation lists are not supported: remove the option",
+                    ));
+                }
                 _ => driver_options.push(pair),
             }
         }
@@ -132,8 +161,10 @@ impl PostgresConfig {
         } else {
             format!("{head}?{}", driver_options.join("&"))
         };
-        let driver = driver_config("url", &driver_url, url)?;
-        let listen = match &listen_url {
+        let tls = tls.resolve().map_err(main_problem)?;
+        let mut driver = driver_config("url", &driver_url, url)?;
+        tls.apply(&mut driver);
+        let (listen, listen_tls) = match &listen_url {
             Some(listen_url) => {
                 if !is_postgres_url(listen_url) {
                     return Err(Error::config(
@@ -141,9 +172,17 @@ impl PostgresConfig {
                         "a PostgreSQL URL starts with postgres:// or postgresql://",
                     ));
                 }
-                driver_config("listen_url", listen_url, listen_url)?
+                let (listen_driver_url, listen_tls) = take_tls_options(listen_url)?;
+                let listen_tls = if listen_tls.is_empty() {
+                    None
+                } else {
+                    Some(listen_tls.resolve().map_err(listen_problem)?)
+                };
+                let mut listen = driver_config("listen_url", &listen_driver_url, listen_url)?;
+                listen_tls.as_ref().unwrap_or(&tls).apply(&mut listen);
+                (listen, listen_tls)
             }
-            None => driver.clone(),
+            None => (driver.clone(), None),
         };
         Ok(Self {
             driver,
@@ -152,6 +191,8 @@ impl PostgresConfig {
             advisory_class,
             listen,
             listen_url,
+            tls,
+            listen_tls,
             shown,
         })
     }
@@ -175,6 +216,96 @@ impl PostgresConfig {
     pub fn listen_url(&self) -> Option<String> {
         self.listen_url.as_deref().map(redact)
     }
+
+    /// Whether and how connections use TLS (`?sslmode=`,
+    /// [`SslMode::Prefer`] when not given, [`SslMode::VerifyFull`] with
+    /// `sslrootcert=system`).
+    pub fn ssl_mode(&self) -> SslMode {
+        self.tls.mode
+    }
+
+    /// The file of trusted CA certificates (`?sslrootcert=PATH`), if one
+    /// is given.
+    pub fn ssl_root_cert(&self) -> Option<&Path> {
+        self.tls.root_cert()
+    }
+
+    /// Where the backend's connections go, each with the TLS connector it
+    /// uses: the main URL's, and the listening connection's. Each
+    /// connector is built here, once, and shared by every connection that
+    /// goes there; the listening connection shares the main one unless
+    /// `listen_url` sets TLS options of its own.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] naming `sslrootcert` (or `listen_url`) when
+    /// the file cannot be read or holds no usable CA certificate.
+    pub(crate) fn endpoints(&self) -> Result<(Endpoint, Endpoint)> {
+        let tls = self.tls.connector().map_err(main_problem)?;
+        let listen_tls = match &self.listen_tls {
+            Some(settings) if *settings != self.tls => {
+                settings.connector().map_err(listen_problem)?
+            }
+            _ => tls.clone(),
+        };
+        Ok((
+            Endpoint {
+                config: self.driver.clone(),
+                tls,
+            },
+            Endpoint {
+                config: self.listen.clone(),
+                tls: listen_tls,
+            },
+        ))
+    }
+}
+
+/// A query value, percent-decoded (`+` is a space).
+fn decode(key: &str, raw: &str) -> Result<String> {
+    percent_decode(&raw.replace('+', " "))
+        .ok_or_else(|| Error::config(key, "the value has a malformed %-escape or is not UTF-8"))
+}
+
+/// `url` without its `sslmode` and `sslrootcert`, and those two.
+fn take_tls_options(url: &str) -> Result<(String, TlsOptions)> {
+    let (head, query) = url.split_once('?').unwrap_or((url, ""));
+    let mut tls = TlsOptions::default();
+    let mut rest = Vec::new();
+    for pair in query.split('&').filter(|pair| !pair.is_empty()) {
+        let (key, raw) = pair.split_once('=').unwrap_or((pair, ""));
+        let decoded = || {
+            decode(key, raw).map_err(|_| {
+                Error::config(
+                    "listen_url",
+                    format!("{key}: the value has a malformed %-escape or is not UTF-8"),
+                )
+            })
+        };
+        match key {
+            "sslmode" => tls.mode = Some(decoded()?),
+            "sslrootcert" => tls.root_cert = Some(decoded()?),
+            _ => rest.push(pair),
+        }
+    }
+    let url = if rest.is_empty() {
+        head.to_owned()
+    } else {
+        format!("{head}?{}", rest.join("&"))
+    };
+    Ok((url, tls))
+}
+
+/// A TLS option of the main URL at fault.
+fn main_problem(problem: Problem) -> Error {
+    Error::config(problem.option, problem.reason)
+}
+
+/// A TLS option of `listen_url` at fault.
+fn listen_problem(problem: Problem) -> Error {
+    Error::config(
+        "listen_url",
+        format!("its {}: {}", problem.option, problem.reason),
+    )
 }
 
 fn is_postgres_url(url: &str) -> bool {
@@ -190,7 +321,7 @@ fn driver_config(field: &str, driver_url: &str, original: &str) -> Result<tokio_
             format!(
                 "the driver refused {}: {}",
                 redact(driver_url),
-                scrub(&error.to_string(), original)
+                scrub(&describe(&error), original)
             ),
         )
     })
@@ -358,6 +489,81 @@ mod tests {
             !text.contains("hush-pw") && !text.contains("alice"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn tls_options_are_ours_and_the_driver_is_told_whether_to_ask_for_tls() {
+        use tokio_postgres::config::SslMode as Driver;
+        let config = PostgresConfig::parse("postgres://db/").unwrap();
+        assert_eq!(config.ssl_mode(), SslMode::Prefer);
+        assert_eq!(config.driver.get_ssl_mode(), Driver::Prefer);
+        let config = PostgresConfig::parse(
+            "postgres://u:p@db/app?sslmode=verify-full&sslrootcert=%2Fetc%2Fca%20s.pem",
+        )
+        .unwrap();
+        assert_eq!(config.ssl_mode(), SslMode::VerifyFull);
+        assert_eq!(config.ssl_root_cert(), Some(Path::new("/etc/ca s.pem")));
+        assert_eq!(config.driver.get_ssl_mode(), Driver::Require);
+        // The listening connection takes the main URL's TLS...
+        assert_eq!(config.listen.get_ssl_mode(), Driver::Require);
+        assert_eq!(config.listen_tls, None);
+        assert!(format!("{config:?}").contains("VerifyFull"));
+        let config = PostgresConfig::parse(
+            "postgres://db/?sslmode=disable&listen_url=postgres%3A%2F%2Fdirect%2F%3Fsslmode%3Dverify-ca%26sslrootcert%3D%252Fca.pem",
+        )
+        .unwrap();
+        assert_eq!(config.driver.get_ssl_mode(), Driver::Disable);
+        // ...unless it gives its own.
+        let own = config.listen_tls.as_ref().unwrap();
+        assert_eq!(own.mode, SslMode::VerifyCa);
+        assert_eq!(own.root_cert(), Some(Path::new("/ca.pem")));
+        assert_eq!(config.listen.get_ssl_mode(), Driver::Require);
+        let config = PostgresConfig::parse("postgres://db/?sslrootcert=system").unwrap();
+        assert_eq!(config.ssl_mode(), SslMode::VerifyFull);
+        // Never over a Unix-domain socket, as libpq.
+        let config =
+            PostgresConfig::parse("postgres://%2Frun%2Fpostgresql/app?sslmode=require").unwrap();
+        assert_eq!(config.ssl_mode(), SslMode::Require);
+        assert_eq!(config.driver.get_ssl_mode(), Driver::Disable);
+    }
+
+    #[test]
+    fn bad_tls_options_name_the_option() {
+        for (url, field) in [
+            ("postgres://db/?sslmode=on", "sslmode"),
+            ("postgres://db/?sslmode=verify-ca", "sslrootcert"),
+            (
+                "postgres://db/?sslmode=prefer&sslrootcert=system",
+                "sslmode",
+            ),
+            (
+                "postgres://db/?listen_url=postgres%3A%2F%2Fdb%2F%3Fsslmode%3Dsecure",
+                "listen_url",
+            ),
+        ] {
+            match PostgresConfig::parse(url) {
+                Err(Error::InvalidConfig { field: got, reason }) => {
+                    assert_eq!(got, field, "{url}: {reason}");
+                    assert!(reason.contains("sslmode"), "{url}: {reason}");
+                }
+                other => panic!("{url}: {other:?}"),
+            }
+        }
+        for option in ["sslcert", "sslkey", "sslcrl", "sslcrldir"] {
+            let error = PostgresConfig::parse(&format!("postgres://db/?{option}=/x.pem"));
+            assert!(
+                matches!(&error, Err(Error::InvalidConfig { field, .. }) if field == option),
+                "{error:?}"
+            );
+        }
+        let config =
+            PostgresConfig::parse("postgres://db/?sslmode=verify-ca&sslrootcert=/no/such.pem")
+                .unwrap();
+        let Err(Error::InvalidConfig { field, reason }) = config.endpoints() else {
+            panic!("an unreadable sslrootcert was accepted");
+        };
+        assert_eq!(field, "sslrootcert");
+        assert!(reason.contains("/no/such.pem"), "{reason}");
     }
 
     #[test]

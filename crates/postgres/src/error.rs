@@ -5,10 +5,11 @@ use tokio_postgres::error::SqlState;
 
 /// `error` from `what`: refused credentials, a missing database and missing
 /// privileges are [`Error::Denied`], which retrying cannot fix; everything
-/// else (a refused or dropped connection, a terminated backend, a
-/// deadlock, PgBouncer's own refusals) may pass and is a transient
-/// [`Error::Backend`]. The driver's messages name the user at most, never
-/// the password, which it never sees in text form.
+/// else (a refused or dropped connection, a failed TLS handshake, a
+/// terminated backend, a deadlock, PgBouncer's own refusals) may pass and
+/// is a transient [`Error::Backend`], whose message gives the driver's
+/// causes too. The driver's messages name the user at most, never the
+/// password, which it never sees in text form.
 pub(crate) fn from_driver(what: &str, error: tokio_postgres::Error) -> Error {
     if let Some(db) = error.as_db_error() {
         let code = db.code();
@@ -21,7 +22,72 @@ pub(crate) fn from_driver(what: &str, error: tokio_postgres::Error) -> Error {
             return Error::denied("postgres", message, error);
         }
     }
-    Error::backend("postgres", format!("{what}: {error}"), error)
+    Error::backend("postgres", format!("{what}: {}", describe(&error)), error)
+}
+
+/// `error` in words: the driver's message, which names only the kind of
+/// failure, followed by its causes; and, when TLS failed, what to change.
+pub(crate) fn describe(error: &tokio_postgres::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        let said = cause.to_string();
+        if !said.is_empty() && !text.ends_with(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        source = cause.source();
+    }
+    if let Some(hint) = tls_hint(error) {
+        text.push_str("; ");
+        text.push_str(hint);
+    }
+    text
+}
+
+/// What to change when `error` is a TLS handshake that failed, as far as
+/// its cause tells.
+fn tls_hint(error: &tokio_postgres::Error) -> Option<&'static str> {
+    use rustls::CertificateError as Certificate;
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        if cause.to_string() == "server does not support TLS" {
+            return Some(
+                "the server does not offer TLS, which sslmode=require, verify-ca and \
+                 verify-full need: turn ssl on at the server, or use sslmode=prefer",
+            );
+        }
+        let tls = cause.downcast_ref::<rustls::Error>().or_else(|| {
+            cause
+                .downcast_ref::<std::io::Error>()
+                .and_then(std::io::Error::get_ref)
+                .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        });
+        if let Some(rustls::Error::InvalidCertificate(problem)) = tls {
+            return Some(match problem {
+                Certificate::UnknownIssuer | Certificate::BadSignature => {
+                    "the server's certificate is not signed by a CA in sslrootcert, or by a \
+                     public CA when sslrootcert is not given: point sslrootcert at the PEM \
+                     certificate of the CA that signed it"
+                }
+                Certificate::NotValidForName | Certificate::NotValidForNameContext { .. } => {
+                    "the server's certificate is not issued for the host name in the URL: \
+                     connect with a host name the certificate lists, or use sslmode=verify-ca \
+                     to check only the CA that signed it"
+                }
+                Certificate::Expired
+                | Certificate::ExpiredContext { .. }
+                | Certificate::NotValidYet
+                | Certificate::NotValidYetContext { .. } => {
+                    "the server's certificate is outside its validity period: renew it, or \
+                     check this machine's clock"
+                }
+                _ => "the server's certificate failed the checks sslmode asks for",
+            });
+        }
+        source = cause.source();
+    }
+    None
 }
 
 /// The pool's `error` from `what`.

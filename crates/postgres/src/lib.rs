@@ -21,8 +21,8 @@
 //! ```
 //!
 //! # Opening
-//! `postgres://` or `postgresql://`, as libpq reads it. distlock reads five
-//! options of its own and passes every other one to the driver
+//! `postgres://` or `postgresql://`, as libpq reads it. distlock reads the
+//! options below itself and passes every other one to the driver
 //! (`connect_timeout`, `application_name`, `host`, …):
 //!
 //! | option | default | meaning |
@@ -32,10 +32,46 @@
 //! | `mode` | `lease` | `lease` or `advisory` (see [Advisory mode](#advisory-mode)) |
 //! | `advisory_class` | [`DEFAULT_ADVISORY_CLASS`] (1684799488) | advisory mode's key class, 0 to 2147483647 |
 //! | `listen_url` | the main URL | where the connection that listens for releases goes: a direct connection to the same server and database (see [Release wake-ups](#release-wake-ups)) |
+//! | `sslmode` | `prefer` | whether and how to use TLS: `disable`, `prefer`, `require`, `verify-ca` or `verify-full` (see [TLS](#tls)) |
+//! | `sslrootcert` | none | a PEM file of trusted CA certificates, or `system` for the public CAs |
 //!
 //! The user, the password and secret options never appear in errors, logs
-//! or `Debug` output. Connections are unencrypted for now (the driver runs
-//! without TLS), so reach the server over a trusted network.
+//! or `Debug` output.
+//!
+//! # TLS
+//! `sslmode` and `sslrootcert` mean what they mean to libpq, and apply to
+//! every connection of the backend: the pool's, the listening connection
+//! and advisory mode's sessions (a `listen_url` without TLS options of its
+//! own uses the main URL's).
+//!
+//! | `sslmode` | TLS | the server's certificate |
+//! | --- | --- | --- |
+//! | `disable` | never | not looked at |
+//! | `prefer` (default) | when the server offers it, else plain TCP | not checked; with `sslrootcert`, checked as by `verify-ca` |
+//! | `require` | always: no connection without it | not checked; with `sslrootcert`, checked as by `verify-ca` |
+//! | `verify-ca` | always | signed by a CA in `sslrootcert`, which it needs; any host name |
+//! | `verify-full` | always | signed by a CA in `sslrootcert` (the public CAs without it), and issued for the host in the URL |
+//!
+//! A certificate that is not checked still encrypts the connection, which
+//! stops eavesdroppers but not someone who can redirect it: use
+//! `verify-full` across networks you do not trust. For a private CA, give
+//! its certificate: `?sslmode=verify-full&sslrootcert=/etc/distlock/ca.pem`
+//! (a path in the query needs escaping only if it holds `&`, `%` or `+`).
+//! `sslrootcert=system` trusts the public CAs (Mozilla's list, built
+//! in, not the operating system's store) and, as in libpq, allows only
+//! `verify-full`, which it makes the default. The host name checked is the
+//! URL's `host` (a name or an IP address), even when `hostaddr` says where
+//! to connect. Connections over a Unix-domain socket never use TLS, as
+//! with libpq.
+//!
+//! Mistakes are found when the backend opens: an unknown `sslmode`,
+//! `verify-ca` without `sslrootcert`, or an `sslrootcert` that cannot be
+//! read or holds no certificate is [`Error::InvalidConfig`](distlock_core::Error::InvalidConfig)
+//! naming the option; a server that offers no TLS when the mode requires
+//! it, or whose certificate fails the checks, is a backend error that says
+//! which check failed and what to change. Client certificates (`sslcert`,
+//! `sslkey`) and revocation lists (`sslcrl`) are not supported, and are
+//! refused by name. TLS is rustls's, with the *ring* provider.
 //!
 //! # Lease mode works through PgBouncer in transaction mode
 //! The driver is [`tokio_postgres`], because it can send every statement
@@ -212,6 +248,7 @@ mod pool;
 mod rows;
 mod statements;
 mod table;
+mod tls;
 mod wake;
 
 pub use backend::{ADMIN_TIMEOUT, PostgresBackend};
@@ -221,6 +258,7 @@ pub use config::{
 };
 /// The pool this backend keeps its connections in, at the version it uses.
 pub use deadpool_postgres;
+pub use tls::SslMode;
 /// The driver this backend is built on, at the version it uses.
 pub use tokio_postgres;
 pub use wake::WakeUps;

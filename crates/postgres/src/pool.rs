@@ -14,10 +14,11 @@ use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
 use distlock_core::{Error, Result};
+use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::{NoTls, Row};
 
 use crate::error::{from_driver, from_pool};
+use crate::tls::Endpoint;
 
 /// How many connections one backend keeps open at most.
 pub(crate) const POOL_SIZE: usize = 16;
@@ -32,14 +33,15 @@ pub(crate) struct Connections {
 }
 
 impl Connections {
-    /// A pool that connects with `config` when a statement needs it.
+    /// A pool that connects to `endpoint`, with its TLS connector, when a
+    /// statement needs it.
     ///
     /// # Errors
     /// A backend error if the pool cannot be built.
-    pub(crate) fn new(config: tokio_postgres::Config) -> Result<Self> {
+    pub(crate) fn new(endpoint: Endpoint) -> Result<Self> {
         let manager = Manager::from_config(
-            config,
-            NoTls,
+            endpoint.config,
+            endpoint.tls,
             ManagerConfig {
                 // A connection comes back to the pool only after its
                 // statement completed (see `Checkout`), so checking that it

@@ -42,6 +42,7 @@ use crate::config::PostgresConfig;
 use crate::error::from_driver;
 use crate::pool::Connections;
 use crate::rows::{self, get, holder_json};
+use crate::tls::Endpoint;
 use crate::wake::{Channels, Listener, WakeUps};
 
 /// How long a waiter waits at most before trying again: a holder whose
@@ -188,11 +189,12 @@ impl AdvisoryMode {
     /// Dropping the future leaves nothing held.
     pub(crate) async fn open(
         config: &PostgresConfig,
+        endpoint: Endpoint,
         connections: Connections,
         channels: Channels,
         listener: Listener,
     ) -> Result<Self> {
-        let spares = Spares::new(config.driver.clone());
+        let spares = Spares::new(endpoint);
         pooler::refuse_transaction_pooling(&spares, config.advisory_class, ADMIN_TIMEOUT).await?;
         Ok(Self {
             class: config.advisory_class,

@@ -7,10 +7,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use distlock_core::{Error, LossReporter, Result};
-use tokio_postgres::{Client, NoTls, Row};
+use tokio_postgres::{Client, Row};
 
 use crate::error::from_driver;
 use crate::pool::Params;
+use crate::tls::Endpoint;
 
 /// How many idle sessions a backend keeps for its next attempts; more are
 /// closed. Opening one costs a connection and an authentication.
@@ -46,7 +47,7 @@ impl Watch {
 }
 
 impl Session {
-    /// Opens a session with `config` within `timeout`.
+    /// Opens a session to `endpoint` within `timeout`.
     ///
     /// # Errors
     /// As [`from_driver`], or a backend error when the server does not
@@ -54,9 +55,9 @@ impl Session {
     ///
     /// # Cancel safety
     /// Dropping the future leaves nothing open.
-    async fn open(config: &tokio_postgres::Config, timeout: Duration) -> Result<Self> {
+    async fn open(endpoint: &Endpoint, timeout: Duration) -> Result<Self> {
         let what = "opening a session for advisory locks";
-        let (client, connection) = within(what, timeout, config.connect(NoTls))
+        let (client, connection) = within(what, timeout, endpoint.connect())
             .await?
             .map_err(|error| from_driver(what, error))?;
         let watch = Arc::new(Watch::default());
@@ -148,19 +149,19 @@ pub(crate) struct Spares {
 }
 
 struct Inner {
-    config: tokio_postgres::Config,
+    endpoint: Endpoint,
     idle: Mutex<Vec<Session>>,
     /// Whether a background open is under way.
     refilling: AtomicBool,
 }
 
 impl Spares {
-    /// Spares that connect with `config`; the first opens at once, in the
+    /// Spares that connect to `endpoint`; the first opens at once, in the
     /// background.
-    pub(crate) fn new(config: tokio_postgres::Config) -> Self {
+    pub(crate) fn new(endpoint: Endpoint) -> Self {
         let spares = Self {
             inner: Arc::new(Inner {
-                config,
+                endpoint,
                 idle: Mutex::new(Vec::new()),
                 refilling: AtomicBool::new(false),
             }),
@@ -193,7 +194,7 @@ impl Spares {
             match idle {
                 Some(session) if !session.is_closed() => return Ok(session),
                 Some(_closed) => continue,
-                None => return Session::open(&self.inner.config, timeout).await,
+                None => return Session::open(&self.inner.endpoint, timeout).await,
             }
         }
     }
@@ -223,9 +224,9 @@ impl Spares {
         }
         // Weak: a refill must not keep a dropped backend's spares alive.
         let inner = Arc::downgrade(&self.inner);
-        let config = self.inner.config.clone();
+        let endpoint = self.inner.endpoint.clone();
         tokio::spawn(async move {
-            let opened = Session::open(&config, REFILL_TIMEOUT).await;
+            let opened = Session::open(&endpoint, REFILL_TIMEOUT).await;
             let Some(inner) = inner.upgrade() else {
                 return;
             };

@@ -18,6 +18,7 @@ use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
 use crate::pool::Connections;
+use crate::tls::Endpoint;
 
 pub(crate) use self::channel::{Channels, NameHash};
 use self::session::Ended;
@@ -74,8 +75,8 @@ impl Shared {
 /// Where the listening connection goes, and how probes are sent.
 #[derive(Clone)]
 struct Target {
-    /// The listening connection's configuration.
-    config: tokio_postgres::Config,
+    /// Where the listening connection goes, and with what TLS.
+    endpoint: Endpoint,
     /// The pool releases are sent through, which probes go through too.
     connections: Connections,
     channels: Channels,
@@ -86,10 +87,11 @@ impl Target {
     /// server's refusal names the user, and logs must not.
     fn hide_credentials(&self, why: &str) -> String {
         let password = self
+            .endpoint
             .config
             .get_password()
             .and_then(|password| std::str::from_utf8(password).ok());
-        let mut secrets: Vec<&str> = [self.config.get_user(), password]
+        let mut secrets: Vec<&str> = [self.endpoint.config.get_user(), password]
             .into_iter()
             .flatten()
             .filter(|secret| !secret.is_empty())
@@ -116,19 +118,15 @@ impl Drop for Listener {
 }
 
 impl Listener {
-    /// Starts listening with `config`, probing through `connections`.
+    /// Starts listening at `endpoint`, probing through `connections`.
     /// Returns at once; the connection opens in the background.
-    pub(crate) fn start(
-        config: tokio_postgres::Config,
-        connections: Connections,
-        channels: Channels,
-    ) -> Self {
+    pub(crate) fn start(endpoint: Endpoint, connections: Connections, channels: Channels) -> Self {
         let shared = Arc::new(Shared {
             hub: ReleaseHub::new(),
             state: watch::Sender::new(WakeUps::Starting),
         });
         let target = Target {
-            config,
+            endpoint,
             connections,
             channels,
         };
@@ -230,11 +228,12 @@ mod tests {
 
     #[tokio::test]
     async fn logged_reasons_never_show_the_user_or_password() {
-        let config: tokio_postgres::Config = "postgres://alice:s3cret@db/app".parse().unwrap();
+        let config = crate::PostgresConfig::parse("postgres://alice:s3cret@db/app").unwrap();
+        let (endpoint, listen) = config.endpoints().unwrap();
         let table = crate::table::TableName::new("public", "t").unwrap();
         let target = Target {
-            connections: Connections::new(config.clone()).unwrap(),
-            config,
+            connections: Connections::new(endpoint).unwrap(),
+            endpoint: listen,
             channels: Channels::new(&table),
         };
         assert_eq!(

@@ -8,12 +8,13 @@ use std::time::Duration;
 use distlock_core::LeaseId;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
-use tokio_postgres::tls::NoTlsStream;
 use tokio_postgres::types::Type;
-use tokio_postgres::{AsyncMessage, Client, Connection, NoTls, Notification, Socket};
+use tokio_postgres::{AsyncMessage, Client, Notification};
 
 use super::channel::{Bucket, Channel, NameHash};
 use super::{Shared, Target, WakeUps};
+use crate::error::describe;
+use crate::tls::Connection;
 
 /// How long opening the listening connection may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -45,10 +46,10 @@ type Events = mpsc::UnboundedReceiver<Result<Notification, tokio_postgres::Error
 
 /// Opens a listening connection and serves it until it fails.
 pub(super) async fn run(shared: &Shared, target: &Target) -> Ended {
-    let connected = tokio::time::timeout(CONNECT_TIMEOUT, target.config.connect(NoTls)).await;
+    let connected = tokio::time::timeout(CONNECT_TIMEOUT, target.endpoint.connect()).await;
     let (client, connection) = match connected {
         Ok(Ok(opened)) => opened,
-        Ok(Err(error)) => return failed(format!("connecting: {error}"), false),
+        Ok(Err(error)) => return failed(format!("connecting: {}", describe(&error)), false),
         Err(_) => {
             return failed(
                 format!("connecting: no answer within {CONNECT_TIMEOUT:?}"),
@@ -102,7 +103,7 @@ impl Drop for AbortOnDrop {
 
 /// Drives the connection, passing on its notifications, until it ends.
 async fn drive(
-    mut connection: Connection<Socket, NoTlsStream>,
+    mut connection: Connection,
     events: mpsc::UnboundedSender<Result<Notification, tokio_postgres::Error>>,
 ) {
     loop {
@@ -282,7 +283,7 @@ impl Session<'_> {
     async fn execute(&self, sql: &str) -> Result<(), String> {
         match tokio::time::timeout(STATEMENT_TIMEOUT, self.client.batch_execute(sql)).await {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(error)) => Err(format!("listening: {error}")),
+            Ok(Err(error)) => Err(format!("listening: {}", describe(&error))),
             Err(_) => Err(format!("listening: no answer within {STATEMENT_TIMEOUT:?}")),
         }
     }
@@ -312,7 +313,7 @@ fn heard(
 ) -> Result<Notification, String> {
     match event {
         Some(Ok(notification)) => Ok(notification),
-        Some(Err(error)) => Err(format!("the connection failed: {error}")),
+        Some(Err(error)) => Err(format!("the connection failed: {}", describe(&error))),
         None => Err("the connection closed".to_owned()),
     }
 }
