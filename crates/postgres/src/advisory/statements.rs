@@ -88,7 +88,11 @@ impl Statements {
 ///
 /// The session gets an idle timeout of `$3` ms while it holds the lock or
 /// an intent, so that the server ends a session whose holder stopped
-/// checking it; a session going back to the spares gets none.
+/// checking it; a session going back to the spares gets none. The server
+/// also probes the holder's TCP connection once it has been silent that
+/// long, three times a second apart: a holder cut off in the middle of
+/// sending a statement is not idle, yet its connection ends, and the
+/// lock with it, no sooner than the idle timeout would have ended it.
 ///
 /// `$1` class, `$2` name, `$3` idle timeout, `$4` holder as JSON text,
 /// `$5` holds the intent, `$6` waits as a writer. No row when the name has
@@ -150,7 +154,14 @@ fn acquire(t: &str, shared: bool) -> String {
                          THEN pg_try_advisory_lock_shared($1, l.objid + 1)
                 END,
                 set_config('idle_session_timeout',
-                           CASE WHEN l.granted OR $6 THEN $3 ELSE '0' END, false)
+                           CASE WHEN l.granted OR $6 THEN $3 ELSE '0' END, false),
+                set_config('tcp_keepalives_idle',
+                           CASE WHEN l.granted OR $6 THEN ceil($3::numeric / 1000)::text
+                                ELSE '0' END, false),
+                set_config('tcp_keepalives_interval',
+                           CASE WHEN l.granted OR $6 THEN '1' ELSE '0' END, false),
+                set_config('tcp_keepalives_count',
+                           CASE WHEN l.granted OR $6 THEN '3' ELSE '0' END, false)
          FROM l"
     )
 }
