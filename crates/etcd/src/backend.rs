@@ -448,9 +448,14 @@ impl Backend for EtcdBackend {
     async fn release(&self, lease: &Lease) -> Result<bool> {
         let Some(grant) = lease.state.get::<Grant>() else {
             // A grant whose answer was lost: a single try's key is named
-            // after its identity.
+            // after its identity. Its write may still land after this
+            // delete, which then finds nothing.
             let key = self.range(&lease.name).try_key(lease.id);
-            return self.delete_key(&key).await;
+            let deleted = self.delete_key(&key).await?;
+            if !deleted {
+                self.leftovers.recheck(&self.kv, key);
+            }
+            return Ok(deleted);
         };
         if grant.id != lease.id {
             return Ok(false);

@@ -326,3 +326,61 @@ async fn tokens_are_create_revisions_and_grow() {
         assert!(backend.release(&lease).await.expect("release"));
     }
 }
+
+/// A single try whose answer was lost is released by deleting the key it
+/// may have written. That write can still land after the delete, over the
+/// connection that lost its answer; the key is then deleted again within
+/// seconds, not left to block the name while the client's session lives.
+/// The late write is played here by writing the key back by hand, with no
+/// etcd lease, so that only a delete can remove it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lost_answers_key_that_lands_after_its_release_is_deleted_again() {
+    let backend = backend().await;
+    let lock = name(&unique("late"));
+    let holder = Arc::new(Holder::this_process(Some("etcd-tests")));
+    let request = AcquireRequest::new(
+        lock.clone(),
+        Claim::Exclusive,
+        Duration::from_secs(10),
+        holder,
+    );
+    let Attempt::Acquired { fencing_token, .. } = backend
+        .try_acquire(&request, &mut WaitState::new())
+        .await
+        .expect("try")
+    else {
+        panic!("a fresh name was held");
+    };
+    let keys = keys_of(&backend, &lock).await;
+    assert_eq!(keys.len(), 1, "the try wrote one key");
+    let key = keys[0].clone();
+    let mut etcd = distlock_etcd::etcd_client::Client::connect(
+        [url().replacen("etcd://", "http://", 1)],
+        None,
+    )
+    .await
+    .expect("connect");
+    let value = etcd.get(key.clone(), None).await.expect("get").kvs()[0]
+        .value()
+        .to_vec();
+    etcd.delete(key.clone(), None).await.expect("delete");
+
+    // The release of a grant whose answer was lost: it carries no state.
+    let lost = request.granted(fencing_token, distlock_core::GrantState::none());
+    assert!(
+        !backend.release(&lost).await.expect("release"),
+        "nothing to delete yet"
+    );
+    etcd.put(key.clone(), value, None)
+        .await
+        .expect("the late write");
+
+    let started = std::time::Instant::now();
+    while !keys_of(&backend, &lock).await.is_empty() {
+        assert!(
+            started.elapsed() < PATIENCE,
+            "the late key still blocks the name after {PATIENCE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
