@@ -9,13 +9,14 @@ use distlock_core::{
     AcquireRequest, Attempt, Backend, Capabilities, Claim, GrantState, HandOver, Lease, LockInfo,
     LockName, ReleaseWatch, Result, WaitState,
 };
+use tokio_postgres::Row;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
 
 use crate::backend::ADMIN_TIMEOUT;
 use crate::error::copy;
 use crate::mark::WriterMark;
-use crate::pool::Connections;
+use crate::pool::{Connections, Params};
 use crate::rows::{self, HeldBy, get, holder_json, micros};
 use crate::statements::{Asked, Statements};
 use crate::table::TableName;
@@ -57,6 +58,30 @@ impl LeaseMode {
             statements: Statements::new(table),
             channels,
             listener,
+        }
+    }
+
+    /// Runs `sql`, a statement that may free `name`, with `params` and then
+    /// the channel and payload that announce it (see [`Announced`]); sent
+    /// once more without the notification when the server's queue is full.
+    async fn freeing(
+        &self,
+        what: &str,
+        sql: &str,
+        name: &LockName,
+        params: &Params<'_>,
+        timeout: Duration,
+    ) -> Result<Vec<Row>> {
+        let mut announced = Announced::new(self.channels, name);
+        loop {
+            let mut all = params.to_vec();
+            all.push((&announced.channel, Type::TEXT));
+            all.push((&announced.payload, Type::TEXT));
+            let outcome = self.connections.query(what, sql, &all, timeout).await;
+            drop(all);
+            if !announced.without_notification_after(&outcome) {
+                return outcome;
+            }
         }
     }
 
@@ -199,26 +224,15 @@ impl Backend for LeaseMode {
         };
         let name = request.name.as_str().as_bytes();
         let mark_id = mark.as_str();
-        let mut announced = Announced::new(self.channels, &request.name);
-        loop {
-            let ended = self
-                .connections
-                .query(
-                    &format!("ending a wait for {}", request.name),
-                    &self.statements.end_wait,
-                    &[
-                        (&name, Type::BYTEA),
-                        (&mark_id, Type::TEXT),
-                        (&announced.channel, Type::TEXT),
-                        (&announced.payload, Type::TEXT),
-                    ],
-                    request.operation_timeout,
-                )
-                .await;
-            if !announced.without_notification_after(&ended) {
-                return ended.map(drop);
-            }
-        }
+        self.freeing(
+            &format!("ending a wait for {}", request.name),
+            &self.statements.end_wait,
+            &request.name,
+            &[(&name, Type::BYTEA), (&mark_id, Type::TEXT)],
+            request.operation_timeout,
+        )
+        .await
+        .map(drop)
     }
 
     async fn extend(&self, lease: &Lease) -> Result<bool> {
@@ -281,26 +295,15 @@ impl Backend for LeaseMode {
     async fn release(&self, lease: &Lease) -> Result<bool> {
         let name = lease.name.as_str().as_bytes();
         let id = lease.id.to_string();
-        let mut announced = Announced::new(self.channels, &lease.name);
-        loop {
-            let released = self
-                .connections
-                .query(
-                    &format!("releasing {}", lease.name),
-                    &self.statements.release,
-                    &[
-                        (&name, Type::BYTEA),
-                        (&id, Type::TEXT),
-                        (&announced.channel, Type::TEXT),
-                        (&announced.payload, Type::TEXT),
-                    ],
-                    lease.operation_timeout,
-                )
-                .await;
-            if !announced.without_notification_after(&released) {
-                return released.map(|rows| !rows.is_empty());
-            }
-        }
+        self.freeing(
+            &format!("releasing {}", lease.name),
+            &self.statements.release,
+            &lease.name,
+            &[(&name, Type::BYTEA), (&id, Type::TEXT)],
+            lease.operation_timeout,
+        )
+        .await
+        .map(|rows| !rows.is_empty())
     }
 
     async fn hand_over(&self, lease: &Lease, next: &AcquireRequest) -> Result<HandOver> {
@@ -345,25 +348,15 @@ impl Backend for LeaseMode {
 
     async fn force_release(&self, name: &LockName) -> Result<bool> {
         let bytes = name.as_str().as_bytes();
-        let mut announced = Announced::new(self.channels, name);
-        loop {
-            let released = self
-                .connections
-                .query(
-                    &format!("force-releasing {name}"),
-                    &self.statements.force_release,
-                    &[
-                        (&bytes, Type::BYTEA),
-                        (&announced.channel, Type::TEXT),
-                        (&announced.payload, Type::TEXT),
-                    ],
-                    ADMIN_TIMEOUT,
-                )
-                .await;
-            if !announced.without_notification_after(&released) {
-                return released.map(|rows| !rows.is_empty());
-            }
-        }
+        self.freeing(
+            &format!("force-releasing {name}"),
+            &self.statements.force_release,
+            name,
+            &[(&bytes, Type::BYTEA)],
+            ADMIN_TIMEOUT,
+        )
+        .await
+        .map(|rows| !rows.is_empty())
     }
 
     fn watch_releases(&self, name: &LockName) -> Option<ReleaseWatch> {
