@@ -17,7 +17,7 @@ use crate::keeper::timed_out;
 pub(crate) async fn within<T>(
     self_bounded: bool,
     limit: Duration,
-    operation: &str,
+    operation: &'static str,
     call: impl Future<Output = Result<T>>,
 ) -> Result<T> {
     if self_bounded {
@@ -36,7 +36,8 @@ mod tests {
     const LIMIT: Duration = Duration::from_millis(50);
 
     fn timed_out_naming(outcome: Result<()>, operation: &str) -> bool {
-        matches!(outcome, Err(Error::Backend { message, .. }) if message.contains(operation))
+        matches!(outcome, Err(Error::OperationTimeout { operation: named, after })
+            if named == operation && after == LIMIT)
     }
 
     #[tokio::test(start_paused = true)]

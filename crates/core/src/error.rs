@@ -13,19 +13,32 @@ pub enum Error {
     /// The lock could not be acquired before the deadline: it was held, or
     /// the backend kept failing with transient errors (the last of which is
     /// kept), or both.
-    #[error("timed out after {waited:?} waiting for lock {name}{}", last_error_note(.last_error))]
+    #[error("timed out after {waited:?} waiting for lock {name}")]
     Timeout {
         /// The lock that was waited for, as shown to people.
         name: String,
         /// How long the caller waited.
         waited: Duration,
         /// The last transient error of the wait's attempts, if the last
-        /// attempt failed with one.
+        /// attempt failed with one. It is this error's
+        /// [`source`](std::error::Error::source), not part of its message.
         #[source]
         last_error: Option<Box<Error>>,
     },
+    /// A single call to the backend did not answer within the operation
+    /// timeout (see
+    /// [`LockOptions::operation_timeout`](crate::LockOptions::operation_timeout)).
+    /// Transient: the store may be slow, failing over or out of reach.
+    #[error("{operation} did not answer within {after:?}")]
+    OperationTimeout {
+        /// The call that did not answer: `"acquire"`, `"extend"`,
+        /// `"release"`, `"list"`, …
+        operation: &'static str,
+        /// How long it was given.
+        after: Duration,
+    },
     /// The caller cancelled the wait (see
-    /// [`LockClient::acquire_or_cancel`](crate::LockClient::acquire_or_cancel));
+    /// [`AcquireOptions::cancel_on`](crate::AcquireOptions::cancel_on));
     /// nothing is held.
     #[error("cancelled after {waited:?} waiting for lock {name}")]
     Cancelled {
@@ -152,8 +165,8 @@ impl Error {
 
     /// Whether retrying the same call later may succeed: true for
     /// [`Error::Backend`] (a store that is unreachable, slow, failing over,
-    /// or answered in a way the backend did not expect) and
-    /// [`Error::Timeout`]; false for everything that stays wrong until
+    /// or answered in a way the backend did not expect),
+    /// [`Error::OperationTimeout`] and [`Error::Timeout`]; false for everything that stays wrong until
     /// someone changes something: [`Error::Denied`] (credentials,
     /// permissions), [`Error::InvalidData`] (corrupt stored data),
     /// [`Error::InvalidConfig`], [`Error::InvalidName`],
@@ -164,16 +177,11 @@ impl Error {
     /// [`LockClient::acquire`](crate::LockClient::acquire) retries
     /// transient errors until its deadline, and ends at once on any other.
     pub fn is_transient(&self) -> bool {
-        matches!(self, Self::Backend { .. } | Self::Timeout { .. })
+        matches!(
+            self,
+            Self::Backend { .. } | Self::OperationTimeout { .. } | Self::Timeout { .. }
+        )
     }
-}
-
-/// What a timeout adds when the wait's last attempt failed.
-fn last_error_note(last_error: &Option<Box<Error>>) -> String {
-    last_error
-        .as_ref()
-        .map(|error| format!("; the last attempt failed: {error}"))
-        .unwrap_or_default()
 }
 
 /// `Result` with distlock's [`Error`].

@@ -186,19 +186,15 @@ impl Keeper {
         )
         .await
         .unwrap_or_else(|_| Err(timed_out("extend", held.lease.operation_timeout)));
+        // The keeper records the outcome; the caller gets the same error,
+        // with its kind and source, or the loss an `Ok(false)` means.
         let failure = match &outcome {
-            Err(error) => Some(Error::Backend {
-                backend: "core",
-                message: format!("extension failed: {error}"),
-                source: None,
-            }),
+            Err(_) | Ok(true) => None,
             Ok(false) => Some(lost_error(held)),
-            Ok(true) => None,
         };
-        self.shared.record(key, sent_at, outcome);
-        match failure {
+        match self.shared.record(key, sent_at, outcome) {
             Some(error) => Err(error),
-            None => Ok(()),
+            None => failure.map_or(Ok(()), Err),
         }
     }
 
@@ -220,12 +216,8 @@ pub(crate) fn lost_error(held: &HeldLease) -> Error {
     }
 }
 
-pub(crate) fn timed_out(operation: &str, after: Duration) -> Error {
-    Error::Backend {
-        backend: "core",
-        message: format!("{operation} did not answer within {after:?}"),
-        source: None,
-    }
+pub(crate) fn timed_out(operation: &'static str, after: Duration) -> Error {
+    Error::OperationTimeout { operation, after }
 }
 
 impl Shared {
@@ -349,12 +341,15 @@ impl Shared {
     }
 
     /// Applies the outcome of one extension sent at `sent_at`.
-    fn record(&self, key: u64, sent_at: Instant, outcome: Result<bool>) {
+    /// Records how extending the lease under `key` went, and hands back
+    /// the error of a failed extension.
+    fn record(&self, key: u64, sent_at: Instant, outcome: Result<bool>) -> Option<Error> {
         let mut schedule = self.lock();
         let Some(entry) = schedule.entries.get_mut(&key) else {
-            return;
+            return outcome.err();
         };
         entry.in_flight = false;
+        let mut failure = None;
         match outcome {
             Ok(true) => {
                 entry.next_extension = sent_at + self.options.extend_every();
@@ -365,7 +360,7 @@ impl Shared {
                 if let Some(entry) = schedule.remove(key) {
                     entry.held.end(LossReason::Refused);
                 }
-                return;
+                return None;
             }
             Err(error) => {
                 entry.next_extension = Instant::now() + self.retry_delay();
@@ -374,6 +369,7 @@ impl Shared {
                     %error,
                     "extension failed; retrying while the lease lasts"
                 );
+                failure = Some(error);
             }
         }
         schedule.reschedule(key);
@@ -382,6 +378,7 @@ impl Shared {
         if too_late {
             self.wake.notify_one();
         }
+        failure
     }
 
     async fn extend_batch(self: Arc<Self>, batch: Vec<(u64, Arc<HeldLease>)>) {
@@ -444,7 +441,8 @@ impl Shared {
         );
         drop(guards);
         for (key, outcome) in keys.into_iter().zip(outcomes) {
-            self.record(key, sent_at, outcome);
+            // The failure is logged there; nobody waits for this batch.
+            let _ = self.record(key, sent_at, outcome);
         }
     }
 }

@@ -84,7 +84,7 @@ impl Shared {
     pub(super) async fn renew_session(self: Arc<Self>) {
         let sent_at = Instant::now();
         let outcome = self.ask_renewal().await;
-        self.renewed(sent_at, outcome);
+        let _ = self.renewed(sent_at, outcome);
     }
 
     /// Renews the session now, as
@@ -92,17 +92,12 @@ impl Shared {
     pub(super) async fn renew_now(self: Arc<Self>, held: &HeldLease) -> Result<()> {
         let sent_at = Instant::now();
         let outcome = self.ask_renewal().await;
-        let failure = match &outcome {
-            Ok(true) => None,
-            Ok(false) => Some(lost_error(held)),
-            Err(error) => Some(Error::Backend {
-                backend: "core",
-                message: format!("renewing the session failed: {error}"),
-                source: None,
-            }),
-        };
-        self.renewed(sent_at, outcome);
-        failure.map_or(Ok(()), Err)
+        let lost = matches!(outcome, Ok(false));
+        match self.renewed(sent_at, outcome) {
+            Some(error) => Err(error),
+            None if lost => Err(lost_error(held)),
+            None => Ok(()),
+        }
     }
 
     async fn ask_renewal(&self) -> Result<bool> {
@@ -115,9 +110,11 @@ impl Shared {
 
     /// Applies a renewal sent at `sent_at`: every lease held is kept for a
     /// lease from then; a session that is gone takes every lease with it.
-    fn renewed(&self, sent_at: Instant, outcome: Result<bool>) {
+    /// Hands back the error of a failed renewal.
+    fn renewed(&self, sent_at: Instant, outcome: Result<bool>) -> Option<Error> {
         let mut schedule = self.lock();
         schedule.session.in_flight = false;
+        let mut failure = None;
         match outcome {
             Ok(true) => {
                 schedule.session.next = Some(sent_at + self.options.extend_every());
@@ -139,14 +136,16 @@ impl Shared {
                     entry.held.end(LossReason::Refused);
                 }
                 self.wake.notify_one();
-                return;
+                return None;
             }
             Err(error) => {
                 schedule.session.next = Some(Instant::now() + self.retry_delay());
                 tracing::warn!(%error, "renewing the session failed; retrying while the leases last");
+                failure = Some(error);
             }
         }
         drop(schedule);
         self.wake.notify_one();
+        failure
     }
 }
