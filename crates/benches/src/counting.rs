@@ -4,10 +4,10 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use distlock::{
-    AcquireRequest, Attempt, Backend, Capabilities, HandOver, Lease, LockInfo, LockName,
-    ReleaseWatch, Result, WaitState,
+use distlock::backend::{
+    AcquireRequest, Attempt, Backend, Capabilities, HandOver, Lease, ReleaseWatch, WaitState,
 };
+use distlock::{LockInfo, LockName, Result};
 
 /// Calls made through a [`Counting`] backend.
 #[derive(Debug, Default)]
@@ -43,7 +43,7 @@ impl Counting {
     }
 }
 
-#[distlock::async_trait]
+#[distlock::backend::async_trait]
 impl Backend for Counting {
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()

@@ -2,7 +2,8 @@
 //! (the contention scenario), a semaphore's permit, or either side of a
 //! reader-writer lock.
 
-use distlock::{Capabilities, Claim};
+use distlock::Claim;
+use distlock::backend::Capabilities;
 
 use crate::markdown::counted;
 

@@ -6,10 +6,8 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use distlock::{
-    AcquireRequest, Attempt, Backend, Claim, Holder, LockClient, LockKind, LockName, LockOptions,
-    WaitState,
-};
+use distlock::backend::{AcquireRequest, Attempt, Backend, Holder, WaitState};
+use distlock::{AcquireOptions, Claim, LockClient, LockKind, LockName, LockOptions};
 use futures::StreamExt;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
@@ -376,7 +374,7 @@ pub(crate) async fn cycles_with<F, Fut>(
     release: F,
 ) -> Outcome<u64>
 where
-    F: Fn(distlock::Lease) -> Fut,
+    F: Fn(distlock::backend::Lease) -> Fut,
     Fut: Future<Output = Outcome<()>>,
 {
     let holder = Arc::new(Holder::this_process(Some("distlock-bench raw")));
@@ -817,7 +815,10 @@ impl Taker for OurTaker {
     async fn take_once(&self, left: Duration, work: Duration) -> Take {
         let guard = match self
             .client
-            .acquire_claim(&self.name, self.claim, left)
+            .acquire_with(
+                &self.name,
+                AcquireOptions::new().claim(self.claim).timeout(left),
+            )
             .await
         {
             Ok(guard) => guard,

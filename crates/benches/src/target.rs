@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use distlock::Backend;
+use distlock::backend::Backend;
 use distlock::memcached::MemcachedBackend;
 use distlock::mongodb::MongoBackend;
 use distlock::mongodb::mongodb::bson::{Document, doc};

@@ -9,11 +9,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use distlock::backend::{Backend, LeaseId};
 use distlock::mongodb::MongoBackend;
 use distlock::mongodb::mongodb::Collection;
 use distlock::mongodb::mongodb::bson::{Bson, DateTime, Document, doc};
 use distlock::mongodb::mongodb::options::{Acknowledgment, ReturnDocument, WriteConcern};
-use distlock::{Backend, LeaseId, LockName, LockOptions};
+use distlock::{LockName, LockOptions};
 
 use crate::scenarios::{Outcome, backend_cycles, cycles_with};
 use crate::target::{Server, Target};

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use distlock::{Claim, LockClient, LockName, LockOptions, LossReason};
+use distlock::{AcquireOptions, Claim, LockClient, LockName, LockOptions, LossReason};
 use serde::{Deserialize, Serialize};
 
 use crate::Outcome;
@@ -176,7 +176,7 @@ pub(crate) async fn run(spec: Spec) -> Outcome<()> {
     Ok(())
 }
 
-async fn open_patiently(url: &str) -> Outcome<Arc<dyn distlock::Backend>> {
+async fn open_patiently(url: &str) -> Outcome<Arc<dyn distlock::backend::Backend>> {
     let started = std::time::Instant::now();
     loop {
         match distlock::open(url).await {
@@ -206,7 +206,15 @@ async fn hold_in_turn(client: &LockClient, spec: &Spec, task: usize) -> Outcome<
                 at_ns: now_ns(),
             },
         )?;
-        let guard = match client.acquire_claim(&name, spec.claim.claim(), wait).await {
+        let guard = match client
+            .acquire_with(
+                &name,
+                AcquireOptions::new()
+                    .claim(spec.claim.claim())
+                    .timeout(wait),
+            )
+            .await
+        {
             Ok(guard) => guard,
             Err(distlock::Error::Timeout { .. }) => {
                 record(

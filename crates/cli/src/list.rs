@@ -160,7 +160,8 @@ fn table(locks: &[LockInfo]) -> String {
 mod tests {
     use std::time::Duration;
 
-    use distlock::{Holder, LockName};
+    use distlock::LockName;
+    use distlock::backend::Holder;
 
     use super::*;
 

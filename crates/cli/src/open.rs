@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use distlock::Backend;
+use distlock::backend::Backend;
 
 use crate::exit::Failure;
 

@@ -11,7 +11,9 @@ use std::future::Future;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use distlock::{Claim, LockClient, LockGuard, LockName, LockOptions, LossReason, LostSignal};
+use distlock::{
+    AcquireOptions, Claim, LockClient, LockGuard, LockName, LockOptions, LossReason, LostSignal,
+};
 use rustix::fs::{Mode, OFlags};
 use rustix::process::{Pid, Signal, getpgid, kill_process};
 use tokio::process::{Child, Command};
@@ -147,19 +149,16 @@ async fn acquire(
     claim: Claim,
     wait: Wait,
     program: &str,
-    cancel: impl Future<Output = ()>,
+    cancel: impl Future<Output = ()> + Send,
 ) -> Result<Option<LockGuard>, Failure> {
-    let timeout = match wait {
+    let options = AcquireOptions::new().claim(claim).cancel_on(cancel);
+    let options = match wait {
         // A zero timeout tries exactly once.
-        Wait::Once => Duration::ZERO,
-        Wait::AtMost(timeout) => timeout,
-        // The client caps an endless deadline itself.
-        Wait::Forever => Duration::MAX,
+        Wait::Once => options.timeout(Duration::ZERO),
+        Wait::AtMost(timeout) => options.timeout(timeout),
+        Wait::Forever => options,
     };
-    match client
-        .acquire_claim_or_cancel(name, claim, timeout, cancel)
-        .await
-    {
+    match client.acquire_with(name, options).await {
         Ok(guard) => Ok(Some(guard)),
         Err(distlock::Error::Timeout {
             last_error: Some(error),

@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use distlock_core::{
-    AcquireRequest, Attempt, Backend, Error, HandOver, Holder, Lease, LeaseId, LockName, LossReason,
+    AcquireOptions, AcquireRequest, Attempt, Backend, Error, HandOver, Holder, Lease, LeaseId,
+    LockName, LossReason,
 };
 
 use crate::Fixture;
@@ -21,7 +22,7 @@ pub async fn acquire_and_release(fixture: &dyn Fixture) {
     let a = client(fixture).await;
     let b = client(fixture).await;
     let guard = a
-        .acquire(&name, PATIENCE)
+        .acquire_with(&name, PATIENCE)
         .await
         .expect("acquire a free lock");
     assert_eq!(guard.name(), &name);
@@ -46,7 +47,7 @@ pub async fn contended_try_acquire_returns_none(fixture: &dyn Fixture) {
     let name = unique_name("contended");
     let a = client(fixture).await;
     let b = client(fixture).await;
-    let guard = a.acquire(&name, PATIENCE).await.expect("acquire");
+    let guard = a.acquire_with(&name, PATIENCE).await.expect("acquire");
     assert!(b.try_acquire(&name).await.expect("try").is_none());
     assert!(
         a.try_acquire(&name)
@@ -64,10 +65,10 @@ pub async fn zero_timeout_tries_once(fixture: &dyn Fixture) {
     let a = client(fixture).await;
     let b = client(fixture).await;
     let guard = a
-        .acquire(&name, Duration::ZERO)
+        .acquire_with(&name, Duration::ZERO)
         .await
         .expect("zero timeout on a free lock");
-    match b.acquire(&name, Duration::ZERO).await {
+    match b.acquire_with(&name, Duration::ZERO).await {
         Err(Error::Timeout { .. }) => {}
         other => panic!("expected a timeout, got {other:?}"),
     }
@@ -80,10 +81,10 @@ pub async fn short_timeout_is_honoured(fixture: &dyn Fixture) {
     let name = unique_name("short");
     let a = client(fixture).await;
     let b = client(fixture).await;
-    let guard = a.acquire(&name, PATIENCE).await.expect("acquire");
+    let guard = a.acquire_with(&name, PATIENCE).await.expect("acquire");
     let timeout = Duration::from_millis(300);
     let started = Instant::now();
-    let outcome = b.acquire(&name, timeout).await;
+    let outcome = b.acquire_with(&name, timeout).await;
     let waited = started.elapsed();
     assert!(
         matches!(outcome, Err(Error::Timeout { .. })),
@@ -105,11 +106,11 @@ pub async fn cancelled_acquire_leaves_nothing_held(fixture: &dyn Fixture) {
     let a = client_with(fixture, LEAK_CATCHING_LEASE).await;
     let b = client_with(fixture, LEAK_CATCHING_LEASE).await;
     // A waiter cancelled while the lock is held.
-    let guard = a.acquire(&name, PATIENCE).await.expect("acquire");
+    let guard = a.acquire_with(&name, PATIENCE).await.expect("acquire");
     let waiter = {
         let b = b.clone();
         let name = name.clone();
-        tokio::spawn(async move { b.acquire(&name, Duration::from_secs(300)).await })
+        tokio::spawn(async move { b.acquire_with(&name, Duration::from_secs(300)).await })
     };
     tokio::time::sleep(Duration::from_millis(100)).await;
     waiter.abort();
@@ -121,7 +122,7 @@ pub async fn cancelled_acquire_leaves_nothing_held(fixture: &dyn Fixture) {
         let attempt = {
             let b = b.clone();
             let name = name.clone();
-            tokio::spawn(async move { b.acquire(&name, Duration::from_secs(300)).await })
+            tokio::spawn(async move { b.acquire_with(&name, Duration::from_secs(300)).await })
         };
         tokio::time::sleep(Duration::from_micros(round * 250)).await;
         attempt.abort();
@@ -131,13 +132,13 @@ pub async fn cancelled_acquire_leaves_nothing_held(fixture: &dyn Fixture) {
     }
     // With a 60 s lease, a leaked grant would make this time out.
     let guard = a
-        .acquire(&name, PATIENCE)
+        .acquire_with(&name, PATIENCE)
         .await
         .expect("nothing may stay held after cancelled acquires");
     guard.release().await.expect("release");
 }
 
-/// A wait cancelled through `acquire_or_cancel`, at any point, has
+/// A wait cancelled through `AcquireOptions::cancel_on`, at any point, has
 /// released whatever it was granted by the time it returns: another client
 /// can take the lock at once, not only after a background release.
 pub async fn acquire_or_cancel_returns_holding_nothing(fixture: &dyn Fixture) {
@@ -147,7 +148,12 @@ pub async fn acquire_or_cancel_returns_holding_nothing(fixture: &dyn Fixture) {
     for round in 0..20u64 {
         let cancel = tokio::time::sleep(Duration::from_micros(round * 250));
         match b
-            .acquire_or_cancel(&name, Duration::from_secs(300), cancel)
+            .acquire_with(
+                &name,
+                AcquireOptions::new()
+                    .timeout(Duration::from_secs(300))
+                    .cancel_on(cancel),
+            )
             .await
         {
             Ok(guard) => {
@@ -186,7 +192,7 @@ pub async fn mutual_exclusion_across_clients(fixture: &dyn Fixture) {
             tasks.push(tokio::spawn(async move {
                 for _ in 0..ROUNDS {
                     let guard = client
-                        .acquire(&name, Duration::from_secs(60))
+                        .acquire_with(&name, Duration::from_secs(60))
                         .await
                         .expect("acquire");
                     if inside.swap(true, Ordering::SeqCst) {
@@ -222,7 +228,7 @@ pub async fn local_waiters_share_one_lock(fixture: &dyn Fixture) {
         let (client, name, holders) = (client.clone(), name.clone(), holders.clone());
         tasks.push(tokio::spawn(async move {
             let guard = client
-                .acquire(&name, Duration::from_secs(60))
+                .acquire_with(&name, Duration::from_secs(60))
                 .await
                 .expect("acquire");
             assert_eq!(
@@ -251,7 +257,7 @@ pub async fn names_are_case_sensitive_and_exact(fixture: &dyn Fixture) {
     let b = client(fixture).await;
     let lower = unique_name("case-a");
     let upper = LockName::new(lower.as_str().replacen("case-a", "case-A", 1)).unwrap();
-    let g1 = a.acquire(&lower, PATIENCE).await.expect("lower");
+    let g1 = a.acquire_with(&lower, PATIENCE).await.expect("lower");
     let g2 = b
         .try_acquire(&upper)
         .await
@@ -305,7 +311,7 @@ pub async fn names_are_case_sensitive_and_exact(fixture: &dyn Fixture) {
 pub async fn list_shows_held_locks(fixture: &dyn Fixture) {
     let name = unique_name("list");
     let a = client(fixture).await;
-    let guard = a.acquire(&name, PATIENCE).await.expect("acquire");
+    let guard = a.acquire_with(&name, PATIENCE).await.expect("acquire");
     let listed = a.list().await.expect("list");
     let info = listed
         .iter()
@@ -366,7 +372,7 @@ pub async fn release_is_idempotent_and_owner_checked(fixture: &dyn Fixture) {
     );
 
     let holder = client_with(fixture, LEAK_CATCHING_LEASE).await;
-    let guard = holder.acquire(&name, PATIENCE).await.expect("acquire");
+    let guard = holder.acquire_with(&name, PATIENCE).await.expect("acquire");
     let stranger = Lease {
         id: LeaseId::random(),
         ..lease.clone()
@@ -460,7 +466,7 @@ pub async fn hand_over_is_atomic_and_owner_checked(fixture: &dyn Fixture) {
         "an expired grant hands nothing over"
     );
     let after = other
-        .acquire(&name, PATIENCE)
+        .acquire_with(&name, PATIENCE)
         .await
         .expect("the expired lock is free");
     after.release().await.expect("release");
@@ -471,7 +477,7 @@ pub async fn extension_keeps_the_lock_across_three_leases(fixture: &dyn Fixture)
     let name = unique_name("extend");
     let a = client(fixture).await;
     let b = client(fixture).await;
-    let guard = a.acquire(&name, PATIENCE).await.expect("acquire");
+    let guard = a.acquire_with(&name, PATIENCE).await.expect("acquire");
     let hold = fixture.lease() * 7 / 2;
     let started = Instant::now();
     while started.elapsed() < hold {
@@ -499,7 +505,7 @@ pub async fn lost_fires_on_forced_release(fixture: &dyn Fixture) {
     let name = unique_name("forced");
     let a = client(fixture).await;
     let admin = fixture.backend().await;
-    let guard = a.acquire(&name, PATIENCE).await.expect("acquire");
+    let guard = a.acquire_with(&name, PATIENCE).await.expect("acquire");
     assert!(
         admin.force_release(&name).await.expect("force release"),
         "it was held"
@@ -525,10 +531,13 @@ pub async fn lost_fires_on_forced_release(fixture: &dyn Fixture) {
 pub async fn fencing_tokens_increase_across_release_and_expiry(fixture: &dyn Fixture) {
     let name = unique_name("tokens");
     let a = client(fixture).await;
-    let first = a.acquire(&name, PATIENCE).await.expect("acquire");
+    let first = a.acquire_with(&name, PATIENCE).await.expect("acquire");
     let t1 = first.fencing_token();
     first.release().await.expect("release");
-    let second = a.acquire(&name, PATIENCE).await.expect("acquire again");
+    let second = a
+        .acquire_with(&name, PATIENCE)
+        .await
+        .expect("acquire again");
     let t2 = second.fencing_token();
     assert!(t2 > t1, "{t2} after {t1}");
     second.release().await.expect("release");
@@ -543,7 +552,7 @@ pub async fn fencing_tokens_increase_across_release_and_expiry(fixture: &dyn Fix
     drop(lease);
     let third = bounded(
         "acquire after the holder vanished",
-        a.acquire(&name, fixture.lease() * 5),
+        a.acquire_with(&name, fixture.lease() * 5),
     )
     .await
     .expect("the vanished holder's lease ends");
@@ -569,7 +578,7 @@ pub async fn with_lock_releases_on_every_path(fixture: &dyn Fixture) {
         .await
         .expect("with_lock");
     assert!(token > 0);
-    b.acquire(&name, PATIENCE)
+    b.acquire_with(&name, PATIENCE)
         .await
         .expect("free after Ok")
         .release()
@@ -580,7 +589,7 @@ pub async fn with_lock_releases_on_every_path(fixture: &dyn Fixture) {
         .with_lock(&name, PATIENCE, |_| async { Err("work failed") })
         .await;
     assert_eq!(failed.expect("lock part succeeded"), Err("work failed"));
-    b.acquire(&name, PATIENCE)
+    b.acquire_with(&name, PATIENCE)
         .await
         .expect("free after Err")
         .release()
@@ -598,7 +607,7 @@ pub async fn with_lock_releases_on_every_path(fixture: &dyn Fixture) {
     };
     assert!(panicking.await.expect_err("panicked").is_panic());
     let after_panic = b
-        .acquire(&name, PATIENCE)
+        .acquire_with(&name, PATIENCE)
         .await
         .expect("free after a panic");
     after_panic.release().await.unwrap();
@@ -609,9 +618,9 @@ pub async fn dropped_guard_releases(fixture: &dyn Fixture) {
     let name = unique_name("drop");
     let a = client_with(fixture, LEAK_CATCHING_LEASE).await;
     let b = client_with(fixture, LEAK_CATCHING_LEASE).await;
-    drop(a.acquire(&name, PATIENCE).await.expect("acquire"));
+    drop(a.acquire_with(&name, PATIENCE).await.expect("acquire"));
     let guard = b
-        .acquire(&name, PATIENCE)
+        .acquire_with(&name, PATIENCE)
         .await
         .expect("a dropped guard releases");
     guard.release().await.expect("release");
@@ -635,7 +644,7 @@ pub async fn cross_process_sigkill_frees_the_lock(fixture: &dyn Fixture) {
             .expect("try")
             .expect("free at once after the holder died")
     } else {
-        a.acquire(
+        a.acquire_with(
             &name,
             fixture.lease() + fixture.expiry_slack() + Duration::from_secs(1),
         )
@@ -670,14 +679,14 @@ pub async fn cross_process_sigstop_holder(fixture: &dyn Fixture) {
         child.terminate();
         let guard = bounded(
             "acquire after the holder exited",
-            a.acquire(&name, PATIENCE),
+            a.acquire_with(&name, PATIENCE),
         )
         .await
         .expect("free after the holder exited");
         guard.release().await.expect("release");
     } else {
         let guard = a
-            .acquire(&name, fixture.lease() * 3 + fixture.expiry_slack())
+            .acquire_with(&name, fixture.lease() * 3 + fixture.expiry_slack())
             .await
             .expect("the stopped holder's lease runs out");
         assert!(guard.fencing_token() > child.fencing_token());

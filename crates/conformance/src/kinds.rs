@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use distlock_core::{
-    AcquireRequest, Attempt, Claim, Error, Holder, LockClient, LockKind, LossReason, WaitState,
+    AcquireOptions, AcquireRequest, Attempt, Claim, Error, Holder, LockClient, LockKind,
+    LossReason, WaitState,
 };
 
 use crate::Fixture;
@@ -23,7 +24,10 @@ async fn grants(client: &LockClient, claim: Claim) -> bool {
         return true;
     }
     let name = unique_name("unsupported");
-    match client.acquire_claim(&name, claim, PATIENCE).await {
+    match client
+        .acquire_with(&name, AcquireOptions::new().claim(claim).timeout(PATIENCE))
+        .await
+    {
         Err(Error::Unsupported(reason)) => {
             assert!(!reason.is_empty(), "the refusal says why");
         }
@@ -42,15 +46,18 @@ pub async fn readers_overlap(fixture: &dyn Fixture) {
     }
     let name = unique_name("readers");
     let first = a
-        .acquire_shared(&name, PATIENCE)
+        .acquire_with(&name, AcquireOptions::new().shared().timeout(PATIENCE))
         .await
         .expect("first reader");
     let second = b
-        .acquire_shared(&name, Duration::ZERO)
+        .acquire_with(
+            &name,
+            AcquireOptions::new().shared().timeout(Duration::ZERO),
+        )
         .await
         .expect("a second reader joins at once");
     let third = a
-        .try_acquire_shared(&name)
+        .try_acquire_with(&name, AcquireOptions::new().shared())
         .await
         .expect("try")
         .expect("a reader of the same client joins too");
@@ -84,21 +91,32 @@ pub async fn a_writer_excludes_readers_and_writers(fixture: &dyn Fixture) {
         return;
     }
     let name = unique_name("writer");
-    let writer = a.acquire(&name, PATIENCE).await.expect("writer");
-    assert!(b.try_acquire_shared(&name).await.expect("try").is_none());
+    let writer = a.acquire_with(&name, PATIENCE).await.expect("writer");
+    assert!(
+        b.try_acquire_with(&name, AcquireOptions::new().shared())
+            .await
+            .expect("try")
+            .is_none()
+    );
     assert!(b.try_acquire(&name).await.expect("try").is_none());
     assert!(
-        a.try_acquire_shared(&name).await.expect("try").is_none(),
+        a.try_acquire_with(&name, AcquireOptions::new().shared())
+            .await
+            .expect("try")
+            .is_none(),
         "not even a reader of the writer's own client"
     );
     writer.release().await.expect("release");
-    let reader = b.acquire_shared(&name, PATIENCE).await.expect("reader");
+    let reader = b
+        .acquire_with(&name, AcquireOptions::new().shared().timeout(PATIENCE))
+        .await
+        .expect("reader");
     assert!(
         a.try_acquire(&name).await.expect("try").is_none(),
         "a reader keeps writers out"
     );
     reader.release().await.expect("release");
-    a.acquire(&name, PATIENCE)
+    a.acquire_with(&name, PATIENCE)
         .await
         .expect("free again")
         .release()
@@ -116,10 +134,13 @@ pub async fn a_waiting_writer_is_served_before_later_readers(fixture: &dyn Fixtu
         return;
     }
     let name = unique_name("writer-first");
-    let inside = a.acquire_shared(&name, PATIENCE).await.expect("reader");
+    let inside = a
+        .acquire_with(&name, AcquireOptions::new().shared().timeout(PATIENCE))
+        .await
+        .expect("reader");
     let writer = {
         let (b, name) = (b.clone(), name.clone());
-        tokio::spawn(async move { b.acquire(&name, Duration::from_secs(60)).await })
+        tokio::spawn(async move { b.acquire_with(&name, Duration::from_secs(60)).await })
     };
     // The writer has asked at least once, and so waits.
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -128,12 +149,23 @@ pub async fn a_waiting_writer_is_served_before_later_readers(fixture: &dyn Fixtu
         "the reader inside keeps the writer out"
     );
     assert!(
-        c.try_acquire_shared(&name).await.expect("try").is_none(),
+        c.try_acquire_with(&name, AcquireOptions::new().shared())
+            .await
+            .expect("try")
+            .is_none(),
         "a reader that comes after a waiting writer waits behind it"
     );
     let late_reader = {
         let (c, name) = (c.clone(), name.clone());
-        tokio::spawn(async move { c.acquire_shared(&name, Duration::from_secs(60)).await })
+        tokio::spawn(async move {
+            c.acquire_with(
+                &name,
+                AcquireOptions::new()
+                    .shared()
+                    .timeout(Duration::from_secs(60)),
+            )
+            .await
+        })
     };
     inside.release().await.expect("release");
     let writer = bounded("the waiting writer", writer)
@@ -162,12 +194,15 @@ pub async fn a_writer_that_gave_up_lets_readers_in(fixture: &dyn Fixture) {
         return;
     }
     let name = unique_name("writer-gave-up");
-    let inside = a.acquire_shared(&name, PATIENCE).await.expect("reader");
-    let gave_up = b.acquire(&name, Duration::from_millis(300)).await;
+    let inside = a
+        .acquire_with(&name, AcquireOptions::new().shared().timeout(PATIENCE))
+        .await
+        .expect("reader");
+    let gave_up = b.acquire_with(&name, Duration::from_millis(300)).await;
     assert!(matches!(gave_up, Err(Error::Timeout { .. })), "{gave_up:?}");
     let next = bounded(
         "a reader after the writer gave up",
-        a.acquire_shared(&name, PATIENCE),
+        a.acquire_with(&name, AcquireOptions::new().shared().timeout(PATIENCE)),
     )
     .await
     .expect("readers are let in again");
@@ -199,7 +234,12 @@ pub async fn a_semaphore_never_exceeds_its_limit_and_reaches_it(fixture: &dyn Fi
             tasks.push(tokio::spawn(async move {
                 for _ in 0..ROUNDS {
                     let permit = client
-                        .acquire_permit(&name, LIMIT, Duration::from_secs(60))
+                        .acquire_with(
+                            &name,
+                            AcquireOptions::new()
+                                .permit(LIMIT)
+                                .timeout(Duration::from_secs(60)),
+                        )
                         .await
                         .expect("permit");
                     let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
@@ -264,7 +304,12 @@ pub async fn a_dead_holders_permit_returns(fixture: &dyn Fixture) {
     };
     let permit = bounded(
         "a permit after its holder vanished",
-        a.acquire_permit(&name, 1, fixture.lease() * 5 + fixture.expiry_slack()),
+        a.acquire_with(
+            &name,
+            AcquireOptions::new()
+                .permit(1)
+                .timeout(fixture.lease() * 5 + fixture.expiry_slack()),
+        ),
     )
     .await
     .expect("the vanished holder's permit returns");
@@ -280,7 +325,10 @@ pub async fn kind_and_limit_conflicts_are_errors(fixture: &dyn Fixture) {
     let b = client(fixture).await;
     for limit in [0, distlock_core::MAX_PERMITS + 1] {
         match a
-            .acquire_permit(&unique_name("limit"), limit, PATIENCE)
+            .acquire_with(
+                &unique_name("limit"),
+                AcquireOptions::new().permit(limit).timeout(PATIENCE),
+            )
             .await
         {
             Err(Error::InvalidConfig { field, .. }) => assert_eq!(field, "permits"),
@@ -292,11 +340,20 @@ pub async fn kind_and_limit_conflicts_are_errors(fixture: &dyn Fixture) {
     }
     let semaphore = unique_name("conflict-sem");
     let permit = a
-        .acquire_permit(&semaphore, 2, PATIENCE)
+        .acquire_with(
+            &semaphore,
+            AcquireOptions::new().permit(2).timeout(PATIENCE),
+        )
         .await
         .expect("permit");
     for asked in [Claim::Exclusive, Claim::Shared, Claim::Permit { limit: 3 }] {
-        match b.acquire_claim(&semaphore, asked, PATIENCE).await {
+        match b
+            .acquire_with(
+                &semaphore,
+                AcquireOptions::new().claim(asked).timeout(PATIENCE),
+            )
+            .await
+        {
             Err(Error::KindConflict {
                 held, requested, ..
             }) => {
@@ -308,7 +365,7 @@ pub async fn kind_and_limit_conflicts_are_errors(fixture: &dyn Fixture) {
         }
     }
     let message = b
-        .acquire(&semaphore, PATIENCE)
+        .acquire_with(&semaphore, PATIENCE)
         .await
         .expect_err("conflict")
         .to_string();
@@ -319,14 +376,17 @@ pub async fn kind_and_limit_conflicts_are_errors(fixture: &dyn Fixture) {
     permit.release().await.expect("release");
 
     let lock = unique_name("conflict-lock");
-    let held = a.acquire(&lock, PATIENCE).await.expect("lock");
-    match b.acquire_permit(&lock, 2, PATIENCE).await {
+    let held = a.acquire_with(&lock, PATIENCE).await.expect("lock");
+    match b
+        .acquire_with(&lock, AcquireOptions::new().permit(2).timeout(PATIENCE))
+        .await
+    {
         Err(Error::KindConflict { held, .. }) => assert_eq!(held, Claim::Exclusive),
         other => panic!("a permit of a held lock must conflict, got {other:?}"),
     }
     held.release().await.expect("release");
     // Free again, the name takes the limit of whoever asks first.
-    b.acquire_permit(&lock, 5, PATIENCE)
+    b.acquire_with(&lock, AcquireOptions::new().permit(5).timeout(PATIENCE))
         .await
         .expect("a free name becomes a semaphore")
         .release()
@@ -344,14 +404,20 @@ pub async fn tokens_increase_across_kinds(fixture: &dyn Fixture) {
     let name = unique_name("kind-tokens");
     let mut last = 0;
     for round in 0..3 {
-        let r1 = a.acquire_shared(&name, PATIENCE).await.expect("reader");
-        let r2 = a.acquire_shared(&name, PATIENCE).await.expect("reader");
+        let r1 = a
+            .acquire_with(&name, AcquireOptions::new().shared().timeout(PATIENCE))
+            .await
+            .expect("reader");
+        let r2 = a
+            .acquire_with(&name, AcquireOptions::new().shared().timeout(PATIENCE))
+            .await
+            .expect("reader");
         assert!(r1.fencing_token() > last, "round {round}");
         assert!(r2.fencing_token() > r1.fencing_token());
         last = r2.fencing_token();
         r1.release().await.expect("release");
         r2.release().await.expect("release");
-        let writer = a.acquire(&name, PATIENCE).await.expect("writer");
+        let writer = a.acquire_with(&name, PATIENCE).await.expect("writer");
         assert!(writer.fencing_token() > last, "round {round}");
         last = writer.fencing_token();
         writer.release().await.expect("release");
@@ -369,11 +435,11 @@ pub async fn lost_fires_for_each_kind(fixture: &dyn Fixture) {
         }
         let name = unique_name("lost-kind");
         let one = a
-            .acquire_claim(&name, claim, PATIENCE)
+            .acquire_with(&name, AcquireOptions::new().claim(claim).timeout(PATIENCE))
             .await
             .expect("first");
         let two = a
-            .acquire_claim(&name, claim, PATIENCE)
+            .acquire_with(&name, AcquireOptions::new().claim(claim).timeout(PATIENCE))
             .await
             .expect("second");
         assert!(admin.force_release(&name).await.expect("force release"));
@@ -401,7 +467,13 @@ pub async fn cancelled_waits_leave_nothing_held_for_each_kind(fixture: &dyn Fixt
         for round in 0..10u64 {
             let cancel = tokio::time::sleep(Duration::from_micros(round * 300));
             match b
-                .acquire_claim_or_cancel(&name, claim, Duration::from_secs(300), cancel)
+                .acquire_with(
+                    &name,
+                    AcquireOptions::new()
+                        .claim(claim)
+                        .timeout(Duration::from_secs(300))
+                        .cancel_on(cancel),
+                )
                 .await
             {
                 Ok(guard) => {
@@ -411,7 +483,7 @@ pub async fn cancelled_waits_leave_nothing_held_for_each_kind(fixture: &dyn Fixt
                 Err(error) => panic!("{claim}, round {round}: {error}"),
             }
             let check = a
-                .try_acquire_claim(&name, exclusive_side(claim))
+                .try_acquire_with(&name, exclusive_side(claim))
                 .await
                 .expect("try")
                 .unwrap_or_else(|| panic!("{claim}, round {round}: still held after the call"));
@@ -443,7 +515,7 @@ pub async fn cross_process_sigkill_frees_each_kind(fixture: &dyn Fixture) {
         let mut child = HeldByChild::start_as(&url, &name, fixture.lease(), claim).await;
         let excluded = exclusive_side(claim);
         assert!(
-            a.try_acquire_claim(&name, excluded)
+            a.try_acquire_with(&name, excluded)
                 .await
                 .expect("try")
                 .is_none(),
@@ -451,15 +523,16 @@ pub async fn cross_process_sigkill_frees_each_kind(fixture: &dyn Fixture) {
         );
         child.kill_hard();
         let guard = if a.backend().capabilities().process_bound {
-            a.try_acquire_claim(&name, excluded)
+            a.try_acquire_with(&name, excluded)
                 .await
                 .expect("try")
                 .unwrap_or_else(|| panic!("{claim}: free at once after the holder died"))
         } else {
-            a.acquire_claim(
+            a.acquire_with(
                 &name,
-                excluded,
-                fixture.lease() + fixture.expiry_slack() + Duration::from_secs(1),
+                AcquireOptions::new()
+                    .claim(excluded)
+                    .timeout(fixture.lease() + fixture.expiry_slack() + Duration::from_secs(1)),
             )
             .await
             .expect("free within one lease after the holder died")

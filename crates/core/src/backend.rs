@@ -111,7 +111,7 @@ pub struct AcquireRequest {
     /// grant it makes, in its [`GrantState`] or a task of its own.
     pub loss: LossReporter,
     /// What the caller handed the backend for this call (see
-    /// [`LockClient::acquire_claim_with`](crate::LockClient::acquire_claim_with));
+    /// [`AcquireOptions::payload`](crate::AcquireOptions::payload));
     /// empty for most calls.
     pub payload: Payload,
 }

@@ -11,16 +11,19 @@ use futures::future::{Fuse, FusedFuture};
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use crate::acquire::AcquireOptions;
 use crate::attempt::{Asking, Outcome};
 use crate::backend::{AcquireRequest, Backend, Holder, Lease, LockInfo};
 use crate::backoff::Backoff;
+use crate::bounded;
+use crate::builder::LockClientBuilder;
 use crate::claim::Claim;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::handover::Succession;
 use crate::keeper::Keeper;
 use crate::lease::{HeldLease, LossReporter, LostSignal};
-use crate::name::LockName;
+use crate::name::{IntoLockName, LockName};
 use crate::options::LockOptions;
 use crate::slots::{Baton, LocalReleases, LocalReleasesWatch, SlotPermit, Slots};
 use crate::state::Payload;
@@ -34,18 +37,16 @@ use crate::wake::ReleaseWatch;
 /// backend.
 ///
 /// ```
-/// use std::sync::Arc;
 /// use std::time::Duration;
-/// use distlock_core::{LockClient, LockName, LockOptions, MemoryBackend};
+/// use distlock_core::{LockClient, MemoryBackend};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), distlock_core::Error> {
-/// let client = LockClient::new(Arc::new(MemoryBackend::new()), LockOptions::default());
-/// let name = LockName::new("nightly-report")?;
+/// let client = LockClient::builder().build(MemoryBackend::new())?;
 ///
-/// let guard = client.acquire(&name, Duration::from_secs(5)).await?;
+/// let guard = client.acquire_with("nightly-report", Duration::from_secs(5)).await?;
 /// println!("fencing token {}", guard.fencing_token());
-/// assert!(client.try_acquire(&name).await?.is_none());
+/// assert!(client.try_acquire("nightly-report").await?.is_none());
 /// assert!(guard.release().await?);
 /// # Ok(())
 /// # }
@@ -79,7 +80,12 @@ pub struct LockContext {
 }
 
 impl LockClient {
-    /// A client of `backend` with `options`.
+    /// A builder of a client: options first, then the backend.
+    pub fn builder() -> LockClientBuilder {
+        LockClientBuilder::default()
+    }
+
+    /// A client of `backend` with `options`, already built.
     pub fn new(backend: Arc<dyn Backend>, options: LockOptions) -> Self {
         let capabilities = backend.capabilities();
         let holder = Arc::new(Holder::this_process(options.label()));
@@ -116,282 +122,72 @@ impl LockClient {
         &self.inner.options
     }
 
-    /// Tries once to take `name` exclusively. Returns `Ok(None)` when it is
-    /// held elsewhere, including by another task of this client.
-    ///
-    /// # Errors
-    /// As [`try_acquire_claim`](Self::try_acquire_claim).
-    ///
-    /// # Cancel safety
-    /// Cancel safe: if the future is dropped after the backend granted the
-    /// lock, the grant is released in the background.
-    pub async fn try_acquire(&self, name: &LockName) -> Result<Option<LockGuard>> {
-        self.try_acquire_claim(name, Claim::Exclusive).await
-    }
-
-    /// Tries once to take a reader's share of `name`; see
-    /// [`acquire_shared`](Self::acquire_shared).
-    ///
-    /// # Errors
-    /// As [`try_acquire_claim`](Self::try_acquire_claim).
-    ///
-    /// # Cancel safety
-    /// As [`try_acquire`](Self::try_acquire).
-    pub async fn try_acquire_shared(&self, name: &LockName) -> Result<Option<LockGuard>> {
-        self.try_acquire_claim(name, Claim::Shared).await
-    }
-
-    /// Tries once to take one of `limit` permits of the semaphore `name`;
-    /// see [`acquire_permit`](Self::acquire_permit).
-    ///
-    /// # Errors
-    /// As [`try_acquire_claim`](Self::try_acquire_claim).
-    ///
-    /// # Cancel safety
-    /// As [`try_acquire`](Self::try_acquire).
-    pub async fn try_acquire_permit(
-        &self,
-        name: &LockName,
-        limit: u32,
-    ) -> Result<Option<LockGuard>> {
-        self.try_acquire_claim(name, Claim::Permit { limit }).await
-    }
-
-    /// Tries once to take `claim` on `name`. Returns `Ok(None)` when it
-    /// cannot be had now: a writer or all permits are in, or (for a
-    /// reader) a writer waits.
-    ///
-    /// # Errors
-    /// [`Error::InvalidConfig`] for a permit limit outside 1 to
-    /// [`MAX_PERMITS`](crate::MAX_PERMITS); [`Error::KindConflict`] when the
-    /// name is held as another kind; [`Error::Unsupported`] for a claim the
-    /// backend does not grant; a backend error, or a timeout of the single
-    /// attempt (the operation timeout of the options).
-    ///
-    /// # Cancel safety
-    /// As [`try_acquire`](Self::try_acquire).
-    pub async fn try_acquire_claim(
-        &self,
-        name: &LockName,
-        claim: Claim,
-    ) -> Result<Option<LockGuard>> {
-        self.try_acquire_claim_with(name, claim, Payload::none())
-            .await
-    }
-
-    /// As [`try_acquire_claim`](Self::try_acquire_claim), handing the
-    /// backend `payload` with the attempt; see
-    /// [`acquire_claim_with`](Self::acquire_claim_with).
-    ///
-    /// # Errors
-    /// As [`try_acquire_claim`](Self::try_acquire_claim).
-    ///
-    /// # Cancel safety
-    /// As [`try_acquire`](Self::try_acquire).
-    pub async fn try_acquire_claim_with(
-        &self,
-        name: &LockName,
-        claim: Claim,
-        payload: Payload,
-    ) -> Result<Option<LockGuard>> {
-        let claim = claim.validated()?;
-        let span = tracing::debug_span!("try_acquire", name = %name, ?claim);
-        async {
-            let Some(permit) = self.inner.slots.try_acquire(name) else {
-                tracing::debug!(outcome = "held in this process");
-                return Ok(None);
-            };
-            let asking = Asking::new(self.request(name, claim, false, payload));
-            let budget = self.inner.options.operation_timeout();
-            let (outcome, asking) = asking.attempt(&self.inner.backend, budget).await;
-            self.end_wait(asking).await;
-            match outcome {
-                Ok(Outcome::Granted(lease, sent_at, reporter)) => Ok(Some(self.guard(
-                    permit,
-                    lease,
-                    sent_at,
-                    reporter,
-                    Instant::now(),
-                ))),
-                Ok(Outcome::Held(_)) => {
-                    tracing::debug!(outcome = "held elsewhere");
-                    Ok(None)
-                }
-                Err(error) => {
-                    tracing::debug!(%error, outcome = "error");
-                    Err(error)
-                }
-            }
-        }
-        .instrument(span)
-        .await
-    }
-
-    /// Waits for `name` for at most `timeout`, then gives up with
-    /// [`Error::Timeout`]. A zero timeout tries exactly once.
-    ///
-    /// The first attempt always has the whole operation timeout to answer,
-    /// so that even a zero timeout gets a real answer from a slow backend.
-    /// Later attempts end at the deadline, except the one made at the
-    /// deadline, which may take up to 100 ms (at most the operation
-    /// timeout). So `acquire` returns within `timeout` plus 100 ms, or
-    /// within the operation timeout if that is longer and the backend is
-    /// that slow to answer the first attempt.
+    /// Waits for `name`, exclusively, with no deadline: as
+    /// `tokio::sync::Mutex::lock` waits, but across every process sharing
+    /// the backend. A name string is validated here.
     ///
     /// Waiters retry with jittered exponential backoff within the options'
     /// range, never later than the moment the backend says the current lease
     /// ends, and at once when the backend reports a release (where it can).
+    /// A backend that fails with transient errors (an election, a restart)
+    /// is waited out like a held lock. To wait for at most a while, to take
+    /// a reader's share or a permit, or to give up on a signal, use
+    /// [`acquire_with`](Self::acquire_with).
+    ///
+    /// ```
+    /// use distlock_core::{LockClient, MemoryBackend};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), distlock_core::Error> {
+    /// let client = LockClient::builder().build(MemoryBackend::new())?;
+    /// let guard = client.acquire("nightly-report").await?;
+    /// println!("fencing token {}", guard.fencing_token());
+    /// guard.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     ///
     /// # Errors
-    /// [`Error::Timeout`] after the deadline; a backend error as soon as one
-    /// happens.
+    /// [`Error::InvalidName`] for an invalid name; an error that retrying
+    /// cannot mend as soon as one happens ([`Error::Denied`],
+    /// [`Error::KindConflict`], …).
     ///
     /// # Cancel safety
     /// Cancel safe: dropping the future at any point leaves no lease held
     /// that nobody owns. A grant that arrives after the drop is released in
-    /// the background. To know that nothing is held when the wait ends, use
-    /// [`acquire_or_cancel`](Self::acquire_or_cancel) instead.
-    pub async fn acquire(&self, name: &LockName, timeout: Duration) -> Result<LockGuard> {
-        self.acquire_claim(name, Claim::Exclusive, timeout).await
+    /// the background. To know that nothing is held when the wait ends, give
+    /// [`AcquireOptions::cancel_on`] to [`acquire_with`](Self::acquire_with)
+    /// instead.
+    pub async fn acquire(&self, name: impl IntoLockName) -> Result<LockGuard> {
+        self.acquire_with(name, AcquireOptions::new()).await
     }
 
-    /// Waits for a reader's share of `name`, for at most `timeout`.
+    /// Waits for `name` as `options` say: the claim (exclusive, a reader's
+    /// share, a permit), the longest wait, a cancellation, a payload for
+    /// the backend. A [`Duration`] converts into options that wait that
+    /// long for the whole lock.
     ///
-    /// Readers hold `name` together, and never while a writer (a holder
-    /// from [`acquire`](Self::acquire)) does. Once a writer waits, readers
-    /// that come after it wait behind it, so a steady stream of readers
-    /// cannot starve writers; readers already in finish first. Each reader
-    /// has its own grant, fencing token and lease.
+    /// With a timeout, the first attempt always has the whole operation
+    /// timeout to answer, so that even a zero timeout gets a real answer
+    /// from a slow backend. Later attempts end at the deadline, except the
+    /// one made at the deadline, which may take up to 100 ms (at most the
+    /// operation timeout). So the call returns within the timeout plus
+    /// 100 ms, or within the operation timeout if that is longer and the
+    /// backend is that slow to answer the first attempt.
     ///
     /// ```
-    /// use std::sync::Arc;
     /// use std::time::Duration;
-    /// use distlock_core::{LockClient, LockName, LockOptions, MemoryBackend};
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), distlock_core::Error> {
-    /// let client = LockClient::new(Arc::new(MemoryBackend::new()), LockOptions::default());
-    /// let config = LockName::new("config")?;
-    ///
-    /// let first = client.acquire_shared(&config, Duration::from_secs(5)).await?;
-    /// let second = client.acquire_shared(&config, Duration::from_secs(5)).await?;
-    /// assert!(second.fencing_token() > first.fencing_token());
-    /// // The writer's side waits for both readers.
-    /// assert!(client.try_acquire(&config).await?.is_none());
-    /// first.release().await?;
-    /// second.release().await?;
-    /// let writer = client.acquire(&config, Duration::from_secs(5)).await?;
-    /// writer.release().await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    ///
-    /// # Errors
-    /// As [`acquire_claim`](Self::acquire_claim).
-    ///
-    /// # Cancel safety
-    /// As [`acquire`](Self::acquire).
-    pub async fn acquire_shared(&self, name: &LockName, timeout: Duration) -> Result<LockGuard> {
-        self.acquire_claim(name, Claim::Shared, timeout).await
-    }
-
-    /// Waits for one of `limit` permits of the semaphore `name`, for at most
-    /// `timeout`: at most `limit` holders, in every process, hold a permit
-    /// at once.
-    ///
-    /// Every permit holder has its own grant, fencing token and lease, so a
-    /// holder that dies gives its permit back when its lease ends. All
-    /// holders of a semaphore must agree on its limit: asking with another
-    /// limit than its holders' is an [`Error::KindConflict`]. A name that
-    /// nobody holds takes the limit of whoever asks first.
-    ///
-    /// ```
-    /// use std::sync::Arc;
-    /// use std::time::Duration;
-    /// use distlock_core::{LockClient, LockName, LockOptions, MemoryBackend};
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), distlock_core::Error> {
-    /// let client = LockClient::new(Arc::new(MemoryBackend::new()), LockOptions::default());
-    /// let exports = LockName::new("exports")?;
-    ///
-    /// let one = client.acquire_permit(&exports, 2, Duration::from_secs(5)).await?;
-    /// let two = client.acquire_permit(&exports, 2, Duration::from_secs(5)).await?;
-    /// assert!(client.try_acquire_permit(&exports, 2).await?.is_none());
-    /// one.release().await?;
-    /// let three = client.acquire_permit(&exports, 2, Duration::from_secs(5)).await?;
-    /// two.release().await?;
-    /// three.release().await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    ///
-    /// # Errors
-    /// As [`acquire_claim`](Self::acquire_claim).
-    ///
-    /// # Cancel safety
-    /// As [`acquire`](Self::acquire).
-    pub async fn acquire_permit(
-        &self,
-        name: &LockName,
-        limit: u32,
-        timeout: Duration,
-    ) -> Result<LockGuard> {
-        self.acquire_claim(name, Claim::Permit { limit }, timeout)
-            .await
-    }
-
-    /// Waits for `claim` on `name`, for at most `timeout`: the general form
-    /// of [`acquire`](Self::acquire),
-    /// [`acquire_shared`](Self::acquire_shared) and
-    /// [`acquire_permit`](Self::acquire_permit), with the same timing.
-    ///
-    /// # Errors
-    /// [`Error::Timeout`] after the deadline; [`Error::InvalidConfig`] for a
-    /// permit limit outside 1 to [`MAX_PERMITS`](crate::MAX_PERMITS);
-    /// [`Error::KindConflict`] when the name is held as another kind;
-    /// [`Error::Unsupported`] for a claim the backend does not grant; a
-    /// backend error as soon as one happens.
-    ///
-    /// # Cancel safety
-    /// As [`acquire`](Self::acquire).
-    pub async fn acquire_claim(
-        &self,
-        name: &LockName,
-        claim: Claim,
-        timeout: Duration,
-    ) -> Result<LockGuard> {
-        self.acquire_claim_or_cancel(name, claim, timeout, std::future::pending())
-            .await
-    }
-
-    /// As [`acquire`](Self::acquire), and gives up with
-    /// [`Error::Cancelled`] when `cancel` completes.
-    ///
-    /// Dropping the future of `acquire` leaves an attempt in flight to
-    /// finish in the background, and a grant it brings to be released
-    /// there. Cancelling through `cancel` returns only once nothing is
-    /// held: an attempt in flight is waited for (it ends within the
-    /// operation timeout), and a grant it brings is released before the
-    /// error is returned. Use it when the process is about to exit, on a
-    /// signal for example: background work ends with the runtime, and a
-    /// grant nobody released would keep others waiting until its lease ran
-    /// out.
-    ///
-    /// ```
-    /// use std::sync::Arc;
-    /// use std::time::Duration;
-    /// use distlock_core::{Error, LockClient, LockName, LockOptions, MemoryBackend};
+    /// use distlock_core::{AcquireOptions, Error, LockClient, MemoryBackend};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Error> {
-    /// let client = LockClient::new(Arc::new(MemoryBackend::new()), LockOptions::default());
-    /// let name = LockName::new("nightly-report")?;
-    /// let held = client.acquire(&name, Duration::ZERO).await?;
+    /// let client = LockClient::builder().build(MemoryBackend::new())?;
+    /// let held = client.acquire_with("nightly-report", Duration::from_secs(5)).await?;
     ///
     /// // Gives up after 50 ms, long before the 10 s timeout.
     /// let stop = tokio::time::sleep(Duration::from_millis(50));
-    /// let waited = client.acquire_or_cancel(&name, Duration::from_secs(10), stop).await;
+    /// let options = AcquireOptions::new().timeout(Duration::from_secs(10)).cancel_on(stop);
+    /// let waited = client.acquire_with("nightly-report", options).await;
     /// assert!(matches!(waited, Err(Error::Cancelled { .. })));
     /// held.release().await?;
     /// # Ok(())
@@ -399,87 +195,136 @@ impl LockClient {
     /// ```
     ///
     /// # Errors
-    /// [`Error::Cancelled`] once `cancel` completed (also when it completed
-    /// while a grant arrived: the grant is released); otherwise as
-    /// [`acquire`](Self::acquire).
+    /// [`Error::Timeout`] after the deadline; [`Error::Cancelled`] once the
+    /// cancellation completed (also when it completed while a grant
+    /// arrived: the grant is released); [`Error::InvalidName`] for an
+    /// invalid name; [`Error::InvalidConfig`] for a permit limit outside 1
+    /// to [`MAX_PERMITS`](crate::MAX_PERMITS); [`Error::KindConflict`] when
+    /// the name is held as another kind; [`Error::Unsupported`] for a claim
+    /// the backend does not grant; an error that retrying cannot mend as
+    /// soon as one happens.
     ///
     /// # Cancel safety
-    /// Dropping the returned future is as safe as dropping `acquire`'s.
-    /// Cancelling through `cancel` leaves nothing held, except a lock that
+    /// As [`acquire`](Self::acquire). Cancelling through
+    /// [`AcquireOptions::cancel_on`] leaves nothing held, except a lock that
     /// another task of this client hands over at that very moment: that one
     /// goes to the next task waiting, or is released in the background.
-    pub async fn acquire_or_cancel(
+    pub async fn acquire_with<'a>(
         &self,
-        name: &LockName,
-        timeout: Duration,
-        cancel: impl Future<Output = ()>,
+        name: impl IntoLockName,
+        options: impl Into<AcquireOptions<'a>>,
     ) -> Result<LockGuard> {
-        self.acquire_claim_or_cancel(name, Claim::Exclusive, timeout, cancel)
-            .await
-    }
-
-    /// As [`acquire_claim`](Self::acquire_claim), and gives up with
-    /// [`Error::Cancelled`] when `cancel` completes; see
-    /// [`acquire_or_cancel`](Self::acquire_or_cancel).
-    ///
-    /// # Errors
-    /// [`Error::Cancelled`] once `cancel` completed; otherwise as
-    /// [`acquire_claim`](Self::acquire_claim).
-    ///
-    /// # Cancel safety
-    /// As [`acquire_or_cancel`](Self::acquire_or_cancel).
-    pub async fn acquire_claim_or_cancel(
-        &self,
-        name: &LockName,
-        claim: Claim,
-        timeout: Duration,
-        cancel: impl Future<Output = ()>,
-    ) -> Result<LockGuard> {
-        self.wait_with(name, claim, timeout, Payload::none(), cancel)
-            .await
-    }
-
-    /// As [`acquire_claim`](Self::acquire_claim), handing the backend
-    /// `payload` with every attempt: something a backend needs from its
-    /// caller beside the name, as an entity lock needs the value to insert
-    /// when the entity is missing. Calls with different payloads still
-    /// queue for the name together in this client.
-    ///
-    /// # Errors
-    /// As [`acquire_claim`](Self::acquire_claim).
-    ///
-    /// # Cancel safety
-    /// As [`acquire`](Self::acquire).
-    pub async fn acquire_claim_with(
-        &self,
-        name: &LockName,
-        claim: Claim,
-        timeout: Duration,
-        payload: Payload,
-    ) -> Result<LockGuard> {
-        self.wait_with(name, claim, timeout, payload, std::future::pending())
-            .await
-    }
-
-    /// Validates `claim`, then waits for it in a span of its own.
-    async fn wait_with(
-        &self,
-        name: &LockName,
-        claim: Claim,
-        timeout: Duration,
-        payload: Payload,
-        cancel: impl Future<Output = ()>,
-    ) -> Result<LockGuard> {
+        let name = name.into_lock_name()?;
+        let AcquireOptions {
+            claim,
+            timeout,
+            payload,
+            cancel,
+        } = options.into();
         let claim = claim.validated()?;
         let span = tracing::debug_span!(
             "acquire",
             name = %name,
             ?claim,
-            timeout_ms = timeout.as_millis() as u64
+            timeout_ms = timeout.map(|timeout| timeout.as_millis() as u64)
         );
-        self.wait_for(name, claim, timeout, payload, cancel)
+        let cancel = async move {
+            match cancel {
+                Some(cancel) => cancel.await,
+                None => std::future::pending().await,
+            }
+        };
+        self.wait_for(&name, claim, timeout, payload, cancel)
             .instrument(span)
             .await
+    }
+
+    /// Tries once to take `name` exclusively. Returns `Ok(None)` when it is
+    /// held elsewhere, including by another task of this client.
+    ///
+    /// # Errors
+    /// As [`try_acquire_with`](Self::try_acquire_with).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: if the future is dropped after the backend granted the
+    /// lock, the grant is released in the background.
+    pub async fn try_acquire(&self, name: impl IntoLockName) -> Result<Option<LockGuard>> {
+        self.try_acquire_with(name, AcquireOptions::new()).await
+    }
+
+    /// Tries once to take the claim of `options` on `name`, handing the
+    /// backend their payload. Returns `Ok(None)` when it cannot be had now:
+    /// a writer or all permits are in, or (for a reader) a writer waits.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] when `options` set a timeout or a
+    /// cancellation, which a single try has no use for;
+    /// [`Error::InvalidName`] for an invalid name; [`Error::InvalidConfig`]
+    /// for a permit limit outside 1 to [`MAX_PERMITS`](crate::MAX_PERMITS);
+    /// [`Error::KindConflict`] when the name is held as another kind;
+    /// [`Error::Unsupported`] for a claim the backend does not grant; a
+    /// backend error, or [`Error::OperationTimeout`] when the single attempt
+    /// did not answer within the operation timeout.
+    ///
+    /// # Cancel safety
+    /// As [`try_acquire`](Self::try_acquire).
+    pub async fn try_acquire_with<'a>(
+        &self,
+        name: impl IntoLockName,
+        options: impl Into<AcquireOptions<'a>>,
+    ) -> Result<Option<LockGuard>> {
+        let name = name.into_lock_name()?;
+        let options = options.into();
+        if options.timeout.is_some() || options.cancel.is_some() {
+            return Err(Error::config(
+                if options.timeout.is_some() {
+                    "timeout"
+                } else {
+                    "cancel_on"
+                },
+                "a try takes one attempt and never waits; use acquire_with to wait",
+            ));
+        }
+        let claim = options.claim.validated()?;
+        let span = tracing::debug_span!("try_acquire", name = %name, ?claim);
+        self.try_once(&name, claim, options.payload)
+            .instrument(span)
+            .await
+    }
+
+    /// One attempt at `claim` on `name`, if this client's slot of the
+    /// name is free.
+    async fn try_once(
+        &self,
+        name: &LockName,
+        claim: Claim,
+        payload: Payload,
+    ) -> Result<Option<LockGuard>> {
+        let Some(permit) = self.inner.slots.try_acquire(name) else {
+            tracing::debug!(outcome = "held in this process");
+            return Ok(None);
+        };
+        let asking = Asking::new(self.request(name, claim, false, payload));
+        let budget = self.inner.options.operation_timeout();
+        let (outcome, asking) = asking.attempt(&self.inner.backend, budget).await;
+        self.end_wait(asking).await;
+        match outcome {
+            Ok(Outcome::Granted(lease, sent_at, reporter)) => Ok(Some(self.guard(
+                permit,
+                lease,
+                sent_at,
+                reporter,
+                Instant::now(),
+            ))),
+            Ok(Outcome::Held(_)) => {
+                tracing::debug!(outcome = "held elsewhere");
+                Ok(None)
+            }
+            Err(error) => {
+                tracing::debug!(%error, outcome = "error");
+                Err(error)
+            }
+        }
     }
 
     /// Waits for `claim` on `name` until `timeout` or `cancel`: first for
@@ -488,7 +333,7 @@ impl LockClient {
         &self,
         name: &LockName,
         claim: Claim,
-        timeout: Duration,
+        timeout: Option<Duration>,
         payload: Payload,
         cancel: impl Future<Output = ()>,
     ) -> Result<LockGuard> {
@@ -502,7 +347,7 @@ impl LockClient {
         // A backend whose waits hang on its session keeps it while we wait.
         let _waiting = self.inner.keeper.begin_wait();
         // A zero timeout tries once, so it leaves no record of a waiter.
-        let retries = !timeout.is_zero();
+        let retries = timeout != Some(Duration::ZERO);
         let mut pending = PendingWait::new(
             self,
             Asking::new(self.request(name, claim, retries, payload)),
@@ -514,65 +359,62 @@ impl LockClient {
         wait.deliver(guard).await
     }
 
-    /// Takes `name`, runs `work`, and releases on every path: when `work`
-    /// returns, when it panics (the guard's drop releases in the
-    /// background), and when this future is dropped.
+    /// Takes `name` as `options` say, runs `work`, and releases on every
+    /// path: when `work` returns, when it panics (the guard's drop releases
+    /// in the background), and when this future is dropped. `options` may
+    /// be a [`Duration`] (the whole lock, waited for that long) or
+    /// [`AcquireOptions`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use distlock_core::{LockClient, MemoryBackend};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), distlock_core::Error> {
+    /// let client = LockClient::builder().build(MemoryBackend::new())?;
+    /// let token = client
+    ///     .with_lock("nightly-report", Duration::from_secs(5), |lock| async move {
+    ///         // Write with `lock.fencing_token`; stop early if `lock.lost` fires.
+    ///         lock.fencing_token
+    ///     })
+    ///     .await?;
+    /// assert!(token > 0);
+    /// # Ok(())
+    /// # }
+    /// ```
     ///
     /// # Errors
-    /// As [`acquire`](Self::acquire); [`Error::Lost`] if the lease was lost
-    /// before `work` finished (its output is then dropped: watch
+    /// As [`acquire_with`](Self::acquire_with); [`Error::Lost`] if the lease
+    /// was lost before `work` finished (its output is then dropped: watch
     /// [`LockContext::lost`] to stop early); a backend error if the release
     /// failed.
     ///
     /// # Cancel safety
     /// Cancel safe, as [`acquire`](Self::acquire); once `work` runs,
     /// dropping the future releases the lock in the background.
-    pub async fn with_lock<T, F, Fut>(
+    pub async fn with_lock<'a, T, F, Fut>(
         &self,
-        name: &LockName,
-        timeout: Duration,
+        name: impl IntoLockName,
+        options: impl Into<AcquireOptions<'a>>,
         work: F,
     ) -> Result<T>
     where
         F: FnOnce(LockContext) -> Fut,
         Fut: Future<Output = T>,
     {
-        self.with_claim(name, Claim::Exclusive, timeout, work).await
-    }
-
-    /// As [`with_lock`](Self::with_lock), holding `claim`: a reader's share
-    /// or a semaphore's permit.
-    ///
-    /// # Errors
-    /// As [`acquire_claim`](Self::acquire_claim), and as
-    /// [`with_lock`](Self::with_lock) once `work` runs.
-    ///
-    /// # Cancel safety
-    /// As [`with_lock`](Self::with_lock).
-    pub async fn with_claim<T, F, Fut>(
-        &self,
-        name: &LockName,
-        claim: Claim,
-        timeout: Duration,
-        work: F,
-    ) -> Result<T>
-    where
-        F: FnOnce(LockContext) -> Fut,
-        Fut: Future<Output = T>,
-    {
-        let guard = self.acquire_claim(name, claim, timeout).await?;
+        let name = name.into_lock_name()?;
+        let guard = self.acquire_with(&name, options).await?;
         let context = LockContext {
-            name: name.clone(),
             fencing_token: guard.fencing_token(),
             lost: guard.lost_signal(),
+            name,
         };
+        let name = context.name.to_string();
         let output = work(context).await;
         if guard.release().await? {
             Ok(output)
         } else {
-            Err(Error::Lost {
-                name: name.to_string(),
-            })
+            Err(Error::Lost { name })
         }
     }
 
@@ -585,7 +427,7 @@ impl LockClient {
     /// # Cancel safety
     /// Cancel safe: it only reads.
     pub async fn list(&self) -> Result<Vec<LockInfo>> {
-        self.inner.backend.list().await
+        self.bounded("list", self.inner.backend.list()).await
     }
 
     /// Releases `name` whoever holds it; see [`Backend::force_release`].
@@ -596,9 +438,26 @@ impl LockClient {
     /// # Cancel safety
     /// Dropping the future may leave the release done or not done; it is
     /// safe to call again.
-    pub async fn force_release(&self, name: &LockName) -> Result<bool> {
+    pub async fn force_release(&self, name: impl IntoLockName) -> Result<bool> {
+        let name = name.into_lock_name()?;
         tracing::info!(name = %name, "forcing release");
-        self.inner.backend.force_release(name).await
+        self.bounded("force release", self.inner.backend.force_release(&name))
+            .await
+    }
+
+    /// `call`, a backend's `operation`, bounded by the operation timeout.
+    async fn bounded<T>(
+        &self,
+        operation: &'static str,
+        call: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        bounded::within(
+            self.inner.backend.capabilities().bounds_calls,
+            self.inner.options.operation_timeout(),
+            operation,
+            call,
+        )
+        .await
     }
 
     /// A request for `claim` on `name`, made by this client.
@@ -683,12 +542,13 @@ impl<'a, C: Future<Output = ()>> Wait<'a, C> {
     fn new(
         client: &'a LockClient,
         name: &'a LockName,
-        timeout: Duration,
+        timeout: Option<Duration>,
         cancel: Pin<&'a mut Fuse<C>>,
     ) -> Self {
         let started = Instant::now();
-        let deadline = started
-            .checked_add(timeout)
+        // No deadline, or one past what the clock can hold: thirty years.
+        let deadline = timeout
+            .and_then(|timeout| started.checked_add(timeout))
             .unwrap_or_else(|| started + Duration::from_secs(86_400 * 365 * 30));
         Self {
             client,

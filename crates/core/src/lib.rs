@@ -16,10 +16,12 @@
 //!   says when the lease is lost.
 //! - [`MemoryBackend`] keeps locks in memory, for tests and examples.
 
+mod acquire;
 mod attempt;
 pub mod backend;
 mod backoff;
 mod bounded;
+mod builder;
 mod claim;
 mod client;
 mod detach;
@@ -36,18 +38,20 @@ mod state;
 pub mod urls;
 mod wake;
 
+pub use acquire::AcquireOptions;
 /// The attribute backends put on their [`Backend`] impl.
 pub use async_trait::async_trait;
 pub use backend::{
     AcquireRequest, Attempt, Backend, Capabilities, HandOver, Holder, Lease, LeaseId, LockInfo,
 };
+pub use builder::LockClientBuilder;
 pub use claim::{Claim, LockKind, MAX_PERMITS, Permits};
 pub use client::{LockClient, LockContext};
 pub use error::{Error, Result};
 pub use guard::LockGuard;
 pub use lease::{LossReason, LossReporter, LostSignal};
 pub use memory::MemoryBackend;
-pub use name::{LockName, MAX_NAME_LEN};
+pub use name::{IntoLockName, LockName, MAX_NAME_LEN};
 pub use options::{LockOptions, LockOptionsBuilder};
 pub use state::{GrantState, Payload, WaitState};
 pub use wake::{ReleaseHub, ReleaseWatch};

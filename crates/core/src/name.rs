@@ -93,6 +93,56 @@ impl TryFrom<String> for LockName {
     }
 }
 
+/// Anything a lock call takes as a name: `&str`, `String`, `&String`,
+/// [`LockName`] and `&LockName`. A string is validated by the call that
+/// takes it, so an invalid name is that call's [`Error::InvalidName`].
+///
+/// ```
+/// use distlock_core::{IntoLockName, LockName};
+///
+/// assert_eq!("jobs/7".into_lock_name()?, LockName::new("jobs/7")?);
+/// assert!(String::new().into_lock_name().is_err());
+/// # Ok::<(), distlock_core::Error>(())
+/// ```
+pub trait IntoLockName {
+    /// The validated name.
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] when the name is empty or longer than
+    /// [`MAX_NAME_LEN`] bytes.
+    fn into_lock_name(self) -> Result<LockName, Error>;
+}
+
+impl IntoLockName for LockName {
+    fn into_lock_name(self) -> Result<LockName, Error> {
+        Ok(self)
+    }
+}
+
+impl IntoLockName for &LockName {
+    fn into_lock_name(self) -> Result<LockName, Error> {
+        Ok(self.clone())
+    }
+}
+
+impl IntoLockName for &str {
+    fn into_lock_name(self) -> Result<LockName, Error> {
+        LockName::new(self)
+    }
+}
+
+impl IntoLockName for String {
+    fn into_lock_name(self) -> Result<LockName, Error> {
+        LockName::new(self)
+    }
+}
+
+impl IntoLockName for &String {
+    fn into_lock_name(self) -> Result<LockName, Error> {
+        LockName::new(self)
+    }
+}
+
 impl AsRef<str> for LockName {
     fn as_ref(&self) -> &str {
         self.as_str()

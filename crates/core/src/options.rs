@@ -138,6 +138,22 @@ impl LockOptions {
     }
 }
 
+impl From<&LockOptions> for LockOptionsBuilder {
+    /// A builder with every option set as in `options`.
+    fn from(options: &LockOptions) -> Self {
+        Self {
+            lease: Some(options.lease),
+            extend_every: Some(options.extend_every),
+            safety_margin: Some(options.safety_margin),
+            operation_timeout: Some(options.operation_timeout),
+            backoff: Some((options.backoff_min, options.backoff_max)),
+            local_hand_overs: Some(options.local_hand_overs),
+            min_local_run: Some(options.min_local_run),
+            label: options.label.clone(),
+        }
+    }
+}
+
 /// Builds [`LockOptions`]; see there for what each option means.
 #[derive(Debug, Clone, Default)]
 pub struct LockOptionsBuilder {

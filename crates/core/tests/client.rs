@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, Error, HandOver, Lease, LockClient, LockInfo,
-    LockName, LockOptions, LossReason, MemoryBackend, ReleaseWatch, Result, WaitState,
+    AcquireOptions, AcquireRequest, Attempt, Backend, Capabilities, Error, HandOver, Lease,
+    LockClient, LockInfo, LockName, LockOptions, LossReason, MemoryBackend, ReleaseWatch, Result,
+    WaitState,
 };
 
 /// The memory backend with counters, a switch that makes extensions hang,
@@ -143,13 +144,13 @@ async fn waiters_in_one_process_cost_one_attempt_each() {
     let holder = LockClient::new(backend.clone(), options(Duration::from_secs(30)));
     let waiters = LockClient::new(backend.clone(), options(Duration::from_secs(30)));
     let lock = name("coalesce");
-    let guard = holder.acquire(&lock, Duration::ZERO).await.unwrap();
+    let guard = holder.acquire_with(&lock, Duration::ZERO).await.unwrap();
     let tasks: Vec<_> = (0..16)
         .map(|_| {
             let (waiters, lock) = (waiters.clone(), lock.clone());
             tokio::spawn(async move {
                 let guard = waiters
-                    .acquire(&lock, Duration::from_secs(30))
+                    .acquire_with(&lock, Duration::from_secs(30))
                     .await
                     .unwrap();
                 guard.release().await.unwrap();
@@ -176,10 +177,10 @@ async fn a_local_waiter_gets_the_lock_without_polling() {
     let backend = Arc::new(Instrumented::default());
     let client = LockClient::new(backend.clone(), options(Duration::from_secs(30)));
     let lock = name("handoff");
-    let guard = client.acquire(&lock, Duration::ZERO).await.unwrap();
+    let guard = client.acquire_with(&lock, Duration::ZERO).await.unwrap();
     let waiter = {
         let (client, lock) = (client.clone(), lock.clone());
-        tokio::spawn(async move { client.acquire(&lock, Duration::from_secs(30)).await })
+        tokio::spawn(async move { client.acquire_with(&lock, Duration::from_secs(30)).await })
     };
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(
@@ -207,7 +208,7 @@ async fn many_leases_are_extended_in_batches() {
     for i in 0..LOCKS {
         guards.push(
             client
-                .acquire(&name(&format!("batch-{i}")), Duration::ZERO)
+                .acquire_with(&name(&format!("batch-{i}")), Duration::ZERO)
                 .await
                 .unwrap(),
         );
@@ -241,7 +242,7 @@ async fn stalled_extensions_end_the_lease_before_the_server_would() {
     let client = LockClient::new(backend.clone(), options);
     let other = LockClient::new(backend.clone(), self::options(lease));
     let lock = name("stall");
-    let guard = client.acquire(&lock, Duration::ZERO).await.unwrap();
+    let guard = client.acquire_with(&lock, Duration::ZERO).await.unwrap();
     backend.stall_extensions.store(true, Ordering::SeqCst);
     let reason = tokio::time::timeout(lease * 5, guard.lost())
         .await
@@ -250,7 +251,7 @@ async fn stalled_extensions_end_the_lease_before_the_server_would() {
     // The server still has the lease: nobody else could hold it yet.
     assert!(other.try_acquire(&lock).await.unwrap().is_none());
     let taken = other
-        .acquire(&lock, lease * 2)
+        .acquire_with(&lock, lease * 2)
         .await
         .expect("the lease runs out on the server");
     assert!(taken.fencing_token() > guard.fencing_token());
@@ -266,14 +267,14 @@ async fn a_grant_answered_after_cancellation_is_released() {
     backend.reply_delay_ms.store(200, Ordering::SeqCst);
     let attempt = {
         let (client, lock) = (client.clone(), lock.clone());
-        tokio::spawn(async move { client.acquire(&lock, Duration::from_secs(30)).await })
+        tokio::spawn(async move { client.acquire_with(&lock, Duration::from_secs(30)).await })
     };
     // The backend has granted but not yet answered.
     tokio::time::sleep(Duration::from_millis(50)).await;
     attempt.abort();
     backend.reply_delay_ms.store(0, Ordering::SeqCst);
     let guard = client
-        .acquire(&lock, Duration::from_secs(5))
+        .acquire_with(&lock, Duration::from_secs(5))
         .await
         .expect("the late grant was released, not leaked for its 60 s lease");
     guard.release().await.unwrap();
@@ -291,7 +292,12 @@ async fn a_cancelled_wait_releases_the_grant_in_flight_before_it_returns() {
     // The cancellation comes while the backend has granted but not answered.
     let cancel = tokio::time::sleep(Duration::from_millis(50));
     match client
-        .acquire_or_cancel(&lock, Duration::from_secs(30), cancel)
+        .acquire_with(
+            &lock,
+            AcquireOptions::new()
+                .timeout(Duration::from_secs(30))
+                .cancel_on(cancel),
+        )
         .await
     {
         Err(Error::Cancelled { name, .. }) => assert_eq!(name, "cancelled-in-flight"),
@@ -310,7 +316,7 @@ async fn a_cancelled_wait_for_a_held_lock_ends_holding_nothing() {
     let holder = LockClient::new(backend.clone(), options(Duration::from_secs(60)));
     let waiter = LockClient::new(backend.clone(), options(Duration::from_secs(60)));
     let lock = name("cancelled-while-held");
-    let held = holder.acquire(&lock, Duration::ZERO).await.unwrap();
+    let held = holder.acquire_with(&lock, Duration::ZERO).await.unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let waiting = {
         let (waiter, lock) = (waiter.clone(), lock.clone());
@@ -319,7 +325,12 @@ async fn a_cancelled_wait_for_a_held_lock_ends_holding_nothing() {
                 let _ = stopped.await;
             };
             waiter
-                .acquire_or_cancel(&lock, Duration::from_secs(30), cancel)
+                .acquire_with(
+                    &lock,
+                    AcquireOptions::new()
+                        .timeout(Duration::from_secs(30))
+                        .cancel_on(cancel),
+                )
                 .await
         })
     };
@@ -338,7 +349,7 @@ async fn a_cancelled_wait_for_a_held_lock_ends_holding_nothing() {
     assert_eq!(holders[0].fencing_token, Some(held.fencing_token()));
     held.release().await.unwrap();
     // The waiter's slot for the name was given up: it can take the lock now.
-    let later = waiter.acquire(&lock, Duration::ZERO).await.unwrap();
+    let later = waiter.acquire_with(&lock, Duration::ZERO).await.unwrap();
     later.release().await.unwrap();
 }
 
@@ -347,7 +358,12 @@ async fn a_wait_cancelled_before_it_starts_asks_nothing() {
     let backend = Arc::new(Instrumented::default());
     let client = LockClient::new(backend.clone(), options(Duration::from_secs(60)));
     let outcome = client
-        .acquire_or_cancel(&name("never"), Duration::from_secs(30), async {})
+        .acquire_with(
+            &name("never"),
+            AcquireOptions::new()
+                .timeout(Duration::from_secs(30))
+                .cancel_on(async {}),
+        )
         .await;
     assert!(
         matches!(outcome, Err(Error::Cancelled { .. })),
@@ -360,7 +376,12 @@ async fn a_wait_cancelled_before_it_starts_asks_nothing() {
 async fn a_wait_that_is_never_cancelled_acquires_as_acquire_does() {
     let client = LockClient::new(Arc::new(MemoryBackend::new()), LockOptions::default());
     let guard = client
-        .acquire_or_cancel(&name("plain"), Duration::ZERO, std::future::pending())
+        .acquire_with(
+            &name("plain"),
+            AcquireOptions::new()
+                .timeout(Duration::ZERO)
+                .cancel_on(std::future::pending()),
+        )
         .await
         .unwrap();
     assert!(guard.release().await.unwrap());
@@ -372,7 +393,7 @@ async fn try_acquire_of_a_held_lock_is_none_not_an_error() {
     let lock = name("held");
     let guard = client.try_acquire(&lock).await.unwrap().expect("free");
     assert!(client.try_acquire(&lock).await.unwrap().is_none());
-    match client.acquire(&lock, Duration::from_millis(20)).await {
+    match client.acquire_with(&lock, Duration::from_millis(20)).await {
         Err(Error::Timeout { name, .. }) => assert_eq!(name, "held"),
         other => panic!("expected a timeout, got {other:?}"),
     }
@@ -387,7 +408,7 @@ async fn queue_waiter(
     timeout: Duration,
 ) -> tokio::task::JoinHandle<Result<distlock_core::LockGuard>> {
     let (client, lock) = (client.clone(), lock.clone());
-    let task = tokio::spawn(async move { client.acquire(&lock, timeout).await });
+    let task = tokio::spawn(async move { client.acquire_with(&lock, timeout).await });
     tokio::time::sleep(Duration::from_millis(50)).await;
     task
 }
@@ -397,7 +418,7 @@ async fn a_local_waiter_is_handed_the_lock_in_one_step() {
     let backend = Arc::new(Instrumented::handing_over());
     let client = LockClient::new(backend.clone(), options(Duration::from_secs(30)));
     let lock = name("hand-over");
-    let first = client.acquire(&lock, Duration::ZERO).await.unwrap();
+    let first = client.acquire_with(&lock, Duration::ZERO).await.unwrap();
     let waiter = queue_waiter(&client, &lock, Duration::from_secs(30)).await;
     let first_token = first.fencing_token();
     let first_lost = first.lost_signal();
@@ -431,7 +452,7 @@ async fn runs_of_hand_overs_are_bounded() {
         .unwrap();
     let client = LockClient::new(backend.clone(), options);
     let lock = name("bounded");
-    let mut guard = client.acquire(&lock, Duration::ZERO).await.unwrap();
+    let mut guard = client.acquire_with(&lock, Duration::ZERO).await.unwrap();
     let mut waiters = Vec::new();
     for _ in 0..4 {
         waiters.push(queue_waiter(&client, &lock, Duration::from_secs(30)).await);
@@ -463,7 +484,7 @@ async fn a_short_run_goes_on_past_the_bound() {
         .unwrap();
     let client = LockClient::new(backend.clone(), options);
     let lock = name("short-run");
-    let mut guard = client.acquire(&lock, Duration::ZERO).await.unwrap();
+    let mut guard = client.acquire_with(&lock, Duration::ZERO).await.unwrap();
     let mut waiters = Vec::new();
     for _ in 0..3 {
         waiters.push(queue_waiter(&client, &lock, Duration::from_secs(30)).await);
@@ -483,7 +504,7 @@ async fn a_grant_under_an_earlier_confirmation_is_extended_by_its_schedule() {
     let backend = Arc::new(Instrumented::handing_over());
     let client = LockClient::new(backend.clone(), options(Duration::from_secs(30)));
     let lock = name("confirmed-earlier");
-    let first = client.acquire(&lock, Duration::ZERO).await.unwrap();
+    let first = client.acquire_with(&lock, Duration::ZERO).await.unwrap();
     let waiter = queue_waiter(&client, &lock, Duration::from_secs(30)).await;
     // The backend hands over without asking the server, under a lease it
     // confirmed 25 s ago: the extension that was due 15 s ago runs now.
@@ -510,7 +531,7 @@ async fn a_zero_bound_always_releases() {
     let options = LockOptions::builder().local_hand_overs(0).build().unwrap();
     let client = LockClient::new(backend.clone(), options);
     let lock = name("no-hand-over");
-    let first = client.acquire(&lock, Duration::ZERO).await.unwrap();
+    let first = client.acquire_with(&lock, Duration::ZERO).await.unwrap();
     let waiter = queue_waiter(&client, &lock, Duration::from_secs(30)).await;
     first.release().await.unwrap();
     waiter.await.unwrap().unwrap().release().await.unwrap();
@@ -523,7 +544,7 @@ async fn a_lock_handed_to_a_waiter_that_gave_up_is_released() {
     let backend = Arc::new(Instrumented::handing_over());
     let client = LockClient::new(backend.clone(), options(Duration::from_secs(30)));
     let lock = name("gave-up");
-    let first = client.acquire(&lock, Duration::ZERO).await.unwrap();
+    let first = client.acquire_with(&lock, Duration::ZERO).await.unwrap();
     let waiter = queue_waiter(&client, &lock, Duration::from_millis(100)).await;
     // The hand-over is granted at once but answers after the waiter's
     // deadline, so the new grant finds nobody to take it.
@@ -532,7 +553,10 @@ async fn a_lock_handed_to_a_waiter_that_gave_up_is_released() {
     assert!(matches!(waiter.await.unwrap(), Err(Error::Timeout { .. })));
     assert_eq!(backend.hand_overs.load(Ordering::SeqCst), 1);
     let other = LockClient::new(backend.clone(), options(Duration::from_secs(30)));
-    let taken = other.acquire(&lock, Duration::from_secs(5)).await.unwrap();
+    let taken = other
+        .acquire_with(&lock, Duration::from_secs(5))
+        .await
+        .unwrap();
     assert!(taken.release().await.unwrap());
 }
 
@@ -541,7 +565,7 @@ async fn a_dropped_guard_hands_over_too() {
     let backend = Arc::new(Instrumented::handing_over());
     let client = LockClient::new(backend.clone(), options(Duration::from_secs(30)));
     let lock = name("dropped");
-    let first = client.acquire(&lock, Duration::ZERO).await.unwrap();
+    let first = client.acquire_with(&lock, Duration::ZERO).await.unwrap();
     let waiter = queue_waiter(&client, &lock, Duration::from_secs(30)).await;
     drop(first);
     let second = tokio::time::timeout(Duration::from_secs(5), waiter)
@@ -560,10 +584,10 @@ async fn a_wait_that_began_before_wake_ups_started_stops_polling_once_they_have(
     let holder = LockClient::new(backend.clone(), options(Duration::from_secs(30)));
     let waiters = LockClient::new(backend.clone(), options(Duration::from_secs(30)));
     let lock = name("late wake-ups");
-    let guard = holder.acquire(&lock, Duration::ZERO).await.unwrap();
+    let guard = holder.acquire_with(&lock, Duration::ZERO).await.unwrap();
     let waiter = {
         let lock = lock.clone();
-        tokio::spawn(async move { waiters.acquire(&lock, Duration::from_secs(30)).await })
+        tokio::spawn(async move { waiters.acquire_with(&lock, Duration::from_secs(30)).await })
     };
     // Without wake-ups the waiter polls with its backoff (at most 50 ms).
     tokio::time::sleep(Duration::from_millis(200)).await;

@@ -59,7 +59,7 @@ async fn leases_of_a_backend_without_bulk_extension_are_all_kept() {
     let mut guards = Vec::with_capacity(LOCKS);
     for i in 0..LOCKS {
         let name = LockName::new(format!("slow-{i}")).unwrap();
-        guards.push(client.acquire(&name, Duration::ZERO).await.unwrap());
+        guards.push(client.acquire_with(&name, Duration::ZERO).await.unwrap());
     }
     // Three leases' worth: every lease was extended several times.
     tokio::time::sleep(Duration::from_millis(2700)).await;

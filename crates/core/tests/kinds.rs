@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, Claim, HandOver, Lease, LockClient, LockInfo,
-    LockName, LockOptions, LossReason, LossReporter, MemoryBackend, Payload, ReleaseWatch, Result,
-    WaitState,
+    AcquireOptions, AcquireRequest, Attempt, Backend, Capabilities, Claim, HandOver, Lease,
+    LockClient, LockInfo, LockName, LockOptions, LossReason, LossReporter, MemoryBackend, Payload,
+    ReleaseWatch, Result, WaitState,
 };
 
 const PATIENCE: Duration = Duration::from_secs(10);
@@ -76,9 +76,15 @@ fn name(text: &str) -> LockName {
 async fn a_loss_the_backend_reports_ends_the_guard_at_once() {
     let backend = Arc::new(Reporting::default());
     let client = LockClient::new(backend.clone(), LockOptions::default());
-    let guard = client.acquire(&name("reported"), PATIENCE).await.unwrap();
+    let guard = client
+        .acquire_with(&name("reported"), PATIENCE)
+        .await
+        .unwrap();
     let other = client
-        .acquire_shared(&name("untouched"), PATIENCE)
+        .acquire_with(
+            &name("untouched"),
+            AcquireOptions::new().shared().timeout(PATIENCE),
+        )
         .await
         .unwrap();
     assert!(!guard.is_lost());
@@ -97,10 +103,14 @@ async fn a_loss_the_backend_reports_ends_the_guard_at_once() {
 async fn a_lock_is_handed_over_only_to_a_local_writer() {
     let client = LockClient::new(Arc::new(MemoryBackend::new()), LockOptions::default());
     let lock = name("mixed-queue");
-    let writer = client.acquire(&lock, PATIENCE).await.unwrap();
+    let writer = client.acquire_with(&lock, PATIENCE).await.unwrap();
     let reader = {
         let (client, lock) = (client.clone(), lock.clone());
-        tokio::spawn(async move { client.acquire_shared(&lock, PATIENCE).await })
+        tokio::spawn(async move {
+            client
+                .acquire_with(&lock, AcquireOptions::new().shared().timeout(PATIENCE))
+                .await
+        })
     };
     tokio::time::sleep(Duration::from_millis(50)).await;
     let writer_token = writer.fencing_token();
@@ -113,7 +123,11 @@ async fn a_lock_is_handed_over_only_to_a_local_writer() {
     );
     assert!(reader.fencing_token() > writer_token);
     // It is a reader's share: another reader joins it.
-    let second = client.try_acquire_shared(&lock).await.unwrap().unwrap();
+    let second = client
+        .try_acquire_with(&lock, AcquireOptions::new().shared())
+        .await
+        .unwrap()
+        .unwrap();
     reader.release().await.unwrap();
     second.release().await.unwrap();
 }
@@ -124,18 +138,27 @@ async fn tasks_of_one_client_share_a_semaphore_up_to_its_limit() {
     let exports = name("exports");
     let mut held = Vec::new();
     for _ in 0..3 {
-        held.push(client.acquire_permit(&exports, 3, PATIENCE).await.unwrap());
+        held.push(
+            client
+                .acquire_with(&exports, AcquireOptions::new().permit(3).timeout(PATIENCE))
+                .await
+                .unwrap(),
+        );
     }
     assert!(
         client
-            .try_acquire_permit(&exports, 3)
+            .try_acquire_with(&exports, AcquireOptions::new().permit(3))
             .await
             .unwrap()
             .is_none()
     );
     let waiter = {
         let (client, exports) = (client.clone(), exports.clone());
-        tokio::spawn(async move { client.acquire_permit(&exports, 3, PATIENCE).await })
+        tokio::spawn(async move {
+            client
+                .acquire_with(&exports, AcquireOptions::new().permit(3).timeout(PATIENCE))
+                .await
+        })
     };
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert!(!waiter.is_finished());
@@ -159,11 +182,18 @@ async fn tasks_of_one_client_share_a_semaphore_up_to_its_limit() {
 async fn a_zero_timeout_writer_leaves_no_mark_behind() {
     let client = LockClient::new(Arc::new(MemoryBackend::new()), LockOptions::default());
     let lock = name("zero-writer");
-    let reader = client.acquire_shared(&lock, PATIENCE).await.unwrap();
+    let reader = client
+        .acquire_with(&lock, AcquireOptions::new().shared().timeout(PATIENCE))
+        .await
+        .unwrap();
     let other = LockClient::new(client.backend().clone(), LockOptions::default());
-    assert!(other.acquire(&lock, Duration::ZERO).await.is_err());
+    assert!(other.acquire_with(&lock, Duration::ZERO).await.is_err());
     assert!(
-        other.try_acquire_shared(&lock).await.unwrap().is_some(),
+        other
+            .try_acquire_with(&lock, AcquireOptions::new().shared())
+            .await
+            .unwrap()
+            .is_some(),
         "a writer that tried once holds no reader back"
     );
     reader.release().await.unwrap();
@@ -215,12 +245,20 @@ async fn a_local_release_lets_the_local_waiter_in_without_polling() {
         .unwrap();
     let client = LockClient::new(Arc::new(Deaf::default()), options);
     let exports = name("deaf-exports");
-    let first = client.acquire_permit(&exports, 1, PATIENCE).await.unwrap();
+    let first = client
+        .acquire_with(&exports, AcquireOptions::new().permit(1).timeout(PATIENCE))
+        .await
+        .unwrap();
     let waiter = {
         let (client, exports) = (client.clone(), exports.clone());
         tokio::spawn(async move {
             client
-                .acquire_permit(&exports, 1, Duration::from_secs(60))
+                .acquire_with(
+                    &exports,
+                    AcquireOptions::new()
+                        .permit(1)
+                        .timeout(Duration::from_secs(60)),
+                )
                 .await
         })
     };
@@ -243,13 +281,19 @@ async fn a_payload_reaches_every_attempt_of_its_call_only() {
     let backend = Arc::new(Reporting::default());
     let client = LockClient::new(backend.clone(), LockOptions::default());
     let lock = name("payload");
-    let held = client.acquire(&lock, PATIENCE).await.unwrap();
+    let held = client.acquire_with(&lock, PATIENCE).await.unwrap();
     let other = LockClient::new(backend.clone(), LockOptions::default());
     let waiting = {
         let (other, lock) = (other.clone(), lock.clone());
         tokio::spawn(async move {
             other
-                .acquire_claim_with(&lock, Claim::Exclusive, PATIENCE, Payload::new(7u32))
+                .acquire_with(
+                    &lock,
+                    AcquireOptions::new()
+                        .claim(Claim::Exclusive)
+                        .timeout(PATIENCE)
+                        .payload(Payload::new(7u32)),
+                )
                 .await
         })
     };

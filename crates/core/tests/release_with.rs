@@ -25,7 +25,7 @@ async fn the_operation_gets_the_lease_and_its_output_is_returned() {
     let backend = Arc::new(MemoryBackend::new());
     let client = client(&backend);
     let lock = name("with");
-    let guard = client.acquire(&lock, Duration::ZERO).await.unwrap();
+    let guard = client.acquire_with(&lock, Duration::ZERO).await.unwrap();
     let token = guard.fencing_token();
     let signal = guard.lost_signal();
     let operation_backend = backend.clone();
@@ -49,13 +49,13 @@ async fn the_next_local_waiter_goes_after_the_operation() {
     let backend = Arc::new(MemoryBackend::new());
     let client = client(&backend);
     let lock = name("handoff");
-    let guard = client.acquire(&lock, Duration::ZERO).await.unwrap();
+    let guard = client.acquire_with(&lock, Duration::ZERO).await.unwrap();
     let finished = Arc::new(AtomicBool::new(false));
     let waiter = {
         let (client, lock, finished) = (client.clone(), lock.clone(), finished.clone());
         tokio::spawn(async move {
             let guard = client
-                .acquire(&lock, Duration::from_secs(30))
+                .acquire_with(&lock, Duration::from_secs(30))
                 .await
                 .unwrap();
             assert!(finished.load(Ordering::SeqCst), "the operation ran first");
@@ -80,7 +80,7 @@ async fn a_lost_lease_skips_the_operation_and_is_lost() {
     let backend = Arc::new(MemoryBackend::new());
     let client = client(&backend);
     let lock = name("lost");
-    let guard = client.acquire(&lock, Duration::ZERO).await.unwrap();
+    let guard = client.acquire_with(&lock, Duration::ZERO).await.unwrap();
     assert!(client.force_release(&lock).await.unwrap());
     assert!(matches!(guard.extend().await, Err(Error::Lost { .. })));
     let called = Arc::new(AtomicBool::new(false));
@@ -103,7 +103,7 @@ async fn a_dropped_release_with_still_runs_the_operation_to_its_end() {
     let backend = Arc::new(MemoryBackend::new());
     let client = client(&backend);
     let lock = name("dropped");
-    let guard = client.acquire(&lock, Duration::ZERO).await.unwrap();
+    let guard = client.acquire_with(&lock, Duration::ZERO).await.unwrap();
     let (go, wait) = tokio::sync::oneshot::channel::<()>();
     let (done, finished) = tokio::sync::oneshot::channel::<bool>();
     let operation_backend = backend.clone();
@@ -122,7 +122,7 @@ async fn a_dropped_release_with_still_runs_the_operation_to_its_end() {
     go.send(()).unwrap();
     assert!(finished.await.unwrap(), "the operation ran to its end");
     let next = client
-        .acquire(&lock, Duration::from_secs(30))
+        .acquire_with(&lock, Duration::from_secs(30))
         .await
         .expect("the name is handed on");
     next.release().await.unwrap();
@@ -137,7 +137,7 @@ async fn an_operation_that_does_not_answer_times_out() {
         .unwrap();
     let client = LockClient::new(backend.clone(), options);
     let guard = client
-        .acquire(&name("hangs"), Duration::ZERO)
+        .acquire_with(&name("hangs"), Duration::ZERO)
         .await
         .unwrap();
     let signal = guard.lost_signal();
@@ -145,8 +145,15 @@ async fn an_operation_that_does_not_answer_times_out() {
         .release_with(|_| std::future::pending::<distlock_core::Result<()>>())
         .await;
     match outcome {
-        Err(error @ Error::Backend { .. }) => assert!(error.is_transient()),
-        other => panic!("expected a backend error, got {other:?}"),
+        Err(
+            error @ Error::OperationTimeout {
+                operation: "release",
+                ..
+            },
+        ) => {
+            assert!(error.is_transient())
+        }
+        other => panic!("expected the release to time out, got {other:?}"),
     }
     assert!(signal.is_lost());
 }

@@ -28,7 +28,7 @@ fn leases_are_kept_after_the_runtime_that_started_the_keeper_shut_down() {
 
     let first = runtime();
     let held = first
-        .block_on(client.acquire(&before, Duration::ZERO))
+        .block_on(client.acquire_with(&before, Duration::ZERO))
         .unwrap();
     // The keeper task ran on this runtime, and ends with it.
     drop(first);
@@ -40,7 +40,7 @@ fn leases_are_kept_after_the_runtime_that_started_the_keeper_shut_down() {
 
         // A grant on this runtime starts a new keeper, which extends it
         // across three leases' worth of time.
-        let kept = client.acquire(&after, Duration::ZERO).await.unwrap();
+        let kept = client.acquire_with(&after, Duration::ZERO).await.unwrap();
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert!(!kept.is_lost());
         assert!(other.try_acquire(&after).await.unwrap().is_none());

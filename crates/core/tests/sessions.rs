@@ -126,7 +126,7 @@ async fn many_locks_cost_one_renewal_per_cadence_and_no_extension() {
     let client = LockClient::new(backend.clone(), options());
     let mut guards = Vec::new();
     for name in names(100) {
-        guards.push(client.acquire(&name, Duration::ZERO).await.unwrap());
+        guards.push(client.acquire_with(&name, Duration::ZERO).await.unwrap());
     }
     // Five cadences of a second each.
     tokio::time::sleep(Duration::from_millis(5_500)).await;
@@ -154,7 +154,7 @@ async fn a_session_that_is_gone_takes_every_lease_with_it() {
     let client = LockClient::new(backend.clone(), options());
     let mut guards = Vec::new();
     for name in names(3) {
-        guards.push(client.acquire(&name, Duration::ZERO).await.unwrap());
+        guards.push(client.acquire_with(&name, Duration::ZERO).await.unwrap());
     }
     backend.state.store(GONE, Ordering::SeqCst);
     for guard in &guards {
@@ -169,7 +169,10 @@ async fn a_session_that_is_gone_takes_every_lease_with_it() {
 async fn unanswered_renewals_end_the_leases_when_they_run_out() {
     let backend = Session::over(Arc::default());
     let client = LockClient::new(backend.clone(), options());
-    let guard = client.acquire(&names(1)[0], Duration::ZERO).await.unwrap();
+    let guard = client
+        .acquire_with(&names(1)[0], Duration::ZERO)
+        .await
+        .unwrap();
     backend.state.store(FAILING, Ordering::SeqCst);
     let reason = tokio::time::timeout(Duration::from_secs(10), guard.lost())
         .await
@@ -183,12 +186,12 @@ async fn a_wait_alone_keeps_the_session_renewed() {
     let store = Arc::new(MemoryBackend::new());
     let holder = LockClient::new(store.clone(), options());
     let name = &names(1)[0];
-    let held = holder.acquire(name, Duration::ZERO).await.unwrap();
+    let held = holder.acquire_with(name, Duration::ZERO).await.unwrap();
     let backend = Session::over(store);
     let waiter = LockClient::new(backend.clone(), options());
     let waiting = {
         let (waiter, name) = (waiter.clone(), name.clone());
-        tokio::spawn(async move { waiter.acquire(&name, Duration::from_secs(60)).await })
+        tokio::spawn(async move { waiter.acquire_with(&name, Duration::from_secs(60)).await })
     };
     tokio::time::sleep(Duration::from_millis(3_500)).await;
     assert!(

@@ -95,7 +95,7 @@ async fn every_call_carries_the_clients_operation_timeout() {
     let backend = Arc::new(Recording::hanging_from(usize::MAX));
     let client = client(&backend);
     let guard = client
-        .acquire(&name("carried"), Duration::ZERO)
+        .acquire_with(&name("carried"), Duration::ZERO)
         .await
         .unwrap();
     // Two extension cadences (a third of the lease each).
@@ -121,14 +121,15 @@ async fn a_first_attempt_gets_the_whole_operation_timeout_even_with_a_zero_wait(
     let backend = Arc::new(Recording::hanging_from(0));
     let client = client(&backend);
     let started = Instant::now();
-    let outcome = client.acquire(&name("hung"), Duration::ZERO).await;
+    let outcome = client.acquire_with(&name("hung"), Duration::ZERO).await;
     // The wait's deadline passed during a call that never answered: a
     // timeout, which keeps the call's own timeout, naming the call.
     assert!(
         matches!(
             &outcome,
             Err(Error::Timeout { last_error: Some(error), .. })
-                if matches!(&**error, Error::Backend { message, .. } if message.contains("acquire"))
+                if matches!(&**error, Error::OperationTimeout { operation: "acquire", after }
+                    if *after == OPERATION_TIMEOUT)
         ),
         "{outcome:?}"
     );
@@ -146,7 +147,7 @@ async fn later_attempts_end_by_the_deadline_and_the_final_attempts_moment() {
     let other = self::client(&backend);
     let wait = Duration::from_millis(300);
     let started = Instant::now();
-    let outcome = other.acquire(&name, wait).await;
+    let outcome = other.acquire_with(&name, wait).await;
     assert!(matches!(outcome, Err(Error::Timeout { .. })), "{outcome:?}");
     // The later attempts hang: the wait ends at its deadline, or, for an
     // attempt made at the deadline, a moment after it; never after a whole

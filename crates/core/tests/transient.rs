@@ -20,6 +20,8 @@ struct Failing {
     failures: usize,
     attempts: AtomicUsize,
     fail: fn() -> Error,
+    /// Set: every extension fails with what this makes.
+    fail_extensions: Option<fn() -> Error>,
 }
 
 impl Failing {
@@ -29,6 +31,17 @@ impl Failing {
             failures,
             attempts: AtomicUsize::new(0),
             fail,
+            fail_extensions: None,
+        })
+    }
+
+    fn failing_extensions(fail: fn() -> Error) -> Arc<Self> {
+        Arc::new(Self {
+            inner: MemoryBackend::new(),
+            failures: 0,
+            attempts: AtomicUsize::new(0),
+            fail,
+            fail_extensions: Some(fail),
         })
     }
 
@@ -67,6 +80,9 @@ impl Backend for Failing {
     }
 
     async fn extend(&self, lease: &Lease) -> Result<bool> {
+        if let Some(fail) = self.fail_extensions {
+            return Err(fail());
+        }
         self.inner.extend(lease).await
     }
 
@@ -95,7 +111,7 @@ fn name() -> LockName {
 async fn a_wait_outlives_a_backend_that_is_briefly_away() {
     let backend = Failing::new(5, refused);
     let guard = client(&backend)
-        .acquire(&name(), Duration::from_secs(60))
+        .acquire_with(&name(), Duration::from_secs(60))
         .await
         .expect("granted once the backend answers again");
     assert_eq!(backend.attempts(), 6);
@@ -106,7 +122,7 @@ async fn a_wait_outlives_a_backend_that_is_briefly_away() {
 async fn a_deadline_reached_through_errors_is_a_timeout_that_keeps_the_last_error() {
     let backend = Failing::new(usize::MAX, refused);
     let outcome = client(&backend)
-        .acquire(&name(), Duration::from_secs(2))
+        .acquire_with(&name(), Duration::from_secs(2))
         .await;
     match outcome {
         Err(error @ Error::Timeout { .. }) => {
@@ -117,7 +133,13 @@ async fn a_deadline_reached_through_errors_is_a_timeout_that_keeps_the_last_erro
                 matches!(last_error.as_deref(), Some(Error::Backend { .. })),
                 "{error:?}"
             );
-            assert!(error.to_string().contains("connection refused"), "{error}");
+            // The message is the timeout's own; the cause is its source.
+            assert!(!error.to_string().contains("connection refused"), "{error}");
+            let source = std::error::Error::source(&error).expect("the last error is the source");
+            assert!(
+                source.to_string().contains("connection refused"),
+                "{source}"
+            );
         }
         other => panic!("expected a timeout, got {other:?}"),
     }
@@ -127,7 +149,7 @@ async fn a_deadline_reached_through_errors_is_a_timeout_that_keeps_the_last_erro
 #[tokio::test(start_paused = true)]
 async fn a_zero_timeout_tries_once_even_when_that_fails() {
     let backend = Failing::new(usize::MAX, refused);
-    let outcome = client(&backend).acquire(&name(), Duration::ZERO).await;
+    let outcome = client(&backend).acquire_with(&name(), Duration::ZERO).await;
     assert!(matches!(outcome, Err(Error::Timeout { .. })), "{outcome:?}");
     assert_eq!(backend.attempts(), 1);
 }
@@ -136,7 +158,7 @@ async fn a_zero_timeout_tries_once_even_when_that_fails() {
 async fn an_error_retrying_cannot_fix_ends_the_wait_at_once() {
     let backend = Failing::new(usize::MAX, denied);
     let outcome = client(&backend)
-        .acquire(&name(), Duration::from_secs(60))
+        .acquire_with(&name(), Duration::from_secs(60))
         .await;
     assert!(matches!(outcome, Err(Error::Denied { .. })), "{outcome:?}");
     assert_eq!(backend.attempts(), 1);
@@ -171,5 +193,26 @@ fn only_errors_worth_retrying_are_transient() {
     ];
     for error in lasting {
         assert!(!error.is_transient(), "{error}");
+    }
+}
+
+#[tokio::test]
+async fn an_extension_failure_keeps_its_kind() {
+    for (fail, transient) in [(denied as fn() -> Error, false), (refused, true)] {
+        let backend = Failing::failing_extensions(fail);
+        let guard = client(&backend)
+            .acquire_with(&name(), Duration::ZERO)
+            .await
+            .unwrap();
+        let error = guard.extend().await.unwrap_err();
+        assert_eq!(error.is_transient(), transient, "{error:?}");
+        assert!(
+            matches!(
+                (&error, transient),
+                (Error::Denied { .. }, false) | (Error::Backend { .. }, true)
+            ),
+            "{error:?}"
+        );
+        drop(guard);
     }
 }

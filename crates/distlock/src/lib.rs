@@ -1,18 +1,144 @@
-#![doc = include_str!("../../../README.md")]
+//! Distributed locks for Rust services that run as many instances: leases
+//! that hold across every process sharing a backend, kept alive in the
+//! background, with fencing tokens and a signal when a lease is lost.
+//!
+//! ```toml
+//! [dependencies]
+//! distlock = "0.1"                       # file and memory backends
+//! # distlock = { version = "0.1", features = ["postgres"] }
+//! tokio = { version = "1", features = ["macros", "rt-multi-thread"] }
+//! ```
+//!
+//! # A lock in two statements
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), distlock::Error> {
+//! # let dir = std::env::temp_dir().join(format!("distlock-doc-{}", std::process::id()));
+//! # let url = format!("file://{}", dir.display());
+//! let client = distlock::connect(&url).await?; // "file:///var/lock/app", "postgres://…", …
+//! let guard = client.acquire("nightly-report").await?; // waits, as a Mutex does
+//!
+//! // … work, passing guard.fencing_token() to what the lock protects …
+//! guard.release().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! [`LockClient::acquire`] waits with no deadline. To wait a while, take a
+//! reader's share or a semaphore's permit, or give up on a signal, pass
+//! [`AcquireOptions`] (or just a [`Duration`](std::time::Duration)) to
+//! [`acquire_with`](LockClient::acquire_with);
+//! [`try_acquire`](LockClient::try_acquire) never waits, and
+//! [`with_lock`](LockClient::with_lock) runs a closure under the lock.
+//!
+//! # Backends
+//! [`connect`] opens the backend its URL names. Server backends are
+//! features of the crate, off by default:
+//!
+//! | URL | feature | store |
+//! |---|---|---|
+//! | `file:///dir` (`file://`: the default directory) | `file` (default) | OS file locks on one machine |
+//! | `memory://` | always | this process only: tests and examples |
+//! | `mongodb://…`, `mongodb+srv://…` | `mongodb` | MongoDB 5.0+ replica sets and sharded clusters |
+//! | `postgres://…`, `postgresql://…` | `postgres` | PostgreSQL, lease or advisory mode |
+//! | `etcd://…`, `etcds://…` | `etcd` | etcd v3 |
+//! | `memcache://…` | `memcached` | memcached (an efficiency lock) |
+//!
+//! Client options may ride in the URL's query beside the backend's own:
+//! `lease`, `extend_every`, `safety_margin`, `operation_timeout`,
+//! `backoff_min`, `backoff_max`, `local_hand_overs`, `min_local_run` and
+//! `label` (durations as `30s`, `500ms` or bare seconds). For example
+//! `postgres://app@db/app?table=locks&lease=10s&label=reports`. Or set them
+//! with [`LockClient::builder`] and [`connect_with`].
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), distlock::Error> {
+//! use std::time::Duration;
+//! use distlock::{AcquireOptions, LockClient};
+//!
+//! let builder = LockClient::builder().lease(Duration::from_secs(10));
+//! # #[cfg(feature = "mongodb")]
+//! let locks = distlock::connect_with(builder, "mongodb://db1,db2,db3/app?replicaSet=rs0").await?;
+//! # #[cfg(not(feature = "mongodb"))]
+//! # let locks = distlock::connect_with(builder, "memory://").await?;
+//! let reader = locks
+//!     .acquire_with("config", AcquireOptions::new().shared().timeout(Duration::from_secs(5)))
+//!     .await?;
+//! # drop(reader);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Guarantees
+//! - A lease is judged by the store's clock where it has one; the holder's
+//!   keeper extends every held lease in batches, and
+//!   [`LockGuard::lost`] fires when a lease can no longer be relied on.
+//! - Every grant carries a fencing token, strictly greater than every
+//!   earlier token of its name: hand it to what the lock protects, so a
+//!   holder that paused past its lease is turned away.
+//! - Losing a race is `Ok(None)` from a try, never an error; every error is
+//!   an [`Error`] whose [`is_transient`](Error::is_transient) tells whether
+//!   retrying may help.
+//!
+//! The project's README states each backend's guarantees, the chaos
+//! campaign that checks them (RELIABILITY.md) and the benchmarks
+//! (BENCHMARKS.md); `docs/writing-a-backend.md` is the contract a backend
+//! meets.
+//!
+//! # Writing a backend
+//! What only backend authors need lives in [`backend`].
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod connect;
 mod url;
 
-pub use distlock_core::*;
-#[cfg(feature = "etcd")]
-pub use distlock_etcd as etcd;
-#[cfg(feature = "file")]
-pub use distlock_file as file;
-#[cfg(feature = "memcached")]
-pub use distlock_memcached as memcached;
-#[cfg(feature = "mongodb")]
-pub use distlock_mongodb as mongodb;
-#[cfg(feature = "postgres")]
-pub use distlock_postgres as postgres;
+pub use distlock_core::{
+    AcquireOptions, Claim, Error, IntoLockName, LockClient, LockClientBuilder, LockContext,
+    LockGuard, LockInfo, LockKind, LockName, LockOptions, LockOptionsBuilder, LossReason,
+    LostSignal, MAX_NAME_LEN, MAX_PERMITS, MemoryBackend, Payload, Permits, Result,
+};
 
+pub use crate::connect::{connect, connect_with};
 pub use crate::url::{BackendUrl, SecretUrl, default_url, open};
 pub use distlock_core::urls::redact;
+
+/// What backend authors need, and what a [`LockClient`] hands its backend;
+/// users of locks need none of it.
+pub mod backend {
+    pub use distlock_core::async_trait;
+    pub use distlock_core::backend::{
+        AcquireRequest, Attempt, Backend, Capabilities, HandOver, Holder, Lease, LeaseId,
+    };
+    pub use distlock_core::urls::{percent_decode, secret_options, user_info};
+    pub use distlock_core::{
+        GrantState, LossReporter, ReleaseHub, ReleaseWatch, WaitState, token_floor,
+    };
+}
+
+/// The etcd backend.
+#[cfg(feature = "etcd")]
+#[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
+pub use distlock_etcd as etcd;
+/// The file backend: the embedded default.
+#[cfg(feature = "file")]
+#[cfg_attr(docsrs, doc(cfg(feature = "file")))]
+pub use distlock_file as file;
+/// The memcached backend.
+#[cfg(feature = "memcached")]
+#[cfg_attr(docsrs, doc(cfg(feature = "memcached")))]
+pub use distlock_memcached as memcached;
+/// The MongoDB backend, with entity locks.
+#[cfg(feature = "mongodb")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mongodb")))]
+pub use distlock_mongodb as mongodb;
+/// The PostgreSQL backend, in lease or advisory mode.
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use distlock_postgres as postgres;
+
+/// The README's examples, compiled and run as doc tests (the README lives
+/// outside the package, so only tests read it).
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeDoctests;

@@ -98,11 +98,11 @@ impl BackendUrl {
             ));
         };
         match scheme.to_ascii_lowercase().as_str() {
-            "file" => parse_file(rest, url),
-            "memory" if rest.is_empty() => Ok(Self::Memory),
+            "file" => parse_file(without_options(rest, url)?, url),
+            "memory" if without_options(rest, url)?.is_empty() => Ok(Self::Memory),
             "memory" => Err(Error::config(
                 "backend URL",
-                "memory:// takes nothing after the scheme",
+                "memory:// takes nothing after the scheme but client options",
             )),
             #[cfg(feature = "mongodb")]
             "mongodb" | "mongodb+srv" => Ok(Self::MongoDb(SecretUrl(url.to_owned()))),
@@ -139,6 +139,30 @@ impl BackendUrl {
                     known()
                 ),
             )),
+        }
+    }
+}
+
+/// `rest` without its query, for a backend that has no options of its
+/// own: whatever option is left there (the client's were taken out by
+/// [`connect`](crate::connect)) is refused by name.
+fn without_options<'a>(rest: &'a str, url: &str) -> Result<&'a str> {
+    let Some((before, query)) = rest.split_once('?') else {
+        return Ok(rest);
+    };
+    match query.split('&').find(|pair| !pair.is_empty()) {
+        None => Ok(before),
+        Some(pair) => {
+            let key = pair.split_once('=').map_or(pair, |(key, _)| key);
+            Err(Error::config(
+                "backend URL",
+                format!(
+                    "unknown option `{key}` in `{}`; this backend takes only the client options \
+                     (lease, extend_every, safety_margin, operation_timeout, backoff_min, \
+                     backoff_max, local_hand_overs, min_local_run, label)",
+                    redact(url)
+                ),
+            ))
         }
     }
 }

@@ -139,7 +139,7 @@ async fn churn_worker(settings: &Settings) -> Report {
         tasks.push(tokio::spawn(async move {
             let mut report = Report::default();
             while now_ns() < until {
-                match client.acquire(&name, WAIT).await {
+                match client.acquire_with(&name, WAIT).await {
                     Ok(guard) => report.holdings.push(hold(&guard, &counter).await),
                     Err(error) => {
                         report.failed_waits += 1;
@@ -313,7 +313,7 @@ async fn cluster_frozen_member() {
     let alone = client(&frozen.url(), lease).await;
     let rest = client(&members::url_of(&others), lease).await;
     let guard = alone
-        .acquire(&name, Duration::from_secs(10))
+        .acquire_with(&name, Duration::from_secs(10))
         .await
         .expect("acquire");
 
@@ -327,7 +327,7 @@ async fn cluster_frozen_member() {
         );
         at
     };
-    let next = rest.acquire(&name, Duration::from_secs(30)).await;
+    let next = rest.acquire_with(&name, Duration::from_secs(30)).await;
     let granted_at = Instant::now();
     frozen.resume();
     let next = next.expect("the other two members grant the lock");
@@ -341,7 +341,7 @@ async fn cluster_frozen_member() {
 
     // The member serves again.
     let again = alone
-        .acquire(&name, Duration::from_secs(30))
+        .acquire_with(&name, Duration::from_secs(30))
         .await
         .expect("after resume");
     again.release().await.expect("release");
@@ -356,7 +356,7 @@ async fn cluster_quorum_lost_and_regained() {
     let holder = client(&cluster_url(), lease).await;
     let other = client(&cluster_url(), lease).await;
     let guard = holder
-        .acquire(&name, Duration::from_secs(10))
+        .acquire_with(&name, Duration::from_secs(10))
         .await
         .expect("acquire");
     let stopped = [Member::new(1), Member::new(2)];
@@ -365,7 +365,7 @@ async fn cluster_quorum_lost_and_regained() {
     }
     let reason = tokio::time::timeout(Duration::from_secs(30), guard.lost()).await;
     // Nothing is granted without a quorum, however long one waits.
-    let refused = other.acquire(&name, lease * 3).await;
+    let refused = other.acquire_with(&name, lease * 3).await;
     for member in &stopped {
         member.resume();
     }
@@ -375,7 +375,7 @@ async fn cluster_quorum_lost_and_regained() {
         "granted without a quorum: {refused:?}"
     );
     let after = other
-        .acquire(&name, Duration::from_secs(60))
+        .acquire_with(&name, Duration::from_secs(60))
         .await
         .expect("granted once quorum returns");
     assert!(after.fencing_token() > guard.fencing_token());

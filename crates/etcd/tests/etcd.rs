@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use distlock_core::{
-    AcquireRequest, Attempt, Backend, Claim, Error, Holder, LockClient, LockName, LockOptions,
-    LossReason, WaitState,
+    AcquireOptions, AcquireRequest, Attempt, Backend, Claim, Error, Holder, LockClient, LockName,
+    LockOptions, LossReason, WaitState,
 };
 use distlock_etcd::EtcdBackend;
 use distlock_etcd::etcd_client::GetOptions;
@@ -81,7 +81,7 @@ async fn nested_names_nul_and_long_names_are_distinct_and_round_trip() {
     let mut guards = Vec::new();
     for lock in &names {
         guards.push(
-            a.acquire(lock, PATIENCE)
+            a.acquire_with(lock, PATIENCE)
                 .await
                 .expect("each name is its own lock"),
         );
@@ -165,7 +165,7 @@ async fn waiters_are_served_in_arrival_order() {
     const WAITERS: usize = 5;
     let lock = name(&unique("fifo"));
     let (holder, probe) = client(Duration::from_secs(10)).await;
-    let first = holder.acquire(&lock, PATIENCE).await.expect("holder");
+    let first = holder.acquire_with(&lock, PATIENCE).await.expect("holder");
     let order = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     for i in 0..WAITERS {
@@ -173,7 +173,10 @@ async fn waiters_are_served_in_arrival_order() {
         let (waiter, _) = client(Duration::from_secs(10)).await;
         let (wanted, order) = (lock.clone(), order.clone());
         tasks.push(tokio::spawn(async move {
-            let guard = waiter.acquire(&wanted, PATIENCE).await.expect("waiter");
+            let guard = waiter
+                .acquire_with(&wanted, PATIENCE)
+                .await
+                .expect("waiter");
             order.lock().unwrap().push(i);
             guard.release().await.expect("release");
         }));
@@ -200,10 +203,13 @@ async fn a_losing_try_leaves_no_key() {
         (Claim::Permit { limit: 1 }, Claim::Permit { limit: 1 }),
     ] {
         let lock = name(&unique("try"));
-        let guard = a.acquire_claim(&lock, held, PATIENCE).await.expect("hold");
+        let guard = a
+            .acquire_with(&lock, AcquireOptions::new().claim(held).timeout(PATIENCE))
+            .await
+            .expect("hold");
         for _ in 0..3 {
             assert!(
-                b.try_acquire_claim(&lock, tried)
+                b.try_acquire_with(&lock, tried)
                     .await
                     .expect("try")
                     .is_none(),
@@ -212,7 +218,11 @@ async fn a_losing_try_leaves_no_key() {
         }
         // A zero timeout tries once too.
         assert!(matches!(
-            b.acquire_claim(&lock, tried, Duration::ZERO).await,
+            b.acquire_with(
+                &lock,
+                AcquireOptions::new().claim(tried).timeout(Duration::ZERO)
+            )
+            .await,
             Err(Error::Timeout { .. })
         ));
         assert_eq!(
@@ -232,7 +242,7 @@ async fn a_forced_release_is_seen_at_once_not_at_the_next_renewal() {
     let (a, _) = client(Duration::from_secs(600)).await;
     let admin = backend().await;
     let lock = name(&unique("forced"));
-    let guard = a.acquire(&lock, PATIENCE).await.expect("acquire");
+    let guard = a.acquire_with(&lock, PATIENCE).await.expect("acquire");
     assert!(admin.force_release(&lock).await.expect("force release"));
     let reason = tokio::time::timeout(PATIENCE, guard.lost())
         .await
@@ -257,16 +267,20 @@ async fn a_permit_waiter_wakes_when_any_holder_leaves() {
         .expect("valid options");
     let third = LockClient::new(backend().await, patient);
     let one = first
-        .acquire_claim(&lock, permit, PATIENCE)
+        .acquire_with(&lock, AcquireOptions::new().claim(permit).timeout(PATIENCE))
         .await
         .expect("first");
     let two = second
-        .acquire_claim(&lock, permit, PATIENCE)
+        .acquire_with(&lock, AcquireOptions::new().claim(permit).timeout(PATIENCE))
         .await
         .expect("second");
     let waiter = {
         let lock = lock.clone();
-        tokio::spawn(async move { third.acquire_claim(&lock, permit, lease).await })
+        tokio::spawn(async move {
+            third
+                .acquire_with(&lock, AcquireOptions::new().claim(permit).timeout(lease))
+                .await
+        })
     };
     while keys_of(&probe, &lock).await.len() < 3 {
         tokio::time::sleep(Duration::from_millis(5)).await;
@@ -287,7 +301,7 @@ async fn a_permit_waiter_wakes_when_any_holder_leaves() {
 async fn list_shows_the_time_the_session_has_left() {
     let (a, backend) = client(Duration::from_secs(10)).await;
     let lock = name(&unique("listed"));
-    let guard = a.acquire(&lock, PATIENCE).await.expect("acquire");
+    let guard = a.acquire_with(&lock, PATIENCE).await.expect("acquire");
     let infos = backend.list().await.expect("list");
     let info = infos.iter().find(|info| info.name == lock).expect("listed");
     let left = info

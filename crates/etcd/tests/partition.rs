@@ -74,7 +74,7 @@ fn partition_holder_entry_point() {
         let client = client(url).await;
         let name = LockName::new(name).expect("name");
         let guard = client
-            .acquire(&name, Duration::from_secs(30))
+            .acquire_with(&name, Duration::from_secs(30))
             .await
             .expect("the holder acquires");
         append(
@@ -137,14 +137,14 @@ async fn a_partitioned_members_holder_loses_before_anyone_else_is_granted() {
     let waiter = {
         let (outside, name) = (outside.clone(), name.clone());
         tokio::spawn(async move {
-            let guard = outside.acquire(&name, Duration::from_secs(60)).await;
+            let guard = outside.acquire_with(&name, Duration::from_secs(60)).await;
             (guard, now_ns())
         })
     };
     // The other two keep serving other names meanwhile.
     let other = LockName::new(format!("{name}-other")).expect("name");
     let guard = outside
-        .acquire(&other, Duration::from_secs(30))
+        .acquire_with(&other, Duration::from_secs(30))
         .await
         .expect("the majority serves other names");
     guard.release().await.expect("release");

@@ -24,10 +24,10 @@ async fn a_release_wakes_a_waiter_in_another_client() {
     let holder = client(dir.path());
     let waiter = client(dir.path());
     let name = LockName::new("wake \r\n me").unwrap();
-    let guard = holder.acquire(&name, Duration::ZERO).await.unwrap();
+    let guard = holder.acquire_with(&name, Duration::ZERO).await.unwrap();
     let waiting = {
         let (waiter, name) = (waiter.clone(), name.clone());
-        tokio::spawn(async move { waiter.acquire(&name, Duration::from_secs(30)).await })
+        tokio::spawn(async move { waiter.acquire_with(&name, Duration::from_secs(30)).await })
     };
     // Let the waiter make its first attempt and start its minute-long sleep.
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -45,10 +45,10 @@ async fn a_forced_release_wakes_a_waiter() {
     let holder = client(dir.path());
     let waiter = client(dir.path());
     let name = LockName::new("forced").unwrap();
-    let guard = holder.acquire(&name, Duration::ZERO).await.unwrap();
+    let guard = holder.acquire_with(&name, Duration::ZERO).await.unwrap();
     let waiting = {
         let (waiter, name) = (waiter.clone(), name.clone());
-        tokio::spawn(async move { waiter.acquire(&name, Duration::from_secs(30)).await })
+        tokio::spawn(async move { waiter.acquire_with(&name, Duration::from_secs(30)).await })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(holder.force_release(&name).await.unwrap());

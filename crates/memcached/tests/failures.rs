@@ -37,7 +37,10 @@ async fn a_restart_while_held_is_reported_at_the_next_extension() {
     let mut server = OwnServer::start(&[]).await;
     let holder = client(&server.addr()).await;
     let name = unique("restart");
-    let guard = holder.acquire(&name, Duration::from_secs(5)).await.unwrap();
+    let guard = holder
+        .acquire_with(&name, Duration::from_secs(5))
+        .await
+        .unwrap();
     let first_token = guard.fencing_token();
 
     server.restart().await;
@@ -54,7 +57,7 @@ async fn a_restart_while_held_is_reported_at_the_next_extension() {
     // above every earlier token.
     let other = client(&server.addr()).await;
     let again = other
-        .acquire(&name, Duration::from_secs(10))
+        .acquire_with(&name, Duration::from_secs(10))
         .await
         .expect("the restarted server grants again");
     assert!(
@@ -70,7 +73,10 @@ async fn an_evicted_lock_is_detected_as_lost() {
     let server = OwnServer::start(&["-m", "4"]).await;
     let holder = client(&server.addr()).await;
     let name = unique("evicted");
-    let guard = holder.acquire(&name, Duration::from_secs(5)).await.unwrap();
+    let guard = holder
+        .acquire_with(&name, Duration::from_secs(5))
+        .await
+        .unwrap();
     let mut filler = Peek::connect(&server.addr()).await;
     let key = holder_key(&server, &name).await;
     let size = filler
@@ -100,7 +106,10 @@ async fn an_evicted_lock_is_detected_as_lost() {
     assert_eq!(filler.get(&key).await, None, "the key is gone");
     assert!(!guard.release().await.unwrap());
     let other = client(&server.addr()).await;
-    let again = other.acquire(&name, Duration::from_secs(10)).await.unwrap();
+    let again = other
+        .acquire_with(&name, Duration::from_secs(10))
+        .await
+        .unwrap();
     assert!(again.release().await.unwrap());
 }
 
@@ -125,10 +134,10 @@ async fn calls_to_a_server_that_stops_answering_end_with_an_error() {
     assert!(distlock_core::Backend::capabilities(&backend).bounds_calls);
     let holder = LockClient::new(Arc::new(backend), options());
     let name = unique("paused");
-    let held = until_ok(|| holder.acquire(&name, Duration::from_secs(10))).await;
+    let held = until_ok(|| holder.acquire_with(&name, Duration::from_secs(10))).await;
     let waiter = {
         let (holder, name) = (holder.clone(), name.clone());
-        tokio::spawn(async move { holder.acquire(&name, Duration::from_secs(30)).await })
+        tokio::spawn(async move { holder.acquire_with(&name, Duration::from_secs(30)).await })
     };
     tokio::time::sleep(Duration::from_millis(100)).await;
 
@@ -157,7 +166,7 @@ async fn calls_to_a_server_that_stops_answering_end_with_an_error() {
     // Once the server answers again the lock works: any grant left by the
     // failed calls is released by identity or expires with its lease.
     let guard = holder
-        .acquire(&name, Duration::from_secs(30))
+        .acquire_with(&name, Duration::from_secs(30))
         .await
         .unwrap();
     assert!(guard.release().await.unwrap());

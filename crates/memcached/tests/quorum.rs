@@ -68,7 +68,10 @@ async fn losing_one_of_three_keeps_the_lock() {
     let holder = cluster.client().await;
     let other = cluster.client().await;
     let name = unique("minority");
-    let guard = holder.acquire(&name, Duration::from_secs(5)).await.unwrap();
+    let guard = holder
+        .acquire_with(&name, Duration::from_secs(5))
+        .await
+        .unwrap();
 
     cluster.servers[0].kill();
     two_leases().await;
@@ -80,7 +83,7 @@ async fn losing_one_of_three_keeps_the_lock() {
 
     // A new acquire needs 2 of 3, and 2 of 3 are there.
     let again = other
-        .acquire(&name, Duration::from_secs(5))
+        .acquire_with(&name, Duration::from_secs(5))
         .await
         .expect("2 of 3 grant");
     assert!(again.release().await.unwrap());
@@ -91,7 +94,10 @@ async fn losing_two_of_three_loses_the_lock() {
     let mut cluster = Cluster::start().await;
     let holder = cluster.client().await;
     let name = unique("majority");
-    let guard = holder.acquire(&name, Duration::from_secs(5)).await.unwrap();
+    let guard = holder
+        .acquire_with(&name, Duration::from_secs(5))
+        .await
+        .unwrap();
     let other = cluster.backend().await;
 
     cluster.servers[0].kill();
@@ -165,11 +171,17 @@ async fn a_restarted_server_gets_the_lock_back_and_tokens_keep_rising() {
     let holder = cluster.client().await;
     let other = cluster.client().await;
     let name = unique("restarted");
-    let first = holder.acquire(&name, Duration::from_secs(5)).await.unwrap();
+    let first = holder
+        .acquire_with(&name, Duration::from_secs(5))
+        .await
+        .unwrap();
     let token = first.fencing_token();
     assert!(first.release().await.unwrap());
 
-    let guard = holder.acquire(&name, Duration::from_secs(5)).await.unwrap();
+    let guard = holder
+        .acquire_with(&name, Duration::from_secs(5))
+        .await
+        .unwrap();
     assert!(guard.fencing_token() > token);
     cluster.servers[2].restart().await;
     two_leases().await;
@@ -192,7 +204,10 @@ async fn a_restarted_server_gets_the_lock_back_and_tokens_keep_rising() {
 
     // Its counter restarted from the clock; the others' did not. Tokens
     // keep rising either way.
-    let next = other.acquire(&name, Duration::from_secs(5)).await.unwrap();
+    let next = other
+        .acquire_with(&name, Duration::from_secs(5))
+        .await
+        .unwrap();
     assert!(next.fencing_token() > held_token);
     assert!(next.release().await.unwrap());
 }

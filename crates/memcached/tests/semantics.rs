@@ -6,7 +6,9 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::{AcquireRequest, Attempt, Backend, Error, Holder, LockClient, LockOptions};
+use distlock_core::{
+    AcquireOptions, AcquireRequest, Attempt, Backend, Error, Holder, LockClient, LockOptions,
+};
 use distlock_memcached::{MAX_LEASE, MemcachedBackend, MemcachedConfig, Mode};
 
 use support::{Peek, eventually, grant, quorum_url, unique, url};
@@ -278,7 +280,10 @@ async fn a_client_holds_and_lists_through_the_backend() {
             .unwrap(),
     );
     let name = unique("client");
-    let guard = client.acquire(&name, Duration::from_secs(5)).await.unwrap();
+    let guard = client
+        .acquire_with(&name, Duration::from_secs(5))
+        .await
+        .unwrap();
     let listed = client.list().await.unwrap();
     let info = listed
         .iter()
@@ -350,9 +355,17 @@ fn a_guard_dropped_with_no_runtime_leaves_nothing_listed() {
             .unwrap(),
     );
     let guards = first.block_on(async {
-        let guard = client.acquire(&name, Duration::from_secs(5)).await.unwrap();
+        let guard = client
+            .acquire_with(&name, Duration::from_secs(5))
+            .await
+            .unwrap();
         let permit = client
-            .acquire_permit(&semaphore, 2, Duration::from_secs(5))
+            .acquire_with(
+                &semaphore,
+                AcquireOptions::new()
+                    .permit(2)
+                    .timeout(Duration::from_secs(5)),
+            )
             .await
             .unwrap();
         let listed = backend.list().await.unwrap();

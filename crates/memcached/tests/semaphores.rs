@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use distlock_core::{
-    AcquireRequest, Attempt, Backend, Claim, Error, Holder, Lease, LockClient, LockKind, LockName,
-    LockOptions, Permits, WaitState,
+    AcquireOptions, AcquireRequest, Attempt, Backend, Claim, Error, Holder, Lease, LockClient,
+    LockKind, LockName, LockOptions, Permits, WaitState,
 };
 use distlock_memcached::{MemcachedBackend, MemcachedConfig};
 
@@ -444,7 +444,12 @@ async fn contending_clients_never_exceed_the_limit() {
             tasks.push(tokio::spawn(async move {
                 for _ in 0..10 {
                     let permit = client
-                        .acquire_permit(&name, LIMIT, Duration::from_secs(30))
+                        .acquire_with(
+                            &name,
+                            AcquireOptions::new()
+                                .permit(LIMIT)
+                                .timeout(Duration::from_secs(30)),
+                        )
                         .await
                         .expect("permit");
                     let now = inside.fetch_add(1, Ordering::SeqCst) + 1;

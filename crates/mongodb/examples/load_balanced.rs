@@ -167,7 +167,7 @@ async fn update_report(
         let name = LockName::new(format!("reports/{id}")).map_err(internal)?;
         let guard = service
             .locks
-            .acquire(&name, Duration::from_secs(10))
+            .acquire_with(&name, Duration::from_secs(10))
             .await
             .map_err(|error| (StatusCode::SERVICE_UNAVAILABLE, error.to_string()))?;
         Some(guard)

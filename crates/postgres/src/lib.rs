@@ -13,7 +13,7 @@
 //! let backend = PostgresBackend::open("postgres://app:secret@db:5432/app?table=locks").await?;
 //! let client = LockClient::new(Arc::new(backend), LockOptions::default());
 //! let guard = client
-//!     .acquire(&LockName::new("nightly-report")?, Duration::from_secs(10))
+//!     .acquire_with(&LockName::new("nightly-report")?, Duration::from_secs(10))
 //!     .await?;
 //! // … work, passing guard.fencing_token() to what the lock protects …
 //! guard.release().await?;

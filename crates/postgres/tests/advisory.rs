@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use distlock_core::{
-    AcquireRequest, Attempt, Backend, Claim, Error, Holder, LockClient, LockKind, LockName,
-    LockOptions, LossReason, WaitState,
+    AcquireOptions, AcquireRequest, Attempt, Backend, Claim, Error, Holder, LockClient, LockKind,
+    LockName, LockOptions, LossReason, WaitState,
 };
 use distlock_postgres::tokio_postgres::{self, NoTls, types::Type};
 use distlock_postgres::{DEFAULT_ADVISORY_CLASS, PostgresBackend};
@@ -106,14 +106,22 @@ async fn writers_exclude_everyone_and_readers_share_across_backends() {
     let b = client(open(&url).await, PATIENCE);
     let lock = name(&unique("rw"));
 
-    let writer = a.acquire(&lock, PATIENCE).await.expect("writer");
+    let writer = a.acquire_with(&lock, PATIENCE).await.expect("writer");
     assert!(b.try_acquire(&lock).await.expect("try").is_none());
-    assert!(b.try_acquire_shared(&lock).await.expect("try").is_none());
+    assert!(
+        b.try_acquire_with(&lock, AcquireOptions::new().shared())
+            .await
+            .expect("try")
+            .is_none()
+    );
     assert!(writer.release().await.expect("release"));
 
-    let first = a.acquire_shared(&lock, PATIENCE).await.expect("reader");
+    let first = a
+        .acquire_with(&lock, AcquireOptions::new().shared().timeout(PATIENCE))
+        .await
+        .expect("reader");
     let second = b
-        .try_acquire_shared(&lock)
+        .try_acquire_with(&lock, AcquireOptions::new().shared())
         .await
         .expect("try")
         .expect("readers share");
@@ -138,7 +146,13 @@ async fn semaphores_are_refused_naming_the_mode_that_has_them() {
     assert!(backend.capabilities().shared);
     assert!(!backend.capabilities().process_bound);
     let a = client(backend, PATIENCE);
-    match a.acquire_permit(&name(&unique("sem")), 2, PATIENCE).await {
+    match a
+        .acquire_with(
+            &name(&unique("sem")),
+            AcquireOptions::new().permit(2).timeout(PATIENCE),
+        )
+        .await
+    {
         Err(Error::Unsupported(why)) => assert!(why.contains("mode=lease"), "{why}"),
         other => panic!("expected Unsupported, got {other:?}"),
     }
@@ -150,7 +164,7 @@ async fn a_terminated_holder_session_reports_the_loss_at_once() {
     let url = advisory_url(&url(), &unique("kill"), class);
     let a = client(open(&url).await, PATIENCE);
     let lock = name(&unique("kill"));
-    let guard = a.acquire(&lock, PATIENCE).await.expect("acquire");
+    let guard = a.acquire_with(&lock, PATIENCE).await.expect("acquire");
     let admin = admin().await;
     let holders = holders_in(&admin, class).await;
     assert_eq!(holders.len(), 1, "one pinned session holds it: {holders:?}");
@@ -195,7 +209,10 @@ async fn a_holder_cut_off_without_a_word_gives_up_within_its_lease_and_the_serve
     let cut_off = client(open(&advisory_url(&proxied, &table, class)).await, lease);
     let other = client(open(&advisory_url(&server, &table, class)).await, lease);
     let lock = name(&unique("cut"));
-    let guard = cut_off.acquire(&lock, PATIENCE).await.expect("acquire");
+    let guard = cut_off
+        .acquire_with(&lock, PATIENCE)
+        .await
+        .expect("acquire");
     let token = guard.fencing_token();
     // Held across extensions before the cut.
     tokio::time::sleep(lease).await;
@@ -213,7 +230,7 @@ async fn a_holder_cut_off_without_a_word_gives_up_within_its_lease_and_the_serve
     // The server ends the silent session a lease after its last check:
     // never before the holder gave up.
     let next = other
-        .acquire(&lock, PATIENCE)
+        .acquire_with(&lock, PATIENCE)
         .await
         .expect("the server frees the lock");
     let freed = frozen.elapsed();
@@ -234,9 +251,10 @@ async fn tokens_strictly_increase_across_backends_and_kinds() {
     for round in 0..5 {
         for (who, shared) in [(&a, false), (&b, true), (&b, false), (&a, true)] {
             let guard = if shared {
-                who.acquire_shared(&lock, PATIENCE).await
+                who.acquire_with(&lock, AcquireOptions::new().shared().timeout(PATIENCE))
+                    .await
             } else {
-                who.acquire(&lock, PATIENCE).await
+                who.acquire_with(&lock, PATIENCE).await
             }
             .expect("acquire");
             assert!(guard.fencing_token() > last, "round {round}");
@@ -262,10 +280,13 @@ async fn odd_names_round_trip_through_list_with_their_holders() {
         "; DROP TABLE x; --",
     ] {
         let lock = name(&format!("{prefix}{odd}"));
-        guards.push(a.acquire(&lock, PATIENCE).await.expect("acquire"));
+        guards.push(a.acquire_with(&lock, PATIENCE).await.expect("acquire"));
     }
     let reader = a
-        .acquire_shared(&name(&format!("{prefix}-shared")), PATIENCE)
+        .acquire_with(
+            &name(&format!("{prefix}-shared")),
+            AcquireOptions::new().shared().timeout(PATIENCE),
+        )
         .await
         .expect("reader");
     let listed = backend.list().await.expect("list");
@@ -321,7 +342,7 @@ async fn names_whose_keys_collide_get_keys_of_their_own() {
         PATIENCE,
     );
     probe
-        .acquire(&wanted, PATIENCE)
+        .acquire_with(&wanted, PATIENCE)
         .await
         .expect("acquire")
         .release()
@@ -349,7 +370,7 @@ async fn names_whose_keys_collide_get_keys_of_their_own() {
         .await
         .expect("insert the colliding name");
 
-    let held = a.acquire(&squatter, PATIENCE).await.expect("squatter");
+    let held = a.acquire_with(&squatter, PATIENCE).await.expect("squatter");
     let other = a
         .try_acquire(&wanted)
         .await
@@ -395,7 +416,7 @@ async fn classes_are_validated_and_keep_locks_apart() {
         PATIENCE,
     );
     let lock = name(&unique("classes"));
-    let first = one.acquire(&lock, PATIENCE).await.expect("one");
+    let first = one.acquire_with(&lock, PATIENCE).await.expect("one");
     let second = two
         .try_acquire(&lock)
         .await

@@ -211,7 +211,7 @@ async fn a_held_lock_survives_its_connections_being_terminated() {
     let lease = Duration::from_secs(2);
     let client = LockClient::new(backend.clone(), options(lease));
     let lock = name(&unique("terminated"));
-    let guard = client.acquire(&lock, lease).await.expect("acquire");
+    let guard = client.acquire_with(&lock, lease).await.expect("acquire");
 
     let (admin, connection) = tokio_postgres::connect(&url(), NoTls).await.expect("admin");
     tokio::spawn(connection);

@@ -198,7 +198,7 @@ async fn a_lock_held_across_a_server_restart_is_kept_and_tokens_keep_growing() {
     let holder = LockClient::new(holding.clone(), options.clone());
     let rival = LockClient::new(other.clone(), options);
     let lock = name(&format!("restart-{:016x}", rand::random::<u64>()));
-    let guard = holder.acquire(&lock, lease).await.expect("acquire");
+    let guard = holder.acquire_with(&lock, lease).await.expect("acquire");
     let token = guard.fencing_token();
     assert!(rival.try_acquire(&lock).await.expect("try").is_none());
 
@@ -263,7 +263,7 @@ async fn a_lock_held_across_a_server_restart_is_kept_and_tokens_keep_growing() {
     assert!(guard.release().await.expect("release"));
     let mut last = token;
     for client in [&rival, &holder, &rival] {
-        let next = client.acquire(&lock, lease).await.expect("acquire");
+        let next = client.acquire_with(&lock, lease).await.expect("acquire");
         assert!(
             next.fencing_token() > last,
             "{} after {last}",
@@ -292,7 +292,7 @@ async fn an_advisory_lock_ends_with_a_server_restart_and_its_holder_hears_it_at_
         options,
     );
     let lock = name(&format!("restart-{:016x}", rand::random::<u64>()));
-    let guard = holder.acquire(&lock, lease).await.expect("acquire");
+    let guard = holder.acquire_with(&lock, lease).await.expect("acquire");
     let token = guard.fencing_token();
 
     let restarted = Instant::now();
@@ -306,7 +306,7 @@ async fn an_advisory_lock_ends_with_a_server_restart_and_its_holder_hears_it_at_
 
     // The restart freed the lock; tokens keep growing.
     let next = rival
-        .acquire(&lock, Duration::from_secs(20))
+        .acquire_with(&lock, Duration::from_secs(20))
         .await
         .expect("free after the restart");
     assert!(next.fencing_token() > token);

@@ -99,7 +99,7 @@ async fn lock_and_release(url: &str) -> Arc<PostgresBackend> {
     let backend = Arc::new(PostgresBackend::open(url).await.expect("open"));
     let locks = client(backend.clone());
     let name = LockName::new(unique("tls")).expect("a valid name");
-    let guard = locks.acquire(&name, PATIENCE).await.expect("acquire");
+    let guard = locks.acquire_with(&name, PATIENCE).await.expect("acquire");
     assert!(
         locks.try_acquire(&name).await.expect("try").is_none(),
         "a held lock was granted twice"
@@ -260,7 +260,7 @@ async fn every_connection_of_a_backend_is_encrypted() {
         until_listening(&backend).await;
         let locks = client(backend.clone());
         let name = LockName::new(unique("held")).expect("a valid name");
-        let guard = locks.acquire(&name, PATIENCE).await.expect("acquire");
+        let guard = locks.acquire_with(&name, PATIENCE).await.expect("acquire");
         // The pool's connection, the listening one, and in advisory mode
         // the grant's own session.
         let connections = tls_of(&app).await;

@@ -11,7 +11,7 @@ use distlock_faultproxy::{Fault, FaultProxy};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use distlock_core::{Backend, Claim, LockClient, LockName, LockOptions};
+use distlock_core::{AcquireOptions, Backend, Claim, LockClient, LockName, LockOptions};
 use distlock_postgres::tokio_postgres::{self, NoTls, types::Type};
 use distlock_postgres::{PostgresBackend, WakeUps};
 
@@ -116,10 +116,10 @@ async fn waiter_is_woken<F, Fut>(
     F: FnOnce(distlock_core::LockGuard) -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
-    let held = holders.acquire(lock, PATIENCE).await.expect("hold");
+    let held = holders.acquire_with(lock, PATIENCE).await.expect("hold");
     let waiter = {
         let lock = lock.clone();
-        tokio::spawn(async move { waiters.acquire(&lock, LONG).await })
+        tokio::spawn(async move { waiters.acquire_with(&lock, LONG).await })
     };
     // The waiter found the lock held, and waits.
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -175,16 +175,20 @@ async fn a_permit_waiter_is_woken_when_any_holder_leaves() {
     let permit = Claim::Permit { limit: 2 };
     let lock = name(&unique("permits"));
     let one = first
-        .acquire_claim(&lock, permit, PATIENCE)
+        .acquire_with(&lock, AcquireOptions::new().claim(permit).timeout(PATIENCE))
         .await
         .expect("first");
     let two = second
-        .acquire_claim(&lock, permit, PATIENCE)
+        .acquire_with(&lock, AcquireOptions::new().claim(permit).timeout(PATIENCE))
         .await
         .expect("second");
     let waiter = {
         let lock = lock.clone();
-        tokio::spawn(async move { third.acquire_claim(&lock, permit, LONG).await })
+        tokio::spawn(async move {
+            third
+                .acquire_with(&lock, AcquireOptions::new().claim(permit).timeout(LONG))
+                .await
+        })
     };
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(!waiter.is_finished(), "the waiter did not wait");
@@ -217,10 +221,10 @@ async fn through_pgbouncer_without_listen_url_waits_poll_and_say_so() {
     let polling = LockClient::new(backend.clone(), options);
     let holders = holder(open(&with_options(&url(), &table)).await);
     let lock = name(&unique("polled"));
-    let held = holders.acquire(&lock, PATIENCE).await.expect("hold");
+    let held = holders.acquire_with(&lock, PATIENCE).await.expect("hold");
     let waiter = {
         let lock = lock.clone();
-        tokio::spawn(async move { polling.acquire(&lock, PATIENCE).await })
+        tokio::spawn(async move { polling.acquire_with(&lock, PATIENCE).await })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(held.release().await.expect("release"));
@@ -339,11 +343,11 @@ async fn a_release_while_the_listener_is_down_delays_a_waiter_but_never_strands_
     wait_for(&waiting, WakeUps::Listening, PATIENCE).await;
 
     let lock = name(&unique("down"));
-    let held = holders.acquire(&lock, PATIENCE).await.expect("hold");
+    let held = holders.acquire_with(&lock, PATIENCE).await.expect("hold");
     let waiter = {
         let waiters = patient(waiting.clone());
         let lock = lock.clone();
-        tokio::spawn(async move { waiters.acquire(&lock, LONG).await })
+        tokio::spawn(async move { waiters.acquire_with(&lock, LONG).await })
     };
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(!waiter.is_finished(), "the waiter did not wait");
@@ -390,7 +394,7 @@ async fn a_release_refused_for_a_full_notification_queue_still_frees_the_name() 
     let backend = open(&with_options(&url(), &format!("table={table}"))).await;
     let holders = holder(backend.clone());
     let lock = name("refused once");
-    let held = holders.acquire(&lock, PATIENCE).await.expect("hold");
+    let held = holders.acquire_with(&lock, PATIENCE).await.expect("hold");
 
     let (admin, connection) = tokio_postgres::connect(&url(), NoTls)
         .await

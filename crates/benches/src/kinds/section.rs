@@ -54,9 +54,9 @@ pub(crate) fn write_section(
     let _ = writeln!(
         out,
         "- **Semaphore of {PERMITS} permits**: every task takes one permit with \
-         `acquire_permit(name, {PERMITS}, …)`.\n\
+         `acquire_with(name, AcquireOptions::new().permit({PERMITS}))`.\n\
          - **Reader-writer lock**: in each process, the first {} the writer's side with \
-         `acquire` and the other {readers} a reader's share with `acquire_shared`: {} and {} \
+         `acquire` and the other {readers} a reader's share with `AcquireOptions::new().shared()`: {} and {} \
          in all, each once per round.\n",
         if writers == 1 {
             "task takes".to_owned()

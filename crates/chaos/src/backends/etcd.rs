@@ -101,8 +101,12 @@ impl CampaignBackend for Etcd {
     /// With the session made beforehand, by a lock taken and given back
     /// through the proxy: otherwise creating it (a `LeaseGrant`) would be
     /// the request that takes the proxy's one shot, not the acquisition.
-    async fn open_quiet(&self, url: &str, lease: Duration) -> Outcome<Arc<dyn distlock::Backend>> {
-        let backend: Arc<dyn distlock::Backend> = Arc::new(EtcdBackend::open(url).await?);
+    async fn open_quiet(
+        &self,
+        url: &str,
+        lease: Duration,
+    ) -> Outcome<Arc<dyn distlock::backend::Backend>> {
+        let backend: Arc<dyn distlock::backend::Backend> = Arc::new(EtcdBackend::open(url).await?);
         let warm = LockClient::new(
             backend.clone(),
             LockOptions::builder().lease(lease).build()?,

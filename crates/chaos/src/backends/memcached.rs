@@ -62,7 +62,11 @@ impl CampaignBackend for Memcached {
     /// so that the acquisition is the next request on it. With more, the
     /// acquisition may open one of its own, and the proxy's one shot would
     /// hit that connection's `stats`.
-    async fn open_quiet(&self, url: &str, _lease: Duration) -> Outcome<Arc<dyn distlock::Backend>> {
+    async fn open_quiet(
+        &self,
+        url: &str,
+        _lease: Duration,
+    ) -> Outcome<Arc<dyn distlock::backend::Backend>> {
         let separator = if url.contains('?') { '&' } else { '?' };
         Ok(distlock::open(&format!("{url}{separator}connections=1")).await?)
     }

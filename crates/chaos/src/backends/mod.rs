@@ -202,7 +202,11 @@ pub(crate) trait CampaignBackend: Sync + std::fmt::Debug {
     ///
     /// # Errors
     /// It cannot be opened.
-    async fn open_quiet(&self, url: &str, _lease: Duration) -> Outcome<Arc<dyn distlock::Backend>> {
+    async fn open_quiet(
+        &self,
+        url: &str,
+        _lease: Duration,
+    ) -> Outcome<Arc<dyn distlock::backend::Backend>> {
         Ok(distlock::open(url).await?)
     }
 

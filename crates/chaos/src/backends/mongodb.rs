@@ -72,7 +72,11 @@ impl CampaignBackend for MongoDb {
     /// Without release wake-ups: a change stream's `getMore`s are requests
     /// of their own, which the proxy's shot might hit instead of the
     /// acquisition.
-    async fn open_quiet(&self, url: &str, _lease: Duration) -> Outcome<Arc<dyn distlock::Backend>> {
+    async fn open_quiet(
+        &self,
+        url: &str,
+        _lease: Duration,
+    ) -> Outcome<Arc<dyn distlock::backend::Backend>> {
         Ok(Arc::new(
             distlock::mongodb::MongoBackend::from_url(url)?
                 .release_wakeups(false)

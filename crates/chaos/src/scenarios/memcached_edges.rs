@@ -8,11 +8,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use distlock::backend::{AcquireRequest, Attempt, Backend, Holder, Lease, WaitState};
 use distlock::memcached::MemcachedBackend;
-use distlock::{
-    AcquireRequest, Attempt, Backend, Claim, Holder, Lease, LockClient, LockGuard, LockName,
-    LockOptions, LossReason, WaitState,
-};
+use distlock::{Claim, LockClient, LockGuard, LockName, LockOptions, LossReason};
 use rustix::process::Signal;
 
 use super::network::{does_not_apply, runtime};
@@ -351,7 +349,7 @@ async fn evicted(settings: &Settings) -> Outcome<Case> {
     let name = LockName::new(unique("r10-evicted"))?;
     let key = backend.lock_key(&name);
     let holder = client(&url, settings).await?;
-    let guard = holder.acquire(&name, Duration::from_secs(10)).await?;
+    let guard = holder.acquire_with(&name, Duration::from_secs(10)).await?;
     let stop = Arc::new(AtomicBool::new(false));
     let flood = {
         let (address, key, stop) = (small.address(), key.clone(), stop.clone());
@@ -601,7 +599,7 @@ async fn restarted(server: &mut Server, settings: &Settings) -> Outcome<Case> {
     let url = server.url();
     let name = LockName::new(unique("r10-restart"))?;
     let holder = client(&url, settings).await?;
-    let guard = holder.acquire(&name, Duration::from_secs(10)).await?;
+    let guard = holder.acquire_with(&name, Duration::from_secs(10)).await?;
     server.restart()?;
     let restarted = Instant::now();
     // Detected at the next extension, within a cadence and its answer.

@@ -6,7 +6,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use distlock::{Backend, Error, LockClient, LockGuard, LockName, LockOptions, MAX_NAME_LEN};
+use distlock::backend::Backend;
+use distlock::{Error, LockClient, LockGuard, LockName, LockOptions, MAX_NAME_LEN};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
@@ -113,7 +114,7 @@ async fn fuzz(server: &Server, settings: &Settings) -> Outcome<Row> {
         LockOptions::builder().lease(CANARY_LEASE).build()?,
     );
     let canary = canary_client
-        .acquire(&canary_name, Duration::from_secs(30))
+        .acquire_with(&canary_name, Duration::from_secs(30))
         .await?;
     let canary_token = canary.fencing_token();
     let canary_item = if server.kind.name() == MEMCACHED.name() {
@@ -264,7 +265,7 @@ async fn round(backend: &Arc<dyn Backend>, raw: Vec<String>, found: &mut Found) 
     let client = LockClient::new(backend.clone(), options);
     let canary_name = LockName::new(unique("r11-round-canary"))?;
     let canary = client
-        .acquire(&canary_name, Duration::from_secs(30))
+        .acquire_with(&canary_name, Duration::from_secs(30))
         .await?;
     let canary_token = canary.fencing_token();
 

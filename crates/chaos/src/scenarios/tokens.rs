@@ -4,7 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock::{AcquireRequest, Claim, Holder, LockClient, LockName, LockOptions, WaitState};
+use distlock::backend::{AcquireRequest, Holder, WaitState};
+use distlock::{Claim, LockClient, LockName, LockOptions};
 
 use super::{Scenario, Settings, unique};
 use crate::Outcome;
@@ -68,10 +69,10 @@ async fn cycles(server: &mut Server, settings: &Settings) -> Outcome<Row> {
                 let vanishing = distlock::open(&server.url()).await?;
                 let token = loop {
                     match vanishing.try_acquire(&request, &mut WaitState::new()).await {
-                        Ok(distlock::Attempt::Acquired { fencing_token, .. }) => {
+                        Ok(distlock::backend::Attempt::Acquired { fencing_token, .. }) => {
                             break fencing_token;
                         }
-                        Ok(distlock::Attempt::Held { .. }) => {
+                        Ok(distlock::backend::Attempt::Held { .. }) => {
                             tokio::time::sleep(Duration::from_millis(20)).await;
                         }
                         Err(error) if error.is_transient() => {
@@ -84,7 +85,7 @@ async fn cycles(server: &mut Server, settings: &Settings) -> Outcome<Row> {
                 token
             }
             7 => {
-                let guard = client.acquire(&name, Duration::from_secs(60)).await?;
+                let guard = client.acquire_with(&name, Duration::from_secs(60)).await?;
                 let token = guard.fencing_token();
                 let _ = guard.release().await;
                 server.kind.delete_record(server, &name).await?;
@@ -92,7 +93,7 @@ async fn cycles(server: &mut Server, settings: &Settings) -> Outcome<Row> {
                 token
             }
             _ => {
-                let guard = client.acquire(&name, Duration::from_secs(60)).await?;
+                let guard = client.acquire_with(&name, Duration::from_secs(60)).await?;
                 let token = guard.fencing_token();
                 let _ = guard.release().await;
                 token

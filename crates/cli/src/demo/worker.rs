@@ -50,7 +50,7 @@ pub(crate) async fn work(args: WorkerArgs) -> Result<u8, Failure> {
     };
 
     while let Ok(left) = until.duration_since(SystemTime::now()) {
-        let guard = match client.acquire(&name, left).await {
+        let guard = match client.acquire_with(&name, left).await {
             Ok(guard) => guard,
             Err(distlock::Error::Timeout { .. }) => break,
             Err(error) => return Err(error.into()),

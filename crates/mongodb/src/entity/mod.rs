@@ -118,7 +118,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::{Claim, Error, LockClient, LockGuard, LockOptions, Payload, Result};
+use distlock_core::{AcquireOptions, Error, LockClient, LockGuard, LockOptions, Payload, Result};
 use mongodb::Collection;
 use mongodb::bson::{Bson, Document};
 use serde::Serialize;
@@ -346,7 +346,7 @@ where
         let name = id::name(&id)?;
         let guard = self
             .client
-            .acquire(&name, timeout)
+            .acquire_with(&name, timeout)
             .await
             .map_err(|error| named(&self.backend, &id, error))?;
         self.open(guard, id).await
@@ -408,7 +408,10 @@ where
         let name = id::name(&id)?;
         let guard = self
             .client
-            .acquire_claim_with(&name, Claim::Exclusive, timeout, insert)
+            .acquire_with(
+                &name,
+                AcquireOptions::new().timeout(timeout).payload(insert),
+            )
             .await
             .map_err(|error| named(&self.backend, &id, error))?;
         self.open(guard, id).await
@@ -431,7 +434,7 @@ where
         let name = id::name(&id)?;
         let guard = self
             .client
-            .try_acquire_claim_with(&name, Claim::Exclusive, insert)
+            .try_acquire_with(&name, AcquireOptions::new().payload(insert))
             .await
             .map_err(|error| named(&self.backend, &id, error))?;
         match guard {

@@ -41,7 +41,10 @@ async fn a_grant_and_a_release_leave_the_documented_shape() {
     let lease = options.lease();
     let client = client(backend, options);
     let name = lock_name("shape");
-    let guard = client.acquire(&name, Duration::from_secs(5)).await.unwrap();
+    let guard = client
+        .acquire_with(&name, Duration::from_secs(5))
+        .await
+        .unwrap();
 
     let inspector = inspector(&url).await;
     let raw = raw_collection(&inspector, &collection);
@@ -122,7 +125,10 @@ async fn odd_names_are_stored_verbatim() {
     let mut guards = Vec::new();
     for text in odd {
         let name = LockName::new(text).unwrap();
-        let guard = client.acquire(&name, Duration::from_secs(5)).await.unwrap();
+        let guard = client
+            .acquire_with(&name, Duration::from_secs(5))
+            .await
+            .unwrap();
         let stored = raw
             .find_one(doc! { "_id": text })
             .await
@@ -159,7 +165,10 @@ async fn list_shows_holder_token_and_time_left() {
     let lease = options.lease();
     let client = client(backend, options);
     let name = lock_name("list");
-    let guard = client.acquire(&name, Duration::from_secs(5)).await.unwrap();
+    let guard = client
+        .acquire_with(&name, Duration::from_secs(5))
+        .await
+        .unwrap();
     let listed = client.list().await.unwrap();
     assert_eq!(listed.len(), 1);
     let info = &listed[0];

@@ -157,7 +157,10 @@ async fn a_connection_closed_on_find_and_modify_never_double_grants_or_leaks() {
             Err(error) => {
                 // A closed connection is never a grant: the name is free.
                 assert!(error.is_transient(), "{error}");
-                let taken = rival.acquire(&name, Duration::from_secs(10)).await.unwrap();
+                let taken = rival
+                    .acquire_with(&name, Duration::from_secs(10))
+                    .await
+                    .unwrap();
                 assert_eq!(live_grants(&url, &collection, &name).await, 1);
                 assert!(taken.release().await.unwrap());
             }
@@ -185,11 +188,11 @@ async fn a_connection_closed_during_a_hand_over_never_double_grants_or_leaks() {
     );
     for times in [1, 2] {
         let name = lock_name("hand-over");
-        let first = victim.acquire(&name, Duration::ZERO).await.unwrap();
+        let first = victim.acquire_with(&name, Duration::ZERO).await.unwrap();
         let first_token = first.fencing_token();
         let waiter = {
             let (victim, name) = (victim.clone(), name.clone());
-            tokio::spawn(async move { victim.acquire(&name, Duration::from_secs(10)).await })
+            tokio::spawn(async move { victim.acquire_with(&name, Duration::from_secs(10)).await })
         };
         // The waiter queues in the client; it sends nothing until the lock
         // is passed on.
@@ -230,7 +233,10 @@ async fn one_failed_extension_then_a_retry_within_the_lease_is_not_a_loss() {
     ));
     let victim = LockClient::new(counting.clone(), short_lease(Duration::from_secs(3)));
     let name = lock_name("retry");
-    let guard = victim.acquire(&name, Duration::from_secs(5)).await.unwrap();
+    let guard = victim
+        .acquire_with(&name, Duration::from_secs(5))
+        .await
+        .unwrap();
     fail_point(
         &admin,
         doc! { "times": 1 },
@@ -272,7 +278,10 @@ async fn extensions_fail_for_the_whole_lease(
         short_lease(Duration::from_secs(2)),
     );
     let name = lock_name("failing");
-    let guard = victim.acquire(&name, Duration::from_secs(5)).await.unwrap();
+    let guard = victim
+        .acquire_with(&name, Duration::from_secs(5))
+        .await
+        .unwrap();
     fail_point(&admin, "alwaysOn", data).await;
     let reason = tokio::time::timeout(Duration::from_secs(60), guard.lost())
         .await
@@ -282,7 +291,10 @@ async fn extensions_fail_for_the_whole_lease(
     assert_eq!(live_grants(&url, &collection, &name).await, 1);
     assert!(rival.try_acquire(&name).await.unwrap().is_none());
     fail_point_off(&admin).await;
-    let taken = rival.acquire(&name, Duration::from_secs(30)).await.unwrap();
+    let taken = rival
+        .acquire_with(&name, Duration::from_secs(30))
+        .await
+        .unwrap();
     assert!(taken.fencing_token() > guard.fencing_token());
     drop(guard);
     assert!(taken.release().await.unwrap());
@@ -338,11 +350,14 @@ async fn a_release_stream_the_server_cannot_resume_is_replaced_and_still_wakes()
     ));
     let waiter = LockClient::new(attempts.clone(), slow);
     let name = lock_name("fatal");
-    let guard = holder.acquire(&name, Duration::from_secs(5)).await.unwrap();
+    let guard = holder
+        .acquire_with(&name, Duration::from_secs(5))
+        .await
+        .unwrap();
     let first_token = guard.fencing_token();
     let waiting = {
         let name = name.clone();
-        tokio::spawn(async move { waiter.acquire(&name, Duration::from_secs(60)).await })
+        tokio::spawn(async move { waiter.acquire_with(&name, Duration::from_secs(60)).await })
     };
     // The second attempt comes when the stream first covers the name.
     until(|| attempts.made() >= 2).await;
@@ -397,7 +412,7 @@ async fn a_refusal_ends_a_wait_at_once_and_a_passing_fault_is_waited_out() {
     )
     .await;
     let outcome = victim
-        .acquire(&lock_name("refused"), Duration::from_secs(60))
+        .acquire_with(&lock_name("refused"), Duration::from_secs(60))
         .await;
     fail_point_off(&admin).await;
     match outcome {
@@ -418,7 +433,7 @@ async fn a_refusal_ends_a_wait_at_once_and_a_passing_fault_is_waited_out() {
     )
     .await;
     let guard = victim
-        .acquire(&lock_name("passing"), Duration::from_secs(60))
+        .acquire_with(&lock_name("passing"), Duration::from_secs(60))
         .await;
     fail_point_off(&admin).await;
     assert!(guard.expect("waited out").release().await.unwrap());

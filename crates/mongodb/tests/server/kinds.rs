@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use distlock_core::{
-    AcquireRequest, Attempt, Backend, Claim, Error, Holder, Lease, LeaseId, LockKind, LockName,
-    LockOptions, Permits, WaitState,
+    AcquireOptions, AcquireRequest, Attempt, Backend, Claim, Error, Holder, Lease, LeaseId,
+    LockKind, LockName, LockOptions, Permits, WaitState,
 };
 use distlock_mongodb::MongoBackend;
 use distlock_mongodb::mongodb::bson::{Bson, DateTime, Document, doc};
@@ -296,7 +296,12 @@ async fn a_vanished_writers_mark_holds_readers_back_for_one_lease_by_the_servers
     assert!(is_held(&backend, &name, Claim::Shared).await);
     let readers = client(backend.clone(), short_lease(Duration::from_secs(30)));
     let late = readers
-        .acquire_shared(&name, Duration::from_secs(20))
+        .acquire_with(
+            &name,
+            AcquireOptions::new()
+                .shared()
+                .timeout(Duration::from_secs(20)),
+        )
         .await
         .expect("a reader gets in once the mark expired");
     let waited = marked_at.elapsed();
@@ -663,7 +668,7 @@ async fn an_uncontended_reader_or_permit_costs_two_commands_as_a_lock_does() {
         let name = lock_name("commands");
         commands.take();
         let guard = locks
-            .try_acquire_claim(&name, claim)
+            .try_acquire_with(&name, claim)
             .await
             .unwrap()
             .expect("free");
@@ -671,7 +676,12 @@ async fn an_uncontended_reader_or_permit_costs_two_commands_as_a_lock_does() {
         assert_eq!(commands.take(), expected, "{claim}");
         // A waiting acquire that is granted at once costs the same.
         let guard = locks
-            .acquire_claim(&name, claim, Duration::from_secs(5))
+            .acquire_with(
+                &name,
+                AcquireOptions::new()
+                    .claim(claim)
+                    .timeout(Duration::from_secs(5)),
+            )
             .await
             .unwrap();
         assert!(guard.release().await.unwrap());
@@ -691,14 +701,24 @@ async fn releases_wake_waiters_of_every_kind() {
     let waiter = client(backend_at(&url, &collection).await, long.clone());
     let wait_for = |name: &LockName, claim: Claim| {
         let (waiter, name) = (waiter.clone(), name.clone());
-        tokio::spawn(async move { waiter.acquire_claim(&name, claim, PATIENCE).await })
+        tokio::spawn(async move {
+            waiter
+                .acquire_with(&name, AcquireOptions::new().claim(claim).timeout(PATIENCE))
+                .await
+        })
     };
     let settle = || tokio::time::sleep(Duration::from_millis(300));
 
     // A permit's release frees a place for a waiting permit.
     let name = lock_name("wake-permit");
-    let first = holder.acquire_permit(&name, 2, PATIENCE).await.unwrap();
-    let second = holder.acquire_permit(&name, 2, PATIENCE).await.unwrap();
+    let first = holder
+        .acquire_with(&name, AcquireOptions::new().permit(2).timeout(PATIENCE))
+        .await
+        .unwrap();
+    let second = holder
+        .acquire_with(&name, AcquireOptions::new().permit(2).timeout(PATIENCE))
+        .await
+        .unwrap();
     let waiting = wait_for(&name, Claim::Permit { limit: 2 });
     settle().await;
     assert!(!waiting.is_finished());
@@ -708,7 +728,7 @@ async fn releases_wake_waiters_of_every_kind() {
 
     // A writer's release lets a waiting reader in.
     let name = lock_name("wake-reader");
-    let writer = holder.acquire(&name, PATIENCE).await.unwrap();
+    let writer = holder.acquire_with(&name, PATIENCE).await.unwrap();
     let waiting = wait_for(&name, Claim::Shared);
     settle().await;
     assert!(writer.release().await.unwrap());
@@ -718,8 +738,14 @@ async fn releases_wake_waiters_of_every_kind() {
     // does not.
     let name = lock_name("wake-writer");
     let readers = [
-        holder.acquire_shared(&name, PATIENCE).await.unwrap(),
-        holder.acquire_shared(&name, PATIENCE).await.unwrap(),
+        holder
+            .acquire_with(&name, AcquireOptions::new().shared().timeout(PATIENCE))
+            .await
+            .unwrap(),
+        holder
+            .acquire_with(&name, AcquireOptions::new().shared().timeout(PATIENCE))
+            .await
+            .unwrap(),
     ];
     let waiting = wait_for(&name, Claim::Exclusive);
     settle().await;
@@ -732,10 +758,13 @@ async fn releases_wake_waiters_of_every_kind() {
 
     // A writer that gives up lets the readers held back by its mark in.
     let name = lock_name("wake-mark");
-    let inside = holder.acquire_shared(&name, PATIENCE).await.unwrap();
+    let inside = holder
+        .acquire_with(&name, AcquireOptions::new().shared().timeout(PATIENCE))
+        .await
+        .unwrap();
     let gave_up = {
         let (holder, name) = (holder.clone(), name.clone());
-        tokio::spawn(async move { holder.acquire(&name, Duration::from_secs(1)).await })
+        tokio::spawn(async move { holder.acquire_with(&name, Duration::from_secs(1)).await })
     };
     settle().await;
     let waiting = wait_for(&name, Claim::Shared);
@@ -762,11 +791,17 @@ async fn readers_extending_and_leaving_wake_no_waiting_writer() {
     let attempts = Arc::new(Attempts::new(backend_at(&url, &collection).await));
     let writer = distlock_core::LockClient::new(attempts.clone(), LockOptions::default());
     let name = lock_name("quiet-readers");
-    let first = readers.acquire_shared(&name, PATIENCE).await.unwrap();
-    let last = readers.acquire_shared(&name, PATIENCE).await.unwrap();
+    let first = readers
+        .acquire_with(&name, AcquireOptions::new().shared().timeout(PATIENCE))
+        .await
+        .unwrap();
+    let last = readers
+        .acquire_with(&name, AcquireOptions::new().shared().timeout(PATIENCE))
+        .await
+        .unwrap();
     let waiting = {
         let name = name.clone();
-        tokio::spawn(async move { writer.acquire(&name, PATIENCE).await })
+        tokio::spawn(async move { writer.acquire_with(&name, PATIENCE).await })
     };
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(first.release().await.unwrap());

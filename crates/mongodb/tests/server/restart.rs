@@ -17,7 +17,10 @@ async fn the_holder_keeps_a_lock_when_extensions_resume_within_the_lease() {
         short_lease(Duration::from_secs(15)),
     );
     let name = lock_name("kept");
-    let guard = client.acquire(&name, Duration::from_secs(5)).await.unwrap();
+    let guard = client
+        .acquire_with(&name, Duration::from_secs(5))
+        .await
+        .unwrap();
     server.stop();
     server.start_again();
     // Extend by hand until the server answers again; the lease must still
@@ -54,7 +57,10 @@ async fn the_holder_reports_loss_before_anyone_else_can_hold_the_lock() {
         short_lease(Duration::from_secs(2)),
     );
     let name = lock_name("lost");
-    let guard = client.acquire(&name, Duration::from_secs(5)).await.unwrap();
+    let guard = client
+        .acquire_with(&name, Duration::from_secs(5))
+        .await
+        .unwrap();
     let token = guard.fencing_token();
     server.stop();
     let reason = tokio::time::timeout(Duration::from_secs(60), guard.lost())
@@ -83,7 +89,10 @@ async fn the_holder_reports_loss_before_anyone_else_can_hold_the_lock() {
         backend_at(&url, &collection).await,
         short_lease(Duration::from_secs(2)),
     );
-    let taken = rival.acquire(&name, Duration::from_secs(30)).await.unwrap();
+    let taken = rival
+        .acquire_with(&name, Duration::from_secs(30))
+        .await
+        .unwrap();
     assert!(taken.fencing_token() > token);
     assert!(taken.release().await.unwrap());
 }

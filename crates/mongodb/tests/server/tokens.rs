@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use distlock_core::{Claim, Error, LockName, LockOptions};
+use distlock_core::{AcquireOptions, Claim, Error, LockName, LockOptions};
 use distlock_mongodb::mongodb::Collection;
 use distlock_mongodb::mongodb::bson::{Bson, DateTime, Document, doc};
 
@@ -18,7 +18,10 @@ async fn tokens_increase_across_releases_and_deletions() {
     let name = lock_name("tokens");
     let mut last = 0;
     for round in 0..6 {
-        let guard = client.acquire(&name, Duration::from_secs(5)).await.unwrap();
+        let guard = client
+            .acquire_with(&name, Duration::from_secs(5))
+            .await
+            .unwrap();
         let token = guard.fencing_token();
         assert!(token > last, "round {round}: {token} after {last}");
         last = token;
@@ -45,7 +48,10 @@ async fn a_released_document_outlives_a_token_ahead_of_the_clock() {
     let raw = raw_collection(&inspector, &collection);
     let name = lock_name("ahead");
 
-    let guard = client.acquire(&name, Duration::from_secs(5)).await.unwrap();
+    let guard = client
+        .acquire_with(&name, Duration::from_secs(5))
+        .await
+        .unwrap();
     // An hour ahead, as a long run of quick grants would leave it.
     let ahead = DateTime::now().timestamp_millis() + 3_600_000;
     raw.update_one(
@@ -83,7 +89,10 @@ async fn tokens_increase_across_a_server_restart() {
     let name = lock_name("restart");
     let before = {
         let client = client(backend_at(&url, &collection).await, LockOptions::default());
-        let guard = client.acquire(&name, Duration::from_secs(5)).await.unwrap();
+        let guard = client
+            .acquire_with(&name, Duration::from_secs(5))
+            .await
+            .unwrap();
         let token = guard.fencing_token();
         assert!(guard.release().await.unwrap());
         token
@@ -91,7 +100,10 @@ async fn tokens_increase_across_a_server_restart() {
     server.stop();
     server.start_again();
     let client = client(backend_at(&url, &collection).await, LockOptions::default());
-    let guard = client.acquire(&name, Duration::from_secs(5)).await.unwrap();
+    let guard = client
+        .acquire_with(&name, Duration::from_secs(5))
+        .await
+        .unwrap();
     assert!(
         guard.fencing_token() > before,
         "{} after {before}",
@@ -148,7 +160,7 @@ async fn a_token_stored_as_a_double_is_counted_on_and_written_back_as_int64() {
         let stored = if round == 0 { 5.0 } else { ahead };
         set_token_by_hand(&raw, &name, stored).await;
         let guard = client
-            .try_acquire_claim(&name, claim)
+            .try_acquire_with(&name, claim)
             .await
             .unwrap()
             .unwrap_or_else(|| panic!("{claim} on a free name"));
@@ -179,12 +191,15 @@ async fn a_hand_over_counts_on_a_token_stored_as_a_double() {
     let inspector = inspector(&url).await;
     let raw = raw_collection(&inspector, &collection);
     let name = lock_name("hand-over");
-    let first = client.acquire(&name, Duration::from_secs(5)).await.unwrap();
+    let first = client
+        .acquire_with(&name, Duration::from_secs(5))
+        .await
+        .unwrap();
     let ahead = (DateTime::now().timestamp_millis() + 3_600_000) as f64;
     set_token_by_hand(&raw, &name, ahead).await;
     let waiter = {
         let (client, name) = (client.clone(), name.clone());
-        tokio::spawn(async move { client.acquire(&name, Duration::from_secs(30)).await })
+        tokio::spawn(async move { client.acquire_with(&name, Duration::from_secs(30)).await })
     };
     // The waiter queues in the client; the release hands the lock over.
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -224,7 +239,12 @@ async fn a_token_no_grant_can_follow_is_an_error_and_is_left_alone() {
         let name = lock_name("bad");
         set_token_by_hand(&raw, &name, value.clone()).await;
         match client
-            .acquire_claim(&name, claim, Duration::from_secs(30))
+            .acquire_with(
+                &name,
+                AcquireOptions::new()
+                    .claim(claim)
+                    .timeout(Duration::from_secs(30)),
+            )
             .await
         {
             Err(Error::InvalidData {
@@ -253,7 +273,7 @@ async fn a_token_no_grant_can_follow_is_an_error_and_is_left_alone() {
         );
         set_token_by_hand(&raw, &name, 8_i64).await;
         let guard = client
-            .try_acquire_claim(&name, claim)
+            .try_acquire_with(&name, claim)
             .await
             .unwrap()
             .unwrap();
@@ -271,14 +291,21 @@ async fn a_limit_stored_as_a_double_is_the_same_limit() {
     let inspector = inspector(&url).await;
     let raw = raw_collection(&inspector, &collection);
     let name = lock_name("limit");
-    let first = client.try_acquire_permit(&name, 3).await.unwrap().unwrap();
+    let first = client
+        .try_acquire_with(&name, AcquireOptions::new().permit(3))
+        .await
+        .unwrap()
+        .unwrap();
     raw.update_one(
         doc! { "_id": name.as_str() },
         doc! { "$set": { "limit": 3.0 } },
     )
     .await
     .unwrap();
-    match client.try_acquire_permit(&name, 2).await {
+    match client
+        .try_acquire_with(&name, AcquireOptions::new().permit(2))
+        .await
+    {
         Err(Error::KindConflict { held, .. }) => {
             assert_eq!(held, Claim::Permit { limit: 3 });
         }
@@ -287,7 +314,10 @@ async fn a_limit_stored_as_a_double_is_the_same_limit() {
     let listed = client.list().await.unwrap();
     let row = listed.iter().find(|lock| lock.name == name).unwrap();
     assert_eq!(row.permits.map(|permits| permits.limit), Some(3));
-    let second = client.try_acquire_permit(&name, 3).await.unwrap();
+    let second = client
+        .try_acquire_with(&name, AcquireOptions::new().permit(3))
+        .await
+        .unwrap();
     assert!(second.is_some(), "a permit of the same limit is granted");
     assert!(second.unwrap().release().await.unwrap());
     assert!(first.release().await.unwrap());

@@ -21,10 +21,13 @@ async fn a_release_wakes_a_waiter_in_another_client() {
     let holder = client(holder_backend, long.clone());
     let waiter = client(waiter_backend, long);
     let name = lock_name("wake");
-    let guard = holder.acquire(&name, Duration::from_secs(5)).await.unwrap();
+    let guard = holder
+        .acquire_with(&name, Duration::from_secs(5))
+        .await
+        .unwrap();
     let waiting = {
         let name = name.clone();
-        tokio::spawn(async move { waiter.acquire(&name, Duration::from_secs(5)).await })
+        tokio::spawn(async move { waiter.acquire_with(&name, Duration::from_secs(5)).await })
     };
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(guard.release().await.unwrap());
@@ -41,14 +44,19 @@ async fn many_waiters_on_many_names_are_all_woken() {
     let names: Vec<_> = (0..8).map(|i| lock_name(&format!("many{i}"))).collect();
     let mut guards = Vec::new();
     for name in &names {
-        guards.push(holder.acquire(name, Duration::from_secs(5)).await.unwrap());
+        guards.push(
+            holder
+                .acquire_with(name, Duration::from_secs(5))
+                .await
+                .unwrap(),
+        );
     }
     let mut waiting = Vec::new();
     for name in &names {
         let waiter = waiter.clone();
         let name = name.clone();
         waiting.push(tokio::spawn(async move {
-            waiter.acquire(&name, PATIENCE).await
+            waiter.acquire_with(&name, PATIENCE).await
         }));
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -71,7 +79,10 @@ async fn a_forced_release_makes_the_holder_report_the_loss() {
     );
     let admin = backend_at(&url, &collection).await;
     let name = lock_name("force");
-    let guard = holder.acquire(&name, Duration::from_secs(5)).await.unwrap();
+    let guard = holder
+        .acquire_with(&name, Duration::from_secs(5))
+        .await
+        .unwrap();
     assert!(admin.force_release(&name).await.unwrap());
     assert!(!admin.force_release(&name).await.unwrap());
     let reason = tokio::time::timeout(Duration::from_secs(30), guard.lost())
@@ -97,10 +108,13 @@ async fn without_change_streams_waiters_poll() {
     let holder = client(backend, long.clone());
     let waiter = client(backend_at(&url, &collection).await, long);
     let name = lock_name("poll");
-    let guard = holder.acquire(&name, Duration::from_secs(5)).await.unwrap();
+    let guard = holder
+        .acquire_with(&name, Duration::from_secs(5))
+        .await
+        .unwrap();
     let waiting = {
         let name = name.clone();
-        tokio::spawn(async move { waiter.acquire(&name, PATIENCE).await })
+        tokio::spawn(async move { waiter.acquire_with(&name, PATIENCE).await })
     };
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(guard.release().await.unwrap());
@@ -122,10 +136,13 @@ async fn extensions_wake_no_waiter() {
     let attempts = Arc::new(Attempts::new(backend_at(&url, &collection).await));
     let waiter = LockClient::new(attempts.clone(), LockOptions::default());
     let name = lock_name("quiet");
-    let guard = holder.acquire(&name, Duration::from_secs(5)).await.unwrap();
+    let guard = holder
+        .acquire_with(&name, Duration::from_secs(5))
+        .await
+        .unwrap();
     let waiting = {
         let name = name.clone();
-        tokio::spawn(async move { waiter.acquire(&name, PATIENCE).await })
+        tokio::spawn(async move { waiter.acquire_with(&name, PATIENCE).await })
     };
     tokio::time::sleep(Duration::from_secs(2)).await;
     // The first attempt, and at most one more when the change stream starts
@@ -150,16 +167,16 @@ async fn waiting_for_a_new_name_while_the_stream_polls_keeps_every_wake_up() {
     let first = lock_name("first");
     let second = lock_name("second");
     let first_guard = holder
-        .acquire(&first, Duration::from_secs(5))
+        .acquire_with(&first, Duration::from_secs(5))
         .await
         .unwrap();
     let second_guard = holder
-        .acquire(&second, Duration::from_secs(5))
+        .acquire_with(&second, Duration::from_secs(5))
         .await
         .unwrap();
     let wait_for = |name: distlock_core::LockName| {
         let waiters = waiters.clone();
-        tokio::spawn(async move { waiters.acquire(&name, PATIENCE).await })
+        tokio::spawn(async move { waiters.acquire_with(&name, PATIENCE).await })
     };
     let first_waiter = wait_for(first.clone());
     // Let the stream for the first name settle into polling, then make it

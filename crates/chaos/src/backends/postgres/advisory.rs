@@ -104,8 +104,13 @@ impl CampaignBackend for PostgresAdvisory {
     /// end: an attempt that empties the spares opens one in the
     /// background, whose handshake could take the proxy's one shot instead
     /// of the acquisition.
-    async fn open_quiet(&self, url: &str, lease: Duration) -> Outcome<Arc<dyn distlock::Backend>> {
-        let backend: Arc<dyn distlock::Backend> = Arc::new(super::open_listening(url).await?);
+    async fn open_quiet(
+        &self,
+        url: &str,
+        lease: Duration,
+    ) -> Outcome<Arc<dyn distlock::backend::Backend>> {
+        let backend: Arc<dyn distlock::backend::Backend> =
+            Arc::new(super::open_listening(url).await?);
         let warm = LockClient::new(
             backend.clone(),
             LockOptions::builder().lease(lease).build()?,

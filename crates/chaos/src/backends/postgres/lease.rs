@@ -43,7 +43,11 @@ impl CampaignBackend for Postgres {
         lease
     }
 
-    async fn open_quiet(&self, url: &str, _lease: Duration) -> Outcome<Arc<dyn distlock::Backend>> {
+    async fn open_quiet(
+        &self,
+        url: &str,
+        _lease: Duration,
+    ) -> Outcome<Arc<dyn distlock::backend::Backend>> {
         Ok(Arc::new(super::open_listening(url).await?))
     }
 

@@ -1,0 +1,167 @@
+//! What one call to take a lock asks for: the kind of claim, how long to
+//! wait, when to give up, and what to hand the backend.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use crate::claim::Claim;
+use crate::state::Payload;
+
+/// The options of one call of
+/// [`LockClient::acquire_with`](crate::LockClient::acquire_with),
+/// [`try_acquire_with`](crate::LockClient::try_acquire_with) and
+/// [`with_lock`](crate::LockClient::with_lock).
+///
+/// The default takes the lock exclusively and waits with no deadline, as
+/// [`LockClient::acquire`](crate::LockClient::acquire) does. A
+/// [`Duration`] converts into the options of an exclusive wait for that
+/// long, so `client.acquire_with("jobs", Duration::from_secs(5))` reads as
+/// it should.
+///
+/// ```
+/// use std::time::Duration;
+/// use distlock_core::{AcquireOptions, LockClient, MemoryBackend};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), distlock_core::Error> {
+/// let client = LockClient::builder().build(MemoryBackend::new())?;
+///
+/// // A reader's share, waited for at most five seconds.
+/// let reader = client
+///     .acquire_with("config", AcquireOptions::new().shared().timeout(Duration::from_secs(5)))
+///     .await?;
+/// // One of three permits, or nothing now.
+/// let permit = client.try_acquire_with("exports", AcquireOptions::new().permit(3)).await?;
+/// assert!(permit.is_some());
+/// reader.release().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[must_use = "options do nothing until passed to a call"]
+pub struct AcquireOptions<'a> {
+    pub(crate) claim: Claim,
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) payload: Payload,
+    pub(crate) cancel: Option<Pin<Box<dyn Future<Output = ()> + Send + 'a>>>,
+}
+
+impl Default for AcquireOptions<'_> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<'a> AcquireOptions<'a> {
+    /// An exclusive claim, waited for with no deadline.
+    pub fn new() -> Self {
+        Self {
+            claim: Claim::Exclusive,
+            timeout: None,
+            payload: Payload::none(),
+            cancel: None,
+        }
+    }
+
+    /// Takes `claim`: the general form of [`shared`](Self::shared) and
+    /// [`permit`](Self::permit).
+    pub fn claim(mut self, claim: Claim) -> Self {
+        self.claim = claim;
+        self
+    }
+
+    /// Takes a reader's share of the name instead of the whole lock.
+    ///
+    /// Readers hold a name together, and never while a writer (an
+    /// exclusive holder) does. Once a writer waits, readers that come after
+    /// it wait behind it, so a steady stream of readers cannot starve
+    /// writers; readers already in finish first. Each reader has its own
+    /// grant, fencing token and lease.
+    pub fn shared(self) -> Self {
+        self.claim(Claim::Shared)
+    }
+
+    /// Takes one of `limit` permits of the semaphore of this name: at most
+    /// `limit` holders, in every process, hold a permit at once.
+    ///
+    /// Every permit holder has its own grant, fencing token and lease, so a
+    /// holder that dies gives its permit back when its lease ends. All
+    /// holders of a semaphore must agree on its limit: asking with another
+    /// limit than its holders' is an
+    /// [`Error::KindConflict`](crate::Error::KindConflict). A limit outside
+    /// 1 to [`MAX_PERMITS`](crate::MAX_PERMITS) is refused by the call.
+    pub fn permit(self, limit: u32) -> Self {
+        self.claim(Claim::Permit { limit })
+    }
+
+    /// Waits for at most `timeout`, then gives up with
+    /// [`Error::Timeout`](crate::Error::Timeout). A zero timeout tries
+    /// exactly once. Without one, the call waits until it is granted or
+    /// cancelled.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Gives up with [`Error::Cancelled`](crate::Error::Cancelled) when
+    /// `cancel` completes: a shutdown signal, a
+    /// `CancellationToken::cancelled()`, a timer.
+    ///
+    /// Dropping a call's future leaves an attempt in flight to finish in
+    /// the background, and a grant it brings to be released there.
+    /// Cancelling through `cancel` returns only once nothing is held: an
+    /// attempt in flight is waited for (it ends within the operation
+    /// timeout), and a grant it brings is released before the error is
+    /// returned. Use it when the process is about to exit: background work
+    /// ends with the runtime, and a grant nobody released would keep others
+    /// waiting until its lease ran out.
+    pub fn cancel_on(mut self, cancel: impl Future<Output = ()> + Send + 'a) -> Self {
+        self.cancel = Some(Box::pin(cancel));
+        self
+    }
+
+    /// Hands the backend `payload` with every attempt: something a backend
+    /// needs from its caller beside the name, as an entity lock needs the
+    /// value to insert when the entity is missing. Calls with different
+    /// payloads still queue for the name together in one client.
+    pub fn payload(mut self, payload: Payload) -> Self {
+        self.payload = payload;
+        self
+    }
+
+    /// The claim asked for.
+    pub fn requested_claim(&self) -> Claim {
+        self.claim
+    }
+
+    /// The longest wait, if there is one.
+    pub fn wait_limit(&self) -> Option<Duration> {
+        self.timeout
+    }
+}
+
+impl From<Duration> for AcquireOptions<'_> {
+    /// An exclusive claim, waited for at most `timeout`.
+    fn from(timeout: Duration) -> Self {
+        Self::new().timeout(timeout)
+    }
+}
+
+impl From<Claim> for AcquireOptions<'_> {
+    /// `claim`, waited for with no deadline.
+    fn from(claim: Claim) -> Self {
+        Self::new().claim(claim)
+    }
+}
+
+impl fmt::Debug for AcquireOptions<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AcquireOptions")
+            .field("claim", &self.claim)
+            .field("timeout", &self.timeout)
+            .field("payload", &self.payload)
+            .field("cancel", &self.cancel.is_some())
+            .finish()
+    }
+}
