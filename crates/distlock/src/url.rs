@@ -243,9 +243,7 @@ pub async fn open(url: &str) -> Result<Arc<dyn Backend>> {
         BackendUrl::Memory => Ok(Arc::new(MemoryBackend::new())),
         #[cfg(feature = "mongodb")]
         BackendUrl::MongoDb(url) => Ok(Arc::new(
-            distlock_mongodb::MongoBackend::from_url(url.expose())?
-                .build()
-                .await?,
+            distlock_mongodb::MongoBackend::open(url.expose()).await?,
         )),
         #[cfg(not(feature = "mongodb"))]
         BackendUrl::MongoDb(_) => Err(Error::Unsupported(
@@ -260,9 +258,9 @@ pub async fn open(url: &str) -> Result<Arc<dyn Backend>> {
             distlock_postgres::PostgresBackend::open(url.expose()).await?,
         )),
         #[cfg(feature = "etcd")]
-        BackendUrl::Etcd(config) => Ok(Arc::new(
-            distlock_etcd::EtcdBackend::with_config(config).await?,
-        )),
+        BackendUrl::Etcd(config) => {
+            Ok(Arc::new(distlock_etcd::EtcdBackend::connect(config).await?))
+        }
     }
 }
 

@@ -80,14 +80,14 @@ impl EtcdBackend {
     /// [`Error::Denied`] for refused credentials; a backend error when the
     /// members cannot be reached to authenticate.
     pub async fn open(url: &str) -> Result<Self> {
-        Self::with_config(EtcdConfig::parse(url)?).await
+        Self::connect(EtcdConfig::parse(url)?).await
     }
 
     /// Opens the backend from a parsed configuration.
     ///
     /// # Errors
     /// As [`open`](Self::open).
-    pub async fn with_config(config: EtcdConfig) -> Result<Self> {
+    pub async fn connect(config: EtcdConfig) -> Result<Self> {
         let mut options = ConnectOptions::new()
             .with_connect_timeout(Duration::from_secs(5))
             .with_keep_alive(Duration::from_secs(5), Duration::from_secs(5));

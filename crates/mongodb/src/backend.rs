@@ -85,6 +85,19 @@ impl MongoBackend {
         Self::builder(client).database(database)
     }
 
+    /// Opens the backend at a distlock URL (see
+    /// [`from_url`](Self::from_url)) with every other setting at its
+    /// default: the one-line form of `from_url(url)?.build().await`.
+    ///
+    /// # Errors
+    /// As [`from_url`](Self::from_url) and [`MongoBackendBuilder::build`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future drops the connection being made.
+    pub async fn open(url: &str) -> Result<Self> {
+        Self::from_url(url)?.build().await
+    }
+
     /// A builder from a distlock URL: a MongoDB connection string whose path
     /// names the database (default `distlock`) and whose distlock-only
     /// `collection` option names the collection (default
