@@ -35,6 +35,9 @@ mod name;
 mod options;
 mod slots;
 mod state;
+#[cfg(feature = "test-util")]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
+pub mod testing;
 pub mod urls;
 mod wake;
 

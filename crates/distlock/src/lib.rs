@@ -116,6 +116,11 @@ pub mod backend {
     };
 }
 
+/// A backend a test controls: lose a held lock, fail the next calls, delay
+/// calls, on Tokio's paused clock.
+#[cfg(feature = "test-util")]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
+pub use distlock_core::testing;
 /// The etcd backend.
 #[cfg(feature = "etcd")]
 #[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
