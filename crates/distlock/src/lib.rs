@@ -85,11 +85,21 @@
 //! (BENCHMARKS.md); `docs/writing-a-backend.md` is the contract a backend
 //! meets.
 //!
+//! # Without an async runtime
+//! [`blocking`] has the same client and guards behind calls that block,
+//! with a runtime of their own.
+//!
+//! # Testing code that takes locks
+//! With the `test-util` feature, `distlock::testing::TestBackend` is a
+//! backend a test controls: it loses a held lock on demand, fails the next
+//! calls, delays calls, and runs on Tokio's paused clock.
+//!
 //! # Writing a backend
 //! What only backend authors need lives in [`backend`].
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod blocking;
 mod connect;
 mod url;
 

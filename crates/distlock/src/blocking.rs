@@ -1,0 +1,316 @@
+//! Locks for code without an async runtime: the same client, guards and
+//! guarantees, behind calls that block.
+//!
+//! A blocking [`LockClient`] owns a small Tokio runtime of its own (one
+//! worker thread), where its keeper extends held leases in the background
+//! while your code runs; every call blocks the calling thread until the
+//! async client answers. Do not use it inside an async runtime: there,
+//! use [`crate::LockClient`]. Called inside one, every call fails with
+//! [`Error::Unsupported`] rather than blocking the runtime's thread.
+//!
+//! ```
+//! use std::time::Duration;
+//!
+//! # fn main() -> Result<(), distlock::Error> {
+//! let client = distlock::blocking::connect("memory://")?;
+//! let guard = client.acquire("nightly-report")?;
+//! println!("fencing token {}", guard.fencing_token());
+//! guard.release()?;
+//!
+//! let total = client.with_lock("nightly-report", Duration::from_secs(5), |lock| {
+//!     lock.fencing_token + 1
+//! })?;
+//! assert!(total > 1);
+//! # Ok(())
+//! # }
+//! ```
+
+use std::future::Future;
+use std::sync::Arc;
+
+use distlock_core::{
+    AcquireOptions, Claim, Error, IntoLockName, LockClientBuilder, LockContext, LockInfo, LockName,
+    LockOptions, LossReason, Result,
+};
+
+/// Opens the backend `url` names, as [`crate::connect`] does, and returns a
+/// blocking client of it.
+///
+/// # Errors
+/// As [`crate::connect`]; [`Error::Unsupported`] when called inside an
+/// async runtime; a backend error when the runtime cannot be started.
+pub fn connect(url: &str) -> Result<LockClient> {
+    connect_with(crate::LockClient::builder(), url)
+}
+
+/// As [`connect`], starting from the options of `builder`.
+///
+/// # Errors
+/// As [`connect`].
+pub fn connect_with(builder: LockClientBuilder, url: &str) -> Result<LockClient> {
+    let runtime = Arc::new(Runtime::new()?);
+    let client = runtime.block_on(crate::connect_with(builder, url))??;
+    Ok(LockClient { client, runtime })
+}
+
+/// A blocking lock client; see the [module docs](self). Cheap to clone:
+/// clones share the async client and its runtime.
+#[derive(Debug, Clone)]
+pub struct LockClient {
+    client: crate::LockClient,
+    runtime: Arc<Runtime>,
+}
+
+impl LockClient {
+    /// The async client this one drives, for code that mixes both.
+    pub fn as_async(&self) -> &crate::LockClient {
+        &self.client
+    }
+
+    /// The options this client uses.
+    pub fn options(&self) -> &LockOptions {
+        self.client.options()
+    }
+
+    /// Waits for `name`, exclusively, with no deadline; see
+    /// [`crate::LockClient::acquire`].
+    ///
+    /// # Errors
+    /// As [`crate::LockClient::acquire`]; [`Error::Unsupported`] inside an
+    /// async runtime.
+    pub fn acquire(&self, name: impl IntoLockName) -> Result<LockGuard> {
+        self.acquire_with(name, AcquireOptions::new())
+    }
+
+    /// Waits for `name` as `options` say; see
+    /// [`crate::LockClient::acquire_with`].
+    ///
+    /// # Errors
+    /// As [`crate::LockClient::acquire_with`]; [`Error::Unsupported`] inside
+    /// an async runtime.
+    pub fn acquire_with<'a>(
+        &self,
+        name: impl IntoLockName,
+        options: impl Into<AcquireOptions<'a>>,
+    ) -> Result<LockGuard> {
+        let guard = self
+            .runtime
+            .block_on(self.client.acquire_with(name, options))??;
+        Ok(self.guard(guard))
+    }
+
+    /// Tries once to take `name` exclusively; see
+    /// [`crate::LockClient::try_acquire`].
+    ///
+    /// # Errors
+    /// As [`crate::LockClient::try_acquire`]; [`Error::Unsupported`] inside
+    /// an async runtime.
+    pub fn try_acquire(&self, name: impl IntoLockName) -> Result<Option<LockGuard>> {
+        self.try_acquire_with(name, AcquireOptions::new())
+    }
+
+    /// Tries once to take the claim of `options` on `name`; see
+    /// [`crate::LockClient::try_acquire_with`].
+    ///
+    /// # Errors
+    /// As [`crate::LockClient::try_acquire_with`]; [`Error::Unsupported`]
+    /// inside an async runtime.
+    pub fn try_acquire_with<'a>(
+        &self,
+        name: impl IntoLockName,
+        options: impl Into<AcquireOptions<'a>>,
+    ) -> Result<Option<LockGuard>> {
+        let guard = self
+            .runtime
+            .block_on(self.client.try_acquire_with(name, options))??;
+        Ok(guard.map(|guard| self.guard(guard)))
+    }
+
+    /// Takes `name` as `options` say, runs `work` on this thread, and
+    /// releases on every path, a panic in `work` included (the guard's drop
+    /// releases in the background).
+    ///
+    /// # Errors
+    /// As [`crate::LockClient::with_lock`]; [`Error::Unsupported`] inside an
+    /// async runtime.
+    pub fn with_lock<'a, T>(
+        &self,
+        name: impl IntoLockName,
+        options: impl Into<AcquireOptions<'a>>,
+        work: impl FnOnce(LockContext) -> T,
+    ) -> Result<T> {
+        let guard = self.acquire_with(name, options)?;
+        let context = LockContext {
+            name: guard.name().clone(),
+            fencing_token: guard.fencing_token(),
+            lost: guard.inner().lost_signal(),
+        };
+        let output = work(context);
+        let name = guard.name().to_string();
+        if guard.release()? {
+            Ok(output)
+        } else {
+            Err(Error::Lost { name })
+        }
+    }
+
+    /// The locks held now; see [`crate::LockClient::list`].
+    ///
+    /// # Errors
+    /// As [`crate::LockClient::list`]; [`Error::Unsupported`] inside an
+    /// async runtime.
+    pub fn list(&self) -> Result<Vec<LockInfo>> {
+        self.runtime.block_on(self.client.list())?
+    }
+
+    /// Releases `name` whoever holds it; see
+    /// [`crate::LockClient::force_release`].
+    ///
+    /// # Errors
+    /// As [`crate::LockClient::force_release`]; [`Error::Unsupported`]
+    /// inside an async runtime.
+    pub fn force_release(&self, name: impl IntoLockName) -> Result<bool> {
+        self.runtime.block_on(self.client.force_release(name))?
+    }
+
+    fn guard(&self, guard: crate::LockGuard) -> LockGuard {
+        LockGuard {
+            guard: Some(guard),
+            runtime: self.runtime.clone(),
+        }
+    }
+}
+
+/// Proof that this process holds a lock, from a blocking [`LockClient`]:
+/// the same guarantees as [`crate::LockGuard`]. Dropping it releases in
+/// the client's runtime, without blocking.
+#[must_use = "dropping the guard releases the lock at once"]
+#[derive(Debug)]
+pub struct LockGuard {
+    /// `None` only once released.
+    guard: Option<crate::LockGuard>,
+    runtime: Arc<Runtime>,
+}
+
+impl LockGuard {
+    fn inner(&self) -> &crate::LockGuard {
+        self.guard
+            .as_ref()
+            .expect("a guard is only emptied by release")
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &LockName {
+        self.inner().name()
+    }
+
+    /// What this guard holds: the whole lock, a reader's share or a permit.
+    pub fn claim(&self) -> Claim {
+        self.inner().claim()
+    }
+
+    /// The grant's fencing token; see [`crate::LockGuard::fencing_token`].
+    pub fn fencing_token(&self) -> u64 {
+        self.inner().fencing_token()
+    }
+
+    /// Whether the lease is known to be lost.
+    pub fn is_lost(&self) -> bool {
+        self.inner().is_lost()
+    }
+
+    /// Blocks until the lease is lost, and says why; see
+    /// [`crate::LockGuard::lost`]. Check [`is_lost`](Self::is_lost) between
+    /// steps of work instead, to stop early without waiting.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] inside an async runtime.
+    pub fn wait_lost(&self) -> Result<LossReason> {
+        let signal = self.inner().lost_signal();
+        self.runtime.block_on(async move { signal.lost().await })
+    }
+
+    /// Extends the lease now; see [`crate::LockGuard::extend`].
+    ///
+    /// # Errors
+    /// As [`crate::LockGuard::extend`]; [`Error::Unsupported`] inside an
+    /// async runtime.
+    pub fn extend(&self) -> Result<()> {
+        self.runtime.block_on(self.inner().extend())?
+    }
+
+    /// Releases the lock, and says whether it was still ours; see
+    /// [`crate::LockGuard::release`].
+    ///
+    /// # Errors
+    /// As [`crate::LockGuard::release`]; [`Error::Unsupported`] inside an
+    /// async runtime (the guard is then dropped, which releases in the
+    /// background).
+    pub fn release(mut self) -> Result<bool> {
+        let guard = self.guard.take().expect("released once");
+        self.runtime.block_on(guard.release())?
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if let Some(guard) = self.guard.take() {
+            // The guard's own drop spawns the release; it needs the runtime.
+            let _entered = self.runtime.handle().enter();
+            drop(guard);
+        }
+    }
+}
+
+/// The runtime a blocking client owns.
+#[derive(Debug)]
+struct Runtime(Option<tokio::runtime::Runtime>);
+
+impl Runtime {
+    fn new() -> Result<Self> {
+        refuse_inside_a_runtime()?;
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("distlock-blocking")
+            .enable_all()
+            .build()
+            .map(|runtime| Self(Some(runtime)))
+            .map_err(|error| Error::backend("blocking", "cannot start a Tokio runtime", error))
+    }
+
+    fn handle(&self) -> &tokio::runtime::Handle {
+        self.0.as_ref().expect("present until dropped").handle()
+    }
+
+    /// Runs `future` to completion on this thread, unless this thread is
+    /// inside an async runtime, where blocking would stall it.
+    fn block_on<F: Future>(&self, future: F) -> Result<F::Output> {
+        refuse_inside_a_runtime()?;
+        Ok(self.handle().block_on(future))
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        // Dropping a runtime blocks; inside another runtime that would
+        // panic, so there it is let go in the background.
+        if let Some(runtime) = self.0.take() {
+            if tokio::runtime::Handle::try_current().is_ok() {
+                runtime.shutdown_background();
+            } else {
+                drop(runtime);
+            }
+        }
+    }
+}
+
+fn refuse_inside_a_runtime() -> Result<()> {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        return Err(Error::Unsupported(
+            "distlock::blocking was called inside an async runtime, whose thread it would \
+             stall; use the async distlock::LockClient there"
+                .into(),
+        ));
+    }
+    Ok(())
+}

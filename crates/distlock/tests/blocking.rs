@@ -1,0 +1,96 @@
+//! The blocking API from plain threads: waits block, the keeper extends in
+//! the background, drops release, and inside a runtime it refuses rather
+//! than stall or panic.
+
+use std::time::Duration;
+
+use distlock::{AcquireOptions, Error};
+
+fn file_url(dir: &tempfile::TempDir) -> String {
+    format!("file://{}", dir.path().display())
+}
+
+#[test]
+fn a_waiter_on_another_thread_gets_the_lock_when_it_is_released() {
+    let dir = tempfile::tempdir().unwrap();
+    let holder = distlock::blocking::connect(&file_url(&dir)).unwrap();
+    let waiter = distlock::blocking::connect(&file_url(&dir)).unwrap();
+
+    let guard = holder.acquire("shared-job").unwrap();
+    assert!(waiter.try_acquire("shared-job").unwrap().is_none());
+    let token = guard.fencing_token();
+    let (sender, received) = std::sync::mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        let next = waiter.acquire("shared-job").unwrap();
+        sender.send(next.fencing_token()).unwrap();
+        next.release().unwrap()
+    });
+    // The waiter is blocked while the lock is held.
+    assert!(received.recv_timeout(Duration::from_millis(200)).is_err());
+    assert!(guard.release().unwrap());
+    assert!(received.recv().unwrap() > token);
+    assert!(thread.join().unwrap());
+}
+
+#[test]
+fn the_keeper_extends_while_the_thread_works() {
+    let client = distlock::blocking::connect("memory://?lease=1s").unwrap();
+    let guard = client.acquire("long-work").unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(!guard.is_lost(), "extended in the background");
+    guard.extend().unwrap();
+    assert!(guard.release().unwrap());
+}
+
+#[test]
+fn kinds_with_lock_list_and_force_release() {
+    let client = distlock::blocking::connect("memory://").unwrap();
+    let reader = client
+        .acquire_with("config", AcquireOptions::new().shared())
+        .unwrap();
+    let second = client
+        .try_acquire_with("config", AcquireOptions::new().shared())
+        .unwrap()
+        .expect("readers share");
+    assert_eq!(client.list().unwrap().len(), 2);
+    assert!(client.try_acquire("config").unwrap().is_none());
+    drop(second);
+    assert!(client.force_release("config").unwrap());
+    // The holder learns at its next extension that the lock was taken away.
+    reader.extend().unwrap_err();
+    assert!(reader.wait_lost().is_ok());
+
+    let doubled = client
+        .with_lock("work", Duration::from_secs(5), |lock| {
+            lock.fencing_token * 2
+        })
+        .unwrap();
+    assert!(doubled >= 2);
+    assert!(matches!(client.acquire(""), Err(Error::InvalidName { .. })));
+}
+
+#[test]
+fn a_dropped_guard_releases_the_lock() {
+    let client = distlock::blocking::connect("memory://").unwrap();
+    drop(client.acquire("dropped").unwrap());
+    let again = client
+        .acquire_with("dropped", Duration::from_secs(5))
+        .expect("the drop released it");
+    again.release().unwrap();
+}
+
+#[tokio::test]
+async fn inside_a_runtime_it_refuses_instead_of_stalling() {
+    let outcome = distlock::blocking::connect("memory://");
+    assert!(matches!(outcome, Err(Error::Unsupported(_))), "{outcome:?}");
+
+    // A client made outside, then used (and dropped) inside.
+    let client = std::thread::spawn(|| distlock::blocking::connect("memory://").unwrap())
+        .join()
+        .unwrap();
+    assert!(matches!(
+        client.acquire("inside"),
+        Err(Error::Unsupported(_))
+    ));
+    drop(client);
+}
