@@ -87,8 +87,8 @@ impl Asking {
     async fn ask(&mut self, backend: &Arc<dyn Backend>) -> Result<Outcome> {
         let operation_timeout = self.request.operation_timeout;
         let sent_at = Instant::now();
-        let attempt = bounded::within(
-            backend.capabilities().bounds_calls,
+        let attempt = bounded::call(
+            &**backend,
             operation_timeout,
             "acquire",
             backend.try_acquire(&self.request, &mut self.wait),
@@ -126,32 +126,24 @@ impl Asking {
         }
         let operation_timeout = self.request.operation_timeout;
         let name = self.request.name.clone();
-        match tokio::time::timeout(
+        let ended = bounded::call(
+            backend,
             operation_timeout,
+            "end wait",
             backend.end_wait(&self.request, self.wait),
-        )
-        .await
-        {
-            Ok(Ok(())) => {}
-            Ok(Err(error)) => {
-                tracing::warn!(%name, %error, "could not end a wait on the backend; its record will expire")
-            }
-            Err(_) => {
-                tracing::warn!(%name, "ending a wait on the backend timed out; its record will expire")
-            }
+        );
+        if let Err(error) = ended.await {
+            tracing::warn!(%name, %error, "could not end a wait on the backend; its record will expire");
         }
     }
 }
 
 pub(crate) async fn release_unclaimed(backend: &dyn Backend, lease: &Lease, timeout: Duration) {
-    match tokio::time::timeout(timeout, backend.release(lease)).await {
-        Ok(Ok(true)) => tracing::debug!(name = %lease.name, "released a grant nobody waited for"),
-        Ok(Ok(false)) => {}
-        Ok(Err(error)) => {
+    match bounded::call(backend, timeout, "release", backend.release(lease)).await {
+        Ok(true) => tracing::debug!(name = %lease.name, "released a grant nobody waited for"),
+        Ok(false) => {}
+        Err(error) => {
             tracing::warn!(name = %lease.name, %error, "could not release an unclaimed grant; it will expire")
-        }
-        Err(_) => {
-            tracing::warn!(name = %lease.name, "releasing an unclaimed grant timed out; it will expire")
         }
     }
 }

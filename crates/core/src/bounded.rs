@@ -1,11 +1,44 @@
-//! Backend calls bounded by the operation timeout, with a timer only where
-//! the backend does not bound the call itself.
+//! The one gate of backend calls: every call core makes to a backend is
+//! bounded here by the operation timeout, with a timer only where the
+//! backend does not bound the call itself. (A wait's attempt is cut shorter
+//! still at its deadline, in `attempt.rs`, and goes on in the background.)
 
 use std::future::Future;
 use std::time::Duration;
 
+use crate::backend::Backend;
 use crate::error::Result;
 use crate::keeper::timed_out;
+
+/// Runs `call`, `backend`'s `operation`, for at most `limit`; see
+/// [`within`].
+///
+/// # Errors
+/// The call's error, or [`Error::OperationTimeout`](crate::Error::OperationTimeout)
+/// naming `operation`.
+pub(crate) async fn call<T>(
+    backend: &dyn Backend,
+    limit: Duration,
+    operation: &'static str,
+    call: impl Future<Output = Result<T>>,
+) -> Result<T> {
+    within(backend.capabilities().bounds_calls, limit, operation, call).await
+}
+
+/// Runs `call`, the keeper's `operation`, for at most `limit`, under a timer
+/// even when the backend bounds its calls itself: a batch of extensions may
+/// be several calls inside the backend, and the keeper gives the whole
+/// batch one operation timeout.
+///
+/// # Errors
+/// As [`call`].
+pub(crate) async fn keeper_call<T>(
+    limit: Duration,
+    operation: &'static str,
+    call: impl Future<Output = Result<T>>,
+) -> Result<T> {
+    within(false, limit, operation, call).await
+}
 
 /// Runs `call`, a backend's `operation`, for at most `limit`. No timer is
 /// set when the backend bounds the call itself

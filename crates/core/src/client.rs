@@ -451,8 +451,8 @@ impl LockClient {
         operation: &'static str,
         call: impl Future<Output = Result<T>>,
     ) -> Result<T> {
-        bounded::within(
-            self.inner.backend.capabilities().bounds_calls,
+        bounded::call(
+            &*self.inner.backend,
             self.inner.options.operation_timeout(),
             operation,
             call,

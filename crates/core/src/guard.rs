@@ -281,8 +281,8 @@ where
 
 /// The backend's release of `held`, bounded by the operation timeout.
 async fn backend_release(held: &HeldLease) -> Result<bool> {
-    bounded::within(
-        held.backend.capabilities().bounds_calls,
+    bounded::call(
+        &*held.backend,
         held.lease.operation_timeout,
         "release",
         held.backend.release(&held.lease),

@@ -21,7 +21,7 @@ use crate::bounded;
 use crate::claim::Claim;
 use crate::error::Result;
 use crate::guard::LockGuard;
-use crate::keeper::{Keeper, timed_out};
+use crate::keeper::Keeper;
 use crate::lease::{HeldLease, LossReason};
 use crate::slots::SlotPermit;
 use crate::state::GrantState;
@@ -72,8 +72,8 @@ pub(crate) async fn hand_over(
         )
     };
     let sent_at = Instant::now();
-    let outcome = bounded::within(
-        held.backend.capabilities().bounds_calls,
+    let outcome = bounded::call(
+        &*held.backend,
         held.lease.operation_timeout,
         "hand-over",
         held.backend.hand_over(&held.lease, &next),
@@ -146,7 +146,11 @@ fn offer_to_next_waiter(
 }
 
 async fn release(held: &HeldLease, lease: &Lease) -> Result<bool> {
-    tokio::time::timeout(held.lease.operation_timeout, held.backend.release(lease))
-        .await
-        .unwrap_or_else(|_| Err(timed_out("release", held.lease.operation_timeout)))
+    bounded::call(
+        &*held.backend,
+        held.lease.operation_timeout,
+        "release",
+        held.backend.release(lease),
+    )
+    .await
 }

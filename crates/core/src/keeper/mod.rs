@@ -23,6 +23,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::backend::{Backend, Lease};
+use crate::bounded;
 use crate::error::{Error, Result};
 use crate::lease::{HeldLease, LossReason};
 use crate::options::LockOptions;
@@ -180,12 +181,12 @@ impl Keeper {
             return self.shared.clone().renew_now(held).await;
         }
         let sent_at = Instant::now();
-        let outcome = tokio::time::timeout(
+        let outcome = bounded::keeper_call(
             held.lease.operation_timeout,
+            "extend",
             held.backend.extend(&held.lease),
         )
-        .await
-        .unwrap_or_else(|_| Err(timed_out("extend", held.lease.operation_timeout)));
+        .await;
         // The keeper records the outcome; the caller gets the same error,
         // with its kind and source, or the loss an `Ok(false)` means.
         let failure = match &outcome {
@@ -417,7 +418,8 @@ impl Shared {
         let timeout = self.options.operation_timeout();
         let sent_at = Instant::now();
         let started = std::time::Instant::now();
-        let outcomes = match tokio::time::timeout(timeout, backend.extend_many(&leases)).await {
+        let batch = async { Ok(backend.extend_many(&leases).await) };
+        let outcomes = match bounded::keeper_call(timeout, "extend", batch).await {
             Ok(outcomes) if outcomes.len() == leases.len() => outcomes,
             Ok(_) => leases
                 .iter()

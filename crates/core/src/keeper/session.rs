@@ -9,7 +9,8 @@ use std::sync::atomic::Ordering;
 
 use tokio::time::Instant;
 
-use super::{Keeper, Shared, lost_error, timed_out};
+use super::{Keeper, Shared, lost_error};
+use crate::bounded;
 use crate::error::{Error, Result};
 use crate::lease::{HeldLease, LossReason};
 
@@ -103,9 +104,9 @@ impl Shared {
     async fn ask_renewal(&self) -> Result<bool> {
         let backend = self.session.as_ref().expect("only session backends renew");
         let timeout = self.options.operation_timeout();
-        tokio::time::timeout(timeout, backend.renew_session())
-            .await
-            .unwrap_or_else(|_| Err(timed_out("renewing the session", timeout)))
+        // Under a timer whatever the backend bounds itself: a renewal has
+        // one operation timeout in all (see `bounded::keeper_call`).
+        bounded::keeper_call(timeout, "renew session", backend.renew_session()).await
     }
 
     /// Applies a renewal sent at `sent_at`: every lease held is kept for a
