@@ -107,8 +107,23 @@ impl From<distlock::Error> for Failure {
             | distlock::Error::KindConflict { .. } => USAGE,
             _ => RUNTIME,
         };
-        Self::new(code, error.to_string())
+        Self::new(code, with_causes(&error))
     }
+}
+
+/// `error`'s message followed by its causes, as `message: cause: cause`;
+/// a cause whose text the message already holds is not said twice.
+pub(crate) fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !message.contains(&text) {
+            message = format!("{message}: {text}");
+        }
+        source = cause.source();
+    }
+    message
 }
 
 /// The exit code that reports how a child ended: its own code, or 128 plus
@@ -192,6 +207,26 @@ fn first_lines(rendered: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_error_is_said_with_its_causes_once_each() {
+        let cause = distlock::Error::Backend {
+            backend: "postgres",
+            message: "connection refused".into(),
+            source: None,
+        };
+        let error = distlock::Error::Timeout {
+            name: "job".into(),
+            waited: std::time::Duration::from_secs(2),
+            last_error: Some(Box::new(cause)),
+        };
+        let failure = Failure::from(error);
+        assert_eq!(
+            failure.message,
+            "timed out after 2s waiting for lock job: postgres backend: connection refused"
+        );
+        assert_eq!(failure.code, RUNTIME);
+    }
 
     #[test]
     fn clap_renderings_become_one_line() {
