@@ -152,8 +152,19 @@ pub use distlock_mongodb as mongodb;
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use distlock_postgres as postgres;
 
-/// The README's examples, compiled and run as doc tests (the README lives
-/// outside the package, so only tests read it).
+/// The README's examples, compiled and run as doc tests (the README and the
+/// guides live outside the package, so only tests read them).
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
 struct ReadmeDoctests;
+
+/// The guides' examples, compiled as doc tests.
+#[cfg(all(doctest, feature = "mongodb"))]
+#[doc = include_str!("../../../docs/mongodb.md")]
+#[doc = include_str!("../../../docs/entity-locks.md")]
+struct MongoDbGuideDoctests;
+
+/// The memcached guide's example, compiled as a doc test.
+#[cfg(all(doctest, feature = "memcached"))]
+#[doc = include_str!("../../../docs/memcached.md")]
+struct MemcachedGuideDoctests;
