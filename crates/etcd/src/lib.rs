@@ -53,6 +53,8 @@
 //! [`Error::InvalidConfig`]: distlock_core::Error::InvalidConfig
 //! [`Capabilities::sessions`]: distlock_core::Capabilities::sessions
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod backend;
 mod config;
 mod error;

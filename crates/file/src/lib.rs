@@ -38,6 +38,8 @@
 //! backend across machines. Token writes are not fsynced; after a power loss
 //! the clock-based floor keeps tokens increasing.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod admin;
 mod files;
 mod gate;

@@ -124,6 +124,8 @@
 //!
 //! [`Backend::list`]: distlock_core::Backend::list
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod backend;
 mod config;
 mod conn;

@@ -147,6 +147,8 @@
 //! Errors and `Debug` output never contain the password of the URL: URLs
 //! are shown with their user information replaced by `***`.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod backend;
 mod builder;
 mod bulk;

@@ -238,6 +238,8 @@
 //! - **Hand-overs** are not offered: a lock passes between the tasks of
 //!   one client by a release and a new grant.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod advisory;
 mod backend;
 mod config;
