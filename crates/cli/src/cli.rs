@@ -35,15 +35,19 @@ pub(crate) enum Command {
         long_about = "Run CMD while holding the lock NAME, then release it.\n\n\
             By default distlock waits for the lock as long as it takes. CMD gets the environment \
             variables DISTLOCK_NAME and DISTLOCK_FENCING_TOKEN; pass the token to anything that \
-            can turn away stale writers. The lock covers CMD and every process it starts: if \
-            CMD exits leaving processes running, the lock is held until they end too, as \
-            flock(1) holds its lock. If the lock is lost, CMD and everything it started get \
-            SIGTERM, then SIGKILL after --kill-grace. SIGINT, SIGTERM and SIGHUP sent to \
+            can turn away stale writers. On Linux the lock covers CMD and every process it \
+            starts: if CMD exits leaving processes running, the lock is held until they end \
+            too, as flock(1) holds its lock. If the lock is lost, CMD and everything it started \
+            get SIGTERM, then SIGKILL after --kill-grace. SIGINT, SIGTERM and SIGHUP sent to \
             distlock are passed on to CMD, and distlock waits for it; a Ctrl-C at the terminal \
             already reaches CMD, so it is not passed on a second time. If distlock itself dies, \
-            even by SIGKILL, the kernel kills CMD (the parent-death signal; not for set-user-ID \
-            programs, and only CMD itself, not processes it started: use `exec` in shell \
-            scripts).",
+            even by SIGKILL, the kernel kills CMD (Linux's parent-death signal; not for \
+            set-user-ID programs, and only CMD itself, not processes it started: use `exec` in \
+            shell scripts).\n\n\
+            On macOS and the BSDs, or on Linux with DISTLOCK_PORTABLE=1, distlock knows CMD \
+            alone: the lock is released when CMD exits, whatever CMD left running; a lost lock's \
+            SIGTERM and SIGKILL reach CMD only; and CMD outlives a distlock killed by SIGKILL, \
+            without the lock.",
         after_help = RUN_EXIT_CODES_HELP
     )]
     Run(RunArgs),

@@ -1,11 +1,16 @@
 //! `distlock __exec`: the trampoline that ties CMD's life to distlock's.
 //!
 //! `distlock run` starts CMD as `distlock __exec --parent-pid PID -- CMD`.
-//! This process asks the kernel for SIGKILL when its parent dies
+//! On Linux this process asks the kernel for SIGKILL when its parent dies
 //! (`PR_SET_PDEATHSIG`, kept across `exec`), checks that the parent did not
 //! die before that request, and then replaces itself with CMD. So even a
 //! distlock killed by SIGKILL, which cannot release anything, takes CMD
 //! with it, and CMD never runs on without the lock.
+//!
+//! Other systems have no such request (FreeBSD's `procctl` is not used), and
+//! neither does Linux with [`PORTABLE`](crate::platform::PORTABLE) set: the
+//! parent is still checked, but CMD outlives a distlock killed outright,
+//! without the lock.
 //!
 //! All of this is safe code: rustix wraps `prctl`, and std's
 //! [`CommandExt::exec`] wraps `execvp`.
@@ -14,7 +19,7 @@ use std::io;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 
-use rustix::process::{Signal, getppid, set_parent_process_death_signal};
+use rustix::process::getppid;
 
 use crate::cli::ExecArgs;
 use crate::exit::{CANNOT_EXECUTE, NOT_FOUND, RUNTIME};
@@ -52,15 +57,20 @@ pub(crate) fn exec(args: ExecArgs) -> u8 {
     }
 }
 
-/// Asks for SIGKILL when the parent dies, and checks that the parent is
-/// still `expected`: if it died before the request, no signal would come.
+/// Asks for SIGKILL when the parent dies, where Linux's process controls
+/// are used, and checks that the parent is still `expected`: if it died
+/// before the request, no signal would come.
 ///
 /// The signal is tied to the parent *thread* that spawned this process, so
 /// parents must spawn from a thread that lives as long as they do (distlock
 /// spawns from its main thread).
 pub(crate) fn die_with_parent(expected: u32) -> Result<(), String> {
-    set_parent_process_death_signal(Some(Signal::KILL))
-        .map_err(|error| format!("cannot ask for the parent-death signal: {error}"))?;
+    #[cfg(target_os = "linux")]
+    if crate::platform::linux_process_controls() {
+        use rustix::process::{Signal, set_parent_process_death_signal};
+        set_parent_process_death_signal(Some(Signal::KILL))
+            .map_err(|error| format!("cannot ask for the parent-death signal: {error}"))?;
+    }
     let parent = getppid().map(|pid| pid.as_raw_nonzero().get());
     if parent != i32::try_from(expected).ok() {
         return Err("distlock exited before the command started".into());

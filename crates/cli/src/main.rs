@@ -27,10 +27,11 @@
 //!
 //! # Processes
 //! `run` starts CMD through a hidden `__exec` subcommand of this same
-//! binary, which sets the parent-death signal and then becomes CMD (see
-//! [`exec`]); `demo` starts its workers as a hidden `__demo-worker`
-//! subcommand. Both are spawned from the main thread, which the
-//! current-thread runtime guarantees.
+//! binary, which sets the parent-death signal (on Linux) and then becomes
+//! CMD (see [`exec`]); `demo` starts its workers as a hidden
+//! `__demo-worker` subcommand. Both are spawned from the main thread, which
+//! the current-thread runtime guarantees. What differs off Linux, and the
+//! `DISTLOCK_PORTABLE` switch that forces it there, is in [`platform`].
 
 mod cli;
 mod demo;
@@ -38,6 +39,7 @@ mod exec;
 mod exit;
 mod list;
 mod open;
+mod platform;
 mod release;
 mod run;
 mod text;

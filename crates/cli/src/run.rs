@@ -2,9 +2,10 @@
 //!
 //! The lock is released on every way out: CMD exits, CMD is killed by a
 //! forwarded signal, the lock is lost, or something fails after the lock
-//! was taken. Only a distlock killed outright cannot release; then the
-//! kernel kills CMD (see [`crate::exec`]) and the lock ends with the process
-//! (file backend) or when its lease runs out (server backends).
+//! was taken. Only a distlock killed outright cannot release; then, on
+//! Linux, the kernel kills CMD (see [`crate::exec`]), and the lock ends with
+//! the process (file backend) or when its lease runs out (server backends).
+//! Elsewhere CMD runs on without the lock.
 
 use std::ffi::OsString;
 use std::future::Future;
@@ -24,7 +25,7 @@ use crate::cli::RunArgs;
 use crate::exit::{self, Failure, LOST, NOT_ACQUIRED};
 use crate::open;
 use crate::text;
-use crate::tree;
+use crate::tree::{self, Tree};
 
 /// Runs `distlock run`; returns the exit code.
 pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
@@ -201,7 +202,7 @@ async fn supervise(
     grace: Duration,
     signals: &mut Signals,
 ) -> Result<Ended, Failure> {
-    tree::adopt_orphans();
+    let tree = Tree::start();
     let mut child = spawn(guard, command)?;
     let lost = guard.lost_signal();
     let status = loop {
@@ -220,15 +221,17 @@ async fn supervise(
                 }
             }
             reason = lost.lost() => {
-                let killed = stop(Some(&mut child), grace).await?;
+                let killed = stop(tree, Some(&mut child), grace).await?;
                 return Ok(Ended::Lost { reason, killed });
             }
         }
     };
-    Ok(match wait_for_leftovers(&lost, grace, signals).await? {
-        None => Ended::Exited(status),
-        Some((reason, killed)) => Ended::Lost { reason, killed },
-    })
+    Ok(
+        match wait_for_leftovers(tree, &lost, grace, signals).await? {
+            None => Ended::Exited(status),
+            Some((reason, killed)) => Ended::Lost { reason, killed },
+        },
+    )
 }
 
 /// How often to look whether the processes CMD left running have ended.
@@ -238,13 +241,14 @@ const LEFTOVER_POLL: Duration = Duration::from_millis(50);
 /// ended, passing signals on to them; stops them if the lock is lost, and
 /// then returns the reason and whether SIGKILL was needed.
 async fn wait_for_leftovers(
+    tree: Tree,
     lost: &LostSignal,
     grace: Duration,
     signals: &mut Signals,
 ) -> Result<Option<(LossReason, bool)>, Failure> {
     let mut told = false;
     loop {
-        let running = tree::reap_adopted();
+        let running = tree.reap_adopted();
         if running == 0 {
             return Ok(None);
         }
@@ -259,10 +263,10 @@ async fn wait_for_leftovers(
             () = tokio::time::sleep(LEFTOVER_POLL) => {}
             signal = signals.recv() => {
                 tracing::debug!(signal = signal.as_raw(), "passing a signal on to what CMD left running");
-                tree::signal(&tree::all(), signal);
+                tree::signal(&tree.all(None), signal);
             }
             reason = lost.lost() => {
-                let killed = stop(None, grace).await?;
+                let killed = stop(tree, None, grace).await?;
                 return Ok(Some((reason, killed)));
             }
         }
@@ -292,33 +296,35 @@ fn spawn(guard: &LockGuard, command: &[OsString]) -> Result<Child, Failure> {
         })
 }
 
-/// Sends SIGTERM to CMD, if it still runs, and to every process it
-/// started, then SIGKILL to those left after `grace`, and waits for all of
-/// them; returns whether SIGKILL was needed.
-async fn stop(mut child: Option<&mut Child>, grace: Duration) -> Result<bool, Failure> {
-    tree::signal(&tree::all(), Signal::TERM);
-    match tokio::time::timeout(grace, all_ended(child.as_deref_mut())).await {
+/// Sends SIGTERM to CMD, if it still runs, and to every process it started
+/// that `tree` knows of, then SIGKILL to those left after `grace`, and
+/// waits for all of them; returns whether SIGKILL was needed.
+async fn stop(tree: Tree, mut child: Option<&mut Child>, grace: Duration) -> Result<bool, Failure> {
+    let command = child.as_deref().and_then(pid_of);
+    tree::signal(&tree.all(command), Signal::TERM);
+    match tokio::time::timeout(grace, all_ended(tree, child.as_deref_mut())).await {
         Ok(ended) => ended.map(|()| false),
         Err(_) => {
-            tree::signal(&tree::all(), Signal::KILL);
+            let command = child.as_deref().and_then(pid_of);
+            tree::signal(&tree.all(command), Signal::KILL);
             if let Some(child) = child.as_deref_mut() {
                 let _ = child.start_kill();
             }
-            all_ended(child).await.map(|()| true)
+            all_ended(tree, child).await.map(|()| true)
         }
     }
 }
 
 /// Resolves once CMD, if given, and every process distlock adopted have
 /// ended and been reaped.
-async fn all_ended(child: Option<&mut Child>) -> Result<(), Failure> {
+async fn all_ended(tree: Tree, child: Option<&mut Child>) -> Result<(), Failure> {
     if let Some(child) = child {
         child
             .wait()
             .await
             .map_err(|error| Failure::runtime(format!("cannot wait for the command: {error}")))?;
     }
-    while tree::reap_adopted() > 0 {
+    while tree.reap_adopted() > 0 {
         tokio::time::sleep(LEFTOVER_POLL).await;
     }
     Ok(())

@@ -14,6 +14,7 @@
 //! ```
 
 pub mod cases;
+mod child;
 pub mod kinds;
 mod process;
 mod support;
@@ -23,6 +24,7 @@ use std::time::Duration;
 
 use distlock_core::Backend;
 
+pub use child::in_child_with_env;
 pub use support::{test_options, unique_name};
 
 /// How a backend under test is reached.
@@ -58,10 +60,33 @@ pub trait Fixture: Send + Sync {
 /// `conformance_suite!(fixture)` includes the cross-process cases, which run
 /// the `distlock` command; `conformance_suite!(in_process: fixture)` leaves
 /// them out, for backends that live in one process.
+/// `conformance_suite!(env("NAME" = "value"): fixture)` runs every case,
+/// the cross-process ones included, in a child process of the test binary
+/// with that environment variable set, for settings a process reads once
+/// (see [`in_child_with_env`]).
 #[macro_export]
 macro_rules! conformance_suite {
     (in_process: $fixture:expr) => {
-        $crate::conformance_suite!(@cases $fixture;
+        $crate::conformance_suite!(@in_process [] $fixture);
+    };
+    (env($key:literal = $value:literal): $fixture:expr) => {
+        $crate::conformance_suite!(@all [$key = $value] $fixture);
+    };
+    ($fixture:expr) => {
+        $crate::conformance_suite!(@all [] $fixture);
+    };
+    (@all $env:tt $fixture:expr) => {
+        $crate::conformance_suite!(@in_process $env $fixture);
+        $crate::conformance_suite!(@cases $env $fixture;
+            cross_process_sigkill_frees_the_lock,
+            cross_process_sigstop_holder,
+        );
+        $crate::conformance_suite!(@kinds $env $fixture;
+            cross_process_sigkill_frees_each_kind,
+        );
+    };
+    (@in_process $env:tt $fixture:expr) => {
+        $crate::conformance_suite!(@cases $env $fixture;
             acquire_and_release,
             contended_try_acquire_returns_none,
             zero_timeout_tries_once,
@@ -80,7 +105,7 @@ macro_rules! conformance_suite {
             with_lock_releases_on_every_path,
             dropped_guard_releases,
         );
-        $crate::conformance_suite!(@kinds $fixture;
+        $crate::conformance_suite!(@kinds $env $fixture;
             readers_overlap,
             a_writer_excludes_readers_and_writers,
             a_waiting_writer_is_served_before_later_readers,
@@ -93,32 +118,34 @@ macro_rules! conformance_suite {
             cancelled_waits_leave_nothing_held_for_each_kind,
         );
     };
-    ($fixture:expr) => {
-        $crate::conformance_suite!(in_process: $fixture);
-        $crate::conformance_suite!(@cases $fixture;
-            cross_process_sigkill_frees_the_lock,
-            cross_process_sigstop_holder,
-        );
-        $crate::conformance_suite!(@kinds $fixture;
-            cross_process_sigkill_frees_each_kind,
-        );
-    };
-    (@kinds $fixture:expr; $($case:ident),* $(,)?) => {
+    (@kinds $env:tt $fixture:expr; $($case:ident),* $(,)?) => {
         $(
             #[::tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn $case() {
-                let fixture = $fixture;
-                $crate::kinds::$case(&fixture).await;
+                $crate::conformance_suite!(@run $env $case {
+                    let fixture = $fixture;
+                    $crate::kinds::$case(&fixture).await;
+                });
             }
         )*
     };
-    (@cases $fixture:expr; $($case:ident),* $(,)?) => {
+    (@cases $env:tt $fixture:expr; $($case:ident),* $(,)?) => {
         $(
             #[::tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn $case() {
-                let fixture = $fixture;
-                $crate::cases::$case(&fixture).await;
+                $crate::conformance_suite!(@run $env $case {
+                    let fixture = $fixture;
+                    $crate::cases::$case(&fixture).await;
+                });
             }
         )*
+    };
+    // A case runs here, or, with an environment variable to set, in the
+    // child process that has it.
+    (@run [] $case:ident $body:block) => {
+        $body
+    };
+    (@run [$key:literal = $value:literal] $case:ident $body:block) => {
+        if $crate::in_child_with_env(module_path!(), stringify!($case), $key, $value) $body
     };
 }

@@ -40,7 +40,7 @@ fn claim_args(claim: Claim) -> Vec<String> {
 pub(crate) struct HeldByChild {
     child: Child,
     token: u64,
-    _dir: PathBuf,
+    dir: PathBuf,
 }
 
 impl HeldByChild {
@@ -66,7 +66,8 @@ impl HeldByChild {
         let marker = dir.join("token");
         let lease_arg = format!("{}ms", lease.as_millis());
         let script = format!(
-            "echo \"$DISTLOCK_FENCING_TOKEN\" > {}.tmp && mv {}.tmp {} && exec sleep 120",
+            "echo $$ > {}/command && echo \"$DISTLOCK_FENCING_TOKEN\" > {}.tmp && mv {}.tmp {} && exec sleep 120",
+            dir.display(),
             marker.display(),
             marker.display(),
             marker.display()
@@ -90,7 +91,7 @@ impl HeldByChild {
         let mut held = Self {
             child,
             token: 0,
-            _dir: dir,
+            dir,
         };
         let started = Instant::now();
         loop {
@@ -122,6 +123,17 @@ impl HeldByChild {
     pub(crate) fn kill_hard(&mut self) {
         self.signal(Signal::KILL);
         self.child.wait().expect("reap");
+        self.kill_command();
+    }
+
+    /// Kills the holder's command, once the holder was killed: it outlives
+    /// the holder where there is no parent-death signal (off Linux, or with
+    /// `DISTLOCK_PORTABLE` set).
+    fn kill_command(&self) {
+        let command = std::fs::read_to_string(self.dir.join("command")).ok();
+        if let Some(pid) = command.and_then(|pid| pid.trim().parse().ok().and_then(Pid::from_raw)) {
+            let _ = kill_process(pid, Signal::KILL);
+        }
     }
 
     pub(crate) fn stop(&self) {
@@ -163,7 +175,8 @@ impl Drop for HeldByChild {
         if matches!(self.child.try_wait(), Ok(None)) {
             let _ = self.child.kill();
             let _ = self.child.wait();
+            self.kill_command();
         }
-        let _ = std::fs::remove_dir_all(&self._dir);
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -67,6 +67,14 @@ pub struct Holder {
     pub label: Option<String>,
 }
 
+// distlock is for Unix: the host name below is uname(2)'s, and the file
+// backend and the command stand on flock(2), signals and exec. Elsewhere,
+// one clear error instead of rustix's missing modules.
+#[cfg(not(unix))]
+compile_error!(
+    "distlock builds on Unix only (Linux, macOS and the BSDs); Windows is not supported"
+);
+
 impl Holder {
     /// This process, with an optional label.
     pub fn this_process(label: Option<&str>) -> Self {

@@ -28,9 +28,19 @@
 //!   that its files are no longer the ones at their paths, and reports the
 //!   lock lost.
 //!
-//! - A release touches a signal file, `.<SHA-256>.released`, and waiters in
-//!   every process watch the directory with inotify, so they retry the
-//!   moment a lock is released instead of polling.
+//! - A release touches a signal file, `.<SHA-256>.released`, and on Linux
+//!   waiters in every process watch the directory with inotify, so they
+//!   retry the moment a lock is released instead of polling.
+//!
+//! # Platforms
+//! The locks are `flock(2)`, which every Unix has; only the wake-ups are
+//! Linux's. On macOS and the BSDs waiters poll instead, with the client's
+//! backoff (between 5 ms and 500 ms by default): a release reaches a waiter
+//! at its next retry rather than at once, and
+//! [`Capabilities::release_wakeups`] is false. Setting the environment
+//! variable `DISTLOCK_PORTABLE=1` makes a process on Linux poll the same
+//! way, which is how the tests run that path. `docs/platforms.md` says what
+//! is tested where.
 //!
 //! # Limits
 //! Only processes that share the directory on one machine's local file
@@ -244,7 +254,7 @@ impl Backend for FileBackend {
     fn capabilities(&self) -> Capabilities {
         Capabilities::lease_based()
             .with_process_bound(true)
-            .with_release_wakeups(true)
+            .with_release_wakeups(wake::watched())
             .with_shared(true)
             .with_semaphores(true)
     }

@@ -103,6 +103,8 @@ pub(crate) fn release_signal(name: &LockName) -> String {
 }
 
 /// The digest in a release signal's file name.
+// Only the Linux directory watch reads signal files.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub(crate) fn signalled_digest(file_name: &[u8]) -> Option<&str> {
     let text = std::str::from_utf8(file_name).ok()?;
     text.strip_prefix('.')?.strip_suffix(RELEASED)

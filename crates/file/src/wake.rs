@@ -1,25 +1,59 @@
 //! Release wake-ups across the processes of one machine.
 //!
 //! A releaser touches a signal file, `.<digest>.released`, after it drops
-//! its lock. Waiters watch the directory with inotify and retry at once when
-//! the signal of a name they wait for is written. Attempts themselves never
-//! write signal files, so waiters cannot wake each other in a loop. A holder
-//! that dies releases nothing: waiters then find the lock free at their next
-//! timed retry.
+//! its lock. On Linux, waiters watch the directory with inotify and retry at
+//! once when the signal of a name they wait for is written. Attempts
+//! themselves never write signal files, so waiters cannot wake each other in
+//! a loop. A holder that dies releases nothing: waiters then find the lock
+//! free at their next timed retry.
+//!
+//! Elsewhere, or where [`PORTABLE`] forces it on Linux, there is no watch:
+//! the backend reports no release wake-ups and core retries with the
+//! client's backoff. Releases still write signal files, for the waiters of
+//! other processes that do watch.
 
-use std::mem::MaybeUninit;
-use std::os::fd::OwnedFd;
 use std::path::Path;
-use std::sync::{Mutex, PoisonError};
-
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
 use distlock_core::{LockName, ReleaseHub, ReleaseWatch};
-use rustix::event::{PollFd, PollFlags};
-use rustix::fs::inotify;
 
 use crate::names;
+
+#[cfg(target_os = "linux")]
+mod inotify;
+
+/// Where inotify does not exist, the watch is never started (see
+/// [`watched`]); this keeps one code path above it on every system.
+#[cfg(not(target_os = "linux"))]
+mod inotify {
+    pub(super) fn start(
+        _dir: &std::path::Path,
+        _hub: distlock_core::ReleaseHub,
+    ) -> std::io::Result<super::StopFlag> {
+        Err(std::io::ErrorKind::Unsupported.into())
+    }
+}
+
+/// The environment variable that forces the portable fallbacks on Linux,
+/// so that they are tested there: set to anything but `0` or nothing, the
+/// file backend polls instead of watching with inotify. The `distlock`
+/// command reads the same variable.
+pub(crate) const PORTABLE: &str = "DISTLOCK_PORTABLE";
+
+/// Whether [`PORTABLE`] is set, read once per process.
+fn portable_forced() -> bool {
+    static FORCED: LazyLock<bool> = LazyLock::new(|| {
+        std::env::var_os(PORTABLE).is_some_and(|value| !value.is_empty() && value != "0")
+    });
+    *FORCED
+}
+
+/// Whether waiters watch the directory: on Linux, unless [`PORTABLE`]
+/// forces polling.
+pub(crate) fn watched() -> bool {
+    cfg!(target_os = "linux") && !portable_forced()
+}
 
 /// The directory watcher of one backend, started when the first waiter
 /// needs it.
@@ -41,22 +75,32 @@ enum Watcher {
 }
 
 impl Wakeups {
-    /// A watch on `name`, or `None` when inotify cannot be used here (the
+    /// A watch on `name`, or `None` when the directory is not watched (the
     /// waiter then polls).
     pub(crate) fn watch(&self, dir: &Path, name: &LockName) -> Option<ReleaseWatch> {
         let mut watcher = self.watcher.lock().unwrap_or_else(PoisonError::into_inner);
         if matches!(*watcher, Watcher::NotStarted) {
-            *watcher = match start(dir, self.hub.clone()) {
-                Ok(stop) => Watcher::Running { _stop: stop },
-                Err(error) => {
-                    tracing::debug!(%error, "no inotify; waiters will poll");
-                    Watcher::Unavailable
-                }
-            };
+            *watcher = self.start(dir);
         }
         match *watcher {
             Watcher::Running { .. } => Some(self.hub.watch(name)),
             _ => None,
+        }
+    }
+
+    fn start(&self, dir: &Path) -> Watcher {
+        if !watched() {
+            tracing::debug!(
+                "no directory watch on this system or with {PORTABLE}; waiters will poll"
+            );
+            return Watcher::Unavailable;
+        }
+        match inotify::start(dir, self.hub.clone()) {
+            Ok(stop) => Watcher::Running { _stop: stop },
+            Err(error) => {
+                tracing::debug!(%error, "no inotify; waiters will poll");
+                Watcher::Unavailable
+            }
         }
     }
 }
@@ -74,79 +118,13 @@ pub(crate) fn signal_release(dir: &Path, name: &LockName) {
     }
 }
 
-/// How often the watcher thread checks whether its backend is gone.
-const STOP_CHECK: rustix::time::Timespec = rustix::time::Timespec {
-    tv_sec: 1,
-    tv_nsec: 0,
-};
-
-fn start(dir: &Path, hub: ReleaseHub) -> std::io::Result<StopFlag> {
-    let fd = inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK)?;
-    inotify::add_watch(&fd, dir, inotify::WatchFlags::CLOSE_WRITE)?;
-    let stop = StopFlag::default();
-    let stopped = stop.0.clone();
-    let dir = dir.to_path_buf();
-    std::thread::Builder::new()
-        .name("distlock-file-wakeups".into())
-        .spawn(move || watch_dir(&fd, &dir, &hub, &stopped))?;
-    Ok(stop)
-}
-
-/// Set when the backend is dropped; the watcher thread then exits within
-/// [`STOP_CHECK`].
+/// Set when the backend is dropped; the watcher thread then exits within a
+/// second.
 #[derive(Debug, Default)]
 pub(crate) struct StopFlag(Arc<AtomicBool>);
 
 impl Drop for StopFlag {
     fn drop(&mut self) {
-        self.0.store(true, Ordering::Relaxed);
-    }
-}
-
-fn watch_dir(fd: &OwnedFd, dir: &Path, hub: &ReleaseHub, stopped: &AtomicBool) {
-    let mut buffer = [MaybeUninit::<u8>::uninit(); 4096];
-    while !stopped.load(Ordering::Relaxed) {
-        let mut poll = [PollFd::new(fd, PollFlags::IN)];
-        match rustix::event::poll(&mut poll, Some(&STOP_CHECK)) {
-            Ok(0) | Err(rustix::io::Errno::INTR) => continue,
-            Ok(_) => {}
-            Err(error) => {
-                tracing::warn!(%error, dir = %dir.display(), "inotify failed; waiters fall back to polling");
-                hub.notify_all();
-                return;
-            }
-        }
-        let mut released = Vec::new();
-        let mut reader = inotify::Reader::new(fd, &mut buffer);
-        loop {
-            match reader.next() {
-                Ok(event) => {
-                    if event.events().contains(inotify::ReadFlags::QUEUE_OVERFLOW) {
-                        hub.notify_all();
-                    }
-                    if let Some(digest) = event
-                        .file_name()
-                        .and_then(|n| names::signalled_digest(n.to_bytes()))
-                    {
-                        released.push(digest.to_owned());
-                    }
-                }
-                Err(rustix::io::Errno::AGAIN) => break,
-                Err(error) => {
-                    tracing::warn!(%error, "reading inotify events failed");
-                    break;
-                }
-            }
-        }
-        if !released.is_empty() {
-            for name in hub.watched() {
-                if released
-                    .iter()
-                    .any(|digest| *digest == names::digest(&name))
-                {
-                    hub.notify(&name);
-                }
-            }
-        }
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 }
