@@ -76,10 +76,10 @@ fn a_release_does_not_wake_a_waiter() {
         let holder = client(dir.path(), Duration::from_secs(60));
         let waiter = client(dir.path(), Duration::from_secs(60));
         let name = LockName::new("unheard").unwrap();
-        let guard = holder.acquire(&name, Duration::ZERO).await.unwrap();
+        let guard = holder.acquire_with(&name, Duration::ZERO).await.unwrap();
         let waiting = {
             let (waiter, name) = (waiter.clone(), name.clone());
-            tokio::spawn(async move { waiter.acquire(&name, Duration::from_secs(3)).await })
+            tokio::spawn(async move { waiter.acquire_with(&name, Duration::from_secs(3)).await })
         };
         // Let the waiter make its first attempt and start its minute-long
         // sleep.
@@ -111,10 +111,10 @@ fn a_waiter_takes_a_released_lock_at_its_next_retry() {
         let holder = client(dir.path(), Duration::from_millis(50));
         let waiter = client(dir.path(), Duration::from_millis(50));
         let name = LockName::new("polled \r\n for").unwrap();
-        let guard = holder.acquire(&name, Duration::ZERO).await.unwrap();
+        let guard = holder.acquire_with(&name, Duration::ZERO).await.unwrap();
         let waiting = {
             let (waiter, name) = (waiter.clone(), name.clone());
-            tokio::spawn(async move { waiter.acquire(&name, Duration::from_secs(30)).await })
+            tokio::spawn(async move { waiter.acquire_with(&name, Duration::from_secs(30)).await })
         };
         tokio::time::sleep(Duration::from_millis(300)).await;
         let token = guard.fencing_token();
