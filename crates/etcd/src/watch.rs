@@ -117,17 +117,118 @@ pub(crate) async fn deleted(client: WatchClient, watched: Watched, after: i64) {
                 }
                 break;
             }
-            if response
-                .events()
-                .iter()
-                .any(|event| event.event_type() == EventType::Delete)
-            {
-                return;
-            }
-            if let Some(header) = response.header() {
-                from = from.max(header.revision() + 1);
+            match Seen::of(&response).advanced(from) {
+                Some(next) => from = next,
+                None => return,
             }
         }
         tokio::time::sleep(RETRY).await;
+    }
+}
+
+/// What the watch loop reads of one response.
+#[derive(Debug, Clone, Copy, Default)]
+struct Seen {
+    /// The response that confirms the watch was made.
+    created: bool,
+    /// Whether one of its events is a deletion.
+    deleted: bool,
+    /// The revision of its last event, if it has events.
+    last_event: Option<i64>,
+    /// The store's revision when it was sent.
+    header: Option<i64>,
+}
+
+impl Seen {
+    fn of(response: &etcd_client::WatchResponse) -> Self {
+        let events = response.events();
+        Self {
+            created: response.created(),
+            deleted: events
+                .iter()
+                .any(|event| event.event_type() == EventType::Delete),
+            last_event: events
+                .iter()
+                .filter_map(|event| event.kv().map(|kv| kv.mod_revision()))
+                .max(),
+            header: response.header().map(|header| header.revision()),
+        }
+    }
+
+    /// The revision to watch from after this response, if the watch was
+    /// watching from `from`; `None` once it reported a deletion.
+    ///
+    /// Only what the stream has delivered moves the start on: its events,
+    /// or a progress notification, which etcd sends once every event up to
+    /// its header's revision was sent. The header of the `created`
+    /// response is the store's revision at that moment, before the events
+    /// since `from` were sent: moving past it, a stream that broke before
+    /// those events would reopen past a deletion it never saw.
+    fn advanced(self, from: i64) -> Option<i64> {
+        if self.deleted {
+            return None;
+        }
+        if self.created {
+            return Some(from);
+        }
+        let seen = match self.last_event {
+            Some(revision) => revision,
+            None => self.header.unwrap_or(0),
+        };
+        Some(from.max(seen + 1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Plays `responses` to a watch started at `from`: the revision it
+    /// would reopen from after the last one, or `None` after a deletion.
+    fn play(from: i64, responses: &[Seen]) -> Option<i64> {
+        responses
+            .iter()
+            .try_fold(from, |from, response| response.advanced(from))
+    }
+
+    const CREATED_AT_100: Seen = Seen {
+        created: true,
+        deleted: false,
+        last_event: None,
+        header: Some(100),
+    };
+
+    #[test]
+    fn a_stream_broken_after_created_reopens_where_it_began() {
+        // The key was deleted at 60; the watch began at 50, etcd confirmed
+        // it at 100, and the stream broke before the catch-up events came.
+        assert_eq!(play(50, &[CREATED_AT_100]), Some(50));
+        // Reopened from 50, the deletion is seen.
+        let deletion = Seen {
+            deleted: true,
+            last_event: Some(60),
+            header: Some(100),
+            ..Seen::default()
+        };
+        assert_eq!(play(50, &[CREATED_AT_100, deletion]), None);
+    }
+
+    #[test]
+    fn events_and_progress_move_the_start_on() {
+        let progress = Seen {
+            header: Some(120),
+            ..Seen::default()
+        };
+        assert_eq!(play(50, &[CREATED_AT_100, progress]), Some(121));
+        // An event batch moves it past its last event, not past the header
+        // (a later batch may still hold events below the header).
+        let batch = Seen {
+            last_event: Some(70),
+            header: Some(100),
+            ..Seen::default()
+        };
+        assert_eq!(play(50, &[CREATED_AT_100, batch]), Some(71));
+        // Never backwards.
+        assert_eq!(play(200, &[batch]), Some(200));
     }
 }
