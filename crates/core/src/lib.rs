@@ -16,6 +16,8 @@
 //!   says when the lease is lost.
 //! - [`MemoryBackend`] keeps locks in memory, for tests and examples.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod acquire;
 mod attempt;
 pub mod backend;

@@ -44,6 +44,35 @@
 //! | `etcd://…`, `etcds://…` | `etcd` | etcd v3 |
 //! | `memcache://…` | `memcached` | memcached (an efficiency lock) |
 //!
+//! ```no_run
+//! # async fn run() -> Result<(), distlock::Error> {
+//! // One machine's processes, through lock files in a private directory.
+//! let local = distlock::connect("file:///var/lock/my-service").await?;
+//! # #[cfg(feature = "postgres")] {
+//! // PostgreSQL: a row per lock judged by the server's clock, or
+//! // `mode=advisory` for session advisory locks.
+//! let postgres = distlock::connect("postgres://app@db/app?table=locks").await?;
+//! # }
+//! # #[cfg(feature = "mongodb")] {
+//! // MongoDB: a document per lock, written with `w: majority`.
+//! let mongodb = distlock::connect("mongodb://db1,db2,db3/app?replicaSet=rs0").await?;
+//! # }
+//! # #[cfg(feature = "etcd")] {
+//! // etcd: a key per holder and waiter, served in revision order.
+//! let etcd = distlock::connect("etcd://m1:2379,m2:2379,m3:2379?prefix=app/").await?;
+//! # }
+//! # #[cfg(feature = "memcached")] {
+//! // memcached: an efficiency lock, over a quorum of three servers here.
+//! let memcached = distlock::connect("memcache://c1,c2,c3?mode=quorum").await?;
+//! # }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Each backend's own crate documents its clock, failure modes and
+//! guarantees, and `examples/` in this crate has a runnable example for
+//! each (`cargo run -p distlock --features postgres --example postgres`).
+//!
 //! Client options may ride in the URL's query beside the backend's own:
 //! `lease`, `extend_every`, `safety_margin`, `operation_timeout`,
 //! `backoff_min`, `backoff_max`, `local_hand_overs`, `min_local_run` and

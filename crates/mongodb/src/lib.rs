@@ -2,9 +2,8 @@
 //! single commands judged against the server's clock.
 //!
 //! ```no_run
-//! use std::sync::Arc;
 //! use std::time::Duration;
-//! use distlock_core::{LockClient, LockName, LockOptions};
+//! use distlock_core::LockClient;
 //! use distlock_mongodb::MongoBackend;
 //!
 //! # async fn run() -> distlock_core::Result<()> {
@@ -12,9 +11,9 @@
 //!     .collection("locks")
 //!     .build()
 //!     .await?;
-//! let client = LockClient::new(Arc::new(backend), LockOptions::default());
+//! let client = LockClient::builder().build(backend)?;
 //! let guard = client
-//!     .acquire_with(&LockName::new("nightly-report")?, Duration::from_secs(10))
+//!     .acquire_with("nightly-report", Duration::from_secs(10))
 //!     .await?;
 //! // … work, passing guard.fencing_token() to what the lock protects …
 //! guard.release().await?;

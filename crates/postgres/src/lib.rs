@@ -4,16 +4,15 @@
 //! grant (`mode=advisory`).
 //!
 //! ```no_run
-//! use std::sync::Arc;
 //! use std::time::Duration;
-//! use distlock_core::{LockClient, LockName, LockOptions};
+//! use distlock_core::LockClient;
 //! use distlock_postgres::PostgresBackend;
 //!
 //! # async fn run() -> distlock_core::Result<()> {
 //! let backend = PostgresBackend::open("postgres://app:secret@db:5432/app?table=locks").await?;
-//! let client = LockClient::new(Arc::new(backend), LockOptions::default());
+//! let client = LockClient::builder().build(backend)?;
 //! let guard = client
-//!     .acquire_with(&LockName::new("nightly-report")?, Duration::from_secs(10))
+//!     .acquire_with("nightly-report", Duration::from_secs(10))
 //!     .await?;
 //! // … work, passing guard.fencing_token() to what the lock protects …
 //! guard.release().await?;
