@@ -181,7 +181,12 @@
 //!   or stopped holder frees the lock a lease after its last check, never
 //!   before it gave the lock up, and long before TCP would notice. So
 //!   locks in this mode are not [process-bound](distlock_core::Capabilities::process_bound):
-//!   they expire like leases when their holder stops checking them.
+//!   they expire like leases when their holder stops checking them. The
+//!   server also probes the connection of a holder cut off in the middle
+//!   of a statement, after a lease (`tcp_keepalives_idle`, which Linux
+//!   caps at 32,767 s): a lease longer than [`MAX_ADVISORY_LEASE`] is
+//!   refused with `InvalidConfig` naming `lease` (exit 2 from the CLI),
+//!   rather than left unenforced.
 //! - **Keys.** A name's lock is the two-`int4` key (`advisory_class`,
 //!   objid). The table gives each name its objid (even, non-negative):
 //!   tried first at a hash of the name, and at the next even numbers when
@@ -252,6 +257,7 @@ mod table;
 mod tls;
 mod wake;
 
+pub use advisory::MAX_ADVISORY_LEASE;
 pub use backend::{ADMIN_TIMEOUT, PostgresBackend};
 pub use config::{
     DEFAULT_ADVISORY_CLASS, DEFAULT_ADVISORY_TABLE, DEFAULT_SCHEMA, DEFAULT_TABLE, Mode,

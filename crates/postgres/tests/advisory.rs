@@ -497,3 +497,26 @@ async fn opening_through_a_transaction_pooler_is_refused() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_the_server_cannot_enforce_is_refused() {
+    let backend = open(&advisory_url(&url(), &unique("t"), fresh_class())).await;
+    let longest = distlock_postgres::MAX_ADVISORY_LEASE;
+    let client = |lease| {
+        LockClient::builder()
+            .lease(lease)
+            .build_shared(backend.clone())
+            .unwrap()
+    };
+    // At the bound, the server takes it and enforces it.
+    let guard = client(longest).try_acquire("longest").await.unwrap();
+    assert!(guard.expect("a free name").release().await.unwrap());
+    // A second more, and the call says which option to change.
+    let outcome = client(longest + Duration::from_secs(1))
+        .acquire_with("too-long", Duration::from_secs(5))
+        .await;
+    assert!(
+        matches!(&outcome, Err(Error::InvalidConfig { field, .. }) if field == "lease"),
+        "{outcome:?}"
+    );
+}

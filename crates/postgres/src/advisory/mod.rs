@@ -50,6 +50,34 @@ use crate::wake::{Channels, Listener, WakeUps};
 /// timed out) frees the lock without a notification.
 const SILENT_END_POLL: Duration = Duration::from_secs(1);
 
+/// The longest lease advisory mode takes: the server probes a silent
+/// holder's connection after a lease through `tcp_keepalives_idle`, in
+/// whole seconds, which Linux caps at 32,767 (and the server only logs a
+/// refused value, leaving the probes off). `idle_session_timeout`, in
+/// milliseconds up to `i32::MAX` (some 24 days), is no tighter.
+pub const MAX_ADVISORY_LEASE: Duration = Duration::from_secs(32_767);
+
+/// The lease as `idle_session_timeout` takes it, in milliseconds, if the
+/// server can enforce it.
+///
+/// # Errors
+/// [`Error::InvalidConfig`] for the field `lease` when it is longer than
+/// [`MAX_ADVISORY_LEASE`].
+fn idle_timeout_ms(lease: Duration) -> Result<String> {
+    if lease > MAX_ADVISORY_LEASE {
+        return Err(Error::config(
+            "lease",
+            format!(
+                "{lease:?} is too long for mode=advisory, whose server-side probes of a silent \
+                 holder (tcp_keepalives_idle) take at most {}s; use a shorter lease, or \
+                 mode=lease",
+                MAX_ADVISORY_LEASE.as_secs()
+            ),
+        ));
+    }
+    Ok(lease.as_millis().max(1).to_string())
+}
+
 /// The oldest server with `idle_session_timeout`.
 const MIN_SERVER_VERSION: i32 = 140_000;
 
@@ -222,11 +250,7 @@ impl AdvisoryMode {
     ) -> Result<Answer> {
         let what = format!("acquiring {}", request.name);
         let name = request.name.as_str().as_bytes();
-        let idle_ms = request
-            .lease
-            .as_millis()
-            .clamp(1, i32::MAX as u128)
-            .to_string();
+        let idle_ms = idle_timeout_ms(request.lease)?;
         let holder = holder_json(&request.holder);
         let will_wait = !shared && request.retries;
         // Twice at most: the second time, the name has its key.
@@ -540,4 +564,26 @@ fn lock_info(row: &Row) -> Result<LockInfo> {
         expires_in: None,
         name,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leases_the_server_cannot_enforce_are_refused_by_name() {
+        assert_eq!(idle_timeout_ms(Duration::from_millis(1)).unwrap(), "1");
+        assert_eq!(
+            idle_timeout_ms(MAX_ADVISORY_LEASE).unwrap(),
+            (MAX_ADVISORY_LEASE.as_millis()).to_string()
+        );
+        let error = idle_timeout_ms(MAX_ADVISORY_LEASE + Duration::from_millis(1)).unwrap_err();
+        assert!(
+            matches!(&error, Error::InvalidConfig { field, reason }
+                if field == "lease" && reason.contains("32767s")),
+            "{error}"
+        );
+        // Far past i32::MAX milliseconds too.
+        assert!(idle_timeout_ms(Duration::from_secs(30 * 86_400)).is_err());
+    }
 }
