@@ -186,6 +186,61 @@ pub async fn a_waiting_writer_is_served_before_later_readers(fixture: &dyn Fixtu
     reader.release().await.expect("release");
 }
 
+/// A writer that waits behind another writer keeps later readers out too:
+/// once the writer inside leaves, a reader that comes before the waiting
+/// writer asks again waits behind it.
+pub async fn a_writer_waiting_behind_a_writer_keeps_later_readers_out(fixture: &dyn Fixture) {
+    let a = client(fixture).await;
+    let b = client(fixture).await;
+    if !grants(&a, Claim::Shared).await {
+        return;
+    }
+    if !fixture.writers_wait_behind_writers_in_line() {
+        return;
+    }
+    let name = unique_name("writer-behind-writer");
+    let inside = a.acquire_with(&name, PATIENCE).await.expect("writer");
+    // The second writer asks once, as a wait does, and so waits. Asked
+    // through the backend, so that nothing asks again for it.
+    let backend = fixture.backend().await;
+    let waiting = AcquireRequest {
+        retries: true,
+        ..AcquireRequest::new(
+            name.clone(),
+            Claim::Exclusive,
+            fixture.lease(),
+            Holder::this_process(Some("conformance")).into(),
+        )
+    };
+    let mut wait = WaitState::new();
+    let attempt = backend
+        .try_acquire(&waiting, &mut wait)
+        .await
+        .expect("the waiting writer asks");
+    assert!(
+        matches!(attempt, Attempt::Held { .. }),
+        "the writer inside keeps the second one out"
+    );
+    inside.release().await.expect("release");
+    assert!(
+        b.try_acquire_with(&name, AcquireOptions::new().shared())
+            .await
+            .expect("try")
+            .is_none(),
+        "a reader that comes after a waiting writer waits behind it, \
+         even when that writer waited behind another writer"
+    );
+    backend
+        .end_wait(&waiting, wait)
+        .await
+        .expect("the waiting writer gives up");
+    let reader = b
+        .acquire_with(&name, AcquireOptions::new().shared().timeout(PATIENCE))
+        .await
+        .expect("once the writer gave up, readers go in");
+    reader.release().await.expect("release");
+}
+
 /// A writer that stops waiting (its wait timed out) holds no reader back.
 pub async fn a_writer_that_gave_up_lets_readers_in(fixture: &dyn Fixture) {
     let a = client(fixture).await;

@@ -52,6 +52,13 @@ pub trait Fixture: Send + Sync {
     fn expiry_slack(&self) -> Duration {
         Duration::ZERO
     }
+
+    /// Whether a writer that waits behind another writer keeps later
+    /// readers out. MongoDB's does not (see its guide), so that waiting on
+    /// a plain lock costs no write.
+    fn writers_wait_behind_writers_in_line(&self) -> bool {
+        true
+    }
 }
 
 /// Expands the suite into one test per case for the fixture built by the
@@ -109,6 +116,7 @@ macro_rules! conformance_suite {
             readers_overlap,
             a_writer_excludes_readers_and_writers,
             a_waiting_writer_is_served_before_later_readers,
+            a_writer_waiting_behind_a_writer_keeps_later_readers_out,
             a_writer_that_gave_up_lets_readers_in,
             a_semaphore_never_exceeds_its_limit_and_reaches_it,
             a_dead_holders_permit_returns,

@@ -150,8 +150,10 @@ fn acquire(t: &str, asked: Asked) -> String {
 /// and limit, how many live, how long until the first of them expires,
 /// how long until the first other writer's mark expires, and whether a waiting writer's mark (`$2`, when given) is stored, added
 /// or refreshed here to last a lease (`$3`, µs) from now. A writer marks where
-/// readers hold the name or other writers' marks live, so that new readers
-/// wait behind it; never beside permits, which is a conflict.
+/// readers or another writer hold the name, or other writers' marks live,
+/// so that new readers wait behind it (also those that come once the
+/// writer inside has left, before this one asks again); never beside
+/// permits, which is a conflict.
 fn held(t: &str) -> String {
     let vars = "jsonb_build_object('now', c.now_us, 'id', $2::text)";
     let any_live = format!("jsonb_path_exists(t.holders, {LIVE}, {vars})");
@@ -161,7 +163,7 @@ fn held(t: &str) -> String {
                  || jsonb_build_array(jsonb_build_object('id', $2::text, 'exp', c.now_us + $3))
              FROM {CLOCK}
              WHERE t.name = $1 AND $2::text IS NOT NULL
-               AND (({any_live} AND t.kind = 'shared')
+               AND (({any_live} AND t.kind IN ('shared', 'exclusive'))
                     OR (NOT ({any_live} AND t.kind = 'semaphore')
                         AND jsonb_path_exists(t.waiting, {LIVE_OTHERS}, {vars})))
              RETURNING 1
