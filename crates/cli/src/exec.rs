@@ -8,7 +8,7 @@
 //! with it, and CMD never runs on without the lock.
 //!
 //! Other systems have no such request (FreeBSD's `procctl` is not used), and
-//! neither does Linux with [`PORTABLE`](crate::platform::PORTABLE) set: the
+//! neither does Linux with [`PORTABLE`](distlock::backend::platform::PORTABLE) set: the
 //! parent is still checked, but CMD outlives a distlock killed outright,
 //! without the lock.
 //!

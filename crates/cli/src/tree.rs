@@ -11,7 +11,7 @@
 //!
 //! macOS and the BSDs have no such `/proc` and no subreaper (FreeBSD's
 //! `procctl` reaper is not used), and neither does Linux with
-//! [`PORTABLE`](crate::platform::PORTABLE) set. There distlock knows CMD
+//! [`PORTABLE`](distlock::backend::platform::PORTABLE) set. There distlock knows CMD
 //! alone: signals and a lost lock's SIGTERM and SIGKILL reach CMD, which
 //! must pass them on to its children, and the lock is released once CMD
 //! exits, whatever it left running.

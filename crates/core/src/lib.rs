@@ -35,6 +35,7 @@ mod lease;
 mod memory;
 mod name;
 mod options;
+pub mod platform;
 mod slots;
 mod state;
 #[cfg(feature = "test-util")]

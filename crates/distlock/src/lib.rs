@@ -149,6 +149,7 @@ pub mod backend {
     pub use distlock_core::backend::{
         AcquireRequest, Attempt, Backend, Capabilities, HandOver, Holder, Lease, LeaseId,
     };
+    pub use distlock_core::platform;
     pub use distlock_core::urls::{percent_decode, secret_options, user_info};
     pub use distlock_core::{
         GrantState, LossReporter, ReleaseHub, ReleaseWatch, WaitState, token_floor,

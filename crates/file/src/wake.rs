@@ -14,8 +14,9 @@
 
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
+use distlock_core::platform::PORTABLE;
 use distlock_core::{LockName, ReleaseHub, ReleaseWatch};
 
 use crate::names;
@@ -35,24 +36,10 @@ mod inotify {
     }
 }
 
-/// The environment variable that forces the portable fallbacks on Linux,
-/// so that they are tested there: set to anything but `0` or nothing, the
-/// file backend polls instead of watching with inotify. The `distlock`
-/// command reads the same variable.
-pub(crate) const PORTABLE: &str = "DISTLOCK_PORTABLE";
-
-/// Whether [`PORTABLE`] is set, read once per process.
-fn portable_forced() -> bool {
-    static FORCED: LazyLock<bool> = LazyLock::new(|| {
-        std::env::var_os(PORTABLE).is_some_and(|value| !value.is_empty() && value != "0")
-    });
-    *FORCED
-}
-
 /// Whether waiters watch the directory: on Linux, unless [`PORTABLE`]
 /// forces polling.
 pub(crate) fn watched() -> bool {
-    cfg!(target_os = "linux") && !portable_forced()
+    distlock_core::platform::linux_only_calls()
 }
 
 /// The directory watcher of one backend, started when the first waiter
