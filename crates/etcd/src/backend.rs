@@ -416,7 +416,11 @@ impl Backend for EtcdBackend {
 
     async fn end_wait(&self, _request: &AcquireRequest, mut wait: WaitState) -> Result<()> {
         if let Some(waiting) = wait.take::<Waiting>() {
-            self.delete_key(&waiting.key).await?;
+            // A key recorded for a write whose answer was lost may land
+            // after this delete, and would leave a waiter nobody serves.
+            if !self.delete_key(&waiting.key).await? {
+                self.leftovers.recheck(&self.kv, waiting.key);
+            }
         }
         Ok(())
     }

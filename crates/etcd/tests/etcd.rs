@@ -398,3 +398,78 @@ async fn a_lost_answers_key_that_lands_after_its_release_is_deleted_again() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// The same for a wait: its key is recorded before its write is sent, and
+/// a write that lands after the wait's end deleted nothing would leave a
+/// waiter nobody serves, blocking the name while the session lives
+/// (review finding 4). Played as above, with the write put back by hand.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_waits_key_that_lands_after_its_end_is_deleted_again() {
+    let backend = backend().await;
+    let lock = name(&unique("late-wait"));
+    let holder = Arc::new(Holder::this_process(Some("etcd-tests")));
+    let request = |retries| AcquireRequest {
+        retries,
+        ..AcquireRequest::new(
+            lock.clone(),
+            Claim::Exclusive,
+            Duration::from_secs(10),
+            holder.clone(),
+        )
+    };
+    let first = request(false);
+    let Attempt::Acquired {
+        fencing_token,
+        state,
+    } = backend
+        .try_acquire(&first, &mut WaitState::new())
+        .await
+        .expect("try")
+    else {
+        panic!("a fresh name was held");
+    };
+    let held = first.granted(fencing_token, state);
+    let before: Vec<Vec<u8>> = keys_of(&backend, &lock).await;
+    let waiting = request(true);
+    let mut wait = WaitState::new();
+    assert!(matches!(
+        backend
+            .try_acquire(&waiting, &mut wait)
+            .await
+            .expect("wait"),
+        Attempt::Held { .. }
+    ));
+    let key = keys_of(&backend, &lock)
+        .await
+        .into_iter()
+        .find(|key| !before.contains(key))
+        .expect("the waiter's key");
+    let mut etcd = distlock_etcd::etcd_client::Client::connect(
+        [url().replacen("etcd://", "http://", 1)],
+        None,
+    )
+    .await
+    .expect("connect");
+    let value = etcd.get(key.clone(), None).await.expect("get").kvs()[0]
+        .value()
+        .to_vec();
+    etcd.delete(key.clone(), None).await.expect("delete");
+
+    backend
+        .end_wait(&waiting, wait)
+        .await
+        .expect("end the wait");
+    etcd.put(key.clone(), value, None)
+        .await
+        .expect("the late write");
+
+    let started = std::time::Instant::now();
+    while keys_of(&backend, &lock).await.contains(&key) {
+        assert!(
+            started.elapsed() < PATIENCE,
+            "the late waiter's key still blocks the name after {PATIENCE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(backend.release(&held).await.expect("release"));
+}
