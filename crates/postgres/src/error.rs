@@ -116,3 +116,14 @@ pub(crate) fn copy(error: &Error) -> Error {
         },
     }
 }
+
+/// Whether `error` is the server refusing a commit because its
+/// notification queue is full (SQLSTATE 54000, program limit exceeded,
+/// which that refusal is the only one a freeing statement can meet).
+pub(crate) fn notification_queue_full(error: &distlock_core::Error) -> bool {
+    let source = std::error::Error::source(error);
+    source
+        .and_then(|source| source.downcast_ref::<tokio_postgres::Error>())
+        .and_then(tokio_postgres::Error::code)
+        == Some(&SqlState::PROGRAM_LIMIT_EXCEEDED)
+}

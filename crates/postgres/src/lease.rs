@@ -10,11 +10,10 @@ use distlock_core::{
     LockName, ReleaseWatch, Result, WaitState,
 };
 use tokio_postgres::Row;
-use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
 
 use crate::backend::ADMIN_TIMEOUT;
-use crate::error::copy;
+use crate::error::{copy, notification_queue_full};
 use crate::mark::WriterMark;
 use crate::pool::{Connections, Params};
 use crate::rows::{self, HeldBy, get, holder_json, micros};
@@ -402,15 +401,4 @@ impl Announced {
         self.channel = None;
         true
     }
-}
-
-/// Whether `error` is the server refusing a commit because its
-/// notification queue is full (SQLSTATE 54000, program limit exceeded,
-/// which that refusal is the only one a freeing statement can meet).
-fn notification_queue_full(error: &distlock_core::Error) -> bool {
-    let source = std::error::Error::source(error);
-    source
-        .and_then(|source| source.downcast_ref::<tokio_postgres::Error>())
-        .and_then(tokio_postgres::Error::code)
-        == Some(&SqlState::PROGRAM_LIMIT_EXCEEDED)
 }

@@ -520,3 +520,55 @@ async fn a_lease_the_server_cannot_enforce_is_refused() {
         "{outcome:?}"
     );
 }
+
+/// A release whose notification the server refuses for a full queue did
+/// unlock: advisory unlocks take effect at once and are not undone with
+/// the statement. So it reports success, and the name is free (review
+/// finding 9). The full queue (8 GB) is stood in for by a `pg_notify` of
+/// the test's own, ahead of the server's on the backend's search path,
+/// that refuses with the same error, SQLSTATE 54000.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_refused_for_a_full_notification_queue_reports_success() {
+    let admin = admin().await;
+    let schema = unique("full_queue");
+    admin
+        .batch_execute(&format!(
+            "CREATE SCHEMA {schema};
+             CREATE FUNCTION {schema}.pg_notify(text, text) RETURNS void LANGUAGE plpgsql AS
+               $$ BEGIN RAISE EXCEPTION 'queue full' USING ERRCODE = '54000'; END $$;"
+        ))
+        .await
+        .expect("the refusing pg_notify");
+    let (table, class) = (unique("t"), fresh_class());
+    let refusing = with_options(
+        &advisory_url(&url(), &table, class),
+        &format!("options=-c%20search_path%3D{schema}%2Cpublic%2Cpg_catalog"),
+    );
+    let backend = open(&refusing).await;
+    let client = client(backend, PATIENCE);
+    let guard = client
+        .try_acquire("queue-full")
+        .await
+        .expect("try")
+        .expect("a free name");
+    assert!(
+        guard.release().await.expect("the release succeeds"),
+        "the lock was ours"
+    );
+    assert!(holders_in(&admin, class).await.is_empty(), "unlocked");
+    let other = client_for(&advisory_url(&url(), &table, class)).await;
+    let again = other
+        .try_acquire("queue-full")
+        .await
+        .expect("try")
+        .expect("the name is free");
+    again.release().await.expect("release");
+    admin
+        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+        .await
+        .expect("drop the schema");
+}
+
+async fn client_for(url: &str) -> LockClient {
+    client(open(url).await, PATIENCE)
+}

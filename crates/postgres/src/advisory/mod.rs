@@ -39,7 +39,7 @@ use self::session::{Session, Spares};
 use self::statements::Statements;
 use crate::backend::ADMIN_TIMEOUT;
 use crate::config::PostgresConfig;
-use crate::error::from_driver;
+use crate::error::{from_driver, notification_queue_full};
 use crate::pool::Connections;
 use crate::rows::{self, get, holder_json};
 use crate::tls::Endpoint;
@@ -482,6 +482,20 @@ impl Backend for AdvisoryMode {
             Ok(rows) => rows,
             // The lock ended with the session.
             Err(_) if session.is_closed() => return Ok(false),
+            // The server refused the notification for a full queue, after
+            // the unlock: advisory unlocks take effect at once and are not
+            // undone with the statement. The session held the lock until
+            // then, so it was ours. Its idle timeout was undone with the
+            // statement, so the session is closed rather than kept.
+            Err(error) if notification_queue_full(&error) => {
+                tracing::warn!(
+                    %error,
+                    "PostgreSQL's notification queue is full; released {} without waking its \
+                     waiters, which find it free when they next poll",
+                    lease.name
+                );
+                return Ok(true);
+            }
             // Dropping the session closes it, which ends the lock.
             Err(error) => return Err(error),
         };
