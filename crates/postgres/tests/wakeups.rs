@@ -436,3 +436,62 @@ async fn a_release_refused_for_a_full_notification_queue_still_frees_the_name() 
         .expect("the name is free");
     assert!(next.release().await.expect("release"));
 }
+
+/// While the server's notification queue is full, releases go without
+/// their notifications, so a waiter that trusted its wake-ups would sleep
+/// to the holder's lease end. A probe refused for the full queue turns the
+/// wake-ups off, and waits poll instead: here a waiter is granted within
+/// [`PATIENCE`] although the holder's lease ([`LONG`]) has far to run
+/// (review finding 9). The full queue is stood in for, once the listening
+/// connections work, by a `pg_notify` of the test's own, ahead of the
+/// server's on the backends' search path, that refuses with SQLSTATE 54000.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn waits_poll_while_the_notification_queue_is_full() {
+    let (admin, connection) = tokio_postgres::connect(&url(), NoTls)
+        .await
+        .expect("admin connection");
+    tokio::spawn(connection);
+    // A plain identifier the test names itself.
+    let schema = unique("full_queue");
+    admin
+        .batch_execute(&format!("CREATE SCHEMA {schema}"))
+        .await
+        .expect("the schema");
+    let url = with_options(
+        &url(),
+        &format!("table={schema}_locks&options=-c%20search_path%3D{schema}%2Cpublic%2Cpg_catalog"),
+    );
+    let (holding, waiting) = (open(&url).await, open(&url).await);
+    wait_for(&waiting, WakeUps::Listening, PATIENCE).await;
+    let lock = name("queue full");
+    let held = holder(holding)
+        .acquire_with(&lock, PATIENCE)
+        .await
+        .expect("hold");
+    let waiter = {
+        let (waiters, lock) = (holder(waiting.clone()), lock.clone());
+        tokio::spawn(async move { waiters.acquire_with(&lock, PATIENCE).await })
+    };
+
+    admin
+        .batch_execute(&format!(
+            "CREATE FUNCTION {schema}.pg_notify(text, text) RETURNS void LANGUAGE plpgsql AS
+               $$ BEGIN
+                   RAISE EXCEPTION 'too many notifications in the NOTIFY queue'
+                       USING ERRCODE = '54000';
+               END $$;"
+        ))
+        .await
+        .expect("the full queue");
+    wait_for(&waiting, WakeUps::Reconnecting, PATIENCE).await;
+    assert!(held.release().await.expect("the release succeeds"));
+    let granted = waiter
+        .await
+        .expect("task")
+        .expect("granted by polling, long before the old lease's end");
+    assert!(granted.release().await.expect("release"));
+    admin
+        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+        .await
+        .expect("drop the schema");
+}

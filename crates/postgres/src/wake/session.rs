@@ -13,7 +13,7 @@ use tokio_postgres::{AsyncMessage, Client, Notification};
 
 use super::channel::{Bucket, Channel, NameHash};
 use super::{Shared, Target, WakeUps};
-use crate::error::describe;
+use crate::error::{describe, notification_queue_full};
 use crate::tls::Connection;
 
 /// How long opening the listening connection may take.
@@ -148,7 +148,7 @@ impl Session<'_> {
     /// back over this connection. Releases heard meanwhile wake their
     /// waiters.
     async fn probe_comes_back(&mut self) -> Result<bool, String> {
-        let nonce = self.send_probe().await?;
+        let nonce = self.send_probe().await.map_err(|error| error.to_string())?;
         let deadline = Instant::now() + PROBE_TIMEOUT;
         loop {
             let Ok(event) = tokio::time::timeout_at(deadline, self.events.recv()).await else {
@@ -207,9 +207,18 @@ impl Session<'_> {
                     if probing.is_none() && !self.listened.is_empty() {
                         match self.send_probe().await {
                             Ok(nonce) => probing = Some((nonce, Instant::now())),
+                            // Releases are then sent without their
+                            // notifications: waits must poll until a probe
+                            // goes through again.
+                            Err(error) if notification_queue_full(&error) => {
+                                return format!(
+                                    "the server's notification queue is full \
+                                     (a listening session has stopped reading it): {error}"
+                                );
+                            }
                             // The pool's trouble, not this connection's:
                             // waiters meet it in their own statements.
-                            Err(why) => tracing::debug!(%why, "a probe could not be sent"),
+                            Err(error) => tracing::debug!(%error, "a probe could not be sent"),
                         }
                     }
                 }
@@ -290,7 +299,7 @@ impl Session<'_> {
 
     /// Notifies this connection's probe channel through the pool, as a
     /// release would be; returns the probe's random payload.
-    async fn send_probe(&self) -> Result<String, String> {
+    async fn send_probe(&self) -> Result<String, distlock_core::Error> {
         let nonce = LeaseId::random().to_string();
         let channel = self.probe.as_str();
         self.target
@@ -301,8 +310,7 @@ impl Session<'_> {
                 &[(&channel, Type::TEXT), (&nonce, Type::TEXT)],
                 PROBE_TIMEOUT,
             )
-            .await
-            .map_err(|error| error.to_string())?;
+            .await?;
         Ok(nonce)
     }
 }
