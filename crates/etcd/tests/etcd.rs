@@ -341,6 +341,22 @@ async fn tokens_are_create_revisions_and_grow() {
     }
 }
 
+/// Deletes `key` by hand, as if its write had not landed yet; returns a
+/// client to write it back with, and its value.
+async fn take_away(key: &[u8]) -> (distlock_etcd::etcd_client::Client, Vec<u8>) {
+    let mut etcd = distlock_etcd::etcd_client::Client::connect(
+        [url().replacen("etcd://", "http://", 1)],
+        None,
+    )
+    .await
+    .expect("connect");
+    let value = etcd.get(key, None).await.expect("get").kvs()[0]
+        .value()
+        .to_vec();
+    etcd.delete(key, None).await.expect("delete");
+    (etcd, value)
+}
+
 /// A single try whose answer was lost is released by deleting the key it
 /// may have written. That write can still land after the delete, over the
 /// connection that lost its answer; the key is then deleted again within
@@ -368,16 +384,7 @@ async fn a_lost_answers_key_that_lands_after_its_release_is_deleted_again() {
     let keys = keys_of(&backend, &lock).await;
     assert_eq!(keys.len(), 1, "the try wrote one key");
     let key = keys[0].clone();
-    let mut etcd = distlock_etcd::etcd_client::Client::connect(
-        [url().replacen("etcd://", "http://", 1)],
-        None,
-    )
-    .await
-    .expect("connect");
-    let value = etcd.get(key.clone(), None).await.expect("get").kvs()[0]
-        .value()
-        .to_vec();
-    etcd.delete(key.clone(), None).await.expect("delete");
+    let (mut etcd, value) = take_away(&key).await;
 
     // The release of a grant whose answer was lost: it carries no state.
     let lost = request.granted(fencing_token, distlock_core::GrantState::none());
@@ -444,16 +451,7 @@ async fn a_waits_key_that_lands_after_its_end_is_deleted_again() {
         .into_iter()
         .find(|key| !before.contains(key))
         .expect("the waiter's key");
-    let mut etcd = distlock_etcd::etcd_client::Client::connect(
-        [url().replacen("etcd://", "http://", 1)],
-        None,
-    )
-    .await
-    .expect("connect");
-    let value = etcd.get(key.clone(), None).await.expect("get").kvs()[0]
-        .value()
-        .to_vec();
-    etcd.delete(key.clone(), None).await.expect("delete");
+    let (mut etcd, value) = take_away(&key).await;
 
     backend
         .end_wait(&waiting, wait)
