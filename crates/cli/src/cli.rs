@@ -97,16 +97,16 @@ pub(crate) struct RunArgs {
     #[command(flatten)]
     pub(crate) backend: BackendArg,
     /// Wait at most this long for the lock, then exit 75 (default: wait as
-    /// long as it takes).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, conflicts_with = "no_wait")]
+    /// long as it takes). As flock(1) takes it, bare seconds work too.
+    #[arg(short, long, value_name = "DURATION", value_parser = parse_duration, conflicts_with = "no_wait")]
     pub(crate) wait: Option<Duration>,
     /// Try once; if the lock is held, exit 75 without running CMD.
-    #[arg(long)]
+    #[arg(short, long)]
     pub(crate) no_wait: bool,
     /// Take the read side of NAME: readers hold it together, never beside a
     /// writer. Without it (or --permits), `run` takes the write side, which
     /// excludes everyone else.
-    #[arg(long, conflicts_with = "permits")]
+    #[arg(short, long, conflicts_with = "permits")]
     pub(crate) shared: bool,
     /// Take one of N permits of the semaphore NAME, so that at most N
     /// commands run at once (N from 1 to 1000). Every holder must give the
@@ -201,10 +201,15 @@ pub(crate) struct WorkerArgs {
     pub(crate) until_unix_ms: u64,
 }
 
-/// Parses "30s", "500ms", "2m", "1h 30m".
+/// Parses "30s", "500ms", "2m", "1h 30m", or bare seconds ("5", "0.5"),
+/// as flock(1) takes them.
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text)
-        .map_err(|error| format!("{error}; write a duration like 30s, 500ms or 2m"))
+    let hint = "write a duration like 30s, 500ms, 2m or bare seconds";
+    match text.trim().parse::<f64>() {
+        Ok(seconds) => Duration::try_from_secs_f64(seconds)
+            .map_err(|_| format!("`{text}` is not a duration of 0 or more seconds; {hint}")),
+        Err(_) => humantime::parse_duration(text).map_err(|error| format!("{error}; {hint}")),
+    }
 }
 
 #[cfg(test)]
@@ -218,10 +223,31 @@ mod tests {
     }
 
     #[test]
-    fn durations_take_units() {
+    fn durations_take_units_or_bare_seconds() {
         assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        let error = parse_duration("5").unwrap_err();
-        assert!(error.contains("like 30s"), "{error}");
+        assert_eq!(parse_duration("5"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_duration("0.5"), Ok(Duration::from_millis(500)));
+        for bad in ["-1", "NaN", "inf", "soon", "5 parsecs"] {
+            let error = parse_duration(bad).unwrap_err();
+            assert!(error.contains("like 30s"), "{bad}: {error}");
+        }
+    }
+
+    #[test]
+    fn run_takes_flocks_short_flags() {
+        let cli = Cli::try_parse_from(["distlock", "run", "x", "-s", "-w", "0.5", "--", "true"])
+            .expect("parsed");
+        let Command::Run(args) = cli.command else {
+            panic!("not run");
+        };
+        assert!(args.shared);
+        assert_eq!(args.wait, Some(Duration::from_millis(500)));
+        let cli =
+            Cli::try_parse_from(["distlock", "run", "x", "-n", "--", "true"]).expect("parsed");
+        let Command::Run(args) = cli.command else {
+            panic!("not run");
+        };
+        assert!(args.no_wait);
     }
 }

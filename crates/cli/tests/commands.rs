@@ -11,7 +11,11 @@ fn bad_input_is_one_clear_line_and_exit_2() {
         (&["run", "x", "sleep", "1"], "put `--` before the command"),
         (&["run", "x"], "put `--` before the command"),
         (&["run", "x", "--wait", "soon", "--", "true"], "duration"),
-        (&["run", "x", "--lease", "5", "--", "true"], "duration"),
+        (
+            &["run", "x", "--lease", "5 parsecs", "--", "true"],
+            "duration",
+        ),
+        (&["run", "x", "-w", "5x", "--", "true"], "duration"),
         (
             &["run", "x", "--backend", "gopher://h/x", "--", "true"],
             "unknown scheme `gopher`",
@@ -21,6 +25,10 @@ fn bad_input_is_one_clear_line_and_exit_2() {
         (&["release", "x"], "--force"),
         (
             &["run", "x", "--no-wait", "--wait", "1s", "--", "true"],
+            "cannot be used with",
+        ),
+        (
+            &["run", "x", "-n", "-w", "1", "--", "true"],
             "cannot be used with",
         ),
         (&["run", "x", "--permits", "0", "--", "true"], "1..=1000"),
