@@ -13,7 +13,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 
 use crate::commands::Counts;
-use crate::counting::{Calls, Counting};
+use crate::counting::{Calls, counting};
 use crate::etcd_peer::LockService;
 use crate::etcdctl::Etcdctl;
 use crate::mix::Mix;
@@ -1051,15 +1051,14 @@ pub(crate) async fn hold_many(
 ) -> Outcome<HoldMany> {
     // A session backend (etcd) serves one lease length per session: give
     // this scenario's lease a backend, and a session, of its own.
-    let backend = if target.backend.capabilities().sessions {
+    let backend = if target.backend.session().is_some() {
         distlock::open(&target.url)
             .await
             .map_err(|e| format!("{}: {e}", target.shown))?
     } else {
         target.backend.clone()
     };
-    let counting = Arc::new(Counting::new(backend));
-    let calls: Arc<Calls> = counting.calls.clone();
+    let (counting, calls) = counting(backend);
     let options = LockOptions::builder()
         .lease(lease)
         .build()

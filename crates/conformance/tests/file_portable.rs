@@ -23,7 +23,7 @@ impl Fixture for PolledFiles {
     async fn backend(&self) -> Arc<dyn Backend> {
         let backend = FileBackend::open(self.0.path()).expect("open the lock directory");
         assert!(
-            !backend.capabilities().release_wakeups,
+            backend.wakeups().is_none(),
             "with DISTLOCK_PORTABLE=1 the backend watches nothing"
         );
         Arc::new(backend)

@@ -175,7 +175,7 @@ pub enum Attempt {
     },
 }
 
-/// What a [`Backend::hand_over`] did.
+/// What a [`HandOvers::hand_over`] did.
 #[derive(Debug, Clone)]
 pub enum HandOver {
     /// The old lease ended and the new one began in the same step, with
@@ -217,7 +217,13 @@ pub struct Lease {
     pub state: GrantState,
 }
 
-/// What a backend can do, where backends differ.
+/// What a backend can do, where backends differ, described as facts.
+///
+/// The optional abilities that need methods of their own (hand-overs, a
+/// session, wake-ups) are not flags here: a backend offers each through an
+/// accessor of [`Backend`] that returns the ability itself
+/// ([`Backend::hand_overs`], [`Backend::session`], [`Backend::wakeups`]),
+/// so that a backend cannot claim an ability without its method.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Capabilities {
@@ -225,28 +231,17 @@ pub struct Capabilities {
     /// and never expire while it lives, like OS file locks. Such locks are
     /// never given up by the lease clock.
     pub process_bound: bool,
-    /// [`Backend::watch_releases`] reports releases, so waiters need not poll.
-    pub release_wakeups: bool,
     /// Locks are shared with other processes (false for the in-memory backend).
     pub cross_process: bool,
     /// [`Backend::list`] shows locks held by every process, not only by
     /// this backend instance (false for memcached, which cannot enumerate).
     pub lists_every_holder: bool,
-    /// [`Backend::hand_over`] is implemented, so a lock can pass from one
-    /// task of a client to the next in one step, without being released.
-    pub hand_over: bool,
     /// [`Claim::Shared`] is granted, so a name is a reader-writer lock.
     pub shared: bool,
     /// [`Claim::Permit`] is granted, so a name can be a semaphore.
     pub semaphores: bool,
-    /// Every grant and wait hangs on one session of the backend's (an etcd
-    /// lease for all of a client's keys), which
-    /// [`Backend::renew_session`] keeps alive: core renews the session once
-    /// per extension period while anything is held or waited for, instead
-    /// of extending grants one by one.
-    pub sessions: bool,
     /// [`try_acquire`](Backend::try_acquire), [`release`](Backend::release)
-    /// and [`hand_over`](Backend::hand_over) each answer within the
+    /// and [`hand_over`](HandOvers::hand_over) each answer within the
     /// operation timeout their request or lease carries, with an error if
     /// the servers do not. Core then sets no timer of its own around them:
     /// a timer costs the runtime a registration, and often a wake-up of its
@@ -259,13 +254,10 @@ impl Capabilities {
     pub const fn lease_based() -> Self {
         Self {
             process_bound: false,
-            release_wakeups: false,
             cross_process: true,
             lists_every_holder: true,
-            hand_over: false,
             shared: false,
             semaphores: false,
-            sessions: false,
             bounds_calls: false,
         }
     }
@@ -273,13 +265,6 @@ impl Capabilities {
     /// These capabilities with calls that bound themselves, or without.
     pub const fn with_bounds_calls(mut self, on: bool) -> Self {
         self.bounds_calls = on;
-        self
-    }
-
-    /// These capabilities with a session that [`Backend::renew_session`]
-    /// keeps, or without.
-    pub const fn with_sessions(mut self, on: bool) -> Self {
-        self.sessions = on;
         self
     }
 
@@ -302,18 +287,6 @@ impl Capabilities {
             Claim::Shared => self.shared,
             Claim::Permit { .. } => self.semaphores,
         }
-    }
-
-    /// These capabilities with [`Backend::hand_over`] or without.
-    pub const fn with_hand_over(mut self, on: bool) -> Self {
-        self.hand_over = on;
-        self
-    }
-
-    /// These capabilities with wake-ups on or off.
-    pub const fn with_release_wakeups(mut self, on: bool) -> Self {
-        self.release_wakeups = on;
-        self
     }
 
     /// These capabilities, process-bound or not.
@@ -439,55 +412,12 @@ pub trait Backend: Send + Sync + fmt::Debug {
         EXTEND_CONCURRENCY
     }
 
-    /// Renews the session every grant and wait of this backend hangs on, for
-    /// a backend with [`Capabilities::sessions`]; core calls it once per
-    /// extension period while the client holds or waits for anything, and
-    /// never calls [`extend`](Self::extend) or
-    /// [`extend_many`](Self::extend_many) for such a backend. A renewal
-    /// that succeeds keeps every grant of the session for a lease from
-    /// when it was sent. `Ok(false)` means the session is gone, and every
-    /// grant with it; the backend starts a new session for the next grant
-    /// or wait.
-    ///
-    /// The default answers
-    /// [`Error::Unsupported`](crate::Error::Unsupported).
-    ///
-    /// # Errors
-    /// A backend error, after which the outcome is unknown: core tries
-    /// again, and gives up the grants once none was confirmed for the lease
-    /// minus the safety margin.
-    async fn renew_session(&self) -> Result<bool> {
-        Err(crate::Error::Unsupported(
-            "this backend keeps no session".into(),
-        ))
-    }
-
     /// Releases `lease` if it is still ours. Returns whether it was.
     /// Releasing a lease twice, or one that was lost, is `Ok(false)`.
     ///
     /// # Errors
     /// A backend error.
     async fn release(&self, lease: &Lease) -> Result<bool>;
-
-    /// Ends `lease` and grants `next` in one atomic step, if `lease` is
-    /// still ours; otherwise changes nothing. Both are exclusive. The lock is never free in
-    /// between, so no other process can take it, and the new grant gets a
-    /// fresh identity and a fencing token greater than the old one's.
-    ///
-    /// Core calls it only when [`Capabilities::hand_over`] is set, to pass a
-    /// lock to the next task of the same client that waits for it; it never
-    /// passes a lock to another process. The default answers
-    /// [`Error::Unsupported`](crate::Error::Unsupported).
-    ///
-    /// # Errors
-    /// A backend error, after which the outcome is unknown: core then
-    /// releases both identities.
-    async fn hand_over(&self, lease: &Lease, next: &AcquireRequest) -> Result<HandOver> {
-        let _ = (lease, next);
-        Err(crate::Error::Unsupported(
-            "this backend cannot hand a lock over in one step".into(),
-        ))
-    }
 
     /// The locks held now.
     ///
@@ -503,13 +433,76 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// A backend error, or [`Error::Unsupported`](crate::Error::Unsupported).
     async fn force_release(&self, name: &LockName) -> Result<bool>;
 
-    /// Starts watching `name` for releases; `None` when the backend cannot
-    /// report them, and waiters then poll. A wait that got `None` asks
-    /// again before each of its attempts, so a backend whose wake-ups start
-    /// late (a listening connection still being checked) serves waits that
-    /// began before; it must therefore answer cheaply.
-    fn watch_releases(&self, name: &LockName) -> Option<ReleaseWatch> {
-        let _ = name;
+    /// The backend's one-step hand-over, when it has one: core then passes
+    /// a lock to the next task of the same client that waits for it without
+    /// releasing it. The default has none.
+    fn hand_overs(&self) -> Option<&dyn HandOvers> {
         None
     }
+
+    /// The session every grant and wait of this backend hangs on, when
+    /// there is one (an etcd lease for all of a client's keys): core then
+    /// renews it once per extension period while anything is held or
+    /// waited for, and never calls [`extend`](Self::extend) or
+    /// [`extend_many`](Self::extend_many). The default has none.
+    fn session(&self) -> Option<&dyn Session> {
+        None
+    }
+
+    /// The backend's reports of releases, when it makes them: waiters then
+    /// wait for a release instead of polling. The default has none. The
+    /// answer may change over the backend's life (a listening connection
+    /// that could not start); core asks before each wait.
+    fn wakeups(&self) -> Option<&dyn Wakeups> {
+        None
+    }
+}
+
+/// A backend's one-step hand-over; see [`Backend::hand_overs`].
+#[async_trait]
+pub trait HandOvers: Send + Sync {
+    /// Ends `lease` and grants `next` in one atomic step, if `lease` is
+    /// still ours; otherwise changes nothing. Both are exclusive. The lock
+    /// is never free in between, so no other process can take it, and the
+    /// new grant gets a fresh identity and a fencing token greater than
+    /// the old one's.
+    ///
+    /// Core calls it only to pass a lock to the next task of the same
+    /// client that waits for it; it never passes a lock to another process.
+    ///
+    /// # Errors
+    /// A backend error, after which the outcome is unknown: core then
+    /// releases both identities.
+    ///
+    /// # Cancel safety
+    /// As for every [`Backend`] call: dropped, it either happened or not.
+    async fn hand_over(&self, lease: &Lease, next: &AcquireRequest) -> Result<HandOver>;
+}
+
+/// The session a backend's grants and waits hang on; see
+/// [`Backend::session`].
+#[async_trait]
+pub trait Session: Send + Sync {
+    /// Renews the session. A renewal that succeeds keeps every grant of
+    /// the session for a lease from when it was sent. `Ok(false)` means the
+    /// session is gone, and every grant with it; the backend starts a new
+    /// session for the next grant or wait.
+    ///
+    /// # Errors
+    /// A backend error, after which the outcome is unknown: core tries
+    /// again, and gives up the grants once none was confirmed for the lease
+    /// minus the safety margin.
+    ///
+    /// # Cancel safety
+    /// As for every [`Backend`] call: dropped, it either happened or not.
+    async fn renew(&self) -> Result<bool>;
+}
+
+/// A backend's reports of releases; see [`Backend::wakeups`].
+pub trait Wakeups: Send + Sync {
+    /// Starts watching `name` for releases; `None` when none can be
+    /// reported now (a listening connection still being checked), and the
+    /// waiter then polls. A wait that got `None` asks again before each of
+    /// its attempts, so this must answer cheaply.
+    fn watch(&self, name: &LockName) -> Option<ReleaseWatch>;
 }

@@ -63,9 +63,15 @@ struct Inner {
     holder: Arc<Holder>,
     keeper: Keeper,
     slots: Slots,
-    release_wakeups: bool,
     /// Set when the backend can hand a lock from one task to the next.
     succession: Option<Arc<Succession>>,
+}
+
+impl Inner {
+    /// A watch of `name`'s releases, when the backend reports them now.
+    fn watch_releases(&self, name: &LockName) -> Option<ReleaseWatch> {
+        self.backend.wakeups()?.watch(name)
+    }
 }
 
 /// What a closure run by [`LockClient::with_lock`] knows of its lock.
@@ -87,10 +93,10 @@ impl LockClient {
 
     /// A client of `backend` with `options`, already built.
     pub fn new(backend: Arc<dyn Backend>, options: LockOptions) -> Self {
-        let capabilities = backend.capabilities();
         let holder = Arc::new(Holder::this_process(options.label()));
         let keeper = Keeper::new(options.clone(), &backend);
-        let succession = (capabilities.hand_over && options.local_hand_overs() > 0).then(|| {
+        let hands_over = backend.hand_overs().is_some();
+        let succession = (hands_over && options.local_hand_overs() > 0).then(|| {
             Arc::new(Succession {
                 holder: holder.clone(),
                 lease: options.lease(),
@@ -106,7 +112,6 @@ impl LockClient {
                 options,
                 holder,
                 slots: Slots::default(),
-                release_wakeups: capabilities.release_wakeups,
                 succession,
             }),
         }
@@ -601,11 +606,7 @@ impl<'a, C: Future<Output = ()>> Wait<'a, C> {
         yielded: bool,
     ) -> Result<(Lease, Instant, LossReporter)> {
         let inner = &self.client.inner;
-        let mut watch = if inner.release_wakeups {
-            inner.backend.watch_releases(self.name)
-        } else {
-            None
-        };
+        let mut watch = inner.watch_releases(self.name);
         let (min, max) = inner.options.backoff();
         let mut backoff = Backoff::new(min, max);
         if yielded {
@@ -623,8 +624,8 @@ impl<'a, C: Future<Output = ()>> Wait<'a, C> {
             // Wake-ups that were not available when the wait began may be
             // now. Asked before the attempt, so that a release after it is
             // heard.
-            if watch.is_none() && inner.release_wakeups {
-                watch = inner.backend.watch_releases(self.name);
+            if watch.is_none() {
+                watch = inner.watch_releases(self.name);
             }
             let seen = local_releases.as_ref().map(|releases| releases.seen());
             // An attempt is never cut short: its answer is waited for, so

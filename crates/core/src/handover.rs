@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use crate::backend::{AcquireRequest, HandOver, Holder, Lease};
 use crate::bounded;
 use crate::claim::Claim;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::keeper::Keeper;
 use crate::lease::{HeldLease, LossReason};
@@ -76,7 +76,14 @@ pub(crate) async fn hand_over(
         &*held.backend,
         held.lease.operation_timeout,
         "hand-over",
-        held.backend.hand_over(&held.lease, &next),
+        async {
+            match held.backend.hand_overs() {
+                Some(hand_overs) => hand_overs.hand_over(&held.lease, &next).await,
+                None => Err(Error::Unsupported(
+                    "the backend no longer hands locks over".into(),
+                )),
+            }
+        },
     )
     .await;
     held.end(LossReason::Released);

@@ -48,7 +48,8 @@ pub use acquire::AcquireOptions;
 /// The attribute backends put on their [`Backend`] impl.
 pub use async_trait::async_trait;
 pub use backend::{
-    AcquireRequest, Attempt, Backend, Capabilities, HandOver, Holder, Lease, LeaseId, LockInfo,
+    AcquireRequest, Attempt, Backend, Capabilities, HandOver, HandOvers, Holder, Lease, LeaseId,
+    LockInfo, Session, Wakeups,
 };
 pub use builder::LockClientBuilder;
 pub use claim::{Claim, LockKind, MAX_PERMITS, Permits};

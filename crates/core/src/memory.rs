@@ -8,7 +8,8 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 
 use crate::backend::{
-    AcquireRequest, Attempt, Backend, Capabilities, HandOver, Holder, Lease, LeaseId, LockInfo,
+    AcquireRequest, Attempt, Backend, Capabilities, HandOver, HandOvers, Holder, Lease, LeaseId,
+    LockInfo, Wakeups,
 };
 use crate::claim::{Claim, Permits};
 use crate::error::Result;
@@ -172,9 +173,7 @@ impl Slot {
 impl Backend for MemoryBackend {
     fn capabilities(&self) -> Capabilities {
         Capabilities::lease_based()
-            .with_release_wakeups(true)
             .with_cross_process(false)
-            .with_hand_over(true)
             .with_shared(true)
             .with_semaphores(true)
     }
@@ -248,23 +247,6 @@ impl Backend for MemoryBackend {
         Ok(was_live)
     }
 
-    async fn hand_over(&self, lease: &Lease, next: &AcquireRequest) -> Result<HandOver> {
-        let now = Instant::now();
-        let mut locks = self.lock();
-        let Some(slot) = locks.get_mut(&lease.name) else {
-            return Ok(HandOver::NotOurs);
-        };
-        let Some(at) = slot.position(lease, now) else {
-            return Ok(HandOver::NotOurs);
-        };
-        slot.holders.swap_remove(at);
-        Ok(HandOver::Granted {
-            fencing_token: slot.grant_to(next, now),
-            confirmed_at: None,
-            state: GrantState::none(),
-        })
-    }
-
     async fn list(&self) -> Result<Vec<LockInfo>> {
         let now = Instant::now();
         let mut held: Vec<LockInfo> = Vec::new();
@@ -299,7 +281,37 @@ impl Backend for MemoryBackend {
         Ok(was_held)
     }
 
-    fn watch_releases(&self, name: &LockName) -> Option<ReleaseWatch> {
+    fn hand_overs(&self) -> Option<&dyn HandOvers> {
+        Some(self)
+    }
+
+    fn wakeups(&self) -> Option<&dyn Wakeups> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl HandOvers for MemoryBackend {
+    async fn hand_over(&self, lease: &Lease, next: &AcquireRequest) -> Result<HandOver> {
+        let now = Instant::now();
+        let mut locks = self.lock();
+        let Some(slot) = locks.get_mut(&lease.name) else {
+            return Ok(HandOver::NotOurs);
+        };
+        let Some(at) = slot.position(lease, now) else {
+            return Ok(HandOver::NotOurs);
+        };
+        slot.holders.swap_remove(at);
+        Ok(HandOver::Granted {
+            fencing_token: slot.grant_to(next, now),
+            confirmed_at: None,
+            state: GrantState::none(),
+        })
+    }
+}
+
+impl Wakeups for MemoryBackend {
+    fn watch(&self, name: &LockName) -> Option<ReleaseWatch> {
         Some(self.releases.watch(name))
     }
 }

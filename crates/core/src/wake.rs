@@ -12,7 +12,7 @@ use crate::name::LockName;
 /// bumps when it sees that name released.
 ///
 /// A backend keeps one hub, hands out [`ReleaseWatch`]es from
-/// [`Backend::watch_releases`](crate::Backend::watch_releases), and calls
+/// its [`Wakeups::watch`](crate::Wakeups::watch), and calls
 /// [`notify`](Self::notify) for each release it observes. Backends that
 /// subscribe to the server per name (a change stream filtered to the names
 /// waited for) read [`watched`](Self::watched) whenever

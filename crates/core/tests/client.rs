@@ -7,17 +7,17 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use distlock_core::testing::{Answer, Call, Hook, TestBackend};
 use distlock_core::{
-    AcquireOptions, AcquireRequest, Attempt, Backend, Capabilities, Error, HandOver, Lease,
-    LockClient, LockInfo, LockName, LockOptions, LossReason, MemoryBackend, ReleaseWatch, Result,
-    WaitState,
+    AcquireOptions, Backend, Error, HandOver, LockClient, LockName, LockOptions, LossReason,
+    MemoryBackend, Result,
 };
 
-/// The memory backend with counters, a switch that makes extensions hang,
-/// and an optional delay between granting and answering.
+/// Counters around the memory backend, a switch that makes extensions
+/// hang, and optional delays between granting and answering.
 #[derive(Debug, Default)]
 struct Instrumented {
-    inner: MemoryBackend,
+    memory: Arc<MemoryBackend>,
     attempts: AtomicUsize,
     extend_calls: AtomicUsize,
     extended_leases: AtomicUsize,
@@ -29,8 +29,8 @@ struct Instrumented {
     hand_over_confirmed_ms_ago: AtomicUsize,
     wakeups: bool,
     hands_over: bool,
-    /// While set, `watch_releases` answers `None`, as a backend whose
-    /// wake-ups have not started yet does.
+    /// While set, waits get no watch of releases, as from a backend whose
+    /// wake-ups have not started yet.
     no_watch_yet: AtomicBool,
     watches_given: AtomicUsize,
 }
@@ -50,79 +50,72 @@ impl Instrumented {
             ..Self::default()
         }
     }
+
+    /// A backend over the one memory store, counted by this.
+    fn shared(self: &Arc<Self>) -> Arc<dyn Backend> {
+        let mut backend = TestBackend::wrapping(self.memory.clone()).with_hook(self.clone());
+        if !self.wakeups {
+            backend = backend.without_wakeups();
+        }
+        if !self.hands_over {
+            backend = backend.without_hand_overs();
+        }
+        backend.shared()
+    }
+}
+
+/// Sleeps `ms` milliseconds, if any.
+async fn pause(ms: &AtomicUsize) {
+    let ms = ms.load(Ordering::SeqCst);
+    if ms > 0 {
+        tokio::time::sleep(Duration::from_millis(ms as u64)).await;
+    }
 }
 
 #[async_trait]
-impl Backend for Instrumented {
-    fn capabilities(&self) -> Capabilities {
-        self.inner
-            .capabilities()
-            .with_release_wakeups(self.wakeups)
-            .with_hand_over(self.hands_over)
-    }
-
-    async fn hand_over(&self, lease: &Lease, next: &AcquireRequest) -> Result<HandOver> {
-        self.hand_overs.fetch_add(1, Ordering::SeqCst);
-        let mut outcome = self.inner.hand_over(lease, next).await;
-        let ago = self.hand_over_confirmed_ms_ago.load(Ordering::SeqCst);
-        if let (Ok(HandOver::Granted { confirmed_at, .. }), true) = (&mut outcome, ago > 0) {
-            *confirmed_at = Some(tokio::time::Instant::now() - Duration::from_millis(ago as u64));
+impl Hook for Instrumented {
+    async fn before(&self, call: Call<'_>) -> Result<()> {
+        match call {
+            Call::Acquire(_) => {
+                self.attempts.fetch_add(1, Ordering::SeqCst);
+            }
+            Call::Extend(leases) => {
+                self.extend_calls.fetch_add(1, Ordering::SeqCst);
+                self.extended_leases
+                    .fetch_add(leases.len(), Ordering::SeqCst);
+                if self.stall_extensions.load(Ordering::SeqCst) {
+                    std::future::pending::<()>().await;
+                }
+            }
+            Call::HandOver { .. } => {
+                self.hand_overs.fetch_add(1, Ordering::SeqCst);
+            }
+            _ => {}
         }
-        let delay = self.hand_over_delay_ms.load(Ordering::SeqCst);
-        if delay > 0 {
-            tokio::time::sleep(Duration::from_millis(delay as u64)).await;
+        Ok(())
+    }
+
+    async fn after(&self, answer: Answer<'_>) {
+        match answer {
+            Answer::Acquire { .. } => pause(&self.reply_delay_ms).await,
+            Answer::HandOver { outcome, .. } => {
+                let ago = self.hand_over_confirmed_ms_ago.load(Ordering::SeqCst);
+                if let (Ok(HandOver::Granted { confirmed_at, .. }), true) = (outcome, ago > 0) {
+                    *confirmed_at =
+                        Some(tokio::time::Instant::now() - Duration::from_millis(ago as u64));
+                }
+                pause(&self.hand_over_delay_ms).await;
+            }
+            _ => {}
         }
-        outcome
     }
 
-    async fn try_acquire(&self, request: &AcquireRequest, wait: &mut WaitState) -> Result<Attempt> {
-        self.attempts.fetch_add(1, Ordering::SeqCst);
-        let attempt = self.inner.try_acquire(request, wait).await;
-        let delay = self.reply_delay_ms.load(Ordering::SeqCst);
-        if delay > 0 {
-            tokio::time::sleep(Duration::from_millis(delay as u64)).await;
-        }
-        attempt
-    }
-
-    async fn end_wait(&self, request: &AcquireRequest, wait: WaitState) -> Result<()> {
-        self.inner.end_wait(request, wait).await
-    }
-
-    async fn extend(&self, lease: &Lease) -> Result<bool> {
-        self.extend_many(std::slice::from_ref(lease))
-            .await
-            .remove(0)
-    }
-
-    async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<bool>> {
-        self.extend_calls.fetch_add(1, Ordering::SeqCst);
-        self.extended_leases
-            .fetch_add(leases.len(), Ordering::SeqCst);
-        if self.stall_extensions.load(Ordering::SeqCst) {
-            std::future::pending::<()>().await;
-        }
-        self.inner.extend_many(leases).await
-    }
-
-    async fn release(&self, lease: &Lease) -> Result<bool> {
-        self.inner.release(lease).await
-    }
-
-    async fn list(&self) -> Result<Vec<LockInfo>> {
-        self.inner.list().await
-    }
-
-    async fn force_release(&self, name: &LockName) -> Result<bool> {
-        self.inner.force_release(name).await
-    }
-
-    fn watch_releases(&self, name: &LockName) -> Option<ReleaseWatch> {
+    fn watches(&self, _: &LockName) -> bool {
         if self.no_watch_yet.load(Ordering::SeqCst) {
-            return None;
+            return false;
         }
         self.watches_given.fetch_add(1, Ordering::SeqCst);
-        self.inner.watch_releases(name)
+        true
     }
 }
 
@@ -141,8 +134,8 @@ fn name(text: &str) -> LockName {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_in_one_process_cost_one_attempt_each() {
     let backend = Arc::new(Instrumented::with_wakeups());
-    let holder = LockClient::new(backend.clone(), options(Duration::from_secs(30)));
-    let waiters = LockClient::new(backend.clone(), options(Duration::from_secs(30)));
+    let holder = LockClient::new(backend.shared(), options(Duration::from_secs(30)));
+    let waiters = LockClient::new(backend.shared(), options(Duration::from_secs(30)));
     let lock = name("coalesce");
     let guard = holder.acquire_with(&lock, Duration::ZERO).await.unwrap();
     let tasks: Vec<_> = (0..16)
@@ -175,7 +168,7 @@ async fn waiters_in_one_process_cost_one_attempt_each() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_local_waiter_gets_the_lock_without_polling() {
     let backend = Arc::new(Instrumented::default());
-    let client = LockClient::new(backend.clone(), options(Duration::from_secs(30)));
+    let client = LockClient::new(backend.shared(), options(Duration::from_secs(30)));
     let lock = name("handoff");
     let guard = client.acquire_with(&lock, Duration::ZERO).await.unwrap();
     let waiter = {
@@ -203,7 +196,7 @@ async fn many_leases_are_extended_in_batches() {
     const LOCKS: usize = 2000;
     let backend = Arc::new(Instrumented::default());
     let lease = Duration::from_millis(600);
-    let client = LockClient::new(backend.clone(), options(lease));
+    let client = LockClient::new(backend.shared(), options(lease));
     let mut guards = Vec::with_capacity(LOCKS);
     for i in 0..LOCKS {
         guards.push(
@@ -239,8 +232,8 @@ async fn stalled_extensions_end_the_lease_before_the_server_would() {
         .safety_margin(Duration::from_millis(300))
         .build()
         .unwrap();
-    let client = LockClient::new(backend.clone(), options);
-    let other = LockClient::new(backend.clone(), self::options(lease));
+    let client = LockClient::new(backend.shared(), options);
+    let other = LockClient::new(backend.shared(), self::options(lease));
     let lock = name("stall");
     let guard = client.acquire_with(&lock, Duration::ZERO).await.unwrap();
     backend.stall_extensions.store(true, Ordering::SeqCst);
@@ -262,7 +255,7 @@ async fn stalled_extensions_end_the_lease_before_the_server_would() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_answered_after_cancellation_is_released() {
     let backend = Arc::new(Instrumented::default());
-    let client = LockClient::new(backend.clone(), options(Duration::from_secs(60)));
+    let client = LockClient::new(backend.shared(), options(Duration::from_secs(60)));
     let lock = name("late-grant");
     backend.reply_delay_ms.store(200, Ordering::SeqCst);
     let attempt = {
@@ -286,7 +279,7 @@ async fn a_grant_answered_after_cancellation_is_released() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_wait_releases_the_grant_in_flight_before_it_returns() {
     let backend = Arc::new(Instrumented::default());
-    let client = LockClient::new(backend.clone(), options(Duration::from_secs(60)));
+    let client = LockClient::new(backend.shared(), options(Duration::from_secs(60)));
     let lock = name("cancelled-in-flight");
     backend.reply_delay_ms.store(200, Ordering::SeqCst);
     // The cancellation comes while the backend has granted but not answered.
@@ -304,7 +297,7 @@ async fn a_cancelled_wait_releases_the_grant_in_flight_before_it_returns() {
         other => panic!("expected a cancellation, got {other:?}"),
     }
     assert!(
-        backend.list().await.unwrap().is_empty(),
+        backend.memory.list().await.unwrap().is_empty(),
         "the grant was released before the call returned"
     );
     assert_eq!(backend.attempts.load(Ordering::SeqCst), 1);
@@ -313,8 +306,8 @@ async fn a_cancelled_wait_releases_the_grant_in_flight_before_it_returns() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_wait_for_a_held_lock_ends_holding_nothing() {
     let backend = Arc::new(Instrumented::default());
-    let holder = LockClient::new(backend.clone(), options(Duration::from_secs(60)));
-    let waiter = LockClient::new(backend.clone(), options(Duration::from_secs(60)));
+    let holder = LockClient::new(backend.shared(), options(Duration::from_secs(60)));
+    let waiter = LockClient::new(backend.shared(), options(Duration::from_secs(60)));
     let lock = name("cancelled-while-held");
     let held = holder.acquire_with(&lock, Duration::ZERO).await.unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -344,7 +337,7 @@ async fn a_cancelled_wait_for_a_held_lock_ends_holding_nothing() {
         matches!(outcome, Err(Error::Cancelled { .. })),
         "{outcome:?}"
     );
-    let holders = backend.list().await.unwrap();
+    let holders = backend.memory.list().await.unwrap();
     assert_eq!(holders.len(), 1);
     assert_eq!(holders[0].fencing_token, Some(held.fencing_token()));
     held.release().await.unwrap();
@@ -356,7 +349,7 @@ async fn a_cancelled_wait_for_a_held_lock_ends_holding_nothing() {
 #[tokio::test]
 async fn a_wait_cancelled_before_it_starts_asks_nothing() {
     let backend = Arc::new(Instrumented::default());
-    let client = LockClient::new(backend.clone(), options(Duration::from_secs(60)));
+    let client = LockClient::new(backend.shared(), options(Duration::from_secs(60)));
     let outcome = client
         .acquire_with(
             &name("never"),
@@ -416,7 +409,7 @@ async fn queue_waiter(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_local_waiter_is_handed_the_lock_in_one_step() {
     let backend = Arc::new(Instrumented::handing_over());
-    let client = LockClient::new(backend.clone(), options(Duration::from_secs(30)));
+    let client = LockClient::new(backend.shared(), options(Duration::from_secs(30)));
     let lock = name("hand-over");
     let first = client.acquire_with(&lock, Duration::ZERO).await.unwrap();
     let waiter = queue_waiter(&client, &lock, Duration::from_secs(30)).await;
@@ -450,7 +443,7 @@ async fn runs_of_hand_overs_are_bounded() {
         .min_local_run(Duration::ZERO)
         .build()
         .unwrap();
-    let client = LockClient::new(backend.clone(), options);
+    let client = LockClient::new(backend.shared(), options);
     let lock = name("bounded");
     let mut guard = client.acquire_with(&lock, Duration::ZERO).await.unwrap();
     let mut waiters = Vec::new();
@@ -482,7 +475,7 @@ async fn a_short_run_goes_on_past_the_bound() {
         .min_local_run(Duration::from_secs(20))
         .build()
         .unwrap();
-    let client = LockClient::new(backend.clone(), options);
+    let client = LockClient::new(backend.shared(), options);
     let lock = name("short-run");
     let mut guard = client.acquire_with(&lock, Duration::ZERO).await.unwrap();
     let mut waiters = Vec::new();
@@ -502,7 +495,7 @@ async fn a_short_run_goes_on_past_the_bound() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_under_an_earlier_confirmation_is_extended_by_its_schedule() {
     let backend = Arc::new(Instrumented::handing_over());
-    let client = LockClient::new(backend.clone(), options(Duration::from_secs(30)));
+    let client = LockClient::new(backend.shared(), options(Duration::from_secs(30)));
     let lock = name("confirmed-earlier");
     let first = client.acquire_with(&lock, Duration::ZERO).await.unwrap();
     let waiter = queue_waiter(&client, &lock, Duration::from_secs(30)).await;
@@ -529,7 +522,7 @@ async fn a_grant_under_an_earlier_confirmation_is_extended_by_its_schedule() {
 async fn a_zero_bound_always_releases() {
     let backend = Arc::new(Instrumented::handing_over());
     let options = LockOptions::builder().local_hand_overs(0).build().unwrap();
-    let client = LockClient::new(backend.clone(), options);
+    let client = LockClient::new(backend.shared(), options);
     let lock = name("no-hand-over");
     let first = client.acquire_with(&lock, Duration::ZERO).await.unwrap();
     let waiter = queue_waiter(&client, &lock, Duration::from_secs(30)).await;
@@ -542,7 +535,7 @@ async fn a_zero_bound_always_releases() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_handed_to_a_waiter_that_gave_up_is_released() {
     let backend = Arc::new(Instrumented::handing_over());
-    let client = LockClient::new(backend.clone(), options(Duration::from_secs(30)));
+    let client = LockClient::new(backend.shared(), options(Duration::from_secs(30)));
     let lock = name("gave-up");
     let first = client.acquire_with(&lock, Duration::ZERO).await.unwrap();
     let waiter = queue_waiter(&client, &lock, Duration::from_millis(100)).await;
@@ -552,7 +545,7 @@ async fn a_lock_handed_to_a_waiter_that_gave_up_is_released() {
     assert!(first.release().await.unwrap());
     assert!(matches!(waiter.await.unwrap(), Err(Error::Timeout { .. })));
     assert_eq!(backend.hand_overs.load(Ordering::SeqCst), 1);
-    let other = LockClient::new(backend.clone(), options(Duration::from_secs(30)));
+    let other = LockClient::new(backend.shared(), options(Duration::from_secs(30)));
     let taken = other
         .acquire_with(&lock, Duration::from_secs(5))
         .await
@@ -563,7 +556,7 @@ async fn a_lock_handed_to_a_waiter_that_gave_up_is_released() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_guard_hands_over_too() {
     let backend = Arc::new(Instrumented::handing_over());
-    let client = LockClient::new(backend.clone(), options(Duration::from_secs(30)));
+    let client = LockClient::new(backend.shared(), options(Duration::from_secs(30)));
     let lock = name("dropped");
     let first = client.acquire_with(&lock, Duration::ZERO).await.unwrap();
     let waiter = queue_waiter(&client, &lock, Duration::from_secs(30)).await;
@@ -581,8 +574,8 @@ async fn a_dropped_guard_hands_over_too() {
 async fn a_wait_that_began_before_wake_ups_started_stops_polling_once_they_have() {
     let backend = Arc::new(Instrumented::with_wakeups());
     backend.no_watch_yet.store(true, Ordering::SeqCst);
-    let holder = LockClient::new(backend.clone(), options(Duration::from_secs(30)));
-    let waiters = LockClient::new(backend.clone(), options(Duration::from_secs(30)));
+    let holder = LockClient::new(backend.shared(), options(Duration::from_secs(30)));
+    let waiters = LockClient::new(backend.shared(), options(Duration::from_secs(30)));
     let lock = name("late wake-ups");
     let guard = holder.acquire_with(&lock, Duration::ZERO).await.unwrap();
     let waiter = {

@@ -4,43 +4,23 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, Lease, LockClient, LockInfo, LockName,
-    LockOptions, MemoryBackend, Result, WaitState,
-};
+use distlock_core::testing::{Call, Hook, TestBackend};
+use distlock_core::{LockClient, LockName, LockOptions, Result};
 
-/// The memory backend with extensions that take 30 ms each, and no bulk
-/// extension of its own.
+/// Extensions that take 30 ms for each 32 leases, as the default bulk
+/// extension makes them 32 at a time, so that a batch of all of them would
+/// take longer than one operation timeout.
 #[derive(Debug, Default)]
-struct SlowExtensions {
-    inner: MemoryBackend,
-}
+struct SlowExtensions;
 
 #[async_trait]
-impl Backend for SlowExtensions {
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-
-    async fn try_acquire(&self, request: &AcquireRequest, wait: &mut WaitState) -> Result<Attempt> {
-        self.inner.try_acquire(request, wait).await
-    }
-
-    async fn extend(&self, lease: &Lease) -> Result<bool> {
-        tokio::time::sleep(Duration::from_millis(30)).await;
-        self.inner.extend(lease).await
-    }
-
-    async fn release(&self, lease: &Lease) -> Result<bool> {
-        self.inner.release(lease).await
-    }
-
-    async fn list(&self) -> Result<Vec<LockInfo>> {
-        self.inner.list().await
-    }
-
-    async fn force_release(&self, name: &LockName) -> Result<bool> {
-        self.inner.force_release(name).await
+impl Hook for SlowExtensions {
+    async fn before(&self, call: Call<'_>) -> Result<()> {
+        if let Call::Extend(leases) = call {
+            let rounds = leases.len().div_ceil(32) as u32;
+            tokio::time::sleep(Duration::from_millis(30) * rounds).await;
+        }
+        Ok(())
     }
 }
 
@@ -55,7 +35,12 @@ async fn leases_of_a_backend_without_bulk_extension_are_all_kept() {
         .operation_timeout(Duration::from_millis(80))
         .build()
         .unwrap();
-    let client = LockClient::new(Arc::new(SlowExtensions::default()), options);
+    let client = LockClient::new(
+        TestBackend::new()
+            .with_hook(Arc::new(SlowExtensions))
+            .shared(),
+        options,
+    );
     let mut guards = Vec::with_capacity(LOCKS);
     for i in 0..LOCKS {
         let name = LockName::new(format!("slow-{i}")).unwrap();

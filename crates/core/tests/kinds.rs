@@ -5,66 +5,49 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use distlock_core::testing::{Answer, Call, Hook, TestBackend};
 use distlock_core::{
-    AcquireOptions, AcquireRequest, Attempt, Backend, Capabilities, Claim, HandOver, Lease,
-    LockClient, LockInfo, LockName, LockOptions, LossReason, LossReporter, MemoryBackend, Payload,
-    ReleaseWatch, Result, WaitState,
+    AcquireOptions, Attempt, Claim, LockClient, LockName, LockOptions, LossReason, LossReporter,
+    MemoryBackend, Payload, Result,
 };
 
 const PATIENCE: Duration = Duration::from_secs(10);
 
-/// The memory backend, keeping the loss reporter of each grant so that a
-/// test can report the grant lost, as a backend whose connection dropped
-/// would.
+/// Keeps the loss reporter of each grant, so that a test can report the
+/// grant lost as a backend whose connection dropped would, and the payload
+/// of each attempt.
 #[derive(Debug, Default)]
 struct Reporting {
-    inner: MemoryBackend,
     reporters: Mutex<Vec<LossReporter>>,
     payloads: Mutex<Vec<Option<u32>>>,
 }
 
+impl Reporting {
+    /// A backend in memory that reports to a new `Reporting`.
+    fn backend() -> (TestBackend, Arc<Self>) {
+        let reporting = Arc::new(Self::default());
+        (TestBackend::new().with_hook(reporting.clone()), reporting)
+    }
+}
+
 #[async_trait]
-impl Backend for Reporting {
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
+impl Hook for Reporting {
+    async fn before(&self, call: Call<'_>) -> Result<()> {
+        if let Call::Acquire(request) = call {
+            let payload = request.payload.get::<u32>().copied();
+            self.payloads.lock().unwrap().push(payload);
+        }
+        Ok(())
     }
 
-    async fn try_acquire(&self, request: &AcquireRequest, wait: &mut WaitState) -> Result<Attempt> {
-        let payload = request.payload.get::<u32>().copied();
-        self.payloads.lock().unwrap().push(payload);
-        let attempt = self.inner.try_acquire(request, wait).await?;
-        if let Attempt::Acquired { .. } = attempt {
+    async fn after(&self, answer: Answer<'_>) {
+        if let Answer::Acquire {
+            request,
+            outcome: Ok(Attempt::Acquired { .. }),
+        } = answer
+        {
             self.reporters.lock().unwrap().push(request.loss.clone());
         }
-        Ok(attempt)
-    }
-
-    async fn end_wait(&self, request: &AcquireRequest, wait: WaitState) -> Result<()> {
-        self.inner.end_wait(request, wait).await
-    }
-
-    async fn extend(&self, lease: &Lease) -> Result<bool> {
-        self.inner.extend(lease).await
-    }
-
-    async fn release(&self, lease: &Lease) -> Result<bool> {
-        self.inner.release(lease).await
-    }
-
-    async fn hand_over(&self, lease: &Lease, next: &AcquireRequest) -> Result<HandOver> {
-        self.inner.hand_over(lease, next).await
-    }
-
-    async fn list(&self) -> Result<Vec<LockInfo>> {
-        self.inner.list().await
-    }
-
-    async fn force_release(&self, name: &LockName) -> Result<bool> {
-        self.inner.force_release(name).await
-    }
-
-    fn watch_releases(&self, name: &LockName) -> Option<ReleaseWatch> {
-        self.inner.watch_releases(name)
     }
 }
 
@@ -74,8 +57,8 @@ fn name(text: &str) -> LockName {
 
 #[tokio::test]
 async fn a_loss_the_backend_reports_ends_the_guard_at_once() {
-    let backend = Arc::new(Reporting::default());
-    let client = LockClient::new(backend.clone(), LockOptions::default());
+    let (backend, reporting) = Reporting::backend();
+    let client = LockClient::new(backend.shared(), LockOptions::default());
     let guard = client
         .acquire_with(&name("reported"), PATIENCE)
         .await
@@ -88,7 +71,7 @@ async fn a_loss_the_backend_reports_ends_the_guard_at_once() {
         .await
         .unwrap();
     assert!(!guard.is_lost());
-    let reporter = backend.reporters.lock().unwrap()[0].clone();
+    let reporter = reporting.reporters.lock().unwrap()[0].clone();
     reporter.report();
     assert_eq!(
         tokio::time::timeout(PATIENCE, guard.lost()).await.unwrap(),
@@ -199,40 +182,6 @@ async fn a_zero_timeout_writer_leaves_no_mark_behind() {
     reader.release().await.unwrap();
 }
 
-/// The memory backend without its release wake-ups, as a backend that
-/// cannot report releases (memcached) is.
-#[derive(Debug, Default)]
-struct Deaf {
-    inner: MemoryBackend,
-}
-
-#[async_trait]
-impl Backend for Deaf {
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities().with_release_wakeups(false)
-    }
-
-    async fn try_acquire(&self, request: &AcquireRequest, wait: &mut WaitState) -> Result<Attempt> {
-        self.inner.try_acquire(request, wait).await
-    }
-
-    async fn extend(&self, lease: &Lease) -> Result<bool> {
-        self.inner.extend(lease).await
-    }
-
-    async fn release(&self, lease: &Lease) -> Result<bool> {
-        self.inner.release(lease).await
-    }
-
-    async fn list(&self) -> Result<Vec<LockInfo>> {
-        self.inner.list().await
-    }
-
-    async fn force_release(&self, name: &LockName) -> Result<bool> {
-        self.inner.force_release(name).await
-    }
-}
-
 /// Without wake-ups a waiter polls with backoff; a permit released by
 /// another task of the same client lets it in at once all the same.
 #[tokio::test(start_paused = true)]
@@ -243,7 +192,7 @@ async fn a_local_release_lets_the_local_waiter_in_without_polling() {
         .backoff(backoff, backoff)
         .build()
         .unwrap();
-    let client = LockClient::new(Arc::new(Deaf::default()), options);
+    let client = LockClient::new(TestBackend::new().without_wakeups().shared(), options);
     let exports = name("deaf-exports");
     let first = client
         .acquire_with(&exports, AcquireOptions::new().permit(1).timeout(PATIENCE))
@@ -278,11 +227,11 @@ async fn a_local_release_lets_the_local_waiter_in_without_polling() {
 
 #[tokio::test]
 async fn a_payload_reaches_every_attempt_of_its_call_only() {
-    let backend = Arc::new(Reporting::default());
-    let client = LockClient::new(backend.clone(), LockOptions::default());
+    let (backend, reporting) = Reporting::backend();
+    let client = LockClient::new(backend.shared(), LockOptions::default());
     let lock = name("payload");
     let held = client.acquire_with(&lock, PATIENCE).await.unwrap();
-    let other = LockClient::new(backend.clone(), LockOptions::default());
+    let other = LockClient::new(backend.shared(), LockOptions::default());
     let waiting = {
         let (other, lock) = (other.clone(), lock.clone());
         tokio::spawn(async move {
@@ -300,7 +249,7 @@ async fn a_payload_reaches_every_attempt_of_its_call_only() {
     tokio::time::sleep(Duration::from_millis(50)).await;
     held.release().await.unwrap();
     waiting.await.unwrap().unwrap().release().await.unwrap();
-    let payloads = backend.payloads.lock().unwrap().clone();
+    let payloads = reporting.payloads.lock().unwrap().clone();
     assert_eq!(payloads[0], None, "the first call had none");
     assert!(
         payloads.len() >= 3,

@@ -11,32 +11,31 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, Error, Lease, LockClient, LockInfo, LockName,
-    LockOptions, MemoryBackend, Result, WaitState,
-};
+use distlock_core::testing::{Call, Hook, TestBackend};
+use distlock_core::{Error, LockClient, LockName, LockOptions, MemoryBackend, Result};
 use tokio::time::Instant;
 
 const OPERATION_TIMEOUT: Duration = Duration::from_millis(700);
 
-/// The memory backend, recording the operation timeout each call carries,
-/// and never answering attempts from the `hang_from`-th on.
+/// Records the operation timeout each call carries, and never lets
+/// attempts from the `hang_from`-th on through.
 #[derive(Debug)]
 struct Recording {
-    inner: MemoryBackend,
+    /// The store every client of this recording shares.
+    memory: Arc<MemoryBackend>,
     attempts: AtomicUsize,
     hang_from: usize,
     seen: Mutex<Vec<(&'static str, Duration)>>,
 }
 
 impl Recording {
-    fn hanging_from(attempt: usize) -> Self {
-        Self {
-            inner: MemoryBackend::new(),
+    fn hanging_from(attempt: usize) -> Arc<Self> {
+        Arc::new(Self {
+            memory: Arc::default(),
             attempts: AtomicUsize::new(0),
             hang_from: attempt,
             seen: Mutex::default(),
-        }
+        })
     }
 
     fn see(&self, call: &'static str, timeout: Duration) {
@@ -45,45 +44,35 @@ impl Recording {
 }
 
 #[async_trait]
-impl Backend for Recording {
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-
-    async fn try_acquire(&self, request: &AcquireRequest, wait: &mut WaitState) -> Result<Attempt> {
-        self.see("acquire", request.operation_timeout);
-        if self.attempts.fetch_add(1, Ordering::SeqCst) >= self.hang_from {
-            std::future::pending::<()>().await;
+impl Hook for Recording {
+    async fn before(&self, call: Call<'_>) -> Result<()> {
+        match call {
+            Call::Acquire(request) => {
+                self.see("acquire", request.operation_timeout);
+                if self.attempts.fetch_add(1, Ordering::SeqCst) >= self.hang_from {
+                    std::future::pending::<()>().await;
+                }
+            }
+            Call::Extend(leases) => {
+                for lease in leases {
+                    self.see("extend", lease.operation_timeout);
+                }
+            }
+            Call::Release(lease) => self.see("release", lease.operation_timeout),
+            _ => {}
         }
-        self.inner.try_acquire(request, wait).await
-    }
-
-    async fn extend(&self, lease: &Lease) -> Result<bool> {
-        self.see("extend", lease.operation_timeout);
-        self.inner.extend(lease).await
-    }
-
-    async fn release(&self, lease: &Lease) -> Result<bool> {
-        self.see("release", lease.operation_timeout);
-        self.inner.release(lease).await
-    }
-
-    async fn list(&self) -> Result<Vec<LockInfo>> {
-        self.inner.list().await
-    }
-
-    async fn force_release(&self, name: &LockName) -> Result<bool> {
-        self.inner.force_release(name).await
+        Ok(())
     }
 }
 
-fn client(backend: &Arc<Recording>) -> LockClient {
+fn client(recording: &Arc<Recording>) -> LockClient {
     let options = LockOptions::builder()
         .lease(Duration::from_secs(3))
         .operation_timeout(OPERATION_TIMEOUT)
         .build()
         .unwrap();
-    LockClient::new(backend.clone(), options)
+    let backend = TestBackend::wrapping(recording.memory.clone()).with_hook(recording.clone());
+    LockClient::new(backend.shared(), options)
 }
 
 fn name(text: &str) -> LockName {
@@ -92,7 +81,7 @@ fn name(text: &str) -> LockName {
 
 #[tokio::test(start_paused = true)]
 async fn every_call_carries_the_clients_operation_timeout() {
-    let backend = Arc::new(Recording::hanging_from(usize::MAX));
+    let backend = Recording::hanging_from(usize::MAX);
     let client = client(&backend);
     let guard = client
         .acquire_with(&name("carried"), Duration::ZERO)
@@ -118,7 +107,7 @@ async fn every_call_carries_the_clients_operation_timeout() {
 
 #[tokio::test(start_paused = true)]
 async fn a_first_attempt_gets_the_whole_operation_timeout_even_with_a_zero_wait() {
-    let backend = Arc::new(Recording::hanging_from(0));
+    let backend = Recording::hanging_from(0);
     let client = client(&backend);
     let started = Instant::now();
     let outcome = client.acquire_with(&name("hung"), Duration::ZERO).await;
@@ -139,7 +128,7 @@ async fn a_first_attempt_gets_the_whole_operation_timeout_even_with_a_zero_wait(
 #[tokio::test(start_paused = true)]
 async fn later_attempts_end_by_the_deadline_and_the_final_attempts_moment() {
     // The holder's attempt and the waiter's first answer; later ones hang.
-    let backend = Arc::new(Recording::hanging_from(2));
+    let backend = Recording::hanging_from(2);
     let client = client(&backend);
     let name = name("held");
     let _held = client.try_acquire(&name).await.unwrap().expect("free");

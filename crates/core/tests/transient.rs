@@ -7,16 +7,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, Error, Lease, LockClient, LockInfo, LockName,
-    LockOptions, MemoryBackend, Result, WaitState,
-};
+use distlock_core::testing::{Call, Hook, TestBackend};
+use distlock_core::{Error, LockClient, LockName, LockOptions, Result};
 
-/// The memory backend, failing its first `failures` attempts with what
-/// `fail` makes.
+/// Fails the first `failures` attempts with what `fail` makes, and every
+/// extension with what `fail_extensions` makes, if set.
 #[derive(Debug)]
 struct Failing {
-    inner: MemoryBackend,
     failures: usize,
     attempts: AtomicUsize,
     fail: fn() -> Error,
@@ -27,7 +24,6 @@ struct Failing {
 impl Failing {
     fn new(failures: usize, fail: fn() -> Error) -> Arc<Self> {
         Arc::new(Self {
-            inner: MemoryBackend::new(),
             failures,
             attempts: AtomicUsize::new(0),
             fail,
@@ -37,7 +33,6 @@ impl Failing {
 
     fn failing_extensions(fail: fn() -> Error) -> Arc<Self> {
         Arc::new(Self {
-            inner: MemoryBackend::new(),
             failures: 0,
             attempts: AtomicUsize::new(0),
             fail,
@@ -47,6 +42,21 @@ impl Failing {
 
     fn attempts(&self) -> usize {
         self.attempts.load(Ordering::SeqCst)
+    }
+}
+
+#[async_trait]
+impl Hook for Failing {
+    async fn before(&self, call: Call<'_>) -> Result<()> {
+        match (call, self.fail_extensions) {
+            (Call::Acquire(_), _)
+                if self.attempts.fetch_add(1, Ordering::SeqCst) < self.failures =>
+            {
+                Err((self.fail)())
+            }
+            (Call::Extend(_), Some(fail)) => Err(fail()),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -66,41 +76,9 @@ fn denied() -> Error {
     }
 }
 
-#[async_trait]
-impl Backend for Failing {
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-
-    async fn try_acquire(&self, request: &AcquireRequest, wait: &mut WaitState) -> Result<Attempt> {
-        if self.attempts.fetch_add(1, Ordering::SeqCst) < self.failures {
-            return Err((self.fail)());
-        }
-        self.inner.try_acquire(request, wait).await
-    }
-
-    async fn extend(&self, lease: &Lease) -> Result<bool> {
-        if let Some(fail) = self.fail_extensions {
-            return Err(fail());
-        }
-        self.inner.extend(lease).await
-    }
-
-    async fn release(&self, lease: &Lease) -> Result<bool> {
-        self.inner.release(lease).await
-    }
-
-    async fn list(&self) -> Result<Vec<LockInfo>> {
-        self.inner.list().await
-    }
-
-    async fn force_release(&self, name: &LockName) -> Result<bool> {
-        self.inner.force_release(name).await
-    }
-}
-
-fn client(backend: &Arc<Failing>) -> LockClient {
-    LockClient::new(backend.clone(), LockOptions::default())
+fn client(failing: &Arc<Failing>) -> LockClient {
+    let backend = TestBackend::new().with_hook(failing.clone());
+    LockClient::new(backend.shared(), LockOptions::default())
 }
 
 fn name() -> LockName {

@@ -147,7 +147,8 @@ pub use distlock_core::urls::redact;
 pub mod backend {
     pub use distlock_core::async_trait;
     pub use distlock_core::backend::{
-        AcquireRequest, Attempt, Backend, Capabilities, HandOver, Holder, Lease, LeaseId,
+        AcquireRequest, Attempt, Backend, Capabilities, HandOver, HandOvers, Holder, Lease,
+        LeaseId, Session, Wakeups,
     };
     pub use distlock_core::platform;
     pub use distlock_core::urls::{percent_decode, secret_options, user_info};

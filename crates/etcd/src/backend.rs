@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use distlock_core::{
     AcquireRequest, Attempt, Backend, Capabilities, Claim, Error, GrantState, Lease, LeaseId,
-    LockInfo, LockName, LossReporter, Permits, ReleaseHub, ReleaseWatch, Result, WaitState,
-    async_trait,
+    LockInfo, LockName, LossReporter, Permits, ReleaseHub, ReleaseWatch, Result, Session,
+    WaitState, Wakeups, async_trait,
 };
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, KvClient, LeaseClient,
@@ -388,8 +388,6 @@ impl Backend for EtcdBackend {
         Capabilities::lease_based()
             .with_shared(true)
             .with_semaphores(true)
-            .with_sessions(true)
-            .with_release_wakeups(true)
     }
 
     async fn try_acquire(&self, request: &AcquireRequest, wait: &mut WaitState) -> Result<Attempt> {
@@ -441,11 +439,6 @@ impl Backend for EtcdBackend {
         if !ours {
             return Ok(false);
         }
-        self.sessions.renew().await
-    }
-
-    async fn renew_session(&self) -> Result<bool> {
-        self.leftovers.retry(&self.kv);
         self.sessions.renew().await
     }
 
@@ -534,7 +527,25 @@ impl Backend for EtcdBackend {
         Ok(response.deleted() > 0)
     }
 
-    fn watch_releases(&self, name: &LockName) -> Option<ReleaseWatch> {
+    fn session(&self) -> Option<&dyn Session> {
+        Some(self)
+    }
+
+    fn wakeups(&self) -> Option<&dyn Wakeups> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl Session for EtcdBackend {
+    async fn renew(&self) -> Result<bool> {
+        self.leftovers.retry(&self.kv);
+        self.sessions.renew().await
+    }
+}
+
+impl Wakeups for EtcdBackend {
+    fn watch(&self, name: &LockName) -> Option<ReleaseWatch> {
         Some(self.hub.watch(name))
     }
 }

@@ -12,7 +12,7 @@
 //! - **One session per client.** The first grant or wait creates one etcd
 //!   lease, and every key of this backend hangs on it. Core's keeper renews
 //!   it with one keepalive per extension period, whatever the number of
-//!   locks held ([`Capabilities::sessions`]). etcd leases are whole
+//!   locks held (the backend's [`Backend::session`]). etcd leases are whole
 //!   seconds: a lease under one second is [`Error::InvalidConfig`], and
 //!   etcd's TTL is the client's lease plus half, rounded up (see
 //!   `session.rs` for why).
@@ -51,7 +51,7 @@
 //!   a default (linearizable) range read, never a serializable one.
 //!
 //! [`Error::InvalidConfig`]: distlock_core::Error::InvalidConfig
-//! [`Capabilities::sessions`]: distlock_core::Capabilities::sessions
+//! [`Backend::session`]: distlock_core::Backend::session
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 

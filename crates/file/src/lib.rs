@@ -37,7 +37,7 @@
 //! Linux's. On macOS and the BSDs waiters poll instead, with the client's
 //! backoff (between 5 ms and 500 ms by default): a release reaches a waiter
 //! at its next retry rather than at once, and
-//! [`Capabilities::release_wakeups`] is false. Setting the environment
+//! [`Backend::wakeups`](distlock_core::Backend::wakeups) is `None`. Setting the environment
 //! variable `DISTLOCK_PORTABLE=1` makes a process on Linux poll the same
 //! way, which is how the tests run that path. `docs/platforms.md` says what
 //! is tested where.
@@ -66,7 +66,7 @@ use std::path::{Path, PathBuf};
 use async_trait::async_trait;
 use distlock_core::{
     AcquireRequest, Attempt, Backend, Capabilities, Claim, Error, GrantState, Lease, LockInfo,
-    LockName, ReleaseWatch, Result, WaitState,
+    LockName, ReleaseWatch, Result, WaitState, Wakeups,
 };
 
 use crate::files::{Mode, io_error, open_existing, open_locked};
@@ -75,7 +75,7 @@ use crate::held::{Held, LockedFile};
 use crate::names::SlotKind;
 use crate::record::{Record, SharedKind, next_token, now_ms};
 use crate::shared::WriterMark;
-use crate::wake::{Wakeups, signal_release};
+use crate::wake::{DirWatch, signal_release};
 
 pub(crate) use crate::files::no_follow;
 
@@ -83,7 +83,7 @@ pub(crate) use crate::files::no_follow;
 #[derive(Debug)]
 pub struct FileBackend {
     dir: PathBuf,
-    wakeups: Wakeups,
+    wakeups: DirWatch,
 }
 
 impl FileBackend {
@@ -122,7 +122,7 @@ impl FileBackend {
         }
         Ok(Self {
             dir,
-            wakeups: Wakeups::default(),
+            wakeups: DirWatch::default(),
         })
     }
 
@@ -254,7 +254,6 @@ impl Backend for FileBackend {
     fn capabilities(&self) -> Capabilities {
         Capabilities::lease_based()
             .with_process_bound(true)
-            .with_release_wakeups(wake::watched())
             .with_shared(true)
             .with_semaphores(true)
     }
@@ -298,7 +297,13 @@ impl Backend for FileBackend {
         admin::force_release(self, name).await
     }
 
-    fn watch_releases(&self, name: &LockName) -> Option<ReleaseWatch> {
+    fn wakeups(&self) -> Option<&dyn Wakeups> {
+        wake::watched().then_some(self)
+    }
+}
+
+impl Wakeups for FileBackend {
+    fn watch(&self, name: &LockName) -> Option<ReleaseWatch> {
         self.wakeups.watch(&self.dir, name)
     }
 }

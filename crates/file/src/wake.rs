@@ -45,7 +45,7 @@ pub(crate) fn watched() -> bool {
 /// The directory watcher of one backend, started when the first waiter
 /// needs it.
 #[derive(Debug, Default)]
-pub(crate) struct Wakeups {
+pub(crate) struct DirWatch {
     hub: ReleaseHub,
     watcher: Mutex<Watcher>,
 }
@@ -61,7 +61,7 @@ enum Watcher {
     Unavailable,
 }
 
-impl Wakeups {
+impl DirWatch {
     /// A watch on `name`, or `None` when the directory is not watched (the
     /// waiter then polls).
     pub(crate) fn watch(&self, dir: &Path, name: &LockName) -> Option<ReleaseWatch> {

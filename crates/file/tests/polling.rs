@@ -58,12 +58,7 @@ fn the_backend_offers_no_release_wakeups() {
     forced("the_backend_offers_no_release_wakeups", async {
         let dir = tempfile::tempdir().unwrap();
         let backend = FileBackend::open(dir.path()).unwrap();
-        assert!(!backend.capabilities().release_wakeups);
-        assert!(
-            backend
-                .watch_releases(&LockName::new("any").unwrap())
-                .is_none()
-        );
+        assert!(backend.wakeups().is_none());
     });
 }
 

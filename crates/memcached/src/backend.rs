@@ -6,8 +6,8 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, Claim, Error, GrantState, HandOver, Holder,
-    Lease, LeaseId, LockInfo, LockKind, LockName, Result, WaitState,
+    AcquireRequest, Attempt, Backend, Capabilities, Claim, Error, GrantState, HandOver, HandOvers,
+    Holder, Lease, LeaseId, LockInfo, LockKind, LockName, Result, WaitState,
 };
 use smallvec::SmallVec;
 use tokio::time::Instant;
@@ -894,7 +894,6 @@ impl Backend for MemcachedBackend {
         let sharded = self.config.mode() == Mode::Sharded;
         Capabilities::lease_based()
             .with_lists_every_holder(false)
-            .with_hand_over(sharded)
             .with_semaphores(sharded)
             // In sharded mode, every call's commands share one
             // [`Deadline`], within the operation timeout, from when the call
@@ -1246,6 +1245,111 @@ impl Backend for MemcachedBackend {
         Ok(false)
     }
 
+    async fn list(&self) -> Result<Vec<LockInfo>> {
+        let mine = self.holds.live();
+        let mut locks = Vec::with_capacity(mine.len());
+        for chunk in mine.chunks(LIST_CONCURRENCY) {
+            let checks = chunk.iter().map(|hold| async move {
+                // A hold that ended is not listed, though a grant's state
+                // may keep it alive.
+                let Some(listed) = hold.listed() else {
+                    return Ok(None);
+                };
+                let (targets, need) = self.targets(&hold.name);
+                let deadline = Deadline::after(self.config.timeout());
+                let outcomes = self
+                    .each(&targets, |_, server| {
+                        read_on(server, &hold.key, hold.owner, deadline)
+                    })
+                    .await;
+                let mut ours = 0;
+                let mut gone = 0;
+                let mut errors = Vec::new();
+                for outcome in outcomes {
+                    match outcome {
+                        Ok(Ownership::Ours { .. }) => ours += 1,
+                        Ok(Ownership::Other | Ownership::Missing) => gone += 1,
+                        Err(error) => errors.push(error),
+                    }
+                }
+                if ours >= need {
+                    Ok(Some((listed, true)))
+                } else if targets.len() - gone < need {
+                    Ok(Some((listed, false)))
+                } else {
+                    Err(combined("cannot tell whether a lock is held", errors))
+                }
+            });
+            let verdicts = futures::future::join_all(checks).await;
+            for (hold, verdict) in chunk.iter().zip(verdicts) {
+                match verdict? {
+                    Some((listed, true)) => locks.push(LockInfo {
+                        name: hold.name.clone(),
+                        kind: LockKind::Exclusive,
+                        permits: None,
+                        holder: Some(Holder::clone(&hold.holder)),
+                        fencing_token: Some(listed.fencing_token),
+                        expires_in: Some(
+                            (listed.confirmed_at + hold.lease)
+                                .saturating_duration_since(Instant::now()),
+                        ),
+                    }),
+                    Some((_, false)) => hold.forget(),
+                    None => {}
+                }
+            }
+        }
+        locks.extend(self.list_permits().await?);
+        locks.sort_by(|a, b| (&a.name, a.fencing_token).cmp(&(&b.name, b.fencing_token)));
+        Ok(locks)
+    }
+
+    /// In sharded mode, deletes the lock key and every permit slot the
+    /// name can have, in one write. Quorum mode grants no permits, so it
+    /// deletes the lock key on every server.
+    async fn force_release(&self, name: &LockName) -> Result<bool> {
+        if self.config.mode() == Mode::Sharded {
+            return self.force_release_sharded(name).await;
+        }
+        let (targets, need) = self.targets(name);
+        let key = self.keys.lock_key(name);
+        let deadline = Deadline::after(self.config.timeout());
+        let outcomes = self
+            .each(&targets, |_, server| delete_on(server, &key, deadline))
+            .await;
+        let mut deleted = 0;
+        let mut errors = Vec::new();
+        for outcome in outcomes {
+            match outcome {
+                Ok(true) => deleted += 1,
+                Ok(false) => {}
+                Err(error) => errors.push(error),
+            }
+        }
+        if deleted >= need {
+            return Ok(true);
+        }
+        if !errors.is_empty() && deleted + errors.len() >= need {
+            return Err(combined(
+                &format!(
+                    "deleted on {deleted} of {} servers, the rest did not answer",
+                    targets.len()
+                ),
+                errors,
+            ));
+        }
+        Ok(false)
+    }
+
+    fn hand_overs(&self) -> Option<&dyn HandOvers> {
+        // Quorum mode cannot end one grant and make the next on every
+        // server in one step.
+        (self.config.mode() == Mode::Sharded).then_some(self)
+    }
+}
+
+#[async_trait]
+impl HandOvers for MemcachedBackend {
     /// In sharded mode: without a server command when this process holds
     /// the lease with at least half of it left and a reserved token to
     /// spare (`LockHold::pass_on`); otherwise one compare-and-swap
@@ -1392,101 +1496,5 @@ impl Backend for MemcachedBackend {
             confirmed_at: None,
             state: GrantState::from_arc(new),
         })
-    }
-
-    async fn list(&self) -> Result<Vec<LockInfo>> {
-        let mine = self.holds.live();
-        let mut locks = Vec::with_capacity(mine.len());
-        for chunk in mine.chunks(LIST_CONCURRENCY) {
-            let checks = chunk.iter().map(|hold| async move {
-                // A hold that ended is not listed, though a grant's state
-                // may keep it alive.
-                let Some(listed) = hold.listed() else {
-                    return Ok(None);
-                };
-                let (targets, need) = self.targets(&hold.name);
-                let deadline = Deadline::after(self.config.timeout());
-                let outcomes = self
-                    .each(&targets, |_, server| {
-                        read_on(server, &hold.key, hold.owner, deadline)
-                    })
-                    .await;
-                let mut ours = 0;
-                let mut gone = 0;
-                let mut errors = Vec::new();
-                for outcome in outcomes {
-                    match outcome {
-                        Ok(Ownership::Ours { .. }) => ours += 1,
-                        Ok(Ownership::Other | Ownership::Missing) => gone += 1,
-                        Err(error) => errors.push(error),
-                    }
-                }
-                if ours >= need {
-                    Ok(Some((listed, true)))
-                } else if targets.len() - gone < need {
-                    Ok(Some((listed, false)))
-                } else {
-                    Err(combined("cannot tell whether a lock is held", errors))
-                }
-            });
-            let verdicts = futures::future::join_all(checks).await;
-            for (hold, verdict) in chunk.iter().zip(verdicts) {
-                match verdict? {
-                    Some((listed, true)) => locks.push(LockInfo {
-                        name: hold.name.clone(),
-                        kind: LockKind::Exclusive,
-                        permits: None,
-                        holder: Some(Holder::clone(&hold.holder)),
-                        fencing_token: Some(listed.fencing_token),
-                        expires_in: Some(
-                            (listed.confirmed_at + hold.lease)
-                                .saturating_duration_since(Instant::now()),
-                        ),
-                    }),
-                    Some((_, false)) => hold.forget(),
-                    None => {}
-                }
-            }
-        }
-        locks.extend(self.list_permits().await?);
-        locks.sort_by(|a, b| (&a.name, a.fencing_token).cmp(&(&b.name, b.fencing_token)));
-        Ok(locks)
-    }
-
-    /// In sharded mode, deletes the lock key and every permit slot the
-    /// name can have, in one write. Quorum mode grants no permits, so it
-    /// deletes the lock key on every server.
-    async fn force_release(&self, name: &LockName) -> Result<bool> {
-        if self.config.mode() == Mode::Sharded {
-            return self.force_release_sharded(name).await;
-        }
-        let (targets, need) = self.targets(name);
-        let key = self.keys.lock_key(name);
-        let deadline = Deadline::after(self.config.timeout());
-        let outcomes = self
-            .each(&targets, |_, server| delete_on(server, &key, deadline))
-            .await;
-        let mut deleted = 0;
-        let mut errors = Vec::new();
-        for outcome in outcomes {
-            match outcome {
-                Ok(true) => deleted += 1,
-                Ok(false) => {}
-                Err(error) => errors.push(error),
-            }
-        }
-        if deleted >= need {
-            return Ok(true);
-        }
-        if !errors.is_empty() && deleted + errors.len() >= need {
-            return Err(combined(
-                &format!(
-                    "deleted on {deleted} of {} servers, the rest did not answer",
-                    targets.len()
-                ),
-                errors,
-            ));
-        }
-        Ok(false)
     }
 }

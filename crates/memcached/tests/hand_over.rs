@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use distlock_core::{AcquireRequest, Backend, Error, HandOver, Holder, Lease, LockName};
+use distlock_core::{AcquireRequest, Backend, Error, HandOver, HandOvers, Holder, Lease, LockName};
 use distlock_memcached::MemcachedBackend;
 use tokio::time::Instant;
 
@@ -94,7 +94,7 @@ fn holds(item: &Item, lease: &Lease) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hand_over_keeps_the_lock_held() {
     let backend = open(&url()).await;
-    assert!(backend.capabilities().hand_over);
+    assert!(backend.hand_overs().is_some());
     let other = Arc::new(open(&url()).await);
     let name = unique("hand-over");
     let first = grant(&backend, &name, LEASE).await.expect("free");
@@ -373,11 +373,12 @@ async fn after_a_restart_the_same_cas_is_not_handed_over() {
     assert!(fresh.release(&theirs).await.unwrap());
 }
 
-/// Quorum mode does not hand over: it says so, and changes nothing.
+/// Quorum mode does not hand over: it offers no hand-overs, answers one
+/// asked all the same with `Unsupported`, and changes nothing.
 #[tokio::test]
 async fn quorum_mode_does_not_hand_over() {
     let backend = open(&quorum_url()).await;
-    assert!(!backend.capabilities().hand_over);
+    assert!(backend.hand_overs().is_none());
     let name = unique("hand-over-quorum");
     let old = grant(&backend, &name, LEASE).await.expect("free");
     let outcome = backend.hand_over(&old, &request(&name, LEASE)).await;

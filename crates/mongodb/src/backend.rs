@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, Claim, GrantState, HandOver, Lease, LockInfo,
-    LockName, ReleaseHub, ReleaseWatch, Result, WaitState,
+    AcquireRequest, Attempt, Backend, Capabilities, Claim, GrantState, HandOver, HandOvers, Lease,
+    LockInfo, LockName, ReleaseHub, ReleaseWatch, Result, WaitState, Wakeups,
 };
 use futures::TryStreamExt;
 use mongodb::bson::{Document, doc};
@@ -338,8 +338,6 @@ enum Sent {
 impl Backend for MongoBackend {
     fn capabilities(&self) -> Capabilities {
         Capabilities::lease_based()
-            .with_release_wakeups(self.watcher.is_some())
-            .with_hand_over(true)
             .with_shared(true)
             .with_semaphores(true)
     }
@@ -432,35 +430,6 @@ impl Backend for MongoBackend {
         Ok(released)
     }
 
-    async fn hand_over(&self, lease: &Lease, next: &AcquireRequest) -> Result<HandOver> {
-        let found = self
-            .collection
-            .find_one_and_update(
-                document::live_grant(&lease.name, lease.id),
-                exclusive::hand_over(next),
-            )
-            .return_document(ReturnDocument::After)
-            .max_time(next.operation_timeout)
-            .await
-            .map_err(|error| driver(&format!("handing over {}", lease.name), error))?;
-        // Nothing matched: the old grant had expired or was taken away.
-        let Some(found) = found else {
-            return Ok(HandOver::NotOurs);
-        };
-        // A token no grant can follow left the old grant in place: an error,
-        // on which the lock client releases it.
-        let token = document::read_token(&found)
-            .map_err(|bad| bad.into_error(self.describe(&lease.name)))?;
-        if found.get_str(LOCK_ID).ok() != Some(lock_id(next.lease_id).as_str()) {
-            return Ok(HandOver::NotOurs);
-        }
-        Ok(HandOver::Granted {
-            fencing_token: token.ok_or_else(|| no_token(next))?,
-            confirmed_at: None,
-            state: GrantState::none(),
-        })
-    }
-
     async fn list(&self) -> Result<Vec<LockInfo>> {
         let found: Vec<Document> = self
             .collection
@@ -492,7 +461,49 @@ impl Backend for MongoBackend {
         Ok(released)
     }
 
-    fn watch_releases(&self, name: &LockName) -> Option<ReleaseWatch> {
+    fn hand_overs(&self) -> Option<&dyn HandOvers> {
+        Some(self)
+    }
+
+    fn wakeups(&self) -> Option<&dyn Wakeups> {
+        self.watcher.is_some().then_some(self)
+    }
+}
+
+#[async_trait]
+impl HandOvers for MongoBackend {
+    async fn hand_over(&self, lease: &Lease, next: &AcquireRequest) -> Result<HandOver> {
+        let found = self
+            .collection
+            .find_one_and_update(
+                document::live_grant(&lease.name, lease.id),
+                exclusive::hand_over(next),
+            )
+            .return_document(ReturnDocument::After)
+            .max_time(next.operation_timeout)
+            .await
+            .map_err(|error| driver(&format!("handing over {}", lease.name), error))?;
+        // Nothing matched: the old grant had expired or was taken away.
+        let Some(found) = found else {
+            return Ok(HandOver::NotOurs);
+        };
+        // A token no grant can follow left the old grant in place: an error,
+        // on which the lock client releases it.
+        let token = document::read_token(&found)
+            .map_err(|bad| bad.into_error(self.describe(&lease.name)))?;
+        if found.get_str(LOCK_ID).ok() != Some(lock_id(next.lease_id).as_str()) {
+            return Ok(HandOver::NotOurs);
+        }
+        Ok(HandOver::Granted {
+            fencing_token: token.ok_or_else(|| no_token(next))?,
+            confirmed_at: None,
+            state: GrantState::none(),
+        })
+    }
+}
+
+impl Wakeups for MongoBackend {
+    fn watch(&self, name: &LockName) -> Option<ReleaseWatch> {
         self.watcher.as_ref().map(|_| self.hub.watch(name))
     }
 }

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, Error, HandOver, Lease, LockInfo, LockName,
-    ReleaseWatch, Result, WaitState,
+    AcquireRequest, Attempt, Backend, Capabilities, Error, HandOvers, Lease, LockInfo, LockName,
+    Result, WaitState, Wakeups,
 };
 
 use crate::advisory::AdvisoryMode;
@@ -179,10 +179,6 @@ impl Backend for PostgresBackend {
         self.mode().release(lease).await
     }
 
-    async fn hand_over(&self, lease: &Lease, next: &AcquireRequest) -> Result<HandOver> {
-        self.mode().hand_over(lease, next).await
-    }
-
     async fn list(&self) -> Result<Vec<LockInfo>> {
         self.mode().list().await
     }
@@ -191,7 +187,11 @@ impl Backend for PostgresBackend {
         self.mode().force_release(name).await
     }
 
-    fn watch_releases(&self, name: &LockName) -> Option<ReleaseWatch> {
-        self.mode().watch_releases(name)
+    fn hand_overs(&self) -> Option<&dyn HandOvers> {
+        self.mode().hand_overs()
+    }
+
+    fn wakeups(&self) -> Option<&dyn Wakeups> {
+        self.mode().wakeups()
     }
 }

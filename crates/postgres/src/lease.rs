@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, Claim, GrantState, HandOver, Lease, LockInfo,
-    LockName, ReleaseWatch, Result, WaitState,
+    AcquireRequest, Attempt, Backend, Capabilities, Claim, GrantState, HandOver, HandOvers, Lease,
+    LockInfo, LockName, ReleaseWatch, Result, WaitState, Wakeups,
 };
 use tokio_postgres::Row;
 use tokio_postgres::types::Type;
@@ -155,10 +155,6 @@ impl LeaseMode {
 impl Backend for LeaseMode {
     fn capabilities(&self) -> Capabilities {
         Capabilities::lease_based()
-            // Off only once notifications proved not to arrive; until they
-            // are shown to, `watch_releases` answers `None` and waits poll.
-            .with_release_wakeups(self.listener.state() != WakeUps::Unavailable)
-            .with_hand_over(true)
             .with_shared(true)
             .with_semaphores(true)
     }
@@ -305,6 +301,40 @@ impl Backend for LeaseMode {
         .map(|rows| !rows.is_empty())
     }
 
+    async fn list(&self) -> Result<Vec<LockInfo>> {
+        let rows = self
+            .connections
+            .query("listing locks", &self.statements.list, &[], ADMIN_TIMEOUT)
+            .await?;
+        rows.iter().map(rows::lock_info).collect()
+    }
+
+    async fn force_release(&self, name: &LockName) -> Result<bool> {
+        let bytes = name.as_str().as_bytes();
+        self.freeing(
+            &format!("force-releasing {name}"),
+            &self.statements.force_release,
+            name,
+            &[(&bytes, Type::BYTEA)],
+            ADMIN_TIMEOUT,
+        )
+        .await
+        .map(|rows| !rows.is_empty())
+    }
+
+    fn hand_overs(&self) -> Option<&dyn HandOvers> {
+        Some(self)
+    }
+
+    fn wakeups(&self) -> Option<&dyn Wakeups> {
+        // None only once notifications proved not to arrive; until they
+        // are shown to, `watch` answers `None` and waits poll.
+        (self.listener.state() != WakeUps::Unavailable).then_some(self)
+    }
+}
+
+#[async_trait]
+impl HandOvers for LeaseMode {
     async fn hand_over(&self, lease: &Lease, next: &AcquireRequest) -> Result<HandOver> {
         let name = lease.name.as_str().as_bytes();
         let old = lease.id.to_string();
@@ -336,29 +366,10 @@ impl Backend for LeaseMode {
             None => Ok(HandOver::NotOurs),
         }
     }
+}
 
-    async fn list(&self) -> Result<Vec<LockInfo>> {
-        let rows = self
-            .connections
-            .query("listing locks", &self.statements.list, &[], ADMIN_TIMEOUT)
-            .await?;
-        rows.iter().map(rows::lock_info).collect()
-    }
-
-    async fn force_release(&self, name: &LockName) -> Result<bool> {
-        let bytes = name.as_str().as_bytes();
-        self.freeing(
-            &format!("force-releasing {name}"),
-            &self.statements.force_release,
-            name,
-            &[(&bytes, Type::BYTEA)],
-            ADMIN_TIMEOUT,
-        )
-        .await
-        .map(|rows| !rows.is_empty())
-    }
-
-    fn watch_releases(&self, name: &LockName) -> Option<ReleaseWatch> {
+impl Wakeups for LeaseMode {
+    fn watch(&self, name: &LockName) -> Option<ReleaseWatch> {
         self.listener.watch(name)
     }
 }

@@ -141,9 +141,8 @@
 //! notification delays a waiter and never strands it. Through PgBouncer in
 //! transaction mode, which accepts `LISTEN` and then loses the
 //! notifications, the probe never comes back: after three tries the
-//! backend logs a warning, stops listening, reports no
-//! [`release_wakeups`](distlock_core::Capabilities::release_wakeups), and
-//! waits poll. A `listen_url` pointing straight at the server behind
+//! backend logs a warning, stops listening, offers no
+//! [`wakeups`](distlock_core::Backend::wakeups), and waits poll. A `listen_url` pointing straight at the server behind
 //! PgBouncer gives the wake-ups back. A lease that runs out notifies
 //! nobody.
 //!

@@ -148,7 +148,7 @@ impl Keeper {
                 wake: Arc::new(Notify::new()),
                 options,
                 process_bound: capabilities.process_bound,
-                session: capabilities.sessions.then(|| backend.clone()),
+                session: backend.session().is_some().then(|| backend.clone()),
                 waits: Default::default(),
                 running: AtomicBool::new(false),
             }),

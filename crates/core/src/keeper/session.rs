@@ -106,7 +106,13 @@ impl Shared {
         let timeout = self.options.operation_timeout();
         // Under a timer whatever the backend bounds itself: a renewal has
         // one operation timeout in all (see `bounded::keeper_call`).
-        bounded::keeper_call(timeout, "renew session", backend.renew_session()).await
+        let renewal = async {
+            match backend.session() {
+                Some(session) => session.renew().await,
+                None => Err(Error::Unsupported("the backend keeps no session".into())),
+            }
+        };
+        bounded::keeper_call(timeout, "renew session", renewal).await
     }
 
     /// Applies a renewal sent at `sent_at`: every lease held is kept for a

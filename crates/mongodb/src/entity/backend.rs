@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use distlock_core::{
     AcquireRequest, Attempt, Backend, Capabilities, Claim, Error, GrantState, Lease, LeaseId,
-    LockInfo, LockKind, LockName, ReleaseWatch, Result, WaitState,
+    LockInfo, LockKind, LockName, ReleaseWatch, Result, WaitState, Wakeups,
 };
 use futures::TryStreamExt;
 use mongodb::Collection;
@@ -278,7 +278,7 @@ impl EntityBackend {
 #[async_trait]
 impl Backend for EntityBackend {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::lease_based().with_release_wakeups(self.watcher.is_some())
+        Capabilities::lease_based()
     }
 
     async fn try_acquire(&self, request: &AcquireRequest, _: &mut WaitState) -> Result<Attempt> {
@@ -416,7 +416,13 @@ impl Backend for EntityBackend {
         Ok(updated.matched_count == 1)
     }
 
-    fn watch_releases(&self, name: &LockName) -> Option<ReleaseWatch> {
+    fn wakeups(&self) -> Option<&dyn Wakeups> {
+        self.watcher.is_some().then_some(self)
+    }
+}
+
+impl Wakeups for EntityBackend {
+    fn watch(&self, name: &LockName) -> Option<ReleaseWatch> {
         self.watcher.as_ref()?.watch(name)
     }
 }

@@ -5,14 +5,10 @@ use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use async_trait::async_trait;
-use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, HandOver, Lease, LockClient, LockGuard,
-    LockInfo, LockName, LockOptions, ReleaseWatch, Result, WaitState,
-};
+pub(crate) use distlock_core::testing::{Operation, TestBackend};
+use distlock_core::{LockClient, LockGuard, LockName, LockOptions, Result};
 use distlock_mongodb::MongoBackend;
 use distlock_mongodb::mongodb::bson::{DateTime, Document, doc};
 use distlock_mongodb::mongodb::{Client, Collection};
@@ -117,65 +113,6 @@ pub(crate) async fn server_now(raw: &Collection<Document>) -> DateTime {
         .expect("a document to read the clock beside")
         .get_datetime("now")
         .unwrap()
-}
-
-/// Counts acquisition attempts.
-#[derive(Debug)]
-pub(crate) struct Attempts {
-    inner: Arc<MongoBackend>,
-    count: AtomicUsize,
-}
-
-impl Attempts {
-    pub(crate) fn new(inner: Arc<MongoBackend>) -> Self {
-        Self {
-            inner,
-            count: AtomicUsize::new(0),
-        }
-    }
-
-    /// The attempts made so far.
-    pub(crate) fn made(&self) -> usize {
-        self.count.load(Ordering::SeqCst)
-    }
-}
-
-#[async_trait]
-impl Backend for Attempts {
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-    async fn try_acquire(&self, request: &AcquireRequest, wait: &mut WaitState) -> Result<Attempt> {
-        self.count.fetch_add(1, Ordering::SeqCst);
-        self.inner.try_acquire(request, wait).await
-    }
-    async fn end_wait(&self, request: &AcquireRequest, wait: WaitState) -> Result<()> {
-        self.inner.end_wait(request, wait).await
-    }
-    async fn extend(&self, lease: &Lease) -> Result<bool> {
-        self.inner.extend(lease).await
-    }
-    fn extend_many_limit(&self) -> usize {
-        self.inner.extend_many_limit()
-    }
-    async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<bool>> {
-        self.inner.extend_many(leases).await
-    }
-    async fn release(&self, lease: &Lease) -> Result<bool> {
-        self.inner.release(lease).await
-    }
-    async fn hand_over(&self, lease: &Lease, next: &AcquireRequest) -> Result<HandOver> {
-        self.inner.hand_over(lease, next).await
-    }
-    async fn list(&self) -> Result<Vec<LockInfo>> {
-        self.inner.list().await
-    }
-    async fn force_release(&self, name: &LockName) -> Result<bool> {
-        self.inner.force_release(name).await
-    }
-    fn watch_releases(&self, name: &LockName) -> Option<ReleaseWatch> {
-        self.inner.watch_releases(name)
-    }
 }
 
 /// Configures the server's `failCommand` fail point.

@@ -6,10 +6,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, HandOver, Lease, LockClient, LockInfo,
-    LockName, LossReason, ReleaseWatch, Result, WaitState,
-};
+use distlock_core::testing::{Answer, Hook};
+use distlock_core::{Backend, LockClient, LockName, LossReason, Result};
 use distlock_mongodb::MongoBackend;
 use distlock_mongodb::mongodb::Client;
 use distlock_mongodb::mongodb::bson::doc;
@@ -18,9 +16,8 @@ use crate::common::*;
 
 /// Counts extension and hand-over outcomes, to see that a fault really
 /// happened.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Counting {
-    inner: Arc<MongoBackend>,
     failed: AtomicUsize,
     succeeded_after_failure: AtomicUsize,
     hand_overs: AtomicUsize,
@@ -28,62 +25,13 @@ struct Counting {
 }
 
 impl Counting {
-    fn new(inner: Arc<MongoBackend>) -> Self {
-        Self {
-            inner,
-            failed: AtomicUsize::new(0),
-            succeeded_after_failure: AtomicUsize::new(0),
-            hand_overs: AtomicUsize::new(0),
-            hand_overs_failed: AtomicUsize::new(0),
-        }
-    }
-}
-
-#[async_trait]
-impl Backend for Counting {
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-    async fn try_acquire(&self, request: &AcquireRequest, wait: &mut WaitState) -> Result<Attempt> {
-        self.inner.try_acquire(request, wait).await
-    }
-    async fn extend(&self, lease: &Lease) -> Result<bool> {
-        let outcome = self.inner.extend(lease).await;
-        self.count(&outcome);
-        outcome
-    }
-    fn extend_many_limit(&self) -> usize {
-        self.inner.extend_many_limit()
+    /// `inner`, counted by a new `Counting`.
+    fn around(inner: Arc<MongoBackend>) -> (Arc<dyn Backend>, Arc<Self>) {
+        let counting = Arc::new(Self::default());
+        let backend = TestBackend::wrapping(inner).with_hook(counting.clone());
+        (backend.shared(), counting)
     }
 
-    async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<bool>> {
-        let outcomes = self.inner.extend_many(leases).await;
-        outcomes.iter().for_each(|outcome| self.count(outcome));
-        outcomes
-    }
-    async fn release(&self, lease: &Lease) -> Result<bool> {
-        self.inner.release(lease).await
-    }
-    async fn hand_over(&self, lease: &Lease, next: &AcquireRequest) -> Result<HandOver> {
-        self.hand_overs.fetch_add(1, Ordering::SeqCst);
-        let outcome = self.inner.hand_over(lease, next).await;
-        if outcome.is_err() {
-            self.hand_overs_failed.fetch_add(1, Ordering::SeqCst);
-        }
-        outcome
-    }
-    async fn list(&self) -> Result<Vec<LockInfo>> {
-        self.inner.list().await
-    }
-    async fn force_release(&self, name: &LockName) -> Result<bool> {
-        self.inner.force_release(name).await
-    }
-    fn watch_releases(&self, name: &LockName) -> Option<ReleaseWatch> {
-        self.inner.watch_releases(name)
-    }
-}
-
-impl Counting {
     fn count(&self, outcome: &Result<bool>) {
         match outcome {
             Err(_) => {
@@ -93,6 +41,22 @@ impl Counting {
                 self.succeeded_after_failure.fetch_add(1, Ordering::SeqCst);
             }
             Ok(_) => {}
+        }
+    }
+}
+
+#[async_trait]
+impl Hook for Counting {
+    async fn after(&self, answer: Answer<'_>) {
+        match answer {
+            Answer::Extend { outcomes, .. } => outcomes.iter().for_each(|o| self.count(o)),
+            Answer::HandOver { outcome, .. } => {
+                self.hand_overs.fetch_add(1, Ordering::SeqCst);
+                if outcome.is_err() {
+                    self.hand_overs_failed.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+            _ => {}
         }
     }
 }
@@ -180,8 +144,8 @@ async fn a_connection_closed_during_a_hand_over_never_double_grants_or_leaks() {
     let admin = inspector(&url).await;
     let collection = unique("hand-over");
     let victim_url = with_app_name(&url, "hand-over-victim");
-    let counting = Arc::new(Counting::new(backend_at(&victim_url, &collection).await));
-    let victim = LockClient::new(counting.clone(), short_lease(Duration::from_secs(30)));
+    let (backend, counting) = Counting::around(backend_at(&victim_url, &collection).await);
+    let victim = LockClient::new(backend, short_lease(Duration::from_secs(30)));
     let rival = client(
         backend_at(&url, &collection).await,
         short_lease(Duration::from_secs(30)),
@@ -228,10 +192,9 @@ async fn one_failed_extension_then_a_retry_within_the_lease_is_not_a_loss() {
     let url = server.url();
     let admin = inspector(&url).await;
     let collection = unique("retry");
-    let counting = Arc::new(Counting::new(
-        backend_at(&with_app_name(&url, "retry-victim"), &collection).await,
-    ));
-    let victim = LockClient::new(counting.clone(), short_lease(Duration::from_secs(3)));
+    let (backend, counting) =
+        Counting::around(backend_at(&with_app_name(&url, "retry-victim"), &collection).await);
+    let victim = LockClient::new(backend, short_lease(Duration::from_secs(3)));
     let name = lock_name("retry");
     let guard = victim
         .acquire_with(&name, Duration::from_secs(5))
@@ -345,10 +308,9 @@ async fn a_release_stream_the_server_cannot_resume_is_replaced_and_still_wakes()
         .build()
         .unwrap();
     let holder = client(backend_at(&url, &collection).await, slow.clone());
-    let attempts = Arc::new(Attempts::new(
-        backend_at(&with_app_name(&url, "fatal-stream"), &collection).await,
-    ));
-    let waiter = LockClient::new(attempts.clone(), slow);
+    let attempts =
+        TestBackend::wrapping(backend_at(&with_app_name(&url, "fatal-stream"), &collection).await);
+    let waiter = LockClient::new(attempts.shared(), slow);
     let name = lock_name("fatal");
     let guard = holder
         .acquire_with(&name, Duration::from_secs(5))
@@ -360,8 +322,8 @@ async fn a_release_stream_the_server_cannot_resume_is_replaced_and_still_wakes()
         tokio::spawn(async move { waiter.acquire_with(&name, Duration::from_secs(60)).await })
     };
     // The second attempt comes when the stream first covers the name.
-    until(|| attempts.made() >= 2).await;
-    let before = attempts.made();
+    until(|| attempts.calls_of(Operation::Acquire) >= 2).await;
+    let before = attempts.calls_of(Operation::Acquire);
     fail_point(
         &admin,
         doc! { "times": 3 },
@@ -369,7 +331,7 @@ async fn a_release_stream_the_server_cannot_resume_is_replaced_and_still_wakes()
     )
     .await;
     // A failed stream wakes every waiter to try once more.
-    until(|| attempts.made() > before).await;
+    until(|| attempts.calls_of(Operation::Acquire) > before).await;
     assert!(guard.release().await.unwrap());
     let taken = waiting
         .await

@@ -788,8 +788,8 @@ async fn readers_extending_and_leaving_wake_no_waiting_writer() {
         .build()
         .unwrap();
     let readers = client(backend_at(&url, &collection).await, busy);
-    let attempts = Arc::new(Attempts::new(backend_at(&url, &collection).await));
-    let writer = distlock_core::LockClient::new(attempts.clone(), LockOptions::default());
+    let attempts = TestBackend::wrapping(backend_at(&url, &collection).await);
+    let writer = distlock_core::LockClient::new(attempts.shared(), LockOptions::default());
     let name = lock_name("quiet-readers");
     let first = readers
         .acquire_with(&name, AcquireOptions::new().shared().timeout(PATIENCE))
@@ -809,7 +809,7 @@ async fn readers_extending_and_leaving_wake_no_waiting_writer() {
     // The first attempt, and at most one more when the change stream starts
     // covering the name; none for the extensions or the first reader's
     // release.
-    let during = attempts.made();
+    let during = attempts.calls_of(Operation::Acquire);
     assert!(
         (1..=2).contains(&during),
         "{during} attempts while readers held"

@@ -1,6 +1,5 @@
 //! Releases wake waiters; forced releases reach the holder.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use distlock_core::{Backend, LockClient, LockOptions, LossReason};
@@ -13,7 +12,7 @@ async fn a_release_wakes_a_waiter_in_another_client() {
     let collection = unique("wake");
     let holder_backend = backend_at(&url, &collection).await;
     let waiter_backend = backend_at(&url, &collection).await;
-    assert!(waiter_backend.capabilities().release_wakeups);
+    assert!(waiter_backend.wakeups().is_some());
     let long = LockOptions::builder()
         .lease(Duration::from_secs(30))
         .build()
@@ -99,8 +98,7 @@ async fn without_change_streams_waiters_poll() {
     let url = server.url();
     let collection = unique("standalone");
     let backend = backend_at(&url, &collection).await;
-    assert!(!backend.capabilities().release_wakeups);
-    assert!(backend.watch_releases(&lock_name("x")).is_none());
+    assert!(backend.wakeups().is_none());
     let long = LockOptions::builder()
         .lease(Duration::from_secs(30))
         .build()
@@ -133,8 +131,8 @@ async fn extensions_wake_no_waiter() {
         .build()
         .unwrap();
     let holder = client(backend_at(&url, &collection).await, busy);
-    let attempts = Arc::new(Attempts::new(backend_at(&url, &collection).await));
-    let waiter = LockClient::new(attempts.clone(), LockOptions::default());
+    let attempts = TestBackend::wrapping(backend_at(&url, &collection).await);
+    let waiter = LockClient::new(attempts.shared(), LockOptions::default());
     let name = lock_name("quiet");
     let guard = holder
         .acquire_with(&name, Duration::from_secs(5))
@@ -147,7 +145,7 @@ async fn extensions_wake_no_waiter() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     // The first attempt, and at most one more when the change stream starts
     // covering the name; none for the extensions in between.
-    let during = attempts.made();
+    let during = attempts.calls_of(Operation::Acquire);
     assert!((1..=2).contains(&during), "{during} attempts while held");
     assert!(guard.release().await.unwrap());
     let taken = woken(waiting).await;

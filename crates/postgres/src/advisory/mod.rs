@@ -28,7 +28,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use distlock_core::{
     AcquireRequest, Attempt, Backend, Capabilities, Claim, Error, GrantState, Lease, LeaseId,
-    LockInfo, LockKind, LockName, ReleaseWatch, Result, WaitState,
+    LockInfo, LockKind, LockName, ReleaseWatch, Result, WaitState, Wakeups,
 };
 use tokio::time::Instant;
 use tokio_postgres::types::Type;
@@ -370,9 +370,7 @@ impl Backend for AdvisoryMode {
         // of silence), so core's keeper checks each grant's session once
         // per extension period. No hand-overs: a lock passes between a
         // client's tasks by a release and a new grant.
-        Capabilities::lease_based()
-            .with_release_wakeups(self.listener.state() != WakeUps::Unavailable)
-            .with_shared(true)
+        Capabilities::lease_based().with_shared(true)
     }
 
     async fn try_acquire(&self, request: &AcquireRequest, wait: &mut WaitState) -> Result<Attempt> {
@@ -547,7 +545,13 @@ impl Backend for AdvisoryMode {
         Ok(ended > 0)
     }
 
-    fn watch_releases(&self, name: &LockName) -> Option<ReleaseWatch> {
+    fn wakeups(&self) -> Option<&dyn Wakeups> {
+        (self.listener.state() != WakeUps::Unavailable).then_some(self)
+    }
+}
+
+impl Wakeups for AdvisoryMode {
+    fn watch(&self, name: &LockName) -> Option<ReleaseWatch> {
         self.listener.watch(name)
     }
 }
