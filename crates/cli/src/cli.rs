@@ -96,11 +96,11 @@ pub(crate) struct RunArgs {
     pub(crate) name: String,
     #[command(flatten)]
     pub(crate) backend: BackendArg,
-    /// Wait at most this long for the lock, then exit 75 (default: wait as
+    /// Wait at most this long for the lock, then exit 75 or -E's code (default: wait as
     /// long as it takes). As flock(1) takes it, bare seconds work too.
     #[arg(short, long, value_name = "DURATION", value_parser = parse_duration, conflicts_with = "no_wait")]
     pub(crate) wait: Option<Duration>,
-    /// Try once; if the lock is held, exit 75 without running CMD.
+    /// Try once; if the lock is held, exit 75 (or -E's code) without running CMD.
     #[arg(short, long)]
     pub(crate) no_wait: bool,
     /// Take the read side of NAME: readers hold it together, never beside a
@@ -121,8 +121,14 @@ pub(crate) struct RunArgs {
     /// SIGKILL.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "10s")]
     pub(crate) kill_grace: Duration,
-    /// The command and its arguments, after `--`.
-    #[arg(last = true, required = true, value_name = "CMD")]
+    /// The exit code when the lock is held and not acquired (default 75),
+    /// as flock(1) has `-E`: 0 lets a cron job that finds its lock held
+    /// skip its turn without failing.
+    #[arg(short = 'E', long, value_name = "N", value_parser = clap::value_parser!(u8))]
+    pub(crate) conflict_exit_code: Option<u8>,
+    /// The command and its arguments. Put `--` before it when it starts
+    /// with `-`; every argument after it is the command's.
+    #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     pub(crate) command: Vec<OsString>,
 }
 

@@ -8,11 +8,15 @@ use clap::error::{ContextKind, ContextValue, ErrorKind};
 /// Runtime failure: the backend failed, a file could not be written, the
 /// demo found a violation.
 pub(crate) const RUNTIME: u8 = 1;
-/// Bad input: arguments, durations, lock names, backend URLs, a backend that
-/// cannot be opened or reached.
+/// Bad input and configuration: arguments, durations, lock names, backend
+/// URLs, refused credentials or permissions.
 pub(crate) const USAGE: u8 = 2;
+/// The backend could not be reached, or kept failing until the wait ended:
+/// worth trying again later. `EX_UNAVAILABLE` of sysexits.h.
+pub(crate) const UNAVAILABLE: u8 = 69;
 /// The lock was not acquired (`--no-wait` found it held, or `--wait` timed
-/// out); CMD did not run. `EX_TEMPFAIL` of sysexits.h.
+/// out); CMD did not run. `EX_TEMPFAIL` of sysexits.h; `run
+/// --conflict-exit-code` sets another.
 pub(crate) const NOT_ACQUIRED: u8 = 75;
 /// The lock was lost while CMD ran.
 pub(crate) const LOST: u8 = 76;
@@ -28,11 +32,13 @@ pub(crate) const SIGNAL_BASE: u8 = 128;
 pub(crate) const EXIT_CODES_HELP: &str = "\
 Exit codes:
   0        success (for run: CMD's own exit code is passed through)
-  1        runtime error (backend failure, I/O error, a failed demo check)
-  2        bad input: arguments, duration, lock name, backend URL, or a
-           backend that cannot be opened or reached (run: within its wait)
-  75       run: the lock was not acquired (--no-wait or --wait; held, or the
-           backend kept failing); CMD did not run
+  1        runtime error (I/O error, a failed demo check)
+  2        bad input or configuration: arguments, duration, lock name,
+           backend URL, refused credentials or permissions
+  69       the backend could not be reached, or kept failing (run: until
+           its wait ended); worth trying again later
+  75       run: the lock was held and not acquired (--no-wait or --wait);
+           CMD did not run; --conflict-exit-code N sets another code
   76       run: the lock was lost while CMD ran; CMD was stopped
   126      run: CMD could not be executed (permission denied)
   127      run: CMD was not found
@@ -43,14 +49,16 @@ pub(crate) const RUN_EXIT_CODES_HELP: &str = "\
 Exit codes:
   CMD's    CMD ran: its exit code is passed through (so CMD may also return
            75 or 76 itself)
-  1        runtime error (backend failure, I/O error)
-  2        bad input: arguments, duration, lock name, backend URL, or a
-           backend that cannot be opened; a server that refuses or drops
-           connections is tried again for as long as the lock would be
-           waited for (once with --no-wait)
-  75       the lock was not acquired (--no-wait found it held, or --wait
-           ran out while it was held or the backend kept failing); CMD did
-           not run
+  1        runtime error (I/O error)
+  2        bad input or configuration: arguments, duration, lock name,
+           backend URL, refused credentials or permissions
+  69       the backend could not be reached, or kept failing until the wait
+           ended (a server that refuses or drops connections is tried
+           again for as long as the lock would be waited for, once with
+           --no-wait); CMD did not run
+  75       the lock was held and not acquired (--no-wait found it held, or
+           --wait ran out); CMD did not run. --conflict-exit-code N makes
+           it N (0: a cron job skips its turn without failing)
   76       the lock was lost while CMD ran: CMD got SIGTERM, then SIGKILL
            after --kill-grace; also when the lock turned out lost just as
            CMD finished
@@ -60,7 +68,7 @@ Exit codes:
            while waiting for the lock";
 
 /// How to use `run`, for messages about its arguments.
-const RUN_USAGE: &str = "distlock run NAME [OPTIONS] -- CMD [ARGS...]";
+const RUN_USAGE: &str = "distlock run NAME [OPTIONS] [--] CMD [ARGS...]";
 
 /// Why distlock stops early: the exit code and one line for stderr.
 #[derive(Debug)]
@@ -90,6 +98,11 @@ impl Failure {
         Self::new(RUNTIME, message)
     }
 
+    /// A backend out of reach (exit 69).
+    pub(crate) fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(UNAVAILABLE, message)
+    }
+
     /// Prints the message as one line on stderr; control characters from
     /// names, URLs or backends are escaped, so they cannot forge lines.
     pub(crate) fn report(&self) {
@@ -105,6 +118,8 @@ impl From<distlock::Error> for Failure {
             | distlock::Error::Unsupported(_)
             | distlock::Error::Denied { .. }
             | distlock::Error::KindConflict { .. } => USAGE,
+            // A server that refuses, drops or does not answer: try later.
+            _ if error.is_transient() => UNAVAILABLE,
             _ => RUNTIME,
         };
         Self::new(code, with_causes(&error))
@@ -146,29 +161,18 @@ pub(crate) fn signal_code(signal: i32) -> u8 {
 }
 
 /// Turns a clap error other than help or version into one clear line.
-/// `argv` is the whole command line, used to recognise a `run` without `--`.
+/// `argv` is the whole command line, used to recognise a `run` without its
+/// command.
 pub(crate) fn from_clap(error: &clap::Error, argv: &[OsString]) -> Failure {
     let is_run = argv.get(1).is_some_and(|sub| sub == "run");
-    let has_separator = argv.iter().skip(2).any(|arg| arg == "--");
     let invalid = invalid_args(error);
-    if is_run {
-        match error.kind() {
-            // `distlock run NAME sleep 1`: clap sees `sleep` as one
-            // positional too many.
-            ErrorKind::UnknownArgument
-                if !has_separator && invalid.iter().all(|arg| !arg.starts_with('-')) =>
-            {
-                return missing_separator();
-            }
-            ErrorKind::MissingRequiredArgument if invalid.iter().any(|arg| arg.contains("CMD")) => {
-                return if has_separator {
-                    Failure::usage(format!("give the command after `--`: {RUN_USAGE}"))
-                } else {
-                    missing_separator()
-                };
-            }
-            _ => {}
-        }
+    if is_run
+        && error.kind() == ErrorKind::MissingRequiredArgument
+        && invalid.iter().any(|arg| arg.contains("CMD"))
+    {
+        return Failure::usage(format!(
+            "give the command to run (after `--` if it starts with `-`): {RUN_USAGE}"
+        ));
     }
     if error.kind() == ErrorKind::MissingRequiredArgument && !invalid.is_empty() {
         return Failure::usage(format!("missing {}; see --help", invalid.join(", ")));
@@ -179,10 +183,6 @@ pub(crate) fn from_clap(error: &clap::Error, argv: &[OsString]) -> Failure {
         ErrorKind::InvalidValue | ErrorKind::ValueValidation => Failure::usage(shown),
         _ => Failure::usage(format!("{shown}; see --help")),
     }
-}
-
-fn missing_separator() -> Failure {
-    Failure::usage(format!("put `--` before the command: {RUN_USAGE}"))
 }
 
 fn invalid_args(error: &clap::Error) -> Vec<String> {
@@ -225,7 +225,7 @@ mod tests {
             failure.message,
             "timed out after 2s waiting for lock job: postgres backend: connection refused"
         );
-        assert_eq!(failure.code, RUNTIME);
+        assert_eq!(failure.code, UNAVAILABLE, "a backend that kept failing");
     }
 
     #[test]

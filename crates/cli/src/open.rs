@@ -18,9 +18,10 @@ pub(crate) fn url_or_default(given: Option<String>) -> String {
     given.unwrap_or_else(distlock::default_url)
 }
 
-/// Opens the backend at `url`, once. Every failure here is bad input (exit
-/// 2): a malformed URL, an unknown scheme, a server that cannot be reached.
-/// Messages show the URL only through [`distlock::redact`].
+/// Opens the backend at `url`, once. A malformed URL, an unknown scheme or
+/// refused credentials are bad input (exit 2); a server that cannot be
+/// reached is unavailable (exit 69). Messages show the URL only through
+/// [`distlock::redact`].
 pub(crate) async fn open_backend(url: &str) -> Result<Arc<dyn Backend>, Failure> {
     open_within(url, OPEN_TIMEOUT)
         .await
@@ -31,7 +32,7 @@ pub(crate) async fn open_backend(url: &str) -> Result<Arc<dyn Backend>, Failure>
 /// for up to `patience` (`None`: without limit): while the server refuses
 /// or drops connections, or does not answer, it is tried again, with
 /// backoff, for as long as the lock would be waited for. Says so once on
-/// stderr. A wait that ends first fails as [`open_backend`] does (exit 2).
+/// stderr. A wait that ends first fails as [`open_backend`] does (exit 69).
 pub(crate) async fn open_backend_waiting(
     url: &str,
     patience: Option<Duration>,
@@ -92,7 +93,7 @@ enum OpenFailure {
 impl OpenFailure {
     fn into_failure(self, url: &str) -> Failure {
         match self {
-            Self::Transient(reason) => Failure::usage(format!(
+            Self::Transient(reason) => Failure::unavailable(format!(
                 "cannot open the backend `{}`: {reason}",
                 distlock::redact(url)
             )),

@@ -22,7 +22,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::oneshot;
 
 use crate::cli::RunArgs;
-use crate::exit::{self, Failure, LOST, NOT_ACQUIRED};
+use crate::exit::{self, Failure, LOST, NOT_ACQUIRED, UNAVAILABLE};
 use crate::open;
 use crate::text;
 use crate::tree::{self, Tree};
@@ -101,7 +101,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
             Wait::Once | Wait::Forever => String::new(),
         };
         return Err(Failure::new(
-            NOT_ACQUIRED,
+            args.conflict_exit_code.unwrap_or(NOT_ACQUIRED),
             format!("lock {name} is held elsewhere{waited}; did not run {program}"),
         ));
     };
@@ -143,7 +143,7 @@ impl Wait {
 
 /// Takes the lock; `None` when it is held elsewhere and waiting ran out,
 /// or the wait was cancelled. A wait that ran out while the backend kept
-/// failing is not acquired either (exit 75), and says why.
+/// failing is the backend's unavailability (exit 69), and says why.
 async fn acquire(
     client: &LockClient,
     name: &LockName,
@@ -165,7 +165,7 @@ async fn acquire(
             last_error: Some(error),
             ..
         }) => Err(Failure::new(
-            NOT_ACQUIRED,
+            UNAVAILABLE,
             format!(
                 "could not take lock {name}, as the backend kept failing ({error}); did not run {program}"
             ),

@@ -8,8 +8,9 @@ use common::{Running, Scratch, distlock, one_line_failure, run_sh, unique, wait_
 fn bad_input_is_one_clear_line_and_exit_2() {
     let scratch = Scratch::new();
     let cases: &[(&[&str], &str)] = &[
-        (&["run", "x", "sleep", "1"], "put `--` before the command"),
-        (&["run", "x"], "put `--` before the command"),
+        (&["run", "x"], "give the command to run"),
+        (&["run", "x", "--wait", "1s"], "give the command to run"),
+        (&["run", "x", "-E", "256", "--", "true"], "256"),
         (&["run", "x", "--wait", "soon", "--", "true"], "duration"),
         (
             &["run", "x", "--lease", "5 parsecs", "--", "true"],
@@ -76,17 +77,21 @@ fn a_kind_or_limit_that_conflicts_with_the_holders_is_bad_input() {
 
 #[test]
 fn credentials_are_never_printed() {
-    for url in [
-        "ftp://user:hunter2@h/",
-        "mongodb://user:hunter2@h:27017/db",
+    for (url, code) in [
+        ("ftp://user:hunter2@h/", 2),
+        // A host that cannot be reached: worth trying again later.
+        ("mongodb://user:hunter2@h:27017/db", 69),
         // A mistyped scheme, a password with an unencoded `/`, and a
         // secret among the options, each refused at once.
-        "mongodb//user:hunter2@h/db",
-        "mongodb://user:hunt/hunter2@h/db",
-        "mongodb://h/db?tls=maybe&tlsCertificateKeyFilePassword=hunter2",
+        ("mongodb//user:hunter2@h/db", 2),
+        ("mongodb://user:hunt/hunter2@h/db", 2),
+        (
+            "mongodb://h/db?tls=maybe&tlsCertificateKeyFilePassword=hunter2",
+            2,
+        ),
     ] {
         let output = distlock(&["list", "--backend", url]).output().unwrap();
-        let line = one_line_failure(&output, 2);
+        let line = one_line_failure(&output, code);
         assert!(!line.contains("hunter2"), "{line}");
         assert!(!String::from_utf8_lossy(&output.stdout).contains("hunter2"));
         // Also when the URL comes from the environment.
@@ -94,7 +99,7 @@ fn credentials_are_never_printed() {
             .env("DISTLOCK_URL", url)
             .output()
             .unwrap();
-        let line = one_line_failure(&output, 2);
+        let line = one_line_failure(&output, code);
         assert!(!line.contains("hunter2"), "{line}");
     }
     let output = distlock(&["run", "--help"])
@@ -110,7 +115,7 @@ fn help_documents_the_exit_codes() {
         let output = distlock(args).output().unwrap();
         assert!(output.status.success());
         let help = String::from_utf8(output.stdout).unwrap();
-        for code in ["75", "76", "126", "127", "128+N"] {
+        for code in ["2", "69", "75", "76", "126", "127", "128+N"] {
             assert!(help.contains(code), "{args:?} lacks {code}: {help}");
         }
     }

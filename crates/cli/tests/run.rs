@@ -131,7 +131,48 @@ fn no_wait_on_a_held_lock_exits_75_without_running_the_command() {
         .unwrap();
     drop(unread.stderr.take());
     assert_eq!(unread.wait().unwrap().code(), Some(75));
+
+    // As flock -E: the code is the caller's, 0 included.
+    for (options, code) in [
+        (&["--no-wait", "-E", "0"][..], 0),
+        (&["-n", "--conflict-exit-code", "3"], 3),
+    ] {
+        let output = run_sh(&scratch, &name, options, &script).output().unwrap();
+        let line = common::one_line_failure(&output, code);
+        assert!(line.contains("held"), "{line}");
+    }
     assert!(!ran.exists(), "the command must not run without the lock");
+}
+
+/// As with flock(1), the command may follow the options without `--`;
+/// everything after it is the command's, options included.
+#[test]
+fn the_command_needs_no_separator() {
+    let scratch = Scratch::new();
+    let name = unique("no-separator");
+    let ran = scratch.file("ran");
+    let output = common::distlock(&[
+        "run",
+        &name,
+        "--backend",
+        &scratch.url,
+        "-w",
+        "5",
+        "sh",
+        "-c",
+        &format!("echo \"$0 $1\" > '{}'", ran.display()),
+        "-w",
+        "--no-wait",
+    ])
+    .output()
+    .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let seen = std::fs::read_to_string(&ran).unwrap();
+    assert_eq!(
+        seen.trim(),
+        "-w --no-wait",
+        "the options after CMD are its own"
+    );
 }
 
 #[test]

@@ -156,8 +156,9 @@ fn run_waits_for_a_server_that_comes_up_while_it_waits() {
     );
 }
 
-/// With `--wait`, a server that never comes up is bad input (exit 2) once
-/// the wait is over; with `--no-wait`, at the first refusal.
+/// With `--wait`, a server that never comes up is unavailable (exit 69)
+/// once the wait is over; with `--no-wait`, at the first refusal. A wrapper
+/// can tell it from a mistyped URL (exit 2).
 #[test]
 fn run_gives_up_on_an_unreachable_server_when_its_wait_ends() {
     let url = format!("memcache://127.0.0.1:{}", free_port());
@@ -175,21 +176,25 @@ fn run_gives_up_on_an_unreachable_server_when_its_wait_ends() {
     .output()
     .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert_eq!(output.status.code(), Some(69), "{stderr}");
     assert!(stderr.contains("trying again for up to 1s"), "{stderr}");
     assert!(stderr.contains("cannot open the backend"), "{stderr}");
 
     let output = distlock(&["run", &name, "--backend", &url, "--no-wait", "--", "true"])
         .output()
         .unwrap();
-    let line = common::one_line_failure(&output, 2);
+    let line = common::one_line_failure(&output, 69);
+    assert!(line.contains("cannot open the backend"), "{line}");
+
+    let output = distlock(&["list", "--backend", &url]).output().unwrap();
+    let line = common::one_line_failure(&output, 69);
     assert!(line.contains("cannot open the backend"), "{line}");
 }
 
 /// Once the backend is open, a wait that runs out while the server fails
-/// is a lock not acquired (exit 75), naming the last error.
+/// is the backend's unavailability (exit 69), naming the last error.
 #[test]
-fn a_wait_that_ends_while_the_server_fails_exits_75() {
+fn a_wait_that_ends_while_the_server_fails_exits_69() {
     let memcached = Memcached::start();
     let url = format!("memcache://127.0.0.1:{}", memcached.port);
     let name = unique("gone");
@@ -210,7 +215,7 @@ fn a_wait_that_ends_while_the_server_fails_exits_75() {
     waiter.wait_for_stderr("taking the lock");
     drop(memcached);
     let finished = waiter.finish();
-    assert_eq!(finished.status.code(), Some(75), "{}", finished.stderr);
+    assert_eq!(finished.status.code(), Some(69), "{}", finished.stderr);
     assert!(
         finished.stderr.contains("as the backend kept failing"),
         "{}",
