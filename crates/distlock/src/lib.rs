@@ -150,7 +150,11 @@ pub mod backend {
         AcquireRequest, Attempt, Backend, Capabilities, HandOver, Holder, Lease, LeaseId,
     };
     pub use distlock_core::platform;
-    pub use distlock_core::urls::{percent_decode, secret_options, user_info};
+    // URL reading, written once (`redact` is at the crate's root).
+    pub use distlock_core::urls::{
+        BadEscape, BadHost, HostPort, Query, QueryPair, UrlParts, parse_hosts, percent_decode,
+        secret_options, user_info,
+    };
     pub use distlock_core::{
         GrantState, LossReporter, ReleaseHub, ReleaseWatch, WaitState, token_floor,
     };
