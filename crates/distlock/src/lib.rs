@@ -78,7 +78,11 @@
 //! `backoff_min`, `backoff_max`, `local_hand_overs`, `min_local_run` and
 //! `label` (durations as `30s`, `500ms` or bare seconds). For example
 //! `postgres://app@db/app?table=locks&lease=10s&label=reports`. Or set them
-//! with [`LockClient::builder`] and [`connect_with`].
+//! with [`LockClient::builder`] and [`connect_with`]. Every backend reads
+//! its query the same way: values are %-decoded and a `+` is a plus (a
+//! space is `%20`), as the drivers read them; an option given twice, or
+//! one that neither distlock nor the backend's driver knows, is refused
+//! by name.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), distlock::Error> {
