@@ -387,6 +387,45 @@ mod tests {
         assert!(!err.to_string().contains("hunter2"), "{err}");
     }
 
+    /// `a+b%2Bc` is `a+b+c` wherever it is read: a `+` is a plus sign on
+    /// every backend, as every driver reads it.
+    #[test]
+    fn a_plus_in_an_option_reads_the_same_on_every_backend() {
+        const WRITTEN: &str = "a+b%2Bc";
+        const READ: &str = "a+b+c";
+        assert_eq!(
+            BackendUrl::parse(&format!("file:///tmp/{WRITTEN}")).unwrap(),
+            BackendUrl::File(format!("/tmp/{READ}").into())
+        );
+        #[cfg(feature = "etcd")]
+        match BackendUrl::parse(&format!("etcd://h?prefix={WRITTEN}")).unwrap() {
+            BackendUrl::Etcd(config) => assert_eq!(config.prefix, READ),
+            other => panic!("{other:?}"),
+        }
+        #[cfg(feature = "memcached")]
+        match BackendUrl::parse(&format!("memcache://h?prefix={WRITTEN}")).unwrap() {
+            BackendUrl::Memcached(config) => assert_eq!(config.prefix(), READ),
+            other => panic!("{other:?}"),
+        }
+        #[cfg(feature = "postgres")]
+        match BackendUrl::parse(&format!("postgres://h/db?table={WRITTEN}")).unwrap() {
+            BackendUrl::Postgres(url) => {
+                let config = distlock_postgres::PostgresConfig::parse(url.expose()).unwrap();
+                assert_eq!(config.table(), READ);
+            }
+            other => panic!("{other:?}"),
+        }
+        #[cfg(feature = "mongodb")]
+        match BackendUrl::parse(&format!("mongodb://h/db?collection={WRITTEN}")).unwrap() {
+            BackendUrl::MongoDb(url) => {
+                let (_, collection) =
+                    distlock_mongodb::split_collection_option(url.expose()).unwrap();
+                assert_eq!(collection.as_deref(), Some(READ));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[test]
     fn redaction_covers_user_and_password() {
         assert_eq!(redact("memcache://u:p@h:1,h2:2"), "memcache://***@h:1,h2:2");
