@@ -151,6 +151,14 @@ impl BadHost {
     pub fn host(&self) -> &str {
         &self.host
     }
+
+    /// The part at fault, `port` or `host`, for naming it in an error.
+    pub fn part(&self) -> &'static str {
+        match self.reason {
+            Reason::BadPort => "port",
+            _ => "host",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -244,6 +252,12 @@ mod tests {
             let error = HostPort::parse(text).unwrap_err();
             assert_eq!(error.reason, reason, "{text}");
             assert_eq!(error.host(), text);
+            let part = if reason == Reason::BadPort {
+                "port"
+            } else {
+                "host"
+            };
+            assert_eq!(error.part(), part, "{text}");
             assert!(
                 error.to_string().starts_with(&format!("`{text}`: ")),
                 "{error}"
