@@ -90,7 +90,8 @@ impl PostgresConfig {
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] naming the part at fault: another scheme, a
-    /// malformed escape, an empty or overlong `table` or `schema`, a `mode`
+    /// malformed escape, an option given twice or without `=`, an empty or
+    /// overlong `table` or `schema`, a `mode`
     /// other than `lease` and `advisory`, an `advisory_class` that is not
     /// an integer from 0 to 2147483647, an `sslmode` other than `disable`,
     /// `prefer`, `require`, `verify-ca` and `verify-full`, `verify-ca`
