@@ -16,9 +16,10 @@ impl fmt::Display for BadEscape {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Self::Malformed => {
-                "it has a `%` that is not followed by two hex digits (write a literal % as %25)"
+                "a malformed %-escape: a `%` not followed by two hex digits (write a literal % \
+                 as %25)"
             }
-            Self::NotUtf8 => "it is not UTF-8 once its %-escapes are decoded",
+            Self::NotUtf8 => "its %-escapes decode to bytes that are not UTF-8",
         })
     }
 }
