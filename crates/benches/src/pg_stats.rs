@@ -19,6 +19,7 @@
 
 use std::time::Duration;
 
+use distlock::backend::{Query, UrlParts};
 use distlock::postgres::tokio_postgres::{self, NoTls};
 
 use crate::commands::Counts;
@@ -111,23 +112,21 @@ impl PgStats {
 }
 
 /// `url` without distlock's own options (`table`, `schema`, `mode`,
-/// `listen_url`), as a driver takes it.
+/// `listen_url`), as a driver takes it; a URL that does not read is left
+/// as it is, for the driver to refuse.
 pub(crate) fn driver_url(url: &str) -> String {
-    let Some((head, query)) = url.split_once('?') else {
+    let Ok(parts) = UrlParts::split(url) else {
         return url.to_owned();
     };
-    let kept: Vec<&str> = query
-        .split('&')
-        .filter(|pair| {
-            let key = pair.split_once('=').map_or(*pair, |(key, _)| key);
-            !pair.is_empty() && !DISTLOCK_OPTIONS.contains(&key)
-        })
-        .collect();
-    if kept.is_empty() {
-        head.to_owned()
-    } else {
-        format!("{head}?{}", kept.join("&"))
+    let Ok(mut query) = Query::parse(parts.query) else {
+        return url.to_owned();
+    };
+    for key in DISTLOCK_OPTIONS {
+        if query.take(key).is_err() {
+            return url.to_owned();
+        }
     }
+    parts.with_query(&query.to_query_string())
 }
 
 #[cfg(test)]

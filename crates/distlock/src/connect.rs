@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use distlock_core::urls::{percent_decode, redact};
+use distlock_core::urls::{Query, UrlParts};
 use distlock_core::{Error, LockClient, LockClientBuilder, LockOptions, Result};
 
 use crate::url::open;
@@ -67,21 +67,18 @@ const CLIENT_OPTIONS: &[&str] = &[
 /// to `builder`. Returns the URL the backend sees (every other pair of the
 /// query, as written) and the builder.
 fn client_options(url: &str, builder: LockClientBuilder) -> Result<(String, LockClientBuilder)> {
-    let Some((base, query)) = url.split_once('?') else {
+    if !url.contains("://") {
+        // `open` says what is wrong with it, naming the schemes it knows.
         return Ok((url.to_owned(), builder));
-    };
+    }
+    let parts = UrlParts::split(url)?;
+    let mut query = Query::parse(parts.query)?;
     let mut builder = builder;
-    let mut kept = Vec::new();
     let (mut backoff_min, mut backoff_max) = (None, None);
-    for pair in query.split('&').filter(|pair| !pair.is_empty()) {
-        let (key, raw) = pair.split_once('=').unwrap_or((pair, ""));
-        if !CLIENT_OPTIONS.contains(&key) {
-            kept.push(pair);
+    for &key in CLIENT_OPTIONS {
+        let Some(value) = query.take(key)? else {
             continue;
-        }
-        let value = percent_decode(raw).ok_or_else(|| {
-            Error::config(key, format!("`{}` has a malformed %-escape", redact(url)))
-        })?;
+        };
         builder = match key {
             "lease" => builder.lease(duration(key, &value)?),
             "extend_every" => builder.extend_every(duration(key, &value)?),
@@ -109,12 +106,7 @@ fn client_options(url: &str, builder: LockClientBuilder) -> Result<(String, Lock
             backoff_max.unwrap_or(LockOptions::DEFAULT_BACKOFF_MAX),
         );
     }
-    let backend_url = if kept.is_empty() {
-        base.to_owned()
-    } else {
-        format!("{base}?{}", kept.join("&"))
-    };
-    Ok((backend_url, builder))
+    Ok((parts.with_query(&query.to_query_string()), builder))
 }
 
 /// A duration written as `30s`, `500ms`, `1m 30s` or bare seconds (`5`,
@@ -172,6 +164,27 @@ mod tests {
         assert!(
             matches!(&error, Error::InvalidConfig { field, .. } if field == "local_hand_overs")
         );
+    }
+
+    #[test]
+    fn a_plus_in_a_client_option_is_a_plus() {
+        let (_, options) = split("memory://?label=a+b%2Bc%20d").unwrap();
+        assert_eq!(options.label(), Some("a+b+c d"));
+    }
+
+    #[test]
+    fn a_client_option_given_twice_or_malformed_is_refused_by_name() {
+        for url in [
+            "memory://?lease=1s&lease=2s",
+            "memory://?lease=%zz",
+            "memory://?lease",
+        ] {
+            let error = split(url).unwrap_err();
+            assert!(
+                matches!(&error, Error::InvalidConfig { field, .. } if field == "lease"),
+                "{url}: {error}"
+            );
+        }
     }
 
     #[test]

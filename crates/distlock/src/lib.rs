@@ -78,7 +78,11 @@
 //! `backoff_min`, `backoff_max`, `local_hand_overs`, `min_local_run` and
 //! `label` (durations as `30s`, `500ms` or bare seconds). For example
 //! `postgres://app@db/app?table=locks&lease=10s&label=reports`. Or set them
-//! with [`LockClient::builder`] and [`connect_with`].
+//! with [`LockClient::builder`] and [`connect_with`]. Every backend reads
+//! its query the same way: values are %-decoded and a `+` is a plus (a
+//! space is `%20`), as the drivers read them; an option given twice, or
+//! one that neither distlock nor the backend's driver knows, is refused
+//! by name.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), distlock::Error> {
@@ -151,7 +155,11 @@ pub mod backend {
         LeaseId, Session, Wakeups,
     };
     pub use distlock_core::platform;
-    pub use distlock_core::urls::{percent_decode, secret_options, user_info};
+    // URL reading, written once (`redact` is at the crate's root).
+    pub use distlock_core::urls::{
+        BadEscape, BadHost, HostPort, Query, QueryPair, UrlParts, parse_hosts, percent_decode,
+        secret_options, user_info,
+    };
     pub use distlock_core::{
         GrantState, LossReporter, ReleaseHub, ReleaseWatch, WaitState, token_floor,
     };

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use distlock_core::urls::{percent_decode, redact};
+use distlock_core::urls::{Query, UrlParts, percent_decode, redact};
 use distlock_core::{Backend, Error, MemoryBackend, Result};
 
 /// The schemes this build understands, for error messages.
@@ -91,19 +91,24 @@ impl BackendUrl {
     /// [`Error::InvalidConfig`] for an unknown scheme or a malformed URL; the
     /// message shows the URL with any credentials replaced by `***`.
     pub fn parse(url: &str) -> Result<Self> {
-        let Some((scheme, rest)) = url.split_once("://") else {
+        let Some((scheme, _)) = url.split_once("://") else {
             return Err(Error::config(
                 "backend URL",
                 format!("`{}` has no scheme; use one of {}", redact(url), known()),
             ));
         };
         match scheme.to_ascii_lowercase().as_str() {
-            "file" => parse_file(without_options(rest, url)?, url),
-            "memory" if without_options(rest, url)?.is_empty() => Ok(Self::Memory),
-            "memory" => Err(Error::config(
-                "backend URL",
-                "memory:// takes nothing after the scheme but client options",
-            )),
+            "file" => parse_file(&local_parts(url)?, url),
+            "memory" => {
+                let parts = local_parts(url)?;
+                if parts.user_info.is_some() || !parts.hosts.is_empty() || !parts.path.is_empty() {
+                    return Err(Error::config(
+                        "backend URL",
+                        "memory:// takes nothing after the scheme but client options",
+                    ));
+                }
+                Ok(Self::Memory)
+            }
             #[cfg(feature = "mongodb")]
             "mongodb" | "mongodb+srv" => Ok(Self::MongoDb(SecretUrl(url.to_owned()))),
             #[cfg(not(feature = "mongodb"))]
@@ -115,15 +120,7 @@ impl BackendUrl {
             #[cfg(not(feature = "memcached"))]
             "memcache" | "memcached" => Err(unsupported(scheme)),
             #[cfg(feature = "etcd")]
-            "etcd" | "etcds" => Ok(Self::Etcd(distlock_etcd::EtcdConfig::parse(&format!(
-                "{}{}",
-                if scheme.eq_ignore_ascii_case("etcds") {
-                    "etcds://"
-                } else {
-                    "etcd://"
-                },
-                rest
-            ))?)),
+            "etcd" | "etcds" => Ok(Self::Etcd(distlock_etcd::EtcdConfig::parse(url)?)),
             #[cfg(not(feature = "etcd"))]
             "etcd" | "etcds" => Err(unsupported(scheme)),
             #[cfg(feature = "postgres")]
@@ -143,28 +140,26 @@ impl BackendUrl {
     }
 }
 
-/// `rest` without its query, for a backend that has no options of its
-/// own: whatever option is left there (the client's were taken out by
-/// [`connect`](crate::connect)) is refused by name.
-fn without_options<'a>(rest: &'a str, url: &str) -> Result<&'a str> {
-    let Some((before, query)) = rest.split_once('?') else {
-        return Ok(rest);
-    };
-    match query.split('&').find(|pair| !pair.is_empty()) {
-        None => Ok(before),
-        Some(pair) => {
-            let key = pair.split_once('=').map_or(pair, |(key, _)| key);
-            Err(Error::config(
-                "backend URL",
-                format!(
-                    "unknown option `{key}` in `{}`; this backend takes only the client options \
-                     (lease, extend_every, safety_margin, operation_timeout, backoff_min, \
-                     backoff_max, local_hand_overs, min_local_run, label)",
-                    redact(url)
-                ),
-            ))
-        }
+/// The parts of a `file://` or `memory://` URL, a backend that has no
+/// options of its own: whatever option is left in its query (the client's
+/// were taken out by [`connect`](crate::connect)) is refused by name.
+fn local_parts(url: &str) -> Result<UrlParts<'_>> {
+    let parts = UrlParts::split(url)?;
+    Query::parse(parts.query)?.refuse_rest(
+        "this backend takes only the client options (lease, extend_every, safety_margin, \
+         operation_timeout, backoff_min, backoff_max, local_hand_overs, min_local_run, label), \
+         through distlock::connect",
+    )?;
+    if parts.fragment.is_some() {
+        return Err(Error::config(
+            "backend URL",
+            format!(
+                "`{}` has a #fragment; write a `#` in a path as %23",
+                redact(url)
+            ),
+        ));
     }
+    Ok(parts)
 }
 
 fn unsupported(scheme: &str) -> Error {
@@ -174,20 +169,14 @@ fn unsupported(scheme: &str) -> Error {
     ))
 }
 
-fn parse_file(rest: &str, url: &str) -> Result<BackendUrl> {
-    if rest.is_empty() {
-        return Ok(BackendUrl::File(default_dir()));
-    }
-    let (host, path) = match rest.find('/') {
-        Some(slash) => rest.split_at(slash),
-        None => (rest, ""),
-    };
-    if !host.is_empty() && host != "localhost" {
+fn parse_file(parts: &UrlParts<'_>, url: &str) -> Result<BackendUrl> {
+    let host = parts.hosts;
+    if parts.user_info.is_some() || (!host.is_empty() && host != "localhost") {
         // Never the user information itself: it may hold a password.
-        let named = match host.rsplit_once('@') {
-            None => format!("the host `{host}`"),
-            Some((_, "" | "localhost")) => "user information".to_owned(),
-            Some((_, bare)) => format!("user information and the host `{bare}`"),
+        let named = match (parts.user_info, host) {
+            (None, _) => format!("the host `{host}`"),
+            (Some(_), "" | "localhost") => "user information".to_owned(),
+            (Some(_), _) => format!("user information and the host `{host}`"),
         };
         return Err(Error::config(
             "backend URL",
@@ -198,15 +187,21 @@ fn parse_file(rest: &str, url: &str) -> Result<BackendUrl> {
             ),
         ));
     }
-    if path.is_empty() {
+    if parts.path.is_empty() {
         return Ok(BackendUrl::File(default_dir()));
     }
-    let decoded = percent_decode(path).ok_or_else(|| {
-        Error::config(
-            "backend URL",
-            format!("`{}` has a malformed %-escape in its path", redact(url)),
-        )
-    })?;
+    let decoded = percent_decode(parts.path)
+        .ok()
+        .filter(|path| !path.contains('\0'))
+        .ok_or_else(|| {
+            Error::config(
+                "backend URL",
+                format!(
+                    "`{}` has a malformed %-escape, or a NUL, in its path",
+                    redact(url)
+                ),
+            )
+        })?;
     Ok(BackendUrl::File(PathBuf::from(decoded)))
 }
 
@@ -283,6 +278,18 @@ mod tests {
             BackendUrl::File("/tmp/a b".into())
         );
         assert!(BackendUrl::parse("file://otherhost/tmp").is_err());
+        assert_eq!(
+            BackendUrl::parse("file:///tmp/a+b%2Bc").unwrap(),
+            BackendUrl::File("/tmp/a+b+c".into())
+        );
+        for url in [
+            "file:///tmp/%zz",
+            "file:///tmp/a%00",
+            "file:///tmp/a#b",
+            "memory:///x",
+        ] {
+            assert!(BackendUrl::parse(url).is_err(), "{url}");
+        }
     }
 
     #[test]
@@ -378,6 +385,45 @@ mod tests {
         ));
         let err = BackendUrl::parse("etcd://u:hunter2@m1?bogus=1").unwrap_err();
         assert!(!err.to_string().contains("hunter2"), "{err}");
+    }
+
+    /// `a+b%2Bc` is `a+b+c` wherever it is read: a `+` is a plus sign on
+    /// every backend, as every driver reads it.
+    #[test]
+    fn a_plus_in_an_option_reads_the_same_on_every_backend() {
+        const WRITTEN: &str = "a+b%2Bc";
+        const READ: &str = "a+b+c";
+        assert_eq!(
+            BackendUrl::parse(&format!("file:///tmp/{WRITTEN}")).unwrap(),
+            BackendUrl::File(format!("/tmp/{READ}").into())
+        );
+        #[cfg(feature = "etcd")]
+        match BackendUrl::parse(&format!("etcd://h?prefix={WRITTEN}")).unwrap() {
+            BackendUrl::Etcd(config) => assert_eq!(config.prefix, READ),
+            other => panic!("{other:?}"),
+        }
+        #[cfg(feature = "memcached")]
+        match BackendUrl::parse(&format!("memcache://h?prefix={WRITTEN}")).unwrap() {
+            BackendUrl::Memcached(config) => assert_eq!(config.prefix(), READ),
+            other => panic!("{other:?}"),
+        }
+        #[cfg(feature = "postgres")]
+        match BackendUrl::parse(&format!("postgres://h/db?table={WRITTEN}")).unwrap() {
+            BackendUrl::Postgres(url) => {
+                let config = distlock_postgres::PostgresConfig::parse(url.expose()).unwrap();
+                assert_eq!(config.table(), READ);
+            }
+            other => panic!("{other:?}"),
+        }
+        #[cfg(feature = "mongodb")]
+        match BackendUrl::parse(&format!("mongodb://h/db?collection={WRITTEN}")).unwrap() {
+            BackendUrl::MongoDb(url) => {
+                let (_, collection) =
+                    distlock_mongodb::split_collection_option(url.expose()).unwrap();
+                assert_eq!(collection.as_deref(), Some(READ));
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

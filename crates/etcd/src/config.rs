@@ -4,7 +4,7 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use distlock_core::urls::percent_decode;
+use distlock_core::urls::{Query, UrlParts, parse_hosts, percent_decode};
 use distlock_core::{Error, Result};
 
 /// etcd's client port, when a host names none.
@@ -52,82 +52,61 @@ impl EtcdConfig {
     /// host, a bad port, a path, an unknown option, a malformed escape, or
     /// `ca` without TLS. Messages never include the password.
     pub fn parse(url: &str) -> Result<Self> {
-        let (tls, rest) = if let Some(rest) = url.strip_prefix("etcd://") {
-            (false, rest)
-        } else if let Some(rest) = url.strip_prefix("etcds://") {
-            (true, rest)
-        } else {
-            return Err(Error::config(
-                "url",
-                "an etcd URL starts with etcd:// (or etcds:// for TLS)",
-            ));
-        };
-        let (before_query, query) = match rest.split_once('?') {
-            Some((head, query)) => (head, Some(query)),
-            None => (rest, None),
-        };
-        // The last `@` ends the user information: a password may hold `@`.
-        let (credentials, hosts) = match before_query.rsplit_once('@') {
-            Some((info, hosts)) => (Some(parse_credentials(info)?), hosts),
-            None => (None, before_query),
-        };
-        let hosts = match hosts.split_once('/') {
-            Some((hosts, "")) => hosts,
-            Some(_) => {
+        let parts = UrlParts::split(url)?;
+        let tls = match parts.scheme.to_ascii_lowercase().as_str() {
+            "etcd" => false,
+            "etcds" => true,
+            _ => {
                 return Err(Error::config(
                     "url",
-                    "an etcd URL has no path: put the key prefix in ?prefix=",
+                    "an etcd URL starts with etcd:// (or etcds:// for TLS)",
                 ));
             }
-            None => hosts,
         };
-        let endpoints = hosts
-            .split(',')
-            .map(parse_host)
-            .collect::<Result<Vec<_>>>()?;
-        let mut config = Self {
+        if !matches!(parts.path, "" | "/") {
+            return Err(Error::config(
+                "url",
+                "an etcd URL has no path: put the key prefix in ?prefix=",
+            ));
+        }
+        if parts.fragment.is_some() {
+            return Err(Error::config("url", "an etcd URL takes no #fragment"));
+        }
+        let credentials = parts.user_info.map(parse_credentials).transpose()?;
+        let endpoints = parse_hosts(parts.hosts)
+            .map_err(|bad| Error::config(bad.part(), bad.to_string()))?
+            .iter()
+            .map(|host| host.address(DEFAULT_PORT))
+            .collect();
+        let mut query = Query::parse(parts.query)?;
+        let prefix = match query.take("prefix")? {
+            Some(prefix) if prefix.is_empty() => {
+                return Err(Error::config("prefix", "the key prefix must not be empty"));
+            }
+            Some(prefix) => prefix,
+            None => DEFAULT_PREFIX.to_owned(),
+        };
+        let ca = match query.take("ca")? {
+            None => None,
+            Some(_) if !tls => {
+                return Err(Error::config(
+                    "ca",
+                    "a CA applies to TLS only: use etcds://",
+                ));
+            }
+            Some(ca) if ca.is_empty() => {
+                return Err(Error::config("ca", "give the path of a PEM file"));
+            }
+            Some(ca) => Some(PathBuf::from(ca)),
+        };
+        query.refuse_rest("an etcd URL takes prefix (and ca with etcds://)")?;
+        Ok(Self {
             endpoints,
             tls,
-            ca: None,
-            prefix: DEFAULT_PREFIX.to_owned(),
+            ca,
+            prefix,
             credentials,
-        };
-        for pair in query.unwrap_or_default().split('&') {
-            if pair.is_empty() {
-                continue;
-            }
-            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            let value = percent_decode(&value.replace('+', " ")).ok_or_else(|| {
-                Error::config(key, "the value has a malformed %-escape or is not UTF-8")
-            })?;
-            match key {
-                "prefix" => {
-                    if value.is_empty() {
-                        return Err(Error::config("prefix", "the key prefix must not be empty"));
-                    }
-                    config.prefix = value;
-                }
-                "ca" => {
-                    if !tls {
-                        return Err(Error::config(
-                            "ca",
-                            "a CA applies to TLS only: use etcds://",
-                        ));
-                    }
-                    if value.is_empty() {
-                        return Err(Error::config("ca", "give the path of a PEM file"));
-                    }
-                    config.ca = Some(PathBuf::from(value));
-                }
-                other => {
-                    return Err(Error::config(
-                        other,
-                        "unknown option; an etcd URL takes prefix (and ca with etcds://)",
-                    ));
-                }
-            }
-        }
-        Ok(config)
+        })
     }
 
     /// The endpoints as the client takes them, with their scheme.
@@ -143,53 +122,18 @@ impl EtcdConfig {
 fn parse_credentials(info: &str) -> Result<(String, String)> {
     let (user, password) = info.split_once(':').unwrap_or((info, ""));
     let decode = |part: &str, field: &str| {
-        percent_decode(part)
-            .ok_or_else(|| Error::config(field, "malformed %-escape in the URL's user information"))
+        percent_decode(part).map_err(|bad| {
+            Error::config(
+                field,
+                format!("the URL's user information does not decode: {bad}"),
+            )
+        })
     };
     let user = decode(user, "user")?;
     if user.is_empty() {
         return Err(Error::config("user", "the user name must not be empty"));
     }
     Ok((user, decode(password, "password")?))
-}
-
-fn parse_host(host: &str) -> Result<String> {
-    if host.is_empty() {
-        return Err(Error::config(
-            "host",
-            "an empty host: list members as host[:port],host[:port]",
-        ));
-    }
-    // `[v6]` or `[v6]:port`; otherwise at most one `:`.
-    let (name, port) = if let Some(rest) = host.strip_prefix('[') {
-        let (name, after) = rest
-            .split_once(']')
-            .ok_or_else(|| Error::config("host", format!("unclosed `[` in {host:?}")))?;
-        match after {
-            "" => (format!("[{name}]"), None),
-            _ => match after.strip_prefix(':') {
-                Some(port) => (format!("[{name}]"), Some(port)),
-                None => return Err(Error::config("host", format!("bad host {host:?}"))),
-            },
-        }
-    } else {
-        match host.split_once(':') {
-            Some((name, port)) => (name.to_owned(), Some(port)),
-            None => (host.to_owned(), None),
-        }
-    };
-    if name.is_empty() || name == "[]" {
-        return Err(Error::config("host", format!("no host name in {host:?}")));
-    }
-    let port = match port {
-        None => DEFAULT_PORT,
-        Some(port) => port
-            .parse::<u16>()
-            .ok()
-            .filter(|&p| p != 0)
-            .ok_or_else(|| Error::config("port", format!("{port:?} is not a port (1 to 65535)")))?,
-    };
-    Ok(format!("{name}:{port}"))
 }
 
 #[cfg(test)]
@@ -209,6 +153,28 @@ mod tests {
             three.endpoint_urls(),
             ["http://a:1", "http://b:2379", "http://[::1]:3"]
         );
+    }
+
+    #[test]
+    fn options_read_plus_as_a_plus_and_refuse_the_unknown_by_name() {
+        let config = EtcdConfig::parse("etcd://db?prefix=a+b%2Bc%20d/").unwrap();
+        assert_eq!(config.prefix, "a+b+c d/");
+        for (url, field) in [
+            ("etcd://db?bogus=1", "bogus"),
+            ("etcd://db?prefix=a&prefix=b", "prefix"),
+            ("etcd://db?prefix=%zz", "prefix"),
+            ("etcd://db?ca=/x.pem", "ca"),
+            ("etcd://db,,db2", "host"),
+            ("etcd://db:0", "port"),
+            ("etcd://::1", "host"),
+            ("etcd://db/app", "url"),
+        ] {
+            match EtcdConfig::parse(url) {
+                Err(Error::InvalidConfig { field: got, .. }) => assert_eq!(got, field, "{url}"),
+                other => panic!("{url}: {other:?}"),
+            }
+        }
+        assert!(EtcdConfig::parse("ETCDS://db").unwrap().tls);
     }
 
     #[test]

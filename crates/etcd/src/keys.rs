@@ -68,7 +68,7 @@ pub(crate) fn name_of_key(prefix: &str, key: &[u8]) -> Option<LockName> {
     let rest = key.strip_prefix(prefix.as_bytes())?;
     let slash = rest.iter().rposition(|&b| b == b'/')?;
     let encoded = std::str::from_utf8(&rest[..slash]).ok()?;
-    let name = distlock_core::urls::percent_decode(encoded)?;
+    let name = distlock_core::urls::percent_decode(encoded).ok()?;
     LockName::new(name).ok()
 }
 

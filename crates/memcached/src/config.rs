@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use distlock_core::urls::percent_decode;
+use distlock_core::urls::{HostPort, Query, UrlParts, parse_hosts};
 use distlock_core::{Error, Result};
 
 use crate::keys::{DEFAULT_PREFIX, check_prefix};
@@ -99,78 +99,57 @@ impl MemcachedConfig {
     /// # Errors
     /// [`Error::InvalidConfig`] naming the part at fault.
     pub fn from_url(url: &str) -> Result<Self> {
-        let Some((scheme, rest)) = url.split_once("://") else {
-            return Err(Error::config(
-                "backend URL",
-                "a memcached URL starts with memcache://",
-            ));
-        };
+        let parts = UrlParts::split(url)?;
         if !matches!(
-            scheme.to_ascii_lowercase().as_str(),
+            parts.scheme.to_ascii_lowercase().as_str(),
             "memcache" | "memcached"
         ) {
             return Err(Error::config(
                 "backend URL",
-                format!("the scheme `{scheme}` is not memcache://"),
+                format!("the scheme `{}` is not memcache://", parts.scheme),
             ));
         }
-        let (rest, fragment) = rest.split_once('#').unwrap_or((rest, ""));
-        if !fragment.is_empty() {
+        if parts.fragment.is_some_and(|fragment| !fragment.is_empty()) {
             return Err(Error::config(
                 "backend URL",
                 "a memcached URL takes no #fragment",
             ));
         }
-        let (location, query) = rest.split_once('?').unwrap_or((rest, ""));
-        let (authority, path) = match location.find('/') {
-            Some(slash) => location.split_at(slash),
-            None => (location, ""),
-        };
-        if !path.is_empty() && path != "/" {
+        if !matches!(parts.path, "" | "/") {
             return Err(Error::config(
                 "backend URL",
                 "a memcached URL takes no path; put options in the query, like ?prefix=app:",
             ));
         }
-        if authority.contains('@') {
-            // Never echo what came before the `@`: it may be a password.
+        if parts.user_info.is_some() {
+            // Never echo the user information: it may hold a password.
             return Err(Error::config(
                 "backend URL",
                 "memcached's text protocol has no authentication; remove the user and password",
             ));
         }
-        let servers: Vec<&str> = if authority.is_empty() {
+        let servers = if parts.hosts.is_empty() {
             Vec::new()
         } else {
-            authority.split(',').collect()
+            parse_hosts(parts.hosts).map_err(|bad| Error::config("servers", bad.to_string()))?
         };
-        let mut builder = Self::builder(servers);
-        let mut seen = HashSet::new();
-        for pair in query.split('&').filter(|pair| !pair.is_empty()) {
-            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-            let value = percent_decode(value).ok_or_else(|| {
-                Error::config(name, "the value has a malformed %-escape or is not UTF-8")
-            })?;
-            if !seen.insert(name.to_owned()) {
-                return Err(Error::config(name, "given more than once"));
-            }
-            builder = match name {
-                "prefix" => builder.prefix(value),
-                "mode" => builder.mode(Mode::parse(&value)?),
-                "timeout" => builder.timeout(parse_duration(&value)?),
-                "connections" => builder.connections(value.parse().map_err(|_| {
-                    Error::config("connections", format!("`{value}` is not a number"))
-                })?),
-                other => {
-                    return Err(Error::config(
-                        "backend URL",
-                        format!(
-                            "unknown option `{other}`; memcache:// takes prefix, mode, timeout and connections"
-                        ),
-                    ));
-                }
-            };
+        let mut builder = Self::builder(servers.iter().map(ToString::to_string));
+        let mut query = Query::parse(parts.query)?;
+        if let Some(prefix) = query.take("prefix")? {
+            builder = builder.prefix(prefix);
         }
+        if let Some(mode) = query.take("mode")? {
+            builder = builder.mode(Mode::parse(&mode)?);
+        }
+        if let Some(timeout) = query.take("timeout")? {
+            builder = builder.timeout(parse_duration(&timeout)?);
+        }
+        if let Some(connections) = query.take("connections")? {
+            builder = builder.connections(connections.parse().map_err(|_| {
+                Error::config("connections", format!("`{connections}` is not a number"))
+            })?);
+        }
+        query.refuse_rest("memcache:// takes prefix, mode, timeout and connections")?;
         builder.build()
     }
 
@@ -318,43 +297,9 @@ impl MemcachedConfigBuilder {
 
 /// `host[:port]` or `[v6]:port` as `host:port`, with the default port.
 fn normalize_server(server: &str) -> Result<String> {
-    let bad = |why: &str| Error::config("servers", format!("`{server}`: {why}"));
-    let (host, port) = if let Some(rest) = server.strip_prefix('[') {
-        let (host, after) = rest
-            .split_once(']')
-            .ok_or_else(|| bad("an IPv6 address needs a closing ]"))?;
-        let port = match after {
-            "" => None,
-            _ => Some(
-                after
-                    .strip_prefix(':')
-                    .ok_or_else(|| bad("expected :port after the ]"))?,
-            ),
-        };
-        (format!("[{host}]"), port)
-    } else {
-        match server.rsplit_once(':') {
-            Some((host, port)) => (host.to_owned(), Some(port)),
-            None => (server.to_owned(), None),
-        }
-    };
-    if host.is_empty() || host == "[]" {
-        return Err(bad("no host"));
-    }
-    if !host
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b'[' | b']' | b':'))
-    {
-        return Err(bad("the host has characters a host name cannot have"));
-    }
-    let port = match port {
-        None => DEFAULT_PORT,
-        Some(port) => match port.parse::<u16>() {
-            Ok(port) if port != 0 => port,
-            _ => return Err(bad("the port must be a number from 1 to 65535")),
-        },
-    };
-    Ok(format!("{host}:{port}"))
+    HostPort::parse(server)
+        .map(|host| host.address(DEFAULT_PORT))
+        .map_err(|bad| Error::config("servers", bad.to_string()))
 }
 
 /// `500ms`, `2s` or `1m`.
@@ -440,13 +385,22 @@ mod tests {
             ("memcache://a?connections=0", "connections"),
             ("memcache://a?prefix=%zz", "prefix"),
             ("memcache://a?prefix=a&prefix=b", "prefix"),
-            ("memcache://a?colour=blue", "backend URL"),
+            ("memcache://a?colour=blue", "colour"),
+            ("memcache://a?prefix", "prefix"),
+            ("memcache://a,,b", "servers"),
+            ("memcache://::1", "servers"),
             ("memcache://a/path", "backend URL"),
             ("redis://a", "backend URL"),
         ];
         for (url, field) in cases {
             assert_eq!(field_of(MemcachedConfig::from_url(url)), field, "{url}");
         }
+    }
+
+    #[test]
+    fn a_plus_in_an_option_is_a_plus() {
+        let config = MemcachedConfig::from_url("memcache://h?prefix=a+b%2Bc:").unwrap();
+        assert_eq!(config.prefix(), "a+b+c:");
     }
 
     #[test]

@@ -107,7 +107,7 @@ impl MongoBackend {
     /// [`Error::InvalidConfig`](distlock_core::Error::InvalidConfig) when the
     /// `collection` option is malformed.
     pub fn from_url(url: &str) -> Result<MongoBackendBuilder> {
-        let (driver_url, collection) = crate::builder::split_collection_option(url)?;
+        let (driver_url, collection) = crate::url_options::split_collection_option(url)?;
         let builder = Self::builder(driver_url);
         Ok(match collection {
             Some(collection) => builder.collection(collection),

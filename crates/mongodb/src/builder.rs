@@ -3,7 +3,6 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use distlock_core::urls::percent_decode;
 use distlock_core::{Error, Result};
 use mongodb::bson::{Document, doc};
 use mongodb::options::{
@@ -17,6 +16,7 @@ use crate::clock::ServerClock;
 use crate::document::EXPIRES_AT;
 use crate::error::{BACKEND, driver};
 use crate::redact::{redact_url, scrub, secrets_of};
+use crate::url_options::check_driver_options;
 use crate::watch::{Subject, Watcher, change_streams_work};
 
 /// The collection used when none is named.
@@ -281,6 +281,7 @@ impl MongoBackendBuilder {
 /// Parses `url` and makes a client whose connecting and server selection
 /// are bounded by `timeout` unless the URL says otherwise.
 async fn connect(url: &str, timeout: Duration) -> Result<Client> {
+    check_driver_options(url)?;
     let secrets = secrets_of(url);
     let invalid = |reason: String| {
         Error::config(
@@ -390,84 +391,9 @@ fn check_database_name(name: &str) -> Result<()> {
     Err(Error::config("database", format!("`{name}` {reason}")))
 }
 
-/// Splits the distlock-only `collection` option off a MongoDB URL, so the
-/// rest can go to the driver. Returns the URL without it, and the
-/// collection if the URL named one.
-///
-/// # Errors
-/// [`Error::InvalidConfig`] when `collection` is given twice or empty.
-pub fn split_collection_option(url: &str) -> Result<(String, Option<String>)> {
-    let (base, fragment) = match url.split_once('#') {
-        Some((base, fragment)) => (base, Some(fragment)),
-        None => (url, None),
-    };
-    let Some((head, query)) = base.split_once('?') else {
-        return Ok((url.to_owned(), None));
-    };
-    let mut collection = None;
-    let mut kept = Vec::new();
-    for pair in query.split('&').filter(|pair| !pair.is_empty()) {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        if key.eq_ignore_ascii_case("collection") {
-            if collection.is_some() {
-                return Err(Error::config(
-                    "MongoDB URL",
-                    format!("`{}` names the collection twice", redact_url(url)),
-                ));
-            }
-            let value = percent_decode(&value.replace('+', " ")).ok_or_else(|| {
-                Error::config(
-                    "MongoDB URL",
-                    format!(
-                        "`{}` has a malformed %-escape in `collection`",
-                        redact_url(url)
-                    ),
-                )
-            })?;
-            if value.is_empty() {
-                return Err(Error::config(
-                    "MongoDB URL",
-                    format!("`{}` has an empty `collection`", redact_url(url)),
-                ));
-            }
-            collection = Some(value);
-        } else {
-            kept.push(pair);
-        }
-    }
-    let mut rest = head.to_owned();
-    if !kept.is_empty() {
-        rest.push('?');
-        rest.push_str(&kept.join("&"));
-    }
-    if let Some(fragment) = fragment {
-        rest.push('#');
-        rest.push_str(fragment);
-    }
-    Ok((rest, collection))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_collection_option_is_split_off() {
-        assert_eq!(
-            split_collection_option("mongodb://h/db?collection=locks&w=1").unwrap(),
-            ("mongodb://h/db?w=1".to_owned(), Some("locks".to_owned()))
-        );
-        assert_eq!(
-            split_collection_option("mongodb://h/db?collection=a%2Eb").unwrap(),
-            ("mongodb://h/db".to_owned(), Some("a.b".to_owned()))
-        );
-        assert_eq!(
-            split_collection_option("mongodb://h/").unwrap(),
-            ("mongodb://h/".to_owned(), None)
-        );
-        assert!(split_collection_option("mongodb://h/?collection=a&collection=b").is_err());
-        assert!(split_collection_option("mongodb://h/?collection=").is_err());
-    }
 
     #[test]
     fn names_are_checked() {

@@ -161,6 +161,7 @@ mod holders;
 mod listing;
 mod redact;
 mod reply;
+mod url_options;
 mod waiting;
 mod watch;
 
@@ -169,6 +170,7 @@ pub use mongodb;
 pub use crate::backend::MongoBackend;
 pub use crate::builder::{
     Connection, DEFAULT_COLLECTION, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DATABASE,
-    DEFAULT_OPERATION_TIMEOUT, MongoBackendBuilder, split_collection_option,
+    DEFAULT_OPERATION_TIMEOUT, MongoBackendBuilder,
 };
 pub use crate::entity::{EntityGuard, EntityLocks, EntityLocksBuilder, Versioned};
+pub use crate::url_options::split_collection_option;

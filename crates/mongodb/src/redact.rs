@@ -5,7 +5,7 @@ use distlock_core::urls::{percent_decode, secret_options, user_info};
 
 /// `text` %-decoded, or as it is when it does not decode.
 fn decoded(text: &str) -> String {
-    percent_decode(text).unwrap_or_else(|| text.to_owned())
+    percent_decode(text).unwrap_or_else(|_| text.to_owned())
 }
 
 /// The secrets in `url`'s user information (user name and password) and

@@ -7,7 +7,7 @@ use std::fmt;
 use std::path::Path;
 use std::str::FromStr;
 
-use distlock_core::urls::{percent_decode, redact, secret_options, user_info};
+use distlock_core::urls::{Query, UrlParts, percent_decode, redact, secret_options, user_info};
 use distlock_core::{Error, Result};
 
 use crate::error::describe;
@@ -90,7 +90,8 @@ impl PostgresConfig {
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] naming the part at fault: another scheme, a
-    /// malformed escape, an empty or overlong `table` or `schema`, a `mode`
+    /// malformed escape, an option given twice or without `=`, an empty or
+    /// overlong `table` or `schema`, a `mode`
     /// other than `lease` and `advisory`, an `advisory_class` that is not
     /// an integer from 0 to 2147483647, an `sslmode` other than `disable`,
     /// `prefer`, `require`, `verify-ca` and `verify-full`, `verify-ca`
@@ -110,44 +111,25 @@ impl PostgresConfig {
             ));
         }
         let shown = redact(url);
-        let (head, query) = match url.split_once('?') {
-            Some((head, query)) => (head, query),
-            None => (url, ""),
+        let parts = UrlParts::split(url)?;
+        let mut query = Query::parse(parts.query)?;
+        let schema = query
+            .take("schema")?
+            .unwrap_or_else(|| DEFAULT_SCHEMA.to_owned());
+        let table = query.take("table")?;
+        let mode = match query.take("mode")? {
+            Some(mode) => parse_mode(&mode)?,
+            None => Mode::Lease,
         };
-        let mut schema = DEFAULT_SCHEMA.to_owned();
-        let mut table = None;
-        let mut mode = Mode::Lease;
-        let mut advisory_class = DEFAULT_ADVISORY_CLASS;
-        let mut listen_url = None;
-        let mut tls = TlsOptions::default();
-        let mut driver_options = Vec::new();
-        for pair in query.split('&').filter(|pair| !pair.is_empty()) {
-            let (key, raw) = pair.split_once('=').unwrap_or((pair, ""));
-            let decoded = || decode(key, raw);
-            match key {
-                "schema" => schema = decoded()?,
-                "table" => table = Some(decoded()?),
-                "mode" => mode = parse_mode(&decoded()?)?,
-                "advisory_class" => advisory_class = parse_class(&decoded()?)?,
-                "listen_url" => listen_url = Some(decoded()?).filter(|url| !url.is_empty()),
-                "sslmode" => tls.mode = Some(decoded()?),
-                "sslrootcert" => tls.root_cert = Some(decoded()?),
-                "sslcert" | "sslkey" => {
-                    return Err(Error::config(
-                        key,
-                        "client certificates are not supported: authenticate with a \
-                         password in the URL",
-                    ));
-                }
-                "sslcrl" | "sslcrldir" => {
-                    return Err(Error::config(
-                        key,
-                        "certificate revocation lists are not supported: remove the option",
-                    ));
-                }
-                _ => driver_options.push(pair),
-            }
-        }
+        let advisory_class = match query.take("advisory_class")? {
+            Some(class) => parse_class(&class)?,
+            None => DEFAULT_ADVISORY_CLASS,
+        };
+        let listen_url = query.take("listen_url")?.filter(|url| !url.is_empty());
+        let tls = take_tls_options(&mut query)?;
+        refuse_unsupported(&query)?;
+        // libpq would keep the last of a repeated option without a word.
+        query.refuse_repeats(&[])?;
         let table = table.unwrap_or_else(|| {
             match mode {
                 Mode::Lease => DEFAULT_TABLE,
@@ -156,11 +138,7 @@ impl PostgresConfig {
             .to_owned()
         });
         let table = TableName::new(&schema, &table)?;
-        let driver_url = if driver_options.is_empty() {
-            head.to_owned()
-        } else {
-            format!("{head}?{}", driver_options.join("&"))
-        };
+        let driver_url = parts.with_query(&query.to_query_string());
         let tls = tls.resolve().map_err(main_problem)?;
         let mut driver = driver_config("url", &driver_url, url)?;
         tls.apply(&mut driver);
@@ -172,7 +150,8 @@ impl PostgresConfig {
                         "a PostgreSQL URL starts with postgres:// or postgresql://",
                     ));
                 }
-                let (listen_driver_url, listen_tls) = take_tls_options(listen_url)?;
+                let (listen_driver_url, listen_tls) =
+                    listen_tls_options(listen_url).map_err(in_listen_url)?;
                 let listen_tls = if listen_tls.is_empty() {
                     None
                 } else {
@@ -260,39 +239,47 @@ impl PostgresConfig {
     }
 }
 
-/// A query value, percent-decoded (`+` is a space).
-fn decode(key: &str, raw: &str) -> Result<String> {
-    percent_decode(&raw.replace('+', " "))
-        .ok_or_else(|| Error::config(key, "the value has a malformed %-escape or is not UTF-8"))
+/// Takes `sslmode` and `sslrootcert` out of `query`.
+fn take_tls_options(query: &mut Query<'_>) -> Result<TlsOptions> {
+    Ok(TlsOptions {
+        mode: query.take("sslmode")?,
+        root_cert: query.take("sslrootcert")?,
+    })
 }
 
-/// `url` without its `sslmode` and `sslrootcert`, and those two.
-fn take_tls_options(url: &str) -> Result<(String, TlsOptions)> {
-    let (head, query) = url.split_once('?').unwrap_or((url, ""));
-    let mut tls = TlsOptions::default();
-    let mut rest = Vec::new();
-    for pair in query.split('&').filter(|pair| !pair.is_empty()) {
-        let (key, raw) = pair.split_once('=').unwrap_or((pair, ""));
-        let decoded = || {
-            decode(key, raw).map_err(|_| {
-                Error::config(
-                    "listen_url",
-                    format!("{key}: the value has a malformed %-escape or is not UTF-8"),
-                )
-            })
+/// Refuses the libpq options this backend does not support.
+fn refuse_unsupported(query: &Query<'_>) -> Result<()> {
+    for pair in query.pairs() {
+        let reason = match pair.key() {
+            "sslcert" | "sslkey" => {
+                "client certificates are not supported: authenticate with a password in the URL"
+            }
+            "sslcrl" | "sslcrldir" => {
+                "certificate revocation lists are not supported: remove the option"
+            }
+            _ => continue,
         };
-        match key {
-            "sslmode" => tls.mode = Some(decoded()?),
-            "sslrootcert" => tls.root_cert = Some(decoded()?),
-            _ => rest.push(pair),
-        }
+        return Err(Error::config(pair.key(), reason));
     }
-    let url = if rest.is_empty() {
-        head.to_owned()
-    } else {
-        format!("{head}?{}", rest.join("&"))
-    };
-    Ok((url, tls))
+    Ok(())
+}
+
+/// `listen_url` without its `sslmode` and `sslrootcert`, and those two.
+fn listen_tls_options(url: &str) -> Result<(String, TlsOptions)> {
+    let parts = UrlParts::split(url)?;
+    let mut query = Query::parse(parts.query)?;
+    let tls = take_tls_options(&mut query)?;
+    Ok((parts.with_query(&query.to_query_string()), tls))
+}
+
+/// An error in `listen_url`'s own URL, named as `listen_url`'s.
+fn in_listen_url(error: Error) -> Error {
+    match error {
+        Error::InvalidConfig { field, reason } => {
+            Error::config("listen_url", format!("its {field}: {reason}"))
+        }
+        other => other,
+    }
 }
 
 /// A TLS option of the main URL at fault.
@@ -366,7 +353,7 @@ pub(crate) fn scrub(message: &str, url: &str) -> String {
     secrets.extend(secret_options(url).into_iter().map(str::to_owned));
     let decoded: Vec<String> = secrets
         .iter()
-        .filter_map(|secret| percent_decode(secret))
+        .filter_map(|secret| percent_decode(secret).ok())
         .collect();
     secrets.extend(decoded);
     // Longest first, so that a part of a secret never leaves the rest.
@@ -564,6 +551,37 @@ mod tests {
         };
         assert_eq!(field, "sslrootcert");
         assert!(reason.contains("/no/such.pem"), "{reason}");
+    }
+
+    #[test]
+    fn a_plus_reads_as_the_driver_reads_it() {
+        let config =
+            PostgresConfig::parse("postgres://db/app?table=a+b%2Bc%20d&application_name=x+y")
+                .unwrap();
+        assert_eq!(config.table(), "a+b+c d");
+        assert_eq!(config.driver.get_application_name(), Some("x+y"));
+    }
+
+    #[test]
+    fn repeated_and_malformed_options_are_refused_by_name() {
+        for (url, field) in [
+            ("postgres://db/?table=a&table=b", "table"),
+            (
+                "postgres://db/?connect_timeout=1&connect_timeout=2",
+                "connect_timeout",
+            ),
+            ("postgres://db/?table=%zz", "table"),
+            ("postgres://db/?application_name=%FF", "application_name"),
+            (
+                "postgres://db/?listen_url=postgres%3A%2F%2Fdb%2F%3Fsslmode%3D%25zz",
+                "listen_url",
+            ),
+        ] {
+            match PostgresConfig::parse(url) {
+                Err(Error::InvalidConfig { field: got, .. }) => assert_eq!(got, field, "{url}"),
+                other => panic!("{url}: {other:?}"),
+            }
+        }
     }
 
     #[test]

@@ -1,4 +1,7 @@
-//! Small helpers for backend URLs, shared by every backend that takes one.
+//! Keeping credentials out of messages: a URL's user information and the
+//! values of options that hold secrets.
+
+use super::query::split_pairs;
 
 /// The user information of `url` (`user:password` before the `@`), and
 /// where it starts: after `://`, or at the start of a URL whose scheme is
@@ -44,11 +47,9 @@ pub fn secret_options(url: &str) -> Vec<&str> {
         return Vec::new();
     };
     let query = query.split('#').next().unwrap_or_default();
-    query
-        .split('&')
-        .filter_map(|pair| pair.split_once('='))
-        .filter(|(key, value)| is_secret_option(key) && !value.is_empty())
-        .map(|(_, value)| value)
+    split_pairs(query)
+        .filter_map(|(_, key, value)| Some(value?).filter(|_| is_secret_option(key)))
+        .filter(|value| !value.is_empty())
         .collect()
 }
 
@@ -79,13 +80,12 @@ pub fn redact(url: &str) -> String {
             Some((query, fragment)) => (query, Some(fragment)),
             None => (query, None),
         };
-        let options: Vec<String> = query
-            .split('&')
-            .map(|pair| match pair.split_once('=') {
-                Some((key, value)) if is_secret_option(key) && !value.is_empty() => {
+        let options: Vec<String> = split_pairs(query)
+            .map(|(written, key, value)| match value {
+                Some(value) if is_secret_option(key) && !value.is_empty() => {
                     format!("{key}=***")
                 }
-                _ => pair.to_owned(),
+                _ => written.to_owned(),
             })
             .collect();
         let mut rebuilt = format!("{head}?{}", options.join("&"));
@@ -96,31 +96,4 @@ pub fn redact(url: &str) -> String {
         redacted = rebuilt;
     }
     redacted
-}
-
-/// Decodes `%XX` escapes; `None` when an escape is malformed or the result
-/// is not UTF-8. A `+` stays a `+` (replace it first where it means a
-/// space, as in query strings).
-///
-/// ```
-/// use distlock_core::urls::percent_decode;
-///
-/// assert_eq!(percent_decode("a%20b%2Bc").as_deref(), Some("a b+c"));
-/// assert_eq!(percent_decode("bad%2"), None);
-/// ```
-pub fn percent_decode(text: &str) -> Option<String> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = text.get(i + 1..i + 3)?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
