@@ -225,9 +225,17 @@ impl RedisBackend {
                 .arg(millis(lease.lease));
         }
         let mut connection = self.connection.clone();
-        let replies = connection
-            .req_packed_commands(&pipe, 0, leases.len())
-            .await?;
+        let replies = match connection.req_packed_commands(&pipe, 0, leases.len()).await {
+            // The connection dropped (a server restart): the connection
+            // manager opens another, and extending again is harmless.
+            Err(error) if error.is_connection_dropped() || error.is_io_error() => {
+                tracing::debug!(%error, "extending again on a new connection");
+                connection
+                    .req_packed_commands(&pipe, 0, leases.len())
+                    .await?
+            }
+            other => other?,
+        };
         if !replies.iter().any(is_noscript) {
             return Ok(replies);
         }

@@ -13,7 +13,11 @@ use redis::Script;
 /// - `int(n)`: a number as an integer string (Lua's `tostring` would write
 ///   large numbers with an exponent).
 /// - `prune(z, h, now)`: drops the expired members of sorted set `z` (and
-///   their records in hash `h`, when given), and returns how many live.
+///   their records in hash `h`, when given), and returns how many live. It
+///   writes nothing when nothing expired: Redis checks a script against
+///   `maxmemory` only until its first write, so an attempt on a server out
+///   of memory is refused with `OOM` rather than let through by a no-op
+///   write.
 /// - `expire_with_last(z, h)`: lets `z` (and `h`) expire with the last
 ///   member of `z`, so nothing outlives its grants.
 /// - `first_left(z, now)`: ms until the first member of `z` expires, or -1.
@@ -29,12 +33,14 @@ end
 local function int(n) return string.format('%.0f', n) end
 local function prune(z, h, now)
   local dead = redis.call('ZRANGEBYSCORE', z, '-inf', int(now))
+  local n = redis.call('ZCARD', z) - #dead
   if #dead > 0 then
     redis.call('ZREMRANGEBYSCORE', z, '-inf', int(now))
-    if h then redis.call('HDEL', h, unpack(dead)) end
+    if h then
+      redis.call('HDEL', h, unpack(dead))
+      if n == 0 then redis.call('DEL', h) end
+    end
   end
-  local n = redis.call('ZCARD', z)
-  if n == 0 and h then redis.call('DEL', h) end
   return n
 end
 local function expire_with_last(z, h)
