@@ -98,7 +98,9 @@ async fn a_server_out_of_memory_gives_a_clear_error() {
         .expect_err("no memory for a new grant");
     let message = error.to_string();
     assert!(message.contains("OOM"), "{message}");
-    // A release frees memory, and is let through.
+    // An exclusive extension and a release add nothing, and are let
+    // through.
+    held.extend().await.expect("extend");
     assert!(held.release().await.expect("release"));
 }
 
