@@ -43,6 +43,7 @@
 //! | `postgres://…`, `postgresql://…` | `postgres` | PostgreSQL, lease or advisory mode |
 //! | `etcd://…`, `etcds://…` | `etcd` | etcd v3 |
 //! | `memcache://…` | `memcached` | memcached (an efficiency lock) |
+//! | `redis://…`, `rediss://…` | `redis` | one Redis server (see its guarantees) |
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), distlock::Error> {
@@ -64,6 +65,10 @@
 //! # #[cfg(feature = "memcached")] {
 //! // memcached: an efficiency lock, over a quorum of three servers here.
 //! let memcached = distlock::connect("memcache://c1,c2,c3?mode=quorum").await?;
+//! # }
+//! # #[cfg(feature = "redis")] {
+//! // Redis: one server, a key per lock, owner-checked in server-side scripts.
+//! let redis = distlock::connect("redis://cache:6379/0?prefix=app:").await?;
 //! # }
 //! # Ok(())
 //! # }
@@ -190,6 +195,10 @@ pub use distlock_mongodb as mongodb;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use distlock_postgres as postgres;
+/// The Redis backend.
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use distlock_redis as redis;
 
 /// The README's examples, compiled and run as doc tests (the README and the
 /// guides live outside the package, so only tests read them).

@@ -27,6 +27,10 @@ fn known() -> String {
         "etcd://",
         #[cfg(feature = "etcd")]
         "etcds://",
+        #[cfg(feature = "redis")]
+        "redis://",
+        #[cfg(feature = "redis")]
+        "rediss://",
     ];
     schemes.join(", ")
 }
@@ -57,6 +61,10 @@ pub enum BackendUrl {
     /// [`PostgresConfig`](distlock_postgres::PostgresConfig).
     #[cfg(feature = "postgres")]
     Postgres(SecretUrl),
+    /// `redis://[user:password@]host[:port][/db][?prefix=…]`, or
+    /// `rediss://` for TLS; see [`RedisConfig::parse`](distlock_redis::RedisConfig::parse).
+    #[cfg(feature = "redis")]
+    Redis(distlock_redis::RedisConfig),
 }
 
 /// A URL that may hold credentials: its `Debug` and `Display` show it with
@@ -127,7 +135,10 @@ impl BackendUrl {
             "postgres" | "postgresql" => Ok(Self::Postgres(SecretUrl(url.to_owned()))),
             #[cfg(not(feature = "postgres"))]
             "postgres" | "postgresql" => Err(unsupported(scheme)),
-            "redis" => Err(unsupported(scheme)),
+            #[cfg(feature = "redis")]
+            "redis" | "rediss" => Ok(Self::Redis(distlock_redis::RedisConfig::parse(url)?)),
+            #[cfg(not(feature = "redis"))]
+            "redis" | "rediss" => Err(unsupported(scheme)),
             _ => Err(Error::config(
                 "backend URL",
                 format!(
@@ -162,6 +173,13 @@ fn local_parts(url: &str) -> Result<UrlParts<'_>> {
     Ok(parts)
 }
 
+#[cfg(not(all(
+    feature = "mongodb",
+    feature = "memcached",
+    feature = "etcd",
+    feature = "postgres",
+    feature = "redis"
+)))]
 fn unsupported(scheme: &str) -> Error {
     Error::Unsupported(format!(
         "this build of distlock has no `{scheme}` backend; this build knows {}",
@@ -256,6 +274,10 @@ pub async fn open(url: &str) -> Result<Arc<dyn Backend>> {
         BackendUrl::Etcd(config) => {
             Ok(Arc::new(distlock_etcd::EtcdBackend::connect(config).await?))
         }
+        #[cfg(feature = "redis")]
+        BackendUrl::Redis(config) => Ok(Arc::new(
+            distlock_redis::RedisBackend::connect(config).await?,
+        )),
     }
 }
 
@@ -415,6 +437,11 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+        #[cfg(feature = "redis")]
+        match BackendUrl::parse(&format!("redis://h?prefix={WRITTEN}")).unwrap() {
+            BackendUrl::Redis(config) => assert_eq!(config.prefix, READ),
+            other => panic!("{other:?}"),
+        }
         #[cfg(feature = "mongodb")]
         match BackendUrl::parse(&format!("mongodb://h/db?collection={WRITTEN}")).unwrap() {
             BackendUrl::MongoDb(url) => {
@@ -424,6 +451,32 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[cfg(feature = "redis")]
+    #[test]
+    fn parses_redis_urls_and_hides_their_credentials() {
+        let parsed = BackendUrl::parse("REDIS://app:hunter2@cache:6380/2?prefix=app:").unwrap();
+        match &parsed {
+            BackendUrl::Redis(config) => {
+                assert_eq!((config.host.as_str(), config.port), ("cache", 6380));
+                assert_eq!((config.db, config.prefix.as_str()), (2, "app:"));
+                assert!(!config.tls);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(!format!("{parsed:?}").contains("hunter2"));
+        assert!(matches!(
+            BackendUrl::parse("rediss://cache").unwrap(),
+            BackendUrl::Redis(config) if config.tls
+        ));
+        let err = BackendUrl::parse("redis://u:hunter2@cache?bogus=1").unwrap_err();
+        assert!(
+            err.to_string().contains("bogus") && !err.to_string().contains("hunter2"),
+            "{err}"
+        );
+        let err = BackendUrl::parse("redis://a:1,b:2,c:3?mode=quorum").unwrap_err();
+        assert!(matches!(err, Error::Unsupported(_)), "{err}");
     }
 
     #[test]

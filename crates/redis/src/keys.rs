@@ -1,0 +1,197 @@
+//! Where a name's keys live, and what they hold.
+//!
+//! Every key and the channel of one name are
+//! `<prefix>{<tag>}:<role>`, where the tag is the first 32 hex digits of
+//! the SHA-256 of the name's UTF-8. Redis Cluster hashes only what is
+//! between the braces, so all of one name's keys share a slot (a script
+//! may touch them all), and no name can choose another's slot: the name
+//! itself never appears in a key, only in the values, as JSON.
+//!
+//! | role | type | holds |
+//! |---|---|---|
+//! | `x` | string, `PX` the lease | the exclusive grant: `<id>:<token>:<record>` |
+//! | `s` | sorted set | the readers' or permits' grant ids, scored by expiry (ms, server clock) |
+//! | `i` | hash | for `s`: `kind` (`s` or `p`), `limit`, and `<id>` → `<token>:<record>` |
+//! | `w` | sorted set | waiting writers' marks, scored by expiry |
+//! | `t` | string | the latest fencing token of the name |
+//! | `released` | channel | a message on each release |
+
+use distlock_core::{Holder, LockName};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// How many hex digits of the name's SHA-256 make its tag (128 bits).
+const TAG_LEN: usize = 32;
+
+/// The keys of one prefix.
+#[derive(Debug, Clone)]
+pub(crate) struct KeySpace {
+    prefix: String,
+}
+
+/// The keys and channel of one name.
+#[derive(Debug, Clone)]
+pub(crate) struct NameKeys {
+    pub(crate) exclusive: String,
+    pub(crate) holders: String,
+    pub(crate) records: String,
+    pub(crate) waiting: String,
+    pub(crate) token: String,
+    pub(crate) channel: String,
+}
+
+impl KeySpace {
+    pub(crate) fn new(prefix: &str) -> Self {
+        Self {
+            prefix: prefix.to_owned(),
+        }
+    }
+
+    pub(crate) fn of(&self, name: &LockName) -> NameKeys {
+        self.of_tag(&tag(name))
+    }
+
+    pub(crate) fn of_tag(&self, tag: &str) -> NameKeys {
+        let base = format!("{}{{{tag}}}:", self.prefix);
+        NameKeys {
+            exclusive: format!("{base}x"),
+            holders: format!("{base}s"),
+            records: format!("{base}i"),
+            waiting: format!("{base}w"),
+            token: format!("{base}t"),
+            channel: format!("{base}released"),
+        }
+    }
+
+    /// The `SCAN … MATCH` pattern of the keys that hold grants: every glob
+    /// character of the prefix escaped.
+    pub(crate) fn grant_pattern(&self) -> String {
+        let mut pattern = String::with_capacity(self.prefix.len() + 8);
+        for c in self.prefix.chars() {
+            if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+                pattern.push('\\');
+            }
+            pattern.push(c);
+        }
+        pattern.push_str("{*}:[xs]");
+        pattern
+    }
+
+    /// The tag of `key`, if it is a key of ours that holds grants.
+    pub(crate) fn tag_of_grant_key<'k>(&self, key: &'k str) -> Option<&'k str> {
+        let rest = key.strip_prefix(self.prefix.as_str())?;
+        let rest = rest.strip_prefix('{')?;
+        let (tag, role) = rest.split_at_checked(TAG_LEN)?;
+        let is_tag = tag
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        (is_tag && matches!(role, "}:x" | "}:s")).then_some(tag)
+    }
+
+    /// The channel a name's releases are published on.
+    pub(crate) fn channel(&self, name: &LockName) -> String {
+        self.of(name).channel
+    }
+}
+
+/// A name's tag: 32 hex digits of the SHA-256 of its UTF-8.
+pub(crate) fn tag(name: &LockName) -> String {
+    let digest = Sha256::digest(name.as_str().as_bytes());
+    let mut tag = String::with_capacity(TAG_LEN);
+    for byte in &digest[..TAG_LEN / 2] {
+        tag.push_str(&format!("{byte:02x}"));
+    }
+    tag
+}
+
+/// What each grant records beside its identity and token, for `list`: the
+/// name (which its keys do not show) and who holds it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Record {
+    pub(crate) name: String,
+    pub(crate) holder: Holder,
+}
+
+impl Record {
+    pub(crate) fn json(name: &LockName, holder: &Holder) -> String {
+        serde_json::to_string(&Record {
+            name: name.as_str().to_owned(),
+            holder: holder.clone(),
+        })
+        .unwrap_or_default()
+    }
+}
+
+/// A grant as stored: `<token>:<record>`, after the identity for an
+/// exclusive grant (`<id>:<token>:<record>`).
+#[derive(Debug)]
+pub(crate) struct Stored {
+    pub(crate) token: u64,
+    pub(crate) record: Record,
+}
+
+impl Stored {
+    /// Reads `<token>:<record>`; `None` for anything else (a value someone
+    /// else wrote under our prefix).
+    pub(crate) fn parse(value: &[u8]) -> Option<Self> {
+        let text = std::str::from_utf8(value).ok()?;
+        let (token, record) = text.split_once(':')?;
+        Some(Self {
+            token: token.parse().ok()?,
+            record: serde_json::from_str(record).ok()?,
+        })
+    }
+
+    /// Reads an exclusive grant's `<id>:<token>:<record>`.
+    pub(crate) fn parse_exclusive(value: &[u8]) -> Option<Self> {
+        let (id, rest) = value.split_at_checked(TAG_LEN + 1)?;
+        (id.last() == Some(&b':')).then_some(())?;
+        Self::parse(rest)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn name(text: &str) -> LockName {
+        LockName::new(text).unwrap()
+    }
+
+    #[test]
+    fn keys_carry_a_tag_of_the_name_and_never_the_name() {
+        let keys = KeySpace::new("p:");
+        let braces = keys.of(&name("{a}"));
+        assert!(braces.exclusive.starts_with("p:{"), "{}", braces.exclusive);
+        assert!(!braces.exclusive.contains("{a}"));
+        assert_eq!(braces.exclusive.len(), "p:{}:x".len() + TAG_LEN);
+        let tag = keys.tag_of_grant_key(&braces.holders).unwrap();
+        assert_eq!(tag, super::tag(&name("{a}")));
+        assert_eq!(keys.tag_of_grant_key(&braces.token), None);
+        assert_eq!(keys.tag_of_grant_key("p:{zz}:x"), None);
+        assert_eq!(keys.tag_of_grant_key("q:{zz}:x"), None);
+        assert_ne!(keys.of(&name("a")).exclusive, keys.of(&name("b")).exclusive);
+    }
+
+    #[test]
+    fn the_pattern_escapes_the_prefix() {
+        assert_eq!(
+            KeySpace::new("a*b?[c]\\:").grant_pattern(),
+            "a\\*b\\?\\[c\\]\\\\:{*}:[xs]"
+        );
+    }
+
+    #[test]
+    fn stored_grants_round_trip() {
+        let holder = Holder::this_process(Some("l"));
+        let odd = name("nul\0 cr\r\n {} * ü");
+        let value = format!("{:032x}:42:{}", 7u128, Record::json(&odd, &holder));
+        let stored = Stored::parse_exclusive(value.as_bytes()).unwrap();
+        assert_eq!(
+            (stored.token, stored.record.name.as_str()),
+            (42, odd.as_str())
+        );
+        assert!(Stored::parse(b"x:{}").is_none());
+        assert!(Stored::parse_exclusive(b"short").is_none());
+    }
+}

@@ -1,0 +1,135 @@
+//! distlock's Redis backend, on one Redis server: every decision is one
+//! server-side script on one name's keys, judged by the server's clock.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), distlock_core::Error> {
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use distlock_core::{LockClient, LockOptions};
+//! use distlock_redis::RedisBackend;
+//!
+//! let backend = RedisBackend::open("redis://cache:6379/0?prefix=app:").await?;
+//! let locks = LockClient::new(Arc::new(backend), LockOptions::default());
+//! let guard = locks.acquire_with("nightly-report", Duration::from_secs(10)).await?;
+//! // … pass guard.fencing_token() to what the lock protects …
+//! guard.release().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Opening
+//! `redis://[user:password@]host[:port][/db][?prefix=…]` names the server
+//! (port 6379), the database (0) and the prefix of every key and channel
+//! (`distlock:`; it may not hold `{` or `}`). `rediss://` connects with
+//! TLS, checking the server's certificate against the system's roots. A
+//! password alone is `redis://:password@host`. Any other option is
+//! [`Error::InvalidConfig`] naming it; `mode=cluster` and `mode=quorum`
+//! are [`Error::Unsupported`] in this version. The user and password are
+//! never printed. [`RedisBackend::open`] takes the URL,
+//! [`RedisBackend::connect`] a [`RedisConfig`] made with
+//! [`RedisConfig::parse`] and adjusted in code.
+//!
+//! # Keys
+//! A name's keys are `<prefix>{<tag>}:<role>`, where the tag is the first
+//! 32 hex digits of the SHA-256 of the name. Redis Cluster hashes only the
+//! tag, so all of a name's keys share a slot and one script can touch them
+//! all; no name can choose another's slot, and the name itself never
+//! appears in a key or a script's text: it travels as an argument, and is
+//! stored, as JSON with the holder, in each grant's record for `list`.
+//!
+//! | role | type | holds |
+//! |---|---|---|
+//! | `x` | string, expiring with the lease (`PX`) | the exclusive grant: identity, token, record |
+//! | `s` | sorted set | readers' or permits' identities, scored by expiry (ms on the server's clock) |
+//! | `i` | hash | for `s`: the kind, the limit, and each grant's token and record |
+//! | `w` | sorted set | waiting writers' marks, scored by expiry |
+//! | `t` | string | the name's latest fencing token, kept 30 days after its last grant |
+//! | `released` | pub/sub channel | one message per release |
+//!
+//! # How it works
+//! - **Scripts.** Acquire, extend, release, hand-over, the end of a wait,
+//!   a forced release and `list`'s read are each one Lua script, sent with
+//!   `EVALSHA` and loaded again once when the server answers `NOSCRIPT`.
+//!   Each reads the server's `TIME`; expiry is the server's (`PX`, and
+//!   sorted-set scores compared with `TIME`), never the client's clock.
+//! - **Acquire.** A free name stores the grant's random 128-bit identity
+//!   with the lease as its expiry and returns the next fencing token; a
+//!   held name returns the holder's time left, so a waiter without
+//!   wake-ups retries no later than that. A reader or a permit joins the
+//!   name's sorted set, scored by its expiry, and expired members are
+//!   dropped first.
+//! - **Extend and release** act only while the stored identity is the
+//!   lease's, never with a plain `DEL`: a holder whose lease ran out
+//!   cannot touch the next holder's grant. Extending any number of leases
+//!   is one pipeline of scripts, one round trip.
+//! - **Fencing tokens** are `max(previous + 1, the server's time in µs)`
+//!   at every grant of every kind, so they keep increasing after the
+//!   counter is lost (a restart without persistence, an eviction) or comes
+//!   back older (a restart from a snapshot), as long as the server's clock
+//!   does not step back by more than the time since.
+//! - **Readers and writers** share a name: a writer is granted when no one
+//!   holds it, a reader when no writer holds it and **no writer waits**.
+//!   A waiting writer's mark lasts a lease from its latest attempt, so a
+//!   writer that vanished holds readers back for a lease at most; its grant
+//!   or the end of its wait removes it. At most 1,000 readers hold a name.
+//! - **Semaphores** admit up to their limit, each permit its own grant.
+//!   A permit asked for on a lock, a lock on a semaphore, or a permit with
+//!   another limit than the holders' is [`Error::KindConflict`].
+//! - **Hand-over** to the next task of the same client is one script that
+//!   ends the old exclusive grant and makes the next, with a new identity
+//!   and a higher token, so the lock is never free in between.
+//! - **Wake-ups.** Each release (and a forced release, and a writer that
+//!   stops waiting) publishes on the name's channel. One subscriber
+//!   connection per backend subscribes to the channels of the names this
+//!   process waits for. While it is down, [`watch_releases`] answers
+//!   `None`, waits poll at least once a second, and every waiter is woken
+//!   once when it goes down and when it is back.
+//! - **`list`** walks the prefix with `SCAN` (never `KEYS`) and reads each
+//!   name's live grants in one script; values under the prefix that are
+//!   not ours are skipped. `force_release` deletes a name's grants and
+//!   wakes its waiters; holders learn at their next extension.
+//! - **Timeouts.** Every call ends within the request's operation timeout
+//!   ([`Capabilities::bounds_calls`]); `list` and `force_release` within
+//!   30 s.
+//!
+//! # What Redis can and cannot promise
+//! - **Failover.** Replication is asynchronous: a primary can acknowledge a
+//!   grant and fail before any replica has it, and the promoted replica
+//!   then grants the lock to someone else while the first holder still
+//!   believes it holds it, until its next extension is refused.
+//! - **Restarts.** Without persistence, or with snapshots only, a
+//!   restarted server has forgotten the locks taken since: holders learn
+//!   it at their next extension (`lost()` fires), and tokens still
+//!   increase. With `appendonly yes` and `appendfsync always`, every
+//!   acknowledged grant survives a restart; with `everysec`, the last
+//!   second's may not.
+//! - **Memory.** Under an `allkeys-*` eviction policy a held lock can be
+//!   evicted, with the same effect as a restart. Under `noeviction`, a
+//!   server at `maxmemory` refuses new grants (and readers' and permits'
+//!   extensions) with a clear `OOM` error, while releases and exclusive
+//!   extensions go through. A read-only replica answers `READONLY`, which
+//!   the error names.
+//!
+//! In each case the fencing token turns a stale holder away at a resource
+//! that checks it. Where a lock must never be held twice, use etcd,
+//! PostgreSQL or MongoDB.
+//!
+//! [`Error::InvalidConfig`]: distlock_core::Error::InvalidConfig
+//! [`Error::Unsupported`]: distlock_core::Error::Unsupported
+//! [`Error::KindConflict`]: distlock_core::Error::KindConflict
+//! [`watch_releases`]: distlock_core::Backend::watch_releases
+//! [`Capabilities::bounds_calls`]: distlock_core::Capabilities::bounds_calls
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod backend;
+mod config;
+mod error;
+mod keys;
+mod scripts;
+mod wake;
+
+pub use backend::RedisBackend;
+pub use config::{DEFAULT_PORT, DEFAULT_PREFIX, RedisConfig};
+/// The Redis client this backend is built on, at the version it uses.
+pub use redis;

@@ -1,0 +1,259 @@
+//! The server-side scripts: every decision is one script on one name's
+//! keys (see the keys module for what each holds), judged by the server's
+//! clock (`TIME`). Names, identities and records travel as arguments,
+//! never in a script's text.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+/// Helpers every script starts with.
+///
+/// - `clock()`: the server's time in ms and in µs since the epoch.
+/// - `int(n)`: a number as an integer string (Lua's `tostring` would write
+///   large numbers with an exponent).
+/// - `prune(z, h, now)`: drops the expired members of sorted set `z` (and
+///   their records in hash `h`, when given), and returns how many live. It
+///   writes nothing when nothing expired: Redis checks a script against
+///   `maxmemory` only until its first write, so an attempt on a server out
+///   of memory is refused with `OOM` rather than let through by a no-op
+///   write.
+/// - `expire_with_last(z, h)`: lets `z` (and `h`) expire with the last
+///   member of `z`, so nothing outlives its grants.
+/// - `first_left(z, now)`: ms until the first member of `z` expires, or -1.
+/// - `next_token(t, now_us, ttl)`: `max(previous + 1, now in µs)`, stored
+///   in `t` for `ttl` ms.
+const PRELUDE: &str = r"
+if redis.replicate_commands then pcall(redis.replicate_commands) end
+local function clock()
+  local t = redis.call('TIME')
+  local s, us = tonumber(t[1]), tonumber(t[2])
+  return s * 1000 + math.floor(us / 1000), s * 1000000 + us
+end
+local function int(n) return string.format('%.0f', n) end
+local function prune(z, h, now)
+  local dead = redis.call('ZRANGEBYSCORE', z, '-inf', int(now))
+  local n = redis.call('ZCARD', z) - #dead
+  if #dead > 0 then
+    redis.call('ZREMRANGEBYSCORE', z, '-inf', int(now))
+    if h then
+      redis.call('HDEL', h, unpack(dead))
+      if n == 0 then redis.call('DEL', h) end
+    end
+  end
+  return n
+end
+local function expire_with_last(z, h)
+  local last = redis.call('ZRANGE', z, -1, -1, 'WITHSCORES')
+  if #last == 2 then
+    redis.call('PEXPIREAT', z, last[2])
+    if h then redis.call('PEXPIREAT', h, last[2]) end
+  end
+end
+local function first_left(z, now)
+  local first = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
+  if #first == 2 then return math.max(tonumber(first[2]) - now, 0) end
+  return -1
+end
+local function next_token(t, now_us, ttl)
+  local prev = tonumber(redis.call('GET', t) or '0') or 0
+  local token = math.max(prev + 1, now_us)
+  redis.call('SET', t, int(token), 'PX', ttl)
+  return token
+end
+local function owns(x, id)
+  local v = redis.call('GET', x)
+  return v and string.sub(v, 1, 32) == id
+end
+";
+
+/// One attempt. KEYS: x s i w t. ARGV: claim (`x`, `s` or `p`), grant id,
+/// lease ms, record, writer's mark (or empty), permit limit, most readers,
+/// token counter's ttl ms.
+///
+/// Returns `{1, token}` when granted; `{0, ms left or -1, marked}` when
+/// held (`marked`: a waiting writer's mark is stored); `{2, kind, limit}`
+/// when the name is held as another kind or limit.
+const ACQUIRE: &str = r"
+local x, s, i, w, t = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local claim, id, lease, record, mark = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
+local limit, max_readers, counter_ttl = tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8]
+local now, now_us = clock()
+local writer = redis.call('PTTL', x)
+local holders = prune(s, i, now)
+local kind, held_limit = false, 0
+if holders > 0 then
+  kind = redis.call('HGET', i, 'kind') or 'x'
+  held_limit = tonumber(redis.call('HGET', i, 'limit') or '0') or 0
+end
+local marks = prune(w, false, now)
+local function join()
+  local token = next_token(t, now_us, counter_ttl)
+  redis.call('ZADD', s, int(now + lease), id)
+  redis.call('HSET', i, 'kind', claim, 'limit', ARGV[6], id, int(token) .. ':' .. record)
+  expire_with_last(s, i)
+  return {1, token}
+end
+if claim == 'p' then
+  if writer ~= -2 then return {2, 'x', 0} end
+  if holders > 0 and kind ~= 'p' then return {2, kind, 0} end
+  if holders > 0 and held_limit ~= limit then return {2, 'p', held_limit} end
+  if holders >= limit then return {0, first_left(s, now), 0} end
+  return join()
+end
+if holders > 0 and kind == 'p' then return {2, 'p', held_limit} end
+if claim == 's' then
+  if writer ~= -2 then return {0, writer, 0} end
+  if marks > 0 then return {0, first_left(w, now), 0} end
+  if holders >= max_readers then return {0, first_left(s, now), 0} end
+  return join()
+end
+if writer == -2 and holders == 0 then
+  local token = next_token(t, now_us, counter_ttl)
+  redis.call('SET', x, id .. ':' .. int(token) .. ':' .. record, 'PX', ARGV[3])
+  if mark ~= '' then redis.call('ZREM', w, mark) end
+  return {1, token}
+end
+local marked = 0
+if mark ~= '' then
+  redis.call('ZADD', w, int(now + lease), mark)
+  expire_with_last(w, false)
+  marked = 1
+end
+if writer == -2 then writer = first_left(s, now) end
+return {0, writer, marked}
+";
+
+/// Extends one grant if it is still ours. KEYS: x s i. ARGV: claim, grant
+/// id, lease ms. Returns 1 when extended, 0 when the grant is gone.
+const EXTEND: &str = r"
+local x, s, i = KEYS[1], KEYS[2], KEYS[3]
+local claim, id, lease = ARGV[1], ARGV[2], tonumber(ARGV[3])
+if claim == 'x' then
+  if owns(x, id) then
+    redis.call('PEXPIRE', x, ARGV[3])
+    return 1
+  end
+  return 0
+end
+local now = clock()
+local score = redis.call('ZSCORE', s, id)
+if score and tonumber(score) > now then
+  redis.call('ZADD', s, int(now + lease), id)
+  expire_with_last(s, i)
+  return 1
+end
+return 0
+";
+
+/// Ends one grant if it is still ours, and announces it. KEYS: x s i.
+/// ARGV: claim, grant id, channel. Returns 1 when a live grant ended.
+const RELEASE: &str = r"
+local x, s, i = KEYS[1], KEYS[2], KEYS[3]
+local claim, id, channel = ARGV[1], ARGV[2], ARGV[3]
+local freed = 0
+if claim == 'x' then
+  if owns(x, id) then
+    redis.call('DEL', x)
+    freed = 1
+  end
+else
+  local now = clock()
+  local score = redis.call('ZSCORE', s, id)
+  if score then
+    redis.call('ZREM', s, id)
+    redis.call('HDEL', i, id)
+    if redis.call('ZCARD', s) == 0 then redis.call('DEL', i) end
+    if tonumber(score) > now then freed = 1 end
+  end
+end
+if freed == 1 then redis.call('PUBLISH', channel, '') end
+return freed
+";
+
+/// Ends an exclusive grant and makes the next in one step. KEYS: x t.
+/// ARGV: old id, new id, lease ms, record, token counter's ttl ms. Returns
+/// the new token, or 0 when the old grant was no longer ours.
+const HAND_OVER: &str = r"
+local x, t = KEYS[1], KEYS[2]
+if not owns(x, ARGV[1]) then return 0 end
+local _, now_us = clock()
+local token = next_token(t, now_us, ARGV[5])
+redis.call('SET', x, ARGV[2] .. ':' .. int(token) .. ':' .. ARGV[4], 'PX', ARGV[3])
+return token
+";
+
+/// Removes a waiting writer's mark, and announces it: readers held back by
+/// it may go in. KEYS: w. ARGV: mark, channel.
+const END_WAIT: &str = r"
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
+  redis.call('PUBLISH', ARGV[2], '')
+end
+return 0
+";
+
+/// Ends every grant of a name, and announces it. KEYS: x s i. ARGV:
+/// channel. Returns 1 when a live grant ended. Waiting writers' marks stay.
+const FORCE_RELEASE: &str = r"
+local now = clock()
+local held = redis.call('EXISTS', KEYS[1]) + redis.call('ZCOUNT', KEYS[2], '(' .. int(now), '+inf')
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+if held > 0 then
+  redis.call('PUBLISH', ARGV[1], '')
+  return 1
+end
+return 0
+";
+
+/// Reads a name's live grants, for `list`. KEYS: x s i. Returns
+/// `{exclusive value or false, its ms left, kind, limit, id, ms left,
+/// stored, id, ms left, stored, …}`. A key of another type under our
+/// prefix reads as absent.
+const INSPECT: &str = r"
+local x, s, i = KEYS[1], KEYS[2], KEYS[3]
+local now = clock()
+local out = {false, -2, false, 0}
+local v = redis.pcall('GET', x)
+if type(v) == 'string' then
+  out[1] = v
+  out[2] = redis.call('PTTL', x)
+end
+local live = redis.pcall('ZRANGEBYSCORE', s, '(' .. int(now), '+inf', 'WITHSCORES')
+if type(live) == 'table' and #live > 0 and redis.call('TYPE', i)['ok'] == 'hash' then
+  out[3] = redis.call('HGET', i, 'kind')
+  out[4] = tonumber(redis.call('HGET', i, 'limit') or '0') or 0
+  for n = 1, #live, 2 do
+    local stored = redis.call('HGET', i, live[n])
+    if stored then
+      table.insert(out, live[n])
+      table.insert(out, tonumber(live[n + 1]) - now)
+      table.insert(out, stored)
+    end
+  end
+end
+return out
+";
+
+/// Every script, compiled once (its SHA computed) per process.
+pub(crate) struct Scripts {
+    pub(crate) acquire: Script,
+    pub(crate) extend: Script,
+    pub(crate) release: Script,
+    pub(crate) hand_over: Script,
+    pub(crate) end_wait: Script,
+    pub(crate) force_release: Script,
+    pub(crate) inspect: Script,
+}
+
+pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
+    let with_prelude = |body: &str| Script::new(&format!("{PRELUDE}{body}"));
+    Scripts {
+        acquire: with_prelude(ACQUIRE),
+        extend: with_prelude(EXTEND),
+        release: with_prelude(RELEASE),
+        hand_over: with_prelude(HAND_OVER),
+        end_wait: with_prelude(END_WAIT),
+        force_release: with_prelude(FORCE_RELEASE),
+        inspect: with_prelude(INSPECT),
+    }
+});

@@ -1,0 +1,216 @@
+//! What the backend promises about other holders' keys and other names:
+//! a stale holder never ends the next holder's grant, and names never
+//! collide or reach outside the prefix, whatever they hold.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use distlock_core::{
+    AcquireOptions, AcquireRequest, Attempt, Backend, Claim, Holder, LockKind, LockName, WaitState,
+};
+use distlock_redis::redis;
+
+use support::{all_keys, backend, client, raw, unique, url};
+
+/// One grant through the backend alone, which nobody extends.
+async fn grant(
+    backend: &dyn Backend,
+    name: &LockName,
+    claim: Claim,
+    lease: Duration,
+) -> Option<distlock_core::Lease> {
+    let request = AcquireRequest::new(
+        name.clone(),
+        claim,
+        lease,
+        Holder::this_process(Some("redis-tests")).into(),
+    );
+    match backend
+        .try_acquire(&request, &mut WaitState::new())
+        .await
+        .expect("try_acquire")
+    {
+        Attempt::Acquired {
+            fencing_token,
+            state,
+        } => Some(request.granted(fencing_token, state)),
+        Attempt::Held { .. } => None,
+    }
+}
+
+#[tokio::test]
+async fn a_stale_holders_release_leaves_the_new_holders_key() {
+    let url = url();
+    let backend = backend(&url).await;
+    let name = unique("stale");
+    for claim in [Claim::Exclusive, Claim::Shared, Claim::Permit { limit: 1 }] {
+        let name = LockName::new(format!("{name}-{}", claim.kind())).unwrap();
+        let stale = grant(&backend, &name, claim, Duration::from_millis(100))
+            .await
+            .expect("granted");
+        // Its lease runs out on the server's clock: it leaves the list.
+        support::eventually("the stale grant's expiry", || async {
+            !backend
+                .list()
+                .await
+                .expect("list")
+                .iter()
+                .any(|info| info.fencing_token == Some(stale.fencing_token))
+        })
+        .await;
+        let next = grant(&backend, &name, claim, Duration::from_secs(30))
+            .await
+            .expect("granted after the stale grant expired");
+        assert!(next.fencing_token > stale.fencing_token);
+        assert!(
+            !backend.release(&stale).await.expect("release"),
+            "{claim}: the stale holder's release is refused"
+        );
+        assert!(
+            !backend.extend(&stale).await.expect("extend"),
+            "{claim}: and so is its extension"
+        );
+        let listed = backend.list().await.expect("list");
+        assert!(
+            listed
+                .iter()
+                .any(|info| info.name == name && info.fencing_token == Some(next.fencing_token)),
+            "{claim}: the new holder's grant is intact: {listed:?}"
+        );
+        assert!(backend.release(&next).await.expect("release"));
+    }
+}
+
+#[tokio::test]
+async fn odd_names_never_collide_nor_leave_the_prefix() {
+    let url = url();
+    let prefix = format!("fuzz-{:08x}:", rand::random::<u32>());
+    let backend = backend(&format!("{url}?prefix={prefix}")).await;
+    let mut connection = raw(&url).await;
+    let before: BTreeSet<String> = all_keys(&mut connection).await.into_iter().collect();
+
+    let mut names = vec![
+        "a".to_owned(),
+        "A".to_owned(),
+        "a ".to_owned(),
+        " a".to_owned(),
+        "a b".to_owned(),
+        "line\r\nbreak".to_owned(),
+        "line\nbreak".to_owned(),
+        "*".to_owned(),
+        "a*".to_owned(),
+        "?".to_owned(),
+        "[ab]".to_owned(),
+        "{}".to_owned(),
+        "{a}".to_owned(),
+        "{a}b".to_owned(),
+        "b{a}".to_owned(),
+        "}{".to_owned(),
+        "nul\0".to_owned(),
+        "nul\0x".to_owned(),
+        "\0".to_owned(),
+        "ü ☃ $.%".to_owned(),
+        "x".repeat(1024),
+        format!("{}y", "x".repeat(1023)),
+    ];
+    // The names of one run of this test are unique to it.
+    let run = format!("{:08x}", rand::random::<u32>());
+    for name in &mut names {
+        if name.len() < 1000 {
+            name.push_str(&run);
+        }
+    }
+    let names: Vec<LockName> = names
+        .iter()
+        .map(|name| LockName::new(name).expect("a valid name"))
+        .collect();
+    let mut leases = Vec::new();
+    for (n, name) in names.iter().enumerate() {
+        let claim = match n % 3 {
+            0 => Claim::Exclusive,
+            1 => Claim::Shared,
+            _ => Claim::Permit { limit: 2 },
+        };
+        let lease = grant(&backend, name, claim, Duration::from_secs(30))
+            .await
+            .unwrap_or_else(|| panic!("{name:?} is free: no other name shares its keys"));
+        leases.push(lease);
+    }
+    let listed = backend.list().await.expect("list");
+    let listed_names: BTreeSet<&LockName> = listed.iter().map(|info| &info.name).collect();
+    assert_eq!(
+        listed_names,
+        names.iter().collect::<BTreeSet<_>>(),
+        "every name round-trips exactly through list"
+    );
+    for (lease, info) in leases.iter().zip(&names) {
+        let entry = listed
+            .iter()
+            .find(|entry| &entry.name == info)
+            .expect("listed");
+        let kind = match lease.claim {
+            Claim::Exclusive => LockKind::Exclusive,
+            Claim::Shared => LockKind::Shared,
+            Claim::Permit { .. } => LockKind::Semaphore,
+        };
+        assert_eq!(entry.kind, kind);
+        assert_eq!(entry.fencing_token, Some(lease.fencing_token));
+    }
+
+    // Every key this made is under the prefix.
+    let after: BTreeSet<String> = all_keys(&mut connection).await.into_iter().collect();
+    let made: Vec<&String> = after.difference(&before).collect();
+    assert!(!made.is_empty());
+    for key in &made {
+        assert!(key.starts_with(&prefix), "{key:?} is outside the prefix");
+    }
+    // Each name's keys carry one hash tag, and no two names share one.
+    let tags: BTreeSet<&str> = made
+        .iter()
+        .filter_map(|key| key.strip_prefix(&prefix))
+        .filter_map(|rest| rest.split_once('}').map(|(tag, _)| tag))
+        .collect();
+    assert_eq!(tags.len(), names.len(), "{tags:?}");
+
+    for lease in &leases {
+        assert!(backend.release(lease).await.expect("release"));
+        assert!(!backend.force_release(&lease.name).await.expect("force"));
+    }
+    let left: BTreeSet<String> = all_keys(&mut connection).await.into_iter().collect();
+    for key in left.difference(&before) {
+        assert!(
+            key.ends_with(":t"),
+            "only token counters outlive their grants: {key:?}"
+        );
+    }
+    let _: () = redis::cmd("DEL")
+        .arg(left.difference(&before).collect::<Vec<_>>())
+        .query_async(&mut connection)
+        .await
+        .expect("DEL");
+}
+
+#[tokio::test]
+async fn locks_under_other_prefixes_are_apart() {
+    let url = url();
+    let a = client(&format!("{url}?prefix=apart-a:")).await;
+    let b = client(&format!("{url}?prefix=apart-b:")).await;
+    let name = unique("apart");
+    let held = a.acquire_with(&name, Duration::from_secs(5)).await.unwrap();
+    let also = b
+        .try_acquire_with(&name, AcquireOptions::new())
+        .await
+        .expect("try")
+        .expect("another prefix is another key space");
+    assert!(
+        !b.list()
+            .await
+            .unwrap()
+            .iter()
+            .any(|info| info.fencing_token == Some(held.fencing_token()))
+    );
+    held.release().await.unwrap();
+    also.release().await.unwrap();
+}

@@ -1,0 +1,193 @@
+//! Shared helpers for the redis backend's tests: the shared server's URL
+//! from the environment, redis-server processes of the tests' own, and a
+//! plain connection to look at keys behind the backend's back.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use distlock_core::{LockClient, LockName, LockOptions};
+use distlock_redis::RedisBackend;
+use distlock_redis::redis;
+use tokio::net::TcpStream;
+
+/// The URL of the shared server, or a panic that says how to get one.
+pub fn url() -> String {
+    env("DISTLOCK_TEST_REDIS_URL")
+}
+
+fn env(var: &str) -> String {
+    std::env::var(var).unwrap_or_else(|_| {
+        panic!("{var} is not set: run the tests with scripts/test, which starts redis")
+    })
+}
+
+/// A fresh lock name.
+pub fn unique(prefix: &str) -> LockName {
+    LockName::new(format!("{prefix}-{:016x}", rand::random::<u64>())).unwrap()
+}
+
+/// Retries `check` every 50 ms until it is true, failing after 60 s.
+pub async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = Instant::now();
+    while !check().await {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{what} did not happen within 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Options with a short lease, extended often, so that losses show soon.
+pub fn options() -> LockOptions {
+    LockOptions::builder()
+        .lease(Duration::from_secs(2))
+        .extend_every(Duration::from_millis(500))
+        .build()
+        .unwrap()
+}
+
+/// A client of the backend at `url`.
+pub async fn client(url: &str) -> LockClient {
+    LockClient::new(Arc::new(backend(url).await), options())
+}
+
+/// The backend at `url`.
+pub async fn backend(url: &str) -> RedisBackend {
+    RedisBackend::open(url)
+        .await
+        .unwrap_or_else(|e| panic!("cannot open {url}: {e}"))
+}
+
+/// A plain connection to `url`, beside the backend.
+pub async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .expect("a redis URL")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect")
+}
+
+/// Every key of the database `connection` is on, by `SCAN`.
+pub async fn all_keys(connection: &mut redis::aio::MultiplexedConnection) -> Vec<String> {
+    let mut keys = Vec::new();
+    let mut cursor = 0u64;
+    loop {
+        let (next, found): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(connection)
+            .await
+            .expect("SCAN");
+        keys.extend(found);
+        if next == 0 {
+            return keys;
+        }
+        cursor = next;
+    }
+}
+
+/// A redis-server of the test's own on a free loopback port, with its data
+/// in a directory of its own; killed when dropped.
+pub struct OwnServer {
+    child: Option<Child>,
+    port: u16,
+    dir: tempfile::TempDir,
+    args: Vec<String>,
+}
+
+impl OwnServer {
+    /// Starts `$REDIS_BIN` without persistence, with `args` added (later
+    /// arguments win, so `--appendonly yes` turns the log on).
+    pub async fn start(args: &[&str]) -> Self {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .expect("a free port")
+            .port();
+        let mut server = Self {
+            child: None,
+            port,
+            dir: tempfile::tempdir().expect("a temp dir"),
+            args: args.iter().map(|arg| (*arg).to_owned()).collect(),
+        };
+        server.spawn().await;
+        server
+    }
+
+    async fn spawn(&mut self) {
+        let bin = env("REDIS_BIN");
+        let child = Command::new(&bin)
+            .args(["--bind", "127.0.0.1", "--port", &self.port.to_string()])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {bin}: {e}"));
+        self.child = Some(child);
+        let started = Instant::now();
+        loop {
+            if TcpStream::connect(("127.0.0.1", self.port)).await.is_ok() {
+                // Listening; answering once its data is loaded.
+                let mut connection = raw(&self.url()).await;
+                let ping: redis::RedisResult<String> =
+                    redis::cmd("PING").query_async(&mut connection).await;
+                // A server with a password answers NOAUTH: it is up too.
+                let up = match &ping {
+                    Ok(pong) => pong == "PONG",
+                    Err(error) => error.code() == Some("NOAUTH"),
+                };
+                if up {
+                    return;
+                }
+            }
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
+                panic!("redis-server exited with {status} on port {}", self.port);
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "redis-server did not answer on port {}",
+                self.port
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// SIGKILLs the server and reaps it.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Kills the server and starts it again on the same port and data
+    /// directory: empty without persistence, from its log with it.
+    pub async fn restart(&mut self) {
+        self.kill();
+        self.spawn().await;
+    }
+}
+
+impl Drop for OwnServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
