@@ -72,6 +72,22 @@ pub(crate) enum Command {
             any check fails."
     )]
     Demo(DemoArgs),
+    /// Print a completion script for a shell.
+    #[command(
+        long_about = "Print the completion script for SHELL on stdout, made from this \
+            command's own definition. For bash: `distlock completions bash > \
+            /etc/bash_completion.d/distlock`; for zsh, put it in a directory of $fpath as \
+            `_distlock`; for fish, in ~/.config/fish/completions/distlock.fish."
+    )]
+    Completions(CompletionsArgs),
+    /// Print a manual page (roff) on stdout.
+    #[command(
+        long_about = "Print distlock's manual page, or with a subcommand's name that \
+            subcommand's page (distlock-run(1), …), in roff, on stdout, made from this command's \
+            own definition: `distlock man > /usr/local/share/man/man1/distlock.1`, or \
+            `distlock man run | man -l -` to read one now."
+    )]
+    Man(ManArgs),
     /// Internal: becomes CMD, tied to distlock's lifetime.
     #[command(name = "__exec", hide = true)]
     Exec(ExecArgs),
@@ -172,6 +188,31 @@ pub(crate) struct DemoArgs {
     /// The lock the workers contend for.
     #[arg(long, value_name = "NAME", default_value = "distlock-demo")]
     pub(crate) lock: String,
+}
+
+/// `distlock completions`.
+#[derive(Debug, Args)]
+pub(crate) struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum)]
+    pub(crate) shell: Shell,
+}
+
+/// `distlock man`.
+#[derive(Debug, Args)]
+pub(crate) struct ManArgs {
+    /// The subcommand whose page to print (run, list, release, demo,
+    /// completions, man); without it, distlock's own.
+    #[arg(value_name = "SUBCOMMAND")]
+    pub(crate) subcommand: Option<String>,
+}
+
+/// The shells `distlock completions` writes for.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub(crate) enum Shell {
+    Bash,
+    Zsh,
+    Fish,
 }
 
 /// `distlock __exec`: the trampoline between distlock and CMD.

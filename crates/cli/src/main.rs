@@ -17,9 +17,10 @@
 //! | code    | meaning |
 //! |---------|---------|
 //! | 0       | success; for `run`, CMD's own exit code is passed through |
-//! | 1       | runtime error: backend failure, I/O error, a failed demo check |
-//! | 2       | bad input: arguments, duration, lock name, backend URL, or a backend that cannot be opened or reached (for `run`, within its wait) |
-//! | 75      | `run`: the lock was not acquired (`--no-wait`, or `--wait` ran out, while it was held or the backend kept failing); CMD did not run |
+//! | 1       | runtime error: I/O error, a failed demo check |
+//! | 2       | bad input or configuration: arguments, duration, lock name, backend URL, refused credentials or permissions |
+//! | 69      | the backend could not be reached, or kept failing (for `run`, until its wait ended) |
+//! | 75      | `run`: the lock was held and not acquired (`--no-wait`, or `--wait` ran out); CMD did not run; `-E N` makes it N |
 //! | 76      | `run`: the lock was lost while CMD ran (CMD got SIGTERM, then SIGKILL after `--kill-grace`), or turned out lost just as CMD finished |
 //! | 126     | `run`: CMD could not be executed |
 //! | 127     | `run`: CMD was not found |
@@ -35,6 +36,7 @@
 
 mod cli;
 mod demo;
+mod docs;
 mod exec;
 mod exit;
 mod list;
@@ -55,6 +57,9 @@ use tracing_subscriber::EnvFilter;
 
 use crate::cli::{Cli, Command};
 
+/// Leaves the library's warning of a lost lock out of the log.
+const LOSS_SAID_ONCE: &str = "distlock_core::lease=error";
+
 fn main() -> ExitCode {
     let argv: Vec<OsString> = std::env::args_os().collect();
     let cli = match Cli::try_parse_from(&argv) {
@@ -64,6 +69,8 @@ fn main() -> ExitCode {
     let code = match cli.command {
         // The trampoline only becomes CMD: no runtime, no logging.
         Command::Exec(args) => exec::exec(args),
+        Command::Completions(args) => docs::completions(args.shell),
+        Command::Man(args) => docs::man(args.subcommand.as_deref()),
         command => {
             init_logging();
             dispatch(command)
@@ -103,6 +110,8 @@ async fn dispatch(command: Command) -> u8 {
         Command::Demo(args) => demo::demo(args).await,
         Command::DemoWorker(args) => demo::work(args).await,
         Command::Exec(args) => Ok(exec::exec(args)),
+        Command::Completions(args) => Ok(docs::completions(args.shell)),
+        Command::Man(args) => Ok(docs::man(args.subcommand.as_deref())),
     };
     outcome.unwrap_or_else(|failure| {
         failure.report();
@@ -111,8 +120,19 @@ async fn dispatch(command: Command) -> u8 {
 }
 
 /// Logs to stderr, filtered by `DISTLOCK_LOG` (default `warn`).
+///
+/// A lost lock is reported once, by the command's own error line (exit
+/// 76), not a second time by the library's warning, unless `DISTLOCK_LOG`
+/// says what it wants of `distlock_core`.
 fn init_logging() {
-    let filter = EnvFilter::try_from_env("DISTLOCK_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
+    let given = std::env::var("DISTLOCK_LOG").ok();
+    let mut filter = given
+        .as_deref()
+        .and_then(|given| EnvFilter::try_new(given).ok())
+        .unwrap_or_else(|| EnvFilter::new("warn"));
+    if !given.is_some_and(|given| given.contains("distlock_core")) {
+        filter = filter.add_directive(LOSS_SAID_ONCE.parse().expect("a valid directive"));
+    }
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -214,3 +214,43 @@ fn demo_refuses_a_backend_local_to_one_process() {
     let line = one_line_failure(&output, 2);
     assert!(line.contains("inside one process"), "{line}");
 }
+
+/// Completions and manual pages come from the command's own definition,
+/// so they name every subcommand and option there is.
+#[test]
+fn completions_and_manual_pages_are_produced() {
+    for (shell, marker) in [
+        ("bash", "_distlock()"),
+        ("zsh", "#compdef distlock"),
+        ("fish", "complete -c distlock"),
+    ] {
+        let output = distlock(&["completions", shell]).output().unwrap();
+        assert!(output.status.success(), "{shell}: {output:?}");
+        let script = String::from_utf8(output.stdout).unwrap();
+        assert!(script.contains(marker), "{shell}: {script}");
+        for word in ["run", "list", "release", "conflict-exit-code"] {
+            assert!(script.contains(word), "{shell} lacks {word}");
+        }
+        assert!(!script.contains("__exec"), "{shell} shows a hidden command");
+    }
+    one_line_failure(&distlock(&["completions", "tcsh"]).output().unwrap(), 2);
+
+    let page = distlock(&["man"]).output().unwrap();
+    assert!(page.status.success());
+    let page = String::from_utf8(page.stdout).unwrap();
+    assert!(
+        page.starts_with(".ie") || page.contains(".TH distlock 1"),
+        "{page}"
+    );
+    assert!(
+        page.contains(".TH distlock 1") && page.contains("release"),
+        "{page}"
+    );
+    let run = distlock(&["man", "run"]).output().unwrap();
+    assert!(run.status.success());
+    let run = String::from_utf8(run.stdout).unwrap();
+    assert!(run.contains(".TH distlock-run 1"), "{run}");
+    assert!(run.contains("conflict\\-exit\\-code"), "{run}");
+    let line = one_line_failure(&distlock(&["man", "bogus"]).output().unwrap(), 2);
+    assert!(line.contains("run, list"), "{line}");
+}

@@ -259,6 +259,8 @@ fn a_lost_lock_stops_the_command_and_exits_76() {
         "{stderr}"
     );
     assert!(stderr.contains("refused"), "the reason is named: {stderr}");
+    let said = stderr.lines().filter(|line| line.contains("lost")).count();
+    assert_eq!(said, 1, "the loss is reported once: {stderr}");
     assert_eq!(std::fs::read_to_string(&got).unwrap().trim(), "term");
 }
 
