@@ -137,6 +137,10 @@ pub(crate) struct RunArgs {
     /// SIGKILL.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "10s")]
     pub(crate) kill_grace: Duration,
+    /// Say nothing while waiting. Without it, on a terminal, `run` shows
+    /// a line that names the lock, its holder and the holder's lease left.
+    #[arg(short, long)]
+    pub(crate) quiet: bool,
     /// The exit code when the lock is held and not acquired (default 75),
     /// as flock(1) has `-E`: 0 lets a cron job that finds its lock held
     /// skip its turn without failing.

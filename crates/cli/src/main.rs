@@ -46,6 +46,7 @@ mod release;
 mod run;
 mod text;
 mod tree;
+mod waiting;
 
 use std::ffi::OsString;
 use std::io::IsTerminal;

@@ -26,6 +26,7 @@ use crate::exit::{self, Failure, LOST, NOT_ACQUIRED, UNAVAILABLE};
 use crate::open;
 use crate::text;
 use crate::tree::{self, Tree};
+use crate::waiting::WaitingLine;
 
 /// Runs `distlock run`; returns the exit code.
 pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
@@ -72,6 +73,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
         let _ = cancelled.await;
     });
     tokio::pin!(acquiring);
+    let waiting = WaitingLine::start(&client, &name, args.quiet);
     let mut interrupted = None;
     let acquired = loop {
         tokio::select! {
@@ -88,6 +90,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
             }
         }
     };
+    drop(waiting);
     if let Some(signal) = interrupted {
         if let Ok(Some(guard)) = acquired {
             // Granted as the signal came: not ours to use any more.

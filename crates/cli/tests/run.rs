@@ -484,3 +484,47 @@ fn the_lock_is_held_until_what_the_command_left_running_ends() {
     assert!(has_ended(&pid_in(&child)));
     assert!(lock_is_free(&scratch, &name));
 }
+
+/// On a terminal, a wait shows one line naming the lock and its holder,
+/// brought up to date in place; `-q` silences it. (Off a terminal, as in
+/// every other test here, stderr holds only the outcome's line.)
+#[test]
+fn a_wait_on_a_terminal_says_who_holds_the_lock() {
+    let scratch = Scratch::new();
+    let name = unique("shown-wait");
+    let _holder = hold(&scratch, &name, &[], "", "exec sleep 1000");
+    let on_terminal = |extra: &str| {
+        let command = format!(
+            "{} run {name} --backend '{}' -w 2 {extra} -- true",
+            env!("CARGO_BIN_EXE_distlock"),
+            scratch.url
+        );
+        // script(1) gives the command a terminal, and passes its exit code.
+        let output = std::process::Command::new("script")
+            .args(["-qefc", &command, "/dev/null"])
+            .env("DISTLOCK_LOG", "warn")
+            .env_remove("DISTLOCK_URL")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+        )
+    };
+    let (code, shown) = on_terminal("");
+    assert_eq!(code, Some(75), "{shown}");
+    assert!(shown.contains("distlock: waiting"), "{shown:?}");
+    assert!(
+        shown.contains(&format!("for lock {name}; held by pid")),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("(distlock run sh)"),
+        "the holder's label: {shown}"
+    );
+    let (code, quiet) = on_terminal("-q");
+    assert_eq!(code, Some(75), "{quiet}");
+    assert!(!quiet.contains("distlock: waiting"), "{quiet:?}");
+    assert!(quiet.contains("is held elsewhere"), "{quiet}");
+}
