@@ -350,6 +350,12 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// What this backend can do.
     fn capabilities(&self) -> Capabilities;
 
+    /// The store's short name (`file`, `postgres`, `redis`, …), which
+    /// labels this backend's metrics. The default is `custom`.
+    fn store_name(&self) -> &'static str {
+        "custom"
+    }
+
     /// Tries once to take `request.claim` on `request.name`.
     ///
     /// `wait` is this wait's state: empty at its first attempt, and handed

@@ -22,7 +22,11 @@ pub(crate) async fn call<T>(
     operation: &'static str,
     call: impl Future<Output = Result<T>>,
 ) -> Result<T> {
-    within(backend.capabilities().bounds_calls, limit, operation, call).await
+    let outcome = within(backend.capabilities().bounds_calls, limit, operation, call).await;
+    if let Err(error) = &outcome {
+        crate::metrics::backend_error(backend.store_name(), operation, error);
+    }
+    outcome
 }
 
 /// Runs `call`, the keeper's `operation`, for at most `limit`, under a timer

@@ -23,6 +23,7 @@ use crate::guard::LockGuard;
 use crate::handover::Succession;
 use crate::keeper::Keeper;
 use crate::lease::{HeldLease, LossReporter, LostSignal};
+use crate::metrics;
 use crate::name::{IntoLockName, LockName};
 use crate::options::LockOptions;
 use crate::slots::{Baton, LocalReleases, LocalReleasesWatch, SlotPermit, Slots};
@@ -239,9 +240,27 @@ impl LockClient {
                 None => std::future::pending().await,
             }
         };
-        self.wait_for(&name, claim, timeout, payload, cancel)
+        let started = Instant::now();
+        let outcome = self
+            .wait_for(&name, claim, timeout, payload, cancel)
             .instrument(span)
-            .await
+            .await;
+        let ended = match &outcome {
+            Ok(_) => metrics::Acquired::Granted,
+            Err(error) => metrics::Acquired::of_error(error),
+        };
+        self.meter(claim, ended, started);
+        outcome
+    }
+
+    /// Counts an acquisition of `claim`, begun at `started`, that ended so.
+    fn meter(&self, claim: Claim, ended: metrics::Acquired, started: Instant) {
+        metrics::acquisition(
+            self.inner.backend.store_name(),
+            claim.kind(),
+            ended,
+            started.elapsed(),
+        );
     }
 
     /// Tries once to take `name` exclusively. Returns `Ok(None)` when it is
@@ -292,9 +311,18 @@ impl LockClient {
         }
         let claim = options.claim.validated()?;
         let span = tracing::debug_span!("try_acquire", name = %name, ?claim);
-        self.try_once(&name, claim, options.payload)
+        let started = Instant::now();
+        let outcome = self
+            .try_once(&name, claim, options.payload)
             .instrument(span)
-            .await
+            .await;
+        let ended = match &outcome {
+            Ok(Some(_)) => metrics::Acquired::Granted,
+            Ok(None) => metrics::Acquired::Refused,
+            Err(error) => metrics::Acquired::of_error(error),
+        };
+        self.meter(claim, ended, started);
+        outcome
     }
 
     /// One attempt at `claim` on `name`, if this client's slot of the

@@ -110,6 +110,7 @@ pub(crate) async fn hand_over(
             let since = confirmed_at.map_or(sent_at, |at| at.min(sent_at));
             let key = succession.keeper.insert(next_held.clone(), since);
             permit.count_hand_over();
+            crate::metrics::hand_over(held.backend.store_name());
             if let Err(unclaimed) = offer_to_next_waiter(permit, next_held, key, succession) {
                 // The waiter gave up meanwhile: dropping the guard releases
                 // the new grant in the background (or hands it on again).

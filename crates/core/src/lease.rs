@@ -1,5 +1,6 @@
 //! A lease held by this process, shared by its guard and the keeper.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use tokio::sync::{Mutex, Notify};
@@ -54,6 +55,11 @@ pub(crate) struct HeldLease {
     /// release and leave the key until it expires).
     pub(crate) ops: Mutex<()>,
     loss: Arc<Loss>,
+    /// When the grant began, for the hold time in metrics.
+    granted_at: std::time::Instant,
+    /// Whether the end of the hold was counted in metrics: once, at the
+    /// first of its end and its drop.
+    end_metered: AtomicBool,
 }
 
 /// Why the lease ended, once it has, and the tasks waiting to hear it.
@@ -80,11 +86,31 @@ impl HeldLease {
     /// The lease `lease`, whose loss `reporter` (the one its request
     /// carried) reports.
     pub(crate) fn new(lease: Lease, backend: Arc<dyn Backend>, reporter: LossReporter) -> Self {
+        crate::metrics::hold_began(backend.store_name(), lease.claim.kind());
         Self {
             lease,
             backend,
             ops: Mutex::new(()),
             loss: reporter.loss,
+            granted_at: std::time::Instant::now(),
+            end_metered: AtomicBool::new(false),
+        }
+    }
+
+    /// Counts the end of this hold in metrics, once, with the reason it
+    /// ended for: a loss the backend reported by itself is counted at the
+    /// guard's next release or drop.
+    fn meter_end(&self) {
+        let Some(reason) = self.loss() else {
+            return;
+        };
+        if !self.end_metered.swap(true, Ordering::Relaxed) {
+            crate::metrics::hold_ended(
+                self.backend.store_name(),
+                self.lease.claim.kind(),
+                reason,
+                self.granted_at.elapsed(),
+            );
         }
     }
 
@@ -100,6 +126,7 @@ impl HeldLease {
                 "lock lost"
             );
         }
+        self.meter_end();
         ended
     }
 
@@ -113,6 +140,7 @@ impl Drop for HeldLease {
         // Nobody can end the lease any more, so it is over for whoever
         // still watches it.
         self.loss.end(LossReason::Released);
+        self.meter_end();
     }
 }
 

@@ -33,6 +33,7 @@ mod handover;
 mod keeper;
 mod lease;
 mod memory;
+pub mod metrics;
 mod name;
 mod options;
 pub mod platform;

@@ -171,6 +171,10 @@ impl Slot {
 
 #[async_trait]
 impl Backend for MemoryBackend {
+    fn store_name(&self) -> &'static str {
+        "memory"
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities::lease_based()
             .with_cross_process(false)

@@ -170,6 +170,11 @@ pub mod backend {
     };
 }
 
+/// The metrics distlock records through the `metrics` facade, with the
+/// `metrics` feature: their names, labels and meaning.
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub use distlock_core::metrics;
 /// A backend a test controls: lose a held lock, fail the next calls, delay
 /// calls, on Tokio's paused clock.
 #[cfg(feature = "test-util")]

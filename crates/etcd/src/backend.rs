@@ -384,6 +384,10 @@ fn entries_of(response: &TxnResponse) -> Vec<Entry> {
 
 #[async_trait]
 impl Backend for EtcdBackend {
+    fn store_name(&self) -> &'static str {
+        "etcd"
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities::lease_based()
             .with_shared(true)

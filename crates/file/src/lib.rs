@@ -251,6 +251,10 @@ fn check_private(dir: &Path) -> Result<()> {
 
 #[async_trait]
 impl Backend for FileBackend {
+    fn store_name(&self) -> &'static str {
+        "file"
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities::lease_based()
             .with_process_bound(true)

@@ -890,6 +890,10 @@ async fn raise_on(
 
 #[async_trait]
 impl Backend for MemcachedBackend {
+    fn store_name(&self) -> &'static str {
+        "memcached"
+    }
+
     fn capabilities(&self) -> Capabilities {
         let sharded = self.config.mode() == Mode::Sharded;
         Capabilities::lease_based()

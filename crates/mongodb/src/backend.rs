@@ -336,6 +336,10 @@ enum Sent {
 
 #[async_trait]
 impl Backend for MongoBackend {
+    fn store_name(&self) -> &'static str {
+        "mongodb"
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities::lease_based()
             .with_shared(true)

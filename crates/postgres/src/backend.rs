@@ -151,6 +151,10 @@ impl PostgresBackend {
 
 #[async_trait]
 impl Backend for PostgresBackend {
+    fn store_name(&self) -> &'static str {
+        self.mode().store_name()
+    }
+
     fn capabilities(&self) -> Capabilities {
         self.mode().capabilities()
     }

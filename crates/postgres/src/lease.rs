@@ -153,6 +153,10 @@ impl LeaseMode {
 
 #[async_trait]
 impl Backend for LeaseMode {
+    fn store_name(&self) -> &'static str {
+        "postgres"
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities::lease_based()
             .with_shared(true)

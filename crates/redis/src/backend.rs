@@ -324,6 +324,10 @@ impl RedisBackend {
 
 #[async_trait]
 impl Backend for RedisBackend {
+    fn store_name(&self) -> &'static str {
+        "redis"
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities::lease_based()
             .with_shared(true)

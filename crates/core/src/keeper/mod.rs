@@ -26,6 +26,7 @@ use crate::backend::{Backend, Lease};
 use crate::bounded;
 use crate::error::{Error, Result};
 use crate::lease::{HeldLease, LossReason};
+use crate::metrics;
 use crate::options::LockOptions;
 
 /// Handle to a client's keeper.
@@ -40,6 +41,8 @@ struct Shared {
     wake: Arc<Notify>,
     options: LockOptions,
     process_bound: bool,
+    /// The store's name, for metrics.
+    store: &'static str,
     /// The backend, when its grants hang on a session that the keeper
     /// renews instead of extending grants one by one.
     session: Option<Arc<dyn Backend>>,
@@ -148,6 +151,7 @@ impl Keeper {
                 wake: Arc::new(Notify::new()),
                 options,
                 process_bound: capabilities.process_bound,
+                store: backend.store_name(),
                 session: backend.session().is_some().then(|| backend.clone()),
                 waits: Default::default(),
                 running: AtomicBool::new(false),
@@ -187,6 +191,7 @@ impl Keeper {
             held.backend.extend(&held.lease),
         )
         .await;
+        metrics::extension_call(self.shared.store, sent_at.elapsed());
         // The keeper records the outcome; the caller gets the same error,
         // with its kind and source, or the loss an `Ok(false)` means.
         let failure = match &outcome {
@@ -345,6 +350,10 @@ impl Shared {
     /// Records how extending the lease under `key` went, and hands back
     /// the error of a failed extension.
     fn record(&self, key: u64, sent_at: Instant, outcome: Result<bool>) -> Option<Error> {
+        metrics::extension(self.store, metrics::Extension::of(&outcome));
+        if let Err(error) = &outcome {
+            metrics::backend_error(self.store, "extend", error);
+        }
         let mut schedule = self.lock();
         let Some(entry) = schedule.entries.get_mut(&key) else {
             return outcome.err();
@@ -441,6 +450,7 @@ impl Shared {
             duration_ms = started.elapsed().as_millis() as u64,
             "extended a batch of leases"
         );
+        metrics::extension_call(self.store, started.elapsed());
         drop(guards);
         for (key, outcome) in keys.into_iter().zip(outcomes) {
             // The failure is logged there; nobody waits for this batch.

@@ -13,6 +13,7 @@ use super::{Keeper, Shared, lost_error};
 use crate::bounded;
 use crate::error::{Error, Result};
 use crate::lease::{HeldLease, LossReason};
+use crate::metrics;
 
 /// When the session is renewed next.
 #[derive(Debug, Default)]
@@ -112,7 +113,14 @@ impl Shared {
                 None => Err(Error::Unsupported("the backend keeps no session".into())),
             }
         };
-        bounded::keeper_call(timeout, "renew session", renewal).await
+        let started = std::time::Instant::now();
+        let outcome = bounded::keeper_call(timeout, "renew session", renewal).await;
+        metrics::extension_call(self.store, started.elapsed());
+        metrics::extension(self.store, metrics::Extension::of(&outcome));
+        if let Err(error) = &outcome {
+            metrics::backend_error(self.store, "renew session", error);
+        }
+        outcome
     }
 
     /// Applies a renewal sent at `sent_at`: every lease held is kept for a

@@ -384,6 +384,10 @@ fn echo(error: &Error) -> Error {
 
 #[async_trait]
 impl Backend for TestBackend {
+    fn store_name(&self) -> &'static str {
+        self.inner.store_name()
+    }
+
     fn capabilities(&self) -> Capabilities {
         // Calls are bounded by the client: a delay longer than the
         // operation timeout is a timeout, as it would be on a real store.

@@ -277,6 +277,10 @@ impl EntityBackend {
 
 #[async_trait]
 impl Backend for EntityBackend {
+    fn store_name(&self) -> &'static str {
+        "mongodb"
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities::lease_based()
     }

@@ -364,6 +364,10 @@ fn left(deadline: Instant) -> Duration {
 
 #[async_trait]
 impl Backend for AdvisoryMode {
+    fn store_name(&self) -> &'static str {
+        "postgres"
+    }
+
     fn capabilities(&self) -> Capabilities {
         // Not process-bound: a holder cut off from the server must give
         // the lock up before the server ends its session (after a lease

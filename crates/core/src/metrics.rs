@@ -1,0 +1,177 @@
+//! Metrics through the [`metrics`](https://docs.rs/metrics) facade, with
+//! the `metrics` feature: whatever recorder the application installs
+//! (Prometheus, StatsD, …) receives them. Without the feature every call
+//! here compiles to nothing.
+//!
+//! | name | type | labels | what |
+//! |---|---|---|---|
+//! | `distlock_acquisitions_total` | counter | `backend`, `kind`, `outcome` | acquisitions by how they ended: `granted`, `refused` (a try found the lock held), `timed_out`, `cancelled`, `failed` |
+//! | `distlock_acquire_wait_seconds` | histogram | `backend`, `kind`, `outcome` | how long each acquisition took, waiting included |
+//! | `distlock_locks_held` | gauge | `backend`, `kind` | locks this process holds now |
+//! | `distlock_hold_seconds` | histogram | `backend`, `kind` | how long each lock was held, until released or lost |
+//! | `distlock_losses_total` | counter | `backend`, `kind`, `reason` | locks lost: `refused`, `expired`, `detected`, `keeper_stopped` |
+//! | `distlock_local_hand_overs_total` | counter | `backend` | locks passed to another task of the same client in one step |
+//! | `distlock_extensions_total` | counter | `backend`, `outcome` | lease extensions: `extended`, `lost`, `failed` (one per lease; a session's renewal counts once) |
+//! | `distlock_extension_seconds` | histogram | `backend` | how long each extension call took (a batch is one call) |
+//! | `distlock_backend_errors_total` | counter | `backend`, `operation`, `error` | failed backend calls: `error` is `timeout`, `transient`, `denied` or `other` |
+//!
+//! `backend` is the store's name ([`Backend::store_name`](crate::Backend::store_name)),
+//! `kind` the lock's kind (`exclusive`, `shared`, `semaphore`). Lock names
+//! are never labels: a label per name would grow without bound.
+
+use std::time::Duration;
+
+use crate::claim::LockKind;
+use crate::error::Error;
+use crate::lease::LossReason;
+
+/// How an acquisition ended, for `distlock_acquisitions_total`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Acquired {
+    Granted,
+    Refused,
+    TimedOut,
+    Cancelled,
+    Failed,
+}
+
+impl Acquired {
+    /// The outcome of an acquisition that ended with `error`.
+    pub(crate) fn of_error(error: &Error) -> Self {
+        match error {
+            Error::Timeout { .. } => Self::TimedOut,
+            Error::Cancelled { .. } => Self::Cancelled,
+            _ => Self::Failed,
+        }
+    }
+
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Granted => "granted",
+            Self::Refused => "refused",
+            Self::TimedOut => "timed_out",
+            Self::Cancelled => "cancelled",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+/// How one lease's extension ended, for `distlock_extensions_total`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Extension {
+    Kept,
+    Lost,
+    Failed,
+}
+
+impl Extension {
+    /// The outcome an extension call answered.
+    pub(crate) fn of(outcome: &crate::error::Result<bool>) -> Self {
+        match outcome {
+            Ok(true) => Self::Kept,
+            Ok(false) => Self::Lost,
+            Err(_) => Self::Failed,
+        }
+    }
+}
+
+#[cfg(feature = "metrics")]
+mod recorded {
+    use super::*;
+
+    pub(crate) fn acquisition(
+        backend: &'static str,
+        kind: LockKind,
+        outcome: Acquired,
+        took: Duration,
+    ) {
+        let labels = [
+            ("backend", backend),
+            ("kind", kind.as_str()),
+            ("outcome", outcome.as_str()),
+        ];
+        metrics::counter!("distlock_acquisitions_total", &labels).increment(1);
+        metrics::histogram!("distlock_acquire_wait_seconds", &labels).record(took.as_secs_f64());
+    }
+
+    pub(crate) fn hold_began(backend: &'static str, kind: LockKind) {
+        metrics::gauge!("distlock_locks_held", "backend" => backend, "kind" => kind.as_str())
+            .increment(1.0);
+    }
+
+    pub(crate) fn hold_ended(
+        backend: &'static str,
+        kind: LockKind,
+        reason: LossReason,
+        held: Duration,
+    ) {
+        let labels = [("backend", backend), ("kind", kind.as_str())];
+        metrics::gauge!("distlock_locks_held", &labels).decrement(1.0);
+        metrics::histogram!("distlock_hold_seconds", &labels).record(held.as_secs_f64());
+        let reason = match reason {
+            LossReason::Released => return,
+            LossReason::Refused => "refused",
+            LossReason::Expired => "expired",
+            LossReason::Detected => "detected",
+            LossReason::KeeperStopped => "keeper_stopped",
+        };
+        metrics::counter!(
+            "distlock_losses_total",
+            "backend" => backend,
+            "kind" => kind.as_str(),
+            "reason" => reason
+        )
+        .increment(1);
+    }
+
+    pub(crate) fn hand_over(backend: &'static str) {
+        metrics::counter!("distlock_local_hand_overs_total", "backend" => backend).increment(1);
+    }
+
+    pub(crate) fn extension_call(backend: &'static str, took: Duration) {
+        metrics::histogram!("distlock_extension_seconds", "backend" => backend)
+            .record(took.as_secs_f64());
+    }
+
+    pub(crate) fn extension(backend: &'static str, outcome: Extension) {
+        let outcome = match outcome {
+            Extension::Kept => "extended",
+            Extension::Lost => "lost",
+            Extension::Failed => "failed",
+        };
+        metrics::counter!("distlock_extensions_total", "backend" => backend, "outcome" => outcome)
+            .increment(1);
+    }
+
+    pub(crate) fn backend_error(backend: &'static str, operation: &'static str, error: &Error) {
+        let error = match error {
+            Error::OperationTimeout { .. } => "timeout",
+            Error::Denied { .. } => "denied",
+            _ if error.is_transient() => "transient",
+            _ => "other",
+        };
+        metrics::counter!(
+            "distlock_backend_errors_total",
+            "backend" => backend,
+            "operation" => operation,
+            "error" => error
+        )
+        .increment(1);
+    }
+}
+
+#[cfg(not(feature = "metrics"))]
+mod recorded {
+    use super::*;
+
+    pub(crate) fn acquisition(_: &'static str, _: LockKind, _: Acquired, _: Duration) {}
+    pub(crate) fn hold_began(_: &'static str, _: LockKind) {}
+    pub(crate) fn hold_ended(_: &'static str, _: LockKind, _: LossReason, _: Duration) {}
+    pub(crate) fn hand_over(_: &'static str) {}
+    pub(crate) fn extension_call(_: &'static str, _: Duration) {}
+    pub(crate) fn extension(_: &'static str, _: Extension) {}
+    pub(crate) fn backend_error(_: &'static str, _: &'static str, _: &Error) {}
+}
+
+pub(crate) use recorded::*;
