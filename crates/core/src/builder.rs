@@ -79,6 +79,12 @@ impl LockClientBuilder {
         min_local_run(run: Duration)
     );
 
+    forward!(
+        /// Labels metrics with the lock's name (default off); see
+        /// [`LockOptions::metrics_by_name`].
+        metrics_by_name(on: bool)
+    );
+
     /// A label recorded with every holder of this client, shown by
     /// `distlock list`.
     pub fn label(mut self, label: impl Into<String>) -> Self {

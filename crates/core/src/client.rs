@@ -249,15 +249,17 @@ impl LockClient {
             Ok(_) => metrics::Acquired::Granted,
             Err(error) => metrics::Acquired::of_error(error),
         };
-        self.meter(claim, ended, started);
+        self.meter(&name, claim, ended, started);
         outcome
     }
 
-    /// Counts an acquisition of `claim`, begun at `started`, that ended so.
-    fn meter(&self, claim: Claim, ended: metrics::Acquired, started: Instant) {
+    /// Counts an acquisition of `claim` on `name`, begun at `started`, that
+    /// ended so.
+    fn meter(&self, name: &LockName, claim: Claim, ended: metrics::Acquired, started: Instant) {
         metrics::acquisition(
             self.inner.backend.store_name(),
             claim.kind(),
+            self.inner.options.metrics_by_name().then_some(name),
             ended,
             started.elapsed(),
         );
@@ -321,7 +323,7 @@ impl LockClient {
             Ok(None) => metrics::Acquired::Refused,
             Err(error) => metrics::Acquired::of_error(error),
         };
-        self.meter(claim, ended, started);
+        self.meter(&name, claim, ended, started);
         outcome
     }
 
@@ -539,7 +541,12 @@ impl LockClient {
             outcome = "acquired"
         );
         let exclusive = lease.claim == Claim::Exclusive;
-        let held = Arc::new(HeldLease::new(lease, self.inner.backend.clone(), reporter));
+        let held = Arc::new(HeldLease::new(
+            lease,
+            self.inner.backend.clone(),
+            reporter,
+            self.inner.options.metrics_by_name(),
+        ));
         let key = self.inner.keeper.insert(held.clone(), sent_at);
         let (slot, succession, shared) = if exclusive {
             (Some(permit), self.inner.succession.clone(), None)

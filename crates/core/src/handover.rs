@@ -104,6 +104,7 @@ pub(crate) async fn hand_over(
                 next.granted(fencing_token, state),
                 held.backend.clone(),
                 next.loss.clone(),
+                held.metrics_by_name,
             ));
             // A grant made under a lease the server confirmed earlier ends a
             // lease after that confirmation, not after this call.

@@ -57,6 +57,8 @@ pub(crate) struct HeldLease {
     loss: Arc<Loss>,
     /// When the grant began, for the hold time in metrics.
     granted_at: std::time::Instant,
+    /// Whether metrics carry the lock's name.
+    pub(crate) metrics_by_name: bool,
     /// Whether the end of the hold was counted in metrics: once, at the
     /// first of its end and its drop.
     end_metered: AtomicBool,
@@ -85,14 +87,21 @@ impl Loss {
 impl HeldLease {
     /// The lease `lease`, whose loss `reporter` (the one its request
     /// carried) reports.
-    pub(crate) fn new(lease: Lease, backend: Arc<dyn Backend>, reporter: LossReporter) -> Self {
-        crate::metrics::hold_began(backend.store_name(), lease.claim.kind());
+    pub(crate) fn new(
+        lease: Lease,
+        backend: Arc<dyn Backend>,
+        reporter: LossReporter,
+        metrics_by_name: bool,
+    ) -> Self {
+        let named = metrics_by_name.then_some(&lease.name);
+        crate::metrics::hold_began(backend.store_name(), lease.claim.kind(), named);
         Self {
             lease,
             backend,
             ops: Mutex::new(()),
             loss: reporter.loss,
             granted_at: std::time::Instant::now(),
+            metrics_by_name,
             end_metered: AtomicBool::new(false),
         }
     }
@@ -108,6 +117,7 @@ impl HeldLease {
             crate::metrics::hold_ended(
                 self.backend.store_name(),
                 self.lease.claim.kind(),
+                self.metrics_by_name.then_some(&self.lease.name),
                 reason,
                 self.granted_at.elapsed(),
             );

@@ -17,13 +17,18 @@
 //!
 //! `backend` is the store's name ([`Backend::store_name`](crate::Backend::store_name)),
 //! `kind` the lock's kind (`exclusive`, `shared`, `semaphore`). Lock names
-//! are never labels: a label per name would grow without bound.
+//! are not labels unless a client asks with
+//! [`LockOptions::metrics_by_name`](crate::LockOptions::metrics_by_name):
+//! the acquisition, hold and loss metrics then carry a `lock` label too. A
+//! label per name makes a series per name, so keep that for a small, fixed
+//! set of names.
 
 use std::time::Duration;
 
 use crate::claim::LockKind;
 use crate::error::Error;
 use crate::lease::LossReason;
+use crate::name::LockName;
 
 /// How an acquisition ended, for `distlock_acquisitions_total`.
 #[derive(Debug, Clone, Copy)]
@@ -80,35 +85,48 @@ impl Extension {
 mod recorded {
     use super::*;
 
+    use metrics::Label;
+
+    /// The labels of a lock's metrics: its store, kind and, when asked
+    /// for, name.
+    fn lock_labels(backend: &'static str, kind: LockKind, lock: Option<&LockName>) -> Vec<Label> {
+        let mut labels = vec![
+            Label::from_static_parts("backend", backend),
+            Label::from_static_parts("kind", kind.as_str()),
+        ];
+        if let Some(lock) = lock {
+            labels.push(Label::new("lock", lock.as_str().to_owned()));
+        }
+        labels
+    }
+
     pub(crate) fn acquisition(
         backend: &'static str,
         kind: LockKind,
+        lock: Option<&LockName>,
         outcome: Acquired,
         took: Duration,
     ) {
-        let labels = [
-            ("backend", backend),
-            ("kind", kind.as_str()),
-            ("outcome", outcome.as_str()),
-        ];
-        metrics::counter!("distlock_acquisitions_total", &labels).increment(1);
-        metrics::histogram!("distlock_acquire_wait_seconds", &labels).record(took.as_secs_f64());
+        let mut labels = lock_labels(backend, kind, lock);
+        labels.push(Label::from_static_parts("outcome", outcome.as_str()));
+        metrics::counter!("distlock_acquisitions_total", labels.clone()).increment(1);
+        metrics::histogram!("distlock_acquire_wait_seconds", labels).record(took.as_secs_f64());
     }
 
-    pub(crate) fn hold_began(backend: &'static str, kind: LockKind) {
-        metrics::gauge!("distlock_locks_held", "backend" => backend, "kind" => kind.as_str())
-            .increment(1.0);
+    pub(crate) fn hold_began(backend: &'static str, kind: LockKind, lock: Option<&LockName>) {
+        metrics::gauge!("distlock_locks_held", lock_labels(backend, kind, lock)).increment(1.0);
     }
 
     pub(crate) fn hold_ended(
         backend: &'static str,
         kind: LockKind,
+        lock: Option<&LockName>,
         reason: LossReason,
         held: Duration,
     ) {
-        let labels = [("backend", backend), ("kind", kind.as_str())];
-        metrics::gauge!("distlock_locks_held", &labels).decrement(1.0);
-        metrics::histogram!("distlock_hold_seconds", &labels).record(held.as_secs_f64());
+        let mut labels = lock_labels(backend, kind, lock);
+        metrics::gauge!("distlock_locks_held", labels.clone()).decrement(1.0);
+        metrics::histogram!("distlock_hold_seconds", labels.clone()).record(held.as_secs_f64());
         let reason = match reason {
             LossReason::Released => return,
             LossReason::Refused => "refused",
@@ -116,13 +134,8 @@ mod recorded {
             LossReason::Detected => "detected",
             LossReason::KeeperStopped => "keeper_stopped",
         };
-        metrics::counter!(
-            "distlock_losses_total",
-            "backend" => backend,
-            "kind" => kind.as_str(),
-            "reason" => reason
-        )
-        .increment(1);
+        labels.push(Label::from_static_parts("reason", reason));
+        metrics::counter!("distlock_losses_total", labels).increment(1);
     }
 
     pub(crate) fn hand_over(backend: &'static str) {
@@ -165,9 +178,23 @@ mod recorded {
 mod recorded {
     use super::*;
 
-    pub(crate) fn acquisition(_: &'static str, _: LockKind, _: Acquired, _: Duration) {}
-    pub(crate) fn hold_began(_: &'static str, _: LockKind) {}
-    pub(crate) fn hold_ended(_: &'static str, _: LockKind, _: LossReason, _: Duration) {}
+    pub(crate) fn acquisition(
+        _: &'static str,
+        _: LockKind,
+        _: Option<&LockName>,
+        _: Acquired,
+        _: Duration,
+    ) {
+    }
+    pub(crate) fn hold_began(_: &'static str, _: LockKind, _: Option<&LockName>) {}
+    pub(crate) fn hold_ended(
+        _: &'static str,
+        _: LockKind,
+        _: Option<&LockName>,
+        _: LossReason,
+        _: Duration,
+    ) {
+    }
     pub(crate) fn hand_over(_: &'static str) {}
     pub(crate) fn extension_call(_: &'static str, _: Duration) {}
     pub(crate) fn extension(_: &'static str, _: Extension) {}

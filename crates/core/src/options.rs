@@ -30,6 +30,7 @@ pub struct LockOptions {
     local_hand_overs: u32,
     min_local_run: Duration,
     label: Option<String>,
+    metrics_by_name: bool,
 }
 
 impl Default for LockOptions {
@@ -132,6 +133,13 @@ impl LockOptions {
         self.min_local_run
     }
 
+    /// Whether metrics (feature `metrics`) carry the lock's name as a
+    /// `lock` label. Off by default: every name becomes a series of its
+    /// own, so turn it on only for a small, fixed set of names.
+    pub fn metrics_by_name(&self) -> bool {
+        self.metrics_by_name
+    }
+
     /// A free-form label recorded with the holder, for `distlock list`.
     pub fn label(&self) -> Option<&str> {
         self.label.as_deref()
@@ -150,6 +158,7 @@ impl From<&LockOptions> for LockOptionsBuilder {
             local_hand_overs: Some(options.local_hand_overs),
             min_local_run: Some(options.min_local_run),
             label: options.label.clone(),
+            metrics_by_name: options.metrics_by_name,
         }
     }
 }
@@ -165,6 +174,7 @@ pub struct LockOptionsBuilder {
     local_hand_overs: Option<u32>,
     min_local_run: Option<Duration>,
     label: Option<String>,
+    metrics_by_name: bool,
 }
 
 impl LockOptionsBuilder {
@@ -220,6 +230,13 @@ impl LockOptionsBuilder {
     /// A label recorded with the holder.
     pub fn label(mut self, label: impl Into<String>) -> Self {
         self.label = Some(label.into());
+        self
+    }
+
+    /// Labels metrics with the lock's name (default off); see
+    /// [`LockOptions::metrics_by_name`].
+    pub fn metrics_by_name(mut self, on: bool) -> Self {
+        self.metrics_by_name = on;
         self
     }
 
@@ -311,6 +328,7 @@ impl LockOptionsBuilder {
                 .unwrap_or(LockOptions::DEFAULT_LOCAL_HAND_OVERS),
             min_local_run,
             label: self.label,
+            metrics_by_name: self.metrics_by_name,
         })
     }
 }

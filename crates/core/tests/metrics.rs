@@ -166,4 +166,38 @@ async fn every_metric_moves_when_its_event_happens() {
         "{seen:?}"
     );
     next.release().await.unwrap();
+
+    // Names are labels only for a client that asks.
+    assert!(!LockOptions::default().metrics_by_name());
+    let named = LockClient::builder()
+        .metrics_by_name(true)
+        .build_shared(backend.shared())
+        .unwrap();
+    named
+        .acquire("report")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let seen = look(&snapshotter, &mut totals);
+    assert_eq!(
+        get(
+            &seen,
+            "distlock_acquisitions_total{backend=memory,kind=exclusive,lock=report,outcome=granted}"
+        ),
+        1.0,
+        "{seen:?}"
+    );
+    assert_eq!(
+        get(
+            &seen,
+            "distlock_hold_seconds{backend=memory,kind=exclusive,lock=report}"
+        ),
+        1.0
+    );
+    assert!(
+        !seen.keys().any(|key| key.contains("lock=job")),
+        "the first client's metrics carry no names: {seen:?}"
+    );
 }

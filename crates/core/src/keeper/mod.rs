@@ -538,6 +538,7 @@ mod tests {
             request.granted(1, GrantState::none()),
             Arc::new(MemoryBackend::new()),
             request.loss,
+            false,
         ))
     }
 
