@@ -72,6 +72,18 @@ pub(crate) enum Command {
             any check fails."
     )]
     Demo(DemoArgs),
+    /// Check a deployment: reach the backend, take and release a probe
+    /// lock, measure the round trip.
+    #[command(
+        long_about = "Check that the backend can carry distlock's locks, one line per check with \
+            a verdict (ok, warn or FAIL): that it can be reached; that a probe lock can be taken \
+            and released (the permissions distlock needs); that fencing tokens increase; that \
+            locks can be listed; whether releases wake waiters; the round trip of a take and \
+            release (p50, p99); and whether the lease leaves room for it. Exits 0 unless a \
+            check failed: 69 when the backend cannot be reached, 2 for configuration, \
+            credentials or permissions, 1 otherwise."
+    )]
+    Check(CheckArgs),
     /// Print a completion script for a shell.
     #[command(
         long_about = "Print the completion script for SHELL on stdout, made from this \
@@ -192,6 +204,20 @@ pub(crate) struct DemoArgs {
     /// The lock the workers contend for.
     #[arg(long, value_name = "NAME", default_value = "distlock-demo")]
     pub(crate) lock: String,
+}
+
+/// `distlock check`.
+#[derive(Debug, Args)]
+pub(crate) struct CheckArgs {
+    #[command(flatten)]
+    pub(crate) backend: BackendArg,
+    /// The lease your clients use (default 30s), to judge against the
+    /// measured round trip.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub(crate) lease: Option<Duration>,
+    /// Print a JSON array of {"check", "verdict", "detail"} objects.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 /// `distlock completions`.

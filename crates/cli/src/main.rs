@@ -34,6 +34,7 @@
 //! the current-thread runtime guarantees. What differs off Linux, and the
 //! `DISTLOCK_PORTABLE` switch that forces it there, is in [`platform`].
 
+mod check;
 mod cli;
 mod demo;
 mod docs;
@@ -107,6 +108,7 @@ async fn dispatch(command: Command) -> u8 {
     let outcome = match command {
         Command::Run(args) => run::run(args).await,
         Command::List(args) => list::list(args).await,
+        Command::Check(args) => check::check(args).await,
         Command::Release(args) => release::release(args).await,
         Command::Demo(args) => demo::demo(args).await,
         Command::DemoWorker(args) => demo::work(args).await,
