@@ -104,8 +104,11 @@ impl LockGuard {
     /// How early that is depends on the reason:
     /// - [`LossReason::Expired`]: no extension succeeded for the lease
     ///   period minus the safety margin, on the local monotonic clock. This
-    ///   fires before the backend could grant the lock to anyone else
-    ///   (given clocks that run at the same rate within the margin).
+    ///   fires before the backend could grant the lock to anyone else,
+    ///   given a server clock that runs at the local clock's rate within
+    ///   the margin. A server clock that steps forward ends the lease on
+    ///   the server early; the holder then learns at its next extension
+    ///   (refused), and only a fencing token protects work done in between.
     /// - [`LossReason::Refused`] and [`LossReason::Detected`]: the backend
     ///   says the grant is gone. By then it may already have been granted
     ///   to someone else: it expired on the server (a holder paused past its
