@@ -8,15 +8,21 @@
 //! array of `{"check", "verdict", "detail"}` objects on stdout instead of
 //! the lines.
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
+use distlock::backend::Backend;
 use distlock::{Error, LockClient, LockOptions};
 use serde::Serialize;
 
 use crate::cli::CheckArgs;
-use crate::exit::Failure;
+use crate::exit::{self, Failure};
 use crate::open;
 use crate::text;
+
+/// How far the server's clock may be from this machine's, beyond the
+/// round trip, before the check warns: memcached gives whole seconds, from
+/// a clock it updates once a second.
+const CLOCK_TOLERANCE: Duration = Duration::from_secs(2);
 
 /// How many take-and-release cycles measure the round trip.
 const PROBES: usize = 20;
@@ -116,6 +122,7 @@ async fn run_checks(url: &str, options: LockOptions) -> Vec<Finding> {
         "reach",
         format!("opened in {}", text::short_duration(opened.elapsed())),
     ));
+    findings.extend(server(&*backend).await);
     let capabilities = backend.capabilities();
     let wakeups = backend.wakeups().is_some();
     let client = LockClient::new(backend, options.clone());
@@ -186,6 +193,57 @@ async fn run_checks(url: &str, options: LockOptions) -> Vec<Finding> {
         ),
     ));
     findings.push(lease_fits(&options, p99, capabilities.process_bound));
+    findings
+}
+
+/// What the server says of itself: its version, and how far its clock is
+/// from this machine's.
+async fn server(backend: &dyn Backend) -> Vec<Finding> {
+    let before = SystemTime::now();
+    let info = match backend.server_info().await {
+        Ok(info) => info,
+        Err(error) => {
+            return vec![Finding::warn(
+                "server",
+                format!(
+                    "the server did not say its version: {}",
+                    exit::with_causes(&error)
+                ),
+            )];
+        }
+    };
+    let after = SystemTime::now();
+    let mut findings = vec![match info.version {
+        Some(version) => Finding::ok("server", version),
+        None => Finding::ok("server", "this backend has no server to ask"),
+    }];
+    if let Some(clock) = info.clock {
+        let round_trip = after.duration_since(before).unwrap_or_default();
+        let here = before + round_trip / 2;
+        let (gap, way) = match clock.duration_since(here) {
+            Ok(ahead) => (ahead, "ahead of"),
+            Err(behind) => (behind.duration(), "behind"),
+        };
+        // The server's reading is somewhere in the round trip, and some
+        // servers give whole seconds.
+        let tolerance = CLOCK_TOLERANCE + round_trip;
+        let shown = text::short_duration(gap);
+        findings.push(if gap <= tolerance {
+            Finding::ok(
+                "clock",
+                format!("the server's clock is {shown} {way} this machine's"),
+            )
+        } else {
+            Finding::warn(
+                "clock",
+                format!(
+                    "the server's clock is {shown} {way} this machine's: leases are judged by \
+                     the server's clock alone, so locks stay safe, but check that both keep \
+                     time (NTP); a server clock that steps forward ends leases early"
+                ),
+            )
+        });
+    }
     findings
 }
 

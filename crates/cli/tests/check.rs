@@ -35,24 +35,25 @@ fn check(url: &str) -> (Option<i32>, Vec<(String, String, String)>) {
     (output.status.code(), findings)
 }
 
-/// Every check ran, and none failed.
-fn assert_passes(url: &str) {
+/// Every check ran, and none failed; `clock` says whether the server has a
+/// clock to compare.
+fn assert_passes(url: &str, clock: bool) {
     let (code, findings) = check(url);
     assert_eq!(code, Some(0), "{url}: {findings:?}");
     let names: Vec<&str> = findings.iter().map(|(name, ..)| name.as_str()).collect();
-    assert_eq!(
-        names,
-        [
-            "reach",
-            "write",
-            "fencing",
-            "list",
-            "wake-ups",
-            "round trip",
-            "lease"
-        ],
-        "{url}"
-    );
+    let mut expected = vec!["reach", "server"];
+    if clock {
+        expected.push("clock");
+    }
+    expected.extend([
+        "write",
+        "fencing",
+        "list",
+        "wake-ups",
+        "round trip",
+        "lease",
+    ]);
+    assert_eq!(names, expected, "{url}");
     for (name, verdict, detail) in &findings {
         assert!(
             verdict == "ok" || verdict == "warn",
@@ -64,7 +65,7 @@ fn assert_passes(url: &str) {
 #[test]
 fn the_embedded_default_passes_every_check() {
     let scratch = Scratch::new();
-    assert_passes(&scratch.url);
+    assert_passes(&scratch.url, false);
     let output = scratch.distlock(&["check"]).output().unwrap();
     assert!(output.status.success());
     let lines = String::from_utf8(output.stdout).unwrap();
@@ -79,14 +80,17 @@ fn every_server_backend_passes_every_check() {
         server_url("DISTLOCK_TEST_MONGODB_URL"),
         std::process::id()
     );
-    for url in [
-        mongodb,
-        server_url("DISTLOCK_TEST_POSTGRES_URL"),
-        server_url("DISTLOCK_TEST_ETCD_URL"),
-        server_url("DISTLOCK_TEST_MEMCACHED_URL"),
-        server_url("DISTLOCK_TEST_REDIS_URL"),
+    for (url, product, clock) in [
+        (mongodb, "MongoDB", true),
+        (server_url("DISTLOCK_TEST_POSTGRES_URL"), "PostgreSQL", true),
+        (server_url("DISTLOCK_TEST_ETCD_URL"), "etcd", false),
+        (server_url("DISTLOCK_TEST_MEMCACHED_URL"), "memcached", true),
+        (server_url("DISTLOCK_TEST_REDIS_URL"), "Redis", true),
     ] {
-        assert_passes(&url);
+        assert_passes(&url, clock);
+        let (_, findings) = check(&url);
+        let (_, _, version) = findings.iter().find(|(name, ..)| name == "server").unwrap();
+        assert!(version.starts_with(product), "{url}: {version}");
     }
 }
 

@@ -329,6 +329,25 @@ pub struct LockInfo {
     pub expires_in: Option<Duration>,
 }
 
+/// What a store's server says of itself, for checking a deployment
+/// (`distlock check`); see [`Backend::server_info`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ServerInfo {
+    /// The server's product and version, as it reports them.
+    pub version: Option<String>,
+    /// The time on the server's clock when it answered, where the server
+    /// has a clock distlock reads.
+    pub clock: Option<std::time::SystemTime>,
+}
+
+impl ServerInfo {
+    /// What a server said: its version and its clock, where known.
+    pub fn new(version: Option<String>, clock: Option<std::time::SystemTime>) -> Self {
+        Self { version, clock }
+    }
+}
+
 /// How many extensions the default [`Backend::extend_many`] keeps in flight.
 const EXTEND_CONCURRENCY: usize = 32;
 
@@ -354,6 +373,15 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// labels this backend's metrics. The default is `custom`.
     fn store_name(&self) -> &'static str {
         "custom"
+    }
+
+    /// Asks the server for its version and the time on its clock, for
+    /// checking a deployment. The default knows neither.
+    ///
+    /// # Errors
+    /// A backend error when the server does not answer.
+    async fn server_info(&self) -> Result<ServerInfo> {
+        Ok(ServerInfo::default())
     }
 
     /// Tries once to take `request.claim` on `request.name`.

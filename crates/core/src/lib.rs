@@ -50,7 +50,7 @@ pub use acquire::AcquireOptions;
 pub use async_trait::async_trait;
 pub use backend::{
     AcquireRequest, Attempt, Backend, Capabilities, HandOver, HandOvers, Holder, Lease, LeaseId,
-    LockInfo, Session, Wakeups,
+    LockInfo, ServerInfo, Session, Wakeups,
 };
 pub use builder::LockClientBuilder;
 pub use claim::{Claim, LockKind, MAX_PERMITS, Permits};

@@ -157,7 +157,7 @@ pub mod backend {
     pub use distlock_core::async_trait;
     pub use distlock_core::backend::{
         AcquireRequest, Attempt, Backend, Capabilities, HandOver, HandOvers, Holder, Lease,
-        LeaseId, Session, Wakeups,
+        LeaseId, ServerInfo, Session, Wakeups,
     };
     pub use distlock_core::platform;
     // URL reading, written once (`redact` is at the crate's root).

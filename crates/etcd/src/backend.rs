@@ -8,12 +8,13 @@ use std::time::Duration;
 
 use distlock_core::{
     AcquireRequest, Attempt, Backend, Capabilities, Claim, Error, GrantState, Lease, LeaseId,
-    LockInfo, LockName, LossReporter, Permits, ReleaseHub, ReleaseWatch, Result, Session,
-    WaitState, Wakeups, async_trait,
+    LockInfo, LockName, LossReporter, Permits, ReleaseHub, ReleaseWatch, Result, ServerInfo,
+    Session, WaitState, Wakeups, async_trait,
 };
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, KvClient, LeaseClient,
-    PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, TxnResponse, WatchClient,
+    MaintenanceClient, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, TxnResponse,
+    WatchClient,
 };
 
 use crate::config::EtcdConfig;
@@ -23,6 +24,9 @@ use crate::leftovers::Leftovers;
 use crate::rules::{Entry, Standing, holds, in_order, standing};
 use crate::session::{SessionId, Sessions};
 use crate::watch::{Task, Watched, deleted};
+
+/// How long asking a member for its version may take.
+const INFO_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long after a grant its key's watch starts.
 const WATCH_AFTER: Duration = Duration::from_millis(25);
@@ -38,6 +42,8 @@ pub struct EtcdBackend {
     watch: WatchClient,
     /// For `list`'s time left; the sessions keep their own.
     leases: LeaseClient,
+    /// For the server's version, in a deployment check.
+    maintenance: MaintenanceClient,
     sessions: Sessions,
     leftovers: Leftovers,
     hub: ReleaseHub,
@@ -116,6 +122,7 @@ impl EtcdBackend {
             kv: client.kv_client(),
             watch: client.watch_client(),
             leases: client.lease_client(),
+            maintenance: client.maintenance_client(),
             sessions: Sessions::new(client.lease_client()),
             leftovers: Leftovers::default(),
             hub: ReleaseHub::new(),
@@ -386,6 +393,21 @@ fn entries_of(response: &TxnResponse) -> Vec<Entry> {
 impl Backend for EtcdBackend {
     fn store_name(&self) -> &'static str {
         "etcd"
+    }
+
+    /// The member's version; etcd has no clock that leases are judged by.
+    async fn server_info(&self) -> Result<ServerInfo> {
+        let status = tokio::time::timeout(INFO_TIMEOUT, self.maintenance.clone().status())
+            .await
+            .map_err(|_| Error::OperationTimeout {
+                operation: "server info",
+                after: INFO_TIMEOUT,
+            })?
+            .map_err(|e| from_etcd("asking the server for its version", e))?;
+        Ok(ServerInfo::new(
+            Some(format!("etcd {}", status.version())),
+            None,
+        ))
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use distlock_core::{
     AcquireRequest, Attempt, Backend, Capabilities, Claim, Error, GrantState, HandOver, HandOvers,
-    Holder, Lease, LeaseId, LockInfo, LockKind, LockName, Result, WaitState,
+    Holder, Lease, LeaseId, LockInfo, LockKind, LockName, Result, ServerInfo, WaitState,
 };
 use smallvec::SmallVec;
 use tokio::time::Instant;
@@ -892,6 +892,32 @@ async fn raise_on(
 impl Backend for MemcachedBackend {
     fn store_name(&self) -> &'static str {
         "memcached"
+    }
+
+    /// The first server's version and clock (whole seconds), and with
+    /// several servers, how many there are.
+    async fn server_info(&self) -> Result<ServerInfo> {
+        let stats = self.stats().await?;
+        let value = |pairs: &[(String, String)], name: &str| {
+            pairs
+                .iter()
+                .find(|(key, _)| key == name)
+                .map(|(_, value)| value.clone())
+        };
+        let Some((_, first)) = stats.first() else {
+            return Ok(ServerInfo::default());
+        };
+        let version = value(first, "version").map(|version| {
+            if stats.len() > 1 {
+                format!("memcached {version} (first of {} servers)", stats.len())
+            } else {
+                format!("memcached {version}")
+            }
+        });
+        let clock = value(first, "time")
+            .and_then(|seconds| seconds.parse::<u64>().ok())
+            .map(|seconds| std::time::UNIX_EPOCH + Duration::from_secs(seconds));
+        Ok(ServerInfo::new(version, clock))
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, Claim, GrantState, HandOver, HandOvers, Lease,
-    LockInfo, LockName, ReleaseHub, ReleaseWatch, Result, WaitState, Wakeups,
+    AcquireRequest, Attempt, Backend, Capabilities, Claim, Error, GrantState, HandOver, HandOvers,
+    Lease, LockInfo, LockName, ReleaseHub, ReleaseWatch, Result, ServerInfo, WaitState, Wakeups,
 };
 use futures::TryStreamExt;
 use mongodb::bson::{Document, doc};
@@ -338,6 +338,34 @@ enum Sent {
 impl Backend for MongoBackend {
     fn store_name(&self) -> &'static str {
         "mongodb"
+    }
+
+    /// The server's version (`buildInfo`) and clock (`hello`'s
+    /// `localTime`); either is left out where the server does not give it.
+    async fn server_info(&self) -> Result<ServerInfo> {
+        let database = self.collection.client().database("admin");
+        let ask = async {
+            let hello = database.run_command(doc! { "hello": 1 }).await?;
+            let build = database.run_command(doc! { "buildInfo": 1 }).await.ok();
+            Ok::<_, mongodb::error::Error>((hello, build))
+        };
+        let (hello, build) = tokio::time::timeout(self.operation_timeout, ask)
+            .await
+            .map_err(|_| Error::OperationTimeout {
+                operation: "server info",
+                after: self.operation_timeout,
+            })?
+            .map_err(|error| driver("asking the server for its version and time", error))?;
+        let version = build
+            .as_ref()
+            .and_then(|build| build.get_str("version").ok())
+            .map(|version| format!("MongoDB {version}"));
+        let clock = hello.get_datetime("localTime").ok().and_then(|time| {
+            u64::try_from(time.timestamp_millis())
+                .ok()
+                .map(|ms| std::time::UNIX_EPOCH + Duration::from_millis(ms))
+        });
+        Ok(ServerInfo::new(version, clock))
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use distlock_core::{
     AcquireRequest, Attempt, Backend, Capabilities, Error, HandOvers, Lease, LockInfo, LockName,
-    Result, WaitState, Wakeups,
+    Result, ServerInfo, WaitState, Wakeups,
 };
 
 use crate::advisory::AdvisoryMode;
@@ -153,6 +153,10 @@ impl PostgresBackend {
 impl Backend for PostgresBackend {
     fn store_name(&self) -> &'static str {
         self.mode().store_name()
+    }
+
+    async fn server_info(&self) -> Result<ServerInfo> {
+        self.mode().server_info().await
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use distlock_core::{
     AcquireRequest, Attempt, Backend, Capabilities, Claim, GrantState, HandOver, HandOvers, Lease,
-    LockInfo, LockName, ReleaseWatch, Result, WaitState, Wakeups,
+    LockInfo, LockName, ReleaseWatch, Result, ServerInfo, WaitState, Wakeups,
 };
 use tokio_postgres::Row;
 use tokio_postgres::types::Type;
@@ -155,6 +155,12 @@ impl LeaseMode {
 impl Backend for LeaseMode {
     fn store_name(&self) -> &'static str {
         "postgres"
+    }
+
+    async fn server_info(&self) -> Result<ServerInfo> {
+        self.connections
+            .server_info(crate::pool::INFO_TIMEOUT)
+            .await
     }
 
     fn capabilities(&self) -> Capabilities {

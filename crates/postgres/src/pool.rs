@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
-use distlock_core::{Error, Result};
+use distlock_core::{Error, Result, ServerInfo};
 use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
 
@@ -96,6 +96,40 @@ impl Connections {
                 message: format!("{what}: no answer within {timeout:?}"),
                 source: None,
             })?
+    }
+}
+
+/// How long asking the server for its version and time may take.
+pub(crate) const INFO_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl Connections {
+    /// The server's version and the time on its clock, for a deployment
+    /// check.
+    ///
+    /// # Errors
+    /// As [`query`](Self::query).
+    pub(crate) async fn server_info(&self, timeout: Duration) -> Result<ServerInfo> {
+        let rows = self
+            .query(
+                "asking the server for its version and time",
+                "SELECT current_setting('server_version'), \
+                 (extract(epoch from clock_timestamp()) * 1000000)::int8",
+                &[],
+                timeout,
+            )
+            .await?;
+        let Some(row) = rows.first() else {
+            return Ok(ServerInfo::default());
+        };
+        let version: Option<String> = row.try_get(0).ok();
+        let micros: Option<i64> = row.try_get(1).ok();
+        let clock = micros
+            .and_then(|micros| u64::try_from(micros).ok())
+            .map(|micros| std::time::UNIX_EPOCH + Duration::from_micros(micros));
+        Ok(ServerInfo::new(
+            version.map(|version| format!("PostgreSQL {version}")),
+            clock,
+        ))
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use distlock_core::{
     AcquireRequest, Attempt, Backend, Capabilities, Claim, Error, GrantState, HandOver, HandOvers,
     Holder, Lease, LeaseId, LockInfo, LockKind, LockName, MAX_PERMITS, Permits, ReleaseWatch,
-    Result, WaitState, Wakeups, async_trait,
+    Result, ServerInfo, WaitState, Wakeups, async_trait,
 };
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, Value};
@@ -17,6 +17,9 @@ use crate::error::{copy, from_redis, timed_out, unexpected};
 use crate::keys::{KeySpace, NameKeys, Record, Stored};
 use crate::scripts::SCRIPTS;
 use crate::wake::Subscriber;
+
+/// How long asking the server for its version and time may take.
+const INFO_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long opening the backend may take.
 const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -326,6 +329,29 @@ impl RedisBackend {
 impl Backend for RedisBackend {
     fn store_name(&self) -> &'static str {
         "redis"
+    }
+
+    async fn server_info(&self) -> Result<ServerInfo> {
+        let mut connection = self.connection.clone();
+        let ask = async {
+            let info: String = redis::cmd("INFO")
+                .arg("server")
+                .query_async(&mut connection)
+                .await?;
+            let time: (u64, u64) = redis::cmd("TIME").query_async(&mut connection).await?;
+            Ok::<_, redis::RedisError>((info, time))
+        };
+        let (info, (seconds, micros)) = tokio::time::timeout(INFO_TIMEOUT, ask)
+            .await
+            .map_err(|_| timed_out("server info", INFO_TIMEOUT))?
+            .map_err(|e| from_redis("asking the server for its version and time", e))?;
+        let version = info
+            .lines()
+            .find_map(|line| line.strip_prefix("redis_version:"))
+            .map(|version| format!("Redis {}", version.trim()));
+        let clock =
+            std::time::UNIX_EPOCH + Duration::from_secs(seconds) + Duration::from_micros(micros);
+        Ok(ServerInfo::new(version, Some(clock)))
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -435,6 +435,10 @@ impl Backend for TestBackend {
         self.inner.extend_many_limit()
     }
 
+    async fn server_info(&self) -> Result<crate::backend::ServerInfo> {
+        self.inner.server_info().await
+    }
+
     async fn release(&self, lease: &Lease) -> Result<bool> {
         self.enter(Call::Release(lease)).await?;
         let mut outcome = self.inner.release(lease).await;

@@ -28,7 +28,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use distlock_core::{
     AcquireRequest, Attempt, Backend, Capabilities, Claim, Error, GrantState, Lease, LeaseId,
-    LockInfo, LockKind, LockName, ReleaseWatch, Result, WaitState, Wakeups,
+    LockInfo, LockKind, LockName, ReleaseWatch, Result, ServerInfo, WaitState, Wakeups,
 };
 use tokio::time::Instant;
 use tokio_postgres::types::Type;
@@ -366,6 +366,12 @@ fn left(deadline: Instant) -> Duration {
 impl Backend for AdvisoryMode {
     fn store_name(&self) -> &'static str {
         "postgres"
+    }
+
+    async fn server_info(&self) -> Result<ServerInfo> {
+        self.connections
+            .server_info(crate::pool::INFO_TIMEOUT)
+            .await
     }
 
     fn capabilities(&self) -> Capabilities {
