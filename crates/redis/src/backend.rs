@@ -89,6 +89,9 @@ impl RedisBackend {
     /// # Cancel safety
     /// As [`open`](Self::open).
     pub async fn connect(config: RedisConfig) -> Result<Self> {
+        // The fields are public: a configuration built in code is checked
+        // as a parsed one is.
+        crate::config::check_prefix(&config.prefix)?;
         let client = redis::Client::open(config.connection_info())
             .map_err(|e| from_redis("opening the redis backend", e))?;
         let manager = ConnectionManagerConfig::new()
@@ -412,7 +415,8 @@ impl Backend for RedisBackend {
                 Ok(Attempt::Held { retry_after })
             }
             (Some(2), Some(kind), Some(limit)) => {
-                wait.take::<WriterMark>();
+                // The writer's mark stays in the wait state: the wait ends
+                // on this error, and `end_wait` removes the mark.
                 let held = match (text(kind).as_deref(), int(limit)) {
                     (Some("s"), _) => Claim::Shared,
                     (Some("p"), Some(limit)) => Claim::Permit {

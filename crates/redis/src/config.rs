@@ -146,22 +146,30 @@ fn parse_query(query: &str) -> Result<String> {
             ));
         }
     }
-    let prefix = match query.take("prefix")? {
-        None => DEFAULT_PREFIX.to_owned(),
-        Some(prefix) if prefix.is_empty() => {
-            return Err(Error::config("prefix", "the key prefix must not be empty"));
-        }
-        Some(prefix) if prefix.contains(['{', '}']) => {
-            return Err(Error::config(
-                "prefix",
-                "the key prefix must not hold `{` or `}`: each name's keys carry a hash tag of \
-                 their own, which a brace in the prefix would replace",
-            ));
-        }
-        Some(prefix) => prefix,
-    };
+    let prefix = query
+        .take("prefix")?
+        .unwrap_or_else(|| DEFAULT_PREFIX.to_owned());
+    check_prefix(&prefix)?;
     query.refuse_rest("a redis URL takes prefix (and mode=single)")?;
     Ok(prefix)
+}
+
+/// Refuses a key prefix that is empty or holds a brace.
+///
+/// # Errors
+/// [`Error::InvalidConfig`] naming `prefix`.
+pub(crate) fn check_prefix(prefix: &str) -> Result<()> {
+    if prefix.is_empty() {
+        return Err(Error::config("prefix", "the key prefix must not be empty"));
+    }
+    if prefix.contains(['{', '}']) {
+        return Err(Error::config(
+            "prefix",
+            "the key prefix must not hold `{` or `}`: each name's keys carry a hash tag of \
+             their own, which a brace in the prefix would replace",
+        ));
+    }
+    Ok(())
 }
 
 fn parse_credentials(info: &str) -> Result<(Option<String>, String)> {

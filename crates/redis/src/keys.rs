@@ -1,8 +1,9 @@
 //! Where a name's keys live, and what they hold.
 //!
 //! Every key and the channel of one name are
-//! `<prefix>{<tag>}:<role>`, where the tag is the first 32 hex digits of
-//! the SHA-256 of the name's UTF-8. Redis Cluster hashes only what is
+//! `<prefix>{<tag>}:<role>`, where the tag is the SHA-256 of the name's
+//! UTF-8 in hex: all 256 bits, so that names chosen to collide would take
+//! a second-preimage search, not a birthday one. Redis Cluster hashes only what is
 //! between the braces, so all of one name's keys share a slot (a script
 //! may touch them all), and no name can choose another's slot: the name
 //! itself never appears in a key, only in the values, as JSON.
@@ -20,8 +21,11 @@ use distlock_core::{Holder, LockName};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-/// How many hex digits of the name's SHA-256 make its tag (128 bits).
-const TAG_LEN: usize = 32;
+/// How many hex digits of the name's SHA-256 make its tag: all of them.
+const TAG_LEN: usize = 64;
+
+/// How many hex digits a grant's 128-bit identity takes.
+const ID_LEN: usize = 32;
 
 /// The keys of one prefix.
 #[derive(Debug, Clone)]
@@ -94,7 +98,7 @@ impl KeySpace {
     }
 }
 
-/// A name's tag: 32 hex digits of the SHA-256 of its UTF-8.
+/// A name's tag: the SHA-256 of its UTF-8, in hex.
 pub(crate) fn tag(name: &LockName) -> String {
     let digest = Sha256::digest(name.as_str().as_bytes());
     let mut tag = String::with_capacity(TAG_LEN);
@@ -144,7 +148,7 @@ impl Stored {
 
     /// Reads an exclusive grant's `<id>:<token>:<record>`.
     pub(crate) fn parse_exclusive(value: &[u8]) -> Option<Self> {
-        let (id, rest) = value.split_at_checked(TAG_LEN + 1)?;
+        let (id, rest) = value.split_at_checked(ID_LEN + 1)?;
         (id.last() == Some(&b':')).then_some(())?;
         Self::parse(rest)
     }

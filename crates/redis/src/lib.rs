@@ -103,8 +103,11 @@
 //!   increase. With `appendonly yes` and `appendfsync always`, every
 //!   acknowledged grant survives a restart; with `everysec`, the last
 //!   second's may not.
-//! - **Memory.** Under an `allkeys-*` eviction policy a held lock can be
-//!   evicted, with the same effect as a restart. Under `noeviction`, a
+//! - **Memory.** Only `noeviction` keeps held locks: every key of this
+//!   backend has an expiry, so the `volatile-*` policies may evict them as
+//!   readily as the `allkeys-*` ones (`volatile-ttl` picks the keys
+//!   closest to expiry first), with the same effect as a restart while
+//!   the holder still believes it holds. Under `noeviction`, a
 //!   server at `maxmemory` refuses new grants (and readers' and permits'
 //!   extensions) with a clear `OOM` error, while releases and exclusive
 //!   extensions go through. A read-only replica answers `READONLY`, which

@@ -17,7 +17,9 @@ use redis::Script;
 ///   writes nothing when nothing expired: Redis checks a script against
 ///   `maxmemory` only until its first write, so an attempt on a server out
 ///   of memory is refused with `OOM` rather than let through by a no-op
-///   write.
+///   write. When members did expire, their removal is that first write,
+///   and the grant after it goes through past `maxmemory`: whole, never in
+///   part.
 /// - `expire_with_last(z, h)`: lets `z` (and `h`) expire with the last
 ///   member of `z`, so nothing outlives its grants.
 /// - `first_left(z, now)`: ms until the first member of `z` expires, or -1.

@@ -83,9 +83,14 @@ async fn a_stale_holders_release_leaves_the_new_holders_key() {
     }
 }
 
+/// The database the name fuzz has to itself; no other test uses it.
+const FUZZ_DB: u32 = 15;
+
 #[tokio::test]
 async fn odd_names_never_collide_nor_leave_the_prefix() {
-    let url = url();
+    // A logical database of this test's own, so that the keys of the tests
+    // running beside it on the same server are not seen as this one's.
+    let url = format!("{}/{FUZZ_DB}", url().trim_end_matches('/'));
     let prefix = format!("fuzz-{:08x}:", rand::random::<u32>());
     let backend = backend(&format!("{url}?prefix={prefix}")).await;
     let mut connection = raw(&url).await;
