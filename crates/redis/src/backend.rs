@@ -18,6 +18,24 @@ use crate::keys::{KeySpace, NameKeys, Record, Stored};
 use crate::scripts::SCRIPTS;
 use crate::wake::Subscriber;
 
+/// How long sent data may go unacknowledged, and how long a connection
+/// may idle before the kernel probes it: a server cut off silently (a
+/// firewall dropping the flow) is then noticed in seconds rather than the
+/// kernel's default quarter of an hour, and the connection manager
+/// reconnects.
+const DEAD_PEER: Duration = Duration::from_secs(10);
+
+/// The main connection's TCP settings; see [`DEAD_PEER`].
+fn tcp_settings() -> redis::io::tcp::TcpSettings {
+    let keepalive = redis::io::tcp::socket2::TcpKeepalive::new().with_time(DEAD_PEER);
+    let settings = redis::io::tcp::TcpSettings::default().set_keepalive(keepalive);
+    // Where the kernel has TCP_USER_TIMEOUT (elsewhere keepalive alone
+    // notices a dead peer, more slowly).
+    #[cfg(any(target_os = "linux", target_os = "android", target_os = "fuchsia"))]
+    let settings = settings.set_user_timeout(DEAD_PEER);
+    settings
+}
+
 /// How long asking the server for its version and time may take.
 const INFO_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -95,6 +113,7 @@ impl RedisBackend {
         let client = redis::Client::open(config.connection_info())
             .map_err(|e| from_redis("opening the redis backend", e))?;
         let manager = ConnectionManagerConfig::new()
+            .set_tcp_settings(tcp_settings())
             .set_connection_timeout(OPEN_TIMEOUT)
             .set_number_of_retries(2)
             .set_max_delay(1000);
