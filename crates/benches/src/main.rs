@@ -19,8 +19,10 @@
 //! form. PostgreSQL's advisory mode (`?mode=advisory`) is a target of its
 //! own, with sqlx's advisory lock beside it as beside lease mode, but
 //! without the many-locks scenario: each lock it holds is a server
-//! connection. `scripts/bench` starts the servers and runs this with every
-//! backend.
+//! connection. Redis is measured against the raw pair issued directly
+//! (`SET NX PX` and an owner-checked delete script), with rslock and
+//! redlock beside it. `scripts/bench` starts the servers and runs this with
+//! every backend.
 
 mod commands;
 mod counting;
@@ -35,6 +37,7 @@ mod peers;
 mod pg_peer;
 mod pg_stats;
 mod quiet;
+mod redis_peers;
 mod report;
 mod scale_out;
 mod scenarios;
@@ -91,7 +94,8 @@ struct Args {
     /// The lease of the many locks (extended every third of it).
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     many_lease: Duration,
-    /// Skip the peers (distributed-lock-mongo, tooz).
+    /// Skip the peers (distributed-lock-mongo, tooz, sqlx's advisory lock,
+    /// etcd's lock service, rslock, redlock).
     #[arg(long)]
     no_peers: bool,
     /// The second setting of distributed-lock-mongo: its sleep between
@@ -110,8 +114,8 @@ struct Args {
     #[arg(long, value_name = "ETCDCTL")]
     etcdctl: Option<String>,
     /// Measure only the backends of this kind (file, MongoDB, memcached,
-    /// etcd, PostgreSQL, which takes lease and advisory mode alike; any
-    /// case); repeat for several. `scale-out`: only the scale-out forms
+    /// etcd, PostgreSQL, which takes lease and advisory mode alike, Redis;
+    /// any case); repeat for several. `scale-out`: only the scale-out forms
     /// given and their single-server forms, in the uncontended and
     /// contended scenarios, without peers. Default: every backend given,
     /// in every scenario.
@@ -205,6 +209,18 @@ enum WorkerCommand {
         #[command(flatten)]
         args: WorkerArgs,
     },
+    /// One contending worker process of rslock (Redis).
+    #[command(hide = true)]
+    RslockWorker {
+        #[command(flatten)]
+        args: WorkerArgs,
+    },
+    /// One contending worker process of redlock (Redis).
+    #[command(hide = true)]
+    RedlockWorker {
+        #[command(flatten)]
+        args: WorkerArgs,
+    },
 }
 
 /// The `--only` value that selects the scale-out forms.
@@ -259,6 +275,30 @@ async fn main() -> std::process::ExitCode {
         }
         Some(WorkerCommand::PgAdvisoryWorker { args: w }) => {
             pg_peer::worker(
+                &w.backend,
+                &w.lock,
+                w.tasks,
+                w.process,
+                w.window(),
+                w.workload(),
+            )
+            .await
+        }
+        Some(WorkerCommand::RslockWorker { args: w }) => {
+            redis_peers::worker(
+                redis_peers::Peer::Rslock,
+                &w.backend,
+                &w.lock,
+                w.tasks,
+                w.process,
+                w.window(),
+                w.workload(),
+            )
+            .await
+        }
+        Some(WorkerCommand::RedlockWorker { args: w }) => {
+            redis_peers::worker(
+                redis_peers::Peer::Redlock,
                 &w.backend,
                 &w.lock,
                 w.tasks,
@@ -375,6 +415,7 @@ async fn bench(args: &Args) -> scenarios::Outcome<()> {
             Server::Memcached(backend) => commands::memcached_version(backend).await,
             Server::Etcd(Some(metrics)) => metrics.version().await,
             Server::Postgres(stats) => stats.version().await,
+            Server::Redis(server) => server.version().await,
             Server::Etcd(None) | Server::Uncounted => None,
         };
         targets.push((target, server_version));
@@ -492,6 +533,7 @@ async fn contended_runs(
     let is_memcached = matches!(target.server, Server::Memcached(_)) && peers;
     let is_etcd = matches!(target.server, Server::Etcd(_)) && peers;
     let is_postgres = matches!(target.server, Server::Postgres(_)) && peers;
+    let is_redis = matches!(target.server, Server::Redis(_)) && peers;
     let mut contended = Vec::new();
     for workload in Workload::all(args.work) {
         let scenario = workload.label();
@@ -564,6 +606,23 @@ async fn contended_runs(
                 workload,
                 result: scenarios::contend(target, workers, window, rounds).await?,
             });
+        }
+        if is_redis {
+            for (peer, by, slug) in [
+                (redis_peers::Peer::Rslock, Contestant::Rslock, "rslock"),
+                (redis_peers::Peer::Redlock, Contestant::Redlock, "redlock"),
+            ] {
+                say(&format!("contended ({scenario}), {slug}"), args.seconds);
+                let window = Window::after(RUST_STARTUP, args.seconds);
+                let lock = bench_name(&format!("{slug}-contended"));
+                let workers =
+                    redis_peers::workers(exe, &target.url, peer, lock.as_str(), layout(window));
+                contended.push(Contended {
+                    by,
+                    workload,
+                    result: scenarios::contend(target, workers, window, rounds).await?,
+                });
+            }
         }
         if let (Some(tooz), true) = (tooz, is_memcached) {
             say(&format!("contended ({scenario}), tooz"), args.seconds);

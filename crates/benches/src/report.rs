@@ -5,6 +5,7 @@
 mod etcd;
 mod mongodb;
 mod postgres;
+mod redis;
 mod scale_out;
 
 use std::fmt::Write;
@@ -55,6 +56,10 @@ pub(crate) enum Contestant {
     EtcdLockRpc,
     /// sqlx's `PgAdvisoryLock`: a session advisory lock per task.
     PgAdvisoryLock,
+    /// rslock 0.7.4 (Redis).
+    Rslock,
+    /// redlock 2.0.0 (Redis).
+    Redlock,
 }
 
 /// One contended run.
@@ -120,6 +125,8 @@ impl Run {
             Contestant::Tooz => format!("{} (Python threads)", self.tooz()),
             Contestant::EtcdLockRpc => etcd::LOCK_RPC_PER_TASK.to_owned(),
             Contestant::PgAdvisoryLock => postgres::ADVISORY_PER_TASK.to_owned(),
+            Contestant::Rslock => redis::RSLOCK_PER_TASK.to_owned(),
+            Contestant::Redlock => redis::REDLOCK_PER_TASK.to_owned(),
         }
     }
 
@@ -180,6 +187,9 @@ impl Run {
         }
         if self.backend("MongoDB").is_some() {
             versions.push(format!("{PEER} (crates.io, pinned `=0.2.0`)"));
+        }
+        if self.backend("Redis").is_some() {
+            versions.push(redis::VERSIONS.to_owned());
         }
         if let Some(v) = &self.tooz_versions {
             versions.push(format!(
@@ -251,6 +261,9 @@ impl Run {
         }
         if self.backend("PostgreSQL").is_some() || self.advisory_mode().is_some() {
             let _ = writeln!(out, "{}\n", postgres::COUNTING);
+        }
+        if self.backend("Redis").is_some() {
+            let _ = writeln!(out, "{}\n", redis::COUNTING);
         }
     }
 
@@ -349,6 +362,9 @@ impl Run {
                     Contender::EtcdLockRpc => format!("**baseline**: {}", etcd::LOCK_RPC),
                     Contender::Etcdctl => etcd::ETCDCTL.to_owned(),
                     Contender::PgAdvisoryLock => postgres::ADVISORY.to_owned(),
+                    Contender::RedisRawPair => redis::RAW_PAIR.to_owned(),
+                    Contender::Rslock => redis::RSLOCK.to_owned(),
+                    Contender::Redlock => redis::REDLOCK.to_owned(),
                 };
                 let _ = writeln!(
                     out,
@@ -435,6 +451,9 @@ impl Run {
         }
         if let Some(b) = self.advisory_mode() {
             goals.extend(postgres::uncontended_goals(b));
+        }
+        if let Some(b) = self.backend("Redis") {
+            goals.extend(redis::uncontended_goals(b));
         }
         goals_list(out, &goals);
         self.uncontended_findings(out);
@@ -671,6 +690,9 @@ impl Run {
         if let Some(b) = self.advisory_mode() {
             goals.extend(postgres::advisory_contention_goals(b, workload));
         }
+        if let Some(b) = self.backend("Redis") {
+            goals.extend(redis::contention_goals(b, workload));
+        }
         goals
     }
 
@@ -859,6 +881,9 @@ impl Run {
             self.backend("PostgreSQL"),
             self.advisory_mode(),
         ));
+        if let Some(b) = self.backend("Redis") {
+            text.extend(redis::uncontended_findings(b));
+        }
         findings_list(out, &text);
     }
 

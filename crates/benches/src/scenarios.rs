@@ -22,7 +22,7 @@ use crate::quiet::Quiet;
 use crate::target::{Server, Target};
 use crate::timeline::{Contention, Hold, Line, now_ns, sleep_until_ns};
 use crate::variants::MongoVariants;
-use crate::{peers, pg_peer};
+use crate::{peers, pg_peer, redis_peers};
 
 /// Failures end the run with a message.
 pub(crate) type Outcome<T> = Result<T, String>;
@@ -64,6 +64,13 @@ pub(crate) enum Contender {
     /// sqlx's `PgAdvisoryLock`: `acquire` and `release_now` on one
     /// connection.
     PgAdvisoryLock,
+    /// Redis: `SET NX PX` and an owner-checked delete script, issued
+    /// directly on the backend's key for the name.
+    RedisRawPair,
+    /// `rslock` 0.7.4's `lock` and `unlock`.
+    Rslock,
+    /// `redlock` 2.0.0's `lock` and `unlock`.
+    Redlock,
 }
 
 /// One contender's uncontended cycles.
@@ -142,6 +149,7 @@ impl Uncontended {
     /// calls.
     pub(crate) fn baseline(&self) -> Option<&Side> {
         self.side(Contender::RawRecipe)
+            .or_else(|| self.side(Contender::RedisRawPair))
             .or_else(|| self.side(Contender::EtcdLockRpc))
             .or_else(|| self.side(Contender::BackendCalls))
     }
@@ -156,7 +164,7 @@ pub(crate) const ROUNDS: u32 = 20;
 /// backend's two calls, through the client, and (where there is one)
 /// through the bare recipe and the peers: the Rust peer on MongoDB, etcd's
 /// lock service and (given its binary) `etcdctl lock` on etcd, sqlx's
-/// advisory lock on PostgreSQL. Where the server publishes its counts late
+/// advisory lock on PostgreSQL, the raw pair, rslock and redlock on Redis. Where the server publishes its counts late
 /// (PostgreSQL), rounds this short cannot be counted apart, and none is.
 pub(crate) async fn uncontended(
     target: &Target,
@@ -172,6 +180,20 @@ pub(crate) async fn uncontended(
     }
     if with_peer && matches!(target.server, Server::Mongo { .. }) {
         contenders.push(Contender::MongoPeer);
+    }
+    let redis = match &target.server {
+        Server::Redis(server) if target.scale_out.is_none() => Some(server),
+        _ => None,
+    };
+    if redis.is_some() {
+        contenders.insert(0, Contender::RedisRawPair);
+    }
+    let rslock = match redis {
+        Some(_) if with_peer => Some(redis_peers::rslock_manager(&target.url).await?),
+        _ => None,
+    };
+    if rslock.is_some() {
+        contenders.extend([Contender::Rslock, Contender::Redlock]);
     }
     let variants = MongoVariants::open(target).await?;
     if variants.is_some() {
@@ -279,6 +301,17 @@ pub(crate) async fn uncontended(
                 Contender::PgAdvisoryLock => {
                     let connection = advisory.as_mut().ok_or("no sqlx connection")?;
                     pg_peer::cycles(connection, &name, round).await?
+                }
+                Contender::RedisRawPair => {
+                    let server = redis.ok_or("the raw pair needs a Redis target")?;
+                    server.raw_cycles(&name, round).await?
+                }
+                Contender::Rslock => {
+                    let manager = rslock.as_ref().ok_or("no rslock manager")?;
+                    redis_peers::rslock_cycles(manager, &name, round).await?
+                }
+                Contender::Redlock => {
+                    redis_peers::redlock_cycles(&target.url, &name, round).await?
                 }
             };
             let elapsed = started.elapsed();

@@ -13,6 +13,7 @@ use distlock::mongodb::mongodb::{Client, Database};
 use crate::commands::{Counts, MongoMonitor, memcached_counts, mongo_opcounters};
 use crate::etcd_metrics::EtcdMetrics;
 use crate::pg_stats::PgStats;
+use crate::redis_peers::RedisServer;
 use crate::scale_out::{self, ScaleOut};
 use crate::scenarios::Outcome;
 
@@ -36,6 +37,8 @@ pub(crate) enum Server {
     /// PostgreSQL, counted in transactions by the database's statistics,
     /// which the server publishes late (see [`crate::pg_stats`]).
     Postgres(PgStats),
+    /// Redis, counted by its `INFO commandstats`.
+    Redis(RedisServer),
 }
 
 /// A backend opened for the benchmarks.
@@ -78,6 +81,9 @@ impl Target {
         } else if url.starts_with("memcache://") || url.starts_with("memcached://") {
             let backend = Arc::new(MemcachedBackend::open(url).await.map_err(|e| fail(&e))?);
             (backend.clone(), Server::Memcached(backend))
+        } else if is_redis_url(url) {
+            let server = RedisServer::open(url).await.map_err(|e| fail(&e))?;
+            (server.backend.clone(), Server::Redis(server))
         } else {
             let server = if is_etcd_url(url) {
                 Server::Etcd(EtcdMetrics::for_url(url).map_err(|e| fail(&e))?)
@@ -127,6 +133,7 @@ impl Target {
             Server::Memcached(backend) => memcached_counts(backend).await.map(Some),
             Server::Etcd(Some(metrics)) => Ok(Some(metrics.sample().await?.requests)),
             Server::Postgres(stats) => stats.sample().await.map(Some),
+            Server::Redis(server) => server.counts().await.map(Some),
         }
     }
 
@@ -140,12 +147,12 @@ impl Target {
     }
 
     /// Whether the server itself counts the commands (memcached, etcd,
-    /// PostgreSQL), so that the parent reads them around a run, rather than
-    /// each process counting its own (MongoDB).
+    /// PostgreSQL, Redis), so that the parent reads them around a run,
+    /// rather than each process counting its own (MongoDB).
     pub(crate) fn counted_by_server(&self) -> bool {
         matches!(
             self.server,
-            Server::Memcached(_) | Server::Etcd(_) | Server::Postgres(_)
+            Server::Memcached(_) | Server::Etcd(_) | Server::Postgres(_) | Server::Redis(_)
         )
     }
 
@@ -202,9 +209,16 @@ pub(crate) fn kind_of_url(url: &str) -> &'static str {
         "etcd"
     } else if is_postgres_url(url) {
         "PostgreSQL"
+    } else if is_redis_url(url) {
+        "Redis"
     } else {
         "other"
     }
+}
+
+/// Whether `url` names Redis (`redis://`, or `rediss://` for TLS).
+pub(crate) fn is_redis_url(url: &str) -> bool {
+    url.starts_with("redis://") || url.starts_with("rediss://")
 }
 
 /// Whether `url` names etcd (`etcd://`, or `etcds://` for TLS).

@@ -60,3 +60,13 @@ fn the_short_form_holds_on_postgresql() {
 fn the_short_form_holds_on_postgresql_advisory_mode() {
     short_form("postgresql-advisory");
 }
+
+#[test]
+fn the_short_form_holds_on_redis() {
+    short_form("redis");
+}
+
+#[test]
+fn the_short_form_holds_on_redis_without_persistence() {
+    short_form("redis-volatile");
+}

@@ -9,6 +9,7 @@ mod file;
 mod memcached;
 mod mongodb;
 mod postgres;
+mod redis;
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -26,13 +27,15 @@ pub(crate) use memcached::MEMCACHED;
 pub(crate) type Kind = &'static dyn CampaignBackend;
 
 /// Every backend the campaign runs against, in report order.
-pub(crate) const ALL: [Kind; 6] = [
+pub(crate) const ALL: [Kind; 8] = [
     &file::FILE,
     &mongodb::MONGODB,
     &memcached::MEMCACHED,
     &etcd::ETCD,
     &postgres::POSTGRES,
     &postgres::POSTGRES_ADVISORY,
+    &redis::REDIS,
+    &redis::REDIS_VOLATILE,
 ];
 
 /// The backend called `text` (as `--backend` takes it, in any case): its

@@ -24,9 +24,10 @@ pub(super) const SCENARIO: Scenario = Scenario {
                killed and restarted on the same data every 5 s (short form: 0.5 s). Every kind \
                the backend grants runs: exclusive; reader-writer (processes alternate between \
                writers and readers); a semaphore of 3. Must hold: 0 overlaps among valid \
-               holders, 0 lost updates, 0 token regressions. memcached loses its locks when it \
-               restarts, so its overlaps are reported, not forbidden; the fenced counter must \
-               still lose no update. PostgreSQL's advisory mode loses them too, but each \
+               holders, 0 lost updates, 0 token regressions. memcached, and Redis without \
+               persistence, lose their locks when they restart, so their overlaps are \
+               reported, not forbidden; the fenced counter must still lose no update (Redis \
+               with an append-only file synced on every write keeps them). PostgreSQL's advisory mode loses them too, but each \
                holder's `lost()` fires as its connection ends, before the server is back: its \
                overlaps stay forbidden. A backend without semaphores says so.",
         untimed: false,

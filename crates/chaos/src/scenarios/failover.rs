@@ -25,9 +25,9 @@ pub(super) const SCENARIO: Scenario = Scenario {
                (SIGKILL) and restarted on the same data 10 times (short form: 2, exclusive \
                only), each time within 100 ms of a grant, so that a holder is mid-hold. Every \
                kind the backend grants runs. Must hold: 0 overlaps among valid holders, 0 token \
-               regressions, 0 lost updates, and every restart hit a holding. memcached loses \
-               its locks on restart: its overlaps are reported (allowed), and the fenced \
-               counter must still lose no update. PostgreSQL's advisory mode loses them too, \
+               regressions, 0 lost updates, and every restart hit a holding. memcached, and \
+               Redis without persistence, lose their locks on restart: their overlaps are \
+               reported (allowed), and the fenced counter must still lose no update. PostgreSQL's advisory mode loses them too, \
                but tells: each holding a restart hit must see its `lost()` fire (as the \
                restart ends its connection), and overlaps stay forbidden. A backend without \
                semaphores says so (full form). The file backend has no server, so this does \
@@ -148,7 +148,7 @@ fn failover(
     }
     if overlaps_allowed && verdict.overlaps > 0 {
         detail.push_str(
-            "; overlaps follow restarts that lost the locks (memcached keeps none: reported, \
+            "; overlaps follow restarts that lost the locks (the server keeps none: reported, \
              not forbidden)",
         );
     }

@@ -24,7 +24,8 @@ pub(super) const SCENARIO: Scenario = Scenario {
         title: "Secrets stay out of output",
         what: "A password canary in the backend URL (`mongodb://alice:CANARY-p4ss@…`), against \
                a closed port, the real server with a user that does not exist, and a URL the \
-               driver cannot parse; for memcached, whose protocol has no credentials, a \
+               driver cannot parse (on Redis, which the campaign runs without authentication, \
+               also a password alone: `redis://:CANARY-p4ss@…`); for memcached, whose protocol has no credentials, a \
                `memcache://u:CANARY-p4ss@…` URL; for the file backend, a `file://` URL with \
                user information. Each URL goes to the `distlock` command (`list`, `run`, \
                `release --force`, with `DISTLOCK_LOG=trace` and `RUST_LOG=trace`, by \
