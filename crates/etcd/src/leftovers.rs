@@ -8,15 +8,18 @@
 //! sent and forgotten once etcd answers, and whatever is still noted is
 //! deleted again at the next session renewal. A key whose write lost its
 //! answer, and which its delete did not find, is deleted again a few times
-//! over the next seconds (see [`Leftovers::recheck`]).
+//! over the next seconds (see [`Leftovers::recheck`]), and then looked for
+//! at each renewal for a while longer: a write held up through a leader
+//! election can land later still, and would hold its name for as long as
+//! the session lives.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use etcd_client::KvClient;
+use etcd_client::{GetOptions, KvClient};
 
 /// When a key whose write lost its answer is deleted again, after each
 /// pause: a write held up in the server for longer than their sum is
@@ -28,10 +31,19 @@ const RECHECKS: [Duration; 4] = [
     Duration::from_secs(3),
 ];
 
+/// How long a key whose write lost its answer is looked for at each
+/// renewal after its rechecks found nothing: far longer than any write is
+/// held up in a cluster that elects a leader within seconds.
+const SUSPECT_FOR: Duration = Duration::from_secs(300);
+
 /// The keys to delete again; cheap to clone.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Leftovers {
     keys: Arc<Mutex<HashSet<Vec<u8>>>>,
+    /// Keys whose write lost its answer and that no delete has found yet,
+    /// with when they were given up: looked for (a read, not a write) at
+    /// each renewal, and deleted if they appear, until [`SUSPECT_FOR`].
+    suspects: Arc<Mutex<HashMap<Vec<u8>, Instant>>>,
     /// A retry is under way: renewals do not start another.
     retrying: Arc<AtomicBool>,
 }
@@ -52,7 +64,8 @@ impl Leftovers {
     /// Each key is this client's own (its name ends in a random id), so
     /// it is deleted unconditionally.
     pub(crate) fn retry(&self, kv: &KvClient) {
-        if self.lock().is_empty() || self.retrying.swap(true, Ordering::AcqRel) {
+        let idle = self.lock().is_empty() && self.suspects().is_empty();
+        if idle || self.retrying.swap(true, Ordering::AcqRel) {
             return;
         }
         let (leftovers, kv) = (self.clone(), kv.clone());
@@ -66,8 +79,41 @@ impl Leftovers {
                     }
                 }
             }
+            leftovers.look_for_suspects(&kv).await;
             leftovers.retrying.store(false, Ordering::Release);
         });
+    }
+
+    /// Looks for each suspect key, deletes those that landed, and stops
+    /// looking for those given up longer than [`SUSPECT_FOR`] ago.
+    async fn look_for_suspects(&self, kv: &KvClient) {
+        let suspects: Vec<(Vec<u8>, Instant)> = self
+            .suspects()
+            .iter()
+            .map(|(key, since)| (key.clone(), *since))
+            .collect();
+        for (key, since) in suspects {
+            let found = kv
+                .clone()
+                .get(key.clone(), Some(GetOptions::new().with_keys_only()))
+                .await
+                .map(|response| !response.kvs().is_empty());
+            match found {
+                Ok(true) => {
+                    if kv.clone().delete(key.clone(), None).await.is_ok() {
+                        tracing::debug!("deleted a key whose write landed long after its release");
+                        self.suspects().remove(&key);
+                    }
+                }
+                Ok(false) if since.elapsed() > SUSPECT_FOR => {
+                    self.suspects().remove(&key);
+                }
+                Ok(false) => {}
+                Err(error) => {
+                    tracing::debug!(%error, "looking for a key whose write lost its answer failed");
+                }
+            }
+        }
     }
 
     /// Deletes `key` a few more times over the next seconds, until a
@@ -77,7 +123,7 @@ impl Leftovers {
     /// would then hold its name for as long as the session lives. The key
     /// is this client's own, for an attempt it has given up.
     pub(crate) fn recheck(&self, kv: &KvClient, key: Vec<u8>) {
-        let kv = kv.clone();
+        let (leftovers, kv) = (self.clone(), kv.clone());
         tokio::spawn(async move {
             for pause in RECHECKS {
                 tokio::time::sleep(pause).await;
@@ -92,7 +138,15 @@ impl Leftovers {
                     }
                 }
             }
+            // Not found yet: looked for at each renewal from now on.
+            leftovers.suspects().insert(key, Instant::now());
         });
+    }
+
+    fn suspects(&self) -> std::sync::MutexGuard<'_, HashMap<Vec<u8>, Instant>> {
+        self.suspects
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<Vec<u8>>> {
