@@ -37,7 +37,7 @@
 //! Linux's. On macOS and the BSDs waiters poll instead, with the client's
 //! backoff (between 5 ms and 500 ms by default): a release reaches a waiter
 //! at its next retry rather than at once, and
-//! [`Backend::wakeups`](distlock_core::Backend::wakeups) is `None`. Setting the environment
+//! [`Backend::wakeups`] is `None`. Setting the environment
 //! variable `DISTLOCK_PORTABLE=1` makes a process on Linux poll the same
 //! way, which is how the tests run that path. `docs/platforms.md` says what
 //! is tested where.

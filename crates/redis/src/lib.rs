@@ -81,7 +81,7 @@
 //! - **Wake-ups.** Each release (and a forced release, and a writer that
 //!   stops waiting) publishes on the name's channel. One subscriber
 //!   connection per backend subscribes to the channels of the names this
-//!   process waits for. While it is down, [`watch_releases`] answers
+//!   process waits for. While it is down, [`Wakeups::watch`] answers
 //!   `None`, waits poll at least once a second, and every waiter is woken
 //!   once when it goes down and when it is back.
 //! - **`list`** walks the prefix with `SCAN` (never `KEYS`) and reads each
@@ -120,7 +120,7 @@
 //! [`Error::InvalidConfig`]: distlock_core::Error::InvalidConfig
 //! [`Error::Unsupported`]: distlock_core::Error::Unsupported
 //! [`Error::KindConflict`]: distlock_core::Error::KindConflict
-//! [`watch_releases`]: distlock_core::Backend::watch_releases
+//! [`Wakeups::watch`]: distlock_core::Wakeups::watch
 //! [`Capabilities::bounds_calls`]: distlock_core::Capabilities::bounds_calls
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
