@@ -425,6 +425,10 @@ mod tests {
             tokio::spawn(async move {
                 while !done.load(std::sync::atomic::Ordering::Relaxed) {
                     backend.list().await.unwrap();
+                    // A list of free gates never awaits: without a yield
+                    // this loop would hold its worker for good, and the
+                    // runtime's timers and the other tasks with it.
+                    tokio::task::yield_now().await;
                 }
             })
         };
