@@ -49,8 +49,8 @@ pub use acquire::AcquireOptions;
 /// The attribute backends put on their [`Backend`] impl.
 pub use async_trait::async_trait;
 pub use backend::{
-    AcquireRequest, Attempt, Backend, Capabilities, HandOver, HandOvers, Holder, Lease, LeaseId,
-    LockInfo, ServerInfo, Session, Wakeups,
+    AcquireRequest, Attempt, Backend, Capabilities, Feature, FeatureState, HandOver, HandOvers,
+    Holder, Lease, LeaseId, LockInfo, ServerInfo, Session, Wakeups,
 };
 pub use builder::LockClientBuilder;
 pub use claim::{Claim, LockKind, MAX_PERMITS, Permits};

@@ -156,8 +156,8 @@ pub use distlock_core::urls::redact;
 pub mod backend {
     pub use distlock_core::async_trait;
     pub use distlock_core::backend::{
-        AcquireRequest, Attempt, Backend, Capabilities, HandOver, HandOvers, Holder, Lease,
-        LeaseId, ServerInfo, Session, Wakeups,
+        AcquireRequest, Attempt, Backend, Capabilities, Feature, FeatureState, HandOver, HandOvers,
+        Holder, Lease, LeaseId, ServerInfo, Session, Wakeups,
     };
     pub use distlock_core::platform;
     // URL reading, written once (`redact` is at the crate's root).

@@ -13,6 +13,7 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, Value};
 
 use crate::config::RedisConfig;
+use crate::deployment;
 use crate::error::{copy, from_redis, timed_out, unexpected};
 use crate::keys::{KeySpace, NameKeys, Record, Stored};
 use crate::scripts::SCRIPTS;
@@ -361,9 +362,10 @@ impl Backend for RedisBackend {
                 .query_async(&mut connection)
                 .await?;
             let time: (u64, u64) = redis::cmd("TIME").query_async(&mut connection).await?;
-            Ok::<_, redis::RedisError>((info, time))
+            let features = deployment::features(&mut connection).await;
+            Ok::<_, redis::RedisError>((info, time, features))
         };
-        let (info, (seconds, micros)) = tokio::time::timeout(INFO_TIMEOUT, ask)
+        let (info, (seconds, micros), features) = tokio::time::timeout(INFO_TIMEOUT, ask)
             .await
             .map_err(|_| timed_out("server info", INFO_TIMEOUT))?
             .map_err(|e| from_redis("asking the server for its version and time", e))?;
@@ -373,7 +375,10 @@ impl Backend for RedisBackend {
             .map(|version| format!("Redis {}", version.trim()));
         let clock =
             std::time::UNIX_EPOCH + Duration::from_secs(seconds) + Duration::from_micros(micros);
-        Ok(ServerInfo::new(version, Some(clock)))
+        Ok(features.into_iter().fold(
+            ServerInfo::new(version, Some(clock)),
+            ServerInfo::with_feature,
+        ))
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -127,6 +127,7 @@
 
 mod backend;
 mod config;
+mod deployment;
 mod error;
 mod keys;
 mod scripts;
