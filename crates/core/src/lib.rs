@@ -37,6 +37,7 @@ pub mod metrics;
 mod name;
 mod options;
 pub mod platform;
+mod set;
 mod slots;
 mod state;
 #[cfg(feature = "test-util")]
@@ -61,6 +62,7 @@ pub use lease::{LossReason, LossReporter, LostSignal};
 pub use memory::MemoryBackend;
 pub use name::{IntoLockName, LockName, MAX_NAME_LEN};
 pub use options::{LockOptions, LockOptionsBuilder};
+pub use set::{IntoLockClaim, LockSet};
 pub use state::{GrantState, Payload, WaitState};
 pub use wake::{ReleaseHub, ReleaseWatch};
 
