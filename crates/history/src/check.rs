@@ -128,7 +128,7 @@ pub fn check_within(history: &History, max_moves: u64) -> Report {
         };
         match search(&timed, initial, max_moves) {
             Found::Linearizable => {}
-            Found::GaveUp => report.undecided.push(subject),
+            Found::GaveUp | Found::Deepest(..) => report.undecided.push(subject),
             Found::Violation(failure) => {
                 report
                     .violations

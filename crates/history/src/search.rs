@@ -30,6 +30,9 @@ pub(crate) enum Found {
     Violation(Failure),
     /// It made `budget` moves without an answer.
     GaveUp,
+    /// No order fits; it got deepest with this many operations placed,
+    /// when this one returned unplaced.
+    Deepest(usize, usize),
 }
 
 /// The deepest the search got before it ran out of choices.
@@ -48,7 +51,18 @@ const NONE: usize = usize::MAX;
 /// Looks for a linearization of `ops` from `initial`, making at most
 /// `budget` moves.
 pub(crate) fn search(ops: &[Timed], initial: State, budget: u64) -> Found {
-    Search::new(ops).run(initial, budget)
+    match Search::new(ops).run(initial, budget, None) {
+        // The first run notes only where it got deepest (copying the order
+        // at every new depth would cost time quadratic in the length); the
+        // search is deterministic, so a second run stops there.
+        Found::Deepest(depth, blocked) => {
+            match Search::new(ops).run(initial, budget, Some((depth, blocked))) {
+                Found::Violation(failure) => Found::Violation(failure),
+                _ => Found::GaveUp,
+            }
+        }
+        found => found,
+    }
 }
 
 /// An invocation or a return, by its node: node `1 + 2i` is operation
@@ -115,10 +129,13 @@ impl<'a> Search<'a> {
         }
     }
 
-    fn run(mut self, initial: State, budget: u64) -> Found {
+    /// Searches; with `capture`, stops at the first dead end with that
+    /// many operations placed and that one returned unplaced, and tells
+    /// the order that led there.
+    fn run(mut self, initial: State, budget: u64, capture: Option<(usize, usize)>) -> Found {
         let mut state = initial;
         let mut stack: Vec<Frame> = Vec::new();
-        let mut deepest: Option<Failure> = None;
+        let mut deepest: Option<(usize, usize)> = None;
         let mut node = self.next[HEAD];
         let mut moves = 0;
         while self.next[HEAD] != NONE {
@@ -143,15 +160,15 @@ impl<'a> Search<'a> {
                 continue;
             }
             // `op` returned, unplaced: the order so far cannot go on.
-            if deepest
-                .as_ref()
-                .is_none_or(|failure| stack.len() > failure.order.len())
-            {
-                deepest = Some(self.failure(&stack, state, op));
+            if capture == Some((stack.len(), op)) {
+                return Found::Violation(self.failure(&stack, state, op));
+            }
+            if deepest.is_none_or(|(depth, _)| stack.len() > depth) {
+                deepest = Some((stack.len(), op));
             }
             let Some(frame) = stack.pop() else {
                 return match deepest {
-                    Some(failure) => Found::Violation(failure),
+                    Some((depth, blocked)) => Found::Deepest(depth, blocked),
                     None => Found::GaveUp,
                 };
             };
