@@ -29,6 +29,7 @@ use crate::servers::Server;
 mod backends;
 mod clock;
 mod fenced;
+mod history;
 mod judge;
 mod report;
 mod scenarios;
