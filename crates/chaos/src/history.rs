@@ -9,6 +9,7 @@ use std::collections::HashMap;
 
 use distlock_history::{Acquired, Call, Done, History, Op, Read, Report};
 
+use crate::Outcome;
 use crate::fenced::{Entry, Op as FencedOp};
 use crate::worker::{ClaimSpec, Event, Release};
 
@@ -18,30 +19,29 @@ const LOCK: &str = "lock";
 const COUNTER: &str = "counter";
 
 /// The history of a run, or `None` when the run is not exclusive.
-pub(crate) fn of_run(events: &[Event], log: &[Entry]) -> Option<History> {
+///
+/// # Errors
+/// An operation the records make is malformed (it answered before it was
+/// asked, on a clock that went back): the run cannot be checked.
+pub(crate) fn of_run(events: &[Event], log: &[Entry]) -> Outcome<Option<History>> {
     let exclusive = events.iter().all(|event| match event {
         Event::Acquired { claim, .. } => *claim == ClaimSpec::Exclusive,
         _ => true,
     }) && log.iter().all(|entry| entry.op != FencedOp::SharedRead);
     if !exclusive {
-        return None;
+        return Ok(None);
     }
     let mut ops = lock_ops(events);
     ops.extend(log.iter().map(fenced_op));
-    let mut history = History::new();
-    for op in ops {
-        // Every operation built here is well formed: a refusal would be a
-        // bug of this module, so it is dropped rather than trusted.
-        if let Err(error) = history.push(op) {
-            tracing::warn!("a run's history left out an operation: {error}");
-        }
-    }
-    Some(history)
+    Ok(Some(History::from_ops(ops)?))
 }
 
 /// Checks the history of a run: `None` when the run is not exclusive.
-pub(crate) fn check(events: &[Event], log: &[Entry]) -> Option<Report> {
-    of_run(events, log).map(|history| distlock_history::check(&history))
+///
+/// # Errors
+/// As [`of_run`].
+pub(crate) fn check(events: &[Event], log: &[Entry]) -> Outcome<Option<Report>> {
+    Ok(of_run(events, log)?.map(|history| distlock_history::check(&history)))
 }
 
 /// The acquires, releases and losses in the holders' records.
@@ -232,7 +232,7 @@ mod tests {
             entry(FencedOp::Read, 2, true, 1, 80),
             entry(FencedOp::Write, 2, true, 2, 90),
         ];
-        let report = check(&events, &log).expect("an exclusive run");
+        let report = check(&events, &log).unwrap().expect("an exclusive run");
         assert!(report.passed(), "{report}");
         assert_eq!((report.checked, report.operations), (2, 8));
     }
@@ -243,7 +243,7 @@ mod tests {
         events.extend(cycle(0, 1, 0));
         events.extend(cycle(1, 2, 20));
         events.push(ended(1, 40, Release::Released, 50));
-        let report = check(&events, &[]).expect("an exclusive run");
+        let report = check(&events, &[]).unwrap().expect("an exclusive run");
         assert_eq!(report.violations.len(), 1, "{report}");
     }
 
@@ -253,7 +253,7 @@ mod tests {
             entry(FencedOp::Write, 1, true, 1, 10),
             entry(FencedOp::Read, 2, true, 5, 20),
         ];
-        let report = check(&[], &log).expect("an exclusive run");
+        let report = check(&[], &log).unwrap().expect("an exclusive run");
         assert_eq!(report.violations.len(), 1, "{report}");
     }
 
@@ -264,15 +264,24 @@ mod tests {
             task: 0,
             at_ns: 5,
         }];
-        let history = of_run(&events, &[]).expect("an exclusive run");
+        let history = of_run(&events, &[]).unwrap().expect("an exclusive run");
         assert_eq!(history.len(), 1);
         assert!(history.ops()[0].is_unknown());
         assert_eq!(history.ops()[0].complete_ns, None);
     }
 
     #[test]
+    fn a_release_recorded_as_answered_before_it_was_made_cannot_be_checked() {
+        let mut events = Vec::new();
+        events.extend(cycle(0, 1, 0));
+        events.push(ended(1, 40, Release::Released, 30));
+        let error = of_run(&events, &[]).unwrap_err().to_string();
+        assert!(error.contains("before its invocation"), "{error}");
+    }
+
+    #[test]
     fn a_run_with_readers_makes_no_history() {
         let log = [entry(FencedOp::SharedRead, 1, true, 0, 10)];
-        assert!(of_run(&[], &log).is_none());
+        assert!(of_run(&[], &log).unwrap().is_none());
     }
 }

@@ -134,7 +134,8 @@ pub(crate) fn holdings(events: &[Event]) -> Vec<Holding> {
 /// fenced counter.
 ///
 /// # Errors
-/// The counter's state or log cannot be read.
+/// The counter's state or log cannot be read, or the run's records make a
+/// malformed history.
 pub(crate) fn judge(events: &[Event], store: &FencedStore) -> Outcome<Verdict> {
     let holdings = holdings(events);
     let state = store.state()?;
@@ -144,7 +145,7 @@ pub(crate) fn judge(events: &[Event], store: &FencedStore) -> Outcome<Verdict> {
         .filter(|entry| entry.op == Op::Write && entry.accepted)
         .count() as u64;
     let (overlaps, most_at_once) = overlaps(&holdings);
-    let history = crate::history::check(events, &log);
+    let history = crate::history::check(events, &log)?;
     Ok(Verdict {
         acquisitions: holdings.len(),
         overlaps,
