@@ -48,6 +48,10 @@ pub struct Violation {
     pub reason: String,
 }
 
+/// The most operations of a violation's context its text shows: the
+/// latest, nearest the one that has no place.
+const SHOWN: usize = 12;
+
 impl fmt::Display for Violation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
@@ -59,7 +63,15 @@ impl fmt::Display for Violation {
             writeln!(f, "  It cannot start with:")?;
         } else {
             writeln!(f, "  After these, in the longest order that fits:")?;
-            for op in &self.context {
+            let shown = self.context.len().min(SHOWN);
+            if shown < self.context.len() {
+                writeln!(
+                    f,
+                    "    ({} earlier ones left out)",
+                    self.context.len() - shown
+                )?;
+            }
+            for op in &self.context[self.context.len() - shown..] {
                 writeln!(f, "    {op}")?;
             }
             writeln!(f, "  this one has no place:")?;

@@ -88,7 +88,9 @@
 //!
 //! The search is Wing and Gong's, with Lowe's memoization: a cache of every
 //! (set of linearized operations, state) reached, so that no configuration
-//! is explored twice. Its cost grows with how many operations overlap in
+//! is explored twice, and it drops at once any configuration from which an
+//! operation still to place never can be (its token is below one already
+//! taken effect). Its cost grows with how many operations overlap in
 //! time, not with the history's length; operations that never answered
 //! overlap every later one, so many of them on one object make it slow.
 //! [`check_within`] bounds the moves, and reports an object it could not

@@ -31,6 +31,18 @@ pub(crate) enum Step {
 }
 
 impl Step {
+    /// The token of a step that must take effect and needs its token at
+    /// least as high as the state's [`State::floor`]: a grant, an accepted
+    /// write or fenced read.
+    pub(crate) fn needed_token(self) -> Option<u64> {
+        match self {
+            Step::Grant(token) | Step::Write { token, .. } | Step::FencedRead { token, .. } => {
+                Some(token)
+            }
+            _ => None,
+        }
+    }
+
     /// The step of `op`, if it constrains anything.
     pub(crate) fn of(op: &Op) -> Option<Step> {
         match op.call {
@@ -113,6 +125,16 @@ impl State {
         State::Register {
             highest: None,
             value: INITIAL_VALUE,
+        }
+    }
+
+    /// The lowest token a step that [needs one](Step::needed_token) may
+    /// still have. It never falls as steps are taken, so a step needing a
+    /// lower one can never take effect again.
+    pub(crate) fn floor(self) -> u64 {
+        match self {
+            State::Lock { last, .. } => last.map_or(0, |last| last.saturating_add(1)),
+            State::Register { highest, .. } => highest.unwrap_or(0),
         }
     }
 

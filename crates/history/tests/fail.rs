@@ -288,3 +288,18 @@ fn a_search_that_runs_out_of_moves_is_undecided_not_passed() {
     assert!(!report.passed());
     assert_eq!(report.undecided, [ledger()], "{report}");
 }
+
+#[test]
+fn a_long_context_shows_its_latest_operations() {
+    // Twenty overlapping writes, all accepted, then a read of the first.
+    let mut ops: Vec<_> = (1..=20)
+        .map(|token| write(token, 0, 10, LEDGER, token, token, Done::Ok))
+        .collect();
+    ops.push(read(99, 20, 30, LEDGER, None, Read::Value(1)));
+    let found = violation(&history(ops), ledger());
+    assert_eq!(found.context.len(), 20, "{found}");
+    let text = found.to_string();
+    assert!(text.contains("(8 earlier ones left out)"), "{text}");
+    assert!(text.contains("write 20 to"), "{text}");
+    assert!(!text.contains("write 8 to"), "{text}");
+}

@@ -272,3 +272,33 @@ fn a_stale_write_accepted_at_the_end_of_a_legal_history_fails() {
     }
     assert!(flagged > 50, "only {flagged} seeds had an answered write");
 }
+
+#[test]
+fn a_release_of_a_superseded_lease_at_the_end_of_a_legal_history_fails() {
+    use distlock_history::{Acquired, Call};
+    let mut flagged = 0;
+    for seed in 0..100 {
+        let mut run = legal(seed, 120, 50, 200);
+        // Tokens granted on lock "a" with an answer, lowest first.
+        let mut tokens: Vec<u64> = (run.history.ops().iter())
+            .filter_map(|op| match &op.call {
+                Call::Acquire {
+                    name,
+                    outcome: Acquired::Granted { token },
+                } if name == NAMES[0] => Some(*token),
+                _ => None,
+            })
+            .collect();
+        tokens.sort_unstable();
+        let [.., superseded, _] = tokens[..] else {
+            continue;
+        };
+        let late = release(99, run.end, run.end + 10, NAMES[0], superseded, Done::Ok);
+        run.history.push(late.clone()).unwrap();
+        let report = check(&run.history);
+        assert_eq!(report.violations.len(), 1, "seed {seed}: {report}");
+        assert_eq!(report.violations[0].blocked, late, "seed {seed}: {report}");
+        flagged += 1;
+    }
+    assert!(flagged > 50, "only {flagged} seeds granted twice");
+}
