@@ -57,15 +57,20 @@ pub(crate) struct ScenarioInfo {
 
 /// Whether `row` held, as the run judges it: in full, or in the short form
 /// (which runs few times on a busy machine, so it judges only what does not
-/// depend on timing).
+/// depend on timing). A history that fails the linearizability check fails
+/// the row either way: scenarios decide `passed` without it.
 pub(crate) fn held(row: &Row, scenarios: &[ScenarioInfo], short: bool) -> bool {
     let untimed = scenarios
         .iter()
         .any(|info| info.id == row.scenario && info.untimed);
+    let linearizable = row
+        .verdict
+        .as_ref()
+        .is_none_or(|verdict| verdict.history_violations == 0);
     if short && !untimed {
         row.safe()
     } else {
-        row.passed
+        row.passed && linearizable
     }
 }
 
@@ -180,4 +185,39 @@ pub(crate) fn markdown(run: &RunInfo, scenarios: &[ScenarioInfo], rows: &[Row]) 
         out.push('\n');
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(passed: bool, history_violations: usize) -> Row {
+        Row {
+            scenario: "R1",
+            backend: "file",
+            kind: "exclusive".into(),
+            verdict: Some(Verdict {
+                histories_checked: 1,
+                history_violations,
+                ..Verdict::default()
+            }),
+            detail: String::new(),
+            passed,
+            overlaps_allowed: false,
+        }
+    }
+
+    #[test]
+    fn a_history_violation_fails_the_row_in_full_and_in_the_short_form() {
+        let scenarios = [ScenarioInfo {
+            id: "R1",
+            title: "",
+            what: "",
+            untimed: false,
+        }];
+        for short in [false, true] {
+            assert!(held(&row(true, 0), &scenarios, short));
+            assert!(!held(&row(true, 1), &scenarios, short), "short: {short}");
+        }
+    }
 }
