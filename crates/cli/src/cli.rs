@@ -120,7 +120,9 @@ pub(crate) struct BackendArg {
 /// `distlock run`.
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
-    /// The lock to hold while CMD runs.
+    /// The lock to hold while CMD runs. To hold several, name them all and
+    /// put `--` before CMD: `distlock run A B C -- CMD`. They are taken in
+    /// one canonical order, all or none, and released together.
     pub(crate) name: String,
     #[command(flatten)]
     pub(crate) backend: BackendArg,
@@ -162,6 +164,10 @@ pub(crate) struct RunArgs {
     /// with `-`; every argument after it is the command's.
     #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     pub(crate) command: Vec<OsString>,
+    /// Whether the parser took a `--` right before CMD (`run A -- CMD`),
+    /// so that every later `--` is CMD's; set from the raw arguments.
+    #[arg(skip)]
+    pub(crate) dashes_before_command: bool,
 }
 
 /// `distlock list`.

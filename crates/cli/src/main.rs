@@ -40,6 +40,7 @@ mod demo;
 mod docs;
 mod exec;
 mod exit;
+mod held;
 mod list;
 mod open;
 mod platform;
@@ -64,10 +65,16 @@ const LOSS_SAID_ONCE: &str = "distlock_core::lease=error";
 
 fn main() -> ExitCode {
     let argv: Vec<OsString> = std::env::args_os().collect();
-    let cli = match Cli::try_parse_from(&argv) {
+    let mut cli = match Cli::try_parse_from(&argv) {
         Ok(cli) => cli,
         Err(error) => return ExitCode::from(parse_failure(&error, &argv)),
     };
+    if let Command::Run(args) = &mut cli.command {
+        // CMD is the tail of the arguments: what stands right before it
+        // tells whether the parser took a `--` there.
+        let before = argv.len().checked_sub(args.command.len() + 1);
+        args.dashes_before_command = before.is_some_and(|index| argv[index] == "--");
+    }
     let code = match cli.command {
         // The trampoline only becomes CMD: no runtime, no logging.
         Command::Exec(args) => exec::exec(args),

@@ -12,9 +12,7 @@ use std::future::Future;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use distlock::{
-    AcquireOptions, Claim, LockClient, LockGuard, LockName, LockOptions, LossReason, LostSignal,
-};
+use distlock::{AcquireOptions, Claim, LockClient, LockName, LockOptions, LockSet, LossReason};
 use rustix::fs::{Mode, OFlags};
 use rustix::process::{Pid, Signal, getpgid, kill_process};
 use tokio::process::{Child, Command};
@@ -23,6 +21,7 @@ use tokio::sync::oneshot;
 
 use crate::cli::RunArgs;
 use crate::exit::{self, Failure, LOST, NOT_ACQUIRED, UNAVAILABLE};
+use crate::held::{self, AnyLost, Held};
 use crate::open;
 use crate::text;
 use crate::tree::{self, Tree};
@@ -30,13 +29,32 @@ use crate::waiting::WaitingLine;
 
 /// Runs `distlock run`; returns the exit code.
 pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
-    let name = LockName::new(&args.name)?;
-    if name.as_str().contains('\0') {
+    let (names, command) =
+        held::names_and_command(&args.name, &args.command, args.dashes_before_command)
+            .map_err(Failure::usage)?;
+    let names = names
+        .iter()
+        .map(LockName::new)
+        .collect::<distlock::Result<Vec<_>>>()?;
+    if let [name] = names.as_slice()
+        && name.as_str().contains('\0')
+    {
         return Err(Failure::usage(format!(
             "the lock name {name} has a NUL byte, which cannot be passed to CMD in DISTLOCK_NAME"
         )));
     }
-    let program = text::program(&args.command);
+    // "lock a", or "locks a, b", for messages.
+    let shown = match names.as_slice() {
+        [one] => format!("lock {one}"),
+        many => format!(
+            "locks {}",
+            many.iter()
+                .map(LockName::as_str)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    let program = text::program(&command);
     let mut options = LockOptions::builder().label(format!("distlock run {program}"));
     if let Some(lease) = args.lease {
         options = options.lease(lease);
@@ -62,25 +80,25 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
         (false, Some(limit)) => Claim::Permit { limit },
         (false, None) => Claim::Exclusive,
     };
-    tracing::debug!(name = %name, ?claim, "taking the lock");
+    tracing::debug!(names = %shown, ?claim, "taking the lock");
     // A first signal cancels the wait, which then ends holding nothing: an
     // attempt in flight is answered and a grant it brings released, since
     // nothing in the background outlives distlock. A second signal leaves
     // at once.
     let (cancel, cancelled) = oneshot::channel::<()>();
     let mut cancel = Some(cancel);
-    let acquiring = acquire(&client, &name, claim, wait, &program, async {
+    let acquiring = acquire(&client, &names, claim, wait, &program, async {
         let _ = cancelled.await;
     });
     tokio::pin!(acquiring);
-    let waiting = WaitingLine::start(&client, &name, args.quiet);
+    let waiting = WaitingLine::start(&client, &names, args.quiet);
     let mut interrupted = None;
     let acquired = loop {
         tokio::select! {
             acquired = &mut acquiring => break acquired,
             signal = signals.recv() => {
                 if interrupted.is_some() {
-                    return Err(interrupted_waiting(signal, &name, &program));
+                    return Err(interrupted_waiting(signal, &shown, &program));
                 }
                 tracing::debug!(signal = signal.as_raw(), "cancelling the wait");
                 interrupted = Some(signal);
@@ -92,27 +110,47 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
     };
     drop(waiting);
     if let Some(signal) = interrupted {
-        if let Ok(Some(guard)) = acquired {
+        if let Ok(Taken::Held(held)) = acquired {
             // Granted as the signal came: not ours to use any more.
-            let _ = guard.release().await;
+            let _ = held.release().await;
         }
-        return Err(interrupted_waiting(signal, &name, &program));
+        return Err(interrupted_waiting(signal, &shown, &program));
     }
-    let Some(guard) = acquired? else {
-        let waited = match asked {
-            Wait::AtMost(limit) => format!(" after waiting {}", humantime::format_duration(limit)),
-            Wait::Once | Wait::Forever => String::new(),
-        };
-        return Err(Failure::new(
-            args.conflict_exit_code.unwrap_or(NOT_ACQUIRED),
-            format!("lock {name} is held elsewhere{waited}; did not run {program}"),
-        ));
+    let held = match acquired? {
+        Taken::Held(held) => held,
+        Taken::Busy(busy) => {
+            let waited = match asked {
+                Wait::AtMost(limit) => {
+                    format!(" after waiting {}", humantime::format_duration(limit))
+                }
+                Wait::Once | Wait::Forever => String::new(),
+            };
+            let of_set = if names.len() > 1 {
+                format!(" (of {shown}; none is held now)")
+            } else {
+                String::new()
+            };
+            return Err(Failure::new(
+                args.conflict_exit_code.unwrap_or(NOT_ACQUIRED),
+                format!("lock {busy}{of_set} is held elsewhere{waited}; did not run {program}"),
+            ));
+        }
     };
-    tracing::debug!(name = %name, fencing_token = guard.fencing_token(), "acquired; starting the command");
+    tracing::debug!(names = %held.names(), "acquired; starting the command");
 
-    let ended = supervise(&guard, &args.command, args.kill_grace, &mut signals).await;
-    let released = guard.release().await;
-    conclude(&name, &program, args.kill_grace, ended, released)
+    let ended = supervise(&held, &command, args.kill_grace, &mut signals).await;
+    let lost_one = held.lost_one().cloned();
+    let released = held.release().await;
+    conclude(&shown, lost_one, &program, args.kill_grace, ended, released)
+}
+
+/// What waiting for the locks came to, short of a failure.
+enum Taken {
+    /// Every lock is held.
+    Held(Held),
+    /// This lock was held elsewhere until the wait ended or was cancelled,
+    /// and nothing is held.
+    Busy(String),
 }
 
 /// How long to wait for the lock.
@@ -144,17 +182,18 @@ impl Wait {
     }
 }
 
-/// Takes the lock; `None` when it is held elsewhere and waiting ran out,
-/// or the wait was cancelled. A wait that ran out while the backend kept
-/// failing is the backend's unavailability (exit 69), and says why.
+/// Takes the lock, or every lock of several, all or nothing; `Busy` when
+/// one is held elsewhere and waiting ran out, or the wait was cancelled. A
+/// wait that ran out while the backend kept failing is the backend's
+/// unavailability (exit 69), and says why.
 async fn acquire(
     client: &LockClient,
-    name: &LockName,
+    names: &[LockName],
     claim: Claim,
     wait: Wait,
     program: &str,
     cancel: impl Future<Output = ()> + Send,
-) -> Result<Option<LockGuard>, Failure> {
+) -> Result<Taken, Failure> {
     let options = AcquireOptions::new().claim(claim).cancel_on(cancel);
     let options = match wait {
         // A zero timeout tries exactly once.
@@ -162,9 +201,20 @@ async fn acquire(
         Wait::AtMost(timeout) => options.timeout(timeout),
         Wait::Forever => options,
     };
-    match client.acquire_with(name, options).await {
-        Ok(guard) => Ok(Some(guard)),
+    let taken = match names {
+        [name] => client
+            .acquire_with(name, options)
+            .await
+            .map(|guard| vec![guard]),
+        several => client
+            .acquire_all(several, options)
+            .await
+            .map(LockSet::into_guards),
+    };
+    match taken {
+        Ok(guards) => Ok(Taken::Held(Held::new(guards))),
         Err(distlock::Error::Timeout {
+            name,
             last_error: Some(error),
             ..
         }) => Err(Failure::new(
@@ -173,15 +223,17 @@ async fn acquire(
                 "could not take lock {name}, as the backend kept failing ({error}); did not run {program}"
             ),
         )),
-        Err(distlock::Error::Timeout { .. } | distlock::Error::Cancelled { .. }) => Ok(None),
+        Err(distlock::Error::Timeout { name, .. } | distlock::Error::Cancelled { name, .. }) => {
+            Ok(Taken::Busy(name))
+        }
         Err(error) => Err(error.into()),
     }
 }
 
-fn interrupted_waiting(signal: Signal, name: &LockName, program: &str) -> Failure {
+fn interrupted_waiting(signal: Signal, names: &str, program: &str) -> Failure {
     Failure::new(
         exit::signal_code(signal.as_raw()),
-        format!("interrupted while waiting for lock {name}; did not run {program}"),
+        format!("interrupted while waiting for {names}; did not run {program}"),
     )
 }
 
@@ -191,6 +243,8 @@ enum Ended {
     Exited(ExitStatus),
     /// The lock was lost and CMD was stopped.
     Lost {
+        /// The lock lost first.
+        name: LockName,
         reason: LossReason,
         /// Whether CMD needed SIGKILL after the grace period.
         killed: bool,
@@ -200,14 +254,14 @@ enum Ended {
 /// Starts CMD and waits for it, and then for what it left running, passing
 /// signals on and stopping all of it if the lock is lost.
 async fn supervise(
-    guard: &LockGuard,
+    held: &Held,
     command: &[OsString],
     grace: Duration,
     signals: &mut Signals,
 ) -> Result<Ended, Failure> {
     let tree = Tree::start();
-    let mut child = spawn(guard, command)?;
-    let lost = guard.lost_signal();
+    let mut child = spawn(held, command)?;
+    let lost = held.lost_signal();
     let status = loop {
         tokio::select! {
             status = child.wait() => {
@@ -223,16 +277,21 @@ async fn supervise(
                     send(&child, signal);
                 }
             }
-            reason = lost.lost() => {
+            (name, reason) = lost.lost() => {
+                let name = name.clone();
                 let killed = stop(tree, Some(&mut child), grace).await?;
-                return Ok(Ended::Lost { reason, killed });
+                return Ok(Ended::Lost { name, reason, killed });
             }
         }
     };
     Ok(
         match wait_for_leftovers(tree, &lost, grace, signals).await? {
             None => Ended::Exited(status),
-            Some((reason, killed)) => Ended::Lost { reason, killed },
+            Some((name, reason, killed)) => Ended::Lost {
+                name,
+                reason,
+                killed,
+            },
         },
     )
 }
@@ -245,10 +304,10 @@ const LEFTOVER_POLL: Duration = Duration::from_millis(50);
 /// then returns the reason and whether SIGKILL was needed.
 async fn wait_for_leftovers(
     tree: Tree,
-    lost: &LostSignal,
+    lost: &AnyLost,
     grace: Duration,
     signals: &mut Signals,
-) -> Result<Option<(LossReason, bool)>, Failure> {
+) -> Result<Option<(LockName, LossReason, bool)>, Failure> {
     let mut told = false;
     loop {
         let running = tree.reap_adopted();
@@ -268,18 +327,19 @@ async fn wait_for_leftovers(
                 tracing::debug!(signal = signal.as_raw(), "passing a signal on to what CMD left running");
                 tree::signal(&tree.all(None), signal);
             }
-            reason = lost.lost() => {
+            (name, reason) = lost.lost() => {
+                let name = name.clone();
                 let killed = stop(tree, None, grace).await?;
-                return Ok(Some((reason, killed)));
+                return Ok(Some((name, reason, killed)));
             }
         }
     }
 }
 
-/// Starts CMD through the `__exec` trampoline, with the lock's name and
-/// fencing token in its environment. Must run on the main thread: the
+/// Starts CMD through the `__exec` trampoline, with the locks' names and
+/// fencing tokens in its environment. Must run on the main thread: the
 /// parent-death signal follows the thread that spawned the child.
-fn spawn(guard: &LockGuard, command: &[OsString]) -> Result<Child, Failure> {
+fn spawn(held: &Held, command: &[OsString]) -> Result<Child, Failure> {
     let exe = std::env::current_exe().map_err(|error| {
         Failure::runtime(format!("cannot find distlock's own executable: {error}"))
     })?;
@@ -289,8 +349,7 @@ fn spawn(guard: &LockGuard, command: &[OsString]) -> Result<Child, Failure> {
         .arg(std::process::id().to_string())
         .arg("--")
         .args(command)
-        .env("DISTLOCK_NAME", guard.name().as_str())
-        .env("DISTLOCK_FENCING_TOKEN", guard.fencing_token().to_string())
+        .envs(held.environment())
         // Should distlock fail while CMD runs, CMD must not outlive it.
         .kill_on_drop(true)
         .spawn()
@@ -380,14 +439,19 @@ fn send(child: &Child, signal: Signal) {
 
 /// The exit code and message once CMD ended and the release was tried.
 fn conclude(
-    name: &LockName,
+    names: &str,
+    lost_one: Option<LockName>,
     program: &str,
     grace: Duration,
     ended: Result<Ended, Failure>,
     released: distlock::Result<bool>,
 ) -> Result<u8, Failure> {
     match ended? {
-        Ended::Lost { reason, killed } => {
+        Ended::Lost {
+            name,
+            reason,
+            killed,
+        } => {
             let how = if killed {
                 format!(
                     "SIGTERM, then SIGKILL after {}",
@@ -410,13 +474,14 @@ fn conclude(
             Ok(false) => Err(Failure::new(
                 LOST,
                 format!(
-                    "lost the lock {name} before {program} finished ({program} exited with code {})",
+                    "lost the {} before {program} finished ({program} exited with code {})",
+                    lost_one.map_or_else(|| names.to_owned(), |name| format!("lock {name}")),
                     exit::code_of(status)
                 ),
             )),
             Err(error) => {
                 text::say(&format!(
-                    "warning: could not release lock {name}: {error}; it ends when its lease runs out"
+                    "warning: could not release {names}: {error}; what was not released ends when its lease runs out"
                 ));
                 Ok(exit::code_of(status))
             }

@@ -26,11 +26,11 @@ pub(crate) struct WaitingLine {
 impl WaitingLine {
     /// Starts showing the line for a wait on `name`, when stderr is a
     /// terminal and `quiet` is not set; otherwise shows nothing.
-    pub(crate) fn start(client: &LockClient, name: &LockName, quiet: bool) -> Self {
+    pub(crate) fn start(client: &LockClient, names: &[LockName], quiet: bool) -> Self {
         let shown = !quiet && std::io::stderr().is_terminal();
         let task = shown.then(|| {
-            let (client, name) = (client.clone(), name.clone());
-            tokio::spawn(async move { keep_showing(client, name).await })
+            let (client, names) = (client.clone(), names.to_vec());
+            tokio::spawn(async move { keep_showing(client, names).await })
         });
         Self { task }
     }
@@ -48,20 +48,29 @@ impl Drop for WaitingLine {
     }
 }
 
-async fn keep_showing(client: LockClient, name: LockName) {
+async fn keep_showing(client: LockClient, names: Vec<LockName>) {
     tokio::time::sleep(FIRST_AFTER).await;
     let started = tokio::time::Instant::now() - FIRST_AFTER;
     loop {
-        let holders = match tokio::time::timeout(LOOK_TIMEOUT, client.list()).await {
-            Ok(Ok(locks)) => Some(
-                locks
-                    .into_iter()
-                    .filter(|info| info.name == name)
-                    .collect::<Vec<_>>(),
-            ),
-            _ => None,
+        let listed = tokio::time::timeout(LOOK_TIMEOUT, client.list()).await;
+        // Of several names, the first one someone else holds is the one
+        // waited for (they are taken in this order).
+        let (name, holders) = match listed {
+            Ok(Ok(locks)) => names
+                .iter()
+                .map(|name| {
+                    let held: Vec<LockInfo> = locks
+                        .iter()
+                        .filter(|info| &info.name == name)
+                        .cloned()
+                        .collect();
+                    (name, Some(held))
+                })
+                .find(|(_, held)| held.as_ref().is_some_and(|held| !held.is_empty()))
+                .unwrap_or((&names[0], None)),
+            _ => (&names[0], None),
         };
-        let line = describe(&name, holders.as_deref(), started.elapsed());
+        let line = describe(name, holders.as_deref(), started.elapsed());
         let _ = write!(std::io::stderr().lock(), "\r\x1b[2K{line}");
         tokio::time::sleep(EVERY).await;
     }

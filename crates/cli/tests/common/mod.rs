@@ -41,10 +41,13 @@ impl Scratch {
         self.files.path().join(name)
     }
 
-    /// `distlock ARGS --backend URL`.
+    /// `distlock SUBCOMMAND --backend URL REST…`: the backend right after
+    /// the subcommand, since every argument after `run`'s `--` (or its
+    /// command) is the command's.
     pub fn distlock(&self, args: &[&str]) -> Command {
-        let mut command = distlock(args);
-        command.arg("--backend").arg(&self.url);
+        let (subcommand, rest) = args.split_first().expect("a subcommand");
+        let mut command = distlock(&[subcommand, "--backend", &self.url]);
+        command.args(rest);
         command
     }
 }
