@@ -136,6 +136,29 @@ impl PostgresBackend {
         }
     }
 
+    /// Deletes the table's rows of names that nobody holds or waits for,
+    /// in batches of 100, and answers how many went.
+    ///
+    /// Each backend does this by itself, about once a minute, and most
+    /// rows go with the release that leaves them unused; this is for when
+    /// the table's size matters now (after a burst of names used once).
+    /// A name whose row is deleted keeps its fencing tokens increasing:
+    /// see the crate docs' "Rows of unused names". A sweep stops after
+    /// 100,000 rows; call it again for more.
+    ///
+    /// # Errors
+    /// A backend error when a batch fails; the batches before it stay done.
+    ///
+    /// # Cancel safety
+    /// Dropping the future leaves whole batches done, and at most one
+    /// batch undone.
+    pub async fn remove_idle_rows(&self) -> Result<u64> {
+        match &self.mode {
+            Modes::Lease(lease) => lease.remove_idle_rows().await,
+            Modes::Advisory(advisory) => advisory.remove_idle_rows().await,
+        }
+    }
+
     /// What this backend was opened with.
     pub fn config(&self) -> &PostgresConfig {
         &self.config

@@ -42,6 +42,7 @@ use crate::config::PostgresConfig;
 use crate::error::{from_driver, notification_queue_full};
 use crate::pool::Connections;
 use crate::rows::{self, get, holder_json};
+use crate::sweep::{Sweep, Sweeper};
 use crate::tls::Endpoint;
 use crate::wake::{Channels, Listener, WakeUps};
 
@@ -194,6 +195,9 @@ pub(crate) struct AdvisoryMode {
     channels: Channels,
     /// Hears releases for this backend's waiters; stops when dropped.
     listener: Listener,
+    sweep: Sweep,
+    /// Sweeps now and then; stops when dropped.
+    _sweeper: Sweeper,
 }
 
 impl fmt::Debug for AdvisoryMode {
@@ -224,14 +228,34 @@ impl AdvisoryMode {
     ) -> Result<Self> {
         let spares = Spares::new(endpoint);
         pooler::refuse_transaction_pooling(&spares, config.advisory_class, ADMIN_TIMEOUT).await?;
+        let statements = Statements::new(&config.table);
+        let sweep = Sweep::advisory(
+            connections.clone(),
+            statements.sweep.clone(),
+            config.advisory_class,
+        );
         Ok(Self {
             class: config.advisory_class,
             spares,
             connections,
-            statements: Statements::new(&config.table),
+            statements,
             channels,
             listener,
+            _sweeper: sweep.clone().start(),
+            sweep,
         })
+    }
+
+    /// Deletes the rows of names no session uses; see
+    /// [`PostgresBackend::remove_idle_rows`](crate::PostgresBackend::remove_idle_rows).
+    ///
+    /// # Errors
+    /// A backend error.
+    ///
+    /// # Cancel safety
+    /// As [`Sweep::run`].
+    pub(crate) async fn remove_idle_rows(&self) -> Result<u64> {
+        self.sweep.run().await
     }
 
     pub(crate) fn wake_ups(&self) -> WakeUps {
@@ -245,7 +269,7 @@ impl AdvisoryMode {
         request: &AcquireRequest,
         session: &Session,
         shared: bool,
-        had_intent: bool,
+        intent: Option<i32>,
         deadline: Instant,
     ) -> Result<Answer> {
         let what = format!("acquiring {}", request.name);
@@ -264,7 +288,7 @@ impl AdvisoryMode {
                         (&name, Type::BYTEA),
                         (&idle_ms, Type::TEXT),
                         (&holder, Type::TEXT),
-                        (&had_intent, Type::BOOL),
+                        (&intent, Type::INT4),
                         (&will_wait, Type::BOOL),
                     ],
                     left(deadline),
@@ -299,20 +323,24 @@ impl AdvisoryMode {
         deadline: Instant,
     ) -> Result<Attempt> {
         // A waiting writer asks again on the session holding its intent.
-        let (session, had_intent) = match wait.take::<WaitingWriter>() {
-            Some(waiting) if !waiting.session.is_closed() => (waiting.session, true),
-            _ => (self.spares.take(left(deadline)).await?, false),
+        let (session, intent) = match wait.take::<WaitingWriter>() {
+            Some(waiting) if !waiting.session.is_closed() => (waiting.session, Some(waiting.objid)),
+            _ => (self.spares.take(left(deadline)).await?, None),
         };
         let answer = self
-            .ask(request, &session, shared, had_intent, deadline)
+            .ask(request, &session, shared, intent, deadline)
             .await?;
         let what = format!("acquiring {}", request.name);
         if answer.granted {
-            let token = answer.token.ok_or_else(|| Error::Backend {
-                backend: "postgres",
-                message: format!("{what}: granted without a token"),
-                source: None,
-            })?;
+            let Some(token) = answer.token else {
+                // The name's row was deleted after this statement read its
+                // key: the key is no longer the name's. Closing the session
+                // ends the lock it took; the next try reads the row anew.
+                drop(session);
+                return Ok(Attempt::Held {
+                    retry_after: Some(Duration::ZERO),
+                });
+            };
             if session.is_closed() {
                 // It ended after answering: the lock went with it.
                 return Err(Error::Backend {

@@ -206,7 +206,7 @@ async fn supervise(shared: Arc<Shared>, target: Target) {
 
 /// `pause` less up to a quarter, so that processes that lost their
 /// connections together do not come back together.
-fn jittered(pause: Duration) -> Duration {
+pub(crate) fn jittered(pause: Duration) -> Duration {
     let quarter = u64::try_from(pause.as_micros() / 4).unwrap_or(u64::MAX);
     let cut =
         u64::try_from(LeaseId::random().as_u128() % u128::from(quarter.max(1))).unwrap_or_default();
