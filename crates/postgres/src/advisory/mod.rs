@@ -51,6 +51,11 @@ use crate::wake::{Channels, Listener, WakeUps};
 /// timed out) frees the lock without a notification.
 const SILENT_END_POLL: Duration = Duration::from_secs(1);
 
+/// How many times one attempt gives the name a key: a row is deleted
+/// between its keying and the attempt's statement only when others were
+/// granted the name and released it in between.
+const MAX_KEYINGS: usize = 3;
+
 /// The longest lease advisory mode takes: the server probes a silent
 /// holder's connection after a lease through `tcp_keepalives_idle`, in
 /// whole seconds, which Linux caps at 32,767 (and the server only logs a
@@ -263,7 +268,9 @@ impl AdvisoryMode {
     }
 
     /// Runs one attempt's statement on `session`, giving the name its key
-    /// first if it has none, all before `deadline`.
+    /// first if it has none, all before `deadline`. `None` when the name's
+    /// row was deleted each time it was given one: others were granted
+    /// and released it meanwhile, and the attempt lost to them.
     async fn ask(
         &self,
         request: &AcquireRequest,
@@ -271,14 +278,13 @@ impl AdvisoryMode {
         shared: bool,
         intent: Option<i32>,
         deadline: Instant,
-    ) -> Result<Answer> {
+    ) -> Result<Option<Answer>> {
         let what = format!("acquiring {}", request.name);
         let name = request.name.as_str().as_bytes();
         let idle_ms = idle_timeout_ms(request.lease)?;
         let holder = holder_json(&request.holder);
         let will_wait = !shared && request.retries;
-        // Twice at most: the second time, the name has its key.
-        for _ in 0..2 {
+        for _ in 0..MAX_KEYINGS {
             let rows = session
                 .query(
                     &what,
@@ -295,7 +301,7 @@ impl AdvisoryMode {
                 )
                 .await?;
             if let Some(row) = rows.first() {
-                return Answer::read(row, &what);
+                return Answer::read(row, &what).map(Some);
             }
             keys::allocate(
                 session,
@@ -305,11 +311,7 @@ impl AdvisoryMode {
             )
             .await?;
         }
-        Err(Error::Backend {
-            backend: "postgres",
-            message: format!("{what}: the name's key was deleted while it was being given"),
-            source: None,
-        })
+        Ok(None)
     }
 
     /// One attempt, start to end: a session, the statement, and what
@@ -327,9 +329,15 @@ impl AdvisoryMode {
             Some(waiting) if !waiting.session.is_closed() => (waiting.session, Some(waiting.objid)),
             _ => (self.spares.take(left(deadline)).await?, None),
         };
-        let answer = self
+        let Some(answer) = self
             .ask(request, &session, shared, intent, deadline)
-            .await?;
+            .await?
+        else {
+            self.spares.put(session);
+            return Ok(Attempt::Held {
+                retry_after: Some(Duration::ZERO),
+            });
+        };
         let what = format!("acquiring {}", request.name);
         if answer.granted {
             let Some(token) = answer.token else {

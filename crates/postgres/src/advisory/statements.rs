@@ -14,6 +14,11 @@ use crate::table::TableName;
 /// them.
 const MAX_HOLDER_ENTRIES: u32 = 1000;
 
+/// How long a row that was given its key and never granted is kept, in
+/// µs: the attempt that gave it the key asks for the lock at once, and
+/// must find it.
+const KEYING_GRACE_US: i64 = 60_000_000;
+
 /// The `pg_locks` rows of our class's two-`int4` advisory locks in this
 /// database, as `p`, with the class as `$1`.
 const OURS: &str = "p.locktype = 'advisory'
@@ -25,7 +30,9 @@ const OURS: &str = "p.locktype = 'advisory'
 pub(crate) struct Statements {
     acquire_exclusive: String,
     acquire_shared: String,
-    /// Gives a name its `objid` unless it has one: `$1` name, `$2` objid.
+    /// Gives a name its `objid` unless it has one: `$1` name, `$2` objid;
+    /// the token starts at the server's clock, which tells the sweep how
+    /// long ago a row that was never granted got its key.
     pub(crate) insert_key: String,
     pub(crate) release_exclusive: String,
     pub(crate) release_shared: String,
@@ -45,7 +52,7 @@ impl Statements {
             acquire_exclusive: acquire(t, false),
             acquire_shared: acquire(t, true),
             insert_key: format!(
-                "INSERT INTO {t} (name, objid, fencing_token) VALUES ($1, $2, 0)
+                "INSERT INTO {t} (name, objid, fencing_token) SELECT $1, $2, c.now_us FROM {CLOCK}
                  ON CONFLICT (name) DO NOTHING"
             ),
             release_exclusive: release(t, "pg_advisory_unlock"),
@@ -227,8 +234,8 @@ fn list(t: &str) -> String {
 }
 
 /// Deletes at most `$2` rows of class `$1` whose key and writers' intent
-/// no session holds, and whose token is behind the server's clock;
-/// answers how many went. Candidates are picked against one reading of
+/// no session holds, and whose token is behind the server's clock (by
+/// [`KEYING_GRACE_US`] for a row never granted); answers how many went. Candidates are picked against one reading of
 /// `pg_locks`, locked, and checked again against a reading made after the
 /// lock, row by row (a correlated subquery runs for each).
 fn sweep(t: &str) -> String {
@@ -237,7 +244,8 @@ fn sweep(t: &str) -> String {
              SELECT p.objid FROM pg_locks AS p WHERE {OURS} AND p.granted
          ), idle AS MATERIALIZED (
              SELECT t.name, t.objid FROM {t} AS t, {CLOCK}
-             WHERE t.fencing_token < c.now_us
+             WHERE t.fencing_token
+                       < c.now_us - CASE WHEN t.holders = '{{}}' THEN {KEYING_GRACE_US} ELSE 0 END
                AND t.objid::oid NOT IN (SELECT objid FROM held)
                AND (t.objid + 1)::oid NOT IN (SELECT objid FROM held)
              LIMIT $2
