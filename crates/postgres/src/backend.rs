@@ -16,7 +16,7 @@ use crate::error::from_driver;
 use crate::lease::LeaseMode;
 use crate::pool::Connections;
 use crate::table::{self, Layout};
-use crate::wake::{Channels, Listener, WakeUps};
+use crate::wake::{Channels, Listener, WakeUpQueue, WakeUps};
 
 /// How long the calls that carry no timeout of their own may take:
 /// opening (connecting and preparing the table), listing, and forced
@@ -156,6 +156,24 @@ impl PostgresBackend {
         match &self.mode {
             Modes::Lease(lease) => lease.remove_idle_rows().await,
             Modes::Advisory(advisory) => advisory.remove_idle_rows().await,
+        }
+    }
+
+    /// How the queue between the listening connection and the task that
+    /// wakes waiters has fared.
+    ///
+    /// The connection's notifications are read at once, however many come
+    /// (a reader that stopped would fill the server's notification queue,
+    /// and then releases across the database go unannounced), into a queue
+    /// of the names released, each kept once however often it was
+    /// announced, at most [`WakeUpQueue::limit`] of them. When more come
+    /// before the waiters are woken, the names are forgotten and every
+    /// waiter of this backend tries again instead, so that none misses its
+    /// release.
+    pub fn wake_up_queue(&self) -> WakeUpQueue {
+        match &self.mode {
+            Modes::Lease(lease) => lease.wake_up_queue(),
+            Modes::Advisory(advisory) => advisory.wake_up_queue(),
         }
     }
 

@@ -20,7 +20,7 @@ use crate::rows::{self, HeldBy, get, holder_json, micros};
 use crate::statements::{Asked, Statements};
 use crate::sweep::{Sweep, Sweeper};
 use crate::table::TableName;
-use crate::wake::{Channels, Listener, POLL_WHILE_RECONNECTING, WakeUps};
+use crate::wake::{Channels, Listener, POLL_WHILE_RECONNECTING, WakeUpQueue, WakeUps};
 
 /// The most leases one bulk extension carries: one statement extends them
 /// all, and this bounds its size.
@@ -106,6 +106,10 @@ impl LeaseMode {
 
     pub(crate) fn wake_ups(&self) -> WakeUps {
         self.listener.state()
+    }
+
+    pub(crate) fn wake_up_queue(&self) -> WakeUpQueue {
+        self.listener.queue()
     }
 
     /// Why an attempt that was not granted found `request.name` held; a

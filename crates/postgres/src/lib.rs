@@ -269,4 +269,4 @@ pub use deadpool_postgres;
 pub use tls::SslMode;
 /// The driver this backend is built on, at the version it uses.
 pub use tokio_postgres;
-pub use wake::WakeUps;
+pub use wake::{WakeUpQueue, WakeUps};

@@ -495,3 +495,84 @@ async fn waits_poll_while_the_notification_queue_is_full() {
         .await
         .expect("drop the schema");
 }
+
+/// The channel of the names `application`'s listening connection began
+/// to listen to last, as its latest `LISTEN` names it: the probe's channel
+/// is another.
+async fn bucket_listened(admin: &tokio_postgres::Client, application: &str) -> Option<String> {
+    let rows = admin
+        .query_typed(
+            "SELECT query FROM pg_stat_activity WHERE application_name = $1
+               AND query LIKE 'LISTEN %' AND query NOT LIKE '%probe%'",
+            &[(&application, Type::TEXT)],
+        )
+        .await
+        .expect("pg_stat_activity");
+    let query: String = rows.first()?.get(0);
+    let quoted = query.split('"').nth(1)?;
+    Some(quoted.to_owned())
+}
+
+/// A flood of notifications on a channel a waiter listens to, 200,000
+/// distinct releases as far as the listener can tell, is kept within the
+/// listener's bound, and the waiter is still woken by the release that
+/// follows it (review finding 10).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_flood_of_notifications_stays_bounded_and_the_waiter_still_wakes() {
+    let application = unique("distlock_flooded");
+    let table = format!("table={}", unique("flood"));
+    let waiting = open(&with_options(
+        &url(),
+        &format!("{table}&application_name={application}"),
+    ))
+    .await;
+    let holders = holder(open(&with_options(&url(), &table)).await);
+    wait_for(&waiting, WakeUps::Listening, PATIENCE).await;
+    let (admin, connection) = tokio_postgres::connect(&url(), NoTls).await.expect("admin");
+    tokio::spawn(connection);
+
+    let lock = name(&unique("flooded"));
+    let held = holders.acquire_with(&lock, PATIENCE).await.expect("hold");
+    let waiter = {
+        let (waiters, lock) = (patient(waiting.clone()), lock.clone());
+        tokio::spawn(async move { waiters.acquire_with(&lock, LONG).await })
+    };
+    let started = Instant::now();
+    let channel = loop {
+        if let Some(channel) = bucket_listened(&admin, &application).await {
+            break channel;
+        }
+        assert!(
+            started.elapsed() < PATIENCE,
+            "the waiter's channel is not listened to after {PATIENCE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+
+    let flood: i64 = admin
+        .query_one(
+            "SELECT count(pg_notify($1, lpad(to_hex(g), 16, '0')))
+             FROM generate_series(1, 200000) AS g",
+            &[&channel],
+        )
+        .await
+        .expect("the flood")
+        .get(0);
+    assert_eq!(flood, 200_000);
+    assert!(!waiter.is_finished(), "the lock is still held");
+
+    // The release's notification comes after the whole flood.
+    let token = held.fencing_token();
+    assert!(held.release().await.expect("release"));
+    let granted = tokio::time::timeout(PATIENCE, waiter)
+        .await
+        .expect("the waiter is woken after the flood, long before its backoff ends")
+        .expect("task")
+        .expect("granted");
+    assert!(granted.fencing_token() > token);
+    let queue = waiting.wake_up_queue();
+    eprintln!("after the flood: {queue:?}");
+    assert!(queue.most_queued <= queue.limit, "{queue:?}");
+    assert!(queue.most_queued > 0, "the flood was heard: {queue:?}");
+    assert!(granted.release().await.expect("release"));
+}

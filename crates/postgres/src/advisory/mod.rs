@@ -44,7 +44,7 @@ use crate::pool::Connections;
 use crate::rows::{self, get, holder_json};
 use crate::sweep::{Sweep, Sweeper};
 use crate::tls::Endpoint;
-use crate::wake::{Channels, Listener, WakeUps};
+use crate::wake::{Channels, Listener, WakeUpQueue, WakeUps};
 
 /// How long a waiter waits at most before trying again: a holder whose
 /// session ends without a release (a dead process, a session the server
@@ -265,6 +265,10 @@ impl AdvisoryMode {
 
     pub(crate) fn wake_ups(&self) -> WakeUps {
         self.listener.state()
+    }
+
+    pub(crate) fn wake_up_queue(&self) -> WakeUpQueue {
+        self.listener.queue()
     }
 
     /// Runs one attempt's statement on `session`, giving the name its key
