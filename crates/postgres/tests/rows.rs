@@ -1,7 +1,8 @@
 //! Rows of unused names are deleted, in both modes, against a real
 //! server: 100,000 names used once leave only the rows of the names still
 //! held; a name's tokens keep increasing across the deletion of its row;
-//! a row whose token is ahead of the server's clock is kept; and churn on
+//! a row whose token is ahead of the server's clock is kept, and so is a
+//! row whose name an acquire is taking (lease mode's gate); and churn on
 //! a few names from many tasks and backends, with sweeps running, never
 //! grants a name twice at once nor a token out of order. `scripts/test`
 //! starts the server and sets `DISTLOCK_TEST_POSTGRES_URL`.
@@ -11,8 +12,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use distlock_core::{
-    AcquireRequest, Attempt, Backend, Claim, Holder, Lease, LockClient, LockName, LockOptions,
-    WaitState,
+    AcquireOptions, AcquireRequest, Attempt, Backend, Claim, Holder, Lease, LockClient, LockName,
+    LockOptions, WaitState,
 };
 use distlock_postgres::PostgresBackend;
 use distlock_postgres::tokio_postgres::{self, NoTls, types::Type};
@@ -280,6 +281,75 @@ async fn lease_mode_tokens_increase_across_deleted_rows() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn advisory_mode_tokens_increase_across_deleted_rows() {
     tokens_survive_the_row(Mode::Advisory).await;
+}
+
+async fn a_row_stays_while_any_reader_holds(mode: Mode) {
+    let table = unique("readers");
+    let url = mode.url(&table);
+    let (first, second) = (client(open(&url).await), client(open(&url).await));
+    let admin = admin().await;
+    let lock = name(&unique("shared"));
+    let shared = || AcquireOptions::new().shared().timeout(PATIENCE);
+
+    let one = first.acquire_with(&lock, shared()).await.expect("first");
+    let two = second.acquire_with(&lock, shared()).await.expect("second");
+    assert!(one.release().await.expect("release"));
+    assert!(
+        has_row(&admin, &table, &lock).await,
+        "the other reader still holds it"
+    );
+    assert!(two.release().await.expect("release"));
+    assert!(
+        !has_row(&admin, &table, &lock).await,
+        "the last reader's release deletes it"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lease_mode_keeps_a_row_while_any_reader_holds() {
+    a_row_stays_while_any_reader_holds(Mode::Lease).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn advisory_mode_keeps_a_row_while_any_reader_holds() {
+    a_row_stays_while_any_reader_holds(Mode::Advisory).await;
+}
+
+/// A deletion never waits for, nor overtakes, an acquire of the name in
+/// flight: while the name's gate is held shared (as each acquire holds it
+/// from before it reads the clock to its commit), neither the release nor
+/// a sweep deletes the row; once it is free, a sweep does. The gate's key
+/// is the one the crate documents, spelled out here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lease_mode_keeps_a_row_while_an_acquire_holds_its_gate() {
+    let table = unique("gate");
+    let backend = open(&Mode::Lease.url(&table)).await;
+    let locks = client(backend.clone());
+    let admin = admin().await;
+    let (acquiring, connection) = tokio_postgres::connect(&url(), NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(connection);
+    let lock = name(&unique("gated"));
+
+    let guard = locks.acquire_with(&lock, PATIENCE).await.expect("acquire");
+    acquiring.batch_execute("BEGIN").await.expect("begin");
+    acquiring
+        .query_typed(
+            "SELECT pg_advisory_xact_lock_shared(
+                 hashtextextended('distlock gate ' || encode($1, 'hex'), 0))",
+            &[(&lock.as_str().as_bytes(), Type::BYTEA)],
+        )
+        .await
+        .expect("take the gate");
+    assert!(guard.release().await.expect("release"));
+    assert!(has_row(&admin, &table, &lock).await, "kept by the release");
+    assert_eq!(backend.remove_idle_rows().await.expect("sweep"), 0);
+    assert!(has_row(&admin, &table, &lock).await, "kept by the sweep");
+
+    acquiring.batch_execute("COMMIT").await.expect("commit");
+    assert_eq!(backend.remove_idle_rows().await.expect("sweep"), 1);
+    assert!(!has_row(&admin, &table, &lock).await);
 }
 
 /// One name's holders, as the churn tests see them.

@@ -51,10 +51,10 @@ use crate::wake::{Channels, Listener, WakeUpQueue, WakeUps};
 /// timed out) frees the lock without a notification.
 const SILENT_END_POLL: Duration = Duration::from_secs(1);
 
-/// How many times one attempt gives the name a key: a row is deleted
-/// between its keying and the attempt's statement only when others were
-/// granted the name and released it in between.
-const MAX_KEYINGS: usize = 3;
+/// How many times one attempt asks, giving the name a key before each ask
+/// after the first: a row is deleted between its keying and the next ask
+/// only when others were granted the name and released it in between.
+const MAX_ASKS: usize = 3;
 
 /// The longest lease advisory mode takes: the server probes a silent
 /// holder's connection after a lease through `tcp_keepalives_idle`, in
@@ -288,7 +288,7 @@ impl AdvisoryMode {
         let idle_ms = idle_timeout_ms(request.lease)?;
         let holder = holder_json(&request.holder);
         let will_wait = !shared && request.retries;
-        for _ in 0..MAX_KEYINGS {
+        for asked in 1..=MAX_ASKS {
             let rows = session
                 .query(
                     &what,
@@ -306,6 +306,9 @@ impl AdvisoryMode {
                 .await?;
             if let Some(row) = rows.first() {
                 return Answer::read(row, &what).map(Some);
+            }
+            if asked == MAX_ASKS {
+                break;
             }
             keys::allocate(
                 session,
