@@ -405,9 +405,26 @@ mod tests {
             &statements.held,
             &statements.extend,
             &statements.hand_over,
+            &statements.sweep,
         ] {
             assert!(!sql.contains("pg_notify"), "{sql}");
         }
+    }
+
+    #[test]
+    fn grants_read_the_clock_behind_the_gate_and_deletions_try_it() {
+        let statements = Statements::new(&TableName::new("s", "t").unwrap());
+        for asked in [Asked::Exclusive, Asked::Shared, Asked::Permit] {
+            let sql = statements.acquire(asked);
+            assert!(sql.contains("pg_advisory_xact_lock_shared("), "{sql}");
+        }
+        for sql in [&statements.release, &statements.sweep] {
+            assert!(sql.contains("DELETE FROM"), "{sql}");
+            assert!(sql.contains("pg_try_advisory_xact_lock("), "{sql}");
+            assert!(sql.contains("t.fencing_token"), "{sql}");
+        }
+        // Hand-overs keep a live holder: they need no gate.
+        assert!(!statements.hand_over.contains("DELETE"));
     }
 
     #[test]
