@@ -16,7 +16,7 @@ use crate::error::from_driver;
 use crate::lease::LeaseMode;
 use crate::pool::Connections;
 use crate::table::{self, Layout};
-use crate::wake::{Channels, Listener, WakeUps};
+use crate::wake::{Channels, Listener, WakeUpQueue, WakeUps};
 
 /// How long the calls that carry no timeout of their own may take:
 /// opening (connecting and preparing the table), listing, and forced
@@ -133,6 +133,47 @@ impl PostgresBackend {
         match &self.mode {
             Modes::Lease(lease) => lease.wake_ups(),
             Modes::Advisory(advisory) => advisory.wake_ups(),
+        }
+    }
+
+    /// Deletes the table's rows of names that nobody holds or waits for,
+    /// in batches of 100, and answers how many went.
+    ///
+    /// Each backend does this by itself, about once a minute, and most
+    /// rows go with the release that leaves them unused; this is for when
+    /// the table's size matters now (after a burst of names used once).
+    /// A name whose row is deleted keeps its fencing tokens increasing:
+    /// see the crate docs' "Rows of unused names". A sweep stops after
+    /// 100,000 rows; call it again for more.
+    ///
+    /// # Errors
+    /// A backend error when a batch fails; the batches before it stay done.
+    ///
+    /// # Cancel safety
+    /// Dropping the future leaves whole batches done, and at most one
+    /// batch undone.
+    pub async fn remove_idle_rows(&self) -> Result<u64> {
+        match &self.mode {
+            Modes::Lease(lease) => lease.remove_idle_rows().await,
+            Modes::Advisory(advisory) => advisory.remove_idle_rows().await,
+        }
+    }
+
+    /// How the queue between the listening connection and the task that
+    /// wakes waiters has fared.
+    ///
+    /// The connection's notifications are read at once, however many come
+    /// (a reader that stopped would fill the server's notification queue,
+    /// and then releases across the database go unannounced), into a queue
+    /// of the names released, each kept once however often it was
+    /// announced, at most [`WakeUpQueue::limit`] of them. When more come
+    /// before the waiters are woken, the names are forgotten and every
+    /// waiter of this backend tries again instead, so that none misses its
+    /// release.
+    pub fn wake_up_queue(&self) -> WakeUpQueue {
+        match &self.mode {
+            Modes::Lease(lease) => lease.wake_up_queue(),
+            Modes::Advisory(advisory) => advisory.wake_up_queue(),
         }
     }
 

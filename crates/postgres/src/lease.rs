@@ -19,8 +19,9 @@ use crate::mark::WriterMark;
 use crate::pool::{Connections, Params};
 use crate::rows::{self, HeldBy, get, holder_json, micros};
 use crate::statements::{Asked, Statements};
+use crate::sweep::{Sweep, Sweeper};
 use crate::table::TableName;
-use crate::wake::{Channels, Listener, POLL_WHILE_RECONNECTING, WakeUps};
+use crate::wake::{Channels, Listener, POLL_WHILE_RECONNECTING, WakeUpQueue, WakeUps};
 
 /// The most leases one bulk extension carries: one statement extends them
 /// all, and this bounds its size.
@@ -35,6 +36,9 @@ pub(crate) struct LeaseMode {
     channels: Channels,
     /// Hears releases for this backend's waiters; stops when dropped.
     listener: Listener,
+    sweep: Sweep,
+    /// Sweeps now and then; stops when dropped.
+    _sweeper: Sweeper,
 }
 
 impl fmt::Debug for LeaseMode {
@@ -53,12 +57,28 @@ impl LeaseMode {
         channels: Channels,
         listener: Listener,
     ) -> Self {
+        let statements = Statements::new(table);
+        let sweep = Sweep::lease(connections.clone(), statements.sweep.clone());
         Self {
+            _sweeper: sweep.clone().start(),
+            sweep,
             connections,
-            statements: Statements::new(table),
+            statements,
             channels,
             listener,
         }
+    }
+
+    /// Deletes the rows of names nobody holds or waits for; see
+    /// [`PostgresBackend::remove_idle_rows`](crate::PostgresBackend::remove_idle_rows).
+    ///
+    /// # Errors
+    /// A backend error.
+    ///
+    /// # Cancel safety
+    /// As [`Sweep::run`].
+    pub(crate) async fn remove_idle_rows(&self) -> Result<u64> {
+        self.sweep.run().await
     }
 
     /// Runs `sql`, a statement that may free `name`, with `params` and then
@@ -87,6 +107,10 @@ impl LeaseMode {
 
     pub(crate) fn wake_ups(&self) -> WakeUps {
         self.listener.state()
+    }
+
+    pub(crate) fn wake_up_queue(&self) -> WakeUpQueue {
+        self.listener.queue()
     }
 
     /// Why an attempt that was not granted found `request.name` held; a

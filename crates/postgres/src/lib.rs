@@ -86,7 +86,8 @@
 //! need a connection that PgBouncer does not pool: see `listen_url` below.
 //!
 //! # The table (lease mode)
-//! One row per name, created with its table on first use (concurrent
+//! One row per name in use (see [Rows of unused names](#rows-of-unused-names)),
+//! the table created on first use (concurrent
 //! creators are serialized by a transaction-scoped advisory lock). The
 //! table's comment records the layout's version, so that a later release
 //! can migrate; a table of that name that distlock did not make is refused.
@@ -113,7 +114,7 @@
 //!   readers wait behind it.
 //! - **Fencing tokens** are `greatest(previous + 1, server time in µs)` at
 //!   each grant of any kind, so they keep increasing even after the row was
-//!   deleted.
+//!   deleted (see [Rows of unused names](#rows-of-unused-names)).
 //! - **Extend and release** act only on a live grant with our random grant
 //!   identity. Extending any number of leases is one statement.
 //! - **Waiting** is woken by releases (below); without a wake-up, a waiter
@@ -122,6 +123,44 @@
 //! - **Timeouts.** Each statement waits at most the request's operation
 //!   timeout for a connection and its answer; a connection whose statement
 //!   was abandoned is closed, never reused.
+//!
+//! # Rows of unused names
+//! A name's row lasts only while it is used, so that names used once (one
+//! per order, per user, per job) do not grow the table, nor the work of
+//! `list`, without bound. In lease mode a row is unused when no grant and
+//! no waiting writer's mark in it lives; in advisory mode, when no session
+//! holds the name's key or its writers' intent key. The release that
+//! leaves a row unused deletes it in the same statement; rows it cannot
+//! (a lease that ran out unreleased, a mark that outlived its wait, a
+//! grant of the name under way elsewhere as it was released) are deleted
+//! by a sweep each backend runs about once a minute, 100 rows per
+//! statement, skipping rows other statements have locked.
+//! [`PostgresBackend::remove_idle_rows`] sweeps on demand.
+//!
+//! The next grant of the name makes its row again, and its token is still
+//! above every token of the deleted row. That rests on the server's clock
+//! (`clock_timestamp()`) never running backwards, by these steps:
+//!
+//! - a row is deleted only while the server's clock, read in the deleting
+//!   statement, is past the row's token (a token runs ahead of the clock
+//!   only for a name granted more than a million times a second; such a
+//!   row is kept until the clock passes it);
+//! - a new row's token is at least the server's clock read by the grant
+//!   that makes it, and that reading comes after the deletion committed.
+//!   In lease mode each acquire takes a per-name gate, a transaction-level
+//!   advisory lock in the one-`bigint` key space, shared, before it reads
+//!   the clock, and a deletion takes it exclusively, without waiting, so
+//!   the two never overlap: a deletion that finds the gate taken leaves
+//!   the row to a later sweep. In advisory mode a grant's token is bumped
+//!   on a row its statement sees, so the row existed before the statement
+//!   began, and a row made after a deletion comes after it.
+//!
+//! A deletion never takes a row from a holder or a waiter: its checks and
+//! the delete are one statement, and in advisory mode a grant counts only
+//! once its statement has bumped the token on the name's row, which a
+//! session that took the key as the row was deleted cannot do. A failover
+//! to an asynchronous standby can lose recent deletions with the rest,
+//! which only brings rows back.
 //!
 //! # Release wake-ups
 //! A release, a forced release and the end of a waiting writer's wait
@@ -145,6 +184,16 @@
 //! [`wakeups`](distlock_core::Backend::wakeups), and waits poll. A `listen_url` pointing straight at the server behind
 //! PgBouncer gives the wake-ups back. A lease that runs out notifies
 //! nobody.
+//!
+//! The listening connection is read as fast as notifications come, so
+//! that it never fills the server's notification queue (which would stop
+//! every release in the database from notifying), into a queue that keeps
+//! each name released once, however often it was announced, and at most
+//! 1,024 names: past that, the names are forgotten and every waiter of the
+//! backend tries once more instead. A notification wakes the waiters of
+//! its name through an index by the name's hash, whatever the number of
+//! names waited for. [`PostgresBackend::wake_up_queue`] says how the
+//! queue has fared.
 //!
 //! # Server restarts and failover
 //! In lease mode, locks are rows, so they outlive a restart of the server; a holder whose
@@ -196,7 +245,8 @@
 //!   that nothing else uses, and one class per token table (two tables in
 //!   one class would give different names the same key). The
 //!   one-`bigint` key form is a different key space, never ours.
-//! - **The token table.** One row per name: `name` (`bytea`, primary key,
+//! - **The token table.** One row per name in use (see
+//!   [Rows of unused names](#rows-of-unused-names)): `name` (`bytea`, primary key,
 //!   the exact bytes, NUL included), `objid` (unique), `fencing_token`,
 //!   and `holders`, which records each grant's token and holder under its
 //!   connection's server process id, for `list`. Each grant bumps the
@@ -248,11 +298,13 @@ mod backend;
 mod config;
 mod deployment;
 mod error;
+mod gate;
 mod lease;
 mod mark;
 mod pool;
 mod rows;
 mod statements;
+mod sweep;
 mod table;
 mod tls;
 mod wake;
@@ -268,4 +320,4 @@ pub use deadpool_postgres;
 pub use tls::SslMode;
 /// The driver this backend is built on, at the version it uses.
 pub use tokio_postgres;
-pub use wake::WakeUps;
+pub use wake::{WakeUpQueue, WakeUps};

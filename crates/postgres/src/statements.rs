@@ -7,9 +7,13 @@
 //! (`clock_timestamp()`, read once per statement); `kind` and
 //! `permit_limit` say what the live holders hold, and mean nothing once
 //! none lives. Expired entries stay until the next grant or release of the
-//! name drops them. Only the table's quoted name is put into the text;
-//! every value goes as a bind parameter.
+//! name drops them. A row that no live grant or mark is left in is
+//! deleted: by the release that leaves it so, or by a later [`sweep`],
+//! through the name's [`gate`](crate::gate), which keeps its tokens
+//! increasing. Only the table's quoted name is put into the text; every
+//! value goes as a bind parameter.
 
+use crate::gate;
 use crate::table::TableName;
 
 /// The most readers that hold one name at once, as in the other backends;
@@ -64,6 +68,8 @@ pub(crate) struct Statements {
     pub(crate) force_release: String,
     pub(crate) end_wait: String,
     pub(crate) list: String,
+    /// Deletes at most `$1` rows that nothing holds or waits for.
+    pub(crate) sweep: String,
 }
 
 impl Statements {
@@ -80,6 +86,7 @@ impl Statements {
             force_release: force_release(t),
             end_wait: end_wait(t),
             list: list(t),
+            sweep: sweep(t),
         }
     }
 
@@ -117,8 +124,9 @@ fn admits(asked: Asked) -> String {
 /// One attempt, as one statement: the row is created holding our grant,
 /// or, where it exists, our grant joins its live holders when it admits
 /// us; otherwise nothing changes and no row comes back. The token is
-/// `greatest(previous + 1, the server's clock in µs)`, so it keeps
-/// increasing across every kind and even after the row was deleted.
+/// `greatest(previous + 1, the server's clock in µs)`, the clock read
+/// behind the name's gate, so it keeps increasing across every kind and
+/// even after the row was deleted (see [`gate`]).
 ///
 /// `$1` name, `$2` grant id, `$3` kind, `$4` permit limit, `$5` lease in
 /// µs, `$6` holder as JSON text, `$7` the writer's own mark, which goes
@@ -126,12 +134,13 @@ fn admits(asked: Asked) -> String {
 fn acquire(t: &str, asked: Asked) -> String {
     let now = "excluded.fencing_token";
     let token = format!("greatest(t.fencing_token + 1, {now})");
+    let clock = gate::gated_clock("$1");
     format!(
         "INSERT INTO {t} AS t (name, kind, permit_limit, fencing_token, holders)
          SELECT $1, $3, $4, c.now_us, jsonb_build_array(jsonb_build_object(
              'id', $2::text, 'token', c.now_us, 'at', c.now_us,
              'exp', c.now_us + $5, 'holder', $6::text::jsonb))
-         FROM {CLOCK}
+         FROM {clock}
          ON CONFLICT (name) DO UPDATE SET
              kind = excluded.kind,
              permit_limit = excluded.permit_limit,
@@ -214,29 +223,52 @@ fn extend(t: &str) -> String {
 /// Ends the live grant `$2` of `$1`, dropping expired entries with it,
 /// and announces the release on channel `$3` with payload `$4`. Returns a
 /// row when there was a grant to end.
+///
+/// When ours is the last live grant and no writer's mark lives, the row
+/// is deleted instead, if the name's gate is free and the row's token is
+/// behind the server's clock (see [`gate`]); otherwise it stays, for a
+/// later [`sweep`]. The update runs only when the deletion did not.
 fn release(t: &str) -> String {
     let vars = "jsonb_build_object('now', c.now_us, 'id', $2::text)";
+    // In this order: a `CASE` tries the gate only once the row is idle.
+    let idle_once_ours_ends = format!(
+        "CASE WHEN NOT jsonb_path_exists(t.holders, {LIVE_ONE}, {vars}) THEN false
+              WHEN jsonb_path_exists(t.holders, {LIVE_OTHERS}, {vars}) THEN false
+              WHEN jsonb_path_exists(t.waiting, {LIVE}, {vars}) THEN false
+              WHEN t.fencing_token >= c.now_us THEN false
+              ELSE {gate} END",
+        gate = gate::try_exclusive("t.name"),
+    );
     announcing(
         &format!(
-            "UPDATE {t} AS t SET holders = jsonb_path_query_array(t.holders, {LIVE_OTHERS}, {vars})
-             FROM {CLOCK}
-             WHERE t.name = $1 AND jsonb_path_exists(t.holders, {LIVE_ONE}, {vars})
-             RETURNING 1"
+            "gone AS (
+                 DELETE FROM {t} AS t USING {CLOCK}
+                 WHERE t.name = $1 AND {idle_once_ours_ends}
+                 RETURNING 1
+             ), kept AS (
+                 UPDATE {t} AS t
+                 SET holders = jsonb_path_query_array(t.holders, {LIVE_OTHERS}, {vars})
+                 FROM {CLOCK}
+                 WHERE t.name = $1 AND jsonb_path_exists(t.holders, {LIVE_ONE}, {vars})
+                   AND NOT EXISTS (SELECT FROM gone)
+                 RETURNING 1
+             ), freed AS (SELECT 1 FROM gone UNION ALL SELECT 1 FROM kept)"
         ),
         3,
     )
 }
 
-/// `write`, a statement that returns a row when it freed something, then
-/// a notification on channel `$n` with payload `$n+1` for that row. It is
-/// part of the statement, so it costs no round trip of its own, and the
-/// server sends it when the write commits, never without it. A null
-/// channel sends none: the write alone, for when the server's
-/// notification queue is full (see `lease::Announced`).
-fn announcing(write: &str, channel: u8) -> String {
+/// `writes`, common table expressions the last of which, `freed`, returns
+/// a row when they freed something, then a notification on channel `$n`
+/// with payload `$n+1` for that row. It is part of the statement, so it
+/// costs no round trip of its own, and the server sends it when the write
+/// commits, never without it. A null channel sends none: the write alone,
+/// for when the server's notification queue is full (see
+/// `lease::Announced`).
+fn announcing(writes: &str, channel: u8) -> String {
     let payload = channel + 1;
     format!(
-        "WITH freed AS ({write})
+        "WITH {writes}
          SELECT 1 FROM freed LEFT JOIN LATERAL (
              SELECT pg_notify(${channel}, ${payload}) WHERE ${channel}::text IS NOT NULL
          ) AS announced ON true"
@@ -267,11 +299,13 @@ fn hand_over(t: &str) -> String {
 fn force_release(t: &str) -> String {
     announcing(
         &format!(
-            "UPDATE {t} AS t SET holders = '[]'
-             FROM {CLOCK}
-             WHERE t.name = $1
-               AND jsonb_path_exists(t.holders, {LIVE}, jsonb_build_object('now', c.now_us))
-             RETURNING 1"
+            "freed AS (
+                 UPDATE {t} AS t SET holders = '[]'
+                 FROM {CLOCK}
+                 WHERE t.name = $1
+                   AND jsonb_path_exists(t.holders, {LIVE}, jsonb_build_object('now', c.now_us))
+                 RETURNING 1
+             )"
         ),
         2,
     )
@@ -284,10 +318,14 @@ fn end_wait(t: &str) -> String {
     let vars = "jsonb_build_object('now', c.now_us, 'id', $2::text)";
     announcing(
         &format!(
-            "UPDATE {t} AS t SET waiting = jsonb_path_query_array(t.waiting, {LIVE_OTHERS}, {vars})
-             FROM {CLOCK}
-             WHERE t.name = $1 AND t.waiting @> jsonb_build_array(jsonb_build_object('id', $2::text))
-             RETURNING 1"
+            "freed AS (
+                 UPDATE {t} AS t
+                 SET waiting = jsonb_path_query_array(t.waiting, {LIVE_OTHERS}, {vars})
+                 FROM {CLOCK}
+                 WHERE t.name = $1
+                   AND t.waiting @> jsonb_build_array(jsonb_build_object('id', $2::text))
+                 RETURNING 1
+             )"
         ),
         3,
     )
@@ -306,6 +344,32 @@ fn list(t: &str) -> String {
     )
 }
 
+/// Deletes at most `$1` rows in which no grant and no writer's mark
+/// lives, skipping rows another statement has locked and names whose gate
+/// is taken (an acquire in flight), and only where the row's token is
+/// behind the server's clock (see [`gate`]). Answers how many went. Rows
+/// are locked before the gate is tried, so that a grant cannot join a row
+/// between the check and the deletion.
+fn sweep(t: &str) -> String {
+    let vars = "jsonb_build_object('now', c.now_us)";
+    format!(
+        "WITH idle AS MATERIALIZED (
+             SELECT t.name FROM {t} AS t, {CLOCK}
+             WHERE NOT jsonb_path_exists(t.holders, {LIVE}, {vars})
+               AND NOT jsonb_path_exists(t.waiting, {LIVE}, {vars})
+               AND t.fencing_token < c.now_us
+             LIMIT $1
+             FOR UPDATE OF t SKIP LOCKED
+         ), gone AS (
+             DELETE FROM {t} AS t USING idle
+             WHERE t.name = idle.name AND {gate}
+             RETURNING 1
+         )
+         SELECT count(*) FROM gone",
+        gate = gate::try_exclusive("t.name"),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -320,6 +384,7 @@ mod tests {
             &statements.extend,
             &statements.release,
             &statements.list,
+            &statements.sweep,
         ] {
             assert!(sql.contains(r#""s"."a ""b""; --""#), "{sql}");
         }
@@ -340,9 +405,26 @@ mod tests {
             &statements.held,
             &statements.extend,
             &statements.hand_over,
+            &statements.sweep,
         ] {
             assert!(!sql.contains("pg_notify"), "{sql}");
         }
+    }
+
+    #[test]
+    fn grants_read_the_clock_behind_the_gate_and_deletions_try_it() {
+        let statements = Statements::new(&TableName::new("s", "t").unwrap());
+        for asked in [Asked::Exclusive, Asked::Shared, Asked::Permit] {
+            let sql = statements.acquire(asked);
+            assert!(sql.contains("pg_advisory_xact_lock_shared("), "{sql}");
+        }
+        for sql in [&statements.release, &statements.sweep] {
+            assert!(sql.contains("DELETE FROM"), "{sql}");
+            assert!(sql.contains("pg_try_advisory_xact_lock("), "{sql}");
+            assert!(sql.contains("t.fencing_token"), "{sql}");
+        }
+        // Hand-overs keep a live holder: they need no gate.
+        assert!(!statements.hand_over.contains("DELETE"));
     }
 
     #[test]

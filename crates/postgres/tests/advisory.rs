@@ -341,13 +341,11 @@ async fn names_whose_keys_collide_get_keys_of_their_own() {
         open(&advisory_url(&url(), &probe_table, fresh_class())).await,
         PATIENCE,
     );
-    probe
+    // Read while held: the release deletes the row.
+    let probed = probe
         .acquire_with(&wanted, PATIENCE)
         .await
-        .expect("acquire")
-        .release()
-        .await
-        .expect("release");
+        .expect("acquire");
     let hashed: i32 = admin
         .query_typed(
             &format!("SELECT objid FROM public.\"{probe_table}\" WHERE name = $1"),
@@ -356,6 +354,7 @@ async fn names_whose_keys_collide_get_keys_of_their_own() {
         .await
         .expect("read the key")[0]
         .get(0);
+    assert!(probed.release().await.expect("release"));
     let squatter = name(&unique("squatter"));
     admin
         .query_typed(

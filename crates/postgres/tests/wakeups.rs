@@ -386,7 +386,8 @@ async fn a_release_while_the_listener_is_down_delays_a_waiter_but_never_strands_
 /// queue is full (a listening session somewhere stopped reading it) is sent
 /// again without the notification, so the name is still freed. The full
 /// queue (8 GB in PostgreSQL 15) is stood in for by a trigger that refuses
-/// the first write to the lock's row with the same error, SQLSTATE 54000.
+/// the first write to the lock's row (its update, or the deletion of a row
+/// the release leaves unused) with the same error, SQLSTATE 54000.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_release_refused_for_a_full_notification_queue_still_frees_the_name() {
     let table = unique("full_queue");
@@ -410,9 +411,9 @@ async fn a_release_refused_for_a_full_notification_queue_still_frees_the_name() 
                      RAISE EXCEPTION 'too many notifications in the NOTIFY queue'
                          USING ERRCODE = '54000';
                  END IF;
-                 RETURN NEW;
+                 RETURN coalesce(NEW, OLD);
              END $body$;
-             CREATE TRIGGER refuse_first BEFORE UPDATE ON {table}
+             CREATE TRIGGER refuse_first BEFORE UPDATE OR DELETE ON {table}
                  FOR EACH ROW EXECUTE FUNCTION {table}_refuse_first();"
         ))
         .await
@@ -493,4 +494,85 @@ async fn waits_poll_while_the_notification_queue_is_full() {
         .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
         .await
         .expect("drop the schema");
+}
+
+/// The channel of the names `application`'s listening connection began
+/// to listen to last, as its latest `LISTEN` names it: the probe's channel
+/// is another.
+async fn bucket_listened(admin: &tokio_postgres::Client, application: &str) -> Option<String> {
+    let rows = admin
+        .query_typed(
+            "SELECT query FROM pg_stat_activity WHERE application_name = $1
+               AND query LIKE 'LISTEN %' AND query NOT LIKE '%probe%'",
+            &[(&application, Type::TEXT)],
+        )
+        .await
+        .expect("pg_stat_activity");
+    let query: String = rows.first()?.get(0);
+    let quoted = query.split('"').nth(1)?;
+    Some(quoted.to_owned())
+}
+
+/// A flood of notifications on a channel a waiter listens to, 200,000
+/// distinct releases as far as the listener can tell, is kept within the
+/// listener's bound, and the waiter is still woken by the release that
+/// follows it (review finding 10).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_flood_of_notifications_stays_bounded_and_the_waiter_still_wakes() {
+    let application = unique("distlock_flooded");
+    let table = format!("table={}", unique("flood"));
+    let waiting = open(&with_options(
+        &url(),
+        &format!("{table}&application_name={application}"),
+    ))
+    .await;
+    let holders = holder(open(&with_options(&url(), &table)).await);
+    wait_for(&waiting, WakeUps::Listening, PATIENCE).await;
+    let (admin, connection) = tokio_postgres::connect(&url(), NoTls).await.expect("admin");
+    tokio::spawn(connection);
+
+    let lock = name(&unique("flooded"));
+    let held = holders.acquire_with(&lock, PATIENCE).await.expect("hold");
+    let waiter = {
+        let (waiters, lock) = (patient(waiting.clone()), lock.clone());
+        tokio::spawn(async move { waiters.acquire_with(&lock, LONG).await })
+    };
+    let started = Instant::now();
+    let channel = loop {
+        if let Some(channel) = bucket_listened(&admin, &application).await {
+            break channel;
+        }
+        assert!(
+            started.elapsed() < PATIENCE,
+            "the waiter's channel is not listened to after {PATIENCE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+
+    let flood: i64 = admin
+        .query_one(
+            "SELECT count(pg_notify($1, lpad(to_hex(g), 16, '0')))
+             FROM generate_series(1, 200000) AS g",
+            &[&channel],
+        )
+        .await
+        .expect("the flood")
+        .get(0);
+    assert_eq!(flood, 200_000);
+    assert!(!waiter.is_finished(), "the lock is still held");
+
+    // The release's notification comes after the whole flood.
+    let token = held.fencing_token();
+    assert!(held.release().await.expect("release"));
+    let granted = tokio::time::timeout(PATIENCE, waiter)
+        .await
+        .expect("the waiter is woken after the flood, long before its backoff ends")
+        .expect("task")
+        .expect("granted");
+    assert!(granted.fencing_token() > token);
+    let queue = waiting.wake_up_queue();
+    eprintln!("after the flood: {queue:?}");
+    assert!(queue.most_queued <= queue.limit, "{queue:?}");
+    assert!(queue.most_queued > 0, "the flood was heard: {queue:?}");
+    assert!(granted.release().await.expect("release"));
 }

@@ -43,13 +43,19 @@ use crate::deployment;
 use crate::error::{from_driver, notification_queue_full};
 use crate::pool::Connections;
 use crate::rows::{self, get, holder_json};
+use crate::sweep::{Sweep, Sweeper};
 use crate::tls::Endpoint;
-use crate::wake::{Channels, Listener, WakeUps};
+use crate::wake::{Channels, Listener, WakeUpQueue, WakeUps};
 
 /// How long a waiter waits at most before trying again: a holder whose
 /// session ends without a release (a dead process, a session the server
 /// timed out) frees the lock without a notification.
 const SILENT_END_POLL: Duration = Duration::from_secs(1);
+
+/// How many times one attempt asks, giving the name a key before each ask
+/// after the first: a row is deleted between its keying and the next ask
+/// only when others were granted the name and released it in between.
+const MAX_ASKS: usize = 3;
 
 /// The longest lease advisory mode takes: the server probes a silent
 /// holder's connection after a lease through `tcp_keepalives_idle`, in
@@ -195,6 +201,9 @@ pub(crate) struct AdvisoryMode {
     channels: Channels,
     /// Hears releases for this backend's waiters; stops when dropped.
     listener: Listener,
+    sweep: Sweep,
+    /// Sweeps now and then; stops when dropped.
+    _sweeper: Sweeper,
 }
 
 impl fmt::Debug for AdvisoryMode {
@@ -225,37 +234,62 @@ impl AdvisoryMode {
     ) -> Result<Self> {
         let spares = Spares::new(endpoint);
         pooler::refuse_transaction_pooling(&spares, config.advisory_class, ADMIN_TIMEOUT).await?;
+        let statements = Statements::new(&config.table);
+        let sweep = Sweep::advisory(
+            connections.clone(),
+            statements.sweep.clone(),
+            config.advisory_class,
+        );
         Ok(Self {
             class: config.advisory_class,
             spares,
             connections,
-            statements: Statements::new(&config.table),
+            statements,
             channels,
             listener,
+            _sweeper: sweep.clone().start(),
+            sweep,
         })
+    }
+
+    /// Deletes the rows of names no session uses; see
+    /// [`PostgresBackend::remove_idle_rows`](crate::PostgresBackend::remove_idle_rows).
+    ///
+    /// # Errors
+    /// A backend error.
+    ///
+    /// # Cancel safety
+    /// As [`Sweep::run`].
+    pub(crate) async fn remove_idle_rows(&self) -> Result<u64> {
+        self.sweep.run().await
     }
 
     pub(crate) fn wake_ups(&self) -> WakeUps {
         self.listener.state()
     }
 
+    pub(crate) fn wake_up_queue(&self) -> WakeUpQueue {
+        self.listener.queue()
+    }
+
     /// Runs one attempt's statement on `session`, giving the name its key
-    /// first if it has none, all before `deadline`.
+    /// first if it has none, all before `deadline`. `None` when the name's
+    /// row was deleted each time it was given one: others were granted
+    /// and released it meanwhile, and the attempt lost to them.
     async fn ask(
         &self,
         request: &AcquireRequest,
         session: &Session,
         shared: bool,
-        had_intent: bool,
+        intent: Option<i32>,
         deadline: Instant,
-    ) -> Result<Answer> {
+    ) -> Result<Option<Answer>> {
         let what = format!("acquiring {}", request.name);
         let name = request.name.as_str().as_bytes();
         let idle_ms = idle_timeout_ms(request.lease)?;
         let holder = holder_json(&request.holder);
         let will_wait = !shared && request.retries;
-        // Twice at most: the second time, the name has its key.
-        for _ in 0..2 {
+        for asked in 1..=MAX_ASKS {
             let rows = session
                 .query(
                     &what,
@@ -265,14 +299,17 @@ impl AdvisoryMode {
                         (&name, Type::BYTEA),
                         (&idle_ms, Type::TEXT),
                         (&holder, Type::TEXT),
-                        (&had_intent, Type::BOOL),
+                        (&intent, Type::INT4),
                         (&will_wait, Type::BOOL),
                     ],
                     left(deadline),
                 )
                 .await?;
             if let Some(row) = rows.first() {
-                return Answer::read(row, &what);
+                return Answer::read(row, &what).map(Some);
+            }
+            if asked == MAX_ASKS {
+                break;
             }
             keys::allocate(
                 session,
@@ -282,11 +319,7 @@ impl AdvisoryMode {
             )
             .await?;
         }
-        Err(Error::Backend {
-            backend: "postgres",
-            message: format!("{what}: the name's key was deleted while it was being given"),
-            source: None,
-        })
+        Ok(None)
     }
 
     /// One attempt, start to end: a session, the statement, and what
@@ -300,20 +333,30 @@ impl AdvisoryMode {
         deadline: Instant,
     ) -> Result<Attempt> {
         // A waiting writer asks again on the session holding its intent.
-        let (session, had_intent) = match wait.take::<WaitingWriter>() {
-            Some(waiting) if !waiting.session.is_closed() => (waiting.session, true),
-            _ => (self.spares.take(left(deadline)).await?, false),
+        let (session, intent) = match wait.take::<WaitingWriter>() {
+            Some(waiting) if !waiting.session.is_closed() => (waiting.session, Some(waiting.objid)),
+            _ => (self.spares.take(left(deadline)).await?, None),
         };
-        let answer = self
-            .ask(request, &session, shared, had_intent, deadline)
-            .await?;
+        let Some(answer) = self
+            .ask(request, &session, shared, intent, deadline)
+            .await?
+        else {
+            self.spares.put(session);
+            return Ok(Attempt::Held {
+                retry_after: Some(Duration::ZERO),
+            });
+        };
         let what = format!("acquiring {}", request.name);
         if answer.granted {
-            let token = answer.token.ok_or_else(|| Error::Backend {
-                backend: "postgres",
-                message: format!("{what}: granted without a token"),
-                source: None,
-            })?;
+            let Some(token) = answer.token else {
+                // The name's row was deleted after this statement read its
+                // key: the key is no longer the name's. Closing the session
+                // ends the lock it took; the next try reads the row anew.
+                drop(session);
+                return Ok(Attempt::Held {
+                    retry_after: Some(Duration::ZERO),
+                });
+            };
             if session.is_closed() {
                 // It ended after answering: the lock went with it.
                 return Err(Error::Backend {

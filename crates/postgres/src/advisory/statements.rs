@@ -14,6 +14,11 @@ use crate::table::TableName;
 /// them.
 const MAX_HOLDER_ENTRIES: u32 = 1000;
 
+/// How long a row that was given its key and never granted is kept, in
+/// µs: the attempt that gave it the key asks for the lock at once, and
+/// must find it.
+const KEYING_GRACE_US: i64 = 60_000_000;
+
 /// The `pg_locks` rows of our class's two-`int4` advisory locks in this
 /// database, as `p`, with the class as `$1`.
 const OURS: &str = "p.locktype = 'advisory'
@@ -25,7 +30,9 @@ const OURS: &str = "p.locktype = 'advisory'
 pub(crate) struct Statements {
     acquire_exclusive: String,
     acquire_shared: String,
-    /// Gives a name its `objid` unless it has one: `$1` name, `$2` objid.
+    /// Gives a name its `objid` unless it has one: `$1` name, `$2` objid;
+    /// the token starts at the server's clock, which tells the sweep how
+    /// long ago a row that was never granted got its key.
     pub(crate) insert_key: String,
     pub(crate) release_exclusive: String,
     pub(crate) release_shared: String,
@@ -34,6 +41,8 @@ pub(crate) struct Statements {
     pub(crate) end_wait: String,
     pub(crate) force_release: String,
     pub(crate) list: String,
+    /// Deletes at most `$2` rows no session uses in class `$1`.
+    pub(crate) sweep: String,
 }
 
 impl Statements {
@@ -43,11 +52,11 @@ impl Statements {
             acquire_exclusive: acquire(t, false),
             acquire_shared: acquire(t, true),
             insert_key: format!(
-                "INSERT INTO {t} (name, objid, fencing_token) VALUES ($1, $2, 0)
+                "INSERT INTO {t} (name, objid, fencing_token) SELECT $1, $2, c.now_us FROM {CLOCK}
                  ON CONFLICT (name) DO NOTHING"
             ),
-            release_exclusive: release("pg_advisory_unlock"),
-            release_shared: release("pg_advisory_unlock_shared"),
+            release_exclusive: release(t, "pg_advisory_unlock"),
+            release_shared: release(t, "pg_advisory_unlock_shared"),
             check: "SELECT pg_backend_pid()".to_owned(),
             end_wait: "SELECT pg_advisory_unlock_shared($1, $2 + 1),
                               set_config('idle_session_timeout', '0', false),
@@ -55,6 +64,7 @@ impl Statements {
                 .to_owned(),
             force_release: force_release(t),
             list: list(t),
+            sweep: sweep(t),
         }
     }
 
@@ -84,7 +94,9 @@ impl Statements {
 /// A reader first looks for waiting writers' intent (`objid + 1`, held
 /// shared by each waiting writer) and does not try while one waits. A
 /// writer that will wait (`$6`) takes the intent when not granted, unless
-/// it holds it already (`$5`), and gives it up when granted.
+/// it holds it already (`$5`, the `objid` whose intent it holds), and
+/// gives it up when granted. A name whose row was deleted and made again
+/// may have another `objid`: the old intent is given up for the new.
 ///
 /// The session gets an idle timeout of `$3` ms while it holds the lock or
 /// an intent, so that the server ends a session whose holder stopped
@@ -95,7 +107,7 @@ impl Statements {
 /// lock with it, no sooner than the idle timeout would have ended it.
 ///
 /// `$1` class, `$2` name, `$3` idle timeout, `$4` holder as JSON text,
-/// `$5` holds the intent, `$6` waits as a writer. No row when the name has
+/// `$5` the `objid` whose intent is held, if any, `$6` waits as a writer. No row when the name has
 /// no key yet; otherwise its `objid`, whether granted, the token, whether
 /// a writer waits (for readers), and the session's process id.
 fn acquire(t: &str, shared: bool) -> String {
@@ -149,9 +161,12 @@ fn acquire(t: &str, shared: bool) -> String {
          )
          SELECT l.objid, l.granted, (SELECT fencing_token FROM bumped), l.writer_waits,
                 pg_backend_pid(),
-                CASE WHEN l.granted AND $5 THEN pg_advisory_unlock_shared($1, l.objid + 1)
-                     WHEN NOT l.granted AND $6 AND NOT $5
-                         THEN pg_try_advisory_lock_shared($1, l.objid + 1)
+                CASE WHEN l.granted AND $5 IS NOT NULL
+                         THEN pg_advisory_unlock_shared($1, $5 + 1)
+                     WHEN NOT l.granted AND $6 AND $5 IS DISTINCT FROM l.objid
+                         THEN CASE WHEN $5 IS NULL
+                                        OR pg_advisory_unlock_shared($1, $5 + 1) IS NOT NULL
+                                   THEN pg_try_advisory_lock_shared($1, l.objid + 1) END
                 END,
                 set_config('idle_session_timeout',
                            CASE WHEN l.granted OR $6 THEN $3 ELSE '0' END, false),
@@ -169,9 +184,24 @@ fn acquire(t: &str, shared: bool) -> String {
 /// Unlocks `($1, $2)` with `unlock`, takes the idle timeout off, and
 /// announces the release on channel `$3` with payload `$4` (sent at
 /// commit, so after the unlock). Answers whether the lock was held.
-fn release(unlock: &str) -> String {
+///
+/// The name's row goes too when, after the unlock, no session holds its
+/// key or its writers' intent and its token is behind the server's clock.
+fn release(t: &str, unlock: &str) -> String {
+    // A `CASE` evaluates in order: `pg_locks` is read after the unlock.
     format!(
-        "SELECT {unlock}($1, $2), set_config('idle_session_timeout', '0', false),
+        "WITH u AS MATERIALIZED (SELECT {unlock}($1, $2) AS held),
+         gone AS (
+             DELETE FROM {t} AS t USING {CLOCK}
+             WHERE t.objid = $2
+               AND CASE WHEN NOT (SELECT held FROM u) THEN false
+                        WHEN t.fencing_token >= c.now_us THEN false
+                        ELSE NOT EXISTS (
+                            SELECT FROM pg_locks AS p
+                            WHERE {OURS} AND p.granted AND p.objid IN ($2::oid, ($2 + 1)::oid)
+                        ) END
+         )
+         SELECT (SELECT held FROM u), set_config('idle_session_timeout', '0', false),
                 pg_notify($3, $4)"
     )
 }
@@ -203,6 +233,36 @@ fn list(t: &str) -> String {
     )
 }
 
+/// Deletes at most `$2` rows of class `$1` whose key and writers' intent
+/// no session holds, and whose token is behind the server's clock (by
+/// [`KEYING_GRACE_US`] for a row never granted); answers how many went. Candidates are picked against one reading of
+/// `pg_locks`, locked, and checked again against a reading made after the
+/// lock, row by row (a correlated subquery runs for each).
+fn sweep(t: &str) -> String {
+    format!(
+        "WITH held AS MATERIALIZED (
+             SELECT p.objid FROM pg_locks AS p WHERE {OURS} AND p.granted
+         ), idle AS MATERIALIZED (
+             SELECT t.name, t.objid FROM {t} AS t, {CLOCK}
+             WHERE t.fencing_token
+                       < c.now_us - CASE WHEN t.holders = '{{}}' THEN {KEYING_GRACE_US} ELSE 0 END
+               AND t.objid::oid NOT IN (SELECT objid FROM held)
+               AND (t.objid + 1)::oid NOT IN (SELECT objid FROM held)
+             LIMIT $2
+             FOR UPDATE OF t SKIP LOCKED
+         ), gone AS (
+             DELETE FROM {t} AS t USING idle
+             WHERE t.name = idle.name AND NOT EXISTS (
+                 SELECT FROM pg_locks AS p
+                 WHERE {OURS} AND p.granted
+                   AND p.objid IN (idle.objid::oid, (idle.objid + 1)::oid)
+             )
+             RETURNING 1
+         )
+         SELECT count(*) FROM gone"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -217,6 +277,8 @@ mod tests {
             &statements.insert_key,
             &statements.force_release,
             &statements.list,
+            &statements.sweep,
+            statements.release(false),
         ] {
             assert!(sql.contains(r#""s"."a ""b""; --""#), "{sql}");
         }

@@ -8,12 +8,14 @@
 //! while it is being re-opened after a failure, waiters poll.
 
 mod channel;
+mod inbox;
+mod index;
 mod session;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::{LeaseId, LockName, ReleaseHub, ReleaseWatch};
+use distlock_core::{LeaseId, LockName, ReleaseWatch};
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
@@ -21,6 +23,8 @@ use crate::pool::Connections;
 use crate::tls::Endpoint;
 
 pub(crate) use self::channel::{Channels, NameHash};
+use self::inbox::{Gauges, MAX_QUEUED};
+use self::index::Watched;
 use self::session::Ended;
 
 /// How long a waiter waits before it tries again, at most, while the
@@ -54,11 +58,27 @@ pub enum WakeUps {
     Unavailable,
 }
 
+/// How the queue between a backend's listening connection and the task
+/// that wakes its waiters has fared. See
+/// [`PostgresBackend::wake_up_queue`](crate::PostgresBackend::wake_up_queue).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WakeUpQueue {
+    /// The most names whose releases the queue keeps at once.
+    pub limit: usize,
+    /// The most it has kept at once so far, never above `limit`.
+    pub most_queued: usize,
+    /// How many times more names were announced than it keeps, and every
+    /// waiter was woken to try again instead.
+    pub overflows: u64,
+}
+
 /// What the backend and its listening task share.
 #[derive(Debug)]
 struct Shared {
-    hub: ReleaseHub,
+    watched: Watched,
     state: watch::Sender<WakeUps>,
+    gauges: Arc<Gauges>,
 }
 
 impl Shared {
@@ -122,8 +142,9 @@ impl Listener {
     /// Returns at once; the connection opens in the background.
     pub(crate) fn start(endpoint: Endpoint, connections: Connections, channels: Channels) -> Self {
         let shared = Arc::new(Shared {
-            hub: ReleaseHub::new(),
+            watched: Watched::default(),
             state: watch::Sender::new(WakeUps::Starting),
+            gauges: Arc::default(),
         });
         let target = Target {
             endpoint,
@@ -153,7 +174,15 @@ impl Listener {
     /// A watch on `name`'s releases, while they are heard; `None`
     /// otherwise, and the waiter polls.
     pub(crate) fn watch(&self, name: &LockName) -> Option<ReleaseWatch> {
-        (self.state() == WakeUps::Listening).then(|| self.shared.hub.watch(name))
+        (self.state() == WakeUps::Listening).then(|| self.shared.watched.watch(name))
+    }
+
+    pub(crate) fn queue(&self) -> WakeUpQueue {
+        WakeUpQueue {
+            limit: MAX_QUEUED,
+            most_queued: self.shared.gauges.most_queued(),
+            overflows: self.shared.gauges.overflows(),
+        }
     }
 }
 
@@ -181,7 +210,7 @@ async fn supervise(shared: Arc<Shared>, target: Target) {
                 // Releases since the connection failed went unheard: every
                 // waiter tries once more, and then polls until it is back
                 // (see `POLL_WHILE_RECONNECTING`).
-                shared.hub.notify_all();
+                shared.watched.hub().notify_all();
             }
             Ended::Failed { why, heard: false } => {
                 let why = target.hide_credentials(&why);
@@ -218,7 +247,7 @@ async fn supervise(shared: Arc<Shared>, target: Target) {
 
 /// `pause` less up to a quarter, so that processes that lost their
 /// connections together do not come back together.
-fn jittered(pause: Duration) -> Duration {
+pub(crate) fn jittered(pause: Duration) -> Duration {
     let quarter = u64::try_from(pause.as_micros() / 4).unwrap_or(u64::MAX);
     let cut =
         u64::try_from(LeaseId::random().as_u128() % u128::from(quarter.max(1))).unwrap_or_default();

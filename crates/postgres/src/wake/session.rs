@@ -3,15 +3,16 @@
 //! then wakes the waiters of each release it hears.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use distlock_core::LeaseId;
-use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_postgres::types::Type;
-use tokio_postgres::{AsyncMessage, Client, Notification};
+use tokio_postgres::{AsyncMessage, Client};
 
 use super::channel::{Bucket, Channel, NameHash};
+use super::inbox::{Heard, Inbox};
 use super::{Shared, Target, WakeUps};
 use crate::error::{describe, notification_queue_full};
 use crate::tls::Connection;
@@ -40,10 +41,6 @@ pub(super) enum Ended {
     Unheard,
 }
 
-/// What the connection's driver passes on: notifications, then its error
-/// if it failed. The channel closes when the connection ends.
-type Events = mpsc::UnboundedReceiver<Result<Notification, tokio_postgres::Error>>;
-
 /// Opens a listening connection and serves it until it fails.
 pub(super) async fn run(shared: &Shared, target: &Target) -> Ended {
     let connected = tokio::time::timeout(CONNECT_TIMEOUT, target.endpoint.connect()).await;
@@ -57,15 +54,16 @@ pub(super) async fn run(shared: &Shared, target: &Target) -> Ended {
             );
         }
     };
-    let (sender, events) = mpsc::unbounded_channel();
-    let driver = tokio::spawn(drive(connection, sender));
+    let inbox = Arc::new(Inbox::new(shared.gauges.clone()));
+    let probe = Channel::probe();
+    let driver = tokio::spawn(drive(connection, inbox.clone(), probe.clone()));
     let _stop_driver = AbortOnDrop(driver.abort_handle());
     let mut session = Session {
         shared,
         target,
         client,
-        events,
-        probe: Channel::probe(),
+        inbox,
+        probe,
         listened: HashSet::new(),
     };
     if let Err(why) = session.listen_to_probe_and_waiters().await {
@@ -84,7 +82,7 @@ pub(super) async fn run(shared: &Shared, target: &Target) -> Ended {
     shared.set(WakeUps::Listening);
     // Whatever was released before the channels were listened to went
     // unheard: every waiter tries once more.
-    shared.hub.notify_all();
+    shared.watched.hub().notify_all();
     failed(session.serve().await, true)
 }
 
@@ -101,25 +99,28 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// Drives the connection, passing on its notifications, until it ends.
-async fn drive(
-    mut connection: Connection,
-    events: mpsc::UnboundedSender<Result<Notification, tokio_postgres::Error>>,
-) {
+/// Drives the connection, recording what it hears in `inbox`, until it
+/// ends. It never waits for the session (see [`Inbox`]).
+async fn drive(mut connection: Connection, inbox: Arc<Inbox>, probe: Channel) {
     loop {
         match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
             Some(Ok(AsyncMessage::Notification(notification))) => {
-                if events.send(Ok(notification)).is_err() {
-                    return;
+                if notification.channel() == probe.as_str() {
+                    inbox.probe(notification.payload());
+                } else if let Some(hash) = NameHash::from_payload(notification.payload()) {
+                    inbox.release(hash);
                 }
             }
             // Notices say nothing about releases.
             Some(Ok(_)) => {}
             Some(Err(error)) => {
-                let _ = events.send(Err(error));
+                inbox.end(format!("the connection failed: {}", describe(&error)));
                 return;
             }
-            None => return,
+            None => {
+                inbox.end("the connection closed".to_owned());
+                return;
+            }
         }
     }
 }
@@ -129,7 +130,8 @@ struct Session<'a> {
     target: &'a Target,
     /// The listening connection; nothing else is sent over it.
     client: Client,
-    events: Events,
+    /// What its driver heard.
+    inbox: Arc<Inbox>,
     /// This connection's own channel, for probes.
     probe: Channel,
     /// The buckets listened to.
@@ -151,16 +153,17 @@ impl Session<'_> {
         let nonce = self.send_probe().await.map_err(|error| error.to_string())?;
         let deadline = Instant::now() + PROBE_TIMEOUT;
         loop {
-            let Ok(event) = tokio::time::timeout_at(deadline, self.events.recv()).await else {
+            let Ok(heard) = tokio::time::timeout_at(deadline, self.inbox.next()).await else {
                 return Ok(false);
             };
-            let notification = heard(event)?;
-            if notification.channel() == self.probe.as_str() {
-                if notification.payload() == nonce {
-                    return Ok(true);
+            match heard {
+                Heard::Probe(payload) => {
+                    if payload == nonce {
+                        return Ok(true);
+                    }
                 }
-            } else {
-                self.wake(&notification);
+                Heard::Ended(why) => return Err(why),
+                other => self.wake(other),
             }
         }
     }
@@ -176,21 +179,16 @@ impl Session<'_> {
         loop {
             tokio::select! {
                 biased;
-                event = self.events.recv() => {
-                    let notification = match heard(event) {
-                        Ok(notification) => notification,
-                        Err(why) => return why,
-                    };
-                    if notification.channel() != self.probe.as_str() {
-                        self.wake(&notification);
-                    } else if probing
-                        .as_ref()
-                        .is_some_and(|(nonce, _)| nonce == notification.payload())
-                    {
-                        probing = None;
+                heard = self.inbox.next() => match heard {
+                    Heard::Probe(payload) => {
+                        if probing.as_ref().is_some_and(|(nonce, _)| *nonce == payload) {
+                            probing = None;
+                        }
                     }
-                }
-                () = self.shared.hub.changed() => {
+                    Heard::Ended(why) => return why,
+                    other => self.wake(other),
+                },
+                () = self.shared.watched.hub().changed() => {
                     if let Err(why) = self.listen_to_new_buckets().await {
                         return why;
                     }
@@ -201,6 +199,7 @@ impl Session<'_> {
                     {
                         return format!("a probe did not come back within {PROBE_TIMEOUT:?}");
                     }
+                    self.shared.watched.prune();
                     if let Err(why) = self.unlisten_stale_buckets().await {
                         return why;
                     }
@@ -226,27 +225,28 @@ impl Session<'_> {
         }
     }
 
-    /// Wakes the waiters of the name a release notification is about, and
-    /// those of names that share its hash.
-    fn wake(&self, notification: &Notification) {
-        let Some(hash) = NameHash::from_payload(notification.payload()) else {
-            return;
-        };
-        for name in self.shared.hub.watched() {
-            if NameHash::of(&name) == hash {
-                self.shared.hub.notify(&name);
+    /// Wakes the waiters of the releases heard: those of the names of each
+    /// hash, or, after an overflow, every waiter.
+    fn wake(&self, heard: Heard) {
+        match heard {
+            Heard::Releases(hashes) => {
+                for hash in hashes {
+                    self.shared.watched.wake(hash);
+                }
             }
+            Heard::Overflowed => {
+                tracing::debug!(
+                    "more releases were announced than the listener keeps; every waiter tries again"
+                );
+                self.shared.watched.hub().notify_all();
+            }
+            Heard::Probe(_) | Heard::Ended(_) => {}
         }
     }
 
     /// The buckets of the names waited for now.
     fn wanted(&self) -> HashSet<Bucket> {
-        self.shared
-            .hub
-            .watched()
-            .iter()
-            .map(|name| NameHash::of(name).bucket())
-            .collect()
+        self.shared.watched.buckets()
     }
 
     /// Listens to the buckets of newly watched names. Their waiters then
@@ -263,11 +263,7 @@ impl Session<'_> {
             .collect();
         self.execute(&sql).await?;
         self.listened.extend(&new);
-        for name in self.shared.hub.watched() {
-            if new.contains(&NameHash::of(&name).bucket()) {
-                self.shared.hub.notify(&name);
-            }
-        }
+        self.shared.watched.wake_in(&new);
         Ok(())
     }
 
@@ -312,16 +308,5 @@ impl Session<'_> {
             )
             .await?;
         Ok(nonce)
-    }
-}
-
-/// A notification the driver passed on, or why none will come.
-fn heard(
-    event: Option<Result<Notification, tokio_postgres::Error>>,
-) -> Result<Notification, String> {
-    match event {
-        Some(Ok(notification)) => Ok(notification),
-        Some(Err(error)) => Err(format!("the connection failed: {}", describe(&error))),
-        None => Err("the connection closed".to_owned()),
     }
 }
