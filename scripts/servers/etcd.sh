@@ -17,9 +17,6 @@ install_etcd() {
     command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
     # etcd-server only suggests etcd-client, which brings etcdctl.
     command -v etcdctl >/dev/null 2>&1 || missing+=(etcd-client)
-    # etcd-client (the crate) generates its gRPC code with protoc at build
-    # time, so this must run before any cargo command.
-    command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
     # The partition test cuts a member off in a network namespace.
     command -v ip >/dev/null 2>&1 || missing+=(iproute2)
     if [ "${#missing[@]}" = 0 ]; then
