@@ -19,6 +19,8 @@ install_etcd() {
     command -v etcdctl >/dev/null 2>&1 || missing+=(etcd-client)
     # The partition test cuts a member off in a network namespace.
     command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+    # The TLS test makes a throwaway CA and a certificate for its member.
+    command -v openssl >/dev/null 2>&1 || missing+=(openssl)
     if [ "${#missing[@]}" = 0 ]; then
         return 0
     fi
