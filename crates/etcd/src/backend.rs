@@ -79,8 +79,13 @@ impl EtcdBackend {
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] for a bad URL or an unreadable CA file;
-    /// [`Error::Denied`] for refused credentials; a backend error when the
-    /// members cannot be reached to authenticate.
+    /// with credentials, a backend error when etcd refuses them (a wrong
+    /// user or password, or authentication not enabled on the members) or
+    /// when no member can be reached to authenticate. Without credentials
+    /// nothing is sent yet: the members are first reached by the first call.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropped, it leaves nothing behind.
     pub async fn open(url: &str) -> Result<Self> {
         Self::connect(EtcdConfig::parse(url)?).await
     }
@@ -88,6 +93,9 @@ impl EtcdBackend {
     /// Opens the backend from a parsed configuration.
     ///
     /// # Errors
+    /// As [`open`](Self::open).
+    ///
+    /// # Cancel safety
     /// As [`open`](Self::open).
     pub async fn connect(config: EtcdConfig) -> Result<Self> {
         let mut options = ConnectOptions::new(config.endpoint_urls())
