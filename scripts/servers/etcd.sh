@@ -17,11 +17,10 @@ install_etcd() {
     command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
     # etcd-server only suggests etcd-client, which brings etcdctl.
     command -v etcdctl >/dev/null 2>&1 || missing+=(etcd-client)
-    # etcd-client (the crate) generates its gRPC code with protoc at build
-    # time, so this must run before any cargo command.
-    command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
     # The partition test cuts a member off in a network namespace.
     command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+    # The TLS test makes a throwaway CA and a certificate for its member.
+    command -v openssl >/dev/null 2>&1 || missing+=(openssl)
     if [ "${#missing[@]}" = 0 ]; then
         return 0
     fi

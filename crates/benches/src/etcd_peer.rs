@@ -1,6 +1,6 @@
 //! etcd's own lock service as a peer, measured against the same member:
 //! the `Lock` and `Unlock` RPCs (`v3lockpb.Lock`) through `etcd-client`'s
-//! `lock_client()`, the client distlock's etcd backend is built on.
+//! `lock_client()` (feature `etcd-client-peer`).
 //!
 //! A `Lock` call names a lease that the lock's key hangs on, and blocks on
 //! the server until the lock is granted. As etcd's concurrency sessions do,
@@ -15,13 +15,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use distlock::LockName;
-use distlock::etcd::etcd_client::{Client, LockOptions};
+use etcd_client::{Client, LockOptions};
 use tokio::process::Command;
 
 use crate::scenarios::{
     Layout, Outcome, Take, Taker, Window, Workload, drive, hold_then_release, report_worker,
 };
 use crate::target::{Server, Target};
+
+/// Whether this build has the peer.
+pub(crate) const BUILT: bool = true;
 
 /// The TTL of the peer's leases: the lease of our locks.
 const LEASE_TTL: Duration = distlock::LockOptions::DEFAULT_LEASE;
@@ -111,7 +114,7 @@ impl LockService {
     /// `Lock` and `Unlock` on `name`, as often as `seconds` allows.
     pub(crate) async fn cycles(&self, name: &LockName, seconds: Duration) -> Outcome<u64> {
         let mut lock = self.client.lock_client();
-        let fail = |e: distlock::etcd::etcd_client::Error| format!("etcd Lock RPC: {e}");
+        let fail = |e: etcd_client::Error| format!("etcd Lock RPC: {e}");
         let started = Instant::now();
         let mut cycles = 0u64;
         while started.elapsed() < seconds {

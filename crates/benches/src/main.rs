@@ -27,6 +27,12 @@
 mod commands;
 mod counting;
 mod etcd_metrics;
+// etcd's Lock RPC peer needs etcd-client, whose build needs protoc: a
+// build without it has a stand-in that says so.
+#[cfg(feature = "etcd-client-peer")]
+mod etcd_peer;
+#[cfg(not(feature = "etcd-client-peer"))]
+#[path = "etcd_peer_absent.rs"]
 mod etcd_peer;
 mod etcdctl;
 mod kinds;
@@ -405,6 +411,11 @@ async fn bench(args: &Args) -> scenarios::Outcome<()> {
     if let Some(tooz) = &tooz {
         run.tooz_versions = Some(tooz.versions().await?);
     }
+    #[cfg(not(feature = "etcd-client-peer"))]
+    if !no_peers && backends.iter().any(|url| kind_of_url(url) == "etcd") {
+        eprintln!("note: {}", etcd_peer::NOT_BUILT);
+        run.left_out.push(etcd_peer::NOT_BUILT.to_owned());
+    }
     let mut targets = Vec::new();
     for url in &backends {
         let target = Target::open(url).await?;
@@ -579,7 +590,7 @@ async fn contended_runs(
                 });
             }
         }
-        if is_etcd {
+        if is_etcd && etcd_peer::BUILT {
             say(
                 &format!("contended ({scenario}), etcd's Lock RPC"),
                 args.seconds,

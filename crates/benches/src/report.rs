@@ -27,6 +27,8 @@ pub(crate) struct Run {
     command: String,
     settings: Settings,
     notes: Vec<String>,
+    /// Contestants this run could not measure, and why: one line each.
+    pub(crate) left_out: Vec<String>,
     pub(crate) tooz_versions: Option<ToozVersions>,
     pub(crate) backends: Vec<BackendResults>,
 }
@@ -104,6 +106,7 @@ impl Run {
             command,
             settings,
             notes,
+            left_out: Vec::new(),
             tooz_versions: None,
             backends: Vec::new(),
         }
@@ -199,6 +202,9 @@ impl Run {
         }
         let _ = writeln!(out, "- Versions: {}", versions.join("; "));
         let _ = writeln!(out, "- Command: `{}`", self.command);
+        for line in &self.left_out {
+            let _ = writeln!(out, "- Left out: {line}");
+        }
         let _ = writeln!(
             out,
             "- Backends (servers started by the script on loopback): {}",

@@ -214,8 +214,10 @@ pub(crate) async fn uncontended(
     if lock_service.is_some() {
         contenders.push(Contender::EtcdLockRpc);
     }
-    let etcdctl = match (etcdctl, &lock_service) {
-        (Some(bin), Some(_)) => Some(Etcdctl::for_url(bin, &target.url)?),
+    let etcdctl = match etcdctl {
+        Some(bin) if with_peer && matches!(target.server, Server::Etcd(_)) => {
+            Some(Etcdctl::for_url(bin, &target.url)?)
+        }
         _ => None,
     };
     if etcdctl.is_some() {

@@ -11,16 +11,16 @@ use distlock_core::{
     LockInfo, LockName, LossReporter, Permits, ReleaseHub, ReleaseWatch, Result, ServerInfo,
     Session, WaitState, Wakeups, async_trait,
 };
-use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, KvClient, LeaseClient,
-    MaintenanceClient, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, TxnResponse,
-    WatchClient,
-};
 
 use crate::config::EtcdConfig;
 use crate::error::{from_etcd, is_lease_not_found};
-use crate::keys::{NameRange, Record, name_of_key};
+use crate::keys::{NameRange, Record, name_of_key, prefix_end};
 use crate::leftovers::Leftovers;
+use crate::raw::etcdserverpb::compare::CompareResult;
+use crate::raw::etcdserverpb::response_op::Response;
+use crate::raw::etcdserverpb::{DeleteRangeRequest, RangeRequest, TxnRequest, TxnResponse};
+use crate::raw::{Client, ConnectOptions};
+use crate::requests::{self, create_revision, delete_op, mod_revision, over, put_op, read_op};
 use crate::rules::{Entry, Standing, holds, in_order, standing};
 use crate::session::{SessionId, Sessions};
 use crate::watch::{Task, Watched, deleted};
@@ -38,12 +38,8 @@ const TRY_ROUNDS: usize = 8;
 /// distlock's etcd backend; see the [crate docs](crate).
 pub struct EtcdBackend {
     config: EtcdConfig,
-    kv: KvClient,
-    watch: WatchClient,
-    /// For `list`'s time left; the sessions keep their own.
-    leases: LeaseClient,
-    /// For the server's version, in a deployment check.
-    maintenance: MaintenanceClient,
+    /// Every call but the sessions' goes through it; they keep a clone.
+    client: Client,
     sessions: Sessions,
     leftovers: Leftovers,
     hub: ReleaseHub,
@@ -83,8 +79,13 @@ impl EtcdBackend {
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] for a bad URL or an unreadable CA file;
-    /// [`Error::Denied`] for refused credentials; a backend error when the
-    /// members cannot be reached to authenticate.
+    /// with credentials, a backend error when etcd refuses them (a wrong
+    /// user or password, or authentication not enabled on the members) or
+    /// when no member can be reached to authenticate. Without credentials
+    /// nothing is sent yet: the members are first reached by the first call.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropped, it leaves nothing behind.
     pub async fn open(url: &str) -> Result<Self> {
         Self::connect(EtcdConfig::parse(url)?).await
     }
@@ -93,41 +94,35 @@ impl EtcdBackend {
     ///
     /// # Errors
     /// As [`open`](Self::open).
+    ///
+    /// # Cancel safety
+    /// As [`open`](Self::open).
     pub async fn connect(config: EtcdConfig) -> Result<Self> {
-        let mut options = ConnectOptions::new()
+        let mut options = ConnectOptions::new(config.endpoint_urls())
             .with_connect_timeout(Duration::from_secs(5))
             .with_keep_alive(Duration::from_secs(5), Duration::from_secs(5));
         if let Some((user, password)) = &config.credentials {
-            options = options.with_user(user.clone(), password.clone());
+            options = options.with_credentials(user.clone(), password.clone());
         }
         if config.tls {
-            let mut tls = etcd_client::TlsOptions::new().with_enabled_roots();
-            if let Some(ca) = &config.ca {
-                let pem = std::fs::read(ca).map_err(|error| {
+            let ca_pem = match &config.ca {
+                Some(ca) => Some(std::fs::read(ca).map_err(|error| {
                     Error::config("ca", format!("cannot read {}: {error}", ca.display()))
-                })?;
-                tls = tls.ca_certificate(etcd_client::Certificate::from_pem(pem));
-            }
-            options = options.with_tls(tls);
+                })?),
+                None => None,
+            };
+            options = options.with_tls(ca_pem);
         }
-        let client = Client::connect(config.endpoint_urls(), Some(options))
+        let client = Client::connect(&options)
             .await
             .map_err(|e| from_etcd("connecting", e))?;
-        Ok(Self::from_client(client, config))
-    }
-
-    /// The backend on a client already connected, with `config`'s prefix.
-    pub fn from_client(client: Client, config: EtcdConfig) -> Self {
-        Self {
-            kv: client.kv_client(),
-            watch: client.watch_client(),
-            leases: client.lease_client(),
-            maintenance: client.maintenance_client(),
-            sessions: Sessions::new(client.lease_client()),
+        Ok(Self {
+            sessions: Sessions::new(client.clone()),
+            client,
             leftovers: Leftovers::default(),
             hub: ReleaseHub::new(),
             config,
-        }
+        })
     }
 
     /// The configuration this backend was opened with.
@@ -146,9 +141,8 @@ impl EtcdBackend {
         NameRange::new(&self.config.prefix, name)
     }
 
-    async fn txn(&self, txn: Txn, what: &str) -> Result<TxnResponse> {
-        let mut kv = self.kv.clone();
-        kv.txn(txn).await.map_err(|e| from_etcd(what, e))
+    async fn txn(&self, txn: TxnRequest, what: &str) -> Result<TxnResponse> {
+        self.client.txn(txn).await.map_err(|e| from_etcd(what, e))
     }
 
     /// A single try: write a key only if it would hold, in a transaction
@@ -159,20 +153,19 @@ impl EtcdBackend {
         let key = range.try_key(request.lease_id);
         let record = Record::new(request.claim, &request.holder).to_bytes();
         // First guess: the name is free.
-        let mut guard = Compare::create_revision(range.start.clone(), CompareOp::Equal, 0)
-            .with_range(range.end());
+        let mut guard = over(
+            create_revision(range.start.clone(), CompareResult::Equal, 0),
+            range.end(),
+        );
         for _ in 0..TRY_ROUNDS {
-            let txn = Txn::new()
-                .when([guard])
-                .and_then([TxnOp::put(
-                    key.clone(),
-                    record.clone(),
-                    Some(PutOptions::new().with_lease(session.0)),
-                )])
-                .or_else([TxnOp::get(range.start.clone(), Some(name_options(&range)))]);
+            let txn = TxnRequest {
+                compare: vec![guard],
+                success: vec![put_op(key.clone(), record.clone(), session.0)],
+                failure: vec![read_op(name_keys(&range))],
+            };
             let response = self.txn(txn, "trying a lock").await?;
             let revision = header_revision(&response);
-            if response.succeeded() {
+            if response.succeeded {
                 return Ok(self.granted(request, key, revision));
             }
             let entries = entries_of(&response);
@@ -180,9 +173,10 @@ impl EtcdBackend {
                 Standing::Waits(_) => return Ok(Attempt::Held { retry_after: None }),
                 // It would hold now: write unless the name changed since.
                 Standing::Holds => {
-                    guard =
-                        Compare::mod_revision(range.start.clone(), CompareOp::Less, revision + 1)
-                            .with_range(range.end());
+                    guard = over(
+                        mod_revision(range.start.clone(), CompareResult::Less, revision + 1),
+                        range.end(),
+                    );
                 }
             }
         }
@@ -207,17 +201,14 @@ impl EtcdBackend {
         // Kept before the write, so an answer lost after it still lets
         // `end_wait` remove the key.
         let record = Record::new(request.claim, &request.holder).to_bytes();
-        let txn = Txn::new()
-            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-            .and_then([
-                TxnOp::put(
-                    key.clone(),
-                    record,
-                    Some(PutOptions::new().with_lease(session.0)),
-                ),
-                TxnOp::get(range.start.clone(), Some(name_options(&range))),
-            ])
-            .or_else([TxnOp::get(range.start.clone(), Some(name_options(&range)))]);
+        let txn = TxnRequest {
+            compare: vec![create_revision(key.clone(), CompareResult::Equal, 0)],
+            success: vec![
+                put_op(key.clone(), record, session.0),
+                read_op(name_keys(&range)),
+            ],
+            failure: vec![read_op(name_keys(&range))],
+        };
         wait.set(Waiting {
             key: key.clone(),
             behind: None,
@@ -260,7 +251,7 @@ impl EtcdBackend {
                     Some((previous, task)) if previous == watched.key() => (previous, task),
                     _ => {
                         let (client, name, hub, key) = (
-                            self.watch.clone(),
+                            self.client.clone(),
                             request.name.clone(),
                             self.hub.clone(),
                             watched.key().to_vec(),
@@ -288,10 +279,10 @@ impl EtcdBackend {
             let watched = Watched::Own {
                 key: key.clone(),
                 revision,
-                kv: Box::new(self.kv.clone()),
+                kv: Box::new(self.client.clone()),
             };
             let (client, loss, releasing) =
-                (self.watch.clone(), request.loss.clone(), releasing.clone());
+                (self.client.clone(), request.loss.clone(), releasing.clone());
             Task::spawn(report_deletion(client, watched, revision, loss, releasing))
         };
         Attempt::Acquired {
@@ -321,14 +312,13 @@ impl EtcdBackend {
             return Ok(*left);
         }
         let response = self
-            .leases
-            .clone()
-            .time_to_live(session, None)
+            .client
+            .lease_time_to_live(session)
             .await
             .map_err(|e| from_etcd("reading a session's time left", e))?;
         // A negative TTL: the session ended as it was read.
         let left = Some(Duration::from_secs(
-            u64::try_from(response.ttl()).unwrap_or(0),
+            u64::try_from(response.ttl).unwrap_or(0),
         ));
         known.insert(session, left);
         Ok(left)
@@ -338,13 +328,13 @@ impl EtcdBackend {
     /// leftover, to be deleted again at the next renewal.
     async fn delete_key(&self, key: &[u8]) -> Result<bool> {
         self.leftovers.note(key);
-        let mut kv = self.kv.clone();
-        let response = kv
-            .delete(key.to_vec(), None)
+        let response = self
+            .client
+            .delete_range(requests::delete(key))
             .await
             .map_err(|e| from_etcd("deleting a key", e))?;
         self.leftovers.forget(key);
-        Ok(response.deleted() > 0)
+        Ok(response.deleted > 0)
     }
 }
 
@@ -354,7 +344,7 @@ impl EtcdBackend {
 /// watch from the grant's revision still sees a deletion made before it
 /// started.
 async fn report_deletion(
-    client: WatchClient,
+    client: Client,
     watched: Watched,
     revision: i64,
     loss: LossReporter,
@@ -368,22 +358,20 @@ async fn report_deletion(
 }
 
 /// Reads a name's keys, oldest first.
-fn name_options(range: &NameRange) -> GetOptions {
-    GetOptions::new()
-        .with_range(range.end())
-        .with_sort(SortTarget::Create, SortOrder::Ascend)
+fn name_keys(range: &NameRange) -> RangeRequest {
+    requests::oldest_first(range.start.clone(), range.end())
 }
 
 fn header_revision(response: &TxnResponse) -> i64 {
-    response.header().map_or(0, |header| header.revision())
+    response.header.as_ref().map_or(0, |header| header.revision)
 }
 
 /// The keys read by the transaction's last range.
 fn entries_of(response: &TxnResponse) -> Vec<Entry> {
     let mut entries = Vec::new();
-    for op in response.op_responses() {
-        if let TxnOpResponse::Get(get) = op {
-            entries = get.kvs().iter().map(Entry::from_kv).collect();
+    for op in &response.responses {
+        if let Some(Response::ResponseRange(read)) = &op.response {
+            entries = read.kvs.iter().map(Entry::from_kv).collect();
         }
     }
     in_order(entries)
@@ -397,7 +385,7 @@ impl Backend for EtcdBackend {
 
     /// The member's version; etcd has no clock that leases are judged by.
     async fn server_info(&self) -> Result<ServerInfo> {
-        let status = tokio::time::timeout(INFO_TIMEOUT, self.maintenance.clone().status())
+        let status = tokio::time::timeout(INFO_TIMEOUT, self.client.status())
             .await
             .map_err(|_| Error::OperationTimeout {
                 operation: "server info",
@@ -405,7 +393,7 @@ impl Backend for EtcdBackend {
             })?
             .map_err(|e| from_etcd("asking the server for its version", e))?;
         Ok(ServerInfo::new(
-            Some(format!("etcd {}", status.version())),
+            Some(format!("etcd {}", status.version)),
             None,
         ))
     }
@@ -443,7 +431,7 @@ impl Backend for EtcdBackend {
             // A key recorded for a write whose answer was lost may land
             // after this delete, and would leave a waiter nobody serves.
             if !self.delete_key(&waiting.key).await? {
-                self.leftovers.recheck(&self.kv, waiting.key);
+                self.leftovers.recheck(&self.client, waiting.key);
             }
         }
         Ok(())
@@ -453,15 +441,15 @@ impl Backend for EtcdBackend {
         let Some(grant) = lease.state.get::<Grant>().filter(|g| g.id == lease.id) else {
             return Ok(false);
         };
-        let mut kv = self.kv.clone();
-        let current = kv
-            .get(grant.key.clone(), None)
+        let current = self
+            .client
+            .range(requests::key(grant.key.clone()))
             .await
             .map_err(|e| from_etcd("reading a lock", e))?;
         let ours = current
-            .kvs()
+            .kvs
             .first()
-            .is_some_and(|kv| kv.create_revision() == grant.revision);
+            .is_some_and(|kv| kv.create_revision == grant.revision);
         if !ours {
             return Ok(false);
         }
@@ -476,7 +464,7 @@ impl Backend for EtcdBackend {
             let key = self.range(&lease.name).try_key(lease.id);
             let deleted = self.delete_key(&key).await?;
             if !deleted {
-                self.leftovers.recheck(&self.kv, key);
+                self.leftovers.recheck(&self.client, key);
             }
             return Ok(deleted);
         };
@@ -484,36 +472,32 @@ impl Backend for EtcdBackend {
             return Ok(false);
         }
         grant.releasing.store(true, Ordering::Release);
-        let txn = Txn::new()
-            .when([Compare::create_revision(
+        let txn = TxnRequest {
+            compare: vec![create_revision(
                 grant.key.clone(),
-                CompareOp::Equal,
+                CompareResult::Equal,
                 grant.revision,
-            )])
-            .and_then([TxnOp::delete(grant.key.clone(), None)]);
+            )],
+            success: vec![delete_op(&grant.key)],
+            failure: Vec::new(),
+        };
         self.leftovers.note(&grant.key);
-        let released = self.txn(txn, "releasing a lock").await?.succeeded();
+        let released = self.txn(txn, "releasing a lock").await?.succeeded;
         self.leftovers.forget(&grant.key);
         Ok(released)
     }
 
     async fn list(&self) -> Result<Vec<LockInfo>> {
         let prefix = self.config.prefix.as_bytes().to_vec();
-        let mut kv = self.kv.clone();
-        let response = kv
-            .get(
-                prefix,
-                Some(
-                    GetOptions::new()
-                        .with_prefix()
-                        .with_sort(SortTarget::Create, SortOrder::Ascend),
-                ),
-            )
+        let end = prefix_end(&prefix);
+        let response = self
+            .client
+            .range(requests::oldest_first(prefix, end))
             .await
             .map_err(|e| from_etcd("listing locks", e))?;
         let mut names: BTreeMap<LockName, Vec<Entry>> = BTreeMap::new();
-        for kv in response.kvs() {
-            if let Some(name) = name_of_key(&self.config.prefix, kv.key()) {
+        for kv in &response.kvs {
+            if let Some(name) = name_of_key(&self.config.prefix, &kv.key) {
                 names.entry(name).or_default().push(Entry::from_kv(kv));
             }
         }
@@ -542,15 +526,15 @@ impl Backend for EtcdBackend {
 
     async fn force_release(&self, name: &LockName) -> Result<bool> {
         let range = self.range(name);
-        let mut kv = self.kv.clone();
-        let response = kv
-            .delete(
-                range.start.clone(),
-                Some(DeleteOptions::new().with_range(range.end())),
-            )
+        let response = self
+            .client
+            .delete_range(DeleteRangeRequest {
+                key: range.start.clone(),
+                range_end: range.end(),
+            })
             .await
             .map_err(|e| from_etcd("force-releasing a lock", e))?;
-        Ok(response.deleted() > 0)
+        Ok(response.deleted > 0)
     }
 
     fn session(&self) -> Option<&dyn Session> {
@@ -565,7 +549,7 @@ impl Backend for EtcdBackend {
 #[async_trait]
 impl Session for EtcdBackend {
     async fn renew(&self) -> Result<bool> {
-        self.leftovers.retry(&self.kv);
+        self.leftovers.retry(&self.client);
         self.sessions.renew().await
     }
 }

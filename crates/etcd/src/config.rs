@@ -23,7 +23,8 @@ pub struct EtcdConfig {
     /// Whether to connect with TLS (`etcds://`).
     pub tls: bool,
     /// A PEM file with the CA that signed the members' certificates, for a
-    /// private CA (`?ca=PATH`); the system's roots otherwise.
+    /// private CA (`?ca=PATH`), then trusted alone; Mozilla's roots
+    /// (webpki-roots) otherwise.
     pub ca: Option<PathBuf>,
     /// Every key of this backend starts with it (`?prefix=`, default
     /// [`DEFAULT_PREFIX`]).

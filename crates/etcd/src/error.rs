@@ -2,11 +2,13 @@
 
 use distlock_core::Error;
 
+use crate::raw;
+
 /// `error` from `what`, as distlock's error: refused credentials or
 /// permissions are [`Error::Denied`]; everything else may pass (an
 /// unreachable member, an election) and is a transient [`Error::Backend`].
-pub(crate) fn from_etcd(what: &str, error: etcd_client::Error) -> Error {
-    if let etcd_client::Error::GRpcStatus(status) = &error
+pub(crate) fn from_etcd(what: &str, error: raw::Error) -> Error {
+    if let Some(status) = error.status()
         && matches!(
             status.code(),
             tonic::Code::Unauthenticated | tonic::Code::PermissionDenied

@@ -63,6 +63,20 @@ pub(crate) fn encode_name(name: &str, out: &mut Vec<u8>) {
     }
 }
 
+/// The end (exclusive) of the keys that start with `prefix`: `prefix`
+/// with its last byte below 0xff bumped and the bytes after it dropped, or
+/// `\0`, etcd's end of the key space, when every byte is 0xff.
+pub(crate) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
 /// The name whose key `key` is, if it is one of ours under `prefix`.
 pub(crate) fn name_of_key(prefix: &str, key: &[u8]) -> Option<LockName> {
     let rest = key.strip_prefix(prefix.as_bytes())?;
@@ -129,6 +143,13 @@ mod tests {
         let key = ab.key(7);
         assert!(key.as_slice() >= ab.start.as_slice() && key < ab.end());
         assert!(!(key.as_slice() >= a.start.as_slice() && key < a.end()));
+    }
+
+    #[test]
+    fn a_prefix_ends_past_its_last_key() {
+        assert_eq!(prefix_end(b"distlock/"), b"distlock0");
+        assert_eq!(prefix_end(b"a\xff\xff"), b"b");
+        assert_eq!(prefix_end(b"\xff"), b"\0");
     }
 
     #[test]

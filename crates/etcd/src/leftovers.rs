@@ -19,7 +19,9 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use etcd_client::{GetOptions, KvClient};
+use crate::raw::Client;
+use crate::raw::etcdserverpb::RangeRequest;
+use crate::requests;
 
 /// When a key whose write lost its answer is deleted again, after each
 /// pause: a write held up in the server for longer than their sum is
@@ -63,7 +65,7 @@ impl Leftovers {
     /// renewal never waits for it; at most one such task runs at a time.
     /// Each key is this client's own (its name ends in a random id), so
     /// it is deleted unconditionally.
-    pub(crate) fn retry(&self, kv: &KvClient) {
+    pub(crate) fn retry(&self, kv: &Client) {
         let idle = self.lock().is_empty() && self.suspects().is_empty();
         if idle || self.retrying.swap(true, Ordering::AcqRel) {
             return;
@@ -72,7 +74,7 @@ impl Leftovers {
         tokio::spawn(async move {
             let keys: Vec<Vec<u8>> = leftovers.lock().iter().cloned().collect();
             for key in keys {
-                match kv.clone().delete(key.clone(), None).await {
+                match kv.delete_range(requests::delete(&key)).await {
                     Ok(_) => leftovers.forget(&key),
                     Err(error) => {
                         tracing::debug!(%error, "deleting a left-over etcd key failed; trying again at the next renewal");
@@ -86,7 +88,7 @@ impl Leftovers {
 
     /// Looks for each suspect key, deletes those that landed, and stops
     /// looking for those given up longer than [`SUSPECT_FOR`] ago.
-    async fn look_for_suspects(&self, kv: &KvClient) {
+    async fn look_for_suspects(&self, kv: &Client) {
         let suspects: Vec<(Vec<u8>, Instant)> = self
             .suspects()
             .iter()
@@ -94,13 +96,15 @@ impl Leftovers {
             .collect();
         for (key, since) in suspects {
             let found = kv
-                .clone()
-                .get(key.clone(), Some(GetOptions::new().with_keys_only()))
+                .range(RangeRequest {
+                    keys_only: true,
+                    ..requests::key(key.clone())
+                })
                 .await
-                .map(|response| !response.kvs().is_empty());
+                .map(|response| !response.kvs.is_empty());
             match found {
                 Ok(true) => {
-                    if kv.clone().delete(key.clone(), None).await.is_ok() {
+                    if kv.delete_range(requests::delete(&key)).await.is_ok() {
                         tracing::debug!("deleted a key whose write landed long after its release");
                         self.suspects().remove(&key);
                     }
@@ -122,13 +126,13 @@ impl Leftovers {
     /// the connection that lost its answer, and land after that delete; it
     /// would then hold its name for as long as the session lives. The key
     /// is this client's own, for an attempt it has given up.
-    pub(crate) fn recheck(&self, kv: &KvClient, key: Vec<u8>) {
+    pub(crate) fn recheck(&self, kv: &Client, key: Vec<u8>) {
         let (leftovers, kv) = (self.clone(), kv.clone());
         tokio::spawn(async move {
             for pause in RECHECKS {
                 tokio::time::sleep(pause).await;
-                match kv.clone().delete(key.clone(), None).await {
-                    Ok(response) if response.deleted() > 0 => {
+                match kv.delete_range(requests::delete(&key)).await {
+                    Ok(response) if response.deleted > 0 => {
                         tracing::debug!("deleted a key whose write landed after its release");
                         return;
                     }

@@ -50,6 +50,15 @@
 //! - **Reads are linearizable**: every decision reads in a transaction or
 //!   a default (linearizable) range read, never a serializable one.
 //!
+//! # The client
+//! The backend speaks etcd's gRPC API through a small client of its own
+//! (tonic, rustls with ring), whose message code is generated from trimmed
+//! copies of etcd's `.proto` files and committed: building needs no
+//! `protoc`. Calls are spread over the members named in the URL; HTTP/2
+//! pings every 5 s drop a connection to a member gone silent; with
+//! credentials, a token etcd refuses is replaced and the call sent once
+//! more. The feature `raw-client` makes the client public as `raw`.
+//!
 //! [`Error::InvalidConfig`]: distlock_core::Error::InvalidConfig
 //! [`Backend::session`]: distlock_core::Backend::session
 
@@ -60,12 +69,21 @@ mod config;
 mod error;
 mod keys;
 mod leftovers;
+mod requests;
 mod rules;
 mod session;
 mod watch;
 
+// The client is public with the `raw-client` feature only: its messages
+// are etcd's wire format, generated, and not an API this crate promises
+// to keep.
+#[cfg(feature = "raw-client")]
+#[cfg_attr(docsrs, doc(cfg(feature = "raw-client")))]
+pub mod raw;
+#[cfg(not(feature = "raw-client"))]
+#[allow(unreachable_pub, unused_imports, dead_code)]
+mod raw;
+
 pub use backend::EtcdBackend;
 pub use config::{DEFAULT_PORT, DEFAULT_PREFIX, EtcdConfig};
-/// The etcd client this backend is built on, at the version it uses.
-pub use etcd_client;
 pub use session::session_ttl;

@@ -8,8 +8,8 @@
 //!   permit after a lock, a lock after a permit, another limit) is a kind
 //!   conflict: a name takes the kind of whoever came first.
 
+use crate::raw::mvccpb::KeyValue;
 use distlock_core::{Claim, LockName, Result};
-use etcd_client::KeyValue;
 
 use crate::keys::Record;
 
@@ -26,11 +26,11 @@ pub(crate) struct Entry {
 
 impl Entry {
     pub(crate) fn from_kv(kv: &KeyValue) -> Self {
-        let record = Record::parse(kv.value());
+        let record = Record::parse(&kv.value);
         Self {
-            key: kv.key().to_vec(),
-            revision: kv.create_revision(),
-            session: kv.lease(),
+            key: kv.key.clone(),
+            revision: kv.create_revision,
+            session: kv.lease,
             claim: record.as_ref().map_or(Claim::Exclusive, Record::claim),
             record,
         }

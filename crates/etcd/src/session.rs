@@ -10,8 +10,8 @@
 
 use std::time::Duration;
 
+use crate::raw::Client;
 use distlock_core::{Error, Result};
-use etcd_client::LeaseClient;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
@@ -44,7 +44,7 @@ pub(crate) struct SessionId(pub(crate) i64);
 /// Keeps the session: created on first use, renewed by core's keeper
 /// through [`renew`](Self::renew), replaced once etcd says it is gone.
 pub(crate) struct Sessions {
-    client: LeaseClient,
+    client: Client,
     current: Mutex<Option<Session>>,
 }
 
@@ -81,7 +81,7 @@ impl std::fmt::Debug for Sessions {
 }
 
 impl Sessions {
-    pub(crate) fn new(client: LeaseClient) -> Self {
+    pub(crate) fn new(client: Client) -> Self {
         Self {
             client,
             current: Mutex::new(None),
@@ -122,14 +122,14 @@ impl Sessions {
             }
         }
         let sent = Instant::now();
-        let mut client = self.client.clone();
-        let granted = client
-            .grant(ttl_for(lease), None)
+        let granted = self
+            .client
+            .lease_grant(ttl_for(lease))
             .await
             .map_err(|e| from_etcd("granting a lease", e))?;
-        let ttl = Duration::from_secs(u64::try_from(granted.ttl()).unwrap_or(0));
+        let ttl = Duration::from_secs(u64::try_from(granted.ttl).unwrap_or(0));
         let session = Session {
-            id: granted.id(),
+            id: granted.id,
             lease,
             ttl: ttl.max(lease),
             confirmed: sent,
@@ -167,14 +167,12 @@ impl Sessions {
 }
 
 /// One keepalive: whether etcd still has the lease.
-async fn keep_alive(client: &LeaseClient, id: i64) -> Result<bool> {
-    let mut client = client.clone();
-    // Opening the stream sends the first keepalive and waits for its answer.
-    match client.keep_alive(id).await {
-        Ok(_) => Ok(true),
-        Err(etcd_client::Error::LeaseKeepAliveError(message)) if message == "lease not found" => {
-            Ok(false)
-        }
+async fn keep_alive(client: &Client, id: i64) -> Result<bool> {
+    // Opening the stream sends the first keepalive and waits for its
+    // answer; the stream is closed once it came.
+    match client.lease_keep_alive(id).await {
+        // etcd answers a lease it no longer has with a TTL of zero or less.
+        Ok((_, answer)) => Ok(answer.ttl > 0),
         Err(error) => Err(from_etcd("renewing the session's lease", error)),
     }
 }

@@ -3,7 +3,11 @@
 
 use std::time::Duration;
 
-use etcd_client::{EventType, KvClient, WatchClient, WatchFilterType, WatchOptions};
+use crate::raw::Client;
+use crate::raw::etcdserverpb::watch_create_request::FilterType;
+use crate::raw::etcdserverpb::{WatchCreateRequest, WatchResponse};
+use crate::raw::mvccpb::event::EventType;
+use crate::requests;
 use tokio::task::JoinHandle;
 
 /// A task that ends when dropped.
@@ -40,7 +44,7 @@ pub(crate) enum Watched {
     Own {
         key: Vec<u8>,
         revision: i64,
-        kv: Box<KvClient>,
+        kv: Box<Client>,
     },
 }
 
@@ -52,14 +56,17 @@ impl Watched {
         }
     }
 
-    fn options(&self, from: i64) -> WatchOptions {
-        let options = WatchOptions::new()
-            .with_start_revision(from)
-            .with_filters([WatchFilterType::NoPut])
-            .with_progress_notify();
-        match self {
-            Self::AnyOf { end, .. } => options.with_range(end.clone()),
-            _ => options,
+    /// The watch of deletions from revision `from` on.
+    fn request(&self, from: i64) -> WatchCreateRequest {
+        WatchCreateRequest {
+            key: self.key().to_vec(),
+            range_end: match self {
+                Self::AnyOf { end, .. } => end.clone(),
+                _ => Vec::new(),
+            },
+            start_revision: from,
+            progress_notify: true,
+            filters: vec![FilterType::Noput as i32],
         }
     }
 
@@ -70,13 +77,13 @@ impl Watched {
             return None;
         };
         loop {
-            match kv.as_ref().clone().get(key.clone(), None).await {
+            match kv.range(requests::key(key.clone())).await {
                 Ok(response) => {
                     let ours = response
-                        .kvs()
+                        .kvs
                         .first()
-                        .is_some_and(|kv| kv.create_revision() == *revision);
-                    let read_at = response.header().map_or(0, |header| header.revision());
+                        .is_some_and(|kv| kv.create_revision == *revision);
+                    let read_at = response.header.map_or(0, |header| header.revision);
                     return ours.then_some(read_at + 1);
                 }
                 Err(error) => {
@@ -91,14 +98,10 @@ impl Watched {
 /// Waits until `watched` sees a deletion at a revision after `after`. A
 /// broken stream is opened again from the last revision seen, so no
 /// deletion is missed.
-pub(crate) async fn deleted(client: WatchClient, watched: Watched, after: i64) {
+pub(crate) async fn deleted(client: Client, watched: Watched, after: i64) {
     let mut from = after + 1;
     loop {
-        let mut client = client.clone();
-        let mut stream = match client
-            .watch(watched.key().to_vec(), Some(watched.options(from)))
-            .await
-        {
+        let mut stream = match client.watch(watched.request(from)).await {
             Ok(stream) => stream,
             Err(error) => {
                 tracing::debug!(%error, "watching etcd failed; watching again");
@@ -108,8 +111,8 @@ pub(crate) async fn deleted(client: WatchClient, watched: Watched, after: i64) {
         };
         // Until the stream ends or fails; then it is opened again.
         while let Ok(Some(response)) = stream.message().await {
-            if response.canceled() {
-                if response.compact_revision() > 0 {
+            if response.canceled {
+                if response.compact_revision > 0 {
                     match watched.resume_after_compaction().await {
                         Some(revision) => from = revision,
                         None => return,
@@ -140,18 +143,18 @@ struct Seen {
 }
 
 impl Seen {
-    fn of(response: &etcd_client::WatchResponse) -> Self {
-        let events = response.events();
+    fn of(response: &WatchResponse) -> Self {
+        let events = &response.events;
         Self {
-            created: response.created(),
+            created: response.created,
             deleted: events
                 .iter()
-                .any(|event| event.event_type() == EventType::Delete),
+                .any(|event| event.r#type == EventType::Delete as i32),
             last_event: events
                 .iter()
-                .filter_map(|event| event.kv().map(|kv| kv.mod_revision()))
+                .filter_map(|event| event.kv.as_ref().map(|kv| kv.mod_revision))
                 .max(),
-            header: response.header().map(|header| header.revision()),
+            header: response.header.as_ref().map(|header| header.revision),
         }
     }
 

@@ -11,7 +11,8 @@ use distlock_core::{
     LockOptions, LossReason, WaitState,
 };
 use distlock_etcd::EtcdBackend;
-use distlock_etcd::etcd_client::GetOptions;
+use distlock_etcd::raw::etcdserverpb::{DeleteRangeRequest, PutRequest, RangeRequest};
+use distlock_etcd::raw::{Client, ConnectOptions};
 
 fn url() -> String {
     std::env::var("DISTLOCK_TEST_ETCD_URL").unwrap_or_else(|_| {
@@ -52,17 +53,24 @@ async fn client(lease: Duration) -> (LockClient, Arc<EtcdBackend>) {
 /// The keys etcd holds in `name`'s range.
 async fn keys_of(backend: &EtcdBackend, name: &LockName) -> Vec<Vec<u8>> {
     let (start, end) = backend.key_range(name);
-    let mut etcd = distlock_etcd::etcd_client::Client::connect(
-        [url().replacen("etcd://", "http://", 1)],
-        None,
-    )
-    .await
-    .expect("connect");
-    let response = etcd
-        .get(start, Some(GetOptions::new().with_range(end)))
+    let response = etcd()
+        .await
+        .range(RangeRequest {
+            key: start,
+            range_end: end,
+            ..RangeRequest::default()
+        })
         .await
         .expect("get");
-    response.kvs().iter().map(|kv| kv.key().to_vec()).collect()
+    response.kvs.into_iter().map(|kv| kv.key).collect()
+}
+
+/// A client of the test member, to look at or change keys by hand.
+async fn etcd() -> Client {
+    let member = url().replacen("etcd://", "http://", 1);
+    Client::connect(&ConnectOptions::new([member]))
+        .await
+        .expect("connect")
 }
 
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -343,18 +351,29 @@ async fn tokens_are_create_revisions_and_grow() {
 
 /// Deletes `key` by hand, as if its write had not landed yet; returns a
 /// client to write it back with, and its value.
-async fn take_away(key: &[u8]) -> (distlock_etcd::etcd_client::Client, Vec<u8>) {
-    let mut etcd = distlock_etcd::etcd_client::Client::connect(
-        [url().replacen("etcd://", "http://", 1)],
-        None,
-    )
-    .await
-    .expect("connect");
-    let value = etcd.get(key, None).await.expect("get").kvs()[0]
-        .value()
-        .to_vec();
-    etcd.delete(key, None).await.expect("delete");
+async fn take_away(key: &[u8]) -> (Client, Vec<u8>) {
+    let etcd = etcd().await;
+    let read = RangeRequest {
+        key: key.to_vec(),
+        ..RangeRequest::default()
+    };
+    let value = etcd.range(read).await.expect("get").kvs[0].value.clone();
+    let delete = DeleteRangeRequest {
+        key: key.to_vec(),
+        range_end: Vec::new(),
+    };
+    etcd.delete_range(delete).await.expect("delete");
     (etcd, value)
+}
+
+/// Writes `key` back with `value`, on no etcd lease.
+async fn put_back(etcd: &Client, key: &[u8], value: Vec<u8>) {
+    let put = PutRequest {
+        key: key.to_vec(),
+        value,
+        lease: 0,
+    };
+    etcd.put(put).await.expect("the late write");
 }
 
 /// A single try whose answer was lost is released by deleting the key it
@@ -384,7 +403,7 @@ async fn a_lost_answers_key_that_lands_after_its_release_is_deleted_again() {
     let keys = keys_of(&backend, &lock).await;
     assert_eq!(keys.len(), 1, "the try wrote one key");
     let key = keys[0].clone();
-    let (mut etcd, value) = take_away(&key).await;
+    let (etcd, value) = take_away(&key).await;
 
     // The release of a grant whose answer was lost: it carries no state.
     let lost = request.granted(fencing_token, distlock_core::GrantState::none());
@@ -392,9 +411,7 @@ async fn a_lost_answers_key_that_lands_after_its_release_is_deleted_again() {
         !backend.release(&lost).await.expect("release"),
         "nothing to delete yet"
     );
-    etcd.put(key.clone(), value, None)
-        .await
-        .expect("the late write");
+    put_back(&etcd, &key, value).await;
 
     let started = std::time::Instant::now();
     while !keys_of(&backend, &lock).await.is_empty() {
@@ -451,15 +468,13 @@ async fn a_waits_key_that_lands_after_its_end_is_deleted_again() {
         .into_iter()
         .find(|key| !before.contains(key))
         .expect("the waiter's key");
-    let (mut etcd, value) = take_away(&key).await;
+    let (etcd, value) = take_away(&key).await;
 
     backend
         .end_wait(&waiting, wait)
         .await
         .expect("end the wait");
-    etcd.put(key.clone(), value, None)
-        .await
-        .expect("the late write");
+    put_back(&etcd, &key, value).await;
 
     let started = std::time::Instant::now();
     while keys_of(&backend, &lock).await.contains(&key) {

@@ -5,9 +5,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock::etcd::etcd_client::{Client, DeleteOptions};
 use distlock::etcd::{EtcdBackend, EtcdConfig};
 use distlock::{LockClient, LockName, LockOptions};
+use distlock_etcd::raw::etcdserverpb::DeleteRangeRequest;
+use distlock_etcd::raw::{Client, ConnectOptions};
 
 use super::{CampaignBackend, SecretCase, ServerCommand, closed_port};
 use crate::Outcome;
@@ -121,9 +122,13 @@ impl CampaignBackend for Etcd {
     async fn delete_record(&self, server: &Server, name: &LockName) -> Outcome<()> {
         let backend = EtcdBackend::open(&server.url()).await?;
         let (start, end) = backend.key_range(name);
-        let mut client = Client::connect([format!("http://{}", server.address())], None).await?;
+        let member = format!("http://{}", server.address());
+        let client = Client::connect(&ConnectOptions::new([member])).await?;
         client
-            .delete(start, Some(DeleteOptions::new().with_range(end)))
+            .delete_range(DeleteRangeRequest {
+                key: start,
+                range_end: end,
+            })
             .await?;
         Ok(())
     }

@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use distlock_etcd::etcd_client::{Client, ConnectOptions};
+use distlock_etcd::raw::{Client, ConnectOptions};
 
 fn dir() -> PathBuf {
     std::env::var_os("DISTLOCK_TEST_ETCD_CLUSTER_DIR")
@@ -107,15 +107,16 @@ impl Member {
 
     /// Whether this member says it leads.
     async fn leads(self) -> bool {
-        let options = ConnectOptions::new().with_connect_timeout(Duration::from_millis(500));
+        let options =
+            ConnectOptions::new([self.client()]).with_connect_timeout(Duration::from_millis(500));
         let status = tokio::time::timeout(Duration::from_secs(1), async {
-            let mut client = Client::connect([self.client()], Some(options)).await.ok()?;
+            let client = Client::connect(&options).await.ok()?;
             client.status().await.ok()
         })
         .await
         .ok()
         .flatten();
-        status.is_some_and(|status| status.header().map(|h| h.member_id()) == Some(status.leader()))
+        status.is_some_and(|status| status.header.map(|h| h.member_id) == Some(status.leader))
     }
 }
 

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use distlock_etcd::etcd_client::{Client, ConnectOptions};
+use distlock_etcd::raw::{Client, ConnectOptions};
 
 use super::netns::Netns;
 
@@ -97,18 +97,16 @@ impl OwnCluster {
         for _ in 0..600 {
             let mut led = 0;
             for client in &self.clients {
-                let options =
-                    ConnectOptions::new().with_connect_timeout(Duration::from_millis(500));
+                let options = ConnectOptions::new([format!("http://{client}")])
+                    .with_connect_timeout(Duration::from_millis(500));
                 let status = tokio::time::timeout(Duration::from_secs(1), async {
-                    let mut etcd = Client::connect([format!("http://{client}")], Some(options))
-                        .await
-                        .ok()?;
+                    let etcd = Client::connect(&options).await.ok()?;
                     etcd.status().await.ok()
                 })
                 .await
                 .ok()
                 .flatten();
-                if status.is_some_and(|status| status.leader() != 0) {
+                if status.is_some_and(|status| status.leader != 0) {
                     led += 1;
                 }
             }
