@@ -13,6 +13,7 @@ use distlock_core::{
 };
 
 use crate::config::EtcdConfig;
+use crate::deployment;
 use crate::error::{from_etcd, is_lease_not_found};
 use crate::keys::{NameRange, Record, name_of_key, prefix_end};
 use crate::leftovers::Leftovers;
@@ -392,10 +393,12 @@ impl Backend for EtcdBackend {
                 after: INFO_TIMEOUT,
             })?
             .map_err(|e| from_etcd("asking the server for its version", e))?;
-        Ok(ServerInfo::new(
-            Some(format!("etcd {}", status.version)),
-            None,
-        ))
+        let mut probe = self.config.prefix.as_bytes().to_vec();
+        probe.extend_from_slice(b"distlock-check-watch");
+        Ok(
+            ServerInfo::new(Some(format!("etcd {}", status.version)), None)
+                .with_feature(deployment::watch(&self.client, probe, INFO_TIMEOUT).await),
+        )
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -66,6 +66,7 @@
 
 mod backend;
 mod config;
+mod deployment;
 mod error;
 mod keys;
 mod leftovers;
