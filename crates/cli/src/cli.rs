@@ -147,6 +147,11 @@ pub(crate) struct RunArgs {
     /// 30s); the lease is extended every third of it.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub(crate) lease: Option<Duration>,
+    /// Hold the lock for at most this long: then it is given up, CMD is
+    /// stopped as for a lost lock, and `run` exits 76, so that a stuck job
+    /// loses its lock in time.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub(crate) max_hold: Option<Duration>,
     /// After the lock is lost and CMD got SIGTERM, how long to wait before
     /// SIGKILL.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "10s")]

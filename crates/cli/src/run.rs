@@ -87,9 +87,16 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
     // at once.
     let (cancel, cancelled) = oneshot::channel::<()>();
     let mut cancel = Some(cancel);
-    let acquiring = acquire(&client, &names, claim, wait, &program, async {
-        let _ = cancelled.await;
-    });
+    let acquiring = acquire(
+        &client,
+        &names,
+        (claim, args.max_hold),
+        wait,
+        &program,
+        async {
+            let _ = cancelled.await;
+        },
+    );
     tokio::pin!(acquiring);
     let waiting = WaitingLine::start(&client, &names, args.quiet);
     let mut interrupted = None;
@@ -189,12 +196,15 @@ impl Wait {
 async fn acquire(
     client: &LockClient,
     names: &[LockName],
-    claim: Claim,
+    (claim, max_hold): (Claim, Option<Duration>),
     wait: Wait,
     program: &str,
     cancel: impl Future<Output = ()> + Send,
 ) -> Result<Taken, Failure> {
-    let options = AcquireOptions::new().claim(claim).cancel_on(cancel);
+    let mut options = AcquireOptions::new().claim(claim).cancel_on(cancel);
+    if let Some(max_hold) = max_hold {
+        options = options.max_hold(max_hold);
+    }
     let options = match wait {
         // A zero timeout tries exactly once.
         Wait::Once => options.timeout(Duration::ZERO),

@@ -117,7 +117,12 @@ fn every_server_backend_passes_every_check() {
         ),
         (postgres, "PostgreSQL", true, &["notify"]),
         (advisory, "PostgreSQL", true, &["notify", "pooler"]),
-        (server_url("DISTLOCK_TEST_ETCD_URL"), "etcd", false, &["watch"]),
+        (
+            server_url("DISTLOCK_TEST_ETCD_URL"),
+            "etcd",
+            false,
+            &["watch"],
+        ),
         (
             server_url("DISTLOCK_TEST_MEMCACHED_URL"),
             "memcached",

@@ -1,5 +1,7 @@
 //! The cases of coordination built on locks: several locks taken together
-//! ([`LockClient::acquire_all`](distlock_core::LockClient::acquire_all)).
+//! ([`LockClient::acquire_all`](distlock_core::LockClient::acquire_all)),
+//! and a longest hold
+//! ([`AcquireOptions::max_hold`](distlock_core::AcquireOptions::max_hold)).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -146,4 +148,33 @@ pub async fn a_set_reports_the_loss_of_any_member(fixture: &dyn Fixture) {
         .expect("try")
         .expect("released with the set");
     again.release().await.expect("release");
+}
+
+/// A lock taken with a longest hold is given up once it has passed: its
+/// `lost()` says so, another client takes it at once, and the old guard's
+/// release reports that it was no longer held.
+pub async fn max_hold_ends_the_hold(fixture: &dyn Fixture) {
+    let name = unique_name("max-hold");
+    // A lease far longer than the hold: only the bound can end it soon.
+    let holder = client_with(fixture, LEAK_CATCHING_LEASE).await;
+    let guard = holder
+        .acquire_with(
+            &name,
+            AcquireOptions::new()
+                .timeout(Duration::from_secs(10))
+                .max_hold(Duration::from_millis(500)),
+        )
+        .await
+        .expect("acquire");
+    let reason = bounded("lost() at the longest hold", guard.lost()).await;
+    assert_eq!(reason, LossReason::HoldLimit);
+    let other = client(fixture).await;
+    let next = other
+        .acquire_with(&name, Duration::from_secs(10))
+        .await
+        .expect("the lock was released at its longest hold");
+    assert!(next.fencing_token() > guard.fencing_token());
+    assert!(matches!(guard.extend().await, Err(Error::Lost { .. })));
+    assert!(!guard.release().await.expect("release"), "it was given up");
+    assert!(next.release().await.expect("release"));
 }

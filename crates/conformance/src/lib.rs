@@ -118,6 +118,7 @@ macro_rules! conformance_suite {
             a_set_that_times_out_holds_nothing,
             a_cancelled_set_holds_nothing,
             a_set_reports_the_loss_of_any_member,
+            max_hold_ends_the_hold,
         );
         $crate::conformance_suite!(@kinds $env $fixture;
             readers_overlap,

@@ -45,6 +45,7 @@ pub struct AcquireOptions<'a> {
     pub(crate) timeout: Option<Duration>,
     pub(crate) payload: Payload,
     pub(crate) cancel: Option<Pin<Box<dyn Future<Output = ()> + Send + 'a>>>,
+    pub(crate) max_hold: Option<Duration>,
 }
 
 impl Default for AcquireOptions<'_> {
@@ -61,6 +62,7 @@ impl<'a> AcquireOptions<'a> {
             timeout: None,
             payload: Payload::none(),
             cancel: None,
+            max_hold: None,
         }
     }
 
@@ -130,6 +132,18 @@ impl<'a> AcquireOptions<'a> {
         self
     }
 
+    /// Holds the lock for at most `max_hold` from its grant: then the
+    /// background extension stops, the lease is released, and
+    /// [`lost`](crate::LockGuard::lost) resolves with
+    /// [`LossReason::HoldLimit`](crate::LossReason::HoldLimit), on every
+    /// backend. A job that hangs then loses its lock in time, instead of
+    /// holding it for as long as its process lives. A zero `max_hold` is
+    /// refused by the call.
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.max_hold = Some(max_hold);
+        self
+    }
+
     /// The claim asked for.
     pub fn requested_claim(&self) -> Claim {
         self.claim
@@ -162,6 +176,7 @@ impl fmt::Debug for AcquireOptions<'_> {
             .field("timeout", &self.timeout)
             .field("payload", &self.payload)
             .field("cancel", &self.cancel.is_some())
+            .field("max_hold", &self.max_hold)
             .finish()
     }
 }

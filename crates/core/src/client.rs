@@ -21,6 +21,7 @@ use crate::claim::Claim;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::handover::Succession;
+use crate::hold;
 use crate::keeper::Keeper;
 use crate::lease::{HeldLease, LossReporter, LostSignal};
 use crate::metrics;
@@ -226,8 +227,10 @@ impl LockClient {
             timeout,
             payload,
             cancel,
+            max_hold,
         } = options.into();
         let claim = claim.validated()?;
+        hold::check(max_hold)?;
         let span = tracing::debug_span!(
             "acquire",
             name = %name,
@@ -244,7 +247,8 @@ impl LockClient {
         let outcome = self
             .wait_for(&name, claim, timeout, payload, cancel)
             .instrument(span)
-            .await;
+            .await
+            .map(|guard| guard.limit_hold(max_hold));
         let ended = match &outcome {
             Ok(_) => metrics::Acquired::Granted,
             Err(error) => metrics::Acquired::of_error(error),
@@ -312,12 +316,14 @@ impl LockClient {
             ));
         }
         let claim = options.claim.validated()?;
+        hold::check(options.max_hold)?;
         let span = tracing::debug_span!("try_acquire", name = %name, ?claim);
         let started = Instant::now();
         let outcome = self
             .try_once(&name, claim, options.payload)
             .instrument(span)
-            .await;
+            .await
+            .map(|granted| granted.map(|guard| guard.limit_hold(options.max_hold)));
         let ended = match &outcome {
             Ok(Some(_)) => metrics::Acquired::Granted,
             Ok(None) => metrics::Acquired::Refused,

@@ -62,6 +62,15 @@ impl LockGuard {
         }
     }
 
+    /// Ends the lease `max_hold` after its grant; see
+    /// [`AcquireOptions::max_hold`](crate::AcquireOptions::max_hold).
+    pub(crate) fn limit_hold(self, max_hold: Option<std::time::Duration>) -> Self {
+        if let Some(max_hold) = max_hold {
+            crate::hold::limit(&self.held, self.keeper.clone(), self.key, max_hold);
+        }
+        self
+    }
+
     /// Gives this freshly handed-over guard to the next task waiting for
     /// its name; gives it back when nobody waits any more.
     pub(crate) fn offer_to_next(self) -> std::result::Result<(), Self> {
@@ -283,7 +292,7 @@ where
 }
 
 /// The backend's release of `held`, bounded by the operation timeout.
-async fn backend_release(held: &HeldLease) -> Result<bool> {
+pub(crate) async fn backend_release(held: &HeldLease) -> Result<bool> {
     bounded::call(
         &*held.backend,
         held.lease.operation_timeout,

@@ -29,6 +29,10 @@ pub enum LossReason {
     /// A client shared between runtimes starts a new task on its next
     /// grant; locks held across a runtime's shutdown should be taken again.
     KeeperStopped,
+    /// The lock was held for the longest hold asked for
+    /// ([`AcquireOptions::max_hold`](crate::AcquireOptions::max_hold)): the
+    /// extension stopped and the lease was released.
+    HoldLimit,
 }
 
 impl std::fmt::Display for LossReason {
@@ -41,6 +45,7 @@ impl std::fmt::Display for LossReason {
             Self::KeeperStopped => {
                 "the runtime that extended the lease shut down, so nothing extends it any more"
             }
+            Self::HoldLimit => "it was held for its longest hold (max_hold), and given up",
         })
     }
 }
@@ -142,6 +147,11 @@ impl HeldLease {
 
     pub(crate) fn loss(&self) -> Option<LossReason> {
         self.loss.reason.get().copied()
+    }
+
+    /// When the grant was made, on this machine's monotonic clock.
+    pub(crate) fn granted_at(&self) -> std::time::Instant {
+        self.granted_at
     }
 }
 

@@ -30,6 +30,7 @@ mod detach;
 mod error;
 mod guard;
 mod handover;
+mod hold;
 mod keeper;
 mod lease;
 mod memory;

@@ -133,6 +133,7 @@ mod recorded {
             LossReason::Expired => "expired",
             LossReason::Detected => "detected",
             LossReason::KeeperStopped => "keeper_stopped",
+            LossReason::HoldLimit => "hold_limit",
         };
         labels.push(Label::from_static_parts("reason", reason));
         metrics::counter!("distlock_losses_total", labels).increment(1);

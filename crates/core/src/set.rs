@@ -56,7 +56,8 @@ impl LockClient {
     /// that want the same names never wait for each other in a cycle. The
     /// options' timeout bounds the whole set, and their cancellation ends
     /// it; either way, and on any error, every lock already taken is
-    /// released before the call returns. A payload goes with every lock.
+    /// released before the call returns. A payload and a longest hold go
+    /// with every lock (each hold counted from its own grant).
     ///
     /// ```
     /// use std::time::Duration;
@@ -102,6 +103,7 @@ impl LockClient {
             timeout,
             payload,
             cancel,
+            max_hold,
         } = options.into();
         let wanted = canonical(locks, claim)?;
         let deadline = timeout.map(|timeout| Instant::now() + timeout);
@@ -109,6 +111,9 @@ impl LockClient {
         let take_all = async {
             for (name, claim) in &wanted {
                 let mut options = AcquireOptions::new().claim(*claim).payload(payload.clone());
+                if let Some(max_hold) = max_hold {
+                    options = options.max_hold(max_hold);
+                }
                 if let Some(deadline) = deadline {
                     // Past the deadline, one attempt still gets an answer.
                     options = options.timeout(deadline.saturating_duration_since(Instant::now()));
