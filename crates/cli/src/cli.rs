@@ -53,6 +53,27 @@ pub(crate) enum Command {
     Run(RunArgs),
     /// List the locks held now.
     List(ListArgs),
+    /// Say who leads an election, and with --watch every new leader.
+    #[command(
+        long_about = "Print the current leader of the election NAME: its value, its term (the \
+            leader's fencing token) and its holder. With --watch, keep printing each new \
+            leader, in term order, until interrupted (a term that begins and ends between two \
+            looks is not seen). With --json, one JSON object per leader (null when nobody \
+            leads). Backends whose list shows only this process's locks (memcached) cannot \
+            say who leads elsewhere: exit 2."
+    )]
+    Leader(LeaderArgs),
+    /// Run a command while this instance leads an election.
+    #[command(
+        long_about = "Campaign in the election NAME with --value V (an instance's URL, say, which \
+            `distlock leader` shows), and run CMD once elected, as `distlock run` runs it: CMD \
+            gets DISTLOCK_NAME and DISTLOCK_FENCING_TOKEN (the term). When the leadership is \
+            lost, CMD is stopped and distlock exits 76; with --again it campaigns again \
+            instead, and runs CMD anew once re-elected. When CMD exits, the leadership is \
+            given up and distlock exits with CMD's code.",
+        after_help = RUN_EXIT_CODES_HELP
+    )]
+    Campaign(CampaignArgs),
     /// Take a lock away from whoever holds it (needs --force).
     #[command(
         long_about = "Take the lock NAME away from whoever holds it. The holder learns at its \
@@ -109,7 +130,7 @@ pub(crate) enum Command {
 }
 
 /// Where the locks live.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub(crate) struct BackendArg {
     /// The backend URL (file://, file:///dir, memory://, …); default: the
     /// embedded file backend.
@@ -173,6 +194,57 @@ pub(crate) struct RunArgs {
     /// so that every later `--` is CMD's; set from the raw arguments.
     #[arg(skip)]
     pub(crate) dashes_before_command: bool,
+    /// The label recorded with the grant in place of the command's, for
+    /// `distlock campaign`'s value.
+    #[arg(skip)]
+    pub(crate) label: Option<String>,
+}
+
+/// `distlock leader`.
+#[derive(Debug, Args)]
+pub(crate) struct LeaderArgs {
+    /// The election.
+    pub(crate) name: String,
+    #[command(flatten)]
+    pub(crate) backend: BackendArg,
+    /// Keep printing each new leader until interrupted.
+    #[arg(long)]
+    pub(crate) watch: bool,
+    /// One JSON object per leader: {"value", "term", "host", "pid",
+    /// "expires_in_ms" (null where the lock lasts as long as the leader's
+    /// process)}, or null when nobody leads.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `distlock campaign`.
+#[derive(Debug, Args)]
+pub(crate) struct CampaignArgs {
+    /// The election.
+    pub(crate) name: String,
+    #[command(flatten)]
+    pub(crate) backend: BackendArg,
+    /// The value others read while this instance leads: one line of text,
+    /// at most 1 KiB.
+    #[arg(long, value_name = "V")]
+    pub(crate) value: String,
+    /// Campaign again when the leadership is lost, instead of exiting 76.
+    #[arg(long)]
+    pub(crate) again: bool,
+    /// The lease on backends whose locks expire unless extended (default
+    /// 30s); the lease is extended every third of it.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub(crate) lease: Option<Duration>,
+    /// After the leadership is lost and CMD got SIGTERM, how long to wait
+    /// before SIGKILL.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "10s")]
+    pub(crate) kill_grace: Duration,
+    /// Say nothing while waiting to be elected.
+    #[arg(short, long)]
+    pub(crate) quiet: bool,
+    /// The command and its arguments.
+    #[arg(required = true, last = true, value_name = "CMD")]
+    pub(crate) command: Vec<OsString>,
 }
 
 /// `distlock list`.

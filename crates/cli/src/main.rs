@@ -34,6 +34,7 @@
 //! the current-thread runtime guarantees. What differs off Linux, and the
 //! `DISTLOCK_PORTABLE` switch that forces it there, is in [`platform`].
 
+mod campaign;
 mod check;
 mod cli;
 mod demo;
@@ -41,6 +42,7 @@ mod docs;
 mod exec;
 mod exit;
 mod held;
+mod leader;
 mod list;
 mod open;
 mod platform;
@@ -117,6 +119,8 @@ async fn dispatch(command: Command) -> u8 {
     let outcome = match command {
         Command::Run(args) => run::run(args).await,
         Command::List(args) => list::list(args).await,
+        Command::Leader(args) => leader::leader(args).await,
+        Command::Campaign(args) => campaign::campaign(args).await,
         Command::Check(args) => check::check(args).await,
         Command::Release(args) => release::release(args).await,
         Command::Demo(args) => demo::demo(args).await,

@@ -87,16 +87,14 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
     // at once.
     let (cancel, cancelled) = oneshot::channel::<()>();
     let mut cancel = Some(cancel);
-    let acquiring = acquire(
-        &client,
-        &names,
-        (claim, args.max_hold),
-        wait,
-        &program,
-        async {
-            let _ = cancelled.await;
-        },
-    );
+    let each = Asked {
+        claim,
+        max_hold: args.max_hold,
+        label: args.label.clone(),
+    };
+    let acquiring = acquire(&client, &names, each, wait, &program, async {
+        let _ = cancelled.await;
+    });
     tokio::pin!(acquiring);
     let waiting = WaitingLine::start(&client, &names, args.quiet);
     let mut interrupted = None;
@@ -151,6 +149,14 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
     conclude(&shown, lost_one, &program, args.kill_grace, ended, released)
 }
 
+/// What `run` asks of each lock beside its name.
+struct Asked {
+    claim: Claim,
+    max_hold: Option<Duration>,
+    /// Recorded with the grant in place of the command's label.
+    label: Option<String>,
+}
+
 /// What waiting for the locks came to, short of a failure.
 enum Taken {
     /// Every lock is held.
@@ -196,14 +202,17 @@ impl Wait {
 async fn acquire(
     client: &LockClient,
     names: &[LockName],
-    (claim, max_hold): (Claim, Option<Duration>),
+    asked: Asked,
     wait: Wait,
     program: &str,
     cancel: impl Future<Output = ()> + Send,
 ) -> Result<Taken, Failure> {
-    let mut options = AcquireOptions::new().claim(claim).cancel_on(cancel);
-    if let Some(max_hold) = max_hold {
+    let mut options = AcquireOptions::new().claim(asked.claim).cancel_on(cancel);
+    if let Some(max_hold) = asked.max_hold {
         options = options.max_hold(max_hold);
+    }
+    if let Some(label) = asked.label {
+        options = options.label(label);
     }
     let options = match wait {
         // A zero timeout tries exactly once.

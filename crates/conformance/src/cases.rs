@@ -695,3 +695,23 @@ pub async fn cross_process_sigstop_holder(fixture: &dyn Fixture) {
         );
     }
 }
+
+/// An election whose leader is another process: SIGKILLed, it is followed
+/// by a campaigner here, within one lease, with a greater term.
+pub async fn cross_process_election_survives_a_killed_leader(fixture: &dyn Fixture) {
+    let name = unique_name("killed-leader");
+    let url = fixture.url().expect("cross-process cases need a URL");
+    let here = client(fixture).await;
+    let election = here.election(&name).expect("a valid name");
+    let mut leader = HeldByChild::start(&url, &name, fixture.lease()).await;
+    leader.kill_hard();
+    let leading = election
+        .campaign(
+            "http://here:8080",
+            fixture.lease() + fixture.expiry_slack() + Duration::from_secs(1),
+        )
+        .await
+        .expect("elected within one lease of the leader's death");
+    assert!(leading.term() > leader.fencing_token());
+    assert!(leading.resign().await.expect("resign"));
+}

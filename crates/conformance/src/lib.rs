@@ -88,6 +88,7 @@ macro_rules! conformance_suite {
         $crate::conformance_suite!(@cases $env $fixture;
             cross_process_sigkill_frees_the_lock,
             cross_process_sigstop_holder,
+            cross_process_election_survives_a_killed_leader,
         );
         $crate::conformance_suite!(@kinds $env $fixture;
             cross_process_sigkill_frees_each_kind,
@@ -119,6 +120,7 @@ macro_rules! conformance_suite {
             a_cancelled_set_holds_nothing,
             a_set_reports_the_loss_of_any_member,
             max_hold_ends_the_hold,
+            an_election_passes_on_and_observers_see_each_term,
         );
         $crate::conformance_suite!(@kinds $env $fixture;
             readers_overlap,

@@ -46,6 +46,7 @@ pub struct AcquireOptions<'a> {
     pub(crate) payload: Payload,
     pub(crate) cancel: Option<Pin<Box<dyn Future<Output = ()> + Send + 'a>>>,
     pub(crate) max_hold: Option<Duration>,
+    pub(crate) label: Option<String>,
 }
 
 impl Default for AcquireOptions<'_> {
@@ -63,6 +64,7 @@ impl<'a> AcquireOptions<'a> {
             payload: Payload::none(),
             cancel: None,
             max_hold: None,
+            label: None,
         }
     }
 
@@ -144,6 +146,15 @@ impl<'a> AcquireOptions<'a> {
         self
     }
 
+    /// Records `label` with this grant in place of the client's
+    /// [`LockOptions::label`](crate::LockOptions::label): `distlock list`
+    /// and [`LockInfo::holder`](crate::LockInfo::holder) show it. One line
+    /// of text, at most 1 KiB; anything else is refused by the call.
+    pub fn label(mut self, label: impl Into<String>) -> Self {
+        self.label = Some(label.into());
+        self
+    }
+
     /// The claim asked for.
     pub fn requested_claim(&self) -> Claim {
         self.claim
@@ -177,6 +188,7 @@ impl fmt::Debug for AcquireOptions<'_> {
             .field("payload", &self.payload)
             .field("cancel", &self.cancel.is_some())
             .field("max_hold", &self.max_hold)
+            .field("label", &self.label)
             .finish()
     }
 }

@@ -228,9 +228,11 @@ impl LockClient {
             payload,
             cancel,
             max_hold,
+            label,
         } = options.into();
         let claim = claim.validated()?;
         hold::check(max_hold)?;
+        let asked = self.asked(payload, label)?;
         let span = tracing::debug_span!(
             "acquire",
             name = %name,
@@ -245,7 +247,7 @@ impl LockClient {
         };
         let started = Instant::now();
         let outcome = self
-            .wait_for(&name, claim, timeout, payload, cancel)
+            .wait_for(&name, claim, timeout, asked, cancel)
             .instrument(span)
             .await
             .map(|guard| guard.limit_hold(max_hold));
@@ -317,10 +319,11 @@ impl LockClient {
         }
         let claim = options.claim.validated()?;
         hold::check(options.max_hold)?;
+        let asked = self.asked(options.payload, options.label)?;
         let span = tracing::debug_span!("try_acquire", name = %name, ?claim);
         let started = Instant::now();
         let outcome = self
-            .try_once(&name, claim, options.payload)
+            .try_once(&name, claim, asked)
             .instrument(span)
             .await
             .map(|granted| granted.map(|guard| guard.limit_hold(options.max_hold)));
@@ -339,13 +342,13 @@ impl LockClient {
         &self,
         name: &LockName,
         claim: Claim,
-        payload: Payload,
+        asked: Asked,
     ) -> Result<Option<LockGuard>> {
         let Some(permit) = self.inner.slots.try_acquire(name) else {
             tracing::debug!(outcome = "held in this process");
             return Ok(None);
         };
-        let asking = Asking::new(self.request(name, claim, false, payload));
+        let asking = Asking::new(self.request(name, claim, false, asked));
         let budget = self.inner.options.operation_timeout();
         let (outcome, asking) = asking.attempt(&self.inner.backend, budget).await;
         self.end_wait(asking).await;
@@ -375,7 +378,7 @@ impl LockClient {
         name: &LockName,
         claim: Claim,
         timeout: Option<Duration>,
-        payload: Payload,
+        asked: Asked,
         cancel: impl Future<Output = ()>,
     ) -> Result<LockGuard> {
         let cancel = std::pin::pin!(cancel.fuse());
@@ -389,10 +392,8 @@ impl LockClient {
         let _waiting = self.inner.keeper.begin_wait();
         // A zero timeout tries once, so it leaves no record of a waiter.
         let retries = timeout != Some(Duration::ZERO);
-        let mut pending = PendingWait::new(
-            self,
-            Asking::new(self.request(name, claim, retries, payload)),
-        );
+        let mut pending =
+            PendingWait::new(self, Asking::new(self.request(name, claim, retries, asked)));
         let outcome = wait.for_grant(&mut pending, yielded).await;
         pending.end().await;
         let (lease, sent_at, reporter) = outcome?;
@@ -507,19 +508,36 @@ impl LockClient {
         name: &LockName,
         claim: Claim,
         retries: bool,
-        payload: Payload,
+        asked: Asked,
     ) -> AcquireRequest {
         AcquireRequest {
             retries,
-            payload,
+            payload: asked.payload,
             operation_timeout: self.inner.options.operation_timeout(),
             ..AcquireRequest::new(
                 name.clone(),
                 claim,
                 self.inner.options.lease(),
-                self.inner.holder.clone(),
+                asked.holder,
             )
         }
+    }
+
+    /// What a call hands the backend beside the name and claim: its
+    /// payload, and the holder to record, with the call's own label if it
+    /// gave one.
+    fn asked(&self, payload: Payload, label: Option<String>) -> Result<Asked> {
+        let holder = match label {
+            None => self.inner.holder.clone(),
+            Some(label) => {
+                check_label(&label)?;
+                Arc::new(Holder {
+                    label: Some(label),
+                    ..(*self.inner.holder).clone()
+                })
+            }
+        };
+        Ok(Asked { payload, holder })
     }
 
     /// Ends a wait that got no grant on the backend.
@@ -570,6 +588,36 @@ impl LockClient {
             shared,
         )
     }
+}
+
+/// What one call hands the backend beside the name and claim.
+struct Asked {
+    payload: Payload,
+    holder: Arc<Holder>,
+}
+
+/// The longest label a call may record with its grant, in bytes.
+pub(crate) const MAX_LABEL_LEN: usize = 1024;
+
+/// Refuses a label too long to record, or with control characters, which
+/// `distlock list` would have to print.
+pub(crate) fn check_label(label: &str) -> Result<()> {
+    if label.len() > MAX_LABEL_LEN {
+        return Err(Error::config(
+            "label",
+            format!(
+                "is {} bytes long; a label is at most {MAX_LABEL_LEN} bytes",
+                label.len()
+            ),
+        ));
+    }
+    if label.chars().any(char::is_control) {
+        return Err(Error::config(
+            "label",
+            "has a control character (a newline, a tab, a NUL…); labels are one line of text",
+        ));
+    }
+    Ok(())
 }
 
 /// One call's wait: its deadline, its cancellation, and the errors it ends

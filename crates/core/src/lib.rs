@@ -27,6 +27,7 @@ mod builder;
 mod claim;
 mod client;
 mod detach;
+mod election;
 mod error;
 mod guard;
 mod handover;
@@ -57,6 +58,7 @@ pub use backend::{
 pub use builder::LockClientBuilder;
 pub use claim::{Claim, LockKind, MAX_PERMITS, Permits};
 pub use client::{LockClient, LockContext};
+pub use election::{Election, Leader, Leadership, Observer};
 pub use error::{Error, Result};
 pub use guard::LockGuard;
 pub use lease::{LossReason, LossReporter, LostSignal};

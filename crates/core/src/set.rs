@@ -104,6 +104,7 @@ impl LockClient {
             payload,
             cancel,
             max_hold,
+            label,
         } = options.into();
         let wanted = canonical(locks, claim)?;
         let deadline = timeout.map(|timeout| Instant::now() + timeout);
@@ -113,6 +114,9 @@ impl LockClient {
                 let mut options = AcquireOptions::new().claim(*claim).payload(payload.clone());
                 if let Some(max_hold) = max_hold {
                     options = options.max_hold(max_hold);
+                }
+                if let Some(label) = &label {
+                    options = options.label(label.clone());
                 }
                 if let Some(deadline) = deadline {
                     // Past the deadline, one attempt still gets an answer.

@@ -142,9 +142,10 @@ mod connect;
 mod url;
 
 pub use distlock_core::{
-    AcquireOptions, Claim, Error, IntoLockClaim, IntoLockName, LockClient, LockClientBuilder,
-    LockContext, LockGuard, LockInfo, LockKind, LockName, LockOptions, LockOptionsBuilder, LockSet,
-    LossReason, LostSignal, MAX_NAME_LEN, MAX_PERMITS, MemoryBackend, Payload, Permits, Result,
+    AcquireOptions, Claim, Election, Error, IntoLockClaim, IntoLockName, Leader, Leadership,
+    LockClient, LockClientBuilder, LockContext, LockGuard, LockInfo, LockKind, LockName,
+    LockOptions, LockOptionsBuilder, LockSet, LossReason, LostSignal, MAX_NAME_LEN, MAX_PERMITS,
+    MemoryBackend, Observer, Payload, Permits, Result,
 };
 
 pub use crate::connect::{connect, connect_with};
