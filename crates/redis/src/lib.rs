@@ -129,10 +129,13 @@ mod backend;
 mod config;
 mod error;
 mod keys;
+mod node;
+mod quorum;
+mod reply;
 mod scripts;
 mod wake;
 
 pub use backend::RedisBackend;
-pub use config::{DEFAULT_PORT, DEFAULT_PREFIX, RedisConfig};
+pub use config::{DEFAULT_PORT, DEFAULT_PREFIX, MIN_QUORUM_SERVERS, Mode, RedisConfig, RedisServer};
 /// The Redis client this backend is built on, at the version it uses.
 pub use redis;

@@ -236,6 +236,17 @@ end
 return out
 ";
 
+/// Raises a name's token counter to at least a quorum grant's token, so
+/// that a later majority, which shares a server with this one, issues a
+/// larger token. KEYS: t. ARGV: token, token counter's ttl ms. Returns 1.
+const RAISE: &str = r"
+local token = tonumber(ARGV[1])
+if (tonumber(redis.call('GET', KEYS[1]) or '0') or 0) < token then
+  redis.call('SET', KEYS[1], int(token), 'PX', ARGV[2])
+end
+return 1
+";
+
 /// Every script, compiled once (its SHA computed) per process.
 pub(crate) struct Scripts {
     pub(crate) acquire: Script,
@@ -245,6 +256,7 @@ pub(crate) struct Scripts {
     pub(crate) end_wait: Script,
     pub(crate) force_release: Script,
     pub(crate) inspect: Script,
+    pub(crate) raise: Script,
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
@@ -257,5 +269,6 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
         end_wait: with_prelude(END_WAIT),
         force_release: with_prelude(FORCE_RELEASE),
         inspect: with_prelude(INSPECT),
+        raise: with_prelude(RAISE),
     }
 });
