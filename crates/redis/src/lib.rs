@@ -136,6 +136,8 @@ mod scripts;
 mod wake;
 
 pub use backend::RedisBackend;
-pub use config::{DEFAULT_PORT, DEFAULT_PREFIX, MIN_QUORUM_SERVERS, Mode, RedisConfig, RedisServer};
+pub use config::{
+    DEFAULT_PORT, DEFAULT_PREFIX, MIN_QUORUM_SERVERS, Mode, RedisConfig, RedisServer,
+};
 /// The Redis client this backend is built on, at the version it uses.
 pub use redis;

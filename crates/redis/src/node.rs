@@ -6,7 +6,9 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::{AcquireRequest, Claim, Lease, LeaseId, LockName, MAX_PERMITS, Result, ServerInfo};
+use distlock_core::{
+    AcquireRequest, Claim, Lease, LeaseId, LockName, MAX_PERMITS, Result, ServerInfo,
+};
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, Value};
 use tokio::sync::OnceCell;
@@ -101,10 +103,9 @@ impl Node {
                 .set_number_of_retries(2)
                 .set_max_delay(1000);
             let what = format!("connecting to redis{}", self.on);
-            let mut connection =
-                ConnectionManager::new_with_config(self.client.clone(), manager)
-                    .await
-                    .map_err(|e| from_redis(&what, e))?;
+            let mut connection = ConnectionManager::new_with_config(self.client.clone(), manager)
+                .await
+                .map_err(|e| from_redis(&what, e))?;
             // A server that is not Redis may accept the connection; it does
             // not answer PING with PONG.
             let pong = redis::cmd("PING")
@@ -217,11 +218,7 @@ impl Node {
     }
 
     /// Removes a waiting writer's mark.
-    pub(crate) async fn end_wait(
-        &self,
-        request: &AcquireRequest,
-        mark: &WriterMark,
-    ) -> Result<()> {
+    pub(crate) async fn end_wait(&self, request: &AcquireRequest, mark: &WriterMark) -> Result<()> {
         let keys = self.keys.of(&request.name);
         self.run(
             "end_wait",
@@ -237,12 +234,17 @@ impl Node {
 
     /// Extends every lease that is still ours, in one pipeline, within
     /// `timeout`: for each, whether it was.
-    pub(crate) async fn extend_many(&self, leases: &[Lease], timeout: Duration) -> Vec<Result<bool>> {
+    pub(crate) async fn extend_many(
+        &self,
+        leases: &[Lease],
+        timeout: Duration,
+    ) -> Vec<Result<bool>> {
         let what = match leases {
             [one] => format!("extending {}{}", one.name, self.on),
             _ => format!("extending {} leases{}", leases.len(), self.on),
         };
-        let replies = match tokio::time::timeout(timeout, self.extend_pipeline(&what, leases)).await {
+        let replies = match tokio::time::timeout(timeout, self.extend_pipeline(&what, leases)).await
+        {
             Ok(Ok(replies)) if replies.len() == leases.len() => replies,
             Ok(Ok(replies)) => {
                 let error = unexpected(&what, &Value::Array(replies));
@@ -368,7 +370,11 @@ impl Node {
 
     /// Ends the exclusive grant `lease` and makes `next`'s in one script:
     /// the new token, or `None` when the old grant was no longer ours.
-    pub(crate) async fn hand_over(&self, lease: &Lease, next: &AcquireRequest) -> Result<Option<u64>> {
+    pub(crate) async fn hand_over(
+        &self,
+        lease: &Lease,
+        next: &AcquireRequest,
+    ) -> Result<Option<u64>> {
         let keys = self.keys.of(&lease.name);
         let what = format!("handing over {}{}", lease.name, self.on);
         let record = Record::json(&next.name, &next.holder);
@@ -484,9 +490,9 @@ impl Node {
             let mut connection = self.connection().await?;
             let ask = async {
                 let info: String = redis::cmd("INFO")
-                .arg("server")
-                .query_async(&mut connection)
-                .await?;
+                    .arg("server")
+                    .query_async(&mut connection)
+                    .await?;
                 let time: (u64, u64) = redis::cmd("TIME").query_async(&mut connection).await?;
                 Ok::<_, redis::RedisError>((info, time))
             };

@@ -161,7 +161,12 @@ impl<'a> Quorum<'a> {
     /// on the servers that granted, and in the background on those whose
     /// answer was lost (which may have stored it, or may yet), so that a
     /// server that hangs does not hold the caller up.
-    async fn roll_back(&self, request: &AcquireRequest, granted: &[(usize, u64)], in_doubt: &[usize]) {
+    async fn roll_back(
+        &self,
+        request: &AcquireRequest,
+        granted: &[(usize, u64)],
+        in_doubt: &[usize],
+    ) {
         // With time of its own: the attempt's may be used up.
         let patience = call_timeout(request.operation_timeout, request.lease);
         let (name, claim, id) = (&request.name, request.claim, request.lease_id);
@@ -197,13 +202,20 @@ impl<'a> Quorum<'a> {
 
     /// Extends each lease on every server: extended on a majority, refused
     /// by too many for a majority to remain, or an error.
-    pub(crate) async fn extend_many(&self, leases: &[Lease], timeout: Duration) -> Vec<Result<bool>> {
-        let mut by_node: Vec<std::vec::IntoIter<Result<bool>>> =
-            join_all(self.nodes.iter().map(|node| node.extend_many(leases, timeout)))
-                .await
-                .into_iter()
-                .map(Vec::into_iter)
-                .collect();
+    pub(crate) async fn extend_many(
+        &self,
+        leases: &[Lease],
+        timeout: Duration,
+    ) -> Vec<Result<bool>> {
+        let mut by_node: Vec<std::vec::IntoIter<Result<bool>>> = join_all(
+            self.nodes
+                .iter()
+                .map(|node| node.extend_many(leases, timeout)),
+        )
+        .await
+        .into_iter()
+        .map(Vec::into_iter)
+        .collect();
         leases
             .iter()
             .map(|_| {
@@ -218,10 +230,11 @@ impl<'a> Quorum<'a> {
 
     /// Ends a lease on every server: whether a majority held it.
     pub(crate) async fn release(&self, lease: &Lease) -> Result<bool> {
-        let answers = join_all(self.nodes.iter().map(|node| {
-            node.release(&lease.name, lease.claim, lease.id, lease.operation_timeout)
-        }))
-        .await;
+        let answers =
+            join_all(self.nodes.iter().map(|node| {
+                node.release(&lease.name, lease.claim, lease.id, lease.operation_timeout)
+            }))
+            .await;
         self.decide(answers)
     }
 
@@ -229,23 +242,35 @@ impl<'a> Quorum<'a> {
     /// `false` when too many said no for a majority to remain, and an
     /// error when the servers that did not answer decide it.
     fn decide(&self, answers: Vec<Result<bool>>) -> Result<bool> {
-        let yes = answers.iter().filter(|answer| matches!(answer, Ok(true))).count();
-        let no = answers.iter().filter(|answer| matches!(answer, Ok(false))).count();
+        let yes = answers
+            .iter()
+            .filter(|answer| matches!(answer, Ok(true)))
+            .count();
+        let no = answers
+            .iter()
+            .filter(|answer| matches!(answer, Ok(false)))
+            .count();
         if yes >= self.need {
             return Ok(true);
         }
         if no > self.nodes.len() - self.need {
             return Ok(false);
         }
-        Err(combined(answers.into_iter().filter_map(Result::err).collect()))
+        Err(combined(
+            answers.into_iter().filter_map(Result::err).collect(),
+        ))
     }
 
     /// Ends every grant of `name` on every server: whether any ended. An
     /// error when too few servers answered to be sure that no majority
     /// still holds it.
     pub(crate) async fn force_release(&self, name: &LockName, timeout: Duration) -> Result<bool> {
-        let answers =
-            join_all(self.nodes.iter().map(|node| node.force_release(name, timeout))).await;
+        let answers = join_all(
+            self.nodes
+                .iter()
+                .map(|node| node.force_release(name, timeout)),
+        )
+        .await;
         let freed = answers.iter().any(|answer| matches!(answer, Ok(true)));
         let errors: Vec<Error> = answers.into_iter().filter_map(Result::err).collect();
         if errors.len() > self.nodes.len() - self.need {
@@ -261,7 +286,9 @@ impl<'a> Quorum<'a> {
         if answers.iter().any(Result::is_ok) {
             return Ok(());
         }
-        Err(combined(answers.into_iter().filter_map(Result::err).collect()))
+        Err(combined(
+            answers.into_iter().filter_map(Result::err).collect(),
+        ))
     }
 
     /// The grants a majority of servers hold: each with the largest token
@@ -275,7 +302,10 @@ impl<'a> Quorum<'a> {
             match answer {
                 Ok(listed) => {
                     for Listed { id, info } in listed {
-                        copies.entry((info.name.clone(), id)).or_default().push(info);
+                        copies
+                            .entry((info.name.clone(), id))
+                            .or_default()
+                            .push(info);
                     }
                 }
                 Err(error) => errors.push(error),
@@ -327,7 +357,11 @@ fn combined(mut errors: Vec<Error>) -> Error {
     if errors.len() == 1 {
         return errors.remove(0);
     }
-    if !errors.is_empty() && errors.iter().all(|error| matches!(error, Error::Denied { .. })) {
+    if !errors.is_empty()
+        && errors
+            .iter()
+            .all(|error| matches!(error, Error::Denied { .. }))
+    {
         return errors.remove(0);
     }
     let messages: Vec<String> = errors.iter().map(ToString::to_string).collect();

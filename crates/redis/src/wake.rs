@@ -67,7 +67,13 @@ impl Subscriber {
         let (changed, _) = watch::channel(0u64);
         let mut tasks = vec![tokio::spawn(relay(hub.clone(), changed.clone())).abort_handle()];
         for client in clients {
-            let task = supervise(client, keys.clone(), hub.clone(), changed.clone(), live.clone());
+            let task = supervise(
+                client,
+                keys.clone(),
+                hub.clone(),
+                changed.clone(),
+                live.clone(),
+            );
             tasks.push(tokio::spawn(task).abort_handle());
         }
         Self {
