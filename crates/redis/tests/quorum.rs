@@ -138,6 +138,31 @@ async fn losing_one_of_three_keeps_the_lock_and_its_extensions() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_without_persistence_of_one_of_three_keeps_the_lock() {
+    let mut cluster = Cluster::start().await;
+    let holder = cluster.client().await;
+    let other = cluster.client().await;
+    let name = unique("restart-one");
+    let guard = holder
+        .acquire_with(&name, Duration::from_secs(10))
+        .await
+        .expect("acquire");
+    let key = cluster.backend().await.keys_of(&name).remove(0);
+    for server in &cluster.servers {
+        assert!(exists(&server.url(), &key).await, "a copy on every server");
+    }
+
+    cluster.servers[0].restart().await;
+    assert!(
+        !exists(&cluster.servers[0].url(), &key).await,
+        "the restarted server forgot its copy"
+    );
+    two_leases().await;
+    still_held(&guard, &other).await;
+    assert!(guard.release().await.expect("release"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn losing_two_of_three_loses_the_lock_and_the_holder_reports_it() {
     let mut cluster = Cluster::start().await;
     let holder_backend = Arc::new(cluster.backend().await);
