@@ -169,6 +169,7 @@ mod backend;
 mod config;
 mod error;
 mod keys;
+mod link;
 mod node;
 mod quorum;
 mod reply;

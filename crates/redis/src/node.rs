@@ -3,31 +3,20 @@
 //! every node and counts their answers.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 use std::time::Duration;
 
 use distlock_core::{
     AcquireRequest, Claim, Lease, LeaseId, LockName, MAX_PERMITS, Result, ServerInfo,
 };
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::{Script, Value};
-use tokio::sync::OnceCell;
 
 use crate::config::{RedisConfig, RedisServer};
 use crate::error::{copy, from_redis, timed_out, unexpected};
 use crate::keys::{KeySpace, NameKeys, Record};
+use crate::link::Link;
 use crate::reply::{Answer, Listed, int, is_noscript, read_grants};
 use crate::scripts::SCRIPTS;
-
-/// How long sent data may go unacknowledged, and how long a connection
-/// may idle before the kernel probes it: a server cut off silently (a
-/// firewall dropping the flow) is then noticed in seconds rather than the
-/// kernel's default quarter of an hour, and the connection manager
-/// reconnects.
-const DEAD_PEER: Duration = Duration::from_secs(10);
-
-/// How long opening a connection may take.
-pub(crate) const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long asking the server for its version and time may take.
 pub(crate) const INFO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -41,28 +30,16 @@ const COUNTER_TTL: Duration = Duration::from_secs(30 * 86_400);
 /// How many keys one `SCAN` step asks for.
 const SCAN_COUNT: usize = 1000;
 
-/// The main connection's TCP settings; see [`DEAD_PEER`].
-fn tcp_settings() -> redis::io::tcp::TcpSettings {
-    let keepalive = redis::io::tcp::socket2::TcpKeepalive::new().with_time(DEAD_PEER);
-    let settings = redis::io::tcp::TcpSettings::default().set_keepalive(keepalive);
-    // Where the kernel has TCP_USER_TIMEOUT (elsewhere keepalive alone
-    // notices a dead peer, more slowly).
-    #[cfg(any(target_os = "linux", target_os = "android", target_os = "fuchsia"))]
-    let settings = settings.set_user_timeout(DEAD_PEER);
-    settings
-}
-
 /// What a waiting writer keeps across the attempts of one wait: the
 /// identity of its mark, which keeps later readers out.
 #[derive(Debug, Clone)]
 pub(crate) struct WriterMark(pub(crate) String);
 
-/// One server: a connection that reconnects, opened when first needed
-/// (quorum mode opens with a server down), and the keys of the prefix.
+/// One server: its connection, and the keys of the prefix.
 #[derive(Clone)]
 pub(crate) struct Node {
     client: redis::Client,
-    connection: Arc<OnceCell<ConnectionManager>>,
+    link: Link,
     keys: KeySpace,
     /// ` on host:port` in quorum mode, where errors must say which server
     /// answered; empty with one server.
@@ -80,8 +57,8 @@ impl Node {
         let client = redis::Client::open(config.connection_info(server))
             .map_err(|e| from_redis(&format!("opening the redis backend{on}"), e))?;
         Ok(Self {
+            link: Link::new(client.clone(), on.clone()),
             client,
-            connection: Arc::new(OnceCell::new()),
             keys,
             on,
         })
@@ -92,40 +69,9 @@ impl Node {
         self.client.clone()
     }
 
-    /// The connection, opened now if it is not yet: connected, and the
-    /// server answered `PING` as Redis does. Unbounded: callers set the
-    /// time it may take.
-    async fn connection(&self) -> Result<ConnectionManager> {
-        let open = || async {
-            let manager = ConnectionManagerConfig::new()
-                .set_tcp_settings(tcp_settings())
-                .set_connection_timeout(OPEN_TIMEOUT)
-                .set_number_of_retries(2)
-                .set_max_delay(1000);
-            let what = format!("connecting to redis{}", self.on);
-            let mut connection = ConnectionManager::new_with_config(self.client.clone(), manager)
-                .await
-                .map_err(|e| from_redis(&what, e))?;
-            // A server that is not Redis may accept the connection; it does
-            // not answer PING with PONG.
-            let pong = redis::cmd("PING")
-                .query_async::<Value>(&mut connection)
-                .await
-                .map_err(|e| from_redis(&what, e))?;
-            if !matches!(&pong, Value::SimpleString(text) if text == "PONG") {
-                return Err(unexpected(&what, &pong));
-            }
-            Ok(connection)
-        };
-        self.connection.get_or_try_init(open).await.cloned()
-    }
-
-    /// Opens the connection, within [`OPEN_TIMEOUT`].
+    /// Opens the connection; see [`Link::open`].
     pub(crate) async fn connect(&self) -> Result<()> {
-        tokio::time::timeout(OPEN_TIMEOUT, self.connection())
-            .await
-            .map_err(|_| timed_out("connect", OPEN_TIMEOUT))?
-            .map(drop)
+        self.link.open().await
     }
 
     /// Runs `script` with `keys` and `args`, within `timeout`. The script
@@ -148,7 +94,7 @@ impl Node {
             invocation.arg(*arg);
         }
         let call = async {
-            let mut connection = self.connection().await?;
+            let mut connection = self.link.get()?;
             invocation
                 .invoke_async::<Value>(&mut connection)
                 .await
@@ -202,16 +148,30 @@ impl Node {
         Answer::parse(&what, &reply)
     }
 
-    /// Raises `name`'s token counter to at least `token`.
-    pub(crate) async fn raise(&self, name: &LockName, token: u64, timeout: Duration) -> Result<()> {
+    /// Raises `name`'s token counter to at least `token`, and writes
+    /// `token` into the copy of grant `id`, if this server holds it.
+    pub(crate) async fn raise(
+        &self,
+        name: &LockName,
+        claim: Claim,
+        id: LeaseId,
+        token: u64,
+        timeout: Duration,
+    ) -> Result<()> {
         let keys = self.keys.of(name);
+        let (claim, _) = claim_code(claim);
         self.run(
             "acquire",
             &format!("raising the token counter of {name}{}", self.on),
             timeout,
             &SCRIPTS.raise,
-            &[&keys.token],
-            &[token.to_string().as_bytes(), millis(COUNTER_TTL).as_bytes()],
+            &[&keys.token, &keys.exclusive, &keys.records],
+            &[
+                token.to_string().as_bytes(),
+                millis(COUNTER_TTL).as_bytes(),
+                claim.as_bytes(),
+                id.to_string().as_bytes(),
+            ],
         )
         .await
         .map(drop)
@@ -272,7 +232,7 @@ impl Node {
 
     /// Sends one `EVALSHA` of the extend script per lease, in one pipeline.
     async fn extend_pipeline(&self, what: &str, leases: &[Lease]) -> Result<Vec<Value>> {
-        let mut connection = self.connection().await?;
+        let mut connection = self.link.get()?;
         self.extend_on(&mut connection, leases)
             .await
             .map_err(|e| from_redis(what, e))
@@ -404,7 +364,7 @@ impl Node {
     /// Every live grant under the prefix, walked with `SCAN` (never
     /// `KEYS`).
     pub(crate) async fn list(&self) -> Result<Vec<Listed>> {
-        let mut connection = self.connection().await?;
+        let mut connection = self.link.get()?;
         let pattern = self.keys.grant_pattern();
         let what = format!("listing locks{}", self.on);
         let mut cursor: u64 = 0;
@@ -487,7 +447,7 @@ impl Node {
     pub(crate) async fn server_info(&self) -> Result<ServerInfo> {
         let what = format!("asking the server for its version and time{}", self.on);
         let ask = async {
-            let mut connection = self.connection().await?;
+            let mut connection = self.link.get()?;
             let ask = async {
                 let info: String = redis::cmd("INFO")
                     .arg("server")

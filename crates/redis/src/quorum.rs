@@ -22,8 +22,10 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use distlock_core::{AcquireRequest, Error, Lease, LockInfo, LockName, Result};
+use distlock_core::{AcquireRequest, Claim, Error, Lease, LockInfo, LockName, Result};
+use futures::StreamExt;
 use futures::future::join_all;
+use futures::stream::FuturesUnordered;
 
 use crate::node::{Node, WriterMark};
 use crate::reply::{Answer, Listed};
@@ -48,45 +50,35 @@ impl<'a> Quorum<'a> {
     ) -> Result<Answer> {
         let timeout = call_timeout(request.operation_timeout, request.lease);
         let started = Instant::now();
-        let answers = join_all(
-            self.nodes
+        let (n, need) = (self.nodes.len(), self.need);
+        // Decided once a majority granted, or too many did not for one to
+        // remain: a server that is slow or away holds nobody up.
+        let calls = self.nodes.iter().map(|node| {
+            let (node, request, mark) = (node.clone(), request.clone(), mark.cloned());
+            async move { node.acquire(&request, mark.as_ref(), timeout).await }
+        });
+        let answers = gather(calls, |answers: &[Option<Result<Answer>>]| {
+            let granted = answers
                 .iter()
-                .map(|node| node.acquire(request, mark, timeout)),
-        )
+                .filter(|answer| matches!(answer, Some(Ok(Answer::Granted(_)))))
+                .count();
+            let answered = answers.iter().filter(|answer| answer.is_some()).count();
+            granted >= need || answered - granted > n - need
+        })
         .await;
-        let mut granted: Vec<(usize, u64)> = Vec::new();
-        let mut in_doubt = Vec::new();
-        let mut errors = Vec::new();
-        let mut left: Option<Duration> = None;
-        let mut marked = false;
-        let mut conflict = None;
-        for (index, answer) in answers.into_iter().enumerate() {
-            match answer {
-                Ok(Answer::Granted(token)) => granted.push((index, token)),
-                Ok(Answer::Held {
-                    left: on_node,
-                    marked: marked_here,
-                }) => {
-                    left = match (left, on_node) {
-                        (Some(a), Some(b)) => Some(a.min(b)),
-                        (a, b) => a.or(b),
-                    };
-                    marked |= marked_here;
-                }
-                Ok(Answer::Conflict(held)) => conflict = Some(held),
-                Err(error) => {
-                    in_doubt.push(index);
-                    errors.push(error);
-                }
-            }
-        }
+        let Tally {
+            granted,
+            in_doubt,
+            errors,
+            left,
+            marked,
+            conflict,
+        } = Tally::of(answers);
         let in_time = || started.elapsed() + drift(request.lease) < request.lease;
 
         if granted.len() >= self.need && in_time() {
             let token = granted.iter().map(|(_, token)| *token).max().unwrap_or(0);
-            let agreed = self
-                .raise_counters(&request.name, &granted, token, timeout)
-                .await;
+            let agreed = self.raise_counters(request, &granted, token, timeout).await;
             if agreed >= self.need && in_time() {
                 if !errors.is_empty() {
                     tracing::warn!(
@@ -112,10 +104,10 @@ impl<'a> Quorum<'a> {
         }
 
         self.roll_back(request, &granted, &in_doubt).await;
-        if errors.len() > self.nodes.len() - self.need {
+        if errors.len() > n - need {
             return Err(combined(errors));
         }
-        if granted.len() >= self.need {
+        if granted.len() >= need {
             return Err(Error::Backend {
                 backend: "redis",
                 message: format!(
@@ -135,10 +127,11 @@ impl<'a> Quorum<'a> {
     }
 
     /// Raises the counters of the granting servers whose token is below
-    /// `token`: how many of them have their counter at `token` after.
+    /// `token`, and writes it into their copies: how many of them have
+    /// their counter at `token` after.
     async fn raise_counters(
         &self,
-        name: &LockName,
+        request: &AcquireRequest,
         granted: &[(usize, u64)],
         token: u64,
         timeout: Duration,
@@ -148,11 +141,15 @@ impl<'a> Quorum<'a> {
             .filter(|(_, issued)| *issued < token)
             .map(|(index, _)| *index)
             .collect();
-        let raised = join_all(
-            behind
-                .iter()
-                .map(|&index| self.nodes[index].raise(name, token, timeout)),
-        )
+        let raised = join_all(behind.iter().map(|&index| {
+            self.nodes[index].raise(
+                &request.name,
+                request.claim,
+                request.lease_id,
+                token,
+                timeout,
+            )
+        }))
         .await;
         granted.len() - behind.len() + raised.iter().filter(|raised| raised.is_ok()).count()
     }
@@ -228,28 +225,30 @@ impl<'a> Quorum<'a> {
             .collect()
     }
 
-    /// Ends a lease on every server: whether a majority held it.
+    /// Ends a lease on every server: whether a majority held it. Decided
+    /// as soon as the answers in decide it; the slower servers' calls go
+    /// on, and end the copies there.
     pub(crate) async fn release(&self, lease: &Lease) -> Result<bool> {
-        let answers =
-            join_all(self.nodes.iter().map(|node| {
+        let calls = self.nodes.iter().map(|node| {
+            let (node, lease) = (node.clone(), lease.clone());
+            async move {
                 node.release(&lease.name, lease.claim, lease.id, lease.operation_timeout)
-            }))
-            .await;
-        self.decide(answers)
+                    .await
+            }
+        });
+        let answers = gather(calls, |answers: &[Option<Result<bool>>]| {
+            let (yes, no) = count(answers.iter().flatten());
+            yes >= self.need || no > self.nodes.len() - self.need
+        })
+        .await;
+        self.decide(answers.into_iter().flatten().collect())
     }
 
     /// A majority's verdict on one lease: `true` when a majority said yes,
     /// `false` when too many said no for a majority to remain, and an
     /// error when the servers that did not answer decide it.
     fn decide(&self, answers: Vec<Result<bool>>) -> Result<bool> {
-        let yes = answers
-            .iter()
-            .filter(|answer| matches!(answer, Ok(true)))
-            .count();
-        let no = answers
-            .iter()
-            .filter(|answer| matches!(answer, Ok(false)))
-            .count();
+        let (yes, no) = count(&answers);
         if yes >= self.need {
             return Ok(true);
         }
@@ -323,9 +322,20 @@ impl<'a> Quorum<'a> {
         Ok(infos)
     }
 
-    /// One grant from its copies on a majority of servers.
+    /// One grant from its copies on a majority of servers. Its token is
+    /// the one a majority of copies carry (the grant wrote it into its
+    /// majority's copies; a server that answered after the grant was
+    /// decided keeps its own), or the largest while one of them is away.
     fn merge(&self, copies: Vec<LockInfo>) -> Option<LockInfo> {
-        let token = copies.iter().filter_map(|copy| copy.fencing_token).max();
+        let tokens: Vec<u64> = copies
+            .iter()
+            .filter_map(|copy| copy.fencing_token)
+            .collect();
+        let token = tokens
+            .iter()
+            .find(|token| tokens.iter().filter(|other| other == token).count() >= self.need)
+            .or_else(|| tokens.iter().max())
+            .copied();
         let mut left: Vec<Option<Duration>> = copies.iter().map(|copy| copy.expires_in).collect();
         // Longest first: the grant lasts while `need` copies do.
         left.sort_unstable_by(|a, b| b.cmp(a));
@@ -335,6 +345,102 @@ impl<'a> Quorum<'a> {
         info.expires_in = expires_in;
         Some(info)
     }
+}
+
+/// How many answers say yes, and how many no.
+fn count<'r>(answers: impl IntoIterator<Item = &'r Result<bool>>) -> (usize, usize) {
+    answers
+        .into_iter()
+        .fold((0, 0), |(yes, no), answer| match answer {
+            Ok(true) => (yes + 1, no),
+            Ok(false) => (yes, no + 1),
+            Err(_) => (yes, no),
+        })
+}
+
+/// What the servers answered to one attempt, by kind.
+struct Tally {
+    /// The servers that granted, with the token each issued.
+    granted: Vec<(usize, u64)>,
+    /// The servers whose answer was lost or not awaited: they may have
+    /// stored a copy, or may yet.
+    in_doubt: Vec<usize>,
+    errors: Vec<Error>,
+    /// The shortest time left among the holders, where servers said.
+    left: Option<Duration>,
+    /// Whether some server stored the waiting writer's mark.
+    marked: bool,
+    /// The kind and limit a server holds the name as, when it conflicts.
+    conflict: Option<Claim>,
+}
+
+impl Tally {
+    fn of(answers: Vec<Option<Result<Answer>>>) -> Self {
+        let mut tally = Self {
+            granted: Vec::new(),
+            in_doubt: Vec::new(),
+            errors: Vec::new(),
+            left: None,
+            marked: false,
+            conflict: None,
+        };
+        for (index, answer) in answers.into_iter().enumerate() {
+            match answer {
+                Some(Ok(Answer::Granted(token))) => tally.granted.push((index, token)),
+                Some(Ok(Answer::Held { left, marked })) => {
+                    tally.left = match (tally.left, left) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                    tally.marked |= marked;
+                }
+                Some(Ok(Answer::Conflict(held))) => tally.conflict = Some(held),
+                Some(Err(error)) => {
+                    tally.in_doubt.push(index);
+                    tally.errors.push(error);
+                }
+                None => tally.in_doubt.push(index),
+            }
+        }
+        tally
+    }
+}
+
+/// Runs one call per server at once, each a task of its own, and gathers
+/// their answers until `settled` says that the rest cannot change the
+/// outcome. Answers not in by then are `None`; their tasks go on (a call
+/// may take several commands, as when a script must be loaded first), so
+/// every server still gets what was asked of it.
+async fn gather<T, F>(
+    calls: impl IntoIterator<Item = F>,
+    settled: impl Fn(&[Option<Result<T>>]) -> bool,
+) -> Vec<Option<Result<T>>>
+where
+    F: Future<Output = Result<T>> + Send + 'static,
+    T: Send + 'static,
+{
+    let mut pending: FuturesUnordered<_> = calls
+        .into_iter()
+        .enumerate()
+        .map(|(index, call)| {
+            let task = tokio::spawn(call);
+            async move { (index, task.await) }
+        })
+        .collect();
+    let mut answers: Vec<Option<Result<T>>> = (0..pending.len()).map(|_| None).collect();
+    while let Some((index, answer)) = pending.next().await {
+        answers[index] = Some(answer.unwrap_or_else(|failed| {
+            Err(Error::Backend {
+                backend: "redis",
+                message: format!("a call to a redis server failed: {failed}"),
+                source: None,
+            })
+        }));
+        if settled(&answers) {
+            break;
+        }
+    }
+    answers
 }
 
 /// The time one server may take for one call on a lease: the client's

@@ -238,11 +238,27 @@ return out
 
 /// Raises a name's token counter to at least a quorum grant's token, so
 /// that a later majority, which shares a server with this one, issues a
-/// larger token. KEYS: t. ARGV: token, token counter's ttl ms. Returns 1.
+/// larger token; and writes that token into this server's copy of the
+/// grant, so that `list` finds it on a majority. KEYS: t x i. ARGV: token,
+/// token counter's ttl ms, claim, grant id. Returns 1.
 const RAISE: &str = r"
-local token = tonumber(ARGV[1])
-if (tonumber(redis.call('GET', KEYS[1]) or '0') or 0) < token then
-  redis.call('SET', KEYS[1], int(token), 'PX', ARGV[2])
+local t, x, i = KEYS[1], KEYS[2], KEYS[3]
+local token, claim, id = tonumber(ARGV[1]), ARGV[3], ARGV[4]
+if (tonumber(redis.call('GET', t) or '0') or 0) < token then
+  redis.call('SET', t, int(token), 'PX', ARGV[2])
+end
+if claim == 'x' then
+  if owns(x, id) then
+    local rest = string.sub(redis.call('GET', x), 34)
+    local record = string.sub(rest, (string.find(rest, ':', 1, true)))
+    redis.call('SET', x, id .. ':' .. int(token) .. record, 'KEEPTTL')
+  end
+else
+  local stored = redis.call('HGET', i, id)
+  if stored then
+    local record = string.sub(stored, (string.find(stored, ':', 1, true)))
+    redis.call('HSET', i, id, int(token) .. record)
+  end
 end
 return 1
 ";

@@ -148,8 +148,11 @@ async fn a_restart_without_persistence_of_one_of_three_keeps_the_lock() {
         .await
         .expect("acquire");
     let key = cluster.backend().await.keys_of(&name).remove(0);
+    // A grant is decided once two servers granted; the third's copy
+    // follows.
     for server in &cluster.servers {
-        assert!(exists(&server.url(), &key).await, "a copy on every server");
+        let url = server.url();
+        eventually("a copy on every server", || exists(&url, &key)).await;
     }
 
     cluster.servers[0].restart().await;
@@ -227,15 +230,26 @@ async fn a_server_down_at_open_is_connected_to_when_it_is_back() {
 
     cluster.servers[2].restart().await;
     let key = backend.keys_of(&name).remove(0);
-    let guard = client
-        .acquire_with(&name, Duration::from_secs(10))
-        .await
-        .expect("acquire");
-    assert!(
-        exists(&cluster.servers[2].url(), &key).await,
-        "the server that came back holds a copy"
-    );
-    assert!(guard.release().await.expect("release"));
+    let back = cluster.servers[2].url();
+    // The backend connects in the background, and a grant is decided
+    // once two servers granted: the third's copy comes when it is heard.
+    eventually("a copy on the server that came back", || async {
+        let guard = client
+            .acquire_with(&name, Duration::from_secs(10))
+            .await
+            .expect("acquire");
+        let mut there = false;
+        for _ in 0..20 {
+            there = exists(&back, &key).await;
+            if there {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(guard.release().await.expect("release"));
+        there
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -326,7 +340,9 @@ async fn tokens_increase_while_a_server_of_each_majority_keeps_its_counter() {
     next(&backend, &name, &mut last, "the next grant").await;
 
     // The first server's counter is far ahead of the others' (as if its
-    // clock were): the grant takes its token, and raises the others'.
+    // clock were), and the second holds the name for someone else: the
+    // grant is the first's and the third's, takes the first's token, and
+    // raises the third's counter.
     let mut first = raw(&cluster.servers[0].url()).await;
     let ahead = last + 1_000_000_000_000;
     redis::cmd("SET")
@@ -335,11 +351,24 @@ async fn tokens_increase_while_a_server_of_each_majority_keeps_its_counter() {
         .query_async::<()>(&mut first)
         .await
         .expect("SET");
+    let exclusive = backend.keys_of(&name).remove(0);
+    let mut second = raw(&cluster.servers[1].url()).await;
+    redis::cmd("SET")
+        .arg(&exclusive)
+        .arg("someone else's")
+        .query_async::<()>(&mut second)
+        .await
+        .expect("SET");
     next(&backend, &name, &mut last, "a grant with a counter ahead").await;
     assert!(last > ahead);
+    redis::cmd("DEL")
+        .arg(&exclusive)
+        .query_async::<()>(&mut second)
+        .await
+        .expect("DEL");
 
-    // Without that server, the other two still issue larger tokens: their
-    // counters were raised, not read from their clocks.
+    // Without the first, the other two still issue a larger token: the
+    // third, which the two majorities share, had its counter raised.
     cluster.servers[0].kill();
     next(
         &backend,
