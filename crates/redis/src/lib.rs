@@ -102,8 +102,11 @@
 //! - **Acquire** asks every server at once, and counts only when a
 //!   majority granted within the lease, less the time the attempt took and
 //!   a drift margin of 1% of the lease; otherwise the copies it made are
-//!   deleted again. Each server gets at most a quarter of the lease to
-//!   answer.
+//!   deleted again. It is decided as soon as the answers in decide it,
+//!   so a slow or absent server holds nobody up; each server's call goes
+//!   on as a task of its own. Each server gets at most a quarter of the
+//!   lease to answer, and a server away when the backend opens is
+//!   connected to in the background.
 //! - **Extend** succeeds on a majority; the lease is lost when so many
 //!   servers refuse that no majority can remain. **Release** and a forced
 //!   release go to every server.
