@@ -2,18 +2,20 @@
 //! judging by its own clock with the same scripts as single mode. A grant
 //! counts while a majority holds it:
 //!
-//! - **Acquire** asks every server at once. It is granted when a majority
-//!   granted within the lease, less the time the attempt took and a drift
-//!   margin (every copy was stored after the attempt began, so each lives
-//!   at least that long). Otherwise every copy it made is deleted again.
+//! - **Acquire** asks every server at once, and is decided as soon as the
+//!   answers in decide it. It is granted when a majority granted within
+//!   the lease, less the time the attempt took and a drift margin (every
+//!   copy was stored after the attempt began, so each lives at least that
+//!   long). Otherwise every copy it made is deleted again.
 //! - **Tokens.** Each server issues its own token for the name; the
 //!   grant's is the largest of its majority's, and before the grant is
-//!   returned the counters of that majority are raised to it. A later
-//!   majority shares a server with this one, whose counter is already past
-//!   it (see docs/redis.md for what this rests on).
+//!   returned the counters of that majority are raised to it (and their
+//!   copies carry it). A later majority shares a server with this one,
+//!   whose counter is already past it (see docs/redis.md for what this
+//!   rests on).
 //! - **Extend** succeeds on a majority, fails (the lease is gone) when too
 //!   many refuse for a majority to remain, and is an error otherwise.
-//! - **Release** goes to every server.
+//! - **Release** goes to every server, decided as an attempt is.
 //!
 //! Semaphores are not offered: each server counts only the permits it
 //! holds, and permits held by different majorities could together exceed
