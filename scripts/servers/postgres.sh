@@ -10,6 +10,8 @@
 #   signed the server's certificate (issued for 127.0.0.1 and localhost)
 # - DISTLOCK_TEST_POSTGRES_PGBOUNCER_URL: the same role and database through
 #   PgBouncer (pool_mode = transaction)
+# - DISTLOCK_TEST_POSTGRES_READER_URL: a role that may read distlock's
+#   tables in that database but write nothing
 # - DISTLOCK_POSTGRES_BIN: the directory of initdb, pg_ctl and psql
 # - DISTLOCK_POSTGRES_SERVER: the server binary in it
 
@@ -68,7 +70,7 @@ postgres_as() {
 
 start_postgres() {
     step "starting PostgreSQL and PgBouncer (transaction pooling)"
-    local bin dir port bouncer_port password pgbouncer
+    local bin dir port bouncer_port password reader_password pgbouncer
     bin=$(postgres_bin_dir)
     pgbouncer=$(command -v pgbouncer || echo /usr/sbin/pgbouncer)
     export DISTLOCK_POSTGRES_BIN="$bin"
@@ -85,6 +87,7 @@ start_postgres() {
     port=$(free_port)
     bouncer_port=$(free_port)
     password=$(python3 -c 'import secrets; print(secrets.token_hex(16))')
+    reader_password=$(python3 -c 'import secrets; print(secrets.token_hex(16))')
 
     # Local (socket) connections trust the OS user, for the setup below;
     # TCP connections need a password, as the tests' URLs give.
@@ -107,7 +110,12 @@ start_postgres() {
     # The password is hex, so it needs no quoting inside the SQL string.
     postgres_as "$bin/psql" -q -X -v ON_ERROR_STOP=1 -h "$dir/sock" -p "$port" -U postgres -d postgres \
         -c "CREATE ROLE distlock LOGIN PASSWORD '$password'" \
-        -c "CREATE DATABASE distlock OWNER distlock" >/dev/null
+        -c "CREATE DATABASE distlock OWNER distlock" \
+        -c "CREATE ROLE distlock_reader LOGIN PASSWORD '$reader_password'" >/dev/null
+    # A user who may read distlock's tables but write nothing, for
+    # `distlock check`'s test of missing permissions.
+    postgres_as "$bin/psql" -q -X -v ON_ERROR_STOP=1 -h "$dir/sock" -p "$port" -U postgres -d distlock \
+        -c "ALTER DEFAULT PRIVILEGES FOR ROLE distlock GRANT SELECT ON TABLES TO distlock_reader" >/dev/null
 
     # PgBouncer 1.18 (Debian 12's) predates prepared-statement support in
     # transaction mode: the backend must send every statement unnamed.
@@ -141,6 +149,7 @@ EOF
     export DISTLOCK_TEST_POSTGRES_URL="postgres://distlock:$password@127.0.0.1:$port/distlock"
     export DISTLOCK_TEST_POSTGRES_PGBOUNCER_URL="postgres://distlock:$password@127.0.0.1:$bouncer_port/distlock"
     export DISTLOCK_TEST_POSTGRES_CA="$dir/tls/ca.pem"
+    export DISTLOCK_TEST_POSTGRES_READER_URL="postgres://distlock_reader:$reader_password@127.0.0.1:$port/distlock"
 }
 
 # stop_servers sends the server SIGTERM, which waits for clients to leave,

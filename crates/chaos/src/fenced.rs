@@ -34,6 +34,14 @@ pub(crate) struct State {
     pub(crate) highest_writer: u64,
     /// The counter.
     pub(crate) value: u64,
+    /// The last accepted operation's entry, and the log's length once it
+    /// is appended: a process killed between writing the state and its
+    /// log line leaves the log short of an operation that took effect,
+    /// and the next one to take the store's lock appends that line.
+    #[serde(default)]
+    pub(crate) last: Option<Entry>,
+    #[serde(default)]
+    pub(crate) log_len: u64,
 }
 
 /// What an operation was.
@@ -49,7 +57,7 @@ pub(crate) enum Op {
 }
 
 /// One line of the log.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Entry {
     pub(crate) op: Op,
     pub(crate) token: u64,
@@ -137,6 +145,12 @@ impl FencedStore {
     /// # Errors
     /// An I/O error.
     pub(crate) fn is_busy(&self) -> Outcome<bool> {
+        // Ours for a moment, if free: let go at once, as the file closes.
+        Ok(self.try_locked()?.is_none())
+    }
+
+    /// The state file under the store's lock, if no process holds it.
+    fn try_locked(&self) -> Outcome<Option<File>> {
         let file = OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -144,9 +158,8 @@ impl FencedStore {
             .write(true)
             .open(self.dir.join("state.json"))?;
         match flock(&file, FlockOperation::NonBlockingLockExclusive) {
-            // Ours for a moment: let go at once, as `file` closes.
-            Ok(()) => Ok(false),
-            Err(rustix::io::Errno::WOULDBLOCK) => Ok(true),
+            Ok(()) => Ok(Some(file)),
+            Err(rustix::io::Errno::WOULDBLOCK) => Ok(None),
             Err(error) => Err(error.into()),
         }
     }
@@ -156,7 +169,12 @@ impl FencedStore {
     /// # Errors
     /// An I/O error, or a line that cannot be read.
     pub(crate) fn log(&self) -> Outcome<Vec<Entry>> {
-        let text = match std::fs::read_to_string(self.dir.join("log.jsonl")) {
+        // Mended only when no process is inside an operation: one may be
+        // stopped there, and the log is read while it is.
+        if let Some(mut file) = self.try_locked()? {
+            self.mend_log(&read_state(&mut file)?)?;
+        }
+        let text = match std::fs::read_to_string(self.log_path()) {
             Ok(text) => text,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => String::new(),
             Err(error) => return Err(error.into()),
@@ -179,13 +197,8 @@ impl FencedStore {
     ) -> Outcome<Option<u64>> {
         let mut file = self.locked()?;
         let mut state = read_state(&mut file)?;
+        self.mend_log(&state)?;
         let outcome = decide(&mut state);
-        if outcome.is_some() {
-            let text = serde_json::to_vec(&state)?;
-            file.set_len(0)?;
-            file.seek(SeekFrom::Start(0))?;
-            file.write_all(&text)?;
-        }
         let entry = Entry {
             op,
             token,
@@ -194,15 +207,59 @@ impl FencedStore {
             at_ns: now_ns(),
             pid: std::process::id(),
         };
+        let line = log_line(&entry)?;
+        if outcome.is_some() {
+            state.last = Some(entry);
+            state.log_len = self.log_len()? + line.len() as u64;
+            let text = serde_json::to_vec(&state)?;
+            file.set_len(0)?;
+            file.seek(SeekFrom::Start(0))?;
+            file.write_all(&text)?;
+        }
+        self.append(&line)?;
+        // The flock ends when `file` closes.
+        Ok(outcome)
+    }
+
+    /// Appends the last accepted operation's line if its process was
+    /// killed before it could (cutting off a torn start of it first).
+    /// Called under the store's lock.
+    fn mend_log(&self, state: &State) -> Outcome<()> {
+        let Some(last) = &state.last else {
+            return Ok(());
+        };
+        if self.log_len()? >= state.log_len {
+            return Ok(());
+        }
+        let line = log_line(last)?;
+        OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(self.log_path())?
+            .set_len(state.log_len - line.len() as u64)?;
+        self.append(&line)
+    }
+
+    fn append(&self, line: &[u8]) -> Outcome<()> {
         let mut log = OpenOptions::new()
             .create(true)
             .append(true)
-            .open(self.dir.join("log.jsonl"))?;
-        let mut line = serde_json::to_vec(&entry)?;
-        line.push(b'\n');
-        log.write_all(&line)?;
-        // The flock ends when `file` closes.
-        Ok(outcome)
+            .open(self.log_path())?;
+        log.write_all(line)?;
+        Ok(())
+    }
+
+    fn log_len(&self) -> Outcome<u64> {
+        match std::fs::metadata(self.log_path()) {
+            Ok(meta) => Ok(meta.len()),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(0),
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.join("log.jsonl")
     }
 
     fn locked(&self) -> Outcome<File> {
@@ -215,6 +272,12 @@ impl FencedStore {
         flock(&file, FlockOperation::LockExclusive)?;
         Ok(file)
     }
+}
+
+fn log_line(entry: &Entry) -> Outcome<Vec<u8>> {
+    let mut line = serde_json::to_vec(entry)?;
+    line.push(b'\n');
+    Ok(line)
 }
 
 fn read_state(file: &mut File) -> Outcome<State> {
@@ -243,6 +306,38 @@ mod tests {
         let log = store.log().unwrap();
         assert_eq!(log.len(), 4);
         assert_eq!(log.iter().filter(|entry| !entry.accepted).count(), 1);
+    }
+
+    #[test]
+    fn a_line_lost_with_its_killed_writer_is_mended_from_the_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FencedStore::open(dir.path()).unwrap();
+        assert!(store.write(1, 1).unwrap());
+        assert!(store.write(1, 2).unwrap());
+        let whole = store.log().unwrap();
+        // Killed after the state, mid-line: a torn start of the last line.
+        let log = dir.path().join("log.jsonl");
+        let len = std::fs::metadata(&log).unwrap().len();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&log)
+            .unwrap()
+            .set_len(len - 5)
+            .unwrap();
+        assert_eq!(store.log().unwrap(), whole, "mended when read");
+        // Killed before any of it: the next operation mends it.
+        let len = std::fs::metadata(&log).unwrap().len();
+        let last = serde_json::to_vec(&whole[1]).unwrap().len() as u64 + 1;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&log)
+            .unwrap()
+            .set_len(len - last)
+            .unwrap();
+        assert_eq!(store.read(2).unwrap(), Some(2));
+        let mended = store.log().unwrap();
+        assert_eq!(mended.len(), 3);
+        assert_eq!(mended[..2], whole[..]);
     }
 
     #[test]

@@ -52,6 +52,13 @@ pub(crate) struct Verdict {
     pub(crate) losses: usize,
     /// Acquisitions that failed, or timed out.
     pub(crate) failed: usize,
+    /// Runs whose history (acquires, releases, losses and fenced
+    /// operations) the linearizability checker decided: exclusive runs.
+    pub(crate) histories_checked: usize,
+    /// Locks and counters whose history no order fits.
+    pub(crate) history_violations: usize,
+    /// The first such violation, or a history left undecided, in words.
+    pub(crate) history_note: Option<String>,
 }
 
 impl Verdict {
@@ -65,6 +72,11 @@ impl Verdict {
         self.rejected_writes += other.rejected_writes;
         self.losses += other.losses;
         self.failed += other.failed;
+        self.histories_checked += other.histories_checked;
+        self.history_violations += other.history_violations;
+        if self.history_note.is_none() {
+            self.history_note.clone_from(&other.history_note);
+        }
     }
 }
 
@@ -122,7 +134,8 @@ pub(crate) fn holdings(events: &[Event]) -> Vec<Holding> {
 /// fenced counter.
 ///
 /// # Errors
-/// The counter's state or log cannot be read.
+/// The counter's state or log cannot be read, or the run's records make a
+/// malformed history.
 pub(crate) fn judge(events: &[Event], store: &FencedStore) -> Outcome<Verdict> {
     let holdings = holdings(events);
     let state = store.state()?;
@@ -132,6 +145,7 @@ pub(crate) fn judge(events: &[Event], store: &FencedStore) -> Outcome<Verdict> {
         .filter(|entry| entry.op == Op::Write && entry.accepted)
         .count() as u64;
     let (overlaps, most_at_once) = overlaps(&holdings);
+    let history = crate::history::check(events, &log)?;
     Ok(Verdict {
         acquisitions: holdings.len(),
         overlaps,
@@ -150,6 +164,23 @@ pub(crate) fn judge(events: &[Event], store: &FencedStore) -> Outcome<Verdict> {
             .iter()
             .filter(|event| matches!(event, Event::Failed { .. } | Event::TimedOut { .. }))
             .count(),
+        histories_checked: history
+            .as_ref()
+            .map_or(0, |report| usize::from(report.undecided.is_empty())),
+        history_violations: history.as_ref().map_or(0, |report| report.violations.len()),
+        history_note: history.as_ref().and_then(history_note),
+    })
+}
+
+/// A history's first violation on one line, or that it was left
+/// undecided.
+fn history_note(report: &distlock_history::Report) -> Option<String> {
+    if let Some(violation) = report.violations.first() {
+        let text = violation.to_string();
+        return Some(text.split_whitespace().collect::<Vec<_>>().join(" "));
+    }
+    report.undecided.first().map(|subject| {
+        format!("the history of {subject} was left undecided: its search ran out of moves")
     })
 }
 

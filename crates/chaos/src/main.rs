@@ -6,7 +6,8 @@
 //! write cycles on a [fenced counter](fenced). The [judge] then counts, from
 //! the counter's log and the holders' own records on one monotonic clock,
 //! the overlaps among valid holders, the lost updates and the fencing-token
-//! regressions. `bash scripts/chaos` runs every scenario in full and writes
+//! regressions, and checks each exclusive run's [history] for
+//! linearizability. `bash scripts/chaos` runs every scenario in full and writes
 //! RELIABILITY.md; the test `short` runs each in a short form in CI.
 //!
 //! A backend joins the campaign with one line in [`backends::ALL`].
@@ -29,6 +30,7 @@ use crate::servers::Server;
 mod backends;
 mod clock;
 mod fenced;
+mod history;
 mod judge;
 mod report;
 mod scenarios;

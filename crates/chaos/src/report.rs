@@ -26,7 +26,8 @@ pub(crate) struct Row {
 
 impl Row {
     /// Whether the safety invariants held: no lost update, no token out of
-    /// real-time order, and no overlap unless the scenario allows one. No
+    /// real-time order, no history that fails the linearizability check,
+    /// and no overlap unless the scenario allows one. No
     /// timing is judged here, which is what the short form asserts. A row
     /// without holders (a scenario that does not apply, checks that judge
     /// no holders, or one that could not run) holds when it passed: a
@@ -35,6 +36,7 @@ impl Row {
         self.verdict.as_ref().map_or(self.passed, |verdict| {
             verdict.lost_updates == 0
                 && verdict.token_regressions == 0
+                && verdict.history_violations == 0
                 && (self.overlaps_allowed || verdict.overlaps == 0)
         })
     }
@@ -55,15 +57,20 @@ pub(crate) struct ScenarioInfo {
 
 /// Whether `row` held, as the run judges it: in full, or in the short form
 /// (which runs few times on a busy machine, so it judges only what does not
-/// depend on timing).
+/// depend on timing). A history that fails the linearizability check fails
+/// the row either way: scenarios decide `passed` without it.
 pub(crate) fn held(row: &Row, scenarios: &[ScenarioInfo], short: bool) -> bool {
     let untimed = scenarios
         .iter()
         .any(|info| info.id == row.scenario && info.untimed);
+    let linearizable = row
+        .verdict
+        .as_ref()
+        .is_none_or(|verdict| verdict.history_violations == 0);
     if short && !untimed {
         row.safe()
     } else {
-        row.passed
+        row.passed && linearizable
     }
 }
 
@@ -116,7 +123,14 @@ pub(crate) fn markdown(run: &RunInfo, scenarios: &[ScenarioInfo], rows: &[Row]) 
          monotonic clock. Lost updates are accepted writes the counter does not show; a \
          token regression is a holding whose token is not above that of one that ended \
          before it began (between two readers, or two permits, before it was asked for: \
-         their grants may be answered out of order).\n"
+         their grants may be answered out of order). Each exclusive run is also \
+         recorded as a history (every acquire, release and loss report, and every \
+         operation on the counter, with its invocation and completion on that clock) and \
+         checked for linearizability against a lease lock and a fenced register \
+         (`distlock-history`): a violation is a successful release of a lease after \
+         another grant, tokens that do not increase from grant to grant, a stale \
+         operation accepted or a fresh one refused, or a read of a value no accepted \
+         write left.\n"
     );
     for scenario in scenarios {
         let mine: Vec<&Row> = rows
@@ -133,33 +147,77 @@ pub(crate) fn markdown(run: &RunInfo, scenarios: &[ScenarioInfo], rows: &[Row]) 
         );
         let _ = writeln!(
             out,
-            "| backend | kind | acquisitions | overlaps | lost updates | token regressions | stale writes rejected | losses seen | failed waits | detail | invariants |"
+            "| backend | kind | acquisitions | overlaps | lost updates | token regressions | stale writes rejected | losses seen | failed waits | histories checked | history violations | detail | invariants |"
         );
-        let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|");
+        let _ = writeln!(
+            out,
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"
+        );
         for row in mine {
             let cells = match &row.verdict {
                 Some(v) => format!(
-                    "{} | {} | {} | {} | {} | {} | {}",
+                    "{} | {} | {} | {} | {} | {} | {} | {} | {}",
                     v.acquisitions,
                     v.overlaps,
                     v.lost_updates,
                     v.token_regressions,
                     v.rejected_writes,
                     v.losses,
-                    v.failed
+                    v.failed,
+                    v.histories_checked,
+                    v.history_violations
                 ),
-                None => "— | — | — | — | — | — | —".into(),
+                None => "— | — | — | — | — | — | — | — | —".into(),
+            };
+            let detail = match row.verdict.as_ref().and_then(|v| v.history_note.as_ref()) {
+                Some(note) => format!("{}; history: {note}", row.detail),
+                None => row.detail.clone(),
             };
             let _ = writeln!(
                 out,
                 "| {} | {} | {cells} | {} | {} |",
                 row.backend,
                 row.kind,
-                row.detail.replace('|', "\\|"),
+                detail.replace('|', "\\|"),
                 if held(row) { "held" } else { "**FAILED**" }
             );
         }
         out.push('\n');
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(passed: bool, history_violations: usize) -> Row {
+        Row {
+            scenario: "R1",
+            backend: "file",
+            kind: "exclusive".into(),
+            verdict: Some(Verdict {
+                histories_checked: 1,
+                history_violations,
+                ..Verdict::default()
+            }),
+            detail: String::new(),
+            passed,
+            overlaps_allowed: false,
+        }
+    }
+
+    #[test]
+    fn a_history_violation_fails_the_row_in_full_and_in_the_short_form() {
+        let scenarios = [ScenarioInfo {
+            id: "R1",
+            title: "",
+            what: "",
+            untimed: false,
+        }];
+        for short in [false, true] {
+            assert!(held(&row(true, 0), &scenarios, short));
+            assert!(!held(&row(true, 1), &scenarios, short), "short: {short}");
+        }
+    }
 }

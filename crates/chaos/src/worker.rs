@@ -99,6 +99,9 @@ pub(crate) enum Event {
         read_ok: bool,
         write_ok: Option<bool>,
         release: Release,
+        /// When the release answered (on the shared monotonic clock).
+        #[serde(default)]
+        released_ns: Option<u64>,
     },
     /// An acquisition ended in an error (not a timeout).
     Failed {
@@ -293,6 +296,7 @@ async fn hold_in_turn(client: &LockClient, spec: &Spec, task: usize) -> Outcome<
             Ok(false) | Err(distlock::Error::Lost { .. }) => Release::NotOurs,
             Err(_) => Release::Failed,
         };
+        let released_ns = Some(now_ns());
         let lost_ns = match lost_at.load(Ordering::SeqCst) {
             0 => None,
             at => Some(at),
@@ -308,6 +312,7 @@ async fn hold_in_turn(client: &LockClient, spec: &Spec, task: usize) -> Outcome<
                 read_ok,
                 write_ok,
                 release,
+                released_ns,
             },
         )?;
     }

@@ -1,6 +1,6 @@
 //! The campaign's short form, as CI runs it: every scenario on every
-//! backend, judged only on overlaps, lost updates and token order (never
-//! on timings). The servers come from `scripts/test`; without them the
+//! backend, judged only on overlaps, lost updates, token order and the
+//! histories' linearizability (never on timings). The servers come from `scripts/test`; without them the
 //! campaign fails, so a missing server never passes silently.
 
 use std::process::Command;

@@ -2,6 +2,9 @@
 //! checked one line at a time against the backend it names.
 //!
 //! Every check has a verdict: `ok`, `warn` (works, with a caveat) or `fail`.
+//! Besides the checks every backend gets, each backend adds the features
+//! of its deployment it relies on (change streams, an eviction policy, a
+//! private directory, …): see [`distlock::backend::ServerInfo::features`].
 //! The command exits 0 unless a check failed: then with the code of the
 //! first failure (69 for a backend out of reach, 2 for configuration,
 //! credentials or permissions, 1 otherwise). With `--json` it prints an
@@ -10,7 +13,7 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use distlock::backend::Backend;
+use distlock::backend::{Backend, Feature, FeatureState};
 use distlock::{Error, LockClient, LockOptions};
 use serde::Serialize;
 
@@ -95,7 +98,7 @@ pub(crate) async fn check(args: CheckArgs) -> Result<u8, Failure> {
                 Verdict::Fail => "FAIL",
             };
             lines.push_str(&format!(
-                "{verdict:<5} {:<11} {}\n",
+                "{verdict:<5} {:<13} {}\n",
                 finding.check, finding.detail
             ));
         }
@@ -244,7 +247,18 @@ async fn server(backend: &dyn Backend) -> Vec<Finding> {
             )
         });
     }
+    findings.extend(info.features.into_iter().map(feature_finding));
     findings
+}
+
+/// A feature the backend relies on, as a check: one it cannot do without
+/// is a failure of the deployment's configuration.
+fn feature_finding(feature: Feature) -> Finding {
+    match feature.state {
+        FeatureState::Present => Finding::ok(feature.name, feature.detail),
+        FeatureState::Degraded => Finding::warn(feature.name, feature.detail),
+        _ => Finding::fail(feature.name, Failure::usage(feature.detail)),
+    }
 }
 
 /// One grant of `probe` and its release; the grant's fencing token.

@@ -74,7 +74,9 @@ fn main() -> ExitCode {
         Command::Completions(args) => docs::completions(args.shell),
         Command::Man(args) => docs::man(args.subcommand.as_deref()),
         command => {
-            init_logging();
+            // `check` reports what the library would warn of as findings.
+            let quiet = matches!(command, Command::Check(_));
+            init_logging(if quiet { "error" } else { "warn" });
             dispatch(command)
         }
     };
@@ -122,17 +124,18 @@ async fn dispatch(command: Command) -> u8 {
     })
 }
 
-/// Logs to stderr, filtered by `DISTLOCK_LOG` (default `warn`).
+/// Logs to stderr, filtered by `DISTLOCK_LOG` (default `default`: `warn`,
+/// or `error` for `check`).
 ///
 /// A lost lock is reported once, by the command's own error line (exit
 /// 76), not a second time by the library's warning, unless `DISTLOCK_LOG`
 /// says what it wants of `distlock_core`.
-fn init_logging() {
+fn init_logging(default: &str) {
     let given = std::env::var("DISTLOCK_LOG").ok();
     let mut filter = given
         .as_deref()
         .and_then(|given| EnvFilter::try_new(given).ok())
-        .unwrap_or_else(|| EnvFilter::new("warn"));
+        .unwrap_or_else(|| EnvFilter::new(default));
     if !given.is_some_and(|given| given.contains("distlock_core")) {
         filter = filter.add_directive(LOSS_SAID_ONCE.parse().expect("a valid directive"));
     }

@@ -35,9 +35,9 @@ fn check(url: &str) -> (Option<i32>, Vec<(String, String, String)>) {
     (output.status.code(), findings)
 }
 
-/// Every check ran, and none failed; `clock` says whether the server has a
-/// clock to compare.
-fn assert_passes(url: &str, clock: bool) {
+/// Every check ran, the backend's `features` after the clock, and none
+/// failed; `clock` says whether the server has a clock to compare.
+fn assert_passes(url: &str, clock: bool, features: &[&str]) {
     let (code, findings) = check(url);
     assert_eq!(code, Some(0), "{url}: {findings:?}");
     let names: Vec<&str> = findings.iter().map(|(name, ..)| name.as_str()).collect();
@@ -45,6 +45,7 @@ fn assert_passes(url: &str, clock: bool) {
     if clock {
         expected.push("clock");
     }
+    expected.extend(features);
     expected.extend([
         "write",
         "fencing",
@@ -62,15 +63,40 @@ fn assert_passes(url: &str, clock: bool) {
     }
 }
 
+/// The verdict and detail of the check called `name`.
+fn finding<'a>(findings: &'a [(String, String, String)], name: &str) -> (&'a str, &'a str) {
+    findings
+        .iter()
+        .find(|(check, ..)| check == name)
+        .map(|(_, verdict, detail)| (verdict.as_str(), detail.as_str()))
+        .unwrap_or_else(|| panic!("no {name} check in {findings:?}"))
+}
+
 #[test]
 fn the_embedded_default_passes_every_check() {
     let scratch = Scratch::new();
-    assert_passes(&scratch.url, false);
+    assert_passes(&scratch.url, false, &["directory"]);
     let output = scratch.distlock(&["check"]).output().unwrap();
     assert!(output.status.success());
     let lines = String::from_utf8(output.stdout).unwrap();
     assert!(lines.starts_with("distlock check: file://"), "{lines}");
     assert!(lines.contains("ok    round trip"), "{lines}");
+    assert!(lines.contains("ok    directory "), "{lines}");
+}
+
+#[test]
+fn a_directory_others_can_write_is_a_caveat() {
+    use std::os::unix::fs::PermissionsExt;
+    let scratch = Scratch::new();
+    std::fs::set_permissions(scratch.lock_dir(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let (code, findings) = check(&scratch.url);
+    assert_eq!(code, Some(0), "{findings:?}");
+    let (verdict, detail) = finding(&findings, "directory");
+    assert_eq!(verdict, "warn");
+    assert!(
+        detail.contains("can be written by others (mode 777)"),
+        "{detail}"
+    );
 }
 
 #[test]
@@ -80,18 +106,70 @@ fn every_server_backend_passes_every_check() {
         server_url("DISTLOCK_TEST_MONGODB_URL"),
         std::process::id()
     );
-    for (url, product, clock) in [
-        (mongodb, "MongoDB", true),
-        (server_url("DISTLOCK_TEST_POSTGRES_URL"), "PostgreSQL", true),
-        (server_url("DISTLOCK_TEST_ETCD_URL"), "etcd", false),
-        (server_url("DISTLOCK_TEST_MEMCACHED_URL"), "memcached", true),
-        (server_url("DISTLOCK_TEST_REDIS_URL"), "Redis", true),
+    let postgres = server_url("DISTLOCK_TEST_POSTGRES_URL");
+    let advisory = format!("{postgres}?mode=advisory");
+    for (url, product, clock, features) in [
+        (
+            mongodb,
+            "MongoDB",
+            true,
+            &["majority", "change streams", "TTL index"][..],
+        ),
+        (postgres, "PostgreSQL", true, &["notify"]),
+        (advisory, "PostgreSQL", true, &["notify", "pooler"]),
+        (server_url("DISTLOCK_TEST_ETCD_URL"), "etcd", false, &[]),
+        (
+            server_url("DISTLOCK_TEST_MEMCACHED_URL"),
+            "memcached",
+            true,
+            &["meta protocol", "eviction"],
+        ),
+        (
+            server_url("DISTLOCK_TEST_REDIS_URL"),
+            "Redis",
+            true,
+            &["eviction", "persistence"],
+        ),
     ] {
-        assert_passes(&url, clock);
+        assert_passes(&url, clock, features);
         let (_, findings) = check(&url);
-        let (_, _, version) = findings.iter().find(|(name, ..)| name == "server").unwrap();
+        let (_, version) = finding(&findings, "server");
         assert!(version.starts_with(product), "{url}: {version}");
     }
+}
+
+#[test]
+fn the_test_servers_features_are_found_as_they_are() {
+    // MongoDB's test server is a one-member replica set, and the backend
+    // makes the TTL index when it opens.
+    let mongodb = format!(
+        "{}distlock_check?collection=features_{}",
+        server_url("DISTLOCK_TEST_MONGODB_URL"),
+        std::process::id()
+    );
+    let (_, findings) = check(&mongodb);
+    for name in ["majority", "change streams", "TTL index"] {
+        assert_eq!(finding(&findings, name).0, "ok", "{name}: {findings:?}");
+    }
+    // The plain Redis test server keeps nothing across a restart.
+    let (_, findings) = check(&server_url("DISTLOCK_TEST_REDIS_URL"));
+    assert_eq!(finding(&findings, "eviction").0, "ok", "{findings:?}");
+    let (verdict, detail) = finding(&findings, "persistence");
+    assert_eq!(verdict, "warn");
+    assert!(detail.starts_with("no AOF"), "{detail}");
+    // memcached evicts unless started with -M, and the test server is not.
+    let (_, findings) = check(&server_url("DISTLOCK_TEST_MEMCACHED_URL"));
+    assert_eq!(finding(&findings, "eviction").0, "warn", "{findings:?}");
+}
+
+#[test]
+fn notifications_lost_in_a_transaction_pooler_are_found() {
+    let (code, findings) = check(&server_url("DISTLOCK_TEST_POSTGRES_PGBOUNCER_URL"));
+    assert_eq!(code, Some(0), "{findings:?}");
+    let (verdict, detail) = finding(&findings, "notify");
+    assert_eq!(verdict, "warn");
+    assert!(detail.contains("transaction pooler"), "{detail}");
+    assert_eq!(finding(&findings, "wake-ups").0, "warn", "{findings:?}");
 }
 
 #[test]
@@ -145,4 +223,146 @@ fn a_bad_url_is_bad_input() {
         &distlock(&["check", "--lease", "soon"]).output().unwrap(),
         2,
     );
+}
+
+/// A Redis server of the test's own, configured as the test needs, and
+/// stopped when dropped.
+struct OwnRedis {
+    server: std::process::Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl OwnRedis {
+    /// Starts `REDIS_BIN` (which scripts/test sets) with `args` added to a
+    /// plain configuration, and waits until it answers.
+    fn start(args: &[&str]) -> Self {
+        let bin = server_url("REDIS_BIN");
+        let dir = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let server = std::process::Command::new(bin)
+            .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(dir.path())
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let own = Self {
+            server,
+            port,
+            _dir: dir,
+        };
+        common::wait_until("the test's own Redis answers", || own.answers());
+        own
+    }
+
+    fn answers(&self) -> bool {
+        use std::io::{Read, Write};
+        let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let mut reply = [0; 5];
+        stream.write_all(b"PING\r\n").is_ok()
+            && stream.read_exact(&mut reply).is_ok()
+            && &reply == b"+PONG"
+    }
+
+    /// Its URL, with `user_info` (`user:password@`) if not empty.
+    fn url(&self, user_info: &str) -> String {
+        format!("redis://{user_info}127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for OwnRedis {
+    fn drop(&mut self) {
+        let _ = self.server.kill();
+        let _ = self.server.wait();
+    }
+}
+
+#[test]
+fn a_redis_that_may_evict_locks_fails_the_check_with_2() {
+    let redis = OwnRedis::start(&["--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru"]);
+    let (code, findings) = check(&redis.url(""));
+    assert_eq!(code, Some(2), "{findings:?}");
+    let (verdict, detail) = finding(&findings, "eviction");
+    assert_eq!(verdict, "fail");
+    assert!(detail.contains("allkeys-lru"), "{detail}");
+    assert!(detail.contains("noeviction"), "{detail}");
+}
+
+#[test]
+fn a_redis_user_who_may_not_write_fails_naming_the_cause() {
+    let redis = OwnRedis::start(&[
+        "--user",
+        "reader",
+        "on",
+        ">reader-secret-4e1f",
+        "~*",
+        "&*",
+        "+@read",
+        "+@connection",
+        "+@pubsub",
+        "+info",
+        "+time",
+        "+config|get",
+    ]);
+    let output = distlock(&[
+        "check",
+        "--backend",
+        &redis.url("reader:reader-secret-4e1f@"),
+    ])
+    .output()
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(2), "{stdout}");
+    let failed: Vec<&str> = stdout
+        .lines()
+        .filter(|line| line.starts_with("FAIL"))
+        .collect();
+    assert_eq!(failed.len(), 1, "{stdout}");
+    assert!(failed[0].starts_with("FAIL  write"), "{stdout}");
+    assert!(failed[0].contains("NOPERM"), "{stdout}");
+    assert!(!stdout.contains("reader-secret"), "{stdout}");
+    assert!(!String::from_utf8_lossy(&output.stderr).contains("reader-secret"));
+
+    let wrong = redis.url("reader:hunter2-wrong@");
+    let output = distlock(&["check", "--backend", &wrong]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(2), "{stdout}");
+    assert!(stdout.contains("FAIL  reach"), "{stdout}");
+    assert!(!stdout.contains("hunter2"), "{stdout}");
+}
+
+#[test]
+fn a_postgres_user_who_may_not_write_fails_naming_the_cause() {
+    // The owner's check makes the table, which the reader may read: what
+    // it lacks is the right to write.
+    let (code, findings) = check(&server_url("DISTLOCK_TEST_POSTGRES_URL"));
+    assert_eq!(code, Some(0), "{findings:?}");
+    let reader = server_url("DISTLOCK_TEST_POSTGRES_READER_URL");
+    let password = reader
+        .split_once("://")
+        .and_then(|(_, rest)| rest.split_once('@'))
+        .and_then(|(user_info, _)| user_info.split_once(':'))
+        .map(|(_, password)| password.to_owned())
+        .unwrap();
+    let output = distlock(&["check", "--backend", &reader]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(2), "{stdout}");
+    let failed: Vec<&str> = stdout
+        .lines()
+        .filter(|line| line.starts_with("FAIL"))
+        .collect();
+    assert_eq!(failed.len(), 1, "{stdout}");
+    assert!(failed[0].starts_with("FAIL  write"), "{stdout}");
+    assert!(failed[0].contains("permission denied"), "{stdout}");
+    assert!(!stdout.contains(&password), "{stdout}");
+    assert!(!String::from_utf8_lossy(&output.stderr).contains(&password));
 }

@@ -15,6 +15,7 @@
 
 pub mod cases;
 mod child;
+pub mod coordination;
 pub mod kinds;
 mod process;
 mod support;
@@ -112,6 +113,12 @@ macro_rules! conformance_suite {
             with_lock_releases_on_every_path,
             dropped_guard_releases,
         );
+        $crate::conformance_suite!(@coordination $env $fixture;
+            opposite_orders_never_deadlock,
+            a_set_that_times_out_holds_nothing,
+            a_cancelled_set_holds_nothing,
+            a_set_reports_the_loss_of_any_member,
+        );
         $crate::conformance_suite!(@kinds $env $fixture;
             readers_overlap,
             a_writer_excludes_readers_and_writers,
@@ -133,6 +140,17 @@ macro_rules! conformance_suite {
                 $crate::conformance_suite!(@run $env $case {
                     let fixture = $fixture;
                     $crate::kinds::$case(&fixture).await;
+                });
+            }
+        )*
+    };
+    (@coordination $env:tt $fixture:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[::tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $case() {
+                $crate::conformance_suite!(@run $env $case {
+                    let fixture = $fixture;
+                    $crate::coordination::$case(&fixture).await;
                 });
             }
         )*

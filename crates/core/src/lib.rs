@@ -37,6 +37,7 @@ pub mod metrics;
 mod name;
 mod options;
 pub mod platform;
+mod set;
 mod slots;
 mod state;
 #[cfg(feature = "test-util")]
@@ -49,8 +50,8 @@ pub use acquire::AcquireOptions;
 /// The attribute backends put on their [`Backend`] impl.
 pub use async_trait::async_trait;
 pub use backend::{
-    AcquireRequest, Attempt, Backend, Capabilities, HandOver, HandOvers, Holder, Lease, LeaseId,
-    LockInfo, ServerInfo, Session, Wakeups,
+    AcquireRequest, Attempt, Backend, Capabilities, Feature, FeatureState, HandOver, HandOvers,
+    Holder, Lease, LeaseId, LockInfo, ServerInfo, Session, Wakeups,
 };
 pub use builder::LockClientBuilder;
 pub use claim::{Claim, LockKind, MAX_PERMITS, Permits};
@@ -61,6 +62,7 @@ pub use lease::{LossReason, LossReporter, LostSignal};
 pub use memory::MemoryBackend;
 pub use name::{IntoLockName, LockName, MAX_NAME_LEN};
 pub use options::{LockOptions, LockOptionsBuilder};
+pub use set::{IntoLockClaim, LockSet};
 pub use state::{GrantState, Payload, WaitState};
 pub use wake::{ReleaseHub, ReleaseWatch};
 

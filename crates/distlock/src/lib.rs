@@ -142,9 +142,9 @@ mod connect;
 mod url;
 
 pub use distlock_core::{
-    AcquireOptions, Claim, Error, IntoLockName, LockClient, LockClientBuilder, LockContext,
-    LockGuard, LockInfo, LockKind, LockName, LockOptions, LockOptionsBuilder, LossReason,
-    LostSignal, MAX_NAME_LEN, MAX_PERMITS, MemoryBackend, Payload, Permits, Result,
+    AcquireOptions, Claim, Error, IntoLockClaim, IntoLockName, LockClient, LockClientBuilder,
+    LockContext, LockGuard, LockInfo, LockKind, LockName, LockOptions, LockOptionsBuilder, LockSet,
+    LossReason, LostSignal, MAX_NAME_LEN, MAX_PERMITS, MemoryBackend, Payload, Permits, Result,
 };
 
 pub use crate::connect::{connect, connect_with};
@@ -156,8 +156,8 @@ pub use distlock_core::urls::redact;
 pub mod backend {
     pub use distlock_core::async_trait;
     pub use distlock_core::backend::{
-        AcquireRequest, Attempt, Backend, Capabilities, HandOver, HandOvers, Holder, Lease,
-        LeaseId, ServerInfo, Session, Wakeups,
+        AcquireRequest, Attempt, Backend, Capabilities, Feature, FeatureState, HandOver, HandOvers,
+        Holder, Lease, LeaseId, ServerInfo, Session, Wakeups,
     };
     pub use distlock_core::platform;
     // URL reading, written once (`redact` is at the crate's root).

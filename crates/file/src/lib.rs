@@ -55,18 +55,19 @@ mod files;
 mod gate;
 mod held;
 mod names;
+mod privacy;
 mod record;
 mod shared;
 mod wake;
 
 use std::fs::File;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 use distlock_core::{
     AcquireRequest, Attempt, Backend, Capabilities, Claim, Error, GrantState, Lease, LockInfo,
-    LockName, ReleaseWatch, Result, WaitState, Wakeups,
+    LockName, ReleaseWatch, Result, ServerInfo, WaitState, Wakeups,
 };
 
 use crate::files::{Mode, io_error, open_existing, open_locked};
@@ -118,7 +119,7 @@ impl FileBackend {
             ));
         }
         if dir == Self::default_dir() {
-            check_private(&dir)?;
+            privacy::check_private(&dir)?;
         }
         Ok(Self {
             dir,
@@ -209,50 +210,14 @@ impl FileBackend {
     }
 }
 
-/// Refuses a directory in a place every user can write (the default one,
-/// under `/tmp`) unless it is a real directory of this user's that nobody
-/// else can write: another user could have made it first, and would then
-/// control every lock in it.
-fn check_private(dir: &Path) -> Result<()> {
-    let meta = std::fs::symlink_metadata(dir).map_err(|e| {
-        io_error(
-            format!("cannot read the lock directory {}", dir.display()),
-            e,
-        )
-    })?;
-    let uid = rustix::process::getuid().as_raw();
-    let problem = if meta.file_type().is_symlink() {
-        Some("is a symbolic link".to_owned())
-    } else if meta.uid() != uid {
-        Some(format!(
-            "belongs to uid {}, not to this user (uid {uid})",
-            meta.uid()
-        ))
-    } else if meta.mode() & 0o022 != 0 {
-        Some(format!(
-            "can be written by others (mode {:o})",
-            meta.mode() & 0o777
-        ))
-    } else {
-        None
-    };
-    match problem {
-        None => Ok(()),
-        Some(problem) => Err(Error::config(
-            "file backend directory",
-            format!(
-                "{} {problem}, so another user could control its locks; remove it (distlock \
-                 makes it again, private), or name a directory of your own with file:///path",
-                dir.display()
-            ),
-        )),
-    }
-}
-
 #[async_trait]
 impl Backend for FileBackend {
     fn store_name(&self) -> &'static str {
         "file"
+    }
+
+    async fn server_info(&self) -> Result<ServerInfo> {
+        Ok(ServerInfo::default().with_feature(privacy::directory_feature(&self.dir)))
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -372,44 +337,6 @@ mod tests {
                 .is_err()
         );
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
-    }
-
-    #[test]
-    fn only_a_private_directory_of_ours_passes() {
-        use std::os::unix::fs::PermissionsExt;
-
-        let dir = tempfile::tempdir().unwrap();
-        let private = dir.path().join("private");
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&private)
-            .unwrap();
-        assert!(check_private(&private).is_ok());
-
-        let open = dir.path().join("open");
-        std::fs::create_dir(&open).unwrap();
-        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
-        let link = dir.path().join("link");
-        std::os::unix::fs::symlink(&private, &link).unwrap();
-        let mut refused = vec![(open, "written by others"), (link, "symbolic link")];
-        // Only root can give a directory away.
-        if rustix::process::getuid().is_root() {
-            let theirs = dir.path().join("theirs");
-            std::fs::DirBuilder::new()
-                .mode(0o700)
-                .create(&theirs)
-                .unwrap();
-            std::os::unix::fs::chown(&theirs, Some(4242), None).unwrap();
-            refused.push((theirs, "belongs to uid 4242"));
-        }
-        for (path, why) in refused {
-            match check_private(&path) {
-                Err(Error::InvalidConfig { reason, .. }) => {
-                    assert!(reason.contains(why), "{reason}")
-                }
-                other => panic!("{}: expected a refusal, got {other:?}", path.display()),
-            }
-        }
     }
 
     /// `list` looks at each lock file with a shared lock of a moment; that

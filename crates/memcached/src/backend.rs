@@ -13,6 +13,7 @@ use smallvec::SmallVec;
 use tokio::time::Instant;
 
 use crate::config::{MemcachedConfig, Mode};
+use crate::deployment;
 use crate::grant::{FirstGrant, Listing, LockHold, Spare, Standing, cas_on};
 use crate::instance::{Instance, KnownCas};
 use crate::keys::{KeySpace, Ring};
@@ -313,6 +314,21 @@ impl MemcachedBackend {
             Ok((
                 server.addr().to_owned(),
                 server.stats(deadline.left()).await?,
+            ))
+        })
+        .await
+        .into_iter()
+        .collect()
+    }
+
+    /// Every server's `stats settings`, by address.
+    async fn settings(&self) -> Result<Vec<(String, Vec<(String, String)>)>> {
+        let all: Vec<usize> = (0..self.servers.len()).collect();
+        let deadline = Deadline::after(self.config.timeout());
+        self.each(&all, |_, server| async move {
+            Ok((
+                server.addr().to_owned(),
+                server.settings(deadline.left()).await?,
             ))
         })
         .await
@@ -917,7 +933,10 @@ impl Backend for MemcachedBackend {
         let clock = value(first, "time")
             .and_then(|seconds| seconds.parse::<u64>().ok())
             .map(|seconds| std::time::UNIX_EPOCH + Duration::from_secs(seconds));
-        Ok(ServerInfo::new(version, clock))
+        let settings = self.settings().await?;
+        Ok(ServerInfo::new(version, clock)
+            .with_feature(deployment::meta_protocol(stats.len()))
+            .with_feature(deployment::eviction(&settings)))
     }
 
     fn capabilities(&self) -> Capabilities {

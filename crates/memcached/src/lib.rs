@@ -129,6 +129,7 @@
 mod backend;
 mod config;
 mod conn;
+mod deployment;
 mod grant;
 mod instance;
 mod keys;

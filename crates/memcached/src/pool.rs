@@ -159,6 +159,12 @@ impl Server {
         self.stats_of(outcomes)
     }
 
+    /// The server's `stats settings`.
+    pub(crate) async fn settings(&self, timeout: Duration) -> Result<Vec<(String, String)>, Error> {
+        let (outcomes, _) = self.call(Batch::new().stats_settings(), timeout).await?;
+        self.stats_of(outcomes)
+    }
+
     fn replies(&self, outcomes: Vec<Outcome>) -> Result<Vec<Reply>, Error> {
         outcomes
             .into_iter()

@@ -117,6 +117,13 @@ impl Batch {
         self
     }
 
+    /// `stats settings`: how the server was started (`evictions`, …).
+    pub(crate) fn stats_settings(mut self) -> Self {
+        self.bytes.extend_from_slice(b"stats settings\r\n");
+        self.expect.push(Expect::Stats);
+        self
+    }
+
     /// Writes `<command> <key>[ <len>][ <flags>]\r\n`. The flags are
     /// formatted straight into the buffer: this is on every operation's path.
     fn line(&mut self, command: &str, key: &Key, len: Option<usize>, flags: impl fmt::Display) {

@@ -19,8 +19,8 @@ use crate::document::{self, HOLDERS, LOCK_ID, lock_id};
 use crate::error::{driver, is_duplicate_key};
 use crate::reply::{self, Verdict, no_token};
 use crate::waiting::{self, WriterMark};
-use crate::watch::Watcher;
-use crate::{bulk, exclusive, holders, listing};
+use crate::watch::{self, Watcher};
+use crate::{bulk, deployment, exclusive, holders, listing};
 
 // Entity locks share the bulk extension's bookkeeping.
 pub(crate) use crate::bulk::{copy_error, settle};
@@ -365,7 +365,15 @@ impl Backend for MongoBackend {
                 .ok()
                 .map(|ms| std::time::UNIX_EPOCH + Duration::from_millis(ms))
         });
-        Ok(ServerInfo::new(version, clock))
+        Ok(ServerInfo::new(version, clock)
+            .with_feature(deployment::majority(
+                &hello,
+                self.collection.write_concern(),
+            ))
+            .with_feature(
+                watch::change_streams_feature(&self.collection, self.operation_timeout).await,
+            )
+            .with_feature(deployment::ttl_index(&self.collection, self.operation_timeout).await))
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -153,6 +153,7 @@ mod builder;
 mod bulk;
 mod clock;
 mod counter;
+mod deployment;
 mod document;
 pub mod entity;
 mod error;

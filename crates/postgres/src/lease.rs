@@ -13,6 +13,7 @@ use tokio_postgres::Row;
 use tokio_postgres::types::Type;
 
 use crate::backend::ADMIN_TIMEOUT;
+use crate::deployment;
 use crate::error::{copy, notification_queue_full};
 use crate::mark::WriterMark;
 use crate::pool::{Connections, Params};
@@ -158,9 +159,11 @@ impl Backend for LeaseMode {
     }
 
     async fn server_info(&self) -> Result<ServerInfo> {
-        self.connections
+        let info = self
+            .connections
             .server_info(crate::pool::INFO_TIMEOUT)
-            .await
+            .await?;
+        Ok(info.with_feature(deployment::notify(&self.listener).await))
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -246,6 +246,7 @@
 mod advisory;
 mod backend;
 mod config;
+mod deployment;
 mod error;
 mod lease;
 mod mark;

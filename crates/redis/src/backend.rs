@@ -174,14 +174,16 @@ impl Backend for RedisBackend {
             .zip(&self.config.servers)
         {
             match answer {
-                Ok(info) => {
-                    let version = info.version.map(|version| {
+                Ok(mut info) => {
+                    // Its clock, and its settings for eviction and
+                    // persistence, are that server's.
+                    info.version = info.version.map(|version| {
                         format!(
                             "{version} ({server}, the first answering of {} servers in quorum mode)",
                             self.nodes.len()
                         )
                     });
-                    return Ok(ServerInfo::new(version, info.clock));
+                    return Ok(info);
                 }
                 Err(error) => last = Some(error),
             }

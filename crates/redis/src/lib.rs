@@ -170,6 +170,7 @@
 
 mod backend;
 mod config;
+mod deployment;
 mod error;
 mod keys;
 mod link;

@@ -12,6 +12,7 @@ use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::{Script, Value};
 
 use crate::config::{RedisConfig, RedisServer};
+use crate::deployment;
 use crate::error::{copy, from_redis, timed_out, unexpected};
 use crate::keys::{KeySpace, NameKeys, Record};
 use crate::link::Link;
@@ -454,20 +455,25 @@ impl Node {
                     .query_async(&mut connection)
                     .await?;
                 let time: (u64, u64) = redis::cmd("TIME").query_async(&mut connection).await?;
-                Ok::<_, redis::RedisError>((info, time))
+                let features = deployment::features(&mut connection).await;
+                Ok::<_, redis::RedisError>((info, time, features))
             };
             ask.await.map_err(|e| from_redis(&what, e))
         };
-        let (info, (seconds, micros)) = tokio::time::timeout(INFO_TIMEOUT, ask)
-            .await
-            .map_err(|_| timed_out("server info", INFO_TIMEOUT))??;
+        let (info, (seconds, micros), features) =
+            tokio::time::timeout(INFO_TIMEOUT, ask)
+                .await
+                .map_err(|_| timed_out("server info", INFO_TIMEOUT))??;
         let version = info
             .lines()
             .find_map(|line| line.strip_prefix("redis_version:"))
             .map(|version| format!("Redis {}", version.trim()));
         let clock =
             std::time::UNIX_EPOCH + Duration::from_secs(seconds) + Duration::from_micros(micros);
-        Ok(ServerInfo::new(version, Some(clock)))
+        Ok(features.into_iter().fold(
+            ServerInfo::new(version, Some(clock)),
+            ServerInfo::with_feature,
+        ))
     }
 }
 

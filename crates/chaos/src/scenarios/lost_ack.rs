@@ -270,6 +270,7 @@ fn lost_ack(
                 Ok(false) | Err(distlock::Error::Lost { .. }) => Release::NotOurs,
                 Err(_) => Release::Failed,
             };
+            let released_ns = Some(now_ns());
             events.push(Event::Ended {
                 pid,
                 task: 0,
@@ -279,6 +280,7 @@ fn lost_ack(
                 read_ok: read.is_some(),
                 write_ok,
                 release,
+                released_ns,
             });
             (Answer::Granted, at_ns, second)
         }

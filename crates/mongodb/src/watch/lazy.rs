@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use distlock_core::{LockName, ReleaseHub, ReleaseWatch};
+use distlock_core::{Feature, LockName, ReleaseHub, ReleaseWatch};
 use mongodb::Collection;
 use mongodb::bson::{Document, doc};
 use tokio::sync::OnceCell;
@@ -168,6 +168,27 @@ async fn probe(collection: &Collection<Document>, timeout: Duration) -> Probe {
         }
         Ok(Err(error)) => Probe::Failed(driver("opening a change stream", error).to_string()),
         Err(_) => Probe::Failed(format!("opening a change stream took over {timeout:?}")),
+    }
+}
+
+/// What `distlock check` says of change streams on the collection.
+pub(crate) async fn change_streams_feature(
+    collection: &Collection<Document>,
+    timeout: Duration,
+) -> Feature {
+    const NAME: &str = "change streams";
+    match probe(collection, timeout).await {
+        Probe::Works => Feature::present(NAME, "a release wakes waiters in every process at once"),
+        Probe::Unsupported => Feature::degraded(
+            NAME,
+            "the server has none (not a replica set): waiters in other processes poll; run              MongoDB as a replica set, even of one member",
+        ),
+        Probe::Failed(error) => Feature::degraded(
+            NAME,
+            format!(
+                "{error}: waiters in other processes poll; the user needs the changeStream                  and find actions on the collection"
+            ),
+        ),
     }
 }
 

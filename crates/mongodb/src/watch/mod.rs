@@ -22,7 +22,7 @@ use tokio::task::AbortHandle;
 use crate::document::ID;
 use crate::error::code;
 
-pub(crate) use self::lazy::{LazyWatcher, change_streams_work};
+pub(crate) use self::lazy::{LazyWatcher, change_streams_feature, change_streams_work};
 pub(crate) use self::subject::Subject;
 
 /// Past this many names (or bytes of names), the stream watches every

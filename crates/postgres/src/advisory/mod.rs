@@ -39,6 +39,7 @@ use self::session::{Session, Spares};
 use self::statements::Statements;
 use crate::backend::ADMIN_TIMEOUT;
 use crate::config::PostgresConfig;
+use crate::deployment;
 use crate::error::{from_driver, notification_queue_full};
 use crate::pool::Connections;
 use crate::rows::{self, get, holder_json};
@@ -369,9 +370,13 @@ impl Backend for AdvisoryMode {
     }
 
     async fn server_info(&self) -> Result<ServerInfo> {
-        self.connections
+        let info = self
+            .connections
             .server_info(crate::pool::INFO_TIMEOUT)
-            .await
+            .await?;
+        Ok(info
+            .with_feature(deployment::notify(&self.listener).await)
+            .with_feature(deployment::no_pooler()))
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -138,6 +138,18 @@ impl Listener {
         self.shared.state()
     }
 
+    /// The state once it settles (notifications shown to arrive, or shown
+    /// not to), or as it is after `within`.
+    pub(crate) async fn settled_state(&self, within: Duration) -> WakeUps {
+        let mut state = self.shared.state.subscribe();
+        let settled =
+            state.wait_for(|state| matches!(state, WakeUps::Listening | WakeUps::Unavailable));
+        match tokio::time::timeout(within, settled).await {
+            Ok(Ok(state)) => *state,
+            _ => self.state(),
+        }
+    }
+
     /// A watch on `name`'s releases, while they are heard; `None`
     /// otherwise, and the waiter polls.
     pub(crate) fn watch(&self, name: &LockName) -> Option<ReleaseWatch> {
