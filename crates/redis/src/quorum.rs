@@ -158,8 +158,8 @@ impl<'a> Quorum<'a> {
 
     /// Deletes the copies of a grant that did not make a majority: at once
     /// on the servers that granted, and in the background on those whose
-    /// answer was lost (which may have stored it, or may yet), so that a
-    /// server that hangs does not hold the caller up.
+    /// answer was lost or not awaited (which may have stored it, or may
+    /// yet), so that a server that hangs does not hold the caller up.
     async fn roll_back(
         &self,
         request: &AcquireRequest,

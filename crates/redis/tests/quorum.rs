@@ -287,10 +287,14 @@ async fn a_majority_decides_and_partial_grants_are_rolled_back() {
             .is_none(),
         "one server of three is not a majority"
     );
-    assert!(
-        !exists(&cluster.servers[2].url(), &key).await,
-        "the grant on the third server was rolled back"
-    );
+    // The attempt may be decided by the first two answers; the third
+    // server's call then goes on, and its copy is rolled back in the
+    // background.
+    let third = cluster.servers[2].url();
+    eventually("the grant on the third server rolled back", || async {
+        !exists(&third, &key).await
+    })
+    .await;
 
     // On one server only: two of three grant.
     assert!(backend.force_release(&name).await.expect("force"));
