@@ -1,7 +1,7 @@
 # Redis for the redis backend's tests: one plain instance on a free
-# loopback port, without persistence (the tests that restart a server with
-# and without it start servers of their own, with REDIS_BIN). Sourced by
-# scripts/test after common.sh.
+# loopback port, and three more for quorum mode, all without persistence
+# (the tests that restart or kill servers start servers of their own, with
+# REDIS_BIN). Sourced by scripts/test after common.sh.
 
 install_redis() {
     if command -v redis-server >/dev/null 2>&1; then
@@ -11,18 +11,32 @@ install_redis() {
     apt_install redis-server
 }
 
+# start_one_redis BIN: starts one instance on a free port, and sets
+# REDIS_PORT to it (not printed: the process must stay this shell's child,
+# which a command substitution's subshell would not keep it).
+start_one_redis() {
+    local bin=$1 dir
+    REDIS_PORT=$(free_port)
+    dir="$DISTLOCK_TMP/redis-$REDIS_PORT"
+    mkdir -p "$dir"
+    "$bin" --bind 127.0.0.1 --port "$REDIS_PORT" --dir "$dir" --save '' --appendonly no \
+        --daemonize no --logfile "$dir/redis.log" &
+    stop_on_exit "$!"
+    wait_for_port "$REDIS_PORT" redis
+}
+
 start_redis() {
     step "starting redis"
-    local bin port pid dir
+    local bin hosts=()
     bin=$(command -v redis-server)
-    port=$(free_port)
-    dir="$DISTLOCK_TMP/redis-$port"
-    mkdir -p "$dir"
-    "$bin" --bind 127.0.0.1 --port "$port" --dir "$dir" --save '' --appendonly no \
-        --daemonize no --logfile "$dir/redis.log" &
-    pid=$!
-    stop_on_exit "$pid"
-    wait_for_port "$port" redis
+    start_one_redis "$bin"
     export REDIS_BIN="$bin"
-    export DISTLOCK_TEST_REDIS_URL="redis://127.0.0.1:$port"
+    export DISTLOCK_TEST_REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
+    step "starting three redis servers for quorum mode"
+    for _ in 1 2 3; do
+        start_one_redis "$bin"
+        hosts+=("127.0.0.1:$REDIS_PORT")
+    done
+    DISTLOCK_TEST_REDIS_QUORUM_URL="redis://$(IFS=,; echo "${hosts[*]}")?mode=quorum"
+    export DISTLOCK_TEST_REDIS_QUORUM_URL
 }

@@ -1,5 +1,6 @@
-//! The conformance suite on one Redis server. `scripts/test` starts it and
-//! sets `DISTLOCK_TEST_REDIS_URL`.
+//! The conformance suite on Redis: in single mode on one server, and in
+//! quorum mode on three. `scripts/test` starts the servers and sets
+//! `DISTLOCK_TEST_REDIS_URL` and `DISTLOCK_TEST_REDIS_QUORUM_URL`.
 
 use std::sync::Arc;
 
@@ -38,4 +39,9 @@ impl Fixture for Redis {
 mod single {
     use super::*;
     conformance_suite!(Redis::from_env("DISTLOCK_TEST_REDIS_URL"));
+}
+
+mod quorum {
+    use super::*;
+    conformance_suite!(Redis::from_env("DISTLOCK_TEST_REDIS_QUORUM_URL"));
 }

@@ -61,8 +61,8 @@ pub enum BackendUrl {
     /// [`PostgresConfig`](distlock_postgres::PostgresConfig).
     #[cfg(feature = "postgres")]
     Postgres(SecretUrl),
-    /// `redis://[user:password@]host[:port][/db][?prefix=…]`, or
-    /// `rediss://` for TLS; see [`RedisConfig::parse`](distlock_redis::RedisConfig::parse).
+    /// `redis://[user:password@]host[:port][,host[:port]…][/db][?prefix=…&mode=…]`,
+    /// or `rediss://` for TLS; see [`RedisConfig::parse`](distlock_redis::RedisConfig::parse).
     #[cfg(feature = "redis")]
     Redis(distlock_redis::RedisConfig),
 }
@@ -459,7 +459,7 @@ mod tests {
         let parsed = BackendUrl::parse("REDIS://app:hunter2@cache:6380/2?prefix=app:").unwrap();
         match &parsed {
             BackendUrl::Redis(config) => {
-                assert_eq!((config.host.as_str(), config.port), ("cache", 6380));
+                assert_eq!(config.servers[0].to_string(), "cache:6380");
                 assert_eq!((config.db, config.prefix.as_str()), (2, "app:"));
                 assert!(!config.tls);
             }
@@ -475,7 +475,11 @@ mod tests {
             err.to_string().contains("bogus") && !err.to_string().contains("hunter2"),
             "{err}"
         );
-        let err = BackendUrl::parse("redis://a:1,b:2,c:3?mode=quorum").unwrap_err();
+        assert!(matches!(
+            BackendUrl::parse("redis://a:1,b:2,c:3?mode=quorum").unwrap(),
+            BackendUrl::Redis(config) if config.servers.len() == 3
+        ));
+        let err = BackendUrl::parse("redis://a:1,b:2,c:3?mode=cluster").unwrap_err();
         assert!(matches!(err, Error::Unsupported(_)), "{err}");
     }
 

@@ -1,73 +1,40 @@
-//! The [`Backend`] on one Redis server.
+//! The [`Backend`]: one Redis server, or a quorum of them.
 
-use std::collections::BTreeSet;
 use std::fmt;
 use std::time::Duration;
 
 use distlock_core::{
     AcquireRequest, Attempt, Backend, Capabilities, Claim, Error, GrantState, HandOver, HandOvers,
-    Holder, Lease, LeaseId, LockInfo, LockKind, LockName, MAX_PERMITS, Permits, ReleaseWatch,
-    Result, ServerInfo, WaitState, Wakeups, async_trait,
+    Lease, LeaseId, LockInfo, LockName, ReleaseWatch, Result, ServerInfo, WaitState, Wakeups,
+    async_trait,
 };
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::{Script, Value};
+use futures::future::join_all;
 
-use crate::config::RedisConfig;
-use crate::deployment;
-use crate::error::{copy, from_redis, timed_out, unexpected};
-use crate::keys::{KeySpace, NameKeys, Record, Stored};
-use crate::scripts::SCRIPTS;
+use crate::config::{Mode, RedisConfig};
+use crate::keys::KeySpace;
+use crate::node::{Node, WriterMark};
+use crate::quorum::{Quorum, call_timeout};
+use crate::reply::Answer;
 use crate::wake::Subscriber;
-
-/// How long sent data may go unacknowledged, and how long a connection
-/// may idle before the kernel probes it: a server cut off silently (a
-/// firewall dropping the flow) is then noticed in seconds rather than the
-/// kernel's default quarter of an hour, and the connection manager
-/// reconnects.
-const DEAD_PEER: Duration = Duration::from_secs(10);
-
-/// The main connection's TCP settings; see [`DEAD_PEER`].
-fn tcp_settings() -> redis::io::tcp::TcpSettings {
-    let keepalive = redis::io::tcp::socket2::TcpKeepalive::new().with_time(DEAD_PEER);
-    let settings = redis::io::tcp::TcpSettings::default().set_keepalive(keepalive);
-    // Where the kernel has TCP_USER_TIMEOUT (elsewhere keepalive alone
-    // notices a dead peer, more slowly).
-    #[cfg(any(target_os = "linux", target_os = "android", target_os = "fuchsia"))]
-    let settings = settings.set_user_timeout(DEAD_PEER);
-    settings
-}
-
-/// How long asking the server for its version and time may take.
-const INFO_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// How long opening the backend may take.
-const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The bound on `list` and `force_release`, which carry no client's
 /// operation timeout.
 const ADMIN_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long a waiter waits before it tries again, at most, while releases
-/// go unheard (the subscriber connection is down).
+/// go unheard (too few subscriber connections are open).
 const POLL_WHILE_UNHEARD: Duration = Duration::from_secs(1);
-
-/// How long a name's token counter outlives its latest grant. Past that,
-/// the next token comes from the server's clock alone (tokens are
-/// `max(previous + 1, server time in µs)`), so the counter only has to
-/// outlive clock steps backwards.
-const COUNTER_TTL: Duration = Duration::from_secs(30 * 86_400);
 
 /// The most leases one `extend_many` pipelines: one round trip for all.
 const EXTEND_MANY_LIMIT: usize = 10_000;
-
-/// How many keys one `SCAN` step asks for.
-const SCAN_COUNT: usize = 1000;
 
 /// distlock's Redis backend; see the [crate docs](crate).
 pub struct RedisBackend {
     config: RedisConfig,
     keys: KeySpace,
-    connection: ConnectionManager,
+    /// One node in single mode; every server, in the URL's order, in
+    /// quorum mode.
+    nodes: Vec<Node>,
     wakeups: Subscriber,
 }
 
@@ -80,27 +47,24 @@ impl fmt::Debug for RedisBackend {
     }
 }
 
-/// What a waiting writer keeps across the attempts of one wait: the
-/// identity of its mark, which keeps later readers out.
-#[derive(Debug, Clone)]
-struct WriterMark(String);
-
 impl RedisBackend {
     /// Opens the backend at `url`; see the [crate docs](crate) for the URL.
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] for a bad URL, [`Error::Unsupported`] for a
     /// mode this version lacks, [`Error::Denied`] for refused credentials,
-    /// and a backend error when the server cannot be reached or does not
-    /// answer as Redis does.
+    /// and a backend error when the server (in quorum mode, a majority of
+    /// them) cannot be reached or does not answer as Redis does.
     ///
     /// # Cancel safety
-    /// Cancel safe: dropping the future drops the connection being made.
+    /// Cancel safe: dropping the future drops the connections being made.
     pub async fn open(url: &str) -> Result<Self> {
         Self::connect(RedisConfig::parse(url)?).await
     }
 
-    /// Opens the backend from a parsed configuration.
+    /// Opens the backend from a parsed configuration. In quorum mode a
+    /// majority of the servers must answer; the others are connected to
+    /// when they do.
     ///
     /// # Errors
     /// As [`open`](Self::open).
@@ -111,38 +75,44 @@ impl RedisBackend {
         // The fields are public: a configuration built in code is checked
         // as a parsed one is.
         crate::config::check_prefix(&config.prefix)?;
-        let client = redis::Client::open(config.connection_info())
-            .map_err(|e| from_redis("opening the redis backend", e))?;
-        let manager = ConnectionManagerConfig::new()
-            .set_tcp_settings(tcp_settings())
-            .set_connection_timeout(OPEN_TIMEOUT)
-            .set_number_of_retries(2)
-            .set_max_delay(1000);
-        let what = "connecting to redis";
-        let mut connection = tokio::time::timeout(
-            OPEN_TIMEOUT,
-            ConnectionManager::new_with_config(client.clone(), manager),
-        )
-        .await
-        .map_err(|_| timed_out("connect", OPEN_TIMEOUT))?
-        .map_err(|e| from_redis(what, e))?;
-        // A server that is not Redis may accept the connection; it does
-        // not answer PING with PONG.
-        let pong = tokio::time::timeout(
-            OPEN_TIMEOUT,
-            redis::cmd("PING").query_async::<Value>(&mut connection),
-        )
-        .await
-        .map_err(|_| timed_out("connect", OPEN_TIMEOUT))?
-        .map_err(|e| from_redis(what, e))?;
-        if !matches!(&pong, Value::SimpleString(text) if text == "PONG") {
-            return Err(unexpected(what, &pong));
-        }
+        crate::config::check_servers(config.mode, &config.servers)?;
         let keys = KeySpace::new(&config.prefix);
+        let nodes = config
+            .servers
+            .iter()
+            .map(|server| Node::new(&config, server, keys.clone()))
+            .collect::<Result<Vec<Node>>>()?;
+        let answers = join_all(nodes.iter().map(Node::connect)).await;
+        let need = config.quorum();
+        let answered = answers.iter().filter(|answer| answer.is_ok()).count();
+        let mut errors = answers.into_iter().filter_map(Result::err);
+        if answered < need {
+            if config.servers.len() == 1 {
+                return Err(errors.next().unwrap_or_else(|| Error::Backend {
+                    backend: "redis",
+                    message: "connecting to redis failed".into(),
+                    source: None,
+                }));
+            }
+            let messages: Vec<String> = errors.map(|error| error.to_string()).collect();
+            return Err(Error::Backend {
+                backend: "redis",
+                message: format!(
+                    "{answered} of {} redis servers answered, and quorum mode needs {need}: {}",
+                    config.servers.len(),
+                    messages.join("; ")
+                ),
+                source: None,
+            });
+        }
+        for error in errors {
+            tracing::warn!(%error, "a redis server did not answer; the quorum holds without it");
+        }
+        let clients = nodes.iter().map(Node::client).collect();
         Ok(Self {
-            wakeups: Subscriber::start(client, keys.clone()),
+            wakeups: Subscriber::start(clients, keys.clone(), need),
             keys,
-            connection,
+            nodes,
             config,
         })
     }
@@ -152,10 +122,11 @@ impl RedisBackend {
         &self.config
     }
 
-    /// The keys `name`'s grants live under: its exclusive grant (a string),
-    /// its readers or permits (a sorted set) and their records (a hash),
-    /// its waiting writers (a sorted set) and its token counter (a string).
-    /// All carry one hash tag, derived from the name.
+    /// The keys `name`'s grants live under (on every server, in quorum
+    /// mode): its exclusive grant (a string), its readers or permits (a
+    /// sorted set) and their records (a hash), its waiting writers (a
+    /// sorted set) and its token counter (a string). All carry one hash
+    /// tag, derived from the name.
     pub fn keys_of(&self, name: &LockName) -> Vec<String> {
         let keys = self.keys.of(name);
         vec![
@@ -168,183 +139,20 @@ impl RedisBackend {
     }
 
     /// Whether release wake-ups are on now: the subscriber connection is
-    /// open. While it is not, waits poll.
+    /// open (in quorum mode, those to a majority of the servers). While
+    /// they are not, waits poll.
     pub fn wake_ups(&self) -> bool {
         self.wakeups.is_live()
     }
 
-    /// Runs `script` with `keys` and `args`, within `timeout`. The script
-    /// is sent by its SHA, and loaded and sent again once if the server
-    /// does not have it.
-    async fn run(
-        &self,
-        operation: &'static str,
-        what: &str,
-        timeout: Duration,
-        script: &Script,
-        keys: &[&str],
-        args: &[&[u8]],
-    ) -> Result<Value> {
-        let mut invocation = script.prepare_invoke();
-        for key in keys {
-            invocation.key(*key);
-        }
-        for arg in args {
-            invocation.arg(*arg);
-        }
-        let mut connection = self.connection.clone();
-        tokio::time::timeout(timeout, invocation.invoke_async::<Value>(&mut connection))
-            .await
-            .map_err(|_| timed_out(operation, timeout))?
-            .map_err(|e| from_redis(what, e))
+    /// The servers as a quorum, in quorum mode.
+    fn quorum(&self) -> Option<Quorum<'_>> {
+        (self.config.mode == Mode::Quorum).then(|| Quorum::new(&self.nodes, self.config.quorum()))
     }
 
-    /// One attempt, with the writer's `mark` when it waits.
-    async fn attempt(&self, request: &AcquireRequest, mark: Option<&WriterMark>) -> Result<Value> {
-        let keys = self.keys.of(&request.name);
-        let (claim, limit) = claim_code(request.claim);
-        let id = request.lease_id.to_string();
-        let lease = millis(request.lease);
-        let record = Record::json(&request.name, &request.holder);
-        let mark = mark.map_or("", |mark| mark.0.as_str());
-        self.run(
-            "acquire",
-            &format!("acquiring {}", request.name),
-            request.operation_timeout,
-            &SCRIPTS.acquire,
-            &[
-                &keys.exclusive,
-                &keys.holders,
-                &keys.records,
-                &keys.waiting,
-                &keys.token,
-            ],
-            &[
-                claim.as_bytes(),
-                id.as_bytes(),
-                lease.as_bytes(),
-                record.as_bytes(),
-                mark.as_bytes(),
-                limit.to_string().as_bytes(),
-                MAX_PERMITS.to_string().as_bytes(),
-                millis(COUNTER_TTL).as_bytes(),
-            ],
-        )
-        .await
-    }
-
-    /// Sends one `EVALSHA` of the extend script per lease, in one pipeline.
-    async fn extend_pipeline(&self, leases: &[Lease]) -> redis::RedisResult<Vec<Value>> {
-        let script = &SCRIPTS.extend;
-        let mut pipe = redis::pipe();
-        for lease in leases {
-            let keys = self.keys.of(&lease.name);
-            let (claim, _) = claim_code(lease.claim);
-            pipe.cmd("EVALSHA")
-                .arg(script.get_hash())
-                .arg(3)
-                .arg(&keys.exclusive)
-                .arg(&keys.holders)
-                .arg(&keys.records)
-                .arg(claim)
-                .arg(lease.id.to_string())
-                .arg(millis(lease.lease));
-        }
-        let mut connection = self.connection.clone();
-        let replies = match connection.req_packed_commands(&pipe, 0, leases.len()).await {
-            // The connection dropped (a server restart): the connection
-            // manager opens another, and extending again is harmless.
-            Err(error) if error.is_connection_dropped() || error.is_io_error() => {
-                tracing::debug!(%error, "extending again on a new connection");
-                connection
-                    .req_packed_commands(&pipe, 0, leases.len())
-                    .await?
-            }
-            other => other?,
-        };
-        if !replies.iter().any(is_noscript) {
-            return Ok(replies);
-        }
-        // Extending again is harmless: each extension runs the lease from
-        // the server's now.
-        script.prepare_invoke().load_async(&mut connection).await?;
-        connection.req_packed_commands(&pipe, 0, leases.len()).await
-    }
-
-    /// Reads the live grants of the names whose tags are `tags`, in one
-    /// pipeline.
-    async fn inspect(&self, tags: &[String], out: &mut Vec<LockInfo>) -> Result<()> {
-        if tags.is_empty() {
-            return Ok(());
-        }
-        let script = &SCRIPTS.inspect;
-        let mut pipe = redis::pipe();
-        let all: Vec<NameKeys> = tags.iter().map(|tag| self.keys.of_tag(tag)).collect();
-        for keys in &all {
-            pipe.cmd("EVALSHA")
-                .arg(script.get_hash())
-                .arg(3)
-                .arg(&keys.exclusive)
-                .arg(&keys.holders)
-                .arg(&keys.records);
-        }
-        let mut connection = self.connection.clone();
-        let what = "listing locks";
-        let mut replies = connection
-            .req_packed_commands(&pipe, 0, tags.len())
-            .await
-            .map_err(|e| from_redis(what, e))?;
-        if replies.iter().any(is_noscript) {
-            script
-                .prepare_invoke()
-                .load_async(&mut connection)
-                .await
-                .map_err(|e| from_redis(what, e))?;
-            replies = connection
-                .req_packed_commands(&pipe, 0, tags.len())
-                .await
-                .map_err(|e| from_redis(what, e))?;
-        }
-        for (tag, reply) in tags.iter().zip(replies) {
-            match reply {
-                Value::Array(fields) => read_grants(tag, &fields, out),
-                Value::ServerError(error) => return Err(from_redis(what, error.into())),
-                other => return Err(unexpected(what, &other)),
-            }
-        }
-        Ok(())
-    }
-
-    async fn list_all(&self) -> Result<Vec<LockInfo>> {
-        let mut connection = self.connection.clone();
-        let pattern = self.keys.grant_pattern();
-        let mut cursor: u64 = 0;
-        let mut seen = BTreeSet::new();
-        let mut infos = Vec::new();
-        loop {
-            let (next, found): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(SCAN_COUNT)
-                .query_async(&mut connection)
-                .await
-                .map_err(|e| from_redis("listing locks", e))?;
-            let tags: Vec<String> = found
-                .iter()
-                .filter_map(|key| self.keys.tag_of_grant_key(key))
-                .filter(|tag| seen.insert((*tag).to_owned()))
-                .map(str::to_owned)
-                .collect();
-            self.inspect(&tags, &mut infos).await?;
-            if next == 0 {
-                break;
-            }
-            cursor = next;
-        }
-        infos.sort_by(|a, b| (&a.name, a.fencing_token).cmp(&(&b.name, b.fencing_token)));
-        Ok(infos)
+    /// The one server of single mode.
+    fn single(&self) -> &Node {
+        &self.nodes[0]
     }
 }
 
@@ -355,40 +163,55 @@ impl Backend for RedisBackend {
     }
 
     async fn server_info(&self) -> Result<ServerInfo> {
-        let mut connection = self.connection.clone();
-        let ask = async {
-            let info: String = redis::cmd("INFO")
-                .arg("server")
-                .query_async(&mut connection)
-                .await?;
-            let time: (u64, u64) = redis::cmd("TIME").query_async(&mut connection).await?;
-            let features = deployment::features(&mut connection).await;
-            Ok::<_, redis::RedisError>((info, time, features))
-        };
-        let (info, (seconds, micros), features) = tokio::time::timeout(INFO_TIMEOUT, ask)
+        if self.quorum().is_none() {
+            return self.single().server_info().await;
+        }
+        // The first server that answers speaks for all.
+        let mut last = None;
+        for (answer, server) in join_all(self.nodes.iter().map(Node::server_info))
             .await
-            .map_err(|_| timed_out("server info", INFO_TIMEOUT))?
-            .map_err(|e| from_redis("asking the server for its version and time", e))?;
-        let version = info
-            .lines()
-            .find_map(|line| line.strip_prefix("redis_version:"))
-            .map(|version| format!("Redis {}", version.trim()));
-        let clock =
-            std::time::UNIX_EPOCH + Duration::from_secs(seconds) + Duration::from_micros(micros);
-        Ok(features.into_iter().fold(
-            ServerInfo::new(version, Some(clock)),
-            ServerInfo::with_feature,
-        ))
+            .into_iter()
+            .zip(&self.config.servers)
+        {
+            match answer {
+                Ok(mut info) => {
+                    // Its clock, and its settings for eviction and
+                    // persistence, are that server's.
+                    info.version = info.version.map(|version| {
+                        format!(
+                            "{version} ({server}, the first answering of {} servers in quorum mode)",
+                            self.nodes.len()
+                        )
+                    });
+                    return Ok(info);
+                }
+                Err(error) => last = Some(error),
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::Unsupported("no redis server is configured".into())))
     }
 
     fn capabilities(&self) -> Capabilities {
+        let single = self.config.mode == Mode::Single;
         Capabilities::lease_based()
             .with_shared(true)
-            .with_semaphores(true)
-            .with_bounds_calls(true)
+            // Quorum mode: see the quorum module for why not.
+            .with_semaphores(single)
+            // Quorum mode rolls a failed grant back with time of its own,
+            // so it leaves the bound to core.
+            .with_bounds_calls(single)
     }
 
     async fn try_acquire(&self, request: &AcquireRequest, wait: &mut WaitState) -> Result<Attempt> {
+        let quorum = self.quorum();
+        if quorum.is_some() && matches!(request.claim, Claim::Permit { .. }) {
+            return Err(Error::Unsupported(
+                "the redis backend's mode=quorum has no semaphores: each server counts only the \
+                 permits it holds, so permits granted by different majorities could together \
+                 exceed the limit; use mode=single for semaphores"
+                    .into(),
+            ));
+        }
         let mark = (request.claim == Claim::Exclusive && request.retries).then(|| {
             wait.take::<WriterMark>()
                 .unwrap_or_else(|| WriterMark(LeaseId::random().to_string()))
@@ -398,31 +221,27 @@ impl Backend for RedisBackend {
             // end removes it.
             wait.set(mark.clone());
         }
-        let what = format!("acquiring {}", request.name);
-        let reply = self.attempt(request, mark.as_ref()).await?;
-        let fields = match &reply {
-            Value::Array(fields) => fields,
-            other => return Err(unexpected(&what, other)),
+        let answer = match &quorum {
+            Some(quorum) => quorum.acquire(request, mark.as_ref()).await?,
+            None => {
+                self.single()
+                    .acquire(request, mark.as_ref(), request.operation_timeout)
+                    .await?
+            }
         };
-        match (fields.first().and_then(int), fields.get(1), fields.get(2)) {
-            (Some(1), Some(token), _) => {
+        match answer {
+            Answer::Granted(fencing_token) => {
                 wait.take::<WriterMark>();
-                let fencing_token = int(token)
-                    .and_then(|token| u64::try_from(token).ok())
-                    .ok_or_else(|| unexpected(&what, &reply))?;
                 Ok(Attempt::Acquired {
                     fencing_token,
                     state: GrantState::none(),
                 })
             }
-            (Some(0), Some(left), Some(marked)) => {
-                let marked = int(marked) == Some(1);
+            Answer::Held { left, marked } => {
                 if !marked {
                     wait.take::<WriterMark>();
                 }
-                let mut retry_after = int(left)
-                    .and_then(|left| u64::try_from(left).ok())
-                    .map(Duration::from_millis);
+                let mut retry_after = left;
                 if marked {
                     // The mark lasts a lease from this attempt: try again
                     // well within it, so that it does not lapse.
@@ -438,19 +257,9 @@ impl Backend for RedisBackend {
                 }
                 Ok(Attempt::Held { retry_after })
             }
-            (Some(2), Some(kind), Some(limit)) => {
-                // The writer's mark stays in the wait state: the wait ends
-                // on this error, and `end_wait` removes the mark.
-                let held = match (text(kind).as_deref(), int(limit)) {
-                    (Some("s"), _) => Claim::Shared,
-                    (Some("p"), Some(limit)) => Claim::Permit {
-                        limit: u32::try_from(limit).unwrap_or(0),
-                    },
-                    _ => Claim::Exclusive,
-                };
-                Err(request.claim.conflict(&request.name, held))
-            }
-            _ => Err(unexpected(&what, &reply)),
+            // The writer's mark stays in the wait state: the wait ends on
+            // this error, and `end_wait` removes the mark.
+            Answer::Conflict(held) => Err(request.claim.conflict(&request.name, held)),
         }
     }
 
@@ -458,17 +267,10 @@ impl Backend for RedisBackend {
         let Some(mark) = wait.take::<WriterMark>() else {
             return Ok(());
         };
-        let keys = self.keys.of(&request.name);
-        self.run(
-            "end_wait",
-            &format!("ending a wait for {}", request.name),
-            request.operation_timeout,
-            &SCRIPTS.end_wait,
-            &[&keys.waiting],
-            &[mark.0.as_bytes(), keys.channel.as_bytes()],
-        )
-        .await
-        .map(drop)
+        match self.quorum() {
+            Some(quorum) => quorum.end_wait(request, &mark).await,
+            None => self.single().end_wait(request, &mark).await,
+        }
     }
 
     async fn extend(&self, lease: &Lease) -> Result<bool> {
@@ -492,86 +294,66 @@ impl Backend for RedisBackend {
             .map(|lease| lease.operation_timeout)
             .min()
             .unwrap_or(ADMIN_TIMEOUT);
-        let what = match leases {
-            [one] => format!("extending {}", one.name),
-            _ => format!("extending {} leases", leases.len()),
-        };
-        let replies = match tokio::time::timeout(timeout, self.extend_pipeline(leases)).await {
-            Ok(Ok(replies)) if replies.len() == leases.len() => replies,
-            Ok(Ok(replies)) => {
-                let error = unexpected(&what, &Value::Array(replies));
-                return leases.iter().map(|_| Err(copy(&error))).collect();
+        match self.quorum() {
+            Some(quorum) => {
+                let shortest = leases.iter().map(|lease| lease.lease).min();
+                let timeout = shortest.map_or(timeout, |lease| call_timeout(timeout, lease));
+                quorum.extend_many(leases, timeout).await
             }
-            Ok(Err(error)) => {
-                let error = from_redis(&what, error);
-                return leases.iter().map(|_| Err(copy(&error))).collect();
-            }
-            Err(_) => {
-                return leases
-                    .iter()
-                    .map(|_| Err(timed_out("extend", timeout)))
-                    .collect();
-            }
-        };
-        replies
-            .into_iter()
-            .map(|reply| match reply {
-                Value::Int(extended) => Ok(extended == 1),
-                Value::ServerError(error) => Err(from_redis(&what, error.into())),
-                other => Err(unexpected(&what, &other)),
-            })
-            .collect()
+            None => self.single().extend_many(leases, timeout).await,
+        }
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
-        let keys = self.keys.of(&lease.name);
-        let (claim, _) = claim_code(lease.claim);
-        let what = format!("releasing {}", lease.name);
-        let reply = self
-            .run(
-                "release",
-                &what,
-                lease.operation_timeout,
-                &SCRIPTS.release,
-                &[&keys.exclusive, &keys.holders, &keys.records],
-                &[
-                    claim.as_bytes(),
-                    lease.id.to_string().as_bytes(),
-                    keys.channel.as_bytes(),
-                ],
-            )
-            .await?;
-        int(&reply)
-            .map(|freed| freed == 1)
-            .ok_or_else(|| unexpected(&what, &reply))
+        match self.quorum() {
+            Some(quorum) => quorum.release(lease).await,
+            None => {
+                self.single()
+                    .release(&lease.name, lease.claim, lease.id, lease.operation_timeout)
+                    .await
+            }
+        }
     }
 
     async fn list(&self) -> Result<Vec<LockInfo>> {
-        tokio::time::timeout(ADMIN_TIMEOUT, self.list_all())
+        let list = async {
+            match self.quorum() {
+                Some(quorum) => quorum.list().await,
+                None => {
+                    let mut infos: Vec<LockInfo> = self
+                        .single()
+                        .list()
+                        .await?
+                        .into_iter()
+                        .map(|listed| listed.info)
+                        .collect();
+                    infos.sort_by(|a, b| {
+                        (&a.name, a.fencing_token).cmp(&(&b.name, b.fencing_token))
+                    });
+                    Ok(infos)
+                }
+            }
+        };
+        tokio::time::timeout(ADMIN_TIMEOUT, list)
             .await
-            .map_err(|_| timed_out("list", ADMIN_TIMEOUT))?
+            .map_err(|_| Error::OperationTimeout {
+                operation: "list",
+                after: ADMIN_TIMEOUT,
+            })?
     }
 
     async fn force_release(&self, name: &LockName) -> Result<bool> {
-        let keys = self.keys.of(name);
-        let what = format!("force-releasing {name}");
-        let reply = self
-            .run(
-                "force_release",
-                &what,
-                ADMIN_TIMEOUT,
-                &SCRIPTS.force_release,
-                &[&keys.exclusive, &keys.holders, &keys.records],
-                &[keys.channel.as_bytes()],
-            )
-            .await?;
-        int(&reply)
-            .map(|freed| freed == 1)
-            .ok_or_else(|| unexpected(&what, &reply))
+        match self.quorum() {
+            Some(quorum) => quorum.force_release(name, ADMIN_TIMEOUT).await,
+            None => self.single().force_release(name, ADMIN_TIMEOUT).await,
+        }
     }
 
     fn hand_overs(&self) -> Option<&dyn HandOvers> {
-        Some(self)
+        // Quorum mode cannot end one grant and make the next on every
+        // server in one step: the lock is released, and the waiter
+        // acquires it.
+        self.quorum().is_none().then_some(self as &dyn HandOvers)
     }
 
     fn wakeups(&self) -> Option<&dyn Wakeups> {
@@ -587,33 +369,18 @@ impl HandOvers for RedisBackend {
                 "only an exclusive lock is handed over".into(),
             ));
         }
-        let keys = self.keys.of(&lease.name);
-        let what = format!("handing over {}", lease.name);
-        let record = Record::json(&next.name, &next.holder);
-        let reply = self
-            .run(
-                "hand_over",
-                &what,
-                next.operation_timeout,
-                &SCRIPTS.hand_over,
-                &[&keys.exclusive, &keys.token],
-                &[
-                    lease.id.to_string().as_bytes(),
-                    next.lease_id.to_string().as_bytes(),
-                    millis(next.lease).as_bytes(),
-                    record.as_bytes(),
-                    millis(COUNTER_TTL).as_bytes(),
-                ],
-            )
-            .await?;
-        match int(&reply).map(u64::try_from) {
-            Some(Ok(0)) => Ok(HandOver::NotOurs),
-            Some(Ok(fencing_token)) => Ok(HandOver::Granted {
+        if self.quorum().is_some() {
+            return Err(Error::Unsupported(
+                "the redis backend's mode=quorum does not hand a lock over in one step".into(),
+            ));
+        }
+        match self.single().hand_over(lease, next).await? {
+            None => Ok(HandOver::NotOurs),
+            Some(fencing_token) => Ok(HandOver::Granted {
                 fencing_token,
                 confirmed_at: None,
                 state: GrantState::none(),
             }),
-            _ => Err(unexpected(&what, &reply)),
         }
     }
 }
@@ -621,104 +388,5 @@ impl HandOvers for RedisBackend {
 impl Wakeups for RedisBackend {
     fn watch(&self, name: &LockName) -> Option<ReleaseWatch> {
         self.wakeups.watch(name)
-    }
-}
-
-/// A claim as the scripts name it, with its limit (0 but for permits).
-fn claim_code(claim: Claim) -> (&'static str, u32) {
-    match claim {
-        Claim::Exclusive => ("x", 0),
-        Claim::Shared => ("s", 0),
-        Claim::Permit { limit } => ("p", limit),
-    }
-}
-
-/// A duration in whole milliseconds, at least 1, as Redis takes it.
-fn millis(duration: Duration) -> String {
-    duration.as_millis().max(1).to_string()
-}
-
-fn int(value: &Value) -> Option<i64> {
-    match value {
-        Value::Int(n) => Some(*n),
-        _ => None,
-    }
-}
-
-fn text(value: &Value) -> Option<String> {
-    match value {
-        Value::BulkString(bytes) => String::from_utf8(bytes.clone()).ok(),
-        Value::SimpleString(text) => Some(text.clone()),
-        _ => None,
-    }
-}
-
-fn bytes(value: &Value) -> Option<&[u8]> {
-    match value {
-        Value::BulkString(bytes) => Some(bytes),
-        _ => None,
-    }
-}
-
-fn is_noscript(reply: &Value) -> bool {
-    matches!(reply, Value::ServerError(error) if error.code() == "NOSCRIPT")
-}
-
-/// Adds the live grants of one name, as the inspect script read them, to
-/// `out`. Grants whose records do not parse, or whose name does not give
-/// this tag, are not ours and are left out.
-fn read_grants(tag: &str, fields: &[Value], out: &mut Vec<LockInfo>) {
-    let ours = |stored: &Stored| -> Option<LockName> {
-        let name = LockName::new(&stored.record.name).ok()?;
-        (crate::keys::tag(&name) == tag).then_some(name)
-    };
-    let info = |name: LockName, kind, permits, holder: Holder, token, left: i64| LockInfo {
-        name,
-        kind,
-        permits,
-        holder: Some(holder),
-        fencing_token: Some(token),
-        expires_in: u64::try_from(left).ok().map(Duration::from_millis),
-    };
-    if let (Some(value), Some(left)) = (fields.first().and_then(bytes), fields.get(1).and_then(int))
-        && let Some(stored) = Stored::parse_exclusive(value)
-        && let Some(name) = ours(&stored)
-    {
-        out.push(info(
-            name,
-            LockKind::Exclusive,
-            None,
-            stored.record.holder,
-            stored.token,
-            left,
-        ));
-    }
-    let kind = fields.get(2).and_then(text);
-    let limit = fields
-        .get(3)
-        .and_then(int)
-        .and_then(|limit| u32::try_from(limit).ok())
-        .unwrap_or(0);
-    let grants = fields.get(4..).unwrap_or_default();
-    let in_use = u32::try_from(grants.len() / 3).unwrap_or(u32::MAX);
-    let (kind, permits) = match kind.as_deref() {
-        Some("s") => (LockKind::Shared, None),
-        Some("p") => (LockKind::Semaphore, Some(Permits { in_use, limit })),
-        _ => return,
-    };
-    for grant in grants.chunks_exact(3) {
-        if let (Some(left), Some(value)) = (int(&grant[1]), bytes(&grant[2]))
-            && let Some(stored) = Stored::parse(value)
-            && let Some(name) = ours(&stored)
-        {
-            out.push(info(
-                name,
-                kind,
-                permits,
-                stored.record.holder,
-                stored.token,
-                left,
-            ));
-        }
     }
 }

@@ -1,4 +1,5 @@
-//! The backend's URL: `redis://[user:password@]host[:port][/db][?prefix=…]`,
+//! The backend's URL:
+//! `redis://[user:password@]host[:port][,host[:port]…][/db][?prefix=…&mode=…]`,
 //! and `rediss://` for TLS.
 
 use std::fmt;
@@ -12,15 +13,51 @@ pub const DEFAULT_PORT: u16 = 6379;
 /// The key prefix, when the URL names none.
 pub const DEFAULT_PREFIX: &str = "distlock:";
 
+/// The fewest servers quorum mode takes: with fewer, losing one would stop
+/// every grant, which is no better than one server.
+pub const MIN_QUORUM_SERVERS: usize = 3;
+
+/// How the backend uses the servers of its URL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Mode {
+    /// One server (`mode=single`, the default).
+    #[default]
+    Single,
+    /// Three or more independent servers (`mode=quorum`), each holding its
+    /// own copy of every lock: a lock is held while a majority granted it.
+    Quorum,
+}
+
+/// One Redis server of the URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisServer {
+    /// The host name or address (an IPv6 address without brackets).
+    pub host: String,
+    /// The port.
+    pub port: u16,
+}
+
+impl std::fmt::Display for RedisServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "{}:{}", self.host, self.port)
+        }
+    }
+}
+
 /// Where the backend connects, and under which prefix it keeps its keys.
 ///
 /// `Debug` never shows the user or the password.
 #[derive(Clone, PartialEq, Eq)]
 pub struct RedisConfig {
-    /// The server's host name or address (an IPv6 address without brackets).
-    pub host: String,
-    /// The server's port.
-    pub port: u16,
+    /// The servers, in the URL's order: one in [`Mode::Single`], three or
+    /// more distinct ones in [`Mode::Quorum`].
+    pub servers: Vec<RedisServer>,
+    /// How the servers are used (`?mode=`).
+    pub mode: Mode,
     /// Whether to connect with TLS (`rediss://`), checking the server's
     /// certificate against the system's roots.
     pub tls: bool,
@@ -37,8 +74,8 @@ pub struct RedisConfig {
 impl fmt::Debug for RedisConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisConfig")
-            .field("host", &self.host)
-            .field("port", &self.port)
+            .field("servers", &self.servers)
+            .field("mode", &self.mode)
             .field("tls", &self.tls)
             .field("db", &self.db)
             .field("prefix", &self.prefix)
@@ -48,13 +85,16 @@ impl fmt::Debug for RedisConfig {
 }
 
 impl RedisConfig {
-    /// Parses a `redis://` or `rediss://` URL.
+    /// Parses a `redis://` or `rediss://` URL. Several hosts, separated by
+    /// commas, are for `mode=quorum`; every server takes the same
+    /// credentials, database and TLS setting.
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] naming the part at fault: another scheme, no
-    /// host, a bad port or database, an unknown option, a malformed escape
-    /// or a bad prefix; [`Error::Unsupported`] for `mode=cluster` and
-    /// `mode=quorum`, which are not there yet. Messages never include the
+    /// host, a bad port or database, an unknown option, a malformed escape,
+    /// a bad prefix, several hosts in `mode=single`, fewer than three hosts
+    /// or one named twice in `mode=quorum`; [`Error::Unsupported`] for
+    /// `mode=cluster`, which is not there yet. Messages never include the
     /// user or the password.
     pub fn parse(url: &str) -> Result<Self> {
         let parts = UrlParts::split(url)?;
@@ -76,22 +116,21 @@ impl RedisConfig {
         }
         // The options first: a mode this version lacks is named as such,
         // whatever the hosts look like.
-        let prefix = parse_query(parts.query)?;
+        let (mode, prefix) = parse_query(parts.query)?;
         let credentials = parts.user_info.map(parse_credentials).transpose()?;
         let db = parse_db(parts.path.strip_prefix('/').unwrap_or(parts.path))?;
-        let mut hosts =
-            parse_hosts(parts.hosts).map_err(|bad| Error::config(bad.part(), bad.to_string()))?;
-        if hosts.len() > 1 {
-            return Err(Error::config(
-                "host",
-                "one server per URL in mode=single; several hosts are for mode=cluster or \
-                 mode=quorum, which this version lacks",
-            ));
-        }
-        let host = hosts.remove(0);
+        let servers: Vec<RedisServer> = parse_hosts(parts.hosts)
+            .map_err(|bad| Error::config(bad.part(), bad.to_string()))?
+            .into_iter()
+            .map(|host| RedisServer {
+                port: host.port.unwrap_or(DEFAULT_PORT),
+                host: host.host,
+            })
+            .collect();
+        check_servers(mode, &servers)?;
         Ok(Self {
-            port: host.port.unwrap_or(DEFAULT_PORT),
-            host: host.host,
+            servers,
+            mode,
             tls,
             db,
             prefix,
@@ -99,17 +138,26 @@ impl RedisConfig {
         })
     }
 
-    /// The driver's connection information.
-    pub(crate) fn connection_info(&self) -> redis::ConnectionInfo {
+    /// How many servers must agree: all of one in single mode, a majority
+    /// in quorum mode.
+    pub fn quorum(&self) -> usize {
+        match self.mode {
+            Mode::Single => self.servers.len(),
+            Mode::Quorum => self.servers.len() / 2 + 1,
+        }
+    }
+
+    /// The driver's connection information for `server`.
+    pub(crate) fn connection_info(&self, server: &RedisServer) -> redis::ConnectionInfo {
         let addr = if self.tls {
             redis::ConnectionAddr::TcpTls {
-                host: self.host.clone(),
-                port: self.port,
+                host: server.host.clone(),
+                port: server.port,
                 insecure: false,
                 tls_params: None,
             }
         } else {
-            redis::ConnectionAddr::Tcp(self.host.clone(), self.port)
+            redis::ConnectionAddr::Tcp(server.host.clone(), server.port)
         };
         let (username, password) = match &self.credentials {
             Some((user, password)) => (user.clone(), Some(password.clone())),
@@ -127,31 +175,78 @@ impl RedisConfig {
     }
 }
 
-/// Reads the URL's query, and gives the key prefix it sets. Every option
-/// is named here, and anything else is refused by name.
-fn parse_query(query: &str) -> Result<String> {
+/// Reads the URL's query, and gives the mode and the key prefix it sets.
+/// Every option is named here, and anything else is refused by name.
+fn parse_query(query: &str) -> Result<(Mode, String)> {
     let mut query = Query::parse(query)?;
-    match query.take("mode")?.as_deref() {
-        None | Some("single") => {}
-        Some(mode @ ("cluster" | "quorum")) => {
-            return Err(Error::Unsupported(format!(
-                "the redis backend's mode={mode} is not yet supported; this version talks to \
-                 one server (mode=single, the default)"
-            )));
+    let mode = match query.take("mode")?.as_deref() {
+        None | Some("single") => Mode::Single,
+        Some("quorum") => Mode::Quorum,
+        Some("cluster") => {
+            return Err(Error::Unsupported(
+                "the redis backend's mode=cluster is not yet supported; this version has \
+                 mode=single (one server, the default) and mode=quorum (three or more \
+                 independent servers)"
+                    .into(),
+            ));
         }
         Some(other) => {
             return Err(Error::config(
                 "mode",
-                format!("unknown mode `{other}`; the redis backend has mode=single"),
+                format!(
+                    "unknown mode `{other}`; the redis backend has mode=single (the default) and \
+                     mode=quorum"
+                ),
             ));
         }
-    }
+    };
     let prefix = query
         .take("prefix")?
         .unwrap_or_else(|| DEFAULT_PREFIX.to_owned());
     check_prefix(&prefix)?;
-    query.refuse_rest("a redis URL takes prefix (and mode=single)")?;
-    Ok(prefix)
+    query.refuse_rest("a redis URL takes prefix and mode (single or quorum)")?;
+    Ok((mode, prefix))
+}
+
+/// Refuses a server list that does not fit `mode`.
+///
+/// # Errors
+/// [`Error::InvalidConfig`] naming `host`: no server, several in single
+/// mode, fewer than three in quorum mode, or one named twice (it would
+/// count twice towards a majority).
+pub(crate) fn check_servers(mode: Mode, servers: &[RedisServer]) -> Result<()> {
+    match mode {
+        Mode::Single if servers.len() != 1 => Err(Error::config(
+            "host",
+            format!(
+                "mode=single takes one server, and the URL names {}; several independent \
+                 servers are for mode=quorum (add ?mode=quorum)",
+                servers.len()
+            ),
+        )),
+        Mode::Quorum if servers.len() < MIN_QUORUM_SERVERS => Err(Error::config(
+            "host",
+            format!(
+                "mode=quorum needs at least {MIN_QUORUM_SERVERS} independent servers, and the \
+                 URL names {}: list them as redis://h1:p1,h2:p2,h3:p3?mode=quorum",
+                servers.len()
+            ),
+        )),
+        _ => {
+            for (at, server) in servers.iter().enumerate() {
+                if servers[..at].contains(server) {
+                    return Err(Error::config(
+                        "host",
+                        format!(
+                            "the server {server} is named twice: each server counts once \
+                             towards a majority, so name each one once"
+                        ),
+                    ));
+                }
+            }
+            Ok(())
+        }
+    }
 }
 
 /// Refuses a key prefix that is empty or holds a brace.
@@ -215,7 +310,14 @@ mod tests {
     #[test]
     fn defaults() {
         let config = RedisConfig::parse("redis://cache").unwrap();
-        assert_eq!((config.host.as_str(), config.port), ("cache", DEFAULT_PORT));
+        assert_eq!(
+            config.servers,
+            [RedisServer {
+                host: "cache".into(),
+                port: DEFAULT_PORT
+            }]
+        );
+        assert_eq!((config.mode, config.quorum()), (Mode::Single, 1));
         assert_eq!((config.db, config.tls), (0, false));
         assert_eq!(config.prefix, DEFAULT_PREFIX);
         assert_eq!(config.credentials, None);
@@ -227,7 +329,7 @@ mod tests {
             "REDISS://app:s%40cr@t@[::1]:6380/3?prefix=locks%3Aa%2Fb:&mode=single",
         )
         .unwrap();
-        assert_eq!((config.host.as_str(), config.port), ("::1", 6380));
+        assert_eq!(config.servers[0].to_string(), "[::1]:6380");
         assert_eq!((config.db, config.tls), (3, true));
         assert_eq!(config.prefix, "locks:a/b:");
         assert_eq!(
@@ -259,6 +361,9 @@ mod tests {
             ("redis://h?prefix=a&prefix=b", "prefix"),
             ("redis://h?prefix=%zz", "prefix"),
             ("redis://u:hunter2@a:1,b:2", "host"),
+            ("redis://u:hunter2@a:1,b:2?mode=quorum", "host"),
+            ("redis://a:1,b:2,a:1?mode=quorum", "host"),
+            ("redis://a,a:6379,c?mode=quorum", "host"),
             ("redis://h#top", "url"),
             ("http://u:hunter2@h", "url"),
         ] {
@@ -278,14 +383,23 @@ mod tests {
     }
 
     #[test]
-    fn cluster_and_quorum_modes_are_not_yet_supported() {
-        for mode in ["cluster", "quorum"] {
-            let error =
-                RedisConfig::parse(&format!("redis://a:1,b:2,c:3?mode={mode}")).unwrap_err();
-            assert!(
-                matches!(&error, Error::Unsupported(why) if why.contains("not yet supported")),
-                "{error}"
-            );
-        }
+    fn quorum_mode_takes_three_or_more_distinct_servers() {
+        let config =
+            RedisConfig::parse("redis://:pw@a:1,b,[::1]:3,d:4/2?mode=quorum&prefix=q:").unwrap();
+        let shown: Vec<String> = config.servers.iter().map(ToString::to_string).collect();
+        assert_eq!(shown, ["a:1", "b:6379", "[::1]:3", "d:4"]);
+        assert_eq!((config.mode, config.quorum()), (Mode::Quorum, 3));
+        assert_eq!((config.db, config.prefix.as_str()), (2, "q:"));
+        let three = RedisConfig::parse("redis://a,b,c?mode=quorum").unwrap();
+        assert_eq!(three.quorum(), 2);
+    }
+
+    #[test]
+    fn cluster_mode_is_not_yet_supported() {
+        let error = RedisConfig::parse("redis://a:1,b:2,c:3?mode=cluster").unwrap_err();
+        assert!(
+            matches!(&error, Error::Unsupported(why) if why.contains("not yet supported")),
+            "{error}"
+        );
     }
 }

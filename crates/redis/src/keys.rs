@@ -146,11 +146,12 @@ impl Stored {
         })
     }
 
-    /// Reads an exclusive grant's `<id>:<token>:<record>`.
-    pub(crate) fn parse_exclusive(value: &[u8]) -> Option<Self> {
+    /// Reads an exclusive grant's `<id>:<token>:<record>`, and gives the
+    /// identity beside it.
+    pub(crate) fn parse_exclusive(value: &[u8]) -> Option<(&[u8], Self)> {
         let (id, rest) = value.split_at_checked(ID_LEN + 1)?;
-        (id.last() == Some(&b':')).then_some(())?;
-        Self::parse(rest)
+        let id = id.strip_suffix(b":")?;
+        Some((id, Self::parse(rest)?))
     }
 }
 
@@ -190,7 +191,8 @@ mod tests {
         let holder = Holder::this_process(Some("l"));
         let odd = name("nul\0 cr\r\n {} * ü");
         let value = format!("{:032x}:42:{}", 7u128, Record::json(&odd, &holder));
-        let stored = Stored::parse_exclusive(value.as_bytes()).unwrap();
+        let (id, stored) = Stored::parse_exclusive(value.as_bytes()).unwrap();
+        assert_eq!(id, format!("{:032x}", 7u128).as_bytes());
         assert_eq!(
             (stored.token, stored.record.name.as_str()),
             (42, odd.as_str())

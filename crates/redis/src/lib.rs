@@ -1,5 +1,6 @@
-//! distlock's Redis backend, on one Redis server: every decision is one
-//! server-side script on one name's keys, judged by the server's clock.
+//! distlock's Redis backend, on one Redis server or on a quorum of
+//! independent ones: every decision is one server-side script on one
+//! name's keys, judged by the server's clock.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), distlock_core::Error> {
@@ -22,9 +23,11 @@
 //! (port 6379), the database (0) and the prefix of every key and channel
 //! (`distlock:`; it may not hold `{` or `}`). `rediss://` connects with
 //! TLS, checking the server's certificate against the system's roots. A
-//! password alone is `redis://:password@host`. Any other option is
-//! [`Error::InvalidConfig`] naming it; `mode=cluster` and `mode=quorum`
-//! are [`Error::Unsupported`] in this version. The user and password are
+//! password alone is `redis://:password@host`.
+//! `redis://h1:p1,h2:p2,h3:p3?mode=quorum` names three or more independent
+//! servers for [quorum mode](#quorum-mode). Any other option is
+//! [`Error::InvalidConfig`] naming it; `mode=cluster` is
+//! [`Error::Unsupported`] in this version. The user and password are
 //! never printed. [`RedisBackend::open`] takes the URL,
 //! [`RedisBackend::connect`] a [`RedisConfig`] made with
 //! [`RedisConfig::parse`] and adjusted in code.
@@ -80,7 +83,7 @@
 //!   and a higher token, so the lock is never free in between.
 //! - **Wake-ups.** Each release (and a forced release, and a writer that
 //!   stops waiting) publishes on the name's channel. One subscriber
-//!   connection per backend subscribes to the channels of the names this
+//!   connection per server subscribes to the channels of the names this
 //!   process waits for. While it is down, [`Wakeups::watch`] answers
 //!   `None`, waits poll at least once a second, and every waiter is woken
 //!   once when it goes down and when it is back.
@@ -91,6 +94,46 @@
 //! - **Timeouts.** Every call ends within the request's operation timeout
 //!   ([`Capabilities::bounds_calls`]); `list` and `force_release` within
 //!   30 s.
+//!
+//! # Quorum mode
+//! With `?mode=quorum` and N ≥ 3 independent servers (not replicas of one
+//! another), each server keeps its own copy of every lock, made by the
+//! same scripts, and a lock is held while a majority holds it:
+//! - **Acquire** asks every server at once, and counts only when a
+//!   majority granted within the lease, less the time the attempt took and
+//!   a drift margin of 1% of the lease; otherwise the copies it made are
+//!   deleted again. It is decided as soon as the answers in decide it,
+//!   so a slow or absent server holds nobody up; each server's call goes
+//!   on as a task of its own. Each server gets at most a quarter of the
+//!   lease to answer, and a server away when the backend opens is
+//!   connected to in the background.
+//! - **Extend** succeeds on a majority; the lease is lost when so many
+//!   servers refuse that no majority can remain. **Release** and a forced
+//!   release go to every server.
+//! - **Fencing tokens.** Each granting server issues its own token; the
+//!   grant's is the largest of its majority's, and the counters of that
+//!   majority are raised to it before the grant is returned. A grant's
+//!   token is therefore greater than every earlier grant's while, for the
+//!   two grants, one server that both majorities share keeps its counter;
+//!   where every such server lost it (a restart without persistence), the
+//!   token comes from that server's `TIME`, and is still greater as long
+//!   as the servers' clocks differ by less than the time between the
+//!   grants.
+//! - **Kinds.** Exclusive and shared locks; semaphores are
+//!   [`Error::Unsupported`] (each server counts only its own permits, so
+//!   permits held by different majorities could exceed the limit). No
+//!   hand-over: a release and a new acquisition take its place.
+//! - **Wake-ups** come from a subscriber connection to every server, and
+//!   are on while a majority of them is open. **`list`** shows each grant
+//!   that a majority holds, once.
+//! - It survives the loss of a minority of servers. A server restarted
+//!   without persistence does not get the held copies back, so a second
+//!   restart while the same lock is held can let another client in before
+//!   the holder's next extension: keep a restarted server down for a
+//!   lease, or use `appendfsync always`.
+//!
+//! docs/redis.md states the rules, the token guarantee and its assumptions
+//! in full.
 //!
 //! # What Redis can and cannot promise
 //! - **Failover.** Replication is asynchronous: a primary can acknowledge a
@@ -130,10 +173,16 @@ mod config;
 mod deployment;
 mod error;
 mod keys;
+mod link;
+mod node;
+mod quorum;
+mod reply;
 mod scripts;
 mod wake;
 
 pub use backend::RedisBackend;
-pub use config::{DEFAULT_PORT, DEFAULT_PREFIX, RedisConfig};
+pub use config::{
+    DEFAULT_PORT, DEFAULT_PREFIX, MIN_QUORUM_SERVERS, Mode, RedisConfig, RedisServer,
+};
 /// The Redis client this backend is built on, at the version it uses.
 pub use redis;

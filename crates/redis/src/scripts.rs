@@ -236,6 +236,33 @@ end
 return out
 ";
 
+/// Raises a name's token counter to at least a quorum grant's token, so
+/// that a later majority, which shares a server with this one, issues a
+/// larger token; and writes that token into this server's copy of the
+/// grant, so that `list` finds it on a majority. KEYS: t x i. ARGV: token,
+/// token counter's ttl ms, claim, grant id. Returns 1.
+const RAISE: &str = r"
+local t, x, i = KEYS[1], KEYS[2], KEYS[3]
+local token, claim, id = tonumber(ARGV[1]), ARGV[3], ARGV[4]
+if (tonumber(redis.call('GET', t) or '0') or 0) < token then
+  redis.call('SET', t, int(token), 'PX', ARGV[2])
+end
+if claim == 'x' then
+  if owns(x, id) then
+    local rest = string.sub(redis.call('GET', x), 34)
+    local record = string.sub(rest, (string.find(rest, ':', 1, true)))
+    redis.call('SET', x, id .. ':' .. int(token) .. record, 'KEEPTTL')
+  end
+else
+  local stored = redis.call('HGET', i, id)
+  if stored then
+    local record = string.sub(stored, (string.find(stored, ':', 1, true)))
+    redis.call('HSET', i, id, int(token) .. record)
+  end
+end
+return 1
+";
+
 /// Every script, compiled once (its SHA computed) per process.
 pub(crate) struct Scripts {
     pub(crate) acquire: Script,
@@ -245,6 +272,7 @@ pub(crate) struct Scripts {
     pub(crate) end_wait: Script,
     pub(crate) force_release: Script,
     pub(crate) inspect: Script,
+    pub(crate) raise: Script,
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
@@ -257,5 +285,6 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
         end_wait: with_prelude(END_WAIT),
         force_release: with_prelude(FORCE_RELEASE),
         inspect: with_prelude(INSPECT),
+        raise: with_prelude(RAISE),
     }
 });

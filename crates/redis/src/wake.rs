@@ -1,19 +1,24 @@
-//! Release wake-ups: one subscriber connection per backend `SUBSCRIBE`s to
-//! the channels of the names its waiters wait for, and wakes them when a
-//! release is published there.
+//! Release wake-ups: one subscriber connection per server `SUBSCRIBE`s to
+//! the channels of the names this backend's waiters wait for, and wakes
+//! them when a release is published there, on any server (a wake-up is a
+//! hint: the waiter tries again).
 //!
-//! While that connection is down (not yet open, or lost and being opened
-//! again), [`Subscriber::watch`] answers `None` and waits poll; every waiter
-//! is woken once when it goes down and once when it is back, since
-//! releases in between went unheard.
+//! Releases are heard while enough connections are open: the one server
+//! in single mode, a majority in quorum mode (a release deletes a grant
+//! from a majority, and announces it on each, so a majority of listeners
+//! hears it on at least one). While too few are open, [`Subscriber::watch`]
+//! answers `None` and waits poll; every waiter is woken once when a
+//! connection goes down and once when it is back, since releases in
+//! between may have gone unheard.
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use distlock_core::{LockName, ReleaseHub, ReleaseWatch};
 use futures::StreamExt;
+use tokio::sync::watch;
 use tokio::task::AbortHandle;
 use tokio::time::MissedTickBehavior;
 
@@ -32,32 +37,56 @@ const TICK: Duration = Duration::from_secs(5);
 const FIRST_RETRY: Duration = Duration::from_millis(100);
 const MAX_RETRY: Duration = Duration::from_secs(5);
 
-/// The subscriber task, which stops when this is dropped.
+/// The subscriber tasks, which stop when this is dropped.
 #[derive(Debug)]
 pub(crate) struct Subscriber {
     hub: ReleaseHub,
-    live: Arc<AtomicBool>,
-    task: AbortHandle,
+    /// How many connections are open and subscribed.
+    live: Arc<AtomicUsize>,
+    /// How many must be for releases to be heard.
+    need: usize,
+    tasks: Vec<AbortHandle>,
 }
 
 impl Drop for Subscriber {
     fn drop(&mut self) {
-        self.task.abort();
+        for task in &self.tasks {
+            task.abort();
+        }
     }
 }
 
 impl Subscriber {
-    /// Starts subscribing through `client`; returns at once.
-    pub(crate) fn start(client: redis::Client, keys: KeySpace) -> Self {
+    /// Starts subscribing through each of `clients`, and hears releases
+    /// while `need` of them are open; returns at once.
+    pub(crate) fn start(clients: Vec<redis::Client>, keys: KeySpace, need: usize) -> Self {
         let hub = ReleaseHub::new();
-        let live = Arc::new(AtomicBool::new(false));
-        let task = tokio::spawn(supervise(client, keys, hub.clone(), live.clone())).abort_handle();
-        Self { hub, live, task }
+        let live = Arc::new(AtomicUsize::new(0));
+        // The hub wakes one task when a name is first watched; each
+        // connection must hear of it.
+        let (changed, _) = watch::channel(0u64);
+        let mut tasks = vec![tokio::spawn(relay(hub.clone(), changed.clone())).abort_handle()];
+        for client in clients {
+            let task = supervise(
+                client,
+                keys.clone(),
+                hub.clone(),
+                changed.clone(),
+                live.clone(),
+            );
+            tasks.push(tokio::spawn(task).abort_handle());
+        }
+        Self {
+            hub,
+            live,
+            need,
+            tasks,
+        }
     }
 
     /// Whether releases are heard now.
     pub(crate) fn is_live(&self) -> bool {
-        self.live.load(Ordering::Acquire)
+        self.live.load(Ordering::Acquire) >= self.need
     }
 
     /// A watch on `name`'s releases while they are heard; `None` otherwise.
@@ -66,15 +95,29 @@ impl Subscriber {
     }
 }
 
+/// Passes each change of the watched names on to every connection.
+async fn relay(hub: ReleaseHub, changed: watch::Sender<u64>) {
+    loop {
+        hub.changed().await;
+        changed.send_modify(|count| *count += 1);
+    }
+}
+
 /// Keeps a subscriber connection open, opening it again with backoff when
 /// it fails, until the backend is dropped.
-async fn supervise(client: redis::Client, keys: KeySpace, hub: ReleaseHub, live: Arc<AtomicBool>) {
+async fn supervise(
+    client: redis::Client,
+    keys: KeySpace,
+    hub: ReleaseHub,
+    changed: watch::Sender<u64>,
+    live: Arc<AtomicUsize>,
+) {
     let mut retry = FIRST_RETRY;
     let mut reported = false;
     loop {
-        let (why, was_live) = serve(&client, &keys, &hub, &live).await;
+        let (why, was_live) = serve(&client, &keys, &hub, changed.subscribe(), &live).await;
         if was_live {
-            live.store(false, Ordering::Release);
+            live.fetch_sub(1, Ordering::AcqRel);
             // Releases from now until the connection is back go unheard:
             // every waiter tries once more, and then polls.
             hub.notify_all();
@@ -87,8 +130,8 @@ async fn supervise(client: redis::Client, keys: KeySpace, hub: ReleaseHub, live:
             reported = true;
             tracing::warn!(
                 %why,
-                "release wake-ups are off: the redis subscriber connection failed; waits poll \
-                 until it is open again"
+                "a redis subscriber connection failed: releases on its server go unheard until \
+                 it is open again, and waits poll while too few connections are open"
             );
         }
         tokio::time::sleep(retry).await;
@@ -102,7 +145,8 @@ async fn serve(
     client: &redis::Client,
     keys: &KeySpace,
     hub: &ReleaseHub,
-    live: &AtomicBool,
+    mut changed: watch::Receiver<u64>,
+    live: &AtomicUsize,
 ) -> (String, bool) {
     let pubsub = match tokio::time::timeout(CALL_TIMEOUT, client.get_async_pubsub()).await {
         Ok(Ok(pubsub)) => pubsub,
@@ -119,8 +163,8 @@ async fn serve(
     if let Err(why) = subscribed.follow(&mut sink, keys, hub).await {
         return (why, false);
     }
-    live.store(true, Ordering::Release);
-    tracing::debug!("release wake-ups are on");
+    live.fetch_add(1, Ordering::AcqRel);
+    tracing::debug!("a redis subscriber connection is open");
     // Whatever was released before the channels were subscribed to went
     // unheard: every waiter tries once more.
     hub.notify_all();
@@ -136,7 +180,7 @@ async fn serve(
                     hub.notify(name);
                 }
             }
-            () = hub.changed() => {
+            _ = changed.changed() => {
                 if let Err(why) = subscribed.follow(&mut sink, keys, hub).await {
                     return (why, true);
                 }

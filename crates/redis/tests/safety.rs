@@ -7,38 +7,10 @@ mod support;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use distlock_core::{
-    AcquireOptions, AcquireRequest, Attempt, Backend, Claim, Holder, LockKind, LockName, WaitState,
-};
+use distlock_core::{AcquireOptions, Backend, Claim, LockKind, LockName};
 use distlock_redis::redis;
 
-use support::{all_keys, backend, client, raw, unique, url};
-
-/// One grant through the backend alone, which nobody extends.
-async fn grant(
-    backend: &dyn Backend,
-    name: &LockName,
-    claim: Claim,
-    lease: Duration,
-) -> Option<distlock_core::Lease> {
-    let request = AcquireRequest::new(
-        name.clone(),
-        claim,
-        lease,
-        Holder::this_process(Some("redis-tests")).into(),
-    );
-    match backend
-        .try_acquire(&request, &mut WaitState::new())
-        .await
-        .expect("try_acquire")
-    {
-        Attempt::Acquired {
-            fencing_token,
-            state,
-        } => Some(request.granted(fencing_token, state)),
-        Attempt::Held { .. } => None,
-    }
-}
+use support::{all_keys, backend, client, grant, raw, unique, url};
 
 #[tokio::test]
 async fn a_stale_holders_release_leaves_the_new_holders_key() {

@@ -9,7 +9,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use distlock_core::{LockClient, LockName, LockOptions};
+use distlock_core::{
+    AcquireRequest, Attempt, Backend, Claim, Holder, Lease, LockClient, LockName, LockOptions,
+    WaitState,
+};
 use distlock_redis::RedisBackend;
 use distlock_redis::redis;
 use tokio::net::TcpStream;
@@ -65,6 +68,32 @@ pub async fn backend(url: &str) -> RedisBackend {
     RedisBackend::open(url)
         .await
         .unwrap_or_else(|e| panic!("cannot open {url}: {e}"))
+}
+
+/// One grant through the backend alone, which nobody extends.
+pub async fn grant(
+    backend: &dyn Backend,
+    name: &LockName,
+    claim: Claim,
+    lease: Duration,
+) -> Option<Lease> {
+    let request = AcquireRequest::new(
+        name.clone(),
+        claim,
+        lease,
+        Holder::this_process(Some("redis-tests")).into(),
+    );
+    match backend
+        .try_acquire(&request, &mut WaitState::new())
+        .await
+        .expect("try_acquire")
+    {
+        Attempt::Acquired {
+            fencing_token,
+            state,
+        } => Some(request.granted(fencing_token, state)),
+        Attempt::Held { .. } => None,
+    }
 }
 
 /// A plain connection to `url`, beside the backend.

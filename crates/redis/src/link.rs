@@ -1,0 +1,177 @@
+//! The connection to one server. It is opened when the backend opens; a
+//! server that did not answer then (quorum mode opens without a minority)
+//! is connected to by a background task that keeps trying, so that calls
+//! meanwhile fail at once instead of each waiting for an attempt of its
+//! own. Once open, the driver's connection manager reconnects by itself.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::Duration;
+
+use distlock_core::{Error, Result};
+use redis::Value;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+use crate::error::{from_redis, timed_out, unexpected};
+
+/// How long opening a connection may take.
+pub(crate) const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long sent data may go unacknowledged, and how long a connection
+/// may idle before the kernel probes it: a server cut off silently (a
+/// firewall dropping the flow) is then noticed in seconds rather than the
+/// kernel's default quarter of an hour, and the connection manager
+/// reconnects.
+const DEAD_PEER: Duration = Duration::from_secs(10);
+
+/// The first pause between background attempts to connect, and the
+/// longest, between which it doubles.
+const FIRST_RETRY: Duration = Duration::from_millis(100);
+const MAX_RETRY: Duration = Duration::from_secs(5);
+
+/// One server's connection, shared by the clones of its node.
+#[derive(Clone)]
+pub(crate) struct Link {
+    client: redis::Client,
+    /// ` on host:port` in quorum mode; empty with one server.
+    on: String,
+    state: Arc<State>,
+}
+
+struct State {
+    connection: OnceLock<ConnectionManager>,
+    connecting: AtomicBool,
+    last_error: Mutex<String>,
+}
+
+impl Link {
+    pub(crate) fn new(client: redis::Client, on: String) -> Self {
+        Self {
+            client,
+            on,
+            state: Arc::new(State {
+                connection: OnceLock::new(),
+                connecting: AtomicBool::new(false),
+                last_error: Mutex::new(String::from("not yet tried")),
+            }),
+        }
+    }
+
+    /// Opens the connection now, within [`OPEN_TIMEOUT`]. On failure the
+    /// background task takes over, and the error says what went wrong.
+    pub(crate) async fn open(&self) -> Result<()> {
+        match tokio::time::timeout(OPEN_TIMEOUT, open(&self.client, &self.on)).await {
+            Ok(Ok(connection)) => {
+                let _ = self.state.connection.set(connection);
+                Ok(())
+            }
+            Ok(Err(error)) => {
+                self.state.failed(error.to_string());
+                self.connect_in_background();
+                Err(error)
+            }
+            Err(_) => {
+                self.state
+                    .failed(format!("no answer within {OPEN_TIMEOUT:?}"));
+                self.connect_in_background();
+                Err(timed_out("connect", OPEN_TIMEOUT))
+            }
+        }
+    }
+
+    /// The connection; while there is none yet, an error at once.
+    pub(crate) fn get(&self) -> Result<ConnectionManager> {
+        if let Some(connection) = self.state.connection.get() {
+            return Ok(connection.clone());
+        }
+        self.connect_in_background();
+        let why = self
+            .state
+            .last_error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        Err(Error::Backend {
+            backend: "redis",
+            message: format!(
+                "redis{} is not connected yet, and is being connected in the background: {why}",
+                self.on
+            ),
+            source: None,
+        })
+    }
+
+    /// Starts the task that connects, unless it runs. It ends once
+    /// connected, or once every clone of this link is gone.
+    fn connect_in_background(&self) {
+        if self.state.connecting.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let state = Arc::downgrade(&self.state);
+        let (client, on) = (self.client.clone(), self.on.clone());
+        tokio::spawn(async move {
+            let mut pause = FIRST_RETRY;
+            loop {
+                let outcome = tokio::time::timeout(OPEN_TIMEOUT, open(&client, &on)).await;
+                let Some(state) = state.upgrade() else {
+                    return;
+                };
+                match outcome {
+                    Ok(Ok(connection)) => {
+                        let _ = state.connection.set(connection);
+                        tracing::info!(server = %on, "connected to a redis server that was away");
+                        return;
+                    }
+                    Ok(Err(error)) => state.failed(error.to_string()),
+                    Err(_) => state.failed(format!("no answer within {OPEN_TIMEOUT:?}")),
+                }
+                drop(state);
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(MAX_RETRY);
+            }
+        });
+    }
+}
+
+impl State {
+    fn failed(&self, why: String) {
+        *self
+            .last_error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = why;
+    }
+}
+
+/// Connects, and checks that the server answers `PING` as Redis does.
+async fn open(client: &redis::Client, on: &str) -> Result<ConnectionManager> {
+    let manager = ConnectionManagerConfig::new()
+        .set_tcp_settings(tcp_settings())
+        .set_connection_timeout(OPEN_TIMEOUT)
+        .set_number_of_retries(2)
+        .set_max_delay(1000);
+    let what = format!("connecting to redis{on}");
+    let mut connection = ConnectionManager::new_with_config(client.clone(), manager)
+        .await
+        .map_err(|e| from_redis(&what, e))?;
+    // A server that is not Redis may accept the connection; it does not
+    // answer PING with PONG.
+    let pong = redis::cmd("PING")
+        .query_async::<Value>(&mut connection)
+        .await
+        .map_err(|e| from_redis(&what, e))?;
+    if !matches!(&pong, Value::SimpleString(text) if text == "PONG") {
+        return Err(unexpected(&what, &pong));
+    }
+    Ok(connection)
+}
+
+/// The connection's TCP settings; see [`DEAD_PEER`].
+fn tcp_settings() -> redis::io::tcp::TcpSettings {
+    let keepalive = redis::io::tcp::socket2::TcpKeepalive::new().with_time(DEAD_PEER);
+    let settings = redis::io::tcp::TcpSettings::default().set_keepalive(keepalive);
+    // Where the kernel has TCP_USER_TIMEOUT (elsewhere keepalive alone
+    // notices a dead peer, more slowly).
+    #[cfg(any(target_os = "linux", target_os = "android", target_os = "fuchsia"))]
+    let settings = settings.set_user_timeout(DEAD_PEER);
+    settings
+}

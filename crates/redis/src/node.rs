@@ -1,0 +1,492 @@
+//! One Redis server and the backend's operations on it, each one script
+//! (or one pipeline of them). Single mode uses one node; quorum mode asks
+//! every node and counts their answers.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use distlock_core::{
+    AcquireRequest, Claim, Lease, LeaseId, LockName, MAX_PERMITS, Result, ServerInfo,
+};
+use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::{Script, Value};
+
+use crate::config::{RedisConfig, RedisServer};
+use crate::deployment;
+use crate::error::{copy, from_redis, timed_out, unexpected};
+use crate::keys::{KeySpace, NameKeys, Record};
+use crate::link::Link;
+use crate::reply::{Answer, Listed, int, is_noscript, read_grants};
+use crate::scripts::SCRIPTS;
+
+/// How long asking the server for its version and time may take.
+pub(crate) const INFO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a name's token counter outlives its latest grant. Past that,
+/// the next token comes from the server's clock alone (tokens are
+/// `max(previous + 1, server time in µs)`), so the counter only has to
+/// outlive clock steps backwards.
+const COUNTER_TTL: Duration = Duration::from_secs(30 * 86_400);
+
+/// How many keys one `SCAN` step asks for.
+const SCAN_COUNT: usize = 1000;
+
+/// What a waiting writer keeps across the attempts of one wait: the
+/// identity of its mark, which keeps later readers out.
+#[derive(Debug, Clone)]
+pub(crate) struct WriterMark(pub(crate) String);
+
+/// One server: its connection, and the keys of the prefix.
+#[derive(Clone)]
+pub(crate) struct Node {
+    client: redis::Client,
+    link: Link,
+    keys: KeySpace,
+    /// ` on host:port` in quorum mode, where errors must say which server
+    /// answered; empty with one server.
+    on: String,
+}
+
+impl Node {
+    /// The node of `server`, not yet connected.
+    pub(crate) fn new(config: &RedisConfig, server: &RedisServer, keys: KeySpace) -> Result<Self> {
+        let on = if config.servers.len() > 1 {
+            format!(" on {server}")
+        } else {
+            String::new()
+        };
+        let client = redis::Client::open(config.connection_info(server))
+            .map_err(|e| from_redis(&format!("opening the redis backend{on}"), e))?;
+        Ok(Self {
+            link: Link::new(client.clone(), on.clone()),
+            client,
+            keys,
+            on,
+        })
+    }
+
+    /// The driver's client, for the subscriber.
+    pub(crate) fn client(&self) -> redis::Client {
+        self.client.clone()
+    }
+
+    /// Opens the connection; see [`Link::open`].
+    pub(crate) async fn connect(&self) -> Result<()> {
+        self.link.open().await
+    }
+
+    /// Runs `script` with `keys` and `args`, within `timeout`. The script
+    /// is sent by its SHA, and loaded and sent again once if the server
+    /// does not have it.
+    async fn run(
+        &self,
+        operation: &'static str,
+        what: &str,
+        timeout: Duration,
+        script: &Script,
+        keys: &[&str],
+        args: &[&[u8]],
+    ) -> Result<Value> {
+        let mut invocation = script.prepare_invoke();
+        for key in keys {
+            invocation.key(*key);
+        }
+        for arg in args {
+            invocation.arg(*arg);
+        }
+        let call = async {
+            let mut connection = self.link.get()?;
+            invocation
+                .invoke_async::<Value>(&mut connection)
+                .await
+                .map_err(|e| from_redis(what, e))
+        };
+        tokio::time::timeout(timeout, call)
+            .await
+            .map_err(|_| timed_out(operation, timeout))?
+    }
+
+    /// One attempt, with the writer's `mark` when it waits, within
+    /// `timeout`.
+    pub(crate) async fn acquire(
+        &self,
+        request: &AcquireRequest,
+        mark: Option<&WriterMark>,
+        timeout: Duration,
+    ) -> Result<Answer> {
+        let keys = self.keys.of(&request.name);
+        let (claim, limit) = claim_code(request.claim);
+        let id = request.lease_id.to_string();
+        let lease = millis(request.lease);
+        let record = Record::json(&request.name, &request.holder);
+        let mark = mark.map_or("", |mark| mark.0.as_str());
+        let what = format!("acquiring {}{}", request.name, self.on);
+        let reply = self
+            .run(
+                "acquire",
+                &what,
+                timeout,
+                &SCRIPTS.acquire,
+                &[
+                    &keys.exclusive,
+                    &keys.holders,
+                    &keys.records,
+                    &keys.waiting,
+                    &keys.token,
+                ],
+                &[
+                    claim.as_bytes(),
+                    id.as_bytes(),
+                    lease.as_bytes(),
+                    record.as_bytes(),
+                    mark.as_bytes(),
+                    limit.to_string().as_bytes(),
+                    MAX_PERMITS.to_string().as_bytes(),
+                    millis(COUNTER_TTL).as_bytes(),
+                ],
+            )
+            .await?;
+        Answer::parse(&what, &reply)
+    }
+
+    /// Raises `name`'s token counter to at least `token`, and writes
+    /// `token` into the copy of grant `id`, if this server holds it.
+    pub(crate) async fn raise(
+        &self,
+        name: &LockName,
+        claim: Claim,
+        id: LeaseId,
+        token: u64,
+        timeout: Duration,
+    ) -> Result<()> {
+        let keys = self.keys.of(name);
+        let (claim, _) = claim_code(claim);
+        self.run(
+            "acquire",
+            &format!("raising the token counter of {name}{}", self.on),
+            timeout,
+            &SCRIPTS.raise,
+            &[&keys.token, &keys.exclusive, &keys.records],
+            &[
+                token.to_string().as_bytes(),
+                millis(COUNTER_TTL).as_bytes(),
+                claim.as_bytes(),
+                id.to_string().as_bytes(),
+            ],
+        )
+        .await
+        .map(drop)
+    }
+
+    /// Removes a waiting writer's mark.
+    pub(crate) async fn end_wait(&self, request: &AcquireRequest, mark: &WriterMark) -> Result<()> {
+        let keys = self.keys.of(&request.name);
+        self.run(
+            "end_wait",
+            &format!("ending a wait for {}{}", request.name, self.on),
+            request.operation_timeout,
+            &SCRIPTS.end_wait,
+            &[&keys.waiting],
+            &[mark.0.as_bytes(), keys.channel.as_bytes()],
+        )
+        .await
+        .map(drop)
+    }
+
+    /// Extends every lease that is still ours, in one pipeline, within
+    /// `timeout`: for each, whether it was.
+    pub(crate) async fn extend_many(
+        &self,
+        leases: &[Lease],
+        timeout: Duration,
+    ) -> Vec<Result<bool>> {
+        let what = match leases {
+            [one] => format!("extending {}{}", one.name, self.on),
+            _ => format!("extending {} leases{}", leases.len(), self.on),
+        };
+        let replies = match tokio::time::timeout(timeout, self.extend_pipeline(&what, leases)).await
+        {
+            Ok(Ok(replies)) if replies.len() == leases.len() => replies,
+            Ok(Ok(replies)) => {
+                let error = unexpected(&what, &Value::Array(replies));
+                return leases.iter().map(|_| Err(copy(&error))).collect();
+            }
+            Ok(Err(error)) => {
+                return leases.iter().map(|_| Err(copy(&error))).collect();
+            }
+            Err(_) => {
+                return leases
+                    .iter()
+                    .map(|_| Err(timed_out("extend", timeout)))
+                    .collect();
+            }
+        };
+        replies
+            .into_iter()
+            .map(|reply| match reply {
+                Value::Int(extended) => Ok(extended == 1),
+                Value::ServerError(error) => Err(from_redis(&what, error.into())),
+                other => Err(unexpected(&what, &other)),
+            })
+            .collect()
+    }
+
+    /// Sends one `EVALSHA` of the extend script per lease, in one pipeline.
+    async fn extend_pipeline(&self, what: &str, leases: &[Lease]) -> Result<Vec<Value>> {
+        let mut connection = self.link.get()?;
+        self.extend_on(&mut connection, leases)
+            .await
+            .map_err(|e| from_redis(what, e))
+    }
+
+    async fn extend_on(
+        &self,
+        connection: &mut ConnectionManager,
+        leases: &[Lease],
+    ) -> redis::RedisResult<Vec<Value>> {
+        let script = &SCRIPTS.extend;
+        let mut pipe = redis::pipe();
+        for lease in leases {
+            let keys = self.keys.of(&lease.name);
+            let (claim, _) = claim_code(lease.claim);
+            pipe.cmd("EVALSHA")
+                .arg(script.get_hash())
+                .arg(3)
+                .arg(&keys.exclusive)
+                .arg(&keys.holders)
+                .arg(&keys.records)
+                .arg(claim)
+                .arg(lease.id.to_string())
+                .arg(millis(lease.lease));
+        }
+        let replies = match connection.req_packed_commands(&pipe, 0, leases.len()).await {
+            // The connection dropped (a server restart): the connection
+            // manager opens another, and extending again is harmless.
+            Err(error) if error.is_connection_dropped() || error.is_io_error() => {
+                tracing::debug!(%error, "extending again on a new connection");
+                connection
+                    .req_packed_commands(&pipe, 0, leases.len())
+                    .await?
+            }
+            other => other?,
+        };
+        if !replies.iter().any(is_noscript) {
+            return Ok(replies);
+        }
+        // Extending again is harmless: each extension runs the lease from
+        // the server's now.
+        script.prepare_invoke().load_async(connection).await?;
+        connection.req_packed_commands(&pipe, 0, leases.len()).await
+    }
+
+    /// Ends grant `id` of `name` if it is still there: whether it was, and
+    /// live.
+    pub(crate) async fn release(
+        &self,
+        name: &LockName,
+        claim: Claim,
+        id: LeaseId,
+        timeout: Duration,
+    ) -> Result<bool> {
+        let keys = self.keys.of(name);
+        let (claim, _) = claim_code(claim);
+        let what = format!("releasing {name}{}", self.on);
+        let reply = self
+            .run(
+                "release",
+                &what,
+                timeout,
+                &SCRIPTS.release,
+                &[&keys.exclusive, &keys.holders, &keys.records],
+                &[
+                    claim.as_bytes(),
+                    id.to_string().as_bytes(),
+                    keys.channel.as_bytes(),
+                ],
+            )
+            .await?;
+        int(&reply)
+            .map(|freed| freed == 1)
+            .ok_or_else(|| unexpected(&what, &reply))
+    }
+
+    /// Ends every grant of `name`: whether a live one ended.
+    pub(crate) async fn force_release(&self, name: &LockName, timeout: Duration) -> Result<bool> {
+        let keys = self.keys.of(name);
+        let what = format!("force-releasing {name}{}", self.on);
+        let reply = self
+            .run(
+                "force_release",
+                &what,
+                timeout,
+                &SCRIPTS.force_release,
+                &[&keys.exclusive, &keys.holders, &keys.records],
+                &[keys.channel.as_bytes()],
+            )
+            .await?;
+        int(&reply)
+            .map(|freed| freed == 1)
+            .ok_or_else(|| unexpected(&what, &reply))
+    }
+
+    /// Ends the exclusive grant `lease` and makes `next`'s in one script:
+    /// the new token, or `None` when the old grant was no longer ours.
+    pub(crate) async fn hand_over(
+        &self,
+        lease: &Lease,
+        next: &AcquireRequest,
+    ) -> Result<Option<u64>> {
+        let keys = self.keys.of(&lease.name);
+        let what = format!("handing over {}{}", lease.name, self.on);
+        let record = Record::json(&next.name, &next.holder);
+        let reply = self
+            .run(
+                "hand_over",
+                &what,
+                next.operation_timeout,
+                &SCRIPTS.hand_over,
+                &[&keys.exclusive, &keys.token],
+                &[
+                    lease.id.to_string().as_bytes(),
+                    next.lease_id.to_string().as_bytes(),
+                    millis(next.lease).as_bytes(),
+                    record.as_bytes(),
+                    millis(COUNTER_TTL).as_bytes(),
+                ],
+            )
+            .await?;
+        match int(&reply).map(u64::try_from) {
+            Some(Ok(0)) => Ok(None),
+            Some(Ok(fencing_token)) => Ok(Some(fencing_token)),
+            _ => Err(unexpected(&what, &reply)),
+        }
+    }
+
+    /// Every live grant under the prefix, walked with `SCAN` (never
+    /// `KEYS`).
+    pub(crate) async fn list(&self) -> Result<Vec<Listed>> {
+        let mut connection = self.link.get()?;
+        let pattern = self.keys.grant_pattern();
+        let what = format!("listing locks{}", self.on);
+        let mut cursor: u64 = 0;
+        let mut seen = BTreeSet::new();
+        let mut listed = Vec::new();
+        loop {
+            let (next, found): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(SCAN_COUNT)
+                .query_async(&mut connection)
+                .await
+                .map_err(|e| from_redis(&what, e))?;
+            let tags: Vec<String> = found
+                .iter()
+                .filter_map(|key| self.keys.tag_of_grant_key(key))
+                .filter(|tag| seen.insert((*tag).to_owned()))
+                .map(str::to_owned)
+                .collect();
+            self.inspect(&mut connection, &what, &tags, &mut listed)
+                .await?;
+            if next == 0 {
+                return Ok(listed);
+            }
+            cursor = next;
+        }
+    }
+
+    /// Reads the live grants of the names whose tags are `tags`, in one
+    /// pipeline.
+    async fn inspect(
+        &self,
+        connection: &mut ConnectionManager,
+        what: &str,
+        tags: &[String],
+        out: &mut Vec<Listed>,
+    ) -> Result<()> {
+        if tags.is_empty() {
+            return Ok(());
+        }
+        let script = &SCRIPTS.inspect;
+        let mut pipe = redis::pipe();
+        let all: Vec<NameKeys> = tags.iter().map(|tag| self.keys.of_tag(tag)).collect();
+        for keys in &all {
+            pipe.cmd("EVALSHA")
+                .arg(script.get_hash())
+                .arg(3)
+                .arg(&keys.exclusive)
+                .arg(&keys.holders)
+                .arg(&keys.records);
+        }
+        let mut replies = connection
+            .req_packed_commands(&pipe, 0, tags.len())
+            .await
+            .map_err(|e| from_redis(what, e))?;
+        if replies.iter().any(is_noscript) {
+            script
+                .prepare_invoke()
+                .load_async(connection)
+                .await
+                .map_err(|e| from_redis(what, e))?;
+            replies = connection
+                .req_packed_commands(&pipe, 0, tags.len())
+                .await
+                .map_err(|e| from_redis(what, e))?;
+        }
+        for (tag, reply) in tags.iter().zip(replies) {
+            match reply {
+                Value::Array(fields) => read_grants(tag, &fields, out),
+                Value::ServerError(error) => return Err(from_redis(what, error.into())),
+                other => return Err(unexpected(what, &other)),
+            }
+        }
+        Ok(())
+    }
+
+    /// The server's version and clock.
+    pub(crate) async fn server_info(&self) -> Result<ServerInfo> {
+        let what = format!("asking the server for its version and time{}", self.on);
+        let ask = async {
+            let mut connection = self.link.get()?;
+            let ask = async {
+                let info: String = redis::cmd("INFO")
+                    .arg("server")
+                    .query_async(&mut connection)
+                    .await?;
+                let time: (u64, u64) = redis::cmd("TIME").query_async(&mut connection).await?;
+                let features = deployment::features(&mut connection).await;
+                Ok::<_, redis::RedisError>((info, time, features))
+            };
+            ask.await.map_err(|e| from_redis(&what, e))
+        };
+        let (info, (seconds, micros), features) =
+            tokio::time::timeout(INFO_TIMEOUT, ask)
+                .await
+                .map_err(|_| timed_out("server info", INFO_TIMEOUT))??;
+        let version = info
+            .lines()
+            .find_map(|line| line.strip_prefix("redis_version:"))
+            .map(|version| format!("Redis {}", version.trim()));
+        let clock =
+            std::time::UNIX_EPOCH + Duration::from_secs(seconds) + Duration::from_micros(micros);
+        Ok(features.into_iter().fold(
+            ServerInfo::new(version, Some(clock)),
+            ServerInfo::with_feature,
+        ))
+    }
+}
+
+/// A claim as the scripts name it, with its limit (0 but for permits).
+fn claim_code(claim: Claim) -> (&'static str, u32) {
+    match claim {
+        Claim::Exclusive => ("x", 0),
+        Claim::Shared => ("s", 0),
+        Claim::Permit { limit } => ("p", limit),
+    }
+}
+
+/// A duration in whole milliseconds, at least 1, as Redis takes it.
+fn millis(duration: Duration) -> String {
+    duration.as_millis().max(1).to_string()
+}

@@ -1,0 +1,500 @@
+//! Quorum mode: every lock on each of N ≥ 3 independent servers, each
+//! judging by its own clock with the same scripts as single mode. A grant
+//! counts while a majority holds it:
+//!
+//! - **Acquire** asks every server at once, and is decided as soon as the
+//!   answers in decide it. It is granted when a majority granted within
+//!   the lease, less the time the attempt took and a drift margin (every
+//!   copy was stored after the attempt began, so each lives at least that
+//!   long). Otherwise every copy it made is deleted again.
+//! - **Tokens.** Each server issues its own token for the name; the
+//!   grant's is the largest of its majority's, and before the grant is
+//!   returned the counters of that majority are raised to it (and their
+//!   copies carry it). A later majority shares a server with this one,
+//!   whose counter is already past it (see docs/redis.md for what this
+//!   rests on).
+//! - **Extend** succeeds on a majority, fails (the lease is gone) when too
+//!   many refuse for a majority to remain, and is an error otherwise.
+//! - **Release** goes to every server, decided as an attempt is.
+//!
+//! Semaphores are not offered: each server counts only the permits it
+//! holds, and permits held by different majorities could together exceed
+//! the limit.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use distlock_core::{AcquireRequest, Claim, Error, Lease, LockInfo, LockName, Result};
+use futures::StreamExt;
+use futures::future::join_all;
+use futures::stream::FuturesUnordered;
+
+use crate::node::{Node, WriterMark};
+use crate::reply::{Answer, Listed};
+
+/// The servers of one backend in quorum mode.
+pub(crate) struct Quorum<'a> {
+    nodes: &'a [Node],
+    need: usize,
+}
+
+impl<'a> Quorum<'a> {
+    pub(crate) fn new(nodes: &'a [Node], need: usize) -> Self {
+        Self { nodes, need }
+    }
+
+    /// One attempt on every server: granted by a majority in time, or
+    /// held (every partial grant deleted again).
+    pub(crate) async fn acquire(
+        &self,
+        request: &AcquireRequest,
+        mark: Option<&WriterMark>,
+    ) -> Result<Answer> {
+        let timeout = call_timeout(request.operation_timeout, request.lease);
+        let started = Instant::now();
+        let (n, need) = (self.nodes.len(), self.need);
+        // Decided once a majority granted, or too many did not for one to
+        // remain: a server that is slow or away holds nobody up.
+        let calls = self.nodes.iter().map(|node| {
+            let (node, request, mark) = (node.clone(), request.clone(), mark.cloned());
+            async move { node.acquire(&request, mark.as_ref(), timeout).await }
+        });
+        let answers = gather(calls, |answers: &[Option<Result<Answer>>]| {
+            let granted = answers
+                .iter()
+                .filter(|answer| matches!(answer, Some(Ok(Answer::Granted(_)))))
+                .count();
+            let answered = answers.iter().filter(|answer| answer.is_some()).count();
+            granted >= need || answered - granted > n - need
+        })
+        .await;
+        let Tally {
+            granted,
+            in_doubt,
+            errors,
+            left,
+            marked,
+            conflict,
+        } = Tally::of(answers);
+        let in_time = || started.elapsed() + drift(request.lease) < request.lease;
+
+        if granted.len() >= self.need && in_time() {
+            let token = granted.iter().map(|(_, token)| *token).max().unwrap_or(0);
+            let agreed = self.raise_counters(request, &granted, token, timeout).await;
+            if agreed >= self.need && in_time() {
+                if !errors.is_empty() {
+                    tracing::warn!(
+                        name = %request.name,
+                        granted = granted.len(),
+                        servers = self.nodes.len(),
+                        error = %combined(errors),
+                        "acquired on a majority; some redis servers did not answer"
+                    );
+                }
+                return Ok(Answer::Granted(token));
+            }
+            self.roll_back(request, &granted, &in_doubt).await;
+            return Err(Error::Backend {
+                backend: "redis",
+                message: format!(
+                    "acquiring {}: could not raise the fencing counters of a majority of \
+                     servers to {token} within the lease of {:?}",
+                    request.name, request.lease
+                ),
+                source: None,
+            });
+        }
+
+        self.roll_back(request, &granted, &in_doubt).await;
+        if errors.len() > n - need {
+            return Err(combined(errors));
+        }
+        if granted.len() >= need {
+            return Err(Error::Backend {
+                backend: "redis",
+                message: format!(
+                    "acquiring {} took {:?}, too long for a lease of {:?}: the servers are too \
+                     slow to answer, or the lease too short",
+                    request.name,
+                    started.elapsed(),
+                    request.lease
+                ),
+                source: None,
+            });
+        }
+        if let Some(held) = conflict {
+            return Ok(Answer::Conflict(held));
+        }
+        Ok(Answer::Held { left, marked })
+    }
+
+    /// Raises the counters of the granting servers whose token is below
+    /// `token`, and writes it into their copies: how many of them have
+    /// their counter at `token` after.
+    async fn raise_counters(
+        &self,
+        request: &AcquireRequest,
+        granted: &[(usize, u64)],
+        token: u64,
+        timeout: Duration,
+    ) -> usize {
+        let behind: Vec<usize> = granted
+            .iter()
+            .filter(|(_, issued)| *issued < token)
+            .map(|(index, _)| *index)
+            .collect();
+        let raised = join_all(behind.iter().map(|&index| {
+            self.nodes[index].raise(
+                &request.name,
+                request.claim,
+                request.lease_id,
+                token,
+                timeout,
+            )
+        }))
+        .await;
+        granted.len() - behind.len() + raised.iter().filter(|raised| raised.is_ok()).count()
+    }
+
+    /// Deletes the copies of a grant that did not make a majority: at once
+    /// on the servers that granted, and in the background on those whose
+    /// answer was lost or not awaited (which may have stored it, or may
+    /// yet), so that a server that hangs does not hold the caller up.
+    async fn roll_back(
+        &self,
+        request: &AcquireRequest,
+        granted: &[(usize, u64)],
+        in_doubt: &[usize],
+    ) {
+        // With time of its own: the attempt's may be used up.
+        let patience = call_timeout(request.operation_timeout, request.lease);
+        let (name, claim, id) = (&request.name, request.claim, request.lease_id);
+        let outcomes = join_all(
+            granted
+                .iter()
+                .map(|(index, _)| self.nodes[*index].release(name, claim, id, patience)),
+        )
+        .await;
+        for error in outcomes.into_iter().filter_map(Result::err) {
+            tracing::debug!(%error, "could not roll back a partial grant; it will expire");
+        }
+        if in_doubt.is_empty() {
+            return;
+        }
+        let doubtful: Vec<Node> = in_doubt.iter().map(|&i| self.nodes[i].clone()).collect();
+        let name = name.clone();
+        tokio::spawn(async move {
+            for round in 0..2 {
+                if round == 1 {
+                    // A script sent before the connection broke may land
+                    // after the first look.
+                    tokio::time::sleep(patience).await;
+                }
+                for node in &doubtful {
+                    if let Err(error) = node.release(&name, claim, id, patience).await {
+                        tracing::debug!(%error, "could not roll back a grant whose answer was lost; it will expire");
+                    }
+                }
+            }
+        });
+    }
+
+    /// Extends each lease on every server: extended on a majority, refused
+    /// by too many for a majority to remain, or an error.
+    pub(crate) async fn extend_many(
+        &self,
+        leases: &[Lease],
+        timeout: Duration,
+    ) -> Vec<Result<bool>> {
+        let mut by_node: Vec<std::vec::IntoIter<Result<bool>>> = join_all(
+            self.nodes
+                .iter()
+                .map(|node| node.extend_many(leases, timeout)),
+        )
+        .await
+        .into_iter()
+        .map(Vec::into_iter)
+        .collect();
+        leases
+            .iter()
+            .map(|_| {
+                let answers: Vec<Result<bool>> = by_node
+                    .iter_mut()
+                    .map(|answers| answers.next().unwrap_or(Ok(false)))
+                    .collect();
+                self.decide(answers)
+            })
+            .collect()
+    }
+
+    /// Ends a lease on every server: whether a majority held it. Decided
+    /// as soon as the answers in decide it; the slower servers' calls go
+    /// on, and end the copies there.
+    pub(crate) async fn release(&self, lease: &Lease) -> Result<bool> {
+        let calls = self.nodes.iter().map(|node| {
+            let (node, lease) = (node.clone(), lease.clone());
+            async move {
+                node.release(&lease.name, lease.claim, lease.id, lease.operation_timeout)
+                    .await
+            }
+        });
+        let answers = gather(calls, |answers: &[Option<Result<bool>>]| {
+            let (yes, no) = count(answers.iter().flatten());
+            yes >= self.need || no > self.nodes.len() - self.need
+        })
+        .await;
+        self.decide(answers.into_iter().flatten().collect())
+    }
+
+    /// A majority's verdict on one lease: `true` when a majority said yes,
+    /// `false` when too many said no for a majority to remain, and an
+    /// error when the servers that did not answer decide it.
+    fn decide(&self, answers: Vec<Result<bool>>) -> Result<bool> {
+        let (yes, no) = count(&answers);
+        if yes >= self.need {
+            return Ok(true);
+        }
+        if no > self.nodes.len() - self.need {
+            return Ok(false);
+        }
+        Err(combined(
+            answers.into_iter().filter_map(Result::err).collect(),
+        ))
+    }
+
+    /// Ends every grant of `name` on every server: whether any ended. An
+    /// error when too few servers answered to be sure that no majority
+    /// still holds it.
+    pub(crate) async fn force_release(&self, name: &LockName, timeout: Duration) -> Result<bool> {
+        let answers = join_all(
+            self.nodes
+                .iter()
+                .map(|node| node.force_release(name, timeout)),
+        )
+        .await;
+        let freed = answers.iter().any(|answer| matches!(answer, Ok(true)));
+        let errors: Vec<Error> = answers.into_iter().filter_map(Result::err).collect();
+        if errors.len() > self.nodes.len() - self.need {
+            return Err(combined(errors));
+        }
+        Ok(freed)
+    }
+
+    /// Removes a waiting writer's mark from every server; an error only
+    /// when no server answered (a mark left behind lapses within a lease).
+    pub(crate) async fn end_wait(&self, request: &AcquireRequest, mark: &WriterMark) -> Result<()> {
+        let answers = join_all(self.nodes.iter().map(|node| node.end_wait(request, mark))).await;
+        if answers.iter().any(Result::is_ok) {
+            return Ok(());
+        }
+        Err(combined(
+            answers.into_iter().filter_map(Result::err).collect(),
+        ))
+    }
+
+    /// The grants a majority of servers hold: each with the largest token
+    /// its copies carry and the time until fewer than a majority of them
+    /// are left.
+    pub(crate) async fn list(&self) -> Result<Vec<LockInfo>> {
+        let answers = join_all(self.nodes.iter().map(Node::list)).await;
+        let mut copies: HashMap<(LockName, String), Vec<LockInfo>> = HashMap::new();
+        let mut errors = Vec::new();
+        for answer in answers {
+            match answer {
+                Ok(listed) => {
+                    for Listed { id, info } in listed {
+                        copies
+                            .entry((info.name.clone(), id))
+                            .or_default()
+                            .push(info);
+                    }
+                }
+                Err(error) => errors.push(error),
+            }
+        }
+        if errors.len() > self.nodes.len() - self.need {
+            return Err(combined(errors));
+        }
+        let mut infos: Vec<LockInfo> = copies
+            .into_values()
+            .filter(|copies| copies.len() >= self.need)
+            .filter_map(|copies| self.merge(copies))
+            .collect();
+        infos.sort_by(|a, b| (&a.name, a.fencing_token).cmp(&(&b.name, b.fencing_token)));
+        Ok(infos)
+    }
+
+    /// One grant from its copies on a majority of servers. Its token is
+    /// the one a majority of copies carry (the grant wrote it into its
+    /// majority's copies; a server that answered after the grant was
+    /// decided keeps its own), or the largest while one of them is away.
+    fn merge(&self, copies: Vec<LockInfo>) -> Option<LockInfo> {
+        let tokens: Vec<u64> = copies
+            .iter()
+            .filter_map(|copy| copy.fencing_token)
+            .collect();
+        let token = tokens
+            .iter()
+            .find(|token| tokens.iter().filter(|other| other == token).count() >= self.need)
+            .or_else(|| tokens.iter().max())
+            .copied();
+        let mut left: Vec<Option<Duration>> = copies.iter().map(|copy| copy.expires_in).collect();
+        // Longest first: the grant lasts while `need` copies do.
+        left.sort_unstable_by(|a, b| b.cmp(a));
+        let expires_in = left.get(self.need - 1).copied().flatten();
+        let mut info = copies.into_iter().next()?;
+        info.fencing_token = token;
+        info.expires_in = expires_in;
+        Some(info)
+    }
+}
+
+/// How many answers say yes, and how many no.
+fn count<'r>(answers: impl IntoIterator<Item = &'r Result<bool>>) -> (usize, usize) {
+    answers
+        .into_iter()
+        .fold((0, 0), |(yes, no), answer| match answer {
+            Ok(true) => (yes + 1, no),
+            Ok(false) => (yes, no + 1),
+            Err(_) => (yes, no),
+        })
+}
+
+/// What the servers answered to one attempt, by kind.
+struct Tally {
+    /// The servers that granted, with the token each issued.
+    granted: Vec<(usize, u64)>,
+    /// The servers whose answer was lost or not awaited: they may have
+    /// stored a copy, or may yet.
+    in_doubt: Vec<usize>,
+    errors: Vec<Error>,
+    /// The shortest time left among the holders, where servers said.
+    left: Option<Duration>,
+    /// Whether some server stored the waiting writer's mark.
+    marked: bool,
+    /// The kind and limit a server holds the name as, when it conflicts.
+    conflict: Option<Claim>,
+}
+
+impl Tally {
+    fn of(answers: Vec<Option<Result<Answer>>>) -> Self {
+        let mut tally = Self {
+            granted: Vec::new(),
+            in_doubt: Vec::new(),
+            errors: Vec::new(),
+            left: None,
+            marked: false,
+            conflict: None,
+        };
+        for (index, answer) in answers.into_iter().enumerate() {
+            match answer {
+                Some(Ok(Answer::Granted(token))) => tally.granted.push((index, token)),
+                Some(Ok(Answer::Held { left, marked })) => {
+                    tally.left = match (tally.left, left) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                    tally.marked |= marked;
+                }
+                Some(Ok(Answer::Conflict(held))) => tally.conflict = Some(held),
+                Some(Err(error)) => {
+                    tally.in_doubt.push(index);
+                    tally.errors.push(error);
+                }
+                None => tally.in_doubt.push(index),
+            }
+        }
+        tally
+    }
+}
+
+/// Runs one call per server at once, each a task of its own, and gathers
+/// their answers until `settled` says that the rest cannot change the
+/// outcome. Answers not in by then are `None`; their tasks go on (a call
+/// may take several commands, as when a script must be loaded first), so
+/// every server still gets what was asked of it.
+async fn gather<T, F>(
+    calls: impl IntoIterator<Item = F>,
+    settled: impl Fn(&[Option<Result<T>>]) -> bool,
+) -> Vec<Option<Result<T>>>
+where
+    F: Future<Output = Result<T>> + Send + 'static,
+    T: Send + 'static,
+{
+    let mut pending: FuturesUnordered<_> = calls
+        .into_iter()
+        .enumerate()
+        .map(|(index, call)| {
+            let task = tokio::spawn(call);
+            async move { (index, task.await) }
+        })
+        .collect();
+    let mut answers: Vec<Option<Result<T>>> = (0..pending.len()).map(|_| None).collect();
+    while let Some((index, answer)) = pending.next().await {
+        answers[index] = Some(answer.unwrap_or_else(|failed| {
+            Err(Error::Backend {
+                backend: "redis",
+                message: format!("a call to a redis server failed: {failed}"),
+                source: None,
+            })
+        }));
+        if settled(&answers) {
+            break;
+        }
+    }
+    answers
+}
+
+/// The time one server may take for one call on a lease: the client's
+/// operation timeout, but at most a quarter of the lease, so that a slow
+/// server cannot use up a lease that the others granted.
+pub(crate) fn call_timeout(operation_timeout: Duration, lease: Duration) -> Duration {
+    operation_timeout.min(lease / 4)
+}
+
+/// How far the servers' clocks may run apart over one lease: 1% of it,
+/// and 2 ms for expiry's rounding to whole milliseconds.
+fn drift(lease: Duration) -> Duration {
+    lease / 100 + Duration::from_millis(2)
+}
+
+/// Several servers' errors as one. Refused credentials stay
+/// [`Error::Denied`] when every server refused them; anything else is a
+/// transient backend error that names each server's.
+fn combined(mut errors: Vec<Error>) -> Error {
+    if errors.len() == 1 {
+        return errors.remove(0);
+    }
+    if !errors.is_empty()
+        && errors
+            .iter()
+            .all(|error| matches!(error, Error::Denied { .. }))
+    {
+        return errors.remove(0);
+    }
+    let messages: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    Error::Backend {
+        backend: "redis",
+        message: format!(
+            "too few redis servers answered for a majority: {}",
+            messages.join("; ")
+        ),
+        source: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slow_server_gets_a_quarter_of_the_lease_at_most() {
+        let lease = Duration::from_secs(2);
+        assert_eq!(call_timeout(Duration::from_secs(10), lease), lease / 4);
+        assert_eq!(
+            call_timeout(Duration::from_millis(100), lease),
+            Duration::from_millis(100)
+        );
+        assert_eq!(drift(Duration::from_secs(30)), Duration::from_millis(302));
+    }
+}

@@ -1,0 +1,154 @@
+//! The scripts' replies, read into what they mean.
+
+use std::time::Duration;
+
+use distlock_core::{Claim, Holder, LockInfo, LockKind, LockName, Permits, Result};
+use redis::Value;
+
+use crate::error::unexpected;
+use crate::keys::{Stored, tag};
+
+/// What one server, or a quorum of them, answered to an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Answer {
+    /// Granted, with this fencing token.
+    Granted(u64),
+    /// Held by others: the time until the first of them expires, when
+    /// known, and whether this waiting writer's mark is stored.
+    Held {
+        left: Option<Duration>,
+        marked: bool,
+    },
+    /// Held as another kind, or with another limit.
+    Conflict(Claim),
+}
+
+impl Answer {
+    /// Reads the acquire script's reply (see scripts.rs).
+    pub(crate) fn parse(what: &str, reply: &Value) -> Result<Self> {
+        let Value::Array(fields) = reply else {
+            return Err(unexpected(what, reply));
+        };
+        match (fields.first().and_then(int), fields.get(1), fields.get(2)) {
+            (Some(1), Some(token), _) => int(token)
+                .and_then(|token| u64::try_from(token).ok())
+                .map(Self::Granted)
+                .ok_or_else(|| unexpected(what, reply)),
+            (Some(0), Some(left), Some(marked)) => Ok(Self::Held {
+                left: int(left)
+                    .and_then(|left| u64::try_from(left).ok())
+                    .map(Duration::from_millis),
+                marked: int(marked) == Some(1),
+            }),
+            (Some(2), Some(kind), Some(limit)) => {
+                Ok(Self::Conflict(match (text(kind).as_deref(), int(limit)) {
+                    (Some("s"), _) => Claim::Shared,
+                    (Some("p"), Some(limit)) => Claim::Permit {
+                        limit: u32::try_from(limit).unwrap_or(0),
+                    },
+                    _ => Claim::Exclusive,
+                }))
+            }
+            _ => Err(unexpected(what, reply)),
+        }
+    }
+}
+
+/// One live grant as one server lists it, with the grant's identity, by
+/// which quorum mode matches the copies that several servers hold.
+#[derive(Debug, Clone)]
+pub(crate) struct Listed {
+    pub(crate) id: String,
+    pub(crate) info: LockInfo,
+}
+
+pub(crate) fn int(value: &Value) -> Option<i64> {
+    match value {
+        Value::Int(n) => Some(*n),
+        _ => None,
+    }
+}
+
+pub(crate) fn text(value: &Value) -> Option<String> {
+    match value {
+        Value::BulkString(bytes) => String::from_utf8(bytes.clone()).ok(),
+        Value::SimpleString(text) => Some(text.clone()),
+        _ => None,
+    }
+}
+
+fn bytes(value: &Value) -> Option<&[u8]> {
+    match value {
+        Value::BulkString(bytes) => Some(bytes),
+        _ => None,
+    }
+}
+
+pub(crate) fn is_noscript(reply: &Value) -> bool {
+    matches!(reply, Value::ServerError(error) if error.code() == "NOSCRIPT")
+}
+
+/// Adds the live grants of one name, as the inspect script read them, to
+/// `out`. Grants whose records do not parse, or whose name does not give
+/// this tag, are not ours and are left out.
+pub(crate) fn read_grants(name_tag: &str, fields: &[Value], out: &mut Vec<Listed>) {
+    let ours = |stored: &Stored| -> Option<LockName> {
+        let name = LockName::new(&stored.record.name).ok()?;
+        (tag(&name) == name_tag).then_some(name)
+    };
+    let listed = |id: &[u8], name, kind, permits, holder: Holder, token, left: i64| Listed {
+        id: String::from_utf8_lossy(id).into_owned(),
+        info: LockInfo {
+            name,
+            kind,
+            permits,
+            holder: Some(holder),
+            fencing_token: Some(token),
+            expires_in: u64::try_from(left).ok().map(Duration::from_millis),
+        },
+    };
+    if let (Some(value), Some(left)) = (fields.first().and_then(bytes), fields.get(1).and_then(int))
+        && let Some((id, stored)) = Stored::parse_exclusive(value)
+        && let Some(name) = ours(&stored)
+    {
+        out.push(listed(
+            id,
+            name,
+            LockKind::Exclusive,
+            None,
+            stored.record.holder,
+            stored.token,
+            left,
+        ));
+    }
+    let kind = fields.get(2).and_then(text);
+    let limit = fields
+        .get(3)
+        .and_then(int)
+        .and_then(|limit| u32::try_from(limit).ok())
+        .unwrap_or(0);
+    let grants = fields.get(4..).unwrap_or_default();
+    let in_use = u32::try_from(grants.len() / 3).unwrap_or(u32::MAX);
+    let (kind, permits) = match kind.as_deref() {
+        Some("s") => (LockKind::Shared, None),
+        Some("p") => (LockKind::Semaphore, Some(Permits { in_use, limit })),
+        _ => return,
+    };
+    for grant in grants.chunks_exact(3) {
+        if let (Some(id), Some(left), Some(value)) =
+            (bytes(&grant[0]), int(&grant[1]), bytes(&grant[2]))
+            && let Some(stored) = Stored::parse(value)
+            && let Some(name) = ours(&stored)
+        {
+            out.push(listed(
+                id,
+                name,
+                kind,
+                permits,
+                stored.record.holder,
+                stored.token,
+                left,
+            ));
+        }
+    }
+}

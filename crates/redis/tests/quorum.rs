@@ -1,0 +1,524 @@
+//! Quorum mode on three redis-server processes of the test's own, which
+//! the tests kill and restart without persistence; and `list`, forced
+//! release and the kinds on the shared quorum servers.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use distlock_core::{
+    AcquireOptions, Backend, Claim, Error, LockClient, LockGuard, LockKind, LockName, LossReason,
+};
+use distlock_redis::{RedisBackend, redis};
+
+use support::{OwnServer, backend, eventually, grant, options, raw, unique};
+
+/// Three servers of the test's own.
+struct Cluster {
+    servers: Vec<OwnServer>,
+}
+
+impl Cluster {
+    async fn start() -> Self {
+        let mut servers = Vec::new();
+        for _ in 0..3 {
+            servers.push(OwnServer::start(&[]).await);
+        }
+        Self { servers }
+    }
+
+    fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .servers
+            .iter()
+            .map(|server| server.url().trim_start_matches("redis://").to_owned())
+            .collect();
+        format!("redis://{}?mode=quorum", hosts.join(","))
+    }
+
+    async fn backend(&self) -> RedisBackend {
+        backend(&self.url()).await
+    }
+
+    async fn client(&self) -> LockClient {
+        LockClient::new(Arc::new(self.backend().await), options())
+    }
+}
+
+/// The shared quorum servers' URL, or a panic that says how to get one.
+fn shared_url() -> String {
+    std::env::var("DISTLOCK_TEST_REDIS_QUORUM_URL").unwrap_or_else(|_| {
+        panic!(
+            "DISTLOCK_TEST_REDIS_QUORUM_URL is not set: run the tests with scripts/test, which \
+             starts redis"
+        )
+    })
+}
+
+/// The URL of each server of a quorum URL, in its order.
+fn server_urls(quorum_url: &str) -> Vec<String> {
+    let hosts = quorum_url
+        .trim_start_matches("redis://")
+        .split('?')
+        .next()
+        .unwrap_or_default();
+    hosts
+        .split(',')
+        .map(|host| format!("redis://{host}"))
+        .collect()
+}
+
+/// Whether `key` exists on the server at `url`.
+async fn exists(url: &str, key: &str) -> bool {
+    let mut connection = raw(url).await;
+    redis::cmd("EXISTS")
+        .arg(key)
+        .query_async::<i64>(&mut connection)
+        .await
+        .expect("EXISTS")
+        == 1
+}
+
+/// Waits two full leases (the test options' lease is 2 s), so that every
+/// grant that was not extended has expired on its server.
+async fn two_leases() {
+    tokio::time::sleep(Duration::from_secs(4)).await;
+}
+
+async fn still_held(guard: &LockGuard, other: &LockClient) {
+    assert!(!guard.is_lost(), "the holder kept the lock");
+    assert!(
+        other
+            .try_acquire(guard.name())
+            .await
+            .expect("try")
+            .is_none(),
+        "nobody else gets it"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_one_of_three_keeps_the_lock_and_its_extensions() {
+    let mut cluster = Cluster::start().await;
+    let holder = cluster.client().await;
+    let other = cluster.client().await;
+    let name = unique("minority");
+    let guard = holder
+        .acquire_with(&name, Duration::from_secs(10))
+        .await
+        .expect("acquire");
+    let key = cluster.backend().await.keys_of(&name).remove(0);
+
+    cluster.servers[0].kill();
+    two_leases().await;
+    still_held(&guard, &other).await;
+    // Without extensions the copies would be gone after two leases.
+    for server in &cluster.servers[1..] {
+        assert!(
+            exists(&server.url(), &key).await,
+            "extended on {}",
+            server.url()
+        );
+    }
+    assert!(
+        guard.release().await.expect("release"),
+        "released on 2 of 3"
+    );
+    for server in &cluster.servers[1..] {
+        assert!(!exists(&server.url(), &key).await, "released everywhere");
+    }
+
+    // A new grant needs 2 of 3, and 2 of 3 are there.
+    let again = other
+        .acquire_with(&name, Duration::from_secs(10))
+        .await
+        .expect("2 of 3 grant");
+    assert!(again.release().await.expect("release"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_without_persistence_of_one_of_three_keeps_the_lock() {
+    let mut cluster = Cluster::start().await;
+    let holder = cluster.client().await;
+    let other = cluster.client().await;
+    let name = unique("restart-one");
+    let guard = holder
+        .acquire_with(&name, Duration::from_secs(10))
+        .await
+        .expect("acquire");
+    let key = cluster.backend().await.keys_of(&name).remove(0);
+    // A grant is decided once two servers granted; the third's copy
+    // follows.
+    for server in &cluster.servers {
+        let url = server.url();
+        eventually("a copy on every server", || exists(&url, &key)).await;
+    }
+
+    cluster.servers[0].restart().await;
+    assert!(
+        !exists(&cluster.servers[0].url(), &key).await,
+        "the restarted server forgot its copy"
+    );
+    two_leases().await;
+    still_held(&guard, &other).await;
+    assert!(guard.release().await.expect("release"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_two_of_three_loses_the_lock_and_the_holder_reports_it() {
+    let mut cluster = Cluster::start().await;
+    let holder_backend = Arc::new(cluster.backend().await);
+    let holder = LockClient::new(holder_backend.clone(), options());
+    let name = unique("majority");
+    let guard = holder
+        .acquire_with(&name, Duration::from_secs(10))
+        .await
+        .expect("acquire");
+    let other = cluster.backend().await;
+    eventually("wake-ups on", || async { holder_backend.wake_ups() }).await;
+
+    cluster.servers[0].kill();
+    cluster.servers[1].kill();
+    let reason = tokio::time::timeout(Duration::from_secs(60), guard.lost())
+        .await
+        .expect("the holder reports the loss");
+    // No extension reaches a majority, and none is refused by one either.
+    assert_eq!(reason, LossReason::Expired);
+    let attempt = other
+        .try_acquire(
+            &distlock_core::AcquireRequest::new(
+                name.clone(),
+                Claim::Exclusive,
+                Duration::from_secs(2),
+                distlock_core::Holder::this_process(None).into(),
+            ),
+            &mut distlock_core::WaitState::new(),
+        )
+        .await;
+    let error = attempt.expect_err("one server of three cannot grant");
+    assert!(
+        error.is_transient() && error.to_string().contains("majority"),
+        "{error}"
+    );
+    // One subscriber of three is not a majority: a release could go
+    // unheard, so waits poll.
+    eventually("wake-ups off", || async { !holder_backend.wake_ups() }).await;
+
+    // Opening needs a majority too.
+    let error = RedisBackend::open(&cluster.url())
+        .await
+        .expect_err("one of three answers");
+    assert!(
+        error.to_string().contains("1 of 3 redis servers answered"),
+        "{error}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_down_at_open_is_connected_to_when_it_is_back() {
+    let mut cluster = Cluster::start().await;
+    cluster.servers[2].kill();
+    let backend = Arc::new(cluster.backend().await);
+    let client = LockClient::new(backend.clone(), options());
+    let name = unique("late");
+    let guard = client
+        .acquire_with(&name, Duration::from_secs(10))
+        .await
+        .expect("2 of 3 grant");
+    assert!(guard.release().await.expect("release"));
+
+    cluster.servers[2].restart().await;
+    let key = backend.keys_of(&name).remove(0);
+    let back = cluster.servers[2].url();
+    // The backend connects in the background, and a grant is decided
+    // once two servers granted: the third's copy comes when it is heard.
+    eventually("a copy on the server that came back", || async {
+        let guard = client
+            .acquire_with(&name, Duration::from_secs(10))
+            .await
+            .expect("acquire");
+        let mut there = false;
+        for _ in 0..20 {
+            there = exists(&back, &key).await;
+            if there {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(guard.release().await.expect("release"));
+        there
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_majority_decides_and_partial_grants_are_rolled_back() {
+    let cluster = Cluster::start().await;
+    let backend = cluster.backend().await;
+    let name = unique("partial");
+    let key = backend.keys_of(&name).remove(0);
+    let mut raws = Vec::new();
+    for server in &cluster.servers {
+        raws.push(raw(&server.url()).await);
+    }
+    let foreign = "someone else's";
+    let set = |connection: &mut redis::aio::MultiplexedConnection| {
+        let mut connection = connection.clone();
+        let key = key.clone();
+        async move {
+            redis::cmd("SET")
+                .arg(&key)
+                .arg(foreign)
+                .arg("PX")
+                .arg(60_000)
+                .query_async::<()>(&mut connection)
+                .await
+                .expect("SET");
+        }
+    };
+
+    // Someone else's grant on two servers: they hold a majority.
+    set(&mut raws[0]).await;
+    set(&mut raws[1]).await;
+    assert!(
+        grant(&backend, &name, Claim::Exclusive, Duration::from_secs(30))
+            .await
+            .is_none(),
+        "one server of three is not a majority"
+    );
+    // The attempt may be decided by the first two answers; the third
+    // server's call then goes on, and its copy is rolled back in the
+    // background.
+    let third = cluster.servers[2].url();
+    eventually("the grant on the third server rolled back", || async {
+        !exists(&third, &key).await
+    })
+    .await;
+
+    // On one server only: two of three grant.
+    assert!(backend.force_release(&name).await.expect("force"));
+    set(&mut raws[0]).await;
+    let lease = grant(&backend, &name, Claim::Exclusive, Duration::from_secs(30))
+        .await
+        .expect("two of three grant");
+    let get = |index: usize| {
+        let mut connection = raws[index].clone();
+        let key = key.clone();
+        async move {
+            redis::cmd("GET")
+                .arg(&key)
+                .query_async::<Option<String>>(&mut connection)
+                .await
+                .expect("GET")
+        }
+    };
+    assert_eq!(get(0).await.as_deref(), Some(foreign), "left untouched");
+    assert!(backend.release(&lease).await.expect("release"));
+    assert_eq!(get(0).await.as_deref(), Some(foreign), "left untouched");
+    assert_eq!((get(1).await, get(2).await), (None, None), "released");
+}
+
+/// A grant and its release, whose token must exceed `last`.
+async fn next(backend: &RedisBackend, name: &LockName, last: &mut u64, why: &str) {
+    let lease = grant(backend, name, Claim::Exclusive, Duration::from_secs(30))
+        .await
+        .expect("granted");
+    assert!(
+        lease.fencing_token > *last,
+        "{why}: {} after {last}",
+        lease.fencing_token
+    );
+    *last = lease.fencing_token;
+    assert!(backend.release(&lease).await.expect("release"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_increase_while_a_server_of_each_majority_keeps_its_counter() {
+    let mut cluster = Cluster::start().await;
+    let backend = cluster.backend().await;
+    let name = unique("tokens");
+    let counter = backend.keys_of(&name).remove(4);
+    let mut last = 0;
+    next(&backend, &name, &mut last, "the first grant").await;
+    next(&backend, &name, &mut last, "the next grant").await;
+
+    // The first server's counter is far ahead of the others' (as if its
+    // clock were), and the second holds the name for someone else: the
+    // grant is the first's and the third's, takes the first's token, and
+    // raises the third's counter.
+    let mut first = raw(&cluster.servers[0].url()).await;
+    let ahead = last + 1_000_000_000_000;
+    redis::cmd("SET")
+        .arg(&counter)
+        .arg(ahead)
+        .query_async::<()>(&mut first)
+        .await
+        .expect("SET");
+    let exclusive = backend.keys_of(&name).remove(0);
+    let mut second = raw(&cluster.servers[1].url()).await;
+    redis::cmd("SET")
+        .arg(&exclusive)
+        .arg("someone else's")
+        .query_async::<()>(&mut second)
+        .await
+        .expect("SET");
+    next(&backend, &name, &mut last, "a grant with a counter ahead").await;
+    assert!(last > ahead);
+    redis::cmd("DEL")
+        .arg(&exclusive)
+        .query_async::<()>(&mut second)
+        .await
+        .expect("DEL");
+
+    // Without the first, the other two still issue a larger token: the
+    // third, which the two majorities share, had its counter raised.
+    cluster.servers[0].kill();
+    next(
+        &backend,
+        &name,
+        &mut last,
+        "a grant without the server that was ahead",
+    )
+    .await;
+
+    // The second restarts without persistence and forgets its counter;
+    // the third, shared with every majority left, keeps it.
+    // (A backend opened afresh: the first call on a connection to a
+    // restarted server fails, and only a client's wait would retry it.)
+    cluster.servers[1].restart().await;
+    let backend = cluster.backend().await;
+    next(
+        &backend,
+        &name,
+        &mut last,
+        "a grant after a restart without persistence",
+    )
+    .await;
+
+    // Back with all three: the first's counter is gone too.
+    cluster.servers[0].restart().await;
+    let backend = cluster.backend().await;
+    next(
+        &backend,
+        &name,
+        &mut last,
+        "a grant with two counters restarted",
+    )
+    .await;
+    let client = cluster.client().await;
+    for _ in 0..3 {
+        let guard = client
+            .acquire_with(&name, Duration::from_secs(10))
+            .await
+            .expect("acquire");
+        assert!(guard.fencing_token() > last);
+        last = guard.fencing_token();
+        assert!(guard.release().await.expect("release"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_shows_majority_grants_once_and_force_release_ends_them_everywhere() {
+    let url = shared_url();
+    let backend = Arc::new(backend(&url).await);
+    let holder = LockClient::new(backend.clone(), options());
+    let name = unique("listed");
+    let readers = unique("listed-readers");
+    let guard = holder
+        .acquire_with(&name, Duration::from_secs(10))
+        .await
+        .expect("acquire");
+    let mut shared = Vec::new();
+    for _ in 0..2 {
+        shared.push(
+            holder
+                .acquire_with(
+                    &readers,
+                    AcquireOptions::new()
+                        .shared()
+                        .timeout(Duration::from_secs(10)),
+                )
+                .await
+                .expect("a reader"),
+        );
+    }
+    // A copy on one server alone is no grant.
+    let stray = unique("stray");
+    let stray_key = backend.keys_of(&stray).remove(0);
+    let servers = server_urls(&url);
+    let mut first = raw(&servers[0]).await;
+    let value = format!(
+        "{:032x}:7:{{\"name\":\"{stray}\",\"holder\":{}}}",
+        1u128,
+        serde_json::to_string(&distlock_core::Holder::this_process(None)).unwrap()
+    );
+    redis::cmd("SET")
+        .arg(&stray_key)
+        .arg(value)
+        .arg("PX")
+        .arg(60_000)
+        .query_async::<()>(&mut first)
+        .await
+        .expect("SET");
+
+    let listed = backend.list().await.expect("list");
+    let of = |wanted: &distlock_core::LockName| -> Vec<&distlock_core::LockInfo> {
+        listed.iter().filter(|info| &info.name == wanted).collect()
+    };
+    let exclusive = of(&name);
+    assert_eq!(exclusive.len(), 1, "once, not once per server: {listed:?}");
+    assert_eq!(exclusive[0].kind, LockKind::Exclusive);
+    assert_eq!(exclusive[0].fencing_token, Some(guard.fencing_token()));
+    let mut reader_tokens: Vec<Option<u64>> = of(&readers)
+        .iter()
+        .map(|info| {
+            assert_eq!(info.kind, LockKind::Shared);
+            info.fencing_token
+        })
+        .collect();
+    reader_tokens.sort();
+    let mut held_tokens: Vec<Option<u64>> = shared
+        .iter()
+        .map(|guard| Some(guard.fencing_token()))
+        .collect();
+    held_tokens.sort();
+    assert_eq!(
+        reader_tokens, held_tokens,
+        "each reader once, with its token"
+    );
+    assert!(of(&stray).is_empty(), "a copy on one server is not listed");
+
+    assert!(backend.force_release(&name).await.expect("force"));
+    let key = backend.keys_of(&name).remove(0);
+    for server in &servers {
+        assert!(!exists(server, &key).await, "gone from {server}");
+    }
+    tokio::time::timeout(Duration::from_secs(60), guard.lost())
+        .await
+        .expect("the holder learns of it");
+    assert!(
+        !backend.force_release(&name).await.expect("force again"),
+        "nothing left to end"
+    );
+    assert!(backend.force_release(&stray).await.expect("the stray copy"));
+    for reader in shared {
+        assert!(reader.release().await.expect("release"));
+    }
+}
+
+#[tokio::test]
+async fn quorum_mode_answers_unsupported_for_semaphores_and_hand_overs() {
+    let backend = backend(&shared_url()).await;
+    let capabilities = backend.capabilities();
+    assert!(capabilities.shared && !capabilities.semaphores);
+    assert!(backend.hand_overs().is_none());
+    let error = LockClient::new(Arc::new(backend), options())
+        .try_acquire_with(&unique("permits"), AcquireOptions::new().permit(3))
+        .await
+        .expect_err("no semaphores");
+    assert!(
+        matches!(&error, Error::Unsupported(why) if why.contains("mode=quorum")),
+        "{error}"
+    );
+}
