@@ -3,6 +3,7 @@
 //! and `rediss://` for TLS.
 
 use std::fmt;
+use std::path::PathBuf;
 
 use distlock_core::urls::{Query, UrlParts, parse_hosts, percent_decode, redact};
 use distlock_core::{Error, Result};
@@ -59,8 +60,12 @@ pub struct RedisConfig {
     /// How the servers are used (`?mode=`).
     pub mode: Mode,
     /// Whether to connect with TLS (`rediss://`), checking the server's
-    /// certificate against the system's roots.
+    /// certificate against the system's roots, or [`ca`](Self::ca).
     pub tls: bool,
+    /// A PEM file with the CA that signed the servers' certificates, for a
+    /// private CA (`?ca=PATH`, with `rediss://` only): then it alone is
+    /// trusted.
+    pub ca: Option<PathBuf>,
     /// The logical database (`/db`, default 0).
     pub db: i64,
     /// Every key and channel of this backend starts with it (`?prefix=`,
@@ -77,6 +82,7 @@ impl fmt::Debug for RedisConfig {
             .field("servers", &self.servers)
             .field("mode", &self.mode)
             .field("tls", &self.tls)
+            .field("ca", &self.ca)
             .field("db", &self.db)
             .field("prefix", &self.prefix)
             .field("credentials", &self.credentials.as_ref().map(|_| "***"))
@@ -116,7 +122,13 @@ impl RedisConfig {
         }
         // The options first: a mode this version lacks is named as such,
         // whatever the hosts look like.
-        let (mode, prefix) = parse_query(parts.query)?;
+        let (mode, prefix, ca) = parse_query(parts.query)?;
+        if ca.is_some() && !tls {
+            return Err(Error::config(
+                "ca",
+                "a CA checks a TLS server's certificate: use rediss:// with ?ca=",
+            ));
+        }
         let credentials = parts.user_info.map(parse_credentials).transpose()?;
         let db = parse_db(parts.path.strip_prefix('/').unwrap_or(parts.path))?;
         let servers: Vec<RedisServer> = parse_hosts(parts.hosts)
@@ -132,6 +144,7 @@ impl RedisConfig {
             servers,
             mode,
             tls,
+            ca,
             db,
             prefix,
             credentials,
@@ -175,9 +188,10 @@ impl RedisConfig {
     }
 }
 
-/// Reads the URL's query, and gives the mode and the key prefix it sets.
-/// Every option is named here, and anything else is refused by name.
-fn parse_query(query: &str) -> Result<(Mode, String)> {
+/// Reads the URL's query, and gives the mode, the key prefix and the CA
+/// file it sets. Every option is named here, and anything else is refused
+/// by name.
+fn parse_query(query: &str) -> Result<(Mode, String, Option<PathBuf>)> {
     let mut query = Query::parse(query)?;
     let mode = match query.take("mode")?.as_deref() {
         None | Some("single") => Mode::Single,
@@ -204,8 +218,12 @@ fn parse_query(query: &str) -> Result<(Mode, String)> {
         .take("prefix")?
         .unwrap_or_else(|| DEFAULT_PREFIX.to_owned());
     check_prefix(&prefix)?;
-    query.refuse_rest("a redis URL takes prefix and mode (single or quorum)")?;
-    Ok((mode, prefix))
+    let ca = query
+        .take("ca")?
+        .filter(|ca| !ca.is_empty())
+        .map(PathBuf::from);
+    query.refuse_rest("a redis URL takes prefix, mode (single or quorum) and ca")?;
+    Ok((mode, prefix, ca))
 }
 
 /// Refuses a server list that does not fit `mode`.
@@ -301,6 +319,26 @@ fn parse_db(path: &str) -> Result<i64> {
                 format!("`{path}` is not a database number: the path is /0, /1, …"),
             )
         })
+}
+
+/// The PEM certificates in `path`, for `?ca=`.
+///
+/// # Errors
+/// [`Error::InvalidConfig`] naming `ca` when the file cannot be read or
+/// holds no certificate.
+pub(crate) fn read_ca(path: &std::path::Path) -> Result<Vec<u8>> {
+    let pem = std::fs::read(path)
+        .map_err(|error| Error::config("ca", format!("cannot read {}: {error}", path.display())))?;
+    if !pem
+        .windows(27)
+        .any(|window| window == b"-----BEGIN CERTIFICATE-----")
+    {
+        return Err(Error::config(
+            "ca",
+            format!("{} holds no PEM certificate", path.display()),
+        ));
+    }
+    Ok(pem)
 }
 
 #[cfg(test)]

@@ -22,7 +22,8 @@
 //! `redis://[user:password@]host[:port][/db][?prefix=…]` names the server
 //! (port 6379), the database (0) and the prefix of every key and channel
 //! (`distlock:`; it may not hold `{` or `}`). `rediss://` connects with
-//! TLS, checking the server's certificate against the system's roots. A
+//! TLS, checking the server's certificate against the system's roots, or
+//! with `?ca=PATH` against the CA certificates in that PEM file alone. A
 //! password alone is `redis://:password@host`.
 //! `redis://h1:p1,h2:p2,h3:p3?mode=quorum` names three or more independent
 //! servers for [quorum mode](#quorum-mode). Any other option is

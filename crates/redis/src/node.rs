@@ -55,8 +55,18 @@ impl Node {
         } else {
             String::new()
         };
-        let client = redis::Client::open(config.connection_info(server))
-            .map_err(|e| from_redis(&format!("opening the redis backend{on}"), e))?;
+        let info = config.connection_info(server);
+        let client = match &config.ca {
+            None => redis::Client::open(info),
+            Some(ca) => redis::Client::build_with_tls(
+                info,
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(crate::config::read_ca(ca)?),
+                },
+            ),
+        }
+        .map_err(|e| from_redis(&format!("opening the redis backend{on}"), e))?;
         Ok(Self {
             link: Link::new(client.clone(), on.clone()),
             client,

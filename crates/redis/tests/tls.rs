@@ -1,0 +1,117 @@
+//! `rediss://` against a server of the test's own that serves TLS with a
+//! throwaway CA: trusted through `?ca=`, refused without it, and `?ca=`
+//! refused on a plain `redis://` URL.
+
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use distlock_core::Error;
+use distlock_redis::RedisBackend;
+
+use support::{OwnServer, client, unique};
+
+/// Makes, in `dir`, a CA (`ca.pem`) and a certificate it signs for
+/// 127.0.0.1 (`server.pem`, `server.key`), with openssl.
+fn make_certificates(dir: &Path) {
+    let p256 = "-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes";
+    std::fs::write(
+        dir.join("server.ext"),
+        "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    for command in [
+        format!(
+            "req -x509 -new {p256} -keyout ca.key -out ca.pem -days 1 -subj /CN=distlock-redis-test-CA \
+             -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign"
+        ),
+        format!("req -new {p256} -keyout server.key -out server.csr -subj /CN=127.0.0.1"),
+        "x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 \
+         -extfile server.ext -out server.pem"
+            .to_owned(),
+    ] {
+        let output = Command::new("openssl")
+            .current_dir(dir)
+            .args(command.split_whitespace())
+            .output()
+            .expect("run openssl (scripts/test installs it)");
+        assert!(
+            output.status.success(),
+            "openssl {command}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rediss_with_a_private_ca_is_trusted_through_ca_and_refused_without() {
+    let certificates = tempfile::tempdir().unwrap();
+    let dir = certificates.path();
+    make_certificates(dir);
+    let tls_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let path = |file: &str| dir.join(file).display().to_string();
+    let _server = OwnServer::start(&[
+        "--tls-port",
+        &tls_port.to_string(),
+        "--tls-cert-file",
+        &path("server.pem"),
+        "--tls-key-file",
+        &path("server.key"),
+        "--tls-ca-cert-file",
+        &path("ca.pem"),
+        "--tls-auth-clients",
+        "no",
+    ])
+    .await;
+
+    let trusted = format!("rediss://127.0.0.1:{tls_port}?ca={}", path("ca.pem"));
+    let locks = client(&trusted).await;
+    let name = unique("tls");
+    let guard = locks
+        .acquire_with(&name, Duration::from_secs(5))
+        .await
+        .expect("acquire over TLS");
+    assert!(guard.release().await.expect("release"));
+
+    // The system's roots do not know the throwaway CA.
+    let untrusted = format!("rediss://127.0.0.1:{tls_port}");
+    let error = RedisBackend::open(&untrusted)
+        .await
+        .expect_err("a certificate no trusted CA signed");
+    let message = format!("{error} {:?}", std::error::Error::source(&error));
+    assert!(
+        message.contains("UnknownIssuer") || message.contains("certificate"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn a_ca_is_refused_without_tls_or_when_it_is_not_a_certificate() {
+    let error = RedisBackend::open("redis://127.0.0.1:6379?ca=/etc/hostname")
+        .await
+        .expect_err("ca needs rediss://");
+    assert!(
+        matches!(&error, Error::InvalidConfig { field, .. } if field == "ca"),
+        "{error:?}"
+    );
+    let error = RedisBackend::open("rediss://127.0.0.1:6379?ca=/etc/hostname")
+        .await
+        .expect_err("not a PEM certificate");
+    assert!(
+        error.to_string().contains("holds no PEM certificate"),
+        "{error}"
+    );
+    let error = RedisBackend::open("rediss://127.0.0.1:6379?ca=/no/such/file")
+        .await
+        .expect_err("no such file");
+    assert!(
+        error.to_string().contains("cannot read /no/such/file"),
+        "{error}"
+    );
+}
