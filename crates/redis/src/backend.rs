@@ -224,9 +224,14 @@ impl Backend for RedisBackend {
         let answer = match &quorum {
             Some(quorum) => quorum.acquire(request, mark.as_ref()).await?,
             None => {
-                self.single()
+                let answer = self
+                    .single()
                     .acquire(request, mark.as_ref(), request.operation_timeout)
-                    .await?
+                    .await?;
+                if let (Answer::Granted(_), Some(replicas)) = (&answer, self.config.wait_replicas) {
+                    crate::replicas::confirm_grant(self.single(), request, replicas).await?;
+                }
+                answer
             }
         };
         match answer {
@@ -300,7 +305,21 @@ impl Backend for RedisBackend {
                 let timeout = shortest.map_or(timeout, |lease| call_timeout(timeout, lease));
                 quorum.extend_many(leases, timeout).await
             }
-            None => self.single().extend_many(leases, timeout).await,
+            None => {
+                let results = self.single().extend_many(leases, timeout).await;
+                match self.config.wait_replicas {
+                    Some(replicas) => {
+                        crate::replicas::confirm_extensions(
+                            self.single(),
+                            results,
+                            replicas,
+                            timeout / 2,
+                        )
+                        .await
+                    }
+                    None => results,
+                }
+            }
         }
     }
 
@@ -351,9 +370,11 @@ impl Backend for RedisBackend {
 
     fn hand_overs(&self) -> Option<&dyn HandOvers> {
         // Quorum mode cannot end one grant and make the next on every
-        // server in one step: the lock is released, and the waiter
+        // server in one step, and a grant that waits for replicas counts
+        // only once they have it: the lock is released, and the waiter
         // acquires it.
-        self.quorum().is_none().then_some(self as &dyn HandOvers)
+        (self.quorum().is_none() && self.config.wait_replicas.is_none())
+            .then_some(self as &dyn HandOvers)
     }
 
     fn wakeups(&self) -> Option<&dyn Wakeups> {

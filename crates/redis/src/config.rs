@@ -66,6 +66,10 @@ pub struct RedisConfig {
     /// private CA (`?ca=PATH`, with `rediss://` only): then it alone is
     /// trusted.
     pub ca: Option<PathBuf>,
+    /// How many replicas must have each grant and extension before it
+    /// counts (`?wait_replicas=N`, Redis's `WAIT`); none by default. Only
+    /// with one server (`mode=single`).
+    pub wait_replicas: Option<u32>,
     /// The logical database (`/db`, default 0).
     pub db: i64,
     /// Every key and channel of this backend starts with it (`?prefix=`,
@@ -83,6 +87,7 @@ impl fmt::Debug for RedisConfig {
             .field("mode", &self.mode)
             .field("tls", &self.tls)
             .field("ca", &self.ca)
+            .field("wait_replicas", &self.wait_replicas)
             .field("db", &self.db)
             .field("prefix", &self.prefix)
             .field("credentials", &self.credentials.as_ref().map(|_| "***"))
@@ -122,7 +127,12 @@ impl RedisConfig {
         }
         // The options first: a mode this version lacks is named as such,
         // whatever the hosts look like.
-        let (mode, prefix, ca) = parse_query(parts.query)?;
+        let Options {
+            mode,
+            prefix,
+            ca,
+            wait_replicas,
+        } = parse_query(parts.query)?;
         if ca.is_some() && !tls {
             return Err(Error::config(
                 "ca",
@@ -145,6 +155,7 @@ impl RedisConfig {
             mode,
             tls,
             ca,
+            wait_replicas,
             db,
             prefix,
             credentials,
@@ -188,10 +199,17 @@ impl RedisConfig {
     }
 }
 
-/// Reads the URL's query, and gives the mode, the key prefix and the CA
-/// file it sets. Every option is named here, and anything else is refused
-/// by name.
-fn parse_query(query: &str) -> Result<(Mode, String, Option<PathBuf>)> {
+/// What a URL's query sets.
+struct Options {
+    mode: Mode,
+    prefix: String,
+    ca: Option<PathBuf>,
+    wait_replicas: Option<u32>,
+}
+
+/// Reads the URL's query. Every option is named here, and anything else
+/// is refused by name.
+fn parse_query(query: &str) -> Result<Options> {
     let mut query = Query::parse(query)?;
     let mode = match query.take("mode")?.as_deref() {
         None | Some("single") => Mode::Single,
@@ -222,8 +240,35 @@ fn parse_query(query: &str) -> Result<(Mode, String, Option<PathBuf>)> {
         .take("ca")?
         .filter(|ca| !ca.is_empty())
         .map(PathBuf::from);
-    query.refuse_rest("a redis URL takes prefix, mode (single or quorum) and ca")?;
-    Ok((mode, prefix, ca))
+    let wait_replicas = query
+        .take("wait_replicas")?
+        .map(|replicas| parse_wait_replicas(&replicas, mode))
+        .transpose()?;
+    query.refuse_rest("a redis URL takes prefix, mode (single or quorum), ca and wait_replicas")?;
+    Ok(Options {
+        mode,
+        prefix,
+        ca,
+        wait_replicas,
+    })
+}
+
+/// `?wait_replicas=N`: a whole number from 1, with one server.
+fn parse_wait_replicas(replicas: &str, mode: Mode) -> Result<u32> {
+    if mode == Mode::Quorum {
+        return Err(Error::config(
+            "wait_replicas",
+            "is for mode=single: in quorum mode each server is a primary of its own, and a \
+             majority of them already holds every grant",
+        ));
+    }
+    match replicas.parse::<u32>() {
+        Ok(replicas) if replicas > 0 => Ok(replicas),
+        _ => Err(Error::config(
+            "wait_replicas",
+            format!("`{replicas}` is not a number of replicas: give a whole number from 1"),
+        )),
+    }
 }
 
 /// Refuses a server list that does not fit `mode`.

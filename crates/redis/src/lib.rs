@@ -23,7 +23,9 @@
 //! (port 6379), the database (0) and the prefix of every key and channel
 //! (`distlock:`; it may not hold `{` or `}`). `rediss://` connects with
 //! TLS, checking the server's certificate against the system's roots, or
-//! with `?ca=PATH` against the CA certificates in that PEM file alone. A
+//! with `?ca=PATH` against the CA certificates in that PEM file alone.
+//! `?wait_replicas=N` (one server only) counts a grant or an extension
+//! only once N replicas acknowledged it (`WAIT`). A
 //! password alone is `redis://:password@host`.
 //! `redis://h1:p1,h2:p2,h3:p3?mode=quorum` names three or more independent
 //! servers for [quorum mode](#quorum-mode). Any other option is
@@ -177,6 +179,7 @@ mod keys;
 mod link;
 mod node;
 mod quorum;
+mod replicas;
 mod reply;
 mod scripts;
 mod wake;

@@ -320,6 +320,29 @@ impl Node {
             .ok_or_else(|| unexpected(&what, &reply))
     }
 
+    /// `WAIT replicas`: how many replicas acknowledged this connection's
+    /// writes so far (ours among them) within `timeout`.
+    pub(crate) async fn replicated(&self, replicas: u32, timeout: Duration) -> Result<u64> {
+        let what = format!("waiting for {replicas} replicas{}", self.on);
+        let millis = u64::try_from(timeout.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let call = async {
+            let mut connection = self.link.get()?;
+            redis::cmd("WAIT")
+                .arg(replicas)
+                .arg(millis)
+                .query_async::<u64>(&mut connection)
+                .await
+                .map_err(|e| from_redis(&what, e))
+        };
+        // The server answers by its own timeout; ours only guards a dead
+        // connection.
+        tokio::time::timeout(timeout * 2, call)
+            .await
+            .map_err(|_| timed_out("wait for replicas", timeout))?
+    }
+
     /// Ends every grant of `name`: whether a live one ended.
     pub(crate) async fn force_release(&self, name: &LockName, timeout: Duration) -> Result<bool> {
         let keys = self.keys.of(name);
