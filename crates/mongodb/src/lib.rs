@@ -158,6 +158,7 @@ mod document;
 pub mod entity;
 mod error;
 mod exclusive;
+pub mod fencing;
 mod holders;
 mod listing;
 mod redact;
