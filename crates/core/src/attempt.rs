@@ -110,7 +110,7 @@ impl Asking {
                     // lost; release by identity, harmless if it did not.
                     let lease = self.request.granted(0, GrantState::none());
                     let backend = backend.clone();
-                    tokio::spawn(async move {
+                    crate::sync::spawn(async move {
                         release_unclaimed(&*backend, &lease, operation_timeout).await;
                     });
                 }

@@ -866,7 +866,7 @@ impl Drop for PendingWait {
         let Some(asking) = self.asking.take().filter(|asking| !asking.wait.is_empty()) else {
             return;
         };
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        if let Some(runtime) = crate::sync::Runtime::current() {
             let backend = self.backend.clone();
             runtime.spawn(async move { asking.end(&*backend).await });
         }

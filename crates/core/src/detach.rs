@@ -103,7 +103,7 @@ where
         let orphan = self.orphan.take();
         // Without a runtime nothing can run; the lease's expiry is then the
         // safety net, as the guard's docs say.
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        if let Some(runtime) = crate::sync::Runtime::current() {
             runtime.spawn(async move {
                 let output = future.await;
                 if let Some(orphan) = orphan {

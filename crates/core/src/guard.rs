@@ -350,13 +350,13 @@ impl Drop for LockGuard {
         let slot = self.slot.take();
         let succession = self.succession.take();
         let shared = self.shared.take();
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
+        match crate::sync::Runtime::current() {
+            Some(runtime) => {
                 runtime.spawn(async move {
                     let _ = release_lease(held, slot, succession, shared).await;
                 });
             }
-            Err(_) => {
+            None => {
                 // Nothing can be sent. Dropping the lease drops its grant
                 // state, which is how a backend whose grants live in that
                 // state (an open file) lets go; others' leases expire.

@@ -219,6 +219,8 @@ impl LostSignal {
         // Registered before the check, so an end between the two still
         // wakes this task.
         ended.as_mut().enable();
+        // The model checker may end the lease here, to check just that.
+        crate::sync::switch_point();
         if let Some(&reason) = self.loss.reason.get() {
             return reason;
         }

@@ -42,6 +42,7 @@ pub mod platform;
 mod set;
 mod slots;
 mod state;
+mod sync;
 #[cfg(feature = "test-util")]
 #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
 pub mod testing;

@@ -1,7 +1,7 @@
 //! An in-memory backend, for unit tests and documentation.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -16,6 +16,7 @@ use crate::error::Result;
 use crate::name::LockName;
 use crate::options::LockOptions;
 use crate::state::{GrantState, WaitState};
+use crate::sync::{Mutex, MutexGuard};
 use crate::wake::{ReleaseHub, ReleaseWatch};
 
 /// Locks that live in this process's memory, with real leases that expire

@@ -8,8 +8,7 @@
 //! handed it over in one step, or the right to try for it at once.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::{Notify, oneshot};
@@ -18,6 +17,8 @@ use tokio::time::Instant;
 use crate::claim::Claim;
 use crate::guard::LockGuard;
 use crate::name::LockName;
+use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::{Mutex, MutexGuard};
 
 /// What the next task in line for a name receives.
 #[derive(Debug)]
@@ -276,14 +277,14 @@ impl Slots {
             .is_some_and(|queue| queue.iter().any(|waiter| !waiter.is_gone()))
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
+    fn lock(&self) -> MutexGuard<'_, Table> {
         self.inner
             .table
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn local_releases(&self) -> std::sync::MutexGuard<'_, HashMap<LockName, Arc<LocalReleases>>> {
+    fn local_releases(&self) -> MutexGuard<'_, HashMap<LockName, Arc<LocalReleases>>> {
         self.inner
             .local_releases
             .lock()

@@ -2,11 +2,12 @@
 //! this process through a [`ReleaseHub`], so waiters need not sleep.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, PoisonError};
 
 use tokio::sync::{Notify, watch};
 
 use crate::name::LockName;
+use crate::sync::{Mutex, MutexGuard};
 
 /// The names this process waits for, each with a counter that a backend
 /// bumps when it sees that name released.
@@ -98,7 +99,7 @@ impl ReleaseHub {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<LockName, Watched>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<LockName, Watched>> {
         self.inner
             .names
             .lock()

@@ -15,8 +15,7 @@
 mod session;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, PoisonError, Weak};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -28,6 +27,8 @@ use crate::error::{Error, Result};
 use crate::lease::{HeldLease, LossReason};
 use crate::metrics;
 use crate::options::LockOptions;
+use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use crate::sync::{Mutex, MutexGuard};
 
 /// Handle to a client's keeper.
 #[derive(Debug, Clone)]
@@ -48,7 +49,7 @@ struct Shared {
     session: Option<Arc<dyn Backend>>,
     /// How many waits of the client are under way, for a session backend:
     /// its session must live while they wait too.
-    waits: std::sync::atomic::AtomicUsize,
+    waits: AtomicUsize,
     /// Whether the keeper task runs. It is started by the first insert, and
     /// again by the next insert after it stopped with the runtime it ran on
     /// (a client shared between runtimes outlives each of them).
@@ -212,7 +213,7 @@ impl Keeper {
         }
         let weak = Arc::downgrade(shared);
         let stopped = OnStop(weak.clone());
-        tokio::spawn(run(weak, shared.wake.clone(), stopped));
+        crate::sync::spawn(run(weak, shared.wake.clone(), stopped));
     }
 }
 
@@ -490,11 +491,11 @@ async fn run(weak: Weak<Shared>, wake: Arc<Notify>, _on_stop: OnStop) {
             let now = Instant::now();
             let (due, next_look) = shared.take_due(now);
             if !due.is_empty() {
-                tokio::spawn(shared.clone().extend_batch(due));
+                crate::sync::spawn(shared.clone().extend_batch(due));
             }
             let (renew, next_look) = shared.take_session_due(now, next_look);
             if renew {
-                tokio::spawn(shared.clone().renew_session());
+                crate::sync::spawn(shared.clone().renew_session());
             }
             next_look
         };

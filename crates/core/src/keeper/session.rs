@@ -5,7 +5,6 @@
 //! then cost one renewal per cadence.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use tokio::time::Instant;
 
@@ -14,6 +13,7 @@ use crate::bounded;
 use crate::error::{Error, Result};
 use crate::lease::{HeldLease, LossReason};
 use crate::metrics;
+use crate::sync::atomic::Ordering;
 
 /// When the session is renewed next.
 #[derive(Debug, Default)]

@@ -34,7 +34,7 @@
 //! ```
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -48,6 +48,7 @@ use crate::lease::LossReporter;
 use crate::memory::MemoryBackend;
 use crate::name::{IntoLockName, LockName};
 use crate::state::{GrantState, WaitState};
+use crate::sync::{Mutex, MutexGuard};
 use crate::wake::ReleaseWatch;
 
 mod hook;
@@ -229,7 +230,7 @@ impl TestBackend {
             let inner = self.inner.clone();
             // The memory backend answers at once; a wrapped one is asked in
             // the background, as a store would end a lease by itself.
-            tokio::spawn(async move { inner.force_release(&name).await });
+            crate::sync::spawn(async move { inner.force_release(&name).await });
         }
         live.len()
     }
@@ -251,7 +252,7 @@ impl TestBackend {
                 .collect()
         };
         let inner = self.inner.clone();
-        tokio::spawn(async move {
+        crate::sync::spawn(async move {
             for lease in grants {
                 let _ = inner.release(&lease).await;
             }
