@@ -28,7 +28,7 @@ pub(crate) fn limit(held: &Arc<HeldLease>, keeper: Keeper, key: u64, max_hold: D
     let deadline = tokio::time::Instant::from_std(held.granted_at() + max_hold);
     let ended = LostSignal::new(held);
     let held = Arc::downgrade(held);
-    tokio::spawn(async move {
+    crate::sync::spawn(async move {
         tokio::select! {
             () = tokio::time::sleep_until(deadline) => {}
             _ = ended.lost() => return,
