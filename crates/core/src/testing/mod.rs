@@ -226,13 +226,21 @@ impl TestBackend {
         for grant in &live {
             grant.loss.report();
         }
-        if !live.is_empty() {
+        let lost = live.len();
+        if lost > 0 {
             let inner = self.inner.clone();
+            let leases: Vec<Lease> = live.into_iter().map(|grant| grant.lease).collect();
             // The memory backend answers at once; a wrapped one is asked in
-            // the background, as a store would end a lease by itself.
-            crate::sync::spawn(async move { inner.force_release(&name).await });
+            // the background, as a store would end a lease by itself. Each
+            // lease by its identity: a grant made since the loss was
+            // reported is not one of them, and stays.
+            crate::sync::spawn(async move {
+                for lease in &leases {
+                    let _ = inner.release(lease).await;
+                }
+            });
         }
-        live.len()
+        lost
     }
 
     /// Ends the session of a backend made [`with_session`](Self::with_session):
