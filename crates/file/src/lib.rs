@@ -51,6 +51,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod admin;
+pub mod fencing;
 mod files;
 mod gate;
 mod held;

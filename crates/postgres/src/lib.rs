@@ -298,6 +298,7 @@ mod backend;
 mod config;
 mod deployment;
 mod error;
+pub mod fencing;
 mod gate;
 mod lease;
 mod mark;

@@ -12,6 +12,7 @@ mod credentials;
 mod document;
 mod entity;
 mod failpoints;
+mod fencing;
 mod kinds;
 mod race;
 mod restart;
