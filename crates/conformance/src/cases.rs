@@ -344,7 +344,7 @@ fn request(name: &LockName, lease: Duration) -> AcquireRequest {
     )
 }
 
-async fn grant(backend: &dyn Backend, name: &LockName, lease: Duration) -> Lease {
+pub(crate) async fn grant(backend: &dyn Backend, name: &LockName, lease: Duration) -> Lease {
     let request = request(name, lease);
     match backend
         .try_acquire(&request, &mut distlock_core::WaitState::new())

@@ -18,6 +18,7 @@ mod child;
 pub mod coordination;
 pub mod kinds;
 mod process;
+pub mod regressions;
 mod support;
 
 use std::sync::Arc;
@@ -122,6 +123,10 @@ macro_rules! conformance_suite {
             max_hold_ends_the_hold,
             an_election_passes_on_and_observers_see_each_term,
         );
+        $crate::conformance_suite!(@regressions $env $fixture;
+            a_retried_release_never_deletes_a_newer_holders_lock,
+            no_extension_after_release,
+        );
         $crate::conformance_suite!(@kinds $env $fixture;
             readers_overlap,
             a_writer_excludes_readers_and_writers,
@@ -154,6 +159,17 @@ macro_rules! conformance_suite {
                 $crate::conformance_suite!(@run $env $case {
                     let fixture = $fixture;
                     $crate::coordination::$case(&fixture).await;
+                });
+            }
+        )*
+    };
+    (@regressions $env:tt $fixture:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[::tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $case() {
+                $crate::conformance_suite!(@run $env $case {
+                    let fixture = $fixture;
+                    $crate::regressions::$case(&fixture).await;
                 });
             }
         )*
