@@ -11,10 +11,10 @@ install_redis() {
     apt_install redis-server
 }
 
-# start_one_redis BIN: starts one instance on a free port, and sets
+# one_redis_instance BIN: starts one instance on a free port, and sets
 # REDIS_PORT to it (not printed: the process must stay this shell's child,
 # which a command substitution's subshell would not keep it).
-start_one_redis() {
+one_redis_instance() {
     local bin=$1 dir
     REDIS_PORT=$(free_port)
     dir="$DISTLOCK_TMP/redis-$REDIS_PORT"
@@ -29,12 +29,12 @@ start_redis() {
     step "starting redis"
     local bin hosts=()
     bin=$(command -v redis-server)
-    start_one_redis "$bin"
+    one_redis_instance "$bin"
     export REDIS_BIN="$bin"
     export DISTLOCK_TEST_REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
     step "starting three redis servers for quorum mode"
     for _ in 1 2 3; do
-        start_one_redis "$bin"
+        one_redis_instance "$bin"
         hosts+=("127.0.0.1:$REDIS_PORT")
     done
     DISTLOCK_TEST_REDIS_QUORUM_URL="redis://$(IFS=,; echo "${hosts[*]}")?mode=quorum"
