@@ -5,6 +5,7 @@
 
 use std::time::Instant;
 
+use futures::FutureExt;
 use futures::future::select_all;
 
 use crate::acquire::AcquireOptions;
@@ -108,10 +109,17 @@ impl LockClient {
         } = options.into();
         let wanted = canonical(locks, claim)?;
         let deadline = timeout.map(|timeout| Instant::now() + timeout);
+        // Each member's wait ends on the one cancellation, as a single
+        // call's does: an attempt in flight is answered, and a grant it
+        // brings released, before the call returns.
+        let cancel = cancel.map(FutureExt::shared);
         let mut taken: Vec<LockGuard> = Vec::with_capacity(wanted.len());
         let take_all = async {
             for (name, claim) in &wanted {
                 let mut options = AcquireOptions::new().claim(*claim).payload(payload.clone());
+                if let Some(cancel) = &cancel {
+                    options = options.cancel_on(cancel.clone());
+                }
                 if let Some(max_hold) = max_hold {
                     options = options.max_hold(max_hold);
                 }
@@ -126,22 +134,7 @@ impl LockClient {
             }
             Ok(())
         };
-        let started = Instant::now();
-        let finished = match cancel {
-            Some(cancel) => tokio::select! {
-                outcome = take_all => Some(outcome),
-                () = cancel => None,
-            },
-            None => Some(take_all.await),
-        };
-        let outcome = finished.unwrap_or_else(|| {
-            // The lock being waited for when the cancellation came.
-            let (name, _) = &wanted[taken.len().min(wanted.len() - 1)];
-            Err(Error::Cancelled {
-                name: name.to_string(),
-                waited: started.elapsed(),
-            })
-        });
+        let outcome = take_all.await;
         match outcome {
             Ok(()) => Ok(LockSet { guards: taken }),
             Err(error) => {
