@@ -4,23 +4,23 @@
 
 use std::ffi::OsString;
 
-use distlock::{LockGuard, LockName, LossReason, LostSignal};
-use futures::future::select_all;
+use distlock::{LockGuard, LockName, LockSet, LossReason};
 
 /// The locks `run` holds, in the order they were taken.
 pub(crate) struct Held {
-    guards: Vec<LockGuard>,
+    set: LockSet,
 }
 
 impl Held {
-    pub(crate) fn new(guards: Vec<LockGuard>) -> Self {
-        Self { guards }
+    pub(crate) fn new(set: LockSet) -> Self {
+        Self { set }
     }
 
     /// The names, for messages: `a`, or `a, b`.
     pub(crate) fn names(&self) -> String {
         let names: Vec<&str> = self
-            .guards
+            .set
+            .guards()
             .iter()
             .map(|guard| guard.name().as_str())
             .collect();
@@ -31,7 +31,7 @@ impl Held {
     /// `DISTLOCK_FENCING_TOKEN`; for several, `DISTLOCK_FENCING_TOKENS`
     /// (see [`fencing_tokens`]).
     pub(crate) fn environment(&self) -> Vec<(&'static str, OsString)> {
-        match self.guards.as_slice() {
+        match self.set.guards() {
             [one] => vec![
                 ("DISTLOCK_NAME", one.name().as_str().into()),
                 (
@@ -39,64 +39,33 @@ impl Held {
                     one.fencing_token().to_string().into(),
                 ),
             ],
-            many => vec![(
+            _ => vec![(
                 "DISTLOCK_FENCING_TOKENS",
-                fencing_tokens(
-                    many.iter()
-                        .map(|guard| (guard.name(), guard.fencing_token())),
-                )
-                .into(),
+                fencing_tokens(self.set.fencing_tokens()).into(),
             )],
         }
     }
 
-    /// A signal of the first loss among the locks.
-    pub(crate) fn lost_signal(&self) -> AnyLost {
-        AnyLost(
-            self.guards
-                .iter()
-                .map(|guard| (guard.name().clone(), guard.lost_signal()))
-                .collect(),
-        )
+    /// The lock lost first, and why; see [`LockSet::lost`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub(crate) async fn lost(&self) -> (&LockName, LossReason) {
+        self.set.lost().await
     }
 
     /// The first lock that was lost, if one was.
     pub(crate) fn lost_one(&self) -> Option<&LockName> {
-        self.guards
+        self.set
+            .guards()
             .iter()
             .find(|guard| guard.is_lost())
             .map(LockGuard::name)
     }
 
-    /// Releases every lock, the last taken first: `Ok(true)` when all were
-    /// still held; the first error once all were tried.
+    /// Releases every lock; see [`LockSet::release`].
     pub(crate) async fn release(self) -> distlock::Result<bool> {
-        let mut all_held = true;
-        let mut first_error = None;
-        for guard in self.guards.into_iter().rev() {
-            match guard.release().await {
-                Ok(held) => all_held &= held,
-                Err(error) => {
-                    first_error.get_or_insert(error);
-                }
-            }
-        }
-        first_error.map_or(Ok(all_held), Err)
-    }
-}
-
-/// Resolves at the first loss among several locks.
-pub(crate) struct AnyLost(Vec<(LockName, LostSignal)>);
-
-impl AnyLost {
-    /// The lock lost first, and why.
-    ///
-    /// # Cancel safety
-    /// Cancel safe.
-    pub(crate) async fn lost(&self) -> (&LockName, LossReason) {
-        let losses = self.0.iter().map(|(_, signal)| Box::pin(signal.lost()));
-        let (reason, index, _) = select_all(losses).await;
-        (&self.0[index].0, reason)
+        self.set.release().await
     }
 }
 

@@ -12,7 +12,7 @@ use std::future::Future;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use distlock::{AcquireOptions, Claim, LockClient, LockName, LockOptions, LockSet, LossReason};
+use distlock::{AcquireOptions, Claim, LockClient, LockName, LockOptions, LossReason};
 use rustix::fs::{Mode, OFlags};
 use rustix::process::{Pid, Signal, getpgid, kill_process};
 use tokio::process::{Child, Command};
@@ -21,7 +21,7 @@ use tokio::sync::oneshot;
 
 use crate::cli::RunArgs;
 use crate::exit::{self, Failure, LOST, NOT_ACQUIRED, UNAVAILABLE};
-use crate::held::{self, AnyLost, Held};
+use crate::held::{self, Held};
 use crate::open;
 use crate::text;
 use crate::tree::{self, Tree};
@@ -220,18 +220,9 @@ async fn acquire(
         Wait::AtMost(timeout) => options.timeout(timeout),
         Wait::Forever => options,
     };
-    let taken = match names {
-        [name] => client
-            .acquire_with(name, options)
-            .await
-            .map(|guard| vec![guard]),
-        several => client
-            .acquire_all(several, options)
-            .await
-            .map(LockSet::into_guards),
-    };
+    let taken = client.acquire_all(names, options).await;
     match taken {
-        Ok(guards) => Ok(Taken::Held(Held::new(guards))),
+        Ok(set) => Ok(Taken::Held(Held::new(set))),
         Err(distlock::Error::Timeout {
             name,
             last_error: Some(error),
@@ -280,7 +271,6 @@ async fn supervise(
 ) -> Result<Ended, Failure> {
     let tree = Tree::start();
     let mut child = spawn(held, command)?;
-    let lost = held.lost_signal();
     let status = loop {
         tokio::select! {
             status = child.wait() => {
@@ -296,7 +286,7 @@ async fn supervise(
                     send(&child, signal);
                 }
             }
-            (name, reason) = lost.lost() => {
+            (name, reason) = held.lost() => {
                 let name = name.clone();
                 let killed = stop(tree, Some(&mut child), grace).await?;
                 return Ok(Ended::Lost { name, reason, killed });
@@ -304,7 +294,7 @@ async fn supervise(
         }
     };
     Ok(
-        match wait_for_leftovers(tree, &lost, grace, signals).await? {
+        match wait_for_leftovers(tree, held, grace, signals).await? {
             None => Ended::Exited(status),
             Some((name, reason, killed)) => Ended::Lost {
                 name,
@@ -323,7 +313,7 @@ const LEFTOVER_POLL: Duration = Duration::from_millis(50);
 /// then returns the reason and whether SIGKILL was needed.
 async fn wait_for_leftovers(
     tree: Tree,
-    lost: &AnyLost,
+    held: &Held,
     grace: Duration,
     signals: &mut Signals,
 ) -> Result<Option<(LockName, LossReason, bool)>, Failure> {
@@ -346,7 +336,7 @@ async fn wait_for_leftovers(
                 tracing::debug!(signal = signal.as_raw(), "passing a signal on to what CMD left running");
                 tree::signal(&tree.all(None), signal);
             }
-            (name, reason) = lost.lost() => {
+            (name, reason) = held.lost() => {
                 let name = name.clone();
                 let killed = stop(tree, None, grace).await?;
                 return Ok(Some((name, reason, killed)));
