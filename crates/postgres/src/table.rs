@@ -175,6 +175,11 @@ enum Found {
     Current,
     /// Nothing: it is to be made.
     Missing { schema_exists: bool },
+    /// A table without distlock's comment. Seen outside the creation
+    /// lock, this may be one being committed right now: `to_regclass`
+    /// reads the catalog as of now, `obj_description` as of the
+    /// statement's start, so the table can show before its comment.
+    Unmarked,
 }
 
 /// Makes sure the lock table exists at this release's version, creating
@@ -205,6 +210,8 @@ async fn ensure_now(client: &Client, table: &TableName, layout: Layout) -> Resul
     if let Found::Current = inspect(client, table, layout).await? {
         return Ok(());
     }
+    // Missing or unmarked: look again under the lock, after any creator
+    // that holds it has committed.
     let what = format!("creating the lock table {table:?}");
     // A dedicated connection: an error mid-transaction drops it, so no
     // pooled connection is ever left inside a transaction.
@@ -221,13 +228,17 @@ async fn ensure_now(client: &Client, table: &TableName, layout: Layout) -> Resul
         .await
         .map_err(|error| from_driver(&what, error))?;
     // Another process may have made it while we waited for the lock.
-    if let Found::Missing { schema_exists } = inspect(client, table, layout).await? {
-        let statements = create_statements(table, layout, schema_exists);
-        if let Err(error) = client.batch_execute(&statements).await {
-            // Only a server that ignores the advisory lock's promise
-            // (another tool creating the same table) gets here.
-            if !is_duplicate(&error) {
-                return Err(from_driver(&what, error));
+    match inspect(client, table, layout).await? {
+        Found::Current => {}
+        Found::Unmarked => return Err(not_made_by_distlock(table)),
+        Found::Missing { schema_exists } => {
+            let statements = create_statements(table, layout, schema_exists);
+            if let Err(error) = client.batch_execute(&statements).await {
+                // Only a server that ignores the advisory lock's promise
+                // (another tool creating the same table) gets here.
+                if !is_duplicate(&error) {
+                    return Err(from_driver(&what, error));
+                }
             }
         }
     }
@@ -301,11 +312,15 @@ async fn inspect(client: &Client, table: &TableName, layout: Layout) -> Result<F
                  this one knows version {SCHEMA_VERSION}"
             ),
         )),
-        _ => Err(Error::config(
-            "table",
-            format!("{table:?} exists but was not made by distlock; name another with ?table="),
-        )),
+        _ => Ok(Found::Unmarked),
     }
+}
+
+fn not_made_by_distlock(table: &TableName) -> Error {
+    Error::config(
+        "table",
+        format!("{table:?} exists but was not made by distlock; name another with ?table="),
+    )
 }
 
 #[cfg(test)]

@@ -189,6 +189,42 @@ async fn processes_opening_at_once_on_a_fresh_schema_all_succeed() {
     }
 }
 
+/// A table of the same name that distlock did not make is refused by
+/// name, in both modes, and left as it was.
+#[tokio::test]
+async fn a_table_distlock_did_not_make_is_refused_and_left_alone() {
+    let schema = unique("foreign");
+    let (admin, connection) = tokio_postgres::connect(&url(), NoTls).await.expect("admin");
+    tokio::spawn(connection);
+    admin
+        .batch_execute(&format!(
+            "CREATE SCHEMA \"{schema}\";
+             CREATE TABLE \"{schema}\".distlock_locks (id integer);
+             INSERT INTO \"{schema}\".distlock_locks VALUES (7);"
+        ))
+        .await
+        .expect("make a table of our own");
+    for mode in ["lease", "advisory"] {
+        let server = with_options(
+            &url(),
+            &format!("schema={schema}&mode={mode}&table=distlock_locks"),
+        );
+        match PostgresBackend::open(&server).await {
+            Err(Error::InvalidConfig { field, reason }) => {
+                assert_eq!(field, "table", "{mode}: {reason}");
+                assert!(reason.contains("not made by distlock"), "{mode}: {reason}");
+            }
+            other => panic!("{mode}: expected a refusal, got {other:?}"),
+        }
+    }
+    let rows = admin
+        .query(&format!("SELECT id FROM \"{schema}\".distlock_locks"), &[])
+        .await
+        .expect("the table is still there");
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].get::<_, i32>(0), 7);
+}
+
 /// Terminates, as an administrator would, every server connection whose
 /// application name is `application`; returns how many.
 async fn terminate(admin: &tokio_postgres::Client, application: &str) -> i64 {
