@@ -29,8 +29,8 @@ use std::future::Future;
 use std::sync::Arc;
 
 use distlock_core::{
-    AcquireOptions, Claim, Error, IntoLockName, LockClientBuilder, LockContext, LockInfo, LockName,
-    LockOptions, LossReason, Result,
+    AcquireOptions, Claim, Error, IntoLockClaim, IntoLockName, LockClientBuilder, LockContext,
+    LockInfo, LockName, LockOptions, LossReason, Result,
 };
 
 /// Opens the backend `url` names, as [`crate::connect`] does, and returns a
@@ -124,6 +124,44 @@ impl LockClient {
             .runtime
             .block_on(self.client.try_acquire_with(name, options))??;
         Ok(guard.map(|guard| self.guard(guard)))
+    }
+
+    /// Takes every lock in `locks`, in one canonical order, all or
+    /// nothing; see [`crate::LockClient::acquire_all`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// # fn main() -> Result<(), distlock::Error> {
+    /// let client = distlock::blocking::connect("memory://")?;
+    /// let both = client.acquire_all(["accounts/2", "accounts/1"], Duration::from_secs(5))?;
+    /// for (name, token) in both.fencing_tokens() {
+    ///     println!("{name}: token {token}");
+    /// }
+    /// assert!(both.release()?);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`crate::LockClient::acquire_all`]: every lock taken is released
+    /// before the error returns. [`Error::Unsupported`] inside an async
+    /// runtime.
+    pub fn acquire_all<'a, L>(
+        &self,
+        locks: impl IntoIterator<Item = L>,
+        options: impl Into<AcquireOptions<'a>>,
+    ) -> Result<LockSet>
+    where
+        L: IntoLockClaim,
+    {
+        let set = self
+            .runtime
+            .block_on(self.client.acquire_all(locks, options))??;
+        Ok(LockSet {
+            set: Some(set),
+            runtime: self.runtime.clone(),
+        })
     }
 
     /// Takes `name` as `options` say, runs `work` on this thread, and
@@ -258,6 +296,80 @@ impl Drop for LockGuard {
             // The guard's own drop spawns the release; it needs the runtime.
             let _entered = self.runtime.handle().enter();
             drop(guard);
+        }
+    }
+}
+
+/// Several locks held together, from a blocking client's
+/// [`acquire_all`](LockClient::acquire_all): the same guarantees as
+/// [`crate::LockSet`]. Dropping it releases every lock in the client's
+/// runtime, without blocking.
+#[must_use = "dropping the set releases its locks at once"]
+#[derive(Debug)]
+pub struct LockSet {
+    /// `None` only once released or split.
+    set: Option<crate::LockSet>,
+    runtime: Arc<Runtime>,
+}
+
+impl LockSet {
+    fn inner(&self) -> &crate::LockSet {
+        self.set.as_ref().expect("a set is only emptied by release")
+    }
+
+    /// Every lock's name and fencing token, in the canonical order.
+    pub fn fencing_tokens(&self) -> impl Iterator<Item = (&LockName, u64)> {
+        self.inner().fencing_tokens()
+    }
+
+    /// Whether any of the locks has been lost.
+    pub fn is_lost(&self) -> bool {
+        self.inner().is_lost()
+    }
+
+    /// Blocks until any of the locks is lost, and says which and why; see
+    /// [`crate::LockSet::lost`].
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] inside an async runtime.
+    pub fn wait_lost(&self) -> Result<(LockName, LossReason)> {
+        self.runtime.block_on(async {
+            let (name, reason) = self.inner().lost().await;
+            (name.clone(), reason)
+        })
+    }
+
+    /// Releases every lock, the last taken first, and says whether all
+    /// were still ours; see [`crate::LockSet::release`].
+    ///
+    /// # Errors
+    /// As [`crate::LockSet::release`]; [`Error::Unsupported`] inside an
+    /// async runtime (the set is then dropped, which releases in the
+    /// background).
+    pub fn release(mut self) -> Result<bool> {
+        let set = self.set.take().expect("released once");
+        self.runtime.block_on(set.release())?
+    }
+
+    /// The locks as blocking guards, to release or keep one by one.
+    pub fn into_guards(mut self) -> Vec<LockGuard> {
+        let set = self.set.take().expect("split once");
+        set.into_guards()
+            .into_iter()
+            .map(|guard| LockGuard {
+                guard: Some(guard),
+                runtime: self.runtime.clone(),
+            })
+            .collect()
+    }
+}
+
+impl Drop for LockSet {
+    fn drop(&mut self) {
+        if let Some(set) = self.set.take() {
+            // The guards' drops spawn their releases; they need the runtime.
+            let _entered = self.runtime.handle().enter();
+            drop(set);
         }
     }
 }

@@ -92,5 +92,65 @@ async fn inside_a_runtime_it_refuses_instead_of_stalling() {
         client.acquire("inside"),
         Err(Error::Unsupported(_))
     ));
+    assert!(matches!(
+        client.acquire_all(["inside", "also"], Duration::from_secs(1)),
+        Err(Error::Unsupported(_))
+    ));
     drop(client);
+}
+
+#[test]
+fn a_set_is_taken_whole_or_not_at_all_and_released_together() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = distlock::blocking::connect(&file_url(&dir)).unwrap();
+    let other = distlock::blocking::connect(&file_url(&dir)).unwrap();
+
+    let set = client
+        .acquire_all(["ledger/b", "ledger/a"], Duration::from_secs(5))
+        .unwrap();
+    let names: Vec<&str> = set
+        .fencing_tokens()
+        .map(|(name, _)| name.as_str())
+        .collect();
+    assert_eq!(names, ["ledger/a", "ledger/b"]);
+    assert!(!set.is_lost());
+
+    // One member is held elsewhere: nothing of the set stays taken.
+    let blocker = other.acquire("ledger/c").unwrap();
+    let refused = client.acquire_all(
+        ["ledger/d", "ledger/c"],
+        AcquireOptions::new().timeout(Duration::from_millis(100)),
+    );
+    assert!(matches!(refused, Err(Error::Timeout { .. })), "{refused:?}");
+    let free = other.try_acquire("ledger/d").unwrap().expect("rolled back");
+    free.release().unwrap();
+    blocker.release().unwrap();
+
+    assert!(set.release().unwrap());
+    let again = other
+        .acquire_all(["ledger/a", "ledger/b"], Duration::from_secs(5))
+        .expect("the set released both");
+    let mut guards = again.into_guards();
+    assert_eq!(guards.len(), 2);
+    assert!(guards.pop().unwrap().release().unwrap());
+    drop(guards);
+    let first = other
+        .acquire_with("ledger/a", Duration::from_secs(5))
+        .expect("the drop released it");
+    assert!(first.release().unwrap());
+}
+
+#[test]
+fn a_set_reports_which_lock_was_lost() {
+    // A short lease, so that the next extension, which learns of the
+    // loss, comes soon.
+    let client = distlock::blocking::connect("memory://?lease=1s").unwrap();
+    let set = client
+        .acquire_all(["jobs/1", "jobs/2"], Duration::from_secs(5))
+        .unwrap();
+    assert!(client.force_release("jobs/2").unwrap());
+    let (name, _reason) = set.wait_lost().unwrap();
+    assert_eq!(name.as_str(), "jobs/2");
+    assert!(set.is_lost());
+    assert!(!set.release().unwrap());
 }
