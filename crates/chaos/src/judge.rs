@@ -40,11 +40,13 @@ pub(crate) struct Verdict {
     pub(crate) most_at_once: usize,
     /// Accepted writes the counter does not show.
     pub(crate) lost_updates: u64,
-    /// Holdings that began after another one ended, yet whose token is
-    /// not above it. Between two holdings that may be held side by side
-    /// (two readers, two permits), only one asked for after the other
-    /// ended counts: the server may grant a token before the next one and
-    /// its holder record the grant after the next one's holder is done.
+    /// Holdings whose token is not above that of a holding the server
+    /// must have granted first: one that began before this one was asked
+    /// for, or one it excludes that ended before this one began. Between
+    /// two holdings that may be held side by side (two readers, two
+    /// permits), an end before a begin proves nothing: the server may
+    /// grant a token before the next one and its holder record the grant
+    /// after the next one's holder is done.
     pub(crate) token_regressions: usize,
     /// Writes the fenced counter turned away.
     pub(crate) rejected_writes: usize,
@@ -223,19 +225,30 @@ fn overlaps(holdings: &[Holding]) -> (usize, usize) {
     (overlapping, most)
 }
 
-/// Holdings whose token is not above that of a holding that ended before
-/// they began (or, for two claims that may be held side by side, before
-/// they were asked for).
+/// Holdings whose token is not above that of a holding the server must
+/// have granted before them: the grant order, checked against the token
+/// order as far as the holders' records show it.
+/// - A holding that began before another was asked for was granted
+///   first, whatever the kinds.
+/// - A holding that ended before another began was granted first, unless
+///   both may be held side by side; then only one that ended before the
+///   other was asked for counts, which the first rule covers.
 fn token_regressions(holdings: &[Holding]) -> usize {
     let ended = [Side::Writer, Side::Reader, Side::Permit].map(|side| Ended::of(holdings, side));
+    let begun = Begun::of(holdings);
     holdings
         .iter()
         .filter(|later| {
-            ended.iter().any(|earlier| {
-                earlier
-                    .highest_before(since(later, earlier.side))
-                    .is_some_and(|highest| highest >= later.token)
-            })
+            let after_begun = later
+                .asked_ns
+                .and_then(|asked| begun.highest_before(asked))
+                .is_some_and(|highest| highest >= later.token);
+            after_begun
+                || ended.iter().any(|earlier| {
+                    earlier
+                        .highest_before(since(later, earlier.side))
+                        .is_some_and(|highest| highest >= later.token)
+                })
         })
         .count()
 }
@@ -245,10 +258,12 @@ fn token_regressions(holdings: &[Holding]) -> usize {
 pub(crate) fn token_regression(holdings: &[Holding]) -> Option<(Holding, Holding)> {
     holdings.iter().find_map(|later| {
         holdings.iter().find_map(|earlier| {
-            let before = earlier
+            let begun_before = later.asked_ns.is_some_and(|asked| earlier.start_ns < asked);
+            let ended_before = earlier
                 .end_ns
                 .is_some_and(|end| end < since(later, Side::of(earlier.claim)));
-            (before && earlier.token >= later.token).then_some((*earlier, *later))
+            ((begun_before || ended_before) && earlier.token >= later.token)
+                .then_some((*earlier, *later))
         })
     })
 }
@@ -300,6 +315,41 @@ impl Side {
             ClaimSpec::Shared => Side::Reader,
             ClaimSpec::Permit { .. } => Side::Permit,
         }
+    }
+}
+
+/// Every holding, ended or not, by when it began, with the highest token
+/// among those that began by each.
+struct Begun {
+    starts: Vec<u64>,
+    highest: Vec<u64>,
+}
+
+impl Begun {
+    fn of(holdings: &[Holding]) -> Begun {
+        let mut by_start: Vec<(u64, u64)> = holdings
+            .iter()
+            .map(|holding| (holding.start_ns, holding.token))
+            .collect();
+        by_start.sort_unstable();
+        let mut running = 0;
+        let highest = by_start
+            .iter()
+            .map(|(_, token)| {
+                running = running.max(*token);
+                running
+            })
+            .collect();
+        Begun {
+            starts: by_start.into_iter().map(|(start, _)| start).collect(),
+            highest,
+        }
+    }
+
+    /// The highest token among the holdings that began before `at`.
+    fn highest_before(&self, at: u64) -> Option<u64> {
+        let before = self.starts.partition_point(|start| *start < at);
+        before.checked_sub(1).map(|last| self.highest[last])
     }
 }
 
@@ -423,9 +473,34 @@ mod tests {
         // Asked for after 11 ended, it must have a higher token.
         late.asked_ns = Some(6);
         assert_eq!(token_regressions(&[early, late]), 1);
+        // So must one asked for after 11 began, while 11 was held.
+        late.asked_ns = Some(3);
+        assert_eq!(token_regressions(&[early, late]), 1);
+        assert!(token_regression(&[early, late]).is_some());
         // A writer's order is judged from its grant, whoever came before.
         let mut writer = holding(ClaimSpec::Exclusive, 10, 6, 8);
         writer.asked_ns = Some(0);
         assert_eq!(token_regressions(&[early, writer]), 1);
+    }
+
+    #[test]
+    fn readers_let_in_together_may_hold_tokens_in_either_order() {
+        // Two readers asked while a writer held (etcd numbers them by
+        // when they asked), and one release let both in: whoever records
+        // first, neither began before the other asked.
+        let writer = holding(ClaimSpec::Exclusive, 5, 0, 10);
+        let mut first = holding(ClaimSpec::Shared, 8, 11, 20);
+        first.asked_ns = Some(2);
+        let mut second = holding(ClaimSpec::Shared, 7, 12, 19);
+        second.asked_ns = Some(1);
+        assert_eq!(token_regressions(&[writer, first, second]), 0);
+        // A reader asked for once a reader was in must come after it.
+        let mut third = holding(ClaimSpec::Shared, 6, 25, 30);
+        third.asked_ns = Some(15);
+        assert_eq!(token_regressions(&[writer, first, second, third]), 1);
+        // Also when the earlier one never said it ended (it was killed).
+        let mut killed = first;
+        killed.end_ns = None;
+        assert_eq!(token_regressions(&[writer, killed, second, third]), 1);
     }
 }
