@@ -23,6 +23,7 @@ mod instance;
 mod instances;
 mod job;
 mod parent;
+mod takeover;
 mod wire;
 
 use std::collections::HashMap;

@@ -1,28 +1,23 @@
-//! The parent: starts the instances, waits until they agree on a leader,
-//! kills the leader's process, and reports who took over and how soon.
+//! The parent: checks the backend, starts the instances, has the
+//! takeover watched, and stops what is left.
 
 use std::fmt::Write as _;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use distlock::LockClient;
-use distlock::file::fencing::FencedFile;
 
-use crate::instances::{Instance, Launch, stop_all};
-use crate::job::last_tick;
-use crate::wire::{Led, Tick};
+use crate::instances::{Launch, stop_all};
+use crate::takeover::Watch;
 use crate::{BoxError, INSTANCES, LEASE};
 
-/// How often the parent asks the instances who leads.
-const ASK_EVERY: Duration = Duration::from_millis(50);
-
-/// How many ticks the first leader's job runs before it is killed, so
-/// that the report shows it running.
-const TICKS_BEFORE_THE_KILL: u64 = 3;
+const ONE_PROCESS_ONLY: &str = "memory:// locks live in one process, and the instances are \
+                                three: use file:///some/dir or a server's URL";
 
 /// Runs the whole story on the backend `url` names, or on file locks in a
-/// fresh temporary directory. Returns whether another instance took over.
+/// fresh temporary directory. Returns whether another instance took over
+/// (having said why not, if not).
 ///
 /// # Errors
 /// A URL or backend that cannot be used, an instance that cannot start,
@@ -35,11 +30,7 @@ pub(crate) async fn run(url: Option<String>) -> Result<bool, BoxError> {
         .get(.."memory:".len())
         .is_some_and(|scheme| scheme.eq_ignore_ascii_case("memory:"))
     {
-        return Err(
-            "memory:// locks live in one process, and the instances are three: \
-                    use file:///some/dir or a server's URL"
-                .into(),
-        );
+        return Err(ONE_PROCESS_ONLY.into());
     }
     let job_file = scratch.path().join("job.json");
 
@@ -49,8 +40,6 @@ pub(crate) async fn run(url: Option<String>) -> Result<bool, BoxError> {
     let lease = client.options().lease();
     let election = format!("examples/leader-election/{}", run_id());
     client.election(election.as_str())?.leader().await?;
-    // Three leases: generous, since one is the longest a takeover should take.
-    let bound = lease * 3;
 
     println!(
         "{INSTANCES} instances of one axum service elect a leader on {}, with a {lease:?} lease; \
@@ -69,166 +58,18 @@ pub(crate) async fn run(url: Option<String>) -> Result<bool, BoxError> {
         println!("instance {number} serves {}", instance.base);
         instances.push(instance);
     }
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(5))
-        .build()?;
-
-    let Some(first) = agreement(&http, &instances, None, bound).await? else {
-        println!("FAILED: the instances did not agree on a leader within {bound:?}");
-        return Ok(false);
+    let watch = Watch {
+        http: reqwest::Client::builder()
+            .timeout(Duration::from_secs(5))
+            .build()?,
+        job_file: &job_file,
+        lease,
     };
-    let leader = number_of(&instances, &first)?;
-    println!(
-        "all {INSTANCES} agree (GET /leader): instance {leader} ({}) leads, term {}",
-        first.value, first.term
-    );
-    let Some(tick) = job_in(&job_file, first.term, TICKS_BEFORE_THE_KILL, bound).await? else {
-        println!(
-            "FAILED: the leader's job did not run {TICKS_BEFORE_THE_KILL} ticks within {bound:?}"
-        );
-        return Ok(false);
-    };
-    println!(
-        "the job runs on instance {}: tick {} of term {} in {}",
-        tick.instance,
-        tick.tick,
-        tick.term,
-        job_file.display()
-    );
-
-    let at = instances
-        .iter()
-        .position(|instance| instance.number == leader)
-        .ok_or("the leader is not among the instances")?;
-    let killed = instances.remove(at);
-    let pid = killed
-        .pid()
-        .map_or("gone".to_owned(), |pid| pid.to_string());
-    let killed_at = Instant::now();
-    killed.kill().await?;
-    println!("killed instance {leader} (pid {pid}), the leader, with SIGKILL: it could not resign");
-
-    let Some(next) = agreement(&http, &instances, Some(first.term), bound).await? else {
-        println!(
-            "FAILED: no takeover: the other {} did not agree on a leader with a term above {} \
-             within {bound:?} (three leases)",
-            instances.len(),
-            first.term
-        );
-        return Ok(false);
-    };
-    let took = killed_at.elapsed();
-    let successor = number_of(&instances, &next)?;
-    println!(
-        "takeover: term {} -> term {}, instance {leader} -> instance {successor}, {:.2} s after \
-         the kill: {:.2} of the {lease:?} lease",
-        first.term,
-        next.term,
-        took.as_secs_f64(),
-        took.as_secs_f64() / lease.as_secs_f64()
-    );
-    let Some(tick) = job_in(&job_file, next.term, 1, bound).await? else {
-        println!(
-            "FAILED: the job did not resume in term {} within {bound:?}",
-            next.term
-        );
-        return Ok(false);
-    };
-    println!(
-        "the job resumed on instance {}: tick {} of term {}",
-        tick.instance, tick.tick, tick.term
-    );
-    // What the term is for: a tick the killed leader had in flight would
-    // come with its old term, and the job's fence turns it away.
-    let late = FencedFile::new(&job_file).write(first.term, b"{}")?;
-    println!(
-        "a late tick of term {}: {}",
-        first.term,
-        if late {
-            "WRITTEN: the fence let a stale term through"
-        } else {
-            "turned away by the job's fence"
-        }
-    );
-
+    let outcome = watch.kill_the_leader(&mut instances).await;
     stop_all(instances).await?;
-    println!("{}", if late { "FAILED" } else { "ok" });
-    Ok(!late)
-}
-
-/// Asks every instance who leads until all name the same leader, with a
-/// term above `after` if given; `None` if they have not within `within`,
-/// after printing what each said last.
-async fn agreement(
-    http: &reqwest::Client,
-    instances: &[Instance],
-    after: Option<u64>,
-    within: Duration,
-) -> Result<Option<Led>, BoxError> {
-    let deadline = Instant::now() + within;
-    loop {
-        let mut said = Vec::with_capacity(instances.len());
-        for instance in instances {
-            said.push(match instance.ask(http).await {
-                Ok(answer) => Ok(answer.leader),
-                Err(error) => Err(error.to_string()),
-            });
-        }
-        if let Some(Ok(Some(led))) = said.first()
-            && said.iter().all(|other| {
-                // The time left differs from one look to the next.
-                matches!(other, Ok(Some(o)) if (&o.value, o.term) == (&led.value, led.term))
-            })
-            && after.is_none_or(|term| led.term > term)
-        {
-            return Ok(Some(led.clone()));
-        }
-        if Instant::now() >= deadline {
-            for (instance, said) in instances.iter().zip(said) {
-                println!("  instance {} said: {said:?}", instance.number);
-            }
-            return Ok(None);
-        }
-        tokio::time::sleep(ASK_EVERY).await;
-    }
-}
-
-/// The instance whose base URL `led` campaigned with.
-fn number_of(instances: &[Instance], led: &Led) -> Result<u64, BoxError> {
-    instances
-        .iter()
-        .find(|instance| instance.base == led.value)
-        .map(|instance| instance.number)
-        .ok_or_else(|| {
-            format!(
-                "`{}` leads, which is none of this run's instances",
-                led.value
-            )
-            .into()
-        })
-}
-
-/// Waits until the job's file shows tick `ticks` or later of `term`;
-/// `None` if it has not within `within`.
-async fn job_in(
-    path: &Path,
-    term: u64,
-    ticks: u64,
-    within: Duration,
-) -> Result<Option<Tick>, BoxError> {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(tick) = last_tick(path)?
-            && tick.term == term
-            && tick.tick >= ticks
-        {
-            return Ok(Some(tick));
-        }
-        if Instant::now() >= deadline {
-            return Ok(None);
-        }
-        tokio::time::sleep(ASK_EVERY).await;
-    }
+    let ok = outcome?;
+    println!("{}", if ok { "ok" } else { "FAILED" });
+    Ok(ok)
 }
 
 /// A `file://` URL of `dir`, with every byte a URL could misread escaped.
