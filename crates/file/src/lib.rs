@@ -28,6 +28,16 @@
 //!   that its files are no longer the ones at their paths, and reports the
 //!   lock lost.
 //!
+//! - A release before the grant's
+//!   [`min_hold`](distlock_core::AcquireOptions::min_hold) has passed
+//!   writes a marker into the lock file, under its lock: the time the hold
+//!   ends, on this machine's wall clock. Until then a writer, a reader or a
+//!   permit that locks the file finds the marker and answers that the lock
+//!   is held (with the time left), `list` shows it, and a forced release
+//!   removes it. So the lock outlives its holder's process by at most
+//!   `min_hold`, and a clock stepped back keeps it longer, one stepped
+//!   forward frees it sooner.
+//!
 //! - A release touches a signal file, `.<SHA-256>.released`, and on Linux
 //!   waiters in every process watch the directory with inotify, so they
 //!   retry the moment a lock is released instead of polling.
