@@ -584,7 +584,8 @@ pub trait DelayedRelease: Send + Sync {
     /// free without any further call. The time is judged by the server's
     /// clock where the backend has one. A backend may keep the lock longer
     /// than `remaining` (its clock counts in whole seconds, say), never
-    /// shorter. Returns whether the lease was still ours.
+    /// shorter. Returns whether the lease was still ours. Core asks it
+    /// only for an exclusive lease.
     ///
     /// Where leases end by the server's clock, an owner-checked extension
     /// of the lease to `remaining` is this call, if the backend's extension

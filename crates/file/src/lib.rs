@@ -302,6 +302,12 @@ impl Backend for FileBackend {
 #[async_trait]
 impl DelayedRelease for FileBackend {
     async fn release_after(&self, lease: &Lease, remaining: Duration) -> Result<bool> {
+        if lease.claim != Claim::Exclusive {
+            // A marker keeps the whole name: only a writer may leave one.
+            return Err(Error::Unsupported(
+                "the file backend keeps only an exclusive lock after its release (min_hold)".into(),
+            ));
+        }
         match lease.state.get::<Held>() {
             Some(held) => held.release_marked(remaining),
             None => Ok(false),

@@ -48,7 +48,8 @@ async fn a_marker_keeps_every_kind_out_and_outlives_its_client() {
     };
     assert_eq!((&info.name, info.kind), (&name, LockKind::Exclusive));
     let left = info.expires_in.expect("the marker's time left");
-    assert!(left <= FOR_THE_TEST, "{left:?}");
+    // The marker adds a millisecond, for the clock's rounding down.
+    assert!(left <= FOR_THE_TEST + Duration::from_millis(1), "{left:?}");
 }
 
 #[tokio::test]
