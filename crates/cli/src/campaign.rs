@@ -17,6 +17,7 @@ pub(crate) async fn campaign(args: CampaignArgs) -> Result<u8, Failure> {
             permits: None,
             lease: args.lease,
             max_hold: None,
+            min_hold: None,
             kill_grace: args.kill_grace,
             quiet: args.quiet,
             conflict_exit_code: None,

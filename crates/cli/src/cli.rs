@@ -173,6 +173,13 @@ pub(crate) struct RunArgs {
     /// loses its lock in time.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub(crate) max_hold: Option<Duration>,
+    /// Keep the lock at least this long after it was taken: a CMD that
+    /// ends sooner leaves it held until then (judged by the server's clock;
+    /// on the file backend by this machine's), so that the same job fired
+    /// a moment later elsewhere finds it held. With --no-wait, the cron
+    /// recipe. At most --max-hold.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub(crate) min_hold: Option<Duration>,
     /// After the lock is lost and CMD got SIGTERM, how long to wait before
     /// SIGKILL.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "10s")]

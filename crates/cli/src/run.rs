@@ -43,6 +43,16 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
             "the lock name {name} has a NUL byte, which cannot be passed to CMD in DISTLOCK_NAME"
         )));
     }
+    if let (Some(min_hold), Some(max_hold)) = (args.min_hold, args.max_hold)
+        && min_hold > max_hold
+    {
+        return Err(Failure::usage(format!(
+            "--min-hold {} is longer than --max-hold {}, which gives the lock up first; \
+             make --min-hold at most --max-hold",
+            humantime::format_duration(min_hold),
+            humantime::format_duration(max_hold)
+        )));
+    }
     // "lock a", or "locks a, b", for messages.
     let shown = match names.as_slice() {
         [one] => format!("lock {one}"),
@@ -90,6 +100,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
     let each = Asked {
         claim,
         max_hold: args.max_hold,
+        min_hold: args.min_hold,
         label: args.label.clone(),
     };
     let acquiring = acquire(&client, &names, each, wait, &program, async {
@@ -153,6 +164,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
 struct Asked {
     claim: Claim,
     max_hold: Option<Duration>,
+    min_hold: Option<Duration>,
     /// Recorded with the grant in place of the command's label.
     label: Option<String>,
 }
@@ -210,6 +222,9 @@ async fn acquire(
     let mut options = AcquireOptions::new().claim(asked.claim).cancel_on(cancel);
     if let Some(max_hold) = asked.max_hold {
         options = options.max_hold(max_hold);
+    }
+    if let Some(min_hold) = asked.min_hold {
+        options = options.min_hold(min_hold);
     }
     if let Some(label) = asked.label {
         options = options.label(label);

@@ -1,10 +1,11 @@
 //! The cases of coordination built on locks: several locks taken together
 //! ([`LockClient::acquire_all`](distlock_core::LockClient::acquire_all)),
-//! and a longest hold
-//! ([`AcquireOptions::max_hold`](distlock_core::AcquireOptions::max_hold)).
+//! and bounds on a hold
+//! ([`AcquireOptions::max_hold`](distlock_core::AcquireOptions::max_hold),
+//! [`min_hold`](distlock_core::AcquireOptions::min_hold)).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use distlock_core::{AcquireOptions, Error, LossReason};
 
@@ -180,6 +181,91 @@ pub async fn max_hold_ends_the_hold(fixture: &dyn Fixture) {
     assert!(matches!(guard.extend().await, Err(Error::Lost { .. })));
     assert!(!guard.release().await.expect("release"), "it was given up");
     assert!(next.release().await.expect("release"));
+}
+
+/// A lock taken with a shortest hold, and released at once, stays held
+/// until the shortest hold has passed, by the server's clock, and then is
+/// free without any further call: another client's single try is refused
+/// meanwhile, a waiter of the holder's own client is not handed the lock
+/// early, and a waiter of another client gets it once the first is done.
+/// The hold is longer than the lease, so that only the delayed release can
+/// keep the lock that long. On a backend that cannot keep a lock after its
+/// release, asking for a shortest hold is a clear `Unsupported`, and takes
+/// nothing.
+pub async fn min_hold_keeps_a_released_lock_until_it_passes(fixture: &dyn Fixture) {
+    let name = unique_name("min-hold");
+    let min_hold = fixture.lease() * 3 / 2;
+    let holder = client(fixture).await;
+    let options = || {
+        AcquireOptions::new()
+            .timeout(Duration::from_secs(30))
+            .min_hold(min_hold)
+    };
+    if holder.backend().delayed_release().is_err() {
+        let refused = holder.acquire_with(&name, options()).await;
+        assert!(
+            matches!(&refused, Err(Error::Unsupported(why)) if why.contains("min_hold")),
+            "{refused:?}"
+        );
+        let refused = holder
+            .try_acquire_with(&name, AcquireOptions::new().min_hold(min_hold))
+            .await;
+        assert!(matches!(refused, Err(Error::Unsupported(_))), "{refused:?}");
+        let free = holder.try_acquire(&name).await.expect("try");
+        assert!(
+            free.expect("nothing was taken")
+                .release()
+                .await
+                .expect("release")
+        );
+        return;
+    }
+    // Before the grant was asked for, so the lock must stay held until at
+    // least `min_hold` after this on the local clock too.
+    let asked_at = Instant::now();
+    let guard = holder
+        .acquire_with(&name, options())
+        .await
+        .expect("acquire");
+    let first_token = guard.fencing_token();
+    // A waiter of the same client, queued in this client (or, if it comes
+    // late, waiting on the backend): either way it must wait it out.
+    let local = {
+        let (holder, name) = (holder.clone(), name.clone());
+        tokio::spawn(async move {
+            let next = holder.acquire_with(&name, Duration::from_secs(30)).await;
+            (next, Instant::now())
+        })
+    };
+    tokio::task::yield_now().await;
+    assert!(guard.release().await.expect("release"), "it was ours");
+    let other = client(fixture).await;
+    let tried = other.try_acquire(&name).await.expect("try");
+    if asked_at.elapsed() < min_hold {
+        assert!(
+            tried.is_none(),
+            "a lock released before its min_hold had passed was free at once"
+        );
+    }
+    let (next, got_at) = bounded("the local waiter", local)
+        .await
+        .expect("the waiter panicked");
+    let next = next.expect("the lock is free once min_hold has passed");
+    assert!(
+        got_at.duration_since(asked_at) >= min_hold,
+        "granted again {:?} after it was asked for, before its min_hold of {min_hold:?}",
+        got_at.duration_since(asked_at)
+    );
+    assert!(next.fencing_token() > first_token);
+    // Without a shortest hold, a release frees the lock at once.
+    assert!(next.release().await.expect("release"));
+    let last = bounded(
+        "a waiter of another client",
+        other.acquire_with(&name, Duration::from_secs(30)),
+    )
+    .await
+    .expect("the lock is free after an ordinary release");
+    assert!(last.release().await.expect("release"));
 }
 
 /// An election: the leader's value and term are read by others, a

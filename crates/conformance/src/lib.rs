@@ -121,6 +121,7 @@ macro_rules! conformance_suite {
             a_cancelled_set_holds_nothing,
             a_set_reports_the_loss_of_any_member,
             max_hold_ends_the_hold,
+            min_hold_keeps_a_released_lock_until_it_passes,
             an_election_passes_on_and_observers_see_each_term,
         );
         $crate::conformance_suite!(@regressions $env $fixture;

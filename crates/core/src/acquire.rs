@@ -46,6 +46,7 @@ pub struct AcquireOptions<'a> {
     pub(crate) payload: Payload,
     pub(crate) cancel: Option<Pin<Box<dyn Future<Output = ()> + Send + 'a>>>,
     pub(crate) max_hold: Option<Duration>,
+    pub(crate) min_hold: Option<Duration>,
     pub(crate) label: Option<String>,
 }
 
@@ -64,6 +65,7 @@ impl<'a> AcquireOptions<'a> {
             payload: Payload::none(),
             cancel: None,
             max_hold: None,
+            min_hold: None,
             label: None,
         }
     }
@@ -146,6 +148,44 @@ impl<'a> AcquireOptions<'a> {
         self
     }
 
+    /// Keeps the lock at least `min_hold` from its grant, as ShedLock's
+    /// `lockAtLeastFor` does: a release before then leaves the lock held
+    /// until `min_hold` has passed, and then it is free without any further
+    /// call. A job that fires on every instance at once, and ends sooner
+    /// than the instances' clocks disagree, then runs once: an instance
+    /// that fires a moment late still finds the lock held, and skips.
+    ///
+    /// The time is judged by the server's clock where the backend has one,
+    /// and counted from when the grant's reply arrived, so the lock stays
+    /// held at least `min_hold` after the server granted it, never less.
+    /// Once released, the lock is no longer extended, the guard's
+    /// [`release`](crate::LockGuard::release) returns `Ok(true)`, and
+    /// [`lost`](crate::LockGuard::lost) says
+    /// [`LossReason::Released`](crate::LossReason::Released). Other tasks
+    /// of this client wait for it on the backend as everyone else does: it
+    /// is never handed over to them early. Dropping the guard releases the
+    /// same way; a guard dropped after its runtime shut down, and a
+    /// [`release_with`](crate::LockGuard::release_with), run no delayed
+    /// release. A release after `min_hold` is an ordinary one.
+    ///
+    /// The lock then outlives the holder's process by at most `min_hold`,
+    /// even on backends whose locks die with their process (the file
+    /// backend keeps a marker, judged by the machine's clock).
+    ///
+    /// # Errors
+    /// The call fails at once, before asking the backend: with
+    /// [`Error::Unsupported`](crate::Error::Unsupported) on a backend that
+    /// cannot keep a lock after its release (PostgreSQL in advisory mode,
+    /// whose locks die with their connection); with
+    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) for a zero
+    /// `min_hold`, one longer than [`max_hold`](Self::max_hold), or a claim
+    /// other than the whole lock (readers and permits have no shortest
+    /// hold).
+    pub fn min_hold(mut self, min_hold: Duration) -> Self {
+        self.min_hold = Some(min_hold);
+        self
+    }
+
     /// Records `label` with this grant in place of the client's
     /// [`LockOptions::label`](crate::LockOptions::label): `distlock list`
     /// and [`LockInfo::holder`](crate::LockInfo::holder) show it. One line
@@ -188,6 +228,7 @@ impl fmt::Debug for AcquireOptions<'_> {
             .field("payload", &self.payload)
             .field("cancel", &self.cancel.is_some())
             .field("max_hold", &self.max_hold)
+            .field("min_hold", &self.min_hold)
             .field("label", &self.label)
             .finish()
     }

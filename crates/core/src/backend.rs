@@ -556,6 +556,49 @@ pub trait Backend: Send + Sync + fmt::Debug {
     fn wakeups(&self) -> Option<&dyn Wakeups> {
         None
     }
+
+    /// The backend's way to give a lock up later instead of now, for
+    /// [`AcquireOptions::min_hold`](crate::AcquireOptions::min_hold); or
+    /// why it has none, as the [`Error::Unsupported`](crate::Error::Unsupported)
+    /// an acquire with `min_hold` then fails with at once. The default has
+    /// none: a backend offers it only where it has checked that the lock
+    /// stays held for the time asked for, which the default `extend` of a
+    /// backend cannot promise.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`](crate::Error::Unsupported), saying why.
+    fn delayed_release(&self) -> Result<&dyn DelayedRelease> {
+        Err(crate::Error::Unsupported(format!(
+            "the {} backend cannot keep a lock held after its release (min_hold)",
+            self.store_name()
+        )))
+    }
+}
+
+/// A backend's release that takes effect later; see
+/// [`Backend::delayed_release`].
+#[async_trait]
+pub trait DelayedRelease: Send + Sync {
+    /// Gives `lease` up `remaining` from now, if it is still ours: until
+    /// then the lock stays held, though nobody extends it, and then it is
+    /// free without any further call. The time is judged by the server's
+    /// clock where the backend has one. A backend may keep the lock longer
+    /// than `remaining` (its clock counts in whole seconds, say), never
+    /// shorter. Returns whether the lease was still ours. Core asks it
+    /// only for an exclusive lease.
+    ///
+    /// Where leases end by the server's clock, an owner-checked extension
+    /// of the lease to `remaining` is this call, if the backend's extension
+    /// sets the new end from the server's now and honours a lease shorter
+    /// than the current one.
+    ///
+    /// # Errors
+    /// A backend error, after which the outcome is unknown: the lock then
+    /// ends as the lease would have.
+    ///
+    /// # Cancel safety
+    /// As for every [`Backend`] call: dropped, it either happened or not.
+    async fn release_after(&self, lease: &Lease, remaining: Duration) -> Result<bool>;
 }
 
 /// A backend's one-step hand-over; see [`Backend::hand_overs`].

@@ -21,7 +21,7 @@ use crate::claim::Claim;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::handover::Succession;
-use crate::hold;
+use crate::hold::HoldBounds;
 use crate::keeper::Keeper;
 use crate::lease::{HeldLease, LossReporter, LostSignal};
 use crate::metrics;
@@ -228,10 +228,15 @@ impl LockClient {
             payload,
             cancel,
             max_hold,
+            min_hold,
             label,
         } = options.into();
         let claim = claim.validated()?;
-        hold::check(max_hold)?;
+        let bounds = HoldBounds {
+            max: max_hold,
+            min: min_hold,
+        };
+        bounds.check(claim, &*self.inner.backend)?;
         let asked = self.asked(payload, label)?;
         let span = tracing::debug_span!(
             "acquire",
@@ -250,7 +255,7 @@ impl LockClient {
             .wait_for(&name, claim, timeout, asked, cancel)
             .instrument(span)
             .await
-            .map(|guard| guard.limit_hold(max_hold));
+            .map(|guard| guard.bound_hold(bounds));
         let ended = match &outcome {
             Ok(_) => metrics::Acquired::Granted,
             Err(error) => metrics::Acquired::of_error(error),
@@ -318,7 +323,11 @@ impl LockClient {
             ));
         }
         let claim = options.claim.validated()?;
-        hold::check(options.max_hold)?;
+        let bounds = HoldBounds {
+            max: options.max_hold,
+            min: options.min_hold,
+        };
+        bounds.check(claim, &*self.inner.backend)?;
         let asked = self.asked(options.payload, options.label)?;
         let span = tracing::debug_span!("try_acquire", name = %name, ?claim);
         let started = Instant::now();
@@ -326,7 +335,7 @@ impl LockClient {
             .try_once(&name, claim, asked)
             .instrument(span)
             .await
-            .map(|granted| granted.map(|guard| guard.limit_hold(options.max_hold)));
+            .map(|granted| granted.map(|guard| guard.bound_hold(bounds)));
         let ended = match &outcome {
             Ok(Some(_)) => metrics::Acquired::Granted,
             Ok(None) => metrics::Acquired::Refused,

@@ -2,6 +2,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::backend::Lease;
 use crate::bounded;
@@ -9,8 +10,10 @@ use crate::claim::Claim;
 use crate::detach::Detach;
 use crate::error::{Error, Result};
 use crate::handover::{self, Succession};
+use crate::hold::HoldBounds;
 use crate::keeper::{Keeper, lost_error, timed_out};
 use crate::lease::{HeldLease, LossReason, LostSignal};
+use crate::min_hold::{release_after, time_left};
 use crate::name::LockName;
 use crate::slots::{SharedRelease, SlotPermit};
 use crate::state::GrantState;
@@ -39,6 +42,9 @@ pub struct LockGuard {
     /// A reader's or a permit's tie to this client's waiters for the name
     /// (boxed: exclusive guards, the common kind, stay small).
     shared: Option<Box<SharedRelease>>,
+    /// How long after the grant a release still leaves the lock held; see
+    /// [`AcquireOptions::min_hold`](crate::AcquireOptions::min_hold).
+    min_hold: Option<Duration>,
     released: bool,
 }
 
@@ -58,16 +64,20 @@ impl LockGuard {
             slot,
             succession,
             shared,
+            min_hold: None,
             released: false,
         }
     }
 
-    /// Ends the lease `max_hold` after its grant; see
-    /// [`AcquireOptions::max_hold`](crate::AcquireOptions::max_hold).
-    pub(crate) fn limit_hold(self, max_hold: Option<std::time::Duration>) -> Self {
-        if let Some(max_hold) = max_hold {
+    /// Ends the lease `bounds.max` after its grant, and keeps it at least
+    /// `bounds.min` after its grant; see
+    /// [`AcquireOptions::max_hold`](crate::AcquireOptions::max_hold) and
+    /// [`min_hold`](crate::AcquireOptions::min_hold).
+    pub(crate) fn bound_hold(mut self, bounds: HoldBounds) -> Self {
+        if let Some(max_hold) = bounds.max {
             crate::hold::limit(&self.held, self.keeper.clone(), self.key, max_hold);
         }
+        self.min_hold = bounds.min;
         self
     }
 
@@ -162,6 +172,10 @@ impl LockGuard {
     /// step, with a new grant and a higher fencing token; see
     /// [`LockOptions::local_hand_overs`](crate::LockOptions::local_hand_overs).
     ///
+    /// Before the lock's [`min_hold`](crate::AcquireOptions::min_hold) has
+    /// passed, the backend is asked to give the lock up once it has, and
+    /// the lock is neither extended nor handed over meanwhile.
+    ///
     /// # Errors
     /// A backend error if the release could not be sent or confirmed; the
     /// lease then ends when it expires.
@@ -178,7 +192,7 @@ impl LockGuard {
         let shared = self.shared.take();
         // If this future is dropped halfway, the release still completes, and
         // only then is the local slot handed on.
-        Detach::new(release_lease(held, slot, succession, shared)).await
+        Detach::new(release_lease(held, slot, succession, shared, self.min_hold)).await
     }
 
     /// Releases the lock with `release` in place of the backend's own
@@ -224,16 +238,32 @@ impl LockGuard {
 
 /// Releases `held` on the backend, then passes the local slot on to the
 /// next task of this process waiting for the same name; or, where the
-/// backend can, hands the lock itself to that task in one step.
+/// backend can, hands the lock itself to that task in one step. Before
+/// `min_hold` has passed, the backend gives the lock up only once it has,
+/// and the next task finds it held on the backend, as any other process
+/// would.
 async fn release_lease(
     held: Arc<HeldLease>,
     mut slot: Option<SlotPermit>,
     succession: Option<Arc<Succession>>,
     shared: Option<Box<SharedRelease>>,
+    min_hold: Option<Duration>,
 ) -> Result<bool> {
     let started = std::time::Instant::now();
     let ops = held.ops.lock().await;
     let was_lost = held.loss().is_some();
+    if let Some(left) = time_left(&held, min_hold).filter(|_| !was_lost) {
+        let outcome = release_after(&held, left).await;
+        drop(ops);
+        end_released(
+            &held,
+            slot,
+            shared,
+            started,
+            outcome.as_ref().map(|&ours| Some(ours)),
+        );
+        return outcome;
+    }
     if !was_lost
         && let (Some(succession), Some(permit)) = (&succession, slot.as_mut())
         && succession.applies(permit)
@@ -350,10 +380,11 @@ impl Drop for LockGuard {
         let slot = self.slot.take();
         let succession = self.succession.take();
         let shared = self.shared.take();
+        let min_hold = self.min_hold;
         match crate::sync::Runtime::current() {
             Some(runtime) => {
                 runtime.spawn(async move {
-                    let _ = release_lease(held, slot, succession, shared).await;
+                    let _ = release_lease(held, slot, succession, shared, min_hold).await;
                 });
             }
             None => {

@@ -1,23 +1,68 @@
-//! The longest hold ([`AcquireOptions::max_hold`](crate::AcquireOptions::max_hold)):
+//! Bounds on a hold, checked when a call asks for them, and the longest
+//! hold ([`AcquireOptions::max_hold`](crate::AcquireOptions::max_hold)):
 //! once it has passed since the grant, the lease stops being extended, is
-//! released, and its loss is reported, whatever the holder is doing.
+//! released, and its loss is reported, whatever the holder is doing. The
+//! shortest hold is kept at the release, in [`crate::min_hold`].
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::backend::Backend;
+use crate::claim::Claim;
 use crate::error::{Error, Result};
 use crate::guard::backend_release;
 use crate::keeper::Keeper;
 use crate::lease::{HeldLease, LossReason, LostSignal};
 
-/// Refuses a longest hold of zero, which would end every grant at once.
-pub(crate) fn check(max_hold: Option<Duration>) -> Result<()> {
-    match max_hold {
-        Some(max_hold) if max_hold.is_zero() => Err(Error::config(
-            "max_hold",
-            "must be above zero: it is how long a grant may be held",
-        )),
-        _ => Ok(()),
+/// The longest and the shortest hold one call asked for.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct HoldBounds {
+    pub(crate) max: Option<Duration>,
+    pub(crate) min: Option<Duration>,
+}
+
+impl HoldBounds {
+    /// Refuses bounds that cannot be kept, before anything is asked of the
+    /// backend: a zero bound, a shortest hold above the longest, one on a
+    /// claim other than the whole lock, or one that `backend` cannot keep.
+    pub(crate) fn check(&self, claim: Claim, backend: &dyn Backend) -> Result<()> {
+        if self.max.is_some_and(|max| max.is_zero()) {
+            return Err(Error::config(
+                "max_hold",
+                "must be above zero: it is how long a grant may be held",
+            ));
+        }
+        let Some(min) = self.min else {
+            return Ok(());
+        };
+        if min.is_zero() {
+            return Err(Error::config(
+                "min_hold",
+                "must be above zero: it is how long a lock stays held after its grant; \
+                 leave it unset for a release that frees the lock at once",
+            ));
+        }
+        if let Some(max) = self.max
+            && min > max
+        {
+            return Err(Error::config(
+                "min_hold",
+                format!(
+                    "{min:?} is longer than max_hold ({max:?}), which ends the hold first; \
+                     make min_hold at most max_hold"
+                ),
+            ));
+        }
+        if claim != Claim::Exclusive {
+            return Err(Error::config(
+                "min_hold",
+                format!(
+                    "applies to the whole lock only, not to {claim}; \
+                     drop min_hold or take the lock exclusively"
+                ),
+            ));
+        }
+        backend.delayed_release().map(|_| ())
     }
 }
 

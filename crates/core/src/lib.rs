@@ -36,6 +36,7 @@ mod keeper;
 mod lease;
 mod memory;
 pub mod metrics;
+mod min_hold;
 mod name;
 mod options;
 pub mod platform;
@@ -53,8 +54,8 @@ pub use acquire::AcquireOptions;
 /// The attribute backends put on their [`Backend`] impl.
 pub use async_trait::async_trait;
 pub use backend::{
-    AcquireRequest, Attempt, Backend, Capabilities, Feature, FeatureState, HandOver, HandOvers,
-    Holder, Lease, LeaseId, LockInfo, ServerInfo, Session, Wakeups,
+    AcquireRequest, Attempt, Backend, Capabilities, DelayedRelease, Feature, FeatureState,
+    HandOver, HandOvers, Holder, Lease, LeaseId, LockInfo, ServerInfo, Session, Wakeups,
 };
 pub use builder::LockClientBuilder;
 pub use claim::{Claim, LockKind, MAX_PERMITS, Permits};

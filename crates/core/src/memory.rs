@@ -8,8 +8,8 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 
 use crate::backend::{
-    AcquireRequest, Attempt, Backend, Capabilities, HandOver, HandOvers, Holder, Lease, LeaseId,
-    LockInfo, Wakeups,
+    AcquireRequest, Attempt, Backend, Capabilities, DelayedRelease, HandOver, HandOvers, Holder,
+    Lease, LeaseId, LockInfo, Wakeups,
 };
 use crate::claim::{Claim, Permits};
 use crate::error::Result;
@@ -292,6 +292,26 @@ impl Backend for MemoryBackend {
 
     fn wakeups(&self) -> Option<&dyn Wakeups> {
         Some(self)
+    }
+
+    fn delayed_release(&self) -> Result<&dyn DelayedRelease> {
+        Ok(self)
+    }
+}
+
+#[async_trait]
+impl DelayedRelease for MemoryBackend {
+    async fn release_after(&self, lease: &Lease, remaining: Duration) -> Result<bool> {
+        // An extension sets the end from now, to any lease, shorter too.
+        let ours = self
+            .extend(&Lease {
+                lease: remaining,
+                ..lease.clone()
+            })
+            .await?;
+        // Waiters that were told the old end ask again, to hear the new one.
+        self.releases.notify(&lease.name);
+        Ok(ours)
     }
 }
 

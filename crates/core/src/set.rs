@@ -13,6 +13,7 @@ use crate::claim::Claim;
 use crate::client::LockClient;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
+use crate::hold::HoldBounds;
 use crate::lease::LossReason;
 use crate::name::{IntoLockName, LockName};
 
@@ -57,8 +58,10 @@ impl LockClient {
     /// that want the same names never wait for each other in a cycle. The
     /// options' timeout bounds the whole set, and their cancellation ends
     /// it; either way, and on any error, every lock already taken is
-    /// released before the call returns. A payload and a longest hold go
-    /// with every lock (each hold counted from its own grant).
+    /// released before the call returns. A payload, a longest hold and a
+    /// shortest hold go with every lock (each hold counted from its own
+    /// grant); the shortest only once the whole set is held, so that a set
+    /// that fails releases what it took at once.
     ///
     /// ```
     /// use std::time::Duration;
@@ -105,9 +108,24 @@ impl LockClient {
             payload,
             cancel,
             max_hold,
+            min_hold,
             label,
         } = options.into();
         let wanted = canonical(locks, claim)?;
+        // Refused before anything is taken. The shortest hold is given to
+        // the guards only once all are held: a set that fails must not
+        // leave what it took held for it.
+        let bounds = HoldBounds {
+            max: max_hold,
+            min: min_hold,
+        };
+        for (_, claim) in &wanted {
+            bounds.check(*claim, &**self.backend())?;
+        }
+        let shortest = HoldBounds {
+            max: None,
+            min: min_hold,
+        };
         let deadline = timeout.map(|timeout| Instant::now() + timeout);
         // Each member's wait ends on the one cancellation, as a single
         // call's does: an attempt in flight is answered, and a grant it
@@ -136,7 +154,12 @@ impl LockClient {
         };
         let outcome = take_all.await;
         match outcome {
-            Ok(()) => Ok(LockSet { guards: taken }),
+            Ok(()) => Ok(LockSet {
+                guards: taken
+                    .into_iter()
+                    .map(|guard| guard.bound_hold(shortest))
+                    .collect(),
+            }),
             Err(error) => {
                 roll_back(taken).await;
                 Err(error)

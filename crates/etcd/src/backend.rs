@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, Claim, Error, GrantState, Lease, LeaseId,
-    LockInfo, LockName, LossReporter, Permits, ReleaseHub, ReleaseWatch, Result, ServerInfo,
-    Session, WaitState, Wakeups, async_trait,
+    AcquireRequest, Attempt, Backend, Capabilities, Claim, DelayedRelease, Error, GrantState,
+    Lease, LeaseId, LockInfo, LockName, LossReporter, Permits, ReleaseHub, ReleaseWatch, Result,
+    ServerInfo, Session, WaitState, Wakeups, async_trait,
 };
 
 use crate::config::EtcdConfig;
@@ -25,6 +25,8 @@ use crate::requests::{self, create_revision, delete_op, mod_revision, over, put_
 use crate::rules::{Entry, Standing, holds, in_order, standing};
 use crate::session::{SessionId, Sessions};
 use crate::watch::{Task, Watched, deleted};
+
+mod delayed;
 
 /// How long asking a member for its version may take.
 const INFO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -546,6 +548,10 @@ impl Backend for EtcdBackend {
 
     fn wakeups(&self) -> Option<&dyn Wakeups> {
         Some(self)
+    }
+
+    fn delayed_release(&self) -> Result<&dyn DelayedRelease> {
+        Ok(self)
     }
 }
 

@@ -41,6 +41,11 @@
 //!   is deleted: each grant held longer than 25 ms watches its key, from
 //!   the revision it was created at, so a deletion made before the watch
 //!   began is seen too. Shorter holds cost no watch.
+//! - **`min_hold`**: a release before it has passed moves the grant's key,
+//!   owner-checked in one transaction, onto an etcd lease of its own of the
+//!   time left (whole seconds, rounded up), which etcd ends by its own
+//!   clock. A move that fails leaves the key to be deleted at the next
+//!   renewal, as a failed release does.
 //! - **`list`** shows each holder's time left as its session's: how long
 //!   etcd keeps the keys if nobody renews them (the padded TTL).
 //! - **Nothing is left behind.** A key lives as long as the client's

@@ -48,13 +48,16 @@ pub(crate) async fn list(backend: &FileBackend) -> Result<Vec<LockInfo>> {
 }
 
 /// The holder of the lock or slot file at `path`, if one holds it
-/// exclusively; files that cannot be read are passed over.
+/// exclusively, or a marker left at its release still keeps it held (then
+/// with the time left); files that cannot be read are passed over.
 fn look(path: &Path) -> Option<LockInfo> {
     let mut file = no_follow().read(true).open(path).ok()?;
-    if !is_held_exclusively(&file).ok()? {
+    let held = is_held_exclusively(&file).ok()?;
+    let record = Record::read(&mut file).ok()?;
+    let marked = record.held_for();
+    if !held && marked.is_none() {
         return None;
     }
-    let record = Record::read(&mut file).ok()?;
     let name = LockName::new(&record.name).ok()?;
     let claim = record.claim();
     Some(LockInfo {
@@ -63,7 +66,7 @@ fn look(path: &Path) -> Option<LockInfo> {
         permits: claim.limit().map(|limit| Permits { in_use: 0, limit }),
         holder: record.holder,
         fencing_token: Some(record.fencing_token),
-        expires_in: None,
+        expires_in: if held { None } else { marked },
     })
 }
 
@@ -94,6 +97,8 @@ pub(crate) async fn force_release(backend: &FileBackend, name: &LockName) -> Res
     let mut was_held = is_held_at_all(&old)
         .map_err(|e| io_error(format!("cannot look at {}", path.display()), e))?;
     let last = Record::read(&mut old).ok();
+    // A marker left at a release keeps the lock held; the new file has none.
+    was_held |= last.as_ref().and_then(Record::held_for).is_some();
     replace(
         backend,
         name,
@@ -104,6 +109,7 @@ pub(crate) async fn force_release(backend: &FileBackend, name: &LockName) -> Res
             holder: None,
             acquired_at_ms: None,
             shared: last.and_then(|record| record.shared),
+            held_until_ms: None,
         },
     )?;
     for kind in [SlotKind::Reader, SlotKind::Permit] {
@@ -127,6 +133,7 @@ fn empty(name: &LockName) -> Record {
         holder: None,
         acquired_at_ms: None,
         shared: None,
+        held_until_ms: None,
     }
 }
 

@@ -4,10 +4,12 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use distlock_core::{LockName, Result};
 
-use crate::files::is_current;
+use crate::files::{io_error, is_current};
+use crate::record::Record;
 use crate::wake::signal_release;
 
 /// A locked file and where it was opened.
@@ -78,7 +80,43 @@ impl Held {
     }
 }
 
+impl Held {
+    /// Lets go of the files, leaving a marker in the lock file that keeps
+    /// the lock held for `remaining` from now; returns whether the grant
+    /// was still ours. The marker is written while the file is still
+    /// locked, so whoever locks it next reads it whole.
+    ///
+    /// # Errors
+    /// A backend error when the marker could not be written: the files are
+    /// let go of all the same, and the lock is free at once.
+    pub(crate) fn release_marked(&self, remaining: Duration) -> Result<bool> {
+        let Some(mut locked) = self.locked().take() else {
+            return Ok(false);
+        };
+        let still_ours = locked.is_current().unwrap_or(false);
+        let marked = if still_ours {
+            locked.mark(remaining)
+        } else {
+            Ok(())
+        };
+        locked.unlock();
+        signal_release(&self.dir, &self.name);
+        marked.map(|()| still_ours)
+    }
+}
+
 impl Locked {
+    /// Writes the marker of [`Held::release_marked`] into the lock file.
+    fn mark(&mut self, remaining: Duration) -> Result<()> {
+        let LockedFile { file, path } = &mut self.lock_file;
+        let mut record = Record::read(file)
+            .map_err(|e| io_error(format!("cannot read {}", path.display()), e))?;
+        record.hold_for(remaining);
+        record
+            .write(file)
+            .map_err(|e| io_error(format!("cannot write {}", path.display()), e))
+    }
+
     fn is_current(&self) -> Result<bool> {
         Ok(self.lock_file.is_current()?
             && match &self.slot {

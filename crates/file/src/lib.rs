@@ -28,6 +28,16 @@
 //!   that its files are no longer the ones at their paths, and reports the
 //!   lock lost.
 //!
+//! - A release before the grant's
+//!   [`min_hold`](distlock_core::AcquireOptions::min_hold) has passed
+//!   writes a marker into the lock file, under its lock: the time the hold
+//!   ends, on this machine's wall clock. Until then a writer, a reader or a
+//!   permit that locks the file finds the marker and answers that the lock
+//!   is held (with the time left), `list` shows it, and a forced release
+//!   removes it. So the lock outlives its holder's process by at most
+//!   `min_hold`, and a clock stepped back keeps it longer, one stepped
+//!   forward frees it sooner.
+//!
 //! - A release touches a signal file, `.<SHA-256>.released`, and on Linux
 //!   waiters in every process watch the directory with inotify, so they
 //!   retry the moment a lock is released instead of polling.
@@ -64,11 +74,12 @@ mod wake;
 use std::fs::File;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, Claim, Error, GrantState, Lease, LockInfo,
-    LockName, ReleaseWatch, Result, ServerInfo, WaitState, Wakeups,
+    AcquireRequest, Attempt, Backend, Capabilities, Claim, DelayedRelease, Error, GrantState,
+    Lease, LockInfo, LockName, ReleaseWatch, Result, ServerInfo, WaitState, Wakeups,
 };
 
 use crate::files::{Mode, io_error, open_existing, open_locked};
@@ -188,10 +199,18 @@ impl FileBackend {
         mut file: File,
         path: PathBuf,
     ) -> Result<Attempt> {
+        let previous = Record::read(&mut file).ok();
+        if let Some(left) = previous.as_ref().and_then(Record::held_for) {
+            // Released before its min_hold had passed: held until then.
+            // Returning closes the file, which lets go of it.
+            return Ok(Attempt::Held {
+                retry_after: Some(left),
+            });
+        }
         // A writer that waited stops keeping readers out only once it holds
         // the lock, which keeps them out itself.
         drop(wait.take::<WriterMark>());
-        let previous = Record::read(&mut file).map_or(0, |record| record.fencing_token);
+        let previous = previous.map_or(0, |record| record.fencing_token);
         let fencing_token = next_token(previous, &path)?;
         let record = Record {
             name: request.name.as_str().to_owned(),
@@ -199,6 +218,7 @@ impl FileBackend {
             holder: Some(distlock_core::Holder::clone(&request.holder)),
             acquired_at_ms: Some(now_ms()),
             shared: None,
+            held_until_ms: None,
         };
         record
             .write(&mut file)
@@ -267,8 +287,31 @@ impl Backend for FileBackend {
         admin::force_release(self, name).await
     }
 
+    fn delayed_release(&self) -> Result<&dyn DelayedRelease> {
+        Ok(self)
+    }
+
     fn wakeups(&self) -> Option<&dyn Wakeups> {
         wake::watched().then_some(self)
+    }
+}
+
+/// A flock ends with its process, so a release before `min_hold` has
+/// passed leaves a marker in the lock file, judged by this machine's wall
+/// clock: the lock outlives its holder's process by at most `min_hold`.
+#[async_trait]
+impl DelayedRelease for FileBackend {
+    async fn release_after(&self, lease: &Lease, remaining: Duration) -> Result<bool> {
+        if lease.claim != Claim::Exclusive {
+            // A marker keeps the whole name: only a writer may leave one.
+            return Err(Error::Unsupported(
+                "the file backend keeps only an exclusive lock after its release (min_hold)".into(),
+            ));
+        }
+        match lease.state.get::<Held>() {
+            Some(held) => held.release_marked(remaining),
+            None => Ok(false),
+        }
     }
 }
 
@@ -296,6 +339,7 @@ mod tests {
             holder: None,
             acquired_at_ms: None,
             shared: None,
+            held_until_ms: None,
         }
         .write(&mut file)
         .unwrap();

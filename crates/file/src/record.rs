@@ -3,7 +3,7 @@
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::Path;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use distlock_core::{Claim, Error, Holder, Result, token_floor};
 use serde::{Deserialize, Serialize};
@@ -20,6 +20,11 @@ pub(crate) struct Record {
     /// files written before readers and semaphores existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) shared: Option<SharedKind>,
+    /// The marker of a release before the grant's `min_hold` had passed:
+    /// until this time, in milliseconds since the epoch on this machine's
+    /// clock, the lock counts as held though nobody has the file locked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) held_until_ms: Option<u64>,
 }
 
 /// The kind of a grant that shares its name with others.
@@ -48,6 +53,21 @@ impl Record {
     /// What the record's grant claimed.
     pub(crate) fn claim(&self) -> Claim {
         self.shared.map_or(Claim::Exclusive, SharedKind::claim)
+    }
+
+    /// How long a marker left at a release keeps the lock held yet, by
+    /// this machine's clock; `None` when there is none, or it has passed.
+    pub(crate) fn held_for(&self) -> Option<Duration> {
+        let left = self.held_until_ms?.checked_sub(now_ms())?;
+        (left > 0).then(|| Duration::from_millis(left))
+    }
+
+    /// Marks the lock held for `remaining` from now, by this machine's
+    /// clock. Milliseconds are rounded up, and one more is added, since
+    /// [`now_ms`] rounds down: the mark lasts at least `remaining`.
+    pub(crate) fn hold_for(&mut self, remaining: Duration) {
+        let millis = u64::try_from(remaining.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX);
+        self.held_until_ms = Some(now_ms().saturating_add(millis).saturating_add(1));
     }
 
     pub(crate) fn read(file: &mut File) -> io::Result<Self> {

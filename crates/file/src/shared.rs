@@ -53,6 +53,16 @@ pub(crate) async fn acquire(
         };
     };
     let last = Record::read(&mut lock_file).ok();
+    if let Some(left) = last.as_ref().and_then(Record::held_for) {
+        // A writer released it before its min_hold had passed: it is the
+        // writer's lock until then.
+        return match kind {
+            SharedKind::Reader => Ok(Attempt::Held {
+                retry_after: Some(left),
+            }),
+            SharedKind::Permit { .. } => Err(request.claim.conflict(name, Claim::Exclusive)),
+        };
+    }
     if let Some(held) = conflict(backend, name, kind, last.as_ref())? {
         return Err(request.claim.conflict(name, held));
     }
@@ -69,6 +79,7 @@ pub(crate) async fn acquire(
             holder: None,
             acquired_at_ms: None,
             shared: Some(kind),
+            held_until_ms: None,
         },
     )?;
     let mut slot = slot;
@@ -81,6 +92,7 @@ pub(crate) async fn acquire(
             holder: Some(Holder::clone(&request.holder)),
             acquired_at_ms: Some(now_ms()),
             shared: Some(kind),
+            held_until_ms: None,
         },
     )?;
     let lock_file = LockedFile {

@@ -6,8 +6,9 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, Claim, Error, GrantState, HandOver, HandOvers,
-    Holder, Lease, LeaseId, LockInfo, LockKind, LockName, Result, ServerInfo, WaitState,
+    AcquireRequest, Attempt, Backend, Capabilities, Claim, DelayedRelease, Error, GrantState,
+    HandOver, HandOvers, Holder, Lease, LeaseId, LockInfo, LockKind, LockName, Result, ServerInfo,
+    WaitState,
 };
 use smallvec::SmallVec;
 use tokio::time::Instant;
@@ -1394,6 +1395,25 @@ impl Backend for MemcachedBackend {
         // Quorum mode cannot end one grant and make the next on every
         // server in one step.
         (self.config.mode() == Mode::Sharded).then_some(self)
+    }
+
+    fn delayed_release(&self) -> Result<&dyn DelayedRelease> {
+        Ok(self)
+    }
+}
+
+#[async_trait]
+impl DelayedRelease for MemcachedBackend {
+    /// An extension: a compare-and-swap store of the lock's value with the
+    /// lease as its TTL, which each server counts on its own clock, shorter
+    /// ones too (rounded up to whole seconds, and one more, which only
+    /// lengthens it).
+    async fn release_after(&self, lease: &Lease, remaining: Duration) -> Result<bool> {
+        self.extend(&Lease {
+            lease: remaining,
+            ..lease.clone()
+        })
+        .await
     }
 }
 

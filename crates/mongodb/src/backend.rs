@@ -5,8 +5,9 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, Claim, Error, GrantState, HandOver, HandOvers,
-    Lease, LockInfo, LockName, ReleaseHub, ReleaseWatch, Result, ServerInfo, WaitState, Wakeups,
+    AcquireRequest, Attempt, Backend, Capabilities, Claim, DelayedRelease, Error, GrantState,
+    HandOver, HandOvers, Lease, LockInfo, LockName, ReleaseHub, ReleaseWatch, Result, ServerInfo,
+    WaitState, Wakeups,
 };
 use futures::TryStreamExt;
 use mongodb::bson::{Document, doc};
@@ -507,6 +508,23 @@ impl Backend for MongoBackend {
 
     fn wakeups(&self) -> Option<&dyn Wakeups> {
         self.watcher.is_some().then_some(self)
+    }
+
+    fn delayed_release(&self) -> Result<&dyn DelayedRelease> {
+        Ok(self)
+    }
+}
+
+#[async_trait]
+impl DelayedRelease for MongoBackend {
+    /// An extension: its update sets the end to the server's `$$NOW` plus
+    /// the lease, shorter ones too.
+    async fn release_after(&self, lease: &Lease, remaining: Duration) -> Result<bool> {
+        self.extend(&Lease {
+            lease: remaining,
+            ..lease.clone()
+        })
+        .await
     }
 }
 

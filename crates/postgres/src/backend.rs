@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, Error, HandOvers, Lease, LockInfo, LockName,
-    Result, ServerInfo, WaitState, Wakeups,
+    AcquireRequest, Attempt, Backend, Capabilities, DelayedRelease, Error, HandOvers, Lease,
+    LockInfo, LockName, Result, ServerInfo, WaitState, Wakeups,
 };
 
 use crate::advisory::AdvisoryMode;
@@ -242,5 +242,9 @@ impl Backend for PostgresBackend {
 
     fn wakeups(&self) -> Option<&dyn Wakeups> {
         self.mode().wakeups()
+    }
+
+    fn delayed_release(&self) -> Result<&dyn DelayedRelease> {
+        self.mode().delayed_release()
     }
 }

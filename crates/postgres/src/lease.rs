@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, Claim, GrantState, HandOver, HandOvers, Lease,
-    LockInfo, LockName, ReleaseWatch, Result, ServerInfo, WaitState, Wakeups,
+    AcquireRequest, Attempt, Backend, Capabilities, Claim, DelayedRelease, GrantState, HandOver,
+    HandOvers, Lease, LockInfo, LockName, ReleaseWatch, Result, ServerInfo, WaitState, Wakeups,
 };
 use tokio_postgres::Row;
 use tokio_postgres::types::Type;
@@ -367,6 +367,23 @@ impl Backend for LeaseMode {
         // None only once notifications proved not to arrive; until they
         // are shown to, `watch` answers `None` and waits poll.
         (self.listener.state() != WakeUps::Unavailable).then_some(self)
+    }
+
+    fn delayed_release(&self) -> Result<&dyn DelayedRelease> {
+        Ok(self)
+    }
+}
+
+#[async_trait]
+impl DelayedRelease for LeaseMode {
+    /// An extension: the row's end becomes the server's clock plus the
+    /// lease, shorter ones too.
+    async fn release_after(&self, lease: &Lease, remaining: Duration) -> Result<bool> {
+        self.extend(&Lease {
+            lease: remaining,
+            ..lease.clone()
+        })
+        .await
     }
 }
 

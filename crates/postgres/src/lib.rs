@@ -235,6 +235,10 @@
 //!   caps at 32,767 s): a lease longer than [`MAX_ADVISORY_LEASE`] is
 //!   refused with `InvalidConfig` naming `lease` (exit 2 from the CLI),
 //!   rather than left unenforced.
+//! - **No `min_hold`.** A lock cannot be kept after its release, since it
+//!   ends with its connection: an acquire with
+//!   [`min_hold`](distlock_core::AcquireOptions::min_hold) fails at once
+//!   with `Unsupported`. Lease mode offers it.
 //! - **Keys.** A name's lock is the two-`int4` key (`advisory_class`,
 //!   objid). The table gives each name its objid (even, non-negative):
 //!   tried first at a hash of the name, and at the next even numbers when

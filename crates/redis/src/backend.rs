@@ -4,9 +4,9 @@ use std::fmt;
 use std::time::Duration;
 
 use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, Claim, Error, GrantState, HandOver, HandOvers,
-    Lease, LeaseId, LockInfo, LockName, ReleaseWatch, Result, ServerInfo, WaitState, Wakeups,
-    async_trait,
+    AcquireRequest, Attempt, Backend, Capabilities, Claim, DelayedRelease, Error, GrantState,
+    HandOver, HandOvers, Lease, LeaseId, LockInfo, LockName, ReleaseWatch, Result, ServerInfo,
+    WaitState, Wakeups, async_trait,
 };
 use futures::future::join_all;
 
@@ -379,6 +379,23 @@ impl Backend for RedisBackend {
 
     fn wakeups(&self) -> Option<&dyn Wakeups> {
         Some(self)
+    }
+
+    fn delayed_release(&self) -> Result<&dyn DelayedRelease> {
+        Ok(self)
+    }
+}
+
+#[async_trait]
+impl DelayedRelease for RedisBackend {
+    /// An extension: `PEXPIRE` to the lease on each server, whose clock
+    /// then ends it, shorter leases too; in quorum mode on a majority.
+    async fn release_after(&self, lease: &Lease, remaining: Duration) -> Result<bool> {
+        self.extend(&Lease {
+            lease: remaining,
+            ..lease.clone()
+        })
+        .await
     }
 }
 

@@ -109,6 +109,7 @@ struct Abilities {
     wakeups: bool,
     /// Grants hang on a session this backend keeps itself.
     emulated_session: bool,
+    delayed_release: bool,
 }
 
 #[derive(Debug, Default)]
@@ -156,6 +157,7 @@ impl TestBackend {
                 hand_overs: true,
                 wakeups: true,
                 emulated_session: false,
+                delayed_release: true,
             },
         }
     }
@@ -170,6 +172,13 @@ impl TestBackend {
     /// client's tasks by a release and a new grant.
     pub fn without_hand_overs(mut self) -> Self {
         self.abilities.hand_overs = false;
+        self
+    }
+
+    /// This backend without delayed releases: an acquire with
+    /// [`min_hold`](crate::AcquireOptions::min_hold) is refused.
+    pub fn without_delayed_release(mut self) -> Self {
+        self.abilities.delayed_release = false;
         self
     }
 
@@ -496,6 +505,18 @@ impl Backend for TestBackend {
     fn wakeups(&self) -> Option<&dyn Wakeups> {
         self.inner.wakeups()?;
         self.abilities.wakeups.then_some(self)
+    }
+
+    /// The inner backend's, called directly: no hook sees it. None with
+    /// an emulated session, whose renewals extend every grant, released
+    /// ones too.
+    fn delayed_release(&self) -> Result<&dyn crate::backend::DelayedRelease> {
+        if !self.abilities.delayed_release || self.abilities.emulated_session {
+            return Err(Error::Unsupported(
+                "this test backend keeps no lock after its release (min_hold)".into(),
+            ));
+        }
+        self.inner.delayed_release()
     }
 }
 

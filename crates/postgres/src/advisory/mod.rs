@@ -27,8 +27,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, Claim, Error, GrantState, Lease, LeaseId,
-    LockInfo, LockKind, LockName, ReleaseWatch, Result, ServerInfo, WaitState, Wakeups,
+    AcquireRequest, Attempt, Backend, Capabilities, Claim, DelayedRelease, Error, GrantState,
+    Lease, LeaseId, LockInfo, LockKind, LockName, ReleaseWatch, Result, ServerInfo, WaitState,
+    Wakeups,
 };
 use tokio::time::Instant;
 use tokio_postgres::types::Type;
@@ -605,6 +606,15 @@ impl Backend for AdvisoryMode {
 
     fn wakeups(&self) -> Option<&dyn Wakeups> {
         (self.listener.state() != WakeUps::Unavailable).then_some(self)
+    }
+
+    fn delayed_release(&self) -> Result<&dyn DelayedRelease> {
+        Err(Error::Unsupported(
+            "PostgreSQL's advisory mode cannot keep a lock after its release (min_hold): \
+             an advisory lock lives on its session and ends with it; \
+             use the lease mode (?mode=lease, the default) for min_hold"
+                .into(),
+        ))
     }
 }
 
