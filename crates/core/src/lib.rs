@@ -54,7 +54,7 @@ pub use acquire::AcquireOptions;
 pub use async_trait::async_trait;
 pub use backend::{
     AcquireRequest, Attempt, Backend, Capabilities, Feature, FeatureState, HandOver, HandOvers,
-    Holder, Lease, LeaseId, LockInfo, ServerInfo, Session, Wakeups,
+    Holder, Lease, LeaseId, LockInfo, Renewal, ServerInfo, Session, SessionId, Wakeups,
 };
 pub use builder::LockClientBuilder;
 pub use claim::{Claim, LockKind, MAX_PERMITS, Permits};
