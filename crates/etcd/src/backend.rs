@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use distlock_core::{
     AcquireRequest, Attempt, Backend, Capabilities, Claim, Error, GrantState, Lease, LeaseId,
-    LockInfo, LockName, LossReporter, Permits, ReleaseHub, ReleaseWatch, Result, ServerInfo,
-    Session, WaitState, Wakeups, async_trait,
+    LockInfo, LockName, LossReporter, Permits, ReleaseHub, ReleaseWatch, Renewal, Result,
+    ServerInfo, Session, WaitState, Wakeups, async_trait,
 };
+use tokio::time::Instant;
 
 use crate::config::EtcdConfig;
 use crate::deployment;
@@ -31,6 +32,11 @@ const INFO_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long after a grant its key's watch starts.
 const WATCH_AFTER: Duration = Duration::from_millis(25);
+
+/// The first and the longest pause between tries of a release that
+/// failed; the tries end with the release's operation timeout.
+const RELEASE_RETRY_FIRST: Duration = Duration::from_millis(50);
+const RELEASE_RETRY_LAST: Duration = Duration::from_millis(500);
 
 /// How many times a single try reads and writes again when another write
 /// to the name came between its read and its write.
@@ -54,12 +60,18 @@ impl fmt::Debug for EtcdBackend {
     }
 }
 
-/// What a grant keeps: its key, and the task watching it.
+/// What a grant keeps: its key, the session it hangs on, and the task
+/// watching it.
 #[derive(Debug)]
 struct Grant {
     key: Vec<u8>,
     revision: i64,
     id: LeaseId,
+    /// The etcd lease the key was written on: only its renewals keep the
+    /// grant, and its end ends it.
+    session: SessionId,
+    /// Told when a release finds the key gone: the grant was lost before.
+    loss: LossReporter,
     /// Set before our own release deletes the key, so that its watch does
     /// not report that deletion as a loss.
     releasing: Arc<AtomicBool>,
@@ -167,7 +179,7 @@ impl EtcdBackend {
             let response = self.txn(txn, "trying a lock").await?;
             let revision = header_revision(&response);
             if response.succeeded {
-                return Ok(self.granted(request, key, revision));
+                return Ok(self.granted(request, key, revision, session));
             }
             let entries = entries_of(&response);
             match standing(&request.name, request.claim, &entries, entries.len())? {
@@ -236,7 +248,7 @@ impl EtcdBackend {
             }
             Ok(Standing::Holds) => {
                 wait.take::<Waiting>();
-                Ok(self.granted(request, key, own))
+                Ok(self.granted(request, key, own, session))
             }
             Ok(Standing::Waits(index)) => {
                 // A permit may be let in by any holder leaving, not only
@@ -273,8 +285,15 @@ impl EtcdBackend {
         }
     }
 
-    /// The grant of `key`, created at `revision`, watched for deletion.
-    fn granted(&self, request: &AcquireRequest, key: Vec<u8>, revision: i64) -> Attempt {
+    /// The grant of `key`, created at `revision` on `session`, watched for
+    /// deletion.
+    fn granted(
+        &self,
+        request: &AcquireRequest,
+        key: Vec<u8>,
+        revision: i64,
+        session: SessionId,
+    ) -> Attempt {
         let releasing = Arc::new(AtomicBool::new(false));
         let watch = {
             let watched = Watched::Own {
@@ -292,6 +311,8 @@ impl EtcdBackend {
                 key,
                 revision,
                 id: request.lease_id,
+                session,
+                loss: request.loss.clone(),
                 releasing,
                 _watch: watch,
             }),
@@ -336,6 +357,57 @@ impl EtcdBackend {
             .map_err(|e| from_etcd("deleting a key", e))?;
         self.leftovers.forget(key);
         Ok(response.deleted > 0)
+    }
+}
+
+impl EtcdBackend {
+    /// Deletes `grant`'s key if it is still ours. A failure that may pass
+    /// (an election, a member that does not answer) is tried again, with
+    /// backoff, for up to `within`: a holder that gives up on its release
+    /// leaves its key, and every waiter behind it, until its session ends.
+    ///
+    /// After a failure, the delete may have happened without its answer:
+    /// a later try that finds the key gone while the grant's session
+    /// lives counts it as released, since only a release or a forced one
+    /// deletes a key whose session lives.
+    async fn release_grant(&self, grant: &Grant, within: Duration) -> Result<bool> {
+        let deadline = Instant::now() + within;
+        let mut pause = RELEASE_RETRY_FIRST;
+        let mut unanswered = false;
+        loop {
+            let txn = TxnRequest {
+                compare: vec![create_revision(
+                    grant.key.clone(),
+                    CompareResult::Equal,
+                    grant.revision,
+                )],
+                success: vec![delete_op(&grant.key)],
+                failure: Vec::new(),
+            };
+            let error = match self.txn(txn, "releasing a lock").await {
+                Ok(response) if response.succeeded => return Ok(true),
+                Ok(_) if unanswered => return self.session_lives(grant.session).await,
+                Ok(_) => return Ok(false),
+                Err(error) => error,
+            };
+            if !error.is_transient() || Instant::now() + pause >= deadline {
+                return Err(error);
+            }
+            tracing::debug!(%error, "releasing an etcd key failed; trying again");
+            unanswered = true;
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(RELEASE_RETRY_LAST);
+        }
+    }
+
+    /// Whether etcd still has the session `id`.
+    async fn session_lives(&self, id: SessionId) -> Result<bool> {
+        let response = self
+            .client
+            .lease_time_to_live(id.0)
+            .await
+            .map_err(|e| from_etcd("reading a session's time left", e))?;
+        Ok(response.ttl > 0)
     }
 }
 
@@ -456,7 +528,7 @@ impl Backend for EtcdBackend {
         if !ours {
             return Ok(false);
         }
-        self.sessions.renew().await
+        self.sessions.confirm(grant.session).await
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
@@ -475,18 +547,14 @@ impl Backend for EtcdBackend {
             return Ok(false);
         }
         grant.releasing.store(true, Ordering::Release);
-        let txn = TxnRequest {
-            compare: vec![create_revision(
-                grant.key.clone(),
-                CompareResult::Equal,
-                grant.revision,
-            )],
-            success: vec![delete_op(&grant.key)],
-            failure: Vec::new(),
-        };
         self.leftovers.note(&grant.key);
-        let released = self.txn(txn, "releasing a lock").await?.succeeded;
+        let released = self.release_grant(grant, lease.operation_timeout).await?;
         self.leftovers.forget(&grant.key);
+        if !released {
+            // Gone before this release: the holder hears of the loss
+            // before the release answers that the lock was not ours.
+            grant.loss.report();
+        }
         Ok(released)
     }
 
@@ -547,11 +615,23 @@ impl Backend for EtcdBackend {
     fn wakeups(&self) -> Option<&dyn Wakeups> {
         Some(self)
     }
+
+    /// Revokes the session, as etcd's own `Session.Close()` does: every
+    /// key of this backend goes at once, rather than a TTL after the
+    /// process exits.
+    async fn close(&self) -> Result<()> {
+        self.sessions.close().await
+    }
 }
 
 #[async_trait]
 impl Session for EtcdBackend {
-    async fn renew(&self) -> Result<bool> {
+    fn session_of(&self, lease: &Lease) -> Option<distlock_core::SessionId> {
+        let grant = lease.state.get::<Grant>().filter(|g| g.id == lease.id)?;
+        Some(grant.session.for_core())
+    }
+
+    async fn renew(&self) -> Result<Renewal> {
         self.leftovers.retry(&self.client);
         self.sessions.renew().await
     }
