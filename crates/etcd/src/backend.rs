@@ -11,7 +11,6 @@ use distlock_core::{
     LockInfo, LockName, LossReporter, Permits, ReleaseHub, ReleaseWatch, Renewal, Result,
     ServerInfo, Session, WaitState, Wakeups, async_trait,
 };
-use tokio::time::Instant;
 
 use crate::config::EtcdConfig;
 use crate::deployment;
@@ -22,7 +21,8 @@ use crate::raw::etcdserverpb::compare::CompareResult;
 use crate::raw::etcdserverpb::response_op::Response;
 use crate::raw::etcdserverpb::{DeleteRangeRequest, RangeRequest, TxnRequest, TxnResponse};
 use crate::raw::{Client, ConnectOptions};
-use crate::requests::{self, create_revision, delete_op, mod_revision, over, put_op, read_op};
+use crate::release;
+use crate::requests::{self, create_revision, mod_revision, over, put_op, read_op};
 use crate::rules::{Entry, Standing, holds, in_order, standing};
 use crate::session::{SessionId, Sessions};
 use crate::watch::{Task, Watched, deleted};
@@ -32,11 +32,6 @@ const INFO_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long after a grant its key's watch starts.
 const WATCH_AFTER: Duration = Duration::from_millis(25);
-
-/// The first and the longest pause between tries of a release that
-/// failed; the tries end with the release's operation timeout.
-const RELEASE_RETRY_FIRST: Duration = Duration::from_millis(50);
-const RELEASE_RETRY_LAST: Duration = Duration::from_millis(500);
 
 /// How many times a single try reads and writes again when another write
 /// to the name came between its read and its write.
@@ -360,57 +355,6 @@ impl EtcdBackend {
     }
 }
 
-impl EtcdBackend {
-    /// Deletes `grant`'s key if it is still ours. A failure that may pass
-    /// (an election, a member that does not answer) is tried again, with
-    /// backoff, for up to `within`: a holder that gives up on its release
-    /// leaves its key, and every waiter behind it, until its session ends.
-    ///
-    /// After a failure, the delete may have happened without its answer:
-    /// a later try that finds the key gone while the grant's session
-    /// lives counts it as released, since only a release or a forced one
-    /// deletes a key whose session lives.
-    async fn release_grant(&self, grant: &Grant, within: Duration) -> Result<bool> {
-        let deadline = Instant::now() + within;
-        let mut pause = RELEASE_RETRY_FIRST;
-        let mut unanswered = false;
-        loop {
-            let txn = TxnRequest {
-                compare: vec![create_revision(
-                    grant.key.clone(),
-                    CompareResult::Equal,
-                    grant.revision,
-                )],
-                success: vec![delete_op(&grant.key)],
-                failure: Vec::new(),
-            };
-            let error = match self.txn(txn, "releasing a lock").await {
-                Ok(response) if response.succeeded => return Ok(true),
-                Ok(_) if unanswered => return self.session_lives(grant.session).await,
-                Ok(_) => return Ok(false),
-                Err(error) => error,
-            };
-            if !error.is_transient() || Instant::now() + pause >= deadline {
-                return Err(error);
-            }
-            tracing::debug!(%error, "releasing an etcd key failed; trying again");
-            unanswered = true;
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(RELEASE_RETRY_LAST);
-        }
-    }
-
-    /// Whether etcd still has the session `id`.
-    async fn session_lives(&self, id: SessionId) -> Result<bool> {
-        let response = self
-            .client
-            .lease_time_to_live(id.0)
-            .await
-            .map_err(|e| from_etcd("reading a session's time left", e))?;
-        Ok(response.ttl > 0)
-    }
-}
-
 /// Reports a loss once the grant's key, created at `revision`, is deleted
 /// by anyone but our own release. The watch starts [`WATCH_AFTER`] after
 /// the grant: most holds end sooner and then cost no watch at all, and a
@@ -548,7 +492,14 @@ impl Backend for EtcdBackend {
         }
         grant.releasing.store(true, Ordering::Release);
         self.leftovers.note(&grant.key);
-        let released = self.release_grant(grant, lease.operation_timeout).await?;
+        let released = release::delete_if_ours(
+            &self.client,
+            &grant.key,
+            grant.revision,
+            grant.session,
+            lease.operation_timeout,
+        )
+        .await?;
         self.leftovers.forget(&grant.key);
         if !released {
             // Gone before this release: the holder hears of the loss
