@@ -7,7 +7,10 @@
 //! election timeouts, so a blocked name fails runs by itself.
 //!
 //! `DISTLOCK_CLI_CHURN_WORKERS` and `DISTLOCK_CLI_CHURN_RUNS` (runs per
-//! worker) make it longer; the defaults keep it under a minute or so.
+//! worker) make it longer; the defaults keep it under a minute or so. More
+//! workers make a longer queue on the name, which may need a longer wait
+//! (`DISTLOCK_CLI_CHURN_WAIT`, a duration such as `60s`): with a leader
+//! killed every 3 s, the cluster has no leader for a good part of the time.
 
 mod common;
 mod etcd_cluster;
@@ -21,10 +24,17 @@ use etcd_cluster::EtcdCluster;
 
 /// How often the leader is killed.
 const KILL_EVERY: Duration = Duration::from_secs(3);
-/// How long each run waits for the lock: a few election timeouts (1 s
-/// each) and the queue of the other workers, far less than a session left
-/// behind blocks the name (its TTL, 45 s with the default lease).
-const WAIT: &str = "15s";
+/// How long each run waits for the lock: some thirty election timeouts
+/// (1 s each), for the queue of the other workers and the elections it
+/// sits through (a request sent as the leader dies may take etcd's request
+/// timeout, some 7 s, to fail), yet less than a session left behind keeps
+/// a key that blocks the name (its TTL, 45 s with the default lease, from
+/// its last renewal; and every election renews it).
+const WAIT: &str = "30s";
+
+fn wait() -> String {
+    std::env::var("DISTLOCK_CLI_CHURN_WAIT").unwrap_or_else(|_| WAIT.to_owned())
+}
 
 fn setting(var: &str, default: usize) -> usize {
     std::env::var(var)
@@ -45,12 +55,13 @@ const HOLD: &str = "0.3";
 /// One `distlock run NAME --wait WAIT -- sleep HOLD`: `None` when it
 /// succeeded, else what went wrong.
 fn run_once(url: &str, name: &str) -> Option<String> {
+    let wait = wait();
     let output = distlock(&[
         "run",
         "--backend",
         url,
         "--wait",
-        WAIT,
+        &wait,
         name,
         "--",
         "sleep",

@@ -237,7 +237,7 @@ impl EtcdBackend {
         match standing(&request.name, request.claim, &entries, position) {
             Err(conflict) => {
                 // The wait ends with this error: take the key back now.
-                self.delete_key(&key).await.ok();
+                self.delete_key(&key, request.operation_timeout).await.ok();
                 wait.take::<Waiting>();
                 Err(conflict)
             }
@@ -342,16 +342,13 @@ impl EtcdBackend {
     }
 
     /// Deletes our own `key`; until etcd answers, it is noted as a
-    /// leftover, to be deleted again at the next renewal.
-    async fn delete_key(&self, key: &[u8]) -> Result<bool> {
+    /// leftover, to be deleted again at the next renewal. A failure that
+    /// may pass (an election) is tried again for up to `within`.
+    async fn delete_key(&self, key: &[u8], within: Duration) -> Result<bool> {
         self.leftovers.note(key);
-        let response = self
-            .client
-            .delete_range(requests::delete(key))
-            .await
-            .map_err(|e| from_etcd("deleting a key", e))?;
+        let deleted = release::delete(&self.client, key, within).await?;
         self.leftovers.forget(key);
-        Ok(response.deleted > 0)
+        Ok(deleted)
     }
 }
 
@@ -445,11 +442,14 @@ impl Backend for EtcdBackend {
         }
     }
 
-    async fn end_wait(&self, _request: &AcquireRequest, mut wait: WaitState) -> Result<()> {
+    async fn end_wait(&self, request: &AcquireRequest, mut wait: WaitState) -> Result<()> {
         if let Some(waiting) = wait.take::<Waiting>() {
             // A key recorded for a write whose answer was lost may land
             // after this delete, and would leave a waiter nobody serves.
-            if !self.delete_key(&waiting.key).await? {
+            if !self
+                .delete_key(&waiting.key, request.operation_timeout)
+                .await?
+            {
                 self.leftovers.recheck(&self.client, waiting.key);
             }
         }
@@ -481,7 +481,7 @@ impl Backend for EtcdBackend {
             // after its identity. Its write may still land after this
             // delete, which then finds nothing.
             let key = self.range(&lease.name).try_key(lease.id);
-            let deleted = self.delete_key(&key).await?;
+            let deleted = self.delete_key(&key, lease.operation_timeout).await?;
             if !deleted {
                 self.leftovers.recheck(&self.client, key);
             }

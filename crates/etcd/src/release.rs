@@ -1,4 +1,4 @@
-//! The release of a grant's key: owner-checked, and tried again through an
+//! Deleting our own keys: owner-checked, and tried again through an
 //! election, so that a short-lived process does not leave its key to block
 //! the name until its session ends.
 
@@ -11,7 +11,7 @@ use crate::error::from_etcd;
 use crate::raw::Client;
 use crate::raw::etcdserverpb::TxnRequest;
 use crate::raw::etcdserverpb::compare::CompareResult;
-use crate::requests::{create_revision, delete_op};
+use crate::requests::{self, create_revision, delete_op};
 use crate::session::SessionId;
 
 /// The first and the longest pause between tries of a release that
@@ -43,10 +43,7 @@ pub(crate) async fn delete_if_ours(
     session: SessionId,
     within: Duration,
 ) -> Result<bool> {
-    let deadline = Instant::now() + within;
-    let mut pause = FIRST_PAUSE;
-    let mut unanswered = false;
-    loop {
+    retrying(within, |unanswered| async move {
         let txn = TxnRequest {
             compare: vec![create_revision(
                 key.to_vec(),
@@ -56,16 +53,61 @@ pub(crate) async fn delete_if_ours(
             success: vec![delete_op(key)],
             failure: Vec::new(),
         };
-        let error = match client.txn(txn).await {
-            Ok(response) if response.succeeded => return Ok(true),
-            Ok(_) if unanswered => return lives(client, session).await,
-            Ok(_) => return Ok(false),
-            Err(error) => from_etcd("releasing a lock", error),
+        let response = client
+            .txn(txn)
+            .await
+            .map_err(|e| from_etcd("releasing a lock", e))?;
+        if response.succeeded {
+            Ok(true)
+        } else if unanswered {
+            lives(client, session).await
+        } else {
+            Ok(false)
+        }
+    })
+    .await
+}
+
+/// Deletes `key`, a key of ours named by its grant or wait; returns whether
+/// it was there. Tried again as [`delete_if_ours`] is, for up to `within`;
+/// a key found gone after an unanswered try may have been deleted by it.
+///
+/// # Errors
+/// As [`delete_if_ours`].
+///
+/// # Cancel safety
+/// As [`delete_if_ours`].
+pub(crate) async fn delete(client: &Client, key: &[u8], within: Duration) -> Result<bool> {
+    retrying(within, |_| async move {
+        let response = client
+            .delete_range(requests::delete(key))
+            .await
+            .map_err(|e| from_etcd("deleting a key", e))?;
+        Ok(response.deleted > 0)
+    })
+    .await
+}
+
+/// Runs `attempt` until it answers, fails with an error that trying again
+/// cannot mend, or `within` has passed. `attempt` is told whether an
+/// earlier try failed, and so may have happened without its answer.
+async fn retrying<T, F, Fut>(within: Duration, mut attempt: F) -> Result<T>
+where
+    F: FnMut(bool) -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    let deadline = Instant::now() + within;
+    let mut pause = FIRST_PAUSE;
+    let mut unanswered = false;
+    loop {
+        let error = match attempt(unanswered).await {
+            Ok(answer) => return Ok(answer),
+            Err(error) => error,
         };
         if !error.is_transient() || Instant::now() + pause >= deadline {
             return Err(error);
         }
-        tracing::debug!(%error, "releasing an etcd key failed; trying again");
+        tracing::debug!(%error, "deleting an etcd key failed; trying again");
         unanswered = true;
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(LAST_PAUSE);
