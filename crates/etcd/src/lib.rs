@@ -56,11 +56,12 @@
 //!   session, which lives as long as the client holds or waits for
 //!   anything; so a release or an ended wait whose delete fails or is
 //!   cancelled is deleted again at every renewal until etcd answers. A
-//!   release that fails during an election (no leader, a member that does
-//!   not answer) is tried again within its operation timeout; it stays
-//!   owner-checked (the key's create revision), and a key found gone after
-//!   an unanswered try counts as released only while the grant's session
-//!   lives (then only a release, or a forced one, can have deleted it). A
+//!   release, or the end of a wait, that fails during an election (no
+//!   leader, a member that does not answer) is tried again within its
+//!   operation timeout; a release stays owner-checked (the key's create
+//!   revision), and a key found gone after an unanswered try counts as
+//!   released only while the grant's session lives (then only a release,
+//!   or a forced one, can have deleted it). A
 //!   release that finds its key gone reports the loss first, so `lost()`
 //!   has fired when it answers that the lock was not ours.
 //! - **Reads are linearizable**: every decision reads in a transaction or
