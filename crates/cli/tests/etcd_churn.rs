@@ -3,14 +3,15 @@
 //! every few seconds (finding 13). A run whose release failed during an
 //! election used to leave its key behind, on a session that outlived the
 //! process, and elections renewed such sessions for ever: the name stayed
-//! blocked. Every run must now get the lock within a wait of a few
-//! election timeouts, so a blocked name fails runs by itself.
+//! blocked. Every run must now get the lock within a wait shorter than a
+//! session left behind would block the name, so a blocked name fails runs
+//! by itself; and runs on the steady cluster must leave no session.
 //!
 //! `DISTLOCK_CLI_CHURN_WORKERS` and `DISTLOCK_CLI_CHURN_RUNS` (runs per
-//! worker) make it longer; the defaults keep it under a minute or so. More
-//! workers make a longer queue on the name, which may need a longer wait
-//! (`DISTLOCK_CLI_CHURN_WAIT`, a duration such as `60s`): with a leader
-//! killed every 3 s, the cluster has no leader for a good part of the time.
+//! worker) make it longer, and `DISTLOCK_CLI_CHURN_KILL_EVERY` (seconds)
+//! harsher; the defaults keep it under a minute or so. More workers make
+//! a longer queue on the name, which may need a longer wait
+//! (`DISTLOCK_CLI_CHURN_WAIT`, a duration such as `60s`).
 
 mod common;
 mod etcd_cluster;
@@ -22,8 +23,25 @@ use std::time::Duration;
 use common::{distlock, unique};
 use etcd_cluster::EtcdCluster;
 
-/// How often the leader is killed.
-const KILL_EVERY: Duration = Duration::from_secs(3);
+/// How often the leader is killed, by default; the finding's campaign
+/// killed it every 3 s (`DISTLOCK_CLI_CHURN_KILL_EVERY=3`), which leaves
+/// the cluster without a leader so much of the time that, on a busy
+/// 2-core machine, a run now and then waits out its whole wait for the
+/// cluster alone.
+const KILL_EVERY: Duration = Duration::from_secs(5);
+
+fn kill_every() -> Duration {
+    std::env::var("DISTLOCK_CLI_CHURN_KILL_EVERY")
+        .ok()
+        .map(|secs| {
+            Duration::from_secs(
+                secs.parse()
+                    .unwrap_or_else(|_| panic!("DISTLOCK_CLI_CHURN_KILL_EVERY: not whole seconds")),
+            )
+        })
+        .unwrap_or(KILL_EVERY)
+}
+
 /// How long each run waits for the lock: some thirty election timeouts
 /// (1 s each), for the queue of the other workers and the elections it
 /// sits through (a request sent as the leader dies may take etcd's request
@@ -88,11 +106,11 @@ fn short_lived_runs_under_leader_loss_never_leave_the_name_blocked() {
 
     let done = Arc::new(AtomicBool::new(false));
     let killer = {
-        let (cluster, done) = (cluster.clone(), done.clone());
+        let (cluster, done, every) = (cluster.clone(), done.clone(), kill_every());
         std::thread::spawn(move || {
             let mut kills = 0;
             while !done.load(Ordering::SeqCst) {
-                std::thread::sleep(KILL_EVERY);
+                std::thread::sleep(every);
                 if !done.load(Ordering::SeqCst) {
                     cluster.kill_leader();
                     kills += 1;
