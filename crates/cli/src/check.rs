@@ -13,7 +13,7 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use distlock::backend::{Backend, Feature, FeatureState};
+use distlock::backend::{Backend, Capabilities, Feature, FeatureState};
 use distlock::{Error, LockClient, LockOptions};
 use serde::Serialize;
 
@@ -129,6 +129,23 @@ async fn run_checks(url: &str, options: LockOptions) -> Vec<Finding> {
     let capabilities = backend.capabilities();
     let wakeups = backend.wakeups().is_some();
     let client = LockClient::new(backend, options.clone());
+    findings.extend(use_locks(&client, &options, capabilities, wakeups).await);
+    // The probe's session (etcd) goes now, not a TTL after the check.
+    if let Err(error) = client.close().await {
+        tracing::warn!(%error, "could not close the backend; its session ends when it expires");
+    }
+    findings
+}
+
+/// Takes, releases and lists locks through `client`, and judges how long
+/// it took against the lease.
+async fn use_locks(
+    client: &LockClient,
+    options: &LockOptions,
+    capabilities: Capabilities,
+    wakeups: bool,
+) -> Vec<Finding> {
+    let mut findings = Vec::new();
     let probe = format!("distlock-check-{}-{}", std::process::id(), rand_suffix());
 
     // Taking and releasing a lock needs every permission distlock needs.
@@ -136,7 +153,7 @@ async fn run_checks(url: &str, options: LockOptions) -> Vec<Finding> {
     let mut tokens = Vec::with_capacity(PROBES);
     for _ in 0..PROBES {
         let started = Instant::now();
-        match take_and_release(&client, &probe).await {
+        match take_and_release(client, &probe).await {
             Ok(token) => {
                 cycles.push(started.elapsed());
                 tokens.push(token);
@@ -195,7 +212,7 @@ async fn run_checks(url: &str, options: LockOptions) -> Vec<Finding> {
             text::short_duration(p99)
         ),
     ));
-    findings.push(lease_fits(&options, p99, capabilities.process_bound));
+    findings.push(lease_fits(options, p99, capabilities.process_bound));
     findings
 }
 

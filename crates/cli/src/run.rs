@@ -81,83 +81,100 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
     // Time spent reaching the server counts against the wait.
     let (asked, wait) = (wait, wait.less(opening.elapsed()));
     let client = LockClient::new(backend, options);
-    // From here on SIGINT, SIGTERM and SIGHUP no longer kill distlock: they are
-    // handled, so that the lock is always released.
-    let mut signals = Signals::new()?;
+    // Every way out below, the client's session goes with it (see `close`).
+    let outcome: Result<u8, Failure> = async {
+        // From here on SIGINT, SIGTERM and SIGHUP no longer kill distlock: they are
+        // handled, so that the lock is always released.
+        let mut signals = Signals::new()?;
 
-    let claim = match (args.shared, args.permits) {
-        (true, _) => Claim::Shared,
-        (false, Some(limit)) => Claim::Permit { limit },
-        (false, None) => Claim::Exclusive,
-    };
-    tracing::debug!(names = %shown, ?claim, "taking the lock");
-    // A first signal cancels the wait, which then ends holding nothing: an
-    // attempt in flight is answered and a grant it brings released, since
-    // nothing in the background outlives distlock. A second signal leaves
-    // at once.
-    let (cancel, cancelled) = oneshot::channel::<()>();
-    let mut cancel = Some(cancel);
-    let each = Asked {
-        claim,
-        max_hold: args.max_hold,
-        min_hold: args.min_hold,
-        label: args.label.clone(),
-    };
-    let acquiring = acquire(&client, &names, each, wait, &program, async {
-        let _ = cancelled.await;
-    });
-    tokio::pin!(acquiring);
-    let waiting = WaitingLine::start(&client, &names, args.quiet);
-    let mut interrupted = None;
-    let acquired = loop {
-        tokio::select! {
-            acquired = &mut acquiring => break acquired,
-            signal = signals.recv() => {
-                if interrupted.is_some() {
-                    return Err(interrupted_waiting(signal, &shown, &program));
-                }
-                tracing::debug!(signal = signal.as_raw(), "cancelling the wait");
-                interrupted = Some(signal);
-                if let Some(cancel) = cancel.take() {
-                    let _ = cancel.send(());
+        let claim = match (args.shared, args.permits) {
+            (true, _) => Claim::Shared,
+            (false, Some(limit)) => Claim::Permit { limit },
+            (false, None) => Claim::Exclusive,
+        };
+        tracing::debug!(names = %shown, ?claim, "taking the lock");
+        // A first signal cancels the wait, which then ends holding nothing: an
+        // attempt in flight is answered and a grant it brings released, since
+        // nothing in the background outlives distlock. A second signal leaves
+        // at once.
+        let (cancel, cancelled) = oneshot::channel::<()>();
+        let mut cancel = Some(cancel);
+        let each = Asked {
+            claim,
+            max_hold: args.max_hold,
+            min_hold: args.min_hold,
+            label: args.label.clone(),
+        };
+        let acquiring = acquire(&client, &names, each, wait, &program, async {
+            let _ = cancelled.await;
+        });
+        tokio::pin!(acquiring);
+        let waiting = WaitingLine::start(&client, &names, args.quiet);
+        let mut interrupted = None;
+        let acquired = loop {
+            tokio::select! {
+                acquired = &mut acquiring => break acquired,
+                signal = signals.recv() => {
+                    if interrupted.is_some() {
+                        return Err(interrupted_waiting(signal, &shown, &program));
+                    }
+                    tracing::debug!(signal = signal.as_raw(), "cancelling the wait");
+                    interrupted = Some(signal);
+                    if let Some(cancel) = cancel.take() {
+                        let _ = cancel.send(());
+                    }
                 }
             }
+        };
+        drop(waiting);
+        if let Some(signal) = interrupted {
+            if let Ok(Taken::Held(held)) = acquired {
+                // Granted as the signal came: not ours to use any more.
+                let _ = held.release().await;
+            }
+            return Err(interrupted_waiting(signal, &shown, &program));
         }
-    };
-    drop(waiting);
-    if let Some(signal) = interrupted {
-        if let Ok(Taken::Held(held)) = acquired {
-            // Granted as the signal came: not ours to use any more.
-            let _ = held.release().await;
-        }
-        return Err(interrupted_waiting(signal, &shown, &program));
-    }
-    let held = match acquired? {
-        Taken::Held(held) => held,
-        Taken::Busy(busy) => {
-            let waited = match asked {
-                Wait::AtMost(limit) => {
-                    format!(" after waiting {}", humantime::format_duration(limit))
-                }
-                Wait::Once | Wait::Forever => String::new(),
-            };
-            let of_set = if names.len() > 1 {
-                format!(" (of {shown}; none is held now)")
-            } else {
-                String::new()
-            };
-            return Err(Failure::new(
-                args.conflict_exit_code.unwrap_or(NOT_ACQUIRED),
-                format!("lock {busy}{of_set} is held elsewhere{waited}; did not run {program}"),
-            ));
-        }
-    };
-    tracing::debug!(names = %held.names(), "acquired; starting the command");
+        let held = match acquired? {
+            Taken::Held(held) => held,
+            Taken::Busy(busy) => {
+                let waited = match asked {
+                    Wait::AtMost(limit) => {
+                        format!(" after waiting {}", humantime::format_duration(limit))
+                    }
+                    Wait::Once | Wait::Forever => String::new(),
+                };
+                let of_set = if names.len() > 1 {
+                    format!(" (of {shown}; none is held now)")
+                } else {
+                    String::new()
+                };
+                return Err(Failure::new(
+                    args.conflict_exit_code.unwrap_or(NOT_ACQUIRED),
+                    format!("lock {busy}{of_set} is held elsewhere{waited}; did not run {program}"),
+                ));
+            }
+        };
+        tracing::debug!(names = %held.names(), "acquired; starting the command");
 
-    let ended = supervise(&held, &command, args.kill_grace, &mut signals).await;
-    let lost_one = held.lost_one().cloned();
-    let released = held.release().await;
-    conclude(&shown, lost_one, &program, args.kill_grace, ended, released)
+        let ended = supervise(&held, &command, args.kill_grace, &mut signals).await;
+        let lost_one = held.lost_one().cloned();
+        let released = held.release().await;
+        conclude(&shown, lost_one, &program, args.kill_grace, ended, released)
+    }
+    .await;
+    close(&client).await;
+    outcome
+}
+
+/// Gives back what the backend keeps for this process (an etcd session),
+/// so that nothing of it outlives the process: a session left behind
+/// would keep the keys of a failed release until it expires, and under
+/// elections, which renew every session, perhaps never. A failure is only
+/// logged: the server ends the session by itself.
+async fn close(client: &LockClient) {
+    if let Err(error) = client.close().await {
+        tracing::warn!(%error, "could not close the backend; its session ends when it expires");
+    }
 }
 
 /// What `run` asks of each lock beside its name.

@@ -573,6 +573,25 @@ pub trait Backend: Send + Sync + fmt::Debug {
             self.store_name()
         )))
     }
+
+    /// Gives back what the backend keeps on the server for this client
+    /// alone, once the client is done with it: etcd's session, which would
+    /// otherwise live on for its TTL after the process exits (and for ever
+    /// while elections keep renewing it). Locks still held through the
+    /// backend are lost with it. Called by
+    /// [`LockClient::close`](crate::LockClient::close), which tries again
+    /// after a transient error within the operation timeout. The default
+    /// has nothing to give back.
+    ///
+    /// # Errors
+    /// A backend error; the server then ends what was not given back by
+    /// itself, later.
+    ///
+    /// # Cancel safety
+    /// As for every [`Backend`] call: dropped, it either happened or not.
+    async fn close(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// A backend's release that takes effect later; see
@@ -624,12 +643,27 @@ pub trait HandOvers: Send + Sync {
 
 /// The session a backend's grants and waits hang on; see
 /// [`Backend::session`].
+///
+/// A backend may replace its session (the old one ended, and the next
+/// grant started another), so grants made at different times may hang on
+/// different sessions. Each renewal says which session it confirmed and
+/// which ended, and core keeps or ends exactly the grants of each.
 #[async_trait]
 pub trait Session: Send + Sync {
-    /// Renews the session. A renewal that succeeds keeps every grant of
-    /// the session for a lease from when it was sent. `Ok(false)` means the
-    /// session is gone, and every grant with it; the backend starts a new
-    /// session for the next grant or wait.
+    /// The session `lease` was granted on; `None` when the backend cannot
+    /// tell, and then no renewal confirms the grant: it runs out at the
+    /// end of its lease unless released first.
+    fn session_of(&self, lease: &Lease) -> Option<SessionId>;
+
+    /// Renews the current session, if there is one, and reports the
+    /// sessions found gone since the last renewal.
+    ///
+    /// [`Renewal::renewed`] keeps every grant of that session for a lease
+    /// from when the renewal was sent, and no other grant. Every grant of
+    /// a session in [`Renewal::ended`] is lost. Grants on no session named
+    /// are neither kept nor lost. A renewal with no session to renew
+    /// confirms nothing. The backend starts a new session for the next
+    /// grant or wait.
     ///
     /// # Errors
     /// A backend error, after which the outcome is unknown: core tries
@@ -638,7 +672,53 @@ pub trait Session: Send + Sync {
     ///
     /// # Cancel safety
     /// As for every [`Backend`] call: dropped, it either happened or not.
-    async fn renew(&self) -> Result<bool>;
+    /// A backend reports a session found gone until a renewal that returns
+    /// has reported it.
+    async fn renew(&self) -> Result<Renewal>;
+}
+
+/// One of a backend's sessions, by the backend's own number for it (for
+/// etcd, its lease id).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SessionId(pub u64);
+
+/// What a [`Session::renew`] confirmed, and which sessions it found gone.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Renewal {
+    /// The session renewed, whose grants are kept for a lease from when
+    /// the renewal was sent; `None` when there was none to renew.
+    pub renewed: Option<SessionId>,
+    /// The sessions found gone since the last renewal (by this one, or by a
+    /// grant that found its session gone and started another): exactly
+    /// their grants are lost.
+    pub ended: Vec<SessionId>,
+}
+
+impl Renewal {
+    /// A renewal of `session`.
+    pub fn of(session: SessionId) -> Self {
+        Self {
+            renewed: Some(session),
+            ended: Vec::new(),
+        }
+    }
+
+    /// A renewal that found no session to renew, and confirms nothing.
+    pub fn nothing() -> Self {
+        Self::default()
+    }
+
+    /// This renewal, reporting also that `session` ended.
+    pub fn with_ended(mut self, session: SessionId) -> Self {
+        if !self.ended.contains(&session) {
+            self.ended.push(session);
+        }
+        if self.renewed == Some(session) {
+            self.renewed = None;
+        }
+        self
+    }
 }
 
 /// A backend's reports of releases; see [`Backend::wakeups`].

@@ -129,6 +129,44 @@ impl LockClient {
         &self.inner.options
     }
 
+    /// Gives back what the backend keeps on the server for this client,
+    /// before the process exits: an etcd client revokes its session, as
+    /// etcd's own `Session.Close()` does, so that its keys go now rather
+    /// than a TTL later. Other backends keep nothing of the kind, and this
+    /// does nothing. Release every lock first: those still held through
+    /// this client's backend are lost (their holders learn it), and a
+    /// backend shared with other clients is closed for them too.
+    ///
+    /// A transient failure (a server election, a timeout) is tried again,
+    /// with backoff, until the operation timeout has passed.
+    ///
+    /// # Errors
+    /// The last error once the operation timeout has passed, or the first
+    /// one that trying again cannot mend; the server then ends the session
+    /// by itself at the end of its TTL.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropped, the session is either given back or left to
+    /// end by itself.
+    pub async fn close(&self) -> Result<()> {
+        let backend = &self.inner.backend;
+        let limit = self.inner.options.operation_timeout();
+        let deadline = Instant::now() + limit;
+        let (mut pause, longest) = self.inner.options.backoff();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let outcome = bounded::call(&**backend, left, "close", backend.close()).await;
+            match outcome {
+                Err(error) if error.is_transient() && Instant::now() + pause < deadline => {
+                    tracing::debug!(%error, "closing the backend failed; trying again");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(longest);
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// Waits for `name`, exclusively, with no deadline: as
     /// `tokio::sync::Mutex::lock` waits, but across every process sharing
     /// the backend. A name string is validated here.

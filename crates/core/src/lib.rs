@@ -55,7 +55,8 @@ pub use acquire::AcquireOptions;
 pub use async_trait::async_trait;
 pub use backend::{
     AcquireRequest, Attempt, Backend, Capabilities, DelayedRelease, Feature, FeatureState,
-    HandOver, HandOvers, Holder, Lease, LeaseId, LockInfo, ServerInfo, Session, Wakeups,
+    HandOver, HandOvers, Holder, Lease, LeaseId, LockInfo, Renewal, ServerInfo, Session, SessionId,
+    Wakeups,
 };
 pub use builder::LockClientBuilder;
 pub use claim::{Claim, LockKind, MAX_PERMITS, Permits};

@@ -73,10 +73,15 @@ pub(crate) enum Extension {
 impl Extension {
     /// The outcome an extension call answered.
     pub(crate) fn of(outcome: &crate::error::Result<bool>) -> Self {
+        Self::of_outcome(outcome.as_ref().map(|&kept| kept).map_err(|_| ()))
+    }
+
+    /// The outcome of an extension that kept its leases, or not, or failed.
+    pub(crate) fn of_outcome(outcome: Result<bool, ()>) -> Self {
         match outcome {
             Ok(true) => Self::Kept,
             Ok(false) => Self::Lost,
-            Err(_) => Self::Failed,
+            Err(()) => Self::Failed,
         }
     }
 }

@@ -5,8 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::testing::{Failure, Operation, TestBackend};
-use distlock_core::{LockClient, LockName, LockOptions, LossReason, MemoryBackend};
+use distlock_core::testing::{Answer, Failure, Hook, Operation, TestBackend};
+use distlock_core::{
+    Error, LockClient, LockName, LockOptions, LossReason, MemoryBackend, Renewal, async_trait,
+};
 
 /// The memory backend behind a session, as etcd keeps keys on one lease:
 /// a renewal extends every grant made through this instance.
@@ -112,4 +114,89 @@ async fn a_wait_alone_keeps_the_session_renewed() {
     held.release().await.unwrap();
     let guard = waiting.await.unwrap().unwrap();
     guard.release().await.unwrap();
+}
+
+/// A session that ends takes the grants made on it, and no grant of the
+/// session the next grant started: renewals of the new session keep only
+/// the new session's grants.
+#[tokio::test(start_paused = true)]
+async fn a_session_that_ends_takes_its_own_grants_and_no_others() {
+    let backend = session_over(Arc::default());
+    let client = LockClient::new(backend.shared(), options());
+    let [first, second] = [0, 1].map(|i| names(2)[i].clone());
+    let old = client.acquire_with(&first, Duration::ZERO).await.unwrap();
+    backend.end_session();
+    // Granted on a new session before any renewal heard of the old one's end.
+    let new = client.acquire_with(&second, Duration::ZERO).await.unwrap();
+    let reason = tokio::time::timeout(Duration::from_secs(2), old.lost())
+        .await
+        .expect("lost at the next renewal, a cadence away");
+    assert_eq!(reason, LossReason::Refused);
+    // Many leases later, the new session's grant is still kept.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert!(!new.is_lost(), "the new session's grant was kept");
+    new.extend().await.expect("its session is renewed");
+    assert!(!old.release().await.unwrap(), "the old grant was not ours");
+    assert!(new.release().await.unwrap());
+}
+
+/// Answers every renewal as a backend with no session to renew would.
+#[derive(Debug)]
+struct NoSession;
+
+#[async_trait]
+impl Hook for NoSession {
+    async fn after(&self, answer: Answer<'_>) {
+        if let Answer::RenewSession(outcome) = answer {
+            *outcome = Ok(Renewal::nothing());
+        }
+    }
+}
+
+/// A renewal that renewed no session confirms no grant: the grants run
+/// out at the end of their lease, and an extension asked for says so.
+#[tokio::test(start_paused = true)]
+async fn a_renewal_with_no_session_confirms_nothing() {
+    let backend = session_over(Arc::default()).with_hook(Arc::new(NoSession));
+    let client = LockClient::new(backend.shared(), options());
+    let guard = client
+        .acquire_with(&names(1)[0], Duration::ZERO)
+        .await
+        .unwrap();
+    let error = guard.extend().await.expect_err("nothing was confirmed");
+    assert!(
+        error.to_string().contains("did not confirm"),
+        "an unconfirmed extension says so: {error}"
+    );
+    let reason = tokio::time::timeout(Duration::from_secs(10), guard.lost())
+        .await
+        .expect("lost once the lease ran out");
+    assert_eq!(reason, LossReason::Expired);
+    assert!(
+        backend.calls_of(Operation::RenewSession) >= 2,
+        "the keeper kept renewing"
+    );
+}
+
+/// Closing a client tries again after transient failures, within the
+/// operation timeout, and then gives up with the last error.
+#[tokio::test(start_paused = true)]
+async fn close_tries_again_within_the_operation_timeout() {
+    let backend = TestBackend::new();
+    let client = LockClient::new(backend.shared(), options());
+    backend.fail_next(2, Failure::Transient);
+    client.close().await.expect("closed at the third try");
+    assert_eq!(backend.calls_of(Operation::Close), 3);
+
+    backend.fail_next(usize::MAX, Failure::Transient);
+    let error = client.close().await.expect_err("never closed");
+    assert!(matches!(error, Error::Backend { .. }), "{error}");
+    assert!(backend.calls_of(Operation::Close) > 4, "it tried again");
+
+    // What retrying cannot mend is answered at once.
+    let before = backend.calls_of(Operation::Close);
+    backend.fail_next(1, Failure::Denied);
+    let error = client.close().await.expect_err("refused");
+    assert!(matches!(error, Error::Denied { .. }), "{error}");
+    assert_eq!(backend.calls_of(Operation::Close), before + 1);
 }

@@ -158,7 +158,7 @@ pub mod backend {
     pub use distlock_core::async_trait;
     pub use distlock_core::backend::{
         AcquireRequest, Attempt, Backend, Capabilities, Feature, FeatureState, HandOver, HandOvers,
-        Holder, Lease, LeaseId, ServerInfo, Session, Wakeups,
+        Holder, Lease, LeaseId, Renewal, ServerInfo, Session, SessionId, Wakeups,
     };
     pub use distlock_core::platform;
     // URL reading, written once (`redact` is at the crate's root).

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use distlock_core::{
     AcquireRequest, Attempt, Backend, Capabilities, Claim, DelayedRelease, Error, GrantState,
-    Lease, LeaseId, LockInfo, LockName, LossReporter, Permits, ReleaseHub, ReleaseWatch, Result,
-    ServerInfo, Session, WaitState, Wakeups, async_trait,
+    Lease, LeaseId, LockInfo, LockName, LossReporter, Permits, ReleaseHub, ReleaseWatch, Renewal,
+    Result, ServerInfo, Session, WaitState, Wakeups, async_trait,
 };
 
 use crate::config::EtcdConfig;
@@ -21,7 +21,8 @@ use crate::raw::etcdserverpb::compare::CompareResult;
 use crate::raw::etcdserverpb::response_op::Response;
 use crate::raw::etcdserverpb::{DeleteRangeRequest, RangeRequest, TxnRequest, TxnResponse};
 use crate::raw::{Client, ConnectOptions};
-use crate::requests::{self, create_revision, delete_op, mod_revision, over, put_op, read_op};
+use crate::release;
+use crate::requests::{self, create_revision, mod_revision, over, put_op, read_op};
 use crate::rules::{Entry, Standing, holds, in_order, standing};
 use crate::session::{SessionId, Sessions};
 use crate::watch::{Task, Watched, deleted};
@@ -56,12 +57,18 @@ impl fmt::Debug for EtcdBackend {
     }
 }
 
-/// What a grant keeps: its key, and the task watching it.
+/// What a grant keeps: its key, the session it hangs on, and the task
+/// watching it.
 #[derive(Debug)]
 struct Grant {
     key: Vec<u8>,
     revision: i64,
     id: LeaseId,
+    /// The etcd lease the key was written on: only its renewals keep the
+    /// grant, and its end ends it.
+    session: SessionId,
+    /// Told when a release finds the key gone: the grant was lost before.
+    loss: LossReporter,
     /// Set before our own release deletes the key, so that its watch does
     /// not report that deletion as a loss.
     releasing: Arc<AtomicBool>,
@@ -169,7 +176,7 @@ impl EtcdBackend {
             let response = self.txn(txn, "trying a lock").await?;
             let revision = header_revision(&response);
             if response.succeeded {
-                return Ok(self.granted(request, key, revision));
+                return Ok(self.granted(request, key, revision, session));
             }
             let entries = entries_of(&response);
             match standing(&request.name, request.claim, &entries, entries.len())? {
@@ -232,13 +239,13 @@ impl EtcdBackend {
         match standing(&request.name, request.claim, &entries, position) {
             Err(conflict) => {
                 // The wait ends with this error: take the key back now.
-                self.delete_key(&key).await.ok();
+                self.delete_key(&key, request.operation_timeout).await.ok();
                 wait.take::<Waiting>();
                 Err(conflict)
             }
             Ok(Standing::Holds) => {
                 wait.take::<Waiting>();
-                Ok(self.granted(request, key, own))
+                Ok(self.granted(request, key, own, session))
             }
             Ok(Standing::Waits(index)) => {
                 // A permit may be let in by any holder leaving, not only
@@ -275,8 +282,15 @@ impl EtcdBackend {
         }
     }
 
-    /// The grant of `key`, created at `revision`, watched for deletion.
-    fn granted(&self, request: &AcquireRequest, key: Vec<u8>, revision: i64) -> Attempt {
+    /// The grant of `key`, created at `revision` on `session`, watched for
+    /// deletion.
+    fn granted(
+        &self,
+        request: &AcquireRequest,
+        key: Vec<u8>,
+        revision: i64,
+        session: SessionId,
+    ) -> Attempt {
         let releasing = Arc::new(AtomicBool::new(false));
         let watch = {
             let watched = Watched::Own {
@@ -294,6 +308,8 @@ impl EtcdBackend {
                 key,
                 revision,
                 id: request.lease_id,
+                session,
+                loss: request.loss.clone(),
                 releasing,
                 _watch: watch,
             }),
@@ -328,16 +344,13 @@ impl EtcdBackend {
     }
 
     /// Deletes our own `key`; until etcd answers, it is noted as a
-    /// leftover, to be deleted again at the next renewal.
-    async fn delete_key(&self, key: &[u8]) -> Result<bool> {
+    /// leftover, to be deleted again at the next renewal. A failure that
+    /// may pass (an election) is tried again for up to `within`.
+    async fn delete_key(&self, key: &[u8], within: Duration) -> Result<bool> {
         self.leftovers.note(key);
-        let response = self
-            .client
-            .delete_range(requests::delete(key))
-            .await
-            .map_err(|e| from_etcd("deleting a key", e))?;
+        let deleted = release::delete(&self.client, key, within).await?;
         self.leftovers.forget(key);
-        Ok(response.deleted > 0)
+        Ok(deleted)
     }
 }
 
@@ -431,11 +444,14 @@ impl Backend for EtcdBackend {
         }
     }
 
-    async fn end_wait(&self, _request: &AcquireRequest, mut wait: WaitState) -> Result<()> {
+    async fn end_wait(&self, request: &AcquireRequest, mut wait: WaitState) -> Result<()> {
         if let Some(waiting) = wait.take::<Waiting>() {
             // A key recorded for a write whose answer was lost may land
             // after this delete, and would leave a waiter nobody serves.
-            if !self.delete_key(&waiting.key).await? {
+            if !self
+                .delete_key(&waiting.key, request.operation_timeout)
+                .await?
+            {
                 self.leftovers.recheck(&self.client, waiting.key);
             }
         }
@@ -458,7 +474,7 @@ impl Backend for EtcdBackend {
         if !ours {
             return Ok(false);
         }
-        self.sessions.renew().await
+        self.sessions.confirm(grant.session).await
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
@@ -467,7 +483,7 @@ impl Backend for EtcdBackend {
             // after its identity. Its write may still land after this
             // delete, which then finds nothing.
             let key = self.range(&lease.name).try_key(lease.id);
-            let deleted = self.delete_key(&key).await?;
+            let deleted = self.delete_key(&key, lease.operation_timeout).await?;
             if !deleted {
                 self.leftovers.recheck(&self.client, key);
             }
@@ -477,18 +493,21 @@ impl Backend for EtcdBackend {
             return Ok(false);
         }
         grant.releasing.store(true, Ordering::Release);
-        let txn = TxnRequest {
-            compare: vec![create_revision(
-                grant.key.clone(),
-                CompareResult::Equal,
-                grant.revision,
-            )],
-            success: vec![delete_op(&grant.key)],
-            failure: Vec::new(),
-        };
         self.leftovers.note(&grant.key);
-        let released = self.txn(txn, "releasing a lock").await?.succeeded;
+        let released = release::delete_if_ours(
+            &self.client,
+            &grant.key,
+            grant.revision,
+            grant.session,
+            lease.operation_timeout,
+        )
+        .await?;
         self.leftovers.forget(&grant.key);
+        if !released {
+            // Gone before this release: the holder hears of the loss
+            // before the release answers that the lock was not ours.
+            grant.loss.report();
+        }
         Ok(released)
     }
 
@@ -553,11 +572,23 @@ impl Backend for EtcdBackend {
     fn delayed_release(&self) -> Result<&dyn DelayedRelease> {
         Ok(self)
     }
+
+    /// Revokes the session, as etcd's own `Session.Close()` does: every
+    /// key of this backend goes at once, rather than a TTL after the
+    /// process exits.
+    async fn close(&self) -> Result<()> {
+        self.sessions.close().await
+    }
 }
 
 #[async_trait]
 impl Session for EtcdBackend {
-    async fn renew(&self) -> Result<bool> {
+    fn session_of(&self, lease: &Lease) -> Option<distlock_core::SessionId> {
+        let grant = lease.state.get::<Grant>().filter(|g| g.id == lease.id)?;
+        Some(grant.session.for_core())
+    }
+
+    async fn renew(&self) -> Result<Renewal> {
         self.leftovers.retry(&self.client);
         self.sessions.renew().await
     }

@@ -16,6 +16,15 @@
 //!   seconds: a lease under one second is [`Error::InvalidConfig`], and
 //!   etcd's TTL is the client's lease plus half, rounded up (see
 //!   `session.rs` for why).
+//! - **A session that ends is replaced**, by the next grant or wait. Each
+//!   grant keeps the session it was made on: a renewal keeps only the
+//!   grants of the session it renewed, and the end of a session, reported
+//!   once to the keeper, ends exactly the grants made on it.
+//! - **Closing.** [`LockClient::close`] (and every `distlock run`, before
+//!   it exits) revokes the session, as etcd's own `Session.Close()` does:
+//!   its keys go at once. A session left behind by a process that exits
+//!   without closing lives for its TTL after its last renewal, and every
+//!   leader election renews all leases to their full TTL.
 //! - **Keys.** Each waiter writes its own key under the name's range,
 //!   `<prefix><percent-encoded name>/<id>`, on the session's lease, in a
 //!   transaction that creates it only if absent. Keys are ordered by their
@@ -51,7 +60,15 @@
 //! - **Nothing is left behind.** A key lives as long as the client's
 //!   session, which lives as long as the client holds or waits for
 //!   anything; so a release or an ended wait whose delete fails or is
-//!   cancelled is deleted again at every renewal until etcd answers.
+//!   cancelled is deleted again at every renewal until etcd answers. A
+//!   release, or the end of a wait, that fails during an election (no
+//!   leader, a member that does not answer) is tried again within its
+//!   operation timeout; a release stays owner-checked (the key's create
+//!   revision), and a key found gone after an unanswered try counts as
+//!   released only while the grant's session lives (then only a release,
+//!   or a forced one, can have deleted it). A
+//!   release that finds its key gone reports the loss first, so `lost()`
+//!   has fired when it answers that the lock was not ours.
 //! - **Reads are linearizable**: every decision reads in a transaction or
 //!   a default (linearizable) range read, never a serializable one.
 //!
@@ -66,6 +83,7 @@
 //!
 //! [`Error::InvalidConfig`]: distlock_core::Error::InvalidConfig
 //! [`Backend::session`]: distlock_core::Backend::session
+//! [`LockClient::close`]: distlock_core::LockClient::close
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -75,6 +93,7 @@ mod deployment;
 mod error;
 mod keys;
 mod leftovers;
+mod release;
 mod requests;
 mod rules;
 mod session;

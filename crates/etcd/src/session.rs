@@ -7,15 +7,20 @@
 //! last confirmation is older than that padding. Then the server never lets
 //! a key go before its holder gives it up; a crashed holder's keys go after
 //! at most the padded time.
+//!
+//! A session that ends (it expired, or was revoked) is replaced by the
+//! next grant's. Each grant keeps the session it was made on, so the
+//! keeper's renewals keep exactly the grants of the session they renewed,
+//! and the sessions found gone are reported, once, to end exactly theirs.
 
 use std::time::Duration;
 
 use crate::raw::Client;
-use distlock_core::{Error, Result};
+use distlock_core::{Error, Renewal, Result};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use crate::error::from_etcd;
+use crate::error::{from_etcd, is_lease_not_found};
 
 /// The live session, as this process knows it.
 #[derive(Debug, Clone, Copy)]
@@ -41,11 +46,38 @@ impl Session {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct SessionId(pub(crate) i64);
 
+impl SessionId {
+    /// As core knows it. etcd's lease ids are positive, so the number is
+    /// the same.
+    pub(crate) fn for_core(self) -> distlock_core::SessionId {
+        distlock_core::SessionId(u64::try_from(self.0).unwrap_or_default())
+    }
+}
+
 /// Keeps the session: created on first use, renewed by core's keeper
 /// through [`renew`](Self::renew), replaced once etcd says it is gone.
 pub(crate) struct Sessions {
     client: Client,
-    current: Mutex<Option<Session>>,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    current: Option<Session>,
+    /// Sessions found gone, until a renewal that returns reports them.
+    ended: Vec<SessionId>,
+}
+
+impl State {
+    /// Notes that etcd no longer has `id`.
+    fn gone(&mut self, id: SessionId) {
+        if self.current.is_some_and(|session| session.id == id.0) {
+            self.current = None;
+        }
+        if !self.ended.contains(&id) {
+            self.ended.push(id);
+        }
+    }
 }
 
 /// etcd's TTL for a client lease: half as long again, in whole seconds,
@@ -84,7 +116,7 @@ impl Sessions {
     pub(crate) fn new(client: Client) -> Self {
         Self {
             client,
-            current: Mutex::new(None),
+            state: Mutex::new(State::default()),
         }
     }
 
@@ -101,8 +133,8 @@ impl Sessions {
     /// keys, which expires by itself.
     pub(crate) async fn ensure(&self, lease: Duration) -> Result<SessionId> {
         check_lease(lease)?;
-        let mut current = self.current.lock().await;
-        if let Some(session) = current.as_mut() {
+        let mut state = self.state.lock().await;
+        if let Some(session) = state.current.as_mut() {
             if session.lease != lease {
                 return Err(Error::config(
                     "lease",
@@ -120,6 +152,8 @@ impl Sessions {
                 session.confirmed = sent;
                 return Ok(SessionId(session.id));
             }
+            let id = SessionId(session.id);
+            state.gone(id);
         }
         let sent = Instant::now();
         let granted = self
@@ -134,35 +168,71 @@ impl Sessions {
             ttl: ttl.max(lease),
             confirmed: sent,
         };
-        *current = Some(session);
+        state.current = Some(session);
         Ok(SessionId(session.id))
     }
 
-    /// Renews the session with one keepalive. `Ok(true)` when there is none
-    /// (nothing hangs on it); `Ok(false)` when etcd no longer has it.
-    pub(crate) async fn renew(&self) -> Result<bool> {
-        let Some(session) = *self.current.lock().await else {
-            return Ok(true);
-        };
-        let sent = Instant::now();
-        let alive = keep_alive(&self.client, session.id).await?;
-        let mut current = self.current.lock().await;
-        if let Some(now) = current.as_mut().filter(|now| now.id == session.id) {
-            if alive {
-                now.confirmed = now.confirmed.max(sent);
-            } else {
-                *current = None;
+    /// Renews the session with one keepalive, and reports the sessions
+    /// found gone since the last renewal that returned. With no session,
+    /// nothing is renewed.
+    pub(crate) async fn renew(&self) -> Result<Renewal> {
+        let current = self.state.lock().await.current;
+        let mut renewal = Renewal::nothing();
+        if let Some(session) = current {
+            let id = SessionId(session.id);
+            if self.confirm(id).await? {
+                renewal = Renewal::of(id.for_core());
             }
+        }
+        let ended = std::mem::take(&mut self.state.lock().await.ended);
+        Ok(ended
+            .into_iter()
+            .fold(renewal, |renewal, id| renewal.with_ended(id.for_core())))
+    }
+
+    /// Renews `id` with one keepalive: whether etcd still has it.
+    pub(crate) async fn confirm(&self, id: SessionId) -> Result<bool> {
+        let sent = Instant::now();
+        let alive = keep_alive(&self.client, id.0).await?;
+        let mut state = self.state.lock().await;
+        if !alive {
+            state.gone(id);
+        } else if let Some(now) = state.current.as_mut().filter(|now| now.id == id.0) {
+            now.confirmed = now.confirmed.max(sent);
         }
         Ok(alive)
     }
 
-    /// Forgets `id` if it is still the session, after etcd said it is gone.
+    /// Notes that `id` is gone, after etcd said so.
     pub(crate) async fn forget(&self, id: SessionId) {
-        let mut current = self.current.lock().await;
-        if current.is_some_and(|session| session.id == id.0) {
-            *current = None;
+        self.state.lock().await.gone(id);
+    }
+
+    /// Revokes the session, if there is one: its keys go at once.
+    ///
+    /// # Errors
+    /// A backend error; etcd then ends the session at the end of its TTL.
+    ///
+    /// # Cancel safety
+    /// Dropped, the session is either revoked or left to expire.
+    pub(crate) async fn close(&self) -> Result<()> {
+        let Some(session) = self.state.lock().await.current else {
+            return Ok(());
+        };
+        let id = SessionId(session.id);
+        match self.client.lease_revoke(id.0).await {
+            Ok(_) => {}
+            Err(error) => {
+                let error = from_etcd("revoking the session's lease", error);
+                // Already gone: expired, or revoked by an earlier try
+                // whose answer was lost.
+                if !is_lease_not_found(&error) {
+                    return Err(error);
+                }
+            }
         }
+        self.state.lock().await.gone(id);
+        Ok(())
     }
 }
 

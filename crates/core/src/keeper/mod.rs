@@ -21,7 +21,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::backend::{Backend, Lease};
+use crate::backend::{Backend, Lease, SessionId};
 use crate::bounded;
 use crate::error::{Error, Result};
 use crate::lease::{HeldLease, LossReason};
@@ -88,6 +88,9 @@ struct Entry {
     valid_until: Option<Instant>,
     in_flight: bool,
     wake_at: Instant,
+    /// For a session backend, the session the lease was granted on: only
+    /// that session's renewals keep it, and its end ends it.
+    session: Option<SessionId>,
 }
 
 impl Entry {
@@ -242,6 +245,7 @@ impl Shared {
     /// Adds `held` to the schedule; returns its key and whether the keeper
     /// must be woken to look at it in time.
     fn schedule_lease(&self, held: Arc<HeldLease>, sent_at: Instant) -> (u64, bool) {
+        let session = self.session_of(&held);
         let mut schedule = self.lock();
         let key = schedule.next_key;
         schedule.next_key += 1;
@@ -257,6 +261,7 @@ impl Shared {
             valid_until: self.valid_until(sent_at),
             in_flight: false,
             wake_at: sent_at,
+            session,
         };
         schedule.entries.insert(key, entry);
         schedule.added_since_look = true;

@@ -3,12 +3,18 @@
 //! session once per extension period, while the client holds or waits for
 //! anything, instead of extending grants one by one. 10,000 locks held
 //! then cost one renewal per cadence.
+//!
+//! Each lease is kept with the session it was granted on: a renewal keeps
+//! the leases of the session it renewed, and the end of a session ends its
+//! leases, and no others (the backend may have replaced its session
+//! between two grants).
 
 use std::sync::Arc;
 
 use tokio::time::Instant;
 
 use super::{Keeper, Shared, lost_error};
+use crate::backend::{Renewal, SessionId};
 use crate::bounded;
 use crate::error::{Error, Result};
 use crate::lease::{HeldLease, LossReason};
@@ -82,7 +88,12 @@ impl Shared {
         (false, Some(next_look.map_or(due, |at| at.min(due))))
     }
 
-    /// Renews the session, and applies the outcome to every lease.
+    /// The session `held` was granted on, as the backend tells.
+    pub(super) fn session_of(&self, held: &HeldLease) -> Option<SessionId> {
+        self.session.as_ref()?.session()?.session_of(&held.lease)
+    }
+
+    /// Renews the session, and applies the outcome to the leases.
     pub(super) async fn renew_session(self: Arc<Self>) {
         let sent_at = Instant::now();
         let outcome = self.ask_renewal().await;
@@ -92,17 +103,32 @@ impl Shared {
     /// Renews the session now, as
     /// [`LockGuard::extend`](crate::LockGuard::extend) asks for `held`.
     pub(super) async fn renew_now(self: Arc<Self>, held: &HeldLease) -> Result<()> {
+        let session = self.session_of(held);
         let sent_at = Instant::now();
         let outcome = self.ask_renewal().await;
-        let lost = matches!(outcome, Ok(false));
+        let answer = match &outcome {
+            Ok(renewal) if session.is_some_and(|id| renewal.ended.contains(&id)) => {
+                Some(Err(lost_error(held)))
+            }
+            Ok(renewal) if session.is_some() && renewal.renewed == session => Some(Ok(())),
+            Ok(_) => Some(Err(Error::Backend {
+                backend: self.store,
+                message: format!(
+                    "renewing the session did not confirm the one lock {} was granted on; \
+                     it is kept until its lease runs out unless a later renewal confirms it",
+                    held.lease.name
+                ),
+                source: None,
+            })),
+            Err(_) => None,
+        };
         match self.renewed(sent_at, outcome) {
             Some(error) => Err(error),
-            None if lost => Err(lost_error(held)),
-            None => Ok(()),
+            None => answer.unwrap_or(Ok(())),
         }
     }
 
-    async fn ask_renewal(&self) -> Result<bool> {
+    async fn ask_renewal(&self) -> Result<Renewal> {
         let backend = self.session.as_ref().expect("only session backends renew");
         let timeout = self.options.operation_timeout();
         // Under a timer whatever the backend bounds itself: a renewal has
@@ -116,51 +142,65 @@ impl Shared {
         let started = std::time::Instant::now();
         let outcome = bounded::keeper_call(timeout, "renew session", renewal).await;
         metrics::extension_call(self.store, started.elapsed());
-        metrics::extension(self.store, metrics::Extension::of(&outcome));
+        // A renewal that found its session gone counts as a loss.
+        let counted = outcome
+            .as_ref()
+            .map(|renewal| renewal.ended.is_empty())
+            .map_err(|_| ());
+        metrics::extension(self.store, metrics::Extension::of_outcome(counted));
         if let Err(error) = &outcome {
             metrics::backend_error(self.store, "renew session", error);
         }
         outcome
     }
 
-    /// Applies a renewal sent at `sent_at`: every lease held is kept for a
-    /// lease from then; a session that is gone takes every lease with it.
-    /// Hands back the error of a failed renewal.
-    fn renewed(&self, sent_at: Instant, outcome: Result<bool>) -> Option<Error> {
+    /// Applies a renewal sent at `sent_at`: the leases of the session it
+    /// renewed are kept for a lease from then, and those of the sessions
+    /// it found gone end. Hands back the error of a failed renewal.
+    fn renewed(&self, sent_at: Instant, outcome: Result<Renewal>) -> Option<Error> {
         let mut schedule = self.lock();
         schedule.session.in_flight = false;
-        let mut failure = None;
-        match outcome {
-            Ok(true) => {
-                schedule.session.next = Some(sent_at + self.options.extend_every());
-                let valid_until = self.valid_until(sent_at);
-                let keys: Vec<u64> = schedule.entries.keys().copied().collect();
-                for key in keys {
-                    let entry = schedule.entries.get_mut(&key).expect("listed just above");
-                    entry.valid_until = entry.valid_until.max(valid_until);
-                    schedule.reschedule(key);
-                }
-                tracing::trace!(leases = schedule.entries.len(), "session renewed");
-            }
-            Ok(false) => {
-                schedule.session.next = None;
-                let lost = schedule.clear();
-                drop(schedule);
-                tracing::warn!(leases = lost.len(), "the backend's session is gone");
-                for entry in lost.into_values() {
-                    entry.held.end(LossReason::Refused);
-                }
-                self.wake.notify_one();
-                return None;
-            }
+        let renewal = match outcome {
+            Ok(renewal) => renewal,
             Err(error) => {
                 schedule.session.next = Some(Instant::now() + self.retry_delay());
+                drop(schedule);
                 tracing::warn!(%error, "renewing the session failed; retrying while the leases last");
-                failure = Some(error);
+                self.wake.notify_one();
+                return Some(error);
+            }
+        };
+        schedule.session.next = Some(sent_at + self.options.extend_every());
+        let valid_until = self.valid_until(sent_at);
+        let mut kept = 0;
+        let mut lost = Vec::new();
+        let keys: Vec<u64> = schedule.entries.keys().copied().collect();
+        for key in keys {
+            let entry = schedule.entries.get_mut(&key).expect("listed just above");
+            let Some(session) = entry.session else {
+                continue;
+            };
+            if renewal.ended.contains(&session) {
+                lost.extend(schedule.remove(key));
+            } else if renewal.renewed == Some(session) {
+                entry.valid_until = entry.valid_until.max(valid_until);
+                schedule.reschedule(key);
+                kept += 1;
             }
         }
         drop(schedule);
+        if !lost.is_empty() {
+            tracing::warn!(
+                leases = lost.len(),
+                sessions = ?renewal.ended,
+                "the backend's session is gone, and the leases granted on it"
+            );
+        }
+        tracing::trace!(leases = kept, session = ?renewal.renewed, "session renewed");
+        for entry in lost {
+            entry.held.end(LossReason::Refused);
+        }
         self.wake.notify_one();
-        failure
+        None
     }
 }

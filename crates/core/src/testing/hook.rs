@@ -4,7 +4,7 @@ use std::fmt;
 
 use async_trait::async_trait;
 
-use crate::backend::{AcquireRequest, Attempt, HandOver, Lease, LockInfo};
+use crate::backend::{AcquireRequest, Attempt, HandOver, Lease, LockInfo, Renewal};
 use crate::error::Result;
 use crate::name::LockName;
 
@@ -29,6 +29,8 @@ pub enum Operation {
     List,
     /// An administrator's release of a name from every holder.
     ForceRelease,
+    /// The end of the client's use of the backend.
+    Close,
 }
 
 impl Operation {
@@ -43,6 +45,7 @@ impl Operation {
             Self::HandOver => "hand-over",
             Self::List => "list",
             Self::ForceRelease => "force release",
+            Self::Close => "close",
         }
     }
 }
@@ -72,6 +75,8 @@ pub enum Call<'a> {
     List,
     /// A forced release of a name.
     ForceRelease(&'a LockName),
+    /// The end of the client's use of the backend.
+    Close,
 }
 
 impl Call<'_> {
@@ -86,6 +91,7 @@ impl Call<'_> {
             Self::HandOver { .. } => Operation::HandOver,
             Self::List => Operation::List,
             Self::ForceRelease(_) => Operation::ForceRelease,
+            Self::Close => Operation::Close,
         }
     }
 }
@@ -112,7 +118,7 @@ pub enum Answer<'a> {
         outcomes: &'a mut Vec<Result<bool>>,
     },
     /// A renewal's outcome.
-    RenewSession(&'a mut Result<bool>),
+    RenewSession(&'a mut Result<Renewal>),
     /// A release's outcome.
     Release {
         /// The lease.
@@ -138,6 +144,8 @@ pub enum Answer<'a> {
         /// Whether it was held.
         outcome: &'a mut Result<bool>,
     },
+    /// The end of the client's use of the backend.
+    Close(&'a mut Result<()>),
 }
 
 /// Code a test runs around every call of a

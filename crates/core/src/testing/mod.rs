@@ -40,8 +40,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::backend::{
-    AcquireRequest, Attempt, Backend, Capabilities, HandOver, HandOvers, Lease, LockInfo, Session,
-    Wakeups,
+    AcquireRequest, Attempt, Backend, Capabilities, HandOver, HandOvers, Lease, LockInfo, Renewal,
+    Session, SessionId, Wakeups,
 };
 use crate::error::{Error, Result};
 use crate::lease::LossReporter;
@@ -122,8 +122,13 @@ struct Controls {
     grants: HashMap<LockName, Vec<Grant>>,
     /// How many calls of each kind were made, failed ones included.
     calls: HashMap<Operation, u64>,
-    /// The emulated session is gone: renewals answer that it is.
-    session_gone: bool,
+    /// The emulated session, while there is one; the next grant starts
+    /// one when there is none.
+    session: Option<SessionId>,
+    /// The number of the last emulated session started.
+    sessions_started: u64,
+    /// Emulated sessions ended and not yet reported by a renewal.
+    sessions_ended: Vec<SessionId>,
 }
 
 /// A grant made through the backend, with the signal that reports its loss.
@@ -131,6 +136,8 @@ struct Controls {
 struct Grant {
     lease: Lease,
     loss: LossReporter,
+    /// The emulated session it was granted on.
+    session: Option<SessionId>,
 }
 
 impl Default for TestBackend {
@@ -190,8 +197,8 @@ impl TestBackend {
 
     /// This backend with its grants on one session, as etcd keeps a
     /// client's keys on one lease: the client renews the session instead of
-    /// extending grants, and a renewal extends every grant made through
-    /// this backend. See [`end_session`](Self::end_session).
+    /// extending grants, and a renewal extends every grant made on the
+    /// current session. See [`end_session`](Self::end_session).
     pub fn with_session(mut self) -> Self {
         self.abilities.emulated_session = true;
         self
@@ -254,19 +261,27 @@ impl TestBackend {
 
     /// Ends the session of a backend made [`with_session`](Self::with_session):
     /// its grants are released on the wrapped backend, and the next renewal
-    /// answers that the session is gone, so each holder learns at that
+    /// reports that the session ended, so each holder learns at that
     /// renewal that its lock was lost, as an etcd client learns that its
-    /// lease expired. The next grant starts a new session.
+    /// lease expired. The next grant starts a new session, whose grants
+    /// the end of this one leaves alone.
     pub fn end_session(&self) {
         let grants: Vec<Lease> = {
             let mut controls = self.controls();
-            controls.session_gone = true;
-            controls
-                .grants
-                .drain()
-                .flat_map(|(_, grants)| grants)
-                .map(|grant| grant.lease)
-                .collect()
+            let Some(ended) = controls.session.take() else {
+                return;
+            };
+            controls.sessions_ended.push(ended);
+            let mut ended_grants = Vec::new();
+            for grants in controls.grants.values_mut() {
+                let (gone, kept) = std::mem::take(grants)
+                    .into_iter()
+                    .partition(|grant| grant.session == Some(ended));
+                *grants = kept;
+                ended_grants.extend(gone.into_iter().map(|grant: Grant| grant.lease));
+            }
+            controls.grants.retain(|_, grants| !grants.is_empty());
+            ended_grants
         };
         let inner = self.inner.clone();
         crate::sync::spawn(async move {
@@ -340,12 +355,23 @@ impl TestBackend {
     fn remember(&self, request: &AcquireRequest, fencing_token: u64, state: &GrantState) {
         let lease = request.granted(fencing_token, state.clone());
         let mut controls = self.controls();
-        controls.session_gone = false;
+        let session = self.abilities.emulated_session.then(|| {
+            let Controls {
+                session,
+                sessions_started,
+                ..
+            } = &mut *controls;
+            *session.get_or_insert_with(|| {
+                *sessions_started += 1;
+                SessionId(*sessions_started)
+            })
+        });
         let grants = controls.grants.entry(request.name.clone()).or_default();
         grants.retain(|grant| !grant.loss.is_ended());
         grants.push(Grant {
             lease,
             loss: request.loss.clone(),
+            session,
         });
     }
 
@@ -518,6 +544,13 @@ impl Backend for TestBackend {
         }
         self.inner.delayed_release()
     }
+
+    async fn close(&self) -> Result<()> {
+        self.enter(Call::Close).await?;
+        let mut outcome = self.inner.close().await;
+        self.leave(Answer::Close(&mut outcome)).await;
+        outcome
+    }
 }
 
 #[async_trait]
@@ -553,7 +586,17 @@ impl HandOvers for TestBackend {
 
 #[async_trait]
 impl Session for TestBackend {
-    async fn renew(&self) -> Result<bool> {
+    fn session_of(&self, lease: &Lease) -> Option<SessionId> {
+        if !self.abilities.emulated_session {
+            return self.inner.session()?.session_of(lease);
+        }
+        let controls = self.controls();
+        let grants = controls.grants.get(&lease.name)?;
+        let grant = grants.iter().find(|grant| grant.lease.id == lease.id)?;
+        grant.session
+    }
+
+    async fn renew(&self) -> Result<Renewal> {
         self.enter(Call::RenewSession).await?;
         let mut outcome = if self.abilities.emulated_session {
             self.renew_emulated().await
@@ -571,24 +614,29 @@ impl Session for TestBackend {
 }
 
 impl TestBackend {
-    /// Extends every grant of the emulated session on the wrapped backend.
-    async fn renew_emulated(&self) -> Result<bool> {
-        let leases: Vec<Lease> = {
+    /// Extends every grant of the emulated session on the wrapped backend,
+    /// and reports the sessions ended since the last renewal.
+    async fn renew_emulated(&self) -> Result<Renewal> {
+        let (session, leases) = {
             let controls = self.controls();
-            if controls.session_gone {
-                return Ok(false);
-            }
-            controls
+            let leases: Vec<Lease> = controls
                 .grants
                 .values()
                 .flatten()
+                .filter(|grant| grant.session.is_some() && grant.session == controls.session)
                 .map(|grant| grant.lease.clone())
-                .collect()
+                .collect();
+            (controls.session, leases)
         };
-        for outcome in self.inner.extend_many(&leases).await {
-            outcome?;
+        if !leases.is_empty() {
+            for outcome in self.inner.extend_many(&leases).await {
+                outcome?;
+            }
         }
-        Ok(true)
+        // Taken only once the renewal succeeded, so that none is unheard.
+        let ended = std::mem::take(&mut self.controls().sessions_ended);
+        let renewal = session.map_or_else(Renewal::nothing, Renewal::of);
+        Ok(ended.into_iter().fold(renewal, Renewal::with_ended))
     }
 }
 
