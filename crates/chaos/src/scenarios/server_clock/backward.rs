@@ -1,6 +1,7 @@
 //! R13's step back: the server's clock jumps two leases back just after a
 //! holder is killed, while another holds through the step.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::stepped::SteppedServer;
@@ -31,9 +32,12 @@ pub(super) struct Run {
     /// When the dead holder's name was granted again, after the kill; or
     /// `Err(())` when it was granted before the kill.
     regrant: Option<Result<Duration, ()>>,
-    /// Whether the live holder's `lost()` fired, and whether its write
-    /// was accepted.
-    live_lost: bool,
+    /// Whether the live holder held from before the step to after it,
+    /// whether its `lost()` fired, and whether its write was accepted.
+    live_through_step: bool,
+    /// When the live holder's `lost()` fired, before the step or after
+    /// it, and why.
+    live_lost: Option<(Side, Option<String>)>,
     live_written: bool,
     /// The released name's token before the step and after it.
     tokens: Option<(u64, u64)>,
@@ -45,8 +49,12 @@ pub(super) struct Tally {
     verdict: Verdict,
     runs: usize,
     latencies: Vec<Duration>,
+    /// Re-grants before the kill, while the victim should have held.
+    before_kill: usize,
     early: usize,
-    live_lost: usize,
+    live_through_step: usize,
+    /// The live holders' losses, by side of the step and reason.
+    live_lost: BTreeMap<(Side, String), usize>,
     live_written: usize,
     /// Released names whose counter was kept, and those whose next token
     /// came from the server's clock.
@@ -66,10 +74,16 @@ impl Tally {
             self.verdict.add(&run.verdict);
             match run.regrant {
                 Some(Ok(latency)) => self.latencies.push(latency),
-                Some(Err(())) => self.early += 1,
+                Some(Err(())) => self.before_kill += 1,
                 None => {}
             }
-            self.live_lost += usize::from(run.live_lost);
+            self.live_through_step += usize::from(run.live_through_step);
+            if let Some((side, reason)) = run.live_lost {
+                *self
+                    .live_lost
+                    .entry((side, reason.unwrap_or_else(|| "no reason".into())))
+                    .or_default() += 1;
+            }
             self.live_written += usize::from(run.live_written);
             if let Some((before, after)) = run.tokens {
                 if after > before && after - before <= KEPT_COUNTER_STEP {
@@ -101,23 +115,27 @@ impl Tally {
         let p50 = percentile(&mut self.latencies, 50.0);
         let p99 = percentile(&mut self.latencies, 99.0);
         let passed = self.early == 0
+            && self.before_kill == 0
             && regranted == runs
             && p99.is_some_and(|p99| p99 <= bound)
-            && self.live_lost == 0
+            && self.live_through_step == runs
+            && self.live_lost.is_empty()
             && self.live_written == runs
             && self.verdict.overlaps == 0
             && self.verdict.token_regressions == 0
             && self.verdict.lost_updates == 0;
         let detail = format!(
             "step −{}, at most {} after the first kill: the server's clock read moved {}; the killed holder's name granted \
-             again in {regranted} of {runs} runs, {} before its lease could have ended \
-             (earliest allowed {}); after the kill: min {}, p50 {}, p99 {} (bound {}{}); the \
-             live holder lost its lock in {} of {runs} and wrote in {}; a name released \
+             again in {regranted} of {runs} runs after the kill and in {} before it, {} after \
+             the kill but before its lease could have ended (earliest allowed {}); after the kill: min {}, p50 {}, p99 {} (bound {}{}); the \
+             live holder held through the step in {} of {runs} runs, lost its lock in {} \
+             and wrote in {}; a name released \
              longer than the step before it and granted after it kept its counter in {} runs \
              and took its token from the server's clock in {} (its record deleted)",
             ms(step),
             ms(self.step_after_kill),
             movements(&self.moved),
+            self.before_kill,
             self.early,
             ms(earliest),
             min.map_or("—".into(), ms),
@@ -129,7 +147,8 @@ impl Tally {
             } else {
                 ": R4's; the step reaches no lease"
             },
-            self.live_lost,
+            self.live_through_step,
+            losses(&self.live_lost),
             self.live_written,
             self.kept,
             self.recreated,
@@ -212,14 +231,21 @@ pub(super) fn batch(
             matches!(event, Event::Acquired { .. })
         })?;
         let waiter = Worker::spawn(settings, &spec(server, settings, name, dir, 1))?;
+        held.push((victim, waiter));
+    }
+    // The live holders start together, so that each holds through the
+    // step.
+    let mut lives = Vec::new();
+    for run in &names {
         let (name, dir) = &run.live;
         let mut live = spec(server, settings, name, dir, 0);
         live.hold_ms = (LIVE_HOLD_LEASES * settings.lease).as_millis() as u64;
-        let live = Worker::spawn(settings, &live)?;
+        lives.push(Worker::spawn(settings, &live)?);
+    }
+    for live in &lives {
         live.wait_for(Duration::from_secs(60), |event| {
             matches!(event, Event::Acquired { .. })
         })?;
-        held.push((victim, waiter, live));
     }
     // The waiters have tried at least once; and the released names were
     // last granted longer than the step before it, as the README's
@@ -230,7 +256,8 @@ pub(super) fn batch(
     std::thread::sleep((step + settings.lease / 2).saturating_sub(since));
     let kill_all = || {
         held.into_iter()
-            .map(|(victim, waiter, live)| {
+            .zip(lives)
+            .map(|((victim, waiter), live)| {
                 let at = now_ns();
                 (at, victim.kill(), waiter, live)
             })
@@ -283,7 +310,17 @@ pub(super) fn batch(
         runs.push(Run {
             verdict,
             regrant,
-            live_lost: live_holding.iter().any(|holding| holding.lost_ns.is_some()),
+            live_through_step: live_holding.iter().any(|holding| {
+                holding.start_ns < step_ns && holding.end_ns.is_some_and(|end| end > step_ns)
+            }),
+            live_lost: live_holding.first().and_then(|holding| {
+                let side = if holding.lost_ns? < step_ns {
+                    Side::Before
+                } else {
+                    Side::After
+                };
+                Some((side, lost_reason(&live_events)))
+            }),
             live_written: live_holding
                 .iter()
                 .any(|holding| holding.write_ok == Some(true)),
@@ -295,6 +332,40 @@ pub(super) fn batch(
         Duration::from_nanos(step_ns.saturating_sub(first_kill)),
         runs,
     ))
+}
+
+/// Which side of the step something happened on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Side {
+    Before,
+    After,
+}
+
+/// Why the first `lost()` in `events` fired.
+fn lost_reason(events: &[Event]) -> Option<String> {
+    events.iter().find_map(|event| match event {
+        Event::Ended { lost_reason, .. } => lost_reason.clone(),
+        _ => None,
+    })
+}
+
+/// The live holders' losses, for a report: none, or how many, on which
+/// side of the step, and why.
+fn losses(lost: &BTreeMap<(Side, String), usize>) -> String {
+    if lost.is_empty() {
+        return "none".into();
+    }
+    let each: Vec<String> = lost
+        .iter()
+        .map(|((side, reason), count)| {
+            let side = match side {
+                Side::Before => "before the step",
+                Side::After => "after it",
+            };
+            format!("{count} {side} ({reason})")
+        })
+        .collect();
+    each.join(", ")
 }
 
 /// The token of the first grant in `events`.
