@@ -122,9 +122,14 @@ fn step_and_check<T>(
     Ok((at, moved, done))
 }
 
-/// Milliseconds as signed seconds.
+/// Milliseconds as signed seconds, to a tenth (no sign for zero).
 fn seconds(ms: i64) -> String {
-    format!("{:+.1} s", ms as f64 / 1000.0)
+    let tenths = (ms as f64 / 100.0).round() as i64;
+    if tenths == 0 {
+        "0.0 s".into()
+    } else {
+        format!("{:+.1} s", tenths as f64 / 10.0)
+    }
 }
 
 /// The clock movements seen, for a report: each distinct one once.
