@@ -275,63 +275,101 @@ pub(super) fn batch(
         )?);
     }
     let mut runs = Vec::new();
-    for (((killed_at, mut events, waiter, live), again), (run, before)) in
+    for (((killed_at, killed, waiter, live), again), (names, before)) in
         killed.into_iter().zip(after).zip(names.iter().zip(before))
     {
-        let waited = waiter.finish()?;
-        let regrant = waited.iter().find_map(|event| match event {
-            Event::Acquired { at_ns, .. } => Some(
-                at_ns
-                    .checked_sub(killed_at)
-                    .map(Duration::from_nanos)
-                    .ok_or(()),
-            ),
-            _ => None,
-        });
-        events.extend(waited);
-        let mut verdict = judge(&events, &FencedStore::open(&run.killed.1.join("store"))?)?;
-        // The killed holder never recorded an end, so the judge cannot see
-        // it overlap the waiter.
-        verdict.overlaps += usize::from(matches!(regrant, Some(Err(()))));
-        let live_events = live.finish()?;
-        let live_holding = holdings(&live_events);
-        verdict.add(&judge(
-            &live_events,
-            &FencedStore::open(&run.live.1.join("store"))?,
-        )?);
-        let mut probe = before;
-        let again = again.finish()?;
-        let tokens = token_of(&probe).zip(token_of(&again));
-        probe.extend(again);
-        verdict.add(&judge(
-            &probe,
-            &FencedStore::open(&run.released.1.join("store"))?,
-        )?);
-        runs.push(Run {
-            verdict,
-            regrant,
-            live_through_step: live_holding.iter().any(|holding| {
-                holding.start_ns < step_ns && holding.end_ns.is_some_and(|end| end > step_ns)
-            }),
-            live_lost: live_holding.first().and_then(|holding| {
-                let side = if holding.lost_ns? < step_ns {
-                    Side::Before
-                } else {
-                    Side::After
-                };
-                Some((side, lost_reason(&live_events)))
-            }),
-            live_written: live_holding
-                .iter()
-                .any(|holding| holding.write_ok == Some(true)),
-            tokens,
-        });
+        let holders = Holders {
+            killed_at,
+            killed,
+            waiter,
+            live,
+            before,
+            again,
+        };
+        runs.push(judge_run(names, holders, step_ns)?);
     }
     Ok((
         moved,
         Duration::from_nanos(step_ns.saturating_sub(first_kill)),
         runs,
     ))
+}
+
+/// One run's holders, once the step is made.
+struct Holders {
+    /// When the killed holder was killed, and its records.
+    killed_at: u64,
+    killed: Vec<Event>,
+    /// The one waiting for the killed holder's name.
+    waiter: Worker,
+    live: Worker,
+    /// The records of the released name's holder before the step, and
+    /// the one that takes it after.
+    before: Vec<Event>,
+    again: Worker,
+}
+
+/// Waits for `holders` to end, and judges their run.
+///
+/// # Errors
+/// A holder failed or hung, or a store cannot be read.
+fn judge_run(names: &Names, holders: Holders, step_ns: u64) -> Outcome<Run> {
+    let Holders {
+        killed_at,
+        mut killed,
+        waiter,
+        live,
+        before,
+        again,
+    } = holders;
+    let waited = waiter.finish()?;
+    let regrant = waited.iter().find_map(|event| match event {
+        Event::Acquired { at_ns, .. } => Some(
+            at_ns
+                .checked_sub(killed_at)
+                .map(Duration::from_nanos)
+                .ok_or(()),
+        ),
+        _ => None,
+    });
+    killed.extend(waited);
+    let mut verdict = judge(&killed, &FencedStore::open(&names.killed.1.join("store"))?)?;
+    // The killed holder never recorded an end, so the judge cannot see it
+    // overlap the waiter.
+    verdict.overlaps += usize::from(matches!(regrant, Some(Err(()))));
+    let live_events = live.finish()?;
+    let live_holding = holdings(&live_events);
+    verdict.add(&judge(
+        &live_events,
+        &FencedStore::open(&names.live.1.join("store"))?,
+    )?);
+    let mut probe = before;
+    let again = again.finish()?;
+    let tokens = token_of(&probe).zip(token_of(&again));
+    probe.extend(again);
+    verdict.add(&judge(
+        &probe,
+        &FencedStore::open(&names.released.1.join("store"))?,
+    )?);
+    Ok(Run {
+        verdict,
+        regrant,
+        live_through_step: live_holding.iter().any(|holding| {
+            holding.start_ns < step_ns && holding.end_ns.is_some_and(|end| end > step_ns)
+        }),
+        live_lost: live_holding.first().and_then(|holding| {
+            let side = if holding.lost_ns? < step_ns {
+                Side::Before
+            } else {
+                Side::After
+            };
+            Some((side, lost_reason(&live_events)))
+        }),
+        live_written: live_holding
+            .iter()
+            .any(|holding| holding.write_ok == Some(true)),
+        tokens,
+    })
 }
 
 /// Which side of the step something happened on.
