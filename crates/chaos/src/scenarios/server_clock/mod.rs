@@ -18,8 +18,8 @@ pub(super) const SCENARIO: Scenario = Scenario {
     info: ScenarioInfo {
         id: "R13",
         title: "A server clock that steps",
-        what: "The backend's server runs under libfaketime with a timestamp file \
-               (`FAKETIME_TIMESTAMP_FILE`, `FAKETIME_NO_CACHE=1`, \
+        what: "The backend's server runs under libfaketime's thread-safe build with a \
+               timestamp file (`FAKETIME_TIMESTAMP_FILE`, `FAKETIME_NO_CACHE=1`, \
                `FAKETIME_DONT_FAKE_MONOTONIC=1`: an NTP step moves the wall clock only), and \
                its clock is stepped by writing an offset there; each step must show in the \
                clock the backend reads from the server (`server_info`, as `distlock check` \
@@ -41,8 +41,8 @@ pub(super) const SCENARIO: Scenario = Scenario {
                Where leases do not follow the clock that moves (memcached counts expiry on \
                its monotonic clock, PostgreSQL's advisory locks live with their connections), \
                the step must change nothing: no loss, no overlap. etcd is left out: Go reads \
-               the clock through the vDSO, not libc, so libfaketime cannot move it. Redis is \
-               left out too: its jemalloc hangs under libfaketime.",
+               the clock through the vDSO, not libc, so libfaketime cannot move it. The packaged \
+               Redis is left out too: its jemalloc hangs at start under libfaketime.",
         untimed: false,
     },
     run,
