@@ -132,15 +132,17 @@ fn seconds(ms: i64) -> String {
     }
 }
 
-/// The clock movements seen, for a report: each distinct one once.
+/// The clock movements seen, for a report: the least and the most, or
+/// one of them where they read the same.
 fn movements(moved: &[i64]) -> String {
     let (min, max) = (
         moved.iter().min().copied().unwrap_or(0),
         moved.iter().max().copied().unwrap_or(0),
     );
+    let (min, max) = (seconds(min), seconds(max));
     if min == max {
-        seconds(min)
+        min
     } else {
-        format!("{} to {}", seconds(min), seconds(max))
+        format!("{min} to {max}")
     }
 }
