@@ -199,6 +199,7 @@ mod tests {
             write_ok: Some(true),
             release,
             released_ns: Some(released_ns),
+            lost_reason: None,
         }
     }
 

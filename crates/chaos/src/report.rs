@@ -7,7 +7,7 @@ use crate::judge::Verdict;
 /// One scenario on one backend (and lock kind).
 #[derive(Debug, Clone)]
 pub(crate) struct Row {
-    /// The scenario's id, `R1` to `R12`.
+    /// The scenario's id, `R1` to `R13`.
     pub(crate) scenario: &'static str,
     pub(crate) backend: &'static str,
     /// The lock kind, or what was varied.

@@ -2,6 +2,7 @@
 //! scenario may restart, on a free loopback port with its data in a temp
 //! dir (and the file backend, which has no server, in a temp dir).
 
+use std::ffi::OsString;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -20,6 +21,8 @@ pub(crate) struct Server {
     bin: Option<PathBuf>,
     /// Arguments added to the server's command line.
     extra_args: Vec<String>,
+    /// Variables added to the server's environment (libfaketime's, say).
+    env: Vec<(OsString, OsString)>,
 }
 
 impl Server {
@@ -40,6 +43,23 @@ impl Server {
     /// # Errors
     /// As [`Server::start`].
     pub(crate) fn start_with(kind: Kind, extra_args: &[&str]) -> Outcome<Server> {
+        Server::start_in(kind, extra_args, Vec::new())
+    }
+
+    /// Starts `kind`'s server as [`Server::start`] does, with `env` added
+    /// to its environment, also on every restart.
+    ///
+    /// # Errors
+    /// As [`Server::start`].
+    pub(crate) fn start_with_env(kind: Kind, env: Vec<(OsString, OsString)>) -> Outcome<Server> {
+        Server::start_in(kind, &[], env)
+    }
+
+    fn start_in(
+        kind: Kind,
+        extra_args: &[&str],
+        env: Vec<(OsString, OsString)>,
+    ) -> Outcome<Server> {
         let bin = match kind.server() {
             Some(command) => Some(binary(command.binary_var)?),
             None => None,
@@ -53,6 +73,7 @@ impl Server {
             child: None,
             bin,
             extra_args: extra_args.iter().map(|arg| (*arg).to_owned()).collect(),
+            env,
         };
         if let Some(prepare) = kind.server().and_then(|command| command.prepare) {
             prepare(server.dir.path())?;
@@ -79,6 +100,11 @@ impl Server {
     /// A directory of this run's own, for stores and logs.
     pub(crate) fn scratch(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// The server's process id, while it runs.
+    pub(crate) fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// Kills the server (SIGKILL) and starts it again on the same port
@@ -132,11 +158,28 @@ impl Server {
                 command
                     .arg(format!("--reuid={user}"))
                     .arg(format!("--regid={user}"))
-                    .arg("--init-groups")
-                    .arg(bin);
+                    .arg("--init-groups");
+                // The server's own variables are set by `env`, once it runs
+                // as the user: a library preloaded into root's `setpriv`
+                // too (libfaketime) would leave it resources the user
+                // cannot open.
+                if !self.env.is_empty() {
+                    command.arg("env");
+                    for (key, value) in &self.env {
+                        let mut pair = key.clone();
+                        pair.push("=");
+                        pair.push(value);
+                        command.arg(pair);
+                    }
+                }
+                command.arg(bin);
                 command
             }
-            None => Command::new(bin),
+            None => {
+                let mut command = Command::new(bin);
+                command.envs(self.env.iter().map(|(key, value)| (key, value)));
+                command
+            }
         };
         command.args((server.args)(self.port, self.dir.path()));
         command.args(&self.extra_args);

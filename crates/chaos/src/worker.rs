@@ -102,6 +102,9 @@ pub(crate) enum Event {
         /// When the release answered (on the shared monotonic clock).
         #[serde(default)]
         released_ns: Option<u64>,
+        /// Why `lost()` fired (`Refused`, `Expired`, …), if it did.
+        #[serde(default)]
+        lost_reason: Option<String>,
     },
     /// An acquisition ended in an error (not a timeout).
     Failed {
@@ -258,7 +261,7 @@ async fn hold_in_turn(client: &LockClient, spec: &Spec, task: usize) -> Outcome<
                 at_ns: now_ns(),
             },
         )?;
-        let lost_at = watch_loss(&guard);
+        let loss = watch_loss(&guard);
 
         let hold = Duration::from_millis(spec.hold_ms);
         let (read_ok, write_ok) = match spec.claim {
@@ -286,9 +289,10 @@ async fn hold_in_turn(client: &LockClient, spec: &Spec, task: usize) -> Outcome<
         if let Some(patience) = spec.await_loss_ms {
             let _ = tokio::time::timeout(Duration::from_millis(patience), guard.lost()).await;
         }
-        if guard.is_lost() && lost_at.load(Ordering::SeqCst) == 0 {
+        if guard.is_lost() && loss.at.load(Ordering::SeqCst) == 0 {
             // Lost before its watcher task had its turn.
-            lost_at.store(now_ns(), Ordering::SeqCst);
+            loss.at.store(now_ns(), Ordering::SeqCst);
+            let _ = loss.reason.set(guard.lost().await);
         }
         let at_ns = now_ns();
         let release = match guard.release().await {
@@ -297,10 +301,11 @@ async fn hold_in_turn(client: &LockClient, spec: &Spec, task: usize) -> Outcome<
             Err(_) => Release::Failed,
         };
         let released_ns = Some(now_ns());
-        let lost_ns = match lost_at.load(Ordering::SeqCst) {
+        let lost_ns = match loss.at.load(Ordering::SeqCst) {
             0 => None,
             at => Some(at),
         };
+        let lost_reason = lost_ns.and_then(|_| loss.reason());
         record(
             &spec.events,
             &Event::Ended {
@@ -313,25 +318,43 @@ async fn hold_in_turn(client: &LockClient, spec: &Spec, task: usize) -> Outcome<
                 write_ok,
                 release,
                 released_ns,
+                lost_reason,
             },
         )?;
     }
     Ok(())
 }
 
-/// When the guard's `lost()` fires for a reason other than its release,
-/// the time it fired; zero until then.
-fn watch_loss(guard: &distlock::LockGuard) -> Arc<AtomicU64> {
-    let lost_at = Arc::new(AtomicU64::new(0));
+/// When a guard's `lost()` fired for a reason other than its release
+/// (zero until then), and why.
+struct Loss {
+    at: Arc<AtomicU64>,
+    reason: Arc<std::sync::OnceLock<LossReason>>,
+}
+
+/// Watches `guard`'s `lost()` from a task of its own.
+fn watch_loss(guard: &distlock::LockGuard) -> Loss {
+    let loss = Loss {
+        at: Arc::new(AtomicU64::new(0)),
+        reason: Arc::new(std::sync::OnceLock::new()),
+    };
     let signal = guard.lost_signal();
-    let seen = lost_at.clone();
+    let (seen, why) = (loss.at.clone(), loss.reason.clone());
     tokio::spawn(async move {
         let reason = signal.lost().await;
         if reason != LossReason::Released {
+            let _ = why.set(reason);
             seen.store(now_ns(), Ordering::SeqCst);
         }
     });
-    lost_at
+    loss
+}
+
+impl Loss {
+    /// Why `lost()` fired, as the records spell it, once it has.
+    fn reason(&self) -> Option<String> {
+        self.reason.get().map(|reason| format!("{reason:?}"))
+    }
 }
 
 /// `time` in milliseconds since the Unix epoch, negative before it.

@@ -10,7 +10,7 @@ use distlock::{LockClient, LockName, LockOptions};
 use distlock_etcd::raw::etcdserverpb::DeleteRangeRequest;
 use distlock_etcd::raw::{Client, ConnectOptions};
 
-use super::{CampaignBackend, SecretCase, ServerCommand, closed_port};
+use super::{CampaignBackend, ClockStep, SecretCase, ServerCommand, closed_port};
 use crate::Outcome;
 use crate::servers::Server;
 
@@ -158,6 +158,14 @@ impl CampaignBackend for Etcd {
             "`EtcdConfig::parse`",
             EtcdConfig::parse(url).map(|config| format!("{config:?}")),
         ))
+    }
+
+    fn server_clock(&self) -> Result<ClockStep, &'static str> {
+        Err(
+            "etcd is written in Go, whose runtime reads the clock through the kernel's vDSO, \
+             not libc, so libfaketime cannot move it; and its leases count down on the \
+             leader's monotonic clock",
+        )
     }
 
     fn expiry_edges(&self) -> Result<(), &'static str> {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use distlock::LockName;
 
-use super::{CampaignBackend, SecretCase, ServerCommand};
+use super::{CampaignBackend, ClockStep, SecretCase, ServerCommand};
 use crate::Outcome;
 use crate::scenarios::{run_dir, unique};
 use crate::servers::Server;
@@ -72,6 +72,12 @@ impl CampaignBackend for File {
                 note: "the file backend has no credentials; ",
             },
         ])
+    }
+
+    fn server_clock(&self) -> Result<ClockStep, &'static str> {
+        Err(
+            "the file backend has no server, and no clock judges its locks (a flock lasts as long as its process)",
+        )
     }
 
     fn expiry_edges(&self) -> Result<(), &'static str> {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use distlock::LockName;
 
-use super::{CampaignBackend, OnRestart, SecretCase, ServerCommand};
+use super::{CampaignBackend, ClockStep, OnRestart, SecretCase, ServerCommand};
 use crate::Outcome;
 use crate::servers::Server;
 
@@ -97,6 +97,17 @@ impl CampaignBackend for Memcached {
             "`MemcachedConfig::from_url`",
             distlock::memcached::MemcachedConfig::from_url(url).map(|config| format!("{config:?}")),
         ))
+    }
+
+    /// memcached counts its seconds on the monotonic clock, which an NTP
+    /// step leaves alone: `stats time` and every expiry run on from it.
+    fn server_clock(&self) -> Result<ClockStep, &'static str> {
+        Ok(ClockStep {
+            clock_moves: false,
+            leases_follow: false,
+            why: "memcached counts expiry on its monotonic clock (its `stats time` is its start \
+                  time plus monotonic seconds), which a wall-clock step does not move",
+        })
     }
 
     fn expiry_edges(&self) -> Result<(), &'static str> {

@@ -103,6 +103,21 @@ pub(crate) enum LostAnswer {
     ResetAfterRequest,
 }
 
+/// What a step of the server's wall clock reaches (R13), on a backend
+/// whose server libfaketime can move.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ClockStep {
+    /// Whether the clock the backend reads from the server
+    /// (`server_info`) is the one libfaketime steps, so that the step must
+    /// show there.
+    pub(crate) clock_moves: bool,
+    /// Whether leases are judged by that clock, so that a step forward
+    /// ends them early and a step back makes them last longer.
+    pub(crate) leases_follow: bool,
+    /// Why, in a sentence for the report.
+    pub(crate) why: &'static str,
+}
+
 /// A URL with a password canary in it, tried in R12.
 pub(crate) struct SecretCase {
     pub(crate) label: &'static str,
@@ -241,6 +256,10 @@ pub(crate) trait CampaignBackend: Sync + std::fmt::Debug {
     fn parse_url(&self, _url: &str) -> Option<(&'static str, Result<String, distlock::Error>)> {
         None
     }
+
+    /// What a step of its server's wall clock reaches (R13), or why R13
+    /// cannot step it.
+    fn server_clock(&self) -> Result<ClockStep, &'static str>;
 
     /// Whether R10 (TTL rounding, eviction, stale release and restart)
     /// applies, or why not.

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use distlock::LockName;
 
-use super::{CampaignBackend, LostAnswer, SecretCase, ServerCommand, closed_port};
+use super::{CampaignBackend, ClockStep, LostAnswer, SecretCase, ServerCommand, closed_port};
 use crate::Outcome;
 use crate::servers::Server;
 
@@ -127,6 +127,16 @@ impl CampaignBackend for MongoDb {
             "`MongoBackend::from_url`",
             distlock::mongodb::MongoBackend::from_url(url).map(|builder| format!("{builder:?}")),
         ))
+    }
+
+    /// SecantusDB reads the time through libc, which libfaketime moves,
+    /// and judges every lease by it (`$$NOW`).
+    fn server_clock(&self) -> Result<ClockStep, &'static str> {
+        Ok(ClockStep {
+            clock_moves: true,
+            leases_follow: true,
+            why: "SecantusDB judges leases by its wall clock (`$$NOW`)",
+        })
     }
 
     fn expiry_edges(&self) -> Result<(), &'static str> {

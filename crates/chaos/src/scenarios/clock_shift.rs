@@ -70,7 +70,7 @@ fn run(server: &mut Server, settings: &Settings) -> Outcome<Vec<Row>> {
 }
 
 /// libfaketime's library, as `scripts/servers/faketime.sh` exports it.
-fn faketime_lib() -> Outcome<PathBuf> {
+pub(super) fn faketime_lib() -> Outcome<PathBuf> {
     let lib = std::env::var_os("FAKETIME_LIB").map(PathBuf::from).ok_or(
         "FAKETIME_LIB is not set: run through scripts/test or scripts/chaos, whose \
          scripts/servers/faketime.sh installs libfaketime and names it",

@@ -142,7 +142,7 @@ const ATTEMPT_ALLOWANCE: Duration = Duration::from_millis(25);
 /// at once where a lock ends with its holder's process; otherwise its
 /// lease less a cadence, since its last extension may have been one
 /// cadence before the kill.
-fn earliest_regrant(kind: Kind, settings: &Settings) -> Duration {
+pub(super) fn earliest_regrant(kind: Kind, settings: &Settings) -> Duration {
     if kind.ends_with_holder() {
         Duration::ZERO
     } else {
@@ -153,7 +153,7 @@ fn earliest_regrant(kind: Kind, settings: &Settings) -> Duration {
 /// The documented bound on a re-grant after the kill, plus one poll, and
 /// the time of the attempt that follows the poll: the latency runs from
 /// the kill to the waiter's record of its grant.
-fn documented_bound(kind: Kind, settings: &Settings) -> Duration {
+pub(super) fn documented_bound(kind: Kind, settings: &Settings) -> Duration {
     kind.regrant_bound(settings.lease)
         + distlock::LockOptions::DEFAULT_BACKOFF_MAX
         + ATTEMPT_ALLOWANCE

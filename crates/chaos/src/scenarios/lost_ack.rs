@@ -281,6 +281,7 @@ fn lost_ack(
                 write_ok,
                 release,
                 released_ns,
+                lost_reason: None,
             });
             (Answer::Granted, at_ns, second)
         }

@@ -11,6 +11,7 @@ mod names;
 mod network;
 mod pause;
 mod secrets;
+mod server_clock;
 mod slow_renewal;
 mod tokens;
 
@@ -72,6 +73,7 @@ pub(crate) fn all() -> Vec<Scenario> {
         memcached_edges::SCENARIO,
         names::SCENARIO,
         secrets::SCENARIO,
+        server_clock::SCENARIO,
     ]
 }
 

@@ -13,7 +13,7 @@ use tokio::task::JoinSet;
 
 use super::server;
 use crate::Outcome;
-use crate::backends::{CampaignBackend, OnRestart, SecretCase, ServerCommand};
+use crate::backends::{CampaignBackend, ClockStep, OnRestart, SecretCase, ServerCommand};
 use crate::scenarios::unique;
 use crate::servers::Server;
 
@@ -152,6 +152,18 @@ impl CampaignBackend for PostgresAdvisory {
 
     fn parse_url(&self, url: &str) -> Option<(&'static str, Result<String, distlock::Error>)> {
         super::parse_url(url)
+    }
+
+    /// The server's clock moves, but a lock lives with its connection:
+    /// the step reaches it only through `idle_session_timeout`.
+    fn server_clock(&self) -> Result<ClockStep, &'static str> {
+        Ok(ClockStep {
+            clock_moves: true,
+            leases_follow: false,
+            why: "advisory locks live with their connections and have no expiry time; a step \
+                  reaches them only through `idle_session_timeout`, an interval timer that the \
+                  server checks against its wall clock when it fires",
+        })
     }
 
     fn expiry_edges(&self) -> Result<(), &'static str> {

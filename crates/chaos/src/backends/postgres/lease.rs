@@ -9,7 +9,7 @@ use distlock::LockName;
 
 use super::server;
 use crate::Outcome;
-use crate::backends::{CampaignBackend, SecretCase, ServerCommand};
+use crate::backends::{CampaignBackend, ClockStep, SecretCase, ServerCommand};
 use crate::servers::Server;
 
 #[derive(Debug)]
@@ -61,6 +61,14 @@ impl CampaignBackend for Postgres {
 
     fn parse_url(&self, url: &str) -> Option<(&'static str, Result<String, distlock::Error>)> {
         super::parse_url(url)
+    }
+
+    fn server_clock(&self) -> Result<ClockStep, &'static str> {
+        Ok(ClockStep {
+            clock_moves: true,
+            leases_follow: true,
+            why: "lease mode judges leases by the server's `clock_timestamp()`",
+        })
     }
 
     fn expiry_edges(&self) -> Result<(), &'static str> {
