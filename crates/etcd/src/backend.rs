@@ -82,6 +82,9 @@ struct Waiting {
     key: Vec<u8>,
     /// The predecessor watched, by key, and its watch.
     behind: Option<(Vec<u8>, Task)>,
+    /// Whether a reply has shown the key written: later attempts then
+    /// read, and write again only if the key went.
+    written: bool,
 }
 
 impl EtcdBackend {
@@ -206,26 +209,28 @@ impl EtcdBackend {
         let mut waiting = wait.take::<Waiting>().unwrap_or_else(|| Waiting {
             key: range.key(rand::random()),
             behind: None,
+            written: false,
         });
         let key = waiting.key.clone();
-        // Kept before the write, so an answer lost after it still lets
+        // Kept before the call, so an answer lost after it still lets
         // `end_wait` remove the key.
-        let record = Record::new(request.claim, &request.holder).to_bytes();
-        let txn = TxnRequest {
-            compare: vec![create_revision(key.clone(), CompareResult::Equal, 0)],
-            success: vec![
-                put_op(key.clone(), record, session.0),
-                read_op(name_keys(&range)),
-            ],
-            failure: vec![read_op(name_keys(&range))],
-        };
         wait.set(Waiting {
             key: key.clone(),
             behind: None,
+            written: waiting.written,
         });
-        let response = self.txn(txn, "waiting for a lock").await?;
-        let revision = header_revision(&response);
-        let entries = entries_of(&response);
+        // A waiter whose key is in place only reads: a transaction that
+        // may write is proposed through raft even when its compare fails,
+        // so idle waiters retrying would cost the cluster fsyncs.
+        let read = if waiting.written {
+            self.read_with(&range, &key).await?
+        } else {
+            None
+        };
+        let (revision, entries) = match read {
+            Some(read) => read,
+            None => self.write_and_read(request, &range, &key, session).await?,
+        };
         let Some(position) = entries.iter().position(|entry| entry.key == key) else {
             // Deleted between the write and the read in one transaction
             // cannot happen; a missing key means a reply we cannot read.
@@ -276,10 +281,50 @@ impl EtcdBackend {
                 wait.set(Waiting {
                     key,
                     behind: Some(behind),
+                    written: true,
                 });
                 Ok(Attempt::Held { retry_after: None })
             }
         }
+    }
+
+    /// The name's keys, read linearizably, with the revision they were
+    /// read at; `None` if `key` is not among them (it went with a forced
+    /// release or its session, and is to be written again).
+    async fn read_with(&self, range: &NameRange, key: &[u8]) -> Result<Option<(i64, Vec<Entry>)>> {
+        let response = self
+            .client
+            .range(name_keys(range))
+            .await
+            .map_err(|e| from_etcd("waiting for a lock", e))?;
+        let revision = response.header.as_ref().map_or(0, |header| header.revision);
+        let entries = in_order(response.kvs.iter().map(Entry::from_kv).collect());
+        Ok(entries
+            .iter()
+            .any(|entry| entry.key == key)
+            .then_some((revision, entries)))
+    }
+
+    /// Writes the waiter's `key` unless it is there, and reads the name's
+    /// keys, in one transaction; with the revision it ran at.
+    async fn write_and_read(
+        &self,
+        request: &AcquireRequest,
+        range: &NameRange,
+        key: &[u8],
+        session: SessionId,
+    ) -> Result<(i64, Vec<Entry>)> {
+        let record = Record::new(request.claim, &request.holder).to_bytes();
+        let txn = TxnRequest {
+            compare: vec![create_revision(key.to_vec(), CompareResult::Equal, 0)],
+            success: vec![
+                put_op(key.to_vec(), record, session.0),
+                read_op(name_keys(range)),
+            ],
+            failure: vec![read_op(name_keys(range))],
+        };
+        let response = self.txn(txn, "waiting for a lock").await?;
+        Ok((header_revision(&response), entries_of(&response)))
     }
 
     /// The grant of `key`, created at `revision` on `session`, watched for

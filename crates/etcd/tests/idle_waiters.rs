@@ -1,0 +1,105 @@
+//! Waiters that wait cost the cluster no writes while nothing changes:
+//! against an etcd member of the test's own, whose
+//! `etcd_server_proposals_committed_total` nobody else moves, waiters
+//! behind a held lock retry for a while, and no proposal is committed
+//! until the lock is released. `scripts/test` sets `DISTLOCK_ETCD_BIN`.
+
+// Shared with the cluster tests, which use the rest of it.
+#[allow(dead_code)]
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::time::Duration;
+
+use distlock_core::{LockClient, LockName, LockOptions};
+use distlock_etcd::EtcdBackend;
+
+use support::lone_member::LoneMember;
+
+/// How many clients wait, each in a process of its own as far as etcd
+/// can tell: a backend, and so a session and a key, each.
+const WAITERS: usize = 4;
+
+/// The member's count of committed raft proposals, from its metrics.
+fn proposals_committed(member: &LoneMember) -> u64 {
+    let mut stream = TcpStream::connect(member.host()).expect("reach the member's metrics");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("a read timeout");
+    write!(
+        stream,
+        "GET /metrics HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+        member.host()
+    )
+    .expect("ask for the metrics");
+    let mut body = String::new();
+    stream.read_to_string(&mut body).expect("read the metrics");
+    let line = body
+        .lines()
+        .find(|line| line.starts_with("etcd_server_proposals_committed_total "))
+        .unwrap_or_else(|| panic!("no proposals counter in the metrics:\n{body}"));
+    let value = line.split_whitespace().nth(1).expect("a value");
+    // Prometheus's text format may write a whole count as a float.
+    value.parse::<f64>().expect("a number") as u64
+}
+
+async fn client(member: &LoneMember) -> LockClient {
+    let backend = EtcdBackend::open(&format!("etcd://{}", member.host()))
+        .await
+        .expect("open");
+    let options = LockOptions::builder()
+        .lease(Duration::from_secs(6))
+        .build()
+        .expect("valid options");
+    LockClient::new(Arc::new(backend), options)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn idle_waiters_write_nothing_until_the_lock_is_released() {
+    let member = LoneMember::start();
+    member.wait_healthy().await;
+    let name = LockName::new("idle-waiters").expect("name");
+    let holder = client(&member).await;
+    let guard = holder.acquire(&name).await.expect("the holder");
+
+    let mut waiters = Vec::new();
+    for _ in 0..WAITERS {
+        let client = client(&member).await;
+        let name = name.clone();
+        waiters.push(tokio::spawn(async move {
+            let guard = client
+                .acquire_with(&name, Duration::from_secs(60))
+                .await
+                .expect("a waiter is served");
+            let token = guard.fencing_token();
+            assert!(guard.release().await.expect("release"));
+            token
+        }));
+    }
+    // Each waiter's first attempt writes its key; then they only retry.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let settled = proposals_committed(&member);
+    // Several of the waiters' retry periods (at most 500 ms apart), and
+    // one of the holder's extension periods.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let idle = proposals_committed(&member);
+    assert_eq!(
+        idle - settled,
+        0,
+        "{WAITERS} idle waiters had {} proposals committed",
+        idle - settled
+    );
+
+    let first = guard.fencing_token();
+    assert!(guard.release().await.expect("release"));
+    for waiter in waiters {
+        let token = waiter.await.expect("the waiter's task");
+        assert!(token > first, "each waiter's token follows the holder's");
+    }
+    assert!(
+        proposals_committed(&member) > idle,
+        "the release and the grants that followed were written"
+    );
+}
