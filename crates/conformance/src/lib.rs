@@ -127,6 +127,7 @@ macro_rules! conformance_suite {
         $crate::conformance_suite!(@regressions $env $fixture;
             a_retried_release_never_deletes_a_newer_holders_lock,
             no_extension_after_release,
+            a_waiter_whose_session_ended_is_not_granted_on_it,
         );
         $crate::conformance_suite!(@kinds $env $fixture;
             readers_overlap,

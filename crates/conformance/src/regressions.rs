@@ -59,3 +59,42 @@ pub async fn no_extension_after_release(fixture: &dyn Fixture) {
     assert!(!newer.is_lost());
     assert!(newer.release().await.expect("release"));
 }
+
+/// etcd #22387: a waiter whose own session ended while it waited (its key
+/// gone with it) must not be granted as if its key still stood in line.
+/// Closing the waiter's backend ends its session where it has one (etcd
+/// revokes it); a grant that follows must then be a real one, on a
+/// session that lives: nobody else gets the name, and it extends.
+pub async fn a_waiter_whose_session_ended_is_not_granted_on_it(fixture: &dyn Fixture) {
+    let name = unique_name("ended-session-waiter");
+    let lease = fixture.lease();
+    let holder = client(fixture).await;
+    let held = holder.acquire_with(&name, PATIENCE).await.expect("acquire");
+    let backend = fixture.backend().await;
+    let waiter = LockClient::new(backend.clone(), test_options(lease));
+    let waiting = {
+        let name = name.clone();
+        tokio::spawn(async move { waiter.acquire_with(&name, PATIENCE).await })
+    };
+    // Time for the waiter to stand in line, on a session where it has one.
+    bounded("the waiter's first tries", tokio::time::sleep(lease / 4)).await;
+    bounded("ending the waiter's session", backend.close())
+        .await
+        .expect("close the waiter's backend");
+    let first = held.fencing_token();
+    assert!(held.release().await.expect("release"), "still held");
+
+    let granted = bounded("the waiter's grant", waiting)
+        .await
+        .expect("the waiter's task")
+        .expect("the waiter is served");
+    assert!(granted.fencing_token() > first);
+    let other = client(fixture).await;
+    assert!(
+        other.try_acquire(&name).await.expect("try").is_none(),
+        "the waiter's grant holds the name"
+    );
+    granted.extend().await.expect("the grant extends");
+    assert!(!granted.is_lost());
+    assert!(granted.release().await.expect("release"), "still held");
+}
