@@ -46,7 +46,7 @@ fn kill_every() -> Duration {
 /// (1 s each), for the queue of the other workers and the elections it
 /// sits through (a request sent as the leader dies may take etcd's request
 /// timeout, some 7 s, to fail), yet less than a session left behind keeps
-/// a key that blocks the name (its TTL, 45 s with the default lease, from
+/// a key that blocks the name (its TTL, 31 s with the default lease, from
 /// its last renewal; and every election renews it).
 const WAIT: &str = "30s";
 

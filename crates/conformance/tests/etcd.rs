@@ -40,7 +40,7 @@ impl Fixture for Etcd {
         Duration::from_secs(2)
     }
 
-    /// etcd keeps a session half as long again as the lease, in whole
+    /// etcd keeps a session a second longer than the lease, in whole
     /// seconds (3 s for 2 s), so an abandoned key outlives its holder's
     /// last renewal by up to that.
     fn expiry_slack(&self) -> Duration {

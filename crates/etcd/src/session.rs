@@ -2,11 +2,13 @@
 //!
 //! etcd leases are whole seconds, and a key written on a lease does not
 //! renew it. Core counts a new grant as confirmed for a lease from when it
-//! was asked for, so the etcd lease is granted half as long again as the
-//! client's lease ([`ttl_for`]), and renewed before a grant whenever its
-//! last confirmation is older than that padding. Then the server never lets
-//! a key go before its holder gives it up; a crashed holder's keys go after
-//! at most the padded time.
+//! was asked for, so the etcd lease is granted a second longer than the
+//! client's lease, rounded up to whole seconds ([`ttl_for`]), and renewed
+//! before a grant or a wait's try whenever its last confirmation is older
+//! than that padding. Then the server never lets a key go before its
+//! holder gives it up, and a crashed holder's keys go at most the lease
+//! and a second after its last renewal. A client that takes a lock less
+//! often than once a second so pays one keepalive with each grant.
 //!
 //! A session that ends (it expired, or was revoked) is replaced by the
 //! next grant's. Each grant keeps the session it was made on, so the
@@ -80,11 +82,11 @@ impl State {
     }
 }
 
-/// etcd's TTL for a client lease: half as long again, in whole seconds,
-/// rounded up.
+/// etcd's TTL for a client lease: the lease rounded up to whole seconds,
+/// and one more, so that a grant's key outlives the lease core counts for
+/// it from a confirmation up to a second old.
 pub(crate) fn ttl_for(lease: Duration) -> i64 {
-    let padded = lease + lease / 2;
-    let secs = padded.as_secs() + u64::from(padded.subsec_nanos() > 0);
+    let secs = lease.as_secs() + u64::from(lease.subsec_nanos() > 0) + 1;
     i64::try_from(secs).unwrap_or(i64::MAX)
 }
 
@@ -256,7 +258,8 @@ mod tests {
         assert_eq!(ttl_for(Duration::from_secs(1)), 2);
         assert_eq!(ttl_for(Duration::from_secs(2)), 3);
         assert_eq!(ttl_for(Duration::from_millis(2500)), 4);
-        assert_eq!(ttl_for(Duration::from_secs(30)), 45);
+        assert_eq!(ttl_for(Duration::from_secs(5)), 6);
+        assert_eq!(ttl_for(Duration::from_secs(30)), 31);
         assert!(check_lease(Duration::from_millis(999)).is_err());
         assert!(check_lease(Duration::from_secs(1)).is_ok());
     }

@@ -315,8 +315,9 @@ async fn list_shows_the_time_the_session_has_left() {
     let left = info
         .expires_in
         .expect("a lease-based lock shows its time left");
-    // The session is the lease and half again, in whole seconds.
-    assert!(left <= Duration::from_secs(15), "{left:?}");
+    // The session is the lease and a second, in whole seconds: a killed
+    // holder's lock is back within that.
+    assert!(left <= Duration::from_secs(11), "{left:?}");
     guard.release().await.expect("release");
 }
 

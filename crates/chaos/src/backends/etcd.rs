@@ -94,7 +94,7 @@ impl CampaignBackend for Etcd {
     }
 
     /// A dead client's keys go when etcd expires its session: the lease
-    /// and half again, in whole seconds, once the leader next looks.
+    /// and a second, in whole seconds, once the leader next looks.
     fn regrant_bound(&self, lease: Duration) -> Duration {
         distlock::etcd::session_ttl(lease) + EXPIRY_CHECK
     }
