@@ -17,7 +17,9 @@ pub enum LossReason {
     Refused,
     /// No extension succeeded for the lease period minus the safety margin,
     /// measured on the local monotonic clock: the lease is given up before
-    /// the server could let anyone else have it.
+    /// the server could let anyone else have it, as long as the server's
+    /// clock runs at the local clock's rate within the margin and does not
+    /// step forward (see [`LockGuard::lost`](crate::LockGuard::lost)).
     Expired,
     /// The backend saw the grant end by itself: its key was deleted, or
     /// the connection it lived on dropped.
