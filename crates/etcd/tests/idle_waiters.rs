@@ -15,6 +15,8 @@ use std::time::Duration;
 
 use distlock_core::{LockClient, LockName, LockOptions};
 use distlock_etcd::EtcdBackend;
+use distlock_etcd::raw::etcdserverpb::RangeRequest;
+use distlock_etcd::raw::{Client, ConnectOptions};
 
 use support::lone_member::LoneMember;
 
@@ -45,15 +47,41 @@ fn proposals_committed(member: &LoneMember) -> u64 {
     value.parse::<f64>().expect("a number") as u64
 }
 
-async fn client(member: &LoneMember) -> LockClient {
+async fn client(member: &LoneMember) -> (LockClient, Arc<EtcdBackend>) {
     let backend = EtcdBackend::open(&format!("etcd://{}", member.host()))
         .await
         .expect("open");
+    let backend = Arc::new(backend);
     let options = LockOptions::builder()
         .lease(Duration::from_secs(6))
         .build()
         .expect("valid options");
-    LockClient::new(Arc::new(backend), options)
+    (LockClient::new(backend.clone(), options), backend)
+}
+
+/// Waits until `name` has `count` keys: the holder's and each waiter's.
+async fn wait_for_keys(member: &LoneMember, backend: &EtcdBackend, name: &LockName, count: usize) {
+    let raw = Client::connect(&ConnectOptions::new([format!("http://{}", member.host())]))
+        .await
+        .expect("a raw client");
+    let (key, range_end) = backend.key_range(name);
+    for _ in 0..600 {
+        let keys = raw
+            .range(RangeRequest {
+                key: key.clone(),
+                range_end: range_end.clone(),
+                ..RangeRequest::default()
+            })
+            .await
+            .expect("read the name's keys")
+            .kvs
+            .len();
+        if keys == count {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the name never had {count} keys");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -61,12 +89,12 @@ async fn idle_waiters_write_nothing_until_the_lock_is_released() {
     let member = LoneMember::start();
     member.wait_healthy().await;
     let name = LockName::new("idle-waiters").expect("name");
-    let holder = client(&member).await;
+    let (holder, backend) = client(&member).await;
     let guard = holder.acquire(&name).await.expect("the holder");
 
     let mut waiters = Vec::new();
     for _ in 0..WAITERS {
-        let client = client(&member).await;
+        let (client, _) = client(&member).await;
         let name = name.clone();
         waiters.push(tokio::spawn(async move {
             let guard = client
@@ -78,8 +106,9 @@ async fn idle_waiters_write_nothing_until_the_lock_is_released() {
             token
         }));
     }
-    // Each waiter's first attempt writes its key; then they only retry.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Each waiter's first attempt writes its key (after its session's
+    // grant); from then on they only retry.
+    wait_for_keys(&member, &backend, &name, 1 + WAITERS).await;
     let settled = proposals_committed(&member);
     // Several of the waiters' retry periods (at most 500 ms apart), and
     // one of the holder's extension periods.
