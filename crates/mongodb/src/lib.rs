@@ -91,7 +91,9 @@
 //! its own monotonic clock (the lease minus the safety margin after the
 //! last successful extension was *sent*), so it stops before the server can
 //! grant the lock again, as long as the two clocks run at about the same
-//! rate. The `retry_after` hint given to waiters is the stored expiry less
+//! rate and the server's clock does not step forward (a step forward ends
+//! the lease early on the server, and the holder learns at its next
+//! extension; fencing tokens cover the gap). The `retry_after` hint given to waiters is the stored expiry less
 //! an estimate of the server's clock (from the `hello` reply and our own
 //! grants, advanced by the local monotonic clock); it only paces waiting.
 //!
