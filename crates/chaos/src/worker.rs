@@ -182,7 +182,9 @@ pub(crate) async fn run(spec: Spec) -> Outcome<()> {
     Ok(())
 }
 
-async fn open_patiently(url: &str) -> Outcome<Arc<dyn distlock::backend::Backend>> {
+/// The backend at `url`, once the server takes connections (PostgreSQL
+/// listens a moment before it accepts them).
+pub(crate) async fn open_patiently(url: &str) -> Outcome<Arc<dyn distlock::backend::Backend>> {
     let started = std::time::Instant::now();
     loop {
         match distlock::open(url).await {

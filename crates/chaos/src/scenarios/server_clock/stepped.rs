@@ -6,7 +6,7 @@ use std::ffi::OsString;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::SystemTime;
 
 use distlock::backend::Backend;
 use tokio::runtime::Runtime;
@@ -16,7 +16,7 @@ use crate::backends::Kind;
 use crate::clock::now_ns;
 use crate::scenarios::network::runtime;
 use crate::servers::Server;
-use crate::worker::wall_ms;
+use crate::worker::{open_patiently, wall_ms};
 
 /// The backend's server under libfaketime, and a client that reads its
 /// clock.
@@ -143,19 +143,4 @@ fn write_offset(file: &Path, offset_ms: i64) -> Outcome<()> {
     std::fs::set_permissions(&next, std::fs::Permissions::from_mode(0o644))?;
     std::fs::rename(&next, file)?;
     Ok(())
-}
-
-/// The backend at `url`, once the server takes connections (PostgreSQL
-/// listens a moment before it accepts them).
-async fn open_patiently(url: &str) -> Outcome<Arc<dyn Backend>> {
-    let started = Instant::now();
-    loop {
-        match distlock::open(url).await {
-            Ok(backend) => return Ok(backend),
-            Err(error) if error.is_transient() && started.elapsed() < Duration::from_secs(30) => {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(error) => return Err(error.into()),
-        }
-    }
 }
