@@ -512,6 +512,23 @@ pub trait Backend: Send + Sync + fmt::Debug {
         EXTEND_CONCURRENCY
     }
 
+    /// Extends many leases as [`extend_many`](Self::extend_many) does, and
+    /// reads the server's clock in the same step, where the backend can do
+    /// so at no extra cost (a column of the same statement, a command of
+    /// the same pipeline).
+    ///
+    /// Core compares each reading with its own monotonic clock. When the
+    /// server's clock has advanced further between two readings than any
+    /// time that could have passed here, the server's clock stepped
+    /// forward, and every lease it judges by that clock ends sooner by at
+    /// least the step: core shortens the leases confirmed before the step
+    /// by it, and reports those it ended
+    /// [`LossReason::ServerClockStepped`](crate::LossReason::ServerClockStepped).
+    /// The default reads no clock.
+    async fn extend_many_timed(&self, leases: &[Lease]) -> Extended {
+        Extended::new(self.extend_many(leases).await, None)
+    }
+
     /// Releases `lease` if it is still ours. Returns whether it was.
     /// Releasing a lease twice, or one that was lost, is `Ok(false)`.
     ///
@@ -591,6 +608,29 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// As for every [`Backend`] call: dropped, it either happened or not.
     async fn close(&self) -> Result<()> {
         Ok(())
+    }
+}
+
+/// What [`Backend::extend_many_timed`] did: one outcome per lease, as
+/// [`Backend::extend_many`] gives them, and the time the server's clock
+/// read while it extended them, when it was read.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Extended {
+    /// Whether each lease was still ours, in the order asked.
+    pub outcomes: Vec<Result<bool>>,
+    /// The server's clock during the extension, on the server's own
+    /// wall clock.
+    pub server_time: Option<std::time::SystemTime>,
+}
+
+impl Extended {
+    /// The outcomes of an extension, and the server's clock read with it.
+    pub fn new(outcomes: Vec<Result<bool>>, server_time: Option<std::time::SystemTime>) -> Self {
+        Self {
+            outcomes,
+            server_time,
+        }
     }
 }
 

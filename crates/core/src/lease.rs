@@ -35,6 +35,14 @@ pub enum LossReason {
     /// ([`AcquireOptions::max_hold`](crate::AcquireOptions::max_hold)): the
     /// extension stopped and the lease was released.
     HoldLimit,
+    /// The server's clock was seen to step forward (its readings in two
+    /// extensions were further apart than the time that passed here), so
+    /// the lease ran out on the server sooner than its extension said:
+    /// early enough that it may already be someone else's, or too early to
+    /// be extended in time. Only backends that read the server's clock in
+    /// their extensions see it (see
+    /// [`Backend::extend_many_timed`](crate::Backend::extend_many_timed)).
+    ServerClockStepped,
 }
 
 impl std::fmt::Display for LossReason {
@@ -48,6 +56,9 @@ impl std::fmt::Display for LossReason {
                 "the runtime that extended the lease shut down, so nothing extends it any more"
             }
             Self::HoldLimit => "it was held for its longest hold (max_hold), and given up",
+            Self::ServerClockStepped => {
+                "the server's clock stepped forward, so the lease ran out early on the server"
+            }
         })
     }
 }

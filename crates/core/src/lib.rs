@@ -54,9 +54,9 @@ pub use acquire::AcquireOptions;
 /// The attribute backends put on their [`Backend`] impl.
 pub use async_trait::async_trait;
 pub use backend::{
-    AcquireRequest, Attempt, Backend, Capabilities, DelayedRelease, Feature, FeatureState,
-    HandOver, HandOvers, Holder, Lease, LeaseId, LockInfo, Renewal, ServerInfo, Session, SessionId,
-    Wakeups,
+    AcquireRequest, Attempt, Backend, Capabilities, DelayedRelease, Extended, Feature,
+    FeatureState, HandOver, HandOvers, Holder, Lease, LeaseId, LockInfo, Renewal, ServerInfo,
+    Session, SessionId, Wakeups,
 };
 pub use builder::LockClientBuilder;
 pub use claim::{Claim, LockKind, MAX_PERMITS, Permits};

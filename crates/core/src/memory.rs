@@ -2,14 +2,14 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use tokio::time::Instant;
 
 use crate::backend::{
-    AcquireRequest, Attempt, Backend, Capabilities, DelayedRelease, HandOver, HandOvers, Holder,
-    Lease, LeaseId, LockInfo, Wakeups,
+    AcquireRequest, Attempt, Backend, Capabilities, DelayedRelease, Extended, HandOver, HandOvers,
+    Holder, Lease, LeaseId, LockInfo, Wakeups,
 };
 use crate::claim::{Claim, Permits};
 use crate::error::Result;
@@ -26,10 +26,30 @@ use crate::wake::{ReleaseHub, ReleaseWatch};
 /// It is shared by the clients of one process that hold the same
 /// `Arc<MemoryBackend>`, and by nobody else: use it to test code that takes
 /// locks, and in examples.
-#[derive(Debug, Default)]
+///
+/// Its clock is Tokio's, plus however far it was stepped forward with
+/// [`step_clock`](Self::step_clock), and its extensions report it as a
+/// server's would: tests can see what holders do when the clock a server
+/// judges leases by steps.
+#[derive(Debug)]
 pub struct MemoryBackend {
     locks: Mutex<HashMap<LockName, Slot>>,
     releases: ReleaseHub,
+    /// How far the backend's clock was stepped ahead of Tokio's.
+    ahead: Mutex<Duration>,
+    /// Where the backend's wall clock starts, on Tokio's clock.
+    origin: Instant,
+}
+
+impl Default for MemoryBackend {
+    fn default() -> Self {
+        Self {
+            locks: Mutex::default(),
+            releases: ReleaseHub::default(),
+            ahead: Mutex::default(),
+            origin: Instant::now(),
+        }
+    }
 }
 
 /// One name: its holders, the writers waiting for it, and its last token.
@@ -67,8 +87,29 @@ impl MemoryBackend {
         Self::default()
     }
 
+    /// Steps the backend's clock forward by `by`, as a server's clock
+    /// steps: every lease ends `by` sooner than its holder was told, and
+    /// the next extensions report the clock as it now reads.
+    pub fn step_clock(&self, by: Duration) {
+        let mut ahead = self.ahead.lock().unwrap_or_else(PoisonError::into_inner);
+        *ahead += by;
+    }
+
     fn lock(&self) -> MutexGuard<'_, HashMap<LockName, Slot>> {
         self.locks.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The backend's clock, by which leases end.
+    fn now(&self) -> Instant {
+        Instant::now() + *self.ahead.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The backend's clock as a wall clock, as a server reports it.
+    fn wall_clock(&self) -> SystemTime {
+        // A fixed start keeps readings far from the epoch, as real ones are.
+        SystemTime::UNIX_EPOCH
+            + Duration::from_secs(1_700_000_000)
+            + self.now().saturating_duration_since(self.origin)
     }
 }
 
@@ -184,7 +225,7 @@ impl Backend for MemoryBackend {
     }
 
     async fn try_acquire(&self, request: &AcquireRequest, wait: &mut WaitState) -> Result<Attempt> {
-        let now = Instant::now();
+        let now = self.now();
         let mut locks = self.lock();
         let slot = locks.entry(request.name.clone()).or_default();
         slot.prune(now);
@@ -225,7 +266,7 @@ impl Backend for MemoryBackend {
     }
 
     async fn extend(&self, lease: &Lease) -> Result<bool> {
-        let now = Instant::now();
+        let now = self.now();
         let mut locks = self.lock();
         let Some(slot) = locks.get_mut(&lease.name) else {
             return Ok(false);
@@ -237,8 +278,13 @@ impl Backend for MemoryBackend {
         Ok(true)
     }
 
+    async fn extend_many_timed(&self, leases: &[Lease]) -> Extended {
+        let outcomes = self.extend_many(leases).await;
+        Extended::new(outcomes, Some(self.wall_clock()))
+    }
+
     async fn release(&self, lease: &Lease) -> Result<bool> {
-        let now = Instant::now();
+        let now = self.now();
         let mut locks = self.lock();
         let Some(slot) = locks.get_mut(&lease.name) else {
             return Ok(false);
@@ -253,7 +299,7 @@ impl Backend for MemoryBackend {
     }
 
     async fn list(&self) -> Result<Vec<LockInfo>> {
-        let now = Instant::now();
+        let now = self.now();
         let mut held: Vec<LockInfo> = Vec::new();
         for (name, slot) in self.lock().iter_mut() {
             slot.prune(now);
@@ -273,7 +319,7 @@ impl Backend for MemoryBackend {
     }
 
     async fn force_release(&self, name: &LockName) -> Result<bool> {
-        let now = Instant::now();
+        let now = self.now();
         let mut locks = self.lock();
         let Some(slot) = locks.get_mut(name) else {
             return Ok(false);
@@ -318,7 +364,7 @@ impl DelayedRelease for MemoryBackend {
 #[async_trait]
 impl HandOvers for MemoryBackend {
     async fn hand_over(&self, lease: &Lease, next: &AcquireRequest) -> Result<HandOver> {
-        let now = Instant::now();
+        let now = self.now();
         let mut locks = self.lock();
         let Some(slot) = locks.get_mut(&lease.name) else {
             return Ok(HandOver::NotOurs);

@@ -9,7 +9,7 @@
 //! | `distlock_acquire_wait_seconds` | histogram | `backend`, `kind`, `outcome` | how long each acquisition took, waiting included |
 //! | `distlock_locks_held` | gauge | `backend`, `kind` | locks this process holds now |
 //! | `distlock_hold_seconds` | histogram | `backend`, `kind` | how long each lock was held, until released or lost |
-//! | `distlock_losses_total` | counter | `backend`, `kind`, `reason` | locks lost: `refused`, `expired`, `detected`, `keeper_stopped` |
+//! | `distlock_losses_total` | counter | `backend`, `kind`, `reason` | locks lost: `refused`, `expired`, `detected`, `keeper_stopped`, `hold_limit`, `server_clock_stepped` |
 //! | `distlock_local_hand_overs_total` | counter | `backend` | locks passed to another task of the same client in one step |
 //! | `distlock_extensions_total` | counter | `backend`, `outcome` | lease extensions: `extended`, `lost`, `failed` (one per lease; a session's renewal counts once) |
 //! | `distlock_extension_seconds` | histogram | `backend` | how long each extension call took (a batch is one call) |
@@ -139,6 +139,7 @@ mod recorded {
             LossReason::Detected => "detected",
             LossReason::KeeperStopped => "keeper_stopped",
             LossReason::HoldLimit => "hold_limit",
+            LossReason::ServerClockStepped => "server_clock_stepped",
         };
         labels.push(Label::from_static_parts("reason", reason));
         metrics::counter!("distlock_losses_total", labels).increment(1);

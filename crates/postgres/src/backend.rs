@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, DelayedRelease, Error, HandOvers, Lease,
-    LockInfo, LockName, Result, ServerInfo, WaitState, Wakeups,
+    AcquireRequest, Attempt, Backend, Capabilities, DelayedRelease, Error, Extended, HandOvers,
+    Lease, LockInfo, LockName, Result, ServerInfo, WaitState, Wakeups,
 };
 
 use crate::advisory::AdvisoryMode;
@@ -222,6 +222,10 @@ impl Backend for PostgresBackend {
 
     async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<bool>> {
         self.mode().extend_many(leases).await
+    }
+
+    async fn extend_many_timed(&self, leases: &[Lease]) -> Extended {
+        self.mode().extend_many_timed(leases).await
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {

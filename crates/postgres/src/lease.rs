@@ -2,12 +2,13 @@
 
 use std::collections::HashSet;
 use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, Claim, DelayedRelease, GrantState, HandOver,
-    HandOvers, Lease, LockInfo, LockName, ReleaseWatch, Result, ServerInfo, WaitState, Wakeups,
+    AcquireRequest, Attempt, Backend, Capabilities, Claim, DelayedRelease, Extended, GrantState,
+    HandOver, HandOvers, Lease, LockInfo, LockName, ReleaseWatch, Result, ServerInfo, WaitState,
+    Wakeups,
 };
 use tokio_postgres::Row;
 use tokio_postgres::types::Type;
@@ -279,8 +280,12 @@ impl Backend for LeaseMode {
     }
 
     async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<bool>> {
+        self.extend_many_timed(leases).await.outcomes
+    }
+
+    async fn extend_many_timed(&self, leases: &[Lease]) -> Extended {
         if leases.is_empty() {
-            return Vec::new();
+            return Extended::new(Vec::new(), None);
         }
         let names: Vec<&[u8]> = leases
             .iter()
@@ -313,14 +318,20 @@ impl Backend for LeaseMode {
             .await
             .and_then(|rows| {
                 let mut extended = HashSet::new();
+                let mut now_us = None;
                 for row in &rows {
                     extended.extend(get::<Vec<String>>(row, 1, &what)?);
+                    now_us = Some(get::<i64>(row, 2, &what)?);
                 }
-                Ok(extended)
+                Ok((extended, now_us))
             });
         match extended {
-            Ok(extended) => ids.iter().map(|id| Ok(extended.contains(id))).collect(),
-            Err(error) => leases.iter().map(|_| Err(copy(&error))).collect(),
+            Ok((extended, now_us)) => Extended::new(
+                ids.iter().map(|id| Ok(extended.contains(id))).collect(),
+                // No row comes back when none was extended: no reading.
+                now_us.and_then(server_time),
+            ),
+            Err(error) => Extended::new(leases.iter().map(|_| Err(copy(&error))).collect(), None),
         }
     }
 
@@ -466,4 +477,10 @@ impl Announced {
         self.channel = None;
         true
     }
+}
+
+/// The server's clock, read in µs since the epoch, as a time.
+fn server_time(now_us: i64) -> Option<SystemTime> {
+    let micros = u64::try_from(now_us).ok()?;
+    SystemTime::UNIX_EPOCH.checked_add(Duration::from_micros(micros))
 }

@@ -195,7 +195,8 @@ fn held(t: &str) -> String {
 /// ids and `$3` leases in µs, one element per lease. Each live grant among
 /// them runs its lease from the server's now. Rows are locked in name
 /// order first, so that two processes extending overlapping sets never
-/// deadlock. Returns each row's extended ids.
+/// deadlock. Returns each row's extended ids, and the server's clock
+/// they were extended by.
 fn extend(t: &str) -> String {
     let live_asked = "a.leases ? (h ->> 'id') AND (h ->> 'exp')::bigint > c.now_us";
     format!(
@@ -216,7 +217,7 @@ fn extend(t: &str) -> String {
          WHERE t.name = a.name AND l.name = a.name
            AND EXISTS (SELECT FROM jsonb_array_elements(t.holders) AS h WHERE {live_asked})
          RETURNING t.name, ARRAY(SELECT h ->> 'id' FROM jsonb_array_elements(t.holders) AS h
-                                 WHERE {live_asked})"
+                                 WHERE {live_asked}), c.now_us"
     )
 }
 

@@ -7,7 +7,7 @@
 use std::collections::HashSet;
 use std::process::Stdio;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use distlock_core::{
     AcquireRequest, Attempt, Backend, Claim, Error, Holder, LockClient, LockName, LockOptions,
@@ -407,6 +407,69 @@ async fn one_bulk_extension_reports_each_lease() {
         assert!(backend.release(lease).await.expect("release"));
         assert!(!backend.release(lease).await.expect("release twice"));
     }
+}
+
+/// The server's clock now, in µs since the epoch.
+async fn server_clock_us(admin: &tokio_postgres::Client) -> i64 {
+    let row = admin
+        .query_one(
+            "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint",
+            &[],
+        )
+        .await
+        .expect("the server's clock");
+    row.get(0)
+}
+
+fn micros_since_epoch(time: SystemTime) -> i64 {
+    let since = time.duration_since(UNIX_EPOCH).expect("after the epoch");
+    i64::try_from(since.as_micros()).expect("in range")
+}
+
+/// The keeper watches the server's clock through extensions (to see it
+/// step): an extension reports the server's clock as it extended, and
+/// one that extended nothing reports none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_extension_reads_the_server_clock() {
+    let backend = PostgresBackend::open(&url()).await.expect("open");
+    let (admin, connection) = tokio_postgres::connect(&url(), NoTls).await.expect("admin");
+    tokio::spawn(connection);
+    let request = AcquireRequest::new(
+        name(&unique("clock")),
+        Claim::Exclusive,
+        Duration::from_secs(30),
+        holder(),
+    );
+    let Attempt::Acquired {
+        fencing_token,
+        state,
+    } = backend
+        .try_acquire(&request, &mut WaitState::new())
+        .await
+        .expect("acquire")
+    else {
+        panic!("a fresh name was held");
+    };
+    let lease = request.granted(fencing_token, state);
+
+    let before = server_clock_us(&admin).await;
+    let extended = backend
+        .extend_many_timed(std::slice::from_ref(&lease))
+        .await;
+    let after = server_clock_us(&admin).await;
+    assert!(*extended.outcomes[0].as_ref().expect("extend"));
+    let read = micros_since_epoch(extended.server_time.expect("the server's clock"));
+    assert!(
+        (before..=after).contains(&read),
+        "the clock read {read} µs, outside [{before}, {after}] read around it"
+    );
+
+    let mut stranger = lease.clone();
+    stranger.id = distlock_core::LeaseId::random();
+    let extended = backend.extend_many_timed(&[stranger]).await;
+    assert!(!*extended.outcomes[0].as_ref().expect("extend"));
+    assert_eq!(extended.server_time, None);
+    assert!(backend.release(&lease).await.expect("release"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -4,9 +4,9 @@ use std::fmt;
 use std::time::Duration;
 
 use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, Claim, DelayedRelease, Error, GrantState,
-    HandOver, HandOvers, Lease, LeaseId, LockInfo, LockName, ReleaseWatch, Result, ServerInfo,
-    WaitState, Wakeups, async_trait,
+    AcquireRequest, Attempt, Backend, Capabilities, Claim, DelayedRelease, Error, Extended,
+    GrantState, HandOver, HandOvers, Lease, LeaseId, LockInfo, LockName, ReleaseWatch, Result,
+    ServerInfo, WaitState, Wakeups, async_trait,
 };
 use futures::future::join_all;
 
@@ -290,8 +290,12 @@ impl Backend for RedisBackend {
     }
 
     async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<bool>> {
+        self.extend_many_timed(leases).await.outcomes
+    }
+
+    async fn extend_many_timed(&self, leases: &[Lease]) -> Extended {
         if leases.is_empty() {
-            return Vec::new();
+            return Extended::new(Vec::new(), None);
         }
         // One client's keeper extends these, with its one operation timeout.
         let timeout = leases
@@ -303,21 +307,23 @@ impl Backend for RedisBackend {
             Some(quorum) => {
                 let shortest = leases.iter().map(|lease| lease.lease).min();
                 let timeout = shortest.map_or(timeout, |lease| call_timeout(timeout, lease));
-                quorum.extend_many(leases, timeout).await
+                // Each server has a clock of its own: none is read.
+                Extended::new(quorum.extend_many(leases, timeout).await, None)
             }
             None => {
-                let results = self.single().extend_many(leases, timeout).await;
+                let extended = self.single().extend_many(leases, timeout).await;
                 match self.config.wait_replicas {
                     Some(replicas) => {
-                        crate::replicas::confirm_extensions(
+                        let outcomes = crate::replicas::confirm_extensions(
                             self.single(),
-                            results,
+                            extended.outcomes,
                             replicas,
                             timeout / 2,
                         )
-                        .await
+                        .await;
+                        Extended::new(outcomes, extended.server_time)
                     }
-                    None => results,
+                    None => extended,
                 }
             }
         }

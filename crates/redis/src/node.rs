@@ -3,10 +3,11 @@
 //! every node and counts their answers.
 
 use std::collections::BTreeSet;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use distlock_core::{
-    AcquireRequest, Claim, Lease, LeaseId, LockName, MAX_PERMITS, Result, ServerInfo,
+    AcquireRequest, Claim, Error, Extended, Lease, LeaseId, LockName, MAX_PERMITS, Result,
+    ServerInfo,
 };
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::{Script, Value};
@@ -204,44 +205,36 @@ impl Node {
     }
 
     /// Extends every lease that is still ours, in one pipeline, within
-    /// `timeout`: for each, whether it was.
-    pub(crate) async fn extend_many(
-        &self,
-        leases: &[Lease],
-        timeout: Duration,
-    ) -> Vec<Result<bool>> {
+    /// `timeout`: for each, whether it was, and the server's clock read
+    /// at the end of the same pipeline.
+    pub(crate) async fn extend_many(&self, leases: &[Lease], timeout: Duration) -> Extended {
         let what = match leases {
             [one] => format!("extending {}{}", one.name, self.on),
             _ => format!("extending {} leases{}", leases.len(), self.on),
         };
-        let replies = match tokio::time::timeout(timeout, self.extend_pipeline(&what, leases)).await
-        {
-            Ok(Ok(replies)) if replies.len() == leases.len() => replies,
-            Ok(Ok(replies)) => {
-                let error = unexpected(&what, &Value::Array(replies));
-                return leases.iter().map(|_| Err(copy(&error))).collect();
-            }
-            Ok(Err(error)) => {
-                return leases.iter().map(|_| Err(copy(&error))).collect();
-            }
-            Err(_) => {
-                return leases
-                    .iter()
-                    .map(|_| Err(timed_out("extend", timeout)))
-                    .collect();
-            }
-        };
-        replies
+        let failed =
+            |error: Error| Extended::new(leases.iter().map(|_| Err(copy(&error))).collect(), None);
+        let mut replies =
+            match tokio::time::timeout(timeout, self.extend_pipeline(&what, leases)).await {
+                Ok(Ok(replies)) if replies.len() == leases.len() + 1 => replies,
+                Ok(Ok(replies)) => return failed(unexpected(&what, &Value::Array(replies))),
+                Ok(Err(error)) => return failed(error),
+                Err(_) => return failed(timed_out("extend", timeout)),
+            };
+        let server_time = replies.pop().and_then(|time| read_time(&time));
+        let outcomes = replies
             .into_iter()
             .map(|reply| match reply {
                 Value::Int(extended) => Ok(extended == 1),
                 Value::ServerError(error) => Err(from_redis(&what, error.into())),
                 other => Err(unexpected(&what, &other)),
             })
-            .collect()
+            .collect();
+        Extended::new(outcomes, server_time)
     }
 
-    /// Sends one `EVALSHA` of the extend script per lease, in one pipeline.
+    /// Sends one `EVALSHA` of the extend script per lease, and `TIME`, in
+    /// one pipeline.
     async fn extend_pipeline(&self, what: &str, leases: &[Lease]) -> Result<Vec<Value>> {
         let mut connection = self.link.get()?;
         self.extend_on(&mut connection, leases)
@@ -269,14 +262,15 @@ impl Node {
                 .arg(lease.id.to_string())
                 .arg(millis(lease.lease));
         }
-        let replies = match connection.req_packed_commands(&pipe, 0, leases.len()).await {
+        // The clock is read with the extensions, in the same round trip.
+        pipe.cmd("TIME");
+        let count = leases.len() + 1;
+        let replies = match connection.req_packed_commands(&pipe, 0, count).await {
             // The connection dropped (a server restart): the connection
             // manager opens another, and extending again is harmless.
             Err(error) if error.is_connection_dropped() || error.is_io_error() => {
                 tracing::debug!(%error, "extending again on a new connection");
-                connection
-                    .req_packed_commands(&pipe, 0, leases.len())
-                    .await?
+                connection.req_packed_commands(&pipe, 0, count).await?
             }
             other => other?,
         };
@@ -286,7 +280,7 @@ impl Node {
         // Extending again is harmless: each extension runs the lease from
         // the server's now.
         script.prepare_invoke().load_async(connection).await?;
-        connection.req_packed_commands(&pipe, 0, leases.len()).await
+        connection.req_packed_commands(&pipe, 0, count).await
     }
 
     /// Ends grant `id` of `name` if it is still there: whether it was, and
@@ -522,4 +516,22 @@ fn claim_code(claim: Claim) -> (&'static str, u32) {
 /// A duration in whole milliseconds, at least 1, as Redis takes it.
 fn millis(duration: Duration) -> String {
     duration.as_millis().max(1).to_string()
+}
+
+/// The time in a reply to `TIME`: seconds and microseconds, as strings.
+fn read_time(reply: &Value) -> Option<SystemTime> {
+    let Value::Array(parts) = reply else {
+        return None;
+    };
+    let [seconds, micros] = parts.as_slice() else {
+        return None;
+    };
+    let number = |part: &Value| match part {
+        Value::BulkString(digits) => std::str::from_utf8(digits).ok()?.parse::<u64>().ok(),
+        Value::Int(n) => u64::try_from(*n).ok(),
+        _ => None,
+    };
+    let since_epoch =
+        Duration::from_secs(number(seconds)?) + Duration::from_micros(number(micros)?);
+    SystemTime::UNIX_EPOCH.checked_add(since_epoch)
 }

@@ -213,7 +213,7 @@ impl<'a> Quorum<'a> {
         )
         .await
         .into_iter()
-        .map(Vec::into_iter)
+        .map(|extended| extended.outcomes.into_iter())
         .collect();
         leases
             .iter()

@@ -191,3 +191,46 @@ async fn locks_under_other_prefixes_are_apart() {
     held.release().await.unwrap();
     also.release().await.unwrap();
 }
+
+/// The server's clock now, in µs since the epoch.
+async fn server_clock_us(connection: &mut redis::aio::MultiplexedConnection) -> u128 {
+    let (seconds, micros): (u64, u64) = redis::cmd("TIME")
+        .query_async(connection)
+        .await
+        .expect("TIME");
+    u128::from(seconds) * 1_000_000 + u128::from(micros)
+}
+
+/// The keeper watches the server's clock through extensions (to see it
+/// step): an extension reports the server's clock, read in its pipeline.
+#[tokio::test]
+async fn an_extension_reads_the_server_clock() {
+    let url = url();
+    let backend = backend(&url).await;
+    let mut connection = raw(&url).await;
+    let lease = grant(
+        &backend,
+        &unique("clock"),
+        Claim::Exclusive,
+        Duration::from_secs(30),
+    )
+    .await
+    .expect("granted");
+    let before = server_clock_us(&mut connection).await;
+    let extended = backend
+        .extend_many_timed(std::slice::from_ref(&lease))
+        .await;
+    let after = server_clock_us(&mut connection).await;
+    assert!(*extended.outcomes[0].as_ref().expect("extend"));
+    let read = extended
+        .server_time
+        .expect("the server's clock")
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after the epoch")
+        .as_micros();
+    assert!(
+        (before..=after).contains(&read),
+        "the clock read {read} µs, outside [{before}, {after}] read around it"
+    );
+    assert!(backend.release(&lease).await.expect("release"));
+}

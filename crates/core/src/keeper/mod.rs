@@ -10,11 +10,14 @@
 //! taken at once cost a few bulk calls per cadence, not 10,000 timers.
 //!
 //! A backend whose grants hang on one session instead has that session
-//! renewed once per cadence (see [`session`]).
+//! renewed once per cadence (see [`session`]). A backend that reads its
+//! server's clock in its extensions lets the keeper see that clock step
+//! forward, and shorten the leases the step shortened (see [`clock`]).
 
+mod clock;
 mod session;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::{Arc, PoisonError, Weak};
 use std::time::Duration;
 
@@ -77,6 +80,8 @@ struct Schedule {
     added_since_look: bool,
     /// When a session backend's session is renewed next.
     session: session::Plan,
+    /// The last reading of the server's clock.
+    clock: clock::ClockWatch,
 }
 
 #[derive(Debug)]
@@ -433,9 +438,13 @@ impl Shared {
         let timeout = self.options.operation_timeout();
         let sent_at = Instant::now();
         let started = std::time::Instant::now();
-        let batch = async { Ok(backend.extend_many(&leases).await) };
+        let batch = async { Ok(backend.extend_many_timed(&leases).await) };
+        let mut server_time = None;
         let outcomes = match bounded::keeper_call(timeout, "extend", batch).await {
-            Ok(outcomes) if outcomes.len() == leases.len() => outcomes,
+            Ok(extended) if extended.outcomes.len() == leases.len() => {
+                server_time = extended.server_time;
+                extended.outcomes
+            }
             Ok(_) => leases
                 .iter()
                 .map(|_| {
@@ -457,11 +466,71 @@ impl Shared {
             "extended a batch of leases"
         );
         metrics::extension_call(self.store, started.elapsed());
+        let received_at = Instant::now();
         drop(guards);
+        let mut confirmed = HashSet::new();
         for (key, outcome) in keys.into_iter().zip(outcomes) {
+            if matches!(outcome, Ok(true)) {
+                confirmed.insert(key);
+            }
             // The failure is logged there; nobody waits for this batch.
             let _ = self.record(key, sent_at, outcome);
         }
+        if let Some(server_time) = server_time {
+            let reading = clock::Reading {
+                sent_at,
+                received_at,
+                server_time,
+            };
+            self.server_clock_read(reading, &confirmed);
+        }
+    }
+
+    /// Takes in a reading of the server's clock, brought by an extension
+    /// that confirmed the leases under `confirmed`. If it shows the
+    /// server's clock stepped forward, every other lease is shortened by
+    /// the step, and those it leaves no time are lost: they were confirmed
+    /// before the step, by the server's clock as it was then. The leases
+    /// just confirmed run from the clock as it is now.
+    fn server_clock_read(&self, reading: clock::Reading, confirmed: &HashSet<u64>) {
+        let now = Instant::now();
+        let mut schedule = self.lock();
+        let Some(step) = schedule.clock.observe(reading) else {
+            return;
+        };
+        tracing::warn!(
+            step_ms = step.as_millis() as u64,
+            "the server's clock stepped forward: leases confirmed before the step end sooner by it"
+        );
+        let shortened: Vec<u64> = schedule
+            .entries
+            .keys()
+            .filter(|key| !confirmed.contains(key))
+            .copied()
+            .collect();
+        for key in shortened {
+            let Some(entry) = schedule.entries.get_mut(&key) else {
+                continue;
+            };
+            let Some(until) = entry.valid_until else {
+                continue;
+            };
+            match until.checked_sub(step) {
+                Some(until) if until > now => {
+                    entry.valid_until = Some(until);
+                    schedule.reschedule(key);
+                }
+                _ => {
+                    if let Some(entry) = schedule.remove(key) {
+                        entry.held.end(LossReason::ServerClockStepped);
+                    }
+                }
+            }
+        }
+        // The leases left may now run out before the keeper's next look.
+        schedule.planned = None;
+        drop(schedule);
+        self.wake.notify_one();
     }
 }
 

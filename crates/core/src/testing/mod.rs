@@ -40,8 +40,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::backend::{
-    AcquireRequest, Attempt, Backend, Capabilities, HandOver, HandOvers, Lease, LockInfo, Renewal,
-    Session, SessionId, Wakeups,
+    AcquireRequest, Attempt, Backend, Capabilities, Extended, HandOver, HandOvers, Lease, LockInfo,
+    Renewal, Session, SessionId, Wakeups,
 };
 use crate::error::{Error, Result};
 use crate::lease::LossReporter;
@@ -385,7 +385,11 @@ impl TestBackend {
         }
     }
 
-    async fn extend_through(&self, leases: &[Lease], one: bool) -> Vec<Result<bool>> {
+    /// Extends `leases` through the hooks: one by one with `extend` when
+    /// `one`, else in one `extend_many_timed`, whose reading of the
+    /// server's clock comes back too.
+    async fn extend_through(&self, leases: &[Lease], one: bool) -> Extended {
+        let mut server_time = None;
         let mut outcomes = match self.enter(Call::Extend(leases)).await {
             Err(error) => {
                 let mut outcomes: Vec<_> = leases[1..].iter().map(|_| Err(echo(&error))).collect();
@@ -393,14 +397,18 @@ impl TestBackend {
                 outcomes
             }
             Ok(()) if one => vec![self.inner.extend(&leases[0]).await],
-            Ok(()) => self.inner.extend_many(leases).await,
+            Ok(()) => {
+                let extended = self.inner.extend_many_timed(leases).await;
+                server_time = extended.server_time;
+                extended.outcomes
+            }
         };
         self.leave(Answer::Extend {
             leases,
             outcomes: &mut outcomes,
         })
         .await;
-        outcomes
+        Extended::new(outcomes, server_time)
     }
 }
 
@@ -464,13 +472,17 @@ impl Backend for TestBackend {
     }
 
     async fn extend(&self, lease: &Lease) -> Result<bool> {
-        let mut outcomes = self.extend_through(std::slice::from_ref(lease), true).await;
-        outcomes.pop().unwrap_or(Ok(false))
+        let extended = self.extend_through(std::slice::from_ref(lease), true).await;
+        extended.outcomes.into_iter().next().unwrap_or(Ok(false))
     }
 
     async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<bool>> {
+        self.extend_many_timed(leases).await.outcomes
+    }
+
+    async fn extend_many_timed(&self, leases: &[Lease]) -> Extended {
         if leases.is_empty() {
-            return Vec::new();
+            return Extended::new(Vec::new(), None);
         }
         self.extend_through(leases, false).await
     }
