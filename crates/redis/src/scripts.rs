@@ -24,7 +24,9 @@ use redis::Script;
 ///   member of `z`, so nothing outlives its grants.
 /// - `first_left(z, now)`: ms until the first member of `z` expires, or -1.
 /// - `next_token(t, now_us, ttl)`: `max(previous + 1, now in µs)`, stored
-///   in `t` for `ttl` ms.
+///   in `t` for `ttl` ms. The clock is nearly always ahead of the counter,
+///   so it is stored first, and the previous value it replaced read in the
+///   same command; only a counter at or past the clock is written again.
 const PRELUDE: &str = r"
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 local function clock()
@@ -58,10 +60,10 @@ local function first_left(z, now)
   return -1
 end
 local function next_token(t, now_us, ttl)
-  local prev = tonumber(redis.call('GET', t) or '0') or 0
-  local token = math.max(prev + 1, now_us)
-  redis.call('SET', t, int(token), 'PX', ttl)
-  return token
+  local prev = tonumber(redis.call('SET', t, int(now_us), 'PX', ttl, 'GET') or '0') or 0
+  if prev < now_us then return now_us end
+  redis.call('SET', t, int(prev + 1), 'PX', ttl)
+  return prev + 1
 end
 local function owns(x, id)
   local v = redis.call('GET', x)
@@ -82,13 +84,17 @@ local claim, id, lease, record, mark = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV
 local limit, max_readers, counter_ttl = tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8]
 local now, now_us = clock()
 local writer = redis.call('PTTL', x)
-local holders = prune(s, i, now)
+-- A writer on a name no reader or permit holder ever used looks no
+-- further; waiting writers' marks keep only readers out.
+local holders = 0
+if claim ~= 'x' or redis.call('EXISTS', s) == 1 then holders = prune(s, i, now) end
 local kind, held_limit = false, 0
 if holders > 0 then
   kind = redis.call('HGET', i, 'kind') or 'x'
   held_limit = tonumber(redis.call('HGET', i, 'limit') or '0') or 0
 end
-local marks = prune(w, false, now)
+local marks = 0
+if claim == 's' then marks = prune(w, false, now) end
 local function join()
   local token = next_token(t, now_us, counter_ttl)
   redis.call('ZADD', s, int(now + lease), id)
