@@ -44,12 +44,15 @@ const RELEASE_SCRIPT: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
 /// The lease every Redis contender asks for.
 const LEASE: Duration = LockOptions::DEFAULT_LEASE;
 
-/// A Redis server under test: distlock's backend on it, and a connection
-/// of the benchmark's own for the raw pair and the server's counters.
+/// A Redis target under test: distlock's backend on it, and a connection
+/// of the benchmark's own to each of its servers, for the raw pair (on the
+/// first) and the servers' counters (summed over all of them).
 #[derive(Clone)]
 pub(crate) struct RedisServer {
     pub(crate) backend: Arc<RedisBackend>,
     connection: redis::aio::MultiplexedConnection,
+    /// Every server's connection, the first one's included.
+    servers: Vec<redis::aio::MultiplexedConnection>,
 }
 
 impl fmt::Debug for RedisServer {
@@ -66,32 +69,69 @@ pub(crate) fn client_url(url: &str) -> &str {
     url.split_once('?').map_or(url, |(base, _)| base)
 }
 
+/// One URL per server of `url` (several in quorum mode), each with the
+/// URL's scheme, credentials and database, and without its options.
+fn server_urls(url: &str) -> Vec<String> {
+    let base = client_url(url);
+    let Some((scheme, rest)) = base.split_once("://") else {
+        return vec![base.to_owned()];
+    };
+    let (user, rest) = match rest.rsplit_once('@') {
+        Some((user, rest)) => (format!("{user}@"), rest),
+        None => (String::new(), rest),
+    };
+    let (hosts, path) = rest.split_once('/').map_or((rest, ""), |(h, p)| (h, p));
+    let path = if path.is_empty() {
+        String::new()
+    } else {
+        format!("/{path}")
+    };
+    hosts
+        .split(',')
+        .map(|host| format!("{scheme}://{user}{host}{path}"))
+        .collect()
+}
+
 impl RedisServer {
     /// Opens distlock's backend at `url`, and a connection of its own.
     pub(crate) async fn open(url: &str) -> Outcome<Self> {
         let backend = RedisBackend::open(url).await.map_err(|e| e.to_string())?;
-        let client = redis::Client::open(client_url(url)).map_err(|e| e.to_string())?;
-        let connection = client
-            .get_multiplexed_async_connection()
-            .await
-            .map_err(|e| e.to_string())?;
+        let mut servers = Vec::new();
+        for server in server_urls(url) {
+            let client = redis::Client::open(server).map_err(|e| e.to_string())?;
+            let connection = client
+                .get_multiplexed_async_connection()
+                .await
+                .map_err(|e| e.to_string())?;
+            servers.push(connection);
+        }
+        let connection = servers
+            .first()
+            .ok_or("a Redis URL names no server")?
+            .clone();
         Ok(Self {
             backend: Arc::new(backend),
             connection,
+            servers,
         })
     }
 
-    /// The commands the server has run so far, by name, from `INFO
-    /// commandstats`: each command a script runs counts besides the
-    /// `EVALSHA` that runs it. `INFO`, which reads them, is left out.
+    /// The commands the servers have run so far, by name, from `INFO
+    /// commandstats`, summed over every server: each command a script runs
+    /// counts besides the `EVALSHA` that runs it. `INFO`, which reads them,
+    /// is left out.
     pub(crate) async fn counts(&self) -> Outcome<Counts> {
-        let mut connection = self.connection.clone();
-        let text: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query_async(&mut connection)
-            .await
-            .map_err(|e| format!("redis INFO commandstats: {e}"))?;
-        Ok(parse_commandstats(&text))
+        let mut total = Counts::default();
+        for connection in &self.servers {
+            let mut connection = connection.clone();
+            let text: String = redis::cmd("INFO")
+                .arg("commandstats")
+                .query_async(&mut connection)
+                .await
+                .map_err(|e| format!("redis INFO commandstats: {e}"))?;
+            total.add(&parse_commandstats(&text));
+        }
+        Ok(total)
     }
 
     /// The server's version, from `INFO server`.

@@ -1,11 +1,13 @@
-//! Scale-out forms of a backend: an etcd cluster of several members, and
-//! memcached over several servers, in quorum mode or sharded. Each is
+//! Scale-out forms of a backend: an etcd cluster of several members,
+//! memcached over several servers, in quorum mode or sharded, and Redis in
+//! quorum mode over several independent servers. Each is
 //! measured beside its single-server form, the primary target of its kind,
 //! which the goals are stated for; the report gives a form's figures as
 //! ratios to the single server's.
 
 use distlock::etcd::EtcdConfig;
 use distlock::memcached::{MemcachedConfig, Mode};
+use distlock::redis::{Mode as RedisMode, RedisConfig};
 
 use crate::target::{is_etcd_url, kind_of_url};
 
@@ -18,6 +20,8 @@ pub(crate) enum ScaleOut {
     MemcachedQuorum { servers: usize },
     /// memcached in sharded mode over this many servers.
     MemcachedSharded { servers: usize },
+    /// Redis in quorum mode over this many independent servers.
+    RedisQuorum { servers: usize },
 }
 
 impl ScaleOut {
@@ -37,6 +41,15 @@ impl ScaleOut {
                 _ => None,
             };
         }
+        if kind_of_url(url) == "Redis" {
+            let config = RedisConfig::parse(url).ok()?;
+            return match config.mode {
+                RedisMode::Quorum => Some(Self::RedisQuorum {
+                    servers: config.servers.len(),
+                }),
+                _ => None,
+            };
+        }
         None
     }
 
@@ -44,7 +57,9 @@ impl ScaleOut {
     pub(crate) fn form(self) -> String {
         match self {
             Self::EtcdCluster { members } => format!("{members}-member cluster"),
-            Self::MemcachedQuorum { servers } => format!("quorum of {servers}"),
+            Self::MemcachedQuorum { servers } | Self::RedisQuorum { servers } => {
+                format!("quorum of {servers}")
+            }
             Self::MemcachedSharded { servers } => format!("sharded over {servers}"),
         }
     }
@@ -81,6 +96,16 @@ mod tests {
             Some(ScaleOut::MemcachedSharded { servers: 2 })
         );
         assert_eq!(ScaleOut::of_url("memcache://127.0.0.1:1"), None);
+        let redis_quorum = "redis://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3?mode=quorum";
+        assert_eq!(
+            ScaleOut::of_url(redis_quorum),
+            Some(ScaleOut::RedisQuorum { servers: 3 })
+        );
+        assert_eq!(ScaleOut::of_url("redis://127.0.0.1:1"), None);
+        assert_eq!(
+            label("Redis", ScaleOut::of_url(redis_quorum)),
+            "Redis, quorum of 3"
+        );
         assert_eq!(ScaleOut::of_url("postgres://h/db"), None);
         assert_eq!(
             label("memcached", ScaleOut::of_url(quorum)),
