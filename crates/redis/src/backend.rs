@@ -53,10 +53,11 @@ impl RedisBackend {
     /// Opens the backend at `url`; see the [crate docs](crate) for the URL.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] for a bad URL, [`Error::Unsupported`] for a
-    /// mode this version lacks, [`Error::Denied`] for refused credentials,
-    /// and a backend error when the server (in quorum mode, a majority of
-    /// them) cannot be reached or does not answer as Redis does.
+    /// [`Error::InvalidConfig`] for a bad URL, [`Error::Denied`] for
+    /// refused credentials, and a backend error when the server (in quorum
+    /// mode, a majority of them; in cluster mode, every seed) cannot be
+    /// reached or does not answer as Redis does (in cluster mode, as a
+    /// node of a Redis Cluster whose every slot is served).
     ///
     /// # Cancel safety
     /// Cancel safe: dropping the future drops the connections being made.
@@ -66,7 +67,8 @@ impl RedisBackend {
 
     /// Opens the backend from a parsed configuration. In quorum mode a
     /// majority of the servers must answer; the others are connected to
-    /// when they do.
+    /// when they do. In cluster mode one seed that answers is enough: it
+    /// names the cluster's masters.
     ///
     /// # Errors
     /// As [`open`](Self::open).
@@ -79,6 +81,9 @@ impl RedisBackend {
         crate::config::check_prefix(&config.prefix)?;
         crate::config::check_servers(config.mode, &config.servers)?;
         crate::config::check_cluster_db(config.mode, config.db)?;
+        if config.wait_replicas.is_some() {
+            crate::config::check_wait_replicas(config.mode)?;
+        }
         let keys = KeySpace::new(&config.prefix);
         let nodes = match config.mode {
             // One connection reaches every master.

@@ -16,7 +16,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, ErrorKind, Pipeline, RedisFuture, Value};
 
-use crate::error::{from_redis, unexpected};
+use crate::error::{from_redis, timed_out, unexpected};
 use crate::node::Node;
 use crate::scripts::SCRIPTS;
 
@@ -228,10 +228,11 @@ impl ConnectionLike for OnMaster {
 
 impl Node {
     /// Extends `leases` on a cluster: one pipeline per master, as the slot
-    /// map last read has it, all at once. A batch that meets a redirection
-    /// (a slot moved), or fails as a whole, is sent again lease by lease,
-    /// each call routed by its keys; extending twice is harmless, since
-    /// each extension runs the lease from the server's now.
+    /// map last read has it, all at once, each within `timeout`. A batch
+    /// that meets a redirection (a slot moved), or fails as a whole, is
+    /// sent again lease by lease, each call routed by its keys; extending
+    /// twice is harmless, since each extension runs the lease from the
+    /// server's now.
     pub(crate) async fn extend_in_cluster(
         &self,
         mut connection: ClusterConnection,
@@ -239,11 +240,16 @@ impl Node {
         leases: &[Lease],
         timeout: Duration,
     ) -> Vec<Result<bool>> {
-        let owners = match self.slot_cache().get(&mut connection).await {
-            Ok(owners) => owners,
-            Err(error) => {
-                // Without a map, each lease is a batch of its own.
+        let map = tokio::time::timeout(timeout / 4, self.slot_cache().get(&mut connection)).await;
+        // Without a map, each lease is a batch of its own.
+        let owners = match map {
+            Ok(Ok(owners)) => owners,
+            Ok(Err(error)) => {
                 tracing::debug!(%error, "extending without the cluster's slot map");
+                Arc::new(SlotOwners::default())
+            }
+            Err(_) => {
+                tracing::debug!("extending without the cluster's slot map: no answer");
                 Arc::new(SlotOwners::default())
             }
         };
@@ -255,7 +261,17 @@ impl Node {
         let batches = groups.iter().map(|group| {
             let connection = connection.clone();
             let batch: Vec<&Lease> = group.iter().map(|at| &leases[*at]).collect();
-            self.extend_batch(connection, what, batch, slots[group[0]], timeout)
+            let count = batch.len();
+            let extend = self.extend_batch(connection, what, batch, slots[group[0]], timeout);
+            async move {
+                tokio::time::timeout(timeout, extend)
+                    .await
+                    .unwrap_or_else(|_| {
+                        (0..count)
+                            .map(|_| Err(timed_out("extend", timeout)))
+                            .collect()
+                    })
+            }
         });
         let answers = join_all(batches).await;
         let mut outcomes: Vec<Option<Result<bool>>> = leases.iter().map(|_| None).collect();
@@ -337,11 +353,11 @@ pub(crate) async fn pipeline_to_slot(
 /// `owners` knows; an item whose slot no range covers is a group of its
 /// own. Each group lists the items' positions, in order.
 pub(crate) fn group_by_master(owners: &SlotOwners, slots: &[u16]) -> Vec<Vec<usize>> {
-    let mut groups: BTreeMap<Option<&Master>, Vec<usize>> = BTreeMap::new();
+    let mut groups: BTreeMap<&Master, Vec<usize>> = BTreeMap::new();
     let mut unknown = Vec::new();
     for (at, slot) in slots.iter().enumerate() {
         match owners.owner(*slot) {
-            Some(master) => groups.entry(Some(master)).or_default().push(at),
+            Some(master) => groups.entry(master).or_default().push(at),
             None => unknown.push(vec![at]),
         }
     }

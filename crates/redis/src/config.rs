@@ -258,6 +258,21 @@ fn parse_query(query: &str) -> Result<Options> {
 
 /// `?wait_replicas=N`: a whole number from 1, with one server.
 fn parse_wait_replicas(replicas: &str, mode: Mode) -> Result<u32> {
+    check_wait_replicas(mode)?;
+    match replicas.parse::<u32>() {
+        Ok(replicas) if replicas > 0 => Ok(replicas),
+        _ => Err(Error::config(
+            "wait_replicas",
+            format!("`{replicas}` is not a number of replicas: give a whole number from 1"),
+        )),
+    }
+}
+
+/// Refuses `wait_replicas` outside single mode.
+///
+/// # Errors
+/// [`Error::InvalidConfig`] naming `wait_replicas`.
+pub(crate) fn check_wait_replicas(mode: Mode) -> Result<()> {
     match mode {
         Mode::Single => {}
         Mode::Quorum => {
@@ -276,13 +291,7 @@ fn parse_wait_replicas(replicas: &str, mode: Mode) -> Result<u32> {
             ));
         }
     }
-    match replicas.parse::<u32>() {
-        Ok(replicas) if replicas > 0 => Ok(replicas),
-        _ => Err(Error::config(
-            "wait_replicas",
-            format!("`{replicas}` is not a number of replicas: give a whole number from 1"),
-        )),
-    }
+    Ok(())
 }
 
 /// Refuses a database other than 0 in cluster mode: a Redis Cluster has

@@ -47,7 +47,7 @@ pub(crate) struct Node {
     keys: KeySpace,
     /// ` on host:port` in quorum mode, where errors must say which server
     /// answered; empty with one server or a cluster.
-    pub(crate) on: String,
+    on: String,
     /// In cluster mode, which master serves which slot, to batch
     /// extensions per master.
     slots: SlotCache,
@@ -216,15 +216,12 @@ impl Node {
         let failed =
             |error: Error| Extended::new(leases.iter().map(|_| Err(copy(&error))).collect(), None);
         if let Ok(Connection::Cluster(connection)) = self.link.get() {
-            let outcomes = tokio::time::timeout(
-                timeout,
-                self.extend_in_cluster(connection, &what, leases, timeout),
-            )
-            .await;
-            return match outcomes {
-                Ok(outcomes) => Extended::new(outcomes, None),
-                Err(_) => failed(timed_out("extend", timeout)),
-            };
+            // Each master's batch has the timeout to itself: a master that
+            // does not answer holds up only its own leases.
+            let outcomes = self
+                .extend_in_cluster(connection, &what, leases, timeout)
+                .await;
+            return Extended::new(outcomes, None);
         }
         let mut replies =
             match tokio::time::timeout(timeout, self.extend_pipeline(&what, leases)).await {
