@@ -37,8 +37,8 @@
 //! [`RedisConfig::parse`] and adjusted in code.
 //!
 //! # Keys
-//! A name's keys are `<prefix>{<tag>}:<role>`, where the tag is the first
-//! 32 hex digits of the SHA-256 of the name. Redis Cluster hashes only the
+//! A name's keys are `<prefix>{<tag>}:<role>`, where the tag is the
+//! SHA-256 of the name, all 64 hex digits. Redis Cluster hashes only the
 //! tag, so all of a name's keys share a slot and one script can touch them
 //! all; no name can choose another's slot, and the name itself never
 //! appears in a key or a script's text: it travels as an argument, and is
