@@ -1,6 +1,7 @@
-//! The conformance suite on Redis: in single mode on one server, and in
-//! quorum mode on three. `scripts/test` starts the servers and sets
-//! `DISTLOCK_TEST_REDIS_URL` and `DISTLOCK_TEST_REDIS_QUORUM_URL`.
+//! The conformance suite on Redis: in single mode on one server, in quorum
+//! mode on three, and in cluster mode on a cluster of three masters.
+//! `scripts/test` starts the servers and sets `DISTLOCK_TEST_REDIS_URL`,
+//! `DISTLOCK_TEST_REDIS_QUORUM_URL` and `DISTLOCK_TEST_REDIS_CLUSTER_URL`.
 
 use std::sync::Arc;
 
@@ -44,4 +45,9 @@ mod single {
 mod quorum {
     use super::*;
     conformance_suite!(Redis::from_env("DISTLOCK_TEST_REDIS_QUORUM_URL"));
+}
+
+mod cluster {
+    use super::*;
+    conformance_suite!(Redis::from_env("DISTLOCK_TEST_REDIS_CLUSTER_URL"));
 }

@@ -43,7 +43,7 @@
 //! | `postgres://…`, `postgresql://…` | `postgres` | PostgreSQL, lease or advisory mode |
 //! | `etcd://…`, `etcds://…` | `etcd` | etcd v3 |
 //! | `memcache://…` | `memcached` | memcached (an efficiency lock) |
-//! | `redis://…`, `rediss://…` | `redis` | one Redis server (see its guarantees) |
+//! | `redis://…`, `rediss://…` | `redis` | one Redis server, a quorum of them (`?mode=quorum`) or a Redis Cluster (`?mode=cluster`) (see its guarantees) |
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), distlock::Error> {

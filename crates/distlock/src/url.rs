@@ -479,8 +479,11 @@ mod tests {
             BackendUrl::parse("redis://a:1,b:2,c:3?mode=quorum").unwrap(),
             BackendUrl::Redis(config) if config.servers.len() == 3
         ));
-        let err = BackendUrl::parse("redis://a:1,b:2,c:3?mode=cluster").unwrap_err();
-        assert!(matches!(err, Error::Unsupported(_)), "{err}");
+        assert!(matches!(
+            BackendUrl::parse("redis://a:1,b:2?mode=cluster").unwrap(),
+            BackendUrl::Redis(config)
+                if config.mode == distlock_redis::Mode::Cluster && config.servers.len() == 2
+        ));
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! The [`Backend`]: one Redis server, or a quorum of them.
+//! The [`Backend`]: one Redis server, a quorum of them, or a Redis
+//! Cluster.
 
 use std::fmt;
 use std::time::Duration;
@@ -12,6 +13,7 @@ use futures::future::join_all;
 
 use crate::config::{Mode, RedisConfig};
 use crate::keys::KeySpace;
+use crate::link::Target;
 use crate::node::{Node, WriterMark};
 use crate::quorum::{Quorum, call_timeout};
 use crate::reply::Answer;
@@ -33,7 +35,7 @@ pub struct RedisBackend {
     config: RedisConfig,
     keys: KeySpace,
     /// One node in single mode; every server, in the URL's order, in
-    /// quorum mode.
+    /// quorum mode; one node for the whole cluster in cluster mode.
     nodes: Vec<Node>,
     wakeups: Subscriber,
 }
@@ -51,10 +53,11 @@ impl RedisBackend {
     /// Opens the backend at `url`; see the [crate docs](crate) for the URL.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] for a bad URL, [`Error::Unsupported`] for a
-    /// mode this version lacks, [`Error::Denied`] for refused credentials,
-    /// and a backend error when the server (in quorum mode, a majority of
-    /// them) cannot be reached or does not answer as Redis does.
+    /// [`Error::InvalidConfig`] for a bad URL, [`Error::Denied`] for
+    /// refused credentials, and a backend error when the server (in quorum
+    /// mode, a majority of them; in cluster mode, every seed) cannot be
+    /// reached or does not answer as Redis does (in cluster mode, as a
+    /// node of a Redis Cluster whose every slot is served).
     ///
     /// # Cancel safety
     /// Cancel safe: dropping the future drops the connections being made.
@@ -64,7 +67,8 @@ impl RedisBackend {
 
     /// Opens the backend from a parsed configuration. In quorum mode a
     /// majority of the servers must answer; the others are connected to
-    /// when they do.
+    /// when they do. In cluster mode one seed that answers is enough: it
+    /// names the cluster's masters.
     ///
     /// # Errors
     /// As [`open`](Self::open).
@@ -76,18 +80,26 @@ impl RedisBackend {
         // as a parsed one is.
         crate::config::check_prefix(&config.prefix)?;
         crate::config::check_servers(config.mode, &config.servers)?;
+        crate::config::check_cluster_db(config.mode, config.db)?;
+        if config.wait_replicas.is_some() {
+            crate::config::check_wait_replicas(config.mode)?;
+        }
         let keys = KeySpace::new(&config.prefix);
-        let nodes = config
-            .servers
-            .iter()
-            .map(|server| Node::new(&config, server, keys.clone()))
-            .collect::<Result<Vec<Node>>>()?;
+        let nodes = match config.mode {
+            // One connection reaches every master.
+            Mode::Cluster => vec![Node::cluster(&config, keys.clone())?],
+            _ => config
+                .servers
+                .iter()
+                .map(|server| Node::new(&config, server, keys.clone()))
+                .collect::<Result<Vec<Node>>>()?,
+        };
         let answers = join_all(nodes.iter().map(Node::connect)).await;
         let need = config.quorum();
         let answered = answers.iter().filter(|answer| answer.is_ok()).count();
         let mut errors = answers.into_iter().filter_map(Result::err);
         if answered < need {
-            if config.servers.len() == 1 {
+            if nodes.len() == 1 {
                 return Err(errors.next().unwrap_or_else(|| Error::Backend {
                     backend: "redis",
                     message: "connecting to redis failed".into(),
@@ -108,7 +120,14 @@ impl RedisBackend {
         for error in errors {
             tracing::warn!(%error, "a redis server did not answer; the quorum holds without it");
         }
-        let clients = nodes.iter().map(Node::client).collect();
+        // A release's PUBLISH reaches every node of a cluster over its bus,
+        // so a subscriber on any one seed hears it: one on each, heard
+        // while any is open.
+        let clients = config
+            .servers
+            .iter()
+            .map(|server| Target::server(&config, server))
+            .collect::<Result<Vec<_>>>()?;
         Ok(Self {
             wakeups: Subscriber::start(clients, keys.clone(), need),
             keys,
@@ -192,14 +211,15 @@ impl Backend for RedisBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        let single = self.config.mode == Mode::Single;
+        // A cluster keeps each name on one master, as one server does.
+        let one_copy = self.config.mode != Mode::Quorum;
         Capabilities::lease_based()
             .with_shared(true)
             // Quorum mode: see the quorum module for why not.
-            .with_semaphores(single)
+            .with_semaphores(one_copy)
             // Quorum mode rolls a failed grant back with time of its own,
             // so it leaves the bound to core.
-            .with_bounds_calls(single)
+            .with_bounds_calls(one_copy)
     }
 
     async fn try_acquire(&self, request: &AcquireRequest, wait: &mut WaitState) -> Result<Attempt> {

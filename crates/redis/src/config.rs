@@ -28,6 +28,10 @@ pub enum Mode {
     /// Three or more independent servers (`mode=quorum`), each holding its
     /// own copy of every lock: a lock is held while a majority granted it.
     Quorum,
+    /// A Redis Cluster (`mode=cluster`), reached through one or more of its
+    /// nodes (seeds): each name lives on the master of its slot, as it
+    /// would on one server.
+    Cluster,
 }
 
 /// One Redis server of the URL.
@@ -55,7 +59,8 @@ impl std::fmt::Display for RedisServer {
 #[derive(Clone, PartialEq, Eq)]
 pub struct RedisConfig {
     /// The servers, in the URL's order: one in [`Mode::Single`], three or
-    /// more distinct ones in [`Mode::Quorum`].
+    /// more distinct ones in [`Mode::Quorum`], one or more distinct seed
+    /// nodes in [`Mode::Cluster`].
     pub servers: Vec<RedisServer>,
     /// How the servers are used (`?mode=`).
     pub mode: Mode,
@@ -70,7 +75,7 @@ pub struct RedisConfig {
     /// counts (`?wait_replicas=N`, Redis's `WAIT`); none by default. Only
     /// with one server (`mode=single`).
     pub wait_replicas: Option<u32>,
-    /// The logical database (`/db`, default 0).
+    /// The logical database (`/db`, default 0; a cluster has only 0).
     pub db: i64,
     /// Every key and channel of this backend starts with it (`?prefix=`,
     /// default [`DEFAULT_PREFIX`]). It may not hold `{` or `}`, which would
@@ -97,16 +102,16 @@ impl fmt::Debug for RedisConfig {
 
 impl RedisConfig {
     /// Parses a `redis://` or `rediss://` URL. Several hosts, separated by
-    /// commas, are for `mode=quorum`; every server takes the same
-    /// credentials, database and TLS setting.
+    /// commas, are for `mode=quorum` or `mode=cluster`; every server takes
+    /// the same credentials, database and TLS setting.
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] naming the part at fault: another scheme, no
     /// host, a bad port or database, an unknown option, a malformed escape,
     /// a bad prefix, several hosts in `mode=single`, fewer than three hosts
-    /// or one named twice in `mode=quorum`; [`Error::Unsupported`] for
-    /// `mode=cluster`, which is not there yet. Messages never include the
-    /// user or the password.
+    /// in `mode=quorum`, a host named twice, a database other than 0 or
+    /// `wait_replicas` in `mode=cluster`. Messages never include the user
+    /// or the password.
     pub fn parse(url: &str) -> Result<Self> {
         let parts = UrlParts::split(url)?;
         let tls = match parts.scheme.to_ascii_lowercase().as_str() {
@@ -150,6 +155,7 @@ impl RedisConfig {
             })
             .collect();
         check_servers(mode, &servers)?;
+        check_cluster_db(mode, db)?;
         Ok(Self {
             servers,
             mode,
@@ -163,11 +169,13 @@ impl RedisConfig {
     }
 
     /// How many servers must agree: all of one in single mode, a majority
-    /// in quorum mode.
+    /// in quorum mode, and one in cluster mode, where each name lives on one
+    /// master.
     pub fn quorum(&self) -> usize {
         match self.mode {
             Mode::Single => self.servers.len(),
             Mode::Quorum => self.servers.len() / 2 + 1,
+            Mode::Cluster => 1,
         }
     }
 
@@ -214,20 +222,13 @@ fn parse_query(query: &str) -> Result<Options> {
     let mode = match query.take("mode")?.as_deref() {
         None | Some("single") => Mode::Single,
         Some("quorum") => Mode::Quorum,
-        Some("cluster") => {
-            return Err(Error::Unsupported(
-                "the redis backend's mode=cluster is not yet supported; this version has \
-                 mode=single (one server, the default) and mode=quorum (three or more \
-                 independent servers)"
-                    .into(),
-            ));
-        }
+        Some("cluster") => Mode::Cluster,
         Some(other) => {
             return Err(Error::config(
                 "mode",
                 format!(
-                    "unknown mode `{other}`; the redis backend has mode=single (the default) and \
-                     mode=quorum"
+                    "unknown mode `{other}`; the redis backend has mode=single (the default), \
+                     mode=quorum and mode=cluster"
                 ),
             ));
         }
@@ -244,7 +245,9 @@ fn parse_query(query: &str) -> Result<Options> {
         .take("wait_replicas")?
         .map(|replicas| parse_wait_replicas(&replicas, mode))
         .transpose()?;
-    query.refuse_rest("a redis URL takes prefix, mode (single or quorum), ca and wait_replicas")?;
+    query.refuse_rest(
+        "a redis URL takes prefix, mode (single, quorum or cluster), ca and wait_replicas",
+    )?;
     Ok(Options {
         mode,
         prefix,
@@ -255,13 +258,7 @@ fn parse_query(query: &str) -> Result<Options> {
 
 /// `?wait_replicas=N`: a whole number from 1, with one server.
 fn parse_wait_replicas(replicas: &str, mode: Mode) -> Result<u32> {
-    if mode == Mode::Quorum {
-        return Err(Error::config(
-            "wait_replicas",
-            "is for mode=single: in quorum mode each server is a primary of its own, and a \
-             majority of them already holds every grant",
-        ));
-    }
+    check_wait_replicas(mode)?;
     match replicas.parse::<u32>() {
         Ok(replicas) if replicas > 0 => Ok(replicas),
         _ => Err(Error::config(
@@ -271,12 +268,56 @@ fn parse_wait_replicas(replicas: &str, mode: Mode) -> Result<u32> {
     }
 }
 
+/// Refuses `wait_replicas` outside single mode.
+///
+/// # Errors
+/// [`Error::InvalidConfig`] naming `wait_replicas`.
+pub(crate) fn check_wait_replicas(mode: Mode) -> Result<()> {
+    match mode {
+        Mode::Single => {}
+        Mode::Quorum => {
+            return Err(Error::config(
+                "wait_replicas",
+                "is for mode=single: in quorum mode each server is a primary of its own, and a \
+                 majority of them already holds every grant",
+            ));
+        }
+        Mode::Cluster => {
+            return Err(Error::config(
+                "wait_replicas",
+                "is for mode=single: in mode=cluster this version does not wait for the \
+                 replicas of each name's master, so a failover inside the cluster can lose a \
+                 lock; drop wait_replicas, or use one primary with replicas in mode=single",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a database other than 0 in cluster mode: a Redis Cluster has
+/// database 0 alone.
+///
+/// # Errors
+/// [`Error::InvalidConfig`] naming `db`.
+pub(crate) fn check_cluster_db(mode: Mode, db: i64) -> Result<()> {
+    if mode == Mode::Cluster && db != 0 {
+        return Err(Error::config(
+            "db",
+            format!(
+                "a Redis Cluster has database 0 alone, and the URL names /{db}: drop the path, \
+                 or set ?prefix= to keep locks apart"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Refuses a server list that does not fit `mode`.
 ///
 /// # Errors
 /// [`Error::InvalidConfig`] naming `host`: no server, several in single
 /// mode, fewer than three in quorum mode, or one named twice (it would
-/// count twice towards a majority).
+/// count twice towards a majority, or is a seed given twice).
 pub(crate) fn check_servers(mode: Mode, servers: &[RedisServer]) -> Result<()> {
     match mode {
         Mode::Single if servers.len() != 1 => Err(Error::config(
@@ -295,15 +336,17 @@ pub(crate) fn check_servers(mode: Mode, servers: &[RedisServer]) -> Result<()> {
                 servers.len()
             ),
         )),
+        Mode::Cluster if servers.is_empty() => Err(Error::config(
+            "host",
+            "mode=cluster needs at least one node of the cluster: list one or more as \
+             redis://h1:p1,h2:p2?mode=cluster",
+        )),
         _ => {
             for (at, server) in servers.iter().enumerate() {
                 if servers[..at].contains(server) {
                     return Err(Error::config(
                         "host",
-                        format!(
-                            "the server {server} is named twice: each server counts once \
-                             towards a majority, so name each one once"
-                        ),
+                        format!("the server {server} is named twice: name each one once"),
                     ));
                 }
             }
@@ -478,11 +521,36 @@ mod tests {
     }
 
     #[test]
-    fn cluster_mode_is_not_yet_supported() {
-        let error = RedisConfig::parse("redis://a:1,b:2,c:3?mode=cluster").unwrap_err();
-        assert!(
-            matches!(&error, Error::Unsupported(why) if why.contains("not yet supported")),
-            "{error}"
+    fn cluster_mode_takes_one_or_more_distinct_seeds() {
+        let config = RedisConfig::parse("redis://:pw@a:1,b:2,c:3?mode=cluster").unwrap();
+        let shown: Vec<String> = config.servers.iter().map(ToString::to_string).collect();
+        assert_eq!(shown, ["a:1", "b:2", "c:3"]);
+        assert_eq!((config.mode, config.quorum()), (Mode::Cluster, 1));
+        let one = RedisConfig::parse("redis://a:7000?mode=cluster").unwrap();
+        assert_eq!((one.servers.len(), one.db), (1, 0));
+        assert_eq!(
+            RedisConfig::parse("redis://a/0?mode=cluster").unwrap().db,
+            0
         );
+    }
+
+    #[test]
+    fn cluster_mode_refuses_what_a_cluster_lacks() {
+        for (url, field, says) in [
+            ("redis://a,b/3?mode=cluster", "db", "database 0 alone"),
+            (
+                "redis://a,b?mode=cluster&wait_replicas=1",
+                "wait_replicas",
+                "mode=single",
+            ),
+            ("redis://a:1,a:1?mode=cluster", "host", "named twice"),
+        ] {
+            let error = RedisConfig::parse(url).unwrap_err();
+            assert!(
+                matches!(&error, Error::InvalidConfig { field: f, .. } if f == field),
+                "{url}: {error}"
+            );
+            assert!(error.to_string().contains(says), "{url}: {error}");
+        }
     }
 }

@@ -1,6 +1,6 @@
-//! distlock's Redis backend, on one Redis server or on a quorum of
-//! independent ones: every decision is one server-side script on one
-//! name's keys, judged by the server's clock.
+//! distlock's Redis backend, on one Redis server, on a quorum of
+//! independent ones, or on a Redis Cluster: every decision is one
+//! server-side script on one name's keys, judged by the server's clock.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), distlock_core::Error> {
@@ -28,16 +28,17 @@
 //! only once N replicas acknowledged it (`WAIT`). A
 //! password alone is `redis://:password@host`.
 //! `redis://h1:p1,h2:p2,h3:p3?mode=quorum` names three or more independent
-//! servers for [quorum mode](#quorum-mode). Any other option is
-//! [`Error::InvalidConfig`] naming it; `mode=cluster` is
-//! [`Error::Unsupported`] in this version. The user and password are
+//! servers for [quorum mode](#quorum-mode), and
+//! `redis://h1:p1[,h2:p2…]?mode=cluster` one or more nodes of a Redis
+//! Cluster for [cluster mode](#cluster-mode). Any other option is
+//! [`Error::InvalidConfig`] naming it. The user and password are
 //! never printed. [`RedisBackend::open`] takes the URL,
 //! [`RedisBackend::connect`] a [`RedisConfig`] made with
 //! [`RedisConfig::parse`] and adjusted in code.
 //!
 //! # Keys
-//! A name's keys are `<prefix>{<tag>}:<role>`, where the tag is the first
-//! 32 hex digits of the SHA-256 of the name. Redis Cluster hashes only the
+//! A name's keys are `<prefix>{<tag>}:<role>`, where the tag is the
+//! SHA-256 of the name, all 64 hex digits. Redis Cluster hashes only the
 //! tag, so all of a name's keys share a slot and one script can touch them
 //! all; no name can choose another's slot, and the name itself never
 //! appears in a key or a script's text: it travels as an argument, and is
@@ -135,8 +136,28 @@
 //!   the holder's next extension: keep a restarted server down for a
 //!   lease, or use `appendfsync always`.
 //!
+//! # Cluster mode
+//! With `?mode=cluster`, the URL's hosts are seeds: nodes of one Redis
+//! Cluster (database 0 only; `wait_replicas` is refused). Each name lives
+//! on the master of its keys' slot and gets exactly what one server
+//! gives, every kind and hand-over included:
+//! - **Routing** is the `redis` crate's cluster client: each script goes
+//!   to its slot's master, `MOVED` and `ASK` are followed, and `NOSCRIPT`
+//!   loads the script on every node.
+//! - **Extensions** are one pipeline per master, sent at once; a batch
+//!   that meets a moved slot is sent again lease by lease. No server clock
+//!   is reported: each master has its own.
+//! - **Slot moves.** While a name's slot moves, Redis answers `TRYAGAIN`
+//!   to its scripts, retried until the call's timeout: a move longer than
+//!   the lease less the safety margin loses that slot's locks.
+//! - **Wake-ups.** A release's `PUBLISH` crosses the cluster bus to every
+//!   node: one subscriber connection per seed, heard while any is open.
+//! - **`list`** walks every master with `SCAN`.
+//! - **Failover** inside the cluster is asynchronous replication, as for
+//!   one server with replicas: a promoted replica may lack a grant.
+//!
 //! docs/redis.md states the rules, the token guarantee and its assumptions
-//! in full.
+//! in full, for quorum and cluster modes.
 //!
 //! # What Redis can and cannot promise
 //! - **Failover.** Replication is asynchronous: a primary can acknowledge a
@@ -172,6 +193,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;
+mod cluster;
 mod config;
 mod deployment;
 mod error;

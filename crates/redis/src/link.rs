@@ -1,17 +1,22 @@
-//! The connection to one server. It is opened when the backend opens; a
-//! server that did not answer then (quorum mode opens without a minority)
-//! is connected to by a background task that keeps trying, so that calls
-//! meanwhile fail at once instead of each waiting for an attempt of its
-//! own. Once open, the driver's connection manager reconnects by itself.
+//! The connection to one server, or to a Redis Cluster. It is opened when
+//! the backend opens; a server that did not answer then (quorum mode opens
+//! without a minority) is connected to by a background task that keeps
+//! trying, so that calls meanwhile fail at once instead of each waiting
+//! for an attempt of its own. Once open, the driver's connection manager
+//! (one server) or cluster connection (which follows `MOVED` and `ASK`,
+//! and reads the slot map again when it changes) reconnects by itself.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use distlock_core::{Error, Result};
-use redis::Value;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, Pipeline, RedisFuture, Value};
 
+use crate::config::{RedisConfig, RedisServer};
 use crate::error::{from_redis, timed_out, unexpected};
 
 /// How long opening a connection may take.
@@ -29,25 +34,71 @@ const DEAD_PEER: Duration = Duration::from_secs(10);
 const FIRST_RETRY: Duration = Duration::from_millis(100);
 const MAX_RETRY: Duration = Duration::from_secs(5);
 
-/// One server's connection, shared by the clones of its node.
+/// What a link connects to.
+#[derive(Clone)]
+pub(crate) enum Target {
+    /// One server.
+    Server(redis::Client),
+    /// A Redis Cluster, through its seed nodes.
+    Cluster(ClusterClient),
+}
+
+/// An open connection: to one server, or to every master of a cluster,
+/// each command going to the master of its keys' slot.
+#[derive(Clone)]
+pub(crate) enum Connection {
+    Server(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Connection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Self::Server(connection) => connection.req_packed_command(cmd),
+            Self::Cluster(connection) => connection.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Self::Server(connection) => connection.req_packed_commands(pipeline, offset, count),
+            Self::Cluster(connection) => connection.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Self::Server(connection) => connection.get_db(),
+            Self::Cluster(connection) => connection.get_db(),
+        }
+    }
+}
+
+/// One server's (or one cluster's) connection, shared by the clones of its
+/// node.
 #[derive(Clone)]
 pub(crate) struct Link {
-    client: redis::Client,
-    /// ` on host:port` in quorum mode; empty with one server.
+    target: Target,
+    /// ` on host:port` in quorum mode; empty with one server or a cluster.
     on: String,
     state: Arc<State>,
 }
 
 struct State {
-    connection: OnceLock<ConnectionManager>,
+    connection: OnceLock<Connection>,
     connecting: AtomicBool,
     last_error: Mutex<String>,
 }
 
 impl Link {
-    pub(crate) fn new(client: redis::Client, on: String) -> Self {
+    pub(crate) fn new(target: Target, on: String) -> Self {
         Self {
-            client,
+            target,
             on,
             state: Arc::new(State {
                 connection: OnceLock::new(),
@@ -60,7 +111,7 @@ impl Link {
     /// Opens the connection now, within [`OPEN_TIMEOUT`]. On failure the
     /// background task takes over, and the error says what went wrong.
     pub(crate) async fn open(&self) -> Result<()> {
-        match tokio::time::timeout(OPEN_TIMEOUT, open(&self.client, &self.on)).await {
+        match tokio::time::timeout(OPEN_TIMEOUT, open(&self.target, &self.on)).await {
             Ok(Ok(connection)) => {
                 let _ = self.state.connection.set(connection);
                 Ok(())
@@ -80,7 +131,7 @@ impl Link {
     }
 
     /// The connection; while there is none yet, an error at once.
-    pub(crate) fn get(&self) -> Result<ConnectionManager> {
+    pub(crate) fn get(&self) -> Result<Connection> {
         if let Some(connection) = self.state.connection.get() {
             return Ok(connection.clone());
         }
@@ -108,11 +159,11 @@ impl Link {
             return;
         }
         let state = Arc::downgrade(&self.state);
-        let (client, on) = (self.client.clone(), self.on.clone());
+        let (target, on) = (self.target.clone(), self.on.clone());
         tokio::spawn(async move {
             let mut pause = FIRST_RETRY;
             loop {
-                let outcome = tokio::time::timeout(OPEN_TIMEOUT, open(&client, &on)).await;
+                let outcome = tokio::time::timeout(OPEN_TIMEOUT, open(&target, &on)).await;
                 let Some(state) = state.upgrade() else {
                     return;
                 };
@@ -142,17 +193,76 @@ impl State {
     }
 }
 
+impl Target {
+    /// One server of `config`.
+    pub(crate) fn server(config: &RedisConfig, server: &RedisServer) -> Result<redis::Client> {
+        let info = config.connection_info(server);
+        match &config.ca {
+            None => redis::Client::open(info),
+            Some(ca) => redis::Client::build_with_tls(
+                info,
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(crate::config::read_ca(ca)?),
+                },
+            ),
+        }
+        .map_err(|e| from_redis(&format!("opening the redis backend for {server}"), e))
+    }
+
+    /// The cluster whose seed nodes `config` names.
+    pub(crate) fn cluster(config: &RedisConfig) -> Result<Self> {
+        let seeds = config
+            .servers
+            .iter()
+            .map(|server| config.connection_info(server));
+        let mut builder = redis::cluster::ClusterClientBuilder::new(seeds)
+            .tcp_settings(tcp_settings())
+            .connection_timeout(OPEN_TIMEOUT)
+            // Each call has a timeout of its own; this only ends a request
+            // to a node that never answers.
+            .response_timeout(OPEN_TIMEOUT)
+            // A command refused while its slot moves (TRYAGAIN), or sent to
+            // a node that is away, is tried again after a jittered pause of
+            // 20 to 200 ms, not the driver's 1.28 s at least: a lease is
+            // seconds long, and the call's timeout ends the retries.
+            .min_retry_wait(20)
+            .max_retry_wait(200)
+            .retry_wait_formula(10, 2);
+        if let Some(ca) = &config.ca {
+            builder = builder.certs(redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(crate::config::read_ca(ca)?),
+            });
+        }
+        builder
+            .build()
+            .map(Self::Cluster)
+            .map_err(|e| from_redis("opening the redis backend for a cluster", e))
+    }
+}
+
 /// Connects, and checks that the server answers `PING` as Redis does.
-async fn open(client: &redis::Client, on: &str) -> Result<ConnectionManager> {
-    let manager = ConnectionManagerConfig::new()
-        .set_tcp_settings(tcp_settings())
-        .set_connection_timeout(OPEN_TIMEOUT)
-        .set_number_of_retries(2)
-        .set_max_delay(1000);
+async fn open(target: &Target, on: &str) -> Result<Connection> {
     let what = format!("connecting to redis{on}");
-    let mut connection = ConnectionManager::new_with_config(client.clone(), manager)
-        .await
-        .map_err(|e| from_redis(&what, e))?;
+    let mut connection = match target {
+        Target::Server(client) => {
+            let manager = ConnectionManagerConfig::new()
+                .set_tcp_settings(tcp_settings())
+                .set_connection_timeout(OPEN_TIMEOUT)
+                .set_number_of_retries(2)
+                .set_max_delay(1000);
+            ConnectionManager::new_with_config(client.clone(), manager)
+                .await
+                .map(Connection::Server)
+                .map_err(|e| from_redis(&what, e))?
+        }
+        Target::Cluster(client) => client
+            .get_async_connection()
+            .await
+            .map(Connection::Cluster)
+            .map_err(|e| crate::cluster::opening_error(&what, e))?,
+    };
     // A server that is not Redis may accept the connection; it does not
     // answer PING with PONG.
     let pong = redis::cmd("PING")
@@ -166,7 +276,7 @@ async fn open(client: &redis::Client, on: &str) -> Result<ConnectionManager> {
 }
 
 /// The connection's TCP settings; see [`DEAD_PEER`].
-fn tcp_settings() -> redis::io::tcp::TcpSettings {
+pub(crate) fn tcp_settings() -> redis::io::tcp::TcpSettings {
     let keepalive = redis::io::tcp::socket2::TcpKeepalive::new().with_time(DEAD_PEER);
     let settings = redis::io::tcp::TcpSettings::default().set_keepalive(keepalive);
     // Where the kernel has TCP_USER_TIMEOUT (elsewhere keepalive alone

@@ -1,6 +1,7 @@
-//! One Redis server and the backend's operations on it, each one script
-//! (or one pipeline of them). Single mode uses one node; quorum mode asks
-//! every node and counts their answers.
+//! One Redis server, or one Redis Cluster, and the backend's operations on
+//! it, each one script (or one pipeline of them). Single mode uses one
+//! node; quorum mode asks every node and counts their answers; cluster
+//! mode uses one node whose connection reaches every master.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime};
@@ -9,14 +10,16 @@ use distlock_core::{
     AcquireRequest, Claim, Error, Extended, Lease, LeaseId, LockName, MAX_PERMITS, Result,
     ServerInfo,
 };
-use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::aio::ConnectionLike;
+use redis::cluster_async::ClusterConnection;
 use redis::{Script, Value};
 
+use crate::cluster::{OnMaster, SlotCache, SlotOwners};
 use crate::config::{RedisConfig, RedisServer};
 use crate::deployment;
 use crate::error::{copy, from_redis, timed_out, unexpected};
 use crate::keys::{KeySpace, NameKeys, Record};
-use crate::link::Link;
+use crate::link::{Connection, Link, Target};
 use crate::reply::{Answer, Listed, int, is_noscript, read_grants};
 use crate::scripts::SCRIPTS;
 
@@ -37,15 +40,17 @@ const SCAN_COUNT: usize = 1000;
 #[derive(Debug, Clone)]
 pub(crate) struct WriterMark(pub(crate) String);
 
-/// One server: its connection, and the keys of the prefix.
+/// One server, or one cluster: its connection, and the keys of the prefix.
 #[derive(Clone)]
 pub(crate) struct Node {
-    client: redis::Client,
     link: Link,
     keys: KeySpace,
     /// ` on host:port` in quorum mode, where errors must say which server
-    /// answered; empty with one server.
+    /// answered; empty with one server or a cluster.
     on: String,
+    /// In cluster mode, which master serves which slot, to batch
+    /// extensions per master.
+    slots: SlotCache,
 }
 
 impl Node {
@@ -56,29 +61,24 @@ impl Node {
         } else {
             String::new()
         };
-        let info = config.connection_info(server);
-        let client = match &config.ca {
-            None => redis::Client::open(info),
-            Some(ca) => redis::Client::build_with_tls(
-                info,
-                redis::TlsCertificates {
-                    client_tls: None,
-                    root_cert: Some(crate::config::read_ca(ca)?),
-                },
-            ),
-        }
-        .map_err(|e| from_redis(&format!("opening the redis backend{on}"), e))?;
+        let client = Target::server(config, server)?;
         Ok(Self {
-            link: Link::new(client.clone(), on.clone()),
-            client,
+            link: Link::new(Target::Server(client), on.clone()),
             keys,
             on,
+            slots: SlotCache::default(),
         })
     }
 
-    /// The driver's client, for the subscriber.
-    pub(crate) fn client(&self) -> redis::Client {
-        self.client.clone()
+    /// The node of the cluster whose seeds `config` names, not yet
+    /// connected.
+    pub(crate) fn cluster(config: &RedisConfig, keys: KeySpace) -> Result<Self> {
+        Ok(Self {
+            link: Link::new(Target::cluster(config)?, String::new()),
+            keys,
+            on: String::new(),
+            slots: SlotCache::default(),
+        })
     }
 
     /// Opens the connection; see [`Link::open`].
@@ -206,7 +206,8 @@ impl Node {
 
     /// Extends every lease that is still ours, in one pipeline, within
     /// `timeout`: for each, whether it was, and the server's clock read
-    /// at the end of the same pipeline.
+    /// at the end of the same pipeline. On a cluster, one pipeline per
+    /// master, and no clock: each master has its own.
     pub(crate) async fn extend_many(&self, leases: &[Lease], timeout: Duration) -> Extended {
         let what = match leases {
             [one] => format!("extending {}{}", one.name, self.on),
@@ -214,6 +215,14 @@ impl Node {
         };
         let failed =
             |error: Error| Extended::new(leases.iter().map(|_| Err(copy(&error))).collect(), None);
+        if let Ok(Connection::Cluster(connection)) = self.link.get() {
+            // Each master's batch has the timeout to itself: a master that
+            // does not answer holds up only its own leases.
+            let outcomes = self
+                .extend_in_cluster(connection, &what, leases, timeout)
+                .await;
+            return Extended::new(outcomes, None);
+        }
         let mut replies =
             match tokio::time::timeout(timeout, self.extend_pipeline(&what, leases)).await {
                 Ok(Ok(replies)) if replies.len() == leases.len() + 1 => replies,
@@ -244,24 +253,11 @@ impl Node {
 
     async fn extend_on(
         &self,
-        connection: &mut ConnectionManager,
+        connection: &mut Connection,
         leases: &[Lease],
     ) -> redis::RedisResult<Vec<Value>> {
         let script = &SCRIPTS.extend;
-        let mut pipe = redis::pipe();
-        for lease in leases {
-            let keys = self.keys.of(&lease.name);
-            let (claim, _) = claim_code(lease.claim);
-            pipe.cmd("EVALSHA")
-                .arg(script.get_hash())
-                .arg(3)
-                .arg(&keys.exclusive)
-                .arg(&keys.holders)
-                .arg(&keys.records)
-                .arg(claim)
-                .arg(lease.id.to_string())
-                .arg(millis(lease.lease));
-        }
+        let mut pipe = self.extend_pipe(leases.iter());
         // The clock is read with the extensions, in the same round trip.
         pipe.cmd("TIME");
         let count = leases.len() + 1;
@@ -281,6 +277,63 @@ impl Node {
         // the server's now.
         script.prepare_invoke().load_async(connection).await?;
         connection.req_packed_commands(&pipe, 0, count).await
+    }
+
+    /// One `EVALSHA` of the extend script per lease.
+    pub(crate) fn extend_pipe<'l>(
+        &self,
+        leases: impl Iterator<Item = &'l Lease>,
+    ) -> redis::Pipeline {
+        let mut pipe = redis::pipe();
+        for lease in leases {
+            let keys = self.keys.of(&lease.name);
+            let (claim, _) = claim_code(lease.claim);
+            pipe.cmd("EVALSHA")
+                .arg(SCRIPTS.extend.get_hash())
+                .arg(3)
+                .arg(&keys.exclusive)
+                .arg(&keys.holders)
+                .arg(&keys.records)
+                .arg(claim)
+                .arg(lease.id.to_string())
+                .arg(millis(lease.lease));
+        }
+        pipe
+    }
+
+    /// Extends `lease` alone, by a call the driver routes by its keys'
+    /// slot (following `MOVED` and `ASK`), within `timeout`.
+    pub(crate) async fn extend_one(&self, lease: &Lease, timeout: Duration) -> Result<bool> {
+        let keys = self.keys.of(&lease.name);
+        let (claim, _) = claim_code(lease.claim);
+        let what = format!("extending {}{}", lease.name, self.on);
+        let reply = self
+            .run(
+                "extend",
+                &what,
+                timeout,
+                &SCRIPTS.extend,
+                &[&keys.exclusive, &keys.holders, &keys.records],
+                &[
+                    claim.as_bytes(),
+                    lease.id.to_string().as_bytes(),
+                    millis(lease.lease).as_bytes(),
+                ],
+            )
+            .await?;
+        int(&reply)
+            .map(|extended| extended == 1)
+            .ok_or_else(|| unexpected(&what, &reply))
+    }
+
+    /// The slot of `name`'s keys, in cluster mode.
+    pub(crate) fn slot_of(&self, name: &LockName) -> u16 {
+        crate::cluster::slot(self.keys.of(name).exclusive.as_bytes())
+    }
+
+    /// The cluster's slot map, as last read.
+    pub(crate) fn slot_cache(&self) -> &SlotCache {
+        &self.slots
     }
 
     /// Ends grant `id` of `name` if it is still there: whether it was, and
@@ -392,12 +445,41 @@ impl Node {
     /// Every live grant under the prefix, walked with `SCAN` (never
     /// `KEYS`).
     pub(crate) async fn list(&self) -> Result<Vec<Listed>> {
-        let mut connection = self.link.get()?;
-        let pattern = self.keys.grant_pattern();
         let what = format!("listing locks{}", self.on);
-        let mut cursor: u64 = 0;
         let mut seen = BTreeSet::new();
         let mut listed = Vec::new();
+        match self.link.get()? {
+            Connection::Cluster(mut cluster) => {
+                // Each master's keys, by its own SCAN; a key that moves
+                // meanwhile may be seen on two, and is read once.
+                let owners = SlotOwners::read(&mut cluster).await?;
+                for master in owners.masters() {
+                    let what = format!("{what} on {master}");
+                    let mut on = OnMaster::new(cluster.clone(), master);
+                    self.list_on(&mut on, Some(&mut cluster), &what, &mut seen, &mut listed)
+                        .await?;
+                }
+            }
+            mut server => {
+                self.list_on(&mut server, None, &what, &mut seen, &mut listed)
+                    .await?;
+            }
+        }
+        Ok(listed)
+    }
+
+    /// `list` on one server, or one master of a cluster (then `keyed`
+    /// reads a name whose slot moved by routing on its keys).
+    async fn list_on(
+        &self,
+        connection: &mut (impl ConnectionLike + Send),
+        mut keyed: Option<&mut ClusterConnection>,
+        what: &str,
+        seen: &mut BTreeSet<String>,
+        listed: &mut Vec<Listed>,
+    ) -> Result<()> {
+        let pattern = self.keys.grant_pattern();
+        let mut cursor: u64 = 0;
         loop {
             let (next, found): (u64, Vec<String>) = redis::cmd("SCAN")
                 .arg(cursor)
@@ -405,19 +487,32 @@ impl Node {
                 .arg(&pattern)
                 .arg("COUNT")
                 .arg(SCAN_COUNT)
-                .query_async(&mut connection)
+                .query_async(connection)
                 .await
-                .map_err(|e| from_redis(&what, e))?;
+                .map_err(|e| from_redis(what, e))?;
             let tags: Vec<String> = found
                 .iter()
                 .filter_map(|key| self.keys.tag_of_grant_key(key))
                 .filter(|tag| seen.insert((*tag).to_owned()))
                 .map(str::to_owned)
                 .collect();
-            self.inspect(&mut connection, &what, &tags, &mut listed)
-                .await?;
+            let read = self.inspect(connection, what, &tags, listed).await;
+            match (read, keyed.as_deref_mut()) {
+                (Ok(()), _) => {}
+                // A slot moved under the walk: each name alone, routed by
+                // its keys.
+                (Err(error), Some(cluster)) => {
+                    tracing::debug!(%error, "reading listed names one by one");
+                    self.slots.forget();
+                    for tag in &tags {
+                        self.inspect(cluster, what, std::slice::from_ref(tag), listed)
+                            .await?;
+                    }
+                }
+                (Err(error), None) => return Err(error),
+            }
             if next == 0 {
-                return Ok(listed);
+                return Ok(());
             }
             cursor = next;
         }
@@ -427,7 +522,7 @@ impl Node {
     /// pipeline.
     async fn inspect(
         &self,
-        connection: &mut ConnectionManager,
+        connection: &mut (impl ConnectionLike + Send),
         what: &str,
         tags: &[String],
         out: &mut Vec<Listed>,
@@ -446,21 +541,22 @@ impl Node {
                 .arg(&keys.holders)
                 .arg(&keys.records);
         }
-        let mut replies = connection
-            .req_packed_commands(&pipe, 0, tags.len())
-            .await
-            .map_err(|e| from_redis(what, e))?;
-        if replies.iter().any(is_noscript) {
+        let mut replies = connection.req_packed_commands(&pipe, 0, tags.len()).await;
+        // One server answers NOSCRIPT in the replies; a cluster's driver
+        // fails the pipeline with it.
+        let noscript = match &replies {
+            Ok(replies) => replies.iter().any(is_noscript),
+            Err(error) => error.kind() == redis::ErrorKind::NoScriptError,
+        };
+        if noscript {
             script
                 .prepare_invoke()
                 .load_async(connection)
                 .await
                 .map_err(|e| from_redis(what, e))?;
-            replies = connection
-                .req_packed_commands(&pipe, 0, tags.len())
-                .await
-                .map_err(|e| from_redis(what, e))?;
+            replies = connection.req_packed_commands(&pipe, 0, tags.len()).await;
         }
+        let replies = replies.map_err(|e| from_redis(what, e))?;
         for (tag, reply) in tags.iter().zip(replies) {
             match reply {
                 Value::Array(fields) => read_grants(tag, &fields, out),
@@ -473,24 +569,57 @@ impl Node {
 
     /// The server's version and clock.
     pub(crate) async fn server_info(&self) -> Result<ServerInfo> {
-        let what = format!("asking the server for its version and time{}", self.on);
-        let ask = async {
-            let mut connection = self.link.get()?;
-            let ask = async {
-                let info: String = redis::cmd("INFO")
-                    .arg("server")
-                    .query_async(&mut connection)
+        match self.link.get()? {
+            Connection::Cluster(mut cluster) => {
+                let owners = tokio::time::timeout(INFO_TIMEOUT, SlotOwners::read(&mut cluster))
+                    .await
+                    .map_err(|_| timed_out("server info", INFO_TIMEOUT))??;
+                let masters = owners.masters();
+                let Some(first) = masters.first() else {
+                    return Err(Error::Backend {
+                        backend: "redis",
+                        message: "the redis cluster serves no slot: no master is known".into(),
+                        source: None,
+                    });
+                };
+                let mut on = OnMaster::new(cluster, first.clone());
+                let mut info = self
+                    .server_info_on(&mut on, &format!(" on {first}"))
                     .await?;
-                let time: (u64, u64) = redis::cmd("TIME").query_async(&mut connection).await?;
-                let features = deployment::features(&mut connection).await;
-                Ok::<_, redis::RedisError>((info, time, features))
-            };
-            ask.await.map_err(|e| from_redis(&what, e))
+                // Its clock, and its settings for eviction and
+                // persistence, are that master's.
+                info.version = info.version.map(|version| {
+                    format!(
+                        "{version} ({first}, the first of {} masters in cluster mode)",
+                        masters.len()
+                    )
+                });
+                Ok(info)
+            }
+            mut server => self.server_info_on(&mut server, &self.on).await,
+        }
+    }
+
+    /// The version and clock of the server `connection` reaches.
+    async fn server_info_on(
+        &self,
+        connection: &mut (impl ConnectionLike + Send),
+        on: &str,
+    ) -> Result<ServerInfo> {
+        let what = format!("asking the server for its version and time{on}");
+        let ask = async {
+            let info: String = redis::cmd("INFO")
+                .arg("server")
+                .query_async(connection)
+                .await?;
+            let time: (u64, u64) = redis::cmd("TIME").query_async(connection).await?;
+            let features = deployment::features(connection).await;
+            Ok::<_, redis::RedisError>((info, time, features))
         };
-        let (info, (seconds, micros), features) =
-            tokio::time::timeout(INFO_TIMEOUT, ask)
-                .await
-                .map_err(|_| timed_out("server info", INFO_TIMEOUT))??;
+        let (info, (seconds, micros), features) = tokio::time::timeout(INFO_TIMEOUT, ask)
+            .await
+            .map_err(|_| timed_out("server info", INFO_TIMEOUT))?
+            .map_err(|e| from_redis(&what, e))?;
         let version = info
             .lines()
             .find_map(|line| line.strip_prefix("redis_version:"))
