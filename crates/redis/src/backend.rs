@@ -246,7 +246,7 @@ impl Backend for RedisBackend {
             None => {
                 let answer = self
                     .single()
-                    .acquire(request, mark.as_ref(), request.operation_timeout)
+                    .acquire(request, mark.as_ref(), false, request.operation_timeout)
                     .await?;
                 if let (Answer::Granted(_), Some(replicas)) = (&answer, self.config.wait_replicas) {
                     crate::replicas::confirm_grant(self.single(), request, replicas).await?;

@@ -10,7 +10,7 @@
 //!
 //! | role | type | holds |
 //! |---|---|---|
-//! | `x` | string, `PX` the lease | the exclusive grant: `<id>:<token>:<record>` |
+//! | `x` | string, `PX` the lease | the exclusive grant: `<id>:<token>:<record>` (in quorum mode the token starts with `~` until the grant is decided) |
 //! | `s` | sorted set | the readers' or permits' grant ids, scored by expiry (ms, server clock) |
 //! | `i` | hash | for `s`: `kind` (`s` or `p`), `limit`, and `<id>` → `<token>:<record>` |
 //! | `w` | sorted set | waiting writers' marks, scored by expiry |
@@ -127,10 +127,15 @@ impl Record {
 }
 
 /// A grant as stored: `<token>:<record>`, after the identity for an
-/// exclusive grant (`<id>:<token>:<record>`).
+/// exclusive grant (`<id>:<token>:<record>`). A token that starts with `~`
+/// is a quorum copy's own, written before the grant was decided: the
+/// grant's token is the largest of its majority's, written over it when
+/// the grant is decided.
 #[derive(Debug)]
 pub(crate) struct Stored {
     pub(crate) token: u64,
+    /// Whether the token is a quorum copy's own, not yet the grant's.
+    pub(crate) provisional: bool,
     pub(crate) record: Record,
 }
 
@@ -140,8 +145,13 @@ impl Stored {
     pub(crate) fn parse(value: &[u8]) -> Option<Self> {
         let text = std::str::from_utf8(value).ok()?;
         let (token, record) = text.split_once(':')?;
+        let (token, provisional) = match token.strip_prefix('~') {
+            Some(token) => (token, true),
+            None => (token, false),
+        };
         Some(Self {
             token: token.parse().ok()?,
+            provisional,
             record: serde_json::from_str(record).ok()?,
         })
     }
@@ -197,6 +207,10 @@ mod tests {
             (stored.token, stored.record.name.as_str()),
             (42, odd.as_str())
         );
+        assert!(!stored.provisional);
+        let provisional = format!("~43:{}", Record::json(&odd, &holder));
+        let stored = Stored::parse(provisional.as_bytes()).unwrap();
+        assert_eq!((stored.token, stored.provisional), (43, true));
         assert!(Stored::parse(b"x:{}").is_none());
         assert!(Stored::parse_exclusive(b"short").is_none());
     }

@@ -118,11 +118,14 @@ impl Node {
     }
 
     /// One attempt, with the writer's `mark` when it waits, within
-    /// `timeout`.
+    /// `timeout`. A `provisional` grant is one copy of a quorum grant: its
+    /// token stays marked as its own until the grant is decided and
+    /// [`raise`](Self::raise) writes the grant's.
     pub(crate) async fn acquire(
         &self,
         request: &AcquireRequest,
         mark: Option<&WriterMark>,
+        provisional: bool,
         timeout: Duration,
     ) -> Result<Answer> {
         let keys = self.keys.of(&request.name);
@@ -154,6 +157,7 @@ impl Node {
                     limit.to_string().as_bytes(),
                     MAX_PERMITS.to_string().as_bytes(),
                     millis(COUNTER_TTL).as_bytes(),
+                    if provisional { b"~" } else { b"" },
                 ],
             )
             .await?;

@@ -57,7 +57,7 @@ impl<'a> Quorum<'a> {
         // remain: a server that is slow or away holds nobody up.
         let calls = self.nodes.iter().map(|node| {
             let (node, request, mark) = (node.clone(), request.clone(), mark.cloned());
-            async move { node.acquire(&request, mark.as_ref(), timeout).await }
+            async move { node.acquire(&request, mark.as_ref(), true, timeout).await }
         });
         let answers = gather(calls, |answers: &[Option<Result<Answer>>]| {
             let granted = answers
@@ -128,9 +128,10 @@ impl<'a> Quorum<'a> {
         Ok(Answer::Held { left, marked })
     }
 
-    /// Raises the counters of the granting servers whose token is below
-    /// `token`, and writes it into their copies: how many of them have
-    /// their counter at `token` after.
+    /// Raises the counters of the granting servers to `token`, and writes
+    /// it into their copies, decided: how many of them have their counter
+    /// at `token` after. Servers that issued `token` are asked too, so
+    /// that their copies read as decided; their counters are there already.
     async fn raise_counters(
         &self,
         request: &AcquireRequest,
@@ -138,12 +139,7 @@ impl<'a> Quorum<'a> {
         token: u64,
         timeout: Duration,
     ) -> usize {
-        let behind: Vec<usize> = granted
-            .iter()
-            .filter(|(_, issued)| *issued < token)
-            .map(|(index, _)| *index)
-            .collect();
-        let raised = join_all(behind.iter().map(|&index| {
+        let raised = join_all(granted.iter().map(|&(index, _)| {
             self.nodes[index].raise(
                 &request.name,
                 request.claim,
@@ -153,7 +149,11 @@ impl<'a> Quorum<'a> {
             )
         }))
         .await;
-        granted.len() - behind.len() + raised.iter().filter(|raised| raised.is_ok()).count()
+        granted
+            .iter()
+            .zip(&raised)
+            .filter(|((_, issued), raised)| *issued == token || raised.is_ok())
+            .count()
     }
 
     /// Deletes the copies of a grant that did not make a majority: at once
@@ -297,16 +297,16 @@ impl<'a> Quorum<'a> {
     /// are left.
     pub(crate) async fn list(&self) -> Result<Vec<LockInfo>> {
         let answers = join_all(self.nodes.iter().map(Node::list)).await;
-        let mut copies: HashMap<(LockName, String), Vec<LockInfo>> = HashMap::new();
+        let mut copies: HashMap<(LockName, String), Vec<Listed>> = HashMap::new();
         let mut errors = Vec::new();
         for answer in answers {
             match answer {
                 Ok(listed) => {
-                    for Listed { id, info } in listed {
+                    for copy in listed {
                         copies
-                            .entry((info.name.clone(), id))
+                            .entry((copy.info.name.clone(), copy.id.clone()))
                             .or_default()
-                            .push(info);
+                            .push(copy);
                     }
                 }
                 Err(error) => errors.push(error),
@@ -324,26 +324,25 @@ impl<'a> Quorum<'a> {
         Ok(infos)
     }
 
-    /// One grant from its copies on a majority of servers. Its token is
-    /// the one a majority of copies carry (the grant wrote it into its
-    /// majority's copies; a server that answered after the grant was
-    /// decided keeps its own), or the largest while one of them is away.
-    fn merge(&self, copies: Vec<LockInfo>) -> Option<LockInfo> {
-        let tokens: Vec<u64> = copies
+    /// One grant from its copies on a majority of servers, once it is
+    /// decided: its token is the one its decided copies carry (the grant
+    /// wrote it into them before it was returned). Until then every copy
+    /// carries its own server's token, which may not be the grant's, so
+    /// the grant is not shown; a server that answered after the grant was
+    /// decided keeps its own, which is not shown either.
+    fn merge(&self, copies: Vec<Listed>) -> Option<LockInfo> {
+        let token = copies
             .iter()
-            .filter_map(|copy| copy.fencing_token)
-            .collect();
-        let token = tokens
-            .iter()
-            .find(|token| tokens.iter().filter(|other| other == token).count() >= self.need)
-            .or_else(|| tokens.iter().max())
-            .copied();
-        let mut left: Vec<Option<Duration>> = copies.iter().map(|copy| copy.expires_in).collect();
+            .filter(|copy| !copy.provisional)
+            .filter_map(|copy| copy.info.fencing_token)
+            .max()?;
+        let mut left: Vec<Option<Duration>> =
+            copies.iter().map(|copy| copy.info.expires_in).collect();
         // Longest first: the grant lasts while `need` copies do.
         left.sort_unstable_by(|a, b| b.cmp(a));
         let expires_in = left.get(self.need - 1).copied().flatten();
-        let mut info = copies.into_iter().next()?;
-        info.fencing_token = token;
+        let mut info = copies.into_iter().next()?.info;
+        info.fencing_token = Some(token);
         info.expires_in = expires_in;
         Some(info)
     }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use distlock_core::{Claim, Holder, LockInfo, LockKind, LockName, Permits, Result};
+use distlock_core::{Claim, LockInfo, LockKind, LockName, Permits, Result};
 use redis::Value;
 
 use crate::error::unexpected;
@@ -60,6 +60,9 @@ impl Answer {
 pub(crate) struct Listed {
     pub(crate) id: String,
     pub(crate) info: LockInfo,
+    /// Whether the token is a quorum copy's own, written before the grant
+    /// was decided (see [`Stored`]).
+    pub(crate) provisional: bool,
 }
 
 pub(crate) fn int(value: &Value) -> Option<i64> {
@@ -96,30 +99,23 @@ pub(crate) fn read_grants(name_tag: &str, fields: &[Value], out: &mut Vec<Listed
         let name = LockName::new(&stored.record.name).ok()?;
         (tag(&name) == name_tag).then_some(name)
     };
-    let listed = |id: &[u8], name, kind, permits, holder: Holder, token, left: i64| Listed {
+    let listed = |id: &[u8], name, kind, permits, stored: Stored, left: i64| Listed {
         id: String::from_utf8_lossy(id).into_owned(),
         info: LockInfo {
             name,
             kind,
             permits,
-            holder: Some(holder),
-            fencing_token: Some(token),
+            holder: Some(stored.record.holder),
+            fencing_token: Some(stored.token),
             expires_in: u64::try_from(left).ok().map(Duration::from_millis),
         },
+        provisional: stored.provisional,
     };
     if let (Some(value), Some(left)) = (fields.first().and_then(bytes), fields.get(1).and_then(int))
         && let Some((id, stored)) = Stored::parse_exclusive(value)
         && let Some(name) = ours(&stored)
     {
-        out.push(listed(
-            id,
-            name,
-            LockKind::Exclusive,
-            None,
-            stored.record.holder,
-            stored.token,
-            left,
-        ));
+        out.push(listed(id, name, LockKind::Exclusive, None, stored, left));
     }
     let kind = fields.get(2).and_then(text);
     let limit = fields
@@ -140,15 +136,7 @@ pub(crate) fn read_grants(name_tag: &str, fields: &[Value], out: &mut Vec<Listed
             && let Some(stored) = Stored::parse(value)
             && let Some(name) = ours(&stored)
         {
-            out.push(listed(
-                id,
-                name,
-                kind,
-                permits,
-                stored.record.holder,
-                stored.token,
-                left,
-            ));
+            out.push(listed(id, name, kind, permits, stored, left));
         }
     }
 }

@@ -73,7 +73,9 @@ end
 
 /// One attempt. KEYS: x s i w t. ARGV: claim (`x`, `s` or `p`), grant id,
 /// lease ms, record, writer's mark (or empty), permit limit, most readers,
-/// token counter's ttl ms.
+/// token counter's ttl ms, and what the stored token starts with: `~` for
+/// quorum mode's copies, whose token is provisional until the grant is
+/// decided and [`RAISE`] writes the grant's own, or nothing.
 ///
 /// Returns `{1, token}` when granted; `{0, ms left or -1, marked}` when
 /// held (`marked`: a waiting writer's mark is stored); `{2, kind, limit}`
@@ -82,6 +84,7 @@ const ACQUIRE: &str = r"
 local x, s, i, w, t = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local claim, id, lease, record, mark = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local limit, max_readers, counter_ttl = tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8]
+local stored = ARGV[9]
 local now, now_us = clock()
 local writer = redis.call('PTTL', x)
 -- A writer on a name no reader or permit holder ever used looks no
@@ -98,7 +101,7 @@ if claim == 's' then marks = prune(w, false, now) end
 local function join()
   local token = next_token(t, now_us, counter_ttl)
   redis.call('ZADD', s, int(now + lease), id)
-  redis.call('HSET', i, 'kind', claim, 'limit', ARGV[6], id, int(token) .. ':' .. record)
+  redis.call('HSET', i, 'kind', claim, 'limit', ARGV[6], id, stored .. int(token) .. ':' .. record)
   expire_with_last(s, i)
   return {1, token}
 end
@@ -118,7 +121,7 @@ if claim == 's' then
 end
 if writer == -2 and holders == 0 then
   local token = next_token(t, now_us, counter_ttl)
-  redis.call('SET', x, id .. ':' .. int(token) .. ':' .. record, 'PX', ARGV[3])
+  redis.call('SET', x, id .. ':' .. stored .. int(token) .. ':' .. record, 'PX', ARGV[3])
   if mark ~= '' then redis.call('ZREM', w, mark) end
   return {1, token}
 end
@@ -245,7 +248,8 @@ return out
 /// Raises a name's token counter to at least a quorum grant's token, so
 /// that a later majority, which shares a server with this one, issues a
 /// larger token; and writes that token into this server's copy of the
-/// grant, so that `list` finds it on a majority. KEYS: t x i. ARGV: token,
+/// grant, no longer provisional (without its `~`), so that `list` finds it
+/// on a majority, decided. KEYS: t x i. ARGV: token,
 /// token counter's ttl ms, claim, grant id. Returns 1.
 const RAISE: &str = r"
 local t, x, i = KEYS[1], KEYS[2], KEYS[3]

@@ -515,6 +515,67 @@ async fn list_shows_majority_grants_once_and_force_release_ends_them_everywhere(
     }
 }
 
+/// Rewrites the token in the copy of `key` on the server at `url`
+/// (`<id>:<token>:<record>`) to `token`, keeping its expiry.
+async fn rewrite_token(url: &str, key: &str, token: &str) {
+    let mut connection = raw(url).await;
+    let value: String = redis::cmd("GET")
+        .arg(key)
+        .query_async(&mut connection)
+        .await
+        .expect("GET");
+    let (id, rest) = value.split_once(':').expect("an id");
+    let (_, record) = rest.split_once(':').expect("a token");
+    redis::cmd("SET")
+        .arg(key)
+        .arg(format!("{id}:{token}:{record}"))
+        .arg("KEEPTTL")
+        .query_async::<()>(&mut connection)
+        .await
+        .expect("SET");
+}
+
+/// While a grant is being decided, each server's copy carries that
+/// server's own token, which need not be the grant's (the largest of its
+/// majority's): `list`, and so `Election::leader` and its observers, shows
+/// the grant only once a copy carries the grant's token.
+#[tokio::test]
+async fn list_shows_a_grant_only_once_it_is_decided() {
+    let url = shared_url();
+    let backend = backend(&url).await;
+    let name = unique("undecided");
+    let lease = grant(&backend, &name, Claim::Exclusive, Duration::from_secs(30))
+        .await
+        .expect("granted");
+    let key = backend.keys_of(&name).remove(0);
+    let servers = server_urls(&url);
+    // As the copies read before the grant is decided: each server's own
+    // token, marked as such, none of them the grant's.
+    for (at, server) in servers.iter().enumerate() {
+        rewrite_token(
+            server,
+            &key,
+            &format!("~{}", lease.fencing_token - 1 - at as u64),
+        )
+        .await;
+    }
+    let listed = backend.list().await.expect("list");
+    assert!(
+        listed.iter().all(|info| info.name != name),
+        "an undecided grant is not listed: {listed:?}"
+    );
+    // Decided on one server, as the grant writes it before it returns.
+    rewrite_token(&servers[1], &key, &lease.fencing_token.to_string()).await;
+    let listed = backend.list().await.expect("list");
+    let shown: Vec<Option<u64>> = listed
+        .iter()
+        .filter(|info| info.name == name)
+        .map(|info| info.fencing_token)
+        .collect();
+    assert_eq!(shown, [Some(lease.fencing_token)], "{listed:?}");
+    assert!(backend.release(&lease).await.expect("release"));
+}
+
 #[tokio::test]
 async fn quorum_mode_answers_unsupported_for_semaphores_and_hand_overs() {
     let backend = backend(&shared_url()).await;
