@@ -1,6 +1,7 @@
 //! Scale-out forms of a backend: an etcd cluster of several members,
 //! memcached over several servers, in quorum mode or sharded, and Redis in
-//! quorum mode over several independent servers. Each is
+//! quorum mode over several independent servers or as a Redis Cluster.
+//! Each is
 //! measured beside its single-server form, the primary target of its kind,
 //! which the goals are stated for; the report gives a form's figures as
 //! ratios to the single server's.
@@ -22,6 +23,9 @@ pub(crate) enum ScaleOut {
     MemcachedSharded { servers: usize },
     /// Redis in quorum mode over this many independent servers.
     RedisQuorum { servers: usize },
+    /// A Redis Cluster, reached through this many nodes named in the URL
+    /// (the test cluster's URL names each of its masters).
+    RedisCluster { nodes: usize },
 }
 
 impl ScaleOut {
@@ -47,6 +51,9 @@ impl ScaleOut {
                 RedisMode::Quorum => Some(Self::RedisQuorum {
                     servers: config.servers.len(),
                 }),
+                RedisMode::Cluster => Some(Self::RedisCluster {
+                    nodes: config.servers.len(),
+                }),
                 _ => None,
             };
         }
@@ -61,6 +68,7 @@ impl ScaleOut {
                 format!("quorum of {servers}")
             }
             Self::MemcachedSharded { servers } => format!("sharded over {servers}"),
+            Self::RedisCluster { nodes } => format!("cluster of {nodes}"),
         }
     }
 }
@@ -102,6 +110,10 @@ mod tests {
             Some(ScaleOut::RedisQuorum { servers: 3 })
         );
         assert_eq!(ScaleOut::of_url("redis://127.0.0.1:1"), None);
+        assert_eq!(
+            ScaleOut::of_url("redis://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3?mode=cluster"),
+            Some(ScaleOut::RedisCluster { nodes: 3 })
+        );
         assert_eq!(
             label("Redis", ScaleOut::of_url(redis_quorum)),
             "Redis, quorum of 3"
