@@ -1,6 +1,8 @@
 //! The backends under test, each with a server of the campaign's own that a
 //! scenario may restart, on a free loopback port with its data in a temp
-//! dir (and the file backend, which has no server, in a temp dir).
+//! dir (and the file backend, which has no server, in a temp dir). A
+//! backend of several servers (Redis in quorum mode) also gets companions:
+//! more servers of the same command, which restarts never reach.
 
 use std::ffi::OsString;
 use std::net::TcpListener;
@@ -23,6 +25,23 @@ pub(crate) struct Server {
     extra_args: Vec<String>,
     /// Variables added to the server's environment (libfaketime's, say).
     env: Vec<(OsString, OsString)>,
+    /// The servers run beside this one, as many as the backend asks for.
+    companions: Vec<Companion>,
+}
+
+/// A server run beside the one the scenarios restart, with the same
+/// command, on a port and data directory of its own; stopped on drop.
+#[derive(Debug)]
+struct Companion {
+    port: u16,
+    child: Child,
+}
+
+impl Drop for Companion {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 impl Server {
@@ -74,27 +93,69 @@ impl Server {
             bin,
             extra_args: extra_args.iter().map(|arg| (*arg).to_owned()).collect(),
             env,
+            companions: Vec::new(),
         };
         if let Some(prepare) = kind.server().and_then(|command| command.prepare) {
             prepare(server.dir.path())?;
         }
         server.launch()?;
+        for index in 1..=kind.companions() {
+            let companion = server.start_companion(index)?;
+            server.companions.push(companion);
+        }
         Ok(server)
     }
 
     /// The URL lock clients open.
     pub(crate) fn url(&self) -> String {
-        self.url_at(&format!("127.0.0.1:{}", self.port))
+        self.url_at(&self.address())
     }
 
-    /// The URL of this backend reached through `address` (a fault proxy).
+    /// The URL of this backend with its restarted server reached through
+    /// `address` (a fault proxy), and its companions directly.
     pub(crate) fn url_at(&self, address: &str) -> String {
-        self.kind.url(self.dir.path(), address)
+        self.url_via(address, &[])
     }
 
-    /// The server's own address.
+    /// The URL of this backend with its restarted server reached through
+    /// `address`, and its first companions through `companions` (fault
+    /// proxies in front of them, in order); the others directly.
+    pub(crate) fn url_via(&self, address: &str, companions: &[String]) -> String {
+        let mut others = companions.to_vec();
+        others.extend(
+            self.companion_addresses()
+                .into_iter()
+                .skip(companions.len()),
+        );
+        self.kind.url(self.dir.path(), address, &others)
+    }
+
+    /// The address of the server that scenarios restart.
     pub(crate) fn address(&self) -> String {
         format!("127.0.0.1:{}", self.port)
+    }
+
+    /// The addresses of the servers run beside it, which restarts never
+    /// reach (none, for a backend of one server).
+    pub(crate) fn companion_addresses(&self) -> Vec<String> {
+        self.companions
+            .iter()
+            .map(|companion| format!("127.0.0.1:{}", companion.port))
+            .collect()
+    }
+
+    /// Every server's address: the restarted one's first.
+    pub(crate) fn all_addresses(&self) -> Vec<String> {
+        let mut addresses = vec![self.address()];
+        addresses.extend(self.companion_addresses());
+        addresses
+    }
+
+    /// How many servers a fault must reach to cost a holder its lock: a
+    /// majority of them (the one server, for a backend of one).
+    pub(crate) fn majority(&self) -> usize {
+        let servers = 1 + self.companions.len();
+        servers / 2 + 1
     }
 
     /// A directory of this run's own, for stores and logs.
@@ -118,6 +179,36 @@ impl Server {
             let _ = child.wait();
         }
         self.launch()
+    }
+
+    /// Starts companion `index`, with its data in a directory of its own
+    /// under the scratch directory, and waits until it listens.
+    fn start_companion(&self, index: usize) -> Outcome<Companion> {
+        let (Some(bin), Some(command)) = (&self.bin, self.kind.server()) else {
+            return Err(format!("{} has no server to run companions of", self.kind.name()).into());
+        };
+        let data = self.dir.path().join(format!("companion-{index}"));
+        std::fs::create_dir_all(&data)?;
+        if let Some(prepare) = command.prepare {
+            prepare(&data)?;
+        }
+        let port = free_port()?;
+        let companion = Companion {
+            port,
+            child: self.spawn_in(bin, &command, port, &data)?,
+        };
+        let started = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if started.elapsed() > Duration::from_secs(30) {
+                return Err(format!(
+                    "companion {index} of {} does not listen on {port}",
+                    self.kind.name()
+                )
+                .into());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(companion)
     }
 
     fn launch(&mut self) -> Outcome<()> {
@@ -150,6 +241,18 @@ impl Server {
     }
 
     fn spawn(&self, bin: &Path, server: &ServerCommand) -> Outcome<Child> {
+        self.spawn_in(bin, server, self.port, self.dir.path())
+    }
+
+    /// Starts the server's command on `port`, with its data and its log
+    /// (`server.log`) in `data`.
+    fn spawn_in(
+        &self,
+        bin: &Path,
+        server: &ServerCommand,
+        port: u16,
+        data: &Path,
+    ) -> Outcome<Child> {
         let mut command = match server.run_as {
             // `setpriv` execs the server in its place, so killing the
             // child kills the server itself.
@@ -181,12 +284,12 @@ impl Server {
                 command
             }
         };
-        command.args((server.args)(self.port, self.dir.path()));
+        command.args((server.args)(port, data));
         command.args(&self.extra_args);
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(self.dir.path().join("server.log"))?;
+            .open(data.join("server.log"))?;
         Ok(command
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)

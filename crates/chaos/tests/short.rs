@@ -70,3 +70,8 @@ fn the_short_form_holds_on_redis() {
 fn the_short_form_holds_on_redis_without_persistence() {
     short_form("redis-volatile");
 }
+
+#[test]
+fn the_short_form_holds_on_redis_in_quorum_mode() {
+    short_form("redis-quorum");
+}

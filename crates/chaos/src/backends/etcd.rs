@@ -80,7 +80,7 @@ impl CampaignBackend for Etcd {
         Some(ServerCommand::plain("DISTLOCK_ETCD_BIN", args))
     }
 
-    fn url(&self, _scratch: &Path, address: &str) -> String {
+    fn url(&self, _scratch: &Path, address: &str, _companions: &[String]) -> String {
         format!("etcd://{address}")
     }
 

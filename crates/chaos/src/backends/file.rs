@@ -29,7 +29,7 @@ impl CampaignBackend for File {
         "the file backend's locks live in this machine's kernel"
     }
 
-    fn url(&self, scratch: &Path, _address: &str) -> String {
+    fn url(&self, scratch: &Path, _address: &str, _companions: &[String]) -> String {
         format!("file://{}", scratch.join("locks").display())
     }
 

@@ -36,7 +36,7 @@ impl CampaignBackend for Memcached {
         Some(ServerCommand::plain("MEMCACHED_BIN", args))
     }
 
-    fn url(&self, _scratch: &Path, address: &str) -> String {
+    fn url(&self, _scratch: &Path, address: &str, _companions: &[String]) -> String {
         format!("memcache://{address}")
     }
 

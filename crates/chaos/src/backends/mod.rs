@@ -10,6 +10,7 @@ mod memcached;
 mod mongodb;
 mod postgres;
 mod redis;
+mod redis_quorum;
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -27,7 +28,7 @@ pub(crate) use memcached::MEMCACHED;
 pub(crate) type Kind = &'static dyn CampaignBackend;
 
 /// Every backend the campaign runs against, in report order.
-pub(crate) const ALL: [Kind; 8] = [
+pub(crate) const ALL: [Kind; 9] = [
     &file::FILE,
     &mongodb::MONGODB,
     &memcached::MEMCACHED,
@@ -36,6 +37,7 @@ pub(crate) const ALL: [Kind; 8] = [
     &postgres::POSTGRES_ADVISORY,
     &redis::REDIS,
     &redis::REDIS_VOLATILE,
+    &redis_quorum::REDIS_QUORUM,
 ];
 
 /// The backend called `text` (as `--backend` takes it, in any case): its
@@ -152,8 +154,19 @@ pub(crate) trait CampaignBackend: Sync + std::fmt::Debug {
     }
 
     /// The URL lock clients open, with the server at `address` (its own,
-    /// or a fault proxy's) and the run's scratch directory `scratch`.
-    fn url(&self, scratch: &Path, address: &str) -> String;
+    /// or a fault proxy's), its [companions] at `companions` (likewise;
+    /// none for a backend of one server), and the run's scratch directory
+    /// `scratch`.
+    ///
+    /// [companions]: Self::companions
+    fn url(&self, scratch: &Path, address: &str, companions: &[String]) -> String;
+
+    /// How many servers the harness runs beside the one it restarts, from
+    /// the same command: restarts reach that one server, and network
+    /// faults a majority of them all.
+    fn companions(&self) -> usize {
+        0
+    }
 
     /// The server's URL with a key space of its own called `space` (a
     /// collection, a key prefix, a directory), so that `list()` shows only

@@ -52,7 +52,7 @@ impl CampaignBackend for MongoDb {
 
     /// A proxy in between hides the replica set's member list from the
     /// driver, so it must not go looking for the members.
-    fn url(&self, _scratch: &Path, address: &str) -> String {
+    fn url(&self, _scratch: &Path, address: &str, _companions: &[String]) -> String {
         format!("mongodb://{address}/{DATABASE}?directConnection=true")
     }
 

@@ -40,7 +40,7 @@ fn data_dir(data: &Path) -> std::path::PathBuf {
     data.join("redis")
 }
 
-fn prepare(data: &Path) -> Outcome<()> {
+pub(super) fn prepare(data: &Path) -> Outcome<()> {
     std::fs::create_dir_all(data_dir(data))?;
     Ok(())
 }
@@ -75,7 +75,7 @@ fn persistent_args(port: u16, data: &Path) -> Vec<OsString> {
     args
 }
 
-fn volatile_args(port: u16, data: &Path) -> Vec<OsString> {
+pub(super) fn volatile_args(port: u16, data: &Path) -> Vec<OsString> {
     let mut args = common_args(port, data);
     args.extend(["--appendonly", "no"].into_iter().map(OsString::from));
     args
@@ -112,7 +112,7 @@ impl CampaignBackend for Redis {
         })
     }
 
-    fn url(&self, _scratch: &Path, address: &str) -> String {
+    fn url(&self, _scratch: &Path, address: &str, _companions: &[String]) -> String {
         format!("redis://{address}")
     }
 
@@ -149,39 +149,14 @@ impl CampaignBackend for Redis {
         url: &str,
         lease: Duration,
     ) -> Outcome<Arc<dyn distlock::backend::Backend>> {
-        let backend = Arc::new(RedisBackend::open(url).await?);
-        let started = Instant::now();
-        while !backend.wake_ups() {
-            if started.elapsed() > Duration::from_secs(10) {
-                return Err("the redis subscriber connection did not open within 10 s".into());
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        let backend: Arc<dyn distlock::backend::Backend> = backend;
-        let warm = LockClient::new(
-            backend.clone(),
-            LockOptions::builder().lease(lease).build()?,
-        );
-        let name = LockName::new(format!("warm-up-{}", std::process::id()))?;
-        if let Some(guard) = warm.try_acquire(&name).await? {
-            guard.release().await?;
-        }
-        Ok(backend)
+        open_quiet(url, lease).await
     }
 
     /// `DEL` of every key of the name (its grants, their records, its
     /// waiting writers' marks and its token counter), as an operator or an
     /// eviction might: the keys the backend itself says the name has.
     async fn delete_record(&self, server: &Server, name: &LockName) -> Outcome<()> {
-        let backend = RedisBackend::open(&server.url()).await?;
-        let keys = backend.keys_of(name);
-        let client = redis::Client::open(format!("redis://{}", server.address()))?;
-        let mut connection = client.get_multiplexed_async_connection().await?;
-        redis::cmd("DEL")
-            .arg(&keys)
-            .query_async::<i64>(&mut connection)
-            .await?;
-        Ok(())
+        delete_keys(server, &[server.address()], name).await
     }
 
     fn secret_cases(&self, server: &Server, canary: &str) -> Outcome<Vec<SecretCase>> {
@@ -219,20 +194,77 @@ impl CampaignBackend for Redis {
     /// Redis judges leases by its wall clock, but cannot run under
     /// libfaketime here.
     fn server_clock(&self) -> Result<ClockStep, &'static str> {
-        Err(
-            "Redis judges leases by its wall clock (`TIME`, `PX`), but the packaged \
-             redis-server allocates with jemalloc, which calls `clock_gettime` before \
-             libfaketime is ready, and the server hangs at start under it (a known clash \
-             between the two, libfaketime issue 130); a redis-server built with libc's \
-             malloc would let R13 step it",
-        )
+        Err(NO_FAKETIME)
     }
 
     fn expiry_edges(&self) -> Result<(), &'static str> {
-        Err(
-            "memcached only; Redis judges leases to the millisecond on its own clock (`PX`), \
-             the campaign's server has no `maxmemory` and so evicts nothing, and what a \
-             restart does is R1's and R6's",
-        )
+        Err(NOT_MEMCACHED)
     }
+}
+
+/// Why R13 cannot step a Redis server's clock.
+pub(super) const NO_FAKETIME: &str = "Redis judges leases by its wall clock (`TIME`, `PX`), \
+     but the packaged redis-server allocates with jemalloc, which calls `clock_gettime` before \
+     libfaketime is ready, and the server hangs at start under it (a known clash between the \
+     two, libfaketime issue 130); a redis-server built with libc's malloc would let R13 step it";
+
+/// Why R10 does not apply to Redis.
+pub(super) const NOT_MEMCACHED: &str = "memcached only; Redis judges leases to the millisecond \
+     on its own clock (`PX`), the campaign's server has no `maxmemory` and so evicts nothing, \
+     and what a restart does is R1's and R6's";
+
+/// A backend at `url` whose subscriber connections are open, with its
+/// scripts loaded by a lock taken and given back through `url`: R5's
+/// proxy then meets one `EVALSHA` per server, which the server runs, not
+/// a handshake, nor a `NOSCRIPT` answer and a second try.
+///
+/// # Errors
+/// It cannot be opened, its wake-ups are not on within 10 s, or the lock
+/// cannot be taken.
+pub(super) async fn open_quiet(
+    url: &str,
+    lease: Duration,
+) -> Outcome<Arc<dyn distlock::backend::Backend>> {
+    let backend = Arc::new(RedisBackend::open(url).await?);
+    let started = Instant::now();
+    while !backend.wake_ups() {
+        if started.elapsed() > Duration::from_secs(10) {
+            return Err("the redis subscriber connections did not open within 10 s".into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let backend: Arc<dyn distlock::backend::Backend> = backend;
+    let warm = LockClient::new(
+        backend.clone(),
+        LockOptions::builder().lease(lease).build()?,
+    );
+    let name = LockName::new(format!("warm-up-{}", std::process::id()))?;
+    if let Some(guard) = warm.try_acquire(&name).await? {
+        guard.release().await?;
+    }
+    Ok(backend)
+}
+
+/// `DEL` of every key of `name` on each server at `addresses`: the keys
+/// the backend opened on `server` says the name has (its grants, their
+/// records, its waiting writers' marks and its token counter).
+///
+/// # Errors
+/// A server cannot be reached.
+pub(super) async fn delete_keys(
+    server: &Server,
+    addresses: &[String],
+    name: &LockName,
+) -> Outcome<()> {
+    let backend = RedisBackend::open(&server.url()).await?;
+    let keys = backend.keys_of(name);
+    for address in addresses {
+        let client = redis::Client::open(format!("redis://{address}"))?;
+        let mut connection = client.get_multiplexed_async_connection().await?;
+        redis::cmd("DEL")
+            .arg(&keys)
+            .query_async::<i64>(&mut connection)
+            .await?;
+    }
+    Ok(())
 }

@@ -27,7 +27,9 @@ pub(super) const SCENARIO: Scenario = Scenario {
                holders, 0 lost updates, 0 token regressions. memcached, and Redis without \
                persistence, lose their locks when they restart, so their overlaps are \
                reported, not forbidden; the fenced counter must still lose no update (Redis \
-               with an append-only file synced on every write keeps them). PostgreSQL's advisory mode loses them too, but each \
+               with an append-only file synced on every write keeps them; so does Redis in quorum mode, \
+               where the restart reaches one server of three and the other two keep every \
+               lock). PostgreSQL's advisory mode loses them too, but each \
                holder's `lost()` fires as its connection ends, before the server is back: its \
                overlaps stay forbidden. A backend without semaphores says so.",
         untimed: false,

@@ -6,10 +6,10 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use distlock_faultproxy::{Fault, FaultProxy};
+use distlock_faultproxy::Fault;
 use tokio::runtime::Runtime;
 
-use super::network::{does_not_apply, proxy, runtime};
+use super::network::{Proxies, does_not_apply, proxy, runtime};
 use super::{Scenario, Settings, Worker, ms, percentile, run_dir, spec, unique};
 use crate::Outcome;
 use crate::fenced::{FencedStore, Op};
@@ -31,7 +31,9 @@ pub(super) const SCENARIO: Scenario = Scenario {
                run; the first holder's `lost()` fires before the second is granted (otherwise \
                the two overlap); 0 lost updates; 0 token regressions. In PostgreSQL's advisory \
                mode the server ends the holder's silent connection, and the lock with it, a \
-               lease after its last check. The file backend has no connection to delay, so \
+               lease after its last check. Redis in quorum mode is delayed on two servers of \
+               three, a majority, and reached directly on the third. The file backend has no \
+               connection to delay, so \
                this does not apply to it.",
         untimed: false,
     },
@@ -103,7 +105,7 @@ struct DelayRun {
 struct Pending {
     dir: PathBuf,
     name: String,
-    proxy: FaultProxy,
+    proxy: Proxies,
     first: Worker,
     second: Option<Worker>,
 }

@@ -30,7 +30,8 @@ pub(super) const SCENARIO: Scenario = Scenario {
                reported (allowed), and the fenced counter must still lose no update. PostgreSQL's advisory mode loses them too, \
                but tells: each holding a restart hit must see its `lost()` fire (as the \
                restart ends its connection), and overlaps stay forbidden. A backend without \
-               semaphores says so (full form). The file backend has no server, so this does \
+               semaphores says so (full form). Redis in quorum mode restarts one server of \
+               three, and the other two keep every lock: its overlaps stay forbidden. The file backend has no server, so this does \
                not apply to it.",
         untimed: false,
     },

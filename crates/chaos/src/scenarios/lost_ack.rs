@@ -13,11 +13,11 @@
 use std::time::Duration;
 
 use distlock::{LockClient, LockName, LockOptions};
-use distlock_faultproxy::{Fault, FaultProxy};
+use distlock_faultproxy::Fault;
 use mongodb::bson::doc;
 use tokio::runtime::Runtime;
 
-use super::network::{does_not_apply, proxy, runtime};
+use super::network::{Proxies, does_not_apply, proxy, runtime};
 use super::{Scenario, Settings, Worker, ms, percentile, run_dir, spec, unique};
 use crate::Outcome;
 use crate::backends::LostAnswer as Loss;
@@ -41,7 +41,9 @@ pub(super) const SCENARIO: Scenario = Scenario {
                memcached: the proxy's reset after the request, on the acquisition's add. \
                PostgreSQL's advisory mode: the same, on the statement that takes the lock, on a \
                name given its key beforehand (its first statement would otherwise only find \
-               that it has none); the reset connection was the session to hold the lock. If \
+               that it has none); the reset connection was the session to hold the lock. Redis \
+               in quorum mode: the same, on two servers of three, so that the attempt cannot \
+               count on a majority, and the third server's copy must be rolled back. If \
                granted, the client reads and writes the fenced counter, holds half a second and \
                releases, while a second holder (a process of its own, connected directly) \
                waits; if not, the second holder comes once the client has given up. The first \
@@ -116,7 +118,7 @@ struct LostAckRun {
 /// The first client, and what makes its answers get lost.
 struct Victim {
     client: LockClient,
-    proxy: Option<FaultProxy>,
+    proxy: Option<Proxies>,
     admin: Option<mongodb::Client>,
 }
 
@@ -237,7 +239,7 @@ fn lost_ack(
         runtime.block_on(fail_point_off(admin))?;
     }
     let shot_taken = victim.proxy.as_ref().map(|proxy| {
-        let spent = proxy.fault() == Fault::None;
+        let spent = proxy.all_spent();
         proxy.clear();
         spent
     });

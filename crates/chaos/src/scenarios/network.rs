@@ -1,10 +1,11 @@
 //! What the network-fault scenarios (R3, R5, R9) share: a runtime for
-//! fault proxies, a proxy in front of a scenario's server, and the row of
-//! a backend that has no connection to fault.
+//! fault proxies, proxies in front of a scenario's server (or a majority
+//! of a quorum's servers), and the row of a backend that has no connection
+//! to fault.
 
 use std::net::SocketAddr;
 
-use distlock_faultproxy::FaultProxy;
+use distlock_faultproxy::{Fault, FaultProxy};
 use tokio::runtime::Runtime;
 
 use crate::Outcome;
@@ -24,17 +25,57 @@ pub(crate) fn runtime() -> Outcome<Runtime> {
         .build()?)
 }
 
-/// A fault proxy in front of `server`, running on `runtime` (which must
-/// outlive it), and the URL of the backend through it.
+/// Fault proxies in front of as many of a backend's servers as a holder
+/// needs (its one server; a majority of a quorum's), which a fault reaches
+/// together.
+pub(crate) struct Proxies(Vec<FaultProxy>);
+
+impl Proxies {
+    /// Puts `fault` in force on every proxy.
+    pub(crate) fn set_fault(&self, fault: Fault) {
+        for proxy in &self.0 {
+            proxy.set_fault(fault);
+        }
+    }
+
+    /// Lets everything pass again, on every proxy.
+    pub(crate) fn clear(&self) {
+        for proxy in &self.0 {
+            proxy.clear();
+        }
+    }
+
+    /// Whether every proxy's fault is over: a one-shot fault
+    /// ([`Fault::ResetAfterRequest`]) was taken on each.
+    pub(crate) fn all_spent(&self) -> bool {
+        self.0.iter().all(|proxy| proxy.fault() == Fault::None)
+    }
+}
+
+/// Fault proxies in front of a majority of `server`'s servers (the
+/// restarted one first, then its companions), running on `runtime` (which
+/// must outlive them), and the URL of the backend through them: a fault
+/// reaches as many servers as it must for a holder to lose its lock,
+/// while the others are reached directly.
 ///
 /// # Errors
-/// The server's address cannot be read, or no port can be bound.
-pub(crate) fn proxy(runtime: &Runtime, server: &Server) -> Outcome<(FaultProxy, String)> {
+/// The servers' addresses cannot be read, or no port can be bound.
+pub(crate) fn proxy(runtime: &Runtime, server: &Server) -> Outcome<(Proxies, String)> {
     let _entered = runtime.enter();
-    let upstream: SocketAddr = server.address().parse()?;
-    let proxy = FaultProxy::start(upstream)?;
-    let url = server.url_at(&proxy.addr().to_string());
-    Ok((proxy, url))
+    let mut proxies = Vec::new();
+    for address in server.all_addresses().into_iter().take(server.majority()) {
+        let upstream: SocketAddr = address.parse()?;
+        proxies.push(FaultProxy::start(upstream)?);
+    }
+    let addresses: Vec<String> = proxies
+        .iter()
+        .map(|proxy| proxy.addr().to_string())
+        .collect();
+    let (first, companions) = addresses
+        .split_first()
+        .ok_or("a backend without a server to put a proxy in front of")?;
+    let url = server.url_via(first, companions);
+    Ok((Proxies(proxies), url))
 }
 
 /// The row of scenario `id` on a backend without a server (the file

@@ -30,7 +30,8 @@ pub(super) const SCENARIO: Scenario = Scenario {
                before it counts as an overlap), 0 lost updates, 0 token regressions. The margin \
                is the second holder's grant less the first one's loss. In PostgreSQL's advisory \
                mode the server ends the silent connection, and the lock with it, a lease after \
-               the holder's last check: the holder must have given the lock up by then. The \
+               the holder's last check: the holder must have given the lock up by then. Redis in \
+               quorum mode is slowed or blackholed on two servers of three, a majority. The \
                file backend has no connection to slow down, so this does not apply to it.",
         untimed: false,
     },

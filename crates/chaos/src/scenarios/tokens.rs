@@ -24,7 +24,8 @@ pub(super) const SCENARIO: Scenario = Scenario {
                tenth (another one) is followed by the deletion of the name's record (MongoDB: \
                the document; memcached: `flush_all`, which takes the token counters too; etcd: \
                the name's keys; PostgreSQL: the name's row, in advisory mode its token row; \
-               Redis: `DEL` of the name's keys, its token counter among them; file: a forced \
+               Redis: `DEL` of the name's keys, its token counter among them, on every \
+               server in quorum mode; file: a forced \
                release); the server restarts every 100th cycle (short form: \
                every 25th). Must hold: every token strictly greater than the one before.",
         untimed: false,

@@ -57,7 +57,7 @@ impl CampaignBackend for PostgresAdvisory {
         Some(server::command())
     }
 
-    fn url(&self, _scratch: &Path, address: &str) -> String {
+    fn url(&self, _scratch: &Path, address: &str, _companions: &[String]) -> String {
         format!("{}{MODE}", server::url(address))
     }
 

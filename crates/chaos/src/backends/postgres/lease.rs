@@ -30,7 +30,7 @@ impl CampaignBackend for Postgres {
         Some(server::command())
     }
 
-    fn url(&self, _scratch: &Path, address: &str) -> String {
+    fn url(&self, _scratch: &Path, address: &str, _companions: &[String]) -> String {
         server::url(address)
     }
 
