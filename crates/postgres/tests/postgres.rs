@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use distlock_core::{
-    AcquireRequest, Attempt, Backend, Claim, Error, Holder, LockClient, LockName, LockOptions,
-    WaitState,
+    AcquireRequest, Attempt, Backend, Claim, Error, Holder, Lease, LockClient, LockName,
+    LockOptions, WaitState,
 };
 use distlock_postgres::PostgresBackend;
 use distlock_postgres::tokio_postgres::{self, NoTls};
@@ -57,6 +57,23 @@ async fn try_once(backend: &dyn Backend, name: &LockName, lease: Duration) -> Re
         backend.try_acquire(&request, &mut WaitState::new()).await?,
         Attempt::Acquired { .. }
     ))
+}
+
+/// One grant of `claim` on `name` through the backend alone, with a
+/// 30 s lease that nobody extends; a panic when the name is held.
+async fn grant(backend: &dyn Backend, name: LockName, claim: Claim) -> Lease {
+    let request = AcquireRequest::new(name, claim, Duration::from_secs(30), holder());
+    let Attempt::Acquired {
+        fencing_token,
+        state,
+    } = backend
+        .try_acquire(&request, &mut WaitState::new())
+        .await
+        .expect("acquire")
+    else {
+        panic!("{} was held", request.name);
+    };
+    request.granted(fencing_token, state)
 }
 
 fn options(lease: Duration) -> LockOptions {
@@ -358,35 +375,12 @@ async fn the_password_never_shows() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn one_bulk_extension_reports_each_lease() {
     let backend = PostgresBackend::open(&url()).await.expect("open");
-    let lease = Duration::from_secs(30);
     let mut leases = Vec::new();
     for claim in [Claim::Exclusive, Claim::Shared, Claim::Permit { limit: 2 }] {
-        let request = AcquireRequest::new(name(&unique("bulk")), claim, lease, holder());
-        let Attempt::Acquired {
-            fencing_token,
-            state,
-        } = backend
-            .try_acquire(&request, &mut WaitState::new())
-            .await
-            .expect("acquire")
-        else {
-            panic!("a fresh name was held");
-        };
-        leases.push(request.granted(fencing_token, state));
+        leases.push(grant(&backend, name(&unique("bulk")), claim).await);
     }
     // Two readers of one name, and a lease that is not ours.
-    let second_reader = AcquireRequest::new(leases[1].name.clone(), Claim::Shared, lease, holder());
-    let Attempt::Acquired {
-        fencing_token,
-        state,
-    } = backend
-        .try_acquire(&second_reader, &mut WaitState::new())
-        .await
-        .expect("a second reader")
-    else {
-        panic!("readers did not overlap");
-    };
-    leases.push(second_reader.granted(fencing_token, state));
+    leases.push(grant(&backend, leases[1].name.clone(), Claim::Shared).await);
     let mut stranger = leases[0].clone();
     stranger.id = distlock_core::LeaseId::random();
     leases.push(stranger);
@@ -434,23 +428,7 @@ async fn an_extension_reads_the_server_clock() {
     let backend = PostgresBackend::open(&url()).await.expect("open");
     let (admin, connection) = tokio_postgres::connect(&url(), NoTls).await.expect("admin");
     tokio::spawn(connection);
-    let request = AcquireRequest::new(
-        name(&unique("clock")),
-        Claim::Exclusive,
-        Duration::from_secs(30),
-        holder(),
-    );
-    let Attempt::Acquired {
-        fencing_token,
-        state,
-    } = backend
-        .try_acquire(&request, &mut WaitState::new())
-        .await
-        .expect("acquire")
-    else {
-        panic!("a fresh name was held");
-    };
-    let lease = request.granted(fencing_token, state);
+    let lease = grant(&backend, name(&unique("clock")), Claim::Exclusive).await;
 
     let before = server_clock_us(&admin).await;
     let extended = backend
@@ -479,23 +457,7 @@ async fn a_statement_stuck_behind_a_row_lock_does_not_hold_up_the_next() {
         .await
         .expect("open");
     let stuck = name(&unique("stuck"));
-    let request = AcquireRequest::new(
-        stuck.clone(),
-        Claim::Exclusive,
-        Duration::from_secs(30),
-        holder(),
-    );
-    let Attempt::Acquired {
-        fencing_token,
-        state,
-    } = backend
-        .try_acquire(&request, &mut WaitState::new())
-        .await
-        .expect("acquire")
-    else {
-        panic!("a fresh name was held");
-    };
-    let mut lease = request.granted(fencing_token, state);
+    let mut lease = grant(&backend, stuck.clone(), Claim::Exclusive).await;
 
     // An administrator's transaction holds the row.
     let (mut admin, connection) = tokio_postgres::connect(&url(), NoTls).await.expect("admin");
