@@ -14,7 +14,7 @@ use std::time::Duration;
 use distlock_core::{AcquireOptions, Backend, Claim, LockClient, LockName, LockOptions};
 use distlock_redis::{Mode, RedisBackend, redis};
 
-use support::{backend, grant, unique};
+use support::{backend, grant, grant_each, unique};
 
 /// The cluster's URL, or a panic that says how to get one.
 fn cluster_url() -> String {
@@ -198,18 +198,7 @@ async fn odd_names_keep_one_slot_each_and_stay_under_the_prefix() {
         .map(|name| LockName::new(name).expect("a valid name"))
         .collect();
 
-    let mut leases = Vec::new();
-    for (n, name) in names.iter().enumerate() {
-        let claim = match n % 3 {
-            0 => Claim::Exclusive,
-            1 => Claim::Shared,
-            _ => Claim::Permit { limit: 2 },
-        };
-        let lease = grant(&backend, name, claim, Duration::from_secs(30))
-            .await
-            .unwrap_or_else(|| panic!("{name:?} is free: no other name shares its keys"));
-        leases.push(lease);
-    }
+    let leases = grant_each(&backend, &names).await;
     let listed = backend.list().await.expect("list");
     let listed: BTreeMap<&LockName, Option<u64>> = listed
         .iter()

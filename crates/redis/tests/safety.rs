@@ -10,7 +10,7 @@ use std::time::Duration;
 use distlock_core::{AcquireOptions, Backend, Claim, LockKind, LockName};
 use distlock_redis::redis;
 
-use support::{all_keys, backend, client, grant, raw, unique, url};
+use support::{all_keys, backend, client, grant, grant_each, raw, unique, url};
 
 #[tokio::test]
 async fn a_stale_holders_release_leaves_the_new_holders_key() {
@@ -103,18 +103,7 @@ async fn odd_names_never_collide_nor_leave_the_prefix() {
         .iter()
         .map(|name| LockName::new(name).expect("a valid name"))
         .collect();
-    let mut leases = Vec::new();
-    for (n, name) in names.iter().enumerate() {
-        let claim = match n % 3 {
-            0 => Claim::Exclusive,
-            1 => Claim::Shared,
-            _ => Claim::Permit { limit: 2 },
-        };
-        let lease = grant(&backend, name, claim, Duration::from_secs(30))
-            .await
-            .unwrap_or_else(|| panic!("{name:?} is free: no other name shares its keys"));
-        leases.push(lease);
-    }
+    let leases = grant_each(&backend, &names).await;
     let listed = backend.list().await.expect("list");
     let listed_names: BTreeSet<&LockName> = listed.iter().map(|info| &info.name).collect();
     assert_eq!(

@@ -96,6 +96,25 @@ pub async fn grant(
     }
 }
 
+/// One grant of each of `names` through the backend alone, for 30 s, of
+/// an exclusive lock, a reader's share and a permit of two in turn; a
+/// panic when a name is held, since no other name shares its keys.
+pub async fn grant_each(backend: &dyn Backend, names: &[LockName]) -> Vec<Lease> {
+    let mut leases = Vec::new();
+    for (n, name) in names.iter().enumerate() {
+        let claim = match n % 3 {
+            0 => Claim::Exclusive,
+            1 => Claim::Shared,
+            _ => Claim::Permit { limit: 2 },
+        };
+        let lease = grant(backend, name, claim, Duration::from_secs(30))
+            .await
+            .unwrap_or_else(|| panic!("{name:?} is free: no other name shares its keys"));
+        leases.push(lease);
+    }
+    leases
+}
+
 /// A plain connection to `url`, beside the backend.
 pub async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
     redis::Client::open(url)
