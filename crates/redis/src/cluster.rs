@@ -228,7 +228,8 @@ impl ConnectionLike for OnMaster {
 
 impl Node {
     /// Extends `leases` on a cluster: one pipeline per master, as the slot
-    /// map last read has it, all at once, each within `timeout`. A batch
+    /// map last read has it, all at once, all within `timeout` (each batch
+    /// gets what reading the map left of it). A batch
     /// that meets a redirection (a slot moved), or fails as a whole, is
     /// sent again lease by lease, each call routed by its keys; extending
     /// twice is harmless, since each extension runs the lease from the
@@ -240,7 +241,11 @@ impl Node {
         leases: &[Lease],
         timeout: Duration,
     ) -> Vec<Result<bool>> {
+        let started = std::time::Instant::now();
         let map = tokio::time::timeout(timeout / 4, self.slot_cache().get(&mut connection)).await;
+        // The batches get what the map left of the call's timeout, so the
+        // whole call ends within it, as the keeper bounds it.
+        let timeout = timeout.saturating_sub(started.elapsed());
         // Without a map, each lease is a batch of its own.
         let owners = match map {
             Ok(Ok(owners)) => owners,
