@@ -5,12 +5,12 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use distlock::LockName;
 use distlock::etcd::{EtcdBackend, EtcdConfig};
-use distlock::{LockClient, LockName, LockOptions};
 use distlock_etcd::raw::etcdserverpb::DeleteRangeRequest;
 use distlock_etcd::raw::{Client, ConnectOptions};
 
-use super::{CampaignBackend, ClockStep, SecretCase, ServerCommand, closed_port};
+use super::{CampaignBackend, ClockStep, SecretCase, ServerCommand, closed_port, warmed_up};
 use crate::Outcome;
 use crate::servers::Server;
 
@@ -107,16 +107,7 @@ impl CampaignBackend for Etcd {
         url: &str,
         lease: Duration,
     ) -> Outcome<Arc<dyn distlock::backend::Backend>> {
-        let backend: Arc<dyn distlock::backend::Backend> = Arc::new(EtcdBackend::open(url).await?);
-        let warm = LockClient::new(
-            backend.clone(),
-            LockOptions::builder().lease(lease).build()?,
-        );
-        let name = LockName::new(format!("warm-up-{}", std::process::id()))?;
-        if let Some(guard) = warm.try_acquire(&name).await? {
-            guard.release().await?;
-        }
-        Ok(backend)
+        warmed_up(Arc::new(EtcdBackend::open(url).await?), lease).await
     }
 
     async fn delete_record(&self, server: &Server, name: &LockName) -> Outcome<()> {

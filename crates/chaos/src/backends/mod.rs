@@ -281,6 +281,27 @@ pub(crate) trait CampaignBackend: Sync + std::fmt::Debug {
     }
 }
 
+/// `backend`, once a lock taken and given back through it with a lease of
+/// `lease` has made whatever a first acquisition makes (a session, loaded
+/// scripts), so that the next acquisition sends only itself.
+///
+/// # Errors
+/// The lock cannot be taken or given back.
+pub(crate) async fn warmed_up(
+    backend: Arc<dyn distlock::backend::Backend>,
+    lease: Duration,
+) -> Outcome<Arc<dyn distlock::backend::Backend>> {
+    let warm = distlock::LockClient::new(
+        backend.clone(),
+        distlock::LockOptions::builder().lease(lease).build()?,
+    );
+    let name = LockName::new(format!("warm-up-{}", std::process::id()))?;
+    if let Some(guard) = warm.try_acquire(&name).await? {
+        guard.release().await?;
+    }
+    Ok(backend)
+}
+
 /// A loopback port nobody listens on.
 ///
 /// # Errors

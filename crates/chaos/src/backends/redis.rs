@@ -9,10 +9,12 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use distlock::LockName;
 use distlock::redis::{RedisBackend, RedisConfig, redis};
-use distlock::{LockClient, LockName, LockOptions};
 
-use super::{CampaignBackend, ClockStep, OnRestart, SecretCase, ServerCommand, closed_port};
+use super::{
+    CampaignBackend, ClockStep, OnRestart, SecretCase, ServerCommand, closed_port, warmed_up,
+};
 use crate::Outcome;
 use crate::servers::Server;
 
@@ -233,16 +235,7 @@ pub(super) async fn open_quiet(
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let backend: Arc<dyn distlock::backend::Backend> = backend;
-    let warm = LockClient::new(
-        backend.clone(),
-        LockOptions::builder().lease(lease).build()?,
-    );
-    let name = LockName::new(format!("warm-up-{}", std::process::id()))?;
-    if let Some(guard) = warm.try_acquire(&name).await? {
-        guard.release().await?;
-    }
-    Ok(backend)
+    warmed_up(backend, lease).await
 }
 
 /// `DEL` of every key of `name` on each server at `addresses`: the keys
