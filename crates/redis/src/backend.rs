@@ -2,7 +2,7 @@
 //! Cluster.
 
 use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use distlock_core::{
     AcquireRequest, Attempt, Backend, Capabilities, Claim, DelayedRelease, Error, Extended,
@@ -29,6 +29,39 @@ const POLL_WHILE_UNHEARD: Duration = Duration::from_secs(1);
 
 /// The most leases one `extend_many` pipelines: one round trip for all.
 const EXTEND_MANY_LIMIT: usize = 10_000;
+
+/// What one wait keeps across its attempts.
+#[derive(Debug, Clone, Default)]
+struct Waiting {
+    /// A waiting writer's mark, which keeps later readers out.
+    mark: Option<WriterMark>,
+    /// In quorum mode, how many attempts in a row split the vote, and
+    /// when the next may ask (see [`split_pause`]).
+    splits: u32,
+    pause_until: Option<Instant>,
+}
+
+impl Waiting {
+    fn is_empty(&self) -> bool {
+        self.mark.is_none() && self.splits == 0
+    }
+}
+
+/// The longest pause after a split vote.
+const MOST_SPLIT_PAUSE: Duration = Duration::from_millis(50);
+
+/// How long a waiting attempt in quorum mode pauses after the `splits`th
+/// split vote in a row, when the last attempt took `took`: a random time
+/// up to three such attempts and 1 ms, doubled for each split in a row
+/// before, up to 50 ms or a tenth of the lease. Contenders that split the
+/// servers then come back one by one, and the first takes every server.
+fn split_pause(took: Duration, splits: u32, lease: Duration) -> Duration {
+    let doubled = 1u32 << splits.saturating_sub(1).min(6);
+    let longest = ((took * 3 + Duration::from_millis(1)) * doubled)
+        .min(MOST_SPLIT_PAUSE)
+        .min(lease / 10);
+    longest.mul_f64(rand::random::<f64>())
+}
 
 /// distlock's Redis backend; see the [crate docs](crate).
 pub struct RedisBackend {
@@ -232,21 +265,24 @@ impl Backend for RedisBackend {
                     .into(),
             ));
         }
-        let mark = (request.claim == Claim::Exclusive && request.retries).then(|| {
-            wait.take::<WriterMark>()
-                .unwrap_or_else(|| WriterMark(LeaseId::random().to_string()))
-        });
-        if let Some(mark) = &mark {
-            // Should the reply be lost, the mark may be stored: the wait's
-            // end removes it.
-            wait.set(mark.clone());
+        let mut waiting = wait.take::<Waiting>().unwrap_or_default();
+        if let Some(until) = waiting.pause_until.take() {
+            // Woken early by another contender's rollback: the pause holds.
+            tokio::time::sleep_until(until.into()).await;
         }
+        if request.claim == Claim::Exclusive && request.retries && waiting.mark.is_none() {
+            waiting.mark = Some(WriterMark(LeaseId::random().to_string()));
+        }
+        // Kept across the attempt: should the reply be lost, the mark may
+        // be stored, and the wait's end removes it.
+        wait.set(waiting.clone());
+        let mark = waiting.mark.as_ref();
         let answer = match &quorum {
-            Some(quorum) => quorum.acquire(request, mark.as_ref()).await?,
+            Some(quorum) => quorum.acquire(request, mark).await?,
             None => {
                 let answer = self
                     .single()
-                    .acquire(request, mark.as_ref(), false, request.operation_timeout)
+                    .acquire(request, mark, false, request.operation_timeout)
                     .await?;
                 if let (Answer::Granted(_), Some(replicas)) = (&answer, self.config.wait_replicas) {
                     crate::replicas::confirm_grant(self.single(), request, replicas).await?;
@@ -254,47 +290,58 @@ impl Backend for RedisBackend {
                 answer
             }
         };
-        match answer {
+        let (left, marked) = match answer {
             Answer::Granted(fencing_token) => {
-                wait.take::<WriterMark>();
-                Ok(Attempt::Acquired {
+                wait.take::<Waiting>();
+                return Ok(Attempt::Acquired {
                     fencing_token,
                     state: GrantState::none(),
-                })
-            }
-            Answer::Held { left, marked } => {
-                if !marked {
-                    wait.take::<WriterMark>();
-                }
-                let mut retry_after = left;
-                if marked {
-                    // The mark lasts a lease from this attempt: try again
-                    // well within it, so that it does not lapse.
-                    retry_after = Some(
-                        retry_after.map_or(request.lease / 2, |after| after.min(request.lease / 2)),
-                    );
-                }
-                if !self.wakeups.is_live() {
-                    retry_after = Some(
-                        retry_after
-                            .map_or(POLL_WHILE_UNHEARD, |after| after.min(POLL_WHILE_UNHEARD)),
-                    );
-                }
-                Ok(Attempt::Held { retry_after })
+                });
             }
             // The writer's mark stays in the wait state: the wait ends on
             // this error, and `end_wait` removes the mark.
-            Answer::Conflict(held) => Err(request.claim.conflict(&request.name, held)),
+            Answer::Conflict(held) => return Err(request.claim.conflict(&request.name, held)),
+            Answer::Held { left, marked } => {
+                waiting.splits = 0;
+                (left, marked)
+            }
+            Answer::Split { took, marked } => {
+                waiting.splits += 1;
+                let pause = split_pause(took, waiting.splits, request.lease);
+                waiting.pause_until = Some(Instant::now() + pause);
+                (Some(pause), marked)
+            }
+        };
+        if !marked {
+            waiting.mark = None;
         }
+        if waiting.is_empty() {
+            wait.take::<Waiting>();
+        } else {
+            wait.set(waiting);
+        }
+        let mut retry_after = left;
+        if marked {
+            // The mark lasts a lease from this attempt: try again well
+            // within it, so that it does not lapse.
+            retry_after =
+                Some(retry_after.map_or(request.lease / 2, |after| after.min(request.lease / 2)));
+        }
+        if !self.wakeups.is_live() {
+            retry_after =
+                Some(retry_after.map_or(POLL_WHILE_UNHEARD, |after| after.min(POLL_WHILE_UNHEARD)));
+        }
+        Ok(Attempt::Held { retry_after })
     }
 
     async fn end_wait(&self, request: &AcquireRequest, mut wait: WaitState) -> Result<()> {
-        let Some(mark) = wait.take::<WriterMark>() else {
+        let Some(waiting) = wait.take::<Waiting>() else {
             return Ok(());
         };
-        match self.quorum() {
-            Some(quorum) => quorum.end_wait(request, &mark).await,
-            None => self.single().end_wait(request, &mark).await,
+        match (self.quorum(), &waiting.mark) {
+            (_, None) => Ok(()),
+            (Some(quorum), Some(mark)) => quorum.end_wait(request, mark).await,
+            (None, Some(mark)) => self.single().end_wait(request, mark).await,
         }
     }
 

@@ -105,6 +105,16 @@ impl<'a> Quorum<'a> {
             });
         }
 
+        // A split vote: this attempt may have taken some servers, but not
+        // a majority. Contenders woken by one release ask together, and
+        // the rollbacks' announcements bring them back together, to split
+        // again; so a waiting attempt that split pauses, by a random time
+        // of its own, before it asks again (see `Waiting`).
+        let split = request.retries
+            && granted.len() < need
+            && !(granted.is_empty() && in_doubt.is_empty())
+            && errors.len() <= n - need
+            && conflict.is_none();
         self.roll_back(request, &granted, &in_doubt).await;
         if errors.len() > n - need {
             return Err(combined(errors));
@@ -124,6 +134,12 @@ impl<'a> Quorum<'a> {
         }
         if let Some(held) = conflict {
             return Ok(Answer::Conflict(held));
+        }
+        if split {
+            return Ok(Answer::Split {
+                took: started.elapsed(),
+                marked,
+            });
         }
         Ok(Answer::Held { left, marked })
     }
@@ -396,6 +412,8 @@ impl Tally {
                     tally.marked |= marked;
                 }
                 Some(Ok(Answer::Conflict(held))) => tally.conflict = Some(held),
+                // Only a quorum answers this, never one server.
+                Some(Ok(Answer::Split { marked, .. })) => tally.marked |= marked,
                 Some(Err(error)) => {
                     tally.in_doubt.push(index);
                     tally.errors.push(error);

@@ -21,6 +21,9 @@ pub(crate) enum Answer {
     },
     /// Held as another kind, or with another limit.
     Conflict(Claim),
+    /// Quorum mode, to a waiting attempt: it may have taken some servers,
+    /// but not a majority, and rolled them back; it took `took`.
+    Split { took: Duration, marked: bool },
 }
 
 impl Answer {

@@ -327,6 +327,94 @@ async fn a_majority_decides_and_partial_grants_are_rolled_back() {
     assert_eq!((get(1).await, get(2).await), (None, None), "released");
 }
 
+/// How many times the server at `url` ran `command`, alone or in a
+/// script, since it started.
+async fn calls(url: &str, command: &str) -> u64 {
+    let mut connection = raw(url).await;
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut connection)
+        .await
+        .expect("INFO commandstats");
+    let field = format!("cmdstat_{command}:calls=");
+    stats
+        .lines()
+        .find_map(|line| line.strip_prefix(&field))
+        .map_or(0, |rest| {
+            rest.split(',')
+                .next()
+                .unwrap_or("0")
+                .parse()
+                .expect("a count")
+        })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_that_splits_the_vote_asks_again_by_itself_and_wins_once_it_can() {
+    let cluster = Cluster::start().await;
+    let backend = cluster.backend().await;
+    let name = unique("split");
+    let key = backend.keys_of(&name).remove(0);
+    // Two other holders, one server each: nobody can win a majority, and
+    // each attempt of ours takes the third server alone, a split vote.
+    let mut raws = Vec::new();
+    for (server, holder) in cluster.servers.iter().zip(["holder a", "holder b"]) {
+        let mut connection = raw(&server.url()).await;
+        redis::cmd("SET")
+            .arg(&key)
+            .arg(holder)
+            .arg("PX")
+            .arg(60_000)
+            .query_async::<()>(&mut connection)
+            .await
+            .expect("SET");
+        raws.push(connection);
+    }
+    let third = cluster.servers[2].url();
+    let scripts_before = calls(&third, "evalsha").await;
+    let client = LockClient::new(Arc::new(backend), options());
+    let waiting = tokio::spawn({
+        let (client, name) = (client.clone(), name.clone());
+        async move {
+            client
+                .acquire_with(
+                    &name,
+                    AcquireOptions::new().timeout(Duration::from_secs(30)),
+                )
+                .await
+        }
+    });
+    eventually("several attempts split the vote", || async {
+        calls(&third, "evalsha").await - scripts_before >= 6
+    })
+    .await;
+    assert!(!waiting.is_finished(), "a split vote is no grant");
+
+    // One holder goes without a word (no release is announced): the wait
+    // must find out by asking again on its own.
+    redis::cmd("DEL")
+        .arg(&key)
+        .query_async::<()>(&mut raws[1])
+        .await
+        .expect("DEL");
+    let guard = waiting
+        .await
+        .expect("the wait")
+        .expect("granted by two of three");
+    assert!(exists(&third, &key).await, "held on the third server");
+    let mut first = raws.swap_remove(0);
+    let untouched: String = redis::cmd("GET")
+        .arg(&key)
+        .query_async(&mut first)
+        .await
+        .expect("GET");
+    assert_eq!(
+        untouched, "holder a",
+        "the other holder's copy is left alone"
+    );
+    assert!(guard.release().await.expect("release"));
+}
+
 /// A grant and its release, whose token must exceed `last`.
 async fn next(backend: &RedisBackend, name: &LockName, last: &mut u64, why: &str) {
     let lease = grant(backend, name, Claim::Exclusive, Duration::from_secs(30))
