@@ -637,6 +637,11 @@ async fn list_shows_a_grant_only_once_it_is_decided() {
         .expect("granted");
     let key = backend.keys_of(&name).remove(0);
     let servers = server_urls(&url);
+    // The grant returned once a majority had it; the last server's copy
+    // lands a moment later.
+    for server in &servers {
+        eventually("every server has its copy", || exists(server, &key)).await;
+    }
     // As the copies read before the grant is decided: each server's own
     // token, marked as such, none of them the grant's.
     for (at, server) in servers.iter().enumerate() {
