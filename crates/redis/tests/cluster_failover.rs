@@ -17,8 +17,8 @@ use distlock_core::{AcquireOptions, Error, LockClient, LockOptions};
 use distlock_redis::redis;
 use redis::aio::MultiplexedConnection;
 
-use support::cluster::{OwnCluster, names_on, query};
 use support::backend;
+use support::cluster::{OwnCluster, names_on, query};
 
 /// How many locks the killed master holds.
 const LOCKS: usize = 3;
@@ -92,7 +92,15 @@ async fn a_master_killed_after_its_replica_has_the_grants_loses_no_lock() {
     let url = cluster.url();
     let names_backend = backend(&url).await;
     let mut survivor = cluster.masters[1].connection().await;
-    let names = names_on(&cluster, &names_backend, &mut survivor, 0, LOCKS, "failover").await;
+    let names = names_on(
+        &cluster,
+        &names_backend,
+        &mut survivor,
+        0,
+        LOCKS,
+        "failover",
+    )
+    .await;
 
     let holder = client(&url).await;
     let other = client(&url).await;
@@ -220,7 +228,15 @@ async fn a_master_killed_after_its_replica_has_the_grants_loses_no_lock() {
 
     // New names of the killed master's slots are granted by the promoted
     // one, where their keys are.
-    let fresh = names_on(&cluster, &names_backend, &mut survivor, 0, LOCKS, "promoted").await;
+    let fresh = names_on(
+        &cluster,
+        &names_backend,
+        &mut survivor,
+        0,
+        LOCKS,
+        "promoted",
+    )
+    .await;
     for name in &fresh {
         let guard = other.acquire(name).await.expect("acquire");
         let key = names_backend.keys_of(name).remove(0);

@@ -58,7 +58,9 @@ impl Counts {
             .lines()
             .filter_map(|line| {
                 let (command, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-                let calls = stats.split(',').find_map(|stat| stat.strip_prefix("calls="))?;
+                let calls = stats
+                    .split(',')
+                    .find_map(|stat| stat.strip_prefix("calls="))?;
                 Some((command.to_owned(), calls.parse().expect("calls")))
             })
             .filter(|(command, _)| command != "info")
@@ -82,7 +84,11 @@ impl Counts {
             })
             .filter(|(_, new)| *new > 0)
             .collect();
-        (calls, self.reads - before.reads, self.writes - before.writes)
+        (
+            calls,
+            self.reads - before.reads,
+            self.writes - before.writes,
+        )
     }
 }
 
@@ -111,7 +117,10 @@ async fn extending_leases_costs_each_master_one_batch_of_its_own_leases() {
     // reads the slot map; what follows is the steady state the keeper
     // lives in.
     let warm = backend.extend_many(&leases).await;
-    assert!(warm.iter().all(|outcome| *outcome.as_ref().expect("extend")));
+    assert!(
+        warm.iter()
+            .all(|outcome| *outcome.as_ref().expect("extend"))
+    );
 
     // One call for all the leases, then the same leases one call each.
     let before = counts(&mut masters).await;
@@ -119,7 +128,9 @@ async fn extending_leases_costs_each_master_one_batch_of_its_own_leases() {
     let batched = counts(&mut masters).await;
     assert_eq!(extended.len(), leases.len());
     assert!(
-        extended.iter().all(|outcome| *outcome.as_ref().expect("extend")),
+        extended
+            .iter()
+            .all(|outcome| *outcome.as_ref().expect("extend")),
         "every lease is ours"
     );
     let before_singles = counts(&mut masters).await;

@@ -92,9 +92,11 @@ impl OwnCluster {
             .await;
         }
         let known = format!("cluster_known_nodes:{count}");
-        until_every(&mut connections, "every node knows every other", |_, info| {
-            info.contains(&known)
-        })
+        until_every(
+            &mut connections,
+            "every node knows every other",
+            |_, info| info.contains(&known),
+        )
         .await;
         if with_replicas {
             for at in 0..masters {
