@@ -9,15 +9,16 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use distlock_core::{Error, Lease, Result};
+use distlock_core::{Error, Lease, Result, ServerInfo};
 use futures::future::join_all;
 use redis::aio::ConnectionLike;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, ErrorKind, Pipeline, RedisFuture, Value};
 
+use crate::deployment;
 use crate::error::{from_redis, timed_out, unexpected};
-use crate::node::Node;
+use crate::node::{INFO_TIMEOUT, Node};
 use crate::scripts::SCRIPTS;
 
 /// How many slots a Redis Cluster has.
@@ -338,6 +339,53 @@ impl Node {
                 join_all(batch.iter().map(|lease| self.extend_one(lease, timeout))).await
             }
         }
+    }
+}
+
+impl Node {
+    /// What the cluster says of itself: the first master's version and
+    /// clock, and the eviction and persistence settings of every master,
+    /// asked at once, each master that falls short named by its address.
+    pub(crate) async fn server_info_in_cluster(
+        &self,
+        mut cluster: ClusterConnection,
+    ) -> Result<ServerInfo> {
+        let owners = tokio::time::timeout(INFO_TIMEOUT, SlotOwners::read(&mut cluster))
+            .await
+            .map_err(|_| timed_out("server info", INFO_TIMEOUT))??;
+        let masters = owners.masters();
+        let Some(first) = masters.first() else {
+            return Err(Error::Backend {
+                backend: "redis",
+                message: "the redis cluster serves no slot: no master is known".into(),
+                source: None,
+            });
+        };
+        let asked = join_all(masters.iter().map(|master| {
+            let mut on = OnMaster::new(cluster.clone(), master.clone());
+            async move { self.server_info_on(&mut on, &format!(" on {master}")).await }
+        }))
+        .await;
+        let mut infos = Vec::with_capacity(asked.len());
+        for info in asked {
+            infos.push(info?);
+        }
+        let features: Vec<(String, Vec<_>)> = masters
+            .iter()
+            .zip(&mut infos)
+            .map(|(master, info)| (master.to_string(), std::mem::take(&mut info.features)))
+            .collect();
+        let first_info = infos.swap_remove(0);
+        let version = first_info.version.map(|version| {
+            format!(
+                "{version} ({first}, the first of {} masters in cluster mode)",
+                masters.len()
+            )
+        });
+        Ok(deployment::across_masters(&features).into_iter().fold(
+            ServerInfo::new(version, first_info.clock),
+            ServerInfo::with_feature,
+        ))
     }
 }
 

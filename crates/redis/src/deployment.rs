@@ -1,7 +1,8 @@
 //! What `distlock check` says of a Redis deployment: whether the server
-//! may evict a held lock, and what a restart does to locks.
+//! may evict a held lock, and what a restart does to locks; in a cluster,
+//! of every master, each named where it falls short.
 
-use distlock_core::Feature;
+use distlock_core::{Feature, FeatureState};
 use redis::aio::ConnectionLike;
 
 /// The features, read with `CONFIG GET`. A server that refuses `CONFIG`
@@ -49,6 +50,70 @@ pub(crate) async fn features(connection: &mut (impl ConnectionLike + Send)) -> V
             ]
         }
     }
+}
+
+/// One feature per name from the features of every master (given with
+/// its address), as bad as the worst master's: a lock lives on one
+/// master, so one master that may evict or forget it puts those locks at
+/// risk. The detail names the masters behind each finding, worst first,
+/// the findings apart by ` | ` (a detail may hold a `;`).
+pub(crate) fn across_masters(masters: &[(String, Vec<Feature>)]) -> Vec<Feature> {
+    let Some((_, first)) = masters.first() else {
+        return Vec::new();
+    };
+    first
+        .iter()
+        .map(|feature| {
+            // Each distinct finding, with the masters that have it.
+            let mut findings: Vec<(FeatureState, &str, Vec<&str>)> = Vec::new();
+            for (address, features) in masters {
+                let Some(found) = features.iter().find(|found| found.name == feature.name) else {
+                    continue;
+                };
+                match findings
+                    .iter_mut()
+                    .find(|(state, detail, _)| *state == found.state && *detail == found.detail)
+                {
+                    Some((_, _, at)) => at.push(address),
+                    None => findings.push((found.state, &found.detail, vec![address])),
+                }
+            }
+            findings.sort_by_key(|(state, _, _)| std::cmp::Reverse(severity(*state)));
+            let worst = findings
+                .first()
+                .map_or(feature.state, |(state, _, _)| *state);
+            let detail = match findings.as_slice() {
+                [(_, detail, _)] => format!("every master ({}): {detail}", masters_list(masters)),
+                _ => findings
+                    .iter()
+                    .map(|(_, detail, at)| format!("{}: {detail}", at.join(", ")))
+                    .collect::<Vec<_>>()
+                    .join(" | "),
+            };
+            match severity(worst) {
+                0 => Feature::present(feature.name, detail),
+                1 => Feature::degraded(feature.name, detail),
+                _ => Feature::missing(feature.name, detail),
+            }
+        })
+        .collect()
+}
+
+/// How bad a state is, from 0 (present).
+fn severity(state: FeatureState) -> u8 {
+    match state {
+        FeatureState::Present => 0,
+        FeatureState::Degraded => 1,
+        _ => 2,
+    }
+}
+
+fn masters_list(masters: &[(String, Vec<Feature>)]) -> String {
+    masters
+        .iter()
+        .map(|(address, _)| address.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// A value from `CONFIG GET`'s flat list of names and values.
@@ -120,8 +185,6 @@ fn persistence_of(appendonly: Option<&str>, appendfsync: Option<&str>) -> Featur
 
 #[cfg(test)]
 mod tests {
-    use distlock_core::FeatureState;
-
     use super::*;
 
     #[test]
@@ -156,6 +219,53 @@ mod tests {
             persistence_of(Some("no"), Some("always")).state,
             FeatureState::Degraded
         );
+    }
+
+    #[test]
+    fn a_cluster_is_as_safe_as_its_worst_master_which_is_named() {
+        let safe = || {
+            vec![
+                eviction(Some("0"), Some("noeviction")),
+                persistence_of(Some("yes"), Some("always")),
+            ]
+        };
+        let lru = vec![
+            eviction(Some("1000000"), Some("allkeys-lru")),
+            persistence_of(Some("yes"), Some("always")),
+        ];
+        let masters = vec![
+            ("127.0.0.1:7000".to_owned(), safe()),
+            ("127.0.0.1:7001".to_owned(), lru),
+            ("127.0.0.1:7002".to_owned(), safe()),
+        ];
+        let merged = across_masters(&masters);
+        assert_eq!(merged.len(), 2);
+        let eviction = &merged[0];
+        assert_eq!(eviction.name, "eviction");
+        assert_eq!(eviction.state, FeatureState::Missing);
+        assert!(
+            eviction
+                .detail
+                .starts_with("127.0.0.1:7001: maxmemory-policy allkeys-lru"),
+            "the faulty master first, by its address: {}",
+            eviction.detail
+        );
+        let (_, safe) = eviction.detail.split_once(" | ").expect("two findings");
+        assert!(
+            safe.starts_with("127.0.0.1:7000, 127.0.0.1:7002: maxmemory-policy noeviction"),
+            "{}",
+            eviction.detail
+        );
+        let persistence = &merged[1];
+        assert_eq!(persistence.state, FeatureState::Present);
+        assert!(
+            persistence
+                .detail
+                .starts_with("every master (127.0.0.1:7000, 127.0.0.1:7001, 127.0.0.1:7002): "),
+            "{}",
+            persistence.detail
+        );
+        assert!(across_masters(&[]).is_empty());
     }
 
     #[test]

@@ -255,13 +255,19 @@ async fn open(target: &Target, on: &str) -> Result<Connection> {
             ConnectionManager::new_with_config(client.clone(), manager)
                 .await
                 .map(Connection::Server)
-                .map_err(|e| from_redis(&what, e))?
+                .map_err(|e| match refused_certificate(&what, e) {
+                    Ok(error) => error,
+                    Err(e) => from_redis(&what, e),
+                })?
         }
         Target::Cluster(client) => client
             .get_async_connection()
             .await
             .map(Connection::Cluster)
-            .map_err(|e| crate::cluster::opening_error(&what, e))?,
+            .map_err(|e| match refused_certificate(&what, e) {
+                Ok(error) => error,
+                Err(e) => crate::cluster::opening_error(&what, e),
+            })?,
     };
     // A server that is not Redis may accept the connection; it does not
     // answer PING with PONG.
@@ -273,6 +279,26 @@ async fn open(target: &Target, on: &str) -> Result<Connection> {
         return Err(unexpected(&what, &pong));
     }
     Ok(connection)
+}
+
+/// The error for a TLS handshake that refused the server's certificate,
+/// with what to check; any other error is handed back. The driver keeps
+/// only rustls's words ("invalid peer certificate: …"), and the cluster
+/// client's error wraps them in its own text, so they are matched.
+fn refused_certificate(what: &str, error: redis::RedisError) -> Result<Error, redis::RedisError> {
+    if !error.to_string().contains("invalid peer certificate") {
+        return Err(error);
+    }
+    Ok(Error::backend(
+        "redis",
+        format!(
+            "{what}: the server's TLS certificate was refused ({error}): with a private CA, \
+             give the PEM file of the CA that signed the servers' certificates as ?ca=PATH \
+             (then that CA alone is trusted); without ?ca=, the system's roots must trust it; \
+             either way it must be issued for the host the URL names"
+        ),
+        error,
+    ))
 }
 
 /// The connection's TCP settings; see [`DEAD_PEER`].

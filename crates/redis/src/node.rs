@@ -574,38 +574,13 @@ impl Node {
     /// The server's version and clock.
     pub(crate) async fn server_info(&self) -> Result<ServerInfo> {
         match self.link.get()? {
-            Connection::Cluster(mut cluster) => {
-                let owners = tokio::time::timeout(INFO_TIMEOUT, SlotOwners::read(&mut cluster))
-                    .await
-                    .map_err(|_| timed_out("server info", INFO_TIMEOUT))??;
-                let masters = owners.masters();
-                let Some(first) = masters.first() else {
-                    return Err(Error::Backend {
-                        backend: "redis",
-                        message: "the redis cluster serves no slot: no master is known".into(),
-                        source: None,
-                    });
-                };
-                let mut on = OnMaster::new(cluster, first.clone());
-                let mut info = self
-                    .server_info_on(&mut on, &format!(" on {first}"))
-                    .await?;
-                // Its clock, and its settings for eviction and
-                // persistence, are that master's.
-                info.version = info.version.map(|version| {
-                    format!(
-                        "{version} ({first}, the first of {} masters in cluster mode)",
-                        masters.len()
-                    )
-                });
-                Ok(info)
-            }
+            Connection::Cluster(cluster) => self.server_info_in_cluster(cluster).await,
             mut server => self.server_info_on(&mut server, &self.on).await,
         }
     }
 
     /// The version and clock of the server `connection` reaches.
-    async fn server_info_on(
+    pub(crate) async fn server_info_on(
         &self,
         connection: &mut (impl ConnectionLike + Send),
         on: &str,

@@ -4,7 +4,11 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+pub mod cluster;
+pub mod tls;
+
 use std::net::TcpListener;
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -151,21 +155,36 @@ pub struct OwnServer {
     port: u16,
     dir: tempfile::TempDir,
     args: Vec<String>,
+    /// The CA that signed its certificate, when it serves TLS alone.
+    ca: Option<PathBuf>,
 }
 
 impl OwnServer {
     /// Starts `$REDIS_BIN` without persistence, with `args` added (later
     /// arguments win, so `--appendonly yes` turns the log on).
     pub async fn start(args: &[&str]) -> Self {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|listener| listener.local_addr())
-            .expect("a free port")
-            .port();
+        let args = args.iter().map(|arg| (*arg).to_owned()).collect();
+        Self::start_on(free_port(), args, None).await
+    }
+
+    /// Starts `$REDIS_BIN` serving TLS alone (`port 0`) with
+    /// `certificates`, on a free port, with `args` added.
+    pub async fn start_tls(certificates: &tls::Certificates, args: &[&str]) -> Self {
+        let port = free_port();
+        let mut all = vec!["--port".to_owned(), "0".to_owned()];
+        all.extend(["--tls-port".to_owned(), port.to_string()]);
+        all.extend(certificates.server_args());
+        all.extend(args.iter().map(|arg| (*arg).to_owned()));
+        Self::start_on(port, all, Some(certificates.ca())).await
+    }
+
+    async fn start_on(port: u16, args: Vec<String>, ca: Option<PathBuf>) -> Self {
         let mut server = Self {
             child: None,
             port,
             dir: tempfile::tempdir().expect("a temp dir"),
-            args: args.iter().map(|arg| (*arg).to_owned()).collect(),
+            args,
+            ca,
         };
         server.spawn().await;
         server
@@ -189,7 +208,7 @@ impl OwnServer {
         loop {
             if TcpStream::connect(("127.0.0.1", self.port)).await.is_ok() {
                 // Listening; answering once its data is loaded.
-                let mut connection = raw(&self.url()).await;
+                let mut connection = self.connection().await;
                 let ping: redis::RedisResult<String> =
                     redis::cmd("PING").query_async(&mut connection).await;
                 // A server with a password answers NOAUTH: it is up too.
@@ -218,9 +237,30 @@ impl OwnServer {
         self.port
     }
 
-    /// `redis://127.0.0.1:<port>`.
+    /// `redis://127.0.0.1:<port>`, or `rediss://` when it serves TLS.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        let scheme = if self.ca.is_some() { "rediss" } else { "redis" };
+        format!("{scheme}://127.0.0.1:{}", self.port)
+    }
+
+    /// A plain connection to it, beside the backend (over TLS, trusting
+    /// its CA, when it serves TLS).
+    pub async fn connection(&self) -> redis::aio::MultiplexedConnection {
+        let Some(ca) = &self.ca else {
+            return raw(&self.url()).await;
+        };
+        let root_cert = std::fs::read(ca).expect("the CA certificate");
+        redis::Client::build_with_tls(
+            self.url(),
+            redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(root_cert),
+            },
+        )
+        .expect("a rediss URL")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect over TLS")
     }
 
     /// SIGKILLs the server and reaps it.
@@ -237,6 +277,14 @@ impl OwnServer {
         self.kill();
         self.spawn().await;
     }
+}
+
+/// A free loopback port, as the kernel picks one.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port()
 }
 
 impl Drop for OwnServer {
