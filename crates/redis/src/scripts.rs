@@ -7,34 +7,33 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// Helpers every script starts with.
-///
-/// - `clock()`: the server's time in ms and in µs since the epoch.
-/// - `int(n)`: a number as an integer string (Lua's `tostring` would write
-///   large numbers with an exponent).
-/// - `prune(z, h, now)`: drops the expired members of sorted set `z` (and
-///   their records in hash `h`, when given), and returns how many live. It
-///   writes nothing when nothing expired: Redis checks a script against
-///   `maxmemory` only until its first write, so an attempt on a server out
-///   of memory is refused with `OOM` rather than let through by a no-op
-///   write. When members did expire, their removal is that first write,
-///   and the grant after it goes through past `maxmemory`: whole, never in
-///   part.
-/// - `expire_with_last(z, h)`: lets `z` (and `h`) expire with the last
-///   member of `z`, so nothing outlives its grants.
-/// - `first_left(z, now)`: ms until the first member of `z` expires, or -1.
-/// - `next_token(t, now_us, ttl)`: `max(previous + 1, now in µs)`, stored
-///   in `t` for `ttl` ms. The clock is nearly always ahead of the counter,
-///   so it is stored first, and the previous value it replaced read in the
-///   same command; only a counter at or past the clock is written again.
-const PRELUDE: &str = r"
-if redis.replicate_commands then pcall(redis.replicate_commands) end
+// The helpers scripts start with, each script with the ones it uses
+// only: a script's text runs in full at every call, helpers' definitions
+// included.
+
+/// `clock()`: the server's time in ms and in µs since the epoch.
+const CLOCK: &str = r"
 local function clock()
   local t = redis.call('TIME')
   local s, us = tonumber(t[1]), tonumber(t[2])
   return s * 1000 + math.floor(us / 1000), s * 1000000 + us
 end
+";
+
+/// `int(n)`: a number as an integer string (Lua's `tostring` would write
+/// large numbers with an exponent).
+const INT: &str = r"
 local function int(n) return string.format('%.0f', n) end
+";
+
+/// `prune(z, h, now)`: drops the expired members of sorted set `z` (and
+/// their records in hash `h`, when given), and returns how many live. It
+/// writes nothing when nothing expired: Redis checks a script against
+/// `maxmemory` only until its first write, so an attempt on a server out
+/// of memory is refused with `OOM` rather than let through by a no-op
+/// write. When members did expire, their removal is that first write, and
+/// the grant after it goes through past `maxmemory`: whole, never in part.
+const PRUNE: &str = r"
 local function prune(z, h, now)
   local dead = redis.call('ZRANGEBYSCORE', z, '-inf', int(now))
   local n = redis.call('ZCARD', z) - #dead
@@ -47,6 +46,11 @@ local function prune(z, h, now)
   end
   return n
 end
+";
+
+/// `expire_with_last(z, h)`: lets `z` (and `h`) expire with the last
+/// member of `z`, so nothing outlives its grants.
+const EXPIRE_WITH_LAST: &str = r"
 local function expire_with_last(z, h)
   local last = redis.call('ZRANGE', z, -1, -1, 'WITHSCORES')
   if #last == 2 then
@@ -54,17 +58,32 @@ local function expire_with_last(z, h)
     if h then redis.call('PEXPIREAT', h, last[2]) end
   end
 end
+";
+
+/// `first_left(z, now)`: ms until the first member of `z` expires, or -1.
+const FIRST_LEFT: &str = r"
 local function first_left(z, now)
   local first = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
   if #first == 2 then return math.max(tonumber(first[2]) - now, 0) end
   return -1
 end
+";
+
+/// `next_token(t, now_us, ttl)`: `max(previous + 1, now in µs)`, stored in
+/// `t` for `ttl` ms. The clock is nearly always ahead of the counter, so
+/// it is stored first, and the previous value it replaced read in the same
+/// command; only a counter at or past the clock is written again.
+const NEXT_TOKEN: &str = r"
 local function next_token(t, now_us, ttl)
   local prev = tonumber(redis.call('SET', t, int(now_us), 'PX', ttl, 'GET') or '0') or 0
   if prev < now_us then return now_us end
   redis.call('SET', t, int(prev + 1), 'PX', ttl)
   return prev + 1
 end
+";
+
+/// `owns(x, id)`: whether exclusive grant `x` is grant `id`'s.
+const OWNS: &str = r"
 local function owns(x, id)
   local v = redis.call('GET', x)
   return v and string.sub(v, 1, 32) == id
@@ -85,6 +104,14 @@ local x, s, i, w, t = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local claim, id, lease, record, mark = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local limit, max_readers, counter_ttl = tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8]
 local stored = ARGV[9]
+-- A writer on a free name, the common case, is granted at once.
+if claim == 'x' and redis.call('EXISTS', x, s) == 0 then
+  local _, now_us = clock()
+  local token = next_token(t, now_us, counter_ttl)
+  redis.call('SET', x, id .. ':' .. stored .. int(token) .. ':' .. record, 'PX', ARGV[3])
+  if mark ~= '' then redis.call('ZREM', w, mark) end
+  return {1, token}
+end
 local now, now_us = clock()
 local writer = redis.call('PTTL', x)
 -- A writer on a name no reader or permit holder ever used looks no
@@ -286,15 +313,18 @@ pub(crate) struct Scripts {
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
-    let with_prelude = |body: &str| Script::new(&format!("{PRELUDE}{body}"));
+    let with = |helpers: &[&str], body: &str| Script::new(&format!("{}{body}", helpers.concat()));
     Scripts {
-        acquire: with_prelude(ACQUIRE),
-        extend: with_prelude(EXTEND),
-        release: with_prelude(RELEASE),
-        hand_over: with_prelude(HAND_OVER),
-        end_wait: with_prelude(END_WAIT),
-        force_release: with_prelude(FORCE_RELEASE),
-        inspect: with_prelude(INSPECT),
-        raise: with_prelude(RAISE),
+        acquire: with(
+            &[CLOCK, INT, PRUNE, EXPIRE_WITH_LAST, FIRST_LEFT, NEXT_TOKEN],
+            ACQUIRE,
+        ),
+        extend: with(&[CLOCK, INT, EXPIRE_WITH_LAST, OWNS], EXTEND),
+        release: with(&[CLOCK, OWNS], RELEASE),
+        hand_over: with(&[CLOCK, INT, NEXT_TOKEN, OWNS], HAND_OVER),
+        end_wait: with(&[], END_WAIT),
+        force_release: with(&[CLOCK, INT], FORCE_RELEASE),
+        inspect: with(&[CLOCK, INT], INSPECT),
+        raise: with(&[INT, OWNS], RAISE),
     }
 });
