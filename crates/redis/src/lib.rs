@@ -197,6 +197,7 @@ mod cluster;
 mod config;
 mod deployment;
 mod error;
+mod hold;
 mod keys;
 mod link;
 mod node;
