@@ -13,29 +13,9 @@ use distlock_core::{
 };
 use distlock_redis::{RedisBackend, redis};
 
-use support::{backend, grant, raw, unique, url};
+use support::{backend, grant, hand_over, raw, unique, url};
 
 const LEASE: Duration = Duration::from_secs(30);
-
-/// The next grant of `lease`'s lock for the same holder, through the
-/// backend's hand-over.
-async fn hand_over(backend: &RedisBackend, lease: &Lease) -> Lease {
-    let next = AcquireRequest::new(
-        lease.name.clone(),
-        Claim::Exclusive,
-        lease.lease,
-        Holder::this_process(Some("redis-tests")).into(),
-    );
-    let hand_overs = backend.hand_overs().expect("one server hands over");
-    match hand_overs.hand_over(lease, &next).await.expect("hand over") {
-        HandOver::Granted {
-            fencing_token,
-            state,
-            ..
-        } => next.granted(fencing_token, state),
-        HandOver::NotOurs => panic!("a live grant of ours is handed over"),
-    }
-}
 
 /// How many times the server ran each command, `INFO` itself left out.
 async fn command_calls(
