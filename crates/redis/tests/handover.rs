@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use distlock_core::{
-    AcquireRequest, Backend, Claim, HandOver, Holder, Lease, LockClient, LockName, LossReason,
+    AcquireRequest, Backend, Claim, HandOver, Holder, LockClient, LockName, LossReason,
 };
 use distlock_redis::{RedisBackend, redis};
 
