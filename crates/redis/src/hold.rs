@@ -160,8 +160,9 @@ impl Hold {
             return None;
         }
         let mut live = self.live();
-        // Half of the lease left: whatever the server's clock gained on
-        // ours since, the key outlives the call that hands it on.
+        // Half of the lease left, as memcached asks: room for a server
+        // clock that runs a little fast, and for the keeper to extend the
+        // next grant before the key's expiry.
         let fresh = live.confirmed_at + self.lease / 2 > Instant::now();
         if live.ended || live.current != id || !fresh || live.next > live.last {
             return None;
