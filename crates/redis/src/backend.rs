@@ -10,7 +10,6 @@ use distlock_core::{
     ServerInfo, WaitState, Wakeups, async_trait,
 };
 use futures::future::join_all;
-use tokio::time::Instant;
 
 use crate::config::{Mode, RedisConfig};
 use crate::hold::{Hold, OnServer, TOKEN_BLOCK};
@@ -361,7 +360,8 @@ impl Backend for RedisBackend {
                     .iter()
                     .map(|lease| OnServer::of(lease) != OnServer::Gone)
                     .collect::<Vec<_>>();
-                let sent_at = Instant::now();
+                // Tokio's clock, as core times leases by it.
+                let sent_at = tokio::time::Instant::now();
                 let extended = if on_server.iter().all(|&on| on) {
                     self.extend_on_server(leases, timeout).await
                 } else {
@@ -519,7 +519,8 @@ impl HandOvers for RedisBackend {
                 state: lease.state.clone(),
             });
         }
-        let sent_at = Instant::now();
+        // Tokio's clock, as core times leases by it.
+        let sent_at = tokio::time::Instant::now();
         let answer = self
             .single()
             .hand_over(lease, stored, next, TOKEN_BLOCK)
