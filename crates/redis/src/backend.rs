@@ -12,6 +12,7 @@ use distlock_core::{
 use futures::future::join_all;
 
 use crate::config::{Mode, RedisConfig};
+use crate::hold::{Hold, OnServer, TOKEN_BLOCK};
 use crate::keys::KeySpace;
 use crate::link::Target;
 use crate::node::{Node, WriterMark};
@@ -206,6 +207,28 @@ impl RedisBackend {
     fn single(&self) -> &Node {
         &self.nodes[0]
     }
+
+    /// Extends `leases` on the one server (or cluster), each under the
+    /// identity stored for it, waiting for replicas where configured.
+    async fn extend_on_server(&self, leases: &[Lease], timeout: Duration) -> Extended {
+        if leases.is_empty() {
+            return Extended::new(Vec::new(), None);
+        }
+        let extended = self.single().extend_many(leases, timeout).await;
+        match self.config.wait_replicas {
+            Some(replicas) => {
+                let outcomes = crate::replicas::confirm_extensions(
+                    self.single(),
+                    extended.outcomes,
+                    replicas,
+                    timeout / 2,
+                )
+                .await;
+                Extended::new(outcomes, extended.server_time)
+            }
+            None => extended,
+        }
+    }
 }
 
 #[async_trait]
@@ -378,33 +401,67 @@ impl Backend for RedisBackend {
                 Extended::new(quorum.extend_many(leases, timeout).await, None)
             }
             None => {
-                let extended = self.single().extend_many(leases, timeout).await;
-                match self.config.wait_replicas {
-                    Some(replicas) => {
-                        let outcomes = crate::replicas::confirm_extensions(
-                            self.single(),
-                            extended.outcomes,
-                            replicas,
-                            timeout / 2,
-                        )
-                        .await;
-                        Extended::new(outcomes, extended.server_time)
+                // Grants another of this process's took over without a
+                // command are no longer on the server: refused unsent.
+                let on_server = leases
+                    .iter()
+                    .map(|lease| OnServer::of(lease) != OnServer::Gone)
+                    .collect::<Vec<_>>();
+                // Tokio's clock, as core times leases by it.
+                let sent_at = tokio::time::Instant::now();
+                let extended = if on_server.iter().all(|&on| on) {
+                    self.extend_on_server(leases, timeout).await
+                } else {
+                    let sent: Vec<Lease> = leases
+                        .iter()
+                        .zip(&on_server)
+                        .filter(|&(_, &on)| on)
+                        .map(|(lease, _)| lease.clone())
+                        .collect();
+                    let extended = self.extend_on_server(&sent, timeout).await;
+                    let mut answers = extended.outcomes.into_iter();
+                    let outcomes = on_server
+                        .iter()
+                        .map(|&on| {
+                            if on {
+                                answers.next().unwrap_or(Ok(false))
+                            } else {
+                                Ok(false)
+                            }
+                        })
+                        .collect();
+                    Extended::new(outcomes, extended.server_time)
+                };
+                for (lease, outcome) in leases.iter().zip(&extended.outcomes) {
+                    if let Some(hold) = Hold::of(lease) {
+                        match outcome {
+                            Ok(true) => hold.confirm(lease.id, sent_at, lease.lease),
+                            Ok(false) => hold.end(lease.id),
+                            // Unknown: the hold stays as it was confirmed.
+                            Err(_) => {}
+                        }
                     }
-                    None => extended,
                 }
+                extended
             }
         }
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
-        match self.quorum() {
-            Some(quorum) => quorum.release(lease).await,
-            None => {
-                self.single()
-                    .release(&lease.name, lease.claim, lease.id, lease.operation_timeout)
-                    .await
-            }
+        if let Some(quorum) = self.quorum() {
+            return quorum.release(lease).await;
         }
+        let OnServer::Stored { id, .. } = OnServer::of(lease) else {
+            return Ok(false);
+        };
+        let released = self
+            .single()
+            .release(&lease.name, lease.claim, id, lease.operation_timeout)
+            .await;
+        if let (Ok(_), Some(hold)) = (&released, Hold::of(lease)) {
+            hold.end(lease.id);
+        }
+        released
     }
 
     async fn list(&self) -> Result<Vec<LockInfo>> {
@@ -474,6 +531,13 @@ impl DelayedRelease for RedisBackend {
 
 #[async_trait]
 impl HandOvers for RedisBackend {
+    /// Without a server command when this process took the lock over by
+    /// the script below and still has a reserved token, half of the lease
+    /// and the same holder and lease for `next` (`Hold::pass_on`);
+    /// otherwise one script that ends `lease` and makes `next`'s grant,
+    /// reserving the tokens for the next ones (see the [crate
+    /// docs](crate#hand-overs-without-a-command)). Quorum mode answers
+    /// [`Error::Unsupported`].
     async fn hand_over(&self, lease: &Lease, next: &AcquireRequest) -> Result<HandOver> {
         if lease.claim != Claim::Exclusive || next.claim != Claim::Exclusive {
             return Err(Error::Unsupported(
@@ -485,14 +549,51 @@ impl HandOvers for RedisBackend {
                 "the redis backend's mode=quorum does not hand a lock over in one step".into(),
             ));
         }
-        match self.single().hand_over(lease, next).await? {
-            None => Ok(HandOver::NotOurs),
-            Some(fencing_token) => Ok(HandOver::Granted {
+        let OnServer::Stored { id: stored, .. } = OnServer::of(lease) else {
+            return Ok(HandOver::NotOurs);
+        };
+        let hold = Hold::of(lease);
+        if let Some((fencing_token, confirmed_at)) = hold
+            .filter(|_| lease.name == next.name)
+            .and_then(|hold| hold.pass_on(lease.id, next.lease_id, next.lease, &next.holder))
+        {
+            // The key stays as it is, under the identity the hold stored;
+            // the next grant shares the hold, so it ends when `lease`
+            // would have unless the keeper extends it.
+            return Ok(HandOver::Granted {
                 fencing_token,
-                confirmed_at: None,
-                state: GrantState::none(),
-            }),
+                confirmed_at: Some(confirmed_at),
+                state: lease.state.clone(),
+            });
         }
+        // Tokio's clock, as core times leases by it.
+        let sent_at = tokio::time::Instant::now();
+        let answer = self
+            .single()
+            .hand_over(lease, stored, next, TOKEN_BLOCK)
+            .await?;
+        // Answered: the old grant is ours no more, whichever the answer.
+        // After an error it stays as it was, so that core's release of it
+        // still finds the stored identity.
+        if let Some(hold) = hold {
+            hold.end(lease.id);
+        }
+        let Some(fencing_token) = answer else {
+            return Ok(HandOver::NotOurs);
+        };
+        let hold = Hold::new(
+            next.lease_id,
+            next.holder.clone(),
+            next.lease,
+            fencing_token,
+            fencing_token + (TOKEN_BLOCK - 1),
+            sent_at,
+        );
+        Ok(HandOver::Granted {
+            fencing_token,
+            confirmed_at: None,
+            state: GrantState::new(hold),
+        })
     }
 }
 

@@ -84,7 +84,10 @@
 //!   another limit than the holders' is [`Error::KindConflict`].
 //! - **Hand-over** to the next task of the same client is one script that
 //!   ends the old exclusive grant and makes the next, with a new identity
-//!   and a higher token, so the lock is never free in between.
+//!   and a higher token, so the lock is never free in between. That script
+//!   takes 64 tokens from the counter, not 1: the grant gets the first,
+//!   and the next 63 hand-overs of the lock in this process need no
+//!   server command (see [below](#hand-overs-without-a-command)).
 //! - **Wake-ups.** Each release (and a forced release, and a writer that
 //!   stops waiting) publishes on the name's channel. One subscriber
 //!   connection per server subscribes to the channels of the names this
@@ -98,6 +101,39 @@
 //! - **Timeouts.** Every call ends within the request's operation timeout
 //!   ([`Capabilities::bounds_calls`]); `list` and `force_release` within
 //!   30 s.
+//!
+//! # Hand-overs without a command
+//! In single and cluster mode (never in quorum mode, nor with
+//! `wait_replicas`, which hand nothing over), a hand-over sends nothing
+//! when all of these hold: this backend made the old grant by a hand-over
+//! through the server, or took it over as below; the server last
+//! confirmed the lease (the script, or an extension by the whole lease,
+//! timed from when it was sent) at most half a lease ago on this process's
+//! monotonic clock; the next grant asks for the same lease, name and
+//! holder (label included); and a reserved token is left. Then:
+//! - the key stays as it is, under the identity the script stored; the
+//!   next grant's extensions and its release check that identity, and the
+//!   old grant can no longer extend, release or hand over (it is refused
+//!   without a command);
+//! - the next grant's token is the next reserved one: above the old
+//!   grant's, and below every token the counter gives anyone later, which
+//!   is at least the last reserved one plus one;
+//! - core is told when the server last confirmed the lease, so the next
+//!   grant ends when the old one would have, and the keeper extends it on
+//!   the old one's schedule: a lease deleted, evicted or forced away
+//!   meanwhile is reported lost at its next extension, as any other;
+//! - **`list`** shows the token the key stores, which lags behind the
+//!   current grant's until that grant's next extension writes it (in the
+//!   same script, only when larger). The holder and label shown are always
+//!   the current grant's, since a grant for another record goes through
+//!   the server. Between, `list` (and an election's `leader`) may show a
+//!   token up to 63 below the holder's, for at most the extension cadence.
+//!
+//! Tokens count the server's microseconds: a block spans 64 of them. Where
+//! the counter is lost (a restart without persistence, an eviction), the
+//! next token comes from the server's clock, and exceeds the reserved ones
+//! unless that grant comes within 64 µs of the hand-over that reserved
+//! them, by the server's clock.
 //!
 //! # Quorum mode
 //! With `?mode=quorum` and N ≥ 3 independent servers (not replicas of one
@@ -197,6 +233,7 @@ mod cluster;
 mod config;
 mod deployment;
 mod error;
+mod hold;
 mod keys;
 mod link;
 mod node;

@@ -18,6 +18,7 @@ use crate::cluster::{OnMaster, SlotCache, SlotOwners};
 use crate::config::{RedisConfig, RedisServer};
 use crate::deployment;
 use crate::error::{copy, from_redis, timed_out, unexpected};
+use crate::hold::OnServer;
 use crate::keys::{KeySpace, NameKeys, Record};
 use crate::link::{Connection, Link, Target};
 use crate::reply::{Answer, Listed, int, is_noscript, read_grants};
@@ -292,6 +293,7 @@ impl Node {
         for lease in leases {
             let keys = self.keys.of(&lease.name);
             let (claim, _) = claim_code(lease.claim);
+            let (id, token) = stored_as(lease);
             pipe.cmd("EVALSHA")
                 .arg(SCRIPTS.extend.get_hash())
                 .arg(3)
@@ -299,8 +301,9 @@ impl Node {
                 .arg(&keys.holders)
                 .arg(&keys.records)
                 .arg(claim)
-                .arg(lease.id.to_string())
-                .arg(millis(lease.lease));
+                .arg(id)
+                .arg(millis(lease.lease))
+                .arg(token);
         }
         pipe
     }
@@ -310,6 +313,7 @@ impl Node {
     pub(crate) async fn extend_one(&self, lease: &Lease, timeout: Duration) -> Result<bool> {
         let keys = self.keys.of(&lease.name);
         let (claim, _) = claim_code(lease.claim);
+        let (id, token) = stored_as(lease);
         let what = format!("extending {}{}", lease.name, self.on);
         let reply = self
             .run(
@@ -320,8 +324,9 @@ impl Node {
                 &[&keys.exclusive, &keys.holders, &keys.records],
                 &[
                     claim.as_bytes(),
-                    lease.id.to_string().as_bytes(),
+                    id.as_bytes(),
                     millis(lease.lease).as_bytes(),
+                    token.as_bytes(),
                 ],
             )
             .await?;
@@ -413,12 +418,16 @@ impl Node {
             .ok_or_else(|| unexpected(&what, &reply))
     }
 
-    /// Ends the exclusive grant `lease` and makes `next`'s in one script:
-    /// the new token, or `None` when the old grant was no longer ours.
+    /// Ends the exclusive grant `lease`, stored under `stored`, and makes
+    /// `next`'s in one script that takes `tokens` fencing tokens from the
+    /// counter: the first of them, or `None` when the old grant was no
+    /// longer ours.
     pub(crate) async fn hand_over(
         &self,
         lease: &Lease,
+        stored: LeaseId,
         next: &AcquireRequest,
+        tokens: u64,
     ) -> Result<Option<u64>> {
         let keys = self.keys.of(&lease.name);
         let what = format!("handing over {}{}", lease.name, self.on);
@@ -431,11 +440,12 @@ impl Node {
                 &SCRIPTS.hand_over,
                 &[&keys.exclusive, &keys.token],
                 &[
-                    lease.id.to_string().as_bytes(),
+                    stored.to_string().as_bytes(),
                     next.lease_id.to_string().as_bytes(),
                     millis(next.lease).as_bytes(),
                     record.as_bytes(),
                     millis(COUNTER_TTL).as_bytes(),
+                    tokens.to_string().as_bytes(),
                 ],
             )
             .await?;
@@ -618,6 +628,20 @@ fn claim_code(claim: Claim) -> (&'static str, u32) {
         Claim::Exclusive => ("x", 0),
         Claim::Shared => ("s", 0),
         Claim::Permit { limit } => ("p", limit),
+    }
+}
+
+/// The identity the extend script checks for `lease`, and the token it
+/// writes (empty: none). A grant no longer on the server (see
+/// [`OnServer::Gone`]) is never sent; should one be, the nil identity,
+/// which no grant has, is refused.
+fn stored_as(lease: &Lease) -> (String, String) {
+    match OnServer::of(lease) {
+        OnServer::Stored { id, token } => (
+            id.to_string(),
+            token.map(|token| token.to_string()).unwrap_or_default(),
+        ),
+        OnServer::Gone => ("0".repeat(32), String::new()),
     }
 }
 

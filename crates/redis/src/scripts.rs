@@ -163,16 +163,28 @@ return {0, writer, marked}
 ";
 
 /// Extends one grant if it is still ours. KEYS: x s i. ARGV: claim, grant
-/// id, lease ms. Returns 1 when extended, 0 when the grant is gone.
+/// id, lease ms, and, for an exclusive grant, a fencing token or nothing.
+/// The token is that of a grant handed over without a command under the
+/// stored identity: it replaces the stored token when larger, so that
+/// `list` shows the current one. Returns 1 when extended, 0 when the grant
+/// is gone.
 const EXTEND: &str = r"
 local x, s, i = KEYS[1], KEYS[2], KEYS[3]
 local claim, id, lease = ARGV[1], ARGV[2], tonumber(ARGV[3])
 if claim == 'x' then
-  if owns(x, id) then
-    redis.call('PEXPIRE', x, ARGV[3])
-    return 1
+  if not owns(x, id) then return 0 end
+  local token = tonumber(ARGV[4] or '')
+  if token then
+    local rest = string.sub(redis.call('GET', x), 34)
+    local stored = tonumber(string.match(rest, '^~?(%d+)')) or 0
+    if token > stored then
+      local record = string.sub(rest, (string.find(rest, ':', 1, true)))
+      redis.call('SET', x, id .. ':' .. int(token) .. record, 'PX', ARGV[3])
+      return 1
+    end
   end
-  return 0
+  redis.call('PEXPIRE', x, ARGV[3])
+  return 1
 end
 local now = clock()
 local score = redis.call('ZSCORE', s, id)
@@ -210,13 +222,19 @@ return freed
 ";
 
 /// Ends an exclusive grant and makes the next in one step. KEYS: x t.
-/// ARGV: old id, new id, lease ms, record, token counter's ttl ms. Returns
-/// the new token, or 0 when the old grant was no longer ours.
+/// ARGV: old id, new id, lease ms, record, token counter's ttl ms, how
+/// many tokens to take. The new grant gets the first of them; the counter
+/// is left at the last, so every later grant of any client gets more than
+/// all of them, and the others are this process's for hand-overs without a
+/// command. Returns the new token, or 0 when the old grant was no longer
+/// ours.
 const HAND_OVER: &str = r"
 local x, t = KEYS[1], KEYS[2]
 if not owns(x, ARGV[1]) then return 0 end
 local _, now_us = clock()
 local token = next_token(t, now_us, ARGV[5])
+local block = tonumber(ARGV[6]) or 1
+if block > 1 then redis.call('SET', t, int(token + block - 1), 'PX', ARGV[5]) end
 redis.call('SET', x, ARGV[2] .. ':' .. int(token) .. ':' .. ARGV[4], 'PX', ARGV[3])
 return token
 ";

@@ -2,7 +2,7 @@
 //! (`DISTLOCK_TEST_REDIS_CLUSTER_URL`): odd names stay in one slot each and
 //! under the prefix, leases on every master are extended in one call, and
 //! a slot that moves while its lock is held loses nothing and grants
-//! nothing twice.
+//! nothing twice; hand-overs without a command work as on one server.
 
 mod support;
 
@@ -14,7 +14,7 @@ use std::time::Duration;
 use distlock_core::{AcquireOptions, Backend, Claim, LockClient, LockName, LockOptions};
 use distlock_redis::{Mode, RedisBackend, redis};
 
-use support::{backend, grant, grant_each, unique};
+use support::{backend, grant, grant_each, hand_over, unique};
 
 /// The cluster's URL, or a panic that says how to get one.
 fn cluster_url() -> String {
@@ -534,4 +534,55 @@ async fn a_slot_moves_while_its_lock_is_held() {
         .expect("free once released");
     assert!(next.fencing_token() > token, "tokens go on increasing");
     next.release().await.expect("release");
+}
+
+#[tokio::test]
+async fn hand_overs_without_a_command_act_for_the_stored_grant_on_its_master() {
+    let url = cluster_url();
+    let holder = backend(&url).await;
+    let name = unique("cluster-quiet");
+    let lease = Duration::from_secs(30);
+    let first = grant(&holder, &name, Claim::Exclusive, lease)
+        .await
+        .expect("free");
+    let through_server = hand_over(&holder, &first).await;
+    let local = hand_over(&holder, &through_server).await;
+    let later = hand_over(&holder, &local).await;
+    assert!(first.fencing_token < through_server.fencing_token);
+    assert!(through_server.fencing_token < local.fencing_token);
+    assert!(local.fencing_token < later.fencing_token);
+    let other = backend(&url).await;
+    assert!(
+        grant(&other, &name, Claim::Exclusive, lease)
+            .await
+            .is_none(),
+        "the lock is held all along"
+    );
+
+    let extended = holder
+        .extend_many(&[through_server.clone(), local.clone(), later.clone()])
+        .await;
+    let extended: Vec<bool> = extended
+        .into_iter()
+        .map(|outcome| outcome.expect("extend"))
+        .collect();
+    assert_eq!(
+        extended,
+        [false, false, true],
+        "only the current grant extends, under the stored identity"
+    );
+    let listed = other.list().await.expect("list");
+    assert!(
+        listed
+            .iter()
+            .any(|info| info.name == name && info.fencing_token == Some(later.fencing_token)),
+        "its extension wrote its token: {listed:?}"
+    );
+    assert!(!holder.release(&local).await.expect("release"));
+    assert!(holder.release(&later).await.expect("release"));
+    let next = grant(&other, &name, Claim::Exclusive, lease)
+        .await
+        .expect("free once released");
+    assert!(next.fencing_token > later.fencing_token);
+    assert!(other.release(&next).await.expect("release"));
 }

@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use distlock_core::{
-    AcquireRequest, Attempt, Backend, Claim, Holder, Lease, LockClient, LockName, LockOptions,
-    WaitState,
+    AcquireRequest, Attempt, Backend, Claim, HandOver, Holder, Lease, LockClient, LockName,
+    LockOptions, WaitState,
 };
 use distlock_redis::RedisBackend;
 use distlock_redis::redis;
@@ -97,6 +97,26 @@ pub async fn grant(
             state,
         } => Some(request.granted(fencing_token, state)),
         Attempt::Held { .. } => None,
+    }
+}
+
+/// The next grant of `lease`'s lock for the same holder, through the
+/// backend's hand-over.
+pub async fn hand_over(backend: &RedisBackend, lease: &Lease) -> Lease {
+    let next = AcquireRequest::new(
+        lease.name.clone(),
+        Claim::Exclusive,
+        lease.lease,
+        Holder::this_process(Some("redis-tests")).into(),
+    );
+    let hand_overs = backend.hand_overs().expect("one server hands over");
+    match hand_overs.hand_over(lease, &next).await.expect("hand over") {
+        HandOver::Granted {
+            fencing_token,
+            state,
+            ..
+        } => next.granted(fencing_token, state),
+        HandOver::NotOurs => panic!("a live grant of ours is handed over"),
     }
 }
 
