@@ -14,6 +14,7 @@
 //! A step back only makes leases last longer on the server, which the
 //! holder cannot shorten; it is not tracked.
 
+use std::collections::VecDeque;
 use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
@@ -32,10 +33,18 @@ pub(super) struct Reading {
     pub(super) server_time: SystemTime,
 }
 
-/// The last reading of a client's server clock.
+/// How many of the latest steps are remembered for leases that join late.
+const STEPS_KEPT: usize = 8;
+
+/// The last reading of a client's server clock, and the latest steps it
+/// showed.
 #[derive(Debug, Default)]
 pub(super) struct ClockWatch {
     last: Option<Reading>,
+    /// Each step, with when the request that revealed it was sent: a lease
+    /// confirmed by a request sent before that may have been confirmed
+    /// before the step, and lost it from its end.
+    steps: VecDeque<(Instant, Duration)>,
 }
 
 impl ClockWatch {
@@ -55,7 +64,27 @@ impl ClockWatch {
             .received_at
             .saturating_duration_since(previous.sent_at);
         let step = advanced.checked_sub(most_elapsed)?;
-        (step > TOLERANCE).then_some(step)
+        if step <= TOLERANCE {
+            return None;
+        }
+        if self.steps.len() == STEPS_KEPT {
+            self.steps.pop_front();
+        }
+        self.steps.push_back((reading.sent_at, step));
+        Some(step)
+    }
+
+    /// How much the server's clock stepped forward after a lease was
+    /// confirmed by a request sent at `confirmed_at`, as far as the steps
+    /// seen tell: for a lease that joins the keeper with an older
+    /// confirmation (one handed over without a server command keeps its
+    /// predecessor's), which the shortening at the step did not reach.
+    pub(super) fn stepped_since(&self, confirmed_at: Instant) -> Duration {
+        self.steps
+            .iter()
+            .filter(|(revealed_by, _)| confirmed_at < *revealed_by)
+            .map(|(_, step)| *step)
+            .sum()
     }
 }
 
@@ -102,6 +131,29 @@ mod tests {
         assert_eq!(step, Duration::from_millis(9_998));
         // The step is seen once; from then on the clock keeps time.
         assert_eq!(watch.observe(reading(base, 20_000, 2, 1_030_000)), None);
+    }
+
+    #[test]
+    fn a_lease_confirmed_before_a_step_was_revealed_loses_it_when_it_joins() {
+        let base = Instant::now();
+        let mut watch = ClockWatch::default();
+        watch.observe(reading(base, 0, 2, 1_000_000));
+        watch.observe(reading(base, 10_000, 2, 1_020_000));
+        let step = Duration::from_millis(9_998);
+        assert_eq!(watch.stepped_since(base + Duration::from_millis(5_000)), step);
+        // Confirmed by a request sent with, or after, the one that showed
+        // the step: the server confirmed it on its clock as it is now.
+        assert_eq!(
+            watch.stepped_since(base + Duration::from_millis(10_000)),
+            Duration::ZERO
+        );
+        // A second step adds up for a lease older than both.
+        watch.observe(reading(base, 20_000, 2, 1_040_000));
+        assert_eq!(watch.stepped_since(base), step * 2);
+        assert_eq!(
+            watch.stepped_since(base + Duration::from_millis(15_000)),
+            step
+        );
     }
 
     #[test]

@@ -260,10 +260,17 @@ impl Shared {
         } else {
             sent_at + self.options.extend_every()
         };
+        // A lease confirmed before a step the keeper already saw (handed
+        // over with its predecessor's confirmation) loses it as the leases
+        // kept then did.
+        let stepped = schedule.clock.stepped_since(sent_at);
+        let valid_until = self
+            .valid_until(sent_at)
+            .map(|until| until.checked_sub(stepped).unwrap_or(sent_at));
         let entry = Entry {
             held,
             next_extension,
-            valid_until: self.valid_until(sent_at),
+            valid_until,
             in_flight: false,
             wake_at: sent_at,
             session,
