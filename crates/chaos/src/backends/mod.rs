@@ -211,7 +211,8 @@ pub(crate) trait CampaignBackend: Sync + std::fmt::Debug {
     /// first: a majority of them (the one server, for a backend of one),
     /// so that the fault costs a holder its lock.
     fn faulted_servers(&self) -> usize {
-        (1 + self.companions()) / 2 + 1
+        let servers = 1 + self.companions();
+        servers / 2 + 1
     }
 
     /// Has clients of `server` reach its first servers through `proxies`
