@@ -27,8 +27,8 @@ pub(crate) fn runtime() -> Outcome<Runtime> {
 }
 
 /// Fault proxies in front of as many of a backend's servers as a holder
-/// needs (its one server; a majority of a quorum's), which a fault reaches
-/// together.
+/// needs (its one server; a majority of a quorum's; a cluster's master of
+/// every slot), which a fault reaches together.
 pub(crate) struct Proxies {
     /// Declared first, so dropped first: clients are sent back to the
     /// servers before the proxies close.
