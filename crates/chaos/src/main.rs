@@ -47,7 +47,8 @@ struct Args {
     worker: Option<Worker>,
     /// A backend to run against (file, MongoDB, memcached, etcd,
     /// PostgreSQL, postgresql-advisory, redis, redis-volatile,
-    /// redis-quorum); repeat for several. Default: every backend.
+    /// redis-quorum, redis-cluster); repeat for several. Default: every
+    /// backend.
     #[arg(long = "backend", value_name = "NAME")]
     backends: Vec<String>,
     /// A scenario to run (R1, R2, …); repeat for several. Default: all.

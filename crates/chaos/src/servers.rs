@@ -103,6 +103,7 @@ impl Server {
             let companion = server.start_companion(index)?;
             server.companions.push(companion);
         }
+        kind.ready(&server)?;
         Ok(server)
     }
 
@@ -151,13 +152,6 @@ impl Server {
         addresses
     }
 
-    /// How many servers a fault must reach to cost a holder its lock: a
-    /// majority of them (the one server, for a backend of one).
-    pub(crate) fn majority(&self) -> usize {
-        let servers = 1 + self.companions.len();
-        servers / 2 + 1
-    }
-
     /// A directory of this run's own, for stores and logs.
     pub(crate) fn scratch(&self) -> &Path {
         self.dir.path()
@@ -169,16 +163,20 @@ impl Server {
     }
 
     /// Kills the server (SIGKILL) and starts it again on the same port
-    /// and data. Does nothing for the file backend.
+    /// and data, and returns once the backend serves again (a Redis
+    /// Cluster's master waits a moment before it does). Does nothing for
+    /// the file backend.
     ///
     /// # Errors
-    /// A server that does not listen again within 30 s.
+    /// A server that does not listen again within 30 s, or a backend that
+    /// does not serve again within its bound.
     pub(crate) fn restart(&mut self) -> Outcome<()> {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
         }
-        self.launch()
+        self.launch()?;
+        self.kind.ready(self)
     }
 
     /// Starts companion `index`, with its data in a directory of its own

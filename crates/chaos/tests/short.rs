@@ -75,3 +75,8 @@ fn the_short_form_holds_on_redis_without_persistence() {
 fn the_short_form_holds_on_redis_in_quorum_mode() {
     short_form("redis-quorum");
 }
+
+#[test]
+fn the_short_form_holds_on_a_redis_cluster() {
+    short_form("redis-cluster");
+}

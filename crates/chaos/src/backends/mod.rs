@@ -10,6 +10,7 @@ mod memcached;
 mod mongodb;
 mod postgres;
 mod redis;
+mod redis_cluster;
 mod redis_quorum;
 
 use std::ffi::OsString;
@@ -28,7 +29,7 @@ pub(crate) use memcached::MEMCACHED;
 pub(crate) type Kind = &'static dyn CampaignBackend;
 
 /// Every backend the campaign runs against, in report order.
-pub(crate) const ALL: [Kind; 9] = [
+pub(crate) const ALL: [Kind; 10] = [
     &file::FILE,
     &mongodb::MONGODB,
     &memcached::MEMCACHED,
@@ -38,6 +39,7 @@ pub(crate) const ALL: [Kind; 9] = [
     &redis::REDIS,
     &redis::REDIS_VOLATILE,
     &redis_quorum::REDIS_QUORUM,
+    &redis_cluster::REDIS_CLUSTER,
 ];
 
 /// The backend called `text` (as `--backend` takes it, in any case): its
@@ -120,6 +122,25 @@ pub(crate) struct ClockStep {
     pub(crate) why: &'static str,
 }
 
+/// What a backend changed so that its clients pass through fault proxies
+/// ([`CampaignBackend::route_through`]), undone when dropped.
+pub(crate) struct Detour(Option<Box<dyn FnOnce() + Send>>);
+
+impl Detour {
+    /// A detour that `undo` ends.
+    pub(crate) fn new(undo: impl FnOnce() + Send + 'static) -> Self {
+        Self(Some(Box::new(undo)))
+    }
+}
+
+impl Drop for Detour {
+    fn drop(&mut self) {
+        if let Some(undo) = self.0.take() {
+            undo();
+        }
+    }
+}
+
 /// A URL with a password canary in it, tried in R12.
 pub(crate) struct SecretCase {
     pub(crate) label: &'static str,
@@ -166,6 +187,51 @@ pub(crate) trait CampaignBackend: Sync + std::fmt::Debug {
     /// faults a majority of them all.
     fn companions(&self) -> usize {
         0
+    }
+
+    /// Makes the started servers one deployment, if they must be (a Redis
+    /// Cluster's slots and meetings), and waits until it serves. The
+    /// harness calls it once all of them listen, and again after each
+    /// restart.
+    ///
+    /// # Errors
+    /// The servers cannot be reached, or do not serve within a bound.
+    fn ready(&self, _server: &Server) -> Outcome<()> {
+        Ok(())
+    }
+
+    /// How long a restart keeps the backend from serving beyond the
+    /// server's start, which scenarios that restart on a schedule (R6)
+    /// must allow for.
+    fn restart_downtime(&self) -> Duration {
+        Duration::ZERO
+    }
+
+    /// How many of its servers a network fault reaches, the restarted one
+    /// first: a majority of them (the one server, for a backend of one),
+    /// so that the fault costs a holder its lock.
+    fn faulted_servers(&self) -> usize {
+        let servers = 1 + self.companions();
+        servers / 2 + 1
+    }
+
+    /// Has clients of `server` reach its first servers through `proxies`
+    /// (fault proxies' addresses, in order), for a backend whose clients
+    /// learn where its servers are from the servers themselves and would
+    /// otherwise pass the proxies by; undone when the detour is dropped.
+    /// Clients of most backends go where their URL says, which needs
+    /// nothing.
+    ///
+    /// # Errors
+    /// The servers cannot be told, or do not agree within a bound.
+    fn route_through(&self, _server: &Server, _proxies: &[String]) -> Outcome<Option<Detour>> {
+        Ok(None)
+    }
+
+    /// Whether a fault proxy can stand between one holder and the server
+    /// while a second holder reaches it directly (R3, R9), or why not.
+    fn one_client_faulted(&self) -> Result<(), &'static str> {
+        Ok(())
     }
 
     /// The server's URL with a key space of its own called `space` (a

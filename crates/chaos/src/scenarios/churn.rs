@@ -29,7 +29,10 @@ pub(super) const SCENARIO: Scenario = Scenario {
                reported, not forbidden; the fenced counter must still lose no update (Redis \
                with an append-only file synced on every write keeps them; so does Redis in quorum mode, \
                where the restart reaches one server of three and the other two keep every \
-               lock). PostgreSQL's advisory mode loses them too, but each \
+               lock). Redis in cluster mode restarts the master of every slot: it comes \
+               back empty, its overlaps are reported, and the next restart is counted from \
+               when it serves again, 2 s after it starts. PostgreSQL's advisory mode loses \
+               them too, but each \
                holder's `lost()` fires as its connection ends, before the server is back: its \
                overlaps stay forbidden. A backend without semaphores says so.",
         untimed: false,

@@ -43,7 +43,11 @@ pub(super) const SCENARIO: Scenario = Scenario {
                name given its key beforehand (its first statement would otherwise only find \
                that it has none); the reset connection was the session to hold the lock. Redis \
                in quorum mode: the same, on two servers of three, so that the attempt cannot \
-               count on a majority, and the third server's copy must be rolled back. If \
+               count on a majority, and the third server's copy must be rolled back. Redis in \
+               cluster mode: the same, on the master of every slot, which announces the proxy \
+               as its address while the proxy stands (the cluster client goes where the \
+               cluster says), so the second holder passes through the proxy too, once its shot \
+               is spent and the fault cleared. If \
                granted, the client reads and writes the fenced counter, holds half a second and \
                releases, while a second holder (a process of its own, connected directly) \
                waits; if not, the second holder comes once the client has given up. The first \

@@ -9,6 +9,7 @@ use distlock_faultproxy::{Fault, FaultProxy};
 use tokio::runtime::Runtime;
 
 use crate::Outcome;
+use crate::backends::Detour;
 use crate::report::Row;
 use crate::servers::Server;
 
@@ -26,21 +27,26 @@ pub(crate) fn runtime() -> Outcome<Runtime> {
 }
 
 /// Fault proxies in front of as many of a backend's servers as a holder
-/// needs (its one server; a majority of a quorum's), which a fault reaches
-/// together.
-pub(crate) struct Proxies(Vec<FaultProxy>);
+/// needs (its one server; a majority of a quorum's; a cluster's master of
+/// every slot), which a fault reaches together.
+pub(crate) struct Proxies {
+    /// Declared first, so dropped first: clients are sent back to the
+    /// servers before the proxies close.
+    _detour: Option<Detour>,
+    proxies: Vec<FaultProxy>,
+}
 
 impl Proxies {
     /// Puts `fault` in force on every proxy.
     pub(crate) fn set_fault(&self, fault: Fault) {
-        for proxy in &self.0 {
+        for proxy in &self.proxies {
             proxy.set_fault(fault);
         }
     }
 
     /// Lets everything pass again, on every proxy.
     pub(crate) fn clear(&self) {
-        for proxy in &self.0 {
+        for proxy in &self.proxies {
             proxy.clear();
         }
     }
@@ -48,22 +54,27 @@ impl Proxies {
     /// Whether every proxy's fault is over: a one-shot fault
     /// ([`Fault::ResetAfterRequest`]) was taken on each.
     pub(crate) fn all_spent(&self) -> bool {
-        self.0.iter().all(|proxy| proxy.fault() == Fault::None)
+        self.proxies
+            .iter()
+            .all(|proxy| proxy.fault() == Fault::None)
     }
 }
 
-/// Fault proxies in front of a majority of `server`'s servers (the
-/// restarted one first, then its companions), running on `runtime` (which
-/// must outlive them), and the URL of the backend through them: a fault
-/// reaches as many servers as it must for a holder to lose its lock,
-/// while the others are reached directly.
+/// Fault proxies in front of as many of `server`'s servers as the backend
+/// says a fault reaches (the restarted one first, then its companions),
+/// running on `runtime` (which must outlive them), and the URL of the
+/// backend through them: a fault reaches as many servers as it must for a
+/// holder to lose its lock, while the others are reached directly. A
+/// backend whose clients learn its servers' addresses from the servers is
+/// told to announce the proxies while they stand.
 ///
 /// # Errors
 /// The servers' addresses cannot be read, or no port can be bound.
 pub(crate) fn proxy(runtime: &Runtime, server: &Server) -> Outcome<(Proxies, String)> {
     let _entered = runtime.enter();
     let mut proxies = Vec::new();
-    for address in server.all_addresses().into_iter().take(server.majority()) {
+    let reached = server.kind.faulted_servers();
+    for address in server.all_addresses().into_iter().take(reached) {
         let upstream: SocketAddr = address.parse()?;
         proxies.push(FaultProxy::start(upstream)?);
     }
@@ -75,7 +86,14 @@ pub(crate) fn proxy(runtime: &Runtime, server: &Server) -> Outcome<(Proxies, Str
         .split_first()
         .ok_or("a backend without a server to put a proxy in front of")?;
     let url = server.url_via(first, companions);
-    Ok((Proxies(proxies), url))
+    let detour = server.kind.route_through(server, &addresses)?;
+    Ok((
+        Proxies {
+            _detour: detour,
+            proxies,
+        },
+        url,
+    ))
 }
 
 /// The row of scenario `id` on a backend without a server (the file
