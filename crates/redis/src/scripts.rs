@@ -114,10 +114,25 @@ if claim == 'x' and redis.call('EXISTS', x, s) == 0 then
 end
 local now, now_us = clock()
 local writer = redis.call('PTTL', x)
+-- This very attempt, run again (a cluster client sends a script again
+-- when the connection broke before its answer): the grant it made is
+-- answered again, never taken for someone else's.
+if writer ~= -2 and claim == 'x' then
+  local v = redis.call('GET', x)
+  if v and string.sub(v, 1, 32) == id then
+    return {1, tonumber(string.match(string.sub(v, 34), '^~?(%d+)'))}
+  end
+end
 -- A writer on a name no reader or permit holder ever used looks no
 -- further; waiting writers' marks keep only readers out.
 local holders = 0
 if claim ~= 'x' or redis.call('EXISTS', s) == 1 then holders = prune(s, i, now) end
+if claim ~= 'x' and holders > 0 then
+  local again = redis.call('HGET', i, id)
+  if again and redis.call('ZSCORE', s, id) then
+    return {1, tonumber(string.match(again, '^~?(%d+)'))}
+  end
+end
 local kind, held_limit = false, 0
 if holders > 0 then
   kind = redis.call('HGET', i, 'kind') or 'x'

@@ -14,17 +14,7 @@ use std::time::Duration;
 use distlock_core::{AcquireOptions, Backend, Claim, LockClient, LockName, LockOptions};
 use distlock_redis::{Mode, RedisBackend, redis};
 
-use support::{backend, grant, grant_each, hand_over, unique};
-
-/// The cluster's URL, or a panic that says how to get one.
-fn cluster_url() -> String {
-    std::env::var("DISTLOCK_TEST_REDIS_CLUSTER_URL").unwrap_or_else(|_| {
-        panic!(
-            "DISTLOCK_TEST_REDIS_CLUSTER_URL is not set: run the tests with scripts/test, which \
-             starts a redis cluster"
-        )
-    })
-}
+use support::{backend, cluster_url, grant, grant_each, hand_over, unique};
 
 /// The URL with `?prefix=` added.
 fn with_prefix(url: &str, prefix: &str) -> String {

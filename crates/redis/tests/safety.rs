@@ -7,7 +7,10 @@ mod support;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use distlock_core::{AcquireOptions, Backend, Claim, LockKind, LockName};
+use distlock_core::{
+    AcquireOptions, AcquireRequest, Attempt, Backend, Claim, GrantState, Holder, LockKind,
+    LockName, WaitState,
+};
 use distlock_redis::redis;
 
 use support::{all_keys, backend, client, grant, grant_each, raw, unique, url};
@@ -222,4 +225,47 @@ async fn an_extension_reads_the_server_clock() {
         "the clock read {read} µs, outside [{before}, {after}] read around it"
     );
     assert!(backend.release(&lease).await.expect("release"));
+}
+
+/// A cluster client sends a script again when its connection broke before
+/// the answer: the attempt that runs twice is granted twice, with the
+/// token of the one grant it made, never told that its own grant holds
+/// the name against it. Each kind, on one server and on the cluster.
+#[tokio::test]
+async fn an_attempt_run_again_is_answered_with_its_own_grant() {
+    for url in [url(), support::cluster_url()] {
+        let backend = backend(&url).await;
+        for claim in [Claim::Exclusive, Claim::Shared, Claim::Permit { limit: 2 }] {
+            let name = unique(&format!("again-{}", claim.kind()));
+            let request = AcquireRequest::new(
+                name.clone(),
+                claim,
+                Duration::from_secs(30),
+                Holder::this_process(Some("redis-tests")).into(),
+            );
+            let mut tokens = Vec::new();
+            for _ in 0..2 {
+                match backend
+                    .try_acquire(&request, &mut WaitState::new())
+                    .await
+                    .expect("try_acquire")
+                {
+                    Attempt::Acquired { fencing_token, .. } => tokens.push(fencing_token),
+                    Attempt::Held { .. } => panic!("{claim:?} on {url}: held by its own grant"),
+                }
+            }
+            assert_eq!(
+                tokens[0], tokens[1],
+                "{claim:?} on {url}: one grant, one token"
+            );
+            let listed = backend.list().await.expect("list");
+            assert_eq!(
+                listed.iter().filter(|info| info.name == name).count(),
+                1,
+                "{claim:?} on {url}: one grant listed"
+            );
+            let lease = request.granted(tokens[0], GrantState::none());
+            assert!(backend.release(&lease).await.expect("release"));
+        }
+    }
 }

@@ -140,7 +140,10 @@ mod tests {
         watch.observe(reading(base, 0, 2, 1_000_000));
         watch.observe(reading(base, 10_000, 2, 1_020_000));
         let step = Duration::from_millis(9_998);
-        assert_eq!(watch.stepped_since(base + Duration::from_millis(5_000)), step);
+        assert_eq!(
+            watch.stepped_since(base + Duration::from_millis(5_000)),
+            step
+        );
         // Confirmed by a request sent with, or after, the one that showed
         // the step: the server confirmed it on its clock as it is now.
         assert_eq!(

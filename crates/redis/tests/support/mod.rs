@@ -26,6 +26,11 @@ pub fn url() -> String {
     env("DISTLOCK_TEST_REDIS_URL")
 }
 
+/// The URL of the shared 3-master cluster, in cluster mode.
+pub fn cluster_url() -> String {
+    env("DISTLOCK_TEST_REDIS_CLUSTER_URL")
+}
+
 fn env(var: &str) -> String {
     std::env::var(var).unwrap_or_else(|_| {
         panic!("{var} is not set: run the tests with scripts/test, which starts redis")
