@@ -143,8 +143,9 @@ fn advisory_uncontended(b: &BackendResults, lease: Option<&BackendResults>) -> O
          name's fencing token and records the grant in the same row with an `UPDATE`, and \
          sets the connection's `idle_session_timeout` to the lease; the release, one \
          `SELECT` of `pg_advisory_unlock`, that timeout's reset and `pg_notify` on the \
-         name's wake-up channel. Like lease mode's, both are sent unnamed, to be parsed and \
-         planned each time. The backend's direct calls made {:.0} cycles/s and the \
+         name's wake-up channel. Unlike lease mode's, which are sent unnamed to work behind \
+         PgBouncer, both are prepared once per connection, then only bound and run. The \
+         backend's direct calls made {:.0} cycles/s and the \
          client {:.2} of them. ",
         calls.per_second(),
         client.per_second() / calls.per_second(),
@@ -154,8 +155,8 @@ fn advisory_uncontended(b: &BackendResults, lease: Option<&BackendResults>) -> O
             t,
             "sqlx's advisory lock, in the same rounds, made {:.0} cycles/s, {:.2} of the \
              direct calls': it takes and gives back the same kind of lock (on a one-`bigint` \
-             key, where advisory mode uses two `int4`s), but with statements it prepares once \
-             per connection, and it updates no row, sets no timeout and notifies nobody, so \
+             key, where advisory mode uses two `int4`s), with statements it prepares once \
+             per connection too, but it updates no row, sets no timeout and notifies nobody, so \
              it has no fencing token, and its waiters wait in the server. ",
             sqlx.per_second(),
             sqlx.per_second() / calls.per_second(),
