@@ -62,10 +62,10 @@ impl Prepared {
         sql: &str,
         types: &[Type],
     ) -> Result<Arc<Statement>, tokio_postgres::Error> {
-        if let Some(known) = self.lock().get(sql) {
-            if known.params() == types {
-                return Ok(known.clone());
-            }
+        if let Some(known) = self.lock().get(sql)
+            && known.params() == types
+        {
+            return Ok(known.clone());
         }
         let statement = Arc::new(client.prepare_typed(sql, types).await?);
         self.lock().insert(sql.to_owned(), statement.clone());

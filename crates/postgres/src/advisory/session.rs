@@ -113,9 +113,13 @@ impl Session {
         params: &Params<'_>,
         timeout: Duration,
     ) -> Result<Vec<Row>> {
-        within(what, timeout, self.prepared.query(&self.client, sql, params))
-            .await?
-            .map_err(|error| from_driver(what, error))
+        within(
+            what,
+            timeout,
+            self.prepared.query(&self.client, sql, params),
+        )
+        .await?
+        .map_err(|error| from_driver(what, error))
     }
 }
 
