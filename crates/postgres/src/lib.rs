@@ -81,7 +81,8 @@
 //! named prepared statement would go missing. The backend also keeps no
 //! session state on pooled connections: no `SET`, no temporary tables, no
 //! `LISTEN`, no session advisory locks. (This holds for lease mode;
-//! [advisory mode](#advisory-mode) needs a direct connection.)
+//! [advisory mode](#advisory-mode) needs a direct connection, and prepares
+//! its statements once per connection.)
 //! Connections come from a small pool ([`deadpool_postgres`], 16 at most per backend). Release wake-ups
 //! need a connection that PgBouncer does not pool: see `listen_url` below.
 //!
@@ -217,6 +218,11 @@
 //!   and each waiting writer, costs a server connection: a process that
 //!   holds many locks at once needs as many of the server's
 //!   `max_connections`.
+//! - **Prepared statements.** Since its connections are its own from
+//!   open to close, this mode prepares each of its statements once per
+//!   connection, as a named prepared statement, and then only binds and
+//!   executes it, as sqlx does. A statement the connection lost (someone
+//!   ran `DEALLOCATE` or `DISCARD ALL` on it) is prepared again, once.
 //! - **Losses.** A connection that ends (terminated by an administrator,
 //!   a server restart, a network error) makes the grant's
 //!   [`lost`](distlock_core::LockGuard::lost) fire at once. A connection

@@ -18,6 +18,7 @@
 
 mod keys;
 mod pooler;
+mod prepared;
 mod session;
 mod statements;
 

@@ -9,6 +9,7 @@ use std::time::Duration;
 use distlock_core::{Error, LossReporter, Result};
 use tokio_postgres::{Client, Row};
 
+use super::prepared::Prepared;
 use crate::error::from_driver;
 use crate::pool::Params;
 use crate::tls::Endpoint;
@@ -23,6 +24,7 @@ const MAX_SPARES: usize = 8;
 /// lock the session held.
 pub(crate) struct Session {
     client: Client,
+    prepared: Prepared,
     watch: Arc<Watch>,
 }
 
@@ -71,7 +73,11 @@ impl Session {
                 reporter.report();
             }
         });
-        Ok(Self { client, watch })
+        Ok(Self {
+            client,
+            prepared: Prepared::default(),
+            watch,
+        })
     }
 
     /// From now on, the end of this connection reports `reporter`'s grant
@@ -90,7 +96,8 @@ impl Session {
         self.client.is_closed()
     }
 
-    /// Runs `sql` with `params`, waiting at most `timeout` for the answer.
+    /// Runs `sql` with `params`, waiting at most `timeout` for the answer
+    /// (and for preparing `sql` on its first use on this session).
     ///
     /// # Errors
     /// A backend error, or [`Error::Denied`]; `what` says what was being
@@ -106,9 +113,13 @@ impl Session {
         params: &Params<'_>,
         timeout: Duration,
     ) -> Result<Vec<Row>> {
-        within(what, timeout, self.client.query_typed(sql, params))
-            .await?
-            .map_err(|error| from_driver(what, error))
+        within(
+            what,
+            timeout,
+            self.prepared.query(&self.client, sql, params),
+        )
+        .await?
+        .map_err(|error| from_driver(what, error))
     }
 }
 
@@ -236,5 +247,94 @@ impl Spares {
                 Err(error) => tracing::debug!(%error, "could not open a spare session"),
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Against the real server: `scripts/test` starts it and sets
+    //! `DISTLOCK_TEST_POSTGRES_URL`.
+
+    use tokio_postgres::types::Type;
+
+    use super::*;
+    use crate::config::PostgresConfig;
+
+    /// Long enough for any step of a test.
+    const PATIENCE: Duration = Duration::from_secs(30);
+
+    /// A session of its own. A missing server fails the test: a run
+    /// without it must not pass as if it had one.
+    async fn session() -> Session {
+        let url = std::env::var("DISTLOCK_TEST_POSTGRES_URL").unwrap_or_else(|_| {
+            panic!(
+                "DISTLOCK_TEST_POSTGRES_URL is not set: run the tests with scripts/test, \
+                 which starts PostgreSQL"
+            )
+        });
+        let config = PostgresConfig::parse(&url).expect("a valid URL");
+        let (endpoint, _) = config.endpoints().expect("the URL's endpoints");
+        Session::open(&endpoint, PATIENCE).await.expect("a session")
+    }
+
+    /// The statements prepared on `session`, as the server lists them to
+    /// it. Asked with an unnamed statement, which the list leaves out.
+    async fn prepared_on(session: &Session) -> Vec<String> {
+        let rows = session
+            .client
+            .query_typed(
+                "SELECT statement FROM pg_prepared_statements ORDER BY statement",
+                &[],
+            )
+            .await
+            .expect("the session's prepared statements");
+        rows.iter().map(|row| row.get(0)).collect()
+    }
+
+    /// Runs `sql` on `session` with `n`, and checks the sum it answers.
+    async fn add_one(session: &Session, sql: &str, n: i32) {
+        let rows = session
+            .query("adding one", sql, &[(&n, Type::INT4)], PATIENCE)
+            .await
+            .expect("an answer");
+        assert_eq!(rows[0].get::<_, i32>(0), n + 1, "{sql} with {n}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn statements_are_prepared_once_per_session() {
+        let session = session().await;
+        let first = "SELECT $1::int4 + 1";
+        let second = "SELECT 1 + $1::int4";
+        for n in 0..5 {
+            add_one(&session, first, n).await;
+            add_one(&session, second, n).await;
+        }
+        assert_eq!(prepared_on(&session).await, [first, second]);
+        // Another session prepares its own.
+        let other = self::session().await;
+        assert!(prepared_on(&other).await.is_empty());
+        add_one(&other, first, 7).await;
+        assert_eq!(prepared_on(&other).await, [first]);
+        assert_eq!(prepared_on(&session).await, [first, second]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_session_whose_statements_were_dropped_prepares_them_again() {
+        let session = session().await;
+        let sql = "SELECT $1::int4 + 1";
+        for drop_them in ["DEALLOCATE ALL", "DISCARD ALL"] {
+            add_one(&session, sql, 1).await;
+            assert_eq!(prepared_on(&session).await, [sql]);
+            session
+                .client
+                .batch_execute(drop_them)
+                .await
+                .expect("dropping the statements");
+            assert!(prepared_on(&session).await.is_empty(), "{drop_them}");
+            add_one(&session, sql, 2).await;
+            assert_eq!(prepared_on(&session).await, [sql], "after {drop_them}");
+            add_one(&session, sql, 3).await;
+            assert_eq!(prepared_on(&session).await, [sql], "after {drop_them}");
+        }
     }
 }
