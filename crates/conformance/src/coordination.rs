@@ -330,3 +330,93 @@ pub async fn an_election_passes_on_and_observers_see_each_term(fixture: &dyn Fix
     assert!(leading.resign().await.expect("resign"));
     assert!(election.leader().await.expect("leader").is_none());
 }
+
+/// How many terms begin and end while an observer looks away.
+const SHORT_TERMS: usize = 5;
+
+/// An observer that looks away while terms begin and end still sees each
+/// of them afterwards, in order, with its value: the backend records every
+/// term in the write that grants it. Two of the terms are won by
+/// campaigns of one client in a row, the second waiting behind the first
+/// in that client, so that a lock passed on inside the client is recorded
+/// too, with the second campaign's own value. On a backend that keeps no
+/// record of terms, observing is a clear `Unsupported`.
+pub async fn an_observer_sees_every_term_the_short_ones_too(fixture: &dyn Fixture) {
+    let name = unique_name("terms");
+    let (one, other, watcher) = (
+        client(fixture).await,
+        client(fixture).await,
+        client(fixture).await,
+    );
+    let campaign = |client: &distlock_core::LockClient, value: String| {
+        let election = client.election(&name).expect("a valid name");
+        async move {
+            bounded(
+                "a campaign on a free election",
+                election.campaign(value, Duration::from_secs(30)),
+            )
+            .await
+            .expect("the campaign wins")
+        }
+    };
+    let first = campaign(&one, "first".into()).await;
+    let mut observer = watcher.election(&name).expect("a valid name").observe();
+    if watcher.backend().term_log().is_none() {
+        assert!(
+            matches!(observer.next().await, Err(Error::Unsupported(_))),
+            "a backend without a record of terms refuses to observe"
+        );
+        assert!(first.resign().await.expect("resign"));
+        return;
+    }
+    let seen = bounded("the first leader observed", observer.next())
+        .await
+        .expect("observe");
+    assert_eq!((seen.value.as_str(), seen.term), ("first", first.term()));
+    assert!(first.resign().await.expect("resign"));
+
+    // Terms that begin and end while the observer looks away.
+    let mut expected = Vec::new();
+    for round in 0..SHORT_TERMS {
+        let client = if round % 2 == 0 { &one } else { &other };
+        let value = format!("short-{round}");
+        let leading = campaign(client, value.clone()).await;
+        expected.push((value, leading.term()));
+        assert!(leading.resign().await.expect("resign"));
+    }
+    // Two campaigns of one client in a row: the second waits in the client.
+    let held = campaign(&one, "held-first".into()).await;
+    let behind = tokio::spawn({
+        let election = one.election(&name).expect("a valid name");
+        async move {
+            election
+                .campaign("held-second", Duration::from_secs(30))
+                .await
+                .expect("the second campaign wins once the first resigns")
+        }
+    });
+    expected.push(("held-first".into(), held.term()));
+    // The second campaign has queued behind the first once it waits; it
+    // cannot win before the resignation either way.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(held.resign().await.expect("resign"));
+    let last = bounded("the campaign behind", behind)
+        .await
+        .expect("the campaign task");
+    assert_eq!(last.value(), "held-second");
+    expected.push(("held-second".into(), last.term()));
+
+    let mut seen = Vec::new();
+    for _ in 0..expected.len() {
+        let leader = bounded("a recorded term observed", observer.next())
+            .await
+            .expect("observe");
+        seen.push((leader.value, leader.term));
+    }
+    assert_eq!(seen, expected, "every term, in order, with its value");
+    assert!(
+        expected.windows(2).all(|pair| pair[0].1 < pair[1].1),
+        "terms increase: {expected:?}"
+    );
+    assert!(last.resign().await.expect("resign"));
+}

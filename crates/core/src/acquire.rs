@@ -48,6 +48,8 @@ pub struct AcquireOptions<'a> {
     pub(crate) max_hold: Option<Duration>,
     pub(crate) min_hold: Option<Duration>,
     pub(crate) label: Option<String>,
+    /// Whether the grant is an election's term (set by a campaign).
+    pub(crate) records_term: bool,
 }
 
 impl Default for AcquireOptions<'_> {
@@ -67,6 +69,7 @@ impl<'a> AcquireOptions<'a> {
             max_hold: None,
             min_hold: None,
             label: None,
+            records_term: false,
         }
     }
 

@@ -18,6 +18,7 @@ use crate::lease::LossReporter;
 use crate::name::LockName;
 use crate::options::LockOptions;
 use crate::state::{GrantState, Payload, WaitState};
+use crate::terms::TermLog;
 use crate::wake::ReleaseWatch;
 
 /// The random 128-bit identity of one grant. A backend extends and releases
@@ -122,6 +123,10 @@ pub struct AcquireRequest {
     /// [`AcquireOptions::payload`](crate::AcquireOptions::payload));
     /// empty for most calls.
     pub payload: Payload,
+    /// Whether the grant is an election's term, to be appended to the
+    /// name's record of terms in the same atomic write that grants it
+    /// (see [`Backend::term_log`]). Only exclusive claims ask for it.
+    pub records_term: bool,
 }
 
 impl AcquireRequest {
@@ -138,6 +143,7 @@ impl AcquireRequest {
             retries: false,
             loss: LossReporter::new(),
             payload: Payload::none(),
+            records_term: false,
         }
     }
 
@@ -563,6 +569,16 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// waited for, and never calls [`extend`](Self::extend) or
     /// [`extend_many`](Self::extend_many). The default has none.
     fn session(&self) -> Option<&dyn Session> {
+        None
+    }
+
+    /// The backend's record of election terms, if it keeps one: a backend
+    /// that returns it appends each grant whose request
+    /// [`records_term`](AcquireRequest::records_term) to it, in the same
+    /// atomic write, keeping at least [`TERMS_KEPT`](crate::TERMS_KEPT) terms per name. Without
+    /// one, [`Election::observe`](crate::Election::observe) is
+    /// [`Error::Unsupported`](crate::Error::Unsupported).
+    fn term_log(&self) -> Option<&dyn TermLog> {
         None
     }
 

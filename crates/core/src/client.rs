@@ -268,6 +268,7 @@ impl LockClient {
             max_hold,
             min_hold,
             label,
+            records_term,
         } = options.into();
         let claim = claim.validated()?;
         let bounds = HoldBounds {
@@ -275,7 +276,7 @@ impl LockClient {
             min: min_hold,
         };
         bounds.check(claim, &*self.inner.backend)?;
-        let asked = self.asked(payload, label)?;
+        let asked = self.asked(payload, label, records_term)?;
         let span = tracing::debug_span!(
             "acquire",
             name = %name,
@@ -366,7 +367,7 @@ impl LockClient {
             min: options.min_hold,
         };
         bounds.check(claim, &*self.inner.backend)?;
-        let asked = self.asked(options.payload, options.label)?;
+        let asked = self.asked(options.payload, options.label, options.records_term)?;
         let span = tracing::debug_span!("try_acquire", name = %name, ?claim);
         let started = Instant::now();
         let outcome = self
@@ -430,7 +431,7 @@ impl LockClient {
     ) -> Result<LockGuard> {
         let cancel = std::pin::pin!(cancel.fuse());
         let mut wait = Wait::new(self, name, timeout, cancel);
-        let (permit, yielded) = match wait.local_turn(claim).await? {
+        let (permit, yielded) = match wait.local_turn(asked.takes_hand_overs(claim)).await? {
             Baton::Granted(guard) => return wait.deliver(guard).await,
             Baton::Free(permit) => (permit, false),
             Baton::Yielded(permit) => (permit, true),
@@ -560,6 +561,7 @@ impl LockClient {
         AcquireRequest {
             retries,
             payload: asked.payload,
+            records_term: asked.records_term,
             operation_timeout: self.inner.options.operation_timeout(),
             ..AcquireRequest::new(
                 name.clone(),
@@ -571,9 +573,10 @@ impl LockClient {
     }
 
     /// What a call hands the backend beside the name and claim: its
-    /// payload, and the holder to record, with the call's own label if it
-    /// gave one.
-    fn asked(&self, payload: Payload, label: Option<String>) -> Result<Asked> {
+    /// payload, the holder to record, with the call's own label if it
+    /// gave one, and whether the grant is an election's term.
+    fn asked(&self, payload: Payload, label: Option<String>, records_term: bool) -> Result<Asked> {
+        let own_label = label.is_some();
         let holder = match label {
             None => self.inner.holder.clone(),
             Some(label) => {
@@ -584,7 +587,12 @@ impl LockClient {
                 })
             }
         };
-        Ok(Asked { payload, holder })
+        Ok(Asked {
+            payload,
+            holder,
+            records_term,
+            own_label,
+        })
     }
 
     /// Ends a wait that got no grant on the backend.
@@ -641,6 +649,19 @@ impl LockClient {
 struct Asked {
     payload: Payload,
     holder: Arc<Holder>,
+    records_term: bool,
+    /// Whether `holder` has the call's own label, not the client's.
+    own_label: bool,
+}
+
+impl Asked {
+    /// Whether a lock another task of this client hands over may be this
+    /// call's grant. A hand-over grants the whole lock with the client's
+    /// holder and records no term, so a call that asks for its own label or
+    /// for a term asks the backend itself.
+    fn takes_hand_overs(&self, claim: Claim) -> bool {
+        claim == Claim::Exclusive && !self.own_label && !self.records_term
+    }
 }
 
 /// The longest label a call may record with its grant, in bytes.
@@ -724,10 +745,10 @@ impl<'a, C: Future<Output = ()>> Wait<'a, C> {
 
     /// Waits for this client's slot of the name: a lock handed over by the
     /// task before, or the right to ask the backend.
-    async fn local_turn(&mut self, claim: Claim) -> Result<Baton> {
+    async fn local_turn(&mut self, takes_hand_overs: bool) -> Result<Baton> {
         tokio::select! {
             biased;
-            baton = self.client.inner.slots.acquire(self.name, claim) => Ok(baton),
+            baton = self.client.inner.slots.acquire(self.name, takes_hand_overs) => Ok(baton),
             () = tokio::time::sleep_until(self.deadline) => Err(self.timed_out()),
             () = &mut self.cancel => Err(self.cancelled()),
         }

@@ -3,6 +3,7 @@
 //! instance's URL, say) is recorded as the grant's label, where every
 //! instance can read it.
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use crate::acquire::AcquireOptions;
@@ -12,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::lease::LossReason;
 use crate::name::{IntoLockName, LockName};
+use crate::terms::{TERMS_KEPT, Term, continuing};
 
 /// How often [`Observer::next`] looks for a new leader on a backend that
 /// reports no releases, and at most after one that does.
@@ -41,8 +43,21 @@ pub struct Leader {
     /// The leader's host and process.
     pub holder: Holder,
     /// How long until its lease ends unless extended; `None` where the
-    /// lock lasts as long as the leader's process.
+    /// lock lasts as long as the leader's process, and for a leader an
+    /// [`Observer`] read from the election's record of terms, which keeps
+    /// who led, not for how long.
     pub expires_in: Option<Duration>,
+}
+
+impl Leader {
+    fn of(term: Term) -> Self {
+        Self {
+            value: term.holder.label.clone().unwrap_or_default(),
+            term: term.term,
+            holder: term.holder,
+            expires_in: None,
+        }
+    }
 }
 
 impl LockClient {
@@ -111,10 +126,9 @@ impl Election {
                 "an election has one leader: campaign for the whole lock",
             ));
         }
-        let guard = self
-            .client
-            .acquire_with(&self.name, options.label(value.clone()))
-            .await?;
+        let mut options = options.label(value.clone());
+        options.records_term = true;
+        let guard = self.client.acquire_with(&self.name, options).await?;
         Ok(Leadership { guard, value })
     }
 
@@ -154,6 +168,7 @@ impl Election {
         Observer {
             election: self.clone(),
             last_term: None,
+            pending: VecDeque::new(),
         }
     }
 }
@@ -216,44 +231,91 @@ impl Leadership {
 
 /// Follows an election's leaders, from [`Election::observe`].
 ///
-/// Each call of [`next`](Self::next) returns a leader whose term is
-/// greater than the last one returned. It learns of changes by looking at
-/// the lock: right after a release on a backend that reports releases
-/// (then a new leader shows within a few round trips of its election),
-/// and every 250 ms otherwise. A term that begins and ends between two
-/// looks is not seen: the leaders returned are in term order, but a
-/// short-lived one can be missed.
+/// Each call of [`next`](Self::next) returns the next leader, in term
+/// order, none skipped: the backend records each term in the write that
+/// grants it ([`Backend::term_log`](crate::Backend::term_log)), and the
+/// observer reads the terms after the last it returned. So a term that
+/// began and ended between two looks is still returned, with the value it
+/// campaigned with. It looks right after a release on a backend that
+/// reports releases (then a new leader shows within a few round trips of
+/// its election), and every 250 ms otherwise.
+///
+/// A backend keeps the last [`TERMS_KEPT`] terms of each election; an
+/// observer that falls further behind is told so once, by
+/// [`Error::TermsForgotten`], and goes on with the terms still kept.
+/// Terms are those won by [`Election::campaign`]: a plain acquire of the
+/// election's name is no term.
 #[derive(Debug)]
 pub struct Observer {
     election: Election,
+    /// The last term returned, or where following began.
     last_term: Option<u64>,
+    /// Terms read from the record and not yet returned, oldest first.
+    pending: VecDeque<Term>,
 }
 
 impl Observer {
-    /// The next leader: the current one at the first call, then each one
-    /// whose term is greater than the last returned.
+    /// The next leader: the current one at the first call (or the first
+    /// elected after it, when nobody leads), then each one after the last
+    /// returned, in term order.
     ///
     /// # Errors
-    /// What [`Election::leader`] returns.
+    /// [`Error::Unsupported`] on a backend that keeps no record of terms
+    /// (Redis in quorum mode, memcached); [`Error::TermsForgotten`], once,
+    /// when terms after the last one returned are no longer kept; what
+    /// [`Election::leader`] returns.
     ///
     /// # Cancel safety
-    /// Cancel safe: a leader found is returned, never lost.
+    /// Cancel safe: a leader found is returned by a later call, never
+    /// lost.
     pub async fn next(&mut self) -> Result<Leader> {
+        let election = &self.election;
+        let backend = election.client.backend();
+        let Some(log) = backend.term_log() else {
+            return Err(Error::Unsupported(
+                "this backend keeps no record of an election's terms, so an observer could \
+                 miss a leader; ask Election::leader instead"
+                    .into(),
+            ));
+        };
         let mut recheck = FIRST_RECHECK;
         let mut just_released = false;
         loop {
+            if let Some(term) = self.pending.pop_front() {
+                self.last_term = Some(term.term);
+                return Ok(Leader::of(term));
+            }
             // Watched before the look, so that a release after it wakes us.
-            let watch = self
-                .election
-                .client
-                .backend()
+            let watch = backend
                 .wakeups()
-                .and_then(|wakeups| wakeups.watch(&self.election.name));
-            if let Some(leader) = self.election.leader().await?
-                && self.last_term.is_none_or(|last| leader.term > last)
-            {
-                self.last_term = Some(leader.term);
-                return Ok(leader);
+                .and_then(|wakeups| wakeups.watch(&election.name));
+            match self.last_term {
+                None => {
+                    // Read before the leader, so that a term that begins
+                    // after this look is after the newest one read.
+                    let kept = log.terms_after(&election.name, 0).await?;
+                    if let Some(leader) = election.leader().await? {
+                        self.last_term = Some(leader.term);
+                        return Ok(leader);
+                    }
+                    self.last_term = Some(kept.iter().map(|term| term.term).max().unwrap_or(0));
+                }
+                Some(last) => {
+                    let (terms, forgotten) =
+                        continuing(last, log.terms_after(&election.name, last).await?);
+                    self.pending.extend(terms);
+                    if let Some(forgotten) = forgotten {
+                        return Err(Error::TermsForgotten {
+                            name: election.name.to_string(),
+                            after: forgotten.after,
+                            before: forgotten.before,
+                            kept: TERMS_KEPT,
+                        });
+                    }
+                    if !self.pending.is_empty() {
+                        continue;
+                    }
+                }
             }
             if just_released && recheck < LOOK_EVERY {
                 // A release was seen and the next leader is being elected:

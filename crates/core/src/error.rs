@@ -103,6 +103,24 @@ pub enum Error {
     /// The backend cannot do what was asked.
     #[error("not supported: {0}")]
     Unsupported(String),
+    /// An [`Observer`](crate::Observer) fell so far behind an election that
+    /// its backend no longer keeps the terms it missed: each backend keeps
+    /// the last [`TERMS_KEPT`](crate::TERMS_KEPT). The observer goes on
+    /// with the terms after them; look at it more often to miss none.
+    #[error(
+        "missed the terms of election {name} after term {after} and before term {before}: \
+         the backend keeps only the last {kept} terms, and the observer looked too seldom"
+    )]
+    TermsForgotten {
+        /// The election's name, as shown to people.
+        name: String,
+        /// The last term the observer returned.
+        after: u64,
+        /// The first term the backend still keeps, which comes next.
+        before: u64,
+        /// How many terms the backend keeps.
+        kept: usize,
+    },
     /// The backend refused us: bad credentials, or missing permissions.
     /// Retrying does not help until the configuration is fixed.
     #[error("{backend} backend refused: {message}")]
@@ -171,6 +189,7 @@ impl Error {
     /// permissions), [`Error::InvalidData`] (corrupt stored data),
     /// [`Error::InvalidConfig`], [`Error::InvalidName`],
     /// [`Error::KindConflict`], [`Error::NotFound`], [`Error::Unsupported`],
+    /// [`Error::TermsForgotten`] (the observer goes on past them),
     /// and the ends of a wait or a lease ([`Error::Cancelled`],
     /// [`Error::Lost`]).
     ///

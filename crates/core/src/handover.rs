@@ -40,7 +40,7 @@ impl Succession {
     /// Whether the lock `permit` holds should go straight to the next task
     /// of this client. At the bound, marks the permit to yield instead.
     pub(crate) fn applies(&self, permit: &mut SlotPermit) -> bool {
-        if !permit.next_waits_exclusive() {
+        if !permit.next_takes_hand_overs() {
             return false;
         }
         let ended = self.bound == 0

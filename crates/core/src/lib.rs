@@ -44,6 +44,7 @@ mod set;
 mod slots;
 mod state;
 mod sync;
+mod terms;
 #[cfg(feature = "test-util")]
 #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
 pub mod testing;
@@ -70,6 +71,7 @@ pub use name::{IntoLockName, LockName, MAX_NAME_LEN};
 pub use options::{LockOptions, LockOptionsBuilder};
 pub use set::{IntoLockClaim, LockSet};
 pub use state::{GrantState, Payload, WaitState};
+pub use terms::{TERMS_KEPT, Term, TermLog};
 pub use wake::{ReleaseHub, ReleaseWatch};
 
 /// The fencing token floor for backends that may lose their counters (a

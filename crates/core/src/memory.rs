@@ -1,6 +1,6 @@
 //! An in-memory backend, for unit tests and documentation.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, PoisonError};
 use std::time::{Duration, SystemTime};
 
@@ -17,6 +17,7 @@ use crate::name::LockName;
 use crate::options::LockOptions;
 use crate::state::{GrantState, WaitState};
 use crate::sync::{Mutex, MutexGuard};
+use crate::terms::{TERMS_KEPT, Term, TermLog};
 use crate::wake::{ReleaseHub, ReleaseWatch};
 
 /// Locks that live in this process's memory, with real leases that expire
@@ -52,7 +53,8 @@ impl Default for MemoryBackend {
     }
 }
 
-/// One name: its holders, the writers waiting for it, and its last token.
+/// One name: its holders, the writers waiting for it, its last token, and
+/// its election's last terms.
 #[derive(Debug, Default)]
 struct Slot {
     holders: Vec<Grant>,
@@ -60,6 +62,8 @@ struct Slot {
     /// readers wait behind it.
     waiting_writers: Vec<WriterMark>,
     last_token: u64,
+    /// The last [`TERMS_KEPT`] terms, oldest first.
+    terms: VecDeque<Term>,
 }
 
 #[derive(Debug)]
@@ -149,9 +153,20 @@ impl Slot {
         }
     }
 
-    /// Grants `request`; returns the token.
+    /// Grants `request`, recording its term if it asks; returns the token.
     fn grant_to(&mut self, request: &AcquireRequest, now: Instant) -> u64 {
         self.last_token += 1;
+        if request.records_term {
+            if self.terms.len() == TERMS_KEPT {
+                self.terms.pop_front();
+            }
+            let previous = self.terms.back().map(|term| term.term);
+            self.terms.push_back(Term::new(
+                self.last_token,
+                previous,
+                Holder::clone(&request.holder),
+            ));
+        }
         self.holders.push(Grant {
             id: request.lease_id,
             claim: request.claim,
@@ -340,6 +355,10 @@ impl Backend for MemoryBackend {
         Some(self)
     }
 
+    fn term_log(&self) -> Option<&dyn TermLog> {
+        Some(self)
+    }
+
     fn delayed_release(&self) -> Result<&dyn DelayedRelease> {
         Ok(self)
     }
@@ -378,6 +397,19 @@ impl HandOvers for MemoryBackend {
             confirmed_at: None,
             state: GrantState::none(),
         })
+    }
+}
+
+#[async_trait]
+impl TermLog for MemoryBackend {
+    async fn terms_after(&self, name: &LockName, after: u64) -> Result<Vec<Term>> {
+        Ok(self.lock().get(name).map_or_else(Vec::new, |slot| {
+            slot.terms
+                .iter()
+                .filter(|term| term.term > after)
+                .cloned()
+                .collect()
+        }))
     }
 }
 

@@ -110,6 +110,8 @@ impl LockClient {
             max_hold,
             min_hold,
             label,
+            // Only a campaign records a term, and it takes one name.
+            records_term: _,
         } = options.into();
         let wanted = canonical(locks, claim)?;
         // Refused before anything is taken. The shortest hold is given to

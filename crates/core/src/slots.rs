@@ -14,7 +14,6 @@ use std::time::Duration;
 use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
-use crate::claim::Claim;
 use crate::guard::LockGuard;
 use crate::name::LockName;
 use crate::sync::atomic::{AtomicU64, Ordering};
@@ -32,10 +31,11 @@ pub(crate) enum Baton {
     Granted(LockGuard),
 }
 
-/// A task waiting for a name, with what it asks for.
+/// A task waiting for a name, and whether a lock handed over may be its
+/// grant.
 #[derive(Debug)]
 struct Waiter {
-    claim: Claim,
+    takes_hand_overs: bool,
     baton: oneshot::Sender<Baton>,
 }
 
@@ -168,14 +168,15 @@ pub(crate) struct SlotPermit {
 }
 
 impl Slots {
-    /// Waits for `name`'s slot, to ask for `claim`. Only an exclusive
-    /// claim is ever handed a lock.
+    /// Waits for `name`'s slot. Only a waiter that `takes_hand_overs` (an
+    /// exclusive claim with the client's own holder) is ever handed a
+    /// lock.
     ///
     /// # Cancel safety
     /// Cancel safe: a cancelled wait leaves the queue, and a baton sent to
     /// it meanwhile is dropped, which passes the slot on (and releases a
     /// lock handed over).
-    pub(crate) async fn acquire(&self, name: &LockName, claim: Claim) -> Baton {
+    pub(crate) async fn acquire(&self, name: &LockName, takes_hand_overs: bool) -> Baton {
         loop {
             let waiting = {
                 let mut table = self.lock();
@@ -186,7 +187,7 @@ impl Slots {
                 queue.retain(|waiter| !waiter.is_gone());
                 let (sender, receiver) = oneshot::channel();
                 queue.push_back(Waiter {
-                    claim,
+                    takes_hand_overs,
                     baton: sender,
                 });
                 receiver
@@ -222,8 +223,8 @@ impl Slots {
 
     /// Gives `baton` to the oldest task still waiting for `name`. When
     /// nobody waits, gives it back, after forgetting the slot if `forget`.
-    /// A lock handed over goes only to an exclusive waiter: when the oldest
-    /// waiter asks for something else, it is given back too.
+    /// A lock handed over goes only to a waiter that takes hand-overs: when
+    /// the oldest waiter does not, it is given back too.
     fn offer(&self, name: &LockName, mut baton: Baton, forget: bool) -> Result<(), Baton> {
         loop {
             let next = {
@@ -235,7 +236,7 @@ impl Slots {
                     && queue
                         .iter()
                         .find(|waiter| !waiter.is_gone())
-                        .is_some_and(|waiter| waiter.claim != Claim::Exclusive)
+                        .is_some_and(|waiter| !waiter.takes_hand_overs)
                 {
                     return Err(baton);
                 }
@@ -259,14 +260,14 @@ impl Slots {
         }
     }
 
-    /// Whether a task waits for `name`, and the oldest of them asks for
-    /// the whole lock, so that it could be handed the lock.
-    fn next_waits_exclusive(&self, name: &LockName) -> bool {
+    /// Whether a task waits for `name`, and the oldest of them could be
+    /// handed the lock.
+    fn next_takes_hand_overs(&self, name: &LockName) -> bool {
         self.lock().get(name).is_some_and(|queue| {
             queue
                 .iter()
                 .find(|waiter| !waiter.is_gone())
-                .is_some_and(|waiter| waiter.claim == Claim::Exclusive)
+                .is_some_and(|waiter| waiter.takes_hand_overs)
         })
     }
 
@@ -346,8 +347,8 @@ impl SlotPermit {
 
     /// Whether the next task of this client waiting for the name asks for
     /// the whole lock, and so could be handed it.
-    pub(crate) fn next_waits_exclusive(&self) -> bool {
-        self.slots.next_waits_exclusive(&self.name)
+    pub(crate) fn next_takes_hand_overs(&self) -> bool {
+        self.slots.next_takes_hand_overs(&self.name)
     }
 
     #[cfg(test)]
@@ -420,7 +421,7 @@ mod tests {
     async fn slots_are_forgotten_when_unused() {
         let slots = Slots::default();
         let name = LockName::new("n").unwrap();
-        let permit = free(slots.acquire(&name, Claim::Exclusive).await);
+        let permit = free(slots.acquire(&name, true).await);
         assert!(slots.try_acquire(&name).is_none());
         assert_eq!(slots.len(), 1);
         drop(permit);
@@ -431,12 +432,9 @@ mod tests {
     async fn a_cancelled_wait_forgets_the_slot() {
         let slots = Slots::default();
         let name = LockName::new("n").unwrap();
-        let permit = free(slots.acquire(&name, Claim::Exclusive).await);
-        let waited = tokio::time::timeout(
-            Duration::from_millis(10),
-            slots.acquire(&name, Claim::Exclusive),
-        )
-        .await;
+        let permit = free(slots.acquire(&name, true).await);
+        let waited =
+            tokio::time::timeout(Duration::from_millis(10), slots.acquire(&name, true)).await;
         assert!(waited.is_err());
         assert!(!permit.has_waiters());
         drop(permit);
@@ -447,14 +445,14 @@ mod tests {
     async fn waiters_are_served_in_order() {
         let slots = Slots::default();
         let name = LockName::new("n").unwrap();
-        let first = free(slots.acquire(&name, Claim::Exclusive).await);
+        let first = free(slots.acquire(&name, true).await);
         let (order, mut served) = tokio::sync::mpsc::unbounded_channel();
         let mut tasks = Vec::new();
         for i in 0..3 {
             let (task_slots, task_name) = (slots.clone(), name.clone());
             let order = order.clone();
             tasks.push(tokio::spawn(async move {
-                let permit = free(task_slots.acquire(&task_name, Claim::Exclusive).await);
+                let permit = free(task_slots.acquire(&task_name, true).await);
                 order.send(i).unwrap();
                 drop(permit);
             }));
@@ -476,11 +474,11 @@ mod tests {
     async fn a_yielding_release_tells_the_next_waiter() {
         let slots = Slots::default();
         let name = LockName::new("n").unwrap();
-        let mut first = free(slots.acquire(&name, Claim::Exclusive).await);
+        let mut first = free(slots.acquire(&name, true).await);
         let waiter = {
             let slots = slots.clone();
             let name = name.clone();
-            tokio::spawn(async move { slots.acquire(&name, Claim::Exclusive).await })
+            tokio::spawn(async move { slots.acquire(&name, true).await })
         };
         while !first.has_waiters() {
             tokio::task::yield_now().await;

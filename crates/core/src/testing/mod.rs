@@ -545,6 +545,11 @@ impl Backend for TestBackend {
         self.abilities.wakeups.then_some(self)
     }
 
+    /// The inner backend's, called directly: no hook sees it.
+    fn term_log(&self) -> Option<&dyn crate::terms::TermLog> {
+        self.inner.term_log()
+    }
+
     /// The inner backend's, called directly: no hook sees it. None with
     /// an emulated session, whose renewals extend every grant, released
     /// ones too.
