@@ -420,3 +420,62 @@ pub async fn an_observer_sees_every_term_the_short_ones_too(fixture: &dyn Fixtur
     );
     assert!(last.resign().await.expect("resign"));
 }
+
+/// An observer that fell further behind than the record keeps is told so
+/// once, with the terms it missed, and goes on with the kept ones: the
+/// terms it returns are the newest ones, in order, at least
+/// [`TERMS_KEPT`](distlock_core::TERMS_KEPT) of them, and follow on from
+/// where the error said the record begins.
+pub async fn an_observer_that_fell_behind_is_told_and_goes_on(fixture: &dyn Fixture) {
+    let name = unique_name("terms-behind");
+    let (campaigner, watcher) = (client(fixture).await, client(fixture).await);
+    if watcher.backend().term_log().is_none() {
+        return;
+    }
+    let election = campaigner.election(&name).expect("a valid name");
+    let first = bounded(
+        "the first campaign",
+        election.campaign("first", Duration::from_secs(30)),
+    )
+    .await
+    .expect("the campaign wins");
+    let mut observer = watcher.election(&name).expect("a valid name").observe();
+    let seen = bounded("the first leader observed", observer.next())
+        .await
+        .expect("observe");
+    let first_term = first.term();
+    assert_eq!(seen.term, first_term);
+    assert!(first.resign().await.expect("resign"));
+    let mut expected = Vec::new();
+    for round in 0..distlock_core::TERMS_KEPT + 3 {
+        let leading = bounded(
+            "a campaign on a free election",
+            election.campaign(format!("term-{round}"), Duration::from_secs(30)),
+        )
+        .await
+        .expect("the campaign wins");
+        expected.push((format!("term-{round}"), leading.term()));
+        assert!(leading.resign().await.expect("resign"));
+    }
+    let mut returned = Vec::new();
+    let mut told = None;
+    while returned.last() != expected.last() {
+        match bounded("the next term observed", observer.next()).await {
+            Ok(leader) => returned.push((leader.value, leader.term)),
+            Err(Error::TermsForgotten { after, before, .. }) => {
+                assert!(told.is_none(), "told of forgotten terms only once");
+                assert!(returned.is_empty(), "told before the kept terms");
+                assert_eq!(after, first_term, "forgotten after the last returned");
+                told = Some(before);
+            }
+            Err(error) => panic!("observe: {error}"),
+        }
+    }
+    let start = expected.len() - returned.len();
+    assert_eq!(returned, expected[start..], "the newest terms, in order");
+    assert!(returned.len() >= distlock_core::TERMS_KEPT);
+    match told {
+        Some(before) => assert_eq!(before, returned[0].1, "the record begins there"),
+        None => assert_eq!(start, 0, "nothing missed, nothing said"),
+    }
+}

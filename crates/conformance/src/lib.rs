@@ -124,6 +124,7 @@ macro_rules! conformance_suite {
             min_hold_keeps_a_released_lock_until_it_passes,
             an_election_passes_on_and_observers_see_each_term,
             an_observer_sees_every_term_the_short_ones_too,
+            an_observer_that_fell_behind_is_told_and_goes_on,
         );
         $crate::conformance_suite!(@regressions $env $fixture;
             a_retried_release_never_deletes_a_newer_holders_lock,

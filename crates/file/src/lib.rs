@@ -38,6 +38,14 @@
 //!   `min_hold`, and a clock stepped back keeps it longer, one stepped
 //!   forward frees it sooner.
 //!
+//! - A campaign's grant ([`Election`](distlock_core::Election)) also
+//!   records its term in `.<SHA-256>.terms`, under the lock file's
+//!   exclusive lock and before the grant is answered, keeping the last
+//!   [`TERMS_KEPT`](distlock_core::TERMS_KEPT): the record observers read
+//!   every term from. It is replaced whole, so readers need no lock. A
+//!   process killed between its grant and that write leaves a grant that
+//!   never led (its campaign never returned) and no term.
+//!
 //! - A release touches a signal file, `.<SHA-256>.released`, and on Linux
 //!   waiters in every process watch the directory with inotify, so they
 //!   retry the moment a lock is released instead of polling.
@@ -69,6 +77,7 @@ mod names;
 mod privacy;
 mod record;
 mod shared;
+mod terms;
 mod wake;
 
 use std::fs::File;
@@ -79,7 +88,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use distlock_core::{
     AcquireRequest, Attempt, Backend, Capabilities, Claim, DelayedRelease, Error, GrantState,
-    Lease, LockInfo, LockName, ReleaseWatch, Result, ServerInfo, WaitState, Wakeups,
+    Lease, LockInfo, LockName, ReleaseWatch, Result, ServerInfo, Term, TermLog, WaitState, Wakeups,
 };
 
 use crate::files::{Mode, io_error, open_existing, open_locked};
@@ -88,6 +97,7 @@ use crate::held::{Held, LockedFile};
 use crate::names::SlotKind;
 use crate::record::{Record, SharedKind, next_token, now_ms};
 use crate::shared::WriterMark;
+use crate::terms::TermRecord;
 use crate::wake::{DirWatch, signal_release};
 
 pub(crate) use crate::files::no_follow;
@@ -211,7 +221,17 @@ impl FileBackend {
         // the lock, which keeps them out itself.
         drop(wait.take::<WriterMark>());
         let previous = previous.map_or(0, |record| record.fencing_token);
-        let fencing_token = next_token(previous, &path)?;
+        let mut fencing_token = next_token(previous, &path)?;
+        let terms = request
+            .records_term
+            .then(|| TermRecord::of(&self.dir, &request.name));
+        if let Some(terms) = &terms {
+            // Terms increase even if the lock file was replaced since the
+            // last one and the clock has stepped back.
+            if let Some(last) = terms.last()? {
+                fencing_token = fencing_token.max(last.saturating_add(1));
+            }
+        }
         let record = Record {
             name: request.name.as_str().to_owned(),
             fencing_token,
@@ -223,6 +243,12 @@ impl FileBackend {
         record
             .write(&mut file)
             .map_err(|e| io_error(format!("cannot write {}", path.display()), e))?;
+        if let Some(terms) = &terms {
+            // Under the lock, before the grant is answered: a campaign that
+            // returns has its term recorded. Failing, the file closes and
+            // the grant ends with it.
+            terms.append(fencing_token, &request.holder)?;
+        }
         let lock_file = LockedFile { file, path };
         Ok(Attempt::Acquired {
             fencing_token,
@@ -293,6 +319,17 @@ impl Backend for FileBackend {
 
     fn wakeups(&self) -> Option<&dyn Wakeups> {
         wake::watched().then_some(self)
+    }
+
+    fn term_log(&self) -> Option<&dyn TermLog> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl TermLog for FileBackend {
+    async fn terms_after(&self, name: &LockName, after: u64) -> Result<Vec<Term>> {
+        TermRecord::of(&self.dir, name).after(after)
     }
 }
 

@@ -92,6 +92,11 @@ pub(crate) fn writers_name(name: &LockName) -> String {
     format!(".{}.writers", digest(name))
 }
 
+/// The record of the terms of the election named `name`.
+pub(crate) fn terms_name(name: &LockName) -> String {
+    format!(".{}.terms", digest(name))
+}
+
 /// A temporary file in the same directory, for atomic replacement.
 pub(crate) fn temp_name(name: &LockName) -> String {
     format!(".{}.{:016x}.tmp", digest(name), rand_suffix())
