@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use distlock_core::{
     AcquireRequest, Attempt, Backend, Capabilities, Claim, DelayedRelease, Error, Extended,
     GrantState, HandOver, HandOvers, Lease, LeaseId, LockInfo, LockName, ReleaseWatch, Result,
-    ServerInfo, WaitState, Wakeups, async_trait,
+    ServerInfo, Term, TermLog, WaitState, Wakeups, async_trait,
 };
 use futures::future::join_all;
 
@@ -511,8 +511,22 @@ impl Backend for RedisBackend {
         Some(self)
     }
 
+    /// None in quorum mode: each server would keep its own record, with
+    /// the copies of grants later rolled back, and no one record would
+    /// hold every term.
+    fn term_log(&self) -> Option<&dyn TermLog> {
+        self.quorum().is_none().then_some(self as &dyn TermLog)
+    }
+
     fn delayed_release(&self) -> Result<&dyn DelayedRelease> {
         Ok(self)
+    }
+}
+
+#[async_trait]
+impl TermLog for RedisBackend {
+    async fn terms_after(&self, name: &LockName, after: u64) -> Result<Vec<Term>> {
+        self.single().terms_after(name, after, ADMIN_TIMEOUT).await
     }
 }
 

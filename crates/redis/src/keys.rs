@@ -15,6 +15,7 @@
 //! | `i` | hash | for `s`: `kind` (`s` or `p`), `limit`, and `<id>` → `<token>:<record>` |
 //! | `w` | sorted set | waiting writers' marks, scored by expiry |
 //! | `t` | string | the latest fencing token of the name |
+//! | `terms` | list | an election's last terms, newest first: `<term>:<previous term>:<record>` (only campaigns write it) |
 //! | `released` | channel | a message on each release |
 
 use distlock_core::{Holder, LockName};
@@ -41,6 +42,7 @@ pub(crate) struct NameKeys {
     pub(crate) records: String,
     pub(crate) waiting: String,
     pub(crate) token: String,
+    pub(crate) terms: String,
     pub(crate) channel: String,
 }
 
@@ -63,6 +65,7 @@ impl KeySpace {
             records: format!("{base}i"),
             waiting: format!("{base}w"),
             token: format!("{base}t"),
+            terms: format!("{base}terms"),
             channel: format!("{base}released"),
         }
     }
@@ -124,6 +127,24 @@ impl Record {
         })
         .unwrap_or_default()
     }
+}
+
+/// One entry of a name's list of terms: `<term>:<previous>:<record>`,
+/// the previous term empty for the first; `None` for anything else.
+pub(crate) fn parse_term(value: &[u8]) -> Option<distlock_core::Term> {
+    let text = std::str::from_utf8(value).ok()?;
+    let (term, rest) = text.split_once(':')?;
+    let (previous, record) = rest.split_once(':')?;
+    let previous = match previous {
+        "" => None,
+        previous => Some(previous.parse().ok()?),
+    };
+    let record: Record = serde_json::from_str(record).ok()?;
+    Some(distlock_core::Term::new(
+        term.parse().ok()?,
+        previous,
+        record.holder,
+    ))
 }
 
 /// A grant as stored: `<token>:<record>`, after the identity for an
@@ -194,6 +215,18 @@ mod tests {
             KeySpace::new("a*b?[c]\\:").grant_pattern(),
             "a\\*b\\?\\[c\\]\\\\:{*}:[xs]"
         );
+    }
+
+    #[test]
+    fn terms_are_read_back_and_foreign_values_are_not() {
+        let record = Record::json(&name("e"), &Holder::this_process(Some("http://a:1")));
+        let first = parse_term(format!("17::{record}").as_bytes()).unwrap();
+        assert_eq!((first.term, first.previous), (17, None));
+        assert_eq!(first.holder.label.as_deref(), Some("http://a:1"));
+        let next = parse_term(format!("20:17:{record}").as_bytes()).unwrap();
+        assert_eq!((next.term, next.previous), (20, Some(17)));
+        assert!(parse_term(b"20:x:{}").is_none());
+        assert!(parse_term(b"garbage").is_none());
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use distlock_core::{
     AcquireRequest, Claim, Error, Extended, Lease, LeaseId, LockName, MAX_PERMITS, Result,
-    ServerInfo,
+    ServerInfo, Term,
 };
 use redis::aio::ConnectionLike;
 use redis::cluster_async::ClusterConnection;
@@ -19,7 +19,7 @@ use crate::config::{RedisConfig, RedisServer};
 use crate::deployment;
 use crate::error::{copy, from_redis, timed_out, unexpected};
 use crate::hold::OnServer;
-use crate::keys::{KeySpace, NameKeys, Record};
+use crate::keys::{KeySpace, NameKeys, Record, parse_term};
 use crate::link::{Connection, Link, Target};
 use crate::reply::{Answer, Listed, int, is_noscript, read_grants};
 use crate::scripts::SCRIPTS;
@@ -136,19 +136,28 @@ impl Node {
         let record = Record::json(&request.name, &request.holder);
         let mark = mark.map_or("", |mark| mark.0.as_str());
         let what = format!("acquiring {}{}", request.name, self.on);
+        // A campaign records its term with its grant; quorum mode's copies
+        // keep no record (see `RedisBackend::term_log`).
+        let (script, terms) = if request.records_term && !provisional {
+            (&SCRIPTS.campaign, Some(keys.terms.as_str()))
+        } else {
+            (&SCRIPTS.acquire, None)
+        };
+        let mut names = vec![
+            keys.exclusive.as_str(),
+            &keys.holders,
+            &keys.records,
+            &keys.waiting,
+            &keys.token,
+        ];
+        names.extend(terms);
         let reply = self
             .run(
                 "acquire",
                 &what,
                 timeout,
-                &SCRIPTS.acquire,
-                &[
-                    &keys.exclusive,
-                    &keys.holders,
-                    &keys.records,
-                    &keys.waiting,
-                    &keys.token,
-                ],
+                script,
+                &names,
                 &[
                     claim.as_bytes(),
                     id.as_bytes(),
@@ -163,6 +172,44 @@ impl Node {
             )
             .await?;
         Answer::parse(&what, &reply)
+    }
+
+    /// The terms of `name`'s election kept after `after`, oldest first.
+    pub(crate) async fn terms_after(
+        &self,
+        name: &LockName,
+        after: u64,
+        timeout: Duration,
+    ) -> Result<Vec<Term>> {
+        let keys = self.keys.of(name);
+        let what = format!("reading the terms of {name}{}", self.on);
+        let read = async {
+            let mut connection = self.link.get()?;
+            redis::cmd("LRANGE")
+                .arg(&keys.terms)
+                .arg(0)
+                .arg(-1)
+                .query_async::<Vec<Vec<u8>>>(&mut connection)
+                .await
+                .map_err(|e| from_redis(&what, e))
+        };
+        let entries = tokio::time::timeout(timeout, read)
+            .await
+            .map_err(|_| timed_out("read terms", timeout))??;
+        let mut terms = Vec::with_capacity(entries.len());
+        for entry in entries.iter().rev() {
+            let term = parse_term(entry).ok_or_else(|| Error::InvalidData {
+                what: what.clone(),
+                field: keys.terms.clone(),
+                reason: "holds an entry that is not a term; something else wrote under the \
+                         backend's prefix"
+                    .into(),
+            })?;
+            if term.term > after {
+                terms.push(term);
+            }
+        }
+        Ok(terms)
     }
 
     /// Raises `name`'s token counter to at least `token`, and writes

@@ -333,9 +333,37 @@ end
 return 1
 ";
 
+/// A campaign's attempt: [`ACQUIRE`] run as a function, then, when it
+/// granted, the term recorded in the same script. KEYS: ACQUIRE's, then
+/// `r`, the name's list of terms, newest first, each
+/// `<term>:<previous term or nothing>:<record>`. ARGV: ACQUIRE's. The
+/// list keeps the last `TERMS_KEPT` terms, and expires with the token
+/// counter. A term already at the head is this attempt's own, run again
+/// (see ACQUIRE), and is not recorded twice.
+fn campaign_epilogue() -> String {
+    format!(
+        r"
+local reply = attempt()
+if reply[1] == 1 then
+  local r, term = KEYS[6], int(reply[2])
+  local head = redis.call('LINDEX', r, 0)
+  local newest = head and string.match(head, '^(%d+):') or ''
+  if newest ~= term then
+    redis.call('LPUSH', r, term .. ':' .. newest .. ':' .. ARGV[4])
+    redis.call('LTRIM', r, 0, {last})
+    redis.call('PEXPIRE', r, ARGV[8])
+  end
+end
+return reply
+",
+        last = distlock_core::TERMS_KEPT - 1
+    )
+}
+
 /// Every script, compiled once (its SHA computed) per process.
 pub(crate) struct Scripts {
     pub(crate) acquire: Script,
+    pub(crate) campaign: Script,
     pub(crate) extend: Script,
     pub(crate) release: Script,
     pub(crate) hand_over: Script,
@@ -351,6 +379,13 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
         acquire: with(
             &[CLOCK, INT, PRUNE, EXPIRE_WITH_LAST, FIRST_LEFT, NEXT_TOKEN],
             ACQUIRE,
+        ),
+        campaign: with(
+            &[CLOCK, INT, PRUNE, EXPIRE_WITH_LAST, FIRST_LEFT, NEXT_TOKEN],
+            &format!(
+                "local function attempt(){ACQUIRE}end{}",
+                campaign_epilogue()
+            ),
         ),
         extend: with(&[CLOCK, INT, EXPIRE_WITH_LAST, OWNS], EXTEND),
         release: with(&[CLOCK, OWNS], RELEASE),
