@@ -57,10 +57,13 @@ pub(crate) enum Command {
     #[command(
         long_about = "Print the current leader of the election NAME: its value, its term (the \
             leader's fencing token) and its holder. With --watch, keep printing each new \
-            leader, in term order, until interrupted (a term that begins and ends between two \
-            looks is not seen). With --json, one JSON object per leader (null when nobody \
-            leads). Backends whose list shows only this process's locks (memcached) cannot \
-            say who leads elsewhere: exit 2."
+            leader, in term order, none skipped, until interrupted: a term that began and ended \
+            between two looks is printed too, from the record of terms the backend keeps with \
+            each campaign's grant (without its time left). A watcher that falls more than 32 \
+            terms behind says so on stderr and goes on. With --json, one JSON object per leader \
+            (null when nobody leads). Backends whose list shows only this process's locks \
+            (memcached) cannot say who leads elsewhere, and Redis in quorum mode keeps no \
+            record of terms to watch: exit 2."
     )]
     Leader(LeaderArgs),
     /// Run a command while this instance leads an election.
@@ -219,7 +222,8 @@ pub(crate) struct LeaderArgs {
     pub(crate) watch: bool,
     /// One JSON object per leader: {"value", "term", "host", "pid",
     /// "expires_in_ms" (null where the lock lasts as long as the leader's
-    /// process)}, or null when nobody leads.
+    /// process, and for a leader read from the record of terms)}, or null
+    /// when nobody leads.
     #[arg(long)]
     pub(crate) json: bool,
 }

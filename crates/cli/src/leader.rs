@@ -35,7 +35,15 @@ pub(crate) async fn leader(args: LeaderArgs) -> Result<u8, Failure> {
     }
     let mut observer = election.observe();
     loop {
-        let leader = observer.next().await?;
+        let leader = match observer.next().await {
+            Ok(leader) => leader,
+            // Said on stderr, and the watch goes on with the terms kept.
+            Err(error @ distlock::Error::TermsForgotten { .. }) => {
+                text::say(&text::printable(&error.to_string()));
+                continue;
+            }
+            Err(error) => return Err(error.into()),
+        };
         text::print(&format!(
             "{}\n",
             describe(&args.name, Some(&leader), args.json)?

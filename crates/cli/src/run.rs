@@ -104,6 +104,9 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
             max_hold: args.max_hold,
             min_hold: args.min_hold,
             label: args.label.clone(),
+            // Only `distlock campaign` gives a label: its value, whose grant
+            // is a term of the election.
+            records_term: args.label.is_some(),
         };
         let acquiring = acquire(&client, &names, each, wait, &program, async {
             let _ = cancelled.await;
@@ -184,6 +187,8 @@ struct Asked {
     min_hold: Option<Duration>,
     /// Recorded with the grant in place of the command's label.
     label: Option<String>,
+    /// Whether the grant is an election's term (`distlock campaign`).
+    records_term: bool,
 }
 
 /// What waiting for the locks came to, short of a failure.
@@ -245,6 +250,9 @@ async fn acquire(
     }
     if let Some(label) = asked.label {
         options = options.label(label);
+    }
+    if asked.records_term {
+        options = options.records_term();
     }
     let options = match wait {
         // A zero timeout tries exactly once.

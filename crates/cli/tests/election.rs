@@ -73,12 +73,20 @@ fn watching_sees_each_leader_in_term_order() {
     let scratch = Scratch::new();
     let name = unique("watched");
     let watcher = Running::spawn(scratch.distlock(&["leader", &name, "--watch", "--json"]));
-    for value in ["http://a:8080", "http://b:8080"] {
-        let output = campaign(&scratch, &name, value, &[], "sleep 1")
+    // The first leader leads long enough for the watcher to start; the
+    // next two lead only for a moment, and are seen all the same.
+    for (value, command) in [
+        ("http://a:8080", "sleep 1"),
+        ("http://b:8080", "true"),
+        ("http://c:8080", "true"),
+    ] {
+        let output = campaign(&scratch, &name, value, &[], command)
             .output()
             .unwrap();
         assert!(output.status.success(), "{output:?}");
     }
+    // The last term is read from the record at the next look.
+    std::thread::sleep(std::time::Duration::from_millis(500));
     watcher.signal(Signal::INT);
     let seen = watcher.finish();
     let leaders: Vec<Value> = seen
@@ -92,11 +100,12 @@ fn watching_sees_each_leader_in_term_order() {
         .collect();
     assert_eq!(
         values,
-        ["http://a:8080", "http://b:8080"],
+        ["http://a:8080", "http://b:8080", "http://c:8080"],
         "{}",
         seen.stdout
     );
     assert!(leaders[0]["term"].as_u64() < leaders[1]["term"].as_u64());
+    assert!(leaders[1]["term"].as_u64() < leaders[2]["term"].as_u64());
 }
 
 #[test]

@@ -198,6 +198,24 @@ impl<'a> AcquireOptions<'a> {
         self
     }
 
+    /// Records the grant as a term of the election of the same name, with
+    /// the label as the leader's value, as
+    /// [`Election::campaign`](crate::Election::campaign) does, so that
+    /// observers of the election see it. For callers that take the
+    /// election's lock through the general calls (`distlock campaign` takes
+    /// it through [`LockClient::acquire_all`](crate::LockClient::acquire_all)).
+    /// Such a grant is never handed over by another task of the client.
+    ///
+    /// # Errors
+    /// The call fails with
+    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) for a claim
+    /// other than the whole lock, or for a set of more than one lock: an
+    /// election has one leader, on one name.
+    pub fn records_term(mut self) -> Self {
+        self.records_term = true;
+        self
+    }
+
     /// The claim asked for.
     pub fn requested_claim(&self) -> Claim {
         self.claim

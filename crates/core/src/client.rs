@@ -276,6 +276,7 @@ impl LockClient {
             min: min_hold,
         };
         bounds.check(claim, &*self.inner.backend)?;
+        check_term(claim, records_term)?;
         let asked = self.asked(payload, label, records_term)?;
         let span = tracing::debug_span!(
             "acquire",
@@ -367,6 +368,7 @@ impl LockClient {
             min: options.min_hold,
         };
         bounds.check(claim, &*self.inner.backend)?;
+        check_term(claim, options.records_term)?;
         let asked = self.asked(options.payload, options.label, options.records_term)?;
         let span = tracing::debug_span!("try_acquire", name = %name, ?claim);
         let started = Instant::now();
@@ -662,6 +664,18 @@ impl Asked {
     fn takes_hand_overs(&self, claim: Claim) -> bool {
         claim == Claim::Exclusive && !self.own_label && !self.records_term
     }
+}
+
+/// Refuses a term asked for with a claim other than the whole lock: an
+/// election has one leader.
+fn check_term(claim: Claim, records_term: bool) -> Result<()> {
+    if records_term && claim != Claim::Exclusive {
+        return Err(Error::config(
+            "records_term",
+            "an election has one leader: record a term only with the whole lock",
+        ));
+    }
+    Ok(())
 }
 
 /// The longest label a call may record with its grant, in bytes.

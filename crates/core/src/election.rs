@@ -126,8 +126,7 @@ impl Election {
                 "an election has one leader: campaign for the whole lock",
             ));
         }
-        let mut options = options.label(value.clone());
-        options.records_term = true;
+        let options = options.label(value.clone()).records_term();
         let guard = self.client.acquire_with(&self.name, options).await?;
         Ok(Leadership { guard, value })
     }

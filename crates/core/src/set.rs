@@ -110,10 +110,15 @@ impl LockClient {
             max_hold,
             min_hold,
             label,
-            // Only a campaign records a term, and it takes one name.
-            records_term: _,
+            records_term,
         } = options.into();
         let wanted = canonical(locks, claim)?;
+        if records_term && wanted.len() > 1 {
+            return Err(Error::config(
+                "records_term",
+                "an election has one leader, on one name: record a term with one lock",
+            ));
+        }
         // Refused before anything is taken. The shortest hold is given to
         // the guards only once all are held: a set that fails must not
         // leave what it took held for it.
@@ -145,6 +150,9 @@ impl LockClient {
                 }
                 if let Some(label) = &label {
                     options = options.label(label.clone());
+                }
+                if records_term {
+                    options = options.records_term();
                 }
                 if let Some(deadline) = deadline {
                     // Past the deadline, one attempt still gets an answer.

@@ -148,3 +148,31 @@ async fn the_longest_hold_holds_for_try_acquire_and_with_lock() {
     // The work saw the loss; with_lock then reports the lock lost.
     assert!(matches!(outcome, Err(Error::Lost { .. })), "{outcome:?}");
 }
+
+#[tokio::test]
+async fn a_term_is_recorded_only_for_one_whole_lock() {
+    let locks = client();
+    let shared = locks
+        .acquire_with("e", AcquireOptions::new().shared().records_term())
+        .await;
+    assert!(
+        matches!(shared, Err(Error::InvalidConfig { ref field, .. }) if field == "records_term"),
+        "{shared:?}"
+    );
+    let several = locks
+        .acquire_all(["e", "f"], AcquireOptions::new().records_term())
+        .await;
+    assert!(
+        matches!(several, Err(Error::InvalidConfig { ref field, .. }) if field == "records_term"),
+        "{several:?}"
+    );
+    // One whole lock, through the general call, is a term observers see.
+    let mut observer = locks.election("e").unwrap().observe();
+    let set = locks
+        .acquire_all(["e"], AcquireOptions::new().label("v").records_term())
+        .await
+        .unwrap();
+    let term = set.guards()[0].fencing_token();
+    let seen = observer.next().await.unwrap();
+    assert_eq!((seen.value.as_str(), seen.term), ("v", term));
+}
