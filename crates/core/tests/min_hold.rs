@@ -207,6 +207,9 @@ async fn no_extension_follows_a_delayed_release() {
         .await
         .unwrap();
     assert!(guard.release().await.unwrap());
+    // The release went through the backend's hooks, as a delayed one.
+    assert_eq!(backend.calls_of(Operation::DelayedRelease), 1);
+    assert_eq!(backend.calls_of(Operation::Release), 0);
     let extensions = backend.calls_of(Operation::Extend);
     // Past several extension periods and the whole lease: still held, by
     // the delayed release alone.

@@ -23,6 +23,9 @@ pub enum Operation {
     RenewSession,
     /// A release.
     Release,
+    /// A release before the grant's shortest hold has passed, which keeps
+    /// the lock until then.
+    DelayedRelease,
     /// A one-step hand-over to the next task of the same client.
     HandOver,
     /// A listing of the locks held.
@@ -42,6 +45,7 @@ impl Operation {
             Self::Extend => "extend",
             Self::RenewSession => "renew session",
             Self::Release => "release",
+            Self::DelayedRelease => "delayed release",
             Self::HandOver => "hand-over",
             Self::List => "list",
             Self::ForceRelease => "force release",
@@ -64,6 +68,13 @@ pub enum Call<'a> {
     RenewSession,
     /// A release.
     Release(&'a Lease),
+    /// A release that keeps the lock for `remaining` yet.
+    DelayedRelease {
+        /// The lease released.
+        lease: &'a Lease,
+        /// How long the lock is kept.
+        remaining: std::time::Duration,
+    },
     /// A hand-over of `lease` to `next`.
     HandOver {
         /// The lease that ends.
@@ -88,6 +99,7 @@ impl Call<'_> {
             Self::Extend(_) => Operation::Extend,
             Self::RenewSession => Operation::RenewSession,
             Self::Release(_) => Operation::Release,
+            Self::DelayedRelease { .. } => Operation::DelayedRelease,
             Self::HandOver { .. } => Operation::HandOver,
             Self::List => Operation::List,
             Self::ForceRelease(_) => Operation::ForceRelease,
@@ -122,6 +134,13 @@ pub enum Answer<'a> {
     /// A release's outcome.
     Release {
         /// The lease.
+        lease: &'a Lease,
+        /// Whether it was ours.
+        outcome: &'a mut Result<bool>,
+    },
+    /// A delayed release's outcome.
+    DelayedRelease {
+        /// The lease released.
         lease: &'a Lease,
         /// Whether it was ours.
         outcome: &'a mut Result<bool>,

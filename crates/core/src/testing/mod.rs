@@ -40,8 +40,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::backend::{
-    AcquireRequest, Attempt, Backend, Capabilities, Extended, HandOver, HandOvers, Lease, LockInfo,
-    Renewal, Session, SessionId, Wakeups,
+    AcquireRequest, Attempt, Backend, Capabilities, DelayedRelease, Extended, HandOver, HandOvers,
+    Lease, LockInfo, Renewal, Session, SessionId, Wakeups,
 };
 use crate::error::{Error, Result};
 use crate::lease::LossReporter;
@@ -550,22 +550,44 @@ impl Backend for TestBackend {
         self.inner.term_log()
     }
 
-    /// The inner backend's, called directly: no hook sees it. None with
-    /// an emulated session, whose renewals extend every grant, released
-    /// ones too.
-    fn delayed_release(&self) -> Result<&dyn crate::backend::DelayedRelease> {
+    /// The inner backend's, through the hooks. None with an emulated
+    /// session, whose renewals extend every grant, released ones too.
+    fn delayed_release(&self) -> Result<&dyn DelayedRelease> {
         if !self.abilities.delayed_release || self.abilities.emulated_session {
             return Err(Error::Unsupported(
                 "this test backend keeps no lock after its release (min_hold)".into(),
             ));
         }
-        self.inner.delayed_release()
+        self.inner.delayed_release()?;
+        Ok(self)
     }
 
     async fn close(&self) -> Result<()> {
         self.enter(Call::Close).await?;
         let mut outcome = self.inner.close().await;
         self.leave(Answer::Close(&mut outcome)).await;
+        outcome
+    }
+}
+
+#[async_trait]
+impl DelayedRelease for TestBackend {
+    async fn release_after(&self, lease: &Lease, remaining: Duration) -> Result<bool> {
+        self.enter(Call::DelayedRelease { lease, remaining })
+            .await?;
+        let mut outcome = self
+            .inner
+            .delayed_release()?
+            .release_after(lease, remaining)
+            .await;
+        self.leave(Answer::DelayedRelease {
+            lease,
+            outcome: &mut outcome,
+        })
+        .await;
+        if outcome.is_ok() {
+            self.forget(lease);
+        }
         outcome
     }
 }
