@@ -270,7 +270,7 @@ impl MongoBackend {
                 request,
                 exclusive::acquire(request, mark.as_ref()),
                 // A writer waiting behind readers need not read them all,
-                // nor anyone the record of terms.
+                // and no acquirer needs the record of terms.
                 doc! { HOLDERS: 0, TERMS: 0 },
             )
             .await?;
