@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use distlock_core::{
     AcquireRequest, Attempt, Backend, Capabilities, Claim, DelayedRelease, Error, GrantState,
     HandOver, HandOvers, Lease, LockInfo, LockName, ReleaseHub, ReleaseWatch, Result, ServerInfo,
-    WaitState, Wakeups,
+    TermLog, WaitState, Wakeups,
 };
 use futures::TryStreamExt;
 use mongodb::bson::{Document, doc};
@@ -19,6 +19,7 @@ use crate::clock::ServerClock;
 use crate::document::{self, HOLDERS, LOCK_ID, lock_id};
 use crate::error::{driver, is_duplicate_key};
 use crate::reply::{self, Verdict, no_token};
+use crate::terms::TERMS;
 use crate::waiting::{self, WriterMark};
 use crate::watch::{self, Watcher};
 use crate::{bulk, deployment, exclusive, holders, listing};
@@ -136,6 +137,11 @@ impl MongoBackend {
     /// The lock collection, for inspection and administration.
     pub fn collection(&self) -> &Collection<Document> {
         &self.collection
+    }
+
+    /// The server-side bound of the backend's own reads.
+    pub(crate) fn operation_timeout(&self) -> Duration {
+        self.operation_timeout
     }
 
     /// How the document of `name` is named in errors.
@@ -263,8 +269,9 @@ impl MongoBackend {
             .send_acquire(
                 request,
                 exclusive::acquire(request, mark.as_ref()),
-                // A writer waiting behind readers need not read them all.
-                doc! { HOLDERS: 0 },
+                // A writer waiting behind readers need not read them all,
+                // and no acquirer needs the record of terms.
+                doc! { HOLDERS: 0, TERMS: 0 },
             )
             .await?;
         let (found, sent, received) = match reply {
@@ -503,6 +510,10 @@ impl Backend for MongoBackend {
     }
 
     fn hand_overs(&self) -> Option<&dyn HandOvers> {
+        Some(self)
+    }
+
+    fn term_log(&self) -> Option<&dyn TermLog> {
         Some(self)
     }
 

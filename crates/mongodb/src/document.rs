@@ -15,7 +15,8 @@
 //! hex digits) and `expiresAt` is the latest expiry among the entries, so
 //! that "held until `expiresAt`" stays true of every document. `waiting`
 //! lists the writers waiting for readers; `freed` marks a write that may let
-//! a waiter in (see `watch`).
+//! a waiter in (see `watch`); `terms` is an election's record of terms (see
+//! `terms`).
 //!
 //! Every time is the server's `$$NOW`; every value the caller supplied is
 //! wrapped in `$literal` inside a pipeline, so no name or label can be read

@@ -11,11 +11,13 @@ use crate::document::{
     ACQUIRED_AT, EXPIRES_AT, FENCING_TOKEN, FREED, HOLDER, HOLDERS, ID, LIMIT, LOCK_ID, WAITING,
     field, free_at, held, holder, lock_id, next_token, now_plus, or_remove, token_is_valid,
 };
+use crate::terms::{self, TERMS};
 use crate::waiting::{WriterMark, may_mark, others, with_mark};
 
 /// A grant to `request`, as an expression of the document it replaces.
 /// Other writers' marks stay; `mark`, the requester's own, goes with the
-/// grant.
+/// grant. The record of terms stays, with the grant's term appended when
+/// the request is a campaign's.
 fn grant(request: &AcquireRequest, mark: Option<&WriterMark>) -> Document {
     doc! {
         ID: field(ID),
@@ -25,6 +27,7 @@ fn grant(request: &AcquireRequest, mark: Option<&WriterMark>) -> Document {
         EXPIRES_AT: now_plus(request.lease),
         HOLDER: { "$literal": holder(&request.holder) },
         WAITING: waiting_after_grant(mark),
+        TERMS: terms::after_grant(request),
     }
 }
 

@@ -44,6 +44,7 @@
 //! | `acquiredAt` | the server's `$$NOW` at the latest grant |
 //! | `expiresAt` | the server's `$$NOW` plus the lease, moved at each extension; the server's now at release |
 //! | `holder` | `{ host, pid, label }` of the latest grant, for inspection |
+//! | `terms` | an election's last 32 terms, `{ term, previous, holder }` each; only campaigns write it (see below) |
 //!
 //! Readers ([`Claim::Shared`](distlock_core::Claim::Shared)) and permits
 //! ([`Claim::Permit`](distlock_core::Claim::Permit)) are entries of a
@@ -84,6 +85,20 @@
 //! depends on it: an expired document is free by `$$NOW` whether or not the
 //! TTL monitor has run, and a deleted one is recreated with a token above
 //! every earlier one (see below).
+//!
+//! # Election terms
+//! [`Election::observe`](distlock_core::Election::observe) sees every term
+//! because a campaign's grant appends its term (`term` = its fencing token,
+//! `previous` = the term recorded before it, `holder` with the campaign's
+//! value) to the document's `terms` array in the same pipeline that grants
+//! it, keeping the last [`TERMS_KEPT`](distlock_core::TERMS_KEPT). Only
+//! campaigns write the record, under 45 KiB per election; other
+//! grants carry it over in the command they send anyway, so a plain lock
+//! pays nothing for it, and a name that never saw a campaign has none.
+//! Where the TTL index deletes a document that was left free, the record
+//! goes with it, and the next campaign starts a new one (its first term's
+//! `previous` is unknown): an observer that had not read the deleted terms
+//! yet misses them without being told. `docs/mongodb.md` has the details.
 //!
 //! # Clock
 //! Expiry is judged only by the server, with `$$NOW`; the clients' clocks
@@ -165,6 +180,7 @@ mod holders;
 mod listing;
 mod redact;
 mod reply;
+mod terms;
 mod url_options;
 mod waiting;
 mod watch;

@@ -16,5 +16,6 @@ mod fencing;
 mod kinds;
 mod race;
 mod restart;
+mod terms;
 mod tokens;
 mod wakeups;
