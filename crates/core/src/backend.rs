@@ -253,6 +253,28 @@ pub struct Capabilities {
     /// a timer costs the runtime a registration, and often a wake-up of its
     /// timer driver, per call.
     pub bounds_calls: bool,
+    /// Fair mode: the whole lock is granted to waiters in the order they
+    /// asked, across processes, by the backend itself. A waiting attempt
+    /// ([`AcquireRequest::retries`]) that cannot be granted at once takes
+    /// a place in a queue the store keeps, recorded in its
+    /// [`WaitState`], and renews that place with each attempt: a place not
+    /// renewed for the request's lease is dropped, by the store's clock. A
+    /// release (or an expiry) grants the lock to the first live place, in
+    /// the same write where the store allows it, with the waiter's lease,
+    /// holder and term, under an identity of the place's own (each attempt
+    /// of a wait asks under a new one). That waiter's next attempt, whose
+    /// wait state proves the place its own, takes the grant over under its
+    /// own identity and extends it from that attempt, so that the lease
+    /// core counts from the attempt's sending is never longer than the
+    /// store's. A single try (no retries)
+    /// takes no place, and is granted only when nobody holds or waits.
+    /// [`Backend::end_wait`] gives the place up, and a grant made to it
+    /// meanwhile passes on to the next place.
+    ///
+    /// Core then lets each task of a client wait in the store by itself,
+    /// rather than one task per name, and hands no lock over inside the
+    /// client, so that the store's order is the order of asking.
+    pub fair: bool,
 }
 
 impl Capabilities {
@@ -265,7 +287,14 @@ impl Capabilities {
             shared: false,
             semaphores: false,
             bounds_calls: false,
+            fair: false,
         }
+    }
+
+    /// These capabilities in fair mode, or not.
+    pub const fn with_fair(mut self, on: bool) -> Self {
+        self.fair = on;
+        self
     }
 
     /// These capabilities with calls that bound themselves, or without.

@@ -97,7 +97,9 @@ impl LockClient {
     pub fn new(backend: Arc<dyn Backend>, options: LockOptions) -> Self {
         let holder = Arc::new(Holder::this_process(options.label()));
         let keeper = Keeper::new(options.clone(), &backend);
-        let hands_over = backend.hand_overs().is_some();
+        // In fair mode the store's queue decides who is next, so nothing is
+        // handed over inside the client.
+        let hands_over = backend.hand_overs().is_some() && !backend.capabilities().fair;
         let succession = (hands_over && options.local_hand_overs() > 0).then(|| {
             Arc::new(Succession {
                 holder: holder.clone(),
@@ -394,9 +396,14 @@ impl LockClient {
         claim: Claim,
         asked: Asked,
     ) -> Result<Option<LockGuard>> {
-        let Some(permit) = self.inner.slots.try_acquire(name) else {
-            tracing::debug!(outcome = "held in this process");
-            return Ok(None);
+        let permit = if self.waits_in_store(claim) {
+            None
+        } else {
+            let Some(permit) = self.inner.slots.try_acquire(name) else {
+                tracing::debug!(outcome = "held in this process");
+                return Ok(None);
+            };
+            Some(permit)
         };
         let asking = Asking::new(self.request(name, claim, false, asked));
         let budget = self.inner.options.operation_timeout();
@@ -433,10 +440,14 @@ impl LockClient {
     ) -> Result<LockGuard> {
         let cancel = std::pin::pin!(cancel.fuse());
         let mut wait = Wait::new(self, name, timeout, cancel);
-        let (permit, yielded) = match wait.local_turn(asked.takes_hand_overs(claim)).await? {
-            Baton::Granted(guard) => return wait.deliver(guard).await,
-            Baton::Free(permit) => (permit, false),
-            Baton::Yielded(permit) => (permit, true),
+        let (permit, yielded) = if self.waits_in_store(claim) {
+            (None, false)
+        } else {
+            match wait.local_turn(asked.takes_hand_overs(claim)).await? {
+                Baton::Granted(guard) => return wait.deliver(guard).await,
+                Baton::Free(permit) => (Some(permit), false),
+                Baton::Yielded(permit) => (Some(permit), true),
+            }
         };
         // A backend whose waits hang on its session keeps it while we wait.
         let _waiting = self.inner.keeper.begin_wait();
@@ -552,6 +563,13 @@ impl LockClient {
         .await
     }
 
+    /// Whether a call for `claim` waits in the store's own queue, each task
+    /// by itself, rather than one task of this client at a time: the whole
+    /// lock, on a backend in fair mode.
+    fn waits_in_store(&self, claim: Claim) -> bool {
+        claim == Claim::Exclusive && self.inner.backend.capabilities().fair
+    }
+
     /// A request for `claim` on `name`, made by this client.
     fn request(
         &self,
@@ -610,7 +628,7 @@ impl LockClient {
     /// the next task of this client may try too.
     fn guard(
         &self,
-        permit: SlotPermit,
+        permit: Option<SlotPermit>,
         lease: Lease,
         sent_at: Instant,
         reporter: LossReporter,
@@ -629,12 +647,15 @@ impl LockClient {
             self.inner.options.metrics_by_name(),
         ));
         let key = self.inner.keeper.insert(held.clone(), sent_at);
-        let (slot, succession, shared) = if exclusive {
-            (Some(permit), self.inner.succession.clone(), None)
-        } else {
-            let shared = Box::new(self.inner.slots.shared_release(&held.lease.name));
-            drop(permit);
-            (None, None, Some(shared))
+        let (slot, succession, shared) = match permit {
+            Some(permit) if exclusive => (Some(permit), self.inner.succession.clone(), None),
+            // A reader, a permit, or a lock waited for in a fair store's
+            // queue: its release is told to this client's other waiters.
+            permit => {
+                let shared = Box::new(self.inner.slots.shared_release(&held.lease.name));
+                drop(permit);
+                (None, None, Some(shared))
+            }
         };
         LockGuard::new(
             held,

@@ -40,6 +40,8 @@ pub struct MemoryBackend {
     ahead: Mutex<Duration>,
     /// Where the backend's wall clock starts, on Tokio's clock.
     origin: Instant,
+    /// Whether whole locks go to waiters in the order they asked.
+    fair: bool,
 }
 
 impl Default for MemoryBackend {
@@ -49,6 +51,7 @@ impl Default for MemoryBackend {
             releases: ReleaseHub::default(),
             ahead: Mutex::default(),
             origin: Instant::now(),
+            fair: false,
         }
     }
 }
@@ -64,7 +67,23 @@ struct Slot {
     last_token: u64,
     /// The last [`TERMS_KEPT`] terms, oldest first.
     terms: VecDeque<Term>,
+    /// In fair mode, the places of the writers waiting, first come first.
+    queue: VecDeque<Place>,
 }
+
+/// A waiting writer's place in a fair queue, with what its grant will be:
+/// its request, under the place's own identity, since each attempt of a
+/// wait asks under a new one.
+#[derive(Debug)]
+struct Place {
+    id: LeaseId,
+    request: AcquireRequest,
+    expires_at: Instant,
+}
+
+/// The identity of a waiting writer's place, kept in its wait's state.
+#[derive(Debug, Clone, Copy)]
+struct PlaceId(LeaseId);
 
 #[derive(Debug)]
 struct Grant {
@@ -89,6 +108,25 @@ impl MemoryBackend {
     /// An empty backend.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty backend in fair mode (see
+    /// [`Capabilities::fair`]): whole locks go to waiters in the order
+    /// they asked, each release granting the first waiter still there.
+    pub fn fair() -> Self {
+        Self {
+            fair: true,
+            ..Self::default()
+        }
+    }
+
+    /// How many waiters have a place in `name`'s fair queue.
+    pub fn queued(&self, name: &LockName) -> usize {
+        let now = self.now();
+        self.lock().get_mut(name).map_or(0, |slot| {
+            slot.prune(now);
+            slot.queue.len()
+        })
     }
 
     /// Steps the backend's clock forward by `by`, as a server's clock
@@ -123,10 +161,54 @@ fn expiry(now: Instant, lease: Duration) -> Instant {
 }
 
 impl Slot {
-    /// Forgets holders and marks that ran out.
+    /// Forgets holders, marks and places that ran out, and in fair mode
+    /// grants a lock that is free to the first place.
     fn prune(&mut self, now: Instant) {
         self.holders.retain(|grant| grant.expires_at > now);
         self.waiting_writers.retain(|mark| mark.expires_at > now);
+        self.queue.retain(|place| place.expires_at > now);
+        self.pass_on(now);
+    }
+
+    /// Grants the lock, if nobody holds it, to the first place in the
+    /// queue, under its request.
+    fn pass_on(&mut self, now: Instant) {
+        if self.holders.is_empty()
+            && let Some(place) = self.queue.pop_front()
+        {
+            self.grant_to(&place.request, now);
+        }
+    }
+
+    /// Takes a place for `wait`'s writer, or renews it, for a lease from
+    /// now.
+    fn take_place(&mut self, wait: &mut WaitState, request: &AcquireRequest, now: Instant) {
+        let expires_at = expiry(now, request.lease);
+        if let Some(&PlaceId(id)) = wait.get::<PlaceId>()
+            && let Some(place) = self.queue.iter_mut().find(|place| place.id == id)
+        {
+            place.expires_at = expires_at;
+            return;
+        }
+        let id = LeaseId::random();
+        wait.set(PlaceId(id));
+        self.queue.push_back(Place {
+            id,
+            request: AcquireRequest {
+                lease_id: id,
+                ..request.clone()
+            },
+            expires_at,
+        });
+    }
+
+    /// Gives up `wait`'s place, and a grant made to it meanwhile.
+    fn leave_queue(&mut self, wait: &mut WaitState, now: Instant) {
+        if let Some(PlaceId(id)) = wait.take::<PlaceId>() {
+            self.queue.retain(|place| place.id != id);
+            self.holders.retain(|grant| grant.id != id);
+            self.prune(now);
+        }
     }
 
     /// What the holders hold, when it rules `claim` out as another kind.
@@ -144,6 +226,7 @@ impl Slot {
             Claim::Exclusive => self.holders.is_empty(),
             Claim::Shared => {
                 self.waiting_writers.is_empty()
+                    && self.queue.is_empty()
                     && self
                         .holders
                         .iter()
@@ -175,6 +258,45 @@ impl Slot {
             holder: request.holder.clone(),
         });
         self.last_token
+    }
+
+    /// One fair attempt at the whole lock: the grant a release made to
+    /// this wait's place, taken over under this attempt's identity and
+    /// extended from now; or the lock, free with nobody in line; or a place
+    /// in line, taken or renewed.
+    fn wait_in_line(
+        &mut self,
+        request: &AcquireRequest,
+        wait: &mut WaitState,
+        now: Instant,
+    ) -> Attempt {
+        let place = wait.get::<PlaceId>().map(|&PlaceId(id)| id);
+        if let Some(id) = place
+            && let Some(grant) = self.holders.iter_mut().find(|grant| grant.id == id)
+        {
+            grant.id = request.lease_id;
+            grant.expires_at = expiry(now, request.lease);
+            wait.take::<PlaceId>();
+            return Attempt::Acquired {
+                fencing_token: grant.token,
+                state: GrantState::none(),
+            };
+        }
+        let in_line = place.is_some_and(|id| self.queue.iter().any(|place| place.id == id));
+        if self.holders.is_empty() && self.queue.is_empty() && !in_line {
+            return Attempt::Acquired {
+                fencing_token: self.grant_to(request, now),
+                state: GrantState::none(),
+            };
+        }
+        if request.retries {
+            self.take_place(wait, request, now);
+        }
+        // The place lasts a lease from this attempt: renew it well within.
+        let renew = request.lease / 2;
+        Attempt::Held {
+            retry_after: Some(self.first_expiry(now).map_or(renew, |left| left.min(renew))),
+        }
     }
 
     /// Marks `wait`'s writer as waiting for a lease from now.
@@ -237,6 +359,7 @@ impl Backend for MemoryBackend {
             .with_cross_process(false)
             .with_shared(true)
             .with_semaphores(true)
+            .with_fair(self.fair)
     }
 
     async fn try_acquire(&self, request: &AcquireRequest, wait: &mut WaitState) -> Result<Attempt> {
@@ -246,6 +369,9 @@ impl Backend for MemoryBackend {
         slot.prune(now);
         if let Some(held) = slot.conflict(request.claim) {
             return Err(request.claim.conflict(&request.name, held));
+        }
+        if self.fair && request.claim == Claim::Exclusive {
+            return Ok(slot.wait_in_line(request, wait, now));
         }
         // Marks keep only readers out: writers take turns by who gets
         // there first, and a granted writer's own mark goes with its grant.
@@ -270,9 +396,11 @@ impl Backend for MemoryBackend {
     }
 
     async fn end_wait(&self, request: &AcquireRequest, mut wait: WaitState) -> Result<()> {
+        let now = self.now();
         let mut locks = self.lock();
         if let Some(slot) = locks.get_mut(&request.name) {
             slot.unmark_writer(&mut wait);
+            slot.leave_queue(&mut wait, now);
         }
         drop(locks);
         // Readers held back by the mark may go now.
@@ -308,6 +436,7 @@ impl Backend for MemoryBackend {
             return Ok(false);
         };
         let was_live = slot.holders.swap_remove(at).expires_at > now;
+        slot.prune(now);
         drop(locks);
         self.releases.notify(&lease.name);
         Ok(was_live)
@@ -342,6 +471,7 @@ impl Backend for MemoryBackend {
         slot.prune(now);
         let was_held = !slot.holders.is_empty();
         slot.holders.clear();
+        slot.pass_on(now);
         drop(locks);
         self.releases.notify(name);
         Ok(was_held)
