@@ -183,11 +183,11 @@ impl RedisBackend {
     pub fn keys_of(&self, name: &LockName) -> Vec<String> {
         let keys = self.keys.of(name);
         vec![
-            keys.exclusive,
-            keys.holders,
-            keys.records,
-            keys.waiting,
-            keys.token,
+            keys.exclusive.clone(),
+            keys.holders.clone(),
+            keys.records.clone(),
+            keys.waiting.clone(),
+            keys.token.clone(),
         ]
     }
 
@@ -297,8 +297,11 @@ impl Backend for RedisBackend {
             waiting.mark = Some(WriterMark(LeaseId::random().to_string()));
         }
         // Kept across the attempt: should the reply be lost, the mark may
-        // be stored, and the wait's end removes it.
-        wait.set(waiting.clone());
+        // be stored, and the wait's end removes it. (A first try keeps
+        // nothing, and so stores nothing.)
+        if !waiting.is_empty() {
+            wait.set(waiting.clone());
+        }
         let mark = waiting.mark.as_ref();
         let answer = match &quorum {
             Some(quorum) => quorum.acquire(request, mark).await?,

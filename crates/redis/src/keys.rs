@@ -18,6 +18,9 @@
 //! | `terms` | list | an election's last terms, newest first: `<term>:<previous term>:<record>` (only campaigns write it) |
 //! | `released` | channel | a message on each release |
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
 use distlock_core::{Holder, LockName};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -25,13 +28,20 @@ use sha2::{Digest, Sha256};
 /// How many hex digits of the name's SHA-256 make its tag: all of them.
 const TAG_LEN: usize = 64;
 
+/// How many names' keys a key space keeps at most, so that a name taken
+/// again and again is not hashed and formatted again each time. When it
+/// is full it starts over, empty: a bound, not a policy.
+const CACHED_NAMES: usize = 1024;
+
 /// How many hex digits a grant's 128-bit identity takes.
 const ID_LEN: usize = 32;
 
-/// The keys of one prefix.
+/// The keys of one prefix, and those of the names used lately (shared by
+/// the clones).
 #[derive(Debug, Clone)]
 pub(crate) struct KeySpace {
     prefix: String,
+    cache: Arc<Mutex<HashMap<LockName, Arc<NameKeys>>>>,
 }
 
 /// The keys and channel of one name.
@@ -50,10 +60,30 @@ impl KeySpace {
     pub(crate) fn new(prefix: &str) -> Self {
         Self {
             prefix: prefix.to_owned(),
+            cache: Arc::default(),
         }
     }
 
-    pub(crate) fn of(&self, name: &LockName) -> NameKeys {
+    /// The keys of `name`, from the cache when it has them. The cache is
+    /// keyed by the whole name, so one name's keys never serve another.
+    pub(crate) fn of(&self, name: &LockName) -> Arc<NameKeys> {
+        let lock = || self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(keys) = lock().get(name) {
+            return Arc::clone(keys);
+        }
+        // Hashed outside the lock; should two tasks both miss, both
+        // compute the same keys.
+        let keys = Arc::new(self.of_uncached(name));
+        let mut cache = lock();
+        if cache.len() >= CACHED_NAMES {
+            cache.clear();
+        }
+        cache.insert(name.clone(), Arc::clone(&keys));
+        keys
+    }
+
+    /// The keys of `name`, computed now and not kept.
+    pub(crate) fn of_uncached(&self, name: &LockName) -> NameKeys {
         self.of_tag(&tag(name))
     }
 
@@ -97,16 +127,18 @@ impl KeySpace {
 
     /// The channel a name's releases are published on.
     pub(crate) fn channel(&self, name: &LockName) -> String {
-        self.of(name).channel
+        self.of(name).channel.clone()
     }
 }
 
 /// A name's tag: the SHA-256 of its UTF-8, in hex.
 pub(crate) fn tag(name: &LockName) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     let digest = Sha256::digest(name.as_str().as_bytes());
     let mut tag = String::with_capacity(TAG_LEN);
     for byte in &digest[..TAG_LEN / 2] {
-        tag.push_str(&format!("{byte:02x}"));
+        tag.push(char::from(HEX[usize::from(byte >> 4)]));
+        tag.push(char::from(HEX[usize::from(byte & 0xf)]));
     }
     tag
 }
@@ -121,9 +153,16 @@ pub(crate) struct Record {
 
 impl Record {
     pub(crate) fn json(name: &LockName, holder: &Holder) -> String {
-        serde_json::to_string(&Record {
-            name: name.as_str().to_owned(),
-            holder: holder.clone(),
+        /// A record as written: borrowed, where a [`Record`] would copy
+        /// the name and the holder at every attempt.
+        #[derive(Serialize)]
+        struct Written<'a> {
+            name: &'a str,
+            holder: &'a Holder,
+        }
+        serde_json::to_string(&Written {
+            name: name.as_str(),
+            holder,
         })
         .unwrap_or_default()
     }
@@ -207,6 +246,57 @@ mod tests {
         assert_eq!(keys.tag_of_grant_key("p:{zz}:x"), None);
         assert_eq!(keys.tag_of_grant_key("q:{zz}:x"), None);
         assert_ne!(keys.of(&name("a")).exclusive, keys.of(&name("b")).exclusive);
+    }
+
+    #[test]
+    fn a_tag_is_the_names_sha256_in_lowercase_hex() {
+        // SHA-256("abc"), from FIPS 180-2's examples.
+        assert_eq!(
+            tag(&name("abc")),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+
+    #[test]
+    fn cached_keys_are_each_names_own_past_the_bound() {
+        let keys = KeySpace::new("p:");
+        // Names that differ only in the braces, case, a NUL or a trailing
+        // space, and enough of them that the cache starts over twice.
+        let mut names: Vec<LockName> = ["{a}", "{A}", "a", "a ", "a\0", "a\0b", "}{"]
+            .iter()
+            .map(|text| name(text))
+            .collect();
+        names.extend((0..2 * CACHED_NAMES + 10).map(|n| name(&format!("n{n}"))));
+        for round in 0..2 {
+            for each in &names {
+                let cached = keys.of(each);
+                let fresh = keys.of_uncached(each);
+                assert_eq!(
+                    (&cached.exclusive, &cached.channel),
+                    (&fresh.exclusive, &fresh.channel),
+                    "{each} in round {round}"
+                );
+                assert_eq!(
+                    [
+                        &cached.holders,
+                        &cached.records,
+                        &cached.waiting,
+                        &cached.token
+                    ],
+                    [&fresh.holders, &fresh.records, &fresh.waiting, &fresh.token]
+                );
+            }
+        }
+        let exclusive: std::collections::HashSet<String> = names
+            .iter()
+            .map(|each| keys.of(each).exclusive.clone())
+            .collect();
+        assert_eq!(exclusive.len(), names.len(), "no two names share a key");
+        assert!(keys.cache.lock().unwrap().len() <= CACHED_NAMES);
+        // Another prefix's cache is its own.
+        let other = KeySpace::new("q:");
+        assert!(other.of(&names[0]).exclusive.starts_with("q:{"));
+        assert!(keys.of(&names[0]).exclusive.starts_with("p:{"));
     }
 
     #[test]

@@ -4,6 +4,8 @@
 //! mode uses one node whose connection reaches every master.
 
 use std::collections::BTreeSet;
+use std::fmt;
+use std::sync::LazyLock;
 use std::time::{Duration, SystemTime};
 
 use distlock_core::{
@@ -32,6 +34,10 @@ pub(crate) const INFO_TIMEOUT: Duration = Duration::from_secs(10);
 /// `max(previous + 1, server time in µs)`), so the counter only has to
 /// outlive clock steps backwards.
 const COUNTER_TTL: Duration = Duration::from_secs(30 * 86_400);
+
+/// The arguments every attempt sends alike, written once.
+static COUNTER_TTL_ARG: LazyLock<String> = LazyLock::new(|| millis(COUNTER_TTL));
+static MAX_PERMITS_ARG: LazyLock<String> = LazyLock::new(|| MAX_PERMITS.to_string());
 
 /// How many keys one `SCAN` step asks for.
 const SCAN_COUNT: usize = 1000;
@@ -89,29 +95,38 @@ impl Node {
 
     /// Runs `script` with `keys` and `args`, within `timeout`. The script
     /// is sent by its SHA, and loaded and sent again once if the server
-    /// does not have it.
+    /// does not have it. `what` is written out only for an error.
     async fn run(
         &self,
         operation: &'static str,
-        what: &str,
+        what: &(dyn fmt::Display + Sync),
         timeout: Duration,
         script: &Script,
         keys: &[&str],
         args: &[&[u8]],
     ) -> Result<Value> {
-        let mut invocation = script.prepare_invoke();
+        // Written straight into one command, without the driver's
+        // invocation, which copies each argument twice.
+        let mut eval = redis::cmd("EVALSHA");
+        eval.arg(script.get_hash()).arg(keys.len());
         for key in keys {
-            invocation.key(*key);
+            eval.arg(*key);
         }
         for arg in args {
-            invocation.arg(*arg);
+            eval.arg(*arg);
         }
         let call = async {
             let mut connection = self.link.get()?;
-            invocation
-                .invoke_async::<Value>(&mut connection)
-                .await
-                .map_err(|e| from_redis(what, e))
+            let reply = match eval.query_async::<Value>(&mut connection).await {
+                Err(error) if error.kind() == redis::ErrorKind::NoScriptError => {
+                    match script.load_async(&mut connection).await {
+                        Ok(_) => eval.query_async::<Value>(&mut connection).await,
+                        Err(error) => Err(error),
+                    }
+                }
+                reply => reply,
+            };
+            reply.map_err(|e| from_redis(&what.to_string(), e))
         };
         tokio::time::timeout(timeout, call)
             .await
@@ -135,29 +150,29 @@ impl Node {
         let lease = millis(request.lease);
         let record = Record::json(&request.name, &request.holder);
         let mark = mark.map_or("", |mark| mark.0.as_str());
-        let what = format!("acquiring {}{}", request.name, self.on);
-        // A campaign records its term with its grant; quorum mode's copies
-        // keep no record (see `RedisBackend::term_log`).
-        let (script, terms) = if request.records_term && !provisional {
-            (&SCRIPTS.campaign, Some(keys.terms.as_str()))
+        let what = Doing::new("acquiring", &request.name, &self.on);
+        // A campaign records its term with its grant, under one more key;
+        // quorum mode's copies keep no record (see `RedisBackend::term_log`).
+        let (script, used) = if request.records_term && !provisional {
+            (&SCRIPTS.campaign, 6)
         } else {
-            (&SCRIPTS.acquire, None)
+            (&SCRIPTS.acquire, 5)
         };
-        let mut names = vec![
-            keys.exclusive.as_str(),
+        let names: [&str; 6] = [
+            &keys.exclusive,
             &keys.holders,
             &keys.records,
             &keys.waiting,
             &keys.token,
+            &keys.terms,
         ];
-        names.extend(terms);
         let reply = self
             .run(
                 "acquire",
                 &what,
                 timeout,
                 script,
-                &names,
+                &names[..used],
                 &[
                     claim.as_bytes(),
                     id.as_bytes(),
@@ -165,13 +180,13 @@ impl Node {
                     record.as_bytes(),
                     mark.as_bytes(),
                     limit.to_string().as_bytes(),
-                    MAX_PERMITS.to_string().as_bytes(),
-                    millis(COUNTER_TTL).as_bytes(),
+                    MAX_PERMITS_ARG.as_bytes(),
+                    COUNTER_TTL_ARG.as_bytes(),
                     if provisional { b"~" } else { b"" },
                 ],
             )
             .await?;
-        Answer::parse(&what, &reply)
+        Answer::parse(&reply).ok_or_else(|| unexpected(&what.to_string(), &reply))
     }
 
     /// The terms of `name`'s election kept after `after`, oldest first.
@@ -338,7 +353,8 @@ impl Node {
     ) -> redis::Pipeline {
         let mut pipe = redis::pipe();
         for lease in leases {
-            let keys = self.keys.of(&lease.name);
+            // Not kept: a batch may name more than the cache holds.
+            let keys = self.keys.of_uncached(&lease.name);
             let (claim, _) = claim_code(lease.claim);
             let (id, token) = stored_as(lease);
             pipe.cmd("EVALSHA")
@@ -403,7 +419,7 @@ impl Node {
     ) -> Result<bool> {
         let keys = self.keys.of(name);
         let (claim, _) = claim_code(claim);
-        let what = format!("releasing {name}{}", self.on);
+        let what = Doing::new("releasing", name, &self.on);
         let reply = self
             .run(
                 "release",
@@ -420,7 +436,7 @@ impl Node {
             .await?;
         int(&reply)
             .map(|freed| freed == 1)
-            .ok_or_else(|| unexpected(&what, &reply))
+            .ok_or_else(|| unexpected(&what.to_string(), &reply))
     }
 
     /// `WAIT replicas`: how many replicas acknowledged this connection's
@@ -666,6 +682,26 @@ impl Node {
             ServerInfo::new(version, Some(clock)),
             ServerInfo::with_feature,
         ))
+    }
+}
+
+/// What a call does, for its errors (`acquiring NAME on host:port`): only
+/// written out when there is one.
+struct Doing<'a> {
+    verb: &'static str,
+    name: &'a LockName,
+    on: &'a str,
+}
+
+impl<'a> Doing<'a> {
+    fn new(verb: &'static str, name: &'a LockName, on: &'a str) -> Self {
+        Self { verb, name, on }
+    }
+}
+
+impl fmt::Display for Doing<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}{}", self.verb, self.name, self.on)
     }
 }
 

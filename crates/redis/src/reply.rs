@@ -2,10 +2,9 @@
 
 use std::time::Duration;
 
-use distlock_core::{Claim, LockInfo, LockKind, LockName, Permits, Result};
+use distlock_core::{Claim, LockInfo, LockKind, LockName, Permits};
 use redis::Value;
 
-use crate::error::unexpected;
 use crate::keys::{Stored, tag};
 
 /// What one server, or a quorum of them, answered to an attempt.
@@ -27,24 +26,24 @@ pub(crate) enum Answer {
 }
 
 impl Answer {
-    /// Reads the acquire script's reply (see scripts.rs).
-    pub(crate) fn parse(what: &str, reply: &Value) -> Result<Self> {
+    /// Reads the acquire script's reply (see scripts.rs); `None` for
+    /// anything else.
+    pub(crate) fn parse(reply: &Value) -> Option<Self> {
         let Value::Array(fields) = reply else {
-            return Err(unexpected(what, reply));
+            return None;
         };
         match (fields.first().and_then(int), fields.get(1), fields.get(2)) {
             (Some(1), Some(token), _) => int(token)
                 .and_then(|token| u64::try_from(token).ok())
-                .map(Self::Granted)
-                .ok_or_else(|| unexpected(what, reply)),
-            (Some(0), Some(left), Some(marked)) => Ok(Self::Held {
+                .map(Self::Granted),
+            (Some(0), Some(left), Some(marked)) => Some(Self::Held {
                 left: int(left)
                     .and_then(|left| u64::try_from(left).ok())
                     .map(Duration::from_millis),
                 marked: int(marked) == Some(1),
             }),
             (Some(2), Some(kind), Some(limit)) => {
-                Ok(Self::Conflict(match (text(kind).as_deref(), int(limit)) {
+                Some(Self::Conflict(match (text(kind).as_deref(), int(limit)) {
                     (Some("s"), _) => Claim::Shared,
                     (Some("p"), Some(limit)) => Claim::Permit {
                         limit: u32::try_from(limit).unwrap_or(0),
@@ -52,7 +51,7 @@ impl Answer {
                     _ => Claim::Exclusive,
                 }))
             }
-            _ => Err(unexpected(what, reply)),
+            _ => None,
         }
     }
 }

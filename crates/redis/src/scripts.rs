@@ -9,7 +9,8 @@ use redis::Script;
 
 // The helpers scripts start with, each script with the ones it uses
 // only: a script's text runs in full at every call, helpers' definitions
-// included.
+// included (each a closure made anew). The common paths, a writer on a
+// free name and an exclusive release, come before any of them.
 
 /// `clock()`: the server's time in ms and in µs since the epoch.
 const CLOCK: &str = r"
@@ -90,6 +91,27 @@ local function owns(x, id)
 end
 ";
 
+/// The start of [`ACQUIRE`]: a writer on a free name, the common case, is
+/// granted at once (the counter and the grant as `next_token` and the
+/// rest of the script write them). It comes before any helper is defined,
+/// and calls none: defining a helper costs every run that passes it, and
+/// this path is most runs.
+const ACQUIRE_FREE: &str = r"
+if ARGV[1] == 'x' and redis.call('EXISTS', KEYS[1], KEYS[2]) == 0 then
+  local time = redis.call('TIME')
+  local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
+  local prev = tonumber(redis.call('SET', KEYS[5], string.format('%.0f', now_us), 'PX', ARGV[8], 'GET') or '0') or 0
+  local token = now_us
+  if prev >= now_us then
+    token = prev + 1
+    redis.call('SET', KEYS[5], string.format('%.0f', token), 'PX', ARGV[8])
+  end
+  redis.call('SET', KEYS[1], ARGV[2] .. ':' .. ARGV[9] .. string.format('%.0f', token) .. ':' .. ARGV[4], 'PX', ARGV[3])
+  if ARGV[5] ~= '' then redis.call('ZREM', KEYS[4], ARGV[5]) end
+  return {1, token}
+end
+";
+
 /// One attempt. KEYS: x s i w t. ARGV: claim (`x`, `s` or `p`), grant id,
 /// lease ms, record, writer's mark (or empty), permit limit, most readers,
 /// token counter's ttl ms, and what the stored token starts with: `~` for
@@ -99,19 +121,13 @@ end
 /// Returns `{1, token}` when granted; `{0, ms left or -1, marked}` when
 /// held (`marked`: a waiting writer's mark is stored); `{2, kind, limit}`
 /// when the name is held as another kind or limit.
+///
+/// It starts with [`ACQUIRE_FREE`], and its helpers come after that.
 const ACQUIRE: &str = r"
 local x, s, i, w, t = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local claim, id, lease, record, mark = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local limit, max_readers, counter_ttl = tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8]
 local stored = ARGV[9]
--- A writer on a free name, the common case, is granted at once.
-if claim == 'x' and redis.call('EXISTS', x, s) == 0 then
-  local _, now_us = clock()
-  local token = next_token(t, now_us, counter_ttl)
-  redis.call('SET', x, id .. ':' .. stored .. int(token) .. ':' .. record, 'PX', ARGV[3])
-  if mark ~= '' then redis.call('ZREM', w, mark) end
-  return {1, token}
-end
 local now, now_us = clock()
 local writer = redis.call('PTTL', x)
 -- This very attempt, run again (a cluster client sends a script again
@@ -213,27 +229,35 @@ return 0
 
 /// Ends one grant if it is still ours, and announces it. KEYS: x s i.
 /// ARGV: claim, grant id, channel. Returns 1 when a live grant ended.
-const RELEASE: &str = r"
-local x, s, i = KEYS[1], KEYS[2], KEYS[3]
-local claim, id, channel = ARGV[1], ARGV[2], ARGV[3]
-local freed = 0
-if claim == 'x' then
-  if owns(x, id) then
-    redis.call('DEL', x)
-    freed = 1
+///
+/// An exclusive grant, the common case, is ended first, as `owns` would
+/// check it, before any helper is defined (see [`ACQUIRE_FREE`]).
+const RELEASE_EXCLUSIVE: &str = r"
+if ARGV[1] == 'x' then
+  local v = redis.call('GET', KEYS[1])
+  if v and string.sub(v, 1, 32) == ARGV[2] then
+    redis.call('DEL', KEYS[1])
+    redis.call('PUBLISH', ARGV[3], '')
+    return 1
   end
-else
-  local now = clock()
-  local score = redis.call('ZSCORE', s, id)
-  if score then
-    redis.call('ZREM', s, id)
-    redis.call('HDEL', i, id)
-    if redis.call('ZCARD', s) == 0 then redis.call('DEL', i) end
-    if tonumber(score) > now then freed = 1 end
-  end
+  return 0
 end
-if freed == 1 then redis.call('PUBLISH', channel, '') end
-return freed
+";
+
+/// The rest of the release, after [`RELEASE_EXCLUSIVE`] and the helpers:
+/// a reader's or a permit holder's grant.
+const RELEASE: &str = r"
+local s, i = KEYS[2], KEYS[3]
+local id, channel = ARGV[2], ARGV[3]
+local now = clock()
+local score = redis.call('ZSCORE', s, id)
+if not score then return 0 end
+redis.call('ZREM', s, id)
+redis.call('HDEL', i, id)
+if redis.call('ZCARD', s) == 0 then redis.call('DEL', i) end
+if tonumber(score) <= now then return 0 end
+redis.call('PUBLISH', channel, '')
+return 1
 ";
 
 /// Ends an exclusive grant and makes the next in one step. KEYS: x t.
@@ -345,7 +369,7 @@ fn campaign_epilogue() -> String {
         r"
 local reply = attempt()
 if reply[1] == 1 then
-  local r, term = KEYS[6], int(reply[2])
+  local r, term = KEYS[6], string.format('%.0f', reply[2])
   local head = redis.call('LINDEX', r, 0)
   local newest = head and string.match(head, '^(%d+):') or ''
   if newest ~= term then
@@ -374,25 +398,39 @@ pub(crate) struct Scripts {
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
-    let with = |helpers: &[&str], body: &str| Script::new(&format!("{}{body}", helpers.concat()));
+    // A script's text is its parts in order: the helpers it uses before
+    // the code that calls them.
+    let of = |parts: &[&str]| Script::new(&parts.concat());
     Scripts {
-        acquire: with(
-            &[CLOCK, INT, PRUNE, EXPIRE_WITH_LAST, FIRST_LEFT, NEXT_TOKEN],
+        acquire: of(&[
+            ACQUIRE_FREE,
+            CLOCK,
+            INT,
+            PRUNE,
+            EXPIRE_WITH_LAST,
+            FIRST_LEFT,
+            NEXT_TOKEN,
             ACQUIRE,
-        ),
-        campaign: with(
-            &[CLOCK, INT, PRUNE, EXPIRE_WITH_LAST, FIRST_LEFT, NEXT_TOKEN],
-            &format!(
-                "local function attempt(){ACQUIRE}end{}",
-                campaign_epilogue()
-            ),
-        ),
-        extend: with(&[CLOCK, INT, EXPIRE_WITH_LAST, OWNS], EXTEND),
-        release: with(&[CLOCK, OWNS], RELEASE),
-        hand_over: with(&[CLOCK, INT, NEXT_TOKEN, OWNS], HAND_OVER),
-        end_wait: with(&[], END_WAIT),
-        force_release: with(&[CLOCK, INT], FORCE_RELEASE),
-        inspect: with(&[CLOCK, INT], INSPECT),
-        raise: with(&[INT, OWNS], RAISE),
+        ]),
+        campaign: of(&[
+            "local function attempt()",
+            ACQUIRE_FREE,
+            CLOCK,
+            INT,
+            PRUNE,
+            EXPIRE_WITH_LAST,
+            FIRST_LEFT,
+            NEXT_TOKEN,
+            ACQUIRE,
+            "end",
+            &campaign_epilogue(),
+        ]),
+        extend: of(&[CLOCK, INT, EXPIRE_WITH_LAST, OWNS, EXTEND]),
+        release: of(&[RELEASE_EXCLUSIVE, CLOCK, RELEASE]),
+        hand_over: of(&[CLOCK, INT, NEXT_TOKEN, OWNS, HAND_OVER]),
+        end_wait: of(&[END_WAIT]),
+        force_release: of(&[CLOCK, INT, FORCE_RELEASE]),
+        inspect: of(&[CLOCK, INT, INSPECT]),
+        raise: of(&[INT, OWNS, RAISE]),
     }
 });

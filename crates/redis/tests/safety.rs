@@ -269,3 +269,51 @@ async fn an_attempt_run_again_is_answered_with_its_own_grant() {
         }
     }
 }
+
+/// Tokens are `max(previous + 1, the server's clock in µs)`: a counter
+/// ahead of the clock (as after the clock stepped back) is counted on from
+/// by the grant on a free name, which the acquire script makes first of
+/// all, and the counter keeps its expiry.
+#[tokio::test]
+async fn a_counter_ahead_of_the_clock_is_counted_on_from() {
+    let url = url();
+    let backend = backend(&url).await;
+    let mut connection = raw(&url).await;
+    let name = unique("ahead");
+    let counter = backend.keys_of(&name).remove(4);
+    // About eleven days ahead of the server's clock.
+    let now = u64::try_from(server_clock_us(&mut connection).await).expect("µs fit in u64");
+    let ahead = now + 1_000_000_000_000;
+    let () = redis::cmd("SET")
+        .arg(&counter)
+        .arg(ahead)
+        .query_async(&mut connection)
+        .await
+        .expect("SET");
+    for n in 1..=2 {
+        let lease = grant(&backend, &name, Claim::Exclusive, Duration::from_secs(30))
+            .await
+            .expect("granted");
+        assert_eq!(lease.fencing_token, ahead + n, "grant {n}");
+        let stored: u64 = redis::cmd("GET")
+            .arg(&counter)
+            .query_async(&mut connection)
+            .await
+            .expect("GET");
+        assert_eq!(stored, ahead + n, "the counter after grant {n}");
+        let left: i64 = redis::cmd("PTTL")
+            .arg(&counter)
+            .query_async(&mut connection)
+            .await
+            .expect("PTTL");
+        assert!(left > 0, "the counter expires after grant {n}: {left}");
+        let listed = backend.list().await.expect("list");
+        assert!(
+            listed
+                .iter()
+                .any(|info| info.name == name && info.fencing_token == Some(ahead + n)),
+            "grant {n} is stored with its token: {listed:?}"
+        );
+        assert!(backend.release(&lease).await.expect("release"));
+    }
+}
