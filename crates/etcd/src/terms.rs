@@ -120,7 +120,7 @@ impl TermRecord {
                 });
                 // The new term is kept too: at most TERMS_KEPT - 1 before it.
                 let dropped = earlier.len().saturating_sub(TERMS_KEPT - 1);
-                if let Some(last_dropped) = earlier.drain(..dropped).last() {
+                if let Some(last_dropped) = earlier.drain(..dropped).next_back() {
                     before = Some(last_dropped.term);
                 }
                 Stored {
