@@ -36,8 +36,9 @@ const INFO_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long after a grant its key's watch starts.
 const WATCH_AFTER: Duration = Duration::from_millis(25);
 
-/// How many times a single try reads and writes again when another write
-/// to the name came between its read and its write.
+/// How many times a single try (or a campaign's attempt) reads and writes
+/// again when another write to the name came between its read and its
+/// write.
 const TRY_ROUNDS: usize = 8;
 
 /// distlock's etcd backend; see the [crate docs](crate).
