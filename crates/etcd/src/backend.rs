@@ -9,13 +9,13 @@ use std::time::Duration;
 use distlock_core::{
     AcquireRequest, Attempt, Backend, Capabilities, Claim, DelayedRelease, Error, GrantState,
     Lease, LeaseId, LockInfo, LockName, LossReporter, Permits, ReleaseHub, ReleaseWatch, Renewal,
-    Result, ServerInfo, Session, WaitState, Wakeups, async_trait,
+    Result, ServerInfo, Session, TermLog, WaitState, Wakeups, async_trait,
 };
 
 use crate::config::EtcdConfig;
 use crate::deployment;
 use crate::error::{from_etcd, is_lease_not_found};
-use crate::keys::{NameRange, Record, name_of_key, prefix_end};
+use crate::keys::{NameRange, Record, locks_start, name_of_key, prefix_end};
 use crate::leftovers::Leftovers;
 use crate::raw::etcdserverpb::compare::CompareResult;
 use crate::raw::etcdserverpb::response_op::Response;
@@ -27,6 +27,7 @@ use crate::rules::{Entry, Standing, holds, in_order, standing};
 use crate::session::{SessionId, Sessions};
 use crate::watch::{Task, Watched, deleted};
 
+mod campaign;
 mod delayed;
 
 /// How long asking a member for its version may take.
@@ -35,8 +36,9 @@ const INFO_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long after a grant its key's watch starts.
 const WATCH_AFTER: Duration = Duration::from_millis(25);
 
-/// How many times a single try reads and writes again when another write
-/// to the name came between its read and its write.
+/// How many times a single try (or a campaign's attempt) reads and writes
+/// again when another write to the name came between its read and its
+/// write.
 const TRY_ROUNDS: usize = 8;
 
 /// distlock's etcd backend; see the [crate docs](crate).
@@ -156,6 +158,23 @@ impl EtcdBackend {
 
     async fn txn(&self, txn: TxnRequest, what: &str) -> Result<TxnResponse> {
         self.client.txn(txn).await.map_err(|e| from_etcd(what, e))
+    }
+
+    /// One attempt on `session`: a campaign's (which records its term), a
+    /// wait's, or a single try.
+    async fn attempt(
+        &self,
+        request: &AcquireRequest,
+        wait: &mut WaitState,
+        session: SessionId,
+    ) -> Result<Attempt> {
+        if request.records_term {
+            self.campaign_once(request, wait, session).await
+        } else if request.retries {
+            self.wait_once(request, wait, session).await
+        } else {
+            self.try_once(request, session).await
+        }
     }
 
     /// A single try: write a key only if it would hold, in a transaction
@@ -469,21 +488,12 @@ impl Backend for EtcdBackend {
 
     async fn try_acquire(&self, request: &AcquireRequest, wait: &mut WaitState) -> Result<Attempt> {
         let session = self.sessions.ensure(request.lease).await?;
-        let attempt = if request.retries {
-            self.wait_once(request, wait, session).await
-        } else {
-            self.try_once(request, session).await
-        };
-        match attempt {
+        match self.attempt(request, wait, session).await {
             Err(error) if is_lease_not_found(&error) => {
                 // The session ended while unused: start another, once.
                 self.sessions.forget(session).await;
                 let session = self.sessions.ensure(request.lease).await?;
-                if request.retries {
-                    self.wait_once(request, wait, session).await
-                } else {
-                    self.try_once(request, session).await
-                }
+                self.attempt(request, wait, session).await
             }
             other => other,
         }
@@ -557,11 +567,12 @@ impl Backend for EtcdBackend {
     }
 
     async fn list(&self) -> Result<Vec<LockInfo>> {
-        let prefix = self.config.prefix.as_bytes().to_vec();
-        let end = prefix_end(&prefix);
+        // From the first lock key: the records of terms sort before it.
+        let start = locks_start(&self.config.prefix);
+        let end = prefix_end(self.config.prefix.as_bytes());
         let response = self
             .client
-            .range(requests::oldest_first(prefix, end))
+            .range(requests::oldest_first(start, end))
             .await
             .map_err(|e| from_etcd("listing locks", e))?;
         let mut names: BTreeMap<LockName, Vec<Entry>> = BTreeMap::new();
@@ -616,6 +627,10 @@ impl Backend for EtcdBackend {
 
     fn delayed_release(&self) -> Result<&dyn DelayedRelease> {
         Ok(self)
+    }
+
+    fn term_log(&self) -> Option<&dyn TermLog> {
+        Some(self)
     }
 
     /// Revokes the session, as etcd's own `Session.Close()` does: every

@@ -5,6 +5,14 @@
 //! written `%XX`, so it never holds a `/`: the range `<prefix><encoded>/`
 //! holds that name's keys and no other name's (`a/` and `a%2Fb/` do not
 //! nest).
+//!
+//! An election's record of terms is the one other key of a name:
+//! `<prefix>#terms/<encoded name>`. An encoded name never starts with `#`
+//! (it is written `%23`), and every encoded name starts with a byte from
+//! `%` (0x25) up, above `#` (0x23): so every record of terms sorts before
+//! every lock key, in a range of its own that no name's range holds, and
+//! `list` reads the lock keys from [`locks_start`] on without reading the
+//! records.
 
 use distlock_core::{Claim, Holder, LeaseId, LockKind, LockName};
 use serde::{Deserialize, Serialize};
@@ -47,11 +55,36 @@ impl NameRange {
     }
 }
 
+/// Where the records of terms live: `<prefix>#terms/`.
+const TERMS: &[u8] = b"#terms/";
+
+/// The key of `name`'s record of election terms, under `prefix`.
+pub(crate) fn terms_key(prefix: &str, name: &LockName) -> Vec<u8> {
+    let mut key = prefix.as_bytes().to_vec();
+    key.extend_from_slice(TERMS);
+    encode_name(name.as_str(), &mut key);
+    key
+}
+
+/// The first key (inclusive) any lock key under `prefix` can have: an
+/// encoded name starts with `%` or a byte above it, and the records of
+/// terms (`#…`) sort before it.
+pub(crate) fn locks_start(prefix: &str) -> Vec<u8> {
+    let mut start = prefix.as_bytes().to_vec();
+    start.push(b'%');
+    start
+}
+
+/// Whether `byte` is written as itself in an encoded name.
+fn unreserved(byte: u8) -> bool {
+    byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~')
+}
+
 /// Appends `name`, percent-encoded, to `out`.
 pub(crate) fn encode_name(name: &str, out: &mut Vec<u8>) {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
     for &byte in name.as_bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {
+        if unreserved(byte) {
             out.push(byte);
         } else {
             out.extend_from_slice(&[
@@ -77,11 +110,16 @@ pub(crate) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     vec![0]
 }
 
-/// The name whose key `key` is, if it is one of ours under `prefix`.
+/// The name whose key `key` is, if it is one of ours under `prefix`: a
+/// record of terms, or a key someone else wrote, is none.
 pub(crate) fn name_of_key(prefix: &str, key: &[u8]) -> Option<LockName> {
     let rest = key.strip_prefix(prefix.as_bytes())?;
     let slash = rest.iter().rposition(|&b| b == b'/')?;
-    let encoded = std::str::from_utf8(&rest[..slash]).ok()?;
+    let encoded = &rest[..slash];
+    if !encoded.iter().all(|&b| unreserved(b) || b == b'%') {
+        return None;
+    }
+    let encoded = std::str::from_utf8(encoded).ok()?;
     let name = distlock_core::urls::percent_decode(encoded).ok()?;
     LockName::new(name).ok()
 }
@@ -160,5 +198,19 @@ mod tests {
             assert_eq!(name_of_key("distlock/", &key), Some(name(text)), "{text:?}");
         }
         assert_eq!(name_of_key("other/", b"distlock/a/00"), None);
+    }
+
+    #[test]
+    fn records_of_terms_are_no_lock_keys_and_sort_before_them() {
+        for text in ["a", "#terms", "%23terms", "~", "-", "a/b", "\0"] {
+            let name = name(text);
+            let terms = terms_key("p/", &name);
+            assert_eq!(name_of_key("p/", &terms), None, "{text:?}");
+            assert!(terms < locks_start("p/"), "{text:?}");
+            let range = NameRange::new("p/", &name);
+            assert!(range.start >= locks_start("p/"), "{text:?}");
+            assert!(!(terms >= range.start && terms < range.end()), "{text:?}");
+        }
+        assert_ne!(terms_key("p/", &name("a")), terms_key("p/", &name("a/")));
     }
 }

@@ -55,6 +55,27 @@
 //!   time left (whole seconds, rounded up), which etcd ends by its own
 //!   clock. A move that fails leaves the key to be deleted at the next
 //!   renewal, as a failed release does.
+//! - **Elections** (`LockClient::election`) record each term, so that an
+//!   observer sees every leader, the short-lived ones too. A waiter's key
+//!   is granted by its predecessor's deletion, with no write of its own to
+//!   record a term in; so a campaign does not queue. Like a single try, it
+//!   writes its key only when the name is free, and in that same
+//!   transaction rewrites the name's record of terms, guarded by compares
+//!   on the name's keys and on the record as read: a campaign that lost a
+//!   race writes no key and no term. The term is that transaction's
+//!   revision. A waiting campaign watches the name's keys, and reads again
+//!   (a read-only transaction, no raft proposal) at each deletion.
+//! - **The record of terms** is one key per election,
+//!   `<prefix>#terms/<percent-encoded name>`, on no etcd lease: it outlives
+//!   its leaders, and a forced release leaves it. It holds the last
+//!   [`TERMS_KEPT`](distlock_core::TERMS_KEPT) terms as JSON, each with its
+//!   host, pid and value: a few KiB for short values, at most about 70 KiB
+//!   for 1 KiB values that JSON escapes throughout, and each rewrite stays
+//!   in etcd's history until compaction, as every write does. Only
+//!   campaigns read and write it; other grants never touch it. Records sort
+//!   before every lock key, so `list` does not read them. Deleting a
+//!   record (or `<prefix>#terms/`, all of them) starts it anew, and an
+//!   observer is not told of the terms it had not read yet.
 //! - **`list`** shows each holder's time left as its session's: how long
 //!   etcd keeps the keys if nobody renews them (the padded TTL).
 //! - **Nothing is left behind.** A key lives as long as the client's
@@ -97,6 +118,7 @@ mod release;
 mod requests;
 mod rules;
 mod session;
+mod terms;
 mod watch;
 
 // The client is public with the `raw-client` feature only: its messages

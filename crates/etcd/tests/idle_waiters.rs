@@ -2,7 +2,8 @@
 //! against an etcd member of the test's own, whose
 //! `etcd_server_proposals_committed_total` nobody else moves, waiters
 //! behind a held lock retry for a while, and no proposal is committed
-//! until the lock is released. `scripts/test` sets `DISTLOCK_ETCD_BIN`.
+//! until the lock is released; campaigns behind a leader likewise, until
+//! it resigns. `scripts/test` sets `DISTLOCK_ETCD_BIN`.
 
 // Shared with the cluster tests, which use the rest of it.
 #[allow(dead_code)]
@@ -13,7 +14,7 @@ use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::{LockClient, LockName, LockOptions};
+use distlock_core::{Backend, LockClient, LockName, LockOptions};
 use distlock_etcd::EtcdBackend;
 use distlock_etcd::raw::etcdserverpb::RangeRequest;
 use distlock_etcd::raw::{Client, ConnectOptions};
@@ -131,4 +132,75 @@ async fn idle_waiters_write_nothing_until_the_lock_is_released() {
         proposals_committed(&member) > idle,
         "the release and the grants that followed were written"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn idle_campaigns_write_nothing_until_the_leader_resigns() {
+    let member = LoneMember::start();
+    member.wait_healthy().await;
+    let name = LockName::new("idle-campaigns").expect("name");
+    let (leader, backend) = client(&member).await;
+    let leading = leader
+        .election(&name)
+        .expect("a valid name")
+        .campaign("leader", Duration::from_secs(60))
+        .await
+        .expect("the leader");
+    let before = proposals_committed(&member);
+
+    let mut campaigns = Vec::new();
+    for index in 0..WAITERS {
+        let (client, _) = client(&member).await;
+        let name = name.clone();
+        campaigns.push(tokio::spawn(async move {
+            let leading = client
+                .election(&name)
+                .expect("a valid name")
+                .campaign(format!("campaign {index}"), Duration::from_secs(60))
+                .await
+                .expect("a campaign wins in turn");
+            let term = leading.term();
+            assert!(leading.resign().await.expect("resign"));
+            term
+        }));
+    }
+    // A campaign's first attempt grants its session (one proposal), then
+    // only reads: a campaign writes nothing while the name is held.
+    let mut settled = proposals_committed(&member);
+    for _ in 0..600 {
+        if settled >= before + WAITERS as u64 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        settled = proposals_committed(&member);
+    }
+    assert_eq!(
+        settled - before,
+        WAITERS as u64,
+        "one session granted per campaign"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let idle = proposals_committed(&member);
+    assert_eq!(
+        idle - settled,
+        0,
+        "{WAITERS} idle campaigns had {} proposals committed",
+        idle - settled
+    );
+
+    let first = leading.term();
+    assert!(leading.resign().await.expect("resign"));
+    let mut terms = vec![first];
+    for campaign in campaigns {
+        terms.push(campaign.await.expect("the campaign's task"));
+    }
+    terms.sort_unstable();
+    let recorded = backend
+        .term_log()
+        .expect("a record of terms")
+        .terms_after(&name, 0)
+        .await
+        .expect("read the terms");
+    let recorded: Vec<u64> = recorded.iter().map(|term| term.term).collect();
+    assert_eq!(recorded, terms, "each grant's term, once");
 }

@@ -1,0 +1,171 @@
+//! A campaign's grant, which records its term (core's
+//! `AcquireRequest::records_term`), and the reading of that record.
+//!
+//! A waiter's key is granted by its predecessor's deletion, with no write
+//! of its own in which a term could be recorded. So a campaign does not
+//! queue: like a single try, it writes its key only when the name is free,
+//! and in that same transaction rewrites the name's record of terms. The
+//! transaction is guarded by a compare on the name's keys (nothing written
+//! since they were read) and one on the record (as read): a campaign that
+//! lost a race writes neither its key nor a term, so a term is in the
+//! record exactly when it was granted. Between tries it watches the name's
+//! keys for a deletion, so campaigners are woken together (a herd, of as
+//! many as there are candidates) and one of them wins.
+
+use std::time::Duration;
+
+use distlock_core::{
+    AcquireRequest, Attempt, LockName, Result, Term, TermLog, WaitState, async_trait,
+};
+
+use super::{EtcdBackend, TRY_ROUNDS, header_revision, name_keys};
+use crate::error::from_etcd;
+use crate::keys::{NameRange, Record, terms_key};
+use crate::raw::etcdserverpb::compare::CompareResult;
+use crate::raw::etcdserverpb::response_op::Response;
+use crate::raw::etcdserverpb::{TxnRequest, TxnResponse};
+use crate::requests::{self, mod_revision, over, put_op, read_op};
+use crate::rules::{Entry, Standing, in_order, standing};
+use crate::session::SessionId;
+use crate::terms::TermRecord;
+use crate::watch::{Task, Watched, deleted};
+
+/// What a campaign keeps between its tries: the watch that wakes it.
+#[derive(Debug)]
+struct Campaigning {
+    _watch: Task,
+}
+
+/// The name's keys and its record of terms, read together.
+struct Seen {
+    revision: i64,
+    entries: Vec<Entry>,
+    record: TermRecord,
+}
+
+impl Seen {
+    /// What a transaction's two reads (the name's keys, then the record)
+    /// found.
+    fn of(response: &TxnResponse) -> Result<Self> {
+        let mut reads = response
+            .responses
+            .iter()
+            .filter_map(|op| match &op.response {
+                Some(Response::ResponseRange(read)) => Some(read),
+                _ => None,
+            });
+        let entries = reads
+            .next()
+            .map(|keys| keys.kvs.iter().map(Entry::from_kv).collect())
+            .unwrap_or_default();
+        let record = TermRecord::parse(reads.next().and_then(|record| record.kvs.first()))?;
+        Ok(Self {
+            revision: header_revision(response),
+            entries: in_order(entries),
+            record,
+        })
+    }
+}
+
+impl EtcdBackend {
+    /// One attempt of a campaign: the key and the term in one transaction
+    /// when the name is free, nothing otherwise.
+    pub(super) async fn campaign_once(
+        &self,
+        request: &AcquireRequest,
+        wait: &mut WaitState,
+        session: SessionId,
+    ) -> Result<Attempt> {
+        let range = self.range(&request.name);
+        let record_key = terms_key(&self.config.prefix, &request.name);
+        let key = range.try_key(request.lease_id);
+        let value = Record::new(request.claim, &request.holder).to_bytes();
+        // A read-only transaction: no raft proposal while the name is held.
+        let mut seen = Seen::of(&self.txn(reads(&range, &record_key), "campaigning").await?)?;
+        let mut free = true;
+        for _ in 0..TRY_ROUNDS {
+            free = standing(
+                &request.name,
+                request.claim,
+                &seen.entries,
+                seen.entries.len(),
+            )? == Standing::Holds;
+            if !free {
+                break;
+            }
+            let TxnRequest { success: read, .. } = reads(&range, &record_key);
+            let txn = TxnRequest {
+                compare: vec![
+                    over(
+                        mod_revision(range.start.clone(), CompareResult::Less, seen.revision + 1),
+                        range.end(),
+                    ),
+                    seen.record.unchanged(record_key.clone()),
+                ],
+                success: vec![
+                    put_op(key.clone(), value.clone(), session.0),
+                    // On no etcd lease: the record outlives its holders.
+                    put_op(
+                        record_key.clone(),
+                        seen.record.with_next(&request.holder),
+                        0,
+                    ),
+                ],
+                failure: read,
+            };
+            let response = self.txn(txn, "campaigning").await?;
+            if response.succeeded {
+                wait.take::<Campaigning>();
+                return Ok(self.granted(request, key, header_revision(&response), session));
+            }
+            seen = Seen::of(&response)?;
+        }
+        if request.retries {
+            // Woken by the next deletion among the name's keys after the
+            // read: the one that frees the name, or an earlier one.
+            let (client, name, hub) = (self.client.clone(), request.name.clone(), self.hub.clone());
+            let watched = Watched::AnyOf {
+                start: range.start.clone(),
+                end: range.end(),
+            };
+            let after = seen.revision;
+            wait.set(Campaigning {
+                _watch: Task::spawn(async move {
+                    deleted(client, watched, after).await;
+                    hub.notify(&name);
+                }),
+            });
+        }
+        // Free at the last read, but every round lost a race: no deletion
+        // may come to wake the campaign, so it tries again at once.
+        let retry_after = free.then_some(Duration::ZERO);
+        Ok(Attempt::Held { retry_after })
+    }
+}
+
+/// Reads the name's keys, then its record of terms, in a transaction
+/// without writes (as its `success`; `failure` is empty).
+fn reads(range: &NameRange, record_key: &[u8]) -> TxnRequest {
+    TxnRequest {
+        compare: Vec::new(),
+        success: vec![
+            read_op(name_keys(range)),
+            read_op(requests::key(record_key.to_vec())),
+        ],
+        failure: Vec::new(),
+    }
+}
+
+#[async_trait]
+impl TermLog for EtcdBackend {
+    async fn terms_after(&self, name: &LockName, after: u64) -> Result<Vec<Term>> {
+        let response = self
+            .client
+            .range(requests::key(terms_key(&self.config.prefix, name)))
+            .await
+            .map_err(|e| from_etcd("reading an election's terms", e))?;
+        let mut terms = TermRecord::parse(response.kvs.first())?.terms();
+        terms.retain(|term| term.term > after);
+        Ok(terms)
+    }
+}

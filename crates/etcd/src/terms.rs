@@ -1,0 +1,200 @@
+//! An election's record of terms: one key per name (see `keys.rs` for
+//! where), holding its last [`TERMS_KEPT`] terms, written by a campaign's
+//! grant in the grant's own transaction.
+//!
+//! A term is the revision of the transaction that grants it, which is not
+//! known until etcd runs it. So the record stores the newest term's holder
+//! without its number: the newest term is the record's own mod revision,
+//! since only a grant writes it. The next grant, guarded by a compare on
+//! that mod revision, files the newest term under its number and puts its
+//! own holder in its place. A compare that fails (another campaign granted
+//! meanwhile) writes neither the key nor the record.
+
+use distlock_core::{Error, Holder, Result, TERMS_KEPT, Term};
+use serde::{Deserialize, Serialize};
+
+use crate::raw::etcdserverpb::Compare;
+use crate::raw::etcdserverpb::compare::CompareResult;
+use crate::raw::mvccpb::KeyValue;
+use crate::requests::{create_revision, mod_revision};
+
+/// What the key holds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Stored {
+    /// The term before the oldest kept, once older ones were dropped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    before: Option<u64>,
+    /// The kept terms before the newest, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    earlier: Vec<Filed>,
+    /// The newest term's holder; its term is the key's mod revision.
+    newest: Holder,
+}
+
+/// A term filed under its number.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Filed {
+    term: u64,
+    holder: Holder,
+}
+
+/// A name's record of terms as read: absent, or its contents and the
+/// revision that wrote them (the newest term).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TermRecord {
+    read: Option<(Stored, u64)>,
+}
+
+impl TermRecord {
+    /// The record in `kv`, the read of its key (`None`: no record yet).
+    ///
+    /// # Errors
+    /// A backend error for a value that is not a record of terms (a key
+    /// someone else wrote under the prefix): deleting it starts the record
+    /// anew.
+    pub(crate) fn parse(kv: Option<&KeyValue>) -> Result<Self> {
+        let Some(kv) = kv else {
+            return Ok(Self::default());
+        };
+        let stored = serde_json::from_slice(&kv.value).map_err(|error| Error::Backend {
+            backend: "etcd",
+            message: format!(
+                "the record of terms at {} is not one distlock wrote; delete that key to \
+                 start the record anew",
+                String::from_utf8_lossy(&kv.key)
+            ),
+            source: Some(Box::new(error)),
+        })?;
+        let newest = u64::try_from(kv.mod_revision).unwrap_or(0);
+        Ok(Self {
+            read: Some((stored, newest)),
+        })
+    }
+
+    /// The kept terms, oldest first, each with the term before it.
+    pub(crate) fn terms(&self) -> Vec<Term> {
+        let Some((stored, newest)) = &self.read else {
+            return Vec::new();
+        };
+        let mut terms = Vec::with_capacity(stored.earlier.len() + 1);
+        let mut previous = stored.before;
+        let filed = stored
+            .earlier
+            .iter()
+            .map(|filed| (filed.term, &filed.holder));
+        for (term, holder) in filed.chain([(*newest, &stored.newest)]) {
+            terms.push(Term::new(term, previous, holder.clone()));
+            previous = Some(term);
+        }
+        terms
+    }
+
+    /// The compare that holds while the record is as read: absent, or
+    /// last written at the revision read.
+    pub(crate) fn unchanged(&self, key: Vec<u8>) -> Compare {
+        match &self.read {
+            None => create_revision(key, CompareResult::Equal, 0),
+            Some((_, newest)) => mod_revision(
+                key,
+                CompareResult::Equal,
+                i64::try_from(*newest).unwrap_or(i64::MAX),
+            ),
+        }
+    }
+
+    /// The record's value once a term of `holder` follows the ones read,
+    /// keeping the last [`TERMS_KEPT`].
+    pub(crate) fn with_next(&self, holder: &Holder) -> Vec<u8> {
+        let stored = match &self.read {
+            None => Stored {
+                before: None,
+                earlier: Vec::new(),
+                newest: holder.clone(),
+            },
+            Some((stored, newest)) => {
+                let mut before = stored.before;
+                let mut earlier = stored.earlier.clone();
+                earlier.push(Filed {
+                    term: *newest,
+                    holder: stored.newest.clone(),
+                });
+                // The new term is kept too: at most TERMS_KEPT - 1 before it.
+                let dropped = earlier.len().saturating_sub(TERMS_KEPT - 1);
+                if let Some(last_dropped) = earlier.drain(..dropped).next_back() {
+                    before = Some(last_dropped.term);
+                }
+                Stored {
+                    before,
+                    earlier,
+                    newest: holder.clone(),
+                }
+            }
+        };
+        serde_json::to_vec(&stored).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn holder(label: &str) -> Holder {
+        Holder {
+            label: Some(label.into()),
+            ..Holder::this_process(None)
+        }
+    }
+
+    /// The record after `value` was written at `revision`.
+    fn written(value: Vec<u8>, revision: i64) -> TermRecord {
+        let kv = KeyValue {
+            key: b"p/#terms/n".to_vec(),
+            value,
+            mod_revision: revision,
+            ..KeyValue::default()
+        };
+        TermRecord::parse(Some(&kv)).expect("a record")
+    }
+
+    #[test]
+    fn each_term_names_the_one_before_and_only_the_last_are_kept() {
+        let mut record = TermRecord::parse(None).expect("no record");
+        assert!(record.terms().is_empty());
+        let grants = TERMS_KEPT + 3;
+        for round in 0..grants {
+            let revision = 10 * (i64::try_from(round).unwrap() + 1);
+            record = written(record.with_next(&holder(&format!("v{round}"))), revision);
+        }
+        let terms = record.terms();
+        assert_eq!(terms.len(), TERMS_KEPT);
+        let dropped = grants - TERMS_KEPT;
+        for (kept, term) in terms.iter().enumerate() {
+            let round = dropped + kept;
+            assert_eq!(term.term, 10 * (round as u64 + 1));
+            assert_eq!(term.previous, Some(10 * round as u64));
+            assert_eq!(term.holder.label.as_deref(), Some(&*format!("v{round}")));
+        }
+    }
+
+    #[test]
+    fn the_first_term_has_none_before_it() {
+        let record = written(TermRecord::default().with_next(&holder("first")), 7);
+        let terms = record.terms();
+        assert_eq!(terms.len(), 1);
+        assert_eq!((terms[0].term, terms[0].previous), (7, None));
+        assert_eq!(terms[0].holder, holder("first"));
+    }
+
+    #[test]
+    fn a_foreign_value_is_an_error_that_says_what_to_do() {
+        let kv = KeyValue {
+            key: b"p/#terms/n".to_vec(),
+            value: b"not json".to_vec(),
+            mod_revision: 3,
+            ..KeyValue::default()
+        };
+        let error = TermRecord::parse(Some(&kv)).expect_err("not a record");
+        assert!(error.to_string().contains("p/#terms/n"), "{error}");
+        assert!(error.to_string().contains("delete"), "{error}");
+    }
+}
