@@ -3,14 +3,15 @@
 //! someone taking it.
 
 use std::collections::HashMap;
-use std::fs::File;
 use std::io;
 use std::path::Path;
 
 use distlock_core::{LockInfo, LockName, Permits, Result};
 
 use crate::FileBackend;
-use crate::files::{io_error, is_held_at_all, is_held_exclusively, no_follow, open_existing};
+use crate::files::{
+    io_error, is_held_at_all, is_held_exclusively, no_follow, open_existing, replace_whole,
+};
 use crate::gate::Gate;
 use crate::names::{self, SlotKind};
 use crate::record::Record;
@@ -140,17 +141,9 @@ fn empty(name: &LockName) -> Record {
 /// Puts a file holding `record` at `path` in one step.
 fn replace(backend: &FileBackend, name: &LockName, path: &Path, record: &Record) -> Result<()> {
     let temp = backend.dir.join(names::temp_name(name));
-    let write = || -> io::Result<()> {
-        let mut file: File = no_follow()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&temp)?;
-        record.write(&mut file)?;
-        std::fs::rename(&temp, path)
-    };
-    write().map_err(|e| {
-        let _ = std::fs::remove_file(&temp);
-        io_error(format!("cannot replace {}", path.display()), e)
-    })
+    let failed = |e| io_error(format!("cannot replace {}", path.display()), e);
+    let contents = serde_json::to_vec(record)
+        .map_err(io::Error::other)
+        .map_err(failed)?;
+    replace_whole(&temp, path, &contents).map_err(failed)
 }

@@ -122,6 +122,24 @@ fn libc_flag(flag: rustix::fs::OFlags) -> i32 {
     i32::try_from(flag.bits()).expect("open flags fit an int")
 }
 
+/// Puts a file holding `contents` at `path` in one step: written to
+/// `temp` beside it, then renamed over it, so that readers see the old
+/// file or the new one, never part of one. `temp` is removed on failure.
+pub(crate) fn replace_whole(temp: &Path, path: &Path, contents: &[u8]) -> io::Result<()> {
+    let write = || -> io::Result<()> {
+        let mut file = no_follow()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(temp)?;
+        io::Write::write_all(&mut file, contents)?;
+        std::fs::rename(temp, path)
+    };
+    write().inspect_err(|_| {
+        let _ = std::fs::remove_file(temp);
+    })
+}
+
 /// Opens `path` to look at it, if it exists.
 pub(crate) fn open_existing(path: &Path) -> Result<Option<File>> {
     match no_follow().read(true).open(path) {

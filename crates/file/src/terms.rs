@@ -6,14 +6,13 @@
 //! beside it, then renamed over it), so a reader sees one record or the
 //! next, never half of one, without taking any lock.
 
-use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 use distlock_core::{Holder, LockName, Result, TERMS_KEPT, Term};
 use serde::{Deserialize, Serialize};
 
-use crate::files::{io_error, no_follow, open_existing};
+use crate::files::{io_error, open_existing, replace_whole};
 use crate::names;
 
 /// One term, as the record file keeps it.
@@ -66,19 +65,8 @@ impl TermRecord {
             )
         })?;
         let temp = self.dir.join(names::temp_name(&self.name));
-        let write = || -> io::Result<()> {
-            let mut file: File = no_follow()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .open(&temp)?;
-            file.write_all(&text)?;
-            std::fs::rename(&temp, &self.path)
-        };
-        write().map_err(|e| {
-            let _ = std::fs::remove_file(&temp);
-            io_error(format!("cannot write {}", self.path.display()), e)
-        })
+        replace_whole(&temp, &self.path, &text)
+            .map_err(|e| io_error(format!("cannot write {}", self.path.display()), e))
     }
 
     /// The terms kept after `after`, oldest first.

@@ -384,6 +384,19 @@ return reply
     )
 }
 
+/// The acquire script's parts, in order: its common path first, then the
+/// helpers the rest uses.
+const ACQUIRE_PARTS: [&str; 8] = [
+    ACQUIRE_FREE,
+    CLOCK,
+    INT,
+    PRUNE,
+    EXPIRE_WITH_LAST,
+    FIRST_LEFT,
+    NEXT_TOKEN,
+    ACQUIRE,
+];
+
 /// Every script, compiled once (its SHA computed) per process.
 pub(crate) struct Scripts {
     pub(crate) acquire: Script,
@@ -402,26 +415,10 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
     // the code that calls them.
     let of = |parts: &[&str]| Script::new(&parts.concat());
     Scripts {
-        acquire: of(&[
-            ACQUIRE_FREE,
-            CLOCK,
-            INT,
-            PRUNE,
-            EXPIRE_WITH_LAST,
-            FIRST_LEFT,
-            NEXT_TOKEN,
-            ACQUIRE,
-        ]),
+        acquire: of(&ACQUIRE_PARTS),
         campaign: of(&[
             "local function attempt()",
-            ACQUIRE_FREE,
-            CLOCK,
-            INT,
-            PRUNE,
-            EXPIRE_WITH_LAST,
-            FIRST_LEFT,
-            NEXT_TOKEN,
-            ACQUIRE,
+            &ACQUIRE_PARTS.concat(),
             "end",
             &campaign_epilogue(),
         ]),
