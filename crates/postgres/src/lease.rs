@@ -227,7 +227,7 @@ impl Backend for LeaseMode {
         let holder = holder_json(&request.holder);
         let mark_id = mark.as_ref().map(WriterMark::as_str);
         let what = format!("acquiring {}", request.name);
-        let mut params: Vec<(&(dyn ToSql + Sync), Type)> = vec![
+        let params: [(&(dyn ToSql + Sync), Type); 7] = [
             (&name, Type::BYTEA),
             (&id, Type::TEXT),
             (&kind, Type::TEXT),
@@ -236,17 +236,20 @@ impl Backend for LeaseMode {
             (&holder, Type::TEXT),
             (&mark_id, Type::TEXT),
         ];
-        let term_holder;
-        let sql = if terms::recorded(request, self.terms.is_some())? {
+        // A campaign's statement also takes the holder with its label
+        // whole; a plain acquire sends what it always did.
+        let (term_holder, campaign_params);
+        let (sql, params): (&str, &Params<'_>) = if terms::recorded(request, self.terms.is_some())?
+        {
             term_holder = terms::holder_json(&request.holder);
-            params.push((&term_holder, Type::TEXT));
-            &self.statements.campaign
+            campaign_params = [params.as_slice(), &[(&term_holder, Type::TEXT)]].concat();
+            (&self.statements.campaign, &campaign_params)
         } else {
-            self.statements.acquire(asked)
+            (self.statements.acquire(asked), &params)
         };
         let rows = self
             .connections
-            .query(&what, sql, &params, request.operation_timeout)
+            .query(&what, sql, params, request.operation_timeout)
             .await?;
         match rows.first() {
             Some(row) => {

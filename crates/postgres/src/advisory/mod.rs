@@ -43,7 +43,7 @@ use crate::backend::ADMIN_TIMEOUT;
 use crate::config::PostgresConfig;
 use crate::deployment;
 use crate::error::{from_driver, notification_queue_full};
-use crate::pool::Connections;
+use crate::pool::{Connections, Params};
 use crate::rows::{self, get, holder_json};
 use crate::sweep::{Sweep, Sweeper};
 use crate::terms::{self, TermRecord};
@@ -300,7 +300,7 @@ impl AdvisoryMode {
         let idle_ms = idle_timeout_ms(request.lease)?;
         let holder = holder_json(&request.holder);
         let will_wait = !shared && request.retries;
-        let mut params: Vec<(&(dyn ToSql + Sync), Type)> = vec![
+        let params: [(&(dyn ToSql + Sync), Type); 6] = [
             (&self.class, Type::INT4),
             (&name, Type::BYTEA),
             (&idle_ms, Type::TEXT),
@@ -308,16 +308,18 @@ impl AdvisoryMode {
             (&intent, Type::INT4),
             (&will_wait, Type::BOOL),
         ];
-        let term_holder;
-        let sql = if records {
+        // A campaign's statement also takes the holder with its label
+        // whole; a plain acquire sends what it always did.
+        let (term_holder, campaign_params);
+        let (sql, params): (&str, &Params<'_>) = if records {
             term_holder = terms::holder_json(&request.holder);
-            params.push((&term_holder, Type::TEXT));
-            &self.statements.campaign
+            campaign_params = [params.as_slice(), &[(&term_holder, Type::TEXT)]].concat();
+            (&self.statements.campaign, &campaign_params)
         } else {
-            self.statements.acquire(shared)
+            (self.statements.acquire(shared), &params)
         };
         for asked in 1..=MAX_ASKS {
-            let rows = session.query(&what, sql, &params, left(deadline)).await?;
+            let rows = session.query(&what, sql, params, left(deadline)).await?;
             if let Some(row) = rows.first() {
                 return Answer::read(row, &what).map(Some);
             }
