@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use distlock_core::{
     AcquireRequest, Attempt, Backend, Capabilities, DelayedRelease, Error, Extended, HandOvers,
-    Lease, LockInfo, LockName, Result, ServerInfo, WaitState, Wakeups,
+    Lease, LockInfo, LockName, Result, ServerInfo, TermLog, WaitState, Wakeups,
 };
 
 use crate::advisory::AdvisoryMode;
@@ -15,12 +15,12 @@ use crate::config::{Mode, PostgresConfig};
 use crate::error::from_driver;
 use crate::lease::LeaseMode;
 use crate::pool::Connections;
-use crate::table::{self, Layout};
+use crate::table::{self, Layout, TableName};
 use crate::wake::{Channels, Listener, WakeUpQueue, WakeUps};
 
 /// How long the calls that carry no timeout of their own may take:
-/// opening (connecting and preparing the table), listing, and forced
-/// releases.
+/// opening (connecting and preparing the tables), listing, reading the
+/// terms of an election, and forced releases.
 pub const ADMIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Locks kept on one PostgreSQL server, as rows of a table (`mode=lease`)
@@ -101,9 +101,14 @@ impl PostgresBackend {
         if ready.is_ok() && config.mode == Mode::Advisory {
             ready = crate::advisory::check_server(&client, ADMIN_TIMEOUT).await;
         }
+        let records_terms = match ready {
+            Ok(()) => terms_table(&client, &config.table).await,
+            Err(_) => Ok(false),
+        };
         drop(client);
         connection.abort();
         ready?;
+        let records_terms = records_terms?;
         let connections = Connections::new(endpoint.clone())?;
         let channels = Channels::new(&config.table);
         let listener = Listener::start(listen, connections.clone(), channels);
@@ -113,9 +118,18 @@ impl PostgresBackend {
                 &config.table,
                 channels,
                 listener,
+                records_terms,
             ))),
             Mode::Advisory => Modes::Advisory(Box::new(
-                AdvisoryMode::open(&config, endpoint, connections, channels, listener).await?,
+                AdvisoryMode::open(
+                    &config,
+                    endpoint,
+                    connections,
+                    channels,
+                    listener,
+                    records_terms,
+                )
+                .await?,
             )),
         };
         Ok(Self { mode, config })
@@ -190,6 +204,35 @@ impl PostgresBackend {
     }
 }
 
+/// Makes sure the table of election terms beside `table` exists, and
+/// answers whether it does. A role that may use the lock table but not
+/// create tables beside it still locks: its backend keeps no record of
+/// terms, so observing an election is `Unsupported` and campaigning is
+/// refused, and the warning says how to give it one.
+///
+/// # Errors
+/// As [`table::ensure`], but for [`Error::Denied`].
+///
+/// # Cancel safety
+/// As [`PostgresBackend::open`].
+async fn terms_table(client: &tokio_postgres::Client, table: &TableName) -> Result<bool> {
+    let terms = table.terms();
+    match table::ensure(client, &terms, Layout::Terms, ADMIN_TIMEOUT).await {
+        Ok(()) => Ok(true),
+        Err(error @ Error::Denied { .. }) => {
+            tracing::warn!(
+                %error,
+                table = ?terms,
+                "cannot create the table of election terms: locks work, campaigns are refused \
+                 and observing is unsupported; open a backend once as a role that may create \
+                 the table"
+            );
+            Ok(false)
+        }
+        Err(error) => Err(error),
+    }
+}
+
 #[async_trait]
 impl Backend for PostgresBackend {
     fn store_name(&self) -> &'static str {
@@ -246,6 +289,10 @@ impl Backend for PostgresBackend {
 
     fn wakeups(&self) -> Option<&dyn Wakeups> {
         self.mode().wakeups()
+    }
+
+    fn term_log(&self) -> Option<&dyn TermLog> {
+        self.mode().term_log()
     }
 
     fn delayed_release(&self) -> Result<&dyn DelayedRelease> {

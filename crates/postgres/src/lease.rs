@@ -7,11 +7,11 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use distlock_core::{
     AcquireRequest, Attempt, Backend, Capabilities, Claim, DelayedRelease, Extended, GrantState,
-    HandOver, HandOvers, Lease, LockInfo, LockName, ReleaseWatch, Result, ServerInfo, WaitState,
-    Wakeups,
+    HandOver, HandOvers, Lease, LockInfo, LockName, ReleaseWatch, Result, ServerInfo, TermLog,
+    WaitState, Wakeups,
 };
 use tokio_postgres::Row;
-use tokio_postgres::types::Type;
+use tokio_postgres::types::{ToSql, Type};
 
 use crate::backend::ADMIN_TIMEOUT;
 use crate::deployment;
@@ -22,6 +22,7 @@ use crate::rows::{self, HeldBy, get, holder_json, micros};
 use crate::statements::{Asked, Statements};
 use crate::sweep::{Sweep, Sweeper};
 use crate::table::TableName;
+use crate::terms::{self, TermRecord};
 use crate::wake::{Channels, Listener, POLL_WHILE_RECONNECTING, WakeUpQueue, WakeUps};
 
 /// The most leases one bulk extension carries: one statement extends them
@@ -40,6 +41,8 @@ pub(crate) struct LeaseMode {
     sweep: Sweep,
     /// Sweeps now and then; stops when dropped.
     _sweeper: Sweeper,
+    /// The record of election terms, unless its table could not be made.
+    terms: Option<TermRecord>,
 }
 
 impl fmt::Debug for LeaseMode {
@@ -51,16 +54,19 @@ impl fmt::Debug for LeaseMode {
 }
 
 impl LeaseMode {
-    /// Lease mode on `table`, whose releases `listener` hears.
+    /// Lease mode on `table`, whose releases `listener` hears; it records
+    /// election terms when `records_terms` (their table is there).
     pub(crate) fn new(
         connections: Connections,
         table: &TableName,
         channels: Channels,
         listener: Listener,
+        records_terms: bool,
     ) -> Self {
         let statements = Statements::new(table);
         let sweep = Sweep::lease(connections.clone(), statements.sweep.clone());
         Self {
+            terms: records_terms.then(|| TermRecord::new(connections.clone(), &table.terms())),
             _sweeper: sweep.clone().start(),
             sweep,
             connections,
@@ -221,22 +227,29 @@ impl Backend for LeaseMode {
         let holder = holder_json(&request.holder);
         let mark_id = mark.as_ref().map(WriterMark::as_str);
         let what = format!("acquiring {}", request.name);
+        let params: [(&(dyn ToSql + Sync), Type); 7] = [
+            (&name, Type::BYTEA),
+            (&id, Type::TEXT),
+            (&kind, Type::TEXT),
+            (&limit, Type::INT4),
+            (&lease_us, Type::INT8),
+            (&holder, Type::TEXT),
+            (&mark_id, Type::TEXT),
+        ];
+        // A campaign's statement also takes the holder with its label
+        // whole; a plain acquire sends what it always did.
+        let (term_holder, campaign_params);
+        let (sql, params): (&str, &Params<'_>) = if terms::recorded(request, self.terms.is_some())?
+        {
+            term_holder = terms::holder_json(&request.holder);
+            campaign_params = [params.as_slice(), &[(&term_holder, Type::TEXT)]].concat();
+            (&self.statements.campaign, &campaign_params)
+        } else {
+            (self.statements.acquire(asked), &params)
+        };
         let rows = self
             .connections
-            .query(
-                &what,
-                self.statements.acquire(asked),
-                &[
-                    (&name, Type::BYTEA),
-                    (&id, Type::TEXT),
-                    (&kind, Type::TEXT),
-                    (&limit, Type::INT4),
-                    (&lease_us, Type::INT8),
-                    (&holder, Type::TEXT),
-                    (&mark_id, Type::TEXT),
-                ],
-                request.operation_timeout,
-            )
+            .query(&what, sql, params, request.operation_timeout)
             .await?;
         match rows.first() {
             Some(row) => {
@@ -372,6 +385,10 @@ impl Backend for LeaseMode {
 
     fn hand_overs(&self) -> Option<&dyn HandOvers> {
         Some(self)
+    }
+
+    fn term_log(&self) -> Option<&dyn TermLog> {
+        self.terms.as_ref().map(|terms| terms as &dyn TermLog)
     }
 
     fn wakeups(&self) -> Option<&dyn Wakeups> {

@@ -163,6 +163,44 @@
 //! to an asynchronous standby can lose recent deletions with the rest,
 //! which only brings rows back.
 //!
+//! # Election terms
+//! Each grant won by [`Election::campaign`](distlock_core::Election::campaign)
+//! is recorded as a term, so that
+//! [`Election::observe`](distlock_core::Election::observe) returns every
+//! leader, the short-lived ones too. The record is a table beside the
+//! mode's own, in its schema: its name with `_terms` added
+//! (`distlock_locks_terms`, `distlock_advisory_terms`; a name too long
+//! for that is cut and a hash of it added), created when the backend
+//! opens, also beside a table made by an earlier release. It has a row
+//! per election that ever had a term: `name` (`bytea`, primary key) and
+//! `terms`, a `jsonb` array of the last [`TERMS_KEPT`](distlock_core::TERMS_KEPT)
+//! (32) terms, oldest first, each its token, the term before it, and the
+//! holder with the campaign's value whole (at most 1 KiB).
+//!
+//! - **Written with the grant.** A campaign's acquire is its own
+//!   statement: the grant, and, only when it grants, the term appended
+//!   (and terms past 32 dropped) by a common table expression of the same
+//!   statement, so the record holds a term exactly when it was granted.
+//!   In advisory mode the append is in the statement that bumps the token
+//!   while the session holds the lock; a statement that fails ends its
+//!   session, and the lock with it. The election's row is locked and read
+//!   at its latest version (`INSERT … ON CONFLICT DO UPDATE`), so each
+//!   term names the one recorded just before it.
+//! - **What it costs.** Plain acquires send the statements they always
+//!   did: only campaigns write the record, one round trip as before, and
+//!   observers read it with one statement. Each election's row holds at
+//!   most 32 terms, some 40 KiB with the longest values, and stays when
+//!   the lock's row goes (see [Rows of unused names](#rows-of-unused-names)),
+//!   so that an observer still reads the last terms of an election nobody
+//!   leads; delete the row of an election you retire.
+//! - **Without the privilege to create it.** A backend whose role may use
+//!   the lock table but not create the table of terms beside it still
+//!   locks, and says so in a warning when it opens; but it keeps no
+//!   record: observing is `Unsupported`, and a campaign is refused with
+//!   [`Error::Denied`](distlock_core::Error::Denied), rather than won
+//!   unrecorded, which observers elsewhere would miss. Open a backend
+//!   once as a role that may create the table, then this one again.
+//!
 //! # Release wake-ups
 //! A release, a forced release and the end of a waiting writer's wait
 //! notify (`pg_notify`) inside their own statement, which the server sends
@@ -317,6 +355,7 @@ mod rows;
 mod statements;
 mod sweep;
 mod table;
+mod terms;
 mod tls;
 mod wake;
 

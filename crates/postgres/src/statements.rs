@@ -13,8 +13,8 @@
 //! increasing. Only the table's quoted name is put into the text; every
 //! value goes as a bind parameter.
 
-use crate::gate;
 use crate::table::TableName;
+use crate::{gate, terms};
 
 /// The most readers that hold one name at once, as in the other backends;
 /// it bounds the row's size and the work of each statement on it.
@@ -59,6 +59,8 @@ pub(crate) struct Statements {
     acquire_exclusive: String,
     acquire_shared: String,
     acquire_permit: String,
+    /// A campaign's exclusive acquire, which records the term it grants.
+    pub(crate) campaign: String,
     /// After an acquire found the name held: why, until when, and, for a
     /// waiting writer, its mark.
     pub(crate) held: String,
@@ -79,6 +81,7 @@ impl Statements {
             acquire_exclusive: acquire(t, Asked::Exclusive),
             acquire_shared: acquire(t, Asked::Shared),
             acquire_permit: acquire(t, Asked::Permit),
+            campaign: campaign(t, &table.terms()),
             held: held(t),
             extend: extend(t),
             release: release(t),
@@ -152,6 +155,23 @@ fn acquire(t: &str, asked: Asked) -> String {
          WHERE {admits}
          RETURNING t.fencing_token",
         admits = admits(asked),
+    )
+}
+
+/// A campaign's attempt: the exclusive acquire, and, only when it grants,
+/// the term appended to the election's record in the same statement (see
+/// [`terms::appended_after`]), so the record holds a term exactly when it
+/// was granted. The lock row's lock, which the grant holds, also orders
+/// the appends. Parameters as the acquire's, and `$8` the holder as JSON
+/// text with its label whole. A separate statement, so that plain
+/// acquires cost no more.
+fn campaign(t: &str, terms: &TableName) -> String {
+    format!(
+        "WITH granted AS ({acquire}),
+         {recorded}
+         SELECT fencing_token FROM granted",
+        acquire = acquire(t, Asked::Exclusive),
+        recorded = terms::appended_after("granted", terms, "$1", "$8"),
     )
 }
 
@@ -381,6 +401,7 @@ mod tests {
         let statements = Statements::new(&table);
         for sql in [
             statements.acquire(Asked::Exclusive),
+            &statements.campaign,
             &statements.held,
             &statements.extend,
             &statements.release,
@@ -403,6 +424,7 @@ mod tests {
         }
         for sql in [
             statements.acquire(Asked::Exclusive),
+            &statements.campaign,
             &statements.held,
             &statements.extend,
             &statements.hand_over,
@@ -419,6 +441,11 @@ mod tests {
             let sql = statements.acquire(asked);
             assert!(sql.contains("pg_advisory_xact_lock_shared("), "{sql}");
         }
+        assert!(
+            statements
+                .campaign
+                .contains(statements.acquire(Asked::Exclusive))
+        );
         for sql in [&statements.release, &statements.sweep] {
             assert!(sql.contains("DELETE FROM"), "{sql}");
             assert!(sql.contains("pg_try_advisory_xact_lock("), "{sql}");
@@ -426,6 +453,15 @@ mod tests {
         }
         // Hand-overs keep a live holder: they need no gate.
         assert!(!statements.hand_over.contains("DELETE"));
+    }
+
+    #[test]
+    fn only_a_campaign_writes_the_record_of_terms() {
+        let statements = Statements::new(&TableName::new("s", "t").unwrap());
+        assert!(statements.campaign.contains(r#""s"."t_terms""#));
+        for asked in [Asked::Exclusive, Asked::Shared, Asked::Permit] {
+            assert!(!statements.acquire(asked).contains("_terms"));
+        }
     }
 
     #[test]

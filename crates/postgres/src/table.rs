@@ -1,5 +1,6 @@
-//! The lock table: its name, quoted for SQL, and its creation on first
-//! use, safe when many processes start at once.
+//! The mode's table and the table of election terms beside it: their
+//! names, quoted for SQL, and their creation on first use, safe when many
+//! processes start at once.
 
 use std::fmt;
 use std::time::Duration;
@@ -22,35 +23,41 @@ const COMMENT_PREFIX: &str = "distlock lock table, schema version ";
 /// The same for `mode=advisory`'s fencing-token table.
 const ADVISORY_COMMENT_PREFIX: &str = "distlock advisory token table, schema version ";
 
-/// Which mode's table: each has its layout, and its own comment, so that
-/// neither mode ever uses the other's table.
+/// The same for the table of election terms, either mode's.
+const TERMS_COMMENT_PREFIX: &str = "distlock election terms table, schema version ";
+
+/// What the table of election terms' name adds to the mode's table's.
+const TERMS_SUFFIX: &str = "_terms";
+
+/// Which table: each has its layout, and its own comment, so that no
+/// table is ever used as another's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Layout {
     /// One row per lock, its holders in it.
     Lease,
     /// One row per name: its advisory key and its latest fencing token.
     Advisory,
+    /// One row per election: its last terms (see [`crate::terms`]).
+    Terms,
 }
 
 impl Layout {
+    const ALL: [Self; 3] = [Self::Lease, Self::Advisory, Self::Terms];
+
     fn comment_prefix(self) -> &'static str {
         match self {
             Self::Lease => COMMENT_PREFIX,
             Self::Advisory => ADVISORY_COMMENT_PREFIX,
+            Self::Terms => TERMS_COMMENT_PREFIX,
         }
     }
 
-    fn other(self) -> Self {
+    /// What the table is, for people.
+    fn purpose(self) -> &'static str {
         match self {
-            Self::Lease => Self::Advisory,
-            Self::Advisory => Self::Lease,
-        }
-    }
-
-    fn mode(self) -> &'static str {
-        match self {
-            Self::Lease => "mode=lease",
-            Self::Advisory => "mode=advisory",
+            Self::Lease => "table for mode=lease",
+            Self::Advisory => "table for mode=advisory",
+            Self::Terms => "table of election terms",
         }
     }
 }
@@ -100,6 +107,28 @@ impl TableName {
         &self.quoted
     }
 
+    /// The table of election terms kept beside this one, in its schema:
+    /// this name with `_terms` added. A name too long for that is cut, and
+    /// a hash of the whole name goes before the suffix, so that two long
+    /// names that begin alike still get tables of their own.
+    pub(crate) fn terms(&self) -> Self {
+        let table = if self.table.len() + TERMS_SUFFIX.len() <= MAX_IDENTIFIER_BYTES {
+            format!("{}{TERMS_SUFFIX}", self.table)
+        } else {
+            let hash = format!("_{:08x}", fnv1a(self.table.as_bytes()) >> 32);
+            let mut end = MAX_IDENTIFIER_BYTES - TERMS_SUFFIX.len() - hash.len();
+            while !self.table.is_char_boundary(end) {
+                end -= 1;
+            }
+            format!("{}{hash}{TERMS_SUFFIX}", &self.table[..end])
+        };
+        Self {
+            quoted: format!("{}.{}", quote(&self.schema), quote(&table)),
+            schema: self.schema.clone(),
+            table,
+        }
+    }
+
     /// The schema alone, as SQL text.
     fn quoted_schema(&self) -> String {
         quote(&self.schema)
@@ -125,6 +154,14 @@ fn check_identifier(field: &str, name: &str) -> Result<()> {
     Ok(())
 }
 
+/// The 64-bit FNV-1a hash of `bytes`: stable across releases and
+/// platforms, as a table's name must be.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
 /// `name` as a quoted SQL identifier.
 fn quote(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
@@ -135,7 +172,8 @@ fn quote(name: &str) -> String {
 /// `permit_limit` mean something only while a holder lives. In advisory
 /// mode, a row gives a name its advisory key (`objid`, unique, so two
 /// names never share one) and keeps its latest token and, by server
-/// process id, who took which grant (for `list`).
+/// process id, who took which grant (for `list`). The table of terms has
+/// a row per election, its `terms` a JSON array (see [`crate::terms`]).
 /// The schema is created too unless it exists: creating one needs a
 /// privilege that using one does not.
 fn create_statements(table: &TableName, layout: Layout, schema_exists: bool) -> String {
@@ -161,6 +199,10 @@ fn create_statements(table: &TableName, layout: Layout, schema_exists: bool) -> 
              fencing_token bigint NOT NULL,
              holders jsonb NOT NULL DEFAULT '{}'"
         }
+        Layout::Terms => {
+            "name bytea PRIMARY KEY,
+             terms jsonb NOT NULL"
+        }
     };
     format!(
         "{schema}
@@ -182,7 +224,7 @@ enum Found {
     Unmarked,
 }
 
-/// Makes sure the lock table exists at this release's version, creating
+/// Makes sure `table` exists at this release's version, creating
 /// it (and its schema) if missing. Concurrent callers are serialized by a
 /// transaction-scoped advisory lock, which PgBouncer's transaction mode
 /// allows, so that many processes starting at once all succeed.
@@ -201,7 +243,7 @@ pub(crate) async fn ensure(
         .await
         .map_err(|_| Error::Backend {
             backend: "postgres",
-            message: format!("preparing the lock table {table:?} took longer than {timeout:?}"),
+            message: format!("preparing the table {table:?} took longer than {timeout:?}"),
             source: None,
         })?
 }
@@ -212,7 +254,7 @@ async fn ensure_now(client: &Client, table: &TableName, layout: Layout) -> Resul
     }
     // Missing or unmarked: look again under the lock, after any creator
     // that holds it has committed.
-    let what = format!("creating the lock table {table:?}");
+    let what = format!("creating the table {table:?}");
     // A dedicated connection: an error mid-transaction drops it, so no
     // pooled connection is ever left inside a transaction.
     client
@@ -246,7 +288,7 @@ async fn ensure_now(client: &Client, table: &TableName, layout: Layout) -> Resul
         .batch_execute("COMMIT")
         .await
         .map_err(|error| from_driver(&what, error))?;
-    tracing::info!(table = ?table, "the lock table is ready");
+    tracing::info!(table = ?table, "the table is ready");
     Ok(())
 }
 
@@ -260,7 +302,7 @@ fn is_duplicate(error: &tokio_postgres::Error) -> bool {
 }
 
 async fn inspect(client: &Client, table: &TableName, layout: Layout) -> Result<Found> {
-    let what = format!("looking for the lock table {table:?}");
+    let what = format!("looking for the table {table:?}");
     let rows = client
         .query_typed(
             "SELECT to_regnamespace($1) IS NOT NULL,
@@ -285,17 +327,19 @@ async fn inspect(client: &Client, table: &TableName, layout: Layout) -> Result<F
     if !table_exists {
         return Ok(Found::Missing { schema_exists });
     }
-    let other = layout.other();
-    if comment
-        .as_deref()
-        .is_some_and(|comment| comment.starts_with(other.comment_prefix()))
-    {
+    let other = Layout::ALL.into_iter().find(|other| {
+        *other != layout
+            && comment
+                .as_deref()
+                .is_some_and(|comment| comment.starts_with(other.comment_prefix()))
+    });
+    if let Some(other) = other {
         return Err(Error::config(
             "table",
             format!(
-                "{table:?} is distlock's table for {}, not {}; name another with ?table=",
-                other.mode(),
-                layout.mode()
+                "{table:?} is distlock's {}, not its {}; name another with ?table=",
+                other.purpose(),
+                layout.purpose()
             ),
         ));
     }
@@ -358,5 +402,25 @@ mod tests {
             "{advisory}"
         );
         assert!(advisory.contains(ADVISORY_COMMENT_PREFIX), "{advisory}");
+        let terms = create_statements(&table.terms(), Layout::Terms, true);
+        assert!(terms.contains(r#""s"."t_terms""#), "{terms}");
+        assert!(terms.contains(TERMS_COMMENT_PREFIX), "{terms}");
+    }
+
+    #[test]
+    fn the_table_of_terms_has_a_name_of_its_own_even_beside_a_long_name() {
+        let short = TableName::new("s", "locks").unwrap().terms();
+        assert_eq!(short.quoted(), r#""s"."locks_terms""#);
+        let long = |last: &str| {
+            let name = format!("{}{last}", "é".repeat(30));
+            TableName::new("s", &name).unwrap().terms()
+        };
+        let (one, other) = (long("a"), long("b"));
+        assert_ne!(one, other);
+        for terms in [&one, &other] {
+            assert!(terms.table().len() <= MAX_IDENTIFIER_BYTES, "{terms:?}");
+            assert!(terms.table().ends_with(TERMS_SUFFIX), "{terms:?}");
+            assert!(TableName::new(terms.schema(), terms.table()).is_ok());
+        }
     }
 }

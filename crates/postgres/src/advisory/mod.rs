@@ -29,11 +29,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use distlock_core::{
     AcquireRequest, Attempt, Backend, Capabilities, Claim, DelayedRelease, Error, GrantState,
-    Lease, LeaseId, LockInfo, LockKind, LockName, ReleaseWatch, Result, ServerInfo, WaitState,
-    Wakeups,
+    Lease, LeaseId, LockInfo, LockKind, LockName, ReleaseWatch, Result, ServerInfo, TermLog,
+    WaitState, Wakeups,
 };
 use tokio::time::Instant;
-use tokio_postgres::types::Type;
+use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Row};
 
 use self::keys::Key;
@@ -43,9 +43,10 @@ use crate::backend::ADMIN_TIMEOUT;
 use crate::config::PostgresConfig;
 use crate::deployment;
 use crate::error::{from_driver, notification_queue_full};
-use crate::pool::Connections;
+use crate::pool::{Connections, Params};
 use crate::rows::{self, get, holder_json};
 use crate::sweep::{Sweep, Sweeper};
+use crate::terms::{self, TermRecord};
 use crate::tls::Endpoint;
 use crate::wake::{Channels, Listener, WakeUpQueue, WakeUps};
 
@@ -206,6 +207,8 @@ pub(crate) struct AdvisoryMode {
     sweep: Sweep,
     /// Sweeps now and then; stops when dropped.
     _sweeper: Sweeper,
+    /// The record of election terms, unless its table could not be made.
+    terms: Option<TermRecord>,
 }
 
 impl fmt::Debug for AdvisoryMode {
@@ -219,7 +222,8 @@ impl fmt::Debug for AdvisoryMode {
 
 impl AdvisoryMode {
     /// Advisory mode as `config` describes it, once its URL proved to
-    /// reach the server itself, within [`ADMIN_TIMEOUT`].
+    /// reach the server itself, within [`ADMIN_TIMEOUT`]; it records
+    /// election terms when `records_terms` (their table is there).
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] behind a transaction pooler; a backend
@@ -233,6 +237,7 @@ impl AdvisoryMode {
         connections: Connections,
         channels: Channels,
         listener: Listener,
+        records_terms: bool,
     ) -> Result<Self> {
         let spares = Spares::new(endpoint);
         pooler::refuse_transaction_pooling(&spares, config.advisory_class, ADMIN_TIMEOUT).await?;
@@ -243,6 +248,8 @@ impl AdvisoryMode {
             config.advisory_class,
         );
         Ok(Self {
+            terms: records_terms
+                .then(|| TermRecord::new(connections.clone(), &config.table.terms())),
             class: config.advisory_class,
             spares,
             connections,
@@ -274,8 +281,9 @@ impl AdvisoryMode {
         self.listener.queue()
     }
 
-    /// Runs one attempt's statement on `session`, giving the name its key
-    /// first if it has none, all before `deadline`. `None` when the name's
+    /// Runs one attempt's statement on `session` (a campaign's, which
+    /// `records` its term, or a plain one), giving the name its key first
+    /// if it has none, all before `deadline`. `None` when the name's
     /// row was deleted each time it was given one: others were granted
     /// and released it meanwhile, and the attempt lost to them.
     async fn ask(
@@ -283,6 +291,7 @@ impl AdvisoryMode {
         request: &AcquireRequest,
         session: &Session,
         shared: bool,
+        records: bool,
         intent: Option<i32>,
         deadline: Instant,
     ) -> Result<Option<Answer>> {
@@ -291,22 +300,26 @@ impl AdvisoryMode {
         let idle_ms = idle_timeout_ms(request.lease)?;
         let holder = holder_json(&request.holder);
         let will_wait = !shared && request.retries;
+        let params: [(&(dyn ToSql + Sync), Type); 6] = [
+            (&self.class, Type::INT4),
+            (&name, Type::BYTEA),
+            (&idle_ms, Type::TEXT),
+            (&holder, Type::TEXT),
+            (&intent, Type::INT4),
+            (&will_wait, Type::BOOL),
+        ];
+        // A campaign's statement also takes the holder with its label
+        // whole; a plain acquire sends what it always did.
+        let (term_holder, campaign_params);
+        let (sql, params): (&str, &Params<'_>) = if records {
+            term_holder = terms::holder_json(&request.holder);
+            campaign_params = [params.as_slice(), &[(&term_holder, Type::TEXT)]].concat();
+            (&self.statements.campaign, &campaign_params)
+        } else {
+            (self.statements.acquire(shared), &params)
+        };
         for asked in 1..=MAX_ASKS {
-            let rows = session
-                .query(
-                    &what,
-                    self.statements.acquire(shared),
-                    &[
-                        (&self.class, Type::INT4),
-                        (&name, Type::BYTEA),
-                        (&idle_ms, Type::TEXT),
-                        (&holder, Type::TEXT),
-                        (&intent, Type::INT4),
-                        (&will_wait, Type::BOOL),
-                    ],
-                    left(deadline),
-                )
-                .await?;
+            let rows = session.query(&what, sql, params, left(deadline)).await?;
             if let Some(row) = rows.first() {
                 return Answer::read(row, &what).map(Some);
             }
@@ -331,6 +344,7 @@ impl AdvisoryMode {
         &self,
         request: &AcquireRequest,
         shared: bool,
+        records: bool,
         wait: &mut WaitState,
         deadline: Instant,
     ) -> Result<Attempt> {
@@ -340,7 +354,7 @@ impl AdvisoryMode {
             _ => (self.spares.take(left(deadline)).await?, None),
         };
         let Some(answer) = self
-            .ask(request, &session, shared, intent, deadline)
+            .ask(request, &session, shared, records, intent, deadline)
             .await?
         else {
             self.spares.put(session);
@@ -444,19 +458,23 @@ impl Backend for AdvisoryMode {
                 ));
             }
         };
+        let records = terms::recorded(request, self.terms.is_some())?;
         let deadline = Instant::now() + request.operation_timeout;
         // Everything the attempt opened is dropped with it, and a dropped
         // session ends whatever lock it took.
-        tokio::time::timeout_at(deadline, self.attempt(request, shared, wait, deadline))
-            .await
-            .map_err(|_| Error::Backend {
-                backend: "postgres",
-                message: format!(
-                    "acquiring {}: no answer within {:?}",
-                    request.name, request.operation_timeout
-                ),
-                source: None,
-            })?
+        tokio::time::timeout_at(
+            deadline,
+            self.attempt(request, shared, records, wait, deadline),
+        )
+        .await
+        .map_err(|_| Error::Backend {
+            backend: "postgres",
+            message: format!(
+                "acquiring {}: no answer within {:?}",
+                request.name, request.operation_timeout
+            ),
+            source: None,
+        })?
     }
 
     async fn end_wait(&self, request: &AcquireRequest, mut wait: WaitState) -> Result<()> {
@@ -607,6 +625,10 @@ impl Backend for AdvisoryMode {
 
     fn wakeups(&self) -> Option<&dyn Wakeups> {
         (self.listener.state() != WakeUps::Unavailable).then_some(self)
+    }
+
+    fn term_log(&self) -> Option<&dyn TermLog> {
+        self.terms.as_ref().map(|terms| terms as &dyn TermLog)
     }
 
     fn delayed_release(&self) -> Result<&dyn DelayedRelease> {

@@ -8,6 +8,7 @@
 
 use crate::statements::CLOCK;
 use crate::table::TableName;
+use crate::terms;
 
 /// The most holder entries a name's row keeps: entries of sessions that
 /// ended pile up while readers come and go, until a writer's grant resets
@@ -30,6 +31,8 @@ const OURS: &str = "p.locktype = 'advisory'
 pub(crate) struct Statements {
     acquire_exclusive: String,
     acquire_shared: String,
+    /// A campaign's exclusive acquire, which records the term it grants.
+    pub(crate) campaign: String,
     /// Gives a name its `objid` unless it has one: `$1` name, `$2` objid;
     /// the token starts at the server's clock, which tells the sweep how
     /// long ago a row that was never granted got its key.
@@ -49,8 +52,9 @@ impl Statements {
     pub(crate) fn new(table: &TableName) -> Self {
         let t = table.quoted();
         Self {
-            acquire_exclusive: acquire(t, false),
-            acquire_shared: acquire(t, true),
+            acquire_exclusive: acquire(t, false, None),
+            acquire_shared: acquire(t, true, None),
+            campaign: acquire(t, false, Some(&table.terms())),
             insert_key: format!(
                 "INSERT INTO {t} (name, objid, fencing_token) SELECT $1, $2, c.now_us FROM {CLOCK}
                  ON CONFLICT (name) DO NOTHING"
@@ -106,11 +110,22 @@ impl Statements {
 /// sending a statement is not idle, yet its connection ends, and the
 /// lock with it, no sooner than the idle timeout would have ended it.
 ///
+/// A campaign's attempt (`terms` given) also appends the term to the
+/// election's record when granted (see [`terms::appended_after`]), in the
+/// same statement as the token's bump, so that both commit or neither
+/// does. The advisory lock itself is not undone with a statement that
+/// fails; but the attempt then fails, and its session, dropped, ends the
+/// lock: a grant counts only with its token bumped, and then with its
+/// term recorded. Only the session holding the lock bumps and records, so
+/// the appends come in the order of the grants.
+///
 /// `$1` class, `$2` name, `$3` idle timeout, `$4` holder as JSON text,
-/// `$5` the `objid` whose intent is held, if any, `$6` waits as a writer. No row when the name has
-/// no key yet; otherwise its `objid`, whether granted, the token, whether
-/// a writer waits (for readers), and the session's process id.
-fn acquire(t: &str, shared: bool) -> String {
+/// `$5` the `objid` whose intent is held, if any, `$6` waits as a writer,
+/// and for a campaign `$7` the holder as JSON text with its label whole.
+/// No row when the name has no key yet; otherwise its `objid`, whether
+/// granted, the token, whether a writer waits (for readers), and the
+/// session's process id.
+fn acquire(t: &str, shared: bool, terms: Option<&TableName>) -> String {
     let token = "greatest(t.fencing_token + 1, c.now_us)";
     let entry = format!(
         "jsonb_build_object(pg_backend_pid()::text,
@@ -150,6 +165,9 @@ fn acquire(t: &str, shared: bool) -> String {
             entry.clone(),
         )
     };
+    let recorded = terms.map_or_else(String::new, |terms| {
+        format!(",\n{}", terms::appended_after("bumped", terms, "$2", "$7"))
+    });
     format!(
         "WITH k AS (SELECT objid FROM {t} WHERE name = $2),
          {tried},
@@ -158,7 +176,7 @@ fn acquire(t: &str, shared: bool) -> String {
              FROM l, {CLOCK}
              WHERE t.name = $2 AND l.granted
              RETURNING t.fencing_token
-         )
+         ){recorded}
          SELECT l.objid, l.granted, (SELECT fencing_token FROM bumped), l.writer_waits,
                 pg_backend_pid(),
                 CASE WHEN l.granted AND $5 IS NOT NULL
@@ -274,6 +292,7 @@ mod tests {
         for sql in [
             statements.acquire(false),
             statements.acquire(true),
+            &statements.campaign,
             &statements.insert_key,
             &statements.force_release,
             &statements.list,
@@ -282,6 +301,15 @@ mod tests {
         ] {
             assert!(sql.contains(r#""s"."a ""b""; --""#), "{sql}");
         }
+    }
+
+    #[test]
+    fn only_a_campaign_writes_the_record_of_terms() {
+        let statements = Statements::new(&TableName::new("s", "t").unwrap());
+        assert!(statements.campaign.contains(r#""s"."t_terms""#));
+        assert!(statements.campaign.contains("FROM bumped AS g"));
+        assert!(!statements.acquire(false).contains("_terms"));
+        assert!(!statements.acquire(true).contains("_terms"));
     }
 
     #[test]

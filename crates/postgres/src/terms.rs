@@ -1,0 +1,181 @@
+//! The record of election terms, in both modes: a table beside the mode's
+//! own (its name with `_terms` added, see [`TableName::terms`]), with a
+//! row per election whose `terms` is a JSON array of its last
+//! [`TERMS_KEPT`] terms, oldest first, each `{term, previous, holder}`.
+//!
+//! Only a campaign's grant writes it, in the statement that grants (see
+//! [`appended_after`]): plain grants run statements without it, and cost
+//! nothing more. Rows stay when the lock's row is deleted, so an observer
+//! still reads the terms of a lock nobody holds any more.
+
+use async_trait::async_trait;
+use distlock_core::{
+    AcquireRequest, Claim, Error, Holder, LockName, Result, TERMS_KEPT, Term, TermLog,
+};
+use tokio_postgres::Row;
+use tokio_postgres::types::Type;
+
+use crate::backend::ADMIN_TIMEOUT;
+use crate::pool::Connections;
+use crate::rows::{self, get};
+use crate::table::TableName;
+
+/// A common table expression, `recorded`, that appends a term to the
+/// election's row of `terms` for each row of the expression `granted`
+/// (its column `fencing_token`, the grant's token): `name` and `holder`
+/// (the holder as JSON text, its label whole) are the statement's
+/// parameters for them, never text put into it.
+///
+/// `INSERT … ON CONFLICT (name) DO UPDATE` locks the election's row and
+/// reads its latest committed version, not the statement's snapshot: a
+/// grant that waited behind another's lock names that one's term as its
+/// `previous`, so two grants never name the same one. The oldest terms
+/// past [`TERMS_KEPT`] go in the same write.
+pub(crate) fn appended_after(granted: &str, terms: &TableName, name: &str, holder: &str) -> String {
+    let table = terms.quoted();
+    let older_kept = TERMS_KEPT - 1;
+    format!(
+        "recorded AS (
+             INSERT INTO {table} AS r (name, terms)
+             SELECT {name}, jsonb_build_array(jsonb_build_object(
+                 'term', g.fencing_token, 'previous', NULL, 'holder', {holder}::text::jsonb))
+             FROM {granted} AS g
+             ON CONFLICT (name) DO UPDATE SET terms = (
+                 SELECT coalesce(jsonb_agg(e ORDER BY n), '[]'::jsonb)
+                 FROM jsonb_array_elements(r.terms) WITH ORDINALITY AS x(e, n)
+                 WHERE n > jsonb_array_length(r.terms) - {older_kept}
+             ) || jsonb_build_array(jsonb_build_object(
+                 'term', excluded.terms -> 0 -> 'term',
+                 'previous', r.terms -> -1 -> 'term',
+                 'holder', excluded.terms -> 0 -> 'holder'))
+             RETURNING 1
+         )"
+    )
+}
+
+/// Whether `request`'s grant is to be recorded as an election's term, on
+/// a backend that keeps the record when `kept`.
+///
+/// # Errors
+/// [`Error::Unsupported`] for a term asked of a reader's or a permit's
+/// grant: a term is an exclusive grant, as campaigns ask.
+/// [`Error::Denied`] for a term asked of a backend that could not create
+/// the record's table: granting it unrecorded would hide it from
+/// observers elsewhere.
+pub(crate) fn recorded(request: &AcquireRequest, kept: bool) -> Result<bool> {
+    if !request.records_term {
+        return Ok(false);
+    }
+    if request.claim != Claim::Exclusive {
+        return Err(Error::Unsupported(format!(
+            "an election's term is an exclusive grant; {} asked to record one for a {:?} claim",
+            request.name, request.claim
+        )));
+    }
+    if !kept {
+        return Err(Error::Denied {
+            backend: "postgres",
+            message: format!(
+                "cannot record the term of election {}: this backend could not create its \
+                 table of election terms when it opened (see the warning it logged); open a \
+                 backend once as a role that may create tables in the lock table's schema, \
+                 then open this one again",
+                request.name
+            ),
+            source: None,
+        });
+    }
+    Ok(true)
+}
+
+/// The holder as a term records it, as JSON text. Unlike a lock row's
+/// holder, the label is kept whole: it is the value the campaign stood
+/// with (at most 1 KiB, checked by the campaign), which observers return.
+pub(crate) fn holder_json(holder: &Holder) -> String {
+    serde_json::to_string(holder).unwrap_or_else(|_| "{}".to_owned())
+}
+
+/// Reads the record, through the pool: one statement, no write.
+pub(crate) struct TermRecord {
+    connections: Connections,
+    /// `$1` name, `$2` the last term seen: the kept terms after it,
+    /// oldest first.
+    read: String,
+}
+
+impl TermRecord {
+    pub(crate) fn new(connections: Connections, terms: &TableName) -> Self {
+        let table = terms.quoted();
+        Self {
+            connections,
+            read: format!(
+                "SELECT (e ->> 'term')::bigint, (e ->> 'previous')::bigint, (e -> 'holder')::text
+                 FROM {table} AS r
+                 CROSS JOIN LATERAL jsonb_array_elements(r.terms) WITH ORDINALITY AS x(e, n)
+                 WHERE r.name = $1 AND (e ->> 'term')::bigint > $2
+                 ORDER BY n"
+            ),
+        }
+    }
+}
+
+#[async_trait]
+impl TermLog for TermRecord {
+    async fn terms_after(&self, name: &LockName, after: u64) -> Result<Vec<Term>> {
+        let bytes = name.as_str().as_bytes();
+        // Tokens are stored as `bigint`: none is above its largest value.
+        let after = i64::try_from(after).unwrap_or(i64::MAX);
+        let what = format!("reading the terms of election {name}");
+        let rows = self
+            .connections
+            .query(
+                &what,
+                &self.read,
+                &[(&bytes, Type::BYTEA), (&after, Type::INT8)],
+                ADMIN_TIMEOUT,
+            )
+            .await?;
+        rows.iter().map(|row| term(row, &what)).collect()
+    }
+}
+
+/// A row of the read statement.
+fn term(row: &Row, what: &str) -> Result<Term> {
+    let term = rows::token(get(row, 0, what)?, what)?;
+    let previous = get::<Option<i64>>(row, 1, what)?
+        .map(|previous| rows::token(previous, what))
+        .transpose()?;
+    let holder: String = get(row, 2, what)?;
+    let holder = serde_json::from_str(&holder).map_err(|error| Error::InvalidData {
+        what: what.to_owned(),
+        field: "holder".to_owned(),
+        reason: format!("not a holder's JSON: {error}"),
+    })?;
+    Ok(Term::new(term, previous, holder))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_go_as_parameters_and_only_the_quoted_table_is_put_in() {
+        let terms = TableName::new("s", "a \"b\"; --").unwrap().terms();
+        let sql = appended_after("granted", &terms, "$1", "$8");
+        assert!(sql.contains(r#""s"."a ""b""; --_terms""#), "{sql}");
+        assert!(sql.contains("SELECT $1,"), "{sql}");
+        assert!(sql.contains("$8::text::jsonb"), "{sql}");
+    }
+
+    #[test]
+    fn a_campaign_value_is_kept_whole() {
+        let label = "v".repeat(1024);
+        let json = holder_json(&Holder {
+            host: "h".into(),
+            pid: 1,
+            label: Some(label.clone()),
+        });
+        let back: Holder = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.label, Some(label));
+    }
+}
