@@ -106,6 +106,24 @@ impl<'a> Query<'a> {
         self.take_where(key, |written| written.eq_ignore_ascii_case(key))
     }
 
+    /// Takes the on/off option `key` out of the query: `true` or `false`,
+    /// or `None` when the query does not hold it.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] naming `key` when it is given more than
+    /// once, or with a value other than `true` or `false`.
+    pub fn take_flag(&mut self, key: &str) -> Result<Option<bool>> {
+        match self.take(key)?.as_deref() {
+            None => Ok(None),
+            Some("true") => Ok(Some(true)),
+            Some("false") => Ok(Some(false)),
+            Some(_) => Err(Error::config(
+                key,
+                format!("`{key}` takes `true` or `false`, as in `{key}=true`"),
+            )),
+        }
+    }
+
     fn take_where(&mut self, key: &str, matches: impl Fn(&str) -> bool) -> Result<Option<String>> {
         let mut taken = None;
         let mut repeated = false;
@@ -233,6 +251,24 @@ mod tests {
             .iter()
             .map(|pair| (pair.key().to_owned(), pair.value().to_owned()))
             .collect()
+    }
+
+    #[test]
+    fn a_flag_is_true_or_false_and_nothing_else() {
+        let mut query = Query::parse("fair=true&quick=false&odd=yes").unwrap();
+        assert_eq!(query.take_flag("fair").unwrap(), Some(true));
+        assert_eq!(query.take_flag("quick").unwrap(), Some(false));
+        assert_eq!(query.take_flag("absent").unwrap(), None);
+        let error = query.take_flag("odd").unwrap_err();
+        assert!(error.to_string().contains("`odd=true`"), "{error}");
+        assert_eq!(
+            field_of(
+                Query::parse("fair=true&fair=true")
+                    .unwrap()
+                    .take_flag("fair")
+            ),
+            "fair"
+        );
     }
 
     #[test]
