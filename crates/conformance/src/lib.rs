@@ -16,6 +16,7 @@
 pub mod cases;
 mod child;
 pub mod coordination;
+pub mod fair;
 pub mod kinds;
 mod process;
 pub mod regressions;
@@ -60,6 +61,15 @@ pub trait Fixture: Send + Sync {
     /// a plain lock costs no write.
     fn writers_wait_behind_writers_in_line(&self) -> bool {
         true
+    }
+
+    /// How many waiters have a place in `name`'s queue, read from the
+    /// store, for a backend in fair mode (see
+    /// [`Capabilities::fair`](distlock_core::Capabilities::fair)); `None`
+    /// where the store keeps no queue. The fair cases wait on it to know
+    /// the order in which waiters asked.
+    async fn queued(&self, _name: &distlock_core::LockName) -> Option<usize> {
+        None
     }
 }
 

@@ -1,5 +1,5 @@
-//! A `distlock run` child process that holds a lock, for the cross-process
-//! cases.
+//! `distlock run` child processes that hold a lock, or wait for one, for
+//! the cross-process cases.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -136,6 +136,18 @@ impl HeldByChild {
         }
     }
 
+    /// SIGTERMs the holder, which then stops its command and releases,
+    /// and SIGKILLs it `after` that, wherever it then is; reaps it.
+    pub(crate) async fn terminate_then_kill(&mut self, after: Duration) {
+        self.signal(Signal::TERM);
+        tokio::time::sleep(after).await;
+        if self.is_running() {
+            self.signal(Signal::KILL);
+        }
+        self.child.wait().expect("reap");
+        self.kill_command();
+    }
+
     pub(crate) fn stop(&self) {
         self.signal(Signal::STOP);
     }
@@ -166,6 +178,77 @@ impl HeldByChild {
                 "the holder never exited"
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// A `distlock run` child that waits for a lock, then appends its place
+/// and its fencing token to a log the children share, and exits.
+pub(crate) struct WaitingChild {
+    child: Child,
+}
+
+impl WaitingChild {
+    /// Starts `distlock run NAME` with `lease`, waiting up to a minute; once
+    /// granted, its command appends `place token` to `log` and returns.
+    pub(crate) fn start(
+        url: &str,
+        name: &LockName,
+        lease: Duration,
+        place: usize,
+        log: &std::path::Path,
+    ) -> Self {
+        let lease_arg = format!("{}ms", lease.as_millis());
+        // The log is written under the lock, so its lines come in the order
+        // the lock was granted.
+        let script = format!(
+            "echo \"{place} $DISTLOCK_FENCING_TOKEN\" >> {}",
+            log.display()
+        );
+        let child = Command::new(distlock_bin())
+            .args([
+                "run",
+                name.as_str(),
+                "--backend",
+                url,
+                "--lease",
+                &lease_arg,
+            ])
+            .args(["--wait", "60s", "--", "sh", "-c", &script])
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("spawn distlock run");
+        Self { child }
+    }
+
+    /// SIGKILLs the waiter and reaps it.
+    pub(crate) fn kill_hard(&mut self) {
+        let pid = Pid::from_raw(self.child.id() as i32).expect("child pid");
+        kill_process(pid, Signal::KILL).expect("signal the child");
+        self.child.wait().expect("reap");
+    }
+
+    /// Waits (bounded) for the waiter to exit; its exit code.
+    pub(crate) async fn wait(&mut self) -> Option<i32> {
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status.code();
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(90),
+                "the waiter never exited"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for WaitingChild {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
         }
     }
 }

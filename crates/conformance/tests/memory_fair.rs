@@ -1,11 +1,11 @@
 //! The conformance suite on the in-memory backend in fair mode: every
 //! promise of the suite holds when whole locks go to waiters in the order
-//! they asked.
+//! they asked, and so do the fair cases.
 
 use std::sync::Arc;
 
-use distlock_conformance::{Fixture, conformance_suite};
-use distlock_core::{Backend, MemoryBackend};
+use distlock_conformance::{Fixture, conformance_suite, fair_cases};
+use distlock_core::{Backend, LockName, MemoryBackend};
 
 struct FairMemory(Arc<MemoryBackend>);
 
@@ -14,6 +14,11 @@ impl Fixture for FairMemory {
     async fn backend(&self) -> Arc<dyn Backend> {
         self.0.clone()
     }
+
+    async fn queued(&self, name: &LockName) -> Option<usize> {
+        Some(self.0.queued(name))
+    }
 }
 
 conformance_suite!(in_process: FairMemory(Arc::new(MemoryBackend::fair())));
+fair_cases!(in_process: FairMemory(Arc::new(MemoryBackend::fair())));
