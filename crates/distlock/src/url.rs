@@ -156,7 +156,16 @@ impl BackendUrl {
 /// were taken out by [`connect`](crate::connect)) is refused by name.
 fn local_parts(url: &str) -> Result<UrlParts<'_>> {
     let parts = UrlParts::split(url)?;
-    Query::parse(parts.query)?.refuse_rest(
+    let mut query = Query::parse(parts.query)?;
+    if query.take_flag("fair")? == Some(true) {
+        return Err(Error::config(
+            "fair",
+            "fair mode needs a store that keeps a queue of waiters: a file lock's waiters are \
+             woken in no set order, and memory:// has it only as MemoryBackend::fair(); use \
+             a mongodb://, postgres:// or etcd:// URL with fair=true",
+        ));
+    }
+    query.refuse_rest(
         "this backend takes only the client options (lease, extend_every, safety_margin, \
          operation_timeout, backoff_min, backoff_max, local_hand_overs, min_local_run, label), \
          through distlock::connect",
@@ -312,6 +321,20 @@ mod tests {
         ] {
             assert!(BackendUrl::parse(url).is_err(), "{url}");
         }
+    }
+
+    #[test]
+    fn fair_mode_is_refused_where_no_queue_is_kept() {
+        for url in ["file:///tmp/locks?fair=true", "memory://?fair=true"] {
+            match BackendUrl::parse(url) {
+                Err(Error::InvalidConfig { field, reason }) => {
+                    assert_eq!(field, "fair", "{url}");
+                    assert!(reason.contains("fair=true"), "{url}: {reason}");
+                }
+                other => panic!("{url}: {other:?}"),
+            }
+        }
+        assert!(BackendUrl::parse("file:///tmp/locks?fair=false").is_ok());
     }
 
     #[test]

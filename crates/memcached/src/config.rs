@@ -149,6 +149,13 @@ impl MemcachedConfig {
                 Error::config("connections", format!("`{connections}` is not a number"))
             })?);
         }
+        if query.take_flag("fair")? == Some(true) {
+            return Err(Error::config(
+                "fair",
+                "memcached keeps no queue of waiters, so it has no fair mode; use a mongodb://, \
+                 postgres:// or etcd:// URL with fair=true",
+            ));
+        }
         query.refuse_rest("memcache:// takes prefix, mode, timeout and connections")?;
         builder.build()
     }
@@ -366,6 +373,15 @@ mod tests {
         assert_eq!(config.timeout(), Duration::from_secs(2));
         let empty_prefix = MemcachedConfig::from_url("memcache://h?prefix=").unwrap();
         assert_eq!(empty_prefix.prefix(), "");
+    }
+
+    #[test]
+    fn fair_mode_is_refused_with_where_to_find_it() {
+        assert_eq!(
+            field_of(MemcachedConfig::from_url("memcache://h?fair=true")),
+            "fair"
+        );
+        assert!(MemcachedConfig::from_url("memcache://h?fair=false").is_ok());
     }
 
     #[test]

@@ -245,6 +245,13 @@ fn parse_query(query: &str) -> Result<Options> {
         .take("wait_replicas")?
         .map(|replicas| parse_wait_replicas(&replicas, mode))
         .transpose()?;
+    if query.take_flag("fair")? == Some(true) {
+        return Err(Error::config(
+            "fair",
+            "the redis backend has no fair mode yet; use a mongodb://, postgres:// or etcd:// \
+             URL with fair=true for waiters served in the order they asked",
+        ));
+    }
     query.refuse_rest(
         "a redis URL takes prefix, mode (single, quorum or cluster), ca and wait_replicas",
     )?;
@@ -447,6 +454,18 @@ mod tests {
         assert_eq!((config.db, config.tls), (0, false));
         assert_eq!(config.prefix, DEFAULT_PREFIX);
         assert_eq!(config.credentials, None);
+    }
+
+    #[test]
+    fn fair_mode_is_refused_with_where_to_find_it() {
+        match RedisConfig::parse("redis://cache?fair=true") {
+            Err(Error::InvalidConfig { field, reason }) => {
+                assert_eq!(field, "fair");
+                assert!(reason.contains("postgres://"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(RedisConfig::parse("redis://cache?fair=false").is_ok());
     }
 
     #[test]
