@@ -35,6 +35,7 @@ mod etcd_peer;
 #[path = "etcd_peer_absent.rs"]
 mod etcd_peer;
 mod etcdctl;
+mod flock_baseline;
 mod kinds;
 mod markdown;
 mod mix;
@@ -215,6 +216,13 @@ enum WorkerCommand {
         #[command(flatten)]
         args: WorkerArgs,
     },
+    /// One contending worker process of the raw blocking `flock(2)`
+    /// baseline, beside the file backend.
+    #[command(hide = true)]
+    FlockWorker {
+        #[command(flatten)]
+        args: WorkerArgs,
+    },
     /// One contending worker process of rslock (Redis).
     #[command(hide = true)]
     RslockWorker {
@@ -281,6 +289,17 @@ async fn main() -> std::process::ExitCode {
         }
         Some(WorkerCommand::PgAdvisoryWorker { args: w }) => {
             pg_peer::worker(
+                &w.backend,
+                &w.lock,
+                w.tasks,
+                w.process,
+                w.window(),
+                w.workload(),
+            )
+            .await
+        }
+        Some(WorkerCommand::FlockWorker { args: w }) => {
+            flock_baseline::worker(
                 &w.backend,
                 &w.lock,
                 w.tasks,
@@ -545,6 +564,7 @@ async fn contended_runs(
     let is_etcd = matches!(target.server, Server::Etcd(_)) && peers;
     let is_postgres = matches!(target.server, Server::Postgres(_)) && peers;
     let is_redis = matches!(target.server, Server::Redis(_)) && peers;
+    let is_file = target.url.starts_with("file:") && peers;
     let mut contended = Vec::new();
     for workload in Workload::all(args.work) {
         let scenario = workload.label();
@@ -634,6 +654,20 @@ async fn contended_runs(
                     result: scenarios::contend(target, workers, window, rounds).await?,
                 });
             }
+        }
+        if is_file {
+            say(
+                &format!("contended ({scenario}), raw blocking flock"),
+                args.seconds,
+            );
+            let window = Window::after(RUST_STARTUP, args.seconds);
+            let lock = bench_name("raw-flock-contended");
+            let workers = flock_baseline::workers(exe, target, lock.as_str(), layout(window));
+            contended.push(Contended {
+                by: Contestant::RawFlock,
+                workload,
+                result: scenarios::contend(target, workers, window, rounds).await?,
+            });
         }
         if let (Some(tooz), true) = (tooz, is_memcached) {
             say(&format!("contended ({scenario}), tooz"), args.seconds);

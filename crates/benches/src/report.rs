@@ -62,6 +62,8 @@ pub(crate) enum Contestant {
     Rslock,
     /// redlock 2.0.0 (Redis).
     Redlock,
+    /// A raw blocking `flock(2)` per task, beside the file backend.
+    RawFlock,
 }
 
 /// One contended run.
@@ -130,6 +132,10 @@ impl Run {
             Contestant::PgAdvisoryLock => postgres::ADVISORY_PER_TASK.to_owned(),
             Contestant::Rslock => redis::RSLOCK_PER_TASK.to_owned(),
             Contestant::Redlock => redis::REDLOCK_PER_TASK.to_owned(),
+            Contestant::RawFlock => {
+                "raw blocking `flock(2)` (the kernel wakes the next waiter; an open file per task)"
+                    .to_owned()
+            }
         }
     }
 
@@ -698,6 +704,20 @@ impl Run {
         }
         if let Some(b) = self.backend("Redis") {
             goals.extend(redis::contention_goals(b, workload));
+        }
+        if let Some(b) = self.backend("file")
+            && let (Some(ours), Some(raw)) = (by(b, Contestant::Ours), by(b, Contestant::RawFlock))
+        {
+            let factor = ratio(ours.hand_off_p50, raw.hand_off_p50);
+            goals.push(goal(
+                factor <= 2.0,
+                format!(
+                    "file, {scenario}: hand-off p50 within 2x a raw blocking flock's: {} \
+                     against {} ({factor:.2}x).",
+                    short(ours.hand_off_p50),
+                    short(raw.hand_off_p50),
+                ),
+            ));
         }
         goals
     }
