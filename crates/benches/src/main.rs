@@ -471,7 +471,7 @@ async fn bench(args: &Args) -> scenarios::Outcome<()> {
             ))
         );
         say("uncontended", args.uncontended_seconds);
-        let with_peers = full(target) && !no_peers;
+        let with_peers = full(target) && !no_peers && !target.fair();
         let mut uncontended =
             scenarios::uncontended(target, args.uncontended_seconds, with_peers, etcdctl).await?;
         uncontended.quiet = Some(quiet);
@@ -490,12 +490,14 @@ async fn bench(args: &Args) -> scenarios::Outcome<()> {
     let mut all_contended = Vec::new();
     for (target, _) in &targets {
         eprintln!("== {} ({})", target.shown, target.label());
-        let peers = full(target) && !no_peers;
+        // A fair form is set beside its ordinary form's peers.
+        let peers = full(target) && !no_peers && !target.fair();
         all_contended.push(contended_runs(args, &exe, target, peers, tooz.as_ref()).await?);
     }
     let mut all_kinds = Vec::new();
     for (target, _) in &targets {
-        if full(target) {
+        // Fair mode orders whole locks only, and leaves holding many alone.
+        if full(target) && !target.fair() {
             eprintln!("== {} ({})", target.shown, target.label());
             all_kinds.push(kind_runs(args, &exe, target).await?);
         } else {
@@ -518,7 +520,7 @@ async fn bench(args: &Args) -> scenarios::Outcome<()> {
                 report::MANY_LEFT_OUT_ADVISORY
             );
             None
-        } else if full(target) {
+        } else if full(target) && !target.fair() {
             eprintln!("== {} ({})", target.shown, target.label());
             say(&format!("{} locks held", args.many), args.many_seconds);
             Some(scenarios::hold_many(target, args.many, args.many_seconds, args.many_lease).await?)
@@ -530,6 +532,7 @@ async fn bench(args: &Args) -> scenarios::Outcome<()> {
             label: target.label(),
             scale_out: target.scale_out,
             advisory_mode: target.advisory_mode(),
+            fair: target.fair(),
             url: target.shown.clone(),
             server_version: server_version.clone(),
             uncontended,

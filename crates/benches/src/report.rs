@@ -3,6 +3,7 @@
 //! goals, each checked against this run's numbers.
 
 mod etcd;
+mod fair;
 mod mongodb;
 mod postgres;
 mod redis;
@@ -86,6 +87,9 @@ pub(crate) struct BackendResults {
     /// Whether it is PostgreSQL's advisory mode, a target of its own
     /// beside lease mode (see [`Run::advisory_mode`]).
     pub(crate) advisory_mode: bool,
+    /// Whether it is a backend in fair mode, a target of its own beside
+    /// the ordinary form (see [`Run::fair_form`]).
+    pub(crate) fair: bool,
     pub(crate) url: String,
     pub(crate) server_version: Option<String>,
     pub(crate) uncontended: Uncontended,
@@ -144,12 +148,12 @@ impl Run {
     fn backend(&self, kind: &str) -> Option<&BackendResults> {
         self.backends
             .iter()
-            .find(|b| b.kind == kind && b.scale_out.is_none() && !b.advisory_mode)
+            .find(|b| b.kind == kind && b.scale_out.is_none() && !b.advisory_mode && !b.fair)
     }
 
     /// PostgreSQL's advisory mode, if it ran.
     fn advisory_mode(&self) -> Option<&BackendResults> {
-        self.backends.iter().find(|b| b.advisory_mode)
+        self.backends.iter().find(|b| b.advisory_mode && !b.fair)
     }
 
     pub(crate) fn to_markdown(&self) -> String {
@@ -705,6 +709,7 @@ impl Run {
         if let Some(b) = self.backend("Redis") {
             goals.extend(redis::contention_goals(b, workload));
         }
+        goals.extend(self.fair_contention_goals(workload, (s.tasks * s.processes) as usize));
         if let Some(b) = self.backend("file")
             && let (Some(ours), Some(raw)) = (by(b, Contestant::Ours), by(b, Contestant::RawFlock))
         {

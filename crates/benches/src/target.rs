@@ -111,10 +111,22 @@ impl Target {
     /// What the report calls it: its kind, and its scale-out form if any,
     /// or [`ADVISORY_MODE`] for PostgreSQL's advisory mode.
     pub(crate) fn label(&self) -> String {
-        if self.advisory_mode() {
-            return ADVISORY_MODE.to_owned();
+        let label = if self.advisory_mode() {
+            ADVISORY_MODE.to_owned()
+        } else {
+            scale_out::label(self.kind(), self.scale_out)
+        };
+        if self.fair() {
+            format!("{label}, fair")
+        } else {
+            label
         }
-        scale_out::label(self.kind(), self.scale_out)
+    }
+
+    /// Whether the backend is in fair mode (`fair=true`): a target of its
+    /// own beside the ordinary form, measured without peers.
+    pub(crate) fn fair(&self) -> bool {
+        self.backend.capabilities().fair
     }
 
     /// Whether this is distlock's PostgreSQL advisory mode (see
