@@ -121,6 +121,7 @@ impl PostgresBackend {
                 channels,
                 listener,
                 records_terms,
+                config.fair,
             ))),
             Mode::Advisory => Modes::Advisory(Box::new(
                 AdvisoryMode::open(

@@ -347,6 +347,7 @@ mod backend;
 mod config;
 mod deployment;
 mod error;
+mod fair;
 pub mod fencing;
 mod gate;
 mod lease;
