@@ -194,6 +194,24 @@ impl PostgresBackend {
         }
     }
 
+    /// How many waiters have a live place in `name`'s line in the store,
+    /// in [fair mode](crate#fair-mode); none outside it.
+    ///
+    /// # Errors
+    /// A backend error when the row cannot be read, and
+    /// [`Error::Unsupported`] in advisory mode, which keeps no line.
+    ///
+    /// # Cancel safety
+    /// A read: dropping the future changes nothing.
+    pub async fn queued(&self, name: &LockName) -> Result<usize> {
+        match &self.mode {
+            Modes::Lease(lease) => lease.queued(name).await,
+            Modes::Advisory(_) => Err(Error::Unsupported(
+                "advisory mode keeps no line of waiters in the store".to_owned(),
+            )),
+        }
+    }
+
     /// What this backend was opened with.
     pub fn config(&self) -> &PostgresConfig {
         &self.config

@@ -28,11 +28,20 @@ use tokio_postgres::Row;
 use crate::rows::{self, get};
 use crate::statements::CLOCK;
 use crate::table::TableName;
+use crate::wake::Asked;
 use crate::{gate, terms};
 
-/// The identity of one wait's place, kept in its
-/// [`WaitState`](distlock_core::WaitState) across attempts (each attempt
-/// has a grant identity of its own).
+/// What a fair wait keeps in its [`WaitState`](distlock_core::WaitState)
+/// across attempts (which holds one value): its place, and when it is due
+/// to ask the store next.
+#[derive(Debug, Clone)]
+pub(crate) struct InLine {
+    pub(crate) place: PlaceId,
+    pub(crate) due: Option<Due>,
+}
+
+/// The identity of one wait's place (each attempt has a grant identity
+/// of its own).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct PlaceId(String);
 
@@ -45,6 +54,14 @@ impl PlaceId {
     pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
+}
+
+/// When a waiting attempt that kept its place asks the store next, unless
+/// a release calls it sooner (see [`Calls`](crate::wake::Calls)).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Due {
+    pub(crate) at: tokio::time::Instant,
+    pub(crate) asked: Asked,
 }
 
 /// The JSON path of the live places (entries with a lease) given `$now`.
@@ -69,6 +86,8 @@ pub(crate) struct FairStatements {
     pub(crate) attempt: String,
     /// Ends a grant or a place, granting the first place; see [`release`].
     pub(crate) release: String,
+    /// How many live places `$1` has in line.
+    pub(crate) queued: String,
 }
 
 impl FairStatements {
@@ -79,6 +98,11 @@ impl FairStatements {
         Self {
             attempt: attempt(t, terms),
             release: release(t, terms),
+            queued: format!(
+                "SELECT jsonb_array_length(jsonb_path_query_array(t.waiting, {LIVE_PLACES},
+                     jsonb_build_object('now', c.now_us)))::bigint
+                 FROM {t} AS t, {CLOCK} WHERE t.name = $1"
+            ),
         }
     }
 }
@@ -178,7 +202,7 @@ fn recording(from: &str, terms: Option<&TableName>) -> String {
 ///   under this attempt's id `$2`, for a lease (`$4` µs) from now;
 /// - else, where no holder lives, the first live place is granted (this
 ///   wait's own under `$2`), and its waiter told on channel `$7` with
-///   payload `$8`; with no place either, `$2` is granted (the row made if
+///   payload `$8`, `/` and the place's id; with no place either, `$2` is granted (the row made if
 ///   missing, its clock read behind the name's [`gate`]);
 /// - and where the lock stays another's, the place `$3` is renewed, or
 ///   taken last. A single try (`$3` null) takes no place, and changes
@@ -247,7 +271,8 @@ fn attempt(t: &str, terms: Option<&TableName>) -> String {
          ), outcome AS (SELECT * FROM upd UNION ALL SELECT * FROM ins){recording}
          SELECT o.token, o.kind, o.permit_limit, o.first_left FROM outcome AS o
          LEFT JOIN LATERAL (
-             SELECT pg_notify($7, $8) WHERE o.passed AND $7::text IS NOT NULL
+             SELECT pg_notify($7, $8 || '/' || (o.made ->> 'id'))
+             WHERE o.passed AND $7::text IS NOT NULL
          ) AS announced ON true
          UNION ALL
          SELECT NULL, o.kind, o.permit_limit, o.first_left
@@ -267,7 +292,9 @@ fn attempt(t: &str, terms: Option<&TableName>) -> String {
 /// Ends the live grant, or the place, `$2` of `$1`, and, where no holder
 /// lives then, grants the first live place in the same write (its term
 /// recorded when it carries one); announces it on channel `$3` with
-/// payload `$4`. Returns a row when there was a grant or place to end.
+/// payload `$4`, followed by `/` and the place's id when it granted one,
+/// so that only that place's waiter asks (see [`crate::wake::Calls`]).
+/// Returns a row when there was a grant or place to end.
 ///
 /// As a plain release, it deletes the row instead when ours was its last
 /// live grant and nothing waits (through the name's [`gate`]), and
@@ -311,7 +338,9 @@ fn release(t: &str, terms: Option<&TableName>) -> String {
              RETURNING jsonb_path_query_first(t.holders, {MADE_HERE}, {vars}) AS made
          ), freed AS (SELECT 1 FROM gone UNION ALL SELECT 1 FROM kept){recording}
          SELECT 1 FROM freed LEFT JOIN LATERAL (
-             SELECT pg_notify($3, $4) WHERE $3::text IS NOT NULL
+             SELECT pg_notify($3, coalesce(
+                 $4 || '/' || (SELECT made ->> 'id' FROM kept WHERE made IS NOT NULL), $4))
+             WHERE $3::text IS NOT NULL
          ) AS announced ON true",
         grant_first = grant_of_place("s.first", token, "false"),
         after_first = without("s.w", "s.first"),

@@ -16,7 +16,7 @@ use tokio_postgres::types::{ToSql, Type};
 use crate::backend::ADMIN_TIMEOUT;
 use crate::deployment;
 use crate::error::{copy, notification_queue_full};
-use crate::fair::{FairStatements, Found, PlaceId};
+use crate::fair::{Due, FairStatements, Found, InLine, PlaceId};
 use crate::mark::WriterMark;
 use crate::pool::{Connections, Params};
 use crate::rows::{self, HeldBy, get, holder_json, micros};
@@ -70,8 +70,7 @@ impl LeaseMode {
     ) -> Self {
         let statements = Statements::new(table);
         let terms_table = table.terms();
-        let fair = fair
-            .then(|| FairStatements::new(table, records_terms.then_some(&terms_table)));
+        let fair = fair.then(|| FairStatements::new(table, records_terms.then_some(&terms_table)));
         let sweep = Sweep::lease(connections.clone(), statements.sweep.clone());
         Self {
             terms: records_terms.then(|| TermRecord::new(connections.clone(), &terms_table)),
@@ -82,6 +81,31 @@ impl LeaseMode {
             statements,
             channels,
             listener,
+        }
+    }
+
+    /// How many waiters have a live place in `name`'s line: none
+    /// outside fair mode. See
+    /// [`PostgresBackend::queued`](crate::PostgresBackend::queued).
+    ///
+    /// # Errors
+    /// A backend error.
+    ///
+    /// # Cancel safety
+    /// A read: dropping the future changes nothing.
+    pub(crate) async fn queued(&self, name: &LockName) -> Result<usize> {
+        let Some(fair) = &self.fair else {
+            return Ok(0);
+        };
+        let bytes = name.as_str().as_bytes();
+        let what = format!("counting the places in line for {name}");
+        let rows = self
+            .connections
+            .query(&what, &fair.queued, &[(&bytes, Type::BYTEA)], ADMIN_TIMEOUT)
+            .await?;
+        match rows.first() {
+            Some(row) => Ok(usize::try_from(get::<i64>(row, 0, &what)?).unwrap_or(0)),
+            None => Ok(0),
         }
     }
 
@@ -138,14 +162,28 @@ impl LeaseMode {
         request: &AcquireRequest,
         wait: &mut WaitState,
     ) -> Result<Attempt> {
-        let place = request
-            .retries
-            .then(|| wait.get::<PlaceId>().cloned().unwrap_or_else(PlaceId::new));
-        if let Some(place) = &place {
+        let calls = self.listener.calls();
+        if let Some(left) = self.not_called(request, wait) {
+            // Woken by a release that granted another's place: ours keeps
+            // its turn, and the store has nothing new for us yet.
+            return Ok(Attempt::Held {
+                retry_after: Some(left),
+            });
+        }
+        let place = request.retries.then(|| {
+            wait.get::<InLine>()
+                .map_or_else(PlaceId::new, |line| line.place.clone())
+        });
+        let asked = place.as_ref().map(|place| {
             // Should the reply be lost, the place may be stored: the
             // wait's end gives it up.
-            wait.set(place.clone());
-        }
+            wait.set(InLine {
+                place: place.clone(),
+                due: None,
+            });
+            calls.asking(place.as_str())
+        });
+        let sent_at = tokio::time::Instant::now();
         let name = request.name.as_str().as_bytes();
         let id = request.lease_id.to_string();
         let place_id = place.as_ref().map(PlaceId::as_str);
@@ -177,7 +215,9 @@ impl LeaseMode {
         };
         match Found::read(row, &request.name)? {
             Found::Acquired(fencing_token) => {
-                wait.take::<PlaceId>();
+                if let Some(line) = wait.take::<InLine>() {
+                    calls.forget(line.place.as_str());
+                }
                 Ok(Attempt::Acquired {
                     fencing_token,
                     state: GrantState::none(),
@@ -202,11 +242,36 @@ impl LeaseMode {
                 if self.listener.state() == WakeUps::Reconnecting {
                     retry_after = retry_after.min(POLL_WHILE_RECONNECTING);
                 }
+                if let (Some(place), Some(asked)) = (place, asked) {
+                    wait.set(InLine {
+                        place,
+                        due: Some(Due {
+                            at: sent_at + retry_after,
+                            asked,
+                        }),
+                    });
+                }
                 Ok(Attempt::Held {
                     retry_after: Some(retry_after),
                 })
             }
         }
+    }
+
+    /// How long until a waiting attempt is due to ask the store, when no
+    /// release called its place since it last asked and wake-ups are
+    /// heard; `None` when it is to ask now.
+    fn not_called(&self, request: &AcquireRequest, wait: &WaitState) -> Option<Duration> {
+        let line = wait.get::<InLine>()?;
+        let due = line.due?;
+        if !request.retries || self.listener.state() != WakeUps::Listening {
+            return None;
+        }
+        let left = due
+            .at
+            .checked_duration_since(tokio::time::Instant::now())
+            .filter(|left| !left.is_zero())?;
+        (!self.listener.calls().called(line.place.as_str(), due.asked)).then_some(left)
     }
 
     /// Why an attempt that was not granted found `request.name` held; a
@@ -361,8 +426,9 @@ impl Backend for LeaseMode {
 
     async fn end_wait(&self, request: &AcquireRequest, mut wait: WaitState) -> Result<()> {
         if let Some(fair) = &self.fair
-            && let Some(place) = wait.take::<PlaceId>()
+            && let Some(InLine { place, .. }) = wait.take::<InLine>()
         {
+            self.listener.calls().forget(place.as_str());
             // The place goes, and a grant made to it passes on.
             let name = request.name.as_str().as_bytes();
             let place_id = place.as_str();

@@ -146,6 +146,43 @@ fn next_attempt(request: &AcquireRequest) -> AcquireRequest {
     }
 }
 
+/// A watch on `name`'s releases, as core holds one while a task waits:
+/// the backend's listening connection then listens for them.
+async fn watching(backend: &PostgresBackend, name: &LockName) -> distlock_core::ReleaseWatch {
+    tokio::time::timeout(PATIENCE, async {
+        loop {
+            if let Some(watch) = backend.wakeups().and_then(|wakeups| wakeups.watch(name)) {
+                return watch;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("release wake-ups never came on")
+}
+
+/// The attempts of the wait `request` was the last of, as core makes them
+/// once the release's notification reaches it (a waiter not called by it
+/// answers without the store until its place is due), until one is
+/// granted: its token.
+async fn taken_over(
+    backend: &PostgresBackend,
+    request: &AcquireRequest,
+    wait: &mut WaitState,
+) -> (AcquireRequest, u64) {
+    tokio::time::timeout(PATIENCE, async {
+        loop {
+            let attempt = next_attempt(request);
+            match backend.try_acquire(&attempt, wait).await.unwrap() {
+                Attempt::Acquired { fencing_token, .. } => return (attempt, fencing_token),
+                Attempt::Held { .. } => tokio::time::sleep(Duration::from_millis(5)).await,
+            }
+        }
+    })
+    .await
+    .expect("the grant made to the place was never taken over")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn waiters_of_several_backends_are_served_in_the_order_they_asked() {
     const WAITERS: usize = 6;
@@ -164,7 +201,10 @@ async fn waiters_of_several_backends_are_served_in_the_order_they_asked() {
         let client = clients[index % 3].clone();
         let (task_lock, served) = (lock.clone(), served.clone());
         tasks.push(tokio::spawn(async move {
-            let guard = client.acquire_with(&task_lock, PATIENCE).await.expect("served");
+            let guard = client
+                .acquire_with(&task_lock, PATIENCE)
+                .await
+                .expect("served");
             served.lock().unwrap().push((index, guard.fencing_token()));
             guard.release().await.expect("release");
         }));
@@ -190,6 +230,7 @@ async fn a_release_grants_the_first_place_in_its_own_statement() {
     let admin = admin().await;
     let backend = open(&table).await;
     let lock = name("passed");
+    let _watch = watching(&backend, &lock).await;
     let lease = Duration::from_secs(30);
     let holder = AcquireRequest::new(
         lock.clone(),
@@ -214,6 +255,7 @@ async fn a_release_grants_the_first_place_in_its_own_statement() {
     let attempt = backend.try_acquire(&waiter, &mut wait).await.unwrap();
     assert!(matches!(attempt, Attempt::Held { .. }), "{attempt:?}");
     assert_eq!(queued(&admin, &table, &lock).await, 1);
+    assert_eq!(backend.queued(&lock).await.unwrap(), 1);
 
     assert!(backend.release(&held).await.unwrap());
     // Right after the release, before the waiter asks again: the lock is
@@ -237,17 +279,10 @@ async fn a_release_grants_the_first_place_in_its_own_statement() {
         .unwrap();
     assert!(matches!(tried, Attempt::Held { .. }), "{tried:?}");
 
-    // The waiter's next attempt takes the grant over, at its token.
-    let taking = next_attempt(&waiter);
-    let Attempt::Acquired {
-        fencing_token,
-        state,
-    } = backend.try_acquire(&taking, &mut wait).await.unwrap()
-    else {
-        panic!("the waiter's grant was not taken over");
-    };
+    // The waiter's next attempts take the grant over, at its token.
+    let (taking, fencing_token) = taken_over(&backend, &waiter, &mut wait).await;
     assert_eq!(fencing_token, u64::try_from(passed_token).unwrap());
-    let taken = taking.granted(fencing_token, state);
+    let taken = taking.granted(fencing_token, distlock_core::GrantState::none());
     assert!(backend.extend(&taken).await.unwrap(), "ours to extend");
     assert!(backend.release(&taken).await.unwrap(), "ours to release");
 }
@@ -279,15 +314,11 @@ async fn a_try_never_jumps_the_line() {
 async fn a_cancelled_waiter_leaves_the_line_at_once() {
     let table = unique_table();
     let admin = admin().await;
-    let clients: Vec<LockClient> = [
-        open(&table).await,
-        open(&table).await,
-        open(&table).await,
-    ]
-    .iter()
-    .enumerate()
-    .map(|(index, backend)| client(backend, &format!("client-{index}")))
-    .collect();
+    let clients: Vec<LockClient> = [open(&table).await, open(&table).await, open(&table).await]
+        .iter()
+        .enumerate()
+        .map(|(index, backend)| client(backend, &format!("client-{index}")))
+        .collect();
     let lock = name("cancel");
     let held = clients[0].acquire(&lock).await.unwrap();
     let (cancel, cancelled) = tokio::sync::oneshot::channel::<()>();
@@ -327,6 +358,7 @@ async fn a_place_given_up_after_its_grant_passes_the_grant_on() {
     let admin = admin().await;
     let backend = open(&table).await;
     let lock = name("given-up");
+    let _watch = watching(&backend, &lock).await;
     let lease = Duration::from_secs(30);
     let holder = AcquireRequest::new(
         lock.clone(),
@@ -365,14 +397,12 @@ async fn a_place_given_up_after_its_grant_passes_the_grant_on() {
     let passed_on = holders(&admin, &table, &lock).await;
     assert_eq!(passed_on.len(), 1);
     assert_eq!(passed_on[0].1.as_deref(), Some("second"));
-    assert!(passed_on[0].0 > passed[0].0, "{passed:?} then {passed_on:?}");
-    let Attempt::Acquired { .. } = backend
-        .try_acquire(&next_attempt(&second), &mut second_wait)
-        .await
-        .unwrap()
-    else {
-        panic!("the second waiter's grant was not taken over");
-    };
+    assert!(
+        passed_on[0].0 > passed[0].0,
+        "{passed:?} then {passed_on:?}"
+    );
+    let (_, fencing_token) = taken_over(&backend, &second, &mut second_wait).await;
+    assert_eq!(fencing_token, u64::try_from(passed_on[0].0).unwrap());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
