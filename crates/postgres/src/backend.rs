@@ -71,7 +71,8 @@ impl PostgresBackend {
     /// [`Error::InvalidConfig`] when `sslrootcert` cannot be read or holds
     /// no CA certificate, when a table of that name exists but was not made
     /// by distlock for this mode, or, in advisory mode, when the server is
-    /// older than PostgreSQL 14 or the URL reaches a transaction pooler; a
+    /// older than PostgreSQL 14 or the URL reaches a transaction pooler;
+    /// [`Error::Unsupported`] for fair mode in advisory mode; a
     /// backend error when the server cannot be reached, does not offer TLS
     /// that `sslmode` requires, or presents a certificate that fails
     /// `sslmode`'s checks (the message says which check, and how to fix
@@ -80,6 +81,7 @@ impl PostgresBackend {
     /// # Cancel safety
     /// As [`open`](Self::open).
     pub async fn connect(config: PostgresConfig) -> Result<Self> {
+        refuse_fair_advisory(&config)?;
         // The TLS connectors, built once for every connection to come.
         let (endpoint, listen) = config.endpoints()?;
         let what = format!("connecting to {}", config.redacted_url());
@@ -119,6 +121,7 @@ impl PostgresBackend {
                 channels,
                 listener,
                 records_terms,
+                config.fair,
             ))),
             Mode::Advisory => Modes::Advisory(Box::new(
                 AdvisoryMode::open(
@@ -191,6 +194,24 @@ impl PostgresBackend {
         }
     }
 
+    /// How many waiters have a live place in `name`'s line in the store,
+    /// in [fair mode](crate#fair-mode); none outside it.
+    ///
+    /// # Errors
+    /// A backend error when the row cannot be read, and
+    /// [`Error::Unsupported`] in advisory mode, which keeps no line.
+    ///
+    /// # Cancel safety
+    /// A read: dropping the future changes nothing.
+    pub async fn queued(&self, name: &LockName) -> Result<usize> {
+        match &self.mode {
+            Modes::Lease(lease) => lease.queued(name).await,
+            Modes::Advisory(_) => Err(Error::Unsupported(
+                "advisory mode keeps no line of waiters in the store".to_owned(),
+            )),
+        }
+    }
+
     /// What this backend was opened with.
     pub fn config(&self) -> &PostgresConfig {
         &self.config
@@ -202,6 +223,21 @@ impl PostgresBackend {
             Modes::Advisory(advisory) => &**advisory,
         }
     }
+}
+
+/// Refuses fair mode where the mode does not offer it yet.
+///
+/// # Errors
+/// [`Error::Unsupported`] for `fair=true` with `mode=advisory`.
+fn refuse_fair_advisory(config: &PostgresConfig) -> Result<()> {
+    if config.fair && config.mode == Mode::Advisory {
+        return Err(Error::Unsupported(
+            "fair=true is not offered in mode=advisory yet: use mode=lease for fair mode, or \
+             leave fair out"
+                .to_owned(),
+        ));
+    }
+    Ok(())
 }
 
 /// Makes sure the table of election terms beside `table` exists, and
@@ -297,5 +333,22 @@ impl Backend for PostgresBackend {
 
     fn delayed_release(&self) -> Result<&dyn DelayedRelease> {
         self.mode().delayed_release()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn advisory_mode_refuses_fair_mode_by_name() {
+        let config = PostgresConfig::parse("postgres://db/?mode=advisory&fair=true").unwrap();
+        let refused = refuse_fair_advisory(&config).unwrap_err();
+        assert!(
+            matches!(&refused, Error::Unsupported(why) if why.contains("fair") && why.contains("mode=lease")),
+            "{refused:?}"
+        );
+        let lease = PostgresConfig::parse("postgres://db/?fair=true").unwrap();
+        assert!(refuse_fair_advisory(&lease).is_ok());
     }
 }

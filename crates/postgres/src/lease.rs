@@ -16,6 +16,7 @@ use tokio_postgres::types::{ToSql, Type};
 use crate::backend::ADMIN_TIMEOUT;
 use crate::deployment;
 use crate::error::{copy, notification_queue_full};
+use crate::fair::{Due, FairStatements, Found, InLine, PlaceId};
 use crate::mark::WriterMark;
 use crate::pool::{Connections, Params};
 use crate::rows::{self, HeldBy, get, holder_json, micros};
@@ -43,6 +44,8 @@ pub(crate) struct LeaseMode {
     _sweeper: Sweeper,
     /// The record of election terms, unless its table could not be made.
     terms: Option<TermRecord>,
+    /// Fair mode's statements, when it is on.
+    fair: Option<FairStatements>,
 }
 
 impl fmt::Debug for LeaseMode {
@@ -55,24 +58,54 @@ impl fmt::Debug for LeaseMode {
 
 impl LeaseMode {
     /// Lease mode on `table`, whose releases `listener` hears; it records
-    /// election terms when `records_terms` (their table is there).
+    /// election terms when `records_terms` (their table is there), and
+    /// serves waiters in the order they asked when `fair`.
     pub(crate) fn new(
         connections: Connections,
         table: &TableName,
         channels: Channels,
         listener: Listener,
         records_terms: bool,
+        fair: bool,
     ) -> Self {
         let statements = Statements::new(table);
+        let terms_table = table.terms();
+        let fair = fair.then(|| FairStatements::new(table, records_terms.then_some(&terms_table)));
         let sweep = Sweep::lease(connections.clone(), statements.sweep.clone());
         Self {
-            terms: records_terms.then(|| TermRecord::new(connections.clone(), &table.terms())),
+            terms: records_terms.then(|| TermRecord::new(connections.clone(), &terms_table)),
+            fair,
             _sweeper: sweep.clone().start(),
             sweep,
             connections,
             statements,
             channels,
             listener,
+        }
+    }
+
+    /// How many waiters have a live place in `name`'s line: none
+    /// outside fair mode. See
+    /// [`PostgresBackend::queued`](crate::PostgresBackend::queued).
+    ///
+    /// # Errors
+    /// A backend error.
+    ///
+    /// # Cancel safety
+    /// A read: dropping the future changes nothing.
+    pub(crate) async fn queued(&self, name: &LockName) -> Result<usize> {
+        let Some(fair) = &self.fair else {
+            return Ok(0);
+        };
+        let bytes = name.as_str().as_bytes();
+        let what = format!("counting the places in line for {name}");
+        let rows = self
+            .connections
+            .query(&what, &fair.queued, &[(&bytes, Type::BYTEA)], ADMIN_TIMEOUT)
+            .await?;
+        match rows.first() {
+            Some(row) => Ok(usize::try_from(get::<i64>(row, 0, &what)?).unwrap_or(0)),
+            None => Ok(0),
         }
     }
 
@@ -118,6 +151,127 @@ impl LeaseMode {
 
     pub(crate) fn wake_up_queue(&self) -> WakeUpQueue {
         self.listener.queue()
+    }
+
+    /// One fair attempt at the whole lock (see [`crate::fair`]): the
+    /// grant made to this wait's place taken over, or the lock if nobody
+    /// holds or waits, or this wait's place in line taken or renewed.
+    async fn wait_in_line(
+        &self,
+        fair: &FairStatements,
+        request: &AcquireRequest,
+        wait: &mut WaitState,
+    ) -> Result<Attempt> {
+        let calls = self.listener.calls();
+        if let Some(left) = self.not_called(request, wait) {
+            // Woken by a release that granted another's place: ours keeps
+            // its turn, and the store has nothing new for us yet.
+            return Ok(Attempt::Held {
+                retry_after: Some(left),
+            });
+        }
+        let place = request.retries.then(|| {
+            wait.get::<InLine>()
+                .map_or_else(PlaceId::new, |line| line.place.clone())
+        });
+        let asked = place.as_ref().map(|place| {
+            // Should the reply be lost, the place may be stored: the
+            // wait's end gives it up.
+            wait.set(InLine {
+                place: place.clone(),
+                due: None,
+            });
+            calls.asking(place.as_str())
+        });
+        let sent_at = tokio::time::Instant::now();
+        let name = request.name.as_str().as_bytes();
+        let id = request.lease_id.to_string();
+        let place_id = place.as_ref().map(PlaceId::as_str);
+        let lease_us = micros(request.lease);
+        let holder = holder_json(&request.holder);
+        let term_holder = terms::recorded(request, self.terms.is_some())?
+            .then(|| terms::holder_json(&request.holder));
+        let rows = self
+            .freeing(
+                &format!("acquiring {}", request.name),
+                &fair.attempt,
+                &request.name,
+                &[
+                    (&name, Type::BYTEA),
+                    (&id, Type::TEXT),
+                    (&place_id, Type::TEXT),
+                    (&lease_us, Type::INT8),
+                    (&holder, Type::TEXT),
+                    (&term_holder, Type::TEXT),
+                ],
+                request.operation_timeout,
+            )
+            .await?;
+        let Some(row) = rows.first() else {
+            // Another made the row at the same moment: ask again.
+            return Ok(Attempt::Held {
+                retry_after: Some(Duration::ZERO),
+            });
+        };
+        match Found::read(row, &request.name)? {
+            Found::Acquired(fencing_token) => {
+                if let Some(line) = wait.take::<InLine>() {
+                    calls.forget(line.place.as_str());
+                }
+                Ok(Attempt::Acquired {
+                    fencing_token,
+                    state: GrantState::none(),
+                })
+            }
+            Found::Held {
+                claim,
+                first_expiry,
+            } => {
+                if let Some(claim) = claim
+                    && !request.claim.same_family(claim)
+                {
+                    return Err(request.claim.conflict(&request.name, claim));
+                }
+                // The grant comes with a notification; without one, the
+                // holder's lease ends, and the next attempt passes the
+                // lock on. The place lasts a lease from this attempt:
+                // renew it well within.
+                let mut retry_after = first_expiry
+                    .unwrap_or(Duration::ZERO)
+                    .min(request.lease / 2);
+                if self.listener.state() == WakeUps::Reconnecting {
+                    retry_after = retry_after.min(POLL_WHILE_RECONNECTING);
+                }
+                if let (Some(place), Some(asked)) = (place, asked) {
+                    wait.set(InLine {
+                        place,
+                        due: Some(Due {
+                            at: sent_at + retry_after,
+                            asked,
+                        }),
+                    });
+                }
+                Ok(Attempt::Held {
+                    retry_after: Some(retry_after),
+                })
+            }
+        }
+    }
+
+    /// How long until a waiting attempt is due to ask the store, when no
+    /// release called its place since it last asked and wake-ups are
+    /// heard; `None` when it is to ask now.
+    fn not_called(&self, request: &AcquireRequest, wait: &WaitState) -> Option<Duration> {
+        let line = wait.get::<InLine>()?;
+        let due = line.due?;
+        if !request.retries || self.listener.state() != WakeUps::Listening {
+            return None;
+        }
+        let left = due
+            .at
+            .checked_duration_since(tokio::time::Instant::now())
+            .filter(|left| !left.is_zero())?;
+        (!self.listener.calls().called(line.place.as_str(), due.asked)).then_some(left)
     }
 
     /// Why an attempt that was not granted found `request.name` held; a
@@ -201,9 +355,15 @@ impl Backend for LeaseMode {
         Capabilities::lease_based()
             .with_shared(true)
             .with_semaphores(true)
+            .with_fair(self.fair.is_some())
     }
 
     async fn try_acquire(&self, request: &AcquireRequest, wait: &mut WaitState) -> Result<Attempt> {
+        if let Some(fair) = &self.fair
+            && request.claim == Claim::Exclusive
+        {
+            return self.wait_in_line(fair, request, wait).await;
+        }
         let asked = match request.claim {
             Claim::Exclusive => Asked::Exclusive,
             Claim::Shared => Asked::Shared,
@@ -265,6 +425,24 @@ impl Backend for LeaseMode {
     }
 
     async fn end_wait(&self, request: &AcquireRequest, mut wait: WaitState) -> Result<()> {
+        if let Some(fair) = &self.fair
+            && let Some(InLine { place, .. }) = wait.take::<InLine>()
+        {
+            self.listener.calls().forget(place.as_str());
+            // The place goes, and a grant made to it passes on.
+            let name = request.name.as_str().as_bytes();
+            let place_id = place.as_str();
+            return self
+                .freeing(
+                    &format!("ending a wait for {}", request.name),
+                    &fair.release,
+                    &request.name,
+                    &[(&name, Type::BYTEA), (&place_id, Type::TEXT)],
+                    request.operation_timeout,
+                )
+                .await
+                .map(drop);
+        }
         let Some(mark) = wait.take::<WriterMark>() else {
             return Ok(());
         };
@@ -351,9 +529,14 @@ impl Backend for LeaseMode {
     async fn release(&self, lease: &Lease) -> Result<bool> {
         let name = lease.name.as_str().as_bytes();
         let id = lease.id.to_string();
+        // In fair mode the release also grants the first waiter's place.
+        let sql = match &self.fair {
+            Some(fair) => &fair.release,
+            None => &self.statements.release,
+        };
         self.freeing(
             &format!("releasing {}", lease.name),
-            &self.statements.release,
+            sql,
             &lease.name,
             &[(&name, Type::BYTEA), (&id, Type::TEXT)],
             lease.operation_timeout,

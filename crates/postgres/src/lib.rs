@@ -30,6 +30,7 @@
 //! | `schema` | `public` | its schema, created if missing |
 //! | `mode` | `lease` | `lease` or `advisory` (see [Advisory mode](#advisory-mode)) |
 //! | `advisory_class` | [`DEFAULT_ADVISORY_CLASS`] (1684799488) | advisory mode's key class, 0 to 2147483647 |
+//! | `fair` | `false` | `true` for [fair mode](#fair-mode): whole locks go to waiters in the order they asked (lease mode only, for now) |
 //! | `listen_url` | the main URL | where the connection that listens for releases goes: a direct connection to the same server and database (see [Release wake-ups](#release-wake-ups)) |
 //! | `sslmode` | `prefer` | whether and how to use TLS: `disable`, `prefer`, `require`, `verify-ca` or `verify-full` (see [TLS](#tls)) |
 //! | `sslrootcert` | none | a PEM file of trusted CA certificates, or `system` for the public CAs |
@@ -100,7 +101,7 @@
 //! | `permit_limit` | a semaphore's limit |
 //! | `fencing_token` | `bigint`, the latest token granted on the name, of any kind; kept across releases |
 //! | `holders` | `jsonb` array of grants, `{id, token, at, exp, holder}`, times in the server's µs since the epoch |
-//! | `waiting` | `jsonb` array of waiting writers' marks, `{id, exp}` |
+//! | `waiting` | `jsonb` array of waiting writers' marks, `{id, exp}`, and in [fair mode](#fair-mode) their places in line |
 //!
 //! # How lease mode works
 //! - **Acquire** is one `INSERT … ON CONFLICT (name) DO UPDATE … WHERE`
@@ -200,6 +201,44 @@
 //!   [`Error::Denied`](distlock_core::Error::Denied), rather than won
 //!   unrecorded, which observers elsewhere would miss. Open a backend
 //!   once as a role that may create the table, then this one again.
+//!
+//! # Fair mode
+//! With `fair=true` (lease mode only, for now), whole locks go to waiters
+//! in the order they asked, across processes and within one: each waiting
+//! task takes a place in the store, and the release hands the lock to the
+//! first place itself (see [`Capabilities::fair`](distlock_core::Capabilities::fair)).
+//!
+//! - **What is stored.** A waiter's place is an entry of the row's
+//!   `waiting` array, `{id, exp, lease, holder}` (and `term` for a
+//!   campaign), kept in the order places were taken, each under the row's
+//!   lock. A place lives a lease from its waiter's latest attempt, by the
+//!   server's clock. Readers wait while a place lives.
+//! - **The hand-off.** The statement that releases (or ends a wait whose
+//!   place was granted) grants the first live place when no holder is
+//!   left: a grant under the place's identity, with the next fencing
+//!   token, the place's lease from the server's now and its holder, and,
+//!   for a campaign, its term appended in the same statement. Its
+//!   notification wakes the waiter, whose next attempt takes the grant
+//!   over under its own identity, for a lease from then. A holder whose
+//!   lease ran out is passed on by the next attempt of any waiter of the
+//!   name, which tries again when the first holder's lease ends.
+//! - **What a waiter costs.** One statement per attempt: the first takes
+//!   the place, and the next renew it every half lease, or ask when the
+//!   holder's lease ends. A release that grants a place names it in its
+//!   notification (`pg_notify`, as in [Release wake-ups](#release-wake-ups)):
+//!   only the process whose waiter has that place acts on it, and its
+//!   other waiters of the name answer from memory, without a statement.
+//!   A release that grants nobody, a lost listening connection or an
+//!   overflowing queue of notifications has every waiter ask again.
+//! - **What a dead waiter costs.** A place never renewed drops out a lease
+//!   after its last attempt; a grant made to a place nobody claims runs
+//!   out after the place's lease, and the next waiter's attempt passes it
+//!   on. A single try takes no place, and is granted only when nobody
+//!   holds the name or waits in line.
+//! - **Every client of a name must be fair.** A client without
+//!   `fair=true` on the same table takes no place, and its release hands
+//!   nothing on: the name is then free to whoever asks first, until a
+//!   waiter's next attempt passes it on.
 //!
 //! # Release wake-ups
 //! A release, a forced release and the end of a waiting writer's wait
@@ -346,6 +385,7 @@ mod backend;
 mod config;
 mod deployment;
 mod error;
+mod fair;
 pub mod fencing;
 mod gate;
 mod lease;

@@ -95,12 +95,12 @@ impl HeldBy {
 }
 
 /// A span of microseconds the server computed; a negative one is zero.
-fn duration(us: i64) -> Duration {
+pub(crate) fn duration(us: i64) -> Duration {
     Duration::from_micros(us.max(0).unsigned_abs())
 }
 
 /// The claim the stored `kind` and `limit` stand for.
-fn claim(kind: &str, limit: Option<i32>, what: &str) -> Result<Claim> {
+pub(crate) fn claim(kind: &str, limit: Option<i32>, what: &str) -> Result<Claim> {
     match kind {
         "exclusive" => Ok(Claim::Exclusive),
         "shared" => Ok(Claim::Shared),

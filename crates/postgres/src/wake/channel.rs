@@ -56,6 +56,16 @@ impl NameHash {
             .map(Self)
     }
 
+    /// The hash and the place of a release that granted a waiter's place
+    /// in fair mode: the name's payload, `/` and the place's id (32 hex
+    /// digits); `None` for another payload.
+    pub(crate) fn granting(payload: &str) -> Option<(Self, &str)> {
+        let (hash, place) = payload.split_once('/')?;
+        let place_ok = place.len() == 32 && place.bytes().all(|byte| byte.is_ascii_hexdigit());
+        place_ok.then_some(())?;
+        Some((Self::from_payload(hash)?, place))
+    }
+
     /// The hash itself, for other uses of a stable hash of a name.
     pub(crate) fn bits(self) -> u64 {
         self.0
@@ -188,5 +198,15 @@ mod tests {
         assert_eq!(NameHash::from_payload("hello"), None);
         assert_eq!(NameHash::from_payload("+123456789abcdef"), None);
         assert_eq!(NameHash::from_payload(""), None);
+        let place = "0123456789abcdef0123456789abcdef";
+        let hash = NameHash::of(&LockName::new("x").unwrap());
+        let granting = format!("{}/{place}", hash.payload());
+        assert_eq!(NameHash::from_payload(&granting), None);
+        assert_eq!(NameHash::granting(&granting), Some((hash, place)));
+        assert_eq!(
+            NameHash::granting(&format!("{}/short", hash.payload())),
+            None
+        );
+        assert_eq!(NameHash::granting(&hash.payload()), None);
     }
 }

@@ -8,6 +8,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use distlock_core::{LockName, ReleaseHub, ReleaseWatch};
 
+use super::calls::Calls;
 use super::channel::{Bucket, NameHash};
 
 /// The names watched, and the hub that wakes their waiters.
@@ -20,6 +21,8 @@ use super::channel::{Bucket, NameHash};
 pub(super) struct Watched {
     hub: ReleaseHub,
     index: Mutex<Index>,
+    /// Fair mode's waiters' places, told which were granted.
+    calls: Calls,
 }
 
 #[derive(Debug, Default)]
@@ -45,6 +48,10 @@ impl Watched {
         &self.hub
     }
 
+    pub(super) fn calls(&self) -> &Calls {
+        &self.calls
+    }
+
     fn index(&self) -> MutexGuard<'_, Index> {
         self.index.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -58,8 +65,30 @@ impl Watched {
         self.hub.watch(name)
     }
 
-    /// Wakes the waiters of the names of `hash`.
+    /// Wakes the waiters of the names of `hash`, after a release that
+    /// named no place: each asks the store again.
     pub(super) fn wake(&self, hash: NameHash) {
+        self.calls.call_everyone();
+        self.wake_names(hash);
+    }
+
+    /// Wakes the waiters of the names of `hash` after a release that
+    /// granted `place`, when the place is one of this backend's: its
+    /// waiter asks the store, and the others answer without it.
+    pub(super) fn wake_place(&self, hash: NameHash, place: &str) {
+        if self.calls.call(place) {
+            self.wake_names(hash);
+        }
+    }
+
+    /// Wakes every waiter, to ask the store again: releases may have gone
+    /// unheard.
+    pub(super) fn wake_all(&self) {
+        self.calls.call_everyone();
+        self.hub.notify_all();
+    }
+
+    fn wake_names(&self, hash: NameHash) {
         let names = self.index().by_hash.get(&hash).cloned().unwrap_or_default();
         for name in &names {
             self.hub.notify(name);
@@ -68,6 +97,7 @@ impl Watched {
 
     /// Wakes the waiters of the names in `buckets`.
     pub(super) fn wake_in(&self, buckets: &[Bucket]) {
+        self.calls.call_everyone();
         let names: Vec<LockName> = self
             .index()
             .by_hash

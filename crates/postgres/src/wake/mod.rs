@@ -7,6 +7,7 @@
 //! sent the way releases are sent, came back over it; until then, and
 //! while it is being re-opened after a failure, waiters poll.
 
+mod calls;
 mod channel;
 mod inbox;
 mod index;
@@ -22,6 +23,7 @@ use tokio::task::AbortHandle;
 use crate::pool::Connections;
 use crate::tls::Endpoint;
 
+pub(crate) use self::calls::{Asked, Calls};
 pub(crate) use self::channel::{Channels, NameHash};
 use self::inbox::{Gauges, MAX_QUEUED};
 use self::index::Watched;
@@ -177,6 +179,11 @@ impl Listener {
         (self.state() == WakeUps::Listening).then(|| self.shared.watched.watch(name))
     }
 
+    /// Fair mode's record of which waiters' places releases granted.
+    pub(crate) fn calls(&self) -> &Calls {
+        self.shared.watched.calls()
+    }
+
     pub(crate) fn queue(&self) -> WakeUpQueue {
         WakeUpQueue {
             limit: MAX_QUEUED,
@@ -210,7 +217,7 @@ async fn supervise(shared: Arc<Shared>, target: Target) {
                 // Releases since the connection failed went unheard: every
                 // waiter tries once more, and then polls until it is back
                 // (see `POLL_WHILE_RECONNECTING`).
-                shared.watched.hub().notify_all();
+                shared.watched.wake_all();
             }
             Ended::Failed { why, heard: false } => {
                 let why = target.hide_credentials(&why);

@@ -42,7 +42,7 @@ pub(super) enum Ended {
 }
 
 /// Opens a listening connection and serves it until it fails.
-pub(super) async fn run(shared: &Shared, target: &Target) -> Ended {
+pub(super) async fn run(shared: &Arc<Shared>, target: &Target) -> Ended {
     let connected = tokio::time::timeout(CONNECT_TIMEOUT, target.endpoint.connect()).await;
     let (client, connection) = match connected {
         Ok(Ok(opened)) => opened,
@@ -56,7 +56,12 @@ pub(super) async fn run(shared: &Shared, target: &Target) -> Ended {
     };
     let inbox = Arc::new(Inbox::new(shared.gauges.clone()));
     let probe = Channel::probe();
-    let driver = tokio::spawn(drive(connection, inbox.clone(), probe.clone()));
+    let driver = tokio::spawn(drive(
+        connection,
+        inbox.clone(),
+        probe.clone(),
+        shared.clone(),
+    ));
     let _stop_driver = AbortOnDrop(driver.abort_handle());
     let mut session = Session {
         shared,
@@ -82,7 +87,7 @@ pub(super) async fn run(shared: &Shared, target: &Target) -> Ended {
     shared.set(WakeUps::Listening);
     // Whatever was released before the channels were listened to went
     // unheard: every waiter tries once more.
-    shared.watched.hub().notify_all();
+    shared.watched.wake_all();
     failed(session.serve().await, true)
 }
 
@@ -100,8 +105,10 @@ impl Drop for AbortOnDrop {
 }
 
 /// Drives the connection, recording what it hears in `inbox`, until it
-/// ends. It never waits for the session (see [`Inbox`]).
-async fn drive(mut connection: Connection, inbox: Arc<Inbox>, probe: Channel) {
+/// ends. It never waits for the session (see [`Inbox`]). A release that
+/// granted a waiter's place in fair mode wakes that place's waiters here
+/// at once, and only when the place is this backend's.
+async fn drive(mut connection: Connection, inbox: Arc<Inbox>, probe: Channel, shared: Arc<Shared>) {
     loop {
         match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
             Some(Ok(AsyncMessage::Notification(notification))) => {
@@ -109,6 +116,8 @@ async fn drive(mut connection: Connection, inbox: Arc<Inbox>, probe: Channel) {
                     inbox.probe(notification.payload());
                 } else if let Some(hash) = NameHash::from_payload(notification.payload()) {
                     inbox.release(hash);
+                } else if let Some((hash, place)) = NameHash::granting(notification.payload()) {
+                    shared.watched.wake_place(hash, place);
                 }
             }
             // Notices say nothing about releases.
@@ -238,7 +247,7 @@ impl Session<'_> {
                 tracing::debug!(
                     "more releases were announced than the listener keeps; every waiter tries again"
                 );
-                self.shared.watched.hub().notify_all();
+                self.shared.watched.wake_all();
             }
             Heard::Probe(_) | Heard::Ended(_) => {}
         }
