@@ -342,8 +342,12 @@ mod tests {
 
     #[test]
     fn a_single_try_takes_no_place() {
-        let text = format!("{:?}", acquire(&request(false), None));
-        assert!(!text.contains(LEASE), "{text}");
+        let new_place = format!("{RECORDS_TERM:?}: Boolean(false)");
+        let place = PlaceId::new("0123456789abcdef");
+        let waits = format!("{:?}", acquire(&request(true), Some(&place)));
+        assert!(waits.contains(&new_place), "a wait adds a place: {waits}");
+        let tries = format!("{:?}", acquire(&request(false), None));
+        assert!(!tries.contains(&new_place), "{tries}");
     }
 
     #[test]
