@@ -195,6 +195,25 @@ mod tests {
     }
 
     #[test]
+    fn the_fair_option_is_split_off_and_never_reaches_the_driver() {
+        let (url, options) = split_options("mongodb://h/db?w=1&fair=true&collection=c").unwrap();
+        assert_eq!(url, "mongodb://h/db?w=1");
+        assert_eq!(
+            options,
+            OwnOptions {
+                collection: Some("c".to_owned()),
+                fair: Some(true)
+            }
+        );
+        assert_eq!(
+            split_collection_option("mongodb://h/db?fair=false").unwrap(),
+            ("mongodb://h/db".to_owned(), None)
+        );
+        let error = split_options("mongodb://h/db?fair=1").unwrap_err();
+        assert!(error.to_string().contains("fair=true"), "{error}");
+    }
+
+    #[test]
     fn an_unknown_option_is_refused_by_name_with_the_fix() {
         let error = check_driver_options("mongodb://u:hunter2@h/?w=1&w-timeout=5").unwrap_err();
         let text = error.to_string();
