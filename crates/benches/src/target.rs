@@ -69,6 +69,7 @@ impl Target {
                 collection.unwrap_or_else(|| distlock::mongodb::DEFAULT_COLLECTION.to_owned());
             let backend = MongoBackend::from_database(database.clone())
                 .collection(collection.clone())
+                .fair(is_fair_mongo_url(url))
                 .build()
                 .await
                 .map_err(|e| fail(&e))?;
@@ -255,6 +256,15 @@ pub(crate) fn is_advisory_mode(url: &str) -> bool {
             .is_ok_and(|config| config.mode == distlock::postgres::Mode::Advisory)
 }
 
+/// Whether `url` opens distlock's MongoDB backend in fair mode
+/// (`fair=true`, as the backend reads it).
+pub(crate) fn is_fair_mongo_url(url: &str) -> bool {
+    kind_of_url(url) == "MongoDB"
+        && url
+            .split_once('?')
+            .is_some_and(|(_, query)| query.split('&').any(|pair| pair == "fair=true"))
+}
+
 /// `text` with every character a regular expression gives a meaning to
 /// escaped.
 fn regex_escape(text: &str) -> String {
@@ -295,6 +305,13 @@ pub(crate) async fn mongo_client(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fair_mode_on_mongodb_is_told_from_the_url() {
+        assert!(is_fair_mongo_url("mongodb://h/db?collection=c&fair=true"));
+        assert!(!is_fair_mongo_url("mongodb://h/db?fair=false"));
+        assert!(!is_fair_mongo_url("postgres://h/db?fair=true"));
+    }
 
     #[test]
     fn advisory_mode_is_told_from_the_url() {

@@ -18,6 +18,7 @@ use crate::builder::{Connection, MongoBackendBuilder};
 use crate::clock::ServerClock;
 use crate::document::{self, HOLDERS, LOCK_ID, lock_id};
 use crate::error::{driver, is_duplicate_key};
+use crate::fair::{self, PASSED_TO, PlaceId, Places, passed_to_us};
 use crate::reply::{self, Verdict, no_token};
 use crate::terms::TERMS;
 use crate::waiting::{self, WriterMark};
@@ -43,6 +44,8 @@ pub struct MongoBackend {
     /// The collection's namespace, for errors; kept so that a reply, read
     /// on every acquisition, need not build it.
     namespace: Namespace,
+    /// In fair mode, the places this backend's waiters keep in line.
+    places: Option<Places>,
 }
 
 impl fmt::Debug for MongoBackend {
@@ -53,6 +56,7 @@ impl fmt::Debug for MongoBackend {
             .field("write_concern", &self.collection.write_concern())
             .field("release_wakeups", &self.watcher.is_some())
             .field("operation_timeout", &self.operation_timeout)
+            .field("fair", &self.places.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -101,20 +105,25 @@ impl MongoBackend {
     }
 
     /// A builder from a distlock URL: a MongoDB connection string whose path
-    /// names the database (default `distlock`) and whose distlock-only
+    /// names the database (default `distlock`), whose distlock-only
     /// `collection` option names the collection (default
-    /// `distributed_locks`); every other option goes to the driver.
+    /// `distributed_locks`) and whose `fair=true` turns fair mode on (see
+    /// [`MongoBackendBuilder::fair`]); every other option goes to the
+    /// driver.
     ///
     /// # Errors
     /// [`Error::InvalidConfig`](distlock_core::Error::InvalidConfig) when the
-    /// `collection` option is malformed.
+    /// `collection` or `fair` option is malformed.
     pub fn from_url(url: &str) -> Result<MongoBackendBuilder> {
-        let (driver_url, collection) = crate::url_options::split_collection_option(url)?;
-        let builder = Self::builder(driver_url);
-        Ok(match collection {
-            Some(collection) => builder.collection(collection),
-            None => builder,
-        })
+        let (driver_url, options) = crate::url_options::split_options(url)?;
+        let mut builder = Self::builder(driver_url);
+        if let Some(collection) = options.collection {
+            builder = builder.collection(collection);
+        }
+        if let Some(fair) = options.fair {
+            builder = builder.fair(fair);
+        }
+        Ok(builder)
     }
 
     pub(crate) fn new(
@@ -123,6 +132,7 @@ impl MongoBackend {
         watcher: Option<Watcher>,
         clock: ServerClock,
         operation_timeout: Duration,
+        places: Option<Places>,
     ) -> Self {
         Self {
             namespace: collection.namespace(),
@@ -131,6 +141,7 @@ impl MongoBackend {
             watcher,
             clock,
             operation_timeout,
+            places,
         }
     }
 
@@ -306,6 +317,130 @@ impl MongoBackend {
         })
     }
 
+    /// A fair attempt at the whole lock (see [`fair::acquire`]). A wait
+    /// keeps its place's identity in `wait` from its first attempt on; an
+    /// attempt that the release watcher has nothing new for, and whose
+    /// place is not yet due for renewal, asks the server nothing.
+    async fn acquire_in_line(
+        &self,
+        places: &Places,
+        request: &AcquireRequest,
+        wait: &mut WaitState,
+    ) -> Result<Attempt> {
+        let place = request.retries.then(|| {
+            wait.take::<PlaceId>()
+                .unwrap_or_else(|| PlaceId::new(places.backend()))
+        });
+        let mut heard = 0;
+        if let Some(place) = &place {
+            // Should the reply be lost, the place may be stored: the wait's
+            // end gives it up.
+            wait.set(place.clone());
+            if self.watcher.is_some()
+                && let Some(quiet) = places.quiet_for(place)
+            {
+                return Ok(Attempt::Held {
+                    retry_after: Some(quiet),
+                });
+            }
+            heard = places.asking(place, &request.name);
+        }
+        let reply = self
+            .send_acquire(
+                request,
+                fair::acquire(request, place.as_ref()),
+                doc! { HOLDERS: 0, TERMS: 0 },
+            )
+            .await?;
+        let (found, sent, received) = match reply {
+            Sent::Reply {
+                found,
+                sent,
+                received,
+            } => (found, sent, received),
+            Sent::Settled(attempt) => {
+                if let (Some(place), Attempt::Acquired { .. }) = (&place, &attempt) {
+                    wait.take::<PlaceId>();
+                    places.forget(place);
+                }
+                return Ok(attempt);
+            }
+        };
+        let verdict = reply::exclusive(request, &found, &self.namespace)?;
+        let attempt = self.settle_attempt(request, verdict, sent, received)?;
+        let Some(place) = place else {
+            return Ok(attempt);
+        };
+        Ok(match attempt {
+            Attempt::Held { retry_after } if place.is_in(&found) => {
+                // The place lasts a lease from this attempt: renew it well
+                // within, and ask at the holder's end, when the lock may be
+                // passed on.
+                let renew = fair::renewal(request.lease);
+                let within = retry_after.map_or(renew, |after| after.min(renew));
+                places.in_line(&place, heard, within);
+                Attempt::Held {
+                    retry_after: Some(within),
+                }
+            }
+            attempt => {
+                if matches!(attempt, Attempt::Acquired { .. }) {
+                    wait.take::<PlaceId>();
+                    places.forget(&place);
+                }
+                attempt
+            }
+        })
+    }
+
+    /// Gives up the place `place` in `request`'s line.
+    async fn leave_line(&self, request: &AcquireRequest, place: &PlaceId) -> Result<()> {
+        if let Some(places) = &self.places {
+            places.forget(place);
+        }
+        let updated = self
+            .collection
+            .update_one(fair::placed(&request.name, place), fair::leave(place))
+            .await
+            .map_err(|error| driver(&format!("ending a wait for {}", request.name), error))?;
+        if updated.matched_count == 1 {
+            // Readers of this process held back by the line may go now.
+            self.hub.notify(&request.name);
+        }
+        Ok(())
+    }
+
+    /// A fair release of the whole lock: the same update grants it to the
+    /// first live place in line. A grant to a place of this backend wakes
+    /// its waiter at once, without waiting for the change stream.
+    async fn release_in_line(&self, places: &Places, lease: &Lease) -> Result<bool> {
+        let found = self
+            .collection
+            .find_one_and_update(document::live_grant(&lease.name, lease.id), fair::release())
+            .projection(doc! { LOCK_ID: 1, PASSED_TO: 1 })
+            .return_document(ReturnDocument::After)
+            .max_time(lease.operation_timeout)
+            .await
+            .map_err(|error| driver(&format!("releasing {}", lease.name), error))?;
+        let Some(found) = found else {
+            return Ok(false);
+        };
+        match found.get_str(PASSED_TO) {
+            Ok(place) if passed_to_us(place, places.backend()) => {
+                if places.tell(place).is_some() {
+                    self.hub.notify(&lease.name);
+                }
+            }
+            // Passed on to another backend's waiter: its watcher wakes it.
+            Ok(_) => {}
+            Err(_) => {
+                places.tell_name(&lease.name);
+                self.hub.notify(&lease.name);
+            }
+        }
+        Ok(true)
+    }
+
     /// A reader's or a permit's attempt.
     async fn acquire_entry(&self, request: &AcquireRequest) -> Result<Attempt> {
         let reply = self
@@ -388,16 +523,23 @@ impl Backend for MongoBackend {
         Capabilities::lease_based()
             .with_shared(true)
             .with_semaphores(true)
+            .with_fair(self.places.is_some())
     }
 
     async fn try_acquire(&self, request: &AcquireRequest, wait: &mut WaitState) -> Result<Attempt> {
         match request.claim {
-            Claim::Exclusive => self.acquire_exclusive(request, wait).await,
+            Claim::Exclusive => match &self.places {
+                Some(places) => self.acquire_in_line(places, request, wait).await,
+                None => self.acquire_exclusive(request, wait).await,
+            },
             Claim::Shared | Claim::Permit { .. } => self.acquire_entry(request).await,
         }
     }
 
     async fn end_wait(&self, request: &AcquireRequest, mut wait: WaitState) -> Result<()> {
+        if let Some(place) = wait.take::<PlaceId>() {
+            return self.leave_line(request, &place).await;
+        }
         let Some(mark) = wait.take::<WriterMark>() else {
             return Ok(());
         };
@@ -455,6 +597,9 @@ impl Backend for MongoBackend {
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
+        if let (Some(places), Claim::Exclusive) = (&self.places, lease.claim) {
+            return self.release_in_line(places, lease).await;
+        }
         let (filter, pipeline) = match lease.claim {
             Claim::Exclusive => (
                 document::live_grant(&lease.name, lease.id),

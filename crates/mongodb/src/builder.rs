@@ -15,6 +15,7 @@ use crate::backend::MongoBackend;
 use crate::clock::ServerClock;
 use crate::document::EXPIRES_AT;
 use crate::error::{BACKEND, driver};
+use crate::fair::Places;
 use crate::redact::{redact_url, scrub, secrets_of};
 use crate::url_options::check_driver_options;
 use crate::watch::{Subject, Watcher, change_streams_work};
@@ -89,8 +90,8 @@ impl From<Database> for Connection {
 /// Every option has a default: the database named in the URL (else
 /// [`DEFAULT_DATABASE`]), the collection [`DEFAULT_COLLECTION`], write
 /// concern `majority`, a 5 s connect and server-selection bound, a 10 s
-/// server-side bound per command, the TTL index, and release wake-ups where
-/// change streams work.
+/// server-side bound per command, the TTL index, release wake-ups where
+/// change streams work, and fair mode off.
 #[derive(Debug)]
 #[must_use = "a builder does nothing until `build` is awaited"]
 pub struct MongoBackendBuilder {
@@ -102,6 +103,7 @@ pub struct MongoBackendBuilder {
     operation_timeout: Duration,
     ttl_index: bool,
     release_wakeups: bool,
+    fair: bool,
 }
 
 impl MongoBackendBuilder {
@@ -115,6 +117,7 @@ impl MongoBackendBuilder {
             operation_timeout: DEFAULT_OPERATION_TIMEOUT,
             ttl_index: true,
             release_wakeups: true,
+            fair: false,
         }
     }
 
@@ -177,6 +180,17 @@ impl MongoBackendBuilder {
     /// streams). Without it, waiters poll with jittered backoff.
     pub fn release_wakeups(mut self, watch: bool) -> Self {
         self.release_wakeups = watch;
+        self
+    }
+
+    /// Fair mode (default off; `fair=true` in a URL): whole locks go to
+    /// waiters in the order they asked, across processes. Waiting writers
+    /// keep places in line in the lock document, and a release grants the
+    /// lock to the first live place in the same update; see the crate
+    /// documentation. Readers and permits are served as without it, but
+    /// readers wait while a writer is in line.
+    pub fn fair(mut self, on: bool) -> Self {
+        self.fair = on;
         self
     }
 
@@ -251,14 +265,15 @@ impl MongoBackendBuilder {
             create_ttl_index(&collection, self.operation_timeout).await;
         }
         let hub = distlock_core::ReleaseHub::new();
+        let places = self.fair.then(Places::new);
         let watcher = if self.release_wakeups
             && change_streams_work(&collection, self.operation_timeout).await
         {
-            Some(Watcher::start(
-                collection.clone(),
-                hub.clone(),
-                Subject::Locks,
-            ))
+            let subject = match &places {
+                Some(places) => Subject::FairLocks(places.clone()),
+                None => Subject::Locks,
+            };
+            Some(Watcher::start(collection.clone(), hub.clone(), subject))
         } else {
             None
         };
@@ -266,6 +281,7 @@ impl MongoBackendBuilder {
             database = database.name(),
             collection = %self.collection,
             release_wakeups = watcher.is_some(),
+            fair = self.fair,
             "MongoDB lock backend ready"
         );
         Ok(MongoBackend::new(
@@ -274,6 +290,7 @@ impl MongoBackendBuilder {
             watcher,
             clock,
             self.operation_timeout,
+            places,
         ))
     }
 }

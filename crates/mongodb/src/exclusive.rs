@@ -18,7 +18,7 @@ use crate::waiting::{WriterMark, may_mark, others, with_mark};
 /// Other writers' marks stay; `mark`, the requester's own, goes with the
 /// grant. The record of terms stays, with the grant's term appended when
 /// the request is a campaign's.
-fn grant(request: &AcquireRequest, mark: Option<&WriterMark>) -> Document {
+pub(crate) fn grant(request: &AcquireRequest, mark: Option<&WriterMark>) -> Document {
     doc! {
         ID: field(ID),
         LOCK_ID: { "$literal": lock_id(request.lease_id) },

@@ -81,10 +81,11 @@ fn admits(claim: Claim) -> Document {
                 ] },
             ] }
         }
-        // Readers also wait while a writer waits.
+        // Readers also wait while a writer waits, marked or in a fair line.
         _ => doc! { "$and": [
             { "$not": ["$_x"] },
             { "$eq": [{ "$size": "$_w" }, 0] },
+            crate::fair::nobody_in_line(),
             { "$lt": [{ "$size": "$_h" }, i64::from(MAX_READERS)] },
             { "$or": [none_held, { "$eq": [field(LOCK_ID), SHARED] }] },
         ] },

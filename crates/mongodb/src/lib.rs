@@ -45,6 +45,8 @@
 //! | `expiresAt` | the server's `$$NOW` plus the lease, moved at each extension; the server's now at release |
 //! | `holder` | `{ host, pid, label }` of the latest grant, for inspection |
 //! | `terms` | an election's last 32 terms, `{ term, previous, holder }` each; only campaigns write it (see below) |
+//! | `queue` | in fair mode, the waiting writers' places, first come first (see below) |
+//! | `passedTo` | in fair mode, the place the latest write passed the lock on to, for its waiter's wake-up |
 //!
 //! Readers ([`Claim::Shared`](distlock_core::Claim::Shared)) and permits
 //! ([`Claim::Permit`](distlock_core::Claim::Permit)) are entries of a
@@ -149,6 +151,25 @@
 //! waiting). On a standalone server,
 //! waiters poll with jittered backoff, never later than the lease's end.
 //!
+//! # Fair mode
+//! With [`fair(true)`](MongoBackendBuilder::fair) (or `fair=true` in the
+//! URL), whole locks go to waiters in the order they asked, across
+//! processes. A waiting writer that finds the lock held adds a place,
+//! `{id, expiresAt, lease, holder, recordsTerm}`, to the document's
+//! `queue`, and renews it within half its lease; a place not renewed for
+//! its lease is dropped by `$$NOW`. The release's update grants the lock
+//! to the first live place (a new fencing token, the place's lease from the
+//! server's now, its holder, its term if it campaigns), and names the
+//! place in `passedTo`: only the change stream of the waiter's backend
+//! reports that write, and only that waiter asks the server; its attempt
+//! takes the grant over under its own identity. A lock whose holder's
+//! lease ran out is passed on by the next attempt of any waiter. A single
+//! try is granted only when nobody holds or waits. A waiter that gives up
+//! leaves the line in one update, passing on a grant made to it meanwhile;
+//! a waiter that died holds the line up for its lease at most (or half the
+//! next waiter's lease, if that is longer). Readers wait while a writer is
+//! in line. `docs/mongodb.md` has the costs.
+//!
 //! # Cancel safety
 //! Every backend operation is one command (plus, rarely, one read). If its
 //! future is dropped, the command was either never sent, or sent and
@@ -175,6 +196,7 @@ mod document;
 pub mod entity;
 mod error;
 mod exclusive;
+mod fair;
 pub mod fencing;
 mod holders;
 mod listing;

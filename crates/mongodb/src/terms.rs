@@ -32,13 +32,20 @@ pub(crate) fn after_grant(request: &AcquireRequest) -> Bson {
     if !request.records_term {
         return field(TERMS).into();
     }
+    appended(doc! { "$literal": holder(&request.holder) }.into())
+}
+
+/// The record with the term of the grant being written appended, held by
+/// `holder` (an expression): the pass-on of a fair queue names the place's
+/// stored holder here.
+pub(crate) fn appended(holder: Bson) -> Bson {
     // A hand-edited `terms` that is not an array counts as no record, so
     // that it cannot make every campaign on the name fail.
     let record = doc! { "$cond": [{ "$isArray": field(TERMS) }, field(TERMS), []] };
     let entry = doc! {
         TERM: next_token(),
         PREVIOUS: { "$ifNull": ["$$last.term", Bson::Null] },
-        HOLDER: { "$literal": holder(&request.holder) },
+        HOLDER: holder,
     };
     let kept = i64::try_from(TERMS_KEPT).unwrap_or(i64::MAX);
     doc! {

@@ -8,8 +8,9 @@ use distlock_core::{Error, Result};
 
 use crate::redact::redact_url;
 
-/// distlock's own option of a MongoDB URL.
+/// distlock's own options of a MongoDB URL.
 const COLLECTION: &str = "collection";
+const FAIR: &str = "fair";
 
 /// The options the `mongodb` driver's connection-string parser knows,
 /// lowercased: the keys its `parse_option_pair` matches (driver 3.6).
@@ -78,14 +79,31 @@ fn is_driver_option(key: &str) -> bool {
         .any(|known| known.eq_ignore_ascii_case(key))
 }
 
-/// Splits the distlock-only `collection` option off a MongoDB URL, so the
-/// rest can go to the driver. Returns the URL without it, and the
-/// collection if the URL named one.
+/// Splits distlock's own options (`collection` and `fair`) off a MongoDB
+/// URL, so the rest can go to the driver. Returns the URL without them,
+/// and the collection if the URL named one.
 ///
 /// # Errors
 /// [`Error::InvalidConfig`] naming `collection` when it is given twice,
-/// empty or malformed, and naming any option whose escapes do not decode.
+/// empty or malformed, naming `fair` when it is given twice or is neither
+/// `true` nor `false`, and naming any option whose escapes do not decode.
 pub fn split_collection_option(url: &str) -> Result<(String, Option<String>)> {
+    split_options(url).map(|(url, options)| (url, options.collection))
+}
+
+/// distlock's own options of a MongoDB URL.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct OwnOptions {
+    pub(crate) collection: Option<String>,
+    pub(crate) fair: Option<bool>,
+}
+
+/// Splits distlock's own options off a MongoDB URL: the URL for the
+/// driver, and the options.
+///
+/// # Errors
+/// As [`split_collection_option`].
+pub(crate) fn split_options(url: &str) -> Result<(String, OwnOptions)> {
     let parts = UrlParts::split(url)?;
     let mut query = Query::parse(parts.query)?;
     let collection = match query.take_ignoring_case(COLLECTION)? {
@@ -97,10 +115,12 @@ pub fn split_collection_option(url: &str) -> Result<(String, Option<String>)> {
         }
         collection => collection,
     };
-    if collection.is_none() {
-        return Ok((url.to_owned(), None));
+    let fair = query.take_flag(FAIR)?;
+    let options = OwnOptions { collection, fair };
+    if options == OwnOptions::default() {
+        return Ok((url.to_owned(), options));
     }
-    Ok((parts.with_query(&query.to_query_string()), collection))
+    Ok((parts.with_query(&query.to_query_string()), options))
 }
 
 /// Checks the options of `url`, the URL handed to the driver: each must be
@@ -172,6 +192,25 @@ mod tests {
             field_of(split_collection_option("mongodb://h/?collection=%zz")),
             "collection"
         );
+    }
+
+    #[test]
+    fn the_fair_option_is_split_off_and_never_reaches_the_driver() {
+        let (url, options) = split_options("mongodb://h/db?w=1&fair=true&collection=c").unwrap();
+        assert_eq!(url, "mongodb://h/db?w=1");
+        assert_eq!(
+            options,
+            OwnOptions {
+                collection: Some("c".to_owned()),
+                fair: Some(true)
+            }
+        );
+        assert_eq!(
+            split_collection_option("mongodb://h/db?fair=false").unwrap(),
+            ("mongodb://h/db".to_owned(), None)
+        );
+        let error = split_options("mongodb://h/db?fair=1").unwrap_err();
+        assert!(error.to_string().contains("fair=true"), "{error}");
     }
 
     #[test]

@@ -15,12 +15,13 @@ use distlock_core::{LockName, ReleaseHub};
 use futures::StreamExt;
 use mongodb::Collection;
 use mongodb::bson::{Bson, Document, doc};
-use mongodb::change_stream::event::ResumeToken;
+use mongodb::change_stream::event::{ChangeStreamEvent, ResumeToken};
 use mongodb::options::ReadConcern;
 use tokio::task::AbortHandle;
 
 use crate::document::ID;
 use crate::error::code;
+use crate::fair::PASSED_TO;
 
 pub(crate) use self::lazy::{LazyWatcher, change_streams_feature, change_streams_work};
 pub(crate) use self::subject::Subject;
@@ -111,7 +112,7 @@ async fn supervise(collection: Collection<Document>, hub: ReleaseHub, subject: S
             Err(error) if error.is_panic() => {
                 tracing::error!("the release watcher panicked; restarting it");
                 // Releases may have been missed meanwhile.
-                hub.notify_all();
+                subject.notify_all(&hub);
                 tokio::time::sleep(MAX_RETRY).await;
             }
             _ => return,
@@ -135,6 +136,7 @@ async fn supervise(collection: Collection<Document>, hub: ReleaseHub, subject: S
 pub(crate) fn pipeline(
     lock_id: &str,
     freed: Option<&str>,
+    places_of: Option<&str>,
     ids: Option<Vec<Bson>>,
 ) -> Vec<Document> {
     let mut released = vec![
@@ -155,6 +157,18 @@ pub(crate) fn pipeline(
                 .into(),
         ]);
     }
+    if let Some(backend) = places_of {
+        // A fair pass-on to one of our places: the place's identity begins
+        // with the backend's, 16 hex digits, which need no escaping.
+        let ours = doc! { "$regex": format!("^{backend}") };
+        released.extend([
+            Bson::from(doc! {
+                "operationType": "update",
+                format!("updateDescription.updatedFields.{PASSED_TO}"): ours.clone(),
+            }),
+            doc! { "operationType": "replace", format!("fullDocument.{PASSED_TO}"): ours }.into(),
+        ]);
+    }
     let released = doc! { "$or": released };
     let filter = match ids {
         Some(ids) => doc! {
@@ -164,6 +178,20 @@ pub(crate) fn pipeline(
         None => released,
     };
     vec![doc! { "$match": filter }]
+}
+
+/// The place a write passed a lock on to, as its change event tells.
+fn passed_to(event: &ChangeStreamEvent<Document>) -> Option<&str> {
+    let updated = event
+        .update_description
+        .as_ref()
+        .and_then(|change| change.updated_fields.get_str(PASSED_TO).ok());
+    updated.or_else(|| {
+        event
+            .full_document
+            .as_ref()
+            .and_then(|document| document.get_str(PASSED_TO).ok())
+    })
 }
 
 /// Whether `names` is small enough to filter on the server.
@@ -200,6 +228,7 @@ async fn run(collection: Collection<Document>, hub: ReleaseHub, subject: Subject
             .pipeline(pipeline(
                 subject.lock_id_field(),
                 subject.freed_field(),
+                subject.places_of(),
                 ids,
             ))
             .read_concern(read_concern())
@@ -216,7 +245,7 @@ async fn run(collection: Collection<Document>, hub: ReleaseHub, subject: Subject
                     retry = (retry * 2).min(MAX_RETRY);
                 }
                 // Releases may have happened while no stream ran.
-                hub.notify_all();
+                subject.notify_all(&hub);
                 covered = Some(HashSet::new());
                 continue;
             }
@@ -228,7 +257,7 @@ async fn run(collection: Collection<Document>, hub: ReleaseHub, subject: Subject
         if let Some(previous) = &covered {
             for name in &names {
                 if !previous.contains(name) {
-                    hub.notify(name);
+                    subject.notify_name(&hub, name);
                 }
             }
         }
@@ -269,7 +298,7 @@ async fn run(collection: Collection<Document>, hub: ReleaseHub, subject: Subject
                 event = stream.next() => match event {
                     Some(Ok(event)) => {
                         if let Some(id) = event.document_key.as_ref().and_then(|key| key.get(ID)) {
-                            subject.notify(&hub, id, on_server);
+                            subject.notify(&hub, id, on_server, passed_to(&event));
                         }
                         delivered = stream.resume_token();
                         delivered_any = true;
@@ -283,7 +312,7 @@ async fn run(collection: Collection<Document>, hub: ReleaseHub, subject: Subject
                             resume = None;
                             covered = Some(HashSet::new());
                         }
-                        hub.notify_all();
+                        subject.notify_all(&hub);
                         tokio::time::sleep(retry).await;
                         retry = (retry * 2).min(MAX_RETRY);
                         break;
@@ -292,7 +321,7 @@ async fn run(collection: Collection<Document>, hub: ReleaseHub, subject: Subject
                         tracing::debug!("the release change stream ended; reopening it");
                         resume = None;
                         covered = Some(HashSet::new());
-                        hub.notify_all();
+                        subject.notify_all(&hub);
                         tokio::time::sleep(retry).await;
                         retry = (retry * 2).min(MAX_RETRY);
                         break;
@@ -318,7 +347,7 @@ mod tests {
             .iter()
             .filter_map(|name| Subject::Locks.id_of(name))
             .collect();
-        let pipeline = pipeline(LOCK_ID, Some(FREED), Some(ids));
+        let pipeline = pipeline(LOCK_ID, Some(FREED), None, Some(ids));
         let filter = pipeline[0].get_document("$match").unwrap();
         let ids = filter
             .get_document("documentKey._id")

@@ -5,6 +5,7 @@ use mongodb::bson::Bson;
 
 use crate::document::{FREED, LOCK_ID};
 use crate::entity::entity_id;
+use crate::fair::{Places, passed_to_us};
 
 /// What a watcher watches: which field holds a grant, and how the ids of
 /// documents and the lock names of this process relate.
@@ -12,6 +13,10 @@ use crate::entity::entity_id;
 pub(crate) enum Subject {
     /// The lock collection: a document's `_id` is its lock's name.
     Locks,
+    /// The lock collection of a backend in fair mode, whose waiters keep
+    /// `places` in line: a write that passes a lock on to one of them wakes
+    /// this backend's waiters of the name, and tells only that place.
+    FairLocks(Places),
     /// A collection of entities, each locked in place through the field
     /// `lock_id`; lock names are made from the entities' ids.
     Entities {
@@ -23,8 +28,17 @@ pub(crate) enum Subject {
 impl Subject {
     pub(super) fn lock_id_field(&self) -> &str {
         match self {
-            Self::Locks => LOCK_ID,
+            Self::Locks | Self::FairLocks(_) => LOCK_ID,
             Self::Entities { lock_id } => lock_id,
+        }
+    }
+
+    /// The identity that begins the places of this backend's waiters, in
+    /// fair mode: a write whose `passedTo` begins with it wakes us.
+    pub(super) fn places_of(&self) -> Option<&str> {
+        match self {
+            Self::FairLocks(places) => Some(places.backend()),
+            _ => None,
         }
     }
 
@@ -33,7 +47,7 @@ impl Subject {
     /// stopped waiting); entities have none.
     pub(super) fn freed_field(&self) -> Option<&'static str> {
         match self {
-            Self::Locks => Some(FREED),
+            Self::Locks | Self::FairLocks(_) => Some(FREED),
             Self::Entities { .. } => None,
         }
     }
@@ -41,19 +55,41 @@ impl Subject {
     /// The `_id` of the document that `name` locks.
     pub(super) fn id_of(&self, name: &LockName) -> Option<Bson> {
         match self {
-            Self::Locks => Some(Bson::String(name.as_str().to_owned())),
+            Self::Locks | Self::FairLocks(_) => Some(Bson::String(name.as_str().to_owned())),
             Self::Entities { .. } => entity_id(name),
         }
     }
 
     /// Wakes the waiters of the document whose `_id` is `id`; `filtered`
-    /// when the stream's filter names the ids waited for.
-    pub(super) fn notify(&self, hub: &ReleaseHub, id: &Bson, filtered: bool) {
+    /// when the stream's filter names the ids waited for; `passed_to` the
+    /// place the write passed the lock on to, if it did.
+    pub(super) fn notify(
+        &self,
+        hub: &ReleaseHub,
+        id: &Bson,
+        filtered: bool,
+        passed_to: Option<&str>,
+    ) {
         match self {
             Self::Locks => {
                 if let Some(name) = id.as_str().and_then(|id| LockName::new(id).ok()) {
                     tracing::trace!(name = %name, "release seen");
                     hub.notify(&name);
+                }
+            }
+            Self::FairLocks(places) => {
+                let Some(name) = id.as_str().and_then(|id| LockName::new(id).ok()) else {
+                    return;
+                };
+                match passed_to.filter(|place| passed_to_us(place, places.backend())) {
+                    Some(place) => {
+                        tracing::trace!(name = %name, "pass-on seen");
+                        // A place that ended meanwhile needs nobody woken.
+                        if places.tell(place).is_some() {
+                            hub.notify(&name);
+                        }
+                    }
+                    None => self.notify_name(hub, &name),
                 }
             }
             Self::Entities { .. } => {
@@ -78,6 +114,26 @@ impl Subject {
                 }
             }
         }
+    }
+}
+
+impl Subject {
+    /// Wakes every waiter of `name`, and tells every place of it.
+    pub(super) fn notify_name(&self, hub: &ReleaseHub, name: &LockName) {
+        if let Self::FairLocks(places) = self {
+            places.tell_name(name);
+        }
+        tracing::trace!(name = %name, "release seen");
+        hub.notify(name);
+    }
+
+    /// Wakes every waiter, and tells every place, for when events may
+    /// have been missed.
+    pub(super) fn notify_all(&self, hub: &ReleaseHub) {
+        if let Self::FairLocks(places) = self {
+            places.tell_all();
+        }
+        hub.notify_all();
     }
 }
 

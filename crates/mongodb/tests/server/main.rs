@@ -12,6 +12,7 @@ mod credentials;
 mod document;
 mod entity;
 mod failpoints;
+mod fair;
 mod fencing;
 mod kinds;
 mod race;

@@ -1,0 +1,64 @@
+//! The conformance suite on the MongoDB backend in fair mode, against the
+//! server whose URL is in `DISTLOCK_TEST_MONGODB_URL` (scripts/test starts
+//! one): every promise of the suite holds when whole locks go to waiters in
+//! the order they asked. Each test uses a fresh collection.
+
+use std::sync::Arc;
+
+use distlock_conformance::{Fixture, conformance_suite};
+use distlock_core::Backend;
+use distlock_mongodb::MongoBackend;
+
+struct FairMongo {
+    /// The distlock URL of a fresh collection in fair mode, as the
+    /// `distlock` command opens it.
+    url: String,
+}
+
+impl FairMongo {
+    fn new() -> Self {
+        let server = match std::env::var("DISTLOCK_TEST_MONGODB_URL") {
+            Ok(url) if !url.is_empty() => url,
+            _ => panic!(
+                "DISTLOCK_TEST_MONGODB_URL is not set: run the tests through scripts/test, \
+                 which starts a MongoDB-compatible server and sets it"
+            ),
+        };
+        let collection = format!("conformance_{:016x}", rand::random::<u64>());
+        let (head, query) = match server.split_once('?') {
+            Some((head, query)) => (head.to_owned(), format!("{query}&")),
+            None => (server.clone(), String::new()),
+        };
+        let head = head.trim_end_matches('/');
+        let authority_has_path = head
+            .split_once("://")
+            .is_some_and(|(_, rest)| rest.contains('/'));
+        let base = if authority_has_path {
+            head.to_owned()
+        } else {
+            format!("{head}/distlock_conformance")
+        };
+        Self {
+            url: format!("{base}?{query}collection={collection}&fair=true"),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Fixture for FairMongo {
+    async fn backend(&self) -> Arc<dyn Backend> {
+        Arc::new(
+            MongoBackend::from_url(&self.url)
+                .expect("a valid URL")
+                .build()
+                .await
+                .expect("the test server answers"),
+        )
+    }
+
+    fn url(&self) -> Option<String> {
+        Some(self.url.clone())
+    }
+}
+
+conformance_suite!(FairMongo::new());

@@ -1,0 +1,147 @@
+//! The places this backend's waiters keep in fair queues, and what the
+//! release watcher has told about them: so that a waiter woken by an event
+//! meant for another waiter of the name asks the server nothing.
+//!
+//! A waiter in line needs to ask only when its place was passed the lock
+//! (the watcher saw a write name it in `passedTo`), when something else
+//! may have changed (a release to nobody, a lost stream: every place of
+//! the name, or every place, is told), or when its place is due for
+//! renewal or the holder's lease for its end.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use distlock_core::{LeaseId, LockName};
+
+use super::PlaceId;
+
+/// This backend's places, by identity. Cheap to clone: clones share them.
+#[derive(Debug, Clone)]
+pub(crate) struct Places {
+    backend: Arc<str>,
+    notes: Arc<Mutex<HashMap<PlaceId, Note>>>,
+}
+
+#[derive(Debug)]
+struct Note {
+    name: LockName,
+    /// Bumped by each word that the place may have changed.
+    told: u64,
+    /// What `told` was when the latest reply was asked for.
+    heard: u64,
+    /// When the place must ask anyway: its renewal, or the holder's end.
+    due: Option<Instant>,
+}
+
+impl Places {
+    /// An empty set, under a fresh backend identity.
+    pub(crate) fn new() -> Self {
+        Self {
+            backend: format!("{:016x}", LeaseId::random().as_u128() as u64).into(),
+            notes: Arc::default(),
+        }
+    }
+
+    /// The backend's identity: 16 hex digits that begin each of its
+    /// places' identities.
+    pub(crate) fn backend(&self) -> &str {
+        &self.backend
+    }
+
+    fn notes(&self) -> MutexGuard<'_, HashMap<PlaceId, Note>> {
+        self.notes.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// How long `place` may wait without asking: `Some` while nothing was
+    /// told of it since its latest reply and it is not due.
+    pub(crate) fn quiet_for(&self, place: &PlaceId) -> Option<Duration> {
+        let notes = self.notes();
+        let note = notes.get(place)?;
+        let left = note.due?.checked_duration_since(Instant::now())?;
+        (note.told == note.heard && !left.is_zero()).then_some(left)
+    }
+
+    /// Records that `place` of `name` asks now; returns what it has heard.
+    pub(crate) fn asking(&self, place: &PlaceId, name: &LockName) -> u64 {
+        let mut notes = self.notes();
+        let note = notes.entry(place.clone()).or_insert_with(|| Note {
+            name: name.clone(),
+            told: 0,
+            heard: 0,
+            due: None,
+        });
+        note.due = None;
+        note.told
+    }
+
+    /// Records that `place`, having heard `heard` when it asked, is in
+    /// line and must ask again within `within`.
+    pub(crate) fn in_line(&self, place: &PlaceId, heard: u64, within: Duration) {
+        if let Some(note) = self.notes().get_mut(place) {
+            note.heard = heard;
+            note.due = Some(Instant::now() + within);
+        }
+    }
+
+    /// Forgets `place`: its wait ended, or it was granted.
+    pub(crate) fn forget(&self, place: &PlaceId) {
+        self.notes().remove(place);
+    }
+
+    /// Tells the place `id` (a `passedTo` value) that it may have been
+    /// passed the lock; returns the name it waits for, if it is ours.
+    pub(crate) fn tell(&self, id: &str) -> Option<LockName> {
+        let mut notes = self.notes();
+        let note = notes.get_mut(&PlaceId(id.to_owned()))?;
+        note.told += 1;
+        Some(note.name.clone())
+    }
+
+    /// Tells every place of `name` that the lock may have changed.
+    pub(crate) fn tell_name(&self, name: &LockName) {
+        for note in self.notes().values_mut() {
+            if &note.name == name {
+                note.told += 1;
+            }
+        }
+    }
+
+    /// Tells every place that anything may have changed.
+    pub(crate) fn tell_all(&self) {
+        for note in self.notes().values_mut() {
+            note.told += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_place_asks_again_when_told_or_due() {
+        let places = Places::new();
+        let name = LockName::new("n").unwrap();
+        let place = PlaceId::new(places.backend());
+        assert_eq!(places.quiet_for(&place), None, "unknown: ask");
+        let heard = places.asking(&place, &name);
+        assert_eq!(places.quiet_for(&place), None, "asking: no reply yet");
+        places.in_line(&place, heard, Duration::from_secs(60));
+        assert!(places.quiet_for(&place).is_some());
+        assert_eq!(places.tell(place.as_str()), Some(name.clone()));
+        assert_eq!(places.quiet_for(&place), None, "told");
+        let heard = places.asking(&place, &name);
+        places.in_line(&place, heard, Duration::from_secs(60));
+        places.tell_name(&name);
+        assert_eq!(places.quiet_for(&place), None, "told by name");
+        let heard = places.asking(&place, &name);
+        places.tell_all();
+        places.in_line(&place, heard, Duration::from_secs(60));
+        assert_eq!(places.quiet_for(&place), None, "told while asking");
+        places.in_line(&place, places.asking(&place, &name), Duration::ZERO);
+        assert_eq!(places.quiet_for(&place), None, "due");
+        places.forget(&place);
+        assert_eq!(places.tell(place.as_str()), None);
+    }
+}
