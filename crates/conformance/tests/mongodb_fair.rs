@@ -1,18 +1,22 @@
 //! The conformance suite on the MongoDB backend in fair mode, against the
 //! server whose URL is in `DISTLOCK_TEST_MONGODB_URL` (scripts/test starts
 //! one): every promise of the suite holds when whole locks go to waiters in
-//! the order they asked. Each test uses a fresh collection.
+//! the order they asked, and so do the fair cases. Each test uses a fresh
+//! collection.
 
 use std::sync::Arc;
 
-use distlock_conformance::{Fixture, conformance_suite};
-use distlock_core::Backend;
+use distlock_conformance::{Fixture, conformance_suite, fair_cases};
+use distlock_core::{Backend, LockName};
 use distlock_mongodb::MongoBackend;
+use distlock_mongodb::mongodb::bson::doc;
 
 struct FairMongo {
     /// The distlock URL of a fresh collection in fair mode, as the
     /// `distlock` command opens it.
     url: String,
+    /// A backend of its own whose collection shows the line.
+    looker: tokio::sync::OnceCell<MongoBackend>,
 }
 
 impl FairMongo {
@@ -40,6 +44,7 @@ impl FairMongo {
         };
         Self {
             url: format!("{base}?{query}collection={collection}&fair=true"),
+            looker: tokio::sync::OnceCell::new(),
         }
     }
 }
@@ -47,18 +52,37 @@ impl FairMongo {
 #[async_trait::async_trait]
 impl Fixture for FairMongo {
     async fn backend(&self) -> Arc<dyn Backend> {
-        Arc::new(
-            MongoBackend::from_url(&self.url)
-                .expect("a valid URL")
-                .build()
-                .await
-                .expect("the test server answers"),
-        )
+        Arc::new(self.open().await)
     }
 
     fn url(&self) -> Option<String> {
         Some(self.url.clone())
     }
+
+    /// The places in the lock document's `queue` (see docs/mongodb.md).
+    async fn queued(&self, name: &LockName) -> Option<usize> {
+        let looker = self.looker.get_or_init(|| self.open()).await;
+        let document = looker
+            .collection()
+            .find_one(doc! { "_id": name.as_str() })
+            .await
+            .expect("read the lock document");
+        let places = document
+            .and_then(|document| document.get_array("queue").ok().map(Vec::len))
+            .unwrap_or(0);
+        Some(places)
+    }
+}
+
+impl FairMongo {
+    async fn open(&self) -> MongoBackend {
+        MongoBackend::from_url(&self.url)
+            .expect("a valid URL")
+            .build()
+            .await
+            .expect("the test server answers")
+    }
 }
 
 conformance_suite!(FairMongo::new());
+fair_cases!(FairMongo::new());
