@@ -160,15 +160,22 @@ impl EtcdBackend {
         self.client.txn(txn).await.map_err(|e| from_etcd(what, e))
     }
 
-    /// One attempt on `session`: a campaign's (which records its term), a
-    /// wait's, or a single try.
+    /// Whether `request` waits in fair mode's queue: a wait for the whole
+    /// lock, on a backend in fair mode.
+    fn in_line(&self, request: &AcquireRequest) -> bool {
+        self.config.fair && request.retries && request.claim == Claim::Exclusive
+    }
+
+    /// One attempt on `session`: a campaign's that does not queue (which
+    /// records its term), a wait's (a fair campaign's too, which records
+    /// its term when its turn comes), or a single try.
     async fn attempt(
         &self,
         request: &AcquireRequest,
         wait: &mut WaitState,
         session: SessionId,
     ) -> Result<Attempt> {
-        if request.records_term {
+        if request.records_term && !self.in_line(request) {
             self.campaign_once(request, wait, session).await
         } else if request.retries {
             self.wait_once(request, wait, session).await
@@ -267,6 +274,17 @@ impl EtcdBackend {
                 wait.take::<Waiting>();
                 Err(conflict)
             }
+            Ok(Standing::Holds) if request.records_term => {
+                // A fair campaign's turn: it records its term as it takes
+                // the grant over. Its key is known written from here on.
+                wait.set(Waiting {
+                    key: key.clone(),
+                    behind: None,
+                    written: true,
+                });
+                self.take_over(request, wait, key, &entries[position], session)
+                    .await
+            }
             Ok(Standing::Holds) => {
                 wait.take::<Waiting>();
                 Ok(self.granted(request, key, own, session))
@@ -302,7 +320,12 @@ impl EtcdBackend {
                     behind: Some(behind),
                     written: true,
                 });
-                Ok(Attempt::Held { retry_after: None })
+                // In fair mode the watch is what wakes the waiter: its key
+                // keeps its place on the session, which the keeper renews,
+                // so it reads again only now and then, in case a watch
+                // broke unseen. Otherwise it reads at each backoff.
+                let retry_after = self.in_line(request).then_some(request.lease / 2);
+                Ok(Attempt::Held { retry_after })
             }
         }
     }
@@ -484,6 +507,7 @@ impl Backend for EtcdBackend {
         Capabilities::lease_based()
             .with_shared(true)
             .with_semaphores(true)
+            .with_fair(self.config.fair)
     }
 
     async fn try_acquire(&self, request: &AcquireRequest, wait: &mut WaitState) -> Result<Attempt> {
