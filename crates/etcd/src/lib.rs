@@ -102,11 +102,12 @@
 //! whole locks go to waiters in etcd's revision order, which is the order
 //! they asked, across processes and within one. Nothing else is stored.
 //! - **A release passes the lock on in its own write**: the holder's key
-//!   goes, and the lock is then the first remaining key's. Only the waiter
-//!   watching that key is woken (every waiter watches only its
-//!   predecessor); it reads the name once and has the grant, with the
-//!   fencing token its key was created with. A holder whose session ends
-//!   passes the lock on the same way.
+//!   goes, and the lock is then the first remaining key's. Every waiter
+//!   watches only its predecessor, so only the next waiter's process is
+//!   woken (its wake-ups are per name: its other waiters of the name read
+//!   once too); the next waiter reads the name once and has the grant,
+//!   with the fencing token its key was created with. A holder whose
+//!   session ends passes the lock on the same way.
 //! - **A waiter costs no writes while it waits**: its key keeps its place
 //!   on the client's session, which the keeper renews with the rest. It
 //!   reads the name again only when its predecessor goes, or after half a
