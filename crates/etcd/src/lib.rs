@@ -104,10 +104,11 @@
 //! - **A release passes the lock on in its own write**: the holder's key
 //!   goes, and the lock is then the first remaining key's. Every waiter
 //!   watches only its predecessor, so only the next waiter's process is
-//!   woken (its wake-ups are per name: its other waiters of the name read
-//!   once too); the next waiter reads the name once and has the grant,
-//!   with the fencing token its key was created with. A holder whose
-//!   session ends passes the lock on the same way.
+//!   woken (its wake-ups are per name, but a waiter whose own predecessor
+//!   is still there answers without a read); the next waiter reads the
+//!   name once and has the grant, with the fencing token its key was
+//!   created with. A holder whose session ends passes the lock on the
+//!   same way.
 //! - **A waiter costs no writes while it waits**: its key keeps its place
 //!   on the client's session, which the keeper renews with the rest. It
 //!   reads the name again only when its predecessor goes, or after half a
