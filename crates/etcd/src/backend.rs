@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use distlock_core::{
     AcquireRequest, Attempt, Backend, Capabilities, Claim, DelayedRelease, Error, GrantState,
@@ -77,13 +77,27 @@ struct Grant {
     _watch: Task,
 }
 
+/// The watch on the key a waiter waits behind.
+#[derive(Debug)]
+struct Behind {
+    key: Vec<u8>,
+    /// Set once the watch saw the key deleted (or gave up on it).
+    gone: Arc<AtomicBool>,
+    /// When the name was last read: a fair waiter whose predecessor is
+    /// still there reads again only half a lease after.
+    read_at: Instant,
+    /// The session that read: a new one means the key went with the old.
+    session: SessionId,
+    _watch: Task,
+}
+
 /// What a wait keeps across its attempts: its key, and the watch on the
 /// key it waits behind.
 #[derive(Debug)]
 struct Waiting {
     key: Vec<u8>,
     /// The predecessor watched, by key, and its watch.
-    behind: Option<(Vec<u8>, Task)>,
+    behind: Option<Behind>,
     /// Whether a reply has shown the key written: later attempts then
     /// read, and write again only if the key went.
     written: bool,
@@ -160,15 +174,22 @@ impl EtcdBackend {
         self.client.txn(txn).await.map_err(|e| from_etcd(what, e))
     }
 
-    /// One attempt on `session`: a campaign's (which records its term), a
-    /// wait's, or a single try.
+    /// Whether `request` waits in fair mode's queue: a wait for the whole
+    /// lock, on a backend in fair mode.
+    fn in_line(&self, request: &AcquireRequest) -> bool {
+        self.config.fair && request.retries && request.claim == Claim::Exclusive
+    }
+
+    /// One attempt on `session`: a campaign's that does not queue (which
+    /// records its term), a wait's (a fair campaign's too, which records
+    /// its term when its turn comes), or a single try.
     async fn attempt(
         &self,
         request: &AcquireRequest,
         wait: &mut WaitState,
         session: SessionId,
     ) -> Result<Attempt> {
-        if request.records_term {
+        if request.records_term && !self.in_line(request) {
             self.campaign_once(request, wait, session).await
         } else if request.retries {
             self.wait_once(request, wait, session).await
@@ -230,6 +251,14 @@ impl EtcdBackend {
             behind: None,
             written: false,
         });
+        if let Some(left) = self.unchanged_for(request, &waiting, session) {
+            // Woken for another waiter of the name in this process: nothing
+            // that decides this one's turn changed, so it costs no read.
+            wait.set(waiting);
+            return Ok(Attempt::Held {
+                retry_after: Some(left),
+            });
+        }
         let key = waiting.key.clone();
         // Kept before the call, so an answer lost after it still lets
         // `end_wait` remove the key.
@@ -241,6 +270,7 @@ impl EtcdBackend {
         // A waiter whose key is in place only reads: a transaction that
         // may write is proposed through raft even when its compare fails,
         // so idle waiters retrying would cost the cluster fsyncs.
+        let read_at = Instant::now();
         let read = if waiting.written {
             self.read_with(&range, &key).await?
         } else {
@@ -267,6 +297,17 @@ impl EtcdBackend {
                 wait.take::<Waiting>();
                 Err(conflict)
             }
+            Ok(Standing::Holds) if request.records_term => {
+                // A fair campaign's turn: it records its term as it takes
+                // the grant over. Its key is known written from here on.
+                wait.set(Waiting {
+                    key: key.clone(),
+                    behind: None,
+                    written: true,
+                });
+                self.take_over(request, wait, key, &entries[position], session)
+                    .await
+            }
             Ok(Standing::Holds) => {
                 wait.take::<Waiting>();
                 Ok(self.granted(request, key, own, session))
@@ -282,19 +323,36 @@ impl EtcdBackend {
                     _ => Watched::Predecessor(entries[index].key.clone()),
                 };
                 let behind = match waiting.behind.take() {
-                    Some((previous, task)) if previous == watched.key() => (previous, task),
+                    Some(behind)
+                        if behind.key == watched.key() && !behind.gone.load(Ordering::Acquire) =>
+                    {
+                        Behind {
+                            read_at,
+                            session,
+                            ..behind
+                        }
+                    }
                     _ => {
-                        let (client, name, hub, key) = (
+                        let gone = Arc::new(AtomicBool::new(false));
+                        let (client, name, hub, key, seen) = (
                             self.client.clone(),
                             request.name.clone(),
                             self.hub.clone(),
                             watched.key().to_vec(),
+                            gone.clone(),
                         );
                         let task = Task::spawn(async move {
                             deleted(client, watched, revision).await;
+                            seen.store(true, Ordering::Release);
                             hub.notify(&name);
                         });
-                        (key, task)
+                        Behind {
+                            key,
+                            gone,
+                            read_at,
+                            session,
+                            _watch: task,
+                        }
                     }
                 };
                 wait.set(Waiting {
@@ -302,9 +360,37 @@ impl EtcdBackend {
                     behind: Some(behind),
                     written: true,
                 });
-                Ok(Attempt::Held { retry_after: None })
+                // In fair mode the watch is what wakes the waiter: its key
+                // keeps its place on the session, which the keeper renews,
+                // so it reads again only now and then, in case a watch
+                // broke unseen. Otherwise it reads at each backoff.
+                let retry_after = self.in_line(request).then_some(request.lease / 2);
+                Ok(Attempt::Held { retry_after })
             }
         }
+    }
+
+    /// How long a fair waiter may go without reading, when nothing that
+    /// decides its turn changed since it last read: its predecessor's watch
+    /// saw no deletion, its session is the same, and its read is less than
+    /// half a lease old (then it reads anyway, in case a watch broke
+    /// unseen). Only the predecessor's deletion can make a whole lock's
+    /// waiter first: keys before it going leave the predecessor before it.
+    fn unchanged_for(
+        &self,
+        request: &AcquireRequest,
+        waiting: &Waiting,
+        session: SessionId,
+    ) -> Option<Duration> {
+        if !self.in_line(request) || !waiting.written {
+            return None;
+        }
+        let behind = waiting.behind.as_ref()?;
+        if behind.gone.load(Ordering::Acquire) || behind.session != session {
+            return None;
+        }
+        let left = (request.lease / 2).checked_sub(behind.read_at.elapsed())?;
+        (!left.is_zero()).then_some(left)
     }
 
     /// The name's keys, read linearizably, with the revision they were
@@ -484,6 +570,7 @@ impl Backend for EtcdBackend {
         Capabilities::lease_based()
             .with_shared(true)
             .with_semaphores(true)
+            .with_fair(self.config.fair)
     }
 
     async fn try_acquire(&self, request: &AcquireRequest, wait: &mut WaitState) -> Result<Attempt> {

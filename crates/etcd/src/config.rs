@@ -1,4 +1,4 @@
-//! The backend's URL: `etcd://[user:password@]host[:port][,host[:port]…][?prefix=…]`,
+//! The backend's URL: `etcd://[user:password@]host[:port][,host[:port]…][?prefix=…][&fair=true]`,
 //! and `etcds://` for TLS, with `?ca=PATH` for a private CA.
 
 use std::fmt;
@@ -29,6 +29,10 @@ pub struct EtcdConfig {
     /// Every key of this backend starts with it (`?prefix=`, default
     /// [`DEFAULT_PREFIX`]).
     pub prefix: String,
+    /// Fair mode (`?fair=true`, default off): whole locks go to waiters in
+    /// the order they asked, across processes and within one; see the
+    /// [crate docs](crate#fair-mode).
+    pub fair: bool,
     /// The user and password to authenticate with, from the URL.
     pub(crate) credentials: Option<(String, String)>,
 }
@@ -40,6 +44,7 @@ impl fmt::Debug for EtcdConfig {
             .field("tls", &self.tls)
             .field("ca", &self.ca)
             .field("prefix", &self.prefix)
+            .field("fair", &self.fair)
             .field("credentials", &self.credentials.as_ref().map(|_| "***"))
             .finish()
     }
@@ -100,14 +105,23 @@ impl EtcdConfig {
             }
             Some(ca) => Some(PathBuf::from(ca)),
         };
-        query.refuse_rest("an etcd URL takes prefix (and ca with etcds://)")?;
+        let fair = query.take_flag("fair")?.unwrap_or(false);
+        query.refuse_rest("an etcd URL takes prefix and fair (and ca with etcds://)")?;
         Ok(Self {
             endpoints,
             tls,
             ca,
             prefix,
+            fair,
             credentials,
         })
+    }
+
+    /// This configuration in fair mode, or not (as `?fair=true|false`).
+    #[must_use]
+    pub fn fair(mut self, on: bool) -> Self {
+        self.fair = on;
+        self
     }
 
     /// The endpoints as the client takes them, with their scheme.
@@ -176,6 +190,18 @@ mod tests {
             }
         }
         assert!(EtcdConfig::parse("ETCDS://db").unwrap().tls);
+    }
+
+    #[test]
+    fn fair_mode_is_off_unless_asked_for() {
+        assert!(!EtcdConfig::parse("etcd://db").unwrap().fair);
+        assert!(EtcdConfig::parse("etcd://db?fair=true").unwrap().fair);
+        assert!(!EtcdConfig::parse("etcd://db?fair=false").unwrap().fair);
+        assert!(EtcdConfig::parse("etcd://db").unwrap().fair(true).fair);
+        match EtcdConfig::parse("etcd://db?fair=yes") {
+            Err(Error::InvalidConfig { field, .. }) => assert_eq!(field, "fair"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

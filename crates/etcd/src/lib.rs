@@ -5,7 +5,9 @@
 //! `etcd://[user:password@]host[:port][,host[:port]…][?prefix=…]` names
 //! the members of one cluster (default port 2379) and the key prefix
 //! (default `distlock/`); `etcds://` connects with TLS, with `?ca=PATH` for
-//! a private CA. Any other option is [`Error::InvalidConfig`]. The user and
+//! a private CA; `fair=true` turns [fair mode](#fair-mode) on
+//! ([`EtcdConfig::fair`] in code). Any other option is
+//! [`Error::InvalidConfig`]. The user and
 //! password authenticate, and are never printed.
 //!
 //! # How it works
@@ -58,7 +60,8 @@
 //! - **Elections** (`LockClient::election`) record each term, so that an
 //!   observer sees every leader, the short-lived ones too. A waiter's key
 //!   is granted by its predecessor's deletion, with no write of its own to
-//!   record a term in; so a campaign does not queue. Like a single try, it
+//!   record a term in; so out of fair mode a campaign does not queue (in
+//!   fair mode it does: see below). Like a single try, it
 //!   writes its key only when the name is free, and in that same
 //!   transaction rewrites the name's record of terms, guarded by compares
 //!   on the name's keys and on the record as read: a campaign that lost a
@@ -93,6 +96,40 @@
 //! - **Reads are linearizable**: every decision reads in a transaction or
 //!   a default (linearizable) range read, never a serializable one.
 //!
+//! # Fair mode
+//! Off by default. In fair mode core lets every task wait by itself, each
+//! with a key of its own (one per waiting task, not one per process), so
+//! whole locks go to waiters in etcd's revision order, which is the order
+//! they asked, across processes and within one. Nothing else is stored.
+//! - **A release passes the lock on in its own write**: the holder's key
+//!   goes, and the lock is then the first remaining key's. Every waiter
+//!   watches only its predecessor, so only the next waiter's process is
+//!   woken (its wake-ups are per name, but a waiter whose own predecessor
+//!   is still there answers without a read); the next waiter reads the
+//!   name once and has the grant, with the fencing token its key was
+//!   created with. A holder whose session ends passes the lock on the
+//!   same way.
+//! - **A waiter costs no writes while it waits**: its key keeps its place
+//!   on the client's session, which the keeper renews with the rest. It
+//!   reads the name again only when its predecessor goes, or after half a
+//!   lease in case a watch broke unseen.
+//! - **A dead waiter** (its process killed) holds the line up until etcd
+//!   ends its session, at most the session's TTL after its last renewal
+//!   (the lease and a second, rounded up). A cancelled wait deletes its key
+//!   before it returns.
+//! - **A single try** writes only when the name has no key at all: it never
+//!   jumps the line.
+//! - **A campaign queues** like any waiter. When its key comes first, its
+//!   next attempt takes the grant over in one transaction that rewrites its
+//!   key (marking it taken) and files its term, the key's create revision,
+//!   in the record, guarded by compares on the key (created at its place,
+//!   not yet taken) and on the record. So each term is recorded once (a
+//!   take-over whose answer was lost is found done by its key's mod
+//!   revision), in grant order, and only for a key that held; a leader
+//!   found by `Election::leader` may not have recorded its term yet, for
+//!   the moment of its take-over.
+//! - Readers and permits are served as out of fair mode.
+//!
 //! # The client
 //! The backend speaks etcd's gRPC API through a small client of its own
 //! (tonic, rustls with ring), whose message code is generated from trimmed
@@ -105,6 +142,7 @@
 //! [`Error::InvalidConfig`]: distlock_core::Error::InvalidConfig
 //! [`Backend::session`]: distlock_core::Backend::session
 //! [`LockClient::close`]: distlock_core::LockClient::close
+//! [`EtcdConfig::fair`]: crate::EtcdConfig::fair()
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 

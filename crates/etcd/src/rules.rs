@@ -18,6 +18,9 @@ use crate::keys::Record;
 pub(crate) struct Entry {
     pub(crate) key: Vec<u8>,
     pub(crate) revision: i64,
+    /// The revision that last wrote it: above `revision` once a fair
+    /// campaign took its grant over.
+    pub(crate) modified: i64,
     /// The etcd lease (session) the key hangs on.
     pub(crate) session: i64,
     pub(crate) claim: Claim,
@@ -30,6 +33,7 @@ impl Entry {
         Self {
             key: kv.key.clone(),
             revision: kv.create_revision,
+            modified: kv.mod_revision,
             session: kv.lease,
             claim: record.as_ref().map_or(Claim::Exclusive, Record::claim),
             record,
@@ -111,6 +115,7 @@ mod tests {
             .map(|(i, &claim)| Entry {
                 key: vec![],
                 revision: i as i64,
+                modified: i as i64,
                 session: 0,
                 claim,
                 record: None,

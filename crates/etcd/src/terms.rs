@@ -2,13 +2,17 @@
 //! where), holding its last [`TERMS_KEPT`] terms, written by a campaign's
 //! grant in the grant's own transaction.
 //!
-//! A term is the revision of the transaction that grants it, which is not
-//! known until etcd runs it. So the record stores the newest term's holder
-//! without its number: the newest term is the record's own mod revision,
-//! since only a grant writes it. The next grant, guarded by a compare on
-//! that mod revision, files the newest term under its number and puts its
-//! own holder in its place. A compare that fails (another campaign granted
-//! meanwhile) writes neither the key nor the record.
+//! A term is the grant's fencing token: its key's create revision. A
+//! campaign that finds the name free creates its key and rewrites the
+//! record in one transaction, whose revision is not known until etcd runs
+//! it; so the record then stores the newest term's holder without its
+//! number, and the newest term is the record's own mod revision. A
+//! campaign served in fair mode's queue records its term when it takes its
+//! grant over, later than its key was created, so it stores the number
+//! too. The next grant, guarded by a compare on the record's mod revision,
+//! files the newest term under its number and puts its own holder in its
+//! place. A compare that fails (another campaign granted meanwhile) writes
+//! nothing.
 
 use distlock_core::{Error, Holder, Result, TERMS_KEPT, Term};
 use serde::{Deserialize, Serialize};
@@ -27,8 +31,12 @@ struct Stored {
     /// The kept terms before the newest, oldest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     earlier: Vec<Filed>,
-    /// The newest term's holder; its term is the key's mod revision.
+    /// The newest term's holder.
     newest: Holder,
+    /// The newest term, when written after its grant's key (a take-over in
+    /// fair mode); otherwise it is the key's mod revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    newest_term: Option<u64>,
 }
 
 /// A term filed under its number.
@@ -38,11 +46,19 @@ struct Filed {
     holder: Holder,
 }
 
-/// A name's record of terms as read: absent, or its contents and the
-/// revision that wrote them (the newest term).
+/// A record as read: its contents, its newest term, and the revision
+/// that last wrote it.
+#[derive(Debug, Clone)]
+struct Read {
+    stored: Stored,
+    newest: u64,
+    written_at: i64,
+}
+
+/// A name's record of terms as read: absent, or present.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct TermRecord {
-    read: Option<(Stored, u64)>,
+    read: Option<Read>,
 }
 
 impl TermRecord {
@@ -56,7 +72,7 @@ impl TermRecord {
         let Some(kv) = kv else {
             return Ok(Self::default());
         };
-        let stored = serde_json::from_slice(&kv.value).map_err(|error| Error::Backend {
+        let stored: Stored = serde_json::from_slice(&kv.value).map_err(|error| Error::Backend {
             backend: "etcd",
             message: format!(
                 "the record of terms at {} is not one distlock wrote; delete that key to \
@@ -65,15 +81,21 @@ impl TermRecord {
             ),
             source: Some(Box::new(error)),
         })?;
-        let newest = u64::try_from(kv.mod_revision).unwrap_or(0);
+        let newest = stored
+            .newest_term
+            .unwrap_or_else(|| u64::try_from(kv.mod_revision).unwrap_or(0));
         Ok(Self {
-            read: Some((stored, newest)),
+            read: Some(Read {
+                stored,
+                newest,
+                written_at: kv.mod_revision,
+            }),
         })
     }
 
     /// The kept terms, oldest first, each with the term before it.
     pub(crate) fn terms(&self) -> Vec<Term> {
-        let Some((stored, newest)) = &self.read else {
+        let Some(Read { stored, newest, .. }) = &self.read else {
             return Vec::new();
         };
         let mut terms = Vec::with_capacity(stored.earlier.len() + 1);
@@ -94,24 +116,22 @@ impl TermRecord {
     pub(crate) fn unchanged(&self, key: Vec<u8>) -> Compare {
         match &self.read {
             None => create_revision(key, CompareResult::Equal, 0),
-            Some((_, newest)) => mod_revision(
-                key,
-                CompareResult::Equal,
-                i64::try_from(*newest).unwrap_or(i64::MAX),
-            ),
+            Some(read) => mod_revision(key, CompareResult::Equal, read.written_at),
         }
     }
 
     /// The record's value once a term of `holder` follows the ones read,
-    /// keeping the last [`TERMS_KEPT`].
-    pub(crate) fn with_next(&self, holder: &Holder) -> Vec<u8> {
+    /// keeping the last [`TERMS_KEPT`]. The new term is `term`, or, when
+    /// `None`, the revision of the write that stores this value.
+    pub(crate) fn with_next(&self, holder: &Holder, term: Option<u64>) -> Vec<u8> {
         let stored = match &self.read {
             None => Stored {
                 before: None,
                 earlier: Vec::new(),
                 newest: holder.clone(),
+                newest_term: term,
             },
-            Some((stored, newest)) => {
+            Some(Read { stored, newest, .. }) => {
                 let mut before = stored.before;
                 let mut earlier = stored.earlier.clone();
                 earlier.push(Filed {
@@ -127,6 +147,7 @@ impl TermRecord {
                     before,
                     earlier,
                     newest: holder.clone(),
+                    newest_term: term,
                 }
             }
         };
@@ -163,7 +184,10 @@ mod tests {
         let grants = TERMS_KEPT + 3;
         for round in 0..grants {
             let revision = 10 * (i64::try_from(round).unwrap() + 1);
-            record = written(record.with_next(&holder(&format!("v{round}"))), revision);
+            record = written(
+                record.with_next(&holder(&format!("v{round}")), None),
+                revision,
+            );
         }
         let terms = record.terms();
         assert_eq!(terms.len(), TERMS_KEPT);
@@ -178,11 +202,26 @@ mod tests {
 
     #[test]
     fn the_first_term_has_none_before_it() {
-        let record = written(TermRecord::default().with_next(&holder("first")), 7);
+        let record = written(TermRecord::default().with_next(&holder("first"), None), 7);
         let terms = record.terms();
         assert_eq!(terms.len(), 1);
         assert_eq!((terms[0].term, terms[0].previous), (7, None));
         assert_eq!(terms[0].holder, holder("first"));
+    }
+
+    #[test]
+    fn a_term_written_after_its_grant_keeps_its_own_number() {
+        // Taken over at revision 20, for a key created at 12.
+        let record = written(TermRecord::default().with_next(&holder("a"), Some(12)), 20);
+        let record = written(record.with_next(&holder("b"), None), 30);
+        let record = written(record.with_next(&holder("c"), Some(31)), 40);
+        let terms: Vec<(u64, Option<u64>)> = record
+            .terms()
+            .iter()
+            .map(|term| (term.term, term.previous))
+            .collect();
+        assert_eq!(terms, [(12, None), (30, Some(12)), (31, Some(30))]);
+        assert_eq!(record.terms()[2].holder, holder("c"));
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! `etcd_server_proposals_committed_total` nobody else moves, waiters
 //! behind a held lock retry for a while, and no proposal is committed
 //! until the lock is released; campaigns behind a leader likewise, until
-//! it resigns. `scripts/test` sets `DISTLOCK_ETCD_BIN`.
+//! it resigns; and in fair mode, where each task waits with a key of its
+//! own, likewise. `scripts/test` sets `DISTLOCK_ETCD_BIN`.
 
 // Shared with the cluster tests, which use the rest of it.
 #[allow(dead_code)]
@@ -49,7 +50,12 @@ fn proposals_committed(member: &LoneMember) -> u64 {
 }
 
 async fn client(member: &LoneMember) -> (LockClient, Arc<EtcdBackend>) {
-    let backend = EtcdBackend::open(&format!("etcd://{}", member.host()))
+    client_in(member, false).await
+}
+
+/// A client, in fair mode or not.
+async fn client_in(member: &LoneMember, fair: bool) -> (LockClient, Arc<EtcdBackend>) {
+    let backend = EtcdBackend::open(&format!("etcd://{}?fair={fair}", member.host()))
         .await
         .expect("open");
     let backend = Arc::new(backend);
@@ -131,6 +137,62 @@ async fn idle_waiters_write_nothing_until_the_lock_is_released() {
     assert!(
         proposals_committed(&member) > idle,
         "the release and the grants that followed were written"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn idle_fair_waiters_write_nothing_until_the_lock_is_released() {
+    let member = LoneMember::start();
+    member.wait_healthy().await;
+    let name = LockName::new("idle-fair-waiters").expect("name");
+    let (holder, backend) = client_in(&member, true).await;
+    let guard = holder.acquire(&name).await.expect("the holder");
+
+    // Two tasks in each of two clients, each with a key of its own, and
+    // one more task of the holder's client.
+    let (other, _) = client_in(&member, true).await;
+    let mut waiters = Vec::new();
+    for index in 0..=WAITERS {
+        let client = if index % 2 == 0 {
+            holder.clone()
+        } else {
+            other.clone()
+        };
+        let wanted = name.clone();
+        waiters.push(tokio::spawn(async move {
+            let guard = client
+                .acquire_with(&wanted, Duration::from_secs(60))
+                .await
+                .expect("a waiter is served");
+            let token = guard.fencing_token();
+            assert!(guard.release().await.expect("release"));
+            token
+        }));
+        // It asked once its key is there.
+        wait_for_keys(&member, &backend, &name, index + 2).await;
+    }
+    let settled = proposals_committed(&member);
+    // Longer than half the lease, when each waiter reads again, and one of
+    // the holder's extension periods.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let idle = proposals_committed(&member);
+    assert_eq!(
+        idle - settled,
+        0,
+        "{} idle fair waiters had {} proposals committed",
+        WAITERS + 1,
+        idle - settled
+    );
+
+    let first = guard.fencing_token();
+    assert!(guard.release().await.expect("release"));
+    let mut tokens = vec![first];
+    for waiter in waiters {
+        tokens.push(waiter.await.expect("the waiter's task"));
+    }
+    assert!(
+        tokens.windows(2).all(|pair| pair[0] < pair[1]),
+        "served in the order they asked, tokens growing: {tokens:?}"
     );
 }
 

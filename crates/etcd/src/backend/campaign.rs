@@ -11,6 +11,18 @@
 //! record exactly when it was granted. Between tries it watches the name's
 //! keys for a deletion, so campaigners are woken together (a herd, of as
 //! many as there are candidates) and one of them wins.
+//!
+//! In fair mode a waiting campaign queues like any waiter, and its key is
+//! granted by its predecessor's deletion. Its next attempt, which finds its
+//! key first, takes the grant over: one transaction rewrites its key (so
+//! its mod revision marks it taken) and files its term in the record,
+//! guarded by compares on the key (still the one created at its place, not
+//! yet taken) and on the record (as read). The term is the key's create
+//! revision, the grant's fencing token. It is recorded exactly once: a
+//! take-over whose answer was lost is found done by the key's mod
+//! revision, and a key that went before its take-over never records one.
+//! And in order: the next place holds only once this key is deleted, after
+//! its take-over, and its create revision is greater.
 
 use std::time::Duration;
 
@@ -18,13 +30,13 @@ use distlock_core::{
     AcquireRequest, Attempt, LockName, Result, Term, TermLog, WaitState, async_trait,
 };
 
-use super::{EtcdBackend, TRY_ROUNDS, header_revision, name_keys};
+use super::{EtcdBackend, TRY_ROUNDS, Waiting, header_revision, name_keys};
 use crate::error::from_etcd;
 use crate::keys::{NameRange, Record, terms_key};
 use crate::raw::etcdserverpb::compare::CompareResult;
 use crate::raw::etcdserverpb::response_op::Response;
 use crate::raw::etcdserverpb::{TxnRequest, TxnResponse};
-use crate::requests::{self, mod_revision, over, put_op, read_op};
+use crate::requests::{self, create_revision, mod_revision, over, put_op, read_op};
 use crate::rules::{Entry, Standing, in_order, standing};
 use crate::session::SessionId;
 use crate::terms::TermRecord;
@@ -107,7 +119,7 @@ impl EtcdBackend {
                     // On no etcd lease: the record outlives its holders.
                     put_op(
                         record_key.clone(),
-                        seen.record.with_next(&request.holder),
+                        seen.record.with_next(&request.holder, None),
                         0,
                     ),
                 ],
@@ -140,6 +152,78 @@ impl EtcdBackend {
         // may come to wake the campaign, so it tries again at once.
         let retry_after = free.then_some(Duration::ZERO);
         Ok(Attempt::Held { retry_after })
+    }
+
+    /// A fair campaign's grant: `place`, its `key` as read, came first, and
+    /// is taken over with its term recorded (see the module docs). Until
+    /// then the wait keeps the key, so that a cancelled attempt deletes it.
+    pub(super) async fn take_over(
+        &self,
+        request: &AcquireRequest,
+        wait: &mut WaitState,
+        key: Vec<u8>,
+        place: &Entry,
+        session: SessionId,
+    ) -> Result<Attempt> {
+        let term = place.revision;
+        if place.modified != term {
+            // Taken over by an attempt whose answer was lost: its term is
+            // in the record already.
+            wait.take::<Waiting>();
+            return Ok(self.granted(request, key, term, session));
+        }
+        let record_key = terms_key(&self.config.prefix, &request.name);
+        let value = Record::new(request.claim, &request.holder).to_bytes();
+        let read = self
+            .client
+            .range(requests::key(record_key.clone()))
+            .await
+            .map_err(|e| from_etcd("reading an election's terms", e))?;
+        let mut record = TermRecord::parse(read.kvs.first())?;
+        for _ in 0..TRY_ROUNDS {
+            let txn = TxnRequest {
+                compare: vec![
+                    create_revision(key.clone(), CompareResult::Equal, term),
+                    mod_revision(key.clone(), CompareResult::Equal, term),
+                    record.unchanged(record_key.clone()),
+                ],
+                success: vec![
+                    put_op(key.clone(), value.clone(), session.0),
+                    put_op(
+                        record_key.clone(),
+                        record.with_next(&request.holder, u64::try_from(term).ok()),
+                        0,
+                    ),
+                ],
+                failure: vec![
+                    read_op(requests::key(key.clone())),
+                    read_op(requests::key(record_key.clone())),
+                ],
+            };
+            let response = self.txn(txn, "taking an election's term").await?;
+            if response.succeeded {
+                wait.take::<Waiting>();
+                return Ok(self.granted(request, key, term, session));
+            }
+            let mut reads = response
+                .responses
+                .iter()
+                .filter_map(|op| match &op.response {
+                    Some(Response::ResponseRange(read)) => Some(read),
+                    _ => None,
+                });
+            let own = reads.next().and_then(|read| read.kvs.first());
+            if !own.is_some_and(|kv| kv.create_revision == term && kv.mod_revision == term) {
+                // The key went (a forced release, or its session): the
+                // next attempt writes it again, at the end of the line.
+                break;
+            }
+            // Another write of the record came between: file after it.
+            record = TermRecord::parse(reads.next().and_then(|read| read.kvs.first()))?;
+        }
+        Ok(Attempt::Held {
+            retry_after: Some(Duration::ZERO),
+        })
     }
 }
 
