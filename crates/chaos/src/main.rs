@@ -47,8 +47,9 @@ struct Args {
     worker: Option<Worker>,
     /// A backend to run against (file, MongoDB, memcached, etcd,
     /// PostgreSQL, postgresql-advisory, redis, redis-volatile,
-    /// redis-quorum, redis-cluster); repeat for several. Default: every
-    /// backend.
+    /// redis-quorum, redis-cluster, and the fair forms mongodb-fair,
+    /// etcd-fair, postgresql-fair and postgresql-advisory-fair, which run
+    /// R1, R4 and R5); repeat for several. Default: every backend.
     #[arg(long = "backend", value_name = "NAME")]
     backends: Vec<String>,
     /// A scenario to run (R1, R2, …); repeat for several. Default: all.
@@ -164,6 +165,13 @@ fn campaign(args: &Args) -> Outcome<bool> {
     for kind in kinds {
         let mut server = Server::start(kind)?;
         for scenario in &chosen {
+            let runs_it = kind.scenarios().is_none_or(|ids| {
+                ids.iter()
+                    .any(|id| id.eq_ignore_ascii_case(scenario.info.id))
+            });
+            if !runs_it {
+                continue;
+            }
             eprintln!("distlock-chaos: {} on {}", scenario.info.id, kind.name());
             match (scenario.run)(&mut server, &settings) {
                 Ok(found) => rows.extend(found),

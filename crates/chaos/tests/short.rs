@@ -80,3 +80,23 @@ fn the_short_form_holds_on_redis_in_quorum_mode() {
 fn the_short_form_holds_on_a_redis_cluster() {
     short_form("redis-cluster");
 }
+
+#[test]
+fn the_short_form_holds_on_mongodb_in_fair_mode() {
+    short_form("mongodb-fair");
+}
+
+#[test]
+fn the_short_form_holds_on_etcd_in_fair_mode() {
+    short_form("etcd-fair");
+}
+
+#[test]
+fn the_short_form_holds_on_postgresql_in_fair_mode() {
+    short_form("postgresql-fair");
+}
+
+#[test]
+fn the_short_form_holds_on_postgresql_advisory_mode_in_fair_mode() {
+    short_form("postgresql-advisory-fair");
+}

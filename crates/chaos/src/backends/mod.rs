@@ -5,6 +5,7 @@
 //! trait's defaults say for it.
 
 mod etcd;
+mod fair;
 mod file;
 mod memcached;
 mod mongodb;
@@ -29,7 +30,7 @@ pub(crate) use memcached::MEMCACHED;
 pub(crate) type Kind = &'static dyn CampaignBackend;
 
 /// Every backend the campaign runs against, in report order.
-pub(crate) const ALL: [Kind; 10] = [
+pub(crate) const ALL: [Kind; 14] = [
     &file::FILE,
     &mongodb::MONGODB,
     &memcached::MEMCACHED,
@@ -40,7 +41,23 @@ pub(crate) const ALL: [Kind; 10] = [
     &redis::REDIS_VOLATILE,
     &redis_quorum::REDIS_QUORUM,
     &redis_cluster::REDIS_CLUSTER,
+    &MONGODB_FAIR,
+    &ETCD_FAIR,
+    &POSTGRES_FAIR,
+    &POSTGRES_ADVISORY_FAIR,
 ];
+
+/// The backends with a fair mode, in it.
+const MONGODB_FAIR: fair::FairForm =
+    fair::FairForm::new(&mongodb::MONGODB, "MongoDB, fair", "mongodb-fair");
+const ETCD_FAIR: fair::FairForm = fair::FairForm::new(&etcd::ETCD, "etcd, fair", "etcd-fair");
+const POSTGRES_FAIR: fair::FairForm =
+    fair::FairForm::new(&postgres::POSTGRES, "PostgreSQL, fair", "postgresql-fair");
+const POSTGRES_ADVISORY_FAIR: fair::FairForm = fair::FairForm::new(
+    &postgres::POSTGRES_ADVISORY,
+    "PostgreSQL, advisory mode, fair",
+    "postgresql-advisory-fair",
+);
 
 /// The backend called `text` (as `--backend` takes it, in any case): its
 /// option name, or its name in reports.
@@ -159,6 +176,12 @@ pub(crate) trait CampaignBackend: Sync + std::fmt::Debug {
     /// Its name in `--backend`, when its name in reports has spaces.
     fn option_name(&self) -> &'static str {
         self.name()
+    }
+
+    /// The scenarios it runs (by id), when not every one: a fair form runs
+    /// only those whose promises it keeps in a way of its own.
+    fn scenarios(&self) -> Option<&'static [&'static str]> {
+        None
     }
 
     /// How its server starts, if it has one the campaign can restart.

@@ -1,0 +1,171 @@
+//! A backend's fair form (`fair=true`, see `Capabilities::fair`): the same
+//! server and the same facts, with clients that wait in the store's queue.
+//! It runs the scenarios whose promises fair mode keeps unchanged while it
+//! changes how a lock passes on: R1 (churn), R4 (a killed holder) and R5 (a
+//! lost answer).
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use distlock::LockName;
+
+use super::{
+    CampaignBackend, ClockStep, Detour, Kind, LostAnswer, OnRestart, SecretCase, ServerCommand,
+};
+use crate::Outcome;
+use crate::servers::Server;
+
+/// The scenarios a fair form runs.
+const SCENARIOS: &[&str] = &["R1", "R4", "R5"];
+
+/// `of` in fair mode, under its own names.
+#[derive(Debug)]
+pub(crate) struct FairForm {
+    of: Kind,
+    name: &'static str,
+    option_name: &'static str,
+}
+
+impl FairForm {
+    pub(crate) const fn new(of: Kind, name: &'static str, option_name: &'static str) -> Self {
+        Self {
+            of,
+            name,
+            option_name,
+        }
+    }
+}
+
+/// `url` with `fair=true` added to its query.
+fn fair(url: String) -> String {
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}fair=true")
+}
+
+#[async_trait::async_trait]
+impl CampaignBackend for FairForm {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn option_name(&self) -> &'static str {
+        self.option_name
+    }
+
+    fn scenarios(&self) -> Option<&'static [&'static str]> {
+        Some(SCENARIOS)
+    }
+
+    fn server(&self) -> Option<ServerCommand> {
+        self.of.server()
+    }
+
+    fn has_server(&self) -> bool {
+        self.of.has_server()
+    }
+
+    fn without_server(&self) -> &'static str {
+        self.of.without_server()
+    }
+
+    fn url(&self, scratch: &Path, address: &str, companions: &[String]) -> String {
+        fair(self.of.url(scratch, address, companions))
+    }
+
+    fn companions(&self) -> usize {
+        self.of.companions()
+    }
+
+    fn ready(&self, server: &Server) -> Outcome<()> {
+        self.of.ready(server)
+    }
+
+    fn restart_downtime(&self) -> Duration {
+        self.of.restart_downtime()
+    }
+
+    fn faulted_servers(&self) -> usize {
+        self.of.faulted_servers()
+    }
+
+    fn route_through(&self, server: &Server, proxies: &[String]) -> Outcome<Option<Detour>> {
+        self.of.route_through(server, proxies)
+    }
+
+    fn one_client_faulted(&self) -> Result<(), &'static str> {
+        self.of.one_client_faulted()
+    }
+
+    fn key_space_url(&self, server: &Server, space: &str) -> Outcome<String> {
+        Ok(fair(self.of.key_space_url(server, space)?))
+    }
+
+    fn process_bound(&self) -> bool {
+        self.of.process_bound()
+    }
+
+    fn ends_with_holder(&self) -> bool {
+        self.of.ends_with_holder()
+    }
+
+    fn min_lease(&self) -> Duration {
+        self.of.min_lease()
+    }
+
+    fn on_restart(&self) -> OnRestart {
+        self.of.on_restart()
+    }
+
+    fn has_shared(&self) -> bool {
+        self.of.has_shared()
+    }
+
+    fn semaphores(&self) -> Result<(), &'static str> {
+        self.of.semaphores()
+    }
+
+    fn max_held(&self) -> Option<usize> {
+        self.of.max_held()
+    }
+
+    fn regrant_bound(&self, lease: Duration) -> Duration {
+        self.of.regrant_bound(lease)
+    }
+
+    fn lost_answers(&self) -> &'static [LostAnswer] {
+        self.of.lost_answers()
+    }
+
+    async fn open_quiet(
+        &self,
+        url: &str,
+        lease: Duration,
+    ) -> Outcome<Arc<dyn distlock::backend::Backend>> {
+        self.of.open_quiet(url, lease).await
+    }
+
+    async fn prepare_name(&self, server: &Server, name: &LockName) -> Outcome<()> {
+        self.of.prepare_name(server, name).await
+    }
+
+    async fn delete_record(&self, server: &Server, name: &LockName) -> Outcome<()> {
+        self.of.delete_record(server, name).await
+    }
+
+    fn secret_cases(&self, server: &Server, canary: &str) -> Outcome<Vec<SecretCase>> {
+        self.of.secret_cases(server, canary)
+    }
+
+    fn parse_url(&self, url: &str) -> Option<(&'static str, Result<String, distlock::Error>)> {
+        self.of.parse_url(url)
+    }
+
+    fn server_clock(&self) -> Result<ClockStep, &'static str> {
+        self.of.server_clock()
+    }
+
+    fn expiry_edges(&self) -> Result<(), &'static str> {
+        self.of.expiry_edges()
+    }
+}
