@@ -86,7 +86,9 @@ impl CampaignBackend for MongoDb {
     }
 
     async fn delete_record(&self, server: &Server, name: &LockName) -> Outcome<()> {
-        let client = mongodb::Client::with_uri_str(server.url()).await?;
+        // The driver's URL: without distlock's own options (a fair form's).
+        let (driver_url, _) = distlock::mongodb::split_collection_option(&server.url())?;
+        let client = mongodb::Client::with_uri_str(driver_url).await?;
         client
             .database(DATABASE)
             .collection::<mongodb::bson::Document>(distlock::mongodb::DEFAULT_COLLECTION)

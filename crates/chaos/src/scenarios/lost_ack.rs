@@ -207,7 +207,11 @@ fn victim(runtime: &Runtime, server: &Server, lease: Duration, loss: Loss) -> Ou
         Outcome::Ok(LockClient::new(backend, options))
     })?;
     let admin = match loss {
-        Loss::FailPoint => Some(runtime.block_on(mongodb::Client::with_uri_str(server.url()))?),
+        Loss::FailPoint => {
+            // The driver's URL: without distlock's own options (`fair`).
+            let (driver_url, _) = distlock::mongodb::split_collection_option(&server.url())?;
+            Some(runtime.block_on(mongodb::Client::with_uri_str(driver_url))?)
+        }
         Loss::ResetAfterRequest => None,
     };
     Ok(Victim {
