@@ -1,5 +1,5 @@
 //! The backend's URL: a libpq-style `postgres://` or `postgresql://` URL
-//! whose options `table`, `schema`, `mode`, `advisory_class`,
+//! whose options `table`, `schema`, `mode`, `advisory_class`, `fair`,
 //! `listen_url`, `sslmode` and `sslrootcert` are distlock's, and whose
 //! other options go to the driver.
 
@@ -56,6 +56,10 @@ pub struct PostgresConfig {
     /// The class (first key half) of `mode=advisory`'s advisory locks
     /// (`?advisory_class=`, [`DEFAULT_ADVISORY_CLASS`] when not given).
     pub advisory_class: i32,
+    /// Fair mode (`?fair=true`, off when not given): whole locks go to
+    /// waiters in the order they asked, across processes; see the
+    /// [crate documentation](crate#fair-mode).
+    pub fair: bool,
     /// What the listening connection for release wake-ups connects with:
     /// `?listen_url=` when given, else the main URL. Pooled connections
     /// never listen, since PgBouncer in transaction mode hands them to
@@ -79,6 +83,7 @@ impl fmt::Debug for PostgresConfig {
             .field("table", &self.table)
             .field("mode", &self.mode)
             .field("advisory_class", &self.advisory_class)
+            .field("fair", &self.fair)
             .field("listen_url", &self.listen_url.as_deref().map(redact))
             .field("sslmode", &self.tls.mode)
             .finish()
@@ -93,7 +98,8 @@ impl PostgresConfig {
     /// malformed escape, an option given twice or without `=`, an empty or
     /// overlong `table` or `schema`, a `mode`
     /// other than `lease` and `advisory`, an `advisory_class` that is not
-    /// an integer from 0 to 2147483647, an `sslmode` other than `disable`,
+    /// an integer from 0 to 2147483647, a `fair` other than `true` and
+    /// `false`, an `sslmode` other than `disable`,
     /// `prefer`, `require`, `verify-ca` and `verify-full`, `verify-ca`
     /// without `sslrootcert`, `sslrootcert=system` with another mode than
     /// `verify-full`, `sslcert`, `sslkey`, `sslcrl` or `sslcrldir` (not
@@ -125,6 +131,7 @@ impl PostgresConfig {
             Some(class) => parse_class(&class)?,
             None => DEFAULT_ADVISORY_CLASS,
         };
+        let fair = query.take_flag("fair")?.unwrap_or(false);
         let listen_url = query.take("listen_url")?.filter(|url| !url.is_empty());
         let tls = take_tls_options(&mut query)?;
         refuse_unsupported(&query)?;
@@ -168,6 +175,7 @@ impl PostgresConfig {
             table,
             mode,
             advisory_class,
+            fair,
             listen,
             listen_url,
             tls,
@@ -406,6 +414,18 @@ mod tests {
                 .to_string();
             assert!(error.contains("advisory_class"), "{error}");
         }
+    }
+
+    #[test]
+    fn fair_mode_is_off_unless_asked_for() {
+        assert!(!PostgresConfig::parse("postgres://db/").unwrap().fair);
+        let config = PostgresConfig::parse("postgres://db/?mode=advisory&fair=true").unwrap();
+        assert!(config.fair);
+        assert!(!PostgresConfig::parse("postgres://db/?fair=false").unwrap().fair);
+        let error = PostgresConfig::parse("postgres://db/?fair=yes")
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("fair=true"), "{error}");
     }
 
     #[test]

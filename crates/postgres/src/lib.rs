@@ -30,6 +30,7 @@
 //! | `schema` | `public` | its schema, created if missing |
 //! | `mode` | `lease` | `lease` or `advisory` (see [Advisory mode](#advisory-mode)) |
 //! | `advisory_class` | [`DEFAULT_ADVISORY_CLASS`] (1684799488) | advisory mode's key class, 0 to 2147483647 |
+//! | `fair` | `false` | `true` for fair mode: whole locks go to waiters in the order they asked (see [Fair mode](#fair-mode)) |
 //! | `listen_url` | the main URL | where the connection that listens for releases goes: a direct connection to the same server and database (see [Release wake-ups](#release-wake-ups)) |
 //! | `sslmode` | `prefer` | whether and how to use TLS: `disable`, `prefer`, `require`, `verify-ca` or `verify-full` (see [TLS](#tls)) |
 //! | `sslrootcert` | none | a PEM file of trusted CA certificates, or `system` for the public CAs |
