@@ -421,7 +421,11 @@ mod tests {
         assert!(!PostgresConfig::parse("postgres://db/").unwrap().fair);
         let config = PostgresConfig::parse("postgres://db/?mode=advisory&fair=true").unwrap();
         assert!(config.fair);
-        assert!(!PostgresConfig::parse("postgres://db/?fair=false").unwrap().fair);
+        assert!(
+            !PostgresConfig::parse("postgres://db/?fair=false")
+                .unwrap()
+                .fair
+        );
         let error = PostgresConfig::parse("postgres://db/?fair=yes")
             .unwrap_err()
             .to_string();

@@ -15,7 +15,7 @@ mod session;
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::{LeaseId, LockName, ReleaseWatch};
+use distlock_core::{LeaseId, LockName, ReleaseHub, ReleaseWatch};
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
@@ -175,6 +175,13 @@ impl Listener {
     /// otherwise, and the waiter polls.
     pub(crate) fn watch(&self, name: &LockName) -> Option<ReleaseWatch> {
         (self.state() == WakeUps::Listening).then(|| self.shared.watched.watch(name))
+    }
+
+    /// What wakes this backend's waiters of a name from within the
+    /// process, without a release announced by the server (a wait the
+    /// server itself ended, in advisory mode's fair mode).
+    pub(crate) fn hub(&self) -> ReleaseHub {
+        self.shared.watched.hub().clone()
     }
 
     pub(crate) fn queue(&self) -> WakeUpQueue {
