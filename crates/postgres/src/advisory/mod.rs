@@ -357,10 +357,11 @@ impl AdvisoryMode {
         deadline: Instant,
     ) -> Result<Attempt> {
         let waits_in_line = self.fair && !shared && request.retries;
-        if waits_in_line && let Some(place) = wait.take::<Place>() {
-            if let Some(attempt) = self.tend(request, place, wait, deadline).await? {
-                return Ok(attempt);
-            }
+        if waits_in_line
+            && let Some(place) = wait.take::<Place>()
+            && let Some(attempt) = self.tend(request, place, wait, deadline).await?
+        {
+            return Ok(attempt);
         }
         // A waiting writer asks again on the session holding its intent.
         let (session, intent) = match wait.take::<WaitingWriter>() {
