@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use distlock_core::{AcquireRequest, Attempt, Error, LockName, ReleaseHub, Result, WaitState};
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_postgres::CancelToken;
@@ -49,7 +50,10 @@ const PLACE_LEASES: u32 = 10;
 pub(super) struct Place {
     objid: i32,
     cancel: CancelToken,
-    task: JoinHandle<Waited>,
+    task: JoinHandle<()>,
+    /// How the task ended, sent before it wakes the wait: a wait woken
+    /// finds it there (the task itself may not have returned yet).
+    waited: oneshot::Receiver<Waited>,
     /// Marked by each attempt of the wait; see [`PLACE_LEASES`].
     asked: Arc<AtomicBool>,
 }
@@ -94,7 +98,13 @@ impl Asked {
     /// Waits in line on `session` until the server grants, or the place
     /// runs out unasked about, or fails; then wakes the name's waiters in
     /// this process.
-    async fn wait(self, session: Session, asked: Arc<AtomicBool>, hub: ReleaseHub) -> Waited {
+    async fn wait(
+        self,
+        session: Session,
+        asked: Arc<AtomicBool>,
+        hub: ReleaseHub,
+        done: oneshot::Sender<Waited>,
+    ) {
         let what = format!("waiting in line for {}", self.name);
         let bytes = self.name.as_str().as_bytes();
         let params: [(&(dyn ToSql + Sync), Type); 5] = [
@@ -138,8 +148,9 @@ impl Asked {
                 Err(error) => break Err(error),
             }
         };
+        // Dropped unsent when the wait is gone: the session closes.
+        let _ = done.send(Waited { session, outcome });
         hub.notify(&self.name);
-        Waited { session, outcome }
     }
 }
 
@@ -193,11 +204,13 @@ impl AdvisoryMode {
         };
         let marked = Arc::new(AtomicBool::new(false));
         let cancel = session.cancel_token();
-        let task = tokio::spawn(asked.wait(session, marked.clone(), self.listener.hub()));
+        let (done, waited) = oneshot::channel();
+        let task = tokio::spawn(asked.wait(session, marked.clone(), self.listener.hub(), done));
         Place {
             objid,
             cancel,
             task,
+            waited,
             asked: marked,
         }
     }
@@ -217,16 +230,21 @@ impl AdvisoryMode {
         deadline: Instant,
     ) -> Result<Option<Attempt>> {
         place.asked.store(true, Ordering::Release);
-        if !place.task.is_finished() {
-            wait.set(place);
-            return Ok(Some(in_line(request)));
-        }
         let what = format!("acquiring {}", request.name);
-        let waited = (&mut place.task).await.map_err(|error| Error::Backend {
-            backend: "postgres",
-            message: format!("{what}: the wait in line ended: {error}"),
-            source: None,
-        })?;
+        let waited = match place.waited.try_recv() {
+            Ok(waited) => waited,
+            Err(oneshot::error::TryRecvError::Empty) => {
+                wait.set(place);
+                return Ok(Some(in_line(request)));
+            }
+            Err(oneshot::error::TryRecvError::Closed) => {
+                return Err(Error::Backend {
+                    backend: "postgres",
+                    message: format!("{what}: the wait in line ended without an answer"),
+                    source: None,
+                });
+            }
+        };
         let session = waited.session;
         let Some(granted) = waited.outcome? else {
             wait.set(WaitingWriter {
@@ -287,14 +305,15 @@ impl AdvisoryMode {
         mut place: Place,
     ) -> Result<()> {
         let patience = request.operation_timeout;
-        if !place.task.is_finished()
+        if place.waited.is_empty()
+            && !place.waited.is_terminated()
             && let Err(error) = self.spares.cancel(&place.cancel, patience).await
         {
             // Dropping the place closes its session instead.
             tracing::debug!(%error, name = %request.name, "could not cancel a wait in line");
             return Ok(());
         }
-        let Ok(Ok(waited)) = tokio::time::timeout(patience, &mut place.task).await else {
+        let Ok(Ok(waited)) = tokio::time::timeout(patience, &mut place.waited).await else {
             return Ok(());
         };
         let session = waited.session;
