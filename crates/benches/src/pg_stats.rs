@@ -39,7 +39,14 @@ const COMMITS: &str = "xact_commit";
 
 /// distlock's own options of a PostgreSQL URL, which the drivers refuse
 /// or warn about.
-const DISTLOCK_OPTIONS: [&str; 4] = ["table", "schema", "mode", "listen_url"];
+const DISTLOCK_OPTIONS: [&str; 6] = [
+    "table",
+    "schema",
+    "mode",
+    "advisory_class",
+    "fair",
+    "listen_url",
+];
 
 /// The counters of one database.
 #[derive(Debug, Clone)]
@@ -112,7 +119,7 @@ impl PgStats {
 }
 
 /// `url` without distlock's own options (`table`, `schema`, `mode`,
-/// `listen_url`), as a driver takes it; a URL that does not read is left
+/// `advisory_class`, `fair`, `listen_url`), as a driver takes it; a URL that does not read is left
 /// as it is, for the driver to refuse.
 pub(crate) fn driver_url(url: &str) -> String {
     let Ok(parts) = UrlParts::split(url) else {
@@ -135,7 +142,8 @@ mod tests {
 
     #[test]
     fn distlock_options_are_left_to_distlock() {
-        let url = "postgres://u:p@h:5/db?table=t&connect_timeout=3&mode=lease&listen_url=x";
+        let url =
+            "postgres://u:p@h:5/db?table=t&connect_timeout=3&mode=advisory&fair=true&listen_url=x";
         assert_eq!(driver_url(url), "postgres://u:p@h:5/db?connect_timeout=3");
         assert_eq!(driver_url("postgres://h/db?schema=s"), "postgres://h/db");
         assert_eq!(driver_url("postgres://h/db"), "postgres://h/db");

@@ -72,8 +72,7 @@ impl PostgresBackend {
     /// no CA certificate, when a table of that name exists but was not made
     /// by distlock for this mode, or, in advisory mode, when the server is
     /// older than PostgreSQL 14 or the URL reaches a transaction pooler;
-    /// [`Error::Unsupported`] for fair mode in advisory mode; a
-    /// backend error when the server cannot be reached, does not offer TLS
+    /// a backend error when the server cannot be reached, does not offer TLS
     /// that `sslmode` requires, or presents a certificate that fails
     /// `sslmode`'s checks (the message says which check, and how to fix
     /// it). No message includes the credentials.
@@ -81,7 +80,6 @@ impl PostgresBackend {
     /// # Cancel safety
     /// As [`open`](Self::open).
     pub async fn connect(config: PostgresConfig) -> Result<Self> {
-        refuse_fair_advisory(&config)?;
         // The TLS connectors, built once for every connection to come.
         let (endpoint, listen) = config.endpoints()?;
         let what = format!("connecting to {}", config.redacted_url());
@@ -225,21 +223,6 @@ impl PostgresBackend {
     }
 }
 
-/// Refuses fair mode where the mode does not offer it yet.
-///
-/// # Errors
-/// [`Error::Unsupported`] for `fair=true` with `mode=advisory`.
-fn refuse_fair_advisory(config: &PostgresConfig) -> Result<()> {
-    if config.fair && config.mode == Mode::Advisory {
-        return Err(Error::Unsupported(
-            "fair=true is not offered in mode=advisory yet: use mode=lease for fair mode, or \
-             leave fair out"
-                .to_owned(),
-        ));
-    }
-    Ok(())
-}
-
 /// Makes sure the table of election terms beside `table` exists, and
 /// answers whether it does. A role that may use the lock table but not
 /// create tables beside it still locks: its backend keeps no record of
@@ -333,22 +316,5 @@ impl Backend for PostgresBackend {
 
     fn delayed_release(&self) -> Result<&dyn DelayedRelease> {
         self.mode().delayed_release()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn advisory_mode_refuses_fair_mode_by_name() {
-        let config = PostgresConfig::parse("postgres://db/?mode=advisory&fair=true").unwrap();
-        let refused = refuse_fair_advisory(&config).unwrap_err();
-        assert!(
-            matches!(&refused, Error::Unsupported(why) if why.contains("fair") && why.contains("mode=lease")),
-            "{refused:?}"
-        );
-        let lease = PostgresConfig::parse("postgres://db/?fair=true").unwrap();
-        assert!(refuse_fair_advisory(&lease).is_ok());
     }
 }

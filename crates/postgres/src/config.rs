@@ -57,9 +57,8 @@ pub struct PostgresConfig {
     /// (`?advisory_class=`, [`DEFAULT_ADVISORY_CLASS`] when not given).
     pub advisory_class: i32,
     /// Fair mode (`?fair=true`, off when not given): whole locks go to
-    /// waiters in the order they asked, across processes, each release
-    /// granting the next waiter in its own statement; see the
-    /// [crate documentation](crate#fair-mode). Lease mode only, for now.
+    /// waiters in the order they asked, across processes; see the
+    /// [crate documentation](crate#fair-mode).
     pub fair: bool,
     /// What the listening connection for release wake-ups connects with:
     /// `?listen_url=` when given, else the main URL. Pooled connections
@@ -422,6 +421,11 @@ mod tests {
         assert!(!PostgresConfig::parse("postgres://db/").unwrap().fair);
         assert!(
             PostgresConfig::parse("postgres://db/?fair=true")
+                .unwrap()
+                .fair
+        );
+        assert!(
+            PostgresConfig::parse("postgres://db/?mode=advisory&fair=true")
                 .unwrap()
                 .fair
         );

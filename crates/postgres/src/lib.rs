@@ -30,7 +30,7 @@
 //! | `schema` | `public` | its schema, created if missing |
 //! | `mode` | `lease` | `lease` or `advisory` (see [Advisory mode](#advisory-mode)) |
 //! | `advisory_class` | [`DEFAULT_ADVISORY_CLASS`] (1684799488) | advisory mode's key class, 0 to 2147483647 |
-//! | `fair` | `false` | `true` for [fair mode](#fair-mode): whole locks go to waiters in the order they asked (lease mode only, for now) |
+//! | `fair` | `false` | `true` for fair mode: whole locks go to waiters in the order they asked (see [Fair mode](#fair-mode)) |
 //! | `listen_url` | the main URL | where the connection that listens for releases goes: a direct connection to the same server and database (see [Release wake-ups](#release-wake-ups)) |
 //! | `sslmode` | `prefer` | whether and how to use TLS: `disable`, `prefer`, `require`, `verify-ca` or `verify-full` (see [TLS](#tls)) |
 //! | `sslrootcert` | none | a PEM file of trusted CA certificates, or `system` for the public CAs |
@@ -203,10 +203,12 @@
 //!   once as a role that may create the table, then this one again.
 //!
 //! # Fair mode
-//! With `fair=true` (lease mode only, for now), whole locks go to waiters
-//! in the order they asked, across processes and within one: each waiting
-//! task takes a place in the store, and the release hands the lock to the
-//! first place itself (see [`Capabilities::fair`](distlock_core::Capabilities::fair)).
+//! With `fair=true`, whole locks go to waiters in the order they asked,
+//! across processes and within one: each waiting task takes a place in the
+//! store, and the release hands the lock to the first place itself (see
+//! [`Capabilities::fair`](distlock_core::Capabilities::fair)). This
+//! section is lease mode's; advisory mode's line is the server's own (see
+//! [Fair mode in advisory mode](#fair-mode-in-advisory-mode)).
 //!
 //! - **What is stored.** A waiter's place is an entry of the row's
 //!   `waiting` array, `{id, exp, lease, holder}` (and `term` for a
@@ -377,6 +379,55 @@
 //!   they differ.
 //! - **Hand-overs** are not offered: a lock passes between the tasks of
 //!   one client by a release and a new grant.
+//!
+//! # Fair mode in advisory mode
+//! `fair=true` serves whole locks to waiters in the order they asked,
+//! across processes and within one, by the server's doing (see
+//! [`Capabilities::fair`](distlock_core::Capabilities::fair)). Readers
+//! are not covered; a waiting writer keeps new readers out, as without
+//! it. A single try never jumps the line: it fails while anyone holds or
+//! waits. Off by default, and then nothing changes.
+//!
+//! In advisory mode the line is PostgreSQL's own queue of the name's key,
+//! which its lock manager keeps in the order of arrival:
+//! - **Waiting.** A writer's first waiting attempt that finds the lock held
+//!   keeps its connection (holding the writer's intent, as above), and a
+//!   task of the wait runs `pg_advisory_lock` on it. A release hands the
+//!   lock to the first in line inside its `pg_advisory_unlock`; the
+//!   waiter's statement then bumps the token, and appends a campaign's
+//!   term, in the statement that was granted, and its task wakes the wait
+//!   in its own process. The wait's next attempt takes the grant over with
+//!   one round trip on that connection, which starts the server's idle
+//!   timer (the lease) from that attempt. Nothing is stored beyond what
+//!   advisory mode stores.
+//! - **What a waiter costs:** a connection of its own for the whole wait,
+//!   and no statement while it waits. Releases still notify, for readers
+//!   and other clients: the name's waiters in each process then look at
+//!   their place, without asking the server.
+//! - **A waiter that dies:** its connection closes, and the server, which
+//!   checks a waiting connection every second
+//!   (`client_connection_check_interval`, on Linux servers), drops its
+//!   place; elsewhere it drops out when its turn comes. A waiter that
+//!   stops but keeps its connection (a stopped process) keeps its place;
+//!   when its turn comes it is granted, and the server ends its connection
+//!   after one lease of silence (`idle_session_timeout`), which passes the
+//!   lock on. Either way the line is held up for a lease at most.
+//! - **Leaving the line.** A wait that ends (its timeout, a cancellation,
+//!   a dropped future) cancels its statement from another connection at
+//!   once, and releases a grant that came meanwhile; a cancelled waiter's
+//!   connection is closed rather than kept.
+//! - **`lock_timeout`.** PostgreSQL cannot renew a place without taking it
+//!   out of the queue, and the wait's deadline is kept by the client,
+//!   which cancels. So a place waits under a `lock_timeout` of ten leases,
+//!   a bound by the server's clock for a place nobody tends: when it runs
+//!   out, a wait that made an attempt since joins the line again, at its
+//!   end, and one that made none is given up. A wait longer than ten
+//!   leases may so lose its turn, once per ten leases.
+//! - **Order.** Waiters are served in the order their `pg_advisory_lock`
+//!   statements reached the server, which is sent right after the attempt
+//!   that found the lock held. A waiting statement keeps a snapshot, as
+//!   any running statement does, which holds back vacuum's horizon while
+//!   it waits.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 

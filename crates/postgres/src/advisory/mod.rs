@@ -15,7 +15,10 @@
 //! - Writers are not starved: a waiting writer holds its name's intent key
 //!   shared on its waiting session, and readers do not try while any
 //!   intent is held (see [`statements`]).
+//! - In fair mode a waiting writer waits inside the server, in the lock's
+//!   own queue (see [`fair`]).
 
+mod fair;
 mod keys;
 mod pooler;
 mod prepared;
@@ -36,6 +39,7 @@ use tokio::time::Instant;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Row};
 
+use self::fair::Place;
 use self::keys::Key;
 use self::session::{Session, Spares};
 use self::statements::Statements;
@@ -209,12 +213,15 @@ pub(crate) struct AdvisoryMode {
     _sweeper: Sweeper,
     /// The record of election terms, unless its table could not be made.
     terms: Option<TermRecord>,
+    /// Fair mode: waiting writers wait in the server's queue.
+    fair: bool,
 }
 
 impl fmt::Debug for AdvisoryMode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AdvisoryMode")
             .field("class", &self.class)
+            .field("fair", &self.fair)
             .field("wake_ups", &self.listener.state())
             .finish_non_exhaustive()
     }
@@ -251,6 +258,7 @@ impl AdvisoryMode {
             terms: records_terms
                 .then(|| TermRecord::new(connections.clone(), &config.table.terms())),
             class: config.advisory_class,
+            fair: config.fair,
             spares,
             connections,
             statements,
@@ -348,6 +356,13 @@ impl AdvisoryMode {
         wait: &mut WaitState,
         deadline: Instant,
     ) -> Result<Attempt> {
+        let waits_in_line = self.fair && !shared && request.retries;
+        if waits_in_line
+            && let Some(place) = wait.take::<Place>()
+            && let Some(attempt) = self.tend(request, place, wait, deadline).await?
+        {
+            return Ok(attempt);
+        }
         // A waiting writer asks again on the session holding its intent.
         let (session, intent) = match wait.take::<WaitingWriter>() {
             Some(waiting) if !waiting.session.is_closed() => (waiting.session, Some(waiting.objid)),
@@ -381,23 +396,16 @@ impl AdvisoryMode {
                     source: None,
                 });
             }
-            // Should it end between the check and the pin, unheard, the
-            // next extension finds it closed and refuses.
-            session.pin(request.loss.clone());
-            let pinned = Pinned {
-                id: request.lease_id,
-                key: Key {
-                    class: self.class,
-                    objid: answer.objid,
-                },
-                shared,
-                pid: answer.pid,
-                session: Mutex::new(Some(Arc::new(session))),
+            let fencing_token = rows::token(token, &what)?;
+            let key = Key {
+                class: self.class,
+                objid: answer.objid,
             };
-            return Ok(Attempt::Acquired {
-                fencing_token: rows::token(token, &what)?,
-                state: GrantState::new(pinned),
-            });
+            return Ok(self.pinned(request, session, key, shared, answer.pid, fencing_token));
+        }
+        if waits_in_line {
+            wait.set(self.take_place(request, session, answer.objid, records));
+            return Ok(fair::in_line(request));
         }
         if !shared && request.retries {
             wait.set(WaitingWriter {
@@ -414,6 +422,64 @@ impl AdvisoryMode {
         Ok(Attempt::Held {
             retry_after: Some(SILENT_END_POLL.min(request.lease / 2)),
         })
+    }
+}
+
+impl AdvisoryMode {
+    /// The grant of `request` on `session`, which the server process
+    /// `pid` was granted `key` on with `fencing_token`, as the attempt
+    /// answers it.
+    fn pinned(
+        &self,
+        request: &AcquireRequest,
+        session: Session,
+        key: Key,
+        shared: bool,
+        pid: i32,
+        fencing_token: u64,
+    ) -> Attempt {
+        // Should it end between the caller's check and the pin, unheard,
+        // the next extension finds it closed and refuses.
+        session.pin(request.loss.clone());
+        let pinned = Pinned {
+            id: request.lease_id,
+            key,
+            shared,
+            pid,
+            session: Mutex::new(Some(Arc::new(session))),
+        };
+        Attempt::Acquired {
+            fencing_token,
+            state: GrantState::new(pinned),
+        }
+    }
+
+    /// Ends a waiting writer's wait: its intent given up, its idle timeout
+    /// taken off, and its session back to the spares.
+    ///
+    /// # Errors
+    /// A backend error; the session is then closed, which ends the intent.
+    ///
+    /// # Cancel safety
+    /// Dropping the future closes the session.
+    async fn stop_waiting(&self, request: &AcquireRequest, waiting: WaitingWriter) -> Result<()> {
+        let (channel, payload) = self.channels.announce(&request.name);
+        waiting
+            .session
+            .query(
+                &format!("ending a wait for {}", request.name),
+                &self.statements.end_wait,
+                &[
+                    (&self.class, Type::INT4),
+                    (&waiting.objid, Type::INT4),
+                    (&channel, Type::TEXT),
+                    (&payload, Type::TEXT),
+                ],
+                request.operation_timeout,
+            )
+            .await?;
+        self.spares.put(waiting.session);
+        Ok(())
     }
 }
 
@@ -443,8 +509,11 @@ impl Backend for AdvisoryMode {
         // the lock up before the server ends its session (after a lease
         // of silence), so core's keeper checks each grant's session once
         // per extension period. No hand-overs: a lock passes between a
-        // client's tasks by a release and a new grant.
-        Capabilities::lease_based().with_shared(true)
+        // client's tasks by a release and a new grant. Fair: whole locks
+        // go to waiters in the order of the server's queue.
+        Capabilities::lease_based()
+            .with_shared(true)
+            .with_fair(self.fair)
     }
 
     async fn try_acquire(&self, request: &AcquireRequest, wait: &mut WaitState) -> Result<Attempt> {
@@ -478,26 +547,13 @@ impl Backend for AdvisoryMode {
     }
 
     async fn end_wait(&self, request: &AcquireRequest, mut wait: WaitState) -> Result<()> {
-        let Some(waiting) = wait.take::<WaitingWriter>() else {
-            return Ok(());
-        };
-        let (channel, payload) = self.channels.announce(&request.name);
-        waiting
-            .session
-            .query(
-                &format!("ending a wait for {}", request.name),
-                &self.statements.end_wait,
-                &[
-                    (&self.class, Type::INT4),
-                    (&waiting.objid, Type::INT4),
-                    (&channel, Type::TEXT),
-                    (&payload, Type::TEXT),
-                ],
-                request.operation_timeout,
-            )
-            .await?;
-        self.spares.put(waiting.session);
-        Ok(())
+        if let Some(place) = wait.take::<Place>() {
+            return self.leave_line(request, place).await;
+        }
+        match wait.take::<WaitingWriter>() {
+            Some(waiting) => self.stop_waiting(request, waiting).await,
+            None => Ok(()),
+        }
     }
 
     async fn extend(&self, lease: &Lease) -> Result<bool> {

@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use distlock_core::{Error, LossReporter, Result};
-use tokio_postgres::{Client, Row};
+use tokio::task::AbortHandle;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::{CancelToken, Client, Row};
 
 use super::prepared::Prepared;
 use crate::error::from_driver;
@@ -26,6 +28,11 @@ pub(crate) struct Session {
     client: Client,
     prepared: Prepared,
     watch: Arc<Watch>,
+    /// The driver task, aborted when the session is dropped: the driver
+    /// alone would keep the connection open until every statement sent
+    /// was answered, and a statement waiting in a lock's queue may not be
+    /// for long.
+    driver: AbortHandle,
 }
 
 /// What the driver task reports to when the connection ends.
@@ -64,19 +71,21 @@ impl Session {
             .map_err(|error| from_driver(what, error))?;
         let watch = Arc::new(Watch::default());
         let ended = watch.clone();
-        tokio::spawn(async move {
+        let driver = tokio::spawn(async move {
             // Ends when the server closes the connection (terminated,
-            // restarted, timed out), the network fails, or `client` is
+            // restarted, timed out), the network fails, or the session is
             // dropped; only the first two leave a reporter set.
             let _ = connection.await;
             if let Some(reporter) = ended.take() {
                 reporter.report();
             }
-        });
+        })
+        .abort_handle();
         Ok(Self {
             client,
             prepared: Prepared::default(),
             watch,
+            driver,
         })
     }
 
@@ -94,6 +103,12 @@ impl Session {
     /// Whether the connection has ended, and every lock on it with it.
     pub(crate) fn is_closed(&self) -> bool {
         self.client.is_closed()
+    }
+
+    /// What cancels the statement this session runs, from another
+    /// connection (see [`Spares::cancel`]).
+    pub(crate) fn cancel_token(&self) -> CancelToken {
+        self.client.cancel_token()
     }
 
     /// Runs `sql` with `params`, waiting at most `timeout` for the answer
@@ -121,12 +136,57 @@ impl Session {
         .await?
         .map_err(|error| from_driver(what, error))
     }
+
+    /// Runs `sql`, which takes no parameters and answers no rows, as a
+    /// simple query: nothing to prepare, so it is sent at once, before any
+    /// statement asked for after it.
+    ///
+    /// # Errors
+    /// As [`query`](Self::query).
+    ///
+    /// # Cancel safety
+    /// As [`query`](Self::query).
+    pub(crate) async fn execute(&self, what: &str, sql: &str, timeout: Duration) -> Result<()> {
+        within(what, timeout, self.client.batch_execute(sql))
+            .await?
+            .map_err(|error| from_driver(what, error))
+    }
+
+    /// As [`query`](Self::query), but a statement the server refused with
+    /// `code` answers `None`.
+    ///
+    /// # Errors
+    /// As [`query`](Self::query).
+    ///
+    /// # Cancel safety
+    /// As [`query`](Self::query).
+    pub(crate) async fn query_unless(
+        &self,
+        code: &SqlState,
+        what: &str,
+        sql: &str,
+        params: &Params<'_>,
+        timeout: Duration,
+    ) -> Result<Option<Vec<Row>>> {
+        match within(
+            what,
+            timeout,
+            self.prepared.query(&self.client, sql, params),
+        )
+        .await?
+        {
+            Ok(rows) => Ok(Some(rows)),
+            Err(error) if error.code() == Some(code) => Ok(None),
+            Err(error) => Err(from_driver(what, error)),
+        }
+    }
 }
 
 impl Drop for Session {
     fn drop(&mut self) {
         // Closed on purpose: nothing was lost.
         self.unpin();
+        self.driver.abort();
     }
 }
 
@@ -226,6 +286,27 @@ impl Spares {
             session.unpin();
             idle.push(session);
         }
+    }
+
+    /// Asks the server, over a connection of its own, to cancel the
+    /// statement that `token`'s session runs, within `timeout`. A session
+    /// that runs none is left as it is, or, should the request come
+    /// between two statements, its next statement may be cancelled.
+    ///
+    /// # Errors
+    /// A backend error when the request could not be sent in time.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the request sent or not.
+    pub(crate) async fn cancel(&self, token: &CancelToken, timeout: Duration) -> Result<()> {
+        let what = "cancelling a wait";
+        within(
+            what,
+            timeout,
+            token.cancel_query(self.inner.endpoint.tls.clone()),
+        )
+        .await?
+        .map_err(|error| from_driver(what, error))
     }
 
     /// Opens one spare in the background, unless one is being opened.

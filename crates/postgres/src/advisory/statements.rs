@@ -33,6 +33,10 @@ pub(crate) struct Statements {
     acquire_shared: String,
     /// A campaign's exclusive acquire, which records the term it grants.
     pub(crate) campaign: String,
+    /// Fair mode's wait in the server's queue, and a campaign's, which
+    /// records the term it grants (see [`wait_in_line`]).
+    pub(crate) wait_in_line: String,
+    pub(crate) campaign_in_line: String,
     /// Gives a name its `objid` unless it has one: `$1` name, `$2` objid;
     /// the token starts at the server's clock, which tells the sweep how
     /// long ago a row that was never granted got its key.
@@ -55,6 +59,8 @@ impl Statements {
             acquire_exclusive: acquire(t, false, None),
             acquire_shared: acquire(t, true, None),
             campaign: acquire(t, false, Some(&table.terms())),
+            wait_in_line: wait_in_line(t, None),
+            campaign_in_line: wait_in_line(t, Some(&table.terms())),
             insert_key: format!(
                 "INSERT INTO {t} (name, objid, fencing_token) SELECT $1, $2, c.now_us FROM {CLOCK}
                  ON CONFLICT (name) DO NOTHING"
@@ -199,6 +205,56 @@ fn acquire(t: &str, shared: bool, terms: Option<&TableName>) -> String {
     )
 }
 
+/// Has the server check, every second while a statement runs, that the
+/// session's client is still connected: a waiter in line whose process
+/// died, or that dropped its wait, leaves the line within a second, not
+/// only when its turn comes. The server arms the check as a statement
+/// starts, so it is set by a statement of its own, sent just before the
+/// wait's; a session keeps it.
+pub(crate) const CHECK_CONNECTION: &str = "SET client_connection_check_interval = 1000";
+
+/// Fair mode's wait, on a session that holds the name's writers' intent
+/// (`objid + 1`, shared): `pg_advisory_lock` waits in the server's queue
+/// for the name's key, under a `lock_timeout` of `$3` ms, and once granted
+/// the same statement bumps the token and records the grant as
+/// [`acquire`] does, gives the intent up, and takes the `lock_timeout`
+/// off. While it waits, the server checks the client's connection (see
+/// [`CHECK_CONNECTION`]). Until then the intent keeps the name's row, and so its key, from
+/// being deleted.
+///
+/// The lock waits in a `MATERIALIZED` expression that the update reads,
+/// so the token is bumped after the grant, from the latest committed row
+/// (an update in `READ COMMITTED` reads the row's newest version, not the
+/// statement's snapshot). The lock itself is not undone should the rest
+/// fail; the waiter then drops the session, which ends it.
+///
+/// `$1` class, `$2` objid, `$3` lock timeout, `$4` holder as JSON text,
+/// `$5` name, and for a campaign `$6` the holder as JSON text with its
+/// label whole. Answers the token (`NULL` if the name's row went, which
+/// the intent prevents) and the session's process id.
+fn wait_in_line(t: &str, terms: Option<&TableName>) -> String {
+    let token = "greatest(t.fencing_token + 1, c.now_us)";
+    let recorded = terms.map_or_else(String::new, |terms| {
+        format!(",\n{}", terms::appended_after("bumped", terms, "$5", "$6"))
+    });
+    format!(
+        "WITH s AS MATERIALIZED (
+             SELECT set_config('lock_timeout', $3, false)
+         ), l AS MATERIALIZED (
+             SELECT pg_advisory_lock($1, $2) FROM s
+         ), bumped AS (
+             UPDATE {t} AS t SET fencing_token = {token},
+                 holders = jsonb_build_object(pg_backend_pid()::text,
+                     jsonb_build_object('token', {token}, 'holder', $4::text::jsonb))
+             FROM l, {CLOCK}
+             WHERE t.name = $5 AND t.objid = $2
+             RETURNING t.fencing_token
+         ){recorded}
+         SELECT (SELECT fencing_token FROM bumped), pg_backend_pid(),
+                pg_advisory_unlock_shared($1, $2 + 1), set_config('lock_timeout', '0', false)"
+    )
+}
+
 /// Unlocks `($1, $2)` with `unlock`, takes the idle timeout off, and
 /// announces the release on channel `$3` with payload `$4` (sent at
 /// commit, so after the unlock). Answers whether the lock was held.
@@ -293,6 +349,8 @@ mod tests {
             statements.acquire(false),
             statements.acquire(true),
             &statements.campaign,
+            &statements.wait_in_line,
+            &statements.campaign_in_line,
             &statements.insert_key,
             &statements.force_release,
             &statements.list,
@@ -308,7 +366,9 @@ mod tests {
         let statements = Statements::new(&TableName::new("s", "t").unwrap());
         assert!(statements.campaign.contains(r#""s"."t_terms""#));
         assert!(statements.campaign.contains("FROM bumped AS g"));
+        assert!(statements.campaign_in_line.contains("FROM bumped AS g"));
         assert!(!statements.acquire(false).contains("_terms"));
+        assert!(!statements.wait_in_line.contains("_terms"));
         assert!(!statements.acquire(true).contains("_terms"));
     }
 

@@ -16,7 +16,7 @@ mod session;
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::{LeaseId, LockName, ReleaseWatch};
+use distlock_core::{LeaseId, LockName, ReleaseHub, ReleaseWatch};
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
@@ -182,6 +182,13 @@ impl Listener {
     /// Fair mode's record of which waiters' places releases granted.
     pub(crate) fn calls(&self) -> &Calls {
         self.shared.watched.calls()
+    }
+
+    /// What wakes this backend's waiters of a name from within the
+    /// process, without a release announced by the server (a wait the
+    /// server itself ended, in advisory mode's fair mode).
+    pub(crate) fn hub(&self) -> ReleaseHub {
+        self.shared.watched.hub().clone()
     }
 
     pub(crate) fn queue(&self) -> WakeUpQueue {

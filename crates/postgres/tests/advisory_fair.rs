@@ -1,0 +1,355 @@
+//! Advisory mode's fair mode against a real server: waiters wait in the
+//! server's own queue, so they are served in the order they asked, across
+//! backends (as separate processes) and within one; a release hands the
+//! lock to the first in line by itself; a try never jumps the line; a
+//! cancelled waiter, or one whose wait was dropped, leaves the line at
+//! once; a waiter that never takes its grant holds the line up for a
+//! lease; campaigns served through the line record their terms.
+//! `scripts/test` starts the server and sets `DISTLOCK_TEST_POSTGRES_URL`.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use distlock_core::{
+    AcquireOptions, AcquireRequest, Attempt, Backend, Claim, Holder, LockClient, LockName,
+    LockOptions, WaitState,
+};
+use distlock_postgres::PostgresBackend;
+use distlock_postgres::tokio_postgres::{self, NoTls, types::Type};
+
+/// Long enough for any step of a test; a lease this long never runs out
+/// within one.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// The server's URL. A missing one fails the test: a run without the
+/// server must not pass as if it had one.
+fn url() -> String {
+    std::env::var("DISTLOCK_TEST_POSTGRES_URL").unwrap_or_else(|_| {
+        panic!(
+            "DISTLOCK_TEST_POSTGRES_URL is not set: run the tests with scripts/test, \
+             which starts PostgreSQL"
+        )
+    })
+}
+
+fn unique(prefix: &str) -> String {
+    format!("{prefix}_{:016x}", rand::random::<u64>())
+}
+
+/// Fair advisory mode on a fresh table, in a class of its own, so that
+/// `pg_locks` shows only this test's locks there.
+fn fair_url(table: &str, class: i32) -> String {
+    let base = url();
+    let separator = if base.contains('?') { '&' } else { '?' };
+    format!("{base}{separator}mode=advisory&fair=true&table={table}&advisory_class={class}")
+}
+
+fn fresh_class() -> i32 {
+    rand::random::<i32>() & 0x7fff_ffff
+}
+
+fn name(text: &str) -> LockName {
+    LockName::new(text).expect("a valid name")
+}
+
+async fn open(url: &str) -> Arc<PostgresBackend> {
+    let backend = PostgresBackend::open(url).await.expect("open");
+    assert!(backend.capabilities().fair, "fair=true asks for fair mode");
+    Arc::new(backend)
+}
+
+fn client(backend: Arc<PostgresBackend>) -> LockClient {
+    let options = LockOptions::builder()
+        .lease(PATIENCE)
+        .backoff(Duration::from_millis(5), Duration::from_millis(100))
+        .label("fair-tests")
+        .build()
+        .expect("valid options");
+    LockClient::new(backend, options)
+}
+
+/// `n` clients, each on a backend of its own, as separate processes are.
+async fn clients(url: &str, n: usize) -> Vec<LockClient> {
+    let mut clients = Vec::new();
+    for _ in 0..n {
+        clients.push(client(open(url).await));
+    }
+    clients
+}
+
+async fn admin() -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(&url(), NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(connection);
+    client
+}
+
+/// The server processes holding (`granted`) or waiting for the whole-lock
+/// keys of `class` (intents, the odd keys, left out).
+async fn on_keys(admin: &tokio_postgres::Client, class: i32, granted: bool) -> Vec<i32> {
+    admin
+        .query_typed(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2
+               AND classid = $1::oid AND granted = $2 AND objid::bigint % 2 = 0",
+            &[(&class, Type::INT4), (&granted, Type::BOOL)],
+        )
+        .await
+        .expect("read pg_locks")
+        .iter()
+        .map(|row| row.get(0))
+        .collect()
+}
+
+/// Waits until `n` sessions wait in the server's queue of `class`.
+async fn until_in_line(admin: &tokio_postgres::Client, class: i32, n: usize) {
+    while on_keys(admin, class, false).await.len() != n {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn waiters_are_served_in_the_order_they_asked_across_backends_and_within_one() {
+    const WAITERS: usize = 6;
+    let class = fresh_class();
+    let url = fair_url(&unique("fifo"), class);
+    let clients = clients(&url, 3).await;
+    let admin = admin().await;
+    let lock = name(&unique("fifo"));
+    let held = clients[0].acquire(&lock).await.expect("acquire");
+    let served = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for index in 0..WAITERS {
+        // Two tasks of each client, interleaved: the holder's client too.
+        let client = clients[index % 3].clone();
+        let (lock, served) = (lock.clone(), served.clone());
+        tasks.push(tokio::spawn(async move {
+            let guard = client.acquire(&lock).await.expect("acquire");
+            served.lock().unwrap().push((index, guard.fencing_token()));
+            assert!(guard.release().await.expect("release"));
+        }));
+        until_in_line(&admin, class, index + 1).await;
+    }
+    let first = held.fencing_token();
+    assert!(held.release().await.expect("release"));
+    for task in tasks {
+        task.await.expect("a waiter");
+    }
+    let served = served.lock().unwrap().clone();
+    let order: Vec<usize> = served.iter().map(|(index, _)| *index).collect();
+    assert_eq!(
+        order,
+        (0..WAITERS).collect::<Vec<_>>(),
+        "the order of asking"
+    );
+    let tokens: Vec<u64> = std::iter::once(first)
+        .chain(served.iter().map(|(_, token)| *token))
+        .collect();
+    assert!(
+        tokens.windows(2).all(|pair| pair[0] < pair[1]),
+        "tokens increase: {tokens:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_release_hands_the_lock_to_the_first_in_line_and_a_try_never_jumps_it() {
+    let class = fresh_class();
+    let url = fair_url(&unique("handoff"), class);
+    let clients = clients(&url, 3).await;
+    let admin = admin().await;
+    let lock = name(&unique("handoff"));
+    let held = clients[0].acquire(&lock).await.expect("acquire");
+    let holder = on_keys(&admin, class, true).await;
+    assert_eq!(holder.len(), 1);
+    let waiting = tokio::spawn({
+        let (client, lock) = (clients[1].clone(), lock.clone());
+        async move { client.acquire(&lock).await.expect("acquire") }
+    });
+    until_in_line(&admin, class, 1).await;
+    let in_line = on_keys(&admin, class, false).await;
+    // A try while someone waits fails, from any backend.
+    assert!(clients[2].try_acquire(&lock).await.expect("try").is_none());
+    assert!(held.release().await.expect("release"));
+    // The release itself granted the waiter's session: nobody else asked.
+    assert_eq!(on_keys(&admin, class, true).await, in_line);
+    assert!(on_keys(&admin, class, false).await.is_empty());
+    assert!(clients[2].try_acquire(&lock).await.expect("try").is_none());
+    assert!(clients[0].try_acquire(&lock).await.expect("try").is_none());
+    let guard = waiting.await.expect("the waiter");
+    let handed = guard.fencing_token();
+    assert!(guard.release().await.expect("release"));
+    let again = clients[2]
+        .try_acquire(&lock)
+        .await
+        .expect("try")
+        .expect("free once the line is empty");
+    assert!(again.fencing_token() > handed);
+    assert!(again.release().await.expect("release"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cancelled_waiter_leaves_the_line_at_once() {
+    let class = fresh_class();
+    let url = fair_url(&unique("cancel"), class);
+    let clients = clients(&url, 3).await;
+    let admin = admin().await;
+    let lock = name(&unique("cancel"));
+    let held = clients[0].acquire(&lock).await.expect("acquire");
+    let (cancel, cancelled) = tokio::sync::oneshot::channel::<()>();
+    let gives_up = tokio::spawn({
+        let (client, lock) = (clients[1].clone(), lock.clone());
+        async move {
+            client
+                .acquire_with(
+                    &lock,
+                    AcquireOptions::new().cancel_on(async move {
+                        let _ = cancelled.await;
+                    }),
+                )
+                .await
+        }
+    });
+    until_in_line(&admin, class, 1).await;
+    let leaving = on_keys(&admin, class, false).await;
+    let stays = tokio::spawn({
+        let (client, lock) = (clients[2].clone(), lock.clone());
+        async move { client.acquire(&lock).await.expect("acquire") }
+    });
+    until_in_line(&admin, class, 2).await;
+    cancel.send(()).expect("the waiter listens");
+    assert!(gives_up.await.expect("the waiter").is_err(), "cancelled");
+    let left = on_keys(&admin, class, false).await;
+    assert_eq!(left.len(), 1, "its place is gone: {left:?}");
+    assert!(!left.contains(&leaving[0]), "the one that stayed waits");
+    assert!(held.release().await.expect("release"));
+    let guard = stays.await.expect("the waiter that stayed");
+    assert!(guard.release().await.expect("release"));
+}
+
+/// A waiting request for `lock` made through the backend alone, as core
+/// makes one, with `lease`.
+fn waiting_request(lock: &LockName, lease: Duration) -> AcquireRequest {
+    AcquireRequest {
+        retries: true,
+        ..AcquireRequest::new(
+            lock.clone(),
+            Claim::Exclusive,
+            lease,
+            Arc::new(Holder::this_process(Some("abandoned"))),
+        )
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dropped_wait_leaves_the_line() {
+    let class = fresh_class();
+    let url = fair_url(&unique("dropped"), class);
+    let clients = clients(&url, 2).await;
+    let backend = open(&url).await;
+    let admin = admin().await;
+    let lock = name(&unique("dropped"));
+    let held = clients[0].acquire(&lock).await.expect("acquire");
+    let mut wait = WaitState::new();
+    let attempt = backend
+        .try_acquire(&waiting_request(&lock, PATIENCE), &mut wait)
+        .await
+        .expect("an attempt");
+    assert!(matches!(attempt, Attempt::Held { .. }));
+    until_in_line(&admin, class, 1).await;
+    // Its state dropped without ending the wait, as when its process goes:
+    // the session closes, and the server drops the place.
+    drop(wait);
+    until_in_line(&admin, class, 0).await;
+    assert!(held.release().await.expect("release"));
+    clients[1]
+        .try_acquire(&lock)
+        .await
+        .expect("try")
+        .expect("nobody waits")
+        .release()
+        .await
+        .expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_waiter_that_never_takes_its_grant_holds_the_line_up_for_its_lease() {
+    let class = fresh_class();
+    let url = fair_url(&unique("unclaimed"), class);
+    let clients = clients(&url, 2).await;
+    let backend = open(&url).await;
+    let admin = admin().await;
+    let lock = name(&unique("unclaimed"));
+    let held = clients[0].acquire(&lock).await.expect("acquire");
+    // First in line, and never asks again nor ends its wait, as a process
+    // that stopped: its grant lasts one lease of its session's silence.
+    let mut stopped = WaitState::new();
+    let lease = Duration::from_secs(2);
+    backend
+        .try_acquire(&waiting_request(&lock, lease), &mut stopped)
+        .await
+        .expect("an attempt");
+    until_in_line(&admin, class, 1).await;
+    let first = on_keys(&admin, class, false).await;
+    let live = tokio::spawn({
+        let (client, lock) = (clients[1].clone(), lock.clone());
+        async move { client.acquire(&lock).await.expect("acquire") }
+    });
+    until_in_line(&admin, class, 2).await;
+    let before = held.fencing_token();
+    assert!(held.release().await.expect("release"));
+    assert_eq!(on_keys(&admin, class, true).await, first, "granted in turn");
+    // The server ends the silent session after its lease, and the next in
+    // line is granted, past the unclaimed grant's token.
+    let guard = live.await.expect("the live waiter");
+    assert!(guard.fencing_token() > before + 1);
+    assert!(guard.release().await.expect("release"));
+    drop(stopped);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn campaigns_served_in_line_record_one_chain_of_terms() {
+    const CAMPAIGNERS: usize = 4;
+    const ROUNDS: usize = 3;
+    let url = fair_url(&unique("terms"), fresh_class());
+    let lock = name(&unique("election"));
+    let mut tasks = Vec::new();
+    for campaigner in 0..CAMPAIGNERS {
+        let client = client(open(&url).await);
+        let election = client.election(lock.clone()).expect("a valid name");
+        tasks.push(tokio::spawn(async move {
+            let mut terms = Vec::new();
+            for round in 0..ROUNDS {
+                let leading = election
+                    .campaign(format!("{campaigner}-{round}"), PATIENCE)
+                    .await
+                    .expect("the campaign wins in time");
+                terms.push((leading.term(), leading.value().to_owned()));
+                assert!(leading.resign().await.expect("resign"));
+            }
+            (client, terms)
+        }));
+    }
+    let mut won = Vec::new();
+    let mut clients = Vec::new();
+    for task in tasks {
+        let (client, terms) = task.await.expect("a campaigner");
+        won.extend(terms);
+        clients.push(client);
+    }
+    won.sort_unstable();
+    let kept = clients[0]
+        .backend()
+        .term_log()
+        .expect("a record of terms")
+        .terms_after(&lock, 0)
+        .await
+        .expect("read the terms");
+    let recorded: Vec<(u64, String)> = kept
+        .iter()
+        .map(|term| (term.term, term.holder.label.clone().unwrap_or_default()))
+        .collect();
+    assert_eq!(recorded, won, "every term won, in order, once");
+    for pair in kept.windows(2) {
+        assert_eq!(pair[1].previous, Some(pair[0].term), "chained");
+    }
+}
