@@ -561,7 +561,6 @@ async fn contended_runs(
     peers: bool,
     tooz: Option<&Tooz>,
 ) -> scenarios::Outcome<Vec<Contended>> {
-    let (processes, tasks) = (args.processes, args.tasks);
     let is_mongo = matches!(target.server, Server::Mongo { .. }) && peers;
     let is_memcached = matches!(target.server, Server::Memcached(_)) && peers;
     let is_etcd = matches!(target.server, Server::Etcd(_)) && peers;
@@ -571,120 +570,161 @@ async fn contended_runs(
     let mut contended = Vec::new();
     for workload in Workload::all(args.work) {
         let scenario = workload.label();
-        let rounds = workload.rounds();
-        say(
-            &format!("contended ({scenario}): {processes} processes x {tasks} tasks"),
-            args.seconds,
-        );
-        let layout = |window| Layout {
-            processes,
-            tasks,
-            window,
+        let run = |by, what: String, slug: &'static str| ContendedRun {
+            args,
+            target,
             workload,
+            by,
+            what,
+            slug,
         };
-        let window = Window::after(RUST_STARTUP, args.seconds);
-        let lock = bench_name("contended");
-        let workers = scenarios::our_workers(exe, target, &lock, layout(window));
-        contended.push(Contended {
-            by: Contestant::Ours,
-            workload,
-            result: scenarios::contend(target, workers, window, rounds).await?,
-        });
+        let ours = format!(
+            "contended ({scenario}): {} processes x {} tasks",
+            args.processes, args.tasks
+        );
+        contended.push(
+            run(Contestant::Ours, ours, "contended")
+                .contend(RUST_STARTUP, |lock, layout| {
+                    Ok(scenarios::our_workers(exe, target, lock, layout))
+                })
+                .await?,
+        );
         if is_mongo {
             for sleep in [None, Some(args.peer_sleep)] {
-                say(
-                    &format!(
-                        "contended ({scenario}), distributed-lock-mongo ({})",
-                        sleep.map_or("defaults".to_owned(), |s| format!(
-                            "{} sleep",
-                            humantime::format_duration(s)
-                        ))
-                    ),
-                    args.seconds,
-                );
-                let window = Window::after(RUST_STARTUP, args.seconds);
-                let lock = bench_name("peer-contended");
-                let workers =
-                    peers::mongo_workers(exe, target, lock.as_str(), layout(window), sleep);
-                contended.push(Contended {
-                    by: Contestant::MongoPeer { sleep },
-                    workload,
-                    result: scenarios::contend(target, workers, window, rounds).await?,
+                let setting = sleep.map_or("defaults".to_owned(), |s| {
+                    format!("{} sleep", humantime::format_duration(s))
                 });
+                let what = format!("contended ({scenario}), distributed-lock-mongo ({setting})");
+                contended.push(
+                    run(Contestant::MongoPeer { sleep }, what, "peer-contended")
+                        .contend(RUST_STARTUP, |lock, layout| {
+                            Ok(peers::mongo_workers(
+                                exe,
+                                target,
+                                lock.as_str(),
+                                layout,
+                                sleep,
+                            ))
+                        })
+                        .await?,
+                );
             }
         }
         if is_etcd && etcd_peer::BUILT {
-            say(
-                &format!("contended ({scenario}), etcd's Lock RPC"),
-                args.seconds,
+            let what = format!("contended ({scenario}), etcd's Lock RPC");
+            contended.push(
+                run(Contestant::EtcdLockRpc, what, "etcd-peer-contended")
+                    .contend(RUST_STARTUP, |lock, layout| {
+                        Ok(etcd_peer::workers(exe, target, lock.as_str(), layout))
+                    })
+                    .await?,
             );
-            let window = Window::after(RUST_STARTUP, args.seconds);
-            let lock = bench_name("etcd-peer-contended");
-            let workers = etcd_peer::workers(exe, target, lock.as_str(), layout(window));
-            contended.push(Contended {
-                by: Contestant::EtcdLockRpc,
-                workload,
-                result: scenarios::contend(target, workers, window, rounds).await?,
-            });
         }
         if is_postgres {
-            say(
-                &format!("contended ({scenario}), sqlx's PgAdvisoryLock"),
-                args.seconds,
+            let what = format!("contended ({scenario}), sqlx's PgAdvisoryLock");
+            contended.push(
+                run(Contestant::PgAdvisoryLock, what, "pg-advisory-contended")
+                    .contend(RUST_STARTUP, |lock, layout| {
+                        Ok(pg_peer::workers(exe, target, lock.as_str(), layout))
+                    })
+                    .await?,
             );
-            let window = Window::after(RUST_STARTUP, args.seconds);
-            let lock = bench_name("pg-advisory-contended");
-            let workers = pg_peer::workers(exe, target, lock.as_str(), layout(window));
-            contended.push(Contended {
-                by: Contestant::PgAdvisoryLock,
-                workload,
-                result: scenarios::contend(target, workers, window, rounds).await?,
-            });
         }
         if is_redis {
-            for (peer, by, slug) in [
-                (redis_peers::Peer::Rslock, Contestant::Rslock, "rslock"),
-                (redis_peers::Peer::Redlock, Contestant::Redlock, "redlock"),
+            for (peer, by, label, slug) in [
+                (
+                    redis_peers::Peer::Rslock,
+                    Contestant::Rslock,
+                    "rslock",
+                    "rslock-contended",
+                ),
+                (
+                    redis_peers::Peer::Redlock,
+                    Contestant::Redlock,
+                    "redlock",
+                    "redlock-contended",
+                ),
             ] {
-                say(&format!("contended ({scenario}), {slug}"), args.seconds);
-                let window = Window::after(RUST_STARTUP, args.seconds);
-                let lock = bench_name(&format!("{slug}-contended"));
-                let workers =
-                    redis_peers::workers(exe, &target.url, peer, lock.as_str(), layout(window));
-                contended.push(Contended {
-                    by,
-                    workload,
-                    result: scenarios::contend(target, workers, window, rounds).await?,
-                });
+                let what = format!("contended ({scenario}), {label}");
+                contended.push(
+                    run(by, what, slug)
+                        .contend(RUST_STARTUP, |lock, layout| {
+                            Ok(redis_peers::workers(
+                                exe,
+                                &target.url,
+                                peer,
+                                lock.as_str(),
+                                layout,
+                            ))
+                        })
+                        .await?,
+                );
             }
         }
         if is_file {
-            say(
-                &format!("contended ({scenario}), raw blocking flock"),
-                args.seconds,
+            let what = format!("contended ({scenario}), raw blocking flock");
+            contended.push(
+                run(Contestant::RawFlock, what, "raw-flock-contended")
+                    .contend(RUST_STARTUP, |lock, layout| {
+                        Ok(flock_baseline::workers(exe, target, lock.as_str(), layout))
+                    })
+                    .await?,
             );
-            let window = Window::after(RUST_STARTUP, args.seconds);
-            let lock = bench_name("raw-flock-contended");
-            let workers = flock_baseline::workers(exe, target, lock.as_str(), layout(window));
-            contended.push(Contended {
-                by: Contestant::RawFlock,
-                workload,
-                result: scenarios::contend(target, workers, window, rounds).await?,
-            });
         }
         if let (Some(tooz), true) = (tooz, is_memcached) {
-            say(&format!("contended ({scenario}), tooz"), args.seconds);
-            let window = Window::after(PYTHON_STARTUP, args.seconds);
-            let lock = bench_name("tooz-contended");
-            let workers = tooz.workers(target, lock.as_str(), layout(window))?;
-            contended.push(Contended {
-                by: Contestant::Tooz,
-                workload,
-                result: scenarios::contend(target, workers, window, rounds).await?,
-            });
+            let what = format!("contended ({scenario}), tooz");
+            contended.push(
+                run(Contestant::Tooz, what, "tooz-contended")
+                    .contend(PYTHON_STARTUP, |lock, layout| {
+                        tooz.workers(target, lock.as_str(), layout)
+                    })
+                    .await?,
+            );
         }
     }
     Ok(contended)
+}
+
+/// One contended run of one contestant in one workload.
+struct ContendedRun<'a> {
+    args: &'a Args,
+    target: &'a Target,
+    workload: Workload,
+    by: Contestant,
+    /// What the run says it does as it starts.
+    what: String,
+    /// Its lock's name starts with this.
+    slug: &'static str,
+}
+
+impl ContendedRun<'_> {
+    /// Says what runs, starts the workers `start` makes for a lock of this
+    /// run's own and a window opening after `startup`, and gathers what
+    /// they did.
+    async fn contend(
+        self,
+        startup: Duration,
+        start: impl FnOnce(
+            &distlock::LockName,
+            Layout,
+        ) -> scenarios::Outcome<Vec<tokio::process::Command>>,
+    ) -> scenarios::Outcome<Contended> {
+        say(&self.what, self.args.seconds);
+        let window = Window::after(startup, self.args.seconds);
+        let layout = Layout {
+            processes: self.args.processes,
+            tasks: self.args.tasks,
+            window,
+            workload: self.workload,
+        };
+        let workers = start(&bench_name(self.slug), layout)?;
+        Ok(Contended {
+            by: self.by,
+            workload: self.workload,
+            result: scenarios::contend(self.target, workers, window, self.workload.rounds())
+                .await?,
+        })
+    }
 }
 
 /// The semaphore and the reader-writer lock on one backend (see

@@ -168,17 +168,7 @@ impl HeldByChild {
 
     /// Waits (bounded) for the holder to exit; its exit code.
     pub(crate) async fn wait(&mut self) -> Option<i32> {
-        let started = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                return status.code();
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(60),
-                "the holder never exited"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        exit_code(&mut self.child, Duration::from_secs(60), "the holder").await
     }
 }
 
@@ -230,17 +220,19 @@ impl WaitingChild {
 
     /// Waits (bounded) for the waiter to exit; its exit code.
     pub(crate) async fn wait(&mut self) -> Option<i32> {
-        let started = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                return status.code();
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(90),
-                "the waiter never exited"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        exit_code(&mut self.child, Duration::from_secs(90), "the waiter").await
+    }
+}
+
+/// Waits up to `bound` for `child` to exit; its exit code.
+async fn exit_code(child: &mut Child, bound: Duration, who: &str) -> Option<i32> {
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status.code();
         }
+        assert!(started.elapsed() < bound, "{who} never exited");
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
