@@ -158,11 +158,11 @@ fn local_parts(url: &str) -> Result<UrlParts<'_>> {
     let parts = UrlParts::split(url)?;
     let mut query = Query::parse(parts.query)?;
     if query.take_flag("fair")? == Some(true) {
-        return Err(Error::config(
-            "fair",
-            "fair mode needs a store that keeps a queue of waiters: a file lock's waiters are \
-             woken in no set order, and memory:// has it only as MemoryBackend::fair(); use \
-             a mongodb://, postgres:// or etcd:// URL with fair=true",
+        return Err(Error::Unsupported(
+            "fair=true: fair mode needs a store that keeps a queue of waiters: a file lock's \
+             waiters are woken in no set order, and memory:// has it only as \
+             MemoryBackend::fair(); use a mongodb://, postgres:// or etcd:// URL with fair=true"
+                .to_owned(),
         ));
     }
     query.refuse_rest(
@@ -327,9 +327,9 @@ mod tests {
     fn fair_mode_is_refused_where_no_queue_is_kept() {
         for url in ["file:///tmp/locks?fair=true", "memory://?fair=true"] {
             match BackendUrl::parse(url) {
-                Err(Error::InvalidConfig { field, reason }) => {
-                    assert_eq!(field, "fair", "{url}");
-                    assert!(reason.contains("fair=true"), "{url}: {reason}");
+                Err(Error::Unsupported(why)) => {
+                    assert!(why.starts_with("fair=true: "), "{url}: {why}");
+                    assert!(why.contains("etcd://"), "{url}: {why}");
                 }
                 other => panic!("{url}: {other:?}"),
             }
