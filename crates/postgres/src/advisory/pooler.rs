@@ -13,6 +13,7 @@
 use std::time::Duration;
 
 use distlock_core::{Error, LeaseId, Result};
+use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
 
 use super::session::{Session, Spares};
@@ -29,8 +30,8 @@ const ROUNDS: usize = 4;
 /// two sessions used go back to the spares.
 ///
 /// # Errors
-/// [`Error::InvalidConfig`] naming `mode` behind a transaction pooler; a
-/// backend error.
+/// [`Error::InvalidConfig`] naming `mode` behind a transaction pooler
+/// (which a prepared statement gone astray shows too); a backend error.
 ///
 /// # Cancel safety
 /// Dropping the future closes the sessions, which ends the probe's lock
@@ -43,7 +44,12 @@ pub(crate) async fn refuse_transaction_pooling(
     let first = spares.take(timeout).await?;
     let second = spares.take(timeout).await?;
     for _ in 0..ROUNDS {
-        if shares_sessions(&first, &second, class, timeout).await? {
+        let pooled = match shares_sessions(&first, &second, class, timeout).await {
+            Ok(pooled) => pooled,
+            Err(error) if statements_went_astray(&error) => true,
+            Err(error) => return Err(error),
+        };
+        if pooled {
             return Err(Error::config(
                 "mode",
                 "mode=advisory holds session advisory locks, and this URL reaches a \
@@ -56,6 +62,24 @@ pub(crate) async fn refuse_transaction_pooling(
     spares.put(first);
     spares.put(second);
     Ok(())
+}
+
+/// Whether `error` is the server finding a session's prepared statement
+/// missing, or there already: a statement prepared on one server session
+/// and run on another, which only a pooler between us does.
+fn statements_went_astray(error: &Error) -> bool {
+    let mut cause = std::error::Error::source(error);
+    while let Some(error) = cause {
+        if let Some(code) = error
+            .downcast_ref::<tokio_postgres::Error>()
+            .and_then(tokio_postgres::Error::code)
+        {
+            return *code == SqlState::INVALID_SQL_STATEMENT_NAME
+                || *code == SqlState::DUPLICATE_PSTATEMENT;
+        }
+        cause = error.source();
+    }
+    false
 }
 
 /// One round of the check on a fresh key: whether `first` and `second`
