@@ -272,6 +272,8 @@ mod tests {
     pub(super) fn hold(from: u64, to: u64, task: u32, kind: LockKind) -> Hold {
         Hold {
             asked_at_ns: from,
+            sent_ns: 0,
+            in_line_ns: 0,
             acquired_at_ns: from,
             released_at_ns: to,
             token: from,

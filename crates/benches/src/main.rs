@@ -24,6 +24,7 @@
 //! redlock beside it. `scripts/bench` starts the servers and runs this with
 //! every backend.
 
+mod asking;
 mod commands;
 mod counting;
 mod etcd_metrics;

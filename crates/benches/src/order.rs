@@ -10,6 +10,11 @@
 //! the start of the round, within about that margin, so there only gross
 //! unfairness can show; the tight loop, where tasks ask at different
 //! times, is where order shows.
+//!
+//! Where a worker says when each wait's first attempt was sent and came
+//! back in line (ours do, see [`crate::asking`]), the order needs no
+//! margin: [`overtaking_in_line`] counts only grants that overtook a wait
+//! surely ahead in line.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -59,6 +64,52 @@ fn overtaking_by(holds: &[Hold], margin_ns: u64) -> Option<usize> {
     Some(overtook)
 }
 
+/// How many of `holds` were granted while a wait surely ahead of theirs in
+/// line still waited, in the same round: one whose first answer that it
+/// is in line came back before their first attempt was sent. Places are
+/// stored between an attempt's sending and its answer, so no grant is
+/// counted that the store may have made in order; and whole locks are
+/// granted one after another, so the order of the grants is the order of
+/// the holds. A hold granted without asking the store (handed over in
+/// its process) counts as asked when acquire was called. `None` where no
+/// hold says when it was sent: the worker does not record it.
+pub(crate) fn overtaking_in_line(holds: &[Hold]) -> Option<usize> {
+    if !holds.is_empty() && holds.iter().all(|hold| hold.sent_ns == 0) {
+        return None;
+    }
+    let mut rounds: BTreeMap<u32, Vec<&Hold>> = BTreeMap::new();
+    for hold in holds {
+        rounds.entry(hold.round).or_default().push(hold);
+    }
+    let mut overtook = 0;
+    for holds in rounds.into_values() {
+        // Waits in line by when they knew it; every wait by when it asked.
+        let mut in_line: Vec<(u64, u64)> = holds
+            .iter()
+            .filter(|hold| hold.in_line_ns != 0)
+            .map(|hold| (hold.in_line_ns, hold.acquired_at_ns))
+            .collect();
+        in_line.sort_unstable();
+        let mut asked: Vec<(u64, u64)> = holds
+            .iter()
+            .map(|hold| match hold.sent_ns {
+                0 => (hold.asked_at_ns, hold.acquired_at_ns),
+                sent => (sent, hold.acquired_at_ns),
+            })
+            .collect();
+        asked.sort_unstable();
+        let (mut ahead, mut latest_grant) = (0, 0u64);
+        for &(sent, granted) in &asked {
+            while ahead < in_line.len() && in_line[ahead].0 < sent {
+                latest_grant = latest_grant.max(in_line[ahead].1);
+                ahead += 1;
+            }
+            overtook += usize::from(latest_grant > granted);
+        }
+    }
+    Some(overtook)
+}
+
 #[cfg(test)]
 mod tests {
     use distlock::LockKind;
@@ -68,6 +119,8 @@ mod tests {
     fn hold(asked: u64, granted: u64, round: u32) -> Hold {
         Hold {
             asked_at_ns: asked,
+            sent_ns: 0,
+            in_line_ns: 0,
             acquired_at_ns: granted,
             released_at_ns: granted + 1,
             token: 0,
@@ -104,6 +157,49 @@ mod tests {
             hold(12 * ms, 18 * ms, 0),
         ];
         assert_eq!(overtaking(&holds), Some(1));
+    }
+
+    fn waited(sent: u64, in_line: u64, granted: u64) -> Hold {
+        Hold {
+            sent_ns: sent,
+            in_line_ns: in_line,
+            ..hold(sent, granted, 0)
+        }
+    }
+
+    #[test]
+    fn only_a_wait_surely_ahead_in_line_is_overtaken() {
+        // The first knew it was in line at 20; the second asked at 25 and
+        // was granted first: it overtook. The third asked at 15, before
+        // the first knew, and was granted before it: the store may have
+        // placed it first.
+        let holds = [waited(10, 20, 100), waited(25, 30, 90), waited(15, 35, 80)];
+        assert_eq!(overtaking_in_line(&holds), Some(1));
+        // Granted at once (never in line): nobody is ahead of it, and it is
+        // ahead of nobody.
+        let holds = [waited(10, 0, 50), waited(30, 40, 45)];
+        assert_eq!(overtaking_in_line(&holds), Some(0));
+        // In line order.
+        let fair = [
+            waited(10, 20, 100),
+            waited(25, 30, 110),
+            waited(15, 35, 120),
+        ];
+        assert_eq!(overtaking_in_line(&fair), Some(0));
+    }
+
+    #[test]
+    fn a_grant_handed_over_asked_when_acquire_was_called() {
+        // The second never reached the store: it asked at 30, after the
+        // first knew it was in line, and was granted first.
+        let holds = [waited(10, 20, 100), hold(30, 90, 0)];
+        assert_eq!(overtaking_in_line(&holds), Some(1));
+    }
+
+    #[test]
+    fn unknown_sends_say_nothing() {
+        assert_eq!(overtaking_in_line(&[hold(1, 2, 0), hold(3, 4, 0)]), None);
+        assert_eq!(overtaking_in_line(&[]), Some(0));
     }
 
     #[test]

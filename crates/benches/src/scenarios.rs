@@ -12,6 +12,7 @@ use futures::StreamExt;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 
+use crate::asking;
 use crate::commands::Counts;
 use crate::counting::{Calls, counting};
 use crate::etcd_peer::LockService;
@@ -955,10 +956,9 @@ async fn take_until<T: Taker>(
         if now >= window.until_ns {
             break;
         }
-        match taker
-            .take_once(Duration::from_nanos(window.until_ns - now), work)
-            .await
-        {
+        let (take, first_ask) =
+            asking::timed(taker.take_once(Duration::from_nanos(window.until_ns - now), work)).await;
+        match take {
             Take::Held {
                 acquired_at_ns,
                 released_at_ns,
@@ -968,6 +968,8 @@ async fn take_until<T: Taker>(
                 errors += u64::from(release_failed);
                 holds.push(Hold {
                     asked_at_ns: now,
+                    sent_ns: first_ask.sent_ns(),
+                    in_line_ns: first_ask.in_line_ns(),
                     acquired_at_ns,
                     released_at_ns,
                     token,
@@ -1016,7 +1018,10 @@ pub(crate) async fn worker(
 ) -> Outcome<()> {
     let target = Target::open(url).await?;
     let taker = OurTaker {
-        client: LockClient::new(target.backend.clone(), LockOptions::default()),
+        client: LockClient::new(
+            asking::recording(target.backend.clone()),
+            LockOptions::default(),
+        ),
         name: LockName::new(lock).map_err(|e| e.to_string())?,
         mix,
         claim: mix.claim(0),

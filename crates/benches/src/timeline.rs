@@ -20,6 +20,14 @@ pub(crate) struct Hold {
     /// Python peer).
     #[serde(default)]
     pub(crate) asked_at_ns: u64,
+    /// When the wait's first attempt was sent, and when its first answer
+    /// that the lock is held came back (see [`crate::asking`]); 0 where
+    /// the worker does not say, or (`in_line_ns`) the first attempt was
+    /// granted.
+    #[serde(default)]
+    pub(crate) sent_ns: u64,
+    #[serde(default)]
+    pub(crate) in_line_ns: u64,
     pub(crate) acquired_at_ns: u64,
     pub(crate) released_at_ns: u64,
     /// The fencing token, or 0 for a lock that has none.
@@ -86,6 +94,10 @@ pub(crate) struct Contention {
     /// Grants that overtook a task which had asked earlier and still
     /// waited (see [`order::overtaking`]); `None` where asks are unknown.
     pub(crate) out_of_order: Option<usize>,
+    /// Grants that overtook a task surely ahead in line (see
+    /// [`order::overtaking_in_line`]); `None` where the worker does not
+    /// say when its waits asked the store.
+    pub(crate) out_of_line: Option<usize>,
     /// The time the lock was held, all holds together (grant to release
     /// call).
     pub(crate) held: Duration,
@@ -149,6 +161,7 @@ impl Contention {
             cross_p99: percentile(&cross, 99),
             tasks_served: served.len(),
             out_of_order: order::overtaking(&holds),
+            out_of_line: order::overtaking_in_line(&holds),
             held,
             elapsed,
             overlaps,
@@ -202,6 +215,8 @@ mod tests {
     fn hold(from: u64, to: u64, process: u32, task: u32) -> Hold {
         Hold {
             asked_at_ns: from,
+            sent_ns: 0,
+            in_line_ns: 0,
             acquired_at_ns: from,
             released_at_ns: to,
             token: from,

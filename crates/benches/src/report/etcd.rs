@@ -51,9 +51,9 @@ pub(super) fn uncontended_goals(b: &BackendResults) -> Vec<String> {
     };
     let ratio = client.per_second() / rpc.per_second();
     vec![goal(
-        ratio >= 0.9,
+        ratio >= 0.95,
         format!(
-            "etcd: the client reaches at least 0.9 of etcd's own lock service (`Lock` + \
+            "etcd: the client reaches at least 0.95 of etcd's own lock service (`Lock` + \
              `Unlock`): {ratio:.2} ({:.0} against {:.0} cycles/s){}.",
             client.per_second(),
             rpc.per_second(),

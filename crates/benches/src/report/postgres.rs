@@ -66,7 +66,7 @@ pub(super) fn uncontended_goals(b: &BackendResults) -> Vec<String> {
         return Vec::new();
     };
     let ratio = client.per_second() / calls.per_second();
-    vec![goal(
+    let mut goals = vec![goal(
         ratio >= 0.9,
         format!(
             "{}: the client reaches at least 0.9 of the same statements issued directly \
@@ -77,7 +77,24 @@ pub(super) fn uncontended_goals(b: &BackendResults) -> Vec<String> {
             calls.per_second(),
             spread(client, calls),
         ),
-    )]
+    )];
+    if b.advisory_mode
+        && let Some(sqlx) = u.side(Contender::PgAdvisoryLock)
+    {
+        let share = client.per_second() / sqlx.per_second();
+        goals.push(goal(
+            share >= 0.5,
+            format!(
+                "{}: the client makes at least 0.5 of the cycles of sqlx's advisory lock \
+                 in the same rounds: {share:.2} ({:.0} against {:.0} cycles/s){}.",
+                b.label,
+                client.per_second(),
+                sqlx.per_second(),
+                spread(client, sqlx),
+            ),
+        ));
+    }
+    goals
 }
 
 /// What the uncontended rows on PostgreSQL show: lease mode's and

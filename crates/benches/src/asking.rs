@@ -1,0 +1,151 @@
+//! When each wait of our workers first asked the store, and when the store
+//! first answered that it waits in line: what judges a fair lock's order
+//! without guessing (see [`order::overtaking_in_line`](crate::order)).
+//!
+//! The time a task calls acquire is not the time its place is stored: the
+//! request may sit in the process, or on the wire, for milliseconds on a
+//! busy machine. The first attempt's own times bound it on both sides. The
+//! place is stored after that attempt was sent and before its answer came
+//! back, so a wait whose answer came back before another wait's first
+//! attempt was sent is surely ahead of it in line.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use distlock_core::{
+    AcquireRequest, Attempt, Backend, Capabilities, DelayedRelease, Extended, HandOvers, Lease,
+    LockInfo, LockName, Result, ServerInfo, Session, TermLog, WaitState, Wakeups, async_trait,
+};
+
+use crate::timeline::now_ns;
+
+tokio::task_local! {
+    /// The times of the wait the current task is making, if it records them.
+    static WAIT: Arc<FirstAsk>;
+}
+
+/// A wait's first attempt, by the wall clock all processes share
+/// (nanoseconds since the Unix epoch; 0 where it did not happen).
+#[derive(Debug, Default)]
+pub(crate) struct FirstAsk {
+    /// When the first attempt was about to be sent.
+    sent_ns: AtomicU64,
+    /// When the first answer that the lock is held came back: the wait is
+    /// in line from then on. 0 when the first attempt was granted.
+    in_line_ns: AtomicU64,
+}
+
+impl FirstAsk {
+    pub(crate) fn sent_ns(&self) -> u64 {
+        self.sent_ns.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn in_line_ns(&self) -> u64 {
+        self.in_line_ns.load(Ordering::Relaxed)
+    }
+}
+
+/// Runs `wait` (one acquisition and its release), recording the times of
+/// its first attempt where it goes through a backend of [`recording`].
+pub(crate) async fn timed<T>(wait: impl Future<Output = T>) -> (T, Arc<FirstAsk>) {
+    let first = Arc::new(FirstAsk::default());
+    let output = WAIT.scope(first.clone(), wait).await;
+    (output, first)
+}
+
+/// `inner`, recording the first attempt of each wait run within [`timed`];
+/// everything else passes through as it is.
+pub(crate) fn recording(inner: Arc<dyn Backend>) -> Arc<dyn Backend> {
+    Arc::new(Recording { inner })
+}
+
+#[derive(Debug)]
+struct Recording {
+    inner: Arc<dyn Backend>,
+}
+
+#[async_trait]
+impl Backend for Recording {
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    fn store_name(&self) -> &'static str {
+        self.inner.store_name()
+    }
+
+    async fn server_info(&self) -> Result<ServerInfo> {
+        self.inner.server_info().await
+    }
+
+    async fn try_acquire(&self, request: &AcquireRequest, wait: &mut WaitState) -> Result<Attempt> {
+        // Only the first attempt of a wait sets its times; a backend's
+        // answer after that says nothing new about the place.
+        let first = WAIT.try_with(|first| first.sent_ns() == 0).unwrap_or(false);
+        if first {
+            let _ = WAIT.try_with(|wait| wait.sent_ns.store(now_ns(), Ordering::Relaxed));
+        }
+        let outcome = self.inner.try_acquire(request, wait).await;
+        if first && matches!(outcome, Ok(Attempt::Held { .. })) {
+            let _ = WAIT.try_with(|wait| wait.in_line_ns.store(now_ns(), Ordering::Relaxed));
+        }
+        outcome
+    }
+
+    async fn end_wait(&self, request: &AcquireRequest, wait: WaitState) -> Result<()> {
+        self.inner.end_wait(request, wait).await
+    }
+
+    async fn extend(&self, lease: &Lease) -> Result<bool> {
+        self.inner.extend(lease).await
+    }
+
+    async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<bool>> {
+        self.inner.extend_many(leases).await
+    }
+
+    fn extend_many_limit(&self) -> usize {
+        self.inner.extend_many_limit()
+    }
+
+    async fn extend_many_timed(&self, leases: &[Lease]) -> Extended {
+        self.inner.extend_many_timed(leases).await
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        self.inner.release(lease).await
+    }
+
+    async fn list(&self) -> Result<Vec<LockInfo>> {
+        self.inner.list().await
+    }
+
+    async fn force_release(&self, name: &LockName) -> Result<bool> {
+        self.inner.force_release(name).await
+    }
+
+    fn hand_overs(&self) -> Option<&dyn HandOvers> {
+        self.inner.hand_overs()
+    }
+
+    fn session(&self) -> Option<&dyn Session> {
+        self.inner.session()
+    }
+
+    fn term_log(&self) -> Option<&dyn TermLog> {
+        self.inner.term_log()
+    }
+
+    fn wakeups(&self) -> Option<&dyn Wakeups> {
+        self.inner.wakeups()
+    }
+
+    fn delayed_release(&self) -> Result<&dyn DelayedRelease> {
+        self.inner.delayed_release()
+    }
+
+    async fn close(&self) -> Result<()> {
+        self.inner.close().await
+    }
+}
