@@ -4,14 +4,19 @@
 //!
 //! The time a task calls acquire is not the time its place is stored: the
 //! request may sit in the process, or on the wire, for milliseconds on a
-//! busy machine. The first attempt's own times bound it on both sides. The
-//! place is stored after that attempt was sent and before its answer came
-//! back, so a wait whose answer came back before another wait's first
-//! attempt was sent is surely ahead of it in line.
+//! busy machine. The attempts' own times bound it on both sides. The place
+//! is stored after the wait's first attempt was sent, and before the first
+//! answer that tells the wait to wait came back (an answer to ask again at
+//! once may come from an attempt that lost a race and stored nothing), so a
+//! wait whose answer came back before another wait's first attempt was
+//! sent is surely ahead of it in line. In PostgreSQL's advisory mode the
+//! place is taken by a statement sent just after that answer, so there the
+//! bound is only close.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use distlock_core::{
     AcquireRequest, Attempt, Backend, Capabilities, DelayedRelease, Extended, HandOvers, Lease,
@@ -31,8 +36,8 @@ tokio::task_local! {
 pub(crate) struct FirstAsk {
     /// When the first attempt was about to be sent.
     sent_ns: AtomicU64,
-    /// When the first answer that the lock is held came back: the wait is
-    /// in line from then on. 0 when the first attempt was granted.
+    /// When the first answer to wait came back: the wait is in line from
+    /// then on. 0 when it was granted without one.
     in_line_ns: AtomicU64,
 }
 
@@ -80,14 +85,24 @@ impl Backend for Recording {
     }
 
     async fn try_acquire(&self, request: &AcquireRequest, wait: &mut WaitState) -> Result<Attempt> {
-        // Only the first attempt of a wait sets its times; a backend's
-        // answer after that says nothing new about the place.
+        // The first attempt of a wait sets when it asked.
         let first = WAIT.try_with(|first| first.sent_ns() == 0).unwrap_or(false);
         if first {
             let _ = WAIT.try_with(|wait| wait.sent_ns.store(now_ns(), Ordering::Relaxed));
         }
         let outcome = self.inner.try_acquire(request, wait).await;
-        if first && matches!(outcome, Ok(Attempt::Held { .. })) {
+        // An answer to ask again at once may mean that the attempt stored
+        // nothing (it lost the race to make the name's row or document):
+        // the wait is in line from the first answer that tells it to wait.
+        let waits = matches!(
+            outcome,
+            Ok(Attempt::Held { retry_after }) if retry_after != Some(Duration::ZERO)
+        );
+        if waits
+            && WAIT
+                .try_with(|wait| wait.in_line_ns() == 0)
+                .unwrap_or(false)
+        {
             let _ = WAIT.try_with(|wait| wait.in_line_ns.store(now_ns(), Ordering::Relaxed));
         }
         outcome

@@ -503,12 +503,14 @@ impl Run {
              start, within about that margin, only the tight loop really tests the order \
              (— where a worker does not say when it asked; only grants in the window are \
              seen). *Out of line order* needs no margin: our workers also note when each \
-             wait's first attempt was sent to the store and when its answer that the lock \
-             is held came back, and a grant counts there when it went to a task while \
-             another still waited whose first answer had come back before this task's \
+             wait's first attempt was sent to the store and when the first answer telling \
+             it to wait came back, and a grant counts there when it went to a task while \
+             another still waited whose answer to wait had come back before this task's \
              first attempt was sent. A store that keeps a line puts a waiter in it between \
              those two moments, so that other waiter was surely ahead; this is the order \
-             fair mode promises (— for the peers, which do not say). {} workloads, each for \
+             fair mode promises (— for the peers, which do not say; in PostgreSQL's \
+             advisory mode, whose waiter takes its place with a statement sent just after \
+             that answer, the bound is only close). {} workloads, each for \
              {}:\n",
             if s.work.is_zero() {
                 String::new()

@@ -230,7 +230,8 @@ impl Run {
                  ordinary mode's {plain_cross}, at {} transactions per acquisition. What \
                  fair mode saves is the waiters that try and fail; what it adds is longer \
                  statements, sent unnamed (so that lease mode works behind PgBouncer) and \
-                 so parsed and planned at every call: {}.",
+                 so parsed and planned at every call (docs/postgres.md gives their planning \
+                 and execution times): {}.",
                 short(r.cross_p50),
                 opt(r.commands_per_acquisition()),
                 uncontended(fair, plain),
@@ -258,10 +259,12 @@ impl Run {
                  starts the server's idle timer (the lease) from its own request; sqlx's \
                  grant is the return of its statement, with no token. Hand-off p50: {} \
                  against sqlx's {} in the tight loop, {} against {} in rounds, at {} and {} \
-                 transactions per acquisition. Its *out of line order* is only \
-                 approximate: a wait's first attempt answers before the wait's own task \
-                 sends `pg_advisory_lock`, so a wait that answered first can still reach \
-                 the server's queue second.",
+                 transactions per acquisition. Its *out of line order* is only close: \
+                 a wait's first attempt answers before the wait's own task sends \
+                 `pg_advisory_lock` (behind a statement that sets the connection's check \
+                 interval), so a wait that answered first can still reach the server's \
+                 queue second, and this run cannot tell such grants from grants out of \
+                 the server's own order.",
                 short(t.hand_off_p50),
                 theirs(sqlx(tight)),
                 short(r.hand_off_p50),
