@@ -64,16 +64,28 @@ fn overtaking_by(holds: &[Hold], margin_ns: u64) -> Option<usize> {
     Some(overtook)
 }
 
-/// How many of `holds` were granted while a wait surely ahead of theirs in
-/// line still waited, in the same round: one whose first answer that it
-/// is in line came back before their first attempt was sent. Places are
-/// stored between an attempt's sending and its answer, so no grant is
-/// counted that the store may have made in order; and whole locks are
-/// granted one after another, so the order of the grants is the order of
-/// the holds. A hold granted without asking the store (handed over in
-/// its process) counts as asked when acquire was called. `None` where no
-/// hold says when it was sent: the worker does not record it.
-pub(crate) fn overtaking_in_line(holds: &[Hold]) -> Option<usize> {
+/// The grants that overtook a wait surely ahead in line (see
+/// [`overtaking_in_line`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Overtaking {
+    /// How many grants did.
+    pub(crate) grants: usize,
+    /// The longest that a wait overtaken had known it was in line when the
+    /// wait that overtook it first asked: how close together the waits
+    /// that were served out of order asked.
+    pub(crate) lead: Duration,
+}
+
+/// The grants of `holds` made while a wait surely ahead of theirs in line
+/// still waited, in the same round: one whose answer to wait came back
+/// before their first attempt was sent. Places are stored between an
+/// attempt's sending and its answer, so no grant is counted that the store
+/// may have made in order; and whole locks are granted one after another,
+/// so the order of the grants is the order of the holds. A hold granted
+/// without asking the store (handed over in its process) counts as asked
+/// when acquire was called. `None` where no hold says when it was sent:
+/// the worker does not record it.
+pub(crate) fn overtaking_in_line(holds: &[Hold]) -> Option<Overtaking> {
     if !holds.is_empty() && holds.iter().all(|hold| hold.sent_ns == 0) {
         return None;
     }
@@ -81,7 +93,7 @@ pub(crate) fn overtaking_in_line(holds: &[Hold]) -> Option<usize> {
     for hold in holds {
         rounds.entry(hold.round).or_default().push(hold);
     }
-    let mut overtook = 0;
+    let mut overtaking = Overtaking::default();
     for holds in rounds.into_values() {
         // Waits in line by when they knew it; every wait by when it asked.
         let mut in_line: Vec<(u64, u64)> = holds
@@ -90,6 +102,16 @@ pub(crate) fn overtaking_in_line(holds: &[Hold]) -> Option<usize> {
             .map(|hold| (hold.in_line_ns, hold.acquired_at_ns))
             .collect();
         in_line.sort_unstable();
+        // The latest grant among the first i + 1 waits in line: it rises,
+        // so the first wait whose grant came after a given one is found by
+        // a binary search.
+        let latest: Vec<u64> = in_line
+            .iter()
+            .scan(0, |latest, &(_, granted)| {
+                *latest = granted.max(*latest);
+                Some(*latest)
+            })
+            .collect();
         let mut asked: Vec<(u64, u64)> = holds
             .iter()
             .map(|hold| match hold.sent_ns {
@@ -98,16 +120,20 @@ pub(crate) fn overtaking_in_line(holds: &[Hold]) -> Option<usize> {
             })
             .collect();
         asked.sort_unstable();
-        let (mut ahead, mut latest_grant) = (0, 0u64);
+        let mut ahead = 0;
         for &(sent, granted) in &asked {
             while ahead < in_line.len() && in_line[ahead].0 < sent {
-                latest_grant = latest_grant.max(in_line[ahead].1);
                 ahead += 1;
             }
-            overtook += usize::from(latest_grant > granted);
+            let first_later = latest[..ahead].partition_point(|&latest| latest <= granted);
+            if first_later < ahead {
+                overtaking.grants += 1;
+                let lead = Duration::from_nanos(sent - in_line[first_later].0);
+                overtaking.lead = overtaking.lead.max(lead);
+            }
         }
     }
-    Some(overtook)
+    Some(overtaking)
 }
 
 #[cfg(test)]
@@ -159,6 +185,10 @@ mod tests {
         assert_eq!(overtaking(&holds), Some(1));
     }
 
+    fn grants(holds: &[Hold]) -> Option<usize> {
+        overtaking_in_line(holds).map(|o| o.grants)
+    }
+
     fn waited(sent: u64, in_line: u64, granted: u64) -> Hold {
         Hold {
             sent_ns: sent,
@@ -174,18 +204,24 @@ mod tests {
         // the first knew, and was granted before it: the store may have
         // placed it first.
         let holds = [waited(10, 20, 100), waited(25, 30, 90), waited(15, 35, 80)];
-        assert_eq!(overtaking_in_line(&holds), Some(1));
+        assert_eq!(grants(&holds), Some(1));
+        // Overtaken 5 after it knew: the wait that asked at 25 overtook
+        // the one in line since 20.
+        assert_eq!(
+            overtaking_in_line(&holds).map(|o| o.lead),
+            Some(Duration::from_nanos(5))
+        );
         // Granted at once (never in line): nobody is ahead of it, and it is
         // ahead of nobody.
         let holds = [waited(10, 0, 50), waited(30, 40, 45)];
-        assert_eq!(overtaking_in_line(&holds), Some(0));
+        assert_eq!(grants(&holds), Some(0));
         // In line order.
         let fair = [
             waited(10, 20, 100),
             waited(25, 30, 110),
             waited(15, 35, 120),
         ];
-        assert_eq!(overtaking_in_line(&fair), Some(0));
+        assert_eq!(grants(&fair), Some(0));
     }
 
     #[test]
@@ -193,13 +229,13 @@ mod tests {
         // The second never reached the store: it asked at 30, after the
         // first knew it was in line, and was granted first.
         let holds = [waited(10, 20, 100), hold(30, 90, 0)];
-        assert_eq!(overtaking_in_line(&holds), Some(1));
+        assert_eq!(grants(&holds), Some(1));
     }
 
     #[test]
     fn unknown_sends_say_nothing() {
-        assert_eq!(overtaking_in_line(&[hold(1, 2, 0), hold(3, 4, 0)]), None);
-        assert_eq!(overtaking_in_line(&[]), Some(0));
+        assert_eq!(grants(&[hold(1, 2, 0), hold(3, 4, 0)]), None);
+        assert_eq!(grants(&[]), Some(0));
     }
 
     #[test]

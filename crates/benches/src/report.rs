@@ -602,7 +602,7 @@ impl Run {
                     r.tasks_served,
                     tasks,
                     r.out_of_order.map_or("—".into(), |n| n.to_string()),
-                    r.out_of_line.map_or("—".into(), |n| n.to_string()),
+                    r.out_of_line.map_or("—".into(), |o| o.grants.to_string()),
                     opt(r.commands_per_acquisition()),
                     r.overlaps,
                     r.errors

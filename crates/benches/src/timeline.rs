@@ -97,7 +97,7 @@ pub(crate) struct Contention {
     /// Grants that overtook a task surely ahead in line (see
     /// [`order::overtaking_in_line`]); `None` where the worker does not
     /// say when its waits asked the store.
-    pub(crate) out_of_line: Option<usize>,
+    pub(crate) out_of_line: Option<order::Overtaking>,
     /// The time the lock was held, all holds together (grant to release
     /// call).
     pub(crate) held: Duration,

@@ -33,15 +33,22 @@ impl Run {
             // Judged by the order of places in line where the workers say
             // when they asked the store (ours do); the margin on calls to
             // acquire is shown beside it.
-            let in_order = ours.out_of_line.or(ours.out_of_order);
+            let in_line = ours.out_of_line.map(|o| o.grants);
+            let lead = match ours.out_of_line {
+                Some(o) if o.grants > 0 => format!(
+                    ", each asking within {} of the answer to wait of the wait it overtook",
+                    short(o.lead)
+                ),
+                _ => String::new(),
+            };
             goals.push(goal(
-                in_order == Some(0) && ours.tasks_served == tasks,
+                in_line.or(ours.out_of_order) == Some(0) && ours.tasks_served == tasks,
                 format!(
                     "{}, {scenario}: every task served in the order it took its place in \
-                     line: {} grants overtook a wait surely ahead in line ({} by the {} \
-                     margin on calls to acquire), {}/{tasks} tasks served.",
+                     line: {} grants overtook a wait surely ahead in line{lead} ({} by the \
+                     {} margin on calls to acquire), {}/{tasks} tasks served.",
                     b.label,
-                    count(ours.out_of_line),
+                    count(in_line),
                     count(ours.out_of_order),
                     humantime::format_duration(order::MARGIN),
                     ours.tasks_served,
@@ -140,6 +147,26 @@ fn each(per_second: f64) -> String {
         short(std::time::Duration::from_secs_f64(1.0 / per_second))
     } else {
         "—".into()
+    }
+}
+
+/// How close together the waits that were served out of line order
+/// asked, over `runs`: the longest lead any overtaken wait had.
+fn leads(runs: &[&Contention]) -> String {
+    let overtaken: Vec<_> = runs
+        .iter()
+        .filter_map(|r| r.out_of_line)
+        .filter(|o| o.grants > 0)
+        .collect();
+    match overtaken.iter().map(|o| o.lead).max() {
+        Some(lead) => format!(
+            "In this run, {} grants overtook a wait surely ahead, and every one of them was \
+             asked for within {} of the answer that put the overtaken wait in line: the \
+             window in which its statement may still have been on its way.",
+            overtaken.iter().map(|o| o.grants).sum::<usize>(),
+            short(lead)
+        ),
+        None => "In this run no grant overtook a wait surely ahead.".into(),
     }
 }
 
@@ -263,14 +290,14 @@ impl Run {
                  a wait's first attempt answers before the wait's own task sends \
                  `pg_advisory_lock` (behind a statement that sets the connection's check \
                  interval), so a wait that answered first can still reach the server's \
-                 queue second, and this run cannot tell such grants from grants out of \
-                 the server's own order.",
+                 queue second. {}",
                 short(t.hand_off_p50),
                 theirs(sqlx(tight)),
                 short(r.hand_off_p50),
                 theirs(sqlx(rounds)),
                 opt(t.commands_per_acquisition()),
                 opt(r.commands_per_acquisition()),
+                leads(&[t, r]),
             ));
         }
         if let Some(fair) = self.fair_form("etcd", false)
