@@ -59,6 +59,12 @@ pub(crate) async fn timed<T>(wait: impl Future<Output = T>) -> (T, Arc<FirstAsk>
     (output, first)
 }
 
+/// Sets `at` to now unless it is set already: a later time would only say
+/// less.
+fn set_once(at: &AtomicU64) {
+    let _ = at.compare_exchange(0, now_ns(), Ordering::Relaxed, Ordering::Relaxed);
+}
+
 /// `inner`, recording the first attempt of each wait run within [`timed`];
 /// everything else passes through as it is.
 pub(crate) fn recording(inner: Arc<dyn Backend>) -> Arc<dyn Backend> {
@@ -86,24 +92,16 @@ impl Backend for Recording {
 
     async fn try_acquire(&self, request: &AcquireRequest, wait: &mut WaitState) -> Result<Attempt> {
         // The first attempt of a wait sets when it asked.
-        let first = WAIT.try_with(|first| first.sent_ns() == 0).unwrap_or(false);
-        if first {
-            let _ = WAIT.try_with(|wait| wait.sent_ns.store(now_ns(), Ordering::Relaxed));
-        }
+        let _ = WAIT.try_with(|wait| set_once(&wait.sent_ns));
         let outcome = self.inner.try_acquire(request, wait).await;
         // An answer to ask again at once may mean that the attempt stored
         // nothing (it lost the race to make the name's row or document):
         // the wait is in line from the first answer that tells it to wait.
-        let waits = matches!(
+        if matches!(
             outcome,
             Ok(Attempt::Held { retry_after }) if retry_after != Some(Duration::ZERO)
-        );
-        if waits
-            && WAIT
-                .try_with(|wait| wait.in_line_ns() == 0)
-                .unwrap_or(false)
-        {
-            let _ = WAIT.try_with(|wait| wait.in_line_ns.store(now_ns(), Ordering::Relaxed));
+        ) {
+            let _ = WAIT.try_with(|wait| set_once(&wait.in_line_ns));
         }
         outcome
     }
