@@ -178,8 +178,9 @@ impl RedisBackend {
     /// The keys `name`'s grants live under (on every server, in quorum
     /// mode): its exclusive grant (a string), its readers or permits (a
     /// sorted set) and their records (a hash), its waiting writers (a
-    /// sorted set) and its token counter (a string). All carry one hash
-    /// tag, derived from the name.
+    /// sorted set), its token counter (a string), and the mark of an
+    /// attempt that waits for the exclusive grant's release (a string).
+    /// All carry one hash tag, derived from the name.
     pub fn keys_of(&self, name: &LockName) -> Vec<String> {
         let keys = self.keys.of(name);
         vec![
@@ -188,6 +189,7 @@ impl RedisBackend {
             keys.records.clone(),
             keys.waiting.clone(),
             keys.token.clone(),
+            keys.awaited.clone(),
         ]
     }
 

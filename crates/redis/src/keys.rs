@@ -15,8 +15,9 @@
 //! | `i` | hash | for `s`: `kind` (`s` or `p`), `limit`, and `<id>` → `<token>:<record>` |
 //! | `w` | sorted set | waiting writers' marks, scored by expiry |
 //! | `t` | string | the latest fencing token of the name |
+//! | `a` | string, `PX` a waiter's wait | there while an attempt that found the exclusive grant held waits: its release is announced only then |
 //! | `terms` | list | an election's last terms, newest first: `<term>:<previous term>:<record>` (only campaigns write it) |
-//! | `released` | channel | a message on each release |
+//! | `released` | channel | a message on each release that someone waits for |
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -52,6 +53,7 @@ pub(crate) struct NameKeys {
     pub(crate) records: String,
     pub(crate) waiting: String,
     pub(crate) token: String,
+    pub(crate) awaited: String,
     pub(crate) terms: String,
     pub(crate) channel: String,
 }
@@ -95,6 +97,7 @@ impl KeySpace {
             records: format!("{base}i"),
             waiting: format!("{base}w"),
             token: format!("{base}t"),
+            awaited: format!("{base}a"),
             terms: format!("{base}terms"),
             channel: format!("{base}released"),
         }

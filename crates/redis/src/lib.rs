@@ -88,8 +88,10 @@
 //!   takes 64 tokens from the counter, not 1: the grant gets the first,
 //!   and the next 63 hand-overs of the lock in this process need no
 //!   server command (see [below](#hand-overs-without-a-command)).
-//! - **Wake-ups.** Each release (and a forced release, and a writer that
-//!   stops waiting) publishes on the name's channel. One subscriber
+//! - **Wake-ups.** A release that someone waits for (an attempt found the
+//!   grant held, and marked it for as long as the holder had left), a
+//!   forced release, a reader's or permit's release and a writer that
+//!   stops waiting publish on the name's channel. One subscriber
 //!   connection per server subscribes to the channels of the names this
 //!   process waits for. While it is down, [`Wakeups::watch`] answers
 //!   `None`, waits poll at least once a second, and every waiter is woken
@@ -186,8 +188,8 @@
 //! - **Slot moves.** While a name's slot moves, Redis answers `TRYAGAIN`
 //!   to its scripts, retried until the call's timeout: a move longer than
 //!   the lease less the safety margin loses that slot's locks.
-//! - **Wake-ups.** A release's `PUBLISH` crosses the cluster bus to every
-//!   node: one subscriber connection per seed, heard while any is open.
+//! - **Wake-ups.** A release's `PUBLISH`, when someone waits for it,
+//!   crosses the cluster bus to every node: one subscriber connection per seed, heard while any is open.
 //! - **`list`** walks every master with `SCAN`.
 //! - **Failover** inside the cluster is asynchronous replication, as for
 //!   one server with replicas: a promoted replica may lack a grant.

@@ -5,12 +5,10 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
-use std::sync::LazyLock;
 use std::time::{Duration, SystemTime};
 
 use distlock_core::{
-    AcquireRequest, Claim, Error, Extended, Lease, LeaseId, LockName, MAX_PERMITS, Result,
-    ServerInfo, Term,
+    AcquireRequest, Claim, Error, Extended, Lease, LeaseId, LockName, Result, ServerInfo, Term,
 };
 use redis::aio::ConnectionLike;
 use redis::cluster_async::ClusterConnection;
@@ -24,20 +22,10 @@ use crate::hold::OnServer;
 use crate::keys::{KeySpace, NameKeys, Record, parse_term};
 use crate::link::{Connection, Link, Target};
 use crate::reply::{Answer, Listed, int, is_noscript, read_grants};
-use crate::scripts::SCRIPTS;
+use crate::scripts::{COUNTER_TTL, SCRIPTS};
 
 /// How long asking the server for its version and time may take.
 pub(crate) const INFO_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// How long a name's token counter outlives its latest grant. Past that,
-/// the next token comes from the server's clock alone (tokens are
-/// `max(previous + 1, server time in µs)`), so the counter only has to
-/// outlive clock steps backwards.
-const COUNTER_TTL: Duration = Duration::from_secs(30 * 86_400);
-
-/// The arguments every attempt sends alike, written once.
-static COUNTER_TTL_ARG: LazyLock<String> = LazyLock::new(|| millis(COUNTER_TTL));
-static MAX_PERMITS_ARG: LazyLock<String> = LazyLock::new(|| MAX_PERMITS.to_string());
 
 /// How many keys one `SCAN` step asks for.
 const SCAN_COUNT: usize = 1000;
@@ -154,18 +142,37 @@ impl Node {
         // A campaign records its term with its grant, under one more key;
         // quorum mode's copies keep no record (see `RedisBackend::term_log`).
         let (script, used) = if request.records_term && !provisional {
-            (&SCRIPTS.campaign, 6)
+            (&SCRIPTS.campaign, 7)
         } else {
-            (&SCRIPTS.acquire, 5)
+            (&SCRIPTS.acquire, 6)
         };
-        let names: [&str; 6] = [
+        let names: [&str; 7] = [
             &keys.exclusive,
             &keys.holders,
             &keys.records,
             &keys.waiting,
             &keys.token,
+            &keys.awaited,
             &keys.terms,
         ];
+        let limit = limit.to_string();
+        let args: [&[u8]; 7] = [
+            claim.as_bytes(),
+            id.as_bytes(),
+            lease.as_bytes(),
+            record.as_bytes(),
+            if provisional { b"~" } else { b"" },
+            mark.as_bytes(),
+            if limit == "0" { b"" } else { limit.as_bytes() },
+        ];
+        // The optional arguments that are empty at the end are left off:
+        // each one sent costs the script call a copy.
+        let sent = args.len()
+            - args[4..]
+                .iter()
+                .rev()
+                .take_while(|arg| arg.is_empty())
+                .count();
         let reply = self
             .run(
                 "acquire",
@@ -173,23 +180,16 @@ impl Node {
                 timeout,
                 script,
                 &names[..used],
-                &[
-                    claim.as_bytes(),
-                    id.as_bytes(),
-                    lease.as_bytes(),
-                    record.as_bytes(),
-                    mark.as_bytes(),
-                    limit.to_string().as_bytes(),
-                    MAX_PERMITS_ARG.as_bytes(),
-                    COUNTER_TTL_ARG.as_bytes(),
-                    if provisional { b"~" } else { b"" },
-                ],
+                &args[..sent],
             )
             .await?;
         Answer::parse(&reply).ok_or_else(|| unexpected(&what.to_string(), &reply))
     }
 
     /// The terms of `name`'s election kept after `after`, oldest first.
+    /// An observer reads them before it waits for the next release, so
+    /// the read also asks that the release be announced (see the terms
+    /// script).
     pub(crate) async fn terms_after(
         &self,
         name: &LockName,
@@ -198,19 +198,18 @@ impl Node {
     ) -> Result<Vec<Term>> {
         let keys = self.keys.of(name);
         let what = format!("reading the terms of {name}{}", self.on);
-        let read = async {
-            let mut connection = self.link.get()?;
-            redis::cmd("LRANGE")
-                .arg(&keys.terms)
-                .arg(0)
-                .arg(-1)
-                .query_async::<Vec<Vec<u8>>>(&mut connection)
-                .await
-                .map_err(|e| from_redis(&what, e))
-        };
-        let entries = tokio::time::timeout(timeout, read)
-            .await
-            .map_err(|_| timed_out("read terms", timeout))??;
+        let reply = self
+            .run(
+                "read terms",
+                &what,
+                timeout,
+                &SCRIPTS.terms,
+                &[&keys.terms, &keys.exclusive, &keys.awaited],
+                &[],
+            )
+            .await?;
+        let entries: Vec<Vec<u8>> =
+            redis::from_redis_value(&reply).map_err(|_| unexpected(&what, &reply))?;
         let mut terms = Vec::with_capacity(entries.len());
         for entry in entries.iter().rev() {
             let term = parse_term(entry).ok_or_else(|| Error::InvalidData {
@@ -426,7 +425,7 @@ impl Node {
                 &what,
                 timeout,
                 &SCRIPTS.release,
-                &[&keys.exclusive, &keys.holders, &keys.records],
+                &[&keys.exclusive, &keys.holders, &keys.records, &keys.awaited],
                 &[
                     claim.as_bytes(),
                     id.to_string().as_bytes(),
@@ -472,7 +471,7 @@ impl Node {
                 &what,
                 timeout,
                 &SCRIPTS.force_release,
-                &[&keys.exclusive, &keys.holders, &keys.records],
+                &[&keys.exclusive, &keys.holders, &keys.records, &keys.awaited],
                 &[keys.channel.as_bytes()],
             )
             .await?;

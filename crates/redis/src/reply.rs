@@ -33,9 +33,7 @@ impl Answer {
             return None;
         };
         match (fields.first().and_then(int), fields.get(1), fields.get(2)) {
-            (Some(1), Some(token), _) => int(token)
-                .and_then(|token| u64::try_from(token).ok())
-                .map(Self::Granted),
+            (Some(1), Some(token), _) => fencing_token(token).map(Self::Granted),
             (Some(0), Some(left), Some(marked)) => Some(Self::Held {
                 left: int(left)
                     .and_then(|left| u64::try_from(left).ok())
@@ -65,6 +63,16 @@ pub(crate) struct Listed {
     /// Whether the token is a quorum copy's own, written before the grant
     /// was decided (see [`Stored`]).
     pub(crate) provisional: bool,
+}
+
+/// A granted token: a number, or its digits (the acquire script's common
+/// path never turns them into a number).
+fn fencing_token(value: &Value) -> Option<u64> {
+    match value {
+        Value::Int(n) => u64::try_from(*n).ok(),
+        Value::BulkString(digits) => std::str::from_utf8(digits).ok()?.parse().ok(),
+        _ => None,
+    }
 }
 
 pub(crate) fn int(value: &Value) -> Option<i64> {

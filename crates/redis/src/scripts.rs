@@ -4,7 +4,9 @@
 //! never in a script's text.
 
 use std::sync::LazyLock;
+use std::time::Duration;
 
+use distlock_core::MAX_PERMITS;
 use redis::Script;
 
 // The helpers scripts start with, each script with the ones it uses
@@ -95,39 +97,48 @@ end
 /// granted at once (the counter and the grant as `next_token` and the
 /// rest of the script write them). It comes before any helper is defined,
 /// and calls none: defining a helper costs every run that passes it, and
-/// this path is most runs.
+/// this path is most runs. Every command a script runs costs a few µs on
+/// top of what the command does, so this path runs the four it needs and
+/// no more, and keeps the token as the digits `TIME` gives rather than
+/// printing a number: digit strings of one length compare as their values
+/// do, and only a counter at or past the clock needs arithmetic.
 const ACQUIRE_FREE: &str = r"
 if ARGV[1] == 'x' and redis.call('EXISTS', KEYS[1], KEYS[2]) == 0 then
   local time = redis.call('TIME')
-  local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
-  local prev = tonumber(redis.call('SET', KEYS[5], string.format('%.0f', now_us), 'PX', ARGV[8], 'GET') or '0') or 0
-  local token = now_us
-  if prev >= now_us then
-    token = prev + 1
-    redis.call('SET', KEYS[5], string.format('%.0f', token), 'PX', ARGV[8])
+  local token = time[1] .. string.sub('00000' .. time[2], -6)
+  local prev = redis.call('SET', KEYS[5], token, 'PX', COUNTER_TTL, 'GET')
+  if prev and #prev >= #token and (#prev > #token or prev >= token) then
+    local ahead = tonumber(prev)
+    if ahead and ahead >= tonumber(token) then
+      token = string.format('%.0f', ahead + 1)
+      redis.call('SET', KEYS[5], token, 'PX', COUNTER_TTL)
+    end
   end
-  redis.call('SET', KEYS[1], ARGV[2] .. ':' .. ARGV[9] .. string.format('%.0f', token) .. ':' .. ARGV[4], 'PX', ARGV[3])
-  if ARGV[5] ~= '' then redis.call('ZREM', KEYS[4], ARGV[5]) end
+  redis.call('SET', KEYS[1], ARGV[2] .. ':' .. (ARGV[5] or '') .. token .. ':' .. ARGV[4], 'PX', ARGV[3])
+  if (ARGV[6] or '') ~= '' then redis.call('ZREM', KEYS[4], ARGV[6]) end
   return {1, token}
 end
 ";
 
-/// One attempt. KEYS: x s i w t. ARGV: claim (`x`, `s` or `p`), grant id,
-/// lease ms, record, writer's mark (or empty), permit limit, most readers,
-/// token counter's ttl ms, and what the stored token starts with: `~` for
-/// quorum mode's copies, whose token is provisional until the grant is
-/// decided and [`RAISE`] writes the grant's own, or nothing.
+/// One attempt. KEYS: x s i w t a. ARGV: claim (`x`, `s` or `p`), grant
+/// id, lease ms, record, then, each left off when it is the last and
+/// empty: what the stored token starts with (`~` for quorum mode's
+/// copies, whose token is provisional until the grant is decided and
+/// [`RAISE`] writes the grant's own), the writer's mark, the permit limit.
+/// The script starts with [`CONSTANTS`].
 ///
-/// Returns `{1, token}` when granted; `{0, ms left or -1, marked}` when
-/// held (`marked`: a waiting writer's mark is stored); `{2, kind, limit}`
-/// when the name is held as another kind or limit.
+/// Returns `{1, token}` when granted (the token as a number, or as its
+/// digits); `{0, ms left or -1, marked}` when held (`marked`: a waiting
+/// writer's mark is stored), having set `a` for as long, so that a
+/// release within that time is announced; `{2, kind, limit}` when the
+/// name is held as another kind or limit.
 ///
 /// It starts with [`ACQUIRE_FREE`], and its helpers come after that.
 const ACQUIRE: &str = r"
-local x, s, i, w, t = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local claim, id, lease, record, mark = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
-local limit, max_readers, counter_ttl = tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8]
-local stored = ARGV[9]
+local x, s, i, w, t, a = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local claim, id, lease, record = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local stored, mark, limit = ARGV[5] or '', ARGV[6] or '', tonumber(ARGV[7] or '0')
+local max_readers, counter_ttl = MAX_READERS, COUNTER_TTL
 local now, now_us = clock()
 local writer = redis.call('PTTL', x)
 -- This very attempt, run again (a cluster client sends a script again
@@ -156,10 +167,17 @@ if holders > 0 then
 end
 local marks = 0
 if claim == 's' then marks = prune(w, false, now) end
+-- Sets `a` for `left` ms, so that a release of the exclusive grant
+-- within that time is announced (see RELEASE_EXCLUSIVE). A write refused
+-- (a server out of memory) only leaves this waiter to its timed retry.
+local function awaited(left)
+  if left > 0 then redis.pcall('SET', a, '', 'PX', left) end
+  return left
+end
 local function join()
   local token = next_token(t, now_us, counter_ttl)
   redis.call('ZADD', s, int(now + lease), id)
-  redis.call('HSET', i, 'kind', claim, 'limit', ARGV[6], id, stored .. int(token) .. ':' .. record)
+  redis.call('HSET', i, 'kind', claim, 'limit', int(limit), id, stored .. int(token) .. ':' .. record)
   expire_with_last(s, i)
   return {1, token}
 end
@@ -172,8 +190,8 @@ if claim == 'p' then
 end
 if holders > 0 and kind == 'p' then return {2, 'p', held_limit} end
 if claim == 's' then
-  if writer ~= -2 then return {0, writer, 0} end
-  if marks > 0 then return {0, first_left(w, now), 0} end
+  if writer ~= -2 then return {0, awaited(writer), 0} end
+  if marks > 0 then return {0, awaited(first_left(w, now)), 0} end
   if holders >= max_readers then return {0, first_left(s, now), 0} end
   return join()
 end
@@ -189,7 +207,7 @@ if mark ~= '' then
   expire_with_last(w, false)
   marked = 1
 end
-if writer == -2 then writer = first_left(s, now) end
+if writer == -2 then writer = first_left(s, now) else awaited(writer) end
 return {0, writer, marked}
 ";
 
@@ -227,17 +245,19 @@ end
 return 0
 ";
 
-/// Ends one grant if it is still ours, and announces it. KEYS: x s i.
+/// Ends one grant if it is still ours, and announces it. KEYS: x s i a.
 /// ARGV: claim, grant id, channel. Returns 1 when a live grant ended.
 ///
 /// An exclusive grant, the common case, is ended first, as `owns` would
-/// check it, before any helper is defined (see [`ACQUIRE_FREE`]).
+/// check it, before any helper is defined (see [`ACQUIRE_FREE`]). It is
+/// announced only when `a` is there: an attempt that found the grant
+/// held set it (see [`ACQUIRE`]), and the same `DEL` that ends the grant
+/// tells, so that a release nobody waits for runs no `PUBLISH`.
 const RELEASE_EXCLUSIVE: &str = r"
 if ARGV[1] == 'x' then
   local v = redis.call('GET', KEYS[1])
   if v and string.sub(v, 1, 32) == ARGV[2] then
-    redis.call('DEL', KEYS[1])
-    redis.call('PUBLISH', ARGV[3], '')
+    if redis.call('DEL', KEYS[1], KEYS[4]) == 2 then redis.call('PUBLISH', ARGV[3], '') end
     return 1
   end
   return 0
@@ -287,12 +307,12 @@ end
 return 0
 ";
 
-/// Ends every grant of a name, and announces it. KEYS: x s i. ARGV:
+/// Ends every grant of a name, and announces it. KEYS: x s i a. ARGV:
 /// channel. Returns 1 when a live grant ended. Waiting writers' marks stay.
 const FORCE_RELEASE: &str = r"
 local now = clock()
 local held = redis.call('EXISTS', KEYS[1]) + redis.call('ZCOUNT', KEYS[2], '(' .. int(now), '+inf')
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
 if held > 0 then
   redis.call('PUBLISH', ARGV[1], '')
   return 1
@@ -327,6 +347,16 @@ if type(live) == 'table' and #live > 0 and redis.call('TYPE', i)['ok'] == 'hash'
   end
 end
 return out
+";
+
+/// Reads a name's terms for an observer, which then waits for the next
+/// release: `a` is set for as long as the exclusive grant has left, and a
+/// second at least (the observer looks again sooner), so that the release
+/// is announced (see [`RELEASE_EXCLUSIVE`]). KEYS: terms x a. Returns the
+/// list of terms, newest first.
+const TERMS: &str = r"
+redis.pcall('SET', KEYS[3], '', 'PX', math.max(redis.call('PTTL', KEYS[2]), 1000))
+return redis.call('LRANGE', KEYS[1], 0, -1)
 ";
 
 /// Raises a name's token counter to at least a quorum grant's token, so
@@ -369,13 +399,14 @@ fn campaign_epilogue() -> String {
         r"
 local reply = attempt()
 if reply[1] == 1 then
-  local r, term = KEYS[6], string.format('%.0f', reply[2])
+  local r, term = KEYS[7], reply[2]
+  if type(term) == 'number' then term = string.format('%.0f', term) end
   local head = redis.call('LINDEX', r, 0)
   local newest = head and string.match(head, '^(%d+):') or ''
   if newest ~= term then
     redis.call('LPUSH', r, term .. ':' .. newest .. ':' .. ARGV[4])
     redis.call('LTRIM', r, 0, {last})
-    redis.call('PEXPIRE', r, ARGV[8])
+    redis.call('PEXPIRE', r, COUNTER_TTL)
   end
 end
 return reply
@@ -383,6 +414,23 @@ return reply
         last = distlock_core::TERMS_KEPT - 1
     )
 }
+
+/// How long a name's token counter outlives its latest grant. Past that,
+/// the next token comes from the server's clock alone (tokens are
+/// `max(previous + 1, server time in µs)`), so the counter only has to
+/// outlive clock steps backwards.
+pub(crate) const COUNTER_TTL: Duration = Duration::from_secs(30 * 86_400);
+
+/// `COUNTER_TTL` (ms, as text) and `MAX_READERS`, as locals at the start
+/// of the acquire scripts: written into the text rather than sent as
+/// arguments, each of which a script call copies in.
+static CONSTANTS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "local COUNTER_TTL, MAX_READERS = '{}', {}\n",
+        COUNTER_TTL.as_millis(),
+        MAX_PERMITS
+    )
+});
 
 /// The acquire script's parts, in order: its common path first, then the
 /// helpers the rest uses.
@@ -407,6 +455,7 @@ pub(crate) struct Scripts {
     pub(crate) end_wait: Script,
     pub(crate) force_release: Script,
     pub(crate) inspect: Script,
+    pub(crate) terms: Script,
     pub(crate) raise: Script,
 }
 
@@ -415,8 +464,9 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
     // the code that calls them.
     let of = |parts: &[&str]| Script::new(&parts.concat());
     Scripts {
-        acquire: of(&ACQUIRE_PARTS),
+        acquire: of(&[&CONSTANTS, &ACQUIRE_PARTS.concat()]),
         campaign: of(&[
+            &CONSTANTS,
             "local function attempt()",
             &ACQUIRE_PARTS.concat(),
             "end",
@@ -428,6 +478,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
         end_wait: of(&[END_WAIT]),
         force_release: of(&[CLOCK, INT, FORCE_RELEASE]),
         inspect: of(&[CLOCK, INT, INSPECT]),
+        terms: of(&[TERMS]),
         raise: of(&[INT, OWNS, RAISE]),
     }
 });

@@ -43,8 +43,8 @@ pub(super) const COUNTING: &str = "- **Redis**: deltas of the server's `INFO com
     name's keys, the token counter's `GET` and `SET`, the grant's `SET`), each counted, and the owner-checked delete of the raw pair \
     and of the peers counts its `GET` and `DEL` beside its `EVALSHA`. So *server commands* \
     here are what the server executed, not round trips: the `evalsha` share of the \
-    breakdown is the scripts sent. A release's `PUBLISH` to wake waiters is counted, and so \
-    are the subscriber connection's `SUBSCRIBE`, `UNSUBSCRIBE` and `PING`s, and the \
+    breakdown is the scripts sent. A release's `PUBLISH` to wake waiters (sent only when an \
+    attempt found the grant held) is counted, and so are the subscriber connection's `SUBSCRIBE`, `UNSUBSCRIBE` and `PING`s, and the \
     `HELLO`/`CLIENT SETINFO` of a connection opened inside the window.";
 
 /// The uncontended goal on Redis: the client against the raw pair.
@@ -78,8 +78,8 @@ pub(super) fn uncontended_findings(b: &BackendResults) -> Option<String> {
         "**Redis.** A cycle of ours is two scripts, two round trips: the acquire, one \
          `EVALSHA` that reads the server's clock, stores our grant with the lease as its \
          `PX` and bumps the name's fencing token, and the release, one `EVALSHA` that \
-         deletes the grant only while it is ours and publishes on the name's channel; {} \
-         commands executed per cycle. The raw pair is two round trips too, with no token \
+         deletes the grant only while it is ours, and publishes on the name's channel only \
+         when an attempt found it held; {} commands executed per cycle. The raw pair is two round trips too, with no token \
          and no wake-up, {} commands executed per cycle. The backend's direct calls made \
          {:.2} of the raw pair's cycles, and the client {:.2} of its backend's direct calls. ",
         opt(client.commands_per_cycle()),

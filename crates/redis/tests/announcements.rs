@@ -1,0 +1,137 @@
+//! Release announcements: a release is published on the name's channel
+//! only when an attempt found the grant held since it was made, so that a
+//! release nobody waits for runs no `PUBLISH`; and a waiter is woken by
+//! it, long before the holder's lease would have ended.
+
+mod support;
+
+use std::time::Duration;
+
+use distlock_core::{Backend, Claim, LockClient};
+use distlock_redis::redis;
+use futures::StreamExt;
+
+use support::{backend, grant, raw, unique, url};
+
+/// The channel `name`'s releases are announced on: its exclusive key's,
+/// with `released` for the role.
+fn channel_of(exclusive_key: &str) -> String {
+    let base = exclusive_key
+        .strip_suffix('x')
+        .expect("the exclusive key ends in its role");
+    format!("{base}released")
+}
+
+#[tokio::test]
+async fn a_release_is_announced_only_when_someone_waited() {
+    let url = url();
+    let backend = backend(&url).await;
+    let name = unique("announced");
+    let keys = backend.keys_of(&name);
+    let (exclusive, awaited) = (&keys[0], &keys[5]);
+    let channel = channel_of(exclusive);
+    let mut pubsub = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_async_pubsub()
+        .await
+        .unwrap();
+    pubsub.subscribe(&channel).await.unwrap();
+    let mut connection = raw(&url).await;
+    let exists = |key: String| {
+        let mut connection = connection.clone();
+        async move {
+            let n: i64 = redis::cmd("EXISTS")
+                .arg(key)
+                .query_async(&mut connection)
+                .await
+                .unwrap();
+            n == 1
+        }
+    };
+    let lease = Duration::from_secs(30);
+
+    // Nobody asked while it was held: no announcement.
+    let held = grant(&backend, &name, Claim::Exclusive, lease)
+        .await
+        .unwrap();
+    assert!(backend.release(&held).await.unwrap());
+    assert!(!exists(awaited.clone()).await);
+
+    // A writer, then a reader, found it held: each release is announced,
+    // and takes the mark with it.
+    for claim in [Claim::Exclusive, Claim::Shared] {
+        let held = grant(&backend, &name, Claim::Exclusive, lease)
+            .await
+            .unwrap();
+        assert!(grant(&backend, &name, claim, lease).await.is_none(), "held");
+        assert!(exists(awaited.clone()).await, "the attempt left its mark");
+        assert!(backend.release(&held).await.unwrap());
+        assert!(!exists(awaited.clone()).await, "the release took it");
+    }
+
+    // One more release nobody waited for, then a message of the test's
+    // own: the channel carries what the server published, in order.
+    let held = grant(&backend, &name, Claim::Exclusive, lease)
+        .await
+        .unwrap();
+    assert!(backend.release(&held).await.unwrap());
+    let _: i64 = redis::cmd("PUBLISH")
+        .arg(&channel)
+        .arg("end")
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    let mut messages = pubsub.on_message();
+    let mut heard = Vec::new();
+    loop {
+        let payload: String = messages.next().await.unwrap().get_payload().unwrap();
+        if payload == "end" {
+            break;
+        }
+        heard.push(payload);
+    }
+    assert_eq!(
+        heard,
+        ["", ""],
+        "one announcement for each release that someone waited for"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_is_woken_by_the_release_not_the_lease() {
+    let url = url();
+    let holder = backend(&url).await;
+    let waiter = std::sync::Arc::new(backend(&url).await);
+    support::eventually("wake-ups on", || async { waiter.wake_ups() }).await;
+    let name = unique("woken");
+    // Held for ten minutes: a waiter left to its timed retry would wait
+    // that long, past its own timeout of one minute.
+    let held = grant(&holder, &name, Claim::Exclusive, Duration::from_secs(600))
+        .await
+        .unwrap();
+    let waiting = {
+        let client = LockClient::new(waiter.clone(), support::options());
+        let name = name.clone();
+        tokio::spawn(async move { client.acquire_with(&name, Duration::from_secs(60)).await })
+    };
+    let awaited = holder.keys_of(&name).remove(5);
+    let connection = raw(&url).await;
+    support::eventually("the waiter asked", || {
+        let (mut connection, awaited) = (connection.clone(), awaited.clone());
+        async move {
+            let n: i64 = redis::cmd("EXISTS")
+                .arg(awaited)
+                .query_async(&mut connection)
+                .await
+                .unwrap();
+            n == 1
+        }
+    })
+    .await;
+    assert!(holder.release(&held).await.unwrap());
+    let guard = waiting
+        .await
+        .unwrap()
+        .expect("the waiter is served once the holder releases");
+    assert!(guard.release().await.unwrap());
+}
