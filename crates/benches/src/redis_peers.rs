@@ -147,6 +147,30 @@ impl RedisServer {
             .map(|version| version.trim().to_owned())
     }
 
+    /// The processor time the servers have used since they started,
+    /// user and system (`INFO cpu`), summed over every server; `None` when
+    /// one does not say.
+    pub(crate) async fn cpu(&self) -> Option<Duration> {
+        let mut total = 0.0;
+        for connection in &self.servers {
+            let mut connection = connection.clone();
+            let text: String = redis::cmd("INFO")
+                .arg("cpu")
+                .query_async(&mut connection)
+                .await
+                .ok()?;
+            for field in ["used_cpu_user:", "used_cpu_sys:"] {
+                total += text
+                    .lines()
+                    .find_map(|line| line.strip_prefix(field))?
+                    .trim()
+                    .parse::<f64>()
+                    .ok()?;
+            }
+        }
+        Some(Duration::from_secs_f64(total))
+    }
+
     /// Uncontended cycles of the raw pair on the backend's own key for
     /// `name`, as often as `seconds` allows.
     pub(crate) async fn raw_cycles(&self, name: &LockName, seconds: Duration) -> Outcome<u64> {

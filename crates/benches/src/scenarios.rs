@@ -85,6 +85,9 @@ pub(crate) struct Side {
     /// The server's own count of its operations over these rounds, where
     /// it keeps one (etcd's storage operations).
     pub(crate) server_ops: Option<Counts>,
+    /// The servers' processor time over these rounds, where they report
+    /// it (Redis).
+    pub(crate) server_cpu: Option<Duration>,
     /// Cycles per second in each round, in order.
     pub(crate) rounds: Vec<f64>,
 }
@@ -92,6 +95,12 @@ pub(crate) struct Side {
 impl Side {
     pub(crate) fn per_second(&self) -> f64 {
         self.cycles as f64 / self.elapsed.as_secs_f64()
+    }
+
+    /// The servers' processor time per cycle, where they report it.
+    pub(crate) fn server_cpu_per_cycle(&self) -> Option<Duration> {
+        let cpu = self.server_cpu?;
+        (self.cycles > 0).then(|| cpu.div_f64(self.cycles as f64))
     }
 
     pub(crate) fn commands_per_cycle(&self) -> Option<f64> {
@@ -243,6 +252,7 @@ pub(crate) async fn uncontended(
             elapsed: Duration::ZERO,
             commands: None,
             server_ops: None,
+            server_cpu: None,
             rounds: Vec::with_capacity(ROUNDS as usize),
         })
         .collect();
@@ -261,6 +271,9 @@ pub(crate) async fn uncontended(
             } else {
                 None
             };
+            // Read closest to the round, so that the reads of the counts
+            // fall outside it.
+            let cpu_before = target.server_cpu().await;
             let started = Instant::now();
             let cycles = match side.contender {
                 Contender::Client => client_cycles(&client, &name, round).await?,
@@ -318,6 +331,9 @@ pub(crate) async fn uncontended(
                 }
             };
             let elapsed = started.elapsed();
+            if let (Some(before), Some(after)) = (cpu_before, target.server_cpu().await) {
+                *side.server_cpu.get_or_insert(Duration::ZERO) += after.saturating_sub(before);
+            }
             side.cycles += cycles;
             side.elapsed += elapsed;
             side.rounds

@@ -199,6 +199,15 @@ impl Target {
         }
     }
 
+    /// The processor time the servers have used so far, where they report
+    /// it: Redis's `INFO cpu`, user and system, summed over every server.
+    pub(crate) async fn server_cpu(&self) -> Option<std::time::Duration> {
+        match &self.server {
+            Server::Redis(server) => server.cpu().await,
+            _ => None,
+        }
+    }
+
     /// The server's own operation counters, where it keeps them: MongoDB's
     /// opcounters, etcd's storage operations.
     pub(crate) async fn server_ops(&self) -> Option<Counts> {
