@@ -122,16 +122,25 @@ impl RedisServer {
     /// is left out.
     pub(crate) async fn counts(&self) -> Outcome<Counts> {
         let mut total = Counts::default();
-        for connection in &self.servers {
-            let mut connection = connection.clone();
-            let text: String = redis::cmd("INFO")
-                .arg("commandstats")
-                .query_async(&mut connection)
-                .await
-                .map_err(|e| format!("redis INFO commandstats: {e}"))?;
+        for text in self.info_of_each("commandstats").await? {
             total.add(&parse_commandstats(&text));
         }
         Ok(total)
+    }
+
+    /// `INFO section` of every server, in order.
+    async fn info_of_each(&self, section: &str) -> Outcome<Vec<String>> {
+        let mut texts = Vec::with_capacity(self.servers.len());
+        for connection in &self.servers {
+            let mut connection = connection.clone();
+            let text: String = redis::cmd("INFO")
+                .arg(section)
+                .query_async(&mut connection)
+                .await
+                .map_err(|e| format!("redis INFO {section}: {e}"))?;
+            texts.push(text);
+        }
+        Ok(texts)
     }
 
     /// The server's version, from `INFO server`.
@@ -152,13 +161,7 @@ impl RedisServer {
     /// one does not say.
     pub(crate) async fn cpu(&self) -> Option<Duration> {
         let mut total = 0.0;
-        for connection in &self.servers {
-            let mut connection = connection.clone();
-            let text: String = redis::cmd("INFO")
-                .arg("cpu")
-                .query_async(&mut connection)
-                .await
-                .ok()?;
+        for text in self.info_of_each("cpu").await.ok()? {
             for field in ["used_cpu_user:", "used_cpu_sys:"] {
                 total += text
                     .lines()

@@ -13,6 +13,16 @@ use futures::StreamExt;
 
 use support::{backend, grant, raw, unique, url};
 
+/// Whether `key` is there.
+async fn exists(connection: &redis::aio::MultiplexedConnection, key: &str) -> bool {
+    let n: i64 = redis::cmd("EXISTS")
+        .arg(key)
+        .query_async(&mut connection.clone())
+        .await
+        .unwrap();
+    n == 1
+}
+
 /// The channel `name`'s releases are announced on: its exclusive key's,
 /// with `released` for the role.
 fn channel_of(exclusive_key: &str) -> String {
@@ -37,17 +47,6 @@ async fn a_release_is_announced_only_when_someone_waited() {
         .unwrap();
     pubsub.subscribe(&channel).await.unwrap();
     let mut connection = raw(&url).await;
-    let exists = |key: String| {
-        let mut connection = connection.clone();
-        async move {
-            let n: i64 = redis::cmd("EXISTS")
-                .arg(key)
-                .query_async(&mut connection)
-                .await
-                .unwrap();
-            n == 1
-        }
-    };
     let lease = Duration::from_secs(30);
 
     // Nobody asked while it was held: no announcement.
@@ -55,7 +54,7 @@ async fn a_release_is_announced_only_when_someone_waited() {
         .await
         .unwrap();
     assert!(backend.release(&held).await.unwrap());
-    assert!(!exists(awaited.clone()).await);
+    assert!(!exists(&connection, awaited).await);
 
     // A writer, then a reader, found it held: each release is announced,
     // and takes the mark with it.
@@ -64,9 +63,12 @@ async fn a_release_is_announced_only_when_someone_waited() {
             .await
             .unwrap();
         assert!(grant(&backend, &name, claim, lease).await.is_none(), "held");
-        assert!(exists(awaited.clone()).await, "the attempt left its mark");
+        assert!(
+            exists(&connection, awaited).await,
+            "the attempt left its mark"
+        );
         assert!(backend.release(&held).await.unwrap());
-        assert!(!exists(awaited.clone()).await, "the release took it");
+        assert!(!exists(&connection, awaited).await, "the release took it");
     }
 
     // One more release nobody waited for, then a message of the test's
@@ -116,18 +118,7 @@ async fn a_waiter_is_woken_by_the_release_not_the_lease() {
     };
     let awaited = holder.keys_of(&name).remove(5);
     let connection = raw(&url).await;
-    support::eventually("the waiter asked", || {
-        let (mut connection, awaited) = (connection.clone(), awaited.clone());
-        async move {
-            let n: i64 = redis::cmd("EXISTS")
-                .arg(awaited)
-                .query_async(&mut connection)
-                .await
-                .unwrap();
-            n == 1
-        }
-    })
-    .await;
+    support::eventually("the waiter asked", || exists(&connection, &awaited)).await;
     assert!(holder.release(&held).await.unwrap());
     let guard = waiting
         .await
