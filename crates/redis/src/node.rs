@@ -22,7 +22,7 @@ use crate::hold::OnServer;
 use crate::keys::{KeySpace, NameKeys, Record, parse_term};
 use crate::link::{Connection, Link, Target};
 use crate::reply::{Answer, Listed, int, is_noscript, read_grants};
-use crate::scripts::{COUNTER_TTL, SCRIPTS};
+use crate::scripts::SCRIPTS;
 
 /// How long asking the server for its version and time may take.
 pub(crate) const INFO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -246,7 +246,6 @@ impl Node {
             &[&keys.token, &keys.exclusive, &keys.records],
             &[
                 token.to_string().as_bytes(),
-                millis(COUNTER_TTL).as_bytes(),
                 claim.as_bytes(),
                 id.to_string().as_bytes(),
             ],
@@ -506,7 +505,6 @@ impl Node {
                     next.lease_id.to_string().as_bytes(),
                     millis(next.lease).as_bytes(),
                     record.as_bytes(),
-                    millis(COUNTER_TTL).as_bytes(),
                     tokens.to_string().as_bytes(),
                 ],
             )

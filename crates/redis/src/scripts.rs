@@ -77,10 +77,10 @@ end
 /// it is stored first, and the previous value it replaced read in the same
 /// command; only a counter at or past the clock is written again.
 const NEXT_TOKEN: &str = r"
-local function next_token(t, now_us, ttl)
-  local prev = tonumber(redis.call('SET', t, int(now_us), 'PX', ttl, 'GET') or '0') or 0
+local function next_token(t, now_us)
+  local prev = tonumber(redis.call('SET', t, int(now_us), 'PX', COUNTER_TTL, 'GET') or '0') or 0
   if prev < now_us then return now_us end
-  redis.call('SET', t, int(prev + 1), 'PX', ttl)
+  redis.call('SET', t, int(prev + 1), 'PX', COUNTER_TTL)
   return prev + 1
 end
 ";
@@ -138,7 +138,6 @@ const ACQUIRE: &str = r"
 local x, s, i, w, t, a = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local claim, id, lease, record = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local stored, mark, limit = ARGV[5] or '', ARGV[6] or '', tonumber(ARGV[7] or '0')
-local max_readers, counter_ttl = MAX_READERS, COUNTER_TTL
 local now, now_us = clock()
 local writer = redis.call('PTTL', x)
 -- This very attempt, run again (a cluster client sends a script again
@@ -175,7 +174,7 @@ local function awaited(left)
   return left
 end
 local function join()
-  local token = next_token(t, now_us, counter_ttl)
+  local token = next_token(t, now_us)
   redis.call('ZADD', s, int(now + lease), id)
   redis.call('HSET', i, 'kind', claim, 'limit', int(limit), id, stored .. int(token) .. ':' .. record)
   expire_with_last(s, i)
@@ -192,11 +191,11 @@ if holders > 0 and kind == 'p' then return {2, 'p', held_limit} end
 if claim == 's' then
   if writer ~= -2 then return {0, awaited(writer), 0} end
   if marks > 0 then return {0, awaited(first_left(w, now)), 0} end
-  if holders >= max_readers then return {0, first_left(s, now), 0} end
+  if holders >= MAX_READERS then return {0, first_left(s, now), 0} end
   return join()
 end
 if writer == -2 and holders == 0 then
-  local token = next_token(t, now_us, counter_ttl)
+  local token = next_token(t, now_us)
   redis.call('SET', x, id .. ':' .. stored .. int(token) .. ':' .. record, 'PX', ARGV[3])
   if mark ~= '' then redis.call('ZREM', w, mark) end
   return {1, token}
@@ -281,8 +280,7 @@ return 1
 ";
 
 /// Ends an exclusive grant and makes the next in one step. KEYS: x t.
-/// ARGV: old id, new id, lease ms, record, token counter's ttl ms, how
-/// many tokens to take. The new grant gets the first of them; the counter
+/// ARGV: old id, new id, lease ms, record, how many tokens to take. The new grant gets the first of them; the counter
 /// is left at the last, so every later grant of any client gets more than
 /// all of them, and the others are this process's for hand-overs without a
 /// command. Returns the new token, or 0 when the old grant was no longer
@@ -291,9 +289,9 @@ const HAND_OVER: &str = r"
 local x, t = KEYS[1], KEYS[2]
 if not owns(x, ARGV[1]) then return 0 end
 local _, now_us = clock()
-local token = next_token(t, now_us, ARGV[5])
-local block = tonumber(ARGV[6]) or 1
-if block > 1 then redis.call('SET', t, int(token + block - 1), 'PX', ARGV[5]) end
+local token = next_token(t, now_us)
+local block = tonumber(ARGV[5]) or 1
+if block > 1 then redis.call('SET', t, int(token + block - 1), 'PX', COUNTER_TTL) end
 redis.call('SET', x, ARGV[2] .. ':' .. int(token) .. ':' .. ARGV[4], 'PX', ARGV[3])
 return token
 ";
@@ -363,13 +361,13 @@ return redis.call('LRANGE', KEYS[1], 0, -1)
 /// that a later majority, which shares a server with this one, issues a
 /// larger token; and writes that token into this server's copy of the
 /// grant, no longer provisional (without its `~`), so that `list` finds it
-/// on a majority, decided. KEYS: t x i. ARGV: token,
-/// token counter's ttl ms, claim, grant id. Returns 1.
+/// on a majority, decided. KEYS: t x i. ARGV: token, claim, grant id.
+/// Returns 1.
 const RAISE: &str = r"
 local t, x, i = KEYS[1], KEYS[2], KEYS[3]
-local token, claim, id = tonumber(ARGV[1]), ARGV[3], ARGV[4]
+local token, claim, id = tonumber(ARGV[1]), ARGV[2], ARGV[3]
 if (tonumber(redis.call('GET', t) or '0') or 0) < token then
-  redis.call('SET', t, int(token), 'PX', ARGV[2])
+  redis.call('SET', t, int(token), 'PX', COUNTER_TTL)
 end
 if claim == 'x' then
   if owns(x, id) then
@@ -419,11 +417,11 @@ return reply
 /// the next token comes from the server's clock alone (tokens are
 /// `max(previous + 1, server time in µs)`), so the counter only has to
 /// outlive clock steps backwards.
-pub(crate) const COUNTER_TTL: Duration = Duration::from_secs(30 * 86_400);
+const COUNTER_TTL: Duration = Duration::from_secs(30 * 86_400);
 
 /// `COUNTER_TTL` (ms, as text) and `MAX_READERS`, as locals at the start
-/// of the acquire scripts: written into the text rather than sent as
-/// arguments, each of which a script call copies in.
+/// of every script that writes the token counter: written into the text
+/// rather than sent as arguments, each of which a script call copies in.
 static CONSTANTS: LazyLock<String> = LazyLock::new(|| {
     format!(
         "local COUNTER_TTL, MAX_READERS = '{}', {}\n",
@@ -474,11 +472,11 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
         ]),
         extend: of(&[CLOCK, INT, EXPIRE_WITH_LAST, OWNS, EXTEND]),
         release: of(&[RELEASE_EXCLUSIVE, CLOCK, RELEASE]),
-        hand_over: of(&[CLOCK, INT, NEXT_TOKEN, OWNS, HAND_OVER]),
+        hand_over: of(&[&CONSTANTS, CLOCK, INT, NEXT_TOKEN, OWNS, HAND_OVER]),
         end_wait: of(&[END_WAIT]),
         force_release: of(&[CLOCK, INT, FORCE_RELEASE]),
         inspect: of(&[CLOCK, INT, INSPECT]),
         terms: of(&[TERMS]),
-        raise: of(&[INT, OWNS, RAISE]),
+        raise: of(&[&CONSTANTS, INT, OWNS, RAISE]),
     }
 });
