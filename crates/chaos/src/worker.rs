@@ -179,7 +179,34 @@ pub(crate) async fn run(spec: Spec) -> Outcome<()> {
     for task in tasks {
         task.await??;
     }
+    close(&client).await;
     Ok(())
+}
+
+/// How long a worker that ends keeps trying to close its client.
+const CLOSE_PATIENCE: Duration = Duration::from_secs(10);
+
+/// Gives back what the backend keeps for this client, as a process that
+/// ends should: etcd's session goes, and with it every key on it, a key
+/// whose delete failed among them. Left to its TTL instead, such a key
+/// would hold the name for as long as R1 restarts etcd (a new leader
+/// restarts every etcd lease's TTL), and the other holders would wait for
+/// it until their timeouts, again and again. So the close is tried
+/// through the restarts, well past one operation timeout.
+async fn close(client: &LockClient) {
+    let started = std::time::Instant::now();
+    loop {
+        match client.close().await {
+            Ok(()) => return,
+            Err(error) if error.is_transient() && started.elapsed() < CLOSE_PATIENCE => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(error) => {
+                eprintln!("distlock-chaos worker: closing the client failed: {error}");
+                return;
+            }
+        }
+    }
 }
 
 /// The backend at `url`, once the server takes connections (PostgreSQL

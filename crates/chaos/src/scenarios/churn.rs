@@ -52,6 +52,18 @@ fn run(server: &mut Server, settings: &Settings) -> Outcome<Vec<Row>> {
 /// How long one kind's churn may last in the full form.
 const FULL_FORM_LIMIT: Duration = Duration::from_secs(300);
 
+/// How often a churn under way says how far it got.
+const PROGRESS_EVERY: Duration = Duration::from_secs(30);
+
+/// The grants the workers have recorded so far.
+fn acquisitions_so_far(workers: &[Worker]) -> usize {
+    workers
+        .iter()
+        .filter_map(|worker| std::fs::read_to_string(&worker.events).ok())
+        .map(|events| events.matches(r#""event":"acquired""#).count())
+        .sum()
+}
+
 fn churn(
     server: &mut Server,
     settings: &Settings,
@@ -84,12 +96,23 @@ fn churn(
     let every = settings.pick(Duration::from_secs(5), Duration::from_millis(500));
     let mut restarts = 0;
     let mut last = Instant::now();
+    let mut told = Instant::now();
     while !workers.iter_mut().all(Worker::has_ended) {
         std::thread::sleep(Duration::from_millis(20));
         if server.kind.has_server() && last.elapsed() >= every {
             server.restart()?;
             restarts += 1;
             last = Instant::now();
+        }
+        // A churn that stalls shows how far it got before a harness's
+        // timeout ends it.
+        if told.elapsed() >= PROGRESS_EVERY {
+            eprintln!(
+                "distlock-chaos: R1 on {}: {} of {total} acquisitions so far, {restarts} restarts",
+                server.kind.name(),
+                acquisitions_so_far(&workers)
+            );
+            told = Instant::now();
         }
     }
     let mut events = Vec::new();
