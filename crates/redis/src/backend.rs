@@ -539,12 +539,32 @@ impl TermLog for RedisBackend {
 impl DelayedRelease for RedisBackend {
     /// An extension: `PEXPIRE` to the lease on each server, whose clock
     /// then ends it, shorter leases too; in quorum mode on a majority.
+    /// Then it is announced on every server where a waiter left its mark:
+    /// waiters were told the old lease's time left, and would otherwise
+    /// try again only then. The lease's end itself is not announced (an
+    /// expiry publishes nothing), but those waiters, told the new time
+    /// left, try again at that moment.
     async fn release_after(&self, lease: &Lease, remaining: Duration) -> Result<bool> {
-        self.extend(&Lease {
-            lease: remaining,
-            ..lease.clone()
-        })
-        .await
+        let cut = self
+            .extend(&Lease {
+                lease: remaining,
+                ..lease.clone()
+            })
+            .await?;
+        if cut {
+            // A wake-up is a hint: one that fails leaves the waiters to
+            // their timed retries, as before.
+            let announcements = self
+                .nodes
+                .iter()
+                .map(|node| node.announce(&lease.name, lease.operation_timeout));
+            for outcome in futures::future::join_all(announcements).await {
+                if let Err(error) = outcome {
+                    tracing::debug!(%error, "announcing a delayed release failed");
+                }
+            }
+        }
+        Ok(cut)
     }
 }
 

@@ -437,6 +437,22 @@ impl Node {
             .ok_or_else(|| unexpected(&what.to_string(), &reply))
     }
 
+    /// Announces a delayed release of `name` to the waiters that found it
+    /// held, if any (see `ANNOUNCE` in the scripts).
+    pub(crate) async fn announce(&self, name: &LockName, timeout: Duration) -> Result<()> {
+        let keys = self.keys.of(name);
+        self.run(
+            "announce",
+            &Doing::new("announcing a delayed release of", name, &self.on),
+            timeout,
+            &SCRIPTS.announce,
+            &[&keys.awaited],
+            &[keys.channel.as_bytes()],
+        )
+        .await
+        .map(drop)
+    }
+
     /// `WAIT replicas`: how many replicas acknowledged this connection's
     /// writes so far (ours among them) within `timeout`.
     pub(crate) async fn replicated(&self, replicas: u32, timeout: Duration) -> Result<u64> {

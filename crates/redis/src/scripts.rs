@@ -305,6 +305,16 @@ end
 return 0
 ";
 
+/// Announces a delayed release, which cut the exclusive grant's lease to
+/// the time its `min_hold` has left, when an attempt found the grant held
+/// (`a` is there): the waiters it told the old time left try again, and
+/// learn the new. KEYS: a. ARGV: channel. Returns 1 when announced.
+const ANNOUNCE: &str = r"
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('PUBLISH', ARGV[1], '')
+return 1
+";
+
 /// Ends every grant of a name, and announces it. KEYS: x s i a. ARGV:
 /// channel. Returns 1 when a live grant ended. Waiting writers' marks stay.
 const FORCE_RELEASE: &str = r"
@@ -451,6 +461,7 @@ pub(crate) struct Scripts {
     pub(crate) release: Script,
     pub(crate) hand_over: Script,
     pub(crate) end_wait: Script,
+    pub(crate) announce: Script,
     pub(crate) force_release: Script,
     pub(crate) inspect: Script,
     pub(crate) terms: Script,
@@ -474,6 +485,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
         release: of(&[RELEASE_EXCLUSIVE, CLOCK, RELEASE]),
         hand_over: of(&[&CONSTANTS, CLOCK, INT, NEXT_TOKEN, OWNS, HAND_OVER]),
         end_wait: of(&[END_WAIT]),
+        announce: of(&[ANNOUNCE]),
         force_release: of(&[CLOCK, INT, FORCE_RELEASE]),
         inspect: of(&[CLOCK, INT, INSPECT]),
         terms: of(&[TERMS]),

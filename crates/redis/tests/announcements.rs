@@ -1,13 +1,14 @@
 //! Release announcements: a release is published on the name's channel
 //! only when an attempt found the grant held since it was made, so that a
 //! release nobody waits for runs no `PUBLISH`; and a waiter is woken by
-//! it, long before the holder's lease would have ended.
+//! it, long before the holder's lease would have ended. A delayed release
+//! (`min_hold`), which cuts the lease short, is announced the same way.
 
 mod support;
 
 use std::time::Duration;
 
-use distlock_core::{Backend, Claim, LockClient};
+use distlock_core::{Backend, Claim, LockClient, LockOptions};
 use distlock_redis::redis;
 use futures::StreamExt;
 
@@ -21,6 +22,16 @@ async fn exists(connection: &redis::aio::MultiplexedConnection, key: &str) -> bo
         .await
         .unwrap();
     n == 1
+}
+
+/// A waiting writer keeps its mark by trying again within half its own
+/// lease: with five minutes, that is after its one-minute timeout, so
+/// only an announcement can serve it in time.
+fn patient_waiter() -> LockOptions {
+    LockOptions::builder()
+        .lease(Duration::from_secs(300))
+        .build()
+        .unwrap()
 }
 
 /// The channel `name`'s releases are announced on: its exclusive key's,
@@ -106,13 +117,13 @@ async fn a_waiter_is_woken_by_the_release_not_the_lease() {
     let waiter = std::sync::Arc::new(backend(&url).await);
     support::eventually("wake-ups on", || async { waiter.wake_ups() }).await;
     let name = unique("woken");
-    // Held for ten minutes: a waiter left to its timed retry would wait
-    // that long, past its own timeout of one minute.
+    // Held for ten minutes: a waiter left to its timed retries would try
+    // again only after its own timeout of one minute.
     let held = grant(&holder, &name, Claim::Exclusive, Duration::from_secs(600))
         .await
         .unwrap();
     let waiting = {
-        let client = LockClient::new(waiter.clone(), support::options());
+        let client = LockClient::new(waiter.clone(), patient_waiter());
         let name = name.clone();
         tokio::spawn(async move { client.acquire_with(&name, Duration::from_secs(60)).await })
     };
@@ -125,4 +136,70 @@ async fn a_waiter_is_woken_by_the_release_not_the_lease() {
         .unwrap()
         .expect("the waiter is served once the holder releases");
     assert!(guard.release().await.unwrap());
+}
+
+#[tokio::test]
+async fn a_delayed_release_is_announced_when_someone_waited() {
+    let url = url();
+    let backend = backend(&url).await;
+    let name = unique("delayed");
+    let keys = backend.keys_of(&name);
+    let (exclusive, awaited) = (&keys[0], &keys[5]);
+    let channel = channel_of(exclusive);
+    let mut pubsub = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_async_pubsub()
+        .await
+        .unwrap();
+    pubsub.subscribe(&channel).await.unwrap();
+    let mut connection = raw(&url).await;
+    let (lease, min_hold) = (Duration::from_secs(600), Duration::from_millis(50));
+    let delayed = backend.delayed_release().unwrap();
+
+    // Nobody asked: the lease is cut, and nothing is announced.
+    let held = grant(&backend, &name, Claim::Exclusive, lease)
+        .await
+        .unwrap();
+    assert!(delayed.release_after(&held, min_hold).await.unwrap());
+    support::eventually("the cut lease ran out", || async {
+        !exists(&connection, exclusive).await
+    })
+    .await;
+
+    // A writer found it held, and was told ten minutes: the cut is
+    // announced, so that it asks again and learns the new end.
+    let held = grant(&backend, &name, Claim::Exclusive, lease)
+        .await
+        .unwrap();
+    assert!(
+        grant(&backend, &name, Claim::Exclusive, lease)
+            .await
+            .is_none()
+    );
+    assert!(
+        exists(&connection, awaited).await,
+        "the attempt left its mark"
+    );
+    assert!(delayed.release_after(&held, min_hold).await.unwrap());
+
+    let _: i64 = redis::cmd("PUBLISH")
+        .arg(&channel)
+        .arg("end")
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    let mut messages = pubsub.on_message();
+    let mut heard = Vec::new();
+    loop {
+        let payload: String = messages.next().await.unwrap().get_payload().unwrap();
+        if payload == "end" {
+            break;
+        }
+        heard.push(payload);
+    }
+    assert_eq!(
+        heard,
+        [""],
+        "one announcement, for the cut someone waited on"
+    );
 }
