@@ -114,9 +114,10 @@
 //!   reads the name again only when its predecessor goes, or after half a
 //!   lease in case a watch broke unseen.
 //! - **A dead waiter** (its process killed) holds the line up until etcd
-//!   ends its session, at most the session's TTL after its last renewal
-//!   (the lease and a second, rounded up). A cancelled wait deletes its key
-//!   before it returns.
+//!   ends its session, the session's TTL (the lease and a second, rounded
+//!   up) after the later of its last renewal and the last leader election,
+//!   which renews every lease. A cancelled wait deletes its key before it
+//!   returns.
 //! - **A single try** writes only when the name has no key at all: it never
 //!   jumps the line.
 //! - **A campaign queues** like any waiter. When its key comes first, its
