@@ -43,6 +43,48 @@ fn channel_of(exclusive_key: &str) -> String {
     format!("{base}released")
 }
 
+/// A subscriber to one channel, opened before the steps it is to hear.
+struct Listener {
+    pubsub: redis::aio::PubSub,
+    channel: String,
+}
+
+impl Listener {
+    async fn on(url: &str, channel: &str) -> Self {
+        let mut pubsub = redis::Client::open(url)
+            .unwrap()
+            .get_async_pubsub()
+            .await
+            .unwrap();
+        pubsub.subscribe(channel).await.unwrap();
+        Self {
+            pubsub,
+            channel: channel.to_owned(),
+        }
+    }
+
+    /// Everything the server published on the channel so far, in order:
+    /// a message of the test's own is published last, and all before it
+    /// is what was heard.
+    async fn heard(mut self, connection: &mut redis::aio::MultiplexedConnection) -> Vec<String> {
+        let _: i64 = redis::cmd("PUBLISH")
+            .arg(&self.channel)
+            .arg("end")
+            .query_async(connection)
+            .await
+            .unwrap();
+        let mut messages = self.pubsub.on_message();
+        let mut heard = Vec::new();
+        loop {
+            let payload: String = messages.next().await.unwrap().get_payload().unwrap();
+            if payload == "end" {
+                return heard;
+            }
+            heard.push(payload);
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_release_is_announced_only_when_someone_waited() {
     let url = url();
@@ -51,12 +93,7 @@ async fn a_release_is_announced_only_when_someone_waited() {
     let keys = backend.keys_of(&name);
     let (exclusive, awaited) = (&keys[0], &keys[5]);
     let channel = channel_of(exclusive);
-    let mut pubsub = redis::Client::open(url.as_str())
-        .unwrap()
-        .get_async_pubsub()
-        .await
-        .unwrap();
-    pubsub.subscribe(&channel).await.unwrap();
+    let listener = Listener::on(&url, &channel).await;
     let mut connection = raw(&url).await;
     let lease = Duration::from_secs(30);
 
@@ -82,27 +119,12 @@ async fn a_release_is_announced_only_when_someone_waited() {
         assert!(!exists(&connection, awaited).await, "the release took it");
     }
 
-    // One more release nobody waited for, then a message of the test's
-    // own: the channel carries what the server published, in order.
+    // One more release nobody waited for.
     let held = grant(&backend, &name, Claim::Exclusive, lease)
         .await
         .unwrap();
     assert!(backend.release(&held).await.unwrap());
-    let _: i64 = redis::cmd("PUBLISH")
-        .arg(&channel)
-        .arg("end")
-        .query_async(&mut connection)
-        .await
-        .unwrap();
-    let mut messages = pubsub.on_message();
-    let mut heard = Vec::new();
-    loop {
-        let payload: String = messages.next().await.unwrap().get_payload().unwrap();
-        if payload == "end" {
-            break;
-        }
-        heard.push(payload);
-    }
+    let heard = listener.heard(&mut connection).await;
     assert_eq!(
         heard,
         ["", ""],
@@ -146,12 +168,7 @@ async fn a_delayed_release_is_announced_when_someone_waited() {
     let keys = backend.keys_of(&name);
     let (exclusive, awaited) = (&keys[0], &keys[5]);
     let channel = channel_of(exclusive);
-    let mut pubsub = redis::Client::open(url.as_str())
-        .unwrap()
-        .get_async_pubsub()
-        .await
-        .unwrap();
-    pubsub.subscribe(&channel).await.unwrap();
+    let listener = Listener::on(&url, &channel).await;
     let mut connection = raw(&url).await;
     let (lease, min_hold) = (Duration::from_secs(600), Duration::from_millis(50));
     let delayed = backend.delayed_release().unwrap();
@@ -182,21 +199,7 @@ async fn a_delayed_release_is_announced_when_someone_waited() {
     );
     assert!(delayed.release_after(&held, min_hold).await.unwrap());
 
-    let _: i64 = redis::cmd("PUBLISH")
-        .arg(&channel)
-        .arg("end")
-        .query_async(&mut connection)
-        .await
-        .unwrap();
-    let mut messages = pubsub.on_message();
-    let mut heard = Vec::new();
-    loop {
-        let payload: String = messages.next().await.unwrap().get_payload().unwrap();
-        if payload == "end" {
-            break;
-        }
-        heard.push(payload);
-    }
+    let heard = listener.heard(&mut connection).await;
     assert_eq!(
         heard,
         [""],
