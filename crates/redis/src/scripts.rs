@@ -280,11 +280,11 @@ return 1
 ";
 
 /// Ends an exclusive grant and makes the next in one step. KEYS: x t.
-/// ARGV: old id, new id, lease ms, record, how many tokens to take. The new grant gets the first of them; the counter
-/// is left at the last, so every later grant of any client gets more than
-/// all of them, and the others are this process's for hand-overs without a
-/// command. Returns the new token, or 0 when the old grant was no longer
-/// ours.
+/// ARGV: old id, new id, lease ms, record, how many tokens to take. The
+/// new grant gets the first of them; the counter is left at the last, so
+/// every later grant of any client gets more than all of them, and the
+/// others are this process's for hand-overs without a command. Returns
+/// the new token, or 0 when the old grant was no longer ours.
 const HAND_OVER: &str = r"
 local x, t = KEYS[1], KEYS[2]
 if not owns(x, ARGV[1]) then return 0 end

@@ -26,7 +26,8 @@ async fn exists(connection: &redis::aio::MultiplexedConnection, key: &str) -> bo
 
 /// A waiting writer keeps its mark by trying again within half its own
 /// lease: with five minutes, that is after its one-minute timeout, so
-/// only an announcement can serve it in time.
+/// without an announcement only its last try, at that timeout, could
+/// serve it.
 fn patient_waiter() -> LockOptions {
     LockOptions::builder()
         .lease(Duration::from_secs(300))
@@ -140,7 +141,7 @@ async fn a_waiter_is_woken_by_the_release_not_the_lease() {
     support::eventually("wake-ups on", || async { waiter.wake_ups() }).await;
     let name = unique("woken");
     // Held for ten minutes: a waiter left to its timed retries would try
-    // again only after its own timeout of one minute.
+    // again only at its own timeout of one minute.
     let held = grant(&holder, &name, Claim::Exclusive, Duration::from_secs(600))
         .await
         .unwrap();
