@@ -1,10 +1,11 @@
 //! Checking a history: one search per lock and per resource, and a
 //! readable account of each violation.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use crate::history::{History, Op, Subject};
+use crate::exclusion::{self, Overlap};
+use crate::history::{Call, History, Op, Subject};
 use crate::model::{State, Step};
 use crate::search::{Failure, Found, Timed, search};
 
@@ -18,18 +19,26 @@ pub const DEFAULT_MAX_MOVES: u64 = 20_000_000;
 pub struct Report {
     /// Locks and resources checked.
     pub checked: usize,
-    /// Operations checked (those that constrain anything).
+    /// Operations checked (those that constrain anything), validities
+    /// among them.
     pub operations: usize,
     /// One per lock or resource whose operations no order fits.
     pub violations: Vec<Violation>,
     /// Locks and resources whose search ran out of moves undecided.
     pub undecided: Vec<Subject>,
+    /// One per validity that began while one it excludes was valid.
+    pub overlaps: Vec<Overlap>,
+    /// Validities checked for exclusion.
+    pub validities: usize,
+    /// The most validities of one lock seen at once.
+    pub most_at_once: usize,
 }
 
 impl Report {
-    /// Whether every lock and resource was checked and found linearizable.
+    /// Whether every lock and resource was checked and found linearizable,
+    /// and no two validities that exclude each other overlapped.
     pub fn passed(&self) -> bool {
-        self.violations.is_empty() && self.undecided.is_empty()
+        self.violations.is_empty() && self.undecided.is_empty() && self.overlaps.is_empty()
     }
 }
 
@@ -95,8 +104,14 @@ impl fmt::Display for Report {
         if !self.undecided.is_empty() {
             write!(f, ", {} undecided", self.undecided.len())?;
         }
+        if !self.overlaps.is_empty() {
+            write!(f, ", {} overlapping validities", self.overlaps.len())?;
+        }
         for violation in &self.violations {
             write!(f, "\n{violation}")?;
+        }
+        for overlap in &self.overlaps {
+            write!(f, "\n{overlap}")?;
         }
         for subject in &self.undecided {
             write!(f, "\n{subject}: the search ran out of moves")?;
@@ -120,8 +135,20 @@ pub fn check_within(history: &History, max_moves: u64) -> Report {
             objects.entry(op.subject()).or_default().push((op, step));
         }
     }
+    let exclusion = exclusion::check(history);
+    let held_only = history
+        .ops()
+        .iter()
+        .filter(|op| matches!(op.call, Call::Held { .. }))
+        .map(Op::subject)
+        .filter(|subject| !objects.contains_key(subject))
+        .collect::<BTreeSet<_>>();
     let mut report = Report {
-        checked: objects.len(),
+        checked: objects.len() + held_only.len(),
+        operations: exclusion.validities,
+        overlaps: exclusion.overlaps,
+        validities: exclusion.validities,
+        most_at_once: exclusion.most_at_once,
         ..Report::default()
     };
     for (subject, ops) in objects {

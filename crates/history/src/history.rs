@@ -67,6 +67,34 @@ pub enum Call {
         /// What the read returned.
         outcome: Read,
     },
+    /// The lease `token` of `name` was valid: its holder could act on it
+    /// from the op's invocation (the grant's answer) to its completion
+    /// (the earliest of the release being sent, `lost()` firing, and the
+    /// holder's own deadline). Validities are what exclusion is checked
+    /// on (see the crate's docs).
+    Held {
+        /// The lock.
+        name: String,
+        /// The lease's fencing token.
+        token: u64,
+        /// How it was held.
+        share: Share,
+    },
+}
+
+/// How a lease was held: what other leases of its lock may be valid at the
+/// same time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Share {
+    /// Alone: a writer, or the holder of an exclusive lock.
+    Exclusive,
+    /// Beside other readers, and no writer.
+    Shared,
+    /// As one of at most `limit` permits of a semaphore.
+    Permit {
+        /// How many permits the semaphore has.
+        limit: u32,
+    },
 }
 
 /// What an acquire returned.
@@ -117,6 +145,28 @@ impl Op {
         }
     }
 
+    /// A validity: lease `token` of `name`, held as `share`, could be acted
+    /// on from `from_ns` to `until_ns`.
+    pub fn held(
+        process: u64,
+        from_ns: u64,
+        until_ns: u64,
+        name: impl Into<String>,
+        token: u64,
+        share: Share,
+    ) -> Op {
+        Op::new(
+            process,
+            from_ns,
+            until_ns,
+            Call::Held {
+                name: name.into(),
+                token,
+                share,
+            },
+        )
+    }
+
     /// An operation whose answer never arrived: `call`'s outcome must be
     /// `Unknown`.
     pub fn pending(process: u64, invoke_ns: u64, call: Call) -> Op {
@@ -149,16 +199,17 @@ impl Op {
                 *outcome == Done::Unknown
             }
             Call::FencedRead { outcome, .. } => *outcome == Read::Unknown,
-            Call::Lost { .. } => false,
+            Call::Lost { .. } | Call::Held { .. } => false,
         }
     }
 
     /// The object the operation acts on: a lock or a resource.
     pub(crate) fn subject(&self) -> Subject {
         match &self.call {
-            Call::Acquire { name, .. } | Call::Release { name, .. } | Call::Lost { name, .. } => {
-                Subject::Lock(name.clone())
-            }
+            Call::Acquire { name, .. }
+            | Call::Release { name, .. }
+            | Call::Lost { name, .. }
+            | Call::Held { name, .. } => Subject::Lock(name.clone()),
             Call::FencedWrite { resource, .. } | Call::FencedRead { resource, .. } => {
                 Subject::Resource(resource.clone())
             }
@@ -167,6 +218,14 @@ impl Op {
 
     /// Whether it is well formed, and if not, what is wrong with it.
     fn validate(&self) -> Result<(), String> {
+        if matches!(self.call, Call::Held { .. }) && self.complete_ns.is_none() {
+            return Err(
+                "a validity needs its end (the earliest of the release being sent, \
+                 `lost()` firing and the holder's deadline); leave out a lease whose end \
+                 is not known"
+                    .into(),
+            );
+        }
         match self.complete_ns {
             None if !self.is_unknown() => {
                 return Err(
@@ -188,6 +247,10 @@ impl Op {
             Call::Lost { .. } if self.complete_ns != Some(self.invoke_ns) => Err(
                 "a loss report is a point event; build it with Op::lost(process, at_ns, …)".into(),
             ),
+            Call::Held {
+                share: Share::Permit { limit: 0 },
+                ..
+            } => Err("a semaphore has at least one permit; give its real limit".into()),
             Call::FencedRead {
                 token: None,
                 outcome: Read::Refused,
@@ -298,6 +361,15 @@ impl fmt::Display for Op {
                 done(*outcome, "ok")
             )?,
             Call::Lost { name, token } => write!(f, "lost {name:?} token {token}")?,
+            Call::Held { name, token, share } => {
+                write!(f, "held {name:?} token {token}")?;
+                match share {
+                    Share::Exclusive => {}
+                    Share::Shared => write!(f, " shared")?,
+                    Share::Permit { limit } => write!(f, " as one of {limit} permits")?,
+                }
+                write!(f, ", valid")?;
+            }
             Call::FencedWrite {
                 resource,
                 token,

@@ -1,5 +1,6 @@
-//! A linearizability checker for histories of a lease lock and the
-//! resources its fencing tokens protect.
+//! A checker for histories of a lease lock and the resources its fencing
+//! tokens protect: of exclusion (no two holders valid at once) and of
+//! linearizability.
 //!
 //! A [`History`] holds operations: who made each, when it was invoked and
 //! when it completed (nanoseconds on one monotonic clock shared by every
@@ -53,11 +54,26 @@
 //!   may hold the lock), an unanswered acquire (it gave nobody a token), a
 //!   refused release (the lease may have expired).
 //!
-//! The checker never assumes how long a lease lasts: a lease ends by time
-//! on the server's clock, which the history does not see, so "the holder
-//! still held it" is concluded only from what proves it, a successful
-//! release. The protection against a holder whose lease expired is its
-//! fenced resource's, checked next.
+//! The lock model never assumes how long a lease lasts: a lease ends by
+//! time on the server's clock, which the history does not see, so "the
+//! holder still held it" is concluded only from what proves it, a
+//! successful release. What a holder knew of its own lease is in its
+//! validities, checked next.
+//!
+//! **Exclusion.** A *validity* ([`Call::Held`]) is the span in which a
+//! holder could act on its lease: from the grant's answer to the earliest
+//! of its release being sent, `lost()` firing, and its own deadline (the
+//! send time of its last confirmed grant or extension, plus the lease,
+//! less the safety margin). Its end is the holder's promise to stop, so
+//! the rule is plain: validities of a lock that exclude each other never
+//! overlap. An exclusive validity (a writer's) overlaps any other; a
+//! reader's overlaps a writer's; a permit of a semaphore of `N` overlaps
+//! when `N` others are valid. So a grant may follow an unreleased lease
+//! only once that lease's validity has ended. Validities that meet at one
+//! instant do not overlap. A validity's start is its grant's answer, not
+//! the instant the server granted it, which can only be earlier: an
+//! overlap found is one the holders could have acted in. Each overlap is
+//! reported as an [`Overlap`]; a history with one does not pass.
 //!
 //! **A fenced resource** (a register holding a `u64`, 0 before any write)
 //! remembers the highest token it has accepted, and its value.
@@ -76,13 +92,14 @@
 //! operation of A's after B's grant but before B touched the resource is
 //! accepted, and rightly so: to the resource, A's work came first.
 //!
-//! What the checker finds, then: tokens that do not increase from grant to
-//! grant (a re-grant of a token lets the previous holder's writes be
-//! accepted beside the new holder's), a successful release of a lease that
-//! another grant had ended, a stale operation accepted, a fresh one
-//! refused, and a read that returns a value no accepted write left there
-//! (never written, or overwritten). Two accepted writes whose tokens
-//! disagree with their real-time order are one of these.
+//! What the checker finds, then: two holders valid at once, tokens that do
+//! not increase from grant to grant (a re-grant of a token lets the
+//! previous holder's writes be accepted beside the new holder's), a
+//! successful release of a lease that another grant had ended, a stale
+//! operation accepted, a fresh one refused, and a read that returns a
+//! value no accepted write left there (never written, or overwritten). Two
+//! accepted writes whose tokens disagree with their real-time order are
+//! one of these.
 //!
 //! # Cost
 //!
@@ -90,7 +107,8 @@
 //! (set of linearized operations, state) reached, so that no configuration
 //! is explored twice, and it drops at once any configuration from which an
 //! operation still to place never can be (its token is below one already
-//! taken effect). Its cost grows with how many operations overlap in
+//! taken effect). Exclusion is a sweep of each lock's validities, in the
+//! order they began, and costs little. The search's cost grows with how many operations overlap in
 //! time, not with the history's length; operations that never answered
 //! overlap every later one, so many of them on one object make it slow.
 //! [`check_within`] bounds the moves, and reports an object it could not
@@ -98,10 +116,12 @@
 
 mod check;
 mod error;
+mod exclusion;
 mod history;
 mod model;
 mod search;
 
 pub use check::{DEFAULT_MAX_MOVES, Report, Violation, check, check_within};
 pub use error::HistoryError;
-pub use history::{Acquired, Call, Done, History, Op, Read, Subject};
+pub use exclusion::Overlap;
+pub use history::{Acquired, Call, Done, History, Op, Read, Share, Subject};

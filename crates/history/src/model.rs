@@ -61,6 +61,9 @@ impl Step {
                 Done::Refused => None,
             },
             Call::Lost { token, .. } => Some(Step::Lost(token)),
+            // Validities are checked apart, by `exclusion`: they are
+            // intervals on the one clock, not steps to place.
+            Call::Held { .. } => None,
             Call::FencedWrite {
                 token,
                 value,

@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use distlock_history::{Done, History, Read, Report, check};
+use distlock_history::{Done, History, Read, Report, Share, check};
 
 const LOCK: &str = "jobs";
 const LEDGER: &str = "ledger";
@@ -38,9 +38,13 @@ fn holders_in_turn_read_and_write_with_their_tokens() {
 
 #[test]
 fn a_grant_may_follow_an_unreleased_lease_that_expired() {
+    // What lets 2 in is 1's validity, ended at its deadline before 2's
+    // grant; tests/exclusion.rs fails the same run with 1 still valid.
     assert_passes(&history([
         granted(1, 0, 10, LOCK, 1),
+        held(1, 10, 15, LOCK, 1, Share::Exclusive),
         granted(2, 20, 30, LOCK, 2),
+        held(2, 30, 60, LOCK, 2, Share::Exclusive),
         // Process 1's lease was gone: its release is refused.
         release(1, 40, 50, LOCK, 1, Done::Refused),
         release(2, 60, 70, LOCK, 2, Done::Ok),

@@ -194,7 +194,7 @@ fn unanswered(op: Op) -> Op {
             token,
             outcome: Read::Unknown,
         },
-        lost @ Call::Lost { .. } => lost,
+        point @ (Call::Lost { .. } | Call::Held { .. }) => point,
     };
     Op::pending(op.process, op.invoke_ns, call)
 }
@@ -242,7 +242,10 @@ fn constrains(op: &Op) -> bool {
             outcome,
             ..
         } => matches!(outcome, Read::Value(_)),
-        Call::Lost { .. } | Call::FencedWrite { .. } | Call::FencedRead { .. } => true,
+        Call::Lost { .. }
+        | Call::FencedWrite { .. }
+        | Call::FencedRead { .. }
+        | Call::Held { .. } => true,
     }
 }
 

@@ -3,7 +3,7 @@
 
 #![allow(dead_code, unreachable_pub)]
 
-use distlock_history::{Acquired, Call, Done, History, Op, Read};
+use distlock_history::{Acquired, Call, Done, History, Op, Read, Share};
 
 pub fn granted(process: u64, invoke: u64, complete: u64, name: &str, token: u64) -> Op {
     Op::new(
@@ -128,6 +128,11 @@ pub fn read(
             outcome,
         },
     )
+}
+
+/// A validity of lease `token` from `from` to `until`.
+pub fn held(process: u64, from: u64, until: u64, name: &str, token: u64, share: Share) -> Op {
+    Op::held(process, from, until, name, token, share)
 }
 
 pub fn history(ops: impl IntoIterator<Item = Op>) -> History {
