@@ -140,6 +140,20 @@ impl LockGuard {
         self.lost_signal().lost().await
     }
 
+    /// Until when the lease is surely this holder's, on this machine's
+    /// monotonic clock: the send time of the last grant or extension the
+    /// server confirmed, plus the lease, less the safety margin (and less
+    /// any step forward of the server's clock seen since). Past it, the
+    /// lease may be someone else's, and [`lost`](Self::lost) fires unless
+    /// an extension confirmed it again. It keeps its last value after the
+    /// lease ends, so a holder that was paused can tell how long it could
+    /// act on the lock. `None` where the lock is bound to this process
+    /// (the file backend, PostgreSQL's advisory mode), which no clock
+    /// ends.
+    pub fn valid_until(&self) -> Option<std::time::Instant> {
+        self.held.deadline()
+    }
+
     /// Whether the lease has already been lost.
     pub fn is_lost(&self) -> bool {
         self.held.loss().is_some()

@@ -77,6 +77,9 @@ pub(crate) struct HeldLease {
     granted_at: std::time::Instant,
     /// Whether metrics carry the lock's name.
     pub(crate) metrics_by_name: bool,
+    /// Until when the lease is surely ours, as the keeper last confirmed
+    /// it; kept after the lease ends, for the guard's `valid_until`.
+    deadline: crate::sync::Mutex<Option<std::time::Instant>>,
     /// Whether the end of the hold was counted in metrics: once, at the
     /// first of its end and its drop.
     end_metered: AtomicBool,
@@ -120,6 +123,7 @@ impl HeldLease {
             loss: reporter.loss,
             granted_at: std::time::Instant::now(),
             metrics_by_name,
+            deadline: crate::sync::Mutex::new(None),
             end_metered: AtomicBool::new(false),
         }
     }
@@ -165,6 +169,23 @@ impl HeldLease {
     /// When the grant was made, on this machine's monotonic clock.
     pub(crate) fn granted_at(&self) -> std::time::Instant {
         self.granted_at
+    }
+
+    /// Records until when the lease is surely ours: the keeper calls it
+    /// whenever that moves.
+    pub(crate) fn set_deadline(&self, until: Option<std::time::Instant>) {
+        *self
+            .deadline
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = until;
+    }
+
+    /// Until when the lease is surely ours, as last recorded.
+    pub(crate) fn deadline(&self) -> Option<std::time::Instant> {
+        *self
+            .deadline
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 

@@ -54,3 +54,61 @@ async fn leases_of_a_backend_without_bulk_extension_are_all_kept() {
         assert!(guard.release().await.unwrap());
     }
 }
+
+/// Extensions that fail while `failing` is set, as a cut network would.
+#[derive(Debug, Default)]
+struct Unreachable {
+    failing: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait]
+impl Hook for Unreachable {
+    async fn before(&self, call: Call<'_>) -> Result<()> {
+        if matches!(call, Call::Extend(_)) && self.failing.load(std::sync::atomic::Ordering::SeqCst)
+        {
+            return Err(distlock_core::Error::backend(
+                "test",
+                "the server cannot be reached",
+                std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `valid_until` is the send time of the last confirmed grant or
+/// extension plus the lease less the margin; it moves with each
+/// confirmation, and stays where it was once the lease is lost.
+#[tokio::test]
+async fn valid_until_follows_the_last_confirmation_and_outlives_the_loss() {
+    let (lease, margin) = (Duration::from_millis(600), Duration::from_millis(100));
+    let options = LockOptions::builder()
+        .lease(lease)
+        .safety_margin(margin)
+        .build()
+        .unwrap();
+    let hook = Arc::new(Unreachable::default());
+    let client = LockClient::new(TestBackend::new().with_hook(hook.clone()).shared(), options);
+    let name = LockName::new("valid-until").unwrap();
+    let asked = std::time::Instant::now();
+    let guard = client.acquire_with(&name, Duration::ZERO).await.unwrap();
+    let answered = std::time::Instant::now();
+    let granted = guard.valid_until().expect("a lease that expires");
+    assert!(asked + lease - margin <= granted && granted <= answered + lease - margin);
+
+    let asked = std::time::Instant::now();
+    guard.extend().await.unwrap();
+    let extended = guard.valid_until().unwrap();
+    assert!(asked + lease - margin <= extended && extended >= granted);
+
+    hook.failing
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let reason = guard.lost().await;
+    assert_eq!(reason, distlock_core::LossReason::Expired);
+    let kept = guard.valid_until().unwrap();
+    assert!(kept >= extended, "the last confirmation is kept");
+    assert!(
+        kept <= std::time::Instant::now(),
+        "it had passed when the loss fired"
+    );
+}

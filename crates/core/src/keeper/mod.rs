@@ -99,6 +99,12 @@ struct Entry {
 }
 
 impl Entry {
+    /// Moves the lease's validity, and tells its guard.
+    fn set_valid_until(&mut self, until: Option<Instant>) {
+        self.valid_until = until;
+        self.held.set_deadline(until.map(Instant::into_std));
+    }
+
     fn compute_wake(&self) -> Instant {
         let far = far_future();
         let validity = self.valid_until.unwrap_or(far);
@@ -267,6 +273,7 @@ impl Shared {
         let valid_until = self
             .valid_until(sent_at)
             .map(|until| until.checked_sub(stepped).unwrap_or(sent_at));
+        held.set_deadline(valid_until.map(Instant::into_std));
         let entry = Entry {
             held,
             next_extension,
@@ -381,7 +388,7 @@ impl Shared {
         match outcome {
             Ok(true) => {
                 entry.next_extension = sent_at + self.options.extend_every();
-                entry.valid_until = self.valid_until(sent_at);
+                entry.set_valid_until(self.valid_until(sent_at));
                 tracing::trace!(name = %entry.held.lease.name, "lease extended");
             }
             Ok(false) => {
@@ -524,7 +531,7 @@ impl Shared {
             };
             match until.checked_sub(step) {
                 Some(until) if until > now => {
-                    entry.valid_until = Some(until);
+                    entry.set_valid_until(Some(until));
                     schedule.reschedule(key);
                 }
                 _ => {

@@ -183,7 +183,7 @@ impl Shared {
             if renewal.ended.contains(&session) {
                 lost.extend(schedule.remove(key));
             } else if renewal.renewed == Some(session) {
-                entry.valid_until = entry.valid_until.max(valid_until);
+                entry.set_valid_until(entry.valid_until.max(valid_until));
                 schedule.reschedule(key);
                 kept += 1;
             }
