@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use distlock_core::{
     AcquireRequest, Attempt, Backend, Capabilities, Claim, DelayedRelease, Error, Extended,
-    GrantState, HandOver, HandOvers, Lease, LeaseId, LockInfo, LockName, ReleaseWatch, Result,
-    ServerInfo, Term, TermLog, WaitState, Wakeups, async_trait,
+    Feature, GrantState, HandOver, HandOvers, Lease, LeaseId, LockInfo, LockName, ReleaseWatch,
+    Result, ServerInfo, Term, TermLog, WaitState, Wakeups, async_trait,
 };
 use futures::future::join_all;
 
@@ -243,29 +243,51 @@ impl Backend for RedisBackend {
         if self.quorum().is_none() {
             return self.single().server_info().await;
         }
-        // The first server that answers speaks for all.
-        let mut last = None;
-        for (answer, server) in join_all(self.nodes.iter().map(Node::server_info))
-            .await
-            .into_iter()
-            .zip(&self.config.servers)
-        {
+        // Every server is read: each holds copies of the locks it granted,
+        // so one that may evict or forget them is a finding, named by its
+        // address (never with the URL's credentials). The version and the
+        // clock are the first answering server's.
+        let answers = join_all(self.nodes.iter().map(Node::server_info)).await;
+        let mut first = None;
+        let mut read = Vec::with_capacity(answers.len());
+        let mut unread = Vec::new();
+        for (answer, server) in answers.into_iter().zip(&self.config.servers) {
             match answer {
                 Ok(mut info) => {
-                    // Its clock, and its settings for eviction and
-                    // persistence, are that server's.
-                    info.version = info.version.map(|version| {
-                        format!(
-                            "{version} ({server}, the first answering of {} servers in quorum mode)",
-                            self.nodes.len()
-                        )
-                    });
-                    return Ok(info);
+                    read.push((server.to_string(), std::mem::take(&mut info.features)));
+                    first.get_or_insert((server, info));
                 }
-                Err(error) => last = Some(error),
+                Err(error) => unread.push((server.to_string(), error)),
             }
         }
-        Err(last.unwrap_or_else(|| Error::Unsupported("no redis server is configured".into())))
+        let Some((server, info)) = first else {
+            return Err(unread.pop().map_or_else(
+                || Error::Unsupported("no redis server is configured".into()),
+                |(_, error)| error,
+            ));
+        };
+        // A server that did not answer is a finding of every feature: its
+        // settings are unknown.
+        let names: Vec<&'static str> = read[0].1.iter().map(|feature| feature.name).collect();
+        for (address, error) in unread {
+            let unknown = names
+                .iter()
+                .map(|&name| {
+                    Feature::degraded(name, format!("not read, as it did not answer: {error}"))
+                })
+                .collect();
+            read.push((address, unknown));
+        }
+        let version = info.version.map(|version| {
+            format!(
+                "{version} ({server}, the first answering of {} servers in quorum mode)",
+                self.nodes.len()
+            )
+        });
+        Ok(crate::deployment::across("server", &read).into_iter().fold(
+            ServerInfo::new(version, info.clock),
+            ServerInfo::with_feature,
+        ))
     }
 
     fn capabilities(&self) -> Capabilities {

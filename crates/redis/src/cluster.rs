@@ -382,7 +382,7 @@ impl Node {
                 masters.len()
             )
         });
-        Ok(deployment::across_masters(&features).into_iter().fold(
+        Ok(deployment::across("master", &features).into_iter().fold(
             ServerInfo::new(version, first_info.clock),
             ServerInfo::with_feature,
         ))

@@ -1,6 +1,7 @@
 //! What `distlock check` says of a Redis deployment: whether the server
 //! may evict a held lock, and what a restart does to locks; in a cluster,
-//! of every master, each named where it falls short.
+//! of every master, and in quorum mode of every server, each named where
+//! it falls short.
 
 use distlock_core::{Feature, FeatureState};
 use redis::aio::ConnectionLike;
@@ -52,12 +53,16 @@ pub(crate) async fn features(connection: &mut (impl ConnectionLike + Send)) -> V
     }
 }
 
-/// One feature per name from the features of every master (given with
-/// its address), as bad as the worst master's: a lock lives on one
-/// master, so one master that may evict or forget it puts those locks at
-/// risk. The detail names the masters behind each finding, worst first,
-/// the findings apart by ` | ` (a detail may hold a `;`).
-pub(crate) fn across_masters(masters: &[(String, Vec<Feature>)]) -> Vec<Feature> {
+/// One feature per name from the features of every master of a cluster,
+/// or every server of a quorum (`each` names them: `master`, `server`),
+/// each given with its address, as bad as the worst one's: in a cluster a
+/// lock lives on one master, so one master that may evict or forget it
+/// puts those locks at risk; in quorum mode every server holds a copy of
+/// the locks it granted, and one that may lose them leaves those locks a
+/// server short of the margin the quorum counts on. The detail names the
+/// servers behind each finding, worst first, the findings apart by ` | `
+/// (a detail may hold a `;`).
+pub(crate) fn across(each: &str, masters: &[(String, Vec<Feature>)]) -> Vec<Feature> {
     let Some((_, first)) = masters.first() else {
         return Vec::new();
     };
@@ -83,7 +88,9 @@ pub(crate) fn across_masters(masters: &[(String, Vec<Feature>)]) -> Vec<Feature>
                 .first()
                 .map_or(feature.state, |(state, _, _)| *state);
             let detail = match findings.as_slice() {
-                [(_, detail, _)] => format!("every master ({}): {detail}", masters_list(masters)),
+                [(_, detail, _)] => {
+                    format!("every {each} ({}): {detail}", masters_list(masters))
+                }
                 _ => findings
                     .iter()
                     .map(|(_, detail, at)| format!("{}: {detail}", at.join(", ")))
@@ -238,7 +245,7 @@ mod tests {
             ("127.0.0.1:7001".to_owned(), lru),
             ("127.0.0.1:7002".to_owned(), safe()),
         ];
-        let merged = across_masters(&masters);
+        let merged = across("master", &masters);
         assert_eq!(merged.len(), 2);
         let eviction = &merged[0];
         assert_eq!(eviction.name, "eviction");
@@ -265,7 +272,7 @@ mod tests {
             "{}",
             persistence.detail
         );
-        assert!(across_masters(&[]).is_empty());
+        assert!(across("master", &[]).is_empty());
     }
 
     #[test]

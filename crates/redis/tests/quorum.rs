@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock_core::{
-    AcquireOptions, Backend, Claim, Error, LockClient, LockGuard, LockKind, LockName, LossReason,
+    AcquireOptions, Backend, Claim, Error, FeatureState, LockClient, LockGuard, LockKind, LockName,
+    LossReason,
 };
 use distlock_redis::{RedisBackend, redis};
 
@@ -683,4 +684,78 @@ async fn quorum_mode_answers_unsupported_for_semaphores_and_hand_overs() {
         matches!(&error, Error::Unsupported(why) if why.contains("mode=quorum")),
         "{error}"
     );
+}
+
+/// What `distlock check` reads of a quorum: every server's eviction and
+/// persistence settings, not the first answering server's alone. Only the
+/// second server may evict locks; it is named, and so are the other two,
+/// read too. A server that does not answer is a finding, not skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_info_reads_every_server_and_names_the_one_that_may_evict_locks() {
+    let mut cluster = Cluster {
+        servers: vec![
+            OwnServer::start(&[]).await,
+            OwnServer::start(&["--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru"]).await,
+            OwnServer::start(&[]).await,
+        ],
+    };
+    let addresses: Vec<String> = cluster
+        .servers
+        .iter()
+        .map(|server| format!("127.0.0.1:{}", server.port()))
+        .collect();
+    let address = |at: usize| addresses[at].clone();
+    let backend = cluster.backend().await;
+    let info = backend.server_info().await.expect("server info");
+    let feature = |info: &distlock_core::ServerInfo, name: &str| {
+        info.features
+            .iter()
+            .find(|feature| feature.name == name)
+            .unwrap_or_else(|| panic!("a {name} finding in {:?}", info.features))
+            .clone()
+    };
+    let eviction = feature(&info, "eviction");
+    assert_eq!(eviction.state, FeatureState::Missing, "{}", eviction.detail);
+    let (faulty, rest) = eviction.detail.split_once(" | ").expect("two findings");
+    assert!(
+        faulty.starts_with(&format!("{}: maxmemory-policy allkeys-lru", address(1))),
+        "the faulty server first, by its address: {}",
+        eviction.detail
+    );
+    for safe in [address(0), address(2)] {
+        assert!(
+            !faulty.contains(&safe),
+            "{safe} is not faulty: {}",
+            eviction.detail
+        );
+        assert!(
+            rest.contains(&safe),
+            "{safe} was read too: {}",
+            eviction.detail
+        );
+    }
+    assert!(rest.contains("noeviction"), "{}", eviction.detail);
+    let persistence = feature(&info, "persistence");
+    assert!(
+        persistence.detail.starts_with(&format!(
+            "every server ({}, {}, {}): no AOF",
+            address(0),
+            address(1),
+            address(2)
+        )),
+        "{}",
+        persistence.detail
+    );
+
+    cluster.servers[2].kill();
+    let info = backend.server_info().await.expect("two of three answer");
+    let persistence = feature(&info, "persistence");
+    assert!(
+        persistence
+            .detail
+            .contains(&format!("{}: not read, as it did not answer", address(2))),
+        "{}",
+        persistence.detail
+    );
+    assert_eq!(feature(&info, "eviction").state, FeatureState::Missing);
 }
