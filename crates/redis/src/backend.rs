@@ -216,19 +216,21 @@ impl RedisBackend {
         if leases.is_empty() {
             return Extended::new(Vec::new(), None);
         }
-        let extended = self.single().extend_many(leases, timeout).await;
-        match self.config.wait_replicas {
-            Some(replicas) => {
-                let outcomes = crate::replicas::confirm_extensions(
-                    self.single(),
-                    extended.outcomes,
-                    replicas,
-                    timeout / 2,
-                )
-                .await;
+        let replicas = self
+            .config
+            .wait_replicas
+            .map(|replicas| crate::replicas::for_extensions(replicas, timeout));
+        let (extended, waited) = self
+            .single()
+            .extend_many_waiting(leases, timeout, replicas)
+            .await;
+        match (replicas, waited) {
+            (Some(replicas), Some(waited)) => {
+                let outcomes =
+                    crate::replicas::confirm_extensions(extended.outcomes, replicas, waited);
                 Extended::new(outcomes, extended.server_time)
             }
-            None => extended,
+            _ => extended,
         }
     }
 }
@@ -329,16 +331,27 @@ impl Backend for RedisBackend {
         let mark = waiting.mark.as_ref();
         let answer = match &quorum {
             Some(quorum) => quorum.acquire(request, mark).await?,
-            None => {
-                let answer = self
-                    .single()
-                    .acquire(request, mark, false, request.operation_timeout)
-                    .await?;
-                if let (Answer::Granted(_), Some(replicas)) = (&answer, self.config.wait_replicas) {
-                    crate::replicas::confirm_grant(self.single(), request, replicas).await?;
+            None => match self.config.wait_replicas {
+                None => {
+                    self.single()
+                        .acquire(request, mark, false, request.operation_timeout)
+                        .await?
                 }
-                answer
-            }
+                // The script and the WAIT that confirms it go in one
+                // pipeline, on one connection (see the replicas module).
+                Some(replicas) => {
+                    let replicas = crate::replicas::for_grant(request, replicas);
+                    let (answer, waited) = self
+                        .single()
+                        .acquire_replicated(request, mark, replicas)
+                        .await?;
+                    if let Answer::Granted(_) = answer {
+                        crate::replicas::confirm_grant(self.single(), request, replicas, waited)
+                            .await?;
+                    }
+                    answer
+                }
+            },
         };
         let (left, marked) = match answer {
             Answer::Granted(fencing_token) => {

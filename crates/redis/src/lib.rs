@@ -25,7 +25,8 @@
 //! TLS, checking the server's certificate against the system's roots, or
 //! with `?ca=PATH` against the CA certificates in that PEM file alone.
 //! `?wait_replicas=N` (one server only) counts a grant or an extension
-//! only once N replicas acknowledged it (`WAIT`). A
+//! only once N replicas acknowledged it (`WAIT`, sent in one pipeline with
+//! the script or extensions it confirms, on their connection). A
 //! password alone is `redis://:password@host`.
 //! `redis://h1:p1,h2:p2,h3:p3?mode=quorum` names three or more independent
 //! servers for [quorum mode](#quorum-mode), and

@@ -30,6 +30,35 @@ pub(crate) const INFO_TIMEOUT: Duration = Duration::from_secs(10);
 /// How many keys one `SCAN` step asks for.
 const SCAN_COUNT: usize = 1000;
 
+/// `WAIT`, sent at the end of a call's pipeline: for how many replicas,
+/// and how long the server may wait for them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Replicas {
+    pub(crate) count: u32,
+    pub(crate) within: Duration,
+}
+
+impl Replicas {
+    /// Adds `WAIT count within` to `pipe`.
+    fn append_to(self, pipe: &mut redis::Pipeline) {
+        let millis = u64::try_from(self.within.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        pipe.cmd("WAIT").arg(self.count).arg(millis);
+    }
+
+    /// How many replicas acknowledged, from `WAIT`'s reply.
+    fn read(self, what: &str, reply: Value) -> Result<u64> {
+        match reply {
+            Value::Int(acknowledged) => {
+                u64::try_from(acknowledged).map_err(|_| unexpected(what, &Value::Int(acknowledged)))
+            }
+            Value::ServerError(error) => Err(from_redis(what, error.into())),
+            other => Err(unexpected(what, &other)),
+        }
+    }
+}
+
 /// What a waiting writer keeps across the attempts of one wait: the
 /// identity of its mark, which keeps later readers out.
 #[derive(Debug, Clone)]
@@ -93,6 +122,27 @@ impl Node {
         keys: &[&str],
         args: &[&[u8]],
     ) -> Result<Value> {
+        self.run_waiting(operation, what, timeout, script, keys, args, None)
+            .await
+            .map(|(reply, _)| reply)
+    }
+
+    /// [`run`](Self::run), and with `replicas`, `WAIT` for them in the same
+    /// pipeline, on the same connection: `WAIT` counts the replicas that
+    /// have this connection's writes, so it must follow the script there.
+    /// Sent as a second request, a reconnect between the two would run it
+    /// on a connection that wrote nothing, which it answers at once.
+    #[allow(clippy::too_many_arguments)]
+    async fn run_waiting(
+        &self,
+        operation: &'static str,
+        what: &(dyn fmt::Display + Sync),
+        timeout: Duration,
+        script: &Script,
+        keys: &[&str],
+        args: &[&[u8]],
+        replicas: Option<Replicas>,
+    ) -> Result<(Value, Option<Result<u64>>)> {
         // Written straight into one command, without the driver's
         // invocation, which copies each argument twice.
         let mut eval = redis::cmd("EVALSHA");
@@ -105,16 +155,45 @@ impl Node {
         }
         let call = async {
             let mut connection = self.link.get()?;
-            let reply = match eval.query_async::<Value>(&mut connection).await {
-                Err(error) if error.kind() == redis::ErrorKind::NoScriptError => {
-                    match script.load_async(&mut connection).await {
-                        Ok(_) => eval.query_async::<Value>(&mut connection).await,
-                        Err(error) => Err(error),
+            let Some(replicas) = replicas else {
+                let reply = match eval.query_async::<Value>(&mut connection).await {
+                    Err(error) if error.kind() == redis::ErrorKind::NoScriptError => {
+                        match script.load_async(&mut connection).await {
+                            Ok(_) => eval.query_async::<Value>(&mut connection).await,
+                            Err(error) => Err(error),
+                        }
                     }
+                    reply => reply,
+                };
+                return reply
+                    .map(|reply| (reply, None))
+                    .map_err(|e| from_redis(&what.to_string(), e));
+            };
+            let mut pipe = redis::pipe();
+            pipe.add_command(eval);
+            replicas.append_to(&mut pipe);
+            let sent = async {
+                let replies = connection.req_packed_commands(&pipe, 0, 2).await?;
+                if !replies.first().is_some_and(is_noscript) {
+                    return Ok(replies);
                 }
+                // The script did not run, and the WAIT after it confirmed
+                // nothing of ours: load it, and send both again.
+                script.load_async(&mut connection).await?;
+                connection.req_packed_commands(&pipe, 0, 2).await
+            };
+            let what = what.to_string();
+            let mut replies = sent.await.map_err(|e| from_redis(&what, e))?;
+            let (Some(waited), Some(reply), true) =
+                (replies.pop(), replies.pop(), replies.is_empty())
+            else {
+                return Err(unexpected(&what, &Value::Array(replies)));
+            };
+            let reply = match reply {
+                Value::ServerError(error) => return Err(from_redis(&what, error.into())),
                 reply => reply,
             };
-            reply.map_err(|e| from_redis(&what.to_string(), e))
+            Ok((reply, Some(replicas.read(&what, waited))))
         };
         tokio::time::timeout(timeout, call)
             .await
@@ -132,6 +211,41 @@ impl Node {
         provisional: bool,
         timeout: Duration,
     ) -> Result<Answer> {
+        self.acquire_waiting(request, mark, provisional, timeout, None)
+            .await
+            .map(|(answer, _)| answer)
+    }
+
+    /// One attempt on one server, as [`acquire`](Self::acquire), followed
+    /// by `WAIT` for `replicas` in the same pipeline: the answer, and how
+    /// many replicas acknowledged the attempt's writes.
+    pub(crate) async fn acquire_replicated(
+        &self,
+        request: &AcquireRequest,
+        mark: Option<&WriterMark>,
+        replicas: Replicas,
+    ) -> Result<(Answer, Result<u64>)> {
+        let (answer, waited) = self
+            .acquire_waiting(
+                request,
+                mark,
+                false,
+                request.operation_timeout,
+                Some(replicas),
+            )
+            .await?;
+        let waited = waited.unwrap_or_else(|| Err(unexpected("waiting for replicas", &Value::Nil)));
+        Ok((answer, waited))
+    }
+
+    async fn acquire_waiting(
+        &self,
+        request: &AcquireRequest,
+        mark: Option<&WriterMark>,
+        provisional: bool,
+        timeout: Duration,
+        replicas: Option<Replicas>,
+    ) -> Result<(Answer, Option<Result<u64>>)> {
         let keys = self.keys.of(&request.name);
         let (claim, limit) = claim_code(request.claim);
         let id = request.lease_id.to_string();
@@ -173,17 +287,19 @@ impl Node {
                 .rev()
                 .take_while(|arg| arg.is_empty())
                 .count();
-        let reply = self
-            .run(
+        let (reply, waited) = self
+            .run_waiting(
                 "acquire",
                 &what,
                 timeout,
                 script,
                 &names[..used],
                 &args[..sent],
+                replicas,
             )
             .await?;
-        Answer::parse(&reply).ok_or_else(|| unexpected(&what.to_string(), &reply))
+        let answer = Answer::parse(&reply).ok_or_else(|| unexpected(&what.to_string(), &reply))?;
+        Ok((answer, waited))
     }
 
     /// The terms of `name`'s election kept after `after`, oldest first.
@@ -274,27 +390,49 @@ impl Node {
     /// at the end of the same pipeline. On a cluster, one pipeline per
     /// master, and no clock: each master has its own.
     pub(crate) async fn extend_many(&self, leases: &[Lease], timeout: Duration) -> Extended {
+        self.extend_many_waiting(leases, timeout, None).await.0
+    }
+
+    /// [`extend_many`](Self::extend_many) on one server, and with
+    /// `replicas`, `WAIT` for them at the end of the same pipeline: how
+    /// many replicas acknowledged the extensions (see
+    /// [`run_waiting`](Self::run_waiting) for why one pipeline).
+    pub(crate) async fn extend_many_waiting(
+        &self,
+        leases: &[Lease],
+        timeout: Duration,
+        replicas: Option<Replicas>,
+    ) -> (Extended, Option<Result<u64>>) {
         let what = match leases {
             [one] => format!("extending {}{}", one.name, self.on),
             _ => format!("extending {} leases{}", leases.len(), self.on),
         };
-        let failed =
-            |error: Error| Extended::new(leases.iter().map(|_| Err(copy(&error))).collect(), None);
+        let failed = |error: Error| {
+            let waited = replicas.map(|_| Err(copy(&error)));
+            let outcomes = leases.iter().map(|_| Err(copy(&error))).collect();
+            (Extended::new(outcomes, None), waited)
+        };
         if let Ok(Connection::Cluster(connection)) = self.link.get() {
             // Each master's batch has the timeout to itself: a master that
-            // does not answer holds up only its own leases.
+            // does not answer holds up only its own leases. (A cluster
+            // does not wait for replicas: `?wait_replicas` is refused.)
             let outcomes = self
                 .extend_in_cluster(connection, &what, leases, timeout)
                 .await;
-            return Extended::new(outcomes, None);
+            return (Extended::new(outcomes, None), None);
         }
-        let mut replies =
-            match tokio::time::timeout(timeout, self.extend_pipeline(&what, leases)).await {
-                Ok(Ok(replies)) if replies.len() == leases.len() + 1 => replies,
-                Ok(Ok(replies)) => return failed(unexpected(&what, &Value::Array(replies))),
-                Ok(Err(error)) => return failed(error),
-                Err(_) => return failed(timed_out("extend", timeout)),
-            };
+        let expected = leases.len() + 1 + usize::from(replicas.is_some());
+        let call = self.extend_pipeline(&what, leases, replicas);
+        let mut replies = match tokio::time::timeout(timeout, call).await {
+            Ok(Ok(replies)) if replies.len() == expected => replies,
+            Ok(Ok(replies)) => return failed(unexpected(&what, &Value::Array(replies))),
+            Ok(Err(error)) => return failed(error),
+            Err(_) => return failed(timed_out("extend", timeout)),
+        };
+        let waited = replicas.map(|replicas| {
+            let waited = replies.pop().unwrap_or(Value::Nil);
+            replicas.read(&what, waited)
+        });
         let server_time = replies.pop().and_then(|time| read_time(&time));
         let outcomes = replies
             .into_iter()
@@ -304,14 +442,19 @@ impl Node {
                 other => Err(unexpected(&what, &other)),
             })
             .collect();
-        Extended::new(outcomes, server_time)
+        (Extended::new(outcomes, server_time), waited)
     }
 
-    /// Sends one `EVALSHA` of the extend script per lease, and `TIME`, in
-    /// one pipeline.
-    async fn extend_pipeline(&self, what: &str, leases: &[Lease]) -> Result<Vec<Value>> {
+    /// Sends one `EVALSHA` of the extend script per lease, `TIME`, and
+    /// with `replicas` `WAIT`, in one pipeline.
+    async fn extend_pipeline(
+        &self,
+        what: &str,
+        leases: &[Lease],
+        replicas: Option<Replicas>,
+    ) -> Result<Vec<Value>> {
         let mut connection = self.link.get()?;
-        self.extend_on(&mut connection, leases)
+        self.extend_on(&mut connection, leases, replicas)
             .await
             .map_err(|e| from_redis(what, e))
     }
@@ -320,15 +463,22 @@ impl Node {
         &self,
         connection: &mut Connection,
         leases: &[Lease],
+        replicas: Option<Replicas>,
     ) -> redis::RedisResult<Vec<Value>> {
         let script = &SCRIPTS.extend;
         let mut pipe = self.extend_pipe(leases.iter());
-        // The clock is read with the extensions, in the same round trip.
+        // The clock is read with the extensions, in the same round trip;
+        // then the replicas are waited for, on the same connection.
         pipe.cmd("TIME");
-        let count = leases.len() + 1;
+        let mut count = leases.len() + 1;
+        if let Some(replicas) = replicas {
+            replicas.append_to(&mut pipe);
+            count += 1;
+        }
         let replies = match connection.req_packed_commands(&pipe, 0, count).await {
             // The connection dropped (a server restart): the connection
-            // manager opens another, and extending again is harmless.
+            // manager opens another, and extending again is harmless (the
+            // whole pipeline goes again, its WAIT after its extensions).
             Err(error) if error.is_connection_dropped() || error.is_io_error() => {
                 tracing::debug!(%error, "extending again on a new connection");
                 connection.req_packed_commands(&pipe, 0, count).await?
@@ -451,29 +601,6 @@ impl Node {
         )
         .await
         .map(drop)
-    }
-
-    /// `WAIT replicas`: how many replicas acknowledged this connection's
-    /// writes so far (ours among them) within `timeout`.
-    pub(crate) async fn replicated(&self, replicas: u32, timeout: Duration) -> Result<u64> {
-        let what = format!("waiting for {replicas} replicas{}", self.on);
-        let millis = u64::try_from(timeout.as_millis())
-            .unwrap_or(u64::MAX)
-            .max(1);
-        let call = async {
-            let mut connection = self.link.get()?;
-            redis::cmd("WAIT")
-                .arg(replicas)
-                .arg(millis)
-                .query_async::<u64>(&mut connection)
-                .await
-                .map_err(|e| from_redis(&what, e))
-        };
-        // The server answers by its own timeout; ours only guards a dead
-        // connection.
-        tokio::time::timeout(timeout * 2, call)
-            .await
-            .map_err(|_| timed_out("wait for replicas", timeout))?
     }
 
     /// Ends every grant of `name`: whether a live one ended.

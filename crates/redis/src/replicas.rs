@@ -3,28 +3,43 @@
 //! them keeps it. A grant that does not reach them in time is released
 //! and the attempt fails; an extension that does not is a failed one,
 //! which the keeper retries while the lease lasts.
+//!
+//! `WAIT` counts the replicas that have the writes of the connection it
+//! runs on, so it is sent in the same pipeline as the script (or the
+//! extensions) it confirms: as a request of its own, a reconnect of the
+//! shared connection in between would run it on a connection that wrote
+//! nothing, which it answers at once with every connected replica.
 
 use std::time::Duration;
 
 use distlock_core::{AcquireRequest, Error, Result};
 
-use crate::node::Node;
+use crate::node::{Node, Replicas};
 
-/// Confirms a grant just made for `request` on `node`; releases it, owner
-/// checked, when fewer than `replicas` have it within half the operation
+/// The `WAIT` that confirms a grant for `request`: half its operation
 /// timeout.
+pub(crate) fn for_grant(request: &AcquireRequest, replicas: u32) -> Replicas {
+    Replicas {
+        count: replicas,
+        within: request.operation_timeout / 2,
+    }
+}
+
+/// Confirms a grant just made for `request` on `node`, which `waited`
+/// (the `WAIT` sent with its script, as `for_grant` asked) says how many
+/// replicas acknowledged; releases it, owner checked, when fewer than
+/// asked have it.
 ///
 /// # Errors
 /// A transient backend error saying how many replicas had the grant.
 pub(crate) async fn confirm_grant(
     node: &Node,
     request: &AcquireRequest,
-    replicas: u32,
+    replicas: Replicas,
+    waited: Result<u64>,
 ) -> Result<()> {
-    let within = request.operation_timeout / 2;
-    let outcome = node.replicated(replicas, within).await;
-    if let Ok(acknowledged) = outcome
-        && acknowledged >= u64::from(replicas)
+    if let Ok(acknowledged) = waited
+        && acknowledged >= u64::from(replicas.count)
     {
         return Ok(());
     }
@@ -42,32 +57,35 @@ pub(crate) async fn confirm_grant(
     }
     Err(short(
         replicas,
-        within,
-        outcome,
+        waited,
         "the grant of",
         request.name.as_str(),
     ))
 }
 
-/// Confirms the extensions `results` just made on `node`: those that
-/// succeeded count only once `replicas` have them within `timeout`.
-pub(crate) async fn confirm_extensions(
-    node: &Node,
-    mut results: Vec<Result<bool>>,
-    replicas: u32,
-    timeout: Duration,
-) -> Vec<Result<bool>> {
-    if !results.iter().any(|result| matches!(result, Ok(true))) {
-        return results;
+/// The `WAIT` that confirms extensions sent within `timeout`: half of it.
+pub(crate) fn for_extensions(replicas: u32, timeout: Duration) -> Replicas {
+    Replicas {
+        count: replicas,
+        within: timeout / 2,
     }
-    let outcome = node.replicated(replicas, timeout).await;
-    if outcome
+}
+
+/// Confirms the extensions `results` just made: those that succeeded
+/// count only if `waited` (the `WAIT` sent with them) says that
+/// `replicas` have them.
+pub(crate) fn confirm_extensions(
+    mut results: Vec<Result<bool>>,
+    replicas: Replicas,
+    waited: Result<u64>,
+) -> Vec<Result<bool>> {
+    if waited
         .as_ref()
-        .is_ok_and(|acknowledged| *acknowledged >= u64::from(replicas))
+        .is_ok_and(|acknowledged| *acknowledged >= u64::from(replicas.count))
     {
         return results;
     }
-    let why = short(replicas, timeout, outcome, "an extension of", "a lease").to_string();
+    let why = short(replicas, waited, "an extension of", "a lease").to_string();
     for result in &mut results {
         if matches!(result, Ok(true)) {
             *result = Err(Error::Backend {
@@ -81,17 +99,18 @@ pub(crate) async fn confirm_extensions(
 }
 
 /// The error of a write that fewer than `replicas` acknowledged.
-fn short(replicas: u32, within: Duration, outcome: Result<u64>, what: &str, of: &str) -> Error {
-    let found = match outcome {
+fn short(replicas: Replicas, waited: Result<u64>, what: &str, of: &str) -> Error {
+    let Replicas { count, within } = replicas;
+    let found = match waited {
         Ok(acknowledged) => format!("{acknowledged} acknowledged it"),
         Err(error) => format!("WAIT failed: {error}"),
     };
     Error::Backend {
         backend: "redis",
         message: format!(
-            "{what} {of} did not reach {replicas} replica{} within {within:?} ({found}); \
-             wait_replicas={replicas} asks that many, so check the replicas' links to the primary",
-            if replicas == 1 { "" } else { "s" }
+            "{what} {of} did not reach {count} replica{} within {within:?} ({found}); \
+             wait_replicas={count} asks that many, so check the replicas' links to the primary",
+            if count == 1 { "" } else { "s" }
         ),
         source: None,
     }

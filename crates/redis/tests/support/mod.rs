@@ -288,6 +288,17 @@ impl OwnServer {
         .expect("connect over TLS")
     }
 
+    /// Sends the server `signal` (`STOP`, `CONT`, …) with `kill(1)`.
+    pub fn signal(&self, signal: &str) {
+        let child = self.child.as_ref().expect("the server runs");
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(child.id().to_string())
+            .status()
+            .expect("kill(1)");
+        assert!(status.success(), "kill -{signal} failed: {status}");
+    }
+
     /// SIGKILLs the server and reaps it.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
