@@ -8,6 +8,17 @@
 //! one would be missing on the next. For the same reason nothing here sets
 //! session state: no `SET`, no temporary tables, no `LISTEN`.
 //!
+//! Every statement runs in a transaction of its own at `READ COMMITTED`,
+//! which the statements are written for (an update that finds its row
+//! changed since the statement began reads the newest version, where
+//! `REPEATABLE READ` and `SERIALIZABLE` fail with 40001), whatever the
+//! role's, the database's or the server's `default_transaction_isolation`.
+//! The level is set by the `BEGIN`, not for the session: a session's setting
+//! would not follow the statement from one server connection to the next
+//! behind PgBouncer, which also refuses the startup packet's `options`.
+//! The `BEGIN`, the statement and the `COMMIT` are sent together, so it
+//! costs no round trip.
+//!
 //! [`Client::query_typed`]: tokio_postgres::Client::query_typed
 
 use std::time::Duration;
@@ -19,6 +30,9 @@ use tokio_postgres::types::{ToSql, Type};
 
 use crate::error::{from_driver, from_pool};
 use crate::tls::Endpoint;
+
+/// Opens each statement's transaction: see the module's documentation.
+pub(crate) const BEGIN_READ_COMMITTED: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
 
 /// How many connections one backend keeps open at most.
 pub(crate) const POOL_SIZE: usize = 16;
@@ -81,10 +95,20 @@ impl Connections {
                 .await
                 .map_err(|error| from_pool(what, error))?;
             let mut checkout = Checkout(Some(object));
-            let rows = checkout
-                .client()
-                .query_typed(sql, params)
-                .await
+            let client = checkout.client();
+            // Biased, so that the three are sent in this order, at once, in
+            // the first poll; the server answers them in order. A
+            // statement that fails leaves its transaction aborted, which
+            // the `COMMIT` then ends with a rollback, without an error.
+            let (begun, rows, committed) = tokio::join!(
+                biased;
+                client.batch_execute(BEGIN_READ_COMMITTED),
+                client.query_typed(sql, params),
+                client.batch_execute("COMMIT"),
+            );
+            let rows = begun
+                .and(rows)
+                .and_then(|rows| committed.map(|()| rows))
                 .map_err(|error| from_driver(what, error));
             checkout.done();
             rows

@@ -257,8 +257,10 @@ async fn ensure_now(client: &Client, table: &TableName, layout: Layout) -> Resul
     let what = format!("creating the table {table:?}");
     // A dedicated connection: an error mid-transaction drops it, so no
     // pooled connection is ever left inside a transaction.
+    // READ COMMITTED whatever the server's default, so that the second
+    // look, after the lock, sees what a creator that held it committed.
     client
-        .batch_execute("BEGIN")
+        .batch_execute(crate::pool::BEGIN_READ_COMMITTED)
         .await
         .map_err(|error| from_driver(&what, error))?;
     let key = format!("distlock schema {}", table.quoted_schema());

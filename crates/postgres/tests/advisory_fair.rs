@@ -110,10 +110,47 @@ async fn until_in_line(admin: &tokio_postgres::Client, class: i32, n: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn waiters_are_served_in_the_order_they_asked_across_backends_and_within_one() {
-    const WAITERS: usize = 6;
     let class = fresh_class();
-    let url = fair_url(&unique("fifo"), class);
-    let clients = clients(&url, 3).await;
+    served_in_order(&fair_url(&unique("fifo"), class), class).await;
+}
+
+/// Sessions whose default isolation level is repeatable read (set here
+/// through the URL's startup `options`, as a role's or a database's default
+/// would, without changing the role other tests use) still serve every
+/// waiter in order: the grant's update must read the row its predecessor
+/// committed, not the snapshot taken when its wait began.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn waiters_are_served_in_order_when_sessions_default_to_repeatable_read() {
+    let class = fresh_class();
+    let url = repeatable_read(&fair_url(&unique("fifo_rr"), class));
+    let (check, connection) = tokio_postgres::connect(&repeatable_read(&self::url()), NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(connection);
+    let level: String = check
+        .query_one("SHOW default_transaction_isolation", &[])
+        .await
+        .expect("show")
+        .get(0);
+    assert_eq!(
+        level, "repeatable read",
+        "the URL sets the sessions' default"
+    );
+    served_in_order(&url, class).await;
+}
+
+/// `url` whose sessions default to repeatable read.
+fn repeatable_read(url: &str) -> String {
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}options=-c%20default_transaction_isolation%3Drepeatable%5C%20read")
+}
+
+/// Six waiters, two on each of three backends of fair advisory mode at
+/// `url` (in `class`), are each granted in the order they asked, with
+/// increasing tokens.
+async fn served_in_order(url: &str, class: i32) {
+    const WAITERS: usize = 6;
+    let clients = clients(url, 3).await;
     let admin = admin().await;
     let lock = name(&unique("fifo"));
     let held = clients[0].acquire(&lock).await.expect("acquire");

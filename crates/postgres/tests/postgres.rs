@@ -500,3 +500,58 @@ async fn a_statement_stuck_behind_a_row_lock_does_not_hold_up_the_next() {
     lease.operation_timeout = Duration::from_secs(5);
     assert!(backend.extend(&lease).await.expect("extend once free"));
 }
+
+/// The URL options that make a session default to repeatable read, sent in
+/// the startup packet, as a role's or a database's default would, without
+/// changing the role that other tests use.
+const REPEATABLE_READ: &str = "options=-c%20default_transaction_isolation%3Drepeatable%5C%20read";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn contended_lease_mode_works_when_sessions_default_to_repeatable_read() {
+    const BACKENDS: usize = 4;
+    const ROUNDS: usize = 15;
+    let (check, connection) =
+        tokio_postgres::connect(&with_options(&url(), REPEATABLE_READ), NoTls)
+            .await
+            .expect("connect");
+    tokio::spawn(connection);
+    let level: String = check
+        .query_one("SHOW default_transaction_isolation", &[])
+        .await
+        .expect("show")
+        .get(0);
+    assert_eq!(
+        level, "repeatable read",
+        "the URL sets the sessions' default"
+    );
+
+    let url = with_options(
+        &url(),
+        &format!("table={}&{REPEATABLE_READ}", unique("repeatable")),
+    );
+    let lock = name(&unique("contended"));
+    let inside = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for _ in 0..BACKENDS {
+        let backend = PostgresBackend::open(&url).await.expect("open");
+        let client = LockClient::new(Arc::new(backend), options(Duration::from_secs(10)));
+        for _ in 0..2 {
+            let (client, lock, inside) = (client.clone(), lock.clone(), inside.clone());
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..ROUNDS {
+                    let guard = client
+                        .acquire_with(&lock, Duration::from_secs(30))
+                        .await
+                        .expect("acquire");
+                    assert!(!inside.swap(true, std::sync::atomic::Ordering::SeqCst));
+                    tokio::task::yield_now().await;
+                    inside.store(false, std::sync::atomic::Ordering::SeqCst);
+                    assert!(guard.release().await.expect("release"));
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.expect("a task");
+    }
+}

@@ -20,6 +20,10 @@ use crate::tls::Endpoint;
 /// closed. Opening one costs a connection and an authentication.
 const MAX_SPARES: usize = 8;
 
+/// Sets a session's transactions to READ COMMITTED.
+const SESSION_READ_COMMITTED: &str =
+    "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED";
+
 /// One server session of our own, with its driver task.
 ///
 /// Dropped, it closes its connection, and the server ends every advisory
@@ -81,6 +85,13 @@ impl Session {
             }
         })
         .abort_handle();
+        // The statements are written for READ COMMITTED (see
+        // `statements::wait_in_line`), whatever the role's, the database's
+        // or the server's default. For the session: advisory mode refuses
+        // a transaction pooler, whose connections would not keep it.
+        within(what, timeout, client.batch_execute(SESSION_READ_COMMITTED))
+            .await?
+            .map_err(|error| from_driver(what, error))?;
         Ok(Self {
             client,
             prepared: Prepared::default(),

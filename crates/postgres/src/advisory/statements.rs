@@ -225,7 +225,9 @@ pub(crate) const CHECK_CONNECTION: &str = "SET client_connection_check_interval 
 /// The lock waits in a `MATERIALIZED` expression that the update reads,
 /// so the token is bumped after the grant, from the latest committed row
 /// (an update in `READ COMMITTED` reads the row's newest version, not the
-/// statement's snapshot). The lock itself is not undone should the rest
+/// statement's snapshot, where `REPEATABLE READ` fails with 40001: every
+/// session is set to `READ COMMITTED` when it opens, whatever the
+/// server's default). The lock itself is not undone should the rest
 /// fail; the waiter then drops the session, which ends it.
 ///
 /// `$1` class, `$2` objid, `$3` lock timeout, `$4` holder as JSON text,
