@@ -8,6 +8,25 @@
 //! use [`crate::LockClient`]. Called inside one, every call fails with
 //! [`Error::Unsupported`] rather than blocking the runtime's thread.
 //!
+//! # Drop behaviour
+//!
+//! Dropping a blocking [`LockGuard`] or [`LockSet`] releases its locks
+//! before the drop returns, as [`LockGuard::release`] would, waiting at
+//! most the client's [operation
+//! timeout](crate::LockOptions::operation_timeout) (a set: for all
+//! of its locks together). So a program can end by returning from `main`
+//! with its guards in scope: each is released before the client, and the
+//! runtime it owns, go, and another process can take the names at once,
+//! not only when their leases expire. A release still unfinished at the
+//! operation timeout carries on in the client's runtime, while a clone of
+//! the client is alive; dropping the last one cuts it off, and the lease's
+//! expiry is then the safety net, as it is for a process that is killed.
+//!
+//! Dropped inside an async runtime, whose thread it must not stall, a
+//! guard or set releases in the background instead, in the client's
+//! runtime, and dropping the client's last clone there too can cut that
+//! release off.
+//!
 //! ```
 //! use std::time::Duration;
 //!
@@ -27,6 +46,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use distlock_core::{
     AcquireOptions, Claim, Error, IntoLockClaim, IntoLockName, LockClientBuilder, LockContext,
@@ -161,12 +181,13 @@ impl LockClient {
         Ok(LockSet {
             set: Some(set),
             runtime: self.runtime.clone(),
+            release_within: self.release_within(),
         })
     }
 
     /// Takes `name` as `options` say, runs `work` on this thread, and
     /// releases on every path, a panic in `work` included (the guard's drop
-    /// releases in the background).
+    /// releases it; see [Drop behaviour](self#drop-behaviour)).
     ///
     /// # Errors
     /// As [`crate::LockClient::with_lock`]; [`Error::Unsupported`] inside an
@@ -215,19 +236,29 @@ impl LockClient {
         LockGuard {
             guard: Some(guard),
             runtime: self.runtime.clone(),
+            release_within: self.release_within(),
         }
+    }
+
+    /// How long a dropped guard or set waits for its release.
+    fn release_within(&self) -> Duration {
+        self.client.options().operation_timeout()
     }
 }
 
 /// Proof that this process holds a lock, from a blocking [`LockClient`]:
-/// the same guarantees as [`crate::LockGuard`]. Dropping it releases in
-/// the client's runtime, without blocking.
+/// the same guarantees as [`crate::LockGuard`]. Dropping it releases the
+/// lock before the drop returns, within the operation timeout; see [Drop
+/// behaviour](self#drop-behaviour).
 #[must_use = "dropping the guard releases the lock at once"]
 #[derive(Debug)]
 pub struct LockGuard {
     /// `None` only once released.
     guard: Option<crate::LockGuard>,
     runtime: Arc<Runtime>,
+    /// The client's operation timeout: how long a drop waits for the
+    /// release.
+    release_within: Duration,
 }
 
 impl LockGuard {
@@ -293,23 +324,35 @@ impl LockGuard {
 impl Drop for LockGuard {
     fn drop(&mut self) {
         if let Some(guard) = self.guard.take() {
-            // The guard's own drop spawns the release; it needs the runtime.
-            let _entered = self.runtime.handle().enter();
-            drop(guard);
+            if inside_a_runtime() {
+                // Blocking would stall that runtime's thread. The guard's
+                // own drop spawns the release; it needs the client's runtime.
+                let _entered = self.runtime.handle().enter();
+                drop(guard);
+            } else {
+                // Released before the client, and with it the runtime, can
+                // go: a task spawned here would be cut off by that.
+                self.runtime
+                    .finish_release(guard.release(), self.release_within);
+            }
         }
     }
 }
 
 /// Several locks held together, from a blocking client's
 /// [`acquire_all`](LockClient::acquire_all): the same guarantees as
-/// [`crate::LockSet`]. Dropping it releases every lock in the client's
-/// runtime, without blocking.
+/// [`crate::LockSet`]. Dropping it releases every lock before the drop
+/// returns, within the operation timeout for all of them; see [Drop
+/// behaviour](self#drop-behaviour).
 #[must_use = "dropping the set releases its locks at once"]
 #[derive(Debug)]
 pub struct LockSet {
     /// `None` only once released or split.
     set: Option<crate::LockSet>,
     runtime: Arc<Runtime>,
+    /// The client's operation timeout: how long a drop waits for the
+    /// releases.
+    release_within: Duration,
 }
 
 impl LockSet {
@@ -359,6 +402,7 @@ impl LockSet {
             .map(|guard| LockGuard {
                 guard: Some(guard),
                 runtime: self.runtime.clone(),
+                release_within: self.release_within,
             })
             .collect()
     }
@@ -367,9 +411,14 @@ impl LockSet {
 impl Drop for LockSet {
     fn drop(&mut self) {
         if let Some(set) = self.set.take() {
-            // The guards' drops spawn their releases; they need the runtime.
-            let _entered = self.runtime.handle().enter();
-            drop(set);
+            if inside_a_runtime() {
+                // As for a guard: the guards' drops spawn their releases.
+                let _entered = self.runtime.handle().enter();
+                drop(set);
+            } else {
+                self.runtime
+                    .finish_release(set.release(), self.release_within);
+            }
         }
     }
 }
@@ -400,6 +449,18 @@ impl Runtime {
         refuse_inside_a_runtime()?;
         Ok(self.handle().block_on(future))
     }
+
+    /// Runs `release`, a dropped guard's or set's, on this thread, which
+    /// must not be inside an async runtime, for at most `limit`. The
+    /// release futures finish in a spawned task when dropped unfinished;
+    /// dropping at the limit inside the runtime lets them spawn it.
+    fn finish_release<F: Future>(&self, release: F, limit: Duration) {
+        self.handle().block_on(async move {
+            // Its outcome has nowhere to go: the drop of a guard has no
+            // result, as with the async guard.
+            let _ = tokio::time::timeout(limit, release).await;
+        });
+    }
 }
 
 impl Drop for Runtime {
@@ -416,8 +477,12 @@ impl Drop for Runtime {
     }
 }
 
+fn inside_a_runtime() -> bool {
+    tokio::runtime::Handle::try_current().is_ok()
+}
+
 fn refuse_inside_a_runtime() -> Result<()> {
-    if tokio::runtime::Handle::try_current().is_ok() {
+    if inside_a_runtime() {
         return Err(Error::Unsupported(
             "distlock::blocking was called inside an async runtime, whose thread it would \
              stall; use the async distlock::LockClient there"

@@ -1,6 +1,6 @@
 //! The blocking API from plain threads: waits block, the keeper extends in
 //! the background, drops release, and inside a runtime it refuses rather
-//! than stall or panic.
+//! than stall or panic (and a drop there releases in the background).
 
 use std::time::Duration;
 
@@ -96,6 +96,35 @@ async fn inside_a_runtime_it_refuses_instead_of_stalling() {
         client.acquire_all(["inside", "also"], Duration::from_secs(1)),
         Err(Error::Unsupported(_))
     ));
+    drop(client);
+}
+
+#[tokio::test]
+async fn a_guard_and_a_set_dropped_inside_a_runtime_release_without_blocking_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = file_url(&dir);
+    let (client, guard, set) = std::thread::spawn(move || {
+        let client = distlock::blocking::connect(&url).unwrap();
+        let guard = client.acquire("inside/one").unwrap();
+        let set = client
+            .acquire_all(["inside/two", "inside/three"], Duration::from_secs(5))
+            .unwrap();
+        (client, guard, set)
+    })
+    .join()
+    .unwrap();
+    // Blocking here would panic or stall this runtime's thread: the
+    // releases run in the background, in the client's runtime.
+    drop(guard);
+    drop(set);
+    let other = distlock::connect(&file_url(&dir)).await.unwrap();
+    for name in ["inside/one", "inside/two", "inside/three"] {
+        let again = other
+            .acquire_with(name, Duration::from_secs(5))
+            .await
+            .expect("the drop released it");
+        again.release().await.unwrap();
+    }
     drop(client);
 }
 
