@@ -1,16 +1,20 @@
-//! A run as a history for the linearizability checker: the holders'
-//! acquires, releases and losses from their records, and the fenced
-//! counter's operations from its log, all on the one monotonic clock.
+//! A run as a history for the checker: every holder's validity, from the
+//! holders' records; and, in exclusive runs, the acquires, releases and
+//! losses too, with the fenced counter's operations from its log, all on
+//! the one monotonic clock.
 //!
-//! Only exclusive runs make one: the checker's lock model has one holder
-//! at a time, and its register knows no readers' rule.
+//! Validities are checked for exclusion in every run: exclusive, readers
+//! and writers, permits. The lock model of the linearizability search has
+//! one holder at a time, and its register knows no readers' rule, so only
+//! exclusive runs add their operations.
 
 use std::collections::HashMap;
 
-use distlock_history::{Acquired, Call, Done, History, Op, Read, Report};
+use distlock_history::{Acquired, Call, Done, History, Op, Read, Report, Share};
 
 use crate::Outcome;
 use crate::fenced::{Entry, Op as FencedOp};
+use crate::judge::Holding;
 use crate::worker::{ClaimSpec, Event, Release};
 
 /// The lock and the counter, as the history names them: a run has one of
@@ -18,30 +22,51 @@ use crate::worker::{ClaimSpec, Event, Release};
 const LOCK: &str = "lock";
 const COUNTER: &str = "counter";
 
-/// The history of a run, or `None` when the run is not exclusive.
+/// The history of a run.
 ///
 /// # Errors
 /// An operation the records make is malformed (it answered before it was
 /// asked, on a clock that went back): the run cannot be checked.
-pub(crate) fn of_run(events: &[Event], log: &[Entry]) -> Outcome<Option<History>> {
+pub(crate) fn of_run(events: &[Event], holdings: &[Holding], log: &[Entry]) -> Outcome<History> {
+    let mut ops: Vec<Op> = holdings.iter().filter_map(validity).collect();
     let exclusive = events.iter().all(|event| match event {
         Event::Acquired { claim, .. } => *claim == ClaimSpec::Exclusive,
         _ => true,
     }) && log.iter().all(|entry| entry.op != FencedOp::SharedRead);
-    if !exclusive {
-        return Ok(None);
+    if exclusive {
+        ops.extend(lock_ops(events));
+        ops.extend(log.iter().map(fenced_op));
     }
-    let mut ops = lock_ops(events);
-    ops.extend(log.iter().map(fenced_op));
-    Ok(Some(History::from_ops(ops)?))
+    Ok(History::from_ops(ops)?)
 }
 
-/// Checks the history of a run: `None` when the run is not exclusive.
+/// Checks the history of a run.
 ///
 /// # Errors
 /// As [`of_run`].
-pub(crate) fn check(events: &[Event], log: &[Entry]) -> Outcome<Option<Report>> {
-    Ok(of_run(events, log)?.map(|history| distlock_history::check(&history)))
+pub(crate) fn check(events: &[Event], holdings: &[Holding], log: &[Entry]) -> Outcome<Report> {
+    Ok(distlock_history::check(&of_run(events, holdings, log)?))
+}
+
+/// A holding's validity, from its grant to its end: `None` when its end
+/// was never recorded (its process was killed, or is still stopped), or
+/// came before its grant's answer (a deadline passed while the grant was
+/// on its way, so the holder never had the lease to act on).
+fn validity(holding: &Holding) -> Option<Op> {
+    let end = holding.end_ns.filter(|end| *end > holding.start_ns)?;
+    let share = match holding.claim {
+        ClaimSpec::Exclusive => Share::Exclusive,
+        ClaimSpec::Shared => Share::Shared,
+        ClaimSpec::Permit { limit } => Share::Permit { limit },
+    };
+    Some(Op::held(
+        holding.pid.into(),
+        holding.start_ns,
+        end,
+        LOCK,
+        holding.token,
+        share,
+    ))
 }
 
 /// The acquires, releases and losses in the holders' records.
@@ -176,6 +201,7 @@ fn fenced_op(entry: &Entry) -> Op {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::judge::holdings;
 
     fn entry(op: FencedOp, token: u64, accepted: bool, value: u64, at_ns: u64) -> Entry {
         Entry {
@@ -189,9 +215,13 @@ mod tests {
     }
 
     fn ended(token: u64, at_ns: u64, release: Release, released_ns: u64) -> Event {
+        ended_by(0, token, at_ns, release, released_ns)
+    }
+
+    fn ended_by(task: usize, token: u64, at_ns: u64, release: Release, released_ns: u64) -> Event {
         Event::Ended {
             pid: 1,
-            task: 0,
+            task,
             token,
             at_ns,
             lost_ns: None,
@@ -200,6 +230,7 @@ mod tests {
             release,
             released_ns: Some(released_ns),
             lost_reason: None,
+            valid_until_ns: None,
         }
     }
 
@@ -233,9 +264,10 @@ mod tests {
             entry(FencedOp::Read, 2, true, 1, 80),
             entry(FencedOp::Write, 2, true, 2, 90),
         ];
-        let report = check(&events, &log).unwrap().expect("an exclusive run");
+        let report = check(&events, &holdings(&events), &log).unwrap();
         assert!(report.passed(), "{report}");
-        assert_eq!((report.checked, report.operations), (2, 8));
+        // Four of the lock, four of the counter, and two validities.
+        assert_eq!((report.checked, report.operations), (2, 10));
     }
 
     #[test]
@@ -244,7 +276,7 @@ mod tests {
         events.extend(cycle(0, 1, 0));
         events.extend(cycle(1, 2, 20));
         events.push(ended(1, 40, Release::Released, 50));
-        let report = check(&events, &[]).unwrap().expect("an exclusive run");
+        let report = check(&events, &holdings(&events), &[]).unwrap();
         assert_eq!(report.violations.len(), 1, "{report}");
     }
 
@@ -254,7 +286,7 @@ mod tests {
             entry(FencedOp::Write, 1, true, 1, 10),
             entry(FencedOp::Read, 2, true, 5, 20),
         ];
-        let report = check(&[], &log).unwrap().expect("an exclusive run");
+        let report = check(&[], &[], &log).unwrap();
         assert_eq!(report.violations.len(), 1, "{report}");
     }
 
@@ -265,7 +297,7 @@ mod tests {
             task: 0,
             at_ns: 5,
         }];
-        let history = of_run(&events, &[]).unwrap().expect("an exclusive run");
+        let history = of_run(&events, &[], &[]).unwrap();
         assert_eq!(history.len(), 1);
         assert!(history.ops()[0].is_unknown());
         assert_eq!(history.ops()[0].complete_ns, None);
@@ -276,13 +308,50 @@ mod tests {
         let mut events = Vec::new();
         events.extend(cycle(0, 1, 0));
         events.push(ended(1, 40, Release::Released, 30));
-        let error = of_run(&events, &[]).unwrap_err().to_string();
+        let error = of_run(&events, &holdings(&events), &[])
+            .unwrap_err()
+            .to_string();
         assert!(error.contains("before its invocation"), "{error}");
     }
 
     #[test]
-    fn a_run_with_readers_makes_no_history() {
+    fn a_run_with_readers_is_checked_on_its_validities_alone() {
         let log = [entry(FencedOp::SharedRead, 1, true, 0, 10)];
-        assert!(of_run(&[], &log).unwrap().is_none());
+        let mut events = Vec::new();
+        events.extend(cycle(0, 1, 0));
+        let history = of_run(&events, &holdings(&events), &log).unwrap();
+        assert!(history.is_empty(), "{history:?}");
+    }
+
+    #[test]
+    fn holders_valid_together_fail_whatever_their_releases_say() {
+        // The mutant that grants every caller: rising tokens, and the
+        // superseded release refused, fit the lock model; the validities
+        // do not.
+        let mut events = Vec::new();
+        events.extend(cycle(0, 1, 0));
+        events.extend(cycle(1, 2, 20));
+        events.push(ended_by(1, 2, 40, Release::Released, 50));
+        events.push(ended(1, 60, Release::NotOurs, 70));
+        let report = check(&events, &holdings(&events), &[]).unwrap();
+        assert!(report.violations.is_empty(), "{report}");
+        assert_eq!(report.overlaps.len(), 1, "{report}");
+    }
+
+    #[test]
+    fn a_holder_past_its_deadline_no_longer_overlaps() {
+        // Holder 1 was paused: it woke at 60, after its deadline at 25.
+        let mut events = Vec::new();
+        events.extend(cycle(0, 1, 0));
+        events.extend(cycle(1, 2, 20));
+        events.push(ended_by(1, 2, 40, Release::Released, 50));
+        let mut paused = ended(1, 60, Release::NotOurs, 70);
+        if let Event::Ended { valid_until_ns, .. } = &mut paused {
+            *valid_until_ns = Some(25);
+        }
+        events.push(paused);
+        let report = check(&events, &holdings(&events), &[]).unwrap();
+        assert!(report.passed(), "{report}");
+        assert_eq!(report.validities, 2);
     }
 }

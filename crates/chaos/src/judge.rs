@@ -1,19 +1,26 @@
 //! Judging a run from the holders' records and the fenced counter.
 //!
-//! A holder is valid from the moment its grant arrived until it stopped
-//! acting on it: just before its release, or when `lost()` fired, whichever
-//! came first. All times are on the machine's one monotonic clock.
+//! A holder is valid from the moment its grant arrived until the earliest
+//! of: just before its release, when `lost()` fired, and its own deadline
+//! (its guard's `valid_until`: the send time of its last confirmed grant
+//! or extension, plus the lease, less the safety margin). All times are on
+//! the machine's one monotonic clock. The history checker judges the
+//! validities for exclusion, and an exclusive run's operations for
+//! linearizability.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::HashMap;
+
+use distlock_history::Overlap;
 
 use crate::Outcome;
-use crate::fenced::{FencedStore, Op};
+use crate::fenced::{Entry, FencedStore, Op};
 use crate::worker::{ClaimSpec, Event};
 
 /// One grant, as its holder recorded it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Holding {
+    /// The holder's process.
+    pub(crate) pid: u32,
     pub(crate) claim: ClaimSpec,
     pub(crate) token: u64,
     /// When its holder asked for it, if recorded.
@@ -32,10 +39,13 @@ pub(crate) struct Holding {
 pub(crate) struct Verdict {
     /// Grants recorded.
     pub(crate) acquisitions: usize,
-    /// Holdings that overlapped a holding they exclude: another writer (or
-    /// any reader, for a writer), or, for a semaphore, holdings granted
+    /// Validities that overlapped one they exclude: another writer's (or
+    /// any reader's, for a writer), or, for a semaphore, validities begun
     /// while the limit was already held.
     pub(crate) overlaps: usize,
+    /// Overlaps the fenced counter did not fence: a write of the earlier
+    /// holder was accepted after the later holder had used the counter.
+    pub(crate) unfenced_overlaps: usize,
     /// Most holders of a semaphore seen at once.
     pub(crate) most_at_once: usize,
     /// Accepted writes the counter does not show.
@@ -54,20 +64,60 @@ pub(crate) struct Verdict {
     pub(crate) losses: usize,
     /// Acquisitions that failed, or timed out.
     pub(crate) failed: usize,
-    /// Runs whose history (acquires, releases, losses and fenced
-    /// operations) the linearizability checker decided: exclusive runs.
+    /// Runs whose history the checker decided: the validities of every
+    /// run, and in exclusive runs the acquires, releases, losses and
+    /// fenced operations too.
     pub(crate) histories_checked: usize,
     /// Locks and counters whose history no order fits.
     pub(crate) history_violations: usize,
+    /// Locks and counters whose search ran out of moves: a row with one
+    /// fails, since nothing was shown of them.
+    pub(crate) undecided: usize,
     /// The first such violation, or a history left undecided, in words.
     pub(crate) history_note: Option<String>,
 }
 
+/// A documented cause of overlapping holders: what the lock cannot stop,
+/// so that only the fencing token protects the work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OverlapCause {
+    /// The server forgot its locks: a restart without persistence, or an
+    /// eviction.
+    ServerForgot,
+    /// The server's clock stepped forward, ending leases early on the
+    /// server.
+    ServerClockStepped,
+    /// One of memcached's documented edges (a server that restarts empty,
+    /// an item evicted or flushed).
+    MemcachedEdge,
+}
+
+impl OverlapCause {
+    /// The cause, as the report names it.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            OverlapCause::ServerForgot => "the server forgot its locks",
+            OverlapCause::ServerClockStepped => "the server's clock stepped forward",
+            OverlapCause::MemcachedEdge => "a memcached edge",
+        }
+    }
+}
+
 impl Verdict {
+    /// Whether the overlaps fit what a row allows: none, where it names no
+    /// cause; only fenced ones, where it names one.
+    pub(crate) fn overlaps_fit(&self, allowed: Option<OverlapCause>) -> bool {
+        match allowed {
+            Some(_) => self.unfenced_overlaps == 0,
+            None => self.overlaps == 0,
+        }
+    }
+
     /// Adds `other`'s counts to these, for a scenario of several runs.
     pub(crate) fn add(&mut self, other: &Verdict) {
         self.acquisitions += other.acquisitions;
         self.overlaps += other.overlaps;
+        self.unfenced_overlaps += other.unfenced_overlaps;
         self.most_at_once = self.most_at_once.max(other.most_at_once);
         self.lost_updates += other.lost_updates;
         self.token_regressions += other.token_regressions;
@@ -76,6 +126,7 @@ impl Verdict {
         self.failed += other.failed;
         self.histories_checked += other.histories_checked;
         self.history_violations += other.history_violations;
+        self.undecided += other.undecided;
         if self.history_note.is_none() {
             self.history_note.clone_from(&other.history_note);
         }
@@ -93,10 +144,14 @@ pub(crate) fn holdings(events: &[Event]) -> Vec<Holding> {
             at_ns,
             lost_ns,
             write_ok,
+            valid_until_ns,
             ..
         } = event
         {
-            let end = lost_ns.map_or(*at_ns, |lost| lost.min(*at_ns));
+            let end = [*lost_ns, *valid_until_ns]
+                .into_iter()
+                .flatten()
+                .fold(*at_ns, u64::min);
             ends.insert((*pid, *task, *token), (end, *lost_ns, *write_ok));
         }
     }
@@ -118,6 +173,7 @@ pub(crate) fn holdings(events: &[Event]) -> Vec<Holding> {
             } => {
                 let end = ends.get(&(*pid, *task, *token));
                 Some(Holding {
+                    pid: *pid,
                     claim: *claim,
                     token: *token,
                     asked_ns: asked.remove(&(*pid, *task)),
@@ -146,12 +202,16 @@ pub(crate) fn judge(events: &[Event], store: &FencedStore) -> Outcome<Verdict> {
         .iter()
         .filter(|entry| entry.op == Op::Write && entry.accepted)
         .count() as u64;
-    let (overlaps, most_at_once) = overlaps(&holdings);
-    let history = crate::history::check(events, &log)?;
+    let report = crate::history::check(events, &holdings, &log)?;
     Ok(Verdict {
         acquisitions: holdings.len(),
-        overlaps,
-        most_at_once,
+        overlaps: report.overlaps.len(),
+        unfenced_overlaps: report
+            .overlaps
+            .iter()
+            .filter(|overlap| !fenced(overlap, &log))
+            .count(),
+        most_at_once: report.most_at_once,
         lost_updates: accepted_writes.saturating_sub(state.value),
         token_regressions: token_regressions(&holdings),
         rejected_writes: log
@@ -166,11 +226,30 @@ pub(crate) fn judge(events: &[Event], store: &FencedStore) -> Outcome<Verdict> {
             .iter()
             .filter(|event| matches!(event, Event::Failed { .. } | Event::TimedOut { .. }))
             .count(),
-        histories_checked: history
-            .as_ref()
-            .map_or(0, |report| usize::from(report.undecided.is_empty())),
-        history_violations: history.as_ref().map_or(0, |report| report.violations.len()),
-        history_note: history.as_ref().and_then(history_note),
+        histories_checked: usize::from(report.undecided.is_empty()),
+        history_violations: report.violations.len(),
+        undecided: report.undecided.len(),
+        history_note: history_note(&report),
+    })
+}
+
+/// Whether the counter fenced `overlap`: once the later holder had used
+/// it (its first accepted operation), no write of the earlier holder was
+/// accepted. Before that, to the counter, the earlier holder's work simply
+/// came first.
+fn fenced(overlap: &Overlap, log: &[Entry]) -> bool {
+    let later_used = log
+        .iter()
+        .filter(|entry| entry.accepted && entry.token == overlap.later_token())
+        .map(|entry| entry.at_ns)
+        .min();
+    later_used.is_none_or(|used| {
+        !log.iter().any(|entry| {
+            entry.op == Op::Write
+                && entry.accepted
+                && entry.token == overlap.earlier_token()
+                && entry.at_ns > used
+        })
     })
 }
 
@@ -184,45 +263,6 @@ fn history_note(report: &distlock_history::Report) -> Option<String> {
     report.undecided.first().map(|subject| {
         format!("the history of {subject} was left undecided: its search ran out of moves")
     })
-}
-
-/// Overlapping holdings among those that ended, and the most holders seen
-/// at once. A holding overlaps when it began while a holding it excludes
-/// was still valid.
-fn overlaps(holdings: &[Holding]) -> (usize, usize) {
-    let mut ended: Vec<(u64, u64, ClaimSpec)> = holdings
-        .iter()
-        .filter_map(|holding| Some((holding.start_ns, holding.end_ns?, holding.claim)))
-        .collect();
-    ended.sort_unstable_by_key(|(start, ..)| *start);
-    let limit = ended.iter().find_map(|(.., claim)| match claim {
-        ClaimSpec::Permit { limit } => Some(*limit as usize),
-        _ => None,
-    });
-    // The holdings still valid, by when they end, and how many of them
-    // are writers.
-    let mut valid: BinaryHeap<Reverse<(u64, bool)>> = BinaryHeap::new();
-    let mut valid_writers = 0;
-    let (mut overlapping, mut most) = (0, 0);
-    for (start, end, claim) in ended {
-        while let Some(Reverse((valid_end, writer))) = valid.peek().copied() {
-            if valid_end > start {
-                break;
-            }
-            valid.pop();
-            valid_writers -= usize::from(writer);
-        }
-        let writer = claim == ClaimSpec::Exclusive;
-        let excluded = match limit {
-            Some(limit) => valid.len() >= limit,
-            None => valid_writers > 0 || (writer && !valid.is_empty()),
-        };
-        overlapping += usize::from(excluded);
-        valid.push(Reverse((end, writer)));
-        valid_writers += usize::from(writer);
-        most = most.max(valid.len());
-    }
-    (overlapping, most)
 }
 
 /// Holdings whose token is not above that of a holding the server must
@@ -397,6 +437,7 @@ mod tests {
 
     fn holding(claim: ClaimSpec, token: u64, start: u64, end: u64) -> Holding {
         Holding {
+            pid: 1,
             claim,
             token,
             asked_ns: None,
@@ -405,47 +446,6 @@ mod tests {
             lost_ns: None,
             write_ok: None,
         }
-    }
-
-    #[test]
-    fn exclusive_holdings_that_meet_overlap() {
-        let apart = [
-            holding(ClaimSpec::Exclusive, 1, 0, 10),
-            holding(ClaimSpec::Exclusive, 2, 10, 20),
-        ];
-        assert_eq!(overlaps(&apart).0, 0);
-        let met = [
-            holding(ClaimSpec::Exclusive, 1, 0, 10),
-            holding(ClaimSpec::Exclusive, 2, 9, 20),
-        ];
-        assert_eq!(overlaps(&met).0, 1);
-    }
-
-    #[test]
-    fn readers_may_meet_but_not_beside_a_writer() {
-        let readers = [
-            holding(ClaimSpec::Shared, 1, 0, 10),
-            holding(ClaimSpec::Shared, 2, 5, 20),
-        ];
-        assert_eq!(overlaps(&readers), (0, 2));
-        let writer = [
-            holding(ClaimSpec::Shared, 1, 0, 10),
-            holding(ClaimSpec::Exclusive, 2, 5, 20),
-        ];
-        assert_eq!(overlaps(&writer).0, 1);
-    }
-
-    #[test]
-    fn a_semaphore_overlaps_only_past_its_limit() {
-        let permit = ClaimSpec::Permit { limit: 2 };
-        let within = [holding(permit, 1, 0, 10), holding(permit, 2, 1, 10)];
-        assert_eq!(overlaps(&within), (0, 2));
-        let beyond = [
-            holding(permit, 1, 0, 10),
-            holding(permit, 2, 1, 10),
-            holding(permit, 3, 2, 10),
-        ];
-        assert_eq!(overlaps(&beyond), (1, 3));
     }
 
     #[test]

@@ -182,7 +182,7 @@ fn campaign(args: &Args) -> Outcome<bool> {
                     verdict: None,
                     detail: format!("the scenario could not run: {error}"),
                     passed: false,
-                    overlaps_allowed: false,
+                    overlaps_allowed: None,
                 }),
             }
         }

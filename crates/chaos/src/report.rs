@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use crate::judge::Verdict;
+use crate::judge::{OverlapCause, Verdict};
 
 /// One scenario on one backend (and lock kind).
 #[derive(Debug, Clone)]
@@ -18,27 +18,43 @@ pub(crate) struct Row {
     pub(crate) detail: String,
     /// Whether the scenario's invariants held.
     pub(crate) passed: bool,
-    /// Whether holders may overlap by the scenario's design (a frozen
-    /// holder, a server that forgets its locks), so that only the fenced
-    /// counter's outcome counts.
-    pub(crate) overlaps_allowed: bool,
+    /// Why valid holders may overlap in this row, if they may: only a
+    /// documented cause allows it, and each overlap must then be fenced.
+    /// Every other row allows none.
+    pub(crate) overlaps_allowed: Option<OverlapCause>,
 }
 
 impl Row {
     /// Whether the safety invariants held: no lost update, no token out of
-    /// real-time order, no history that fails the linearizability check,
-    /// and no overlap unless the scenario allows one. No
-    /// timing is judged here, which is what the short form asserts. A row
-    /// without holders (a scenario that does not apply, checks that judge
-    /// no holders, or one that could not run) holds when it passed: a
-    /// scenario that could not run never passes silently.
+    /// real-time order, a history checked whole (none undecided) and
+    /// linearizable, and no overlap of valid holders unless the row names
+    /// its cause, and then every one fenced. No timing is judged here,
+    /// which is what the short form asserts. A row without holders (a
+    /// scenario that does not apply, checks that judge no holders, or one
+    /// that could not run) holds when it passed: a scenario that could not
+    /// run never passes silently.
     pub(crate) fn safe(&self) -> bool {
         self.verdict.as_ref().map_or(self.passed, |verdict| {
             verdict.lost_updates == 0
                 && verdict.token_regressions == 0
                 && verdict.history_violations == 0
-                && (self.overlaps_allowed || verdict.overlaps == 0)
+                && verdict.undecided == 0
+                && verdict.overlaps_fit(self.overlaps_allowed)
         })
+    }
+
+    /// The overlaps cell: how many, and, where the row allows them, why
+    /// and how many went unfenced.
+    fn overlaps_cell(&self, verdict: &Verdict) -> String {
+        match self.overlaps_allowed {
+            Some(cause) if verdict.overlaps > 0 => format!(
+                "{} ({}; {} unfenced)",
+                verdict.overlaps,
+                cause.name(),
+                verdict.unfenced_overlaps
+            ),
+            _ => verdict.overlaps.to_string(),
+        }
     }
 }
 
@@ -57,8 +73,9 @@ pub(crate) struct ScenarioInfo {
 
 /// Whether `row` held, as the run judges it: in full, or in the short form
 /// (which runs few times on a busy machine, so it judges only what does not
-/// depend on timing). A history that fails the linearizability check fails
-/// the row either way: scenarios decide `passed` without it.
+/// depend on timing). A history that fails the linearizability check, or
+/// that the check left undecided, fails the row either way: scenarios
+/// decide `passed` without it.
 pub(crate) fn held(row: &Row, scenarios: &[ScenarioInfo], short: bool) -> bool {
     let untimed = scenarios
         .iter()
@@ -66,7 +83,7 @@ pub(crate) fn held(row: &Row, scenarios: &[ScenarioInfo], short: bool) -> bool {
     let linearizable = row
         .verdict
         .as_ref()
-        .is_none_or(|verdict| verdict.history_violations == 0);
+        .is_none_or(|verdict| verdict.history_violations == 0 && verdict.undecided == 0);
     if short && !untimed {
         row.safe()
     } else {
@@ -123,14 +140,23 @@ pub(crate) fn markdown(run: &RunInfo, scenarios: &[ScenarioInfo], rows: &[Row]) 
          monotonic clock. Lost updates are accepted writes the counter does not show; a \
          token regression is a holding whose token is not above that of one that ended \
          before it began (between two readers, or two permits, before it was asked for: \
-         their grants may be answered out of order). Each exclusive run is also \
-         recorded as a history (every acquire, release and loss report, and every \
-         operation on the counter, with its invocation and completion on that clock) and \
-         checked for linearizability against a lease lock and a fenced register \
-         (`distlock-history`): a violation is a successful release of a lease after \
-         another grant, tokens that do not increase from grant to grant, a stale \
-         operation accepted or a fresh one refused, or a read of a value no accepted \
-         write left.\n"
+         their grants may be answered out of order). Every run is recorded as a history \
+         and checked by `distlock-history`. Its exclusion check takes each holder's \
+         validity, from its grant's answer to the earliest of its release being sent, \
+         its `lost()` firing and its own deadline (the send time of its last confirmed \
+         grant or extension, plus the lease, less the safety margin), and counts an \
+         overlap where a validity begins while one it excludes is valid: any other, for \
+         a writer; a writer's, for a reader; the limit's worth, for a permit. Only a row \
+         that names the overlap's cause allows it, and then each overlap must be fenced \
+         (no write of the earlier holder accepted once the later holder used the \
+         counter); every other row allows none. An exclusive run's history also holds \
+         every acquire, release and loss report, and every operation on the counter, \
+         with its invocation and completion on that clock, checked for \
+         linearizability against a lease lock and a fenced register: a violation is a \
+         successful release of a lease after another grant, tokens that do not \
+         increase from grant to grant, a stale operation accepted or a fresh one \
+         refused, or a read of a value no accepted write left. A history the search \
+         left undecided fails its row.\n"
     );
     for scenario in scenarios {
         let mine: Vec<&Row> = rows
@@ -147,27 +173,28 @@ pub(crate) fn markdown(run: &RunInfo, scenarios: &[ScenarioInfo], rows: &[Row]) 
         );
         let _ = writeln!(
             out,
-            "| backend | kind | acquisitions | overlaps | lost updates | token regressions | stale writes rejected | losses seen | failed waits | histories checked | history violations | detail | invariants |"
+            "| backend | kind | acquisitions | overlaps | lost updates | token regressions | stale writes rejected | losses seen | failed waits | histories checked | undecided | history violations | detail | invariants |"
         );
         let _ = writeln!(
             out,
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"
         );
         for row in mine {
             let cells = match &row.verdict {
                 Some(v) => format!(
-                    "{} | {} | {} | {} | {} | {} | {} | {} | {}",
+                    "{} | {} | {} | {} | {} | {} | {} | {} | {} | {}",
                     v.acquisitions,
-                    v.overlaps,
+                    row.overlaps_cell(v),
                     v.lost_updates,
                     v.token_regressions,
                     v.rejected_writes,
                     v.losses,
                     v.failed,
                     v.histories_checked,
+                    v.undecided,
                     v.history_violations
                 ),
-                None => "— | — | — | — | — | — | — | — | —".into(),
+                None => "— | — | — | — | — | — | — | — | — | —".into(),
             };
             let detail = match row.verdict.as_ref().and_then(|v| v.history_note.as_ref()) {
                 Some(note) => format!("{}; history: {note}", row.detail),
@@ -203,8 +230,42 @@ mod tests {
             }),
             detail: String::new(),
             passed,
-            overlaps_allowed: false,
+            overlaps_allowed: None,
         }
+    }
+
+    const SCENARIOS: [ScenarioInfo; 1] = [ScenarioInfo {
+        id: "R1",
+        title: "",
+        what: "",
+        untimed: false,
+    }];
+
+    #[test]
+    fn an_undecided_history_fails_the_row_in_full_and_in_the_short_form() {
+        let mut undecided = row(true, 0);
+        if let Some(verdict) = undecided.verdict.as_mut() {
+            verdict.histories_checked = 0;
+            verdict.undecided = 1;
+        }
+        for short in [false, true] {
+            assert!(!held(&undecided, &SCENARIOS, short), "short: {short}");
+        }
+    }
+
+    #[test]
+    fn overlaps_fail_a_row_unless_it_names_their_cause_and_each_was_fenced() {
+        let mut overlapping = row(true, 0);
+        if let Some(verdict) = overlapping.verdict.as_mut() {
+            verdict.overlaps = 2;
+        }
+        assert!(!held(&overlapping, &SCENARIOS, true));
+        overlapping.overlaps_allowed = Some(OverlapCause::ServerForgot);
+        assert!(held(&overlapping, &SCENARIOS, true));
+        if let Some(verdict) = overlapping.verdict.as_mut() {
+            verdict.unfenced_overlaps = 1;
+        }
+        assert!(!held(&overlapping, &SCENARIOS, true));
     }
 
     #[test]

@@ -16,7 +16,7 @@ use distlock::{AcquireOptions, Claim, LockClient, LockName, LockOptions, LossRea
 use serde::{Deserialize, Serialize};
 
 use crate::Outcome;
-use crate::clock::now_ns;
+use crate::clock::{instant_ns, now_ns};
 use crate::fenced::FencedStore;
 
 /// What a worker does.
@@ -105,6 +105,11 @@ pub(crate) enum Event {
         /// Why `lost()` fired (`Refused`, `Expired`, …), if it did.
         #[serde(default)]
         lost_reason: Option<String>,
+        /// The holder's own deadline, as its guard last knew it
+        /// (`LockGuard::valid_until`): past it, the holder could not
+        /// count on the lease. `None` for a lock bound to its process.
+        #[serde(default)]
+        valid_until_ns: Option<u64>,
     },
     /// An acquisition ended in an error (not a timeout).
     Failed {
@@ -324,6 +329,7 @@ async fn hold_in_turn(client: &LockClient, spec: &Spec, task: usize) -> Outcome<
             let _ = loss.reason.set(guard.lost().await);
         }
         let at_ns = now_ns();
+        let valid_until_ns = guard.valid_until().map(instant_ns);
         let release = match guard.release().await {
             Ok(true) => Release::Released,
             Ok(false) | Err(distlock::Error::Lost { .. }) => Release::NotOurs,
@@ -348,6 +354,7 @@ async fn hold_in_turn(client: &LockClient, spec: &Spec, task: usize) -> Outcome<
                 release,
                 released_ns,
                 lost_reason,
+                valid_until_ns,
             },
         )?;
     }

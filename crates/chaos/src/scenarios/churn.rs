@@ -9,7 +9,7 @@ use crate::Outcome;
 use crate::backends::OnRestart;
 use crate::clock::now_ns;
 use crate::fenced::FencedStore;
-use crate::judge::{holdings, judge, regression_example};
+use crate::judge::{OverlapCause, holdings, judge, regression_example};
 use crate::report::{Row, ScenarioInfo};
 use crate::servers::Server;
 use crate::worker::ClaimSpec;
@@ -120,10 +120,11 @@ fn churn(
         events.extend(worker.finish()?);
     }
     let verdict = judge(&events, &FencedStore::open(&dir.join("store"))?)?;
-    let overlaps_tolerated = restarts > 0 && server.kind.on_restart() == OnRestart::Forgotten;
+    let overlaps_tolerated = (restarts > 0 && server.kind.on_restart() == OnRestart::Forgotten)
+        .then_some(OverlapCause::ServerForgot);
     let passed = verdict.lost_updates == 0
         && verdict.token_regressions == 0
-        && (overlaps_tolerated || verdict.overlaps == 0);
+        && verdict.overlaps_fit(overlaps_tolerated);
     let mut detail = if server.kind.has_server() {
         format!("{restarts} server restarts")
     } else {
@@ -151,7 +152,7 @@ fn churn(
     if let Some(example) = regression_example(&holdings(&events)) {
         detail.push_str(&format!("; {example}"));
     }
-    if overlaps_tolerated && verdict.overlaps > 0 {
+    if overlaps_tolerated.is_some() && verdict.overlaps > 0 {
         detail.push_str("; overlaps follow restarts that lost the locks (reported, not forbidden)");
     }
     Ok(Row {

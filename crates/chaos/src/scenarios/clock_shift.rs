@@ -179,7 +179,7 @@ fn shifted(
         ),
         verdict: Some(verdict),
         passed,
-        overlaps_allowed: false,
+        overlaps_allowed: None,
     })
 }
 

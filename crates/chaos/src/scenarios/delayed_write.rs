@@ -95,7 +95,7 @@ fn run(server: &mut Server, settings: &Settings) -> Outcome<Vec<Row>> {
             ms(settings.lease),
         ),
         passed,
-        overlaps_allowed: false,
+        overlaps_allowed: None,
     }])
 }
 

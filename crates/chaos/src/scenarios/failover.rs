@@ -11,7 +11,7 @@ use crate::Outcome;
 use crate::backends::OnRestart;
 use crate::clock::now_ns;
 use crate::fenced::FencedStore;
-use crate::judge::{Holding, holdings, judge};
+use crate::judge::{Holding, OverlapCause, holdings, judge};
 use crate::report::{Row, ScenarioInfo};
 use crate::servers::Server;
 use crate::worker::{ClaimSpec, Event, read_events};
@@ -136,10 +136,11 @@ fn failover(
         })
         .count();
     let on_restart = server.kind.on_restart();
-    let overlaps_allowed = on_restart == OnRestart::Forgotten;
+    let overlaps_allowed =
+        (on_restart == OnRestart::Forgotten).then_some(OverlapCause::ServerForgot);
     let safe = verdict.lost_updates == 0
         && verdict.token_regressions == 0
-        && (overlaps_allowed || verdict.overlaps == 0);
+        && verdict.overlaps_fit(overlaps_allowed);
     let told = on_restart != OnRestart::EndedAndTold || untold == 0;
     let mut detail = format!(
         "{} of {planned} restarts made, {hit} of them while a holder held; {} holdings lost",
@@ -151,7 +152,7 @@ fn failover(
             "; {untold} holdings a restart hit without `lost()` firing"
         ));
     }
-    if overlaps_allowed && verdict.overlaps > 0 {
+    if overlaps_allowed.is_some() && verdict.overlaps > 0 {
         detail.push_str(
             "; overlaps follow restarts that lost the locks (the server keeps none: reported, \
              not forbidden)",

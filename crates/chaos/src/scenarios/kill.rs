@@ -120,7 +120,7 @@ fn run(server: &mut Server, settings: &Settings) -> Outcome<Vec<Row>> {
                 ms(bound),
             ),
             passed,
-            overlaps_allowed: false,
+            overlaps_allowed: None,
         });
     }
     rows.extend(without_semaphores("R4", server, SEMAPHORE_OF_2));

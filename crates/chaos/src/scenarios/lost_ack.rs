@@ -21,7 +21,7 @@ use super::network::{Proxies, does_not_apply, proxy, runtime};
 use super::{Scenario, Settings, Worker, ms, percentile, run_dir, spec, unique};
 use crate::Outcome;
 use crate::backends::LostAnswer as Loss;
-use crate::clock::now_ns;
+use crate::clock::{instant_ns, now_ns};
 use crate::fenced::FencedStore;
 use crate::judge::{Verdict, judge};
 use crate::report::{Row, ScenarioInfo};
@@ -181,7 +181,7 @@ fn lost_acks(runtime: &Runtime, server: &Server, settings: &Settings, loss: Loss
             ms(long_lease),
         ),
         passed,
-        overlaps_allowed: false,
+        overlaps_allowed: None,
     })
 }
 
@@ -275,6 +275,7 @@ fn lost_ack(
             };
             let at_ns = now_ns();
             let lost_ns = guard.is_lost().then_some(at_ns);
+            let valid_until_ns = guard.valid_until().map(instant_ns);
             let release = match runtime.block_on(guard.release()) {
                 Ok(true) => Release::Released,
                 Ok(false) | Err(distlock::Error::Lost { .. }) => Release::NotOurs,
@@ -292,6 +293,7 @@ fn lost_ack(
                 release,
                 released_ns,
                 lost_reason: None,
+                valid_until_ns,
             });
             (Answer::Granted, at_ns, second)
         }

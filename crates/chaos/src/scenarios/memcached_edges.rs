@@ -18,7 +18,7 @@ use super::{Scenario, Settings, Worker, ms, run_dir, spec, unique};
 use crate::Outcome;
 use crate::backends::{CampaignBackend, MEMCACHED};
 use crate::fenced::FencedStore;
-use crate::judge::Verdict;
+use crate::judge::{OverlapCause, Verdict};
 use crate::report::{Row, ScenarioInfo};
 use crate::servers::Server;
 use crate::worker::{Event, Release};
@@ -170,7 +170,8 @@ impl Cases {
             passed: self.held == runs,
             verdict: Some(self.verdict),
             detail,
-            overlaps_allowed: overlaps_expected && self.undetected == 0,
+            overlaps_allowed: (overlaps_expected && self.undetected == 0)
+                .then_some(OverlapCause::MemcachedEdge),
         }
     }
 }
@@ -272,7 +273,7 @@ async fn sub_second(server: &Server, names: usize) -> Outcome<Row> {
             ms(NEVER),
         ),
         verdict: Some(verdict),
-        overlaps_allowed: false,
+        overlaps_allowed: None,
     })
 }
 

@@ -117,7 +117,7 @@ pub(crate) fn not_applicable(id: &'static str, server: &Server, kind: &str, why:
         verdict: None,
         detail: format!("does not apply: {why}"),
         passed: true,
-        overlaps_allowed: false,
+        overlaps_allowed: None,
     }
 }
 

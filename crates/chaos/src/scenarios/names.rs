@@ -241,7 +241,7 @@ async fn fuzz(server: &Server, settings: &Settings) -> Outcome<Row> {
             found.listing.as_secs(),
             found.releasing.as_secs(),
         ),
-        overlaps_allowed: false,
+        overlaps_allowed: None,
     })
 }
 

@@ -79,7 +79,10 @@ fn run(server: &mut Server, settings: &Settings) -> Outcome<Vec<Row>> {
         verdict: Some(total),
         detail,
         passed,
-        overlaps_allowed: true,
+        // A paused holder's validity ends at its deadline: the next
+        // holder, let in after the lease ran out on the server, never
+        // overlaps it.
+        overlaps_allowed: None,
     }])
 }
 

@@ -132,7 +132,7 @@ fn check(server: &Server, cli: &Path, label: &str, url: &str, note: &str) -> Out
             exits.join(", "),
             started.elapsed().as_secs()
         ),
-        overlaps_allowed: false,
+        overlaps_allowed: None,
     })
 }
 

@@ -115,7 +115,7 @@ fn slow_renewals(
             ms(settings.lease),
         ),
         passed,
-        overlaps_allowed: false,
+        overlaps_allowed: None,
     })
 }
 

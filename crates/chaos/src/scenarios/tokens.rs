@@ -119,6 +119,6 @@ async fn cycles(server: &mut Server, settings: &Settings) -> Outcome<Row> {
             "{cycles} cycles: {expired} abandoned unreleased, {deleted} followed by deleting the \
              record; {restarts} server restarts; last token {previous}"
         ),
-        overlaps_allowed: false,
+        overlaps_allowed: None,
     })
 }

@@ -160,7 +160,7 @@ impl Tally {
             verdict: Some(self.verdict),
             detail,
             passed,
-            overlaps_allowed: false,
+            overlaps_allowed: None,
         }
     }
 }

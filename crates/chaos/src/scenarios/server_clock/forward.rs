@@ -9,7 +9,7 @@ use super::{movements, step_and_check};
 use crate::Outcome;
 use crate::backends::ClockStep;
 use crate::fenced::{FencedStore, Op};
-use crate::judge::{Holding, Verdict, holdings, judge};
+use crate::judge::{Holding, OverlapCause, Verdict, holdings, judge};
 use crate::report::Row;
 use crate::scenarios::{Settings, Worker, ms, percentile, run_dir, spec, unique};
 use crate::servers::Server;
@@ -151,7 +151,9 @@ impl Tally {
             detail,
             passed,
             // The documented limit, where leases follow the clock.
-            overlaps_allowed: clock.leases_follow,
+            overlaps_allowed: clock
+                .leases_follow
+                .then_some(OverlapCause::ServerClockStepped),
         }
     }
 }
