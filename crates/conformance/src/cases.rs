@@ -396,11 +396,14 @@ pub async fn release_is_idempotent_and_owner_checked(fixture: &dyn Fixture) {
 
 /// A hand-over passes a live grant of ours to a new identity in one step,
 /// with a greater token; it never touches someone else's grant or an
-/// expired one. Backends without it have nothing to check here.
+/// expired one. A backend without it takes the plain path: a release that
+/// ends the old grant, and a grant of its own for the next task of the
+/// client, with a greater token.
 pub async fn hand_over_is_atomic_and_owner_checked(fixture: &dyn Fixture) {
     let name = unique_name("hand-over");
     let backend = fixture.backend().await;
     let Some(hand_overs) = backend.hand_overs() else {
+        passes_on_by_release_and_grant(fixture, &name).await;
         return;
     };
     let old = grant(&*backend, &name, LEAK_CATCHING_LEASE).await;
@@ -714,4 +717,37 @@ pub async fn cross_process_election_survives_a_killed_leader(fixture: &dyn Fixtu
         .expect("elected within one lease of the leader's death");
     assert!(leading.term() > leader.fencing_token());
     assert!(leading.resign().await.expect("resign"));
+}
+
+/// The plain path of a backend without hand-overs: a task of the client
+/// releases `name` while another waits for it, and the waiter is granted
+/// it afresh, with a greater token; the released grant is over.
+async fn passes_on_by_release_and_grant(fixture: &dyn Fixture, name: &LockName) {
+    let holder = client_with(fixture, LEAK_CATCHING_LEASE).await;
+    let backend = holder.backend();
+    let old = grant(&**backend, name, LEAK_CATCHING_LEASE).await;
+    assert!(backend.release(&old).await.expect("release"), "it was ours");
+    assert!(
+        !backend.extend(&old).await.expect("extend old"),
+        "the released grant ended"
+    );
+    let first = holder.acquire_with(name, PATIENCE).await.expect("acquire");
+    assert!(first.fencing_token() > old.fencing_token);
+    let waiter = {
+        let (holder, name) = (holder.clone(), name.clone());
+        tokio::spawn(async move { holder.acquire_with(&name, PATIENCE).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let first_token = first.fencing_token();
+    assert!(first.release().await.expect("release"), "it was ours");
+    let next = bounded("the waiting task of the same client", waiter)
+        .await
+        .expect("the waiting task")
+        .expect("the waiter is granted the lock once it is released");
+    assert!(
+        next.fencing_token() > first_token,
+        "{} after {first_token}",
+        next.fencing_token()
+    );
+    assert!(next.release().await.expect("release"));
 }
