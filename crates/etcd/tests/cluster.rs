@@ -17,24 +17,22 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use distlock_core::{Error, LockClient, LockName, LockOptions};
 use distlock_etcd::EtcdBackend;
-use serde::{Deserialize, Serialize};
 
-use support::fenced::{Fenced, Op};
+use support::churn::{Holding, Report, Settings};
+use support::fenced::Fenced;
 use support::members::{self, Member};
 
 /// Set in a worker process: the path of its settings file.
 const WORKER_ENV: &str = "DISTLOCK_ETCD_CHURN_WORKER";
 
+/// The churn worker program (tests/helpers/churn_worker.rs).
+const WORKER: &str = env!("CARGO_BIN_EXE_distlock-etcd-test-churn-worker");
+
 /// How long the churn lasts; `DISTLOCK_ETCD_CHURN_SECS` overrides it.
 const CHURN: Duration = Duration::from_secs(60);
 /// The leader is killed and brought back this often.
 const KILL_EVERY: Duration = Duration::from_secs(3);
-/// How long a worker waits for the lock: far longer than an election and
-/// the queue ahead of it take, so a wait that ends unserved means a stuck
-/// queue (a key left behind), not a slow one.
-const WAIT: Duration = Duration::from_secs(30);
 const PROCESSES: usize = 4;
-const TASKS: usize = 4;
 
 fn cluster_url() -> String {
     std::env::var("DISTLOCK_TEST_ETCD_CLUSTER_URL").unwrap_or_else(|_| {
@@ -73,130 +71,11 @@ fn now_ns() -> u64 {
     u64::try_from(since.as_nanos()).expect("fits 64 bits")
 }
 
-/// What a churn worker is told.
-#[derive(Debug, Serialize, Deserialize)]
-struct Settings {
-    url: String,
-    name: String,
-    counter: PathBuf,
-    results: PathBuf,
-    until_ns: u64,
-}
-
-/// One holding, as a worker saw it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Holding {
-    token: u64,
-    granted_ns: u64,
-    /// When it was released, or when its `lost()` fired if that was first.
-    ended_ns: u64,
-    lost: bool,
-    /// Whether the counter took its read and its write.
-    read_accepted: bool,
-    write_accepted: bool,
-}
-
-/// What a worker process reports.
-#[derive(Debug, Default, Serialize, Deserialize)]
-struct Report {
-    holdings: Vec<Holding>,
-    failed_waits: usize,
-    /// The first few errors that ended waits, for the log.
-    errors: Vec<String>,
-}
-
-/// The entry point of a churn worker process: the test binary runs itself
-/// with only this test and `DISTLOCK_ETCD_CHURN_WORKER` set. Without it,
-/// as in a normal run, it does nothing.
-#[test]
-fn churn_worker_entry_point() {
-    let Some(path) = std::env::var_os(WORKER_ENV) else {
-        return;
-    };
-    let settings: Settings =
-        serde_json::from_slice(&std::fs::read(path).expect("settings")).expect("settings");
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let report = runtime.block_on(churn_worker(&settings));
-    std::fs::write(
-        &settings.results,
-        serde_json::to_vec(&report).expect("report"),
-    )
-    .expect("results");
-}
-
-async fn churn_worker(settings: &Settings) -> Report {
-    let client = client(&settings.url, Duration::from_secs(2)).await;
-    let name = LockName::new(settings.name.as_str()).expect("name");
-    let mut tasks = Vec::new();
-    for _ in 0..TASKS {
-        let (client, name) = (client.clone(), name.clone());
-        let counter = Fenced::new(&settings.counter);
-        let until = settings.until_ns;
-        tasks.push(tokio::spawn(async move {
-            let mut report = Report::default();
-            while now_ns() < until {
-                match client.acquire_with(&name, WAIT).await {
-                    Ok(guard) => report.holdings.push(hold(&guard, &counter).await),
-                    Err(error) => {
-                        report.failed_waits += 1;
-                        if report.errors.len() < 3 {
-                            report.errors.push(error.to_string());
-                        }
-                    }
-                }
-            }
-            report
-        }));
-    }
-    let mut report = Report::default();
-    for task in tasks {
-        let part = task.await.expect("task");
-        report.holdings.extend(part.holdings);
-        report.failed_waits += part.failed_waits;
-        report.errors.extend(part.errors);
-    }
-    report
-}
-
-/// One read-increment-write of the fenced counter under `guard`, with a
-/// pause between the read and the write in which another holder, if one
-/// were let in, would lose an update.
-async fn hold(guard: &distlock_core::LockGuard, counter: &Fenced) -> Holding {
-    let granted_ns = now_ns();
-    let token = guard.fencing_token();
-    let read = counter.apply(Op::Read, token);
-    let pause = tokio::time::sleep(Duration::from_millis(2));
-    let lost = tokio::select! {
-        () = pause => false,
-        _ = guard.lost() => true,
-    };
-    let (lost, ended_ns, write_accepted) = if lost {
-        (true, now_ns(), false)
-    } else {
-        let write = read.map(|value| counter.apply(Op::Write(value + 1), token));
-        let ended = now_ns();
-        (guard.is_lost(), ended, matches!(write, Some(Some(_))))
-    };
-    Holding {
-        token,
-        granted_ns,
-        ended_ns,
-        lost,
-        read_accepted: read.is_some(),
-        write_accepted,
-    }
-}
-
 /// Starts a churn worker process.
 fn spawn_worker(dir: &Path, index: usize, settings: &Settings) -> std::process::Child {
     let path = dir.join(format!("worker-{index}.json"));
     std::fs::write(&path, serde_json::to_vec(settings).expect("settings")).expect("settings");
-    Command::new(std::env::current_exe().expect("test binary"))
-        .args(["churn_worker_entry_point", "--exact", "--test-threads=1"])
+    Command::new(WORKER)
         .env(WORKER_ENV, &path)
         .stdout(std::process::Stdio::null())
         .spawn()

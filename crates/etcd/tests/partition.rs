@@ -22,6 +22,9 @@ use support::own_cluster::OwnCluster;
 /// Set in the holder process: `URL NAME REPORT-FILE`.
 const HOLDER_ENV: &str = "DISTLOCK_ETCD_PARTITION_HOLDER";
 
+/// The holder program (tests/helpers/partition_holder.rs).
+const HOLDER: &str = env!("CARGO_BIN_EXE_distlock-etcd-test-partition-holder");
+
 const LEASE: Duration = Duration::from_secs(2);
 
 /// Nanoseconds on the wall clock, which every process of the machine
@@ -49,53 +52,6 @@ async fn client(url: &str) -> LockClient {
         .await
         .unwrap_or_else(|e| panic!("cannot open {url}: {e}"));
     LockClient::new(Arc::new(backend), options())
-}
-
-/// The holder, run inside the namespace: the test binary runs itself with
-/// only this test and `DISTLOCK_ETCD_PARTITION_HOLDER` set. Without it, as
-/// in a normal run, it does nothing. It writes `granted TOKEN`, then
-/// `lost AT_NS` once its `lost()` fires.
-#[test]
-fn partition_holder_entry_point() {
-    let Ok(settings) = std::env::var(HOLDER_ENV) else {
-        return;
-    };
-    let [url, name, report]: [&str; 3] = settings
-        .splitn(3, ' ')
-        .collect::<Vec<_>>()
-        .try_into()
-        .expect("URL NAME REPORT");
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    runtime.block_on(async {
-        let client = client(url).await;
-        let name = LockName::new(name).expect("name");
-        let guard = client
-            .acquire_with(&name, Duration::from_secs(30))
-            .await
-            .expect("the holder acquires");
-        append(
-            Path::new(report),
-            &format!("granted {}", guard.fencing_token()),
-        );
-        let lost = tokio::time::timeout(Duration::from_secs(60), guard.lost()).await;
-        if lost.is_ok() {
-            append(Path::new(report), &format!("lost {}", now_ns()));
-        }
-    });
-}
-
-fn append(path: &Path, line: &str) {
-    use std::io::Write;
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .expect("report");
-    writeln!(file, "{line}").expect("report");
 }
 
 /// The value after `word` on a line of the holder's report, once there.
@@ -175,14 +131,8 @@ async fn a_partitioned_members_holder_loses_before_anyone_else_is_granted() {
 }
 
 fn netns_holder(netns: &Netns, url: &str, name: &LockName, report: &Path) -> std::process::Child {
-    let exe = std::env::current_exe().expect("test binary");
-    let mut command: Command = netns.command(exe.to_str().expect("a UTF-8 path"));
+    let mut command: Command = netns.command(HOLDER);
     command
-        .args([
-            "partition_holder_entry_point",
-            "--exact",
-            "--test-threads=1",
-        ])
         .env(
             HOLDER_ENV,
             format!("{url} {} {}", name.as_str(), report.display()),

@@ -154,34 +154,15 @@ async fn racing_creators_of_a_new_name_on_a_fresh_schema_make_one_winner() {
     assert_eq!(winners, 1);
 }
 
-/// Opens the backend at the URL in `DISTLOCK_POSTGRES_CHILD_URL`, for
-/// [`processes_opening_at_once_on_a_fresh_schema_all_succeed`], which runs
-/// this test in child processes. Without the variable it does nothing.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn child_process_opens_the_backend() {
-    let Ok(server) = std::env::var("DISTLOCK_POSTGRES_CHILD_URL") else {
-        return;
-    };
-    let backend = PostgresBackend::open(&server)
-        .await
-        .expect("open in a child");
-    let lock = name(&unique("child"));
-    assert!(
-        try_once(&backend, &lock, Duration::from_secs(5))
-            .await
-            .expect("acquire")
-    );
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn processes_opening_at_once_on_a_fresh_schema_all_succeed() {
     let server = with_options(&url(), &format!("schema={}", unique("procs")));
-    let exe = std::env::current_exe().expect("the test binary");
+    // Opens the backend there and takes one lock (tests/helpers/open_child.rs).
+    let exe = env!("CARGO_BIN_EXE_distlock-postgres-test-child");
     let mut children = Vec::new();
     for _ in 0..8 {
         children.push(
-            tokio::process::Command::new(&exe)
-                .args(["--exact", "child_process_opens_the_backend", "--nocapture"])
+            tokio::process::Command::new(exe)
                 .env("DISTLOCK_POSTGRES_CHILD_URL", &server)
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())
@@ -198,7 +179,7 @@ async fn processes_opening_at_once_on_a_fresh_schema_all_succeed() {
             .expect("the child's output");
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
-            out.status.success() && stdout.contains("1 passed"),
+            out.status.success() && stdout.contains("acquired"),
             "a child failed: {}\n{stdout}\n{}",
             out.status,
             String::from_utf8_lossy(&out.stderr)
