@@ -4,10 +4,15 @@
 //! the next timer whenever every task waits: the instants below are the
 //! order of events, not timings.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use distlock_core::{Backend, LockClient, LockGuard, LossReason, MemoryBackend};
+use distlock_core::testing::{Answer, Call, Hook, TestBackend};
+use distlock_core::{
+    Backend, Lease, LockClient, LockGuard, LossReason, MemoryBackend, async_trait,
+};
+use tokio::sync::Notify;
 use tokio::time::{Instant, sleep};
 
 const LEASE: Duration = Duration::from_secs(30);
@@ -61,4 +66,99 @@ async fn a_step_shorter_than_what_is_left_of_a_lease_ends_nothing() {
     assert!(!b.is_lost());
     assert!(a.release().await.unwrap());
     assert!(b.release().await.unwrap());
+}
+
+/// Holds back the answer to the first extension of lock `a` until told,
+/// and notes when that extension was sent.
+#[derive(Debug, Default)]
+struct LateAnswerForA {
+    sent_at: Mutex<Option<Instant>>,
+    answered: AtomicBool,
+    release: Notify,
+}
+
+fn extends_a(leases: &[Lease]) -> bool {
+    leases.iter().any(|lease| lease.name.as_str() == "a")
+}
+
+#[async_trait]
+impl Hook for LateAnswerForA {
+    async fn before(&self, call: Call<'_>) -> distlock_core::Result<()> {
+        if let Call::Extend(leases) = call
+            && extends_a(leases)
+        {
+            let mut sent_at = self.sent_at.lock().unwrap();
+            sent_at.get_or_insert_with(Instant::now);
+        }
+        Ok(())
+    }
+
+    async fn after(&self, answer: Answer<'_>) {
+        // The server extended `a` (and read its clock) before the step;
+        // only its answer is late.
+        if let Answer::Extend { leases, .. } = answer
+            && extends_a(leases)
+            && !self.answered.swap(true, Ordering::SeqCst)
+        {
+            self.release.notified().await;
+        }
+    }
+}
+
+/// An extension sent before the step and answered after another
+/// extension's reading revealed it was confirmed on the server's clock as
+/// it was before the step: its late answer must not give back what the
+/// step took from the lease.
+#[tokio::test(start_paused = true)]
+async fn a_late_answer_to_an_extension_sent_before_a_step_keeps_the_lease_shortened() {
+    let memory = Arc::new(MemoryBackend::new());
+    let hook = Arc::new(LateAnswerForA::default());
+    let backend = TestBackend::wrapping(memory.clone()).with_hook(hook.clone());
+    let locks = LockClient::builder()
+        .lease(LEASE)
+        .extend_every(Duration::from_secs(10))
+        .build_shared(backend.shared())
+        .unwrap();
+    let margin = locks.options().safety_margin();
+    let start = Instant::now();
+    // `b` at 0 s, extended at 10 s (the first reading) and at 20 s; `a`
+    // at 5 s, extended at 15 s, the answer held back.
+    let b = locks.acquire("b").await.unwrap();
+    sleep(Duration::from_secs(5)).await;
+    let a = locks.acquire("a").await.unwrap();
+    sleep(Duration::from_secs(11)).await;
+    let a_sent_at = hook
+        .sent_at
+        .lock()
+        .unwrap()
+        .expect("a's extension was sent");
+    assert!(a_sent_at < start + Duration::from_secs(16));
+    // At 16 s the server's clock steps 5 s forward; `b`'s extension at
+    // 20 s reads it 15 s after its reading at 10 s, 10 s later here.
+    let step = Duration::from_secs(5);
+    memory.step_clock(step);
+    sleep(Duration::from_secs(5)).await;
+    // The server ends `a` a lease after it extended it, by its clock
+    // before the step: `step` sooner than that here.
+    let shortened = a_sent_at.into_std() + LEASE - margin - step;
+    let before = a.valid_until().expect("a lease backend");
+    assert!(
+        before <= shortened,
+        "the step seen at 20 s shortened a: {before:?} > {shortened:?}"
+    );
+    // Now the answer to `a`'s extension comes.
+    hook.release.notify_one();
+    sleep(Duration::from_millis(10)).await;
+    let after = a.valid_until().expect("a lease backend");
+    assert!(after > before, "the late answer was applied");
+    assert!(
+        after <= shortened,
+        "the late answer to a's extension sent at {:?} gave back the step: valid until {:?}, \
+         at most {:?}",
+        a_sent_at - start,
+        after.saturating_duration_since(start.into_std()),
+        shortened.saturating_duration_since(start.into_std()),
+    );
+    assert!(!a.is_lost());
+    assert!(!b.is_lost());
 }

@@ -120,6 +120,17 @@ fn far_future() -> Instant {
     Instant::now() + Duration::from_secs(86_400 * 365)
 }
 
+/// What one confirmation of a lease by the server (its grant, an
+/// extension, its session's renewal) gives it, by
+/// [`Shared::confirmation`].
+#[derive(Debug, Clone, Copy)]
+struct Confirmation {
+    /// Until when the lease is valid; `None` for process-bound backends.
+    until: Option<Instant>,
+    /// Whether steps of the server's clock seen since it was sent cut it.
+    stepped: bool,
+}
+
 impl Schedule {
     fn reschedule(&mut self, key: u64) {
         if let Some(entry) = self.entries.get_mut(&key) {
@@ -146,6 +157,30 @@ impl Schedule {
         let entry = self.entries.remove(&key)?;
         self.queue.remove(&(entry.wake_at, key));
         Some(entry)
+    }
+
+    /// Applies `confirmation` to the lease under `key`: it is valid until
+    /// the later of what it had and what the confirmation gives (an older
+    /// answer never shortens a newer one). A lease that steps of the
+    /// server's clock left no time is ended at once
+    /// ([`LossReason::ServerClockStepped`]); one that merely ran out is
+    /// left to the next look ([`LossReason::Expired`]).
+    fn confirm(&mut self, key: u64, confirmation: Confirmation, now: Instant) {
+        let Some(entry) = self.entries.get_mut(&key) else {
+            return;
+        };
+        let until = match (entry.valid_until, confirmation.until) {
+            (Some(had), Some(given)) => Some(had.max(given)),
+            (_, given) => given,
+        };
+        entry.set_valid_until(until);
+        if confirmation.stepped && until.is_some_and(|until| until <= now) {
+            if let Some(entry) = self.remove(key) {
+                entry.held.end(LossReason::ServerClockStepped);
+            }
+            return;
+        }
+        self.reschedule(key);
     }
 
     /// Removes every entry.
@@ -215,6 +250,9 @@ impl Keeper {
         };
         match self.shared.record(key, sent_at, outcome) {
             Some(error) => Err(error),
+            // A confirmation that steps of the server's clock seen since
+            // it was sent left no time ended the lease.
+            None if held.loss().is_some() => Err(lost_error(held)),
             None => failure.map_or(Ok(()), Err),
         }
     }
@@ -246,11 +284,28 @@ impl Shared {
         self.schedule.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn valid_until(&self, sent_at: Instant) -> Option<Instant> {
+    /// What a confirmation of a lease by a request sent at `sent_at`
+    /// gives it: validity until a lease from then, less the safety
+    /// margin, less every step forward of the server's clock that `clock`
+    /// saw revealed by a reading the request may predate. The server may
+    /// have confirmed the lease by its clock before such a step, so the
+    /// step took as much from its end on the server, however late the
+    /// answer came. Every confirmation goes through here: a grant or a
+    /// hand-over joining the keeper, an extension's answer, a session's
+    /// renewal.
+    fn confirmation(&self, clock: &clock::ClockWatch, sent_at: Instant) -> Confirmation {
         if self.process_bound {
-            return None;
+            return Confirmation {
+                until: None,
+                stepped: false,
+            };
         }
-        Some(sent_at + self.options.lease() - self.options.safety_margin())
+        let full = sent_at + self.options.lease() - self.options.safety_margin();
+        let stepped = clock.stepped_since(sent_at);
+        Confirmation {
+            until: Some(full.checked_sub(stepped).unwrap_or(sent_at)),
+            stepped: !stepped.is_zero(),
+        }
     }
 
     /// Adds `held` to the schedule; returns its key and whether the keeper
@@ -269,15 +324,11 @@ impl Shared {
         // A lease confirmed before a step the keeper already saw (handed
         // over with its predecessor's confirmation) loses it as the leases
         // kept then did.
-        let stepped = schedule.clock.stepped_since(sent_at);
-        let valid_until = self
-            .valid_until(sent_at)
-            .map(|until| until.checked_sub(stepped).unwrap_or(sent_at));
-        held.set_deadline(valid_until.map(Instant::into_std));
+        let confirmation = self.confirmation(&schedule.clock, sent_at);
         let entry = Entry {
             held,
             next_extension,
-            valid_until,
+            valid_until: None,
             in_flight: false,
             wake_at: sent_at,
             session,
@@ -285,7 +336,7 @@ impl Shared {
         schedule.entries.insert(key, entry);
         schedule.added_since_look = true;
         schedule.queue.insert((sent_at, key));
-        schedule.reschedule(key);
+        schedule.confirm(key, confirmation, Instant::now());
         let too_late = schedule.plan(key);
         (key, too_late)
     }
@@ -380,6 +431,7 @@ impl Shared {
             metrics::backend_error(self.store, "extend", error);
         }
         let mut schedule = self.lock();
+        let confirmation = self.confirmation(&schedule.clock, sent_at);
         let Some(entry) = schedule.entries.get_mut(&key) else {
             return outcome.err();
         };
@@ -388,8 +440,8 @@ impl Shared {
         match outcome {
             Ok(true) => {
                 entry.next_extension = sent_at + self.options.extend_every();
-                entry.set_valid_until(self.valid_until(sent_at));
                 tracing::trace!(name = %entry.held.lease.name, "lease extended");
+                schedule.confirm(key, confirmation, Instant::now());
             }
             Ok(false) => {
                 if let Some(entry) = schedule.remove(key) {
@@ -693,5 +745,65 @@ mod tests {
         let earlier = Instant::now() - Duration::from_secs(5);
         let (_, wake) = shared.schedule_lease(held(), earlier);
         assert!(wake);
+    }
+
+    /// Lets `keeper` see its server's clock step `step` forward between a
+    /// reading sent now and one sent `after` later; returns when the
+    /// second was sent.
+    async fn see_step(keeper: &Keeper, after: Duration, step: Duration) -> Instant {
+        let server = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let first = Instant::now();
+        tokio::time::advance(after).await;
+        let second = Instant::now();
+        for (at, server_time) in [(first, server), (second, server + after + step)] {
+            let reading = clock::Reading {
+                sent_at: at,
+                received_at: at,
+                server_time,
+            };
+            keeper.shared.server_clock_read(reading, &HashSet::new());
+        }
+        assert_eq!(keeper.shared.lock().clock.stepped_since(first), step);
+        second
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_late_confirmation_sent_before_a_step_keeps_the_step() {
+        let keeper = keeper();
+        let shared = &keeper.shared;
+        let options = &shared.options;
+        let held = held();
+        let (key, _) = shared.schedule_lease(held.clone(), Instant::now());
+        let sent_at = Instant::now() + Duration::from_secs(1);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let step = Duration::from_secs(5);
+        see_step(&keeper, Duration::from_secs(2), step).await;
+        // The extension sent before the reading that showed the step is
+        // answered only now.
+        assert!(shared.record(key, sent_at, Ok(true)).is_none());
+        let until = sent_at + options.lease() - options.safety_margin() - step;
+        assert_eq!(held.deadline(), Some(until.into_std()));
+        assert_eq!(held.loss(), None);
+        // One sent after that reading runs from the clock as it is now.
+        let later = Instant::now();
+        assert!(shared.record(key, later, Ok(true)).is_none());
+        let until = later + options.lease() - options.safety_margin();
+        assert_eq!(held.deadline(), Some(until.into_std()));
+        // And an older answer after it does not take that back.
+        assert!(shared.record(key, sent_at, Ok(true)).is_none());
+        assert_eq!(held.deadline(), Some(until.into_std()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_joining_with_a_confirmation_a_step_left_no_time_is_lost_at_once() {
+        let keeper = keeper();
+        let lease = keeper.shared.options.lease();
+        let before = Instant::now();
+        see_step(&keeper, Duration::from_secs(1), lease).await;
+        // Handed over with a confirmation from before the step.
+        let held = held();
+        let (key, _) = keeper.shared.schedule_lease(held.clone(), before);
+        assert_eq!(held.loss(), Some(LossReason::ServerClockStepped));
+        assert!(!keeper.shared.lock().entries.contains_key(&key));
     }
 }

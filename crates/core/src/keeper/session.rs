@@ -124,6 +124,7 @@ impl Shared {
         };
         match self.renewed(sent_at, outcome) {
             Some(error) => Err(error),
+            None if held.loss().is_some() => Err(lost_error(held)),
             None => answer.unwrap_or(Ok(())),
         }
     }
@@ -171,7 +172,8 @@ impl Shared {
             }
         };
         schedule.session.next = Some(sent_at + self.options.extend_every());
-        let valid_until = self.valid_until(sent_at);
+        let confirmation = self.confirmation(&schedule.clock, sent_at);
+        let now = Instant::now();
         let mut kept = 0;
         let mut lost = Vec::new();
         let keys: Vec<u64> = schedule.entries.keys().copied().collect();
@@ -183,8 +185,7 @@ impl Shared {
             if renewal.ended.contains(&session) {
                 lost.extend(schedule.remove(key));
             } else if renewal.renewed == Some(session) {
-                entry.set_valid_until(entry.valid_until.max(valid_until));
-                schedule.reschedule(key);
+                schedule.confirm(key, confirmation, now);
                 kept += 1;
             }
         }
