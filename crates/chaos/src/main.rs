@@ -32,6 +32,7 @@ mod clock;
 mod fenced;
 mod history;
 mod judge;
+mod mutants;
 mod report;
 mod scenarios;
 mod servers;

@@ -218,9 +218,18 @@ async fn close(client: &LockClient) {
 /// listens a moment before it accepts them).
 pub(crate) async fn open_patiently(url: &str) -> Outcome<Arc<dyn distlock::backend::Backend>> {
     let started = std::time::Instant::now();
+    let (mutation, url) = match crate::mutants::undress(url)? {
+        Some((mutation, inner)) => (Some(mutation), inner),
+        None => (None, url),
+    };
     loop {
         match distlock::open(url).await {
-            Ok(backend) => return Ok(backend),
+            Ok(backend) => {
+                return Ok(match mutation {
+                    Some(mutation) => crate::mutants::wrap(mutation, backend),
+                    None => backend,
+                });
+            }
             Err(error) if error.is_transient() && started.elapsed() < Duration::from_secs(30) => {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }

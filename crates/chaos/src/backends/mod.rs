@@ -5,8 +5,8 @@
 //! trait's defaults say for it.
 
 mod etcd;
-mod fair;
 mod file;
+mod form;
 mod memcached;
 mod mongodb;
 mod postgres;
@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::LockName;
+use distlock::testing::Mutation;
 
 use crate::Outcome;
 use crate::servers::Server;
@@ -48,21 +49,41 @@ pub(crate) const ALL: [Kind; 14] = [
 ];
 
 /// The backends with a fair mode, in it.
-const MONGODB_FAIR: fair::FairForm =
-    fair::FairForm::new(&mongodb::MONGODB, "MongoDB, fair", "mongodb-fair");
-const ETCD_FAIR: fair::FairForm = fair::FairForm::new(&etcd::ETCD, "etcd, fair", "etcd-fair");
-const POSTGRES_FAIR: fair::FairForm =
-    fair::FairForm::new(&postgres::POSTGRES, "PostgreSQL, fair", "postgresql-fair");
-const POSTGRES_ADVISORY_FAIR: fair::FairForm = fair::FairForm::new(
+const MONGODB_FAIR: form::Form =
+    form::Form::fair(&mongodb::MONGODB, "MongoDB, fair", "mongodb-fair");
+const ETCD_FAIR: form::Form = form::Form::fair(&etcd::ETCD, "etcd, fair", "etcd-fair");
+const POSTGRES_FAIR: form::Form =
+    form::Form::fair(&postgres::POSTGRES, "PostgreSQL, fair", "postgresql-fair");
+const POSTGRES_ADVISORY_FAIR: form::Form = form::Form::fair(
     &postgres::POSTGRES_ADVISORY,
     "PostgreSQL, advisory mode, fair",
     "postgresql-advisory-fair",
 );
 
+/// Redis (one server, its data persisted) opened through each mutant of
+/// `crate::mutants`: R1 must fail on every one. Not in [`ALL`].
+pub(crate) const MUTANTS: [Kind; 5] = [
+    &form::Form::mutant(&redis::REDIS, "mutant-grants-everyone", |url| {
+        crate::mutants::dress(Mutation::GrantsEveryone, &url)
+    }),
+    &form::Form::mutant(&redis::REDIS, "mutant-repeats-tokens", |url| {
+        crate::mutants::dress(Mutation::RepeatsTokens, &url)
+    }),
+    &form::Form::mutant(&redis::REDIS, "mutant-skips-owner-check", |url| {
+        crate::mutants::dress(Mutation::SkipsOwnerCheck, &url)
+    }),
+    &form::Form::mutant(&redis::REDIS, "mutant-hides-losses", |url| {
+        crate::mutants::dress(Mutation::HidesLosses, &url)
+    }),
+    &form::Form::mutant(&redis::REDIS, "mutant-readers-beside-writers", |url| {
+        crate::mutants::dress(Mutation::ReadersBesideWriters, &url)
+    }),
+];
+
 /// The backend called `text` (as `--backend` takes it, in any case): its
-/// option name, or its name in reports.
+/// option name, or its name in reports; a mutant too.
 pub(crate) fn parse(text: &str) -> Option<Kind> {
-    ALL.into_iter().find(|kind| {
+    ALL.into_iter().chain(MUTANTS).find(|kind| {
         kind.option_name().eq_ignore_ascii_case(text) || kind.name().eq_ignore_ascii_case(text)
     })
 }

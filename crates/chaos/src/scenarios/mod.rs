@@ -4,6 +4,7 @@ mod churn;
 mod clock_shift;
 mod delayed_write;
 mod failover;
+mod forced;
 mod kill;
 mod lost_ack;
 mod memcached_edges;
@@ -74,6 +75,7 @@ pub(crate) fn all() -> Vec<Scenario> {
         names::SCENARIO,
         secrets::SCENARIO,
         server_clock::SCENARIO,
+        forced::SCENARIO,
     ]
 }
 

@@ -52,8 +52,10 @@ use crate::sync::{Mutex, MutexGuard};
 use crate::wake::ReleaseWatch;
 
 mod hook;
+mod mutant;
 
 pub use hook::{Answer, Call, Hook, Operation};
+pub use mutant::{MutantBackend, Mutation};
 
 /// What the calls that [`TestBackend::fail_next`] fails answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,8 +1,15 @@
-//! A backend's fair form (`fair=true`, see `Capabilities::fair`): the same
-//! server and the same facts, with clients that wait in the store's queue.
-//! It runs the scenarios whose promises fair mode keeps unchanged while it
-//! changes how a lock passes on: R1 (churn), R4 (a killed holder) and R5 (a
-//! lost answer).
+//! A backend in another form: the same server and the same facts, with
+//! clients that open it otherwise, under names of its own, for some of
+//! the scenarios.
+//!
+//! - Its fair form (`fair=true`, see `Capabilities::fair`): clients wait
+//!   in the store's queue. It runs the scenarios whose promises fair mode
+//!   keeps unchanged while it changes how a lock passes on: R1 (churn), R4
+//!   (a killed holder) and R5 (a lost answer).
+//! - Its mutants: clients open it through a `MutantBackend` with one
+//!   deliberate defect (see `crate::mutants`), so that R1 must fail. They
+//!   are not in the campaign's list, only in `--backend`: the campaign's
+//!   checks are shown able to fail on them.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -16,23 +23,38 @@ use super::{
 use crate::Outcome;
 use crate::servers::Server;
 
-/// The scenarios a fair form runs.
-const SCENARIOS: &[&str] = &["R1", "R4", "R5"];
-
-/// `of` in fair mode, under its own names.
+/// `of` in another form, under its own names.
 #[derive(Debug)]
-pub(crate) struct FairForm {
+pub(crate) struct Form {
     of: Kind,
     name: &'static str,
     option_name: &'static str,
+    scenarios: &'static [&'static str],
+    /// Its clients' URL, from `of`'s.
+    dress: fn(String) -> String,
 }
 
-impl FairForm {
-    pub(crate) const fn new(of: Kind, name: &'static str, option_name: &'static str) -> Self {
+impl Form {
+    /// `of` in fair mode.
+    pub(crate) const fn fair(of: Kind, name: &'static str, option_name: &'static str) -> Self {
         Self {
             of,
             name,
             option_name,
+            scenarios: &["R1", "R4", "R5"],
+            dress: fair,
+        }
+    }
+
+    /// `of` opened through a mutant: `name` is both its names, and
+    /// `dress` prefixes its URL for `crate::mutants::open`.
+    pub(crate) const fn mutant(of: Kind, name: &'static str, dress: fn(String) -> String) -> Self {
+        Self {
+            of,
+            name,
+            option_name: name,
+            scenarios: &["R1", "R14"],
+            dress,
         }
     }
 }
@@ -44,7 +66,7 @@ fn fair(url: String) -> String {
 }
 
 #[async_trait::async_trait]
-impl CampaignBackend for FairForm {
+impl CampaignBackend for Form {
     fn name(&self) -> &'static str {
         self.name
     }
@@ -54,7 +76,7 @@ impl CampaignBackend for FairForm {
     }
 
     fn scenarios(&self) -> Option<&'static [&'static str]> {
-        Some(SCENARIOS)
+        Some(self.scenarios)
     }
 
     fn server(&self) -> Option<ServerCommand> {
@@ -70,7 +92,7 @@ impl CampaignBackend for FairForm {
     }
 
     fn url(&self, scratch: &Path, address: &str, companions: &[String]) -> String {
-        fair(self.of.url(scratch, address, companions))
+        (self.dress)(self.of.url(scratch, address, companions))
     }
 
     fn companions(&self) -> usize {
@@ -98,7 +120,7 @@ impl CampaignBackend for FairForm {
     }
 
     fn key_space_url(&self, server: &Server, space: &str) -> Outcome<String> {
-        Ok(fair(self.of.key_space_url(server, space)?))
+        Ok((self.dress)(self.of.key_space_url(server, space)?))
     }
 
     fn process_bound(&self) -> bool {

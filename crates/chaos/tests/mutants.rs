@@ -1,0 +1,89 @@
+//! The campaign's checks fail on a broken lock: the short form on Redis
+//! opened through each mutant (`distlock::testing::MutantBackend`, one
+//! deliberate defect each) must fail, in the row and for the reason that
+//! defect shows. A mutant that passes is a bug in the checks.
+
+use std::process::Command;
+
+/// The short form of `scenario` on `mutant`, which must fail: its report.
+fn fails(mutant: &str, scenario: &str) -> String {
+    let report = tempfile::NamedTempFile::new().unwrap();
+    let status = Command::new(env!("CARGO_BIN_EXE_distlock-chaos"))
+        .args(["--short", "--backend", mutant, "--scenario", scenario])
+        .arg("--write")
+        .arg(report.path())
+        .status()
+        .expect("run distlock-chaos");
+    let written = std::fs::read_to_string(report.path()).unwrap_or_default();
+    assert!(
+        !status.success() && written.contains("**FAILED**"),
+        "{scenario} held on {mutant} ({status}): its checks cannot see the defect\n{written}"
+    );
+    written
+}
+
+/// The cells of `report`'s first row of lock kind `kind`.
+fn row<'a>(report: &'a str, kind: &str) -> Vec<&'a str> {
+    let line = report
+        .lines()
+        .find(|line| {
+            line.split('|')
+                .nth(2)
+                .is_some_and(|cell| cell.trim() == kind)
+        })
+        .unwrap_or_else(|| panic!("no {kind} row in:\n{report}"));
+    line.split('|').map(str::trim).collect()
+}
+
+/// The row's count in column `index` (1 is the backend).
+fn count(cells: &[&str], index: usize) -> usize {
+    cells[index]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+const OVERLAPS: usize = 4;
+const TOKEN_REGRESSIONS: usize = 6;
+const INVARIANTS: usize = 14;
+
+#[test]
+fn a_lock_that_grants_every_caller_fails_on_overlapping_holders() {
+    let report = fails("mutant-grants-everyone", "R1");
+    let exclusive = row(&report, "exclusive");
+    assert!(count(&exclusive, OVERLAPS) > 0, "{report}");
+    assert_eq!(exclusive[INVARIANTS], "**FAILED**", "{report}");
+}
+
+#[test]
+fn a_lock_that_repeats_tokens_fails_on_token_order() {
+    let report = fails("mutant-repeats-tokens", "R1");
+    let exclusive = row(&report, "exclusive");
+    assert!(count(&exclusive, TOKEN_REGRESSIONS) > 0, "{report}");
+    assert!(
+        report.contains("no order of its operations fits"),
+        "{report}"
+    );
+}
+
+#[test]
+fn a_lock_that_lets_a_reader_beside_a_writer_fails_on_overlapping_holders() {
+    let report = fails("mutant-readers-beside-writers", "R1");
+    let readers = row(&report, "reader-writer");
+    assert!(count(&readers, OVERLAPS) > 0, "{report}");
+    assert_eq!(readers[INVARIANTS], "**FAILED**", "{report}");
+}
+
+#[test]
+fn a_lock_without_the_owner_check_fails_when_released_by_force() {
+    let report = fails("mutant-skips-owner-check", "R14");
+    assert!(report.contains("the holder was told in 0 of"), "{report}");
+}
+
+#[test]
+fn a_lock_that_hides_losses_fails_when_released_by_force() {
+    let report = fails("mutant-hides-losses", "R14");
+    assert!(report.contains("the holder was told in 0 of"), "{report}");
+}
