@@ -559,7 +559,8 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// least the step: core shortens the leases confirmed before the step
     /// by it, and reports those it ended
     /// [`LossReason::ServerClockStepped`](crate::LossReason::ServerClockStepped).
-    /// The default reads no clock.
+    /// Only a step between two readings is seen: the first reading has
+    /// nothing to be compared with. The default reads no clock.
     async fn extend_many_timed(&self, leases: &[Lease]) -> Extended {
         Extended::new(self.extend_many(leases).await, None)
     }

@@ -11,6 +11,14 @@
 //! forward, of at least that much, which every lease confirmed before it
 //! lost from its end on the server.
 //!
+//! Only a step between two readings shows. The first reading has nothing
+//! to be compared with, so a step before it (before the client's first
+//! batch of extensions was answered) is never seen, and the leases it
+//! shortened learn of it only when their own extension is refused. A step
+//! that does show may show as less than it was, by up to the two
+//! readings' round trips, and one that leaves no more than `TOLERANCE`
+//! does not show at all.
+//!
 //! A step back only makes leases last longer on the server, which the
 //! holder cannot shorten; it is not tracked.
 

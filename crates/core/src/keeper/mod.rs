@@ -12,7 +12,8 @@
 //! A backend whose grants hang on one session instead has that session
 //! renewed once per cadence (see [`session`]). A backend that reads its
 //! server's clock in its extensions lets the keeper see that clock step
-//! forward, and shorten the leases the step shortened (see [`clock`]).
+//! forward between two of its readings, and shorten the leases the step
+//! shortened (see [`clock`]); a step before the first reading is not seen.
 
 mod clock;
 mod session;
