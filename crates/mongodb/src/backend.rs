@@ -516,7 +516,14 @@ impl Backend for MongoBackend {
             .with_feature(
                 watch::change_streams_feature(&self.collection, self.operation_timeout).await,
             )
-            .with_feature(deployment::ttl_index(&self.collection, self.operation_timeout).await))
+            .with_feature(
+                deployment::ttl_index(
+                    &self.collection,
+                    self.operation_timeout,
+                    self.places.is_some(),
+                )
+                .await,
+            ))
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -10,11 +10,9 @@ use mongodb::Collection;
 use mongodb::bson::{Bson, Document};
 use mongodb::options::{Acknowledgment, WriteConcern};
 
+use crate::builder::is_earlier_ttl_index;
 use crate::document::EXPIRES_AT;
-use crate::error::{code, driver};
-
-/// The server's code for a collection that does not exist.
-const NAMESPACE_NOT_FOUND: i32 = 26;
+use crate::error::{NAMESPACE_NOT_FOUND, code, driver};
 
 /// Whether an acknowledged write survives a failover: the topology from
 /// the server's `hello`, and the write concern the backend writes with.
@@ -57,27 +55,46 @@ pub(crate) fn majority(hello: &Document, write_concern: Option<&WriteConcern>) -
 }
 
 /// Whether the collection has the TTL index on `expiresAt`, which lets
-/// the server remove idle lock documents.
-pub(crate) async fn ttl_index(collection: &Collection<Document>, timeout: Duration) -> Feature {
+/// the server remove idle lock documents; in fair mode, also whether it
+/// leaves documents with a line alone (see [`ttl_index_model`]).
+///
+/// [`ttl_index_model`]: crate::builder::ttl_index_model
+pub(crate) async fn ttl_index(
+    collection: &Collection<Document>,
+    timeout: Duration,
+    fair: bool,
+) -> Feature {
     const NAME: &str = "TTL index";
     let look = async {
         let indexes: Vec<_> = collection.list_indexes().await?.try_collect().await?;
-        Ok::<_, mongodb::error::Error>(indexes.into_iter().any(|index| {
-            let on_expiry = index.keys.len() == 1
-                && matches!(
-                    index.keys.get(EXPIRES_AT),
-                    Some(Bson::Int32(1) | Bson::Int64(1))
-                );
-            on_expiry
-                && index
-                    .options
-                    .as_ref()
-                    .is_some_and(|options| options.expire_after.is_some())
-        }))
+        let ttl: Vec<_> = indexes
+            .into_iter()
+            .filter(|index| {
+                index.keys.len() == 1
+                    && matches!(
+                        index.keys.get(EXPIRES_AT),
+                        Some(Bson::Int32(1) | Bson::Int64(1))
+                    )
+                    && index
+                        .options
+                        .as_ref()
+                        .is_some_and(|options| options.expire_after.is_some())
+            })
+            .collect();
+        Ok::<_, mongodb::error::Error>((!ttl.is_empty(), ttl.iter().any(is_earlier_ttl_index)))
     };
     match tokio::time::timeout(timeout, look).await {
-        Ok(Ok(true)) => Feature::present(NAME, "the server removes idle lock documents"),
-        Ok(Ok(false)) => Feature::degraded(
+        Ok(Ok((true, true))) if fair => Feature::degraded(
+            NAME,
+            format!(
+                "the TTL index on {EXPIRES_AT} is the one earlier versions created, over every \
+                 document: it can delete a fair lock's line, with its fencing token, once the \
+                 grant in front of the line expires; a fair backend replaces it when it opens, \
+                 given the dropIndex action on the collection, or drop it by hand"
+            ),
+        ),
+        Ok(Ok((true, _))) => Feature::present(NAME, "the server removes idle lock documents"),
+        Ok(Ok((false, _))) => Feature::degraded(
             NAME,
             format!(
                 "no TTL index on {EXPIRES_AT}: idle lock documents stay (locks work, the \

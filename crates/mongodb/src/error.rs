@@ -8,6 +8,12 @@ pub(crate) const BACKEND: &str = "mongodb";
 
 /// MongoDB's duplicate key error.
 const DUPLICATE_KEY: i32 = 11000;
+/// The server's code for a collection that does not exist.
+pub(crate) const NAMESPACE_NOT_FOUND: i32 = 26;
+/// The server's codes for an index that exists under the same keys or name
+/// with other options.
+pub(crate) const INDEX_OPTIONS_CONFLICT: i32 = 85;
+pub(crate) const INDEX_KEY_SPECS_CONFLICT: i32 = 86;
 
 /// The server's codes for a user it does not know or may not act: retrying
 /// will not help until someone changes the credentials or the roles.

@@ -83,7 +83,9 @@
 //!   next extension is refused and its guard reports the loss.
 //!
 //! A TTL index on `expiresAt` (created once per backend, idempotently;
-//! a failure is logged) lets the server delete idle documents. Nothing
+//! a failure is logged) lets the server delete idle documents. Its
+//! partial filter `{queue: null}` leaves out every document with a fair
+//! line, so that a line outlives an expired grant in front of it. Nothing
 //! depends on it: an expired document is free by `$$NOW` whether or not the
 //! TTL monitor has run, and a deleted one is recreated with a token above
 //! every earlier one (see below).

@@ -30,6 +30,11 @@ async fn the_ttl_index_exists_with_expiry_zero() {
     assert_eq!(ttl.len(), 1, "{indexes:?}");
     let options = ttl[0].options.as_ref().expect("index options");
     assert_eq!(options.expire_after, Some(Duration::ZERO), "{options:?}");
+    assert_eq!(
+        options.partial_filter_expression,
+        Some(doc! { "queue": null }),
+        "documents with a fair line are outside the index: {options:?}"
+    );
 }
 
 #[tokio::test]

@@ -12,8 +12,10 @@ use distlock_core::{
     LockOptions, ReleaseWatch, WaitState,
 };
 use distlock_mongodb::MongoBackend;
-use distlock_mongodb::mongodb::Collection;
 use distlock_mongodb::mongodb::bson::{Document, doc};
+use distlock_mongodb::mongodb::options::IndexOptions;
+use distlock_mongodb::mongodb::{Collection, IndexModel};
+use futures::TryStreamExt;
 
 use crate::common::*;
 
@@ -23,8 +25,13 @@ const WAIT: Duration = Duration::from_secs(30);
 
 /// A backend in fair mode on the shared server, in `collection`.
 async fn fair_backend(collection: &str) -> Arc<MongoBackend> {
+    fair_backend_at(&shared_url(), collection).await
+}
+
+/// A backend in fair mode on the server at `url`, in `collection`.
+async fn fair_backend_at(url: &str, collection: &str) -> Arc<MongoBackend> {
     Arc::new(
-        MongoBackend::builder(shared_url())
+        MongoBackend::builder(url)
             .database("distlock_test")
             .collection(collection)
             .fair(true)
@@ -435,4 +442,127 @@ async fn fair_mode_is_a_url_option() {
     assert!(!plain.capabilities().fair);
     let error = MongoBackend::from_url(&format!("{url}{separator}fair=yes")).unwrap_err();
     assert!(error.to_string().contains("fair=true"), "{error}");
+}
+
+/// The TTL monitor never deletes a document whose line lives, not even
+/// once the grant in it has expired (its holder died) and before any
+/// waiter has asked again: the line, the fencing token and the record of
+/// terms would go with it, and the next waiter to ask, or any try, would
+/// get the lock out of turn. The server is the test's own, with its TTL
+/// monitor waking every second (60 s by default; `ttlMonitorSleepSecs` is
+/// mongod's parameter too), and the collection starts with the TTL index
+/// that earlier versions of the backend created, which a fair backend
+/// replaces.
+#[tokio::test]
+async fn the_ttl_monitor_keeps_a_document_whose_line_lives_past_its_grant() {
+    let server = OwnServer::start();
+    let url = server.url();
+    let admin = inspector(&url).await;
+    admin
+        .database("admin")
+        .run_command(doc! { "setParameter": 1, "ttlMonitorSleepSecs": 1 })
+        .await
+        .expect("the TTL monitor's period can be set");
+    let collection = unique("fair-ttl");
+    let raw = raw_collection(&admin, &collection);
+    let earlier = IndexOptions::builder().expire_after(Duration::ZERO).build();
+    raw.create_index(
+        IndexModel::builder()
+            .keys(doc! { "expiresAt": 1 })
+            .options(earlier)
+            .build(),
+    )
+    .await
+    .unwrap();
+    let backend = fair_backend_at(&url, &collection).await;
+    let indexes: Vec<IndexModel> = raw
+        .list_indexes()
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    let ttl: Vec<_> = indexes
+        .iter()
+        .filter(|index| index.keys == doc! { "expiresAt": 1 })
+        .filter_map(|index| index.options.as_ref())
+        .collect();
+    assert_eq!(ttl.len(), 1, "{indexes:?}");
+    assert_eq!(
+        ttl[0].partial_filter_expression,
+        Some(doc! { "queue": null }),
+        "the earlier index was replaced: {indexes:?}"
+    );
+
+    // A name with nobody in line, released: the monitor deletes it, which
+    // shows that it runs.
+    let idle = lock_name("fair-ttl-idle");
+    let idle_guard = fair_client(backend.clone())
+        .acquire_with(&idle, WAIT)
+        .await
+        .unwrap();
+    assert!(idle_guard.release().await.unwrap());
+
+    // A holder that dies: granted for a short lease, never extended nor
+    // released. A waiter takes a place for far longer, and (driven by hand)
+    // does not ask again until the test says so.
+    let name = lock_name("fair-ttl");
+    let holder = AcquireRequest::new(
+        name.clone(),
+        Claim::Exclusive,
+        Duration::from_secs(1),
+        Arc::new(Holder::this_process(Some("dies"))),
+    );
+    let dead_token = match backend
+        .try_acquire(&holder, &mut WaitState::new())
+        .await
+        .unwrap()
+    {
+        Attempt::Acquired { fencing_token, .. } => fencing_token,
+        other => panic!("the name was free: {other:?}"),
+    };
+    let waiter = waiting_request(&name, Duration::from_secs(120), "waits");
+    let mut wait = WaitState::new();
+    let attempt = backend.try_acquire(&waiter, &mut wait).await.unwrap();
+    assert!(matches!(attempt, Attempt::Held { .. }), "{attempt:?}");
+    let place = line(&raw, &name).await;
+    assert_eq!(place.len(), 1);
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while raw
+        .find_one(doc! { "_id": idle.as_str() })
+        .await
+        .unwrap()
+        .is_some()
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the TTL monitor never deleted the released document"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Two more of the monitor's passes, each after the grant expired.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let kept = raw
+        .find_one(doc! { "_id": name.as_str() })
+        .await
+        .unwrap()
+        .expect("the document with a live line outlives its expired grant");
+    assert!(
+        *kept.get_datetime("expiresAt").unwrap() < server_now(&raw).await,
+        "the grant has expired: {kept:?}"
+    );
+    assert_eq!(line(&raw, &name).await, place, "the line is whole");
+
+    // The waiter's next attempt is served from the line, above the dead
+    // holder's token.
+    let next = AcquireRequest {
+        lease_id: distlock_core::LeaseId::random(),
+        ..waiter.clone()
+    };
+    match backend.try_acquire(&next, &mut wait).await.unwrap() {
+        Attempt::Acquired { fencing_token, .. } => assert!(fencing_token > dead_token),
+        other => panic!("the first place is served: {other:?}"),
+    }
+    backend.end_wait(&next, wait).await.unwrap();
 }
