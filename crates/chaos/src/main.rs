@@ -184,6 +184,8 @@ fn campaign(args: &Args) -> Outcome<bool> {
                     detail: format!("the scenario could not run: {error}"),
                     passed: false,
                     overlaps_allowed: None,
+                    shortfall: None,
+                    applies: true,
                 }),
             }
         }

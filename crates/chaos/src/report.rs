@@ -22,6 +22,19 @@ pub(crate) struct Row {
     /// documented cause allows it, and each overlap must then be fenced.
     /// Every other row allows none.
     pub(crate) overlaps_allowed: Option<OverlapCause>,
+    /// What the row did less of than its scenario's minimum (grants made,
+    /// faults fired), if anything: such a row proved nothing, and fails,
+    /// in the short form as in the full run.
+    pub(crate) shortfall: Option<String>,
+    /// Whether the scenario applies to the backend: a row that does not
+    /// is counted apart, never among those that held.
+    pub(crate) applies: bool,
+}
+
+/// A row's shortfall: `None` when it `met` its minimum, else what it
+/// fell short of.
+pub(crate) fn shortfall(met: bool, minimum: impl FnOnce() -> String) -> Option<String> {
+    (!met).then(minimum)
 }
 
 impl Row {
@@ -73,10 +86,13 @@ pub(crate) struct ScenarioInfo {
 
 /// Whether `row` held, as the run judges it: in full, or in the short form
 /// (which runs few times on a busy machine, so it judges only what does not
-/// depend on timing). A history that fails the linearizability check, or
+/// depend on timing, and the row's minimum). A history that fails the linearizability check, or
 /// that the check left undecided, fails the row either way: scenarios
 /// decide `passed` without it.
 pub(crate) fn held(row: &Row, scenarios: &[ScenarioInfo], short: bool) -> bool {
+    if row.shortfall.is_some() {
+        return false;
+    }
     let untimed = scenarios
         .iter()
         .any(|info| info.id == row.scenario && info.untimed);
@@ -118,16 +134,18 @@ pub(crate) fn markdown(run: &RunInfo, scenarios: &[ScenarioInfo], rows: &[Row]) 
     }
     let held = |row: &Row| held(row, scenarios, run.short);
     let failed = rows.iter().filter(|row| !held(row)).count();
+    let applying = rows.iter().filter(|row| row.applies).count();
     let _ = writeln!(
         out,
-        "- Outcome: {} of {} rows held their invariants{}\n",
-        rows.len() - failed,
-        rows.len(),
+        "- Outcome: {} of {applying} rows held their invariants{}; {} rows do not apply \
+         (a scenario whose fault the backend cannot have), counted apart\n",
+        applying - failed,
         if failed == 0 {
             ""
         } else {
             " (see FAILED rows)"
-        }
+        },
+        rows.len() - applying,
     );
     let _ = writeln!(
         out,
@@ -196,17 +214,26 @@ pub(crate) fn markdown(run: &RunInfo, scenarios: &[ScenarioInfo], rows: &[Row]) 
                 ),
                 None => "— | — | — | — | — | — | — | — | — | —".into(),
             };
-            let detail = match row.verdict.as_ref().and_then(|v| v.history_note.as_ref()) {
+            let mut detail = match row.verdict.as_ref().and_then(|v| v.history_note.as_ref()) {
                 Some(note) => format!("{}; history: {note}", row.detail),
                 None => row.detail.clone(),
             };
+            if let Some(shortfall) = &row.shortfall {
+                detail.push_str(&format!(
+                    "; below its minimum, so it proved nothing: {shortfall}"
+                ));
+            }
             let _ = writeln!(
                 out,
                 "| {} | {} | {cells} | {} | {} |",
                 row.backend,
                 row.kind,
                 detail.replace('|', "\\|"),
-                if held(row) { "held" } else { "**FAILED**" }
+                match (row.applies, held(row)) {
+                    (false, true) => "does not apply",
+                    (_, true) => "held",
+                    (_, false) => "**FAILED**",
+                }
             );
         }
         out.push('\n');
@@ -231,6 +258,8 @@ mod tests {
             detail: String::new(),
             passed,
             overlaps_allowed: None,
+            shortfall: None,
+            applies: true,
         }
     }
 
@@ -251,6 +280,28 @@ mod tests {
         for short in [false, true] {
             assert!(!held(&undecided, &SCENARIOS, short), "short: {short}");
         }
+    }
+
+    #[test]
+    fn a_row_below_its_minimum_fails_in_full_and_in_the_short_form() {
+        let mut vacuous = row(true, 0);
+        vacuous.shortfall = shortfall(false, || "no fault fired".to_owned());
+        for short in [false, true] {
+            assert!(!held(&vacuous, &SCENARIOS, short), "short: {short}");
+        }
+        let text = markdown(
+            &RunInfo {
+                command: "test".into(),
+                machine: "test".into(),
+                versions: Vec::new(),
+                short: true,
+                took: std::time::Duration::ZERO,
+            },
+            &SCENARIOS,
+            &[vacuous],
+        );
+        assert!(text.contains("proved nothing: no fault fired"), "{text}");
+        assert!(text.contains("0 of 1 rows held"), "{text}");
     }
 
     #[test]

@@ -10,7 +10,7 @@ use crate::backends::OnRestart;
 use crate::clock::now_ns;
 use crate::fenced::FencedStore;
 use crate::judge::{OverlapCause, holdings, judge, regression_example};
-use crate::report::{Row, ScenarioInfo};
+use crate::report::{Row, ScenarioInfo, shortfall};
 use crate::servers::Server;
 use crate::worker::ClaimSpec;
 
@@ -155,6 +155,21 @@ fn churn(
     if overlaps_tolerated.is_some() && verdict.overlaps > 0 {
         detail.push_str("; overlaps follow restarts that lost the locks (reported, not forbidden)");
     }
+    // The minimum: a churn that granted too little, or whose waits failed
+    // too often, proved little of exclusion. The full form may stop at its
+    // time limit (etcd fsyncs every write), so it asks for a tenth.
+    let least = settings.pick(total / 10, total / 2);
+    let most_failed = total / 10;
+    let shortfall = shortfall(
+        verdict.acquisitions >= least && verdict.failed <= most_failed,
+        || {
+            format!(
+                "{} acquisitions and {} failed waits, where at least {least} and at \
+                     most {most_failed} were asked for",
+                verdict.acquisitions, verdict.failed
+            )
+        },
+    );
     Ok(Row {
         scenario: "R1",
         backend: server.kind.name(),
@@ -163,5 +178,7 @@ fn churn(
         detail,
         passed,
         overlaps_allowed: overlaps_tolerated,
+        shortfall,
+        applies: true,
     })
 }

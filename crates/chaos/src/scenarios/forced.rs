@@ -8,7 +8,7 @@ use distlock::{LockClient, LockName, LockOptions};
 use super::{Scenario, Settings, not_applicable, unique};
 use crate::Outcome;
 use crate::judge::Verdict;
-use crate::report::{Row, ScenarioInfo};
+use crate::report::{Row, ScenarioInfo, shortfall};
 use crate::servers::Server;
 use crate::worker::open_patiently;
 
@@ -77,5 +77,9 @@ async fn forced_releases(server: &Server, settings: &Settings) -> Outcome<Row> {
         ),
         passed: forced == runs && told == runs,
         overlaps_allowed: None,
+        shortfall: shortfall(forced == runs, || {
+            format!("{forced} of {runs} forced releases found the lock held")
+        }),
+        applies: true,
     })
 }

@@ -172,6 +172,8 @@ impl Cases {
             detail,
             overlaps_allowed: (overlaps_expected && self.undetected == 0)
                 .then_some(OverlapCause::MemcachedEdge),
+            shortfall: None,
+            applies: true,
         }
     }
 }
@@ -274,6 +276,8 @@ async fn sub_second(server: &Server, names: usize) -> Outcome<Row> {
         ),
         verdict: Some(verdict),
         overlaps_allowed: None,
+        shortfall: None,
+        applies: true,
     })
 }
 

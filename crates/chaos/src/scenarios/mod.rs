@@ -120,6 +120,8 @@ pub(crate) fn not_applicable(id: &'static str, server: &Server, kind: &str, why:
         detail: format!("does not apply: {why}"),
         passed: true,
         overlaps_allowed: None,
+        shortfall: None,
+        applies: false,
     }
 }
 

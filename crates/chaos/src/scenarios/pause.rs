@@ -10,7 +10,7 @@ use crate::Outcome;
 use crate::clock::now_ns;
 use crate::fenced::{FencedStore, Op};
 use crate::judge::{Verdict, holdings, judge};
-use crate::report::{Row, ScenarioInfo};
+use crate::report::{Row, ScenarioInfo, shortfall};
 use crate::servers::Server;
 use crate::worker::Event;
 
@@ -72,6 +72,14 @@ fn run(server: &mut Server, settings: &Settings) -> Outcome<Vec<Row>> {
             ),
         )
     };
+    let shortfall = shortfall(
+        if server.kind.process_bound() {
+            total.acquisitions >= ran
+        } else {
+            fired == ran
+        },
+        || format!("the pause was not shown (a grant, or `lost()` on resume) in all {ran} runs"),
+    );
     Ok(vec![Row {
         scenario: "R2",
         backend: server.kind.name(),
@@ -83,6 +91,8 @@ fn run(server: &mut Server, settings: &Settings) -> Outcome<Vec<Row>> {
         // holder, let in after the lease ran out on the server, never
         // overlaps it.
         overlaps_allowed: None,
+        shortfall,
+        applies: true,
     }])
 }
 

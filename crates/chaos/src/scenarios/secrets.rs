@@ -133,6 +133,8 @@ fn check(server: &Server, cli: &Path, label: &str, url: &str, note: &str) -> Out
             started.elapsed().as_secs()
         ),
         overlaps_allowed: None,
+        shortfall: None,
+        applies: true,
     })
 }
 

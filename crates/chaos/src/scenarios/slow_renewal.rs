@@ -13,7 +13,7 @@ use super::{Scenario, Settings, Worker, ms, percentile, run_dir, spec, unique};
 use crate::Outcome;
 use crate::fenced::FencedStore;
 use crate::judge::{Verdict, holdings, judge};
-use crate::report::{Row, ScenarioInfo};
+use crate::report::{Row, ScenarioInfo, shortfall};
 use crate::servers::Server;
 use crate::worker::Event;
 
@@ -116,6 +116,12 @@ fn slow_renewals(
         ),
         passed,
         overlaps_allowed: None,
+        shortfall: shortfall(lost_first == ran, || {
+            format!(
+                "the first holder's `lost()` came before the next grant in {lost_first} of {ran} runs"
+            )
+        }),
+        applies: true,
     })
 }
 

@@ -10,7 +10,7 @@ use distlock::{Claim, LockClient, LockName, LockOptions};
 use super::{Scenario, Settings, unique};
 use crate::Outcome;
 use crate::judge::Verdict;
-use crate::report::{Row, ScenarioInfo};
+use crate::report::{Row, ScenarioInfo, shortfall};
 use crate::servers::Server;
 
 pub(super) const SCENARIO: Scenario = Scenario {
@@ -120,5 +120,14 @@ async fn cycles(server: &mut Server, settings: &Settings) -> Outcome<Row> {
              record; {restarts} server restarts; last token {previous}"
         ),
         overlaps_allowed: None,
+        shortfall: shortfall(
+            expired > 0 && deleted > 0 && (restarts > 0 || !server.kind.has_server()),
+            || {
+                format!(
+                    "{expired} grants left to expire, {deleted} records deleted, {restarts} restarts"
+                )
+            },
+        ),
+        applies: true,
     })
 }

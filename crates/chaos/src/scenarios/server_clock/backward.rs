@@ -161,6 +161,8 @@ impl Tally {
             detail,
             passed,
             overlaps_allowed: None,
+            shortfall: None,
+            applies: true,
         }
     }
 }

@@ -154,6 +154,8 @@ impl Tally {
             overlaps_allowed: clock
                 .leases_follow
                 .then_some(OverlapCause::ServerClockStepped),
+            shortfall: None,
+            applies: true,
         }
     }
 }
