@@ -6,17 +6,21 @@
 //! These tests kill and stop members, so they run one at a time among the
 //! tests on the cluster (the `etcd-cluster` group in `.config/nextest.toml`).
 
+// Shared with the test or its children; each uses what it needs.
+#[allow(dead_code)]
+#[path = "support/child.rs"]
+mod child;
+
 // Shared with the partition test, which uses the rest of it.
 #[allow(dead_code)]
 mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use distlock_core::{Error, LockClient, LockName, LockOptions};
-use distlock_etcd::EtcdBackend;
+use child::{client, now_ns};
+use distlock_core::{Error, LockName};
 
 use support::churn::{Holding, Report, Settings};
 use support::fenced::Fenced;
@@ -42,33 +46,6 @@ fn cluster_url() -> String {
 
 fn unique(prefix: &str) -> LockName {
     LockName::new(format!("{prefix}-{:016x}", rand::random::<u64>())).expect("valid name")
-}
-
-fn options(lease: Duration) -> LockOptions {
-    LockOptions::builder()
-        .lease(lease)
-        .extend_every(lease / 4)
-        .safety_margin(lease / 10)
-        .operation_timeout(lease / 3)
-        .backoff(Duration::from_millis(5), Duration::from_millis(100))
-        .build()
-        .expect("valid options")
-}
-
-async fn client(url: &str, lease: Duration) -> LockClient {
-    let backend = EtcdBackend::open(url)
-        .await
-        .unwrap_or_else(|e| panic!("cannot open {url}: {e}"));
-    LockClient::new(Arc::new(backend), options(lease))
-}
-
-/// Nanoseconds on the wall clock, which every process of the machine
-/// shares; nothing here shifts it during a test.
-fn now_ns() -> u64 {
-    let since = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("after the epoch");
-    u64::try_from(since.as_nanos()).expect("fits 64 bits")
 }
 
 /// Starts a churn worker process.

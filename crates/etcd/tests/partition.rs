@@ -4,17 +4,21 @@
 //! The holder must report its lock lost before a client of the other two
 //! is granted it, and the other two keep serving.
 
+// Shared with the test or its children; each uses what it needs.
+#[allow(dead_code)]
+#[path = "support/child.rs"]
+mod child;
+
 // Shared with the cluster tests, which use the rest of it.
 #[allow(dead_code)]
 mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use distlock_core::{LockClient, LockName, LockOptions};
-use distlock_etcd::EtcdBackend;
+use child::{client, now_ns};
+use distlock_core::LockName;
 
 use support::netns::Netns;
 use support::own_cluster::OwnCluster;
@@ -26,33 +30,6 @@ const HOLDER_ENV: &str = "DISTLOCK_ETCD_PARTITION_HOLDER";
 const HOLDER: &str = env!("CARGO_BIN_EXE_distlock-etcd-test-partition-holder");
 
 const LEASE: Duration = Duration::from_secs(2);
-
-/// Nanoseconds on the wall clock, which every process of the machine
-/// shares, inside a network namespace or not.
-fn now_ns() -> u64 {
-    let since = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("after the epoch");
-    u64::try_from(since.as_nanos()).expect("fits 64 bits")
-}
-
-fn options() -> LockOptions {
-    LockOptions::builder()
-        .lease(LEASE)
-        .extend_every(LEASE / 4)
-        .safety_margin(LEASE / 10)
-        .operation_timeout(LEASE / 3)
-        .backoff(Duration::from_millis(5), Duration::from_millis(100))
-        .build()
-        .expect("valid options")
-}
-
-async fn client(url: &str) -> LockClient {
-    let backend = EtcdBackend::open(url)
-        .await
-        .unwrap_or_else(|e| panic!("cannot open {url}: {e}"));
-    LockClient::new(Arc::new(backend), options())
-}
 
 /// The value after `word` on a line of the holder's report, once there.
 async fn reported(path: &Path, word: &str) -> u64 {
@@ -84,10 +61,10 @@ async fn a_partitioned_members_holder_loses_before_anyone_else_is_granted() {
     let mut holder = netns_holder(&netns, &inside_url, &name, &report);
     let held_token = reported(&report, "granted").await;
 
-    let outside = client(&format!(
-        "etcd://{},{}",
-        cluster.clients[0], cluster.clients[1]
-    ))
+    let outside = client(
+        &format!("etcd://{},{}", cluster.clients[0], cluster.clients[1]),
+        LEASE,
+    )
     .await;
     netns.partition();
     let waiter = {

@@ -5,6 +5,11 @@
 //! only for the crate's own tests (the `test-helpers` feature), never for
 //! users.
 
+// Shared with the test or its children; each uses what it needs.
+#[allow(dead_code)]
+#[path = "../support/child.rs"]
+mod child;
+
 #[path = "../support/churn.rs"]
 mod churn;
 // Shared with the churn test, which also reads the counter's value.
@@ -12,11 +17,10 @@ mod churn;
 #[path = "../support/fenced.rs"]
 mod fenced;
 
-use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use distlock_core::{LockClient, LockName, LockOptions};
-use distlock_etcd::EtcdBackend;
+use child::{client, now_ns};
+use distlock_core::LockName;
 
 use churn::{Holding, Report, Settings};
 use fenced::{Fenced, Op};
@@ -29,33 +33,6 @@ const WORKER_ENV: &str = "DISTLOCK_ETCD_CHURN_WORKER";
 /// queue (a key left behind), not a slow one.
 const WAIT: Duration = Duration::from_secs(30);
 const TASKS: usize = 4;
-
-fn options(lease: Duration) -> LockOptions {
-    LockOptions::builder()
-        .lease(lease)
-        .extend_every(lease / 4)
-        .safety_margin(lease / 10)
-        .operation_timeout(lease / 3)
-        .backoff(Duration::from_millis(5), Duration::from_millis(100))
-        .build()
-        .expect("valid options")
-}
-
-async fn client(url: &str, lease: Duration) -> LockClient {
-    let backend = EtcdBackend::open(url)
-        .await
-        .unwrap_or_else(|e| panic!("cannot open {url}: {e}"));
-    LockClient::new(Arc::new(backend), options(lease))
-}
-
-/// Nanoseconds on the wall clock, which every process of the machine
-/// shares.
-fn now_ns() -> u64 {
-    let since = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("after the epoch");
-    u64::try_from(since.as_nanos()).expect("fits 64 bits")
-}
 
 fn main() {
     let path = std::env::var_os(WORKER_ENV)

@@ -4,44 +4,21 @@
 //! the report, then `lost AT_NS` once its `lost()` fires. Built only for
 //! the crate's own tests (the `test-helpers` feature), never for users.
 
-use std::path::Path;
-use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+// Shared with the test or its children; each uses what it needs.
+#[allow(dead_code)]
+#[path = "../support/child.rs"]
+mod child;
 
-use distlock_core::{LockClient, LockName, LockOptions};
-use distlock_etcd::EtcdBackend;
+use std::path::Path;
+use std::time::Duration;
+
+use child::{client, now_ns};
+use distlock_core::LockName;
 
 /// Set by the test: `URL NAME REPORT-FILE`.
 const HOLDER_ENV: &str = "DISTLOCK_ETCD_PARTITION_HOLDER";
 
 const LEASE: Duration = Duration::from_secs(2);
-
-/// Nanoseconds on the wall clock, which every process of the machine
-/// shares, inside a network namespace or not.
-fn now_ns() -> u64 {
-    let since = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("after the epoch");
-    u64::try_from(since.as_nanos()).expect("fits 64 bits")
-}
-
-fn options() -> LockOptions {
-    LockOptions::builder()
-        .lease(LEASE)
-        .extend_every(LEASE / 4)
-        .safety_margin(LEASE / 10)
-        .operation_timeout(LEASE / 3)
-        .backoff(Duration::from_millis(5), Duration::from_millis(100))
-        .build()
-        .expect("valid options")
-}
-
-async fn client(url: &str) -> LockClient {
-    let backend = EtcdBackend::open(url)
-        .await
-        .unwrap_or_else(|e| panic!("cannot open {url}: {e}"));
-    LockClient::new(Arc::new(backend), options())
-}
 
 fn main() {
     let settings = std::env::var(HOLDER_ENV)
@@ -57,7 +34,7 @@ fn main() {
         .build()
         .expect("runtime");
     runtime.block_on(async {
-        let client = client(url).await;
+        let client = client(url, LEASE).await;
         let name = LockName::new(name).expect("name");
         let guard = client
             .acquire_with(&name, Duration::from_secs(30))
