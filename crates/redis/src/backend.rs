@@ -354,7 +354,13 @@ impl Backend for RedisBackend {
             },
         };
         let (left, marked) = match answer {
-            Answer::Granted(fencing_token) => {
+            // Only a quorum's servers abstain, and the quorum counts their
+            // votes; on one server a grant is a grant.
+            Answer::Granted(fencing_token)
+            | Answer::Abstained {
+                token: fencing_token,
+                ..
+            } => {
                 wait.take::<Waiting>();
                 return Ok(Attempt::Acquired {
                     fencing_token,

@@ -18,6 +18,12 @@
 //! | `a` | string, `PX` a waiter's wait | there while an attempt that found the exclusive grant held waits: its release is announced only then |
 //! | `terms` | list | an election's last terms, newest first: `<term>:<previous term>:<record>` (only campaigns write it) |
 //! | `released` | channel | a message on each release that someone waits for |
+//!
+//! Quorum mode keeps one more key per server and prefix, of no name:
+//! `<prefix>epoch`, a string with no expiry, the server's `TIME` in ms
+//! when an attempt first found it missing, that is, when the server last
+//! came back empty; for a lease after that, the server's grants count
+//! towards no majority (see `ABSTAIN` in the scripts).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -42,6 +48,8 @@ const ID_LEN: usize = 32;
 #[derive(Debug, Clone)]
 pub(crate) struct KeySpace {
     prefix: String,
+    /// `<prefix>epoch`, in quorum mode.
+    epoch: String,
     cache: Arc<Mutex<HashMap<LockName, Arc<NameKeys>>>>,
 }
 
@@ -62,6 +70,7 @@ impl KeySpace {
     pub(crate) fn new(prefix: &str) -> Self {
         Self {
             prefix: prefix.to_owned(),
+            epoch: format!("{prefix}epoch"),
             cache: Arc::default(),
         }
     }
@@ -126,6 +135,12 @@ impl KeySpace {
             .bytes()
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
         (is_tag && matches!(role, "}:x" | "}:s")).then_some(tag)
+    }
+
+    /// The key that tells, in quorum mode, since when a server holds its
+    /// copies: `<prefix>epoch`.
+    pub(crate) fn epoch(&self) -> &str {
+        &self.epoch
     }
 
     /// The channel a name's releases are published on.

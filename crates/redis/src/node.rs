@@ -254,11 +254,14 @@ impl Node {
         let mark = mark.map_or("", |mark| mark.0.as_str());
         let what = Doing::new("acquiring", &request.name, &self.on);
         // A campaign records its term with its grant, under one more key;
-        // quorum mode's copies keep no record (see `RedisBackend::term_log`).
-        let (script, used) = if request.records_term && !provisional {
-            (&SCRIPTS.campaign, 7)
+        // quorum mode's copies keep no record (see `RedisBackend::term_log`),
+        // and read the server's epoch instead, to learn whether it abstains.
+        let (script, used, seventh) = if provisional {
+            (&SCRIPTS.acquire, 7, self.keys.epoch())
+        } else if request.records_term {
+            (&SCRIPTS.campaign, 7, keys.terms.as_str())
         } else {
-            (&SCRIPTS.acquire, 6)
+            (&SCRIPTS.acquire, 6, keys.terms.as_str())
         };
         let names: [&str; 7] = [
             &keys.exclusive,
@@ -267,7 +270,7 @@ impl Node {
             &keys.waiting,
             &keys.token,
             &keys.awaited,
-            &keys.terms,
+            seventh,
         ];
         let limit = limit.to_string();
         let args: [&[u8]; 7] = [

@@ -60,16 +60,32 @@ impl<'a> Quorum<'a> {
             async move { node.acquire(&request, mark.as_ref(), true, timeout).await }
         });
         let answers = gather(calls, |answers: &[Option<Result<Answer>>]| {
-            let granted = answers
-                .iter()
-                .filter(|answer| matches!(answer, Some(Ok(Answer::Granted(_)))))
-                .count();
-            let answered = answers.iter().filter(|answer| answer.is_some()).count();
-            granted >= need || answered - granted > n - need
+            let (mut granted, mut abstained, mut answered) = (0, 0, 0);
+            for answer in answers.iter().flatten() {
+                answered += 1;
+                match answer {
+                    Ok(Answer::Granted(_)) => granted += 1,
+                    Ok(Answer::Abstained { .. }) => {
+                        (granted, abstained) = (granted + 1, abstained + 1)
+                    }
+                    _ => {}
+                }
+            }
+            let counted = counted(n, granted, abstained);
+            // The most that can still count: every server, while all that
+            // answered granted; otherwise the grants that count, and a
+            // grant from each server yet to answer.
+            let best = if granted == answered {
+                n
+            } else {
+                granted - abstained + (n - answered)
+            };
+            counted >= need || best < need
         })
         .await;
         let Tally {
             granted,
+            abstained,
             in_doubt,
             errors,
             left,
@@ -77,8 +93,9 @@ impl<'a> Quorum<'a> {
             conflict,
         } = Tally::of(answers);
         let in_time = || started.elapsed() + drift(request.lease) < request.lease;
+        let counted = counted(n, granted.len(), abstained);
 
-        if granted.len() >= self.need && in_time() {
+        if counted >= self.need && in_time() {
             let token = granted.iter().map(|(_, token)| *token).max().unwrap_or(0);
             let agreed = self.raise_counters(request, &granted, token, timeout).await;
             if agreed >= self.need && in_time() {
@@ -111,7 +128,7 @@ impl<'a> Quorum<'a> {
         // again; so a waiting attempt that split pauses, by a random time
         // of its own, before it asks again (see `Waiting`).
         let split = request.retries
-            && granted.len() < need
+            && counted < need
             && !(granted.is_empty() && in_doubt.is_empty())
             && errors.len() <= n - need
             && conflict.is_none();
@@ -119,7 +136,7 @@ impl<'a> Quorum<'a> {
         if errors.len() > n - need {
             return Err(combined(errors));
         }
-        if granted.len() >= need {
+        if counted >= need {
             return Err(Error::Backend {
                 backend: "redis",
                 message: format!(
@@ -375,10 +392,31 @@ fn count<'r>(answers: impl IntoIterator<Item = &'r Result<bool>>) -> (usize, usi
         })
 }
 
+/// How many of an attempt's `granted` grants count towards a majority of
+/// `n` servers, when `abstained` of them came from servers that came back
+/// empty less than a lease ago: all of them when every server granted
+/// (no server then holds a copy of anyone else's grant, which a majority
+/// of any valid grant would leave on at least one server that kept its
+/// data), and only the others otherwise. A server that came back empty
+/// may have held a copy of a grant that is still valid on the copy of one
+/// other server: its vote and a third server's would make a majority
+/// that shares no server with the holder's copies.
+fn counted(n: usize, granted: usize, abstained: usize) -> usize {
+    if granted == n {
+        granted
+    } else {
+        granted - abstained
+    }
+}
+
 /// What the servers answered to one attempt, by kind.
 struct Tally {
-    /// The servers that granted, with the token each issued.
+    /// The servers that granted, with the token each issued, those that
+    /// abstain included.
     granted: Vec<(usize, u64)>,
+    /// How many of them abstain: they came back empty less than a lease
+    /// ago (see [`counted`]).
+    abstained: usize,
     /// The servers whose answer was lost or not awaited: they may have
     /// stored a copy, or may yet.
     in_doubt: Vec<usize>,
@@ -395,6 +433,7 @@ impl Tally {
     fn of(answers: Vec<Option<Result<Answer>>>) -> Self {
         let mut tally = Self {
             granted: Vec::new(),
+            abstained: 0,
             in_doubt: Vec::new(),
             errors: Vec::new(),
             left: None,
@@ -404,11 +443,15 @@ impl Tally {
         for (index, answer) in answers.into_iter().enumerate() {
             match answer {
                 Some(Ok(Answer::Granted(token))) => tally.granted.push((index, token)),
+                // A waiter that lost for want of this server's vote comes
+                // back when it counts, or sooner.
+                Some(Ok(Answer::Abstained { token, left })) => {
+                    tally.granted.push((index, token));
+                    tally.abstained += 1;
+                    tally.sooner(Some(left));
+                }
                 Some(Ok(Answer::Held { left, marked })) => {
-                    tally.left = match (tally.left, left) {
-                        (Some(a), Some(b)) => Some(a.min(b)),
-                        (a, b) => a.or(b),
-                    };
+                    tally.sooner(left);
                     tally.marked |= marked;
                 }
                 Some(Ok(Answer::Conflict(held))) => tally.conflict = Some(held),
@@ -422,6 +465,14 @@ impl Tally {
             }
         }
         tally
+    }
+
+    /// Keeps the shorter of the time left so far and `left`.
+    fn sooner(&mut self, left: Option<Duration>) {
+        self.left = match (self.left, left) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
     }
 }
 

@@ -12,6 +12,10 @@ use crate::keys::{Stored, tag};
 pub(crate) enum Answer {
     /// Granted, with this fencing token.
     Granted(u64),
+    /// One server in quorum mode, which came back empty less than a lease
+    /// ago: granted, with this fencing token, but the grant counts towards
+    /// no majority for `left` yet (see `ABSTAIN` in the scripts).
+    Abstained { token: u64, left: Duration },
     /// Held by others: the time until the first of them expires, when
     /// known, and whether this waiting writer's mark is stored.
     Held {
@@ -33,7 +37,16 @@ impl Answer {
             return None;
         };
         match (fields.first().and_then(int), fields.get(1), fields.get(2)) {
-            (Some(1), Some(token), _) => fencing_token(token).map(Self::Granted),
+            (Some(1), Some(token), abstain) => {
+                let token = fencing_token(token)?;
+                match abstain.and_then(int).and_then(|ms| u64::try_from(ms).ok()) {
+                    Some(ms) if ms > 0 => Some(Self::Abstained {
+                        token,
+                        left: Duration::from_millis(ms),
+                    }),
+                    _ => Some(Self::Granted(token)),
+                }
+            }
             (Some(0), Some(left), Some(marked)) => Some(Self::Held {
                 left: int(left)
                     .and_then(|left| u64::try_from(left).ok())

@@ -93,7 +93,34 @@ local function owns(x, id)
 end
 ";
 
-/// The start of [`ACQUIRE`]: a writer on a free name, the common case, is
+/// The start of [`ACQUIRE`]: in quorum mode (a provisional copy, `~`),
+/// whether this server abstains, and for how long. A server that came
+/// back empty (restarted without persistence, or its data lost) does not
+/// know which grants it held, some of which may still be valid on the
+/// copies of other servers; so its grants count towards no majority
+/// (the quorum counts them only when every server granted) until a lease
+/// has passed since it came back: every grant it held before has ended
+/// by then, if its lease was no longer than the one asked for now. It
+/// knows it came back by `KEYS[7]`, the prefix's epoch, written with its
+/// `TIME` in ms, with no expiry, by the first attempt that finds it
+/// missing. `abstain` is the ms of abstention left, 0 when it counts; it
+/// ends every granted reply. Read first, and written only when missing,
+/// so that an attempt on a server out of memory still answers "held".
+const ABSTAIN: &str = r"
+local abstain = 0
+if ARGV[5] == '~' then
+  local time = redis.call('TIME')
+  local ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  local since = tonumber(redis.call('GET', KEYS[7]) or '')
+  if not since then
+    since = ms
+    redis.call('SET', KEYS[7], string.format('%.0f', ms))
+  end
+  abstain = math.max(since + tonumber(ARGV[3]) - ms, 0)
+end
+";
+
+/// The start of [`ACQUIRE`], after [`ABSTAIN`]: a writer on a free name, the common case, is
 /// granted at once (the counter and the grant as `next_token` and the
 /// rest of the script write them). It comes before any helper is defined,
 /// and calls none: defining a helper costs every run that passes it, and
@@ -116,24 +143,26 @@ if ARGV[1] == 'x' and redis.call('EXISTS', KEYS[1], KEYS[2]) == 0 then
   end
   redis.call('SET', KEYS[1], ARGV[2] .. ':' .. (ARGV[5] or '') .. token .. ':' .. ARGV[4], 'PX', ARGV[3])
   if (ARGV[6] or '') ~= '' then redis.call('ZREM', KEYS[4], ARGV[6]) end
-  return {1, token}
+  return {1, token, abstain}
 end
 ";
 
-/// One attempt. KEYS: x s i w t a. ARGV: claim (`x`, `s` or `p`), grant
+/// One attempt. KEYS: x s i w t a, and in quorum mode the prefix's epoch
+/// (see [`ABSTAIN`]). ARGV: claim (`x`, `s` or `p`), grant
 /// id, lease ms, record, then, each left off when it is the last and
 /// empty: what the stored token starts with (`~` for quorum mode's
 /// copies, whose token is provisional until the grant is decided and
 /// [`RAISE`] writes the grant's own), the writer's mark, the permit limit.
 /// The script starts with [`CONSTANTS`].
 ///
-/// Returns `{1, token}` when granted (the token as a number, or as its
-/// digits); `{0, ms left or -1, marked}` when held (`marked`: a waiting
+/// Returns `{1, token, abstain}` when granted (the token as a number, or
+/// as its digits; `abstain` as in [`ABSTAIN`]); `{0, ms left or -1, marked}` when held (`marked`: a waiting
 /// writer's mark is stored), having set `a` for as long, so that a
 /// release within that time is announced; `{2, kind, limit}` when the
 /// name is held as another kind or limit.
 ///
-/// It starts with [`ACQUIRE_FREE`], and its helpers come after that.
+/// It starts with [`ABSTAIN`] and [`ACQUIRE_FREE`], and its helpers come
+/// after that.
 const ACQUIRE: &str = r"
 local x, s, i, w, t, a = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local claim, id, lease, record = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
@@ -146,7 +175,7 @@ local writer = redis.call('PTTL', x)
 if writer ~= -2 and claim == 'x' then
   local v = redis.call('GET', x)
   if v and string.sub(v, 1, 32) == id then
-    return {1, tonumber(string.match(string.sub(v, 34), '^~?(%d+)'))}
+    return {1, tonumber(string.match(string.sub(v, 34), '^~?(%d+)')), abstain}
   end
 end
 -- A writer on a name no reader or permit holder ever used looks no
@@ -156,7 +185,7 @@ if claim ~= 'x' or redis.call('EXISTS', s) == 1 then holders = prune(s, i, now) 
 if claim ~= 'x' and holders > 0 then
   local again = redis.call('HGET', i, id)
   if again and redis.call('ZSCORE', s, id) then
-    return {1, tonumber(string.match(again, '^~?(%d+)'))}
+    return {1, tonumber(string.match(again, '^~?(%d+)')), abstain}
   end
 end
 local kind, held_limit = false, 0
@@ -178,7 +207,7 @@ local function join()
   redis.call('ZADD', s, int(now + lease), id)
   redis.call('HSET', i, 'kind', claim, 'limit', int(limit), id, stored .. int(token) .. ':' .. record)
   expire_with_last(s, i)
-  return {1, token}
+  return {1, token, abstain}
 end
 if claim == 'p' then
   if writer ~= -2 then return {2, 'x', 0} end
@@ -198,7 +227,7 @@ if writer == -2 and holders == 0 then
   local token = next_token(t, now_us)
   redis.call('SET', x, id .. ':' .. stored .. int(token) .. ':' .. record, 'PX', ARGV[3])
   if mark ~= '' then redis.call('ZREM', w, mark) end
-  return {1, token}
+  return {1, token, abstain}
 end
 local marked = 0
 if mark ~= '' then
@@ -442,7 +471,8 @@ static CONSTANTS: LazyLock<String> = LazyLock::new(|| {
 
 /// The acquire script's parts, in order: its common path first, then the
 /// helpers the rest uses.
-const ACQUIRE_PARTS: [&str; 8] = [
+const ACQUIRE_PARTS: [&str; 9] = [
+    ABSTAIN,
     ACQUIRE_FREE,
     CLOCK,
     INT,

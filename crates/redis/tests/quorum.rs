@@ -21,7 +21,27 @@ struct Cluster {
 }
 
 impl Cluster {
+    /// Three servers, each as if in service for longer than any lease:
+    /// their epochs (when each came back empty) are long past, so that
+    /// each one's vote counts at once (see [`Cluster::start_new`]).
     async fn start() -> Self {
+        let cluster = Self::start_new().await;
+        for server in &cluster.servers {
+            let mut connection = raw(&server.url()).await;
+            redis::cmd("SET")
+                .arg("distlock:epoch")
+                .arg(0)
+                .query_async::<()>(&mut connection)
+                .await
+                .expect("SET");
+        }
+        cluster
+    }
+
+    /// Three servers just started, as a new deployment's: each abstains
+    /// for a lease after it is first asked, and a grant counts its vote
+    /// meanwhile only when every server granted.
+    async fn start_new() -> Self {
         let mut servers = Vec::new();
         for _ in 0..3 {
             servers.push(OwnServer::start(&[]).await);
@@ -164,6 +184,112 @@ async fn a_restart_without_persistence_of_one_of_three_keeps_the_lock() {
     two_leases().await;
     still_held(&guard, &other).await;
     assert!(guard.release().await.expect("release"));
+}
+
+/// Issue 38, finding 10: a grant that reached two servers of three (the
+/// third still held a copy of an earlier grant, whose release was on its
+/// way) must not be given to another client when one of the two restarts
+/// empty: the restarted server's vote and the third's would make a
+/// majority that shares no server with the holder's last copy. The
+/// restarted server abstains for a lease after it comes back; grants
+/// that need its vote wait for that, and names the other two can grant
+/// alone still are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_came_back_empty_does_not_vote_for_a_lease_so_no_lock_is_granted_twice() {
+    const LEASE: Duration = Duration::from_secs(3);
+    let mut cluster = Cluster::start_new().await;
+    let holder = cluster.backend().await;
+    // A deployment that has served for a lease: a first grant marks when
+    // each server came into service (all three granted it, so it counted).
+    let first = unique("in-service");
+    let lease = grant(&holder, &first, Claim::Exclusive, LEASE)
+        .await
+        .expect("every server grants a new deployment's first attempt");
+    assert!(holder.release(&lease).await.expect("release"));
+    tokio::time::sleep(LEASE).await;
+
+    let name = unique("restarted-empty");
+    let key = holder.keys_of(&name).remove(0);
+    let third = cluster.servers[2].url();
+    let mut stale = raw(&third).await;
+    redis::cmd("SET")
+        .arg(&key)
+        .arg("an earlier grant's copy, its release on the way")
+        .arg("PX")
+        .arg(60_000)
+        .query_async::<()>(&mut stale)
+        .await
+        .expect("SET");
+    let granted_at = std::time::Instant::now();
+    let held = grant(&holder, &name, Claim::Exclusive, LEASE)
+        .await
+        .expect("the first two servers grant");
+    redis::cmd("DEL")
+        .arg(&key)
+        .query_async::<()>(&mut stale)
+        .await
+        .expect("DEL");
+    let second = cluster.servers[1].url();
+    assert!(
+        exists(&second, &key).await,
+        "the holder's copy on the second"
+    );
+
+    cluster.servers[0].restart().await;
+    let other = cluster.backend().await;
+    let asked_at = std::time::Instant::now();
+    let twice = grant(&other, &name, Claim::Exclusive, LEASE).await;
+    assert!(
+        granted_at.elapsed() < LEASE - LEASE / 10,
+        "the attempt was made while the holder's lease was valid (took {:?})",
+        granted_at.elapsed()
+    );
+    assert!(
+        exists(&second, &key).await,
+        "the holder's copy on the second server is still there"
+    );
+    assert!(
+        twice.is_none(),
+        "granted twice: to the holder (token {}, on the second server) and again (token {}) by \
+         the server that came back empty and the third",
+        held.fencing_token,
+        twice.as_ref().map_or(0, |lease| lease.fencing_token)
+    );
+    // The copies that attempt made were rolled back.
+    let back = cluster.servers[0].url();
+    eventually("the partial grant rolled back", || async {
+        !exists(&back, &key).await && !exists(&third, &key).await
+    })
+    .await;
+
+    // While it abstains, a name the other two grant is granted.
+    let elsewhere = unique("elsewhere");
+    let lease = grant(&other, &elsewhere, Claim::Exclusive, LEASE)
+        .await
+        .expect("the two servers that kept their data grant");
+    assert!(other.release(&lease).await.expect("release"));
+
+    // Without the second server, the name waits for the abstention to end
+    // (a lease after the restarted server was first asked), and is then
+    // granted by the other two, with a larger token.
+    cluster.servers[1].kill();
+    let mut again = None;
+    while again.is_none() {
+        assert!(
+            asked_at.elapsed() < LEASE * 3,
+            "granted once the lease passed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        again = grant(&other, &name, Claim::Exclusive, LEASE).await;
+    }
+    assert!(
+        asked_at.elapsed() >= LEASE - Duration::from_millis(100),
+        "not before the restarted server abstained for a lease: {:?}",
+        asked_at.elapsed()
+    );
+    let again = again.expect("granted");
+    assert!(again.fencing_token > held.fencing_token);
+    assert!(other.release(&again).await.expect("release"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -416,9 +542,12 @@ async fn a_wait_that_splits_the_vote_asks_again_by_itself_and_wins_once_it_can()
     assert!(guard.release().await.expect("release"));
 }
 
+/// The lease of [`next`]'s grants.
+const NEXT_LEASE: Duration = Duration::from_secs(2);
+
 /// A grant and its release, whose token must exceed `last`.
 async fn next(backend: &RedisBackend, name: &LockName, last: &mut u64, why: &str) {
-    let lease = grant(backend, name, Claim::Exclusive, Duration::from_secs(30))
+    let lease = grant(backend, name, Claim::Exclusive, NEXT_LEASE)
         .await
         .expect("granted");
     assert!(
@@ -483,8 +612,17 @@ async fn tokens_increase_while_a_server_of_each_majority_keeps_its_counter() {
     // the third, shared with every majority left, keeps it.
     // (A backend opened afresh: the first call on a connection to a
     // restarted server fails, and only a client's wait would retry it.)
+    // It abstains for a lease after it is first asked (another name's
+    // attempt asks it), as a server that came back empty does.
     cluster.servers[1].restart().await;
     let backend = cluster.backend().await;
+    assert!(
+        grant(&backend, &unique("wake"), Claim::Exclusive, NEXT_LEASE)
+            .await
+            .is_none(),
+        "the restarted server's vote does not count yet, and the first is down"
+    );
+    tokio::time::sleep(NEXT_LEASE).await;
     next(
         &backend,
         &name,
@@ -493,7 +631,8 @@ async fn tokens_increase_while_a_server_of_each_majority_keeps_its_counter() {
     )
     .await;
 
-    // Back with all three: the first's counter is gone too.
+    // Back with all three: the first's counter is gone too (and it
+    // abstains: the other two grant).
     cluster.servers[0].restart().await;
     let backend = cluster.backend().await;
     next(
