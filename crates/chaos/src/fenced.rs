@@ -87,6 +87,11 @@ impl FencedStore {
         })
     }
 
+    /// The run's unfenced witness, beside the counter.
+    pub(crate) fn witness(&self) -> crate::witness::Witness {
+        crate::witness::Witness::in_dir(&self.dir)
+    }
+
     /// A writer's read, with `token`: the counter if accepted.
     ///
     /// # Errors

@@ -231,6 +231,7 @@ mod tests {
             released_ns: Some(released_ns),
             lost_reason: None,
             valid_until_ns: None,
+            witnessed: false,
         }
     }
 

@@ -50,6 +50,9 @@ pub(crate) struct Verdict {
     pub(crate) most_at_once: usize,
     /// Accepted writes the counter does not show.
     pub(crate) lost_updates: u64,
+    /// Writes of the unfenced witness that its value does not show: each
+    /// one, two holders that acted at once.
+    pub(crate) witness_lost_updates: u64,
     /// Holdings whose token is not above that of a holding the server
     /// must have granted first: one that began before this one was asked
     /// for, or one it excludes that ended before this one began. Between
@@ -104,12 +107,13 @@ impl OverlapCause {
 }
 
 impl Verdict {
-    /// Whether the overlaps fit what a row allows: none, where it names no
-    /// cause; only fenced ones, where it names one.
+    /// Whether the overlaps fit what a row allows: none, and no update of
+    /// the unfenced witness lost, where it names no cause; only fenced
+    /// ones, where it names one.
     pub(crate) fn overlaps_fit(&self, allowed: Option<OverlapCause>) -> bool {
         match allowed {
             Some(_) => self.unfenced_overlaps == 0,
-            None => self.overlaps == 0,
+            None => self.overlaps == 0 && self.witness_lost_updates == 0,
         }
     }
 
@@ -120,6 +124,7 @@ impl Verdict {
         self.unfenced_overlaps += other.unfenced_overlaps;
         self.most_at_once = self.most_at_once.max(other.most_at_once);
         self.lost_updates += other.lost_updates;
+        self.witness_lost_updates += other.witness_lost_updates;
         self.token_regressions += other.token_regressions;
         self.rejected_writes += other.rejected_writes;
         self.losses += other.losses;
@@ -203,7 +208,20 @@ pub(crate) fn judge(events: &[Event], store: &FencedStore) -> Outcome<Verdict> {
         .filter(|entry| entry.op == Op::Write && entry.accepted)
         .count() as u64;
     let report = crate::history::check(events, &holdings, &log)?;
+    let witnessed = events
+        .iter()
+        .filter(|event| {
+            matches!(
+                event,
+                Event::Ended {
+                    witnessed: true,
+                    ..
+                }
+            )
+        })
+        .count() as u64;
     Ok(Verdict {
+        witness_lost_updates: witnessed.saturating_sub(store.witness().read()?),
         acquisitions: holdings.len(),
         overlaps: report.overlaps.len(),
         unfenced_overlaps: report

@@ -36,6 +36,7 @@ mod mutants;
 mod report;
 mod scenarios;
 mod servers;
+mod witness;
 mod worker;
 
 /// What the campaign's steps return: any error, with its message.

@@ -153,9 +153,12 @@ pub(crate) fn markdown(run: &RunInfo, scenarios: &[ScenarioInfo], rows: &[Row]) 
          on a fenced counter (a file that accepts an operation only with a token at least \
          as high as the highest it has seen; readers only read, and are accepted while no \
          writer with a higher token has been seen, so readers granted together share a \
-         range of tokens). A holder is valid from its grant until it releases or its \
-         `lost()` fires; overlaps are counted among valid holders on the machine's one \
-         monotonic clock. Lost updates are accepted writes the counter does not show; a \
+         range of tokens). A holder is valid from its grant until it releases, its \
+         `lost()` fires or its own deadline passes, on the machine's one monotonic clock. Lost updates are accepted writes the counter does not show, which \
+         the counter's fencing makes a sign of a repeated token; beside it, each exclusive \
+         holder reads an unfenced witness, pauses, and writes it back plus one while it is \
+         still valid, so a witness lost update shows two holders that acted at once, \
+         whatever the tokens say (it fails a row that allows no overlap); a \
          token regression is a holding whose token is not above that of one that ended \
          before it began (between two readers, or two permits, before it was asked for: \
          their grants may be answered out of order). Every run is recorded as a history \
@@ -191,18 +194,19 @@ pub(crate) fn markdown(run: &RunInfo, scenarios: &[ScenarioInfo], rows: &[Row]) 
         );
         let _ = writeln!(
             out,
-            "| backend | kind | acquisitions | overlaps | lost updates | token regressions | stale writes rejected | losses seen | failed waits | histories checked | undecided | history violations | detail | invariants |"
+            "| backend | kind | acquisitions | overlaps | witness lost updates | lost updates | token regressions | stale writes rejected | losses seen | failed waits | histories checked | undecided | history violations | detail | invariants |"
         );
         let _ = writeln!(
             out,
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"
         );
         for row in mine {
             let cells = match &row.verdict {
                 Some(v) => format!(
-                    "{} | {} | {} | {} | {} | {} | {} | {} | {} | {}",
+                    "{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}",
                     v.acquisitions,
                     row.overlaps_cell(v),
+                    v.witness_lost_updates,
                     v.lost_updates,
                     v.token_regressions,
                     v.rejected_writes,
@@ -212,7 +216,7 @@ pub(crate) fn markdown(run: &RunInfo, scenarios: &[ScenarioInfo], rows: &[Row]) 
                     v.undecided,
                     v.history_violations
                 ),
-                None => "— | — | — | — | — | — | — | — | — | —".into(),
+                None => "— | — | — | — | — | — | — | — | — | — | —".into(),
             };
             let mut detail = match row.verdict.as_ref().and_then(|v| v.history_note.as_ref()) {
                 Some(note) => format!("{}; history: {note}", row.detail),

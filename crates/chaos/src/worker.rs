@@ -110,6 +110,10 @@ pub(crate) enum Event {
         /// count on the lease. `None` for a lock bound to its process.
         #[serde(default)]
         valid_until_ns: Option<u64>,
+        /// Whether the holder wrote the unfenced witness (an exclusive
+        /// holder still valid after its pause).
+        #[serde(default)]
+        witnessed: bool,
     },
     /// An acquisition ended in an error (not a timeout).
     Failed {
@@ -241,6 +245,7 @@ pub(crate) async fn open_patiently(url: &str) -> Outcome<Arc<dyn distlock::backe
 async fn hold_in_turn(client: &LockClient, spec: &Spec, task: usize) -> Outcome<()> {
     let name = LockName::new(&spec.name)?;
     let store = FencedStore::open(&spec.store)?;
+    let witness = store.witness();
     let pid = std::process::id();
     for _ in 0..spec.cycles {
         if spec.stop_at_ns.is_some_and(|stop| now_ns() >= stop) {
@@ -307,10 +312,18 @@ async fn hold_in_turn(client: &LockClient, spec: &Spec, task: usize) -> Outcome<
         let loss = watch_loss(&guard);
 
         let hold = Duration::from_millis(spec.hold_ms);
+        let mut witnessed = false;
         let (read_ok, write_ok) = match spec.claim {
             ClaimSpec::Exclusive => {
+                let seen = witness.read()?;
                 let read = store.read(token)?;
                 tokio::time::sleep(hold).await;
+                // The witness is written only while the holder may act:
+                // a lost update there is two holders acting at once.
+                if still_valid(&guard) {
+                    witness.write(seen + 1)?;
+                    witnessed = true;
+                }
                 let write = match read {
                     Some(value) if spec.write_when_lost || !guard.is_lost() => {
                         Some(store.write(token, value + 1)?)
@@ -364,10 +377,20 @@ async fn hold_in_turn(client: &LockClient, spec: &Spec, task: usize) -> Outcome<
                 released_ns,
                 lost_reason,
                 valid_until_ns,
+                witnessed,
             },
         )?;
     }
     Ok(())
+}
+
+/// Whether `guard`'s holder may still act on its lease: not lost, and
+/// before its own deadline.
+fn still_valid(guard: &distlock::LockGuard) -> bool {
+    !guard.is_lost()
+        && guard
+            .valid_until()
+            .is_none_or(|until| std::time::Instant::now() < until)
 }
 
 /// When a guard's `lost()` fired for a reason other than its release

@@ -298,6 +298,7 @@ fn lost_ack(
                 released_ns,
                 lost_reason: None,
                 valid_until_ns,
+                witnessed: false,
             });
             (Answer::Granted, at_ns, second)
         }
