@@ -169,11 +169,14 @@
 //! - **Wake-ups** come from a subscriber connection to every server, and
 //!   are on while a majority of them is open. **`list`** shows each grant
 //!   that a majority holds, once.
-//! - It survives the loss of a minority of servers. A server restarted
-//!   without persistence does not get the held copies back, so a second
-//!   restart while the same lock is held can let another client in before
-//!   the holder's next extension: keep a restarted server down for a
-//!   lease, or use `appendfsync always`.
+//! - It survives the loss of a minority of servers. A server that came
+//!   back empty (restarted without persistence) abstains for a lease,
+//!   however soon it is back: its grant counts only when every server
+//!   granted, so a lock whose grant rested on its lost copy and one other
+//!   is not granted again. Meanwhile grants need the other servers, and a
+//!   new deployment's first lease grants only what every server grants.
+//!   A restart from an older snapshot is not covered: run the servers
+//!   without persistence, or with `appendfsync always`.
 //!
 //! # Cluster mode
 //! With `?mode=cluster`, the URL's hosts are seeds: nodes of one Redis
