@@ -6,7 +6,9 @@
 //!   answers in decide it. It is granted when a majority granted within
 //!   the lease, less the time the attempt took and a drift margin (every
 //!   copy was stored after the attempt began, so each lives at least that
-//!   long). Otherwise every copy it made is deleted again.
+//!   long). Otherwise every copy it made is deleted again. A server that
+//!   came back empty less than a lease ago abstains: its grant counts only
+//!   when every server granted (see [`counted`]).
 //! - **Tokens.** Each server issues its own token for the name; the
 //!   grant's is the largest of its majority's, and before the grant is
 //!   returned the counters of that majority are raised to it (and their
