@@ -9,11 +9,12 @@
 //! So the faults reach:
 //!
 //! - **restarts one server of three** (R1, R6, R7): the restarted server
-//!   comes back empty, and the other two keep every copy, a majority. Its
-//!   locks are [`OnRestart::Kept`], and overlaps stay forbidden: that is
-//!   what quorum mode promises for one server lost (docs/redis.md). The
-//!   promise does not reach a second server's restart while the same lock
-//!   is held, and no scenario restarts a second one.
+//!   comes back empty and abstains for a lease, so a holder whose grant
+//!   lost a copy to the restart is never granted again by the restarted
+//!   server and one other. Its locks are [`OnRestart::Kept`], and overlaps
+//!   stay forbidden: that is what quorum mode promises for a server that
+//!   came back empty (docs/redis.md, "A server that came back empty").
+//!   No scenario restarts a second server within one hold.
 //! - **network faults a majority** (R3, R5, R9): proxies stand in front of
 //!   the first server and one companion, and the third is reached
 //!   directly, so a delay, a blackhole or a lost answer costs the holder
