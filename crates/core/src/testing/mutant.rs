@@ -66,9 +66,11 @@ impl Mutation {
     }
 }
 
-/// A backend with one deliberate defect; see the [module docs](self).
-/// It offers none of the wrapped backend's hand-overs or wake-ups (waits
-/// poll), and its session, where it has one, as it is.
+/// A backend that forwards to a real one with one deliberate defect, to
+/// show that a check of a lock catches it: a check that passes a mutant is
+/// broken, not the mutant. It offers none of the wrapped backend's
+/// hand-overs or wake-ups (waits poll), and its session, where it has
+/// one, as it is.
 #[derive(Debug)]
 pub struct MutantBackend {
     inner: Arc<dyn Backend>,
