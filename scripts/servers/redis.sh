@@ -40,6 +40,15 @@ start_redis() {
         one_redis_instance "$bin"
         hosts+=("127.0.0.1:$REDIS_PORT")
     done
+    # A deployment already in service: a quorum server that comes back
+    # empty abstains for a lease (docs/redis.md), and so does a new one,
+    # during which a grant needs every server's vote and a try right after
+    # a release can find the third copy not yet deleted. An epoch long past
+    # keeps that first lease out of the shared suites; crates/redis's
+    # tests run it on servers of their own.
+    for host in "${hosts[@]}"; do
+        redis-cli -p "${host##*:}" SET distlock:epoch 0 >/dev/null
+    done
     DISTLOCK_TEST_REDIS_QUORUM_URL="redis://$(IFS=,; echo "${hosts[*]}")?mode=quorum"
     export DISTLOCK_TEST_REDIS_QUORUM_URL
 }
