@@ -38,6 +38,25 @@ pub enum Call {
         /// What the release returned.
         outcome: Done,
     },
+    /// An extension of the lease `token` of the lock `name`.
+    Extend {
+        /// The lock.
+        name: String,
+        /// The lease's fencing token.
+        token: u64,
+        /// What the extension returned: `Ok` when the store said the lease
+        /// was still the caller's and now lasts longer, `Refused` when it
+        /// said the lease was gone.
+        outcome: Done,
+    },
+    /// An administrator's release of the lock `name` from whoever holds it.
+    ForceRelease {
+        /// The lock.
+        name: String,
+        /// What it returned: `Ok` when it ended a live grant, `Refused`
+        /// when it found none.
+        outcome: Done,
+    },
     /// The client's report that its lease `token` of `name` is gone: a
     /// point event (invoke and complete at the same instant).
     Lost {
@@ -195,9 +214,10 @@ impl Op {
     pub fn is_unknown(&self) -> bool {
         match &self.call {
             Call::Acquire { outcome, .. } => *outcome == Acquired::Unknown,
-            Call::Release { outcome, .. } | Call::FencedWrite { outcome, .. } => {
-                *outcome == Done::Unknown
-            }
+            Call::Release { outcome, .. }
+            | Call::Extend { outcome, .. }
+            | Call::ForceRelease { outcome, .. }
+            | Call::FencedWrite { outcome, .. } => *outcome == Done::Unknown,
             Call::FencedRead { outcome, .. } => *outcome == Read::Unknown,
             Call::Lost { .. } | Call::Held { .. } => false,
         }
@@ -208,6 +228,8 @@ impl Op {
         match &self.call {
             Call::Acquire { name, .. }
             | Call::Release { name, .. }
+            | Call::Extend { name, .. }
+            | Call::ForceRelease { name, .. }
             | Call::Lost { name, .. }
             | Call::Held { name, .. } => Subject::Lock(name.clone()),
             Call::FencedWrite { resource, .. } | Call::FencedRead { resource, .. } => {
@@ -359,6 +381,20 @@ impl fmt::Display for Op {
                 f,
                 "release {name:?} token {token} -> {}",
                 done(*outcome, "ok")
+            )?,
+            Call::Extend {
+                name,
+                token,
+                outcome,
+            } => write!(
+                f,
+                "extend {name:?} token {token} -> {}",
+                done(*outcome, "ok")
+            )?,
+            Call::ForceRelease { name, outcome } => write!(
+                f,
+                "release {name:?} by force -> {}",
+                done(*outcome, "ended a grant")
             )?,
             Call::Lost { name, token } => write!(f, "lost {name:?} token {token}")?,
             Call::Held { name, token, share } => {

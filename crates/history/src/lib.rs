@@ -46,13 +46,20 @@
 //!   So a grant to B between A's grant and A's successful release is a
 //!   violation (the leases overlapped, or A's release ended B's lease), as
 //!   is a second successful release of one lease.
+//! - *Extend `t` → ok*: `t` must be the last grant, not released. An
+//!   extension is owner-checked as a release is, so one that succeeds
+//!   after another grant, a release, or a forced release kept a lease
+//!   that had ended.
+//! - *Release by force* (an administrator's): ends whatever grant holds
+//!   the lock, whether it answered that it found one or not (one it did
+//!   not find had expired).
 //! - *Lost `t`* (the client's report that its lease is gone): `t` must have
 //!   been granted. It changes nothing else: a loss found on the client's
 //!   clock fires before the server's lease ends, so a release after it may
 //!   still succeed, and the lock may have been free long before it.
 //! - Constraining nothing: a refused acquire (a grant whose answer was lost
 //!   may hold the lock), an unanswered acquire (it gave nobody a token), a
-//!   refused release (the lease may have expired).
+//!   refused release or extension (the lease may have expired).
 //!
 //! The lock model never assumes how long a lease lasts: a lease ends by
 //! time on the server's clock, which the history does not see, so "the
@@ -95,7 +102,8 @@
 //! What the checker finds, then: two holders valid at once, tokens that do
 //! not increase from grant to grant (a re-grant of a token lets the
 //! previous holder's writes be accepted beside the new holder's), a
-//! successful release of a lease that another grant had ended, a stale
+//! successful release or extension of a lease that another grant, or a
+//! release by force, had ended, a stale
 //! operation accepted, a fresh one refused, and a read that returns a
 //! value no accepted write left there (never written, or overwritten). Two
 //! accepted writes whose tokens disagree with their real-time order are

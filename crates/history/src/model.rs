@@ -16,6 +16,12 @@ pub(crate) enum Step {
     MaybeRelease(u64),
     /// A loss report for `token`.
     Lost(u64),
+    /// An extension of `token` that the store confirmed.
+    Extend(u64),
+    /// A forced release, which ends whatever grant holds the lock.
+    ForceRelease,
+    /// A forced release that may have taken effect.
+    MaybeForceRelease,
     /// A write of `value` with `token` that was accepted.
     Write { token: u64, value: u64 },
     /// A write that may have been accepted.
@@ -61,6 +67,19 @@ impl Step {
                 Done::Refused => None,
             },
             Call::Lost { token, .. } => Some(Step::Lost(token)),
+            Call::Extend { token, outcome, .. } => match outcome {
+                Done::Ok => Some(Step::Extend(token)),
+                // A refused extension is never wrong (the lease may have
+                // expired), and an unanswered one changed nothing a later
+                // step can see.
+                Done::Refused | Done::Unknown => None,
+            },
+            Call::ForceRelease { outcome, .. } => Some(match outcome {
+                // Whether it found a grant or not, none is left after it:
+                // one it did not find had expired.
+                Done::Ok | Done::Refused => Step::ForceRelease,
+                Done::Unknown => Step::MaybeForceRelease,
+            }),
             // Validities are checked apart, by `exclusion`: they are
             // intervals on the one clock, not steps to place.
             Call::Held { .. } => None,
@@ -176,6 +195,19 @@ fn lock_step(last: Option<u64>, holder: Option<u64>, step: Step) -> Next {
             lock(last, holder),
             (holder == Some(token)).then_some(State::Lock { last, holder: None }),
         ]),
+        Step::Extend(token) if holder == Some(token) => Ok([lock(last, holder), None]),
+        Step::Extend(token) => Err(match holder {
+            Some(holder) => format!(
+                "the extension of token {token} took effect after token {holder} was \
+                 granted: it kept a lease that another grant had ended"
+            ),
+            None => format!(
+                "the extension of token {token} took effect after that lease was \
+                 released, by its holder or by force, or was never granted"
+            ),
+        }),
+        Step::ForceRelease => Ok([lock(last, None), None]),
+        Step::MaybeForceRelease => Ok([lock(last, holder), lock(last, None)]),
         Step::Lost(token) if last.is_some_and(|last| token <= last) => {
             Ok([lock(last, holder), None])
         }

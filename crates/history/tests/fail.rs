@@ -303,3 +303,38 @@ fn a_long_context_shows_its_latest_operations() {
     assert!(text.contains("write 20 to"), "{text}");
     assert!(!text.contains("write 8 to"), "{text}");
 }
+
+#[test]
+fn an_extension_that_succeeds_after_a_release_by_force_is_flagged() {
+    // A lock that hides its losses, or extends without the owner check,
+    // keeps a lease an administrator ended.
+    let kept = extend(1, 40, 50, LOCK, 1, Done::Ok);
+    let found = violation(
+        &history([
+            granted(1, 0, 10, LOCK, 1),
+            forced(9, 20, 30, LOCK, Done::Ok),
+            kept.clone(),
+        ]),
+        lock(),
+    );
+    assert_eq!(found.blocked, kept);
+    assert_reason(
+        &found,
+        "after that lease was released, by its holder or by force",
+    );
+}
+
+#[test]
+fn an_extension_that_succeeds_after_the_next_grant_is_flagged() {
+    let kept = extend(1, 40, 50, LOCK, 1, Done::Ok);
+    let found = violation(
+        &history([
+            granted(1, 0, 10, LOCK, 1),
+            granted(2, 20, 30, LOCK, 2),
+            kept.clone(),
+        ]),
+        lock(),
+    );
+    assert_eq!(found.blocked, kept);
+    assert_reason(&found, "after token 2 was granted");
+}

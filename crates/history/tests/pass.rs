@@ -206,3 +206,20 @@ fn operations_that_meet_at_one_instant_count_as_concurrent() {
         write(2, 10, 20, LEDGER, 1, 1, Done::Ok),
     ]));
 }
+
+#[test]
+fn extensions_of_the_current_lease_and_refusals_after_a_release_by_force_pass() {
+    assert_passes(&history([
+        granted(1, 0, 10, LOCK, 1),
+        extend(1, 20, 30, LOCK, 1, Done::Ok),
+        // Sent before the forced release answered: it may have come first.
+        extend(1, 35, 60, LOCK, 1, Done::Ok),
+        forced(9, 40, 50, LOCK, Done::Ok),
+        extend(1, 70, 80, LOCK, 1, Done::Refused),
+        granted(2, 90, 100, LOCK, 2),
+        extend(2, 110, 120, LOCK, 2, Done::Ok),
+        // A forced release that found nothing: the lease had expired.
+        forced(9, 130, 140, LOCK, Done::Refused),
+        extend(2, 150, 160, LOCK, 2, Done::Refused),
+    ]));
+}

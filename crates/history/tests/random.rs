@@ -176,6 +176,15 @@ fn unanswered(op: Op) -> Op {
             token,
             outcome: Done::Unknown,
         },
+        Call::Extend { name, token, .. } => Call::Extend {
+            name,
+            token,
+            outcome: Done::Unknown,
+        },
+        Call::ForceRelease { name, .. } => Call::ForceRelease {
+            name,
+            outcome: Done::Unknown,
+        },
         Call::FencedWrite {
             resource,
             token,
@@ -231,18 +240,21 @@ fn a_history_of_thousands_of_operations_is_decided() {
 }
 
 /// Whether the checker counts `op`: everything but refused or unanswered
-/// acquires, refused releases and unanswered plain reads.
+/// acquires, refused or unanswered extensions, refused releases and
+/// unanswered plain reads.
 fn constrains(op: &Op) -> bool {
     use distlock_history::{Acquired, Call};
     match &op.call {
         Call::Acquire { outcome, .. } => matches!(outcome, Acquired::Granted { .. }),
         Call::Release { outcome, .. } => *outcome != Done::Refused,
+        Call::Extend { outcome, .. } => *outcome == Done::Ok,
         Call::FencedRead {
             token: None,
             outcome,
             ..
         } => matches!(outcome, Read::Value(_)),
         Call::Lost { .. }
+        | Call::ForceRelease { .. }
         | Call::FencedWrite { .. }
         | Call::FencedRead { .. }
         | Call::Held { .. } => true,

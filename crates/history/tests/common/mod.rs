@@ -74,6 +74,39 @@ pub fn releasing(process: u64, invoke: u64, name: &str, token: u64) -> Op {
     )
 }
 
+pub fn extend(
+    process: u64,
+    invoke: u64,
+    complete: u64,
+    name: &str,
+    token: u64,
+    outcome: Done,
+) -> Op {
+    Op::new(
+        process,
+        invoke,
+        complete,
+        Call::Extend {
+            name: name.into(),
+            token,
+            outcome,
+        },
+    )
+}
+
+/// An administrator's release of `name` from whoever holds it.
+pub fn forced(process: u64, invoke: u64, complete: u64, name: &str, outcome: Done) -> Op {
+    Op::new(
+        process,
+        invoke,
+        complete,
+        Call::ForceRelease {
+            name: name.into(),
+            outcome,
+        },
+    )
+}
+
 pub fn write(
     process: u64,
     invoke: u64,
