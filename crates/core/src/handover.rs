@@ -119,7 +119,20 @@ pub(crate) async fn hand_over(
             }
             Ok(true)
         }
-        Ok(HandOver::NotOurs) => Ok(false),
+        Ok(HandOver::NotOurs) => {
+            // A hand-over the store ran twice (a driver sending it again
+            // after a lost answer) can answer "not ours" to the grant its
+            // first run made, which nobody would own for a lease: release
+            // it by its identity, which finds nothing when the hand-over
+            // did nothing. When it was there, the old grant was ours.
+            match release(held, &lease).await {
+                Ok(released) => Ok(released),
+                Err(error) => {
+                    tracing::debug!(name = %lease.name, %error, "releasing a hand-over's grant failed");
+                    Ok(false)
+                }
+            }
+        }
         Err(error) => {
             // Either grant may hold the lock now: release both by identity,
             // the new one first, since it exists only if the old one ended.

@@ -27,6 +27,9 @@ struct Instrumented {
     hand_over_delay_ms: AtomicUsize,
     /// Hand-overs claim the lease was confirmed this long ago.
     hand_over_confirmed_ms_ago: AtomicUsize,
+    /// Hand-overs are made, and answered as if the old grant was not ours,
+    /// as a hand-over script run twice answered before issue 38's fix.
+    hand_over_answers_not_ours: AtomicBool,
     wakeups: bool,
     hands_over: bool,
     /// While set, waits get no watch of releases, as from a backend whose
@@ -100,9 +103,13 @@ impl Hook for Instrumented {
             Answer::Acquire { .. } => pause(&self.reply_delay_ms).await,
             Answer::HandOver { outcome, .. } => {
                 let ago = self.hand_over_confirmed_ms_ago.load(Ordering::SeqCst);
-                if let (Ok(HandOver::Granted { confirmed_at, .. }), true) = (outcome, ago > 0) {
+                if let (Ok(HandOver::Granted { confirmed_at, .. }), true) = (&mut *outcome, ago > 0)
+                {
                     *confirmed_at =
                         Some(tokio::time::Instant::now() - Duration::from_millis(ago as u64));
+                }
+                if self.hand_over_answers_not_ours.load(Ordering::SeqCst) {
+                    *outcome = Ok(HandOver::NotOurs);
                 }
                 pause(&self.hand_over_delay_ms).await;
             }
@@ -432,6 +439,32 @@ async fn a_local_waiter_is_handed_the_lock_in_one_step() {
     second.extend().await.unwrap();
     assert!(second.release().await.unwrap());
     assert!(client.list().await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_made_by_a_hand_over_answered_not_ours_is_released() {
+    let backend = Arc::new(Instrumented::handing_over());
+    backend
+        .hand_over_answers_not_ours
+        .store(true, Ordering::SeqCst);
+    let client = LockClient::new(backend.shared(), options(Duration::from_secs(30)));
+    let lock = name("orphan");
+    let first = client.acquire_with(&lock, Duration::ZERO).await.unwrap();
+    let waiter = queue_waiter(&client, &lock, Duration::from_secs(30)).await;
+    assert!(
+        first.release().await.unwrap(),
+        "the hand-over's grant was there to release: the old one was ours"
+    );
+    assert_eq!(backend.hand_overs.load(Ordering::SeqCst), 1);
+    // Nobody owns the grant the hand-over made: unless it is released, the
+    // waiter waits out its 30 s lease.
+    let second = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiter takes the lock at once, not a lease later")
+        .unwrap()
+        .unwrap();
+    assert_eq!(backend.attempts.load(Ordering::SeqCst), 2);
+    assert!(second.release().await.unwrap());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
