@@ -17,6 +17,7 @@
 //! | `t` | string | the latest fencing token of the name |
 //! | `a` | string, `PX` a waiter's wait | there while an attempt that found the exclusive grant held waits: its release is announced only then |
 //! | `terms` | list | an election's last terms, newest first: `<term>:<previous term>:<record>` (only campaigns write it) |
+//! | `done` | sorted set, in cluster mode | the releases (and forced releases) that ended a grant, by their call's identity, scored by when they are forgotten (ms, server clock): a call the driver sends again answers as its first run did |
 //! | `released` | channel | a message on each release that someone waits for |
 //!
 //! Quorum mode keeps one more key per server and prefix, of no name:
@@ -63,6 +64,7 @@ pub(crate) struct NameKeys {
     pub(crate) token: String,
     pub(crate) awaited: String,
     pub(crate) terms: String,
+    pub(crate) done: String,
     pub(crate) channel: String,
 }
 
@@ -108,6 +110,7 @@ impl KeySpace {
             token: format!("{base}t"),
             awaited: format!("{base}a"),
             terms: format!("{base}terms"),
+            done: format!("{base}done"),
             channel: format!("{base}released"),
         }
     }

@@ -75,6 +75,11 @@ pub(crate) struct Node {
     /// In cluster mode, which master serves which slot, to batch
     /// extensions per master.
     slots: SlotCache,
+    /// Whether the driver may run a call's script twice: a cluster
+    /// connection sends a command again when the connection broke before
+    /// its answer. Releases then remember what they ended (see
+    /// `RELEASE_EXCLUSIVE` in the scripts).
+    resends: bool,
 }
 
 impl Node {
@@ -91,6 +96,7 @@ impl Node {
             keys,
             on,
             slots: SlotCache::default(),
+            resends: false,
         })
     }
 
@@ -102,6 +108,7 @@ impl Node {
             keys,
             on: String::new(),
             slots: SlotCache::default(),
+            resends: true,
         })
     }
 
@@ -571,23 +578,52 @@ impl Node {
         let keys = self.keys.of(name);
         let (claim, _) = claim_code(claim);
         let what = Doing::new("releasing", name, &self.on);
+        let id = id.to_string();
+        let remembered = self.remembered(timeout);
+        let names: [&str; 5] = [
+            &keys.exclusive,
+            &keys.holders,
+            &keys.records,
+            &keys.awaited,
+            &keys.done,
+        ];
+        let args: [&[u8]; 5] = [
+            claim.as_bytes(),
+            id.as_bytes(),
+            keys.channel.as_bytes(),
+            remembered.keep.as_bytes(),
+            remembered.call.as_bytes(),
+        ];
+        // Elsewhere the last key and arguments are left off: each one sent
+        // costs the script call a copy.
+        let (used, sent) = if self.resends { (5, 5) } else { (4, 3) };
         let reply = self
             .run(
                 "release",
                 &what,
                 timeout,
                 &SCRIPTS.release,
-                &[&keys.exclusive, &keys.holders, &keys.records, &keys.awaited],
-                &[
-                    claim.as_bytes(),
-                    id.to_string().as_bytes(),
-                    keys.channel.as_bytes(),
-                ],
+                &names[..used],
+                &args[..sent],
             )
             .await?;
         int(&reply)
             .map(|freed| freed == 1)
             .ok_or_else(|| unexpected(&what.to_string(), &reply))
+    }
+
+    /// What a release or forced release sends so that, run twice, it
+    /// answers as it did the first time: in cluster mode, how long to
+    /// remember it (the call's timeout, after which nobody waits for its
+    /// answer) and an identity of the call's own; elsewhere nothing.
+    fn remembered(&self, timeout: Duration) -> Remembered {
+        if !self.resends {
+            return Remembered::default();
+        }
+        Remembered {
+            keep: millis(timeout),
+            call: LeaseId::random().to_string(),
+        }
     }
 
     /// Announces a delayed release of `name` to the waiters that found it
@@ -610,14 +646,28 @@ impl Node {
     pub(crate) async fn force_release(&self, name: &LockName, timeout: Duration) -> Result<bool> {
         let keys = self.keys.of(name);
         let what = format!("force-releasing {name}{}", self.on);
+        let remembered = self.remembered(timeout);
+        let names: [&str; 5] = [
+            &keys.exclusive,
+            &keys.holders,
+            &keys.records,
+            &keys.awaited,
+            &keys.done,
+        ];
+        let args: [&[u8]; 3] = [
+            keys.channel.as_bytes(),
+            remembered.keep.as_bytes(),
+            remembered.call.as_bytes(),
+        ];
+        let (used, sent) = if self.resends { (5, 3) } else { (4, 1) };
         let reply = self
             .run(
                 "force_release",
                 &what,
                 timeout,
                 &SCRIPTS.force_release,
-                &[&keys.exclusive, &keys.holders, &keys.records, &keys.awaited],
-                &[keys.channel.as_bytes()],
+                &names[..used],
+                &args[..sent],
             )
             .await?;
         int(&reply)
@@ -846,6 +896,16 @@ impl fmt::Display for Doing<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} {}{}", self.verb, self.name, self.on)
     }
+}
+
+/// What a release sends in cluster mode to be answered the same when the
+/// driver runs it twice; empty elsewhere.
+#[derive(Default)]
+struct Remembered {
+    /// How long, in ms.
+    keep: String,
+    /// The call's own identity.
+    call: String,
 }
 
 /// A claim as the scripts name it, with its limit (0 but for permits).

@@ -93,6 +93,28 @@ local function owns(x, id)
 end
 ";
 
+/// `remember(done, call, now, keep)`: records in sorted set `done` that
+/// release `call` ended a grant, for `keep` ms, and forgets the calls
+/// whose time is up; the key expires with the last of them.
+const REMEMBER: &str = r"
+local function remember(done, call, now, keep)
+  redis.call('ZREMRANGEBYSCORE', done, '-inf', int(now))
+  redis.call('ZADD', done, int(now + keep), call)
+  expire_with_last(done, false)
+end
+";
+
+/// `answered(done, call, now)`: 1 when release `call`, run again, ended a
+/// grant at its first run (see [`REMEMBER`]), else 0.
+const ANSWERED: &str = r"
+local function answered(done, call, now)
+  if not call then return 0 end
+  local until_ms = redis.call('ZSCORE', done, call)
+  if until_ms and tonumber(until_ms) > now then return 1 end
+  return 0
+end
+";
+
 /// The start of [`ACQUIRE`]: in quorum mode (a provisional copy, `~`),
 /// whether this server abstains, and for how long. A server that came
 /// back empty (restarted without persistence, or its data lost) does not
@@ -273,16 +295,27 @@ end
 return 0
 ";
 
-/// Ends one grant if it is still ours, and announces it. KEYS: x s i a.
-/// ARGV: claim, grant id, channel. Returns 1 when a live grant ended.
+/// Ends one grant if it is still ours, and announces it. KEYS: x s i a,
+/// and in cluster mode `done`. ARGV: claim, grant id, channel, and in
+/// cluster mode how long to remember the call (ms) and the call's own
+/// identity. Returns 1 when a live grant ended.
 ///
-/// An exclusive grant, the common case, is ended first, as `owns` would
-/// check it, before any helper is defined (see [`ACQUIRE_FREE`]). It is
-/// announced only when `a` is there: an attempt that found the grant
-/// held set it (see [`ACQUIRE`]), and the same `DEL` that ends the grant
-/// tells, so that a release nobody waits for runs no `PUBLISH`.
+/// An exclusive grant on one server, the common case, is ended first, as
+/// `owns` would check it, before any helper is defined (see
+/// [`ACQUIRE_FREE`]). It is announced only when `a` is there: an attempt
+/// that found the grant held set it (see [`ACQUIRE`]), and the same `DEL`
+/// that ends the grant tells, so that a release nobody waits for runs no
+/// `PUBLISH`.
+///
+/// In cluster mode the driver sends a script again when the connection
+/// broke before its answer, and a second run would find the grant gone
+/// and answer 0, a loss the holder never had. So there, and only there (it
+/// costs a write), a release that ended a grant is remembered in `done`
+/// under the call's identity for as long as the call may wait for its
+/// answer, and the same call run again answers 1 (see [`REMEMBER`]). A
+/// release called again is another call, and still finds nothing.
 const RELEASE_EXCLUSIVE: &str = r"
-if ARGV[1] == 'x' then
+if ARGV[1] == 'x' and not ARGV[4] then
   local v = redis.call('GET', KEYS[1])
   if v and string.sub(v, 1, 32) == ARGV[2] then
     if redis.call('DEL', KEYS[1], KEYS[4]) == 2 then redis.call('PUBLISH', ARGV[3], '') end
@@ -293,19 +326,30 @@ end
 ";
 
 /// The rest of the release, after [`RELEASE_EXCLUSIVE`] and the helpers:
-/// a reader's or a permit holder's grant.
+/// a reader's or a permit holder's grant, and in cluster mode any grant,
+/// remembered once ended.
 const RELEASE: &str = r"
-local s, i = KEYS[2], KEYS[3]
-local id, channel = ARGV[2], ARGV[3]
+local x, s, i, a, done = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local claim, id, channel = ARGV[1], ARGV[2], ARGV[3]
+local keep, call = tonumber(ARGV[4] or ''), ARGV[5]
 local now = clock()
+local function ended()
+  if keep then remember(done, call, now, keep) end
+  return 1
+end
+if claim == 'x' then
+  if not owns(x, id) then return answered(done, call, now) end
+  if redis.call('DEL', x, a) == 2 then redis.call('PUBLISH', channel, '') end
+  return ended()
+end
 local score = redis.call('ZSCORE', s, id)
-if not score then return 0 end
+if not score then return answered(done, call, now) end
 redis.call('ZREM', s, id)
 redis.call('HDEL', i, id)
 if redis.call('ZCARD', s) == 0 then redis.call('DEL', i) end
 if tonumber(score) <= now then return 0 end
 redis.call('PUBLISH', channel, '')
-return 1
+return ended()
 ";
 
 /// Ends an exclusive grant and makes the next in one step. KEYS: x t.
@@ -314,9 +358,19 @@ return 1
 /// every later grant of any client gets more than all of them, and the
 /// others are this process's for hand-overs without a command. Returns
 /// the new token, or 0 when the old grant was no longer ours.
+///
+/// Run again with the same arguments (the cluster driver sends a script
+/// again when the connection broke before its answer), it finds the new
+/// grant in the old one's place, and answers its token again, as
+/// [`ACQUIRE`] does for an attempt run again: an answer of 0 would report
+/// a loss the old holder never had, and leave the new grant to nobody for
+/// a lease.
 const HAND_OVER: &str = r"
 local x, t = KEYS[1], KEYS[2]
-if not owns(x, ARGV[1]) then return 0 end
+local v = redis.call('GET', x)
+local holder = v and string.sub(v, 1, 32)
+if holder == ARGV[2] then return tonumber(string.match(string.sub(v, 34), '^(%d+)')) end
+if holder ~= ARGV[1] then return 0 end
 local _, now_us = clock()
 local token = next_token(t, now_us)
 local block = tonumber(ARGV[5]) or 1
@@ -344,14 +398,23 @@ redis.call('PUBLISH', ARGV[1], '')
 return 1
 ";
 
-/// Ends every grant of a name, and announces it. KEYS: x s i a. ARGV:
-/// channel. Returns 1 when a live grant ended. Waiting writers' marks stay.
+/// Ends every grant of a name, and announces it. KEYS: x s i a, and in
+/// cluster mode `done`. ARGV: channel, and in cluster mode how long to
+/// remember the call (ms) and its identity. Returns 1 when a live grant
+/// ended. Waiting writers' marks stay.
+///
+/// In cluster mode a call that ended a grant is remembered, and the same
+/// call run again (the driver sends it again after a broken connection)
+/// answers 1, not "nothing was held"; see [`RELEASE_EXCLUSIVE`].
 const FORCE_RELEASE: &str = r"
 local now = clock()
+local keep, call = tonumber(ARGV[2] or ''), ARGV[3]
+if keep and answered(KEYS[5], call, now) == 1 then return 1 end
 local held = redis.call('EXISTS', KEYS[1]) + redis.call('ZCOUNT', KEYS[2], '(' .. int(now), '+inf')
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
 if held > 0 then
   redis.call('PUBLISH', ARGV[1], '')
+  if keep then remember(KEYS[5], call, now, keep) end
   return 1
 end
 return 0
@@ -512,11 +575,27 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
             &campaign_epilogue(),
         ]),
         extend: of(&[CLOCK, INT, EXPIRE_WITH_LAST, OWNS, EXTEND]),
-        release: of(&[RELEASE_EXCLUSIVE, CLOCK, RELEASE]),
-        hand_over: of(&[&CONSTANTS, CLOCK, INT, NEXT_TOKEN, OWNS, HAND_OVER]),
+        release: of(&[
+            RELEASE_EXCLUSIVE,
+            CLOCK,
+            INT,
+            EXPIRE_WITH_LAST,
+            OWNS,
+            REMEMBER,
+            ANSWERED,
+            RELEASE,
+        ]),
+        hand_over: of(&[&CONSTANTS, CLOCK, INT, NEXT_TOKEN, HAND_OVER]),
         end_wait: of(&[END_WAIT]),
         announce: of(&[ANNOUNCE]),
-        force_release: of(&[CLOCK, INT, FORCE_RELEASE]),
+        force_release: of(&[
+            CLOCK,
+            INT,
+            EXPIRE_WITH_LAST,
+            REMEMBER,
+            ANSWERED,
+            FORCE_RELEASE,
+        ]),
         inspect: of(&[CLOCK, INT, INSPECT]),
         terms: of(&[TERMS]),
         raise: of(&[&CONSTANTS, INT, OWNS, RAISE]),

@@ -316,3 +316,33 @@ async fn a_guard_handed_over_without_a_command_reports_a_deleted_key_at_its_next
         "the lost lease is not released"
     );
 }
+
+#[tokio::test]
+async fn a_hand_over_run_twice_answers_its_grant_again() {
+    // What the cluster driver does when a connection breaks before the
+    // answer: the same script, with the same grants, runs a second time.
+    for url in [url(), support::cluster_url()] {
+        let backend = backend(&url).await;
+        let name = unique("twice");
+        let first = grant(&backend, &name, Claim::Exclusive, LEASE)
+            .await
+            .expect("free");
+        let next = AcquireRequest::new(
+            name.clone(),
+            Claim::Exclusive,
+            LEASE,
+            Holder::this_process(Some("redis-tests")).into(),
+        );
+        let hand_overs = backend.hand_overs().expect("hand-overs");
+        let mut tokens = Vec::new();
+        for run in ["first", "second"] {
+            match hand_overs.hand_over(&first, &next).await.expect(run) {
+                HandOver::Granted { fencing_token, .. } => tokens.push(fencing_token),
+                HandOver::NotOurs => panic!("{url}: the {run} run found its own grant another's"),
+            }
+        }
+        assert_eq!(tokens[0], tokens[1], "{url}: one grant, one token");
+        let handed = next.granted(tokens[0], distlock_core::GrantState::none());
+        assert!(backend.release(&handed).await.expect("release"), "{url}");
+    }
+}
