@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::{AcquireRequest, Attempt, Backend, Lease, LeaseId};
+use crate::backend::{AcquireRequest, Attempt, Backend, Holder, Lease, LeaseId};
 use crate::bounded;
 use crate::detach::Detach;
 use crate::error::Result;
@@ -65,7 +65,9 @@ impl Asking {
             let backend = backend.clone();
             move |(outcome, asking): (Result<Outcome>, Self)| async move {
                 if let Ok(Outcome::Granted(lease, ..)) = outcome {
-                    release_unclaimed(&*backend, &lease, operation_timeout).await;
+                    Unclaimed::of(&asking.request, lease)
+                        .release(&*backend, operation_timeout)
+                        .await;
                 }
                 asking.end(&*backend).await;
             }
@@ -108,10 +110,11 @@ impl Asking {
                 if error.is_transient() {
                     // The backend may have granted before the reply was
                     // lost; release by identity, harmless if it did not.
-                    let lease = self.request.granted(0, GrantState::none());
+                    let unclaimed =
+                        Unclaimed::of(&self.request, self.request.granted(0, GrantState::none()));
                     let backend = backend.clone();
                     crate::sync::spawn(async move {
-                        release_unclaimed(&*backend, &lease, operation_timeout).await;
+                        unclaimed.release(&*backend, operation_timeout).await;
                     });
                 }
                 Err(error)
@@ -138,12 +141,43 @@ impl Asking {
     }
 }
 
-pub(crate) async fn release_unclaimed(backend: &dyn Backend, lease: &Lease, timeout: Duration) {
-    match bounded::call(backend, timeout, "release", backend.release(lease)).await {
-        Ok(true) => tracing::debug!(name = %lease.name, "released a grant nobody waited for"),
-        Ok(false) => {}
-        Err(error) => {
-            tracing::warn!(name = %lease.name, %error, "could not release an unclaimed grant; it will expire")
+/// A grant its holder will never receive: released, and first its term
+/// withdrawn from the election's record when it recorded one, so that no
+/// observer reports a leader that never led.
+pub(crate) struct Unclaimed {
+    lease: Lease,
+    /// Whom the grant's term was recorded for, when it recorded one.
+    term_of: Option<Arc<Holder>>,
+}
+
+impl Unclaimed {
+    /// `lease`, granted (or perhaps granted) to `request`.
+    pub(crate) fn of(request: &AcquireRequest, lease: Lease) -> Self {
+        Self {
+            lease,
+            term_of: request.records_term.then(|| request.holder.clone()),
+        }
+    }
+
+    /// Withdraws the grant's term, if it recorded one, then releases it,
+    /// each within `timeout`.
+    pub(crate) async fn release(self, backend: &dyn Backend, timeout: Duration) {
+        let lease = &self.lease;
+        if let (Some(holder), Some(log)) = (&self.term_of, backend.term_log()) {
+            // Before the release: while the grant holds the lock, no later
+            // grant can name its term as the one before it.
+            let withdrawn =
+                bounded::within(false, timeout, "withdraw term", log.withdraw(lease, holder));
+            if let Err(error) = withdrawn.await {
+                tracing::warn!(name = %lease.name, %error, "could not withdraw the term of a grant nobody received; observers may report it");
+            }
+        }
+        match bounded::call(backend, timeout, "release", backend.release(lease)).await {
+            Ok(true) => tracing::debug!(name = %lease.name, "released a grant nobody waited for"),
+            Ok(false) => {}
+            Err(error) => {
+                tracing::warn!(name = %lease.name, %error, "could not release an unclaimed grant; it will expire")
+            }
         }
     }
 }

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::acquire::AcquireOptions;
-use crate::attempt::{Asking, Outcome};
+use crate::attempt::{Asking, Outcome, Unclaimed};
 use crate::backend::{AcquireRequest, Backend, Holder, Lease, LockInfo};
 use crate::backoff::Backoff;
 use crate::bounded;
@@ -455,7 +455,17 @@ impl LockClient {
         let retries = timeout != Some(Duration::ZERO);
         let mut pending =
             PendingWait::new(self, Asking::new(self.request(name, claim, retries, asked)));
-        let outcome = wait.for_grant(&mut pending, yielded).await;
+        let outcome = match wait.for_grant(&mut pending, yielded).await {
+            Ok((lease, ..)) if pending.template.records_term && wait.is_cancelled() => {
+                // Cancelled as the grant came: nobody leads by it, so its
+                // term goes with it.
+                Unclaimed::of(&pending.template, lease)
+                    .release(&*self.inner.backend, self.inner.options.operation_timeout())
+                    .await;
+                Err(wait.cancelled())
+            }
+            outcome => outcome,
+        };
         pending.end().await;
         let (lease, sent_at, reporter) = outcome?;
         let guard = self.guard(permit, lease, sent_at, reporter, wait.started);

@@ -233,7 +233,10 @@ impl Leadership {
 /// Each call of [`next`](Self::next) returns the next leader, in term
 /// order, none skipped: the backend records each term in the write that
 /// grants it ([`Backend::term_log`](crate::Backend::term_log)), and the
-/// observer reads the terms after the last it returned. So a term that
+/// observer reads the terms after the last it returned. A grant its
+/// campaign never received has its term withdrawn before it is released
+/// ([`TermLog::withdraw`](crate::TermLog::withdraw)), so only a look in
+/// between reports its leader, who never led. So a term that
 /// began and ended between two looks is still returned, with the value it
 /// campaigned with. It looks right after a release on a backend that
 /// reports releases (then a new leader shows within a few round trips of

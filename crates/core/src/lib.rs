@@ -71,7 +71,7 @@ pub use name::{IntoLockName, LockName, MAX_NAME_LEN};
 pub use options::{LockOptions, LockOptionsBuilder};
 pub use set::{IntoLockClaim, LockSet};
 pub use state::{GrantState, Payload, WaitState};
-pub use terms::{TERMS_KEPT, Term, TermLog};
+pub use terms::{TERMS_KEPT, Term, TermLog, withdraw_term};
 pub use wake::{ReleaseHub, ReleaseWatch};
 
 /// The fencing token floor for backends that may lose their counters (a

@@ -17,7 +17,7 @@ use crate::name::LockName;
 use crate::options::LockOptions;
 use crate::state::{GrantState, WaitState};
 use crate::sync::{Mutex, MutexGuard};
-use crate::terms::{TERMS_KEPT, Term, TermLog};
+use crate::terms::{TERMS_KEPT, Term, TermLog, withdraw_term};
 use crate::wake::{ReleaseHub, ReleaseWatch};
 
 /// Locks that live in this process's memory, with real leases that expire
@@ -66,7 +66,7 @@ struct Slot {
     waiting_writers: Vec<WriterMark>,
     last_token: u64,
     /// The last [`TERMS_KEPT`] terms, oldest first.
-    terms: VecDeque<Term>,
+    terms: Vec<Term>,
     /// In fair mode, the places of the writers waiting, first come first.
     queue: VecDeque<Place>,
 }
@@ -202,11 +202,15 @@ impl Slot {
         });
     }
 
-    /// Gives up `wait`'s place, and a grant made to it meanwhile.
+    /// Gives up `wait`'s place, and a grant made to it meanwhile, with
+    /// its term: its holder never received it.
     fn leave_queue(&mut self, wait: &mut WaitState, now: Instant) {
         if let Some(PlaceId(id)) = wait.take::<PlaceId>() {
             self.queue.retain(|place| place.id != id);
-            self.holders.retain(|grant| grant.id != id);
+            if let Some(at) = self.holders.iter().position(|grant| grant.id == id) {
+                let grant = self.holders.swap_remove(at);
+                withdraw_term(&mut self.terms, grant.token, &grant.holder);
+            }
             self.prune(now);
         }
     }
@@ -241,10 +245,10 @@ impl Slot {
         self.last_token += 1;
         if request.records_term {
             if self.terms.len() == TERMS_KEPT {
-                self.terms.pop_front();
+                self.terms.remove(0);
             }
-            let previous = self.terms.back().map(|term| term.term);
-            self.terms.push_back(Term::new(
+            let previous = self.terms.last().map(|term| term.term);
+            self.terms.push(Term::new(
                 self.last_token,
                 previous,
                 Holder::clone(&request.holder),
@@ -540,6 +544,26 @@ impl TermLog for MemoryBackend {
                 .cloned()
                 .collect()
         }))
+    }
+
+    async fn withdraw(&self, lease: &Lease, holder: &Holder) -> Result<()> {
+        let mut locks = self.lock();
+        let Some(slot) = locks.get_mut(&lease.name) else {
+            return Ok(());
+        };
+        // A grant whose answer never came is found by its identity.
+        let term = match lease.fencing_token {
+            0 => slot
+                .holders
+                .iter()
+                .find(|grant| grant.id == lease.id)
+                .map(|grant| grant.token),
+            token => Some(token),
+        };
+        if let Some(term) = term {
+            withdraw_term(&mut slot.terms, term, holder);
+        }
+        Ok(())
     }
 }
 

@@ -3,16 +3,32 @@
 //! leader, the short-lived ones too.
 //!
 //! A campaign's grant asks for it ([`AcquireRequest::records_term`]), and
-//! the backend appends the term in the same atomic write that grants it:
-//! a term is in the record exactly when it was granted. The record keeps
-//! the last [`TERMS_KEPT`] terms; each names the term before it, so that
-//! an observer that fell further behind can tell that it did.
+//! the backend appends the term in the same atomic write that grants it.
+//! A grant its holder never received is withdrawn: an attempt that timed
+//! out or was cancelled after the grant, one whose answer was lost, one a
+//! backend takes back itself (Redis's `wait_replicas` unconfirmed). Core
+//! (or that backend) then removes its term with [`TermLog::withdraw`]
+//! before the grant is released. So a term is in the record when it was
+//! granted and its holder was not refused it; the one moment left is the
+//! time between the grant and its withdrawal, when an observer that reads
+//! the record sees the term, and reports a leader that never led. Two
+//! kinds of grant still leave their term: one whose answer was lost on a
+//! backend that keeps the grant only in that answer (the file backend,
+//! PostgreSQL in advisory mode), where nothing names the term any more;
+//! and, in fair mode, one a release passed on to a waiter that gave up
+//! before taking it over, where the backend recorded the term with the
+//! pass-on (MongoDB, PostgreSQL).
+//!
+//! The record keeps the last [`TERMS_KEPT`] terms; each names the term
+//! before it, so that an observer that fell further behind can tell that
+//! it did. A withdrawn term's successor takes over its `previous`, so the
+//! gap it leaves is not taken for forgotten terms.
 //!
 //! [`AcquireRequest::records_term`]: crate::backend::AcquireRequest::records_term
 
 use async_trait::async_trait;
 
-use crate::backend::Holder;
+use crate::backend::{Holder, Lease};
 use crate::error::Result;
 use crate::name::LockName;
 
@@ -51,6 +67,46 @@ pub trait TermLog: Send + Sync {
     /// The terms of `name` the record still keeps whose term is greater
     /// than `after`, oldest first; all it keeps for `after = 0`.
     async fn terms_after(&self, name: &LockName, after: u64) -> Result<Vec<Term>>;
+
+    /// Removes the term `lease` was granted with, if the record still
+    /// keeps it and it was recorded for `holder`: a term of the same
+    /// number recorded for anyone else stays. The term after it, if the
+    /// record keeps one, takes the removed term's `previous`.
+    ///
+    /// Core calls it for a campaign's grant that its holder never
+    /// received, before releasing that grant, while the grant still holds
+    /// the lock (unless its lease ran out meanwhile). A leader that steps
+    /// down keeps its term: core never calls it for a grant it handed over.
+    ///
+    /// The term is `lease.fencing_token`; 0 when the grant's answer never
+    /// came, and then it is the term of the grant that holds `lease.name`
+    /// under `lease.id`, if one still does (a backend that cannot have
+    /// such a grant, or cannot find its term, removes nothing).
+    ///
+    /// # Errors
+    /// A backend error; the term then stays in the record.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the term removed or not; calling it
+    /// again is harmless.
+    async fn withdraw(&self, lease: &Lease, holder: &Holder) -> Result<()>;
+}
+
+/// Removes the term `term`, recorded for `holder`, from `record`, giving its `previous` to the term after it: the step every
+/// backend that edits its record in memory takes for
+/// [`TermLog::withdraw`]. Returns whether it removed one.
+pub fn withdraw_term(record: &mut Vec<Term>, term: u64, holder: &Holder) -> bool {
+    let Some(at) = record
+        .iter()
+        .position(|kept| kept.term == term && kept.holder == *holder)
+    else {
+        return false;
+    };
+    let removed = record.remove(at);
+    if let Some(next) = record.get_mut(at) {
+        next.previous = removed.previous;
+    }
+    true
 }
 
 /// What a record read after `after` says about the terms in between: the
@@ -106,6 +162,22 @@ mod tests {
                 before: 9
             })
         );
+    }
+
+    #[test]
+    fn a_withdrawn_term_gives_its_previous_to_the_next_and_leaves_no_gap() {
+        // Term 7 was withdrawn after 9 was granted behind it.
+        let mut record = vec![term(3, None), term(7, Some(3)), term(9, Some(7))];
+        let other = Holder::this_process(Some("someone else"));
+        assert!(!withdraw_term(&mut record, 7, &other), "not its term");
+        assert!(withdraw_term(&mut record, 7, &Holder::this_process(None)));
+        let kept: Vec<_> = record.iter().map(|t| (t.term, t.previous)).collect();
+        assert_eq!(kept, vec![(3, None), (9, Some(3))]);
+        // An observer that last saw 3 goes on to 9, no gap.
+        let (terms, forgotten) = continuing(3, record.clone());
+        assert_eq!((terms.len(), forgotten), (1, None));
+        // One that saw 7 before it went goes on to 9 too.
+        assert_eq!(continuing(7, record).1, None);
     }
 
     #[test]

@@ -14,7 +14,7 @@
 //! place. A compare that fails (another campaign granted meanwhile) writes
 //! nothing.
 
-use distlock_core::{Error, Holder, Result, TERMS_KEPT, Term};
+use distlock_core::{Error, Holder, Result, TERMS_KEPT, Term, withdraw_term};
 use serde::{Deserialize, Serialize};
 
 use crate::raw::etcdserverpb::Compare;
@@ -153,6 +153,37 @@ impl TermRecord {
         };
         serde_json::to_vec(&stored).unwrap_or_default()
     }
+
+    /// What the record becomes once `term`, recorded for `holder`, is
+    /// withdrawn: `None` when it holds no such term, `Some(None)` when no
+    /// term is left (the key goes), else its new value. Each term names
+    /// the one kept before it, so the term after the withdrawn one now
+    /// names the withdrawn one's previous. The newest term is stored with
+    /// its number: this write's revision is not its term.
+    pub(crate) fn without(&self, term: u64, holder: &Holder) -> Option<Option<Vec<u8>>> {
+        let mut terms = self.terms();
+        if !withdraw_term(&mut terms, term, holder) {
+            return None;
+        }
+        let Some(newest) = terms.pop() else {
+            return Some(None);
+        };
+        let stored = Stored {
+            before: terms
+                .first()
+                .map_or(newest.previous, |first| first.previous),
+            earlier: terms
+                .into_iter()
+                .map(|term| Filed {
+                    term: term.term,
+                    holder: term.holder,
+                })
+                .collect(),
+            newest: newest.holder,
+            newest_term: Some(newest.term),
+        };
+        Some(Some(serde_json::to_vec(&stored).unwrap_or_default()))
+    }
 }
 
 #[cfg(test)]
@@ -175,6 +206,28 @@ mod tests {
             ..KeyValue::default()
         };
         TermRecord::parse(Some(&kv)).expect("a record")
+    }
+
+    #[test]
+    fn a_withdrawn_term_leaves_its_previous_to_the_next() {
+        let mut record = TermRecord::parse(None).expect("no record");
+        for (round, revision) in [10, 20, 30].into_iter().enumerate() {
+            record = written(
+                record.with_next(&holder(&format!("v{round}")), None),
+                revision,
+            );
+        }
+        assert_eq!(record.without(20, &holder("v0")), None, "not its holder");
+        let value = record
+            .without(20, &holder("v1"))
+            .expect("kept")
+            .expect("terms left");
+        // Rewritten at a revision that is no term: the newest keeps its own.
+        let terms = written(value, 40).terms();
+        let kept: Vec<_> = terms.iter().map(|t| (t.term, t.previous)).collect();
+        assert_eq!(kept, [(10, None), (30, Some(10))]);
+        let only = written(TermRecord::default().with_next(&holder("v"), None), 5);
+        assert_eq!(only.without(5, &holder("v")), Some(None), "the key goes");
     }
 
     #[test]

@@ -58,6 +58,17 @@ impl Held {
         self.locked.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Runs `write` while the grant still holds its files, not released
+    /// and not replaced by a forced release; `None` when it no longer
+    /// does.
+    pub(crate) fn while_held<T>(&self, write: impl FnOnce() -> Result<T>) -> Result<Option<T>> {
+        let locked = self.locked();
+        match &*locked {
+            Some(locked) if locked.is_current()? => write().map(Some),
+            _ => Ok(None),
+        }
+    }
+
     /// Whether the grant is still ours: not released, and no forced release
     /// replaced its files.
     pub(crate) fn is_ours(&self) -> Result<bool> {

@@ -88,7 +88,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use distlock_core::{
     AcquireRequest, Attempt, Backend, Capabilities, Claim, DelayedRelease, Error, GrantState,
-    Lease, LockInfo, LockName, ReleaseWatch, Result, ServerInfo, Term, TermLog, WaitState, Wakeups,
+    Holder, Lease, LockInfo, LockName, ReleaseWatch, Result, ServerInfo, Term, TermLog, WaitState,
+    Wakeups,
 };
 
 use crate::files::{Mode, io_error, open_existing, open_locked};
@@ -330,6 +331,19 @@ impl Backend for FileBackend {
 impl TermLog for FileBackend {
     async fn terms_after(&self, name: &LockName, after: u64) -> Result<Vec<Term>> {
         TermRecord::of(&self.dir, name).after(after)
+    }
+
+    /// Rewrites the record while the grant still holds its lock file
+    /// exclusively, as every write of the record is made. A grant that no
+    /// longer does, or whose answer never came (and so never held
+    /// anything here), withdraws nothing.
+    async fn withdraw(&self, lease: &Lease, holder: &Holder) -> Result<()> {
+        let Some(held) = lease.state.get::<Held>() else {
+            return Ok(());
+        };
+        let record = TermRecord::of(&self.dir, &lease.name);
+        held.while_held(|| record.withdraw(lease.fencing_token, holder))?;
+        Ok(())
     }
 }
 

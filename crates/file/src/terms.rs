@@ -9,7 +9,7 @@
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
-use distlock_core::{Holder, LockName, Result, TERMS_KEPT, Term};
+use distlock_core::{Holder, LockName, Result, TERMS_KEPT, Term, withdraw_term};
 use serde::{Deserialize, Serialize};
 
 use crate::files::{io_error, open_existing, replace_whole};
@@ -21,6 +21,22 @@ struct Entry {
     term: u64,
     previous: Option<u64>,
     holder: Holder,
+}
+
+impl From<Entry> for Term {
+    fn from(entry: Entry) -> Self {
+        Term::new(entry.term, entry.previous, entry.holder)
+    }
+}
+
+impl From<Term> for Entry {
+    fn from(term: Term) -> Self {
+        Entry {
+            term: term.term,
+            previous: term.previous,
+            holder: term.holder,
+        }
+    }
 }
 
 /// `name`'s record of terms in `dir`.
@@ -58,6 +74,23 @@ impl TermRecord {
         });
         let excess = entries.len().saturating_sub(TERMS_KEPT);
         entries.drain(..excess);
+        self.write(&entries)
+    }
+
+    /// Removes `term`, if it was recorded for `holder`, and gives its
+    /// `previous` to the term after it. The caller holds the name's lock
+    /// file exclusively.
+    pub(crate) fn withdraw(&self, term: u64, holder: &Holder) -> Result<()> {
+        let mut terms: Vec<Term> = self.read()?.into_iter().map(Term::from).collect();
+        if !withdraw_term(&mut terms, term, holder) {
+            return Ok(());
+        }
+        let entries: Vec<Entry> = terms.into_iter().map(Entry::from).collect();
+        self.write(&entries)
+    }
+
+    /// Replaces the record with `entries`.
+    fn write(&self, entries: &[Entry]) -> Result<()> {
         let text = serde_json::to_vec(&entries).map_err(|e| {
             io_error(
                 format!("cannot encode the terms of {}", self.path.display()),
@@ -75,7 +108,7 @@ impl TermRecord {
             .read()?
             .into_iter()
             .filter(|entry| entry.term > after)
-            .map(|entry| Term::new(entry.term, entry.previous, entry.holder))
+            .map(Term::from)
             .collect())
     }
 

@@ -10,12 +10,16 @@
 //! the record over unchanged, at no cost but a field reference.
 
 use async_trait::async_trait;
-use distlock_core::{AcquireRequest, Error, LockName, Result, TERMS_KEPT, Term, TermLog};
+use distlock_core::{
+    AcquireRequest, Error, Holder, Lease, LockName, Result, TERMS_KEPT, Term, TermLog,
+};
 use mongodb::bson::{Bson, Document, doc};
 
 use crate::backend::MongoBackend;
 use crate::counter;
-use crate::document::{HOLDER, by_name, describe, field, holder, next_token, read_holder};
+use crate::document::{
+    HOLDER, LOCK_ID, by_name, describe, field, holder, lock_id, next_token, read_holder, read_token,
+};
 use crate::error::driver;
 
 /// The record of terms, in the lock document.
@@ -58,6 +62,37 @@ pub(crate) fn appended(holder: Bson) -> Bson {
         }
     }
     .into()
+}
+
+/// The filter and the update that withdraw `term`, recorded for
+/// `holder`, from `name`'s record: the entry goes, and the entry that
+/// named it as its previous term takes its previous instead. The holder
+/// is a literal, so that a label such as `$$NOW` stays text.
+fn withdrawal(name: &LockName, term: u64, holder: &Holder) -> (Document, Vec<Document>) {
+    let term = i64::try_from(term).unwrap_or(i64::MAX);
+    let holder = self::holder(holder);
+    let filter = doc! {
+        "_id": name.as_str(),
+        TERMS: { "$elemMatch": { TERM: term, HOLDER: holder.clone() } },
+    };
+    let is_it = doc! { "$and": [
+        { "$eq": ["$$this.term", term] },
+        { "$eq": ["$$this.holder", { "$literal": holder }] },
+    ] };
+    let record = doc! {
+        "$let": {
+            "vars": { "removed": { "$arrayElemAt": [{ "$filter": { "input": field(TERMS), "cond": is_it.clone() } }, 0] } },
+            "in": { "$map": {
+                "input": { "$filter": { "input": field(TERMS), "cond": { "$not": [is_it] } } },
+                "in": { "$cond": [
+                    { "$eq": ["$$this.previous", "$$removed.term"] },
+                    { "$mergeObjects": ["$$this", { PREVIOUS: "$$removed.previous" }] },
+                    "$$this",
+                ] },
+            } },
+        }
+    };
+    (filter, vec![doc! { "$set": { TERMS: record } }])
 }
 
 /// The terms of `found`'s record greater than `after`, oldest first.
@@ -130,6 +165,39 @@ impl TermLog for MongoBackend {
             ),
             None => Ok(Vec::new()),
         }
+    }
+
+    /// One update of the lock document, after one `find` of its token
+    /// when the grant's answer never came.
+    ///
+    /// # Errors
+    /// A backend error when a read or the write fails.
+    ///
+    /// # Cancel safety
+    /// The update is one write: done or not.
+    async fn withdraw(&self, lease: &Lease, holder: &Holder) -> Result<()> {
+        let name = &lease.name;
+        let term = match lease.fencing_token {
+            0 => {
+                let found = self
+                    .collection()
+                    .find_one(doc! { "_id": name.as_str(), LOCK_ID: lock_id(lease.id) })
+                    .max_time(lease.operation_timeout)
+                    .await
+                    .map_err(|error| driver(&format!("finding the grant of {name}"), error))?;
+                match found.map(|found| read_token(&found)) {
+                    Some(Ok(Some(token))) => token,
+                    _ => return Ok(()),
+                }
+            }
+            token => token,
+        };
+        let (filter, update) = withdrawal(name, term, holder);
+        self.collection()
+            .update_one(filter, update)
+            .await
+            .map_err(|error| driver(&format!("withdrawing a term of {name}"), error))?;
+        Ok(())
     }
 }
 

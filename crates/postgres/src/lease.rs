@@ -73,7 +73,8 @@ impl LeaseMode {
         let fair = fair.then(|| FairStatements::new(table, records_terms.then_some(&terms_table)));
         let sweep = Sweep::lease(connections.clone(), statements.sweep.clone());
         Self {
-            terms: records_terms.then(|| TermRecord::new(connections.clone(), &terms_table)),
+            terms: records_terms
+                .then(|| TermRecord::new(connections.clone(), &terms_table, Some(table))),
             fair,
             _sweeper: sweep.clone().start(),
             sweep,

@@ -10,7 +10,7 @@
 
 use async_trait::async_trait;
 use distlock_core::{
-    AcquireRequest, Claim, Error, Holder, LockName, Result, TERMS_KEPT, Term, TermLog,
+    AcquireRequest, Claim, Error, Holder, Lease, LockName, Result, TERMS_KEPT, Term, TermLog,
 };
 use tokio_postgres::Row;
 use tokio_postgres::types::Type;
@@ -95,19 +95,62 @@ pub(crate) fn holder_json(holder: &Holder) -> String {
     serde_json::to_string(holder).unwrap_or_else(|_| "{}".to_owned())
 }
 
-/// Reads the record, through the pool: one statement, no write.
+/// Reads the record, through the pool: one statement, no write; and
+/// withdraws a term from it (see [`TermLog::withdraw`]), one statement.
 pub(crate) struct TermRecord {
     connections: Connections,
     /// `$1` name, `$2` the last term seen: the kept terms after it,
     /// oldest first.
     read: String,
+    /// `$1` name, `$2` the term (0: the one of grant `$4`, where the
+    /// mode can tell), `$3` the holder as JSON text, `$4` the grant's
+    /// identity: removes the entry, and gives its previous term to the
+    /// entry that named it.
+    withdraw: String,
 }
 
 impl TermRecord {
-    pub(crate) fn new(connections: Connections, terms: &TableName) -> Self {
+    /// The record in table `terms`; `grants`, lease mode's lock table,
+    /// where a grant whose answer never came is found by its identity.
+    pub(crate) fn new(
+        connections: Connections,
+        terms: &TableName,
+        grants: Option<&TableName>,
+    ) -> Self {
         let table = terms.quoted();
+        let term = match grants {
+            Some(grants) => format!(
+                "coalesce(nullif($2, 0), (
+                     SELECT (h ->> 'token')::bigint
+                     FROM {} AS t CROSS JOIN LATERAL jsonb_array_elements(t.holders) AS h
+                     WHERE t.name = $1 AND h ->> 'id' = $4
+                     LIMIT 1))",
+                grants.quoted()
+            ),
+            None => "nullif($2, 0)".to_owned(),
+        };
         Self {
             connections,
+            withdraw: format!(
+                "WITH w AS (
+                     SELECT x.e
+                     FROM {table} AS r CROSS JOIN LATERAL jsonb_array_elements(r.terms) AS x(e)
+                     WHERE r.name = $1 AND (x.e ->> 'term')::bigint = {term}
+                       AND x.e -> 'holder' = $3::text::jsonb
+                     LIMIT 1
+                 )
+                 UPDATE {table} AS r SET terms = (
+                     SELECT coalesce(jsonb_agg(
+                         CASE WHEN y.e -> 'previous' = w.e -> 'term'
+                              THEN jsonb_set(y.e, '{{previous}}', w.e -> 'previous')
+                              ELSE y.e END
+                         ORDER BY y.n), '[]'::jsonb)
+                     FROM jsonb_array_elements(r.terms) WITH ORDINALITY AS y(e, n)
+                     WHERE y.e <> w.e
+                 )
+                 FROM w
+                 WHERE r.name = $1"
+            ),
             read: format!(
                 "SELECT (e ->> 'term')::bigint, (e ->> 'previous')::bigint, (e -> 'holder')::text
                  FROM {table} AS r
@@ -136,6 +179,28 @@ impl TermLog for TermRecord {
             )
             .await?;
         rows.iter().map(|row| term(row, &what)).collect()
+    }
+
+    async fn withdraw(&self, lease: &Lease, holder: &Holder) -> Result<()> {
+        let name = &lease.name;
+        let bytes = name.as_str().as_bytes();
+        let term = i64::try_from(lease.fencing_token).unwrap_or(i64::MAX);
+        let holder = holder_json(holder);
+        let id = lease.id.to_string();
+        self.connections
+            .query(
+                &format!("withdrawing a term of election {name}"),
+                &self.withdraw,
+                &[
+                    (&bytes, Type::BYTEA),
+                    (&term, Type::INT8),
+                    (&holder, Type::TEXT),
+                    (&id, Type::TEXT),
+                ],
+                lease.operation_timeout,
+            )
+            .await?;
+        Ok(())
     }
 }
 

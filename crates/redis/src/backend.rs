@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use distlock_core::{
     AcquireRequest, Attempt, Backend, Capabilities, Claim, DelayedRelease, Error, Extended,
-    Feature, GrantState, HandOver, HandOvers, Lease, LeaseId, LockInfo, LockName, ReleaseWatch,
-    Result, ServerInfo, Term, TermLog, WaitState, Wakeups, async_trait,
+    Feature, GrantState, HandOver, HandOvers, Holder, Lease, LeaseId, LockInfo, LockName,
+    ReleaseWatch, Result, ServerInfo, Term, TermLog, WaitState, Wakeups, async_trait,
 };
 use futures::future::join_all;
 
@@ -345,9 +345,15 @@ impl Backend for RedisBackend {
                         .single()
                         .acquire_replicated(request, mark, replicas)
                         .await?;
-                    if let Answer::Granted(_) = answer {
-                        crate::replicas::confirm_grant(self.single(), request, replicas, waited)
-                            .await?;
+                    if let Answer::Granted(token) = answer {
+                        crate::replicas::confirm_grant(
+                            self.single(),
+                            request,
+                            token,
+                            replicas,
+                            waited,
+                        )
+                        .await?;
                     }
                     answer
                 }
@@ -573,6 +579,19 @@ impl Backend for RedisBackend {
 impl TermLog for RedisBackend {
     async fn terms_after(&self, name: &LockName, after: u64) -> Result<Vec<Term>> {
         self.single().terms_after(name, after, ADMIN_TIMEOUT).await
+    }
+
+    /// One script on the record (see `WITHDRAW_TERM` in the scripts).
+    async fn withdraw(&self, lease: &Lease, holder: &Holder) -> Result<()> {
+        self.single()
+            .withdraw_term(
+                &lease.name,
+                lease.fencing_token,
+                lease.id,
+                holder,
+                lease.operation_timeout,
+            )
+            .await
     }
 }
 

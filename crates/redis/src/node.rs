@@ -8,7 +8,8 @@ use std::fmt;
 use std::time::{Duration, SystemTime};
 
 use distlock_core::{
-    AcquireRequest, Claim, Error, Extended, Lease, LeaseId, LockName, Result, ServerInfo, Term,
+    AcquireRequest, Claim, Error, Extended, Holder, Lease, LeaseId, LockName, Result, ServerInfo,
+    Term,
 };
 use redis::aio::ConnectionLike;
 use redis::cluster_async::ClusterConnection;
@@ -350,6 +351,42 @@ impl Node {
             }
         }
         Ok(terms)
+    }
+
+    /// Removes term `term` of `name`'s election, if it was recorded for
+    /// `holder`, giving its previous term to the one after it; with `term`
+    /// 0, the term of the exclusive grant `id` holds, if it still holds
+    /// one (see `WITHDRAW_TERM` in the scripts).
+    pub(crate) async fn withdraw_term(
+        &self,
+        name: &LockName,
+        term: u64,
+        id: LeaseId,
+        holder: &Holder,
+        timeout: Duration,
+    ) -> Result<()> {
+        let keys = self.keys.of(name);
+        let what = format!("withdrawing a term of {name}{}", self.on);
+        let term = if term == 0 {
+            String::new()
+        } else {
+            term.to_string()
+        };
+        let record = Record::json(name, holder);
+        self.run(
+            "withdraw term",
+            &what,
+            timeout,
+            &SCRIPTS.withdraw_term,
+            &[&keys.terms, &keys.exclusive],
+            &[
+                term.as_bytes(),
+                id.to_string().as_bytes(),
+                record.as_bytes(),
+            ],
+        )
+        .await?;
+        Ok(())
     }
 
     /// Raises `name`'s token counter to at least `token`, and writes

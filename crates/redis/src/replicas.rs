@@ -25,16 +25,18 @@ pub(crate) fn for_grant(request: &AcquireRequest, replicas: u32) -> Replicas {
     }
 }
 
-/// Confirms a grant just made for `request` on `node`, which `waited`
-/// (the `WAIT` sent with its script, as `for_grant` asked) says how many
-/// replicas acknowledged; releases it, owner checked, when fewer than
-/// asked have it.
+/// Confirms a grant just made for `request` on `node`, with `token`,
+/// which `waited` (the `WAIT` sent with its script, as `for_grant` asked)
+/// says how many replicas acknowledged; releases it, owner checked, when
+/// fewer than asked have it, and first withdraws the term it recorded,
+/// if it recorded one: nobody led by it.
 ///
 /// # Errors
 /// A transient backend error saying how many replicas had the grant.
 pub(crate) async fn confirm_grant(
     node: &Node,
     request: &AcquireRequest,
+    token: u64,
     replicas: Replicas,
     waited: Result<u64>,
 ) -> Result<()> {
@@ -43,7 +45,22 @@ pub(crate) async fn confirm_grant(
     {
         return Ok(());
     }
-    // Not ours to keep: a failover could forget it.
+    // Not ours to keep: a failover could forget it. Its term goes first,
+    // while the grant still keeps the lock, so that no later grant names
+    // it as the term before its own.
+    if request.records_term
+        && let Err(error) = node
+            .withdraw_term(
+                &request.name,
+                token,
+                request.lease_id,
+                &request.holder,
+                request.operation_timeout,
+            )
+            .await
+    {
+        tracing::warn!(name = %request.name, %error, "could not withdraw the term of a grant the replicas did not have; observers may report it");
+    }
     if let Err(error) = node
         .release(
             &request.name,

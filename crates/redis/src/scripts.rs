@@ -515,6 +515,39 @@ return reply
     )
 }
 
+/// Withdraws the term of a campaign's grant that its holder never
+/// received (core's `TermLog::withdraw`): removes the entry of term
+/// `ARGV[1]` from list `r`, if it was recorded with record `ARGV[3]`, and
+/// gives its previous term to the entry after it (the one before it in
+/// the list, which runs newest first). With no term (`ARGV[1]` empty: the
+/// grant's answer never came) the term is the token of the exclusive
+/// grant `x`, if grant `ARGV[2]` still holds it. KEYS: r x. Returns 1 if
+/// it removed the entry.
+const WITHDRAW_TERM: &str = r"
+local r, x = KEYS[1], KEYS[2]
+local term, id, record = ARGV[1], ARGV[2], ARGV[3]
+if term == '' then
+  local v = redis.call('GET', x)
+  if not v or string.sub(v, 1, 32) ~= id then return 0 end
+  term = string.match(string.sub(v, 34), '^(%d+)')
+  if not term then return 0 end
+end
+local entries = redis.call('LRANGE', r, 0, -1)
+for i, entry in ipairs(entries) do
+  local t, previous, rest = string.match(entry, '^(%d+):(%d*):(.*)$')
+  if t == term then
+    if rest ~= record then return 0 end
+    if i > 1 then
+      local n, _, after = string.match(entries[i - 1], '^(%d+):(%d*):(.*)$')
+      if n then redis.call('LSET', r, i - 2, n .. ':' .. previous .. ':' .. after) end
+    end
+    redis.call('LREM', r, 1, entry)
+    return 1
+  end
+end
+return 0
+";
+
 /// How long a name's token counter outlives its latest grant. Past that,
 /// the next token comes from the server's clock alone (tokens are
 /// `max(previous + 1, server time in µs)`), so the counter only has to
@@ -558,6 +591,7 @@ pub(crate) struct Scripts {
     pub(crate) force_release: Script,
     pub(crate) inspect: Script,
     pub(crate) terms: Script,
+    pub(crate) withdraw_term: Script,
     pub(crate) raise: Script,
 }
 
@@ -598,6 +632,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
         ]),
         inspect: of(&[CLOCK, INT, INSPECT]),
         terms: of(&[TERMS]),
+        withdraw_term: of(&[WITHDRAW_TERM]),
         raise: of(&[&CONSTANTS, INT, OWNS, RAISE]),
     }
 });

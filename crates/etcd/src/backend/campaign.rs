@@ -27,7 +27,7 @@
 use std::time::Duration;
 
 use distlock_core::{
-    AcquireRequest, Attempt, LockName, Result, Term, TermLog, WaitState, async_trait,
+    AcquireRequest, Attempt, Holder, Lease, LockName, Result, Term, TermLog, WaitState, async_trait,
 };
 
 use super::{EtcdBackend, TRY_ROUNDS, Waiting, header_revision, name_keys};
@@ -36,7 +36,7 @@ use crate::keys::{NameRange, Record, terms_key};
 use crate::raw::etcdserverpb::compare::CompareResult;
 use crate::raw::etcdserverpb::response_op::Response;
 use crate::raw::etcdserverpb::{TxnRequest, TxnResponse};
-use crate::requests::{self, create_revision, mod_revision, over, put_op, read_op};
+use crate::requests::{self, create_revision, delete_op, mod_revision, over, put_op, read_op};
 use crate::rules::{Entry, Standing, in_order, standing};
 use crate::session::SessionId;
 use crate::terms::TermRecord;
@@ -251,5 +251,63 @@ impl TermLog for EtcdBackend {
         let mut terms = TermRecord::parse(response.kvs.first())?.terms();
         terms.retain(|term| term.term > after);
         Ok(terms)
+    }
+
+    /// Rewrites the record in a transaction guarded by a compare on it
+    /// (as read), read again and retried when another write came between.
+    /// A grant whose answer never came is found by its key, whose create
+    /// revision is its term.
+    async fn withdraw(&self, lease: &Lease, holder: &Holder) -> Result<()> {
+        let name = &lease.name;
+        let term = match lease.fencing_token {
+            0 => {
+                let key = self.range(name).try_key(lease.id);
+                let read = self
+                    .client
+                    .range(requests::key(key))
+                    .await
+                    .map_err(|e| from_etcd("finding a campaign's grant", e))?;
+                match read.kvs.first().map(|kv| u64::try_from(kv.create_revision)) {
+                    Some(Ok(term)) => term,
+                    _ => return Ok(()),
+                }
+            }
+            term => term,
+        };
+        let record_key = terms_key(&self.config.prefix, name);
+        for _ in 0..TRY_ROUNDS {
+            let read = self
+                .client
+                .range(requests::key(record_key.clone()))
+                .await
+                .map_err(|e| from_etcd("reading an election's terms", e))?;
+            let record = TermRecord::parse(read.kvs.first())?;
+            let Some(rewritten) = record.without(term, holder) else {
+                return Ok(());
+            };
+            let write = match rewritten {
+                Some(value) => put_op(record_key.clone(), value, 0),
+                None => delete_op(&record_key),
+            };
+            let txn = TxnRequest {
+                compare: vec![record.unchanged(record_key.clone())],
+                success: vec![write],
+                failure: Vec::new(),
+            };
+            if self
+                .txn(txn, "withdrawing an election's term")
+                .await?
+                .succeeded
+            {
+                return Ok(());
+            }
+        }
+        Err(distlock_core::Error::Backend {
+            backend: "etcd",
+            message: format!(
+                "could not withdraw term {term} of {name}: the record changed at each of                  {TRY_ROUNDS} tries"
+            ),
+            source: None,
+        })
     }
 }

@@ -256,7 +256,7 @@ impl AdvisoryMode {
         );
         Ok(Self {
             terms: records_terms
-                .then(|| TermRecord::new(connections.clone(), &config.table.terms())),
+                .then(|| TermRecord::new(connections.clone(), &config.table.terms(), None)),
             class: config.advisory_class,
             fair: config.fair,
             spares,

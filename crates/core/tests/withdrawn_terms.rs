@@ -1,0 +1,154 @@
+//! A campaign's grant that its holder never received leaves no term in
+//! the election's record: cancelled as it came, its answer lost, or come
+//! after the wait timed out. Observers report only leaders that led.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use distlock_core::testing::{Answer, Hook, TestBackend};
+use distlock_core::{AcquireOptions, Attempt, Error, LockClient, LockName};
+use tokio::sync::Notify;
+
+/// What the hook does to the next grant of a campaign that stood with a
+/// given value.
+#[derive(Debug, Clone)]
+enum Spoil {
+    /// Completes the campaign's cancellation as the grant arrives.
+    Cancel(Arc<Notify>),
+    /// Turns the grant into a transient error: its answer was lost.
+    LoseAnswer,
+    /// Holds the grant's answer back this long.
+    Delay(Duration),
+}
+
+#[derive(Debug, Default)]
+struct SpoilGrant {
+    armed: Mutex<Option<(String, Spoil)>>,
+}
+
+impl SpoilGrant {
+    fn arm(&self, value: &str, spoil: Spoil) {
+        *self.armed.lock().unwrap_or_else(PoisonError::into_inner) = Some((value.into(), spoil));
+    }
+
+    /// The spoiling armed for a grant to `request`'s campaign, taken.
+    fn take_for(&self, label: Option<&str>) -> Option<Spoil> {
+        let mut armed = self.armed.lock().unwrap_or_else(PoisonError::into_inner);
+        match &*armed {
+            Some((value, _)) if Some(value.as_str()) == label => armed.take().map(|(_, s)| s),
+            _ => None,
+        }
+    }
+}
+
+#[distlock_core::async_trait]
+impl Hook for SpoilGrant {
+    async fn after(&self, answer: Answer<'_>) {
+        let Answer::Acquire { request, outcome } = answer else {
+            return;
+        };
+        if !request.records_term || !matches!(outcome, Ok(Attempt::Acquired { .. })) {
+            return;
+        }
+        match self.take_for(request.holder.label.as_deref()) {
+            Some(Spoil::Cancel(cancel)) => cancel.notify_one(),
+            Some(Spoil::LoseAnswer) => {
+                *outcome = Err(Error::Backend {
+                    backend: "test",
+                    message: "the answer was lost".into(),
+                    source: None,
+                });
+            }
+            Some(Spoil::Delay(delay)) => tokio::time::sleep(delay).await,
+            None => {}
+        }
+    }
+}
+
+/// The values of the terms the record keeps for `name`, oldest first.
+async fn recorded(backend: &TestBackend, name: &str) -> Vec<String> {
+    let name = LockName::new(name).unwrap();
+    let terms = backend
+        .shared()
+        .term_log()
+        .expect("the memory backend keeps terms")
+        .terms_after(&name, 0)
+        .await
+        .unwrap();
+    terms
+        .into_iter()
+        .map(|term| term.holder.label.unwrap_or_default())
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_grant_its_campaign_never_received_leaves_no_term() {
+    let spoil = Arc::new(SpoilGrant::default());
+    let backend = TestBackend::new().with_hook(spoil.clone());
+    let client = || {
+        LockClient::builder()
+            .lease(Duration::from_secs(3))
+            .build_shared(backend.shared())
+            .unwrap()
+    };
+    let (client, other) = (client(), client());
+    let election = client.election("e").unwrap();
+    let mut observer = election.observe();
+    let kept = election
+        .campaign("kept", AcquireOptions::new())
+        .await
+        .unwrap();
+    assert_eq!(observer.next().await.unwrap().value, "kept");
+    assert!(kept.resign().await.unwrap());
+
+    // Cancelled as the grant came.
+    let cancel = Arc::new(Notify::new());
+    spoil.arm("cancelled", Spoil::Cancel(cancel.clone()));
+    let cancelled = election
+        .campaign(
+            "cancelled",
+            AcquireOptions::new().cancel_on(async move { cancel.notified().await }),
+        )
+        .await;
+    assert!(
+        matches!(cancelled, Err(Error::Cancelled { .. })),
+        "{cancelled:?}"
+    );
+
+    // The grant's answer lost: released (and withdrawn) by identity.
+    spoil.arm("lost", Spoil::LoseAnswer);
+    let lost = client
+        .try_acquire_with("e", AcquireOptions::new().label("lost").records_term())
+        .await;
+    assert!(matches!(lost, Err(Error::Backend { .. })), "{lost:?}");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+
+    // Granted after the wait timed out: released in the background. (The
+    // blocker campaigns in another client, so that the late campaign
+    // waits on the backend, where its second attempt has a short budget.)
+    let blocker = other
+        .election("e")
+        .unwrap()
+        .campaign("blocker", AcquireOptions::new())
+        .await
+        .unwrap();
+    spoil.arm("late", Spoil::Delay(Duration::from_millis(600)));
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        blocker.resign().await.unwrap();
+    });
+    let late = election.campaign("late", Duration::from_millis(300)).await;
+    assert!(matches!(late, Err(Error::Timeout { .. })), "{late:?}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let next = election
+        .campaign("next", AcquireOptions::new())
+        .await
+        .unwrap();
+    assert_eq!(recorded(&backend, "e").await, ["kept", "blocker", "next"]);
+    // The observer goes on from "kept" with no gap reported.
+    for value in ["blocker", "next"] {
+        assert_eq!(observer.next().await.unwrap().value, value);
+    }
+    assert!(next.resign().await.unwrap());
+}
