@@ -7,10 +7,15 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use distlock_core::{AcquireOptions, Error, LossReason};
+use distlock_core::testing::TestBackend;
+use distlock_core::{AcquireOptions, Error, LockClient, LossReason};
+use tokio::sync::Notify;
 
 use crate::Fixture;
-use crate::support::{LEAK_CATCHING_LEASE, bounded, client, client_with, shared, unique_name};
+use crate::spoil::{Spoil, SpoilGrant};
+use crate::support::{
+    LEAK_CATCHING_LEASE, bounded, client, client_with, shared, test_options, unique_name,
+};
 
 /// How many times each of two callers takes the same pair of names in
 /// opposite orders.
@@ -503,4 +508,94 @@ pub async fn an_observer_that_fell_behind_is_told_and_goes_on(fixture: &dyn Fixt
         Some(before) => assert_eq!(before, returned[0].1, "the record begins there"),
         None => assert_eq!(start, 0, "nothing missed, nothing said"),
     }
+}
+
+/// A campaign's grant that its holder never received leaves no term: one
+/// cancelled as it came, and (where the store finds a grant by its
+/// identity) one whose answer was lost, which core releases by identity.
+/// An observer goes on from the last leader to the next without reporting
+/// either, and without a gap; the record keeps each leader's term, and the
+/// next one names the last leader's as the one before. On a backend that
+/// keeps no record of terms, the campaigns still leave nothing held.
+pub async fn a_grant_nobody_received_leaves_no_term(fixture: &dyn Fixture) {
+    let name = unique_name("terms-withdrawn");
+    let spoil = shared(SpoilGrant::default());
+    let spoiled = TestBackend::wrapping(fixture.backend().await).with_hook(spoil.clone());
+    let campaigner = LockClient::new(spoiled.shared(), test_options(fixture.lease()));
+    let watcher = client(fixture).await;
+    let election = campaigner.election(&name).expect("a valid name");
+    let campaign = |value: &'static str| {
+        bounded(
+            "a campaign on a free election",
+            election.campaign(value, Duration::from_secs(30)),
+        )
+    };
+    let kept = campaign("kept").await.expect("the campaign wins");
+    let log = watcher.backend().term_log();
+    let mut observer = log.map(|_| watcher.election(&name).expect("a valid name").observe());
+    if let Some(observer) = &mut observer {
+        let seen = bounded("the leader observed", observer.next())
+            .await
+            .expect("observe");
+        assert_eq!((seen.value.as_str(), seen.term), ("kept", kept.term()));
+    }
+    let kept_term = kept.term();
+    assert!(kept.resign().await.expect("resign"));
+
+    let cancel = shared(Notify::new());
+    spoil.arm("cancelled", Spoil::Cancel(cancel.clone()));
+    let cancelled = bounded(
+        "a campaign cancelled as its grant came",
+        election.campaign(
+            "cancelled",
+            AcquireOptions::new().cancel_on(async move { cancel.notified().await }),
+        ),
+    )
+    .await;
+    assert!(
+        matches!(cancelled, Err(Error::Cancelled { .. })),
+        "{cancelled:?}"
+    );
+    if fixture.finds_grants_by_identity() {
+        spoil.arm("lost", Spoil::LoseAnswer);
+        let lost = campaigner
+            .try_acquire_with(&name, AcquireOptions::new().label("lost").records_term())
+            .await;
+        assert!(matches!(lost, Err(Error::Backend { .. })), "{lost:?}");
+    }
+    let spoiled_terms = spoil.spoiled();
+    assert_eq!(
+        spoiled_terms.len(),
+        if fixture.finds_grants_by_identity() {
+            2
+        } else {
+            1
+        },
+        "each spoiled campaign was granted"
+    );
+
+    // The lost answer's grant is released (and its term withdrawn) in the
+    // background: the next campaign waits for it.
+    let next = campaign("next").await.expect("the campaign wins");
+    let Some(log) = log else {
+        assert!(next.resign().await.expect("resign"));
+        return;
+    };
+    let terms = log.terms_after(&name, 0).await.expect("read the terms");
+    let recorded: Vec<_> = terms
+        .iter()
+        .map(|term| (term.holder.label.as_deref().unwrap_or(""), term.term))
+        .collect();
+    assert_eq!(
+        recorded,
+        [("kept", kept_term), ("next", next.term())],
+        "only the leaders' terms, not the spoiled {spoiled_terms:?}"
+    );
+    assert_eq!(terms[1].previous, Some(kept_term), "next follows kept");
+    let observer = observer.as_mut().expect("observed");
+    let seen = bounded("the next leader observed", observer.next())
+        .await
+        .expect("observe, with no gap reported");
+    assert_eq!((seen.value.as_str(), seen.term), ("next", next.term()));
+    assert!(next.resign().await.expect("resign"));
 }

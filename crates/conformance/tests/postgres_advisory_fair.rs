@@ -79,6 +79,11 @@ impl Fixture for FairAdvisory {
             .expect("read pg_locks");
         Some(usize::try_from(row.get::<_, i64>(0)).unwrap_or(0))
     }
+
+    /// A grant is the answer's pinned session; see the trait.
+    fn finds_grants_by_identity(&self) -> bool {
+        false
+    }
 }
 
 conformance_suite!(FairAdvisory::from_env("DISTLOCK_TEST_POSTGRES_URL"));
