@@ -273,7 +273,7 @@ fn fenced(overlap: &Overlap, log: &[Entry]) -> bool {
 
 /// A history's first violation on one line, or that it was left
 /// undecided.
-fn history_note(report: &distlock_history::Report) -> Option<String> {
+pub(crate) fn history_note(report: &distlock_history::Report) -> Option<String> {
     if let Some(violation) = report.violations.first() {
         let text = violation.to_string();
         return Some(text.split_whitespace().collect::<Vec<_>>().join(" "));

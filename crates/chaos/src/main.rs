@@ -29,6 +29,7 @@ use crate::servers::Server;
 
 mod backends;
 mod clock;
+mod extensions;
 mod fenced;
 mod history;
 mod judge;
@@ -185,7 +186,7 @@ fn campaign(args: &Args) -> Outcome<bool> {
                     detail: format!("the scenario could not run: {error}"),
                     passed: false,
                     overlaps_allowed: None,
-                    shortfall: None,
+                    minimum: None,
                     applies: true,
                 }),
             }

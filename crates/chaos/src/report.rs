@@ -22,19 +22,39 @@ pub(crate) struct Row {
     /// documented cause allows it, and each overlap must then be fenced.
     /// Every other row allows none.
     pub(crate) overlaps_allowed: Option<OverlapCause>,
-    /// What the row did less of than its scenario's minimum (grants made,
-    /// faults fired), if anything: such a row proved nothing, and fails,
-    /// in the short form as in the full run.
-    pub(crate) shortfall: Option<String>,
+    /// What the row did of what its scenario must do to prove anything
+    /// (grants made, faults fired), and whether that met the scenario's
+    /// minimum: a row below it proved nothing, and fails, in the short
+    /// form as in the full run. `None` for a row with no minimum (one
+    /// that does not apply).
+    pub(crate) minimum: Option<Minimum>,
     /// Whether the scenario applies to the backend: a row that does not
     /// is counted apart, never among those that held.
     pub(crate) applies: bool,
 }
 
-/// A row's shortfall: `None` when it `met` its minimum, else what it
-/// fell short of.
-pub(crate) fn shortfall(met: bool, minimum: impl FnOnce() -> String) -> Option<String> {
-    (!met).then(minimum)
+/// What a row did towards its scenario's minimum.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Minimum {
+    /// Whether it met it.
+    pub(crate) met: bool,
+    /// What it did, in words: the faults fired, the grants made.
+    pub(crate) did: String,
+}
+
+/// A row's [`Minimum`]: whether it was `met`, and what the row `did`.
+pub(crate) fn minimum(met: bool, did: impl FnOnce() -> String) -> Option<Minimum> {
+    Some(Minimum { met, did: did() })
+}
+
+impl Row {
+    /// What it fell short of, if it did not meet its minimum.
+    pub(crate) fn shortfall(&self) -> Option<&str> {
+        self.minimum
+            .as_ref()
+            .filter(|minimum| !minimum.met)
+            .map(|minimum| minimum.did.as_str())
+    }
 }
 
 impl Row {
@@ -54,6 +74,17 @@ impl Row {
                 && verdict.undecided == 0
                 && verdict.overlaps_fit(self.overlaps_allowed)
         })
+    }
+
+    /// The minimum's cell: what the row did, and whether that was enough.
+    fn minimum_cell(&self) -> String {
+        match &self.minimum {
+            Some(Minimum { met: true, did }) => did.replace('|', "\\|"),
+            Some(Minimum { met: false, did }) => {
+                format!("{} (**below the minimum**)", did.replace('|', "\\|"))
+            }
+            None => "—".into(),
+        }
     }
 
     /// The overlaps cell: how many, and, where the row allows them, why
@@ -90,7 +121,7 @@ pub(crate) struct ScenarioInfo {
 /// that the check left undecided, fails the row either way: scenarios
 /// decide `passed` without it.
 pub(crate) fn held(row: &Row, scenarios: &[ScenarioInfo], short: bool) -> bool {
-    if row.shortfall.is_some() {
+    if row.shortfall().is_some() {
         return false;
     }
     let untimed = scenarios
@@ -176,8 +207,11 @@ pub(crate) fn markdown(run: &RunInfo, scenarios: &[ScenarioInfo], rows: &[Row]) 
          linearizability against a lease lock and a fenced register: a violation is a \
          successful release of a lease after another grant, tokens that do not \
          increase from grant to grant, a stale operation accepted or a fresh one \
-         refused, or a read of a value no accepted write left. A history the search \
-         left undecided fails its row.\n"
+         refused, or a read of a value no accepted write left; R14's history adds every \
+         extension and the forced release, where an extension that succeeds after its \
+         lease ended is one too. A history the search left undecided fails its row. \
+         Each row shows what it did towards its scenario's minimum (faults fired, grants \
+         made): a row below it proved nothing, and fails.\n"
     );
     for scenario in scenarios {
         let mine: Vec<&Row> = rows
@@ -194,17 +228,18 @@ pub(crate) fn markdown(run: &RunInfo, scenarios: &[ScenarioInfo], rows: &[Row]) 
         );
         let _ = writeln!(
             out,
-            "| backend | kind | acquisitions | overlaps | witness lost updates | lost updates | token regressions | stale writes rejected | losses seen | failed waits | histories checked | undecided | history violations | detail | invariants |"
+            "| backend | kind | acquisitions | faults fired (minimum) | overlaps | witness lost updates | lost updates | token regressions | stale writes rejected | losses seen | failed waits | histories checked | undecided | history violations | detail | invariants |"
         );
         let _ = writeln!(
             out,
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"
+            "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"
         );
         for row in mine {
             let cells = match &row.verdict {
                 Some(v) => format!(
-                    "{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}",
+                    "{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}",
                     v.acquisitions,
+                    row.minimum_cell(),
                     row.overlaps_cell(v),
                     v.witness_lost_updates,
                     v.lost_updates,
@@ -216,13 +251,13 @@ pub(crate) fn markdown(run: &RunInfo, scenarios: &[ScenarioInfo], rows: &[Row]) 
                     v.undecided,
                     v.history_violations
                 ),
-                None => "— | — | — | — | — | — | — | — | — | — | —".into(),
+                None => "— | — | — | — | — | — | — | — | — | — | — | —".into(),
             };
             let mut detail = match row.verdict.as_ref().and_then(|v| v.history_note.as_ref()) {
                 Some(note) => format!("{}; history: {note}", row.detail),
                 None => row.detail.clone(),
             };
-            if let Some(shortfall) = &row.shortfall {
+            if let Some(shortfall) = row.shortfall() {
                 detail.push_str(&format!(
                     "; below its minimum, so it proved nothing: {shortfall}"
                 ));
@@ -262,7 +297,7 @@ mod tests {
             detail: String::new(),
             passed,
             overlaps_allowed: None,
-            shortfall: None,
+            minimum: None,
             applies: true,
         }
     }
@@ -289,7 +324,7 @@ mod tests {
     #[test]
     fn a_row_below_its_minimum_fails_in_full_and_in_the_short_form() {
         let mut vacuous = row(true, 0);
-        vacuous.shortfall = shortfall(false, || "no fault fired".to_owned());
+        vacuous.minimum = minimum(false, || "no fault fired".to_owned());
         for short in [false, true] {
             assert!(!held(&vacuous, &SCENARIOS, short), "short: {short}");
         }

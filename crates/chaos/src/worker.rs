@@ -386,7 +386,7 @@ async fn hold_in_turn(client: &LockClient, spec: &Spec, task: usize) -> Outcome<
 
 /// Whether `guard`'s holder may still act on its lease: not lost, and
 /// before its own deadline.
-fn still_valid(guard: &distlock::LockGuard) -> bool {
+pub(crate) fn still_valid(guard: &distlock::LockGuard) -> bool {
     !guard.is_lost()
         && guard
             .valid_until()
@@ -395,13 +395,13 @@ fn still_valid(guard: &distlock::LockGuard) -> bool {
 
 /// When a guard's `lost()` fired for a reason other than its release
 /// (zero until then), and why.
-struct Loss {
+pub(crate) struct Loss {
     at: Arc<AtomicU64>,
     reason: Arc<std::sync::OnceLock<LossReason>>,
 }
 
 /// Watches `guard`'s `lost()` from a task of its own.
-fn watch_loss(guard: &distlock::LockGuard) -> Loss {
+pub(crate) fn watch_loss(guard: &distlock::LockGuard) -> Loss {
     let loss = Loss {
         at: Arc::new(AtomicU64::new(0)),
         reason: Arc::new(std::sync::OnceLock::new()),
@@ -419,6 +419,14 @@ fn watch_loss(guard: &distlock::LockGuard) -> Loss {
 }
 
 impl Loss {
+    /// When `lost()` fired, once it has.
+    pub(crate) fn at(&self) -> Option<u64> {
+        match self.at.load(Ordering::SeqCst) {
+            0 => None,
+            at => Some(at),
+        }
+    }
+
     /// Why `lost()` fired, as the records spell it, once it has.
     fn reason(&self) -> Option<String> {
         self.reason.get().map(|reason| format!("{reason:?}"))

@@ -45,10 +45,11 @@ fn count(cells: &[&str], index: usize) -> usize {
         .unwrap()
 }
 
-const OVERLAPS: usize = 4;
-const WITNESS_LOST_UPDATES: usize = 5;
-const TOKEN_REGRESSIONS: usize = 7;
-const INVARIANTS: usize = 15;
+const OVERLAPS: usize = 5;
+const WITNESS_LOST_UPDATES: usize = 6;
+const TOKEN_REGRESSIONS: usize = 8;
+const HISTORY_VIOLATIONS: usize = 14;
+const INVARIANTS: usize = 16;
 
 #[test]
 fn a_lock_that_grants_every_caller_fails_on_overlapping_holders() {
@@ -80,14 +81,34 @@ fn a_lock_that_lets_a_reader_beside_a_writer_fails_on_overlapping_holders() {
     assert_eq!(readers[INVARIANTS], "**FAILED**", "{report}");
 }
 
+// A forced release: the history checker, which sees every extension,
+// must find what the holder was not told.
+
 #[test]
 fn a_lock_without_the_owner_check_fails_when_released_by_force() {
     let report = fails("mutant-skips-owner-check", "R14");
-    assert!(report.contains("the holder was told in 0 of"), "{report}");
+    let forced = row(&report, "exclusive");
+    // Whether its holder is told depends on who wins the lock back; its
+    // history shows the defect either way.
+    assert!(count(&forced, HISTORY_VIOLATIONS) > 0, "{report}");
+    // Its extension takes the lock back, its release ends the next
+    // holder's: whichever the search meets first has no place.
+    assert!(
+        report.contains("because the extension of token")
+            || report.contains("because the release of token"),
+        "{report}"
+    );
 }
 
 #[test]
 fn a_lock_that_hides_losses_fails_when_released_by_force() {
     let report = fails("mutant-hides-losses", "R14");
+    let forced = row(&report, "exclusive");
     assert!(report.contains("the holder was told in 0 of"), "{report}");
+    assert!(count(&forced, HISTORY_VIOLATIONS) > 0, "{report}");
+    assert!(count(&forced, OVERLAPS) > 0, "{report}");
+    assert!(
+        report.contains("because the extension of token"),
+        "{report}"
+    );
 }

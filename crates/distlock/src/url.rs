@@ -249,12 +249,27 @@ pub fn default_url() -> String {
 }
 
 /// Opens the backend at `url`, connecting where the backend has a server.
+/// It logs (at debug level) the URL it opens, without its credentials, and
+/// how that ended.
 ///
 /// # Errors
 /// [`Error::InvalidConfig`] for a malformed URL, [`Error::Unsupported`] for a
 /// backend this build lacks, and a backend error when the backend cannot be
 /// opened or reached.
 pub async fn open(url: &str) -> Result<Arc<dyn Backend>> {
+    let shown = redact(url);
+    tracing::debug!(url = %shown, "opening a backend");
+    let opened = open_parsed(url).await;
+    match &opened {
+        Ok(backend) => {
+            tracing::debug!(url = %shown, store = backend.store_name(), "opened a backend");
+        }
+        Err(error) => tracing::debug!(url = %shown, %error, "could not open a backend"),
+    }
+    opened
+}
+
+async fn open_parsed(url: &str) -> Result<Arc<dyn Backend>> {
     match BackendUrl::parse(url)? {
         #[cfg(feature = "file")]
         BackendUrl::File(dir) => Ok(Arc::new(distlock_file::FileBackend::open(dir)?)),

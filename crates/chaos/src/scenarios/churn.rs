@@ -10,7 +10,7 @@ use crate::backends::OnRestart;
 use crate::clock::now_ns;
 use crate::fenced::FencedStore;
 use crate::judge::{OverlapCause, holdings, judge, regression_example};
-use crate::report::{Row, ScenarioInfo, shortfall};
+use crate::report::{Row, ScenarioInfo, minimum};
 use crate::servers::Server;
 use crate::worker::ClaimSpec;
 
@@ -160,7 +160,7 @@ fn churn(
     // time limit (etcd fsyncs every write), so it asks for a tenth.
     let least = settings.pick(total / 10, total / 2);
     let most_failed = total / 10;
-    let shortfall = shortfall(
+    let minimum = minimum(
         verdict.acquisitions >= least && verdict.failed <= most_failed,
         || {
             format!(
@@ -178,7 +178,7 @@ fn churn(
         detail,
         passed,
         overlaps_allowed: overlaps_tolerated,
-        shortfall,
+        minimum,
         applies: true,
     })
 }

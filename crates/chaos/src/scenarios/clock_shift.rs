@@ -12,7 +12,7 @@ use crate::Outcome;
 use crate::clock::now_ns;
 use crate::fenced::FencedStore;
 use crate::judge::{Verdict, holdings, judge, regression_example};
-use crate::report::{Row, ScenarioInfo, shortfall};
+use crate::report::{Row, ScenarioInfo, minimum};
 use crate::servers::Server;
 use crate::worker::{ClaimSpec, Event, wall_ms};
 
@@ -166,7 +166,7 @@ fn shifted(
         && verdict.token_regressions == 0
         && verdict.losses == 0
         && verdict.failed == 0;
-    let shortfall = shortfall(verdict.acquisitions > 0 && seen.len() > 1, || {
+    let minimum = minimum(verdict.acquisitions > 0 && seen.len() > 1, || {
         format!(
             "{} acquisitions by holders with {} clocks",
             verdict.acquisitions,
@@ -187,7 +187,7 @@ fn shifted(
         verdict: Some(verdict),
         passed,
         overlaps_allowed: None,
-        shortfall,
+        minimum,
         applies: true,
     })
 }

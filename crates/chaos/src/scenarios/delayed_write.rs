@@ -14,7 +14,7 @@ use super::{Scenario, Settings, Worker, ms, percentile, run_dir, spec, unique};
 use crate::Outcome;
 use crate::fenced::{FencedStore, Op};
 use crate::judge::{Verdict, holdings, judge};
-use crate::report::{Row, ScenarioInfo, shortfall};
+use crate::report::{Row, ScenarioInfo, minimum};
 use crate::servers::Server;
 use crate::worker::Event;
 
@@ -96,7 +96,7 @@ fn run(server: &mut Server, settings: &Settings) -> Outcome<Vec<Row>> {
         ),
         passed,
         overlaps_allowed: None,
-        shortfall: shortfall(rejected == ran, || {
+        minimum: minimum(rejected == ran, || {
             format!("the late write was turned away in {rejected} of {ran} runs")
         }),
         applies: true,

@@ -12,7 +12,7 @@ use crate::backends::OnRestart;
 use crate::clock::now_ns;
 use crate::fenced::FencedStore;
 use crate::judge::{Holding, OverlapCause, holdings, judge};
-use crate::report::{Row, ScenarioInfo, shortfall};
+use crate::report::{Row, ScenarioInfo, minimum};
 use crate::servers::Server;
 use crate::worker::{ClaimSpec, Event, read_events};
 
@@ -166,7 +166,7 @@ fn failover(
         verdict: Some(verdict),
         detail,
         overlaps_allowed,
-        shortfall: shortfall(restarts.len() == planned && hit == planned, || {
+        minimum: minimum(restarts.len() == planned && hit == planned, || {
             format!(
                 "{} of {planned} restarts made, {hit} of them while a holder held",
                 restarts.len()

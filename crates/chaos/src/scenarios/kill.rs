@@ -13,7 +13,7 @@ use crate::backends::Kind;
 use crate::clock::now_ns;
 use crate::fenced::FencedStore;
 use crate::judge::{Verdict, judge};
-use crate::report::{Row, ScenarioInfo, shortfall};
+use crate::report::{Row, ScenarioInfo, minimum};
 use crate::servers::Server;
 use crate::worker::{ClaimSpec, Event};
 
@@ -121,7 +121,7 @@ fn run(server: &mut Server, settings: &Settings) -> Outcome<Vec<Row>> {
             ),
             passed,
             overlaps_allowed: None,
-            shortfall: shortfall(regranted == ran, || {
+            minimum: minimum(regranted == ran, || {
                 format!("the lock was granted again after the kill in {regranted} of {ran} runs")
             }),
             applies: true,

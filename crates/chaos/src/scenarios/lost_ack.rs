@@ -24,7 +24,7 @@ use crate::backends::LostAnswer as Loss;
 use crate::clock::{instant_ns, now_ns};
 use crate::fenced::FencedStore;
 use crate::judge::{Verdict, judge};
-use crate::report::{Row, ScenarioInfo, shortfall};
+use crate::report::{Row, ScenarioInfo, minimum};
 use crate::servers::Server;
 use crate::worker::{ClaimSpec, Event, Release};
 
@@ -182,7 +182,7 @@ fn lost_acks(runtime: &Runtime, server: &Server, settings: &Settings, loss: Loss
         ),
         passed,
         overlaps_allowed: None,
-        shortfall: shortfall(shots == runs, || {
+        minimum: minimum(shots == runs, || {
             format!("the answer was lost in {shots} of {runs} runs")
         }),
         applies: true,

@@ -19,7 +19,7 @@ use crate::Outcome;
 use crate::backends::{CampaignBackend, MEMCACHED};
 use crate::fenced::FencedStore;
 use crate::judge::{OverlapCause, Verdict};
-use crate::report::{Row, ScenarioInfo};
+use crate::report::{Row, ScenarioInfo, minimum};
 use crate::servers::Server;
 use crate::worker::{Event, Release};
 
@@ -93,6 +93,10 @@ struct Case {
     verdict: Verdict,
     /// Whether what must hold held, timings included.
     held: bool,
+    /// Whether the fault did what the case is for: the lock's key evicted,
+    /// or dropped by the restart, or the stale lease run out, and a next
+    /// holder granted after it.
+    fired: bool,
     /// Whether the loss that memcached caused was detected by its holder,
     /// so that the overlap before it is the documented one.
     detected: bool,
@@ -112,6 +116,7 @@ struct Case {
 struct Cases {
     verdict: Verdict,
     held: usize,
+    fired: usize,
     undetected: usize,
     notes: Vec<String>,
     granted: Vec<Duration>,
@@ -124,6 +129,7 @@ impl Cases {
     fn add(&mut self, case: Case) {
         self.verdict.add(&case.verdict);
         self.held += usize::from(case.held);
+        self.fired += usize::from(case.fired);
         self.undetected += usize::from(!case.detected);
         self.notes.push(case.note);
         self.granted.extend(case.granted);
@@ -172,7 +178,13 @@ impl Cases {
             detail,
             overlaps_allowed: (overlaps_expected && self.undetected == 0)
                 .then_some(OverlapCause::MemcachedEdge),
-            shortfall: None,
+            minimum: minimum(runs > 0 && self.fired == runs, || {
+                format!(
+                    "the fault did what this case is for, and a next holder was granted \
+                     after it, in {} of {runs} runs",
+                    self.fired
+                )
+            }),
             applies: true,
         }
     }
@@ -276,7 +288,9 @@ async fn sub_second(server: &Server, names: usize) -> Outcome<Row> {
         ),
         verdict: Some(verdict),
         overlaps_allowed: None,
-        shortfall: None,
+        minimum: minimum(names > 0 && never == 0, || {
+            format!("{} of {names} names granted again", names - never)
+        }),
         applies: true,
     })
 }
@@ -326,6 +340,7 @@ async fn after_drop(
     }
     let _ = guard.release().await;
     Ok(Case {
+        fired: next.is_some(),
         held: next.is_some()
             && lost.is_some_and(|after| after <= bound)
             && verdict.token_regressions == 0,
@@ -538,6 +553,8 @@ async fn stale_outcome(
     Ok(Case {
         verdict,
         held,
+        // Both callers make B's grant after A's lease ran out, or fail.
+        fired: true,
         detected: true,
         note,
         ..Case::default()

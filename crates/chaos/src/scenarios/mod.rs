@@ -120,7 +120,7 @@ pub(crate) fn not_applicable(id: &'static str, server: &Server, kind: &str, why:
         detail: format!("does not apply: {why}"),
         passed: true,
         overlaps_allowed: None,
-        shortfall: None,
+        minimum: None,
         applies: false,
     }
 }

@@ -17,7 +17,7 @@ use super::{Scenario, Settings, unique};
 use crate::Outcome;
 use crate::backends::{CampaignBackend, MEMCACHED};
 use crate::judge::Verdict;
-use crate::report::{Row, ScenarioInfo, shortfall};
+use crate::report::{Row, ScenarioInfo, minimum};
 use crate::servers::Server;
 
 pub(super) const SCENARIO: Scenario = Scenario {
@@ -242,7 +242,9 @@ async fn fuzz(server: &Server, settings: &Settings) -> Outcome<Row> {
             found.releasing.as_secs(),
         ),
         overlaps_allowed: None,
-        shortfall: shortfall(found.granted > 0, || "no name was granted".to_owned()),
+        minimum: minimum(found.granted > 0, || {
+            format!("{} names granted", found.granted)
+        }),
         applies: true,
     })
 }

@@ -15,7 +15,7 @@ use super::{Scenario, Settings, unique};
 use crate::Outcome;
 use crate::backends::Kind;
 use crate::judge::Verdict;
-use crate::report::{Row, ScenarioInfo};
+use crate::report::{Row, ScenarioInfo, minimum};
 use crate::servers::Server;
 
 pub(super) const SCENARIO: Scenario = Scenario {
@@ -32,8 +32,10 @@ pub(super) const SCENARIO: Scenario = Scenario {
                `--backend` and by `DISTLOCK_URL`, and `--help` with `DISTLOCK_URL` set) and to \
                the library (`BackendUrl::parse`, `distlock::open`, each error's `Display`, \
                `Debug` and sources, the backend builders' and backends' `Debug`, and \
-               everything it logs at trace level). Must hold: the canary appears in none of \
-               them (judged in the full form).",
+               everything it logs at trace level, where `distlock::open` names the URL it \
+               opens and how that ended). Must hold: the canary appears in none of them, and \
+               none of them is empty: an empty output searched nothing (until the library \
+               logged its URL, its trace logs were empty on every backend but etcd).",
         untimed: true,
     },
     run,
@@ -114,6 +116,11 @@ fn check(server: &Server, cli: &Path, label: &str, url: &str, note: &str) -> Out
             around_canary(&first.text)
         ),
     };
+    let silent: Vec<&str> = outputs
+        .iter()
+        .filter(|output| output.text.trim().is_empty())
+        .map(|output| output.source.as_str())
+        .collect();
     let searched: usize = outputs.iter().map(|output| output.text.len()).sum();
     Ok(Row {
         scenario: "R12",
@@ -133,7 +140,14 @@ fn check(server: &Server, cli: &Path, label: &str, url: &str, note: &str) -> Out
             started.elapsed().as_secs()
         ),
         overlaps_allowed: None,
-        shortfall: None,
+        // An output that is empty searched nothing: a command that did
+        // not run cannot leak.
+        minimum: minimum(!outputs.is_empty() && silent.is_empty(), || {
+            match silent.is_empty() {
+                true => format!("{} outputs, none empty", outputs.len()),
+                false => format!("{} outputs, empty: {}", outputs.len(), silent.join(", ")),
+            }
+        }),
         applies: true,
     })
 }

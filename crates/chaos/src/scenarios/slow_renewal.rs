@@ -13,7 +13,7 @@ use super::{Scenario, Settings, Worker, ms, percentile, run_dir, spec, unique};
 use crate::Outcome;
 use crate::fenced::FencedStore;
 use crate::judge::{Verdict, holdings, judge};
-use crate::report::{Row, ScenarioInfo, shortfall};
+use crate::report::{Row, ScenarioInfo, minimum};
 use crate::servers::Server;
 use crate::worker::Event;
 
@@ -116,7 +116,7 @@ fn slow_renewals(
         ),
         passed,
         overlaps_allowed: None,
-        shortfall: shortfall(lost_first == ran, || {
+        minimum: minimum(lost_first == ran, || {
             format!(
                 "the first holder's `lost()` came before the next grant in {lost_first} of {ran} runs"
             )

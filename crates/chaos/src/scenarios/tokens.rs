@@ -10,7 +10,7 @@ use distlock::{Claim, LockClient, LockName, LockOptions};
 use super::{Scenario, Settings, unique};
 use crate::Outcome;
 use crate::judge::Verdict;
-use crate::report::{Row, ScenarioInfo, shortfall};
+use crate::report::{Row, ScenarioInfo, minimum};
 use crate::servers::Server;
 
 pub(super) const SCENARIO: Scenario = Scenario {
@@ -120,7 +120,7 @@ async fn cycles(server: &mut Server, settings: &Settings) -> Outcome<Row> {
              record; {restarts} server restarts; last token {previous}"
         ),
         overlaps_allowed: None,
-        shortfall: shortfall(
+        minimum: minimum(
             expired > 0 && deleted > 0 && (restarts > 0 || !server.kind.has_server()),
             || {
                 format!(

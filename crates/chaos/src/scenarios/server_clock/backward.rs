@@ -11,7 +11,7 @@ use crate::backends::ClockStep;
 use crate::clock::now_ns;
 use crate::fenced::FencedStore;
 use crate::judge::{Verdict, holdings, judge};
-use crate::report::Row;
+use crate::report::{Row, minimum};
 use crate::scenarios::kill::{documented_bound, earliest_regrant};
 use crate::scenarios::{Settings, Worker, ms, percentile, run_dir, spec, unique};
 use crate::servers::Server;
@@ -161,7 +161,18 @@ impl Tally {
             detail,
             passed,
             overlaps_allowed: None,
-            shortfall: None,
+            // The step is checked as it is made; each run's killed holder's
+            // name must then be granted again.
+            minimum: minimum(
+                !self.moved.is_empty() && runs > 0 && regranted == runs,
+                || {
+                    format!(
+                        "{} steps made; the killed holder's name was granted again in \
+                     {regranted} of {runs} runs",
+                        self.moved.len()
+                    )
+                },
+            ),
             applies: true,
         }
     }

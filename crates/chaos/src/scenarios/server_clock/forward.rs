@@ -10,7 +10,7 @@ use crate::Outcome;
 use crate::backends::ClockStep;
 use crate::fenced::{FencedStore, Op};
 use crate::judge::{Holding, OverlapCause, Verdict, holdings, judge};
-use crate::report::Row;
+use crate::report::{Row, minimum};
 use crate::scenarios::{Settings, Worker, ms, percentile, run_dir, spec, unique};
 use crate::servers::Server;
 use crate::worker::Event;
@@ -154,7 +154,19 @@ impl Tally {
             overlaps_allowed: clock
                 .leases_follow
                 .then_some(OverlapCause::ServerClockStepped),
-            shortfall: None,
+            // The step itself is checked as it is made (the server's clock
+            // read must move by it); each run must then have a second
+            // holder, granted after it.
+            minimum: minimum(
+                !self.moved.is_empty() && runs > 0 && self.regranted == runs,
+                || {
+                    format!(
+                        "{} steps made; the second holder was granted in {} of {runs} runs",
+                        self.moved.len(),
+                        self.regranted
+                    )
+                },
+            ),
             applies: true,
         }
     }
