@@ -115,6 +115,7 @@ impl RedisBackend {
         crate::config::check_prefix(&config.prefix)?;
         crate::config::check_servers(config.mode, &config.servers)?;
         crate::config::check_cluster_db(config.mode, config.db)?;
+        crate::config::check_token_keep(config.token_keep)?;
         if config.wait_replicas.is_some() {
             crate::config::check_wait_replicas(config.mode)?;
         }

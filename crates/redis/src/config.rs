@@ -4,6 +4,7 @@
 
 use std::fmt;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use distlock_core::urls::{Query, UrlParts, parse_hosts, percent_decode, redact};
 use distlock_core::{Error, Result};
@@ -13,6 +14,19 @@ pub const DEFAULT_PORT: u16 = 6379;
 
 /// The key prefix, when the URL names none.
 pub const DEFAULT_PREFIX: &str = "distlock:";
+
+/// How long a name's token counter and record of terms outlive its last
+/// grant, when the URL names no `token_keep`: 30 days.
+pub const DEFAULT_TOKEN_KEEP: Duration = Duration::from_secs(30 * 86_400);
+
+/// The shortest `token_keep`: one minute. Tokens are `max(previous + 1,
+/// server time in µs)`, so once the counter is gone they come from the
+/// server's clock alone; the counter only guards against that clock
+/// stepping backwards by more than the time since the name's last grant,
+/// and against tokens taken ahead of it (a hand-over's block of 64 µs,
+/// a quorum grant's token from a server whose clock runs ahead). A minute
+/// leaves those ahead tokens behind with room to spare.
+pub const MIN_TOKEN_KEEP: Duration = Duration::from_secs(60);
 
 /// The fewest servers quorum mode takes: with fewer, losing one would stop
 /// every grant, which is no better than one server.
@@ -75,6 +89,13 @@ pub struct RedisConfig {
     /// counts (`?wait_replicas=N`, Redis's `WAIT`); none by default. Only
     /// with one server (`mode=single`).
     pub wait_replicas: Option<u32>,
+    /// How long a name's token counter, and an election's record of
+    /// terms, outlive the name's last grant (`?token_keep=`, default
+    /// [`DEFAULT_TOKEN_KEEP`], at least [`MIN_TOKEN_KEEP`]). Shorter, per-entity
+    /// names cost the server less; past it, a name's next token comes from
+    /// the server's clock alone, which is safe unless that clock steps
+    /// backwards by more than the time since the name's last grant.
+    pub token_keep: Duration,
     /// The logical database (`/db`, default 0; a cluster has only 0).
     pub db: i64,
     /// Every key and channel of this backend starts with it (`?prefix=`,
@@ -93,6 +114,7 @@ impl fmt::Debug for RedisConfig {
             .field("tls", &self.tls)
             .field("ca", &self.ca)
             .field("wait_replicas", &self.wait_replicas)
+            .field("token_keep", &self.token_keep)
             .field("db", &self.db)
             .field("prefix", &self.prefix)
             .field("credentials", &self.credentials.as_ref().map(|_| "***"))
@@ -108,9 +130,10 @@ impl RedisConfig {
     /// # Errors
     /// [`Error::InvalidConfig`] naming the part at fault: another scheme, no
     /// host, a bad port or database, an unknown option, a malformed escape,
-    /// a bad prefix, several hosts in `mode=single`, fewer than three hosts
-    /// in `mode=quorum`, a host named twice, a database other than 0 or
-    /// `wait_replicas` in `mode=cluster`. Messages never include the user
+    /// a bad prefix, a `token_keep` that is not a duration or is under
+    /// [`MIN_TOKEN_KEEP`], several hosts in `mode=single`, fewer than three
+    /// hosts in `mode=quorum`, a host named twice, a database other than 0
+    /// or `wait_replicas` in `mode=cluster`. Messages never include the user
     /// or the password.
     pub fn parse(url: &str) -> Result<Self> {
         let parts = UrlParts::split(url)?;
@@ -137,6 +160,7 @@ impl RedisConfig {
             prefix,
             ca,
             wait_replicas,
+            token_keep,
         } = parse_query(parts.query)?;
         if ca.is_some() && !tls {
             return Err(Error::config(
@@ -162,6 +186,7 @@ impl RedisConfig {
             tls,
             ca,
             wait_replicas,
+            token_keep,
             db,
             prefix,
             credentials,
@@ -213,6 +238,7 @@ struct Options {
     prefix: String,
     ca: Option<PathBuf>,
     wait_replicas: Option<u32>,
+    token_keep: Duration,
 }
 
 /// Reads the URL's query. Every option is named here, and anything else
@@ -245,6 +271,11 @@ fn parse_query(query: &str) -> Result<Options> {
         .take("wait_replicas")?
         .map(|replicas| parse_wait_replicas(&replicas, mode))
         .transpose()?;
+    let token_keep = query
+        .take("token_keep")?
+        .map(|keep| parse_token_keep(&keep))
+        .transpose()?
+        .unwrap_or(DEFAULT_TOKEN_KEEP);
     if query.take_flag("fair")? == Some(true) {
         return Err(Error::Unsupported(
             "fair=true: the redis backend has no fair mode yet; use a mongodb://, postgres:// \
@@ -253,13 +284,15 @@ fn parse_query(query: &str) -> Result<Options> {
         ));
     }
     query.refuse_rest(
-        "a redis URL takes prefix, mode (single, quorum or cluster), ca and wait_replicas",
+        "a redis URL takes prefix, mode (single, quorum or cluster), ca, wait_replicas and \
+         token_keep",
     )?;
     Ok(Options {
         mode,
         prefix,
         ca,
         wait_replicas,
+        token_keep,
     })
 }
 
@@ -273,6 +306,57 @@ fn parse_wait_replicas(replicas: &str, mode: Mode) -> Result<u32> {
             format!("`{replicas}` is not a number of replicas: give a whole number from 1"),
         )),
     }
+}
+
+/// `?token_keep=`: a whole number of seconds, minutes, hours or days
+/// (`600s`, `90m`, `12h`, `7d`), at least [`MIN_TOKEN_KEEP`].
+fn parse_token_keep(text: &str) -> Result<Duration> {
+    let digits = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(0);
+    let (number, unit) = text.split_at(digits);
+    let seconds = match unit {
+        "s" => Some(1),
+        "m" => Some(60),
+        "h" => Some(3_600),
+        "d" => Some(86_400),
+        _ => None,
+    };
+    let keep = number
+        .parse::<u64>()
+        .ok()
+        .zip(seconds)
+        .and_then(|(number, seconds)| number.checked_mul(seconds))
+        .map(Duration::from_secs)
+        .ok_or_else(|| {
+            Error::config(
+                "token_keep",
+                format!(
+                    "`{text}` is not a duration: write a whole number of s, m, h or d, such \
+                     as 7d or 12h"
+                ),
+            )
+        })?;
+    check_token_keep(keep)?;
+    Ok(keep)
+}
+
+/// Refuses a `token_keep` under [`MIN_TOKEN_KEEP`].
+///
+/// # Errors
+/// [`Error::InvalidConfig`] naming `token_keep`.
+pub(crate) fn check_token_keep(keep: Duration) -> Result<()> {
+    if keep < MIN_TOKEN_KEEP {
+        return Err(Error::config(
+            "token_keep",
+            format!(
+                "{} s is under the floor of {} s: a name's token counter must outlive the \
+                 tokens taken ahead of the server's clock; give 1m or more (the default is \
+                 30d), or leave token_keep out",
+                keep.as_secs_f64(),
+                MIN_TOKEN_KEEP.as_secs()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Refuses `wait_replicas` outside single mode.
@@ -454,6 +538,41 @@ mod tests {
         assert_eq!((config.db, config.tls), (0, false));
         assert_eq!(config.prefix, DEFAULT_PREFIX);
         assert_eq!(config.credentials, None);
+    }
+
+    #[test]
+    fn token_keep_is_a_duration_of_a_minute_or_more() {
+        let keep = |url: &str| RedisConfig::parse(url).map(|config| config.token_keep);
+        assert_eq!(keep("redis://h").unwrap(), DEFAULT_TOKEN_KEEP);
+        assert_eq!(
+            keep("redis://h?token_keep=7d").unwrap(),
+            Duration::from_secs(7 * 86_400)
+        );
+        assert_eq!(keep("redis://h?token_keep=12h").unwrap().as_secs(), 43_200);
+        assert_eq!(keep("redis://h?token_keep=1m").unwrap(), MIN_TOKEN_KEEP);
+        assert_eq!(
+            keep("redis://a,b,c?mode=quorum&token_keep=600s")
+                .unwrap()
+                .as_secs(),
+            600
+        );
+        for (bad, says) in [
+            ("59s", "1m or more"),
+            ("0d", "1m or more"),
+            ("7", "not a duration"),
+            ("d", "not a duration"),
+            ("1.5h", "not a duration"),
+            ("7 d", "not a duration"),
+            ("-1d", "not a duration"),
+            ("99999999999999999999d", "not a duration"),
+        ] {
+            let error = keep(&format!("redis://h?token_keep={bad}")).unwrap_err();
+            assert!(
+                matches!(&error, Error::InvalidConfig { field, .. } if field == "token_keep"),
+                "{bad}: {error}"
+            );
+            assert!(error.to_string().contains(says), "{bad}: {error}");
+        }
     }
 
     #[test]

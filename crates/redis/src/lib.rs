@@ -26,8 +26,13 @@
 //! with `?ca=PATH` against the CA certificates in that PEM file alone.
 //! `?wait_replicas=N` (one server only) counts a grant or an extension
 //! only once N replicas acknowledged it (`WAIT`, sent in one pipeline with
-//! the script or extensions it confirms, on their connection). A
-//! password alone is `redis://:password@host`.
+//! the script or extensions it confirms, on their connection).
+//! `?token_keep=7d` (`s`, `m`, `h` or `d`; one minute at least, 30 days by
+//! default) sets how long a name's token counter, and an election's record
+//! of terms, outlive its last grant, in every mode: shorter bounds what
+//! per-entity names cost the server, and after it a name's tokens come
+//! from the server's clock alone. A password alone is
+//! `redis://:password@host`.
 //! `redis://h1:p1,h2:p2,h3:p3?mode=quorum` names three or more independent
 //! servers for [quorum mode](#quorum-mode), and
 //! `redis://h1:p1[,h2:p2…]?mode=cluster` one or more nodes of a Redis
@@ -251,7 +256,8 @@ mod wake;
 
 pub use backend::RedisBackend;
 pub use config::{
-    DEFAULT_PORT, DEFAULT_PREFIX, MIN_QUORUM_SERVERS, Mode, RedisConfig, RedisServer,
+    DEFAULT_PORT, DEFAULT_PREFIX, DEFAULT_TOKEN_KEEP, MIN_QUORUM_SERVERS, MIN_TOKEN_KEEP, Mode,
+    RedisConfig, RedisServer,
 };
 /// The Redis client this backend is built on, at the version it uses.
 pub use redis;

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use distlock_core::{
@@ -23,7 +24,7 @@ use crate::hold::OnServer;
 use crate::keys::{KeySpace, NameKeys, Record, parse_term};
 use crate::link::{Connection, Link, Target};
 use crate::reply::{Answer, Listed, int, is_noscript, read_grants};
-use crate::scripts::SCRIPTS;
+use crate::scripts::{CounterScripts, SCRIPTS};
 
 /// How long asking the server for its version and time may take.
 pub(crate) const INFO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -81,6 +82,9 @@ pub(crate) struct Node {
     /// its answer. Releases then remember what they ended (see
     /// `RELEASE_EXCLUSIVE` in the scripts).
     resends: bool,
+    /// The scripts that write the token counter, keeping it for the
+    /// configured `token_keep`.
+    counter: Arc<CounterScripts>,
 }
 
 impl Node {
@@ -98,6 +102,7 @@ impl Node {
             on,
             slots: SlotCache::default(),
             resends: false,
+            counter: CounterScripts::keeping(config.token_keep),
         })
     }
 
@@ -110,6 +115,7 @@ impl Node {
             on: String::new(),
             slots: SlotCache::default(),
             resends: true,
+            counter: CounterScripts::keeping(config.token_keep),
         })
     }
 
@@ -265,11 +271,11 @@ impl Node {
         // quorum mode's copies keep no record (see `RedisBackend::term_log`),
         // and read the server's epoch instead, to learn whether it abstains.
         let (script, used, seventh) = if provisional {
-            (&SCRIPTS.acquire, 7, self.keys.epoch())
+            (&self.counter.acquire, 7, self.keys.epoch())
         } else if request.records_term {
-            (&SCRIPTS.campaign, 7, keys.terms.as_str())
+            (&self.counter.campaign, 7, keys.terms.as_str())
         } else {
-            (&SCRIPTS.acquire, 6, keys.terms.as_str())
+            (&self.counter.acquire, 6, keys.terms.as_str())
         };
         let names: [&str; 7] = [
             &keys.exclusive,
@@ -405,7 +411,7 @@ impl Node {
             "acquire",
             &format!("raising the token counter of {name}{}", self.on),
             timeout,
-            &SCRIPTS.raise,
+            &self.counter.raise,
             &[&keys.token, &keys.exclusive, &keys.records],
             &[
                 token.to_string().as_bytes(),
@@ -731,7 +737,7 @@ impl Node {
                 "hand_over",
                 &what,
                 next.operation_timeout,
-                &SCRIPTS.hand_over,
+                &self.counter.hand_over,
                 &[&keys.exclusive, &keys.token],
                 &[
                     stored.to_string().as_bytes(),

@@ -3,11 +3,13 @@
 //! clock (`TIME`). Names, identities and records travel as arguments,
 //! never in a script's text.
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use distlock_core::MAX_PERMITS;
 use redis::Script;
+
+use crate::config::DEFAULT_TOKEN_KEEP;
 
 // The helpers scripts start with, each script with the ones it uses
 // only: a script's text runs in full at every call, helpers' definitions
@@ -175,7 +177,7 @@ end
 /// empty: what the stored token starts with (`~` for quorum mode's
 /// copies, whose token is provisional until the grant is decided and
 /// [`RAISE`] writes the grant's own), the writer's mark, the permit limit.
-/// The script starts with [`CONSTANTS`].
+/// The script starts with [`constants`].
 ///
 /// Returns `{1, token, abstain}` when granted (the token as a number, or
 /// as its digits; `abstain` as in [`ABSTAIN`]); `{0, ms left or -1, marked}` when held (`marked`: a waiting
@@ -548,22 +550,19 @@ end
 return 0
 ";
 
-/// How long a name's token counter outlives its latest grant. Past that,
-/// the next token comes from the server's clock alone (tokens are
-/// `max(previous + 1, server time in µs)`), so the counter only has to
-/// outlive clock steps backwards.
-const COUNTER_TTL: Duration = Duration::from_secs(30 * 86_400);
-
-/// `COUNTER_TTL` (ms, as text) and `MAX_READERS`, as locals at the start
-/// of every script that writes the token counter: written into the text
-/// rather than sent as arguments, each of which a script call copies in.
-static CONSTANTS: LazyLock<String> = LazyLock::new(|| {
+/// `COUNTER_TTL` (how long a name's token counter and record of terms
+/// outlive its latest grant: the backend's `token_keep`, in ms, as text)
+/// and `MAX_READERS`, as locals at the start of every script that writes
+/// the token counter: written into the text rather than sent as arguments,
+/// each of which a script call copies in. A backend with another keep has
+/// scripts of its own (see [`CounterScripts`]).
+fn constants(keep: Duration) -> String {
     format!(
         "local COUNTER_TTL, MAX_READERS = '{}', {}\n",
-        COUNTER_TTL.as_millis(),
+        keep.as_millis(),
         MAX_PERMITS
     )
-});
+}
 
 /// The acquire script's parts, in order: its common path first, then the
 /// helpers the rest uses.
@@ -579,20 +578,57 @@ const ACQUIRE_PARTS: [&str; 9] = [
     ACQUIRE,
 ];
 
-/// Every script, compiled once (its SHA computed) per process.
-pub(crate) struct Scripts {
+/// The scripts that write a name's token counter, with the keep of the
+/// backend's `token_keep` written in (see [`constants`]).
+pub(crate) struct CounterScripts {
     pub(crate) acquire: Script,
     pub(crate) campaign: Script,
+    pub(crate) hand_over: Script,
+    pub(crate) raise: Script,
+}
+
+/// The counter scripts of the default keep, compiled once per process.
+static DEFAULT_COUNTER_SCRIPTS: LazyLock<Arc<CounterScripts>> =
+    LazyLock::new(|| Arc::new(CounterScripts::compile(DEFAULT_TOKEN_KEEP)));
+
+impl CounterScripts {
+    /// The scripts for a keep of `keep`: the process's shared ones for the
+    /// default, compiled anew (their SHAs computed) for any other.
+    pub(crate) fn keeping(keep: Duration) -> Arc<Self> {
+        if keep == DEFAULT_TOKEN_KEEP {
+            return Arc::clone(&DEFAULT_COUNTER_SCRIPTS);
+        }
+        Arc::new(Self::compile(keep))
+    }
+
+    fn compile(keep: Duration) -> Self {
+        let constants = constants(keep);
+        let of = |parts: &[&str]| Script::new(&parts.concat());
+        Self {
+            acquire: of(&[&constants, &ACQUIRE_PARTS.concat()]),
+            campaign: of(&[
+                &constants,
+                "local function attempt()",
+                &ACQUIRE_PARTS.concat(),
+                "end",
+                &campaign_epilogue(),
+            ]),
+            hand_over: of(&[&constants, CLOCK, INT, NEXT_TOKEN, HAND_OVER]),
+            raise: of(&[&constants, INT, OWNS, RAISE]),
+        }
+    }
+}
+
+/// Every other script, compiled once (its SHA computed) per process.
+pub(crate) struct Scripts {
     pub(crate) extend: Script,
     pub(crate) release: Script,
-    pub(crate) hand_over: Script,
     pub(crate) end_wait: Script,
     pub(crate) announce: Script,
     pub(crate) force_release: Script,
     pub(crate) inspect: Script,
     pub(crate) terms: Script,
     pub(crate) withdraw_term: Script,
-    pub(crate) raise: Script,
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
@@ -600,14 +636,6 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
     // the code that calls them.
     let of = |parts: &[&str]| Script::new(&parts.concat());
     Scripts {
-        acquire: of(&[&CONSTANTS, &ACQUIRE_PARTS.concat()]),
-        campaign: of(&[
-            &CONSTANTS,
-            "local function attempt()",
-            &ACQUIRE_PARTS.concat(),
-            "end",
-            &campaign_epilogue(),
-        ]),
         extend: of(&[CLOCK, INT, EXPIRE_WITH_LAST, OWNS, EXTEND]),
         release: of(&[
             RELEASE_EXCLUSIVE,
@@ -619,7 +647,6 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
             ANSWERED,
             RELEASE,
         ]),
-        hand_over: of(&[&CONSTANTS, CLOCK, INT, NEXT_TOKEN, HAND_OVER]),
         end_wait: of(&[END_WAIT]),
         announce: of(&[ANNOUNCE]),
         force_release: of(&[
@@ -633,6 +660,5 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
         inspect: of(&[CLOCK, INT, INSPECT]),
         terms: of(&[TERMS]),
         withdraw_term: of(&[WITHDRAW_TERM]),
-        raise: of(&[&CONSTANTS, INT, OWNS, RAISE]),
     }
 });
