@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use distlock_core::{AcquireOptions, LockName};
+use distlock_core::{AcquireOptions, AcquireRequest, Attempt, Claim, Holder, LockName, WaitState};
 
 use crate::Fixture;
 use crate::process::{HeldByChild, WaitingChild};
@@ -176,6 +176,76 @@ impl Drop for SharedLog {
     }
 }
 
+/// A grant that a release passed on to a waiting campaign, which then
+/// gave up before its next attempt took the grant over, leaves no term:
+/// the store's end of the wait releases the grant and withdraws the term
+/// the pass-on recorded, so the record keeps the leaders' terms only, and
+/// the next (waiting behind it, granted by the same write) names the last
+/// leader's as the one before. The waiter asks through the backend once,
+/// so that nothing takes the grant over.
+pub async fn fair_a_grant_passed_to_a_waiter_that_left_leaves_no_term(fixture: &dyn Fixture) {
+    let name = unique_name("fair-term-left");
+    let backend = fixture.backend().await;
+    let Some(log) = backend.term_log() else {
+        return;
+    };
+    let campaigner = client(fixture).await;
+    let election = campaigner.election(&name).expect("a valid name");
+    let kept = bounded(
+        "a campaign on a free election",
+        election.campaign("kept", Duration::from_secs(30)),
+    )
+    .await
+    .expect("the campaign wins");
+    let waiting = AcquireRequest {
+        retries: true,
+        records_term: true,
+        ..AcquireRequest::new(
+            name.clone(),
+            Claim::Exclusive,
+            fixture.lease(),
+            Holder::this_process(Some("left")).into(),
+        )
+    };
+    let mut wait = WaitState::new();
+    let attempt = backend
+        .try_acquire(&waiting, &mut wait)
+        .await
+        .expect("the waiting campaign asks");
+    assert!(matches!(attempt, Attempt::Held { .. }), "{attempt:?}");
+    until_queued(fixture, &name, 1).await;
+    // The next campaign waits behind it, so that the end of the wait
+    // passes the lock on again, recording the next term in the same write.
+    let next = tokio::spawn({
+        let election = election.clone();
+        async move { election.campaign("next", Duration::from_secs(30)).await }
+    });
+    until_queued(fixture, &name, 2).await;
+    let kept_term = kept.term();
+    assert!(kept.resign().await.expect("resign"), "passed on in line");
+    backend
+        .end_wait(&waiting, wait)
+        .await
+        .expect("the waiting campaign gives up");
+
+    let next = bounded("the next campaign served", next)
+        .await
+        .expect("the campaign ran")
+        .expect("the campaign wins");
+    let terms = log.terms_after(&name, 0).await.expect("read the terms");
+    let recorded: Vec<_> = terms
+        .iter()
+        .map(|term| (term.holder.label.as_deref().unwrap_or(""), term.term))
+        .collect();
+    assert_eq!(
+        recorded,
+        [("kept", kept_term), ("next", next.term())],
+        "only the leaders' terms, not the one passed on to the waiter that left"
+    );
+    assert_eq!(terms[1].previous, Some(kept_term), "next follows kept");
+    assert!(next.resign().await.expect("resign"));
+}
+
 /// Four `distlock run` processes take their places one after another while
 /// the lock is held; each, once granted, appends to a log they share, under
 /// the lock. The log shows them served in the order they asked, with
@@ -294,6 +364,7 @@ macro_rules! fair_cases {
             fair_waiters_are_served_in_the_order_they_asked,
             fair_a_try_never_jumps_the_line,
             fair_a_cancelled_waiter_leaves_the_line_at_once,
+            fair_a_grant_passed_to_a_waiter_that_left_leaves_no_term,
         );
     };
     ($fixture:expr) => {
