@@ -11,13 +11,18 @@
 //! before the grant is released. So a term is in the record when it was
 //! granted and its holder was not refused it; the one moment left is the
 //! time between the grant and its withdrawal, when an observer that reads
-//! the record sees the term, and reports a leader that never led. Two
+//! the record sees the term, and reports a leader that never led. In fair
+//! mode, a grant a release passed on to a waiting campaign that then gave
+//! up before taking it over has its term withdrawn by the backend's own
+//! end of the wait, which ends that grant ([`Backend::end_wait`]): in the
+//! same write where the store allows (MongoDB, PostgreSQL in lease mode),
+//! just before the release otherwise (PostgreSQL in advisory mode). Two
 //! kinds of grant still leave their term: one whose answer was lost on a
 //! backend that keeps the grant only in that answer (the file backend,
 //! PostgreSQL in advisory mode), where nothing names the term any more;
-//! and, in fair mode, one a release passed on to a waiter that gave up
-//! before taking it over, where the backend recorded the term with the
-//! pass-on (MongoDB, PostgreSQL).
+//! and, in fair mode, one passed on to a waiter that died before taking it
+//! over, whose lease runs out with nobody to end its wait (MongoDB,
+//! PostgreSQL).
 //!
 //! The record keeps the last [`TERMS_KEPT`] terms; each names the term
 //! before it, so that an observer that fell further behind can tell that
@@ -25,6 +30,7 @@
 //! gap it leaves is not taken for forgotten terms.
 //!
 //! [`AcquireRequest::records_term`]: crate::backend::AcquireRequest::records_term
+//! [`Backend::end_wait`]: crate::backend::Backend::end_wait
 
 use async_trait::async_trait;
 

@@ -400,7 +400,10 @@ impl MongoBackend {
         }
         let updated = self
             .collection
-            .update_one(fair::placed(&request.name, place), fair::leave(place))
+            .update_one(
+                fair::placed(&request.name, place),
+                fair::leave(request, place),
+            )
             .await
             .map_err(|error| driver(&format!("ending a wait for {}", request.name), error))?;
         if updated.matched_count == 1 {

@@ -65,23 +65,34 @@ pub(crate) fn appended(holder: Bson) -> Bson {
 }
 
 /// The filter and the update that withdraw `term`, recorded for
-/// `holder`, from `name`'s record: the entry goes, and the entry that
-/// named it as its previous term takes its previous instead. The holder
-/// is a literal, so that a label such as `$$NOW` stays text.
+/// `holder`, from `name`'s record (see [`withdrawn`]).
 fn withdrawal(name: &LockName, term: u64, holder: &Holder) -> (Document, Vec<Document>) {
     let term = i64::try_from(term).unwrap_or(i64::MAX);
-    let holder = self::holder(holder);
     let filter = doc! {
         "_id": name.as_str(),
-        TERMS: { "$elemMatch": { TERM: term, HOLDER: holder.clone() } },
+        TERMS: { "$elemMatch": { TERM: term, HOLDER: self::holder(holder) } },
     };
+    (
+        filter,
+        vec![doc! { "$set": { TERMS: withdrawn(term.into(), holder) } }],
+    )
+}
+
+/// The record without the entry of `term` (an expression) recorded for
+/// `holder`, and with the entry that named it as its previous term taking
+/// its previous instead; the record as it is when it keeps no such entry.
+/// The holder is a literal, so that a label such as `$$NOW` stays text.
+/// A fair wait's end withdraws the term of a grant passed on to it here,
+/// in the write that ends the grant.
+pub(crate) fn withdrawn(term: Bson, holder: &Holder) -> Document {
     let is_it = doc! { "$and": [
         { "$eq": ["$$this.term", term] },
-        { "$eq": ["$$this.holder", { "$literal": holder }] },
+        { "$eq": ["$$this.holder", { "$literal": self::holder(holder) }] },
     ] };
+    let entries = doc! { "$filter": { "input": field(TERMS), "cond": is_it.clone() } };
     let record = doc! {
         "$let": {
-            "vars": { "removed": { "$arrayElemAt": [{ "$filter": { "input": field(TERMS), "cond": is_it.clone() } }, 0] } },
+            "vars": { "removed": { "$arrayElemAt": [entries.clone(), 0] } },
             "in": { "$map": {
                 "input": { "$filter": { "input": field(TERMS), "cond": { "$not": [is_it] } } },
                 "in": { "$cond": [
@@ -92,7 +103,11 @@ fn withdrawal(name: &LockName, term: u64, holder: &Holder) -> (Document, Vec<Doc
             } },
         }
     };
-    (filter, vec![doc! { "$set": { TERMS: record } }])
+    let kept = doc! { "$and": [
+        { "$isArray": field(TERMS) },
+        { "$gt": [{ "$size": entries }, 0] },
+    ] };
+    doc! { "$cond": [kept, record, field(TERMS)] }
 }
 
 /// The terms of `found`'s record greater than `after`, oldest first.

@@ -86,6 +86,10 @@ pub(crate) struct FairStatements {
     pub(crate) attempt: String,
     /// Ends a grant or a place, granting the first place; see [`release`].
     pub(crate) release: String,
+    /// Ends a place, as `release` does, and withdraws the term of a grant
+    /// passed on to it; see [`release`]. `None` without a record of
+    /// terms, where `release` ends a place.
+    pub(crate) leave: Option<String>,
     /// How many live places `$1` has in line.
     pub(crate) queued: String,
 }
@@ -97,7 +101,8 @@ impl FairStatements {
         let t = table.quoted();
         Self {
             attempt: attempt(t, terms),
-            release: release(t, terms),
+            release: release(t, terms, false),
+            leave: terms.map(|_| release(t, terms, true)),
             queued: format!(
                 "SELECT jsonb_array_length(jsonb_path_query_array(t.waiting, {LIVE_PLACES},
                      jsonb_build_object('now', c.now_us)))::bigint
@@ -299,7 +304,15 @@ fn attempt(t: &str, terms: Option<&TableName>) -> String {
 /// As a plain release, it deletes the row instead when ours was its last
 /// live grant and nothing waits (through the name's [`gate`]), and
 /// otherwise leaves it to a later sweep.
-fn release(t: &str, terms: Option<&TableName>) -> String {
+///
+/// When `leaving` (the end of a wait whose place is `$2`, with a record of
+/// terms), it also withdraws the term recorded for the holder `$5` (JSON
+/// text, its label whole) with a grant passed on to the place, which
+/// nobody received: in the write that appends the next place's term when
+/// it grants one, so that that term names the one before, or else in a
+/// write of its own. The grant's token is read from the row as the
+/// statement locked it (`FOR UPDATE`), or as it deleted it.
+fn release(t: &str, terms: Option<&TableName>, leaving: bool) -> String {
     let vars = "jsonb_build_object('now', c.now_us, 'id', $2::text)";
     let token = "greatest(t.fencing_token + 1, c.now_us)";
     let idle_once_ours_ends = format!(
@@ -316,7 +329,7 @@ fn release(t: &str, terms: Option<&TableName>) -> String {
         "WITH gone AS (
              DELETE FROM {t} AS t USING {CLOCK}
              WHERE t.name = $1 AND {idle_once_ours_ends}
-             RETURNING 1
+             RETURNING {ended}
          ), kept AS (
              UPDATE {t} AS t SET (kind, permit_limit, fencing_token, holders, waiting) = (
                  SELECT CASE WHEN s.first IS NULL THEN t.kind ELSE 'exclusive' END,
@@ -330,12 +343,12 @@ fn release(t: &str, terms: Option<&TableName>) -> String {
                                     jsonb_path_query_array(t.waiting, {LIVE_BUT_ID}, {vars}) AS w
                             ) AS a) AS s
              )
-             FROM {CLOCK}
+             FROM {CLOCK}{locked}
              WHERE t.name = $1
                AND (jsonb_path_exists(t.holders, '$[*] ? (@.exp > $now && @.id == $id)', {vars})
                     OR t.waiting @> jsonb_build_array(jsonb_build_object('id', $2::text)))
                AND NOT EXISTS (SELECT FROM gone)
-             RETURNING jsonb_path_query_first(t.holders, {MADE_HERE}, {vars}) AS made
+             RETURNING jsonb_path_query_first(t.holders, {MADE_HERE}, {vars}) AS made{kept_ended}
          ), freed AS (SELECT 1 FROM gone UNION ALL SELECT 1 FROM kept){recording}
          SELECT 1 FROM freed LEFT JOIN LATERAL (
              SELECT pg_notify($3, coalesce(
@@ -344,7 +357,53 @@ fn release(t: &str, terms: Option<&TableName>) -> String {
          ) AS announced ON true",
         grant_first = grant_of_place("s.first", token, "false"),
         after_first = without("s.w", "s.first"),
-        recording = recording("kept", terms),
+        ended = if leaving { ended("t") } else { "1".to_owned() },
+        locked = if leaving {
+            format!(", (SELECT o.holders FROM {t} AS o WHERE o.name = $1 FOR UPDATE) AS old")
+        } else {
+            String::new()
+        },
+        kept_ended = if leaving {
+            format!(", {}", ended("old"))
+        } else {
+            String::new()
+        },
+        recording = match terms {
+            Some(terms) if leaving => withdrawing(terms),
+            _ => recording("kept", terms),
+        },
+    )
+}
+
+/// The token of the grant to place `$2` in the row `row` as the statement
+/// found it, as the column `ended`; null when the place holds none.
+fn ended(row: &str) -> String {
+    format!(
+        "(jsonb_path_query_first({row}.holders, '$[*] ? (@.id == $id)',
+              jsonb_build_object('id', $2::text)) ->> 'token')::bigint AS ended"
+    )
+}
+
+/// What the end of a wait writes to the record of terms (see [`release`]):
+/// the term of the grant it ended under the place `$2`, recorded for `$5`,
+/// withdrawn, in the write that appends the term of the grant it made
+/// when it made one that records a term, or else in a write of its own.
+fn withdrawing(terms: &TableName) -> String {
+    let record = terms::withdrawn_from("r.terms", "(SELECT ended FROM ended LIMIT 1)", "$5");
+    format!(
+        ", ended AS (
+             SELECT ended FROM gone WHERE ended IS NOT NULL
+             UNION ALL SELECT ended FROM kept WHERE ended IS NOT NULL
+         ), granted AS (
+             SELECT (made ->> 'token')::bigint AS fencing_token, (made -> 'term')::text AS term
+             FROM kept WHERE made ? 'term'
+         ), {recorded}, withdrawn AS (
+             UPDATE {table} AS r SET terms = {record}
+             WHERE r.name = $1 AND EXISTS (SELECT FROM ended) AND NOT EXISTS (SELECT FROM granted)
+             RETURNING 1
+         )",
+        recorded = terms::appended_onto("granted", terms, "$1", "g.term", &record),
+        table = terms.quoted(),
     )
 }
 

@@ -133,11 +133,27 @@ impl LeaseMode {
         params: &Params<'_>,
         timeout: Duration,
     ) -> Result<Vec<Row>> {
+        self.freeing_then(what, sql, name, params, &[], timeout)
+            .await
+    }
+
+    /// As [`freeing`](Self::freeing), with `trailing` after the channel
+    /// and the payload.
+    async fn freeing_then(
+        &self,
+        what: &str,
+        sql: &str,
+        name: &LockName,
+        params: &Params<'_>,
+        trailing: &Params<'_>,
+        timeout: Duration,
+    ) -> Result<Vec<Row>> {
         let mut announced = Announced::new(self.channels, name);
         loop {
             let mut all = params.to_vec();
             all.push((&announced.channel, Type::TEXT));
             all.push((&announced.payload, Type::TEXT));
+            all.extend_from_slice(trailing);
             let outcome = self.connections.query(what, sql, &all, timeout).await;
             drop(all);
             if !announced.without_notification_after(&outcome) {
@@ -430,15 +446,22 @@ impl Backend for LeaseMode {
             && let Some(InLine { place, .. }) = wait.take::<InLine>()
         {
             self.listener.calls().forget(place.as_str());
-            // The place goes, and a grant made to it passes on.
+            // The place goes, and a grant made to it passes on, its term
+            // withdrawn where terms are recorded.
             let name = request.name.as_str().as_bytes();
             let place_id = place.as_str();
+            let holder = terms::holder_json(&request.holder);
+            let (sql, trailing): (&str, &Params<'_>) = match &fair.leave {
+                Some(leave) => (leave, &[(&holder, Type::TEXT)]),
+                None => (&fair.release, &[]),
+            };
             return self
-                .freeing(
+                .freeing_then(
                     &format!("ending a wait for {}", request.name),
-                    &fair.release,
+                    sql,
                     &request.name,
                     &[(&name, Type::BYTEA), (&place_id, Type::TEXT)],
+                    trailing,
                     request.operation_timeout,
                 )
                 .await

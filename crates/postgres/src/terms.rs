@@ -8,6 +8,8 @@
 //! nothing more. Rows stay when the lock's row is deleted, so an observer
 //! still reads the terms of a lock nobody holds any more.
 
+use std::time::Duration;
+
 use async_trait::async_trait;
 use distlock_core::{
     AcquireRequest, Claim, Error, Holder, Lease, LockName, Result, TERMS_KEPT, Term, TermLog,
@@ -32,6 +34,20 @@ use crate::table::TableName;
 /// `previous`, so two grants never name the same one. The oldest terms
 /// past [`TERMS_KEPT`] go in the same write.
 pub(crate) fn appended_after(granted: &str, terms: &TableName, name: &str, holder: &str) -> String {
+    appended_onto(granted, terms, name, holder, "r.terms")
+}
+
+/// As [`appended_after`], onto `record` (an expression of the election's
+/// row `r`, its kept terms) rather than `r.terms` as it is: a fair wait's
+/// end appends the next place's term onto the record without the term it
+/// withdraws (see [`withdrawn_from`]), in the one write of the row.
+pub(crate) fn appended_onto(
+    granted: &str,
+    terms: &TableName,
+    name: &str,
+    holder: &str,
+    record: &str,
+) -> String {
     let table = terms.quoted();
     let older_kept = TERMS_KEPT - 1;
     format!(
@@ -42,14 +58,35 @@ pub(crate) fn appended_after(granted: &str, terms: &TableName, name: &str, holde
              FROM {granted} AS g
              ON CONFLICT (name) DO UPDATE SET terms = (
                  SELECT coalesce(jsonb_agg(e ORDER BY n), '[]'::jsonb)
-                 FROM jsonb_array_elements(r.terms) WITH ORDINALITY AS x(e, n)
-                 WHERE n > jsonb_array_length(r.terms) - {older_kept}
+                 FROM jsonb_array_elements({record}) WITH ORDINALITY AS x(e, n)
+                 WHERE n > jsonb_array_length({record}) - {older_kept}
              ) || jsonb_build_array(jsonb_build_object(
                  'term', excluded.terms -> 0 -> 'term',
-                 'previous', r.terms -> -1 -> 'term',
+                 'previous', {record} -> -1 -> 'term',
                  'holder', excluded.terms -> 0 -> 'holder'))
              RETURNING 1
          )"
+    )
+}
+
+/// `record` (a JSON array of terms) without the entry whose term is
+/// `term` and whose holder is `holder` (JSON text), both SQL expressions,
+/// the entry that named it as its previous term taking its previous
+/// instead: [`TermLog::withdraw`]'s splice, for a statement that ends a
+/// grant nobody received. The record as it is when it has no such entry
+/// (or `term` is null).
+pub(crate) fn withdrawn_from(record: &str, term: &str, holder: &str) -> String {
+    format!(
+        "(SELECT coalesce(jsonb_agg(CASE WHEN y.e -> 'previous' = w.e -> 'term'
+                  THEN jsonb_set(y.e, '{{previous}}', w.e -> 'previous') ELSE y.e END
+                  ORDER BY y.n), '[]'::jsonb)
+          FROM jsonb_array_elements({record}) WITH ORDINALITY AS y(e, n)
+          LEFT JOIN (
+              SELECT x.e FROM jsonb_array_elements({record}) AS x(e)
+              WHERE (x.e ->> 'term')::bigint = {term} AND x.e -> 'holder' = {holder}::text::jsonb
+              LIMIT 1
+          ) AS w ON true
+          WHERE w.e IS NULL OR y.e <> w.e)"
     )
 }
 
@@ -182,11 +219,47 @@ impl TermLog for TermRecord {
     }
 
     async fn withdraw(&self, lease: &Lease, holder: &Holder) -> Result<()> {
-        let name = &lease.name;
-        let bytes = name.as_str().as_bytes();
         let term = i64::try_from(lease.fencing_token).unwrap_or(i64::MAX);
+        self.withdrawing(
+            &lease.name,
+            term,
+            holder,
+            &lease.id.to_string(),
+            lease.operation_timeout,
+        )
+        .await
+    }
+}
+
+impl TermRecord {
+    /// Withdraws term `term` of `name`, recorded for `holder`, within
+    /// `timeout`: advisory fair mode's end of a wait, for a grant the
+    /// server made to the wait's session after it gave up, before it
+    /// releases that grant.
+    ///
+    /// # Errors
+    /// A backend error; the term then stays in the record.
+    pub(crate) async fn withdraw_term(
+        &self,
+        name: &LockName,
+        term: i64,
+        holder: &Holder,
+        timeout: Duration,
+    ) -> Result<()> {
+        self.withdrawing(name, term, holder, "", timeout).await
+    }
+
+    /// The withdraw statement, for `term` (0: the one of grant `id`).
+    async fn withdrawing(
+        &self,
+        name: &LockName,
+        term: i64,
+        holder: &Holder,
+        id: &str,
+        timeout: Duration,
+    ) -> Result<()> {
+        let bytes = name.as_str().as_bytes();
         let holder = holder_json(holder);
-        let id = lease.id.to_string();
         self.connections
             .query(
                 &format!("withdrawing a term of election {name}"),
@@ -197,7 +270,7 @@ impl TermLog for TermRecord {
                     (&holder, Type::TEXT),
                     (&id, Type::TEXT),
                 ],
-                lease.operation_timeout,
+                timeout,
             )
             .await?;
         Ok(())

@@ -258,11 +258,13 @@ pub(crate) fn placed(name: &LockName, place: &PlaceId) -> Document {
     }
 }
 
-/// Gives `place` up: its place goes, and a grant passed on to it that
-/// it has not taken over passes on to the next place. When that leaves
-/// nobody in line and no writer holding, readers kept out by the line may
-/// go: the write says so in `freed`.
-pub(crate) fn leave(place: &PlaceId) -> Vec<Document> {
+/// Gives `place`, of `request`'s wait, up: its place goes, and a grant
+/// passed on to it that it has not taken over passes on to the next place,
+/// the term the pass-on recorded for it withdrawn first (nobody received
+/// that grant), so that the next term names the one before it. When that
+/// leaves nobody in line and no writer holding, readers kept out by the
+/// line may go: the write says so in `freed`.
+pub(crate) fn leave(request: &AcquireRequest, place: &PlaceId) -> Vec<Document> {
     let id = doc! { "$literal": place.as_str() };
     let granted = doc! { "$eq": [field(LOCK_ID), id.clone()] };
     let readers_may_go = doc! {
@@ -280,7 +282,12 @@ pub(crate) fn leave(place: &PlaceId) -> Vec<Document> {
                 "cond": { "$ne": ["$$place.id", id.clone()] },
             } },
             EXPIRES_AT: { "$cond": [granted.clone(), free_at(), field(EXPIRES_AT)] },
-            LOCK_ID: { "$cond": [granted, "$$REMOVE", field(LOCK_ID)] },
+            LOCK_ID: { "$cond": [granted.clone(), "$$REMOVE", field(LOCK_ID)] },
+            TERMS: { "$cond": [
+                granted,
+                terms::withdrawn(field(FENCING_TOKEN).into(), &request.holder),
+                field(TERMS),
+            ] },
         } },
         pass_on(),
         tidy(doc! { FREED: { "$cond": [readers_may_go, id, "$$REMOVE"] } }),
@@ -336,6 +343,17 @@ mod tests {
         );
         assert!(
             text.contains("\"$literal\": { \"host\": \"$host\""),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_waiter_that_leaves_withdraws_its_term_as_a_literal_holder() {
+        let place = PlaceId::new("0123456789abcdef");
+        let text = format!("{:?}", leave(&request(true), &place));
+        assert!(text.contains("fencingToken"), "{text}");
+        assert!(
+            text.contains("\"$literal\": Document({\"host\": String(\"$host\")"),
             "{text}"
         );
     }

@@ -318,7 +318,18 @@ impl AdvisoryMode {
         };
         let session = waited.session;
         match waited.outcome {
-            Ok(Some(_granted)) => {
+            Ok(Some(granted)) => {
+                // Nobody received the grant: the term its statement
+                // recorded goes first, while the session holds the lock,
+                // so that no later grant names it as the one before.
+                if let (Some(terms), Some(term), true) =
+                    (&self.terms, granted.token, request.records_term)
+                    && let Err(error) = terms
+                        .withdraw_term(&request.name, term, &request.holder, patience)
+                        .await
+                {
+                    tracing::warn!(%error, name = %request.name, "could not withdraw the term of a grant nobody received; observers may report it");
+                }
                 let (channel, payload) = self.channels.announce(&request.name);
                 session
                     .query(
