@@ -163,6 +163,10 @@ fn campaign(args: &Args) -> Outcome<bool> {
         short: args.short,
         lease: args.lease,
     };
+    let servers = kinds
+        .iter()
+        .filter_map(|kind| Some((kind.name().to_owned(), kind.server()?.shown())))
+        .collect();
     let started = Instant::now();
     let mut rows = Vec::new();
     for kind in kinds {
@@ -199,6 +203,7 @@ fn campaign(args: &Args) -> Outcome<bool> {
             .unwrap_or_else(|| std::env::args().collect::<Vec<_>>().join(" ")),
         machine: machine(),
         versions: args.notes.clone(),
+        servers,
         short: args.short,
         took: started.elapsed(),
     };

@@ -144,6 +144,8 @@ pub(crate) struct RunInfo {
     pub(crate) command: String,
     pub(crate) machine: String,
     pub(crate) versions: Vec<String>,
+    /// How each backend's server was started, by backend.
+    pub(crate) servers: Vec<(String, String)>,
     pub(crate) short: bool,
     pub(crate) took: std::time::Duration,
 }
@@ -162,6 +164,16 @@ pub(crate) fn markdown(run: &RunInfo, scenarios: &[ScenarioInfo], rows: &[Row]) 
     let _ = writeln!(out, "- Machine: {}", run.machine);
     for version in &run.versions {
         let _ = writeln!(out, "- {version}");
+    }
+    if !run.servers.is_empty() {
+        let _ = writeln!(
+            out,
+            "- Servers, as the campaign starts them (each on a port and a data directory of \
+             its own):"
+        );
+        for (backend, shown) in &run.servers {
+            let _ = writeln!(out, "  - {backend}: {shown}");
+        }
     }
     let held = |row: &Row| held(row, scenarios, run.short);
     let failed = rows.iter().filter(|row| !held(row)).count();
@@ -333,6 +345,7 @@ mod tests {
                 command: "test".into(),
                 machine: "test".into(),
                 versions: Vec::new(),
+                servers: Vec::new(),
                 short: true,
                 took: std::time::Duration::ZERO,
             },

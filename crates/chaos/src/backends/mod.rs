@@ -120,6 +120,26 @@ pub(crate) struct ServerCommand {
 }
 
 impl ServerCommand {
+    /// How it starts, for the report's head: its binary's variable and its
+    /// arguments, with `<port>` and `<data>` for each start's own.
+    pub(crate) fn shown(&self) -> String {
+        const PORT: u16 = 65_535;
+        let data = Path::new("/<data>");
+        let args: Vec<String> = (self.args)(PORT, data)
+            .iter()
+            .map(|arg| {
+                arg.to_string_lossy()
+                    .replace(&PORT.to_string(), "<port>")
+                    .replace("/<data>", "<data>")
+            })
+            .collect();
+        let user = self
+            .run_as
+            .map(|user| format!(" (as {user})"))
+            .unwrap_or_default();
+        format!("`${} {}`{user}", self.binary_var, args.join(" "))
+    }
+
     /// A server that needs nothing before it starts, run as this user.
     pub(crate) const fn plain(
         binary_var: &'static str,
