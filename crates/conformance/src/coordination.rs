@@ -14,7 +14,8 @@ use tokio::sync::Notify;
 use crate::Fixture;
 use crate::spoil::{Spoil, SpoilGrant};
 use crate::support::{
-    LEAK_CATCHING_LEASE, bounded, client, client_with, shared, test_options, unique_name,
+    LEAK_CATCHING_LEASE, assert_only_leaders_recorded, bounded, client, client_with, shared,
+    test_options, unique_name,
 };
 
 /// How many times each of two callers takes the same pair of names in
@@ -581,17 +582,13 @@ pub async fn a_grant_nobody_received_leaves_no_term(fixture: &dyn Fixture) {
         assert!(next.resign().await.expect("resign"));
         return;
     };
-    let terms = log.terms_after(&name, 0).await.expect("read the terms");
-    let recorded: Vec<_> = terms
-        .iter()
-        .map(|term| (term.holder.label.as_deref().unwrap_or(""), term.term))
-        .collect();
-    assert_eq!(
-        recorded,
-        [("kept", kept_term), ("next", next.term())],
-        "only the leaders' terms, not the spoiled {spoiled_terms:?}"
-    );
-    assert_eq!(terms[1].previous, Some(kept_term), "next follows kept");
+    assert_only_leaders_recorded(
+        log,
+        &name,
+        (kept_term, next.term()),
+        &format!("the spoiled {spoiled_terms:?}"),
+    )
+    .await;
     let observer = observer.as_mut().expect("observed");
     let seen = bounded("the next leader observed", observer.next())
         .await

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::{LockClient, LockName, LockOptions};
+use distlock_core::{LockClient, LockName, LockOptions, TermLog};
 
 use crate::Fixture;
 
@@ -50,4 +50,26 @@ pub(crate) async fn bounded<T>(what: &str, f: impl std::future::Future<Output = 
 
 pub(crate) fn shared<T>(value: T) -> Arc<T> {
     Arc::new(value)
+}
+
+/// Asserts that `name`'s record of terms keeps two leaders' terms only,
+/// `kept` and then `next`, which names `kept` as the one before: the
+/// grants `spoiled` (a campaign's that nobody received) left none.
+pub(crate) async fn assert_only_leaders_recorded(
+    log: &dyn TermLog,
+    name: &LockName,
+    (kept, next): (u64, u64),
+    spoiled: &str,
+) {
+    let terms = log.terms_after(name, 0).await.expect("read the terms");
+    let recorded: Vec<_> = terms
+        .iter()
+        .map(|term| (term.holder.label.as_deref().unwrap_or(""), term.term))
+        .collect();
+    assert_eq!(
+        recorded,
+        [("kept", kept), ("next", next)],
+        "only the leaders' terms, not {spoiled}"
+    );
+    assert_eq!(terms[1].previous, Some(kept), "next follows kept");
 }
