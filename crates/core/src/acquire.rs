@@ -6,8 +6,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
+use crate::backend::state::Payload;
 use crate::claim::Claim;
-use crate::state::Payload;
 
 /// The options of one call of
 /// [`LockClient::acquire_with`](crate::LockClient::acquire_with),

@@ -1,14 +1,12 @@
-//! Building a [`LockClient`]: its options, then its backend.
+//! Building a [`LockClient`](crate::LockClient): its options, then its
+//! backend. The client's module makes the client from them.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::Backend;
-use crate::client::LockClient;
 use crate::error::Result;
 use crate::options::{LockOptions, LockOptionsBuilder};
 
-/// Builds a [`LockClient`]: set the options that differ from the defaults,
+/// Builds a [`LockClient`](crate::LockClient): set the options that differ from the defaults,
 /// then hand it the backend. Every option is checked once, by
 /// [`build`](Self::build); see [`LockOptions`] for what each one means.
 ///
@@ -96,23 +94,6 @@ impl LockClientBuilder {
     pub fn options(mut self, options: &LockOptions) -> Self {
         self.options = LockOptionsBuilder::from(options);
         self
-    }
-
-    /// Checks the options, then makes the client of `backend`.
-    ///
-    /// # Errors
-    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) naming the
-    /// first option that is out of range and saying why.
-    pub fn build(self, backend: impl Backend + 'static) -> Result<LockClient> {
-        self.build_shared(Arc::new(backend))
-    }
-
-    /// As [`build`](Self::build), for a backend already shared.
-    ///
-    /// # Errors
-    /// As [`build`](Self::build).
-    pub fn build_shared(self, backend: Arc<dyn Backend>) -> Result<LockClient> {
-        Ok(LockClient::new(backend, self.options.build()?))
     }
 
     /// The options as they stand, checked.

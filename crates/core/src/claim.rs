@@ -108,7 +108,7 @@ impl fmt::Display for Claim {
     }
 }
 
-/// The kind of one holder, as [`Backend::list`](crate::Backend::list)
+/// The kind of one holder, as [`Backend::list`](crate::backend::Backend::list)
 /// shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -12,24 +12,28 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::acquire::AcquireOptions;
-use crate::attempt::{Asking, Outcome, Unclaimed};
+use crate::backend::LossReporter;
+use crate::backend::state::Payload;
+use crate::backend::wake::ReleaseWatch;
 use crate::backend::{AcquireRequest, Backend, Holder, Lease, LockInfo};
-use crate::backoff::Backoff;
-use crate::bounded;
 use crate::builder::LockClientBuilder;
 use crate::claim::Claim;
+use crate::engine::attempt::{Asking, Outcome, Unclaimed};
+use crate::engine::backoff::Backoff;
+use crate::engine::bounded;
+use crate::engine::handover::Succession;
+use crate::engine::held::HeldLease;
+use crate::engine::hold::HoldBounds;
+use crate::engine::keeper::Keeper;
+use crate::engine::slots::{self, Baton, LocalReleases, LocalReleasesWatch};
+use crate::engine::waiting::{PendingWait, sleep_unless_released};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
-use crate::handover::Succession;
-use crate::hold::HoldBounds;
-use crate::keeper::Keeper;
-use crate::lease::{HeldLease, LossReporter, LostSignal};
+use crate::guard::SlotPermit;
+use crate::lost::LostSignal;
 use crate::metrics;
 use crate::name::{IntoLockName, LockName};
 use crate::options::LockOptions;
-use crate::slots::{Baton, LocalReleases, LocalReleasesWatch, SlotPermit, Slots};
-use crate::state::Payload;
-use crate::wake::ReleaseWatch;
 
 /// Takes, keeps and releases locks on one backend.
 ///
@@ -64,7 +68,7 @@ struct Inner {
     options: LockOptions,
     holder: Arc<Holder>,
     keeper: Keeper,
-    slots: Slots,
+    slots: slots::Slots<LockGuard>,
     /// Set when the backend can hand a lock from one task to the next.
     succession: Option<Arc<Succession>>,
 }
@@ -115,7 +119,7 @@ impl LockClient {
                 backend,
                 options,
                 holder,
-                slots: Slots::default(),
+                slots: slots::Slots::default(),
                 succession,
             }),
         }
@@ -453,13 +457,15 @@ impl LockClient {
         let _waiting = self.inner.keeper.begin_wait();
         // A zero timeout tries once, so it leaves no record of a waiter.
         let retries = timeout != Some(Duration::ZERO);
-        let mut pending =
-            PendingWait::new(self, Asking::new(self.request(name, claim, retries, asked)));
+        let mut pending = PendingWait::new(
+            self.inner.backend.clone(),
+            Asking::new(self.request(name, claim, retries, asked)),
+        );
         let outcome = match wait.for_grant(&mut pending, yielded).await {
-            Ok((lease, ..)) if pending.template.records_term && wait.is_cancelled() => {
+            Ok((lease, ..)) if pending.request().records_term && wait.is_cancelled() => {
                 // Cancelled as the grant came: nobody leads by it, so its
                 // term goes with it.
-                Unclaimed::of(&pending.template, lease)
+                Unclaimed::of(pending.request(), lease)
                     .release(&*self.inner.backend, self.inner.options.operation_timeout())
                     .await;
                 Err(wait.cancelled())
@@ -532,7 +538,7 @@ impl LockClient {
     }
 
     /// The locks held now, as the backend sees them (see
-    /// [`Capabilities::lists_every_holder`](crate::Capabilities::lists_every_holder)).
+    /// [`Capabilities::lists_every_holder`](crate::backend::Capabilities::lists_every_holder)).
     ///
     /// # Errors
     /// A backend error.
@@ -790,7 +796,7 @@ impl<'a, C: Future<Output = ()>> Wait<'a, C> {
 
     /// Waits for this client's slot of the name: a lock handed over by the
     /// task before, or the right to ask the backend.
-    async fn local_turn(&mut self, takes_hand_overs: bool) -> Result<Baton> {
+    async fn local_turn(&mut self, takes_hand_overs: bool) -> Result<Baton<LockGuard>> {
         tokio::select! {
             biased;
             baton = self.client.inner.slots.acquire(self.name, takes_hand_overs) => Ok(baton),
@@ -932,69 +938,22 @@ impl<'a, C: Future<Output = ()>> Wait<'a, C> {
     }
 }
 
-/// The backend's side of a wait: what it asks, and the state the backend
-/// keeps for it. If the wait is dropped unfinished, the backend's record of
-/// it is ended in the background.
-struct PendingWait {
-    backend: Arc<dyn Backend>,
-    /// The next request; `None` once an attempt was left to finish in the
-    /// background, until the next one begins afresh.
-    asking: Option<Asking>,
-    template: AcquireRequest,
-}
-
-impl PendingWait {
-    fn new(client: &LockClient, asking: Asking) -> Self {
-        Self {
-            backend: client.inner.backend.clone(),
-            template: asking.request.clone(),
-            asking: Some(asking),
-        }
+// The builder collects options; the client's module makes the client.
+impl LockClientBuilder {
+    /// Checks the options, then makes the client of `backend`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) naming the
+    /// first option that is out of range and saying why.
+    pub fn build(self, backend: impl Backend + 'static) -> Result<LockClient> {
+        self.build_shared(Arc::new(backend))
     }
 
-    async fn attempt(&mut self, budget: Duration) -> Result<Outcome> {
-        let asking = self.asking.take().unwrap_or_else(|| {
-            // The last attempt went on in the background with its state,
-            // and ends it there; this one starts afresh.
-            Asking::new(AcquireRequest {
-                loss: LossReporter::new(),
-                ..self.template.clone()
-            })
-        });
-        let (outcome, asking) = asking.attempt(&self.backend, budget).await;
-        self.asking = asking;
-        outcome
-    }
-
-    /// Ends the backend's record of the wait, if it kept one.
-    async fn end(mut self) {
-        if let Some(asking) = self.asking.take() {
-            asking.end(&*self.backend).await;
-        }
-    }
-}
-
-impl Drop for PendingWait {
-    fn drop(&mut self) {
-        let Some(asking) = self.asking.take().filter(|asking| !asking.wait.is_empty()) else {
-            return;
-        };
-        if let Some(runtime) = crate::sync::Runtime::current() {
-            let backend = self.backend.clone();
-            runtime.spawn(async move { asking.end(&*backend).await });
-        }
-    }
-}
-
-/// Sleeps for `wait`, or less if `watch` reports a release first.
-async fn sleep_unless_released(watch: Option<&mut ReleaseWatch>, wait: Duration) {
-    match watch {
-        Some(watch) => {
-            tokio::select! {
-                () = watch.released() => {}
-                () = tokio::time::sleep(wait) => {}
-            }
-        }
-        None => tokio::time::sleep(wait).await,
+    /// As [`build`](Self::build), for a backend already shared.
+    ///
+    /// # Errors
+    /// As [`build`](Self::build).
+    pub fn build_shared(self, backend: Arc<dyn Backend>) -> Result<LockClient> {
+        Ok(LockClient::new(backend, self.build_options()?))
     }
 }

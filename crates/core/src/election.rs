@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use crate::acquire::AcquireOptions;
 use crate::backend::Holder;
+use crate::backend::terms::{TERMS_KEPT, Term, continuing};
 use crate::client::{LockClient, check_label};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
-use crate::lease::LossReason;
+use crate::lost::LossReason;
 use crate::name::{IntoLockName, LockName};
-use crate::terms::{TERMS_KEPT, Term, continuing};
 
 /// How often [`Observer::next`] looks for a new leader on a backend that
 /// reports no releases, and at most after one that does.
@@ -232,10 +232,10 @@ impl Leadership {
 ///
 /// Each call of [`next`](Self::next) returns the next leader, in term
 /// order, none skipped: the backend records each term in the write that
-/// grants it ([`Backend::term_log`](crate::Backend::term_log)), and the
+/// grants it ([`Backend::term_log`](crate::backend::Backend::term_log)), and the
 /// observer reads the terms after the last it returned. A grant its
 /// campaign never received has its term withdrawn before it is released
-/// ([`TermLog::withdraw`](crate::TermLog::withdraw)), so only a look in
+/// ([`TermLog::withdraw`](crate::backend::TermLog::withdraw)), so only a look in
 /// between reports its leader, who never led. So a term that
 /// began and ended between two looks is still returned, with the value it
 /// campaigned with. It looks right after a release on a backend that

@@ -105,7 +105,7 @@ pub enum Error {
     Unsupported(String),
     /// An [`Observer`](crate::Observer) fell so far behind an election that
     /// its backend no longer keeps the terms it missed: each backend keeps
-    /// the last [`TERMS_KEPT`](crate::TERMS_KEPT). The observer goes on
+    /// the last [`TERMS_KEPT`](crate::backend::TERMS_KEPT). The observer goes on
     /// with the terms after them; look at it more often to miss none.
     #[error(
         "missed the terms of election {name} after term {after} and before term {before}: \
@@ -147,6 +147,11 @@ pub enum Error {
 }
 
 impl Error {
+    /// A call to the store that did not answer within `after`.
+    pub(crate) fn operation_timeout(operation: &'static str, after: Duration) -> Self {
+        Self::OperationTimeout { operation, after }
+    }
+
     /// An [`Error::InvalidConfig`] for `field`.
     pub fn config(field: impl Into<String>, reason: impl Into<String>) -> Self {
         Self::InvalidConfig {

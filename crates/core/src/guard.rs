@@ -5,18 +5,22 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::Lease;
-use crate::bounded;
+use crate::backend::state::GrantState;
 use crate::claim::Claim;
-use crate::detach::Detach;
+use crate::engine::detach::Detach;
+use crate::engine::handover::{self, NextGrant, Succession};
+use crate::engine::held::HeldLease;
+use crate::engine::hold::HoldBounds;
+use crate::engine::keeper::Keeper;
+use crate::engine::min_hold::{release_after, time_left};
+use crate::engine::slots::{self, SharedRelease};
 use crate::error::{Error, Result};
-use crate::handover::{self, Succession};
-use crate::hold::HoldBounds;
-use crate::keeper::{Keeper, lost_error, timed_out};
-use crate::lease::{HeldLease, LossReason, LostSignal};
-use crate::min_hold::{release_after, time_left};
+use crate::lost::{LossReason, LostSignal};
 use crate::name::LockName;
-use crate::slots::{SharedRelease, SlotPermit};
-use crate::state::GrantState;
+
+/// The slot of a name in this client, which a guard holds while it holds
+/// the lock, and passes on when it is done.
+pub(crate) type SlotPermit = slots::SlotPermit<LockGuard>;
 
 /// Proof that this process holds a lock. It is owned, `'static` and `Send`,
 /// so it can move into a spawned task.
@@ -75,7 +79,7 @@ impl LockGuard {
     /// [`min_hold`](crate::AcquireOptions::min_hold).
     pub(crate) fn bound_hold(mut self, bounds: HoldBounds) -> Self {
         if let Some(max_hold) = bounds.max {
-            crate::hold::limit(&self.held, self.keeper.clone(), self.key, max_hold);
+            crate::engine::hold::limit(&self.held, self.keeper.clone(), self.key, max_hold);
         }
         self.min_hold = bounds.min;
         self
@@ -161,7 +165,7 @@ impl LockGuard {
 
     /// A cloneable, `'static` signal of loss, for the task doing the work.
     pub fn lost_signal(&self) -> LostSignal {
-        LostSignal::new(&self.held)
+        self.held.lost_signal()
     }
 
     /// Extends the lease now, on top of the background extension.
@@ -283,7 +287,14 @@ async fn release_lease(
         && succession.applies(permit)
     {
         let permit = slot.take().expect("checked just above");
-        let outcome = handover::hand_over(&held, permit, succession).await;
+        let outcome = handover::hand_over(&held, permit, succession)
+            .await
+            .map(|(ours, next)| {
+                if let Some(next) = next {
+                    offer_to_next_waiter(next, succession);
+                }
+                ours
+            });
         drop(ops);
         tracing::debug!(
             name = %held.lease.name,
@@ -294,7 +305,7 @@ async fn release_lease(
         );
         return outcome;
     }
-    let outcome = backend_release(&held).await;
+    let outcome = held.release_on_backend().await;
     drop(ops);
     end_released(
         &held,
@@ -304,6 +315,24 @@ async fn release_lease(
         outcome.as_ref().map(|&ours| Some(ours)),
     );
     outcome.map(|still_ours| still_ours && !was_lost)
+}
+
+/// Builds the guard of the grant a hand-over made, and offers it to the
+/// first task still waiting.
+fn offer_to_next_waiter(next: NextGrant<LockGuard>, succession: &Arc<Succession>) {
+    let guard = LockGuard::new(
+        next.held,
+        succession.keeper.clone(),
+        next.key,
+        Some(next.permit),
+        Some(succession.clone()),
+        None,
+    );
+    if let Err(unclaimed) = guard.offer_to_next() {
+        // The waiter gave up meanwhile: dropping the guard releases the
+        // new grant in the background (or hands it on again).
+        drop(unclaimed);
+    }
 }
 
 /// As [`release_lease`], with the caller's operation in place of the
@@ -323,27 +352,21 @@ where
     let outcome = if held.loss().is_some() {
         // The caller's operation is for a lease that is ours; this one is
         // not (or may not be), so only clear it if the backend still has it.
-        let _ = backend_release(&held).await;
-        Err(lost_error(&held))
+        let _ = held.release_on_backend().await;
+        Err(held.lost_error())
     } else {
         tokio::time::timeout(held.lease.operation_timeout, release(held.lease.clone()))
             .await
-            .unwrap_or_else(|_| Err(timed_out("release", held.lease.operation_timeout)))
+            .unwrap_or_else(|_| {
+                Err(Error::operation_timeout(
+                    "release",
+                    held.lease.operation_timeout,
+                ))
+            })
     };
     drop(ops);
     end_released(&held, slot, shared, started, outcome.as_ref().map(|_| None));
     outcome
-}
-
-/// The backend's release of `held`, bounded by the operation timeout.
-pub(crate) async fn backend_release(held: &HeldLease) -> Result<bool> {
-    bounded::call(
-        &*held.backend,
-        held.lease.operation_timeout,
-        "release",
-        held.backend.release(&held.lease),
-    )
-    .await
 }
 
 /// Ends `held` after a release, then lets the next task of this process

@@ -7,6 +7,9 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use tokio::time::Instant;
 
+use crate::backend::state::{GrantState, WaitState};
+use crate::backend::terms::{TERMS_KEPT, Term, TermLog, withdraw_term};
+use crate::backend::wake::{ReleaseHub, ReleaseWatch};
 use crate::backend::{
     AcquireRequest, Attempt, Backend, Capabilities, DelayedRelease, Extended, HandOver, HandOvers,
     Holder, Lease, LeaseId, LockInfo, Wakeups,
@@ -15,10 +18,7 @@ use crate::claim::{Claim, Permits};
 use crate::error::Result;
 use crate::name::LockName;
 use crate::options::LockOptions;
-use crate::state::{GrantState, WaitState};
 use crate::sync::{Mutex, MutexGuard};
-use crate::terms::{TERMS_KEPT, Term, TermLog, withdraw_term};
-use crate::wake::{ReleaseHub, ReleaseWatch};
 
 /// Locks that live in this process's memory, with real leases that expire
 /// by Tokio's clock, fencing tokens and release wake-ups. It grants every

@@ -15,7 +15,7 @@
 //! | `distlock_extension_seconds` | histogram | `backend` | how long each extension call took (a batch is one call) |
 //! | `distlock_backend_errors_total` | counter | `backend`, `operation`, `error` | failed backend calls: `error` is `timeout`, `transient`, `denied` or `other` |
 //!
-//! `backend` is the store's name ([`Backend::store_name`](crate::Backend::store_name)),
+//! `backend` is the store's name ([`Backend::store_name`](crate::backend::Backend::store_name)),
 //! `kind` the lock's kind (`exclusive`, `shared`, `semaphore`). Lock names
 //! are not labels unless a client asks with
 //! [`LockOptions::metrics_by_name`](crate::LockOptions::metrics_by_name):
@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use crate::claim::LockKind;
 use crate::error::Error;
-use crate::lease::LossReason;
+use crate::lost::LossReason;
 use crate::name::LockName;
 
 /// How an acquisition ended, for `distlock_acquisitions_total`.

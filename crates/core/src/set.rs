@@ -11,10 +11,10 @@ use futures::future::select_all;
 use crate::acquire::AcquireOptions;
 use crate::claim::Claim;
 use crate::client::LockClient;
+use crate::engine::hold::HoldBounds;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
-use crate::hold::HoldBounds;
-use crate::lease::LossReason;
+use crate::lost::LossReason;
 use crate::name::{IntoLockName, LockName};
 
 /// One member of a set given to [`LockClient::acquire_all`]: a name, taken

@@ -7,10 +7,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use distlock_core::backend::{Backend, HandOver};
 use distlock_core::testing::{Answer, Call, Hook, TestBackend};
 use distlock_core::{
-    AcquireOptions, Backend, Error, HandOver, LockClient, LockName, LockOptions, LossReason,
-    MemoryBackend, Result,
+    AcquireOptions, Error, LockClient, LockName, LockOptions, LossReason, MemoryBackend, Result,
 };
 
 /// Counters around the memory backend, a switch that makes extensions

@@ -6,10 +6,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use distlock_core::{
-    AcquireOptions, AcquireRequest, Backend, Claim, Holder, LockClient, LockName, MemoryBackend,
-    WaitState,
-};
+use distlock_core::backend::{AcquireRequest, Backend, WaitState};
+use distlock_core::{AcquireOptions, Claim, Holder, LockClient, LockName, MemoryBackend};
 
 const WAITERS: usize = 6;
 

@@ -5,10 +5,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use distlock_core::backend::{Attempt, LossReporter};
 use distlock_core::testing::{Answer, Call, Hook, TestBackend};
 use distlock_core::{
-    AcquireOptions, Attempt, Claim, LockClient, LockName, LockOptions, LossReason, LossReporter,
-    MemoryBackend, Payload, Result,
+    AcquireOptions, Claim, LockClient, LockName, LockOptions, LossReason, MemoryBackend, Payload,
+    Result,
 };
 
 const PATIENCE: Duration = Duration::from_secs(10);

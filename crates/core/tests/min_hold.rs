@@ -5,9 +5,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use distlock_core::backend::Backend;
 use distlock_core::testing::{Operation, TestBackend};
 use distlock_core::{
-    AcquireOptions, Backend, Claim, Error, LockClient, LockName, LossReason, MemoryBackend,
+    AcquireOptions, Claim, Error, LockClient, LockName, LossReason, MemoryBackend,
 };
 
 fn client() -> LockClient {

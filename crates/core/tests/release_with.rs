@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use distlock_core::{Backend, Error, LockClient, LockName, LockOptions, LossReason, MemoryBackend};
+use distlock_core::backend::Backend;
+use distlock_core::{Error, LockClient, LockName, LockOptions, LossReason, MemoryBackend};
 
 fn client(backend: &Arc<MemoryBackend>) -> LockClient {
     let options = LockOptions::builder()

@@ -8,10 +8,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use distlock_core::backend::{Backend, Lease, async_trait};
 use distlock_core::testing::{Answer, Call, Hook, TestBackend};
-use distlock_core::{
-    Backend, Lease, LockClient, LockGuard, LossReason, MemoryBackend, async_trait,
-};
+use distlock_core::{LockClient, LockGuard, LossReason, MemoryBackend};
 use tokio::sync::Notify;
 use tokio::time::{Instant, sleep};
 

@@ -5,10 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use distlock_core::backend::{Renewal, async_trait};
 use distlock_core::testing::{Answer, Failure, Hook, Operation, TestBackend};
-use distlock_core::{
-    Error, LockClient, LockName, LockOptions, LossReason, MemoryBackend, Renewal, async_trait,
-};
+use distlock_core::{Error, LockClient, LockName, LockOptions, LossReason, MemoryBackend};
 
 /// The memory backend behind a session, as etcd keeps keys on one lease:
 /// a renewal extends every grant made through this instance.

@@ -5,8 +5,9 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use distlock_core::backend::Attempt;
 use distlock_core::testing::{Answer, Hook, TestBackend};
-use distlock_core::{AcquireOptions, Attempt, Error, LockClient, LockName};
+use distlock_core::{AcquireOptions, Error, LockClient, LockName};
 use tokio::sync::Notify;
 
 /// What the hook does to the next grant of a campaign that stood with a
@@ -41,7 +42,7 @@ impl SpoilGrant {
     }
 }
 
-#[distlock_core::async_trait]
+#[distlock_core::backend::async_trait]
 impl Hook for SpoilGrant {
     async fn after(&self, answer: Answer<'_>) {
         let Answer::Acquire { request, outcome } = answer else {

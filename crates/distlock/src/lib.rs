@@ -142,34 +142,19 @@ mod connect;
 mod url;
 
 pub use distlock_core::{
-    AcquireOptions, Claim, Election, Error, IntoLockClaim, IntoLockName, Leader, Leadership,
-    LockClient, LockClientBuilder, LockContext, LockGuard, LockInfo, LockKind, LockName,
-    LockOptions, LockOptionsBuilder, LockSet, LossReason, LostSignal, MAX_NAME_LEN, MAX_PERMITS,
-    MemoryBackend, Observer, Payload, Permits, Result,
+    AcquireOptions, Claim, Election, Error, Holder, IntoLockClaim, IntoLockName, Leader,
+    Leadership, LockClient, LockClientBuilder, LockContext, LockGuard, LockInfo, LockKind,
+    LockName, LockOptions, LockOptionsBuilder, LockSet, LossReason, LostSignal, MAX_NAME_LEN,
+    MAX_PERMITS, MemoryBackend, Observer, Payload, Permits, Result,
 };
 
 pub use crate::connect::{connect, connect_with};
 pub use crate::url::{BackendUrl, SecretUrl, default_url, open};
-pub use distlock_core::urls::redact;
+pub use distlock_core::backend::redact;
 
 /// What backend authors need, and what a [`LockClient`] hands its backend;
-/// users of locks need none of it.
-pub mod backend {
-    pub use distlock_core::async_trait;
-    pub use distlock_core::backend::{
-        AcquireRequest, Attempt, Backend, Capabilities, Feature, FeatureState, HandOver, HandOvers,
-        Holder, Lease, LeaseId, Renewal, ServerInfo, Session, SessionId, Wakeups,
-    };
-    pub use distlock_core::platform;
-    // URL reading, written once (`redact` is at the crate's root).
-    pub use distlock_core::urls::{
-        BadEscape, BadHost, HostPort, Query, QueryPair, UrlParts, parse_hosts, percent_decode,
-        secret_options, user_info,
-    };
-    pub use distlock_core::{
-        GrantState, LossReporter, ReleaseHub, ReleaseWatch, WaitState, token_floor,
-    };
-}
+/// users of locks need none of it. This is `distlock_core::backend`, whole.
+pub use distlock_core::backend;
 
 /// The metrics distlock records through the `metrics` facade, with the
 /// `metrics` feature: their names, labels and meaning.

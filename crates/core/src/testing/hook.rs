@@ -183,7 +183,7 @@ pub enum Answer<'a> {
 /// #[derive(Debug, Default)]
 /// struct Extended(AtomicUsize);
 ///
-/// #[distlock_core::async_trait]
+/// #[distlock_core::backend::async_trait]
 /// impl Hook for Extended {
 ///     async fn before(&self, call: Call<'_>) -> Result<()> {
 ///         if let Call::Extend(leases) = call {

@@ -39,17 +39,17 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::backend::LossReporter;
+use crate::backend::state::{GrantState, WaitState};
+use crate::backend::wake::ReleaseWatch;
 use crate::backend::{
     AcquireRequest, Attempt, Backend, Capabilities, DelayedRelease, Extended, HandOver, HandOvers,
     Lease, LockInfo, Renewal, Session, SessionId, Wakeups,
 };
 use crate::error::{Error, Result};
-use crate::lease::LossReporter;
 use crate::memory::MemoryBackend;
 use crate::name::{IntoLockName, LockName};
-use crate::state::{GrantState, WaitState};
 use crate::sync::{Mutex, MutexGuard};
-use crate::wake::ReleaseWatch;
 
 mod hook;
 mod mutant;
@@ -548,7 +548,7 @@ impl Backend for TestBackend {
     }
 
     /// The inner backend's, called directly: no hook sees it.
-    fn term_log(&self) -> Option<&dyn crate::terms::TermLog> {
+    fn term_log(&self) -> Option<&dyn crate::backend::terms::TermLog> {
         self.inner.term_log()
     }
 

@@ -7,11 +7,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 
+use crate::backend::state::{GrantState, WaitState};
 use crate::backend::{AcquireRequest, Attempt, Backend, Capabilities, Lease, LockInfo, Session};
 use crate::claim::Claim;
 use crate::error::Result;
 use crate::name::LockName;
-use crate::state::{GrantState, WaitState};
 
 /// The defect a [`MutantBackend`] has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -169,7 +169,7 @@ impl Backend for MutantBackend {
         let mut asked = request.clone();
         if self.mutation == Mutation::HidesLosses {
             // The store's own loss reports go nowhere.
-            asked.loss = crate::lease::LossReporter::new();
+            asked.loss = crate::backend::LossReporter::new();
         }
         let attempt = match self.inner.try_acquire(&asked, wait).await? {
             Attempt::Held { .. } if self.forces(asked.claim) => {

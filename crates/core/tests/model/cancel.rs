@@ -9,7 +9,8 @@
 
 use std::sync::Arc;
 
-use distlock_core::{AcquireOptions, Backend, Error, LockClient, LockGuard, MemoryBackend};
+use distlock_core::backend::Backend;
+use distlock_core::{AcquireOptions, Error, LockClient, LockGuard, MemoryBackend};
 use futures::future::{Either, select};
 use shuttle::future;
 use tokio::sync::oneshot;

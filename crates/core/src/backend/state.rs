@@ -3,7 +3,7 @@
 //! Core never looks inside. A grant's state comes back with every
 //! extension and release of that grant, so a backend needs no table of its
 //! own beside the trait; a wait's state comes back with every attempt of
-//! one wait, and to [`Backend::end_wait`](crate::Backend::end_wait) when the
+//! one wait, and to [`Backend::end_wait`](crate::backend::Backend::end_wait) when the
 //! wait ends without a grant.
 
 use std::any::Any;

@@ -13,11 +13,12 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::{Keeper, Shared, lost_error};
+use super::{Keeper, Shared};
 use crate::backend::{Renewal, SessionId};
-use crate::bounded;
+use crate::engine::bounded;
+use crate::engine::held::HeldLease;
 use crate::error::{Error, Result};
-use crate::lease::{HeldLease, LossReason};
+use crate::lost::LossReason;
 use crate::metrics;
 use crate::sync::atomic::Ordering;
 
@@ -108,7 +109,7 @@ impl Shared {
         let outcome = self.ask_renewal().await;
         let answer = match &outcome {
             Ok(renewal) if session.is_some_and(|id| renewal.ended.contains(&id)) => {
-                Some(Err(lost_error(held)))
+                Some(Err(held.lost_error()))
             }
             Ok(renewal) if session.is_some() && renewal.renewed == session => Some(Ok(())),
             Ok(_) => Some(Err(Error::Backend {
@@ -124,7 +125,7 @@ impl Shared {
         };
         match self.renewed(sent_at, outcome) {
             Some(error) => Err(error),
-            None if held.loss().is_some() => Err(lost_error(held)),
+            None if held.loss().is_some() => Err(held.lost_error()),
             None => answer.unwrap_or(Ok(())),
         }
     }

@@ -28,10 +28,10 @@ impl std::error::Error for BadEscape {}
 
 /// Decodes the `%XX` escapes of `text`, refusing a malformed escape and a
 /// result that is not UTF-8. A `+` stays a `+`: see [the module
-/// docs](super) for why.
+/// docs](crate::backend#reading-urls) for why.
 ///
 /// ```
-/// use distlock_core::urls::{BadEscape, percent_decode};
+/// use distlock_core::backend::{BadEscape, percent_decode};
 ///
 /// assert_eq!(percent_decode("a%20b+c%2B").as_deref(), Ok("a b+c+"));
 /// assert_eq!(percent_decode("bad%2"), Err(BadEscape::Malformed));

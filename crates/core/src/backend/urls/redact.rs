@@ -12,7 +12,7 @@ use super::query::split_pairs;
 /// query string, but never hides a path with an `@` in it.
 ///
 /// ```
-/// use distlock_core::urls::user_info;
+/// use distlock_core::backend::user_info;
 ///
 /// assert_eq!(user_info("mongodb://admin:hunter2@db/"), Some((10, "admin:hunter2")));
 /// assert_eq!(user_info("mongodb://admin:hunt/er2@db/"), Some((10, "admin:hunt/er2")));
@@ -59,7 +59,7 @@ pub fn secret_options(url: &str) -> Vec<&str> {
 /// for messages; see [`user_info`] for what counts as user information.
 ///
 /// ```
-/// use distlock_core::urls::redact;
+/// use distlock_core::backend::redact;
 ///
 /// assert_eq!(redact("mongodb://admin:hunter2@db:27017/?tls=true"), "mongodb://***@db:27017/?tls=true");
 /// assert_eq!(redact("mongodb://admin:hu?nt#er/2@db/"), "mongodb://***@db/");

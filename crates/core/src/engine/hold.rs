@@ -2,17 +2,17 @@
 //! hold ([`AcquireOptions::max_hold`](crate::AcquireOptions::max_hold)):
 //! once it has passed since the grant, the lease stops being extended, is
 //! released, and its loss is reported, whatever the holder is doing. The
-//! shortest hold is kept at the release, in [`crate::min_hold`].
+//! shortest hold is kept at the release, in [`crate::engine::min_hold`].
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::Backend;
 use crate::claim::Claim;
+use crate::engine::held::HeldLease;
+use crate::engine::keeper::Keeper;
 use crate::error::{Error, Result};
-use crate::guard::backend_release;
-use crate::keeper::Keeper;
-use crate::lease::{HeldLease, LossReason, LostSignal};
+use crate::lost::LossReason;
 
 /// The longest and the shortest hold one call asked for.
 #[derive(Debug, Clone, Copy, Default)]
@@ -71,7 +71,7 @@ impl HoldBounds {
 /// released or dropped before then is not kept alive by it.
 pub(crate) fn limit(held: &Arc<HeldLease>, keeper: Keeper, key: u64, max_hold: Duration) {
     let deadline = tokio::time::Instant::from_std(held.granted_at() + max_hold);
-    let ended = LostSignal::new(held);
+    let ended = held.lost_signal();
     let held = Arc::downgrade(held);
     crate::sync::spawn(async move {
         tokio::select! {
@@ -90,7 +90,7 @@ pub(crate) fn limit(held: &Arc<HeldLease>, keeper: Keeper, key: u64, max_hold: D
         held.end(LossReason::HoldLimit);
         // The holder may be stuck, which is what the bound is for: release
         // for it, so that others need not wait for the lease to run out.
-        if let Err(error) = backend_release(&held).await {
+        if let Err(error) = held.release_on_backend().await {
             tracing::warn!(
                 name = %held.lease.name,
                 %error,

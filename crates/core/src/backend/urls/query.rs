@@ -39,7 +39,7 @@ impl<'a> QueryPair<'a> {
 
 /// A URL's query (the text after `?`, before any `#`), read once: every
 /// pair's key and value %-decoded, with `+` kept as a `+`, in the order
-/// written. See [the module docs](super)
+/// written. See [the module docs](crate::backend#reading-urls)
 /// for the rules, and why.
 ///
 /// A backend takes its own options out with [`take`](Self::take), then
@@ -47,7 +47,7 @@ impl<'a> QueryPair<'a> {
 /// it to its driver as written with [`to_query_string`](Self::to_query_string).
 ///
 /// ```
-/// use distlock_core::urls::Query;
+/// use distlock_core::backend::Query;
 ///
 /// let mut query = Query::parse("prefix=app%2Fa+b&mode=quorum")?;
 /// assert_eq!(query.take("prefix")?.as_deref(), Some("app/a+b"));

@@ -16,15 +16,15 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::backend::state::GrantState;
 use crate::backend::{AcquireRequest, HandOver, Holder, Lease};
-use crate::bounded;
 use crate::claim::Claim;
+use crate::engine::bounded;
+use crate::engine::held::HeldLease;
+use crate::engine::keeper::Keeper;
+use crate::engine::slots::SlotPermit;
 use crate::error::{Error, Result};
-use crate::guard::LockGuard;
-use crate::keeper::Keeper;
-use crate::lease::{HeldLease, LossReason};
-use crate::slots::SlotPermit;
-use crate::state::GrantState;
+use crate::lost::LossReason;
 
 /// What a client needs to make the next grant of a lock it hands over.
 #[derive(Debug)]
@@ -39,7 +39,7 @@ pub(crate) struct Succession {
 impl Succession {
     /// Whether the lock `permit` holds should go straight to the next task
     /// of this client. At the bound, marks the permit to yield instead.
-    pub(crate) fn applies(&self, permit: &mut SlotPermit) -> bool {
+    pub(crate) fn applies<T>(&self, permit: &mut SlotPermit<T>) -> bool {
         if !permit.next_takes_hand_overs() {
             return false;
         }
@@ -53,15 +53,25 @@ impl Succession {
     }
 }
 
+/// The grant a hand-over made, for the next task in line: the caller
+/// builds its guard and offers it.
+pub(crate) struct NextGrant<T> {
+    pub(crate) permit: SlotPermit<T>,
+    pub(crate) held: Arc<HeldLease>,
+    /// Its key in the keeper.
+    pub(crate) key: u64,
+}
+
 /// Hands `held`, which must still be unlost, to the next task waiting in
 /// this client, through the backend; the caller holds `held`'s operations
-/// lock. Returns whether `held` was still ours. Whatever happens, `held`
-/// ends, and the slot passes on: with the new grant, or free.
-pub(crate) async fn hand_over(
+/// lock. Returns whether `held` was still ours, and the new grant when
+/// there is one. Whatever happens, `held` ends; without a new grant, the
+/// slot passes on free.
+pub(crate) async fn hand_over<T>(
     held: &HeldLease,
-    mut permit: SlotPermit,
-    succession: &Arc<Succession>,
-) -> Result<bool> {
+    mut permit: SlotPermit<T>,
+    succession: &Succession,
+) -> Result<(bool, Option<NextGrant<T>>)> {
     let next = AcquireRequest {
         operation_timeout: held.lease.operation_timeout,
         ..AcquireRequest::new(
@@ -112,12 +122,12 @@ pub(crate) async fn hand_over(
             let key = succession.keeper.insert(next_held.clone(), since);
             permit.count_hand_over();
             crate::metrics::hand_over(held.backend.store_name());
-            if let Err(unclaimed) = offer_to_next_waiter(permit, next_held, key, succession) {
-                // The waiter gave up meanwhile: dropping the guard releases
-                // the new grant in the background (or hands it on again).
-                drop(unclaimed);
-            }
-            Ok(true)
+            let next = NextGrant {
+                permit,
+                held: next_held,
+                key,
+            };
+            Ok((true, Some(next)))
         }
         Ok(HandOver::NotOurs) => {
             // A hand-over the store ran twice (a driver sending it again
@@ -126,10 +136,10 @@ pub(crate) async fn hand_over(
             // it by its identity, which finds nothing when the hand-over
             // did nothing. When it was there, the old grant was ours.
             match release(held, &lease).await {
-                Ok(released) => Ok(released),
+                Ok(released) => Ok((released, None)),
                 Err(error) => {
                     tracing::debug!(name = %lease.name, %error, "releasing a hand-over's grant failed");
-                    Ok(false)
+                    Ok((false, None))
                 }
             }
         }
@@ -140,31 +150,12 @@ pub(crate) async fn hand_over(
             let old_released = release(held, &held.lease).await;
             tracing::debug!(name = %lease.name, %error, "a hand-over failed; released both grants");
             match (new_released, old_released) {
-                (Ok(true), _) | (_, Ok(true)) => Ok(true),
-                (Ok(false), Ok(false)) => Ok(false),
+                (Ok(true), _) | (_, Ok(true)) => Ok((true, None)),
+                (Ok(false), Ok(false)) => Ok((false, None)),
                 _ => Err(error),
             }
         }
     }
-}
-
-/// Builds the next holder's guard and offers it to the first task still
-/// waiting; gives it back when none is.
-fn offer_to_next_waiter(
-    permit: SlotPermit,
-    held: Arc<HeldLease>,
-    key: u64,
-    succession: &Arc<Succession>,
-) -> std::result::Result<(), LockGuard> {
-    let guard = LockGuard::new(
-        held,
-        succession.keeper.clone(),
-        key,
-        Some(permit),
-        Some(succession.clone()),
-        None,
-    );
-    guard.offer_to_next()
 }
 
 async fn release(held: &HeldLease, lease: &Lease) -> Result<bool> {

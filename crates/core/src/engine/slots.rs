@@ -5,7 +5,9 @@
 //! served, instead of each polling the backend, so 16 waiters in one
 //! process cost the server what one waiter costs. When the holder is done,
 //! the next task in line gets a [`Baton`]: the lock itself, when the backend
-//! handed it over in one step, or the right to try for it at once.
+//! handed it over in one step, or the right to try for it at once. The
+//! queue is generic over the lock it hands on (the client's guard), so it
+//! knows nothing of guards.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, PoisonError};
@@ -14,32 +16,31 @@ use std::time::Duration;
 use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
-use crate::guard::LockGuard;
 use crate::name::LockName;
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::{Mutex, MutexGuard};
 
 /// What the next task in line for a name receives.
 #[derive(Debug)]
-pub(crate) enum Baton {
+pub(crate) enum Baton<T> {
     /// The lock was released: try for it at once.
-    Free(SlotPermit),
+    Free(SlotPermit<T>),
     /// The lock was released after a run of local hand-overs: let other
     /// processes try first.
-    Yielded(SlotPermit),
+    Yielded(SlotPermit<T>),
     /// The lock was handed over: it is yours.
-    Granted(LockGuard),
+    Granted(T),
 }
 
 /// A task waiting for a name, and whether a lock handed over may be its
 /// grant.
 #[derive(Debug)]
-struct Waiter {
+struct Waiter<T> {
     takes_hand_overs: bool,
-    baton: oneshot::Sender<Baton>,
+    baton: oneshot::Sender<Baton<T>>,
 }
 
-impl Waiter {
+impl<T> Waiter<T> {
     fn is_gone(&self) -> bool {
         self.baton.is_closed()
     }
@@ -47,22 +48,43 @@ impl Waiter {
 
 /// The tasks waiting for a name, oldest first. A name is in the table
 /// exactly while some task of the client has its slot.
-type Queue = VecDeque<Waiter>;
-type Table = HashMap<LockName, Queue>;
+type Queue<T> = VecDeque<Waiter<T>>;
+type Table<T> = HashMap<LockName, Queue<T>>;
 
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Slots {
-    inner: Arc<SlotsInner>,
+#[derive(Debug)]
+pub(crate) struct Slots<T> {
+    table: Arc<Mutex<Table<T>>>,
+    local_releases: LocalReleaseTable,
 }
 
-#[derive(Debug, Default)]
-struct SlotsInner {
-    table: Mutex<Table>,
-    /// For each name a task of this client waits on the backend for, the
-    /// releases of its readers and permits in this client: each may let
-    /// that task in, so it tries again at once instead of after its
-    /// backoff.
-    local_releases: Mutex<HashMap<LockName, Arc<LocalReleases>>>,
+impl<T> Clone for Slots<T> {
+    fn clone(&self) -> Self {
+        Self {
+            table: self.table.clone(),
+            local_releases: self.local_releases.clone(),
+        }
+    }
+}
+
+impl<T> Default for Slots<T> {
+    fn default() -> Self {
+        Self {
+            table: Arc::default(),
+            local_releases: LocalReleaseTable::default(),
+        }
+    }
+}
+
+/// For each name a task of this client waits on the backend for, the
+/// releases of its readers and permits in this client: each may let that
+/// task in, so it tries again at once instead of after its backoff.
+#[derive(Debug, Clone, Default)]
+struct LocalReleaseTable(Arc<Mutex<HashMap<LockName, Arc<LocalReleases>>>>);
+
+impl LocalReleaseTable {
+    fn lock(&self) -> MutexGuard<'_, HashMap<LockName, Arc<LocalReleases>>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// Releases of shared grants of one name in this client, counted.
@@ -106,7 +128,7 @@ impl LocalReleases {
 /// waits for it on the backend; dropping it stops listening.
 #[derive(Debug)]
 pub(crate) struct LocalReleasesWatch {
-    slots: Slots,
+    table: LocalReleaseTable,
     name: LockName,
     releases: Arc<LocalReleases>,
 }
@@ -121,7 +143,7 @@ impl std::ops::Deref for LocalReleasesWatch {
 
 impl Drop for LocalReleasesWatch {
     fn drop(&mut self) {
-        let mut watched = self.slots.local_releases();
+        let mut watched = self.table.lock();
         // Only the task with the name's slot listens, one at a time.
         if watched
             .get(&self.name)
@@ -136,14 +158,14 @@ impl Drop for LocalReleasesWatch {
 /// release may let one of them in.
 #[derive(Debug)]
 pub(crate) struct SharedRelease {
-    slots: Slots,
+    table: LocalReleaseTable,
     name: LockName,
 }
 
 impl SharedRelease {
     /// Tells the task of this client that waits for the name, if any.
     pub(crate) fn released(self) {
-        if let Some(releases) = self.slots.local_releases().get(&self.name) {
+        if let Some(releases) = self.table.lock().get(&self.name) {
             releases.release();
         }
     }
@@ -153,8 +175,8 @@ impl SharedRelease {
 /// grant, to hold it. Dropping it passes the slot to the next task in line,
 /// and forgets the slot when nobody else wants it.
 #[derive(Debug)]
-pub(crate) struct SlotPermit {
-    slots: Slots,
+pub(crate) struct SlotPermit<T> {
+    slots: Slots<T>,
     name: LockName,
     /// How many local hand-overs in a row led to the current grant.
     hand_overs: u32,
@@ -167,7 +189,7 @@ pub(crate) struct SlotPermit {
     armed: bool,
 }
 
-impl Slots {
+impl<T> Slots<T> {
     /// Waits for `name`'s slot. Only a waiter that `takes_hand_overs` (an
     /// exclusive claim with the client's own holder) is ever handed a
     /// lock.
@@ -176,7 +198,7 @@ impl Slots {
     /// Cancel safe: a cancelled wait leaves the queue, and a baton sent to
     /// it meanwhile is dropped, which passes the slot on (and releases a
     /// lock handed over).
-    pub(crate) async fn acquire(&self, name: &LockName, takes_hand_overs: bool) -> Baton {
+    pub(crate) async fn acquire(&self, name: &LockName, takes_hand_overs: bool) -> Baton<T> {
         loop {
             let waiting = {
                 let mut table = self.lock();
@@ -201,7 +223,7 @@ impl Slots {
     }
 
     /// Takes `name`'s slot if nobody in this client has it.
-    pub(crate) fn try_acquire(&self, name: &LockName) -> Option<SlotPermit> {
+    pub(crate) fn try_acquire(&self, name: &LockName) -> Option<SlotPermit<T>> {
         let mut table = self.lock();
         if table.contains_key(name) {
             return None;
@@ -210,7 +232,7 @@ impl Slots {
         Some(self.permit(name))
     }
 
-    fn permit(&self, name: &LockName) -> SlotPermit {
+    fn permit(&self, name: &LockName) -> SlotPermit<T> {
         SlotPermit {
             slots: self.clone(),
             name: name.clone(),
@@ -225,7 +247,7 @@ impl Slots {
     /// nobody waits, gives it back, after forgetting the slot if `forget`.
     /// A lock handed over goes only to a waiter that takes hand-overs: when
     /// the oldest waiter does not, it is given back too.
-    fn offer(&self, name: &LockName, mut baton: Baton, forget: bool) -> Result<(), Baton> {
+    fn offer(&self, name: &LockName, mut baton: Baton<T>, forget: bool) -> Result<(), Baton<T>> {
         loop {
             let next = {
                 let mut table = self.lock();
@@ -278,30 +300,21 @@ impl Slots {
             .is_some_and(|queue| queue.iter().any(|waiter| !waiter.is_gone()))
     }
 
-    fn lock(&self) -> MutexGuard<'_, Table> {
-        self.inner
-            .table
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn local_releases(&self) -> MutexGuard<'_, HashMap<LockName, Arc<LocalReleases>>> {
-        self.inner
-            .local_releases
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> MutexGuard<'_, Table<T>> {
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Starts hearing this client's releases of readers and permits of
     /// `name`, for the task that waits for it on the backend.
     pub(crate) fn watch_local_releases(&self, name: &LockName) -> LocalReleasesWatch {
         let releases = self
-            .local_releases()
+            .local_releases
+            .lock()
             .entry(name.clone())
             .or_default()
             .clone();
         LocalReleasesWatch {
-            slots: self.clone(),
+            table: self.local_releases.clone(),
             name: name.clone(),
             releases,
         }
@@ -310,7 +323,7 @@ impl Slots {
     /// The tie of a reader or a permit of `name` to this client's waiters.
     pub(crate) fn shared_release(&self, name: &LockName) -> SharedRelease {
         SharedRelease {
-            slots: self.clone(),
+            table: self.local_releases.clone(),
             name: name.clone(),
         }
     }
@@ -321,7 +334,7 @@ impl Slots {
     }
 }
 
-impl SlotPermit {
+impl<T> SlotPermit<T> {
     /// How many local hand-overs in a row led to the current grant.
     pub(crate) fn hand_overs(&self) -> u32 {
         self.hand_overs
@@ -358,7 +371,7 @@ impl SlotPermit {
 
     /// The queue of this permit's name, to offer a guard that holds the
     /// permit to the next waiter.
-    pub(crate) fn queue(&self) -> SlotQueue {
+    pub(crate) fn queue(&self) -> SlotQueue<T> {
         SlotQueue {
             slots: self.slots.clone(),
             name: self.name.clone(),
@@ -367,15 +380,15 @@ impl SlotPermit {
 }
 
 /// The waiters for one name.
-pub(crate) struct SlotQueue {
-    slots: Slots,
+pub(crate) struct SlotQueue<T> {
+    slots: Slots<T>,
     name: LockName,
 }
 
-impl SlotQueue {
-    /// Gives a guard (which holds this name's slot) to the next waiter;
-    /// gives it back when nobody waits.
-    pub(crate) fn offer(self, guard: LockGuard) -> Result<(), LockGuard> {
+impl<T> SlotQueue<T> {
+    /// Gives a lock (whose guard holds this name's slot) to the next
+    /// waiter; gives it back when nobody waits.
+    pub(crate) fn offer(self, guard: T) -> Result<(), T> {
         match self.slots.offer(&self.name, Baton::Granted(guard), false) {
             Ok(()) => Ok(()),
             Err(Baton::Granted(guard)) => Err(guard),
@@ -384,7 +397,7 @@ impl SlotQueue {
     }
 }
 
-impl Drop for SlotPermit {
+impl<T> Drop for SlotPermit<T> {
     fn drop(&mut self) {
         if !self.armed {
             return;
@@ -410,7 +423,10 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    fn free(baton: Baton) -> SlotPermit {
+    /// The queue's tests hand on no locks, only slots.
+    type Slots = super::Slots<()>;
+
+    fn free(baton: Baton<()>) -> SlotPermit<()> {
         match baton {
             Baton::Free(permit) => permit,
             other => panic!("expected a free baton, got {other:?}"),

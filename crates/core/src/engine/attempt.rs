@@ -6,13 +6,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::backend::LossReporter;
+use crate::backend::state::{GrantState, WaitState};
 use crate::backend::{AcquireRequest, Attempt, Backend, Holder, Lease, LeaseId};
-use crate::bounded;
-use crate::detach::Detach;
-use crate::error::Result;
-use crate::keeper::timed_out;
-use crate::lease::LossReporter;
-use crate::state::{GrantState, WaitState};
+use crate::engine::bounded;
+use crate::engine::detach::Detach;
+use crate::error::{Error, Result};
 
 /// What one wait asks for, and the state the backend keeps across its
 /// attempts.
@@ -82,7 +81,7 @@ impl Asking {
         match tokio::time::timeout(budget, attempt).await {
             Ok((outcome, asking)) => (outcome, Some(asking)),
             // Unanswered so far: the wait goes on without it (or ends).
-            Err(_) => (Err(timed_out("acquire", budget)), None),
+            Err(_) => (Err(Error::operation_timeout("acquire", budget)), None),
         }
     }
 

@@ -7,8 +7,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::backend::Backend;
-use crate::error::Result;
-use crate::keeper::timed_out;
+use crate::error::{Error, Result};
 
 /// Runs `call`, `backend`'s `operation`, for at most `limit`; see
 /// [`within`].
@@ -46,7 +45,7 @@ pub(crate) async fn keeper_call<T>(
 
 /// Runs `call`, a backend's `operation`, for at most `limit`. No timer is
 /// set when the backend bounds the call itself
-/// ([`Capabilities::bounds_calls`](crate::Capabilities::bounds_calls)), as
+/// ([`Capabilities::bounds_calls`](crate::backend::Capabilities::bounds_calls)), as
 /// it then ends within the same operation timeout that `limit` is.
 ///
 /// # Errors
@@ -62,7 +61,7 @@ pub(crate) async fn within<T>(
     }
     tokio::time::timeout(limit, call)
         .await
-        .unwrap_or_else(|_| Err(timed_out(operation, limit)))
+        .unwrap_or_else(|_| Err(Error::operation_timeout(operation, limit)))
 }
 
 #[cfg(test)]

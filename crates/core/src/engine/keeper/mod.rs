@@ -4,8 +4,8 @@
 //! Leases are kept in a schedule ordered by when each next needs attention,
 //! so the cost is per due lease, not per timer. Leases that fall due within
 //! a short window of each other go to the backend together through
-//! [`Backend::extend_many`](crate::Backend::extend_many) (in calls of at
-//! most [`Backend::extend_many_limit`](crate::Backend::extend_many_limit)
+//! [`Backend::extend_many`](crate::backend::Backend::extend_many) (in calls of at
+//! most [`Backend::extend_many_limit`](crate::backend::Backend::extend_many_limit)
 //! leases, each bounded by the operation timeout), so 10,000 locks
 //! taken at once cost a few bulk calls per cadence, not 10,000 timers.
 //!
@@ -26,9 +26,10 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::backend::{Backend, Lease, SessionId};
-use crate::bounded;
+use crate::engine::bounded;
+use crate::engine::held::HeldLease;
 use crate::error::{Error, Result};
-use crate::lease::{HeldLease, LossReason};
+use crate::lost::LossReason;
 use crate::metrics;
 use crate::options::LockOptions;
 use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -230,7 +231,7 @@ impl Keeper {
     pub(crate) async fn extend_now(&self, key: u64, held: &HeldLease) -> Result<()> {
         let _ops = held.ops.lock().await;
         if held.loss().is_some() {
-            return Err(lost_error(held));
+            return Err(held.lost_error());
         }
         if self.shared.session.is_some() {
             return self.shared.clone().renew_now(held).await;
@@ -247,13 +248,13 @@ impl Keeper {
         // with its kind and source, or the loss an `Ok(false)` means.
         let failure = match &outcome {
             Err(_) | Ok(true) => None,
-            Ok(false) => Some(lost_error(held)),
+            Ok(false) => Some(held.lost_error()),
         };
         match self.shared.record(key, sent_at, outcome) {
             Some(error) => Err(error),
             // A confirmation that steps of the server's clock seen since
             // it was sent left no time ended the lease.
-            None if held.loss().is_some() => Err(lost_error(held)),
+            None if held.loss().is_some() => Err(held.lost_error()),
             None => failure.map_or(Ok(()), Err),
         }
     }
@@ -268,16 +269,6 @@ impl Keeper {
         let stopped = OnStop(weak.clone());
         crate::sync::spawn(run(weak, shared.wake.clone(), stopped));
     }
-}
-
-pub(crate) fn lost_error(held: &HeldLease) -> Error {
-    Error::Lost {
-        name: held.lease.name.to_string(),
-    }
-}
-
-pub(crate) fn timed_out(operation: &'static str, after: Duration) -> Error {
-    Error::OperationTimeout { operation, after }
 }
 
 impl Shared {
@@ -524,7 +515,7 @@ impl Shared {
                 .collect(),
             Err(_) => leases
                 .iter()
-                .map(|_| Err(timed_out("extend", timeout)))
+                .map(|_| Err(Error::operation_timeout("extend", timeout)))
                 .collect(),
         };
         tracing::debug!(
@@ -655,11 +646,11 @@ async fn run(weak: Weak<Shared>, wake: Arc<Notify>, _on_stop: OnStop) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::state::GrantState;
     use crate::backend::{AcquireRequest, Holder};
     use crate::claim::Claim;
     use crate::memory::MemoryBackend;
     use crate::name::LockName;
-    use crate::state::GrantState;
 
     fn keeper() -> Keeper {
         let backend: Arc<dyn Backend> = Arc::new(MemoryBackend::new());

@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use crate::bounded;
+use crate::engine::bounded;
+use crate::engine::held::HeldLease;
 use crate::error::Result;
-use crate::lease::HeldLease;
 
 /// What is left of `min_hold` for `held`, counted from when its grant's
 /// reply arrived (after the server granted it, so the lock is kept at
@@ -20,7 +20,7 @@ pub(crate) fn time_left(held: &HeldLease, min_hold: Option<Duration>) -> Option<
 
 /// Asks the backend to give `held` up `left` from now, within the
 /// operation timeout. The timer is always set: a backend's
-/// [`bounds_calls`](crate::Capabilities::bounds_calls) promise does not
+/// [`bounds_calls`](crate::backend::Capabilities::bounds_calls) promise does not
 /// cover this call.
 pub(crate) async fn release_after(held: &HeldLease, left: Duration) -> Result<bool> {
     const OPERATION: &str = "delayed release";

@@ -13,7 +13,7 @@ use crate::sync::{Mutex, MutexGuard};
 /// bumps when it sees that name released.
 ///
 /// A backend keeps one hub, hands out [`ReleaseWatch`]es from
-/// its [`Wakeups::watch`](crate::Wakeups::watch), and calls
+/// its [`Wakeups::watch`](crate::backend::Wakeups::watch), and calls
 /// [`notify`](Self::notify) for each release it observes. Backends that
 /// subscribe to the server per name (a change stream filtered to the names
 /// waited for) read [`watched`](Self::watched) whenever

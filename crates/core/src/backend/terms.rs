@@ -34,8 +34,9 @@
 
 use async_trait::async_trait;
 
-use crate::backend::{Holder, Lease};
+use super::request::Lease;
 use crate::error::Result;
+use crate::info::Holder;
 use crate::name::LockName;
 
 /// How many terms of each election a backend keeps, at least.
@@ -67,7 +68,7 @@ impl Term {
 
 /// A backend's record of election terms; see [`Backend::term_log`].
 ///
-/// [`Backend::term_log`]: crate::Backend::term_log
+/// [`Backend::term_log`]: crate::backend::Backend::term_log
 #[async_trait]
 pub trait TermLog: Send + Sync {
     /// The terms of `name` the record still keeps whose term is greater

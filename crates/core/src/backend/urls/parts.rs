@@ -12,7 +12,7 @@ use super::redact::{self, redact};
 /// last `@` before that.
 ///
 /// ```
-/// use distlock_core::urls::UrlParts;
+/// use distlock_core::backend::UrlParts;
 ///
 /// let url = "etcd://root:s%40cret@m1,m2:2380/?prefix=app/#top";
 /// let parts = UrlParts::split(url)?;

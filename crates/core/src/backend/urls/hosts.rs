@@ -23,13 +23,13 @@ impl HostPort {
     /// `[::1]:port`.
     ///
     /// ```
-    /// use distlock_core::urls::HostPort;
+    /// use distlock_core::backend::HostPort;
     ///
     /// let host = HostPort::parse("[::1]:2379")?;
     /// assert_eq!((host.host.as_str(), host.port), ("::1", Some(2379)));
     /// assert_eq!(host.to_string(), "[::1]:2379");
     /// assert_eq!(HostPort::parse("db")?.address(11211), "db:11211");
-    /// # Ok::<(), distlock_core::urls::BadHost>(())
+    /// # Ok::<(), distlock_core::backend::BadHost>(())
     /// ```
     ///
     /// # Errors
@@ -123,13 +123,13 @@ impl fmt::Display for HostPort {
 /// they are allowed is the backend's call.
 ///
 /// ```
-/// use distlock_core::urls::parse_hosts;
+/// use distlock_core::backend::parse_hosts;
 ///
 /// let hosts = parse_hosts("m1:2379,m2,[2001:db8::7]:2380")?;
 /// let addresses: Vec<String> = hosts.iter().map(|host| host.address(2379)).collect();
 /// assert_eq!(addresses, ["m1:2379", "m2:2379", "[2001:db8::7]:2380"]);
 /// assert!(parse_hosts("m1,,m2").is_err());
-/// # Ok::<(), distlock_core::urls::BadHost>(())
+/// # Ok::<(), distlock_core::backend::BadHost>(())
 /// ```
 ///
 /// # Errors

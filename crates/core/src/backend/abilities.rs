@@ -1,0 +1,148 @@
+//! What some backends can do beyond the contract: hand a lock on in one
+//! step, release after a delay, keep leases by a session, wake waiters.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::error::Result;
+use crate::name::LockName;
+
+use super::request::{AcquireRequest, HandOver, Lease};
+use super::wake::ReleaseWatch;
+
+/// A backend's release that takes effect later; see
+/// [`Backend::delayed_release`](crate::backend::Backend::delayed_release).
+#[async_trait]
+pub trait DelayedRelease: Send + Sync {
+    /// Gives `lease` up `remaining` from now, if it is still ours: until
+    /// then the lock stays held, though nobody extends it, and then it is
+    /// free without any further call. The time is judged by the server's
+    /// clock where the backend has one. A backend may keep the lock longer
+    /// than `remaining` (its clock counts in whole seconds, say), never
+    /// shorter. Returns whether the lease was still ours. Core asks it
+    /// only for an exclusive lease.
+    ///
+    /// Where leases end by the server's clock, an owner-checked extension
+    /// of the lease to `remaining` is this call, if the backend's extension
+    /// sets the new end from the server's now and honours a lease shorter
+    /// than the current one.
+    ///
+    /// # Errors
+    /// A backend error, after which the outcome is unknown: the lock then
+    /// ends as the lease would have.
+    ///
+    /// # Cancel safety
+    /// As for every [`Backend`](crate::backend::Backend) call: dropped, it either happened or not.
+    async fn release_after(&self, lease: &Lease, remaining: Duration) -> Result<bool>;
+}
+
+/// A backend's one-step hand-over; see [`Backend::hand_overs`](crate::backend::Backend::hand_overs).
+#[async_trait]
+pub trait HandOvers: Send + Sync {
+    /// Ends `lease` and grants `next` in one atomic step, if `lease` is
+    /// still ours; otherwise changes nothing. Both are exclusive. The lock
+    /// is never free in between, so no other process can take it, and the
+    /// new grant gets a fresh identity and a fencing token greater than
+    /// the old one's.
+    ///
+    /// Core calls it only to pass a lock to the next task of the same
+    /// client that waits for it; it never passes a lock to another process.
+    ///
+    /// # Errors
+    /// A backend error, after which the outcome is unknown: core then
+    /// releases both identities.
+    ///
+    /// # Cancel safety
+    /// As for every [`Backend`](crate::backend::Backend) call: dropped, it either happened or not.
+    async fn hand_over(&self, lease: &Lease, next: &AcquireRequest) -> Result<HandOver>;
+}
+
+/// The session a backend's grants and waits hang on; see
+/// [`Backend::session`](crate::backend::Backend::session).
+///
+/// A backend may replace its session (the old one ended, and the next
+/// grant started another), so grants made at different times may hang on
+/// different sessions. Each renewal says which session it confirmed and
+/// which ended, and core keeps or ends exactly the grants of each.
+#[async_trait]
+pub trait Session: Send + Sync {
+    /// The session `lease` was granted on; `None` when the backend cannot
+    /// tell, and then no renewal confirms the grant: it runs out at the
+    /// end of its lease unless released first.
+    fn session_of(&self, lease: &Lease) -> Option<SessionId>;
+
+    /// Renews the current session, if there is one, and reports the
+    /// sessions found gone since the last renewal.
+    ///
+    /// [`Renewal::renewed`] keeps every grant of that session for a lease
+    /// from when the renewal was sent, and no other grant. Every grant of
+    /// a session in [`Renewal::ended`] is lost. Grants on no session named
+    /// are neither kept nor lost. A renewal with no session to renew
+    /// confirms nothing. The backend starts a new session for the next
+    /// grant or wait.
+    ///
+    /// # Errors
+    /// A backend error, after which the outcome is unknown: core tries
+    /// again, and gives up the grants once none was confirmed for the lease
+    /// minus the safety margin.
+    ///
+    /// # Cancel safety
+    /// As for every [`Backend`](crate::backend::Backend) call: dropped, it either happened or not.
+    /// A backend reports a session found gone until a renewal that returns
+    /// has reported it.
+    async fn renew(&self) -> Result<Renewal>;
+}
+
+/// One of a backend's sessions, by the backend's own number for it (for
+/// etcd, its lease id).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SessionId(pub u64);
+
+/// What a [`Session::renew`] confirmed, and which sessions it found gone.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Renewal {
+    /// The session renewed, whose grants are kept for a lease from when
+    /// the renewal was sent; `None` when there was none to renew.
+    pub renewed: Option<SessionId>,
+    /// The sessions found gone since the last renewal (by this one, or by a
+    /// grant that found its session gone and started another): exactly
+    /// their grants are lost.
+    pub ended: Vec<SessionId>,
+}
+
+impl Renewal {
+    /// A renewal of `session`.
+    pub fn of(session: SessionId) -> Self {
+        Self {
+            renewed: Some(session),
+            ended: Vec::new(),
+        }
+    }
+
+    /// A renewal that found no session to renew, and confirms nothing.
+    pub fn nothing() -> Self {
+        Self::default()
+    }
+
+    /// This renewal, reporting also that `session` ended.
+    pub fn with_ended(mut self, session: SessionId) -> Self {
+        if !self.ended.contains(&session) {
+            self.ended.push(session);
+        }
+        if self.renewed == Some(session) {
+            self.renewed = None;
+        }
+        self
+    }
+}
+
+/// A backend's reports of releases; see [`Backend::wakeups`](crate::backend::Backend::wakeups).
+pub trait Wakeups: Send + Sync {
+    /// Starts watching `name` for releases; `None` when none can be
+    /// reported now (a listening connection still being checked), and the
+    /// waiter then polls. A wait that got `None` asks again before each of
+    /// its attempts, so this must answer cheaply.
+    fn watch(&self, name: &LockName) -> Option<ReleaseWatch>;
+}
