@@ -1,7 +1,7 @@
 //! distlock's embedded default backend: one OS file lock per name, in a
 //! directory shared by the processes of one machine.
 //!
-//! How it works (the lock file, the slot files, the gate, the signal file)
+//! How it works (the lock file, the slot files, the decision lock, the signal file)
 //! and how to run it (the directory, several users) is in `docs/file.md`
 //! in the repository; this page says what a caller can rely on.
 //!
