@@ -1,9 +1,10 @@
 //! distlock's embedded default backend: one OS file lock per name, in a
 //! directory shared by the processes of one machine.
 //!
-//! How it works (the lock file, the slot files, the decision lock, the signal file)
-//! and how to run it (the directory, several users) is in `docs/file.md`
-//! in the repository; this page says what a caller can rely on.
+//! How it works (the lock file, the slot files, the decision lock, the
+//! signal file) and how to run it (the directory, several users) is in
+//! `docs/file.md` in the repository; this page says what a caller can rely
+//! on.
 //!
 //! # What a caller can rely on
 //! - Any name is safe, and distinct names never share a lock.
