@@ -118,10 +118,12 @@
 //!   an [`Error`] whose [`is_transient`](Error::is_transient) tells whether
 //!   retrying may help.
 //!
-//! The project's README states each backend's guarantees, the chaos
-//! campaign that checks them (RELIABILITY.md) and the benchmarks
-//! (BENCHMARKS.md); `docs/writing-a-backend.md` is the contract a backend
-//! meets.
+//! The project's README states the guarantees and what each rests on;
+//! `docs/guarantees.md` says how the chaos campaign checks them
+//! (RELIABILITY.md), `docs/guide.md` says what a client does in full, each
+//! backend's `docs/<backend>.md` says how it works, BENCHMARKS.md holds
+//! the benchmarks, and `docs/writing-a-backend.md` is the contract a
+//! backend meets.
 //!
 //! # Without an async runtime
 //! [`blocking`] has the same client and guards behind calls that block,
