@@ -34,6 +34,11 @@ use crate::tls::Endpoint;
 /// Opens each statement's transaction: see the module's documentation.
 pub(crate) const BEGIN_READ_COMMITTED: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
 
+/// How long the calls that carry no timeout of their own may take:
+/// opening (connecting and preparing the tables), listing, reading the
+/// terms of an election, and forced releases.
+pub const ADMIN_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// How many connections one backend keeps open at most.
 pub(crate) const POOL_SIZE: usize = 16;
 

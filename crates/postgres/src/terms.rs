@@ -17,7 +17,7 @@ use distlock_core::{
 use tokio_postgres::Row;
 use tokio_postgres::types::Type;
 
-use crate::backend::ADMIN_TIMEOUT;
+use crate::pool::ADMIN_TIMEOUT;
 use crate::pool::Connections;
 use crate::rows::{self, get};
 use crate::table::TableName;
