@@ -15,7 +15,7 @@ use distlock_core::{
 use crate::advisory::{self, AdvisoryMode};
 use crate::config::{Mode, PostgresConfig};
 use crate::deployment;
-use crate::error::from_driver;
+use crate::error::{from_driver, within};
 use crate::lease::{self, LeaseMode};
 use crate::pool::{ADMIN_TIMEOUT, Connections, INFO_TIMEOUT};
 use crate::store::Store;
@@ -82,13 +82,8 @@ impl PostgresBackend {
         // The TLS connectors, built once for every connection to come.
         let (endpoint, listen) = config.endpoints()?;
         let what = format!("connecting to {}", config.redacted_url());
-        let (client, connection) = tokio::time::timeout(ADMIN_TIMEOUT, endpoint.connect())
-            .await
-            .map_err(|_| Error::Backend {
-                backend: "postgres",
-                message: format!("{what}: no answer within {ADMIN_TIMEOUT:?}"),
-                source: None,
-            })?
+        let (client, connection) = within(&what, ADMIN_TIMEOUT, endpoint.connect())
+            .await?
             .map_err(|error| from_driver(&what, error))?;
         // The setup connection lives until `client` is dropped below.
         let connection = tokio::spawn(connection);
@@ -370,7 +365,7 @@ impl Backend for PostgresBackend {
     }
 }
 
-/// Lease mode's only: see [`PostgresBackend::delayed_release`].
+/// Lease mode's only: see [`Backend::delayed_release`].
 #[async_trait]
 impl DelayedRelease for PostgresBackend {
     /// An extension: the row's end becomes the server's clock plus the
@@ -384,7 +379,7 @@ impl DelayedRelease for PostgresBackend {
     }
 }
 
-/// Lease mode's only: see [`PostgresBackend::hand_overs`].
+/// Lease mode's only: see [`Backend::hand_overs`].
 #[async_trait]
 impl HandOvers for PostgresBackend {
     async fn hand_over(&self, lease: &Lease, next: &AcquireRequest) -> Result<HandOver> {

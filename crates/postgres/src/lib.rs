@@ -433,17 +433,14 @@
 
 mod advisory;
 mod backend;
+mod clock;
 mod config;
 mod deployment;
 mod error;
-mod fair;
 pub mod fencing;
-mod gate;
 mod lease;
-mod mark;
 mod pool;
 mod rows;
-mod statements;
 mod store;
 mod sweep;
 mod table;

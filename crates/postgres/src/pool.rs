@@ -28,7 +28,7 @@ use distlock_core::{Error, Result, ServerInfo};
 use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
 
-use crate::error::{from_driver, from_pool};
+use crate::error::{from_driver, from_pool, within};
 use crate::tls::Endpoint;
 
 /// Opens each statement's transaction: see the module's documentation.
@@ -118,13 +118,7 @@ impl Connections {
             checkout.done();
             rows
         };
-        tokio::time::timeout(timeout, run)
-            .await
-            .map_err(|_| Error::Backend {
-                backend: "postgres",
-                message: format!("{what}: no answer within {timeout:?}"),
-                source: None,
-            })?
+        within(what, timeout, run).await?
     }
 }
 

@@ -97,8 +97,9 @@ struct Granted {
     pid: i32,
 }
 
-/// What a place's task asks with, owned by it.
-struct Asked {
+/// The statement a place's task waits in line with, and what it sends,
+/// owned by the task.
+struct PlaceStatement {
     sql: String,
     name: LockName,
     class: i32,
@@ -112,7 +113,7 @@ struct Asked {
     patience: Duration,
 }
 
-impl Asked {
+impl PlaceStatement {
     /// Waits in line on `session` until the server grants, or the place
     /// runs out unasked about, or fails; then wakes the name's waiters in
     /// this process.
@@ -209,7 +210,7 @@ impl Place {
         hub: ReleaseHub,
     ) -> Self {
         let place_timeout = request.lease * PLACE_LEASES;
-        let asked = Asked {
+        let asked = PlaceStatement {
             sql: sql.to_owned(),
             name: request.name.clone(),
             class: key.class,

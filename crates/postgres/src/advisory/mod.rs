@@ -47,7 +47,7 @@ use self::session::{Session, Spares};
 use self::statements::Statements;
 use self::waiting::{WaitingWriter, left};
 use crate::config::PostgresConfig;
-use crate::error::{from_driver, notification_queue_full};
+use crate::error::{from_driver, notification_queue_full, within};
 use crate::pool::{ADMIN_TIMEOUT, Connections, Params};
 use crate::rows::{self, get, holder_json};
 use crate::store::Store;
@@ -111,17 +111,10 @@ const MIN_SERVER_VERSION: i32 = 140_000;
 /// Cancel safe: it only reads.
 pub(crate) async fn check_server(client: &Client, timeout: Duration) -> Result<()> {
     let what = "reading the server's version";
-    let rows = tokio::time::timeout(
-        timeout,
-        client.query_typed("SELECT current_setting('server_version_num')::integer", &[]),
-    )
-    .await
-    .map_err(|_| Error::Backend {
-        backend: "postgres",
-        message: format!("{what}: no answer within {timeout:?}"),
-        source: None,
-    })?
-    .map_err(|error| from_driver(what, error))?;
+    let version_num = "SELECT current_setting('server_version_num')::integer";
+    let rows = within(what, timeout, client.query_typed(version_num, &[]))
+        .await?
+        .map_err(|error| from_driver(what, error))?;
     let version: i32 = match rows.first() {
         Some(row) => get(row, 0, what)?,
         None => 0,
@@ -469,19 +462,12 @@ impl AdvisoryMode {
         let deadline = Instant::now() + request.operation_timeout;
         // Everything the attempt opened is dropped with it, and a dropped
         // session ends whatever lock it took.
-        tokio::time::timeout_at(
-            deadline,
+        within(
+            &format!("acquiring {}", request.name),
+            request.operation_timeout,
             self.attempt(request, shared, records, wait, deadline),
         )
-        .await
-        .map_err(|_| Error::Backend {
-            backend: "postgres",
-            message: format!(
-                "acquiring {}: no answer within {:?}",
-                request.name, request.operation_timeout
-            ),
-            source: None,
-        })?
+        .await?
     }
 
     pub(crate) async fn end_wait(

@@ -24,7 +24,7 @@ use tokio::task::AbortHandle;
 use crate::pool::Connections;
 use crate::tls::Endpoint;
 
-pub(crate) use self::calls::{Asked, Calls};
+pub(crate) use self::calls::{Calls, CallsSeen};
 pub(crate) use self::channel::{Channels, NameHash};
 use self::inbox::MAX_QUEUED;
 use self::index::Watched;

@@ -1,7 +1,16 @@
 //! Lease mode: each decision is one statement on one lock row.
+//!
+//! Its statements are in [`statements`], fair mode's in [`fair`]; a
+//! name's [`gate`] keeps its tokens increasing across the deletion of its
+//! row; what a wait keeps between attempts is in [`waiting`].
+
+mod fair;
+mod gate;
+mod statements;
+mod waiting;
 
 use std::collections::HashSet;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use distlock_core::{
     AcquireRequest, Attempt, Capabilities, Claim, Extended, GrantState, HandOver, Lease, LockInfo,
@@ -10,12 +19,13 @@ use distlock_core::{
 use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
 
+use self::fair::{FairStatements, Found};
+use self::statements::{ClaimKind, Statements};
+use self::waiting::{Due, InLine, PlaceId, WriterMark};
+use crate::clock::server_time;
 use crate::error::{copy, notification_queue_full};
-use crate::fair::{Due, FairStatements, Found, InLine, PlaceId};
-use crate::mark::WriterMark;
 use crate::pool::{ADMIN_TIMEOUT, Connections, Params};
 use crate::rows::{self, HeldBy, get, holder_json, micros};
-use crate::statements::{Asked, Statements};
 use crate::store::Store;
 use crate::sweep::Sweep;
 use crate::table::TableName;
@@ -127,7 +137,7 @@ impl LeaseMode {
         }
     }
 
-    /// One fair attempt at the whole lock (see [`crate::fair`]): the
+    /// One fair attempt at the whole lock (see [`fair`]): the
     /// grant made to this wait's place taken over, or the lock if nobody
     /// holds or waits, or this wait's place in line taken or renewed.
     async fn wait_in_line(
@@ -338,11 +348,11 @@ impl LeaseMode {
             return self.wait_in_line(fair, request, wait).await;
         }
         let asked = match request.claim {
-            Claim::Exclusive => Asked::Exclusive,
-            Claim::Shared => Asked::Shared,
-            Claim::Permit { .. } => Asked::Permit,
+            Claim::Exclusive => ClaimKind::Exclusive,
+            Claim::Shared => ClaimKind::Shared,
+            Claim::Permit { .. } => ClaimKind::Permit,
         };
-        let mark = (asked == Asked::Exclusive && request.retries)
+        let mark = (asked == ClaimKind::Exclusive && request.retries)
             .then(|| wait.take::<WriterMark>().unwrap_or_else(WriterMark::new));
         if let Some(mark) = &mark {
             // Should the reply be lost, the mark may be stored: the wait's
@@ -611,10 +621,4 @@ impl Announced {
         self.channel = None;
         true
     }
-}
-
-/// The server's clock, read in µs since the epoch, as a time.
-fn server_time(now_us: i64) -> Option<SystemTime> {
-    let micros = u64::try_from(now_us).ok()?;
-    SystemTime::UNIX_EPOCH.checked_add(Duration::from_micros(micros))
 }
