@@ -1,27 +1,26 @@
 //! The public backend: it opens the server, prepares the mode's table and
-//! the listening connection, and passes every call to its mode.
+//! the listening connection, answers what both modes answer alike from
+//! their [`Store`], and passes the rest to its mode.
 
 use std::fmt;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, DelayedRelease, Error, Extended, HandOvers,
-    Lease, LockInfo, LockName, Result, ServerInfo, TermLog, WaitState, Wakeups,
+    AcquireRequest, Attempt, Backend, Capabilities, DelayedRelease, Error, Extended, HandOver,
+    HandOvers, Lease, LockInfo, LockName, ReleaseWatch, Result, ServerInfo, TermLog, WaitState,
+    Wakeups,
 };
 
-use crate::advisory::AdvisoryMode;
+use crate::advisory::{self, AdvisoryMode};
 use crate::config::{Mode, PostgresConfig};
-use crate::error::from_driver;
-use crate::lease::LeaseMode;
-use crate::pool::Connections;
+use crate::deployment;
+use crate::error::{from_driver, within};
+use crate::lease::{self, LeaseMode};
+use crate::pool::{ADMIN_TIMEOUT, Connections, INFO_TIMEOUT};
+use crate::store::Store;
 use crate::table::{self, Layout, TableName};
 use crate::wake::{Channels, Listener, WakeUpQueue, WakeUps};
-
-/// How long the calls that carry no timeout of their own may take:
-/// opening (connecting and preparing the tables), listing, reading the
-/// terms of an election, and forced releases.
-pub const ADMIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Locks kept on one PostgreSQL server, as rows of a table (`mode=lease`)
 /// or as session advisory locks (`mode=advisory`). See the
@@ -83,13 +82,8 @@ impl PostgresBackend {
         // The TLS connectors, built once for every connection to come.
         let (endpoint, listen) = config.endpoints()?;
         let what = format!("connecting to {}", config.redacted_url());
-        let (client, connection) = tokio::time::timeout(ADMIN_TIMEOUT, endpoint.connect())
-            .await
-            .map_err(|_| Error::Backend {
-                backend: "postgres",
-                message: format!("{what}: no answer within {ADMIN_TIMEOUT:?}"),
-                source: None,
-            })?
+        let (client, connection) = within(&what, ADMIN_TIMEOUT, endpoint.connect())
+            .await?
             .map_err(|error| from_driver(&what, error))?;
         // The setup connection lives until `client` is dropped below.
         let connection = tokio::spawn(connection);
@@ -99,7 +93,7 @@ impl PostgresBackend {
         };
         let mut ready = table::ensure(&client, &config.table, layout, ADMIN_TIMEOUT).await;
         if ready.is_ok() && config.mode == Mode::Advisory {
-            ready = crate::advisory::check_server(&client, ADMIN_TIMEOUT).await;
+            ready = advisory::check_server(&client, ADMIN_TIMEOUT).await;
         }
         let records_terms = match ready {
             Ok(()) => terms_table(&client, &config.table).await,
@@ -145,10 +139,7 @@ impl PostgresBackend {
     /// milliseconds. A wait that begins while it is not
     /// [`WakeUps::Listening`] polls, with the client's backoff, to its end.
     pub fn wake_ups(&self) -> WakeUps {
-        match &self.mode {
-            Modes::Lease(lease) => lease.wake_ups(),
-            Modes::Advisory(advisory) => advisory.wake_ups(),
-        }
+        self.store().listener.state()
     }
 
     /// Deletes the table's rows of names that nobody holds or waits for,
@@ -168,10 +159,7 @@ impl PostgresBackend {
     /// Dropping the future leaves whole batches done, and at most one
     /// batch undone.
     pub async fn remove_idle_rows(&self) -> Result<u64> {
-        match &self.mode {
-            Modes::Lease(lease) => lease.remove_idle_rows().await,
-            Modes::Advisory(advisory) => advisory.remove_idle_rows().await,
-        }
+        self.store().remove_idle_rows().await
     }
 
     /// How the queue between the listening connection and the task that
@@ -186,10 +174,7 @@ impl PostgresBackend {
     /// waiter of this backend tries again instead, so that none misses its
     /// release.
     pub fn wake_up_queue(&self) -> WakeUpQueue {
-        match &self.mode {
-            Modes::Lease(lease) => lease.wake_up_queue(),
-            Modes::Advisory(advisory) => advisory.wake_up_queue(),
-        }
+        self.store().listener.queue()
     }
 
     /// How many waiters have a live place in `name`'s line in the store,
@@ -215,10 +200,11 @@ impl PostgresBackend {
         &self.config
     }
 
-    fn mode(&self) -> &dyn Backend {
+    /// What the mode keeps of the server alike in both modes.
+    fn store(&self) -> &Store {
         match &self.mode {
-            Modes::Lease(lease) => &**lease,
-            Modes::Advisory(advisory) => &**advisory,
+            Modes::Lease(lease) => &lease.store,
+            Modes::Advisory(advisory) => &advisory.store,
         }
     }
 }
@@ -255,66 +241,159 @@ async fn terms_table(client: &tokio_postgres::Client, table: &TableName) -> Resu
 #[async_trait]
 impl Backend for PostgresBackend {
     fn store_name(&self) -> &'static str {
-        self.mode().store_name()
+        "postgres"
     }
 
     async fn server_info(&self) -> Result<ServerInfo> {
-        self.mode().server_info().await
+        let store = self.store();
+        let info = store
+            .connections
+            .server_info(INFO_TIMEOUT)
+            .await?
+            .with_feature(deployment::notify(&store.listener).await);
+        Ok(match &self.mode {
+            Modes::Lease(_) => info,
+            Modes::Advisory(_) => info.with_feature(deployment::no_pooler()),
+        })
     }
 
     fn capabilities(&self) -> Capabilities {
-        self.mode().capabilities()
+        match &self.mode {
+            Modes::Lease(lease) => lease.capabilities(),
+            Modes::Advisory(advisory) => advisory.capabilities(),
+        }
     }
 
     async fn try_acquire(&self, request: &AcquireRequest, wait: &mut WaitState) -> Result<Attempt> {
-        self.mode().try_acquire(request, wait).await
+        match &self.mode {
+            Modes::Lease(lease) => lease.try_acquire(request, wait).await,
+            Modes::Advisory(advisory) => advisory.try_acquire(request, wait).await,
+        }
     }
 
     async fn end_wait(&self, request: &AcquireRequest, wait: WaitState) -> Result<()> {
-        self.mode().end_wait(request, wait).await
+        match &self.mode {
+            Modes::Lease(lease) => lease.end_wait(request, wait).await,
+            Modes::Advisory(advisory) => advisory.end_wait(request, wait).await,
+        }
     }
 
     async fn extend(&self, lease: &Lease) -> Result<bool> {
-        self.mode().extend(lease).await
+        match &self.mode {
+            Modes::Lease(mode) => mode
+                .extend_many_timed(std::slice::from_ref(lease))
+                .await
+                .outcomes
+                .pop()
+                .unwrap_or(Ok(false)),
+            Modes::Advisory(mode) => mode.check(lease).await,
+        }
     }
 
     fn extend_many_limit(&self) -> usize {
-        self.mode().extend_many_limit()
+        match &self.mode {
+            Modes::Lease(_) => lease::EXTEND_MANY_LIMIT,
+            Modes::Advisory(_) => advisory::CHECKS_AT_ONCE,
+        }
     }
 
     async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<bool>> {
-        self.mode().extend_many(leases).await
+        match &self.mode {
+            Modes::Lease(lease) => lease.extend_many_timed(leases).await.outcomes,
+            Modes::Advisory(advisory) => advisory.check_many(leases).await,
+        }
     }
 
     async fn extend_many_timed(&self, leases: &[Lease]) -> Extended {
-        self.mode().extend_many_timed(leases).await
+        match &self.mode {
+            Modes::Lease(lease) => lease.extend_many_timed(leases).await,
+            // A check reads no clock.
+            Modes::Advisory(advisory) => Extended::new(advisory.check_many(leases).await, None),
+        }
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
-        self.mode().release(lease).await
+        match &self.mode {
+            Modes::Lease(mode) => mode.release(lease).await,
+            Modes::Advisory(mode) => mode.release(lease).await,
+        }
     }
 
     async fn list(&self) -> Result<Vec<LockInfo>> {
-        self.mode().list().await
+        match &self.mode {
+            Modes::Lease(lease) => lease.list().await,
+            Modes::Advisory(advisory) => advisory.list().await,
+        }
     }
 
     async fn force_release(&self, name: &LockName) -> Result<bool> {
-        self.mode().force_release(name).await
+        match &self.mode {
+            Modes::Lease(lease) => lease.force_release(name).await,
+            Modes::Advisory(advisory) => advisory.force_release(name).await,
+        }
     }
 
     fn hand_overs(&self) -> Option<&dyn HandOvers> {
-        self.mode().hand_overs()
+        // A lock passes between a client's tasks in advisory mode by a
+        // release and a new grant.
+        matches!(self.mode, Modes::Lease(_)).then_some(self)
     }
 
     fn wakeups(&self) -> Option<&dyn Wakeups> {
-        self.mode().wakeups()
+        // None only once notifications proved not to arrive; until they
+        // are shown to, `watch` answers `None` and waits poll.
+        (self.wake_ups() != WakeUps::Unavailable).then_some(self)
     }
 
     fn term_log(&self) -> Option<&dyn TermLog> {
-        self.mode().term_log()
+        self.store()
+            .terms
+            .as_ref()
+            .map(|terms| terms as &dyn TermLog)
     }
 
     fn delayed_release(&self) -> Result<&dyn DelayedRelease> {
-        self.mode().delayed_release()
+        match &self.mode {
+            Modes::Lease(_) => Ok(self),
+            Modes::Advisory(_) => Err(Error::Unsupported(
+                "PostgreSQL's advisory mode cannot keep a lock after its release (min_hold): \
+                 an advisory lock lives on its session and ends with it; \
+                 use the lease mode (?mode=lease, the default) for min_hold"
+                    .into(),
+            )),
+        }
+    }
+}
+
+/// Lease mode's only: see [`Backend::delayed_release`].
+#[async_trait]
+impl DelayedRelease for PostgresBackend {
+    /// An extension: the row's end becomes the server's clock plus the
+    /// lease, shorter ones too.
+    async fn release_after(&self, lease: &Lease, remaining: Duration) -> Result<bool> {
+        self.extend(&Lease {
+            lease: remaining,
+            ..lease.clone()
+        })
+        .await
+    }
+}
+
+/// Lease mode's only: see [`Backend::hand_overs`].
+#[async_trait]
+impl HandOvers for PostgresBackend {
+    async fn hand_over(&self, lease: &Lease, next: &AcquireRequest) -> Result<HandOver> {
+        match &self.mode {
+            Modes::Lease(mode) => mode.hand_over(lease, next).await,
+            Modes::Advisory(_) => Err(Error::Unsupported(
+                "PostgreSQL's advisory mode offers no hand-overs".into(),
+            )),
+        }
+    }
+}
+
+impl Wakeups for PostgresBackend {
+    fn watch(&self, name: &LockName) -> Option<ReleaseWatch> {
+        self.store().listener.watch(name)
     }
 }

@@ -1,6 +1,9 @@
 //! The driver's and the pool's errors as distlock's.
 
-use distlock_core::Error;
+use std::future::Future;
+use std::time::Duration;
+
+use distlock_core::{Error, Result};
 use tokio_postgres::error::SqlState;
 
 /// `error` from `what`: refused credentials, a missing database and missing
@@ -126,4 +129,25 @@ pub(crate) fn notification_queue_full(error: &distlock_core::Error) -> bool {
         .and_then(|source| source.downcast_ref::<tokio_postgres::Error>())
         .and_then(tokio_postgres::Error::code)
         == Some(&SqlState::PROGRAM_LIMIT_EXCEEDED)
+}
+/// The output of `future`, or a backend error saying that `what` had no
+/// answer within `timeout`.
+///
+/// # Errors
+/// A backend error when `timeout` passes first.
+///
+/// # Cancel safety
+/// As `future`'s.
+pub(crate) async fn within<T>(
+    what: &str,
+    timeout: Duration,
+    future: impl Future<Output = T>,
+) -> Result<T> {
+    tokio::time::timeout(timeout, future)
+        .await
+        .map_err(|_| Error::Backend {
+            backend: "postgres",
+            message: format!("{what}: no answer within {timeout:?}"),
+            source: None,
+        })
 }

@@ -433,17 +433,15 @@
 
 mod advisory;
 mod backend;
+mod clock;
 mod config;
 mod deployment;
 mod error;
-mod fair;
 pub mod fencing;
-mod gate;
 mod lease;
-mod mark;
 mod pool;
 mod rows;
-mod statements;
+mod store;
 mod sweep;
 mod table;
 mod terms;
@@ -451,13 +449,14 @@ mod tls;
 mod wake;
 
 pub use advisory::MAX_ADVISORY_LEASE;
-pub use backend::{ADMIN_TIMEOUT, PostgresBackend};
+pub use backend::PostgresBackend;
 pub use config::{
     DEFAULT_ADVISORY_CLASS, DEFAULT_ADVISORY_TABLE, DEFAULT_SCHEMA, DEFAULT_TABLE, Mode,
     PostgresConfig,
 };
 /// The pool this backend keeps its connections in, at the version it uses.
 pub use deadpool_postgres;
+pub use pool::ADMIN_TIMEOUT;
 pub use tls::SslMode;
 /// The driver this backend is built on, at the version it uses.
 pub use tokio_postgres;

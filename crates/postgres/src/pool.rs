@@ -28,11 +28,16 @@ use distlock_core::{Error, Result, ServerInfo};
 use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
 
-use crate::error::{from_driver, from_pool};
+use crate::error::{from_driver, from_pool, within};
 use crate::tls::Endpoint;
 
 /// Opens each statement's transaction: see the module's documentation.
 pub(crate) const BEGIN_READ_COMMITTED: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
+
+/// How long the calls that carry no timeout of their own may take:
+/// opening (connecting and preparing the tables), listing, reading the
+/// terms of an election, and forced releases.
+pub const ADMIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How many connections one backend keeps open at most.
 pub(crate) const POOL_SIZE: usize = 16;
@@ -113,13 +118,7 @@ impl Connections {
             checkout.done();
             rows
         };
-        tokio::time::timeout(timeout, run)
-            .await
-            .map_err(|_| Error::Backend {
-                backend: "postgres",
-                message: format!("{what}: no answer within {timeout:?}"),
-                source: None,
-            })?
+        within(what, timeout, run).await?
     }
 }
 

@@ -14,7 +14,7 @@ use distlock_core::Result;
 use tokio::task::AbortHandle;
 use tokio_postgres::types::Type;
 
-use crate::backend::ADMIN_TIMEOUT;
+use crate::pool::ADMIN_TIMEOUT;
 use crate::pool::Connections;
 use crate::rows::get;
 use crate::wake::jittered;

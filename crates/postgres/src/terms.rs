@@ -17,7 +17,7 @@ use distlock_core::{
 use tokio_postgres::Row;
 use tokio_postgres::types::Type;
 
-use crate::backend::ADMIN_TIMEOUT;
+use crate::pool::ADMIN_TIMEOUT;
 use crate::pool::Connections;
 use crate::rows::{self, get};
 use crate::table::TableName;
@@ -72,9 +72,9 @@ pub(crate) fn appended_onto(
 /// `record` (a JSON array of terms) without the entry whose term is
 /// `term` and whose holder is `holder` (JSON text), both SQL expressions,
 /// the entry that named it as its previous term taking its previous
-/// instead: [`TermLog::withdraw`]'s splice, for a statement that ends a
-/// grant nobody received. The record as it is when it has no such entry
-/// (or `term` is null).
+/// instead: [`TermLog::withdraw`]'s splice, in [`TermRecord`]'s own
+/// statement and in a statement that ends a grant nobody received. The
+/// record as it is when it has no such entry (or `term` is null).
 pub(crate) fn withdrawn_from(record: &str, term: &str, holder: &str) -> String {
     format!(
         "(SELECT coalesce(jsonb_agg(CASE WHEN y.e -> 'previous' = w.e -> 'term'
@@ -169,24 +169,8 @@ impl TermRecord {
         Self {
             connections,
             withdraw: format!(
-                "WITH w AS (
-                     SELECT x.e
-                     FROM {table} AS r CROSS JOIN LATERAL jsonb_array_elements(r.terms) AS x(e)
-                     WHERE r.name = $1 AND (x.e ->> 'term')::bigint = {term}
-                       AND x.e -> 'holder' = $3::text::jsonb
-                     LIMIT 1
-                 )
-                 UPDATE {table} AS r SET terms = (
-                     SELECT coalesce(jsonb_agg(
-                         CASE WHEN y.e -> 'previous' = w.e -> 'term'
-                              THEN jsonb_set(y.e, '{{previous}}', w.e -> 'previous')
-                              ELSE y.e END
-                         ORDER BY y.n), '[]'::jsonb)
-                     FROM jsonb_array_elements(r.terms) WITH ORDINALITY AS y(e, n)
-                     WHERE y.e <> w.e
-                 )
-                 FROM w
-                 WHERE r.name = $1"
+                "UPDATE {table} AS r SET terms = {spliced} WHERE r.name = $1",
+                spliced = withdrawn_from("r.terms", &term, "$3"),
             ),
             read: format!(
                 "SELECT (e ->> 'term')::bigint, (e ->> 'previous')::bigint, (e -> 'holder')::text

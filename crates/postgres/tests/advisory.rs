@@ -4,6 +4,8 @@
 //! `list`, names whose hashes collide, and its options. `scripts/test`
 //! starts the server and sets `DISTLOCK_TEST_POSTGRES_URL`.
 
+mod support;
+
 use distlock_faultproxy::{Fault, FaultProxy};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,33 +14,14 @@ use distlock_core::{
     AcquireOptions, AcquireRequest, Attempt, Backend, Claim, Error, Holder, LockClient, LockKind,
     LockName, LockOptions, LossReason, WaitState,
 };
-use distlock_postgres::tokio_postgres::{self, NoTls, types::Type};
+use distlock_postgres::tokio_postgres::{self, types::Type};
 use distlock_postgres::{DEFAULT_ADVISORY_CLASS, PostgresBackend};
+
+use support::{admin, name, open, unique, url, with_options};
 
 /// Long enough for any step of a test; a lease this long never runs out
 /// within one.
 const PATIENCE: Duration = Duration::from_secs(30);
-
-/// The server's URL. A missing one fails the test: a run without the
-/// server must not pass as if it had one.
-fn url() -> String {
-    std::env::var("DISTLOCK_TEST_POSTGRES_URL").unwrap_or_else(|_| {
-        panic!(
-            "DISTLOCK_TEST_POSTGRES_URL is not set: run the tests with scripts/test, \
-             which starts PostgreSQL"
-        )
-    })
-}
-
-fn unique(prefix: &str) -> String {
-    format!("{prefix}_{:016x}", rand::random::<u64>())
-}
-
-/// `base` with `options` added to its query string.
-fn with_options(base: &str, options: &str) -> String {
-    let separator = if base.contains('?') { '&' } else { '?' };
-    format!("{base}{separator}{options}")
-}
 
 /// A class of its own for one test, so that `pg_locks` shows only its
 /// locks there.
@@ -54,14 +37,6 @@ fn advisory_url(base: &str, table: &str, class: i32) -> String {
     )
 }
 
-fn name(text: &str) -> LockName {
-    LockName::new(text).expect("a valid name")
-}
-
-async fn open(url: &str) -> Arc<PostgresBackend> {
-    Arc::new(PostgresBackend::open(url).await.expect("open"))
-}
-
 fn client(backend: Arc<PostgresBackend>, lease: Duration) -> LockClient {
     let options = LockOptions::builder()
         .lease(lease)
@@ -73,14 +48,6 @@ fn client(backend: Arc<PostgresBackend>, lease: Duration) -> LockClient {
         .build()
         .expect("valid options");
     LockClient::new(backend, options)
-}
-
-async fn admin() -> tokio_postgres::Client {
-    let (client, connection) = tokio_postgres::connect(&url(), NoTls)
-        .await
-        .expect("connect");
-    tokio::spawn(connection);
-    client
 }
 
 /// The server processes holding an advisory lock of `class`, shared or

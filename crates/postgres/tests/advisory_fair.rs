@@ -7,34 +7,22 @@
 //! lease; campaigns served through the line record their terms.
 //! `scripts/test` starts the server and sets `DISTLOCK_TEST_POSTGRES_URL`.
 
+mod support;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use distlock_core::{
-    AcquireOptions, AcquireRequest, Attempt, Backend, Claim, Holder, LockClient, LockName,
-    LockOptions, WaitState,
+    AcquireRequest, Attempt, Backend, Claim, Holder, LockClient, LockName, LockOptions, WaitState,
 };
 use distlock_postgres::PostgresBackend;
 use distlock_postgres::tokio_postgres::{self, NoTls, types::Type};
 
+use support::{acquire_until_cancelled, admin, name, unique, url};
+
 /// Long enough for any step of a test; a lease this long never runs out
 /// within one.
 const PATIENCE: Duration = Duration::from_secs(30);
-
-/// The server's URL. A missing one fails the test: a run without the
-/// server must not pass as if it had one.
-fn url() -> String {
-    std::env::var("DISTLOCK_TEST_POSTGRES_URL").unwrap_or_else(|_| {
-        panic!(
-            "DISTLOCK_TEST_POSTGRES_URL is not set: run the tests with scripts/test, \
-             which starts PostgreSQL"
-        )
-    })
-}
-
-fn unique(prefix: &str) -> String {
-    format!("{prefix}_{:016x}", rand::random::<u64>())
-}
 
 /// Fair advisory mode on a fresh table, in a class of its own, so that
 /// `pg_locks` shows only this test's locks there.
@@ -46,10 +34,6 @@ fn fair_url(table: &str, class: i32) -> String {
 
 fn fresh_class() -> i32 {
     rand::random::<i32>() & 0x7fff_ffff
-}
-
-fn name(text: &str) -> LockName {
-    LockName::new(text).expect("a valid name")
 }
 
 async fn open(url: &str) -> Arc<PostgresBackend> {
@@ -75,14 +59,6 @@ async fn clients(url: &str, n: usize) -> Vec<LockClient> {
         clients.push(client(open(url).await));
     }
     clients
-}
-
-async fn admin() -> tokio_postgres::Client {
-    let (client, connection) = tokio_postgres::connect(&url(), NoTls)
-        .await
-        .expect("connect");
-    tokio::spawn(connection);
-    client
 }
 
 /// The server processes holding (`granted`) or waiting for the whole-lock
@@ -232,20 +208,7 @@ async fn a_cancelled_waiter_leaves_the_line_at_once() {
     let admin = admin().await;
     let lock = name(&unique("cancel"));
     let held = clients[0].acquire(&lock).await.expect("acquire");
-    let (cancel, cancelled) = tokio::sync::oneshot::channel::<()>();
-    let gives_up = tokio::spawn({
-        let (client, lock) = (clients[1].clone(), lock.clone());
-        async move {
-            client
-                .acquire_with(
-                    &lock,
-                    AcquireOptions::new().cancel_on(async move {
-                        let _ = cancelled.await;
-                    }),
-                )
-                .await
-        }
-    });
+    let (cancel, gives_up) = acquire_until_cancelled(&clients[1], &lock);
     until_in_line(&admin, class, 1).await;
     let leaving = on_keys(&admin, class, false).await;
     let stays = tokio::spawn({

@@ -6,29 +6,22 @@
 //! holds the line up only until its place or its grant runs out.
 //! `scripts/test` starts the server and sets `DISTLOCK_TEST_POSTGRES_URL`.
 
+mod support;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use distlock_core::{
-    AcquireOptions, AcquireRequest, Attempt, Backend, Claim, Error, Holder, LockClient, LockName,
+    AcquireRequest, Attempt, Backend, Claim, Error, Holder, Lease, LockClient, LockName,
     LockOptions, WaitState,
 };
 use distlock_postgres::PostgresBackend;
-use distlock_postgres::tokio_postgres::{self, NoTls, types::Type};
+use distlock_postgres::tokio_postgres::{self, types::Type};
+
+use support::{acquire_until_cancelled, admin, name, url};
 
 /// How long any one wait may take; waits end far sooner.
 const PATIENCE: Duration = Duration::from_secs(60);
-
-/// The server's URL. A missing one fails the test: a run without the
-/// server must not pass as if it had one.
-fn url() -> String {
-    std::env::var("DISTLOCK_TEST_POSTGRES_URL").unwrap_or_else(|_| {
-        panic!(
-            "DISTLOCK_TEST_POSTGRES_URL is not set: run the tests with scripts/test, which \
-             starts PostgreSQL"
-        )
-    })
-}
 
 /// A fresh table of the test's own: lower case letters, digits and `_`.
 fn unique_table() -> String {
@@ -39,10 +32,6 @@ fn fair_url(table: &str) -> String {
     let server = url();
     let separator = if server.contains('?') { '&' } else { '?' };
     format!("{server}{separator}table={table}&fair=true")
-}
-
-fn name(text: &str) -> LockName {
-    LockName::new(text).expect("a valid name")
 }
 
 async fn open(table: &str) -> Arc<PostgresBackend> {
@@ -65,14 +54,6 @@ fn client(backend: &Arc<PostgresBackend>, label: &str) -> LockClient {
         .expect("valid options");
     let shared: Arc<dyn Backend> = backend.clone();
     LockClient::new(shared, options)
-}
-
-async fn admin() -> tokio_postgres::Client {
-    let (client, connection) = tokio_postgres::connect(&url(), NoTls)
-        .await
-        .expect("connect");
-    tokio::spawn(connection);
-    client
 }
 
 /// The live places in `name`'s line, by the server's clock.
@@ -122,6 +103,28 @@ async fn holders(
         .iter()
         .map(|row| (row.get(0), row.get(1)))
         .collect()
+}
+
+/// A grant of `lock`, which nobody holds or waits for, to a holder
+/// labelled "holder", as the lease it holds.
+async fn granted(backend: &PostgresBackend, lock: &LockName, lease: Duration) -> Lease {
+    let holder = AcquireRequest::new(
+        lock.clone(),
+        Claim::Exclusive,
+        lease,
+        Arc::new(Holder::this_process(Some("holder"))),
+    );
+    let Attempt::Acquired {
+        fencing_token,
+        state,
+    } = backend
+        .try_acquire(&holder, &mut WaitState::new())
+        .await
+        .unwrap()
+    else {
+        panic!("the name was free");
+    };
+    holder.granted(fencing_token, state)
 }
 
 /// A waiting attempt's request, as core makes each one of a wait: a new
@@ -232,23 +235,8 @@ async fn a_release_grants_the_first_place_in_its_own_statement() {
     let lock = name("passed");
     let _watch = watching(&backend, &lock).await;
     let lease = Duration::from_secs(30);
-    let holder = AcquireRequest::new(
-        lock.clone(),
-        Claim::Exclusive,
-        lease,
-        Arc::new(Holder::this_process(Some("holder"))),
-    );
-    let Attempt::Acquired {
-        fencing_token: first,
-        state,
-    } = backend
-        .try_acquire(&holder, &mut WaitState::new())
-        .await
-        .unwrap()
-    else {
-        panic!("the name was free");
-    };
-    let held = holder.granted(first, state);
+    let held = granted(&backend, &lock, lease).await;
+    let first = held.fencing_token;
 
     let waiter = waiting_request(&lock, "waiter", lease);
     let mut wait = WaitState::new();
@@ -321,20 +309,7 @@ async fn a_cancelled_waiter_leaves_the_line_at_once() {
         .collect();
     let lock = name("cancel");
     let held = clients[0].acquire(&lock).await.unwrap();
-    let (cancel, cancelled) = tokio::sync::oneshot::channel::<()>();
-    let gives_up = tokio::spawn({
-        let (client, lock) = (clients[1].clone(), lock.clone());
-        async move {
-            client
-                .acquire_with(
-                    &lock,
-                    AcquireOptions::new().cancel_on(async move {
-                        let _ = cancelled.await;
-                    }),
-                )
-                .await
-        }
-    });
+    let (cancel, gives_up) = acquire_until_cancelled(&clients[1], &lock);
     until_queued(&admin, &table, &lock, 1).await;
     let stays = tokio::spawn({
         let (client, lock) = (clients[2].clone(), lock.clone());
@@ -360,23 +335,7 @@ async fn a_place_given_up_after_its_grant_passes_the_grant_on() {
     let lock = name("given-up");
     let _watch = watching(&backend, &lock).await;
     let lease = Duration::from_secs(30);
-    let holder = AcquireRequest::new(
-        lock.clone(),
-        Claim::Exclusive,
-        lease,
-        Arc::new(Holder::this_process(Some("holder"))),
-    );
-    let Attempt::Acquired {
-        fencing_token,
-        state,
-    } = backend
-        .try_acquire(&holder, &mut WaitState::new())
-        .await
-        .unwrap()
-    else {
-        panic!("the name was free");
-    };
-    let held = holder.granted(fencing_token, state);
+    let held = granted(&backend, &lock, lease).await;
     let (first, second) = (
         waiting_request(&lock, "first", lease),
         waiting_request(&lock, "second", lease),

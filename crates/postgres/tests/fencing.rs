@@ -2,6 +2,8 @@
 //! grants: a holder whose lock was taken away and granted again cannot
 //! write once the new holder has, and the new holder can.
 
+mod support;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,14 +12,7 @@ use distlock_postgres::PostgresBackend;
 use distlock_postgres::fencing::Fence;
 use distlock_postgres::tokio_postgres::{self, NoTls};
 
-fn url() -> String {
-    std::env::var("DISTLOCK_TEST_POSTGRES_URL").unwrap_or_else(|_| {
-        panic!(
-            "DISTLOCK_TEST_POSTGRES_URL is not set: run the tests with scripts/test, \
-             which starts PostgreSQL"
-        )
-    })
-}
+use support::url;
 
 async fn client() -> LockClient {
     let backend = PostgresBackend::open(&url()).await.expect("open");

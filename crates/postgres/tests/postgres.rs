@@ -4,6 +4,8 @@
 //! that never show. `scripts/test` starts the server and sets
 //! `DISTLOCK_TEST_POSTGRES_URL` (and `DISTLOCK_TEST_POSTGRES_PGBOUNCER_URL`).
 
+mod support;
+
 use std::collections::HashSet;
 use std::process::Stdio;
 use std::sync::Arc;
@@ -16,35 +18,7 @@ use distlock_core::{
 use distlock_postgres::PostgresBackend;
 use distlock_postgres::tokio_postgres::{self, NoTls};
 
-/// The server's URL. A missing one fails the test: a run without the
-/// server must not pass as if it had one.
-fn url() -> String {
-    env("DISTLOCK_TEST_POSTGRES_URL")
-}
-
-fn pgbouncer_url() -> String {
-    env("DISTLOCK_TEST_POSTGRES_PGBOUNCER_URL")
-}
-
-fn env(var: &str) -> String {
-    std::env::var(var).unwrap_or_else(|_| {
-        panic!("{var} is not set: run the tests with scripts/test, which starts PostgreSQL")
-    })
-}
-
-fn unique(prefix: &str) -> String {
-    format!("{prefix}_{:016x}", rand::random::<u64>())
-}
-
-/// `base` with `options` added to its query string.
-fn with_options(base: &str, options: &str) -> String {
-    let separator = if base.contains('?') { '&' } else { '?' };
-    format!("{base}{separator}{options}")
-}
-
-fn name(text: &str) -> LockName {
-    LockName::new(text).expect("a valid name")
-}
+use support::{name, pgbouncer_url, unique, url, with_options};
 
 fn holder() -> Arc<Holder> {
     Holder::this_process(Some("postgres-tests")).into()

@@ -7,6 +7,8 @@
 //! grants a name twice at once nor a token out of order. `scripts/test`
 //! starts the server and sets `DISTLOCK_TEST_POSTGRES_URL`.
 
+mod support;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -19,27 +21,10 @@ use distlock_postgres::PostgresBackend;
 use distlock_postgres::tokio_postgres::{self, NoTls, types::Type};
 use tokio::task::JoinSet;
 
+use support::{admin, name, open, unique, url};
+
 /// How long any one wait may take; waits end far sooner.
 const PATIENCE: Duration = Duration::from_secs(60);
-
-/// The server's URL. A missing one fails the test: a run without the
-/// server must not pass as if it had one.
-fn url() -> String {
-    std::env::var("DISTLOCK_TEST_POSTGRES_URL").unwrap_or_else(|_| {
-        panic!(
-            "DISTLOCK_TEST_POSTGRES_URL is not set: run the tests with scripts/test, \
-             which starts PostgreSQL"
-        )
-    })
-}
-
-fn unique(prefix: &str) -> String {
-    format!("{prefix}_{:016x}", rand::random::<u64>())
-}
-
-fn name(text: &str) -> LockName {
-    LockName::new(text).expect("a valid name")
-}
 
 /// The two modes, each on a fresh table (and, in advisory mode, a class
 /// of its own), as URLs, with the table's name.
@@ -74,10 +59,6 @@ impl Mode {
     }
 }
 
-async fn open(url: &str) -> Arc<PostgresBackend> {
-    Arc::new(PostgresBackend::open(url).await.expect("open"))
-}
-
 fn client(backend: Arc<PostgresBackend>) -> LockClient {
     let options = LockOptions::builder()
         .lease(Duration::from_secs(60))
@@ -86,14 +67,6 @@ fn client(backend: Arc<PostgresBackend>) -> LockClient {
         .build()
         .expect("valid options");
     LockClient::new(backend, options)
-}
-
-async fn admin() -> tokio_postgres::Client {
-    let (client, connection) = tokio_postgres::connect(&url(), NoTls)
-        .await
-        .expect("connect");
-    tokio::spawn(connection);
-    client
 }
 
 /// How many rows `table` has. The table's name is the test's own: lower

@@ -9,7 +9,8 @@
 //! `scripts/test` starts the servers and sets `DISTLOCK_TEST_POSTGRES_URL`
 //! and `DISTLOCK_TEST_POSTGRES_PGBOUNCER_URL`; a missing one fails.
 
-use std::sync::Arc;
+mod support;
+
 use std::time::Duration;
 
 use distlock_core::{
@@ -19,15 +20,7 @@ use distlock_core::{
 use distlock_postgres::PostgresBackend;
 use distlock_postgres::tokio_postgres::{self, NoTls};
 
-fn env(var: &str) -> String {
-    std::env::var(var).unwrap_or_else(|_| {
-        panic!("{var} is not set: run the tests with scripts/test, which starts PostgreSQL")
-    })
-}
-
-fn unique(prefix: &str) -> String {
-    format!("{prefix}_{:016x}", rand::random::<u64>())
-}
+use support::{env, open, unique, with_options};
 
 /// The URLs of every way to run the backend, each with a fresh table.
 fn servers() -> Vec<(&'static str, String)> {
@@ -47,16 +40,6 @@ fn servers() -> Vec<(&'static str, String)> {
         )
     })
     .collect()
-}
-
-/// `base` with `options` added to its query string.
-fn with_options(base: &str, options: &str) -> String {
-    let separator = if base.contains('?') { '&' } else { '?' };
-    format!("{base}{separator}{options}")
-}
-
-async fn open(url: &str) -> Arc<PostgresBackend> {
-    Arc::new(PostgresBackend::open(url).await.expect("open"))
 }
 
 fn name() -> LockName {

@@ -7,12 +7,16 @@
 //! certificate) and `DISTLOCK_TEST_POSTGRES_PGBOUNCER_URL` (PgBouncer,
 //! which offers no TLS).
 
+mod support;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use distlock_core::{Error, LockClient, LockName, LockOptions};
 use distlock_postgres::tokio_postgres::{self, NoTls, types::Type};
 use distlock_postgres::{PostgresBackend, SslMode, WakeUps};
+
+use support::{unique, with_options};
 
 /// Long enough for any step of a test.
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -54,16 +58,6 @@ fn env(var: &str) -> String {
              with TLS"
         )
     })
-}
-
-fn unique(prefix: &str) -> String {
-    format!("{prefix}_{:016x}", rand::random::<u64>())
-}
-
-/// `base` with `options` added to its query string.
-fn with_options(base: &str, options: &str) -> String {
-    let separator = if base.contains('?') { '&' } else { '?' };
-    format!("{base}{separator}{options}")
 }
 
 /// `base` (the test server's URL, at 127.0.0.1) naming `host` instead,

@@ -7,6 +7,8 @@
 //! and sets `DISTLOCK_TEST_POSTGRES_URL` and
 //! `DISTLOCK_TEST_POSTGRES_PGBOUNCER_URL`.
 
+mod support;
+
 use distlock_faultproxy::{Fault, FaultProxy};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,6 +17,8 @@ use distlock_core::{AcquireOptions, Backend, Claim, LockClient, LockName, LockOp
 use distlock_postgres::tokio_postgres::{self, NoTls, types::Type};
 use distlock_postgres::{PostgresBackend, WakeUps};
 
+use support::{name, open, pgbouncer_url, unique, url, with_options};
+
 /// How long a woken waiter may take to be granted. A waiter that is not
 /// woken tries again only after [`LONG`].
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -22,32 +26,6 @@ const PATIENCE: Duration = Duration::from_secs(30);
 /// The holders' leases and the waiters' longest backoff: far longer than
 /// any test waits.
 const LONG: Duration = Duration::from_secs(600);
-
-/// The server's URL. A missing one fails the test: a run without the
-/// server must not pass as if it had one.
-fn url() -> String {
-    env("DISTLOCK_TEST_POSTGRES_URL")
-}
-
-fn pgbouncer_url() -> String {
-    env("DISTLOCK_TEST_POSTGRES_PGBOUNCER_URL")
-}
-
-fn env(var: &str) -> String {
-    std::env::var(var).unwrap_or_else(|_| {
-        panic!("{var} is not set: run the tests with scripts/test, which starts PostgreSQL")
-    })
-}
-
-fn unique(prefix: &str) -> String {
-    format!("{prefix}_{:016x}", rand::random::<u64>())
-}
-
-/// `base` with `options` added to its query string.
-fn with_options(base: &str, options: &str) -> String {
-    let separator = if base.contains('?') { '&' } else { '?' };
-    format!("{base}{separator}{options}")
-}
 
 /// `text` with everything but letters and digits %-escaped, as a URL's
 /// option value.
@@ -61,14 +39,6 @@ fn escaped(text: &str) -> String {
             }
         })
         .collect()
-}
-
-fn name(text: &str) -> LockName {
-    LockName::new(text).expect("a valid name")
-}
-
-async fn open(url: &str) -> Arc<PostgresBackend> {
-    Arc::new(PostgresBackend::open(url).await.expect("open"))
 }
 
 /// Waits until `backend`'s wake-ups are `state`.

@@ -29,10 +29,11 @@ use tokio_postgres::CancelToken;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 
+use super::grant;
 use super::keys::Key;
-use super::session::Session;
+use super::session::{Session, Spares};
 use super::statements::CHECK_CONNECTION;
-use super::{AdvisoryMode, WaitingWriter, left};
+use super::waiting::{WaitingWriter, left};
 use crate::rows::{self, get, holder_json};
 use crate::terms;
 
@@ -48,7 +49,8 @@ const PLACE_LEASES: u32 = 10;
 /// A wait's place in the server's queue: the task that waits there, on
 /// the wait's own session.
 pub(super) struct Place {
-    objid: i32,
+    /// The name's key, whose writers' intent the session holds.
+    key: Key,
     cancel: CancelToken,
     task: JoinHandle<()>,
     /// How the task ended, sent before it wakes the wait: a wait woken
@@ -66,6 +68,22 @@ impl Drop for Place {
     }
 }
 
+/// What became of a place given up, for the wait's end to settle.
+pub(super) enum Left {
+    /// Its statement was cancelled, or its session is gone: closed, the
+    /// session ends whatever it held.
+    Closed,
+    /// Its place ran out: the session holds the name's intent only.
+    RanOut(WaitingWriter),
+    /// The server granted the place as it was given up: nobody received
+    /// the grant, whose token is `token` (`None` if the name's row went).
+    Granted {
+        session: Session,
+        key: Key,
+        token: Option<i64>,
+    },
+}
+
 /// How a place's task ended, with its session.
 struct Waited {
     session: Session,
@@ -79,8 +97,9 @@ struct Granted {
     pid: i32,
 }
 
-/// What a place's task asks with, owned by it.
-struct Asked {
+/// The statement a place's task waits in line with, and what it sends,
+/// owned by the task.
+struct PlaceStatement {
     sql: String,
     name: LockName,
     class: i32,
@@ -94,7 +113,7 @@ struct Asked {
     patience: Duration,
 }
 
-impl Asked {
+impl PlaceStatement {
     /// Waits in line on `session` until the server grants, or the place
     /// runs out unasked about, or fails; then wakes the name's waiters in
     /// this process.
@@ -177,26 +196,25 @@ fn lock_timeout_ms(lease: Duration) -> String {
     ms.to_string()
 }
 
-impl AdvisoryMode {
+impl Place {
     /// Starts waiting in line for `request` on `session`, which holds the
-    /// intent of the name's key `objid`.
-    pub(super) fn take_place(
-        &self,
+    /// intent of the name's `key`, with `sql`, the statement that waits
+    /// (a campaign's, which `records` its term, or a plain one); `hub`
+    /// wakes this process's waiters of the name once the task is done.
+    pub(super) fn take(
         request: &AcquireRequest,
         session: Session,
-        objid: i32,
+        key: Key,
+        sql: &str,
         records: bool,
-    ) -> Place {
+        hub: ReleaseHub,
+    ) -> Self {
         let place_timeout = request.lease * PLACE_LEASES;
-        let asked = Asked {
-            sql: if records {
-                self.statements.campaign_in_line.clone()
-            } else {
-                self.statements.wait_in_line.clone()
-            },
+        let asked = PlaceStatement {
+            sql: sql.to_owned(),
             name: request.name.clone(),
-            class: self.class,
-            objid,
+            class: key.class,
+            objid: key.objid,
             lock_timeout_ms: lock_timeout_ms(request.lease),
             holder: holder_json(&request.holder),
             term_holder: records.then(|| terms::holder_json(&request.holder)),
@@ -205,9 +223,9 @@ impl AdvisoryMode {
         let marked = Arc::new(AtomicBool::new(false));
         let cancel = session.cancel_token();
         let (done, waited) = oneshot::channel();
-        let task = tokio::spawn(asked.wait(session, marked.clone(), self.listener.hub(), done));
-        Place {
-            objid,
+        let task = tokio::spawn(asked.wait(session, marked.clone(), hub, done));
+        Self {
+            key,
             cancel,
             task,
             waited,
@@ -215,26 +233,28 @@ impl AdvisoryMode {
         }
     }
 
-    /// One attempt of a wait that has a place: nothing asked of the server
-    /// while the place waits, the grant taken over once it came. `None`
-    /// when the place ran out, and the wait asks again on its session.
+    /// One attempt of a wait that has this place: nothing asked of the
+    /// server while the place waits, the grant taken over once it came,
+    /// with `check`, the statement that answers the session's server
+    /// process. `None` when the place ran out, and the wait asks again on
+    /// its session.
     ///
     /// # Cancel safety
     /// Dropping the future closes a session it took over, and the lock
     /// with it.
     pub(super) async fn tend(
-        &self,
+        mut self,
         request: &AcquireRequest,
-        mut place: Place,
         wait: &mut WaitState,
+        check: &str,
         deadline: Instant,
     ) -> Result<Option<Attempt>> {
-        place.asked.store(true, Ordering::Release);
+        self.asked.store(true, Ordering::Release);
         let what = format!("acquiring {}", request.name);
-        let waited = match place.waited.try_recv() {
+        let waited = match self.waited.try_recv() {
             Ok(waited) => waited,
             Err(oneshot::error::TryRecvError::Empty) => {
-                wait.set(place);
+                wait.set(self);
                 return Ok(Some(in_line(request)));
             }
             Err(oneshot::error::TryRecvError::Closed) => {
@@ -249,15 +269,13 @@ impl AdvisoryMode {
         let Some(granted) = waited.outcome? else {
             wait.set(WaitingWriter {
                 session,
-                objid: place.objid,
+                objid: self.key.objid,
             });
             return Ok(None);
         };
         // The grant's session answers this attempt: the idle timer, the
         // lease on the server, starts now, after the attempt was sent.
-        let rows = session
-            .query(&what, &self.statements.check, &[], left(deadline))
-            .await?;
+        let rows = session.query(&what, check, &[], left(deadline)).await?;
         let pid: Option<i32> = rows.first().map(|row| get(row, 0, &what)).transpose()?;
         if pid != Some(granted.pid) {
             return Err(Error::Backend {
@@ -274,95 +292,54 @@ impl AdvisoryMode {
                 retry_after: Some(Duration::ZERO),
             }));
         };
-        let key = Key {
-            class: self.class,
-            objid: place.objid,
-        };
         let fencing_token = rows::token(token, &what)?;
-        Ok(Some(self.pinned(
+        Ok(Some(grant::pin(
             request,
             session,
-            key,
+            self.key,
             false,
             granted.pid,
             fencing_token,
         )))
     }
 
-    /// Gives a place up: cancels its statement, and releases a grant made
-    /// to it meanwhile, which passes on to the next in line.
-    ///
-    /// # Errors
-    /// A backend error when a grant made meanwhile could not be released
-    /// (its session is then closed, which ends it).
+    /// Gives the place up, as `request`'s wait ends: cancels its statement
+    /// (through `spares`), and answers what the task ended with, within
+    /// the request's operation timeout.
     ///
     /// # Cancel safety
     /// Dropping the future closes the session, which ends the place or
     /// the grant on the server.
-    pub(super) async fn leave_line(
-        &self,
-        request: &AcquireRequest,
-        mut place: Place,
-    ) -> Result<()> {
+    pub(super) async fn leave(mut self, request: &AcquireRequest, spares: &Spares) -> Left {
         let patience = request.operation_timeout;
-        if place.waited.is_empty()
-            && !place.waited.is_terminated()
-            && let Err(error) = self.spares.cancel(&place.cancel, patience).await
+        if self.waited.is_empty()
+            && !self.waited.is_terminated()
+            && let Err(error) = spares.cancel(&self.cancel, patience).await
         {
             // Dropping the place closes its session instead.
             tracing::debug!(%error, name = %request.name, "could not cancel a wait in line");
-            return Ok(());
+            return Left::Closed;
         }
-        let Ok(Ok(waited)) = tokio::time::timeout(patience, &mut place.waited).await else {
-            return Ok(());
+        let Ok(Ok(waited)) = tokio::time::timeout(patience, &mut self.waited).await else {
+            return Left::Closed;
         };
         let session = waited.session;
         match waited.outcome {
-            Ok(Some(granted)) => {
-                // Nobody received the grant: the term its statement
-                // recorded goes first, while the session holds the lock,
-                // so that no later grant names it as the one before.
-                if let (Some(terms), Some(term), true) =
-                    (&self.terms, granted.token, request.records_term)
-                    && let Err(error) = terms
-                        .withdraw_term(&request.name, term, &request.holder, patience)
-                        .await
-                {
-                    tracing::warn!(%error, name = %request.name, "could not withdraw the term of a grant nobody received; observers may report it");
-                }
-                let (channel, payload) = self.channels.announce(&request.name);
-                session
-                    .query(
-                        &format!("releasing {} granted after its wait ended", request.name),
-                        self.statements.release(false),
-                        &[
-                            (&self.class, Type::INT4),
-                            (&place.objid, Type::INT4),
-                            (&channel, Type::TEXT),
-                            (&payload, Type::TEXT),
-                        ],
-                        patience,
-                    )
-                    .await?;
-                self.spares.put(session);
-                Ok(())
-            }
+            Ok(Some(granted)) => Left::Granted {
+                session,
+                key: self.key,
+                token: granted.token,
+            },
             // Run out while waiting: the session holds the intent only.
-            Ok(None) => {
-                self.stop_waiting(
-                    request,
-                    WaitingWriter {
-                        session,
-                        objid: place.objid,
-                    },
-                )
-                .await
-            }
+            Ok(None) => Left::RanOut(WaitingWriter {
+                session,
+                objid: self.key.objid,
+            }),
             // Cancelled, most likely while waiting; but a cancel that came
             // as the server granted fails the rest of the statement and
             // leaves the lock held. Closed, the session ends whatever it
             // holds.
-            Err(_) => Ok(()),
+            Err(_) => Left::Closed,
         }
     }
 }

@@ -3,7 +3,8 @@
 //! extension period. See the crate docs' "Advisory mode" for what callers
 //! can rely on; this module says how.
 //!
-//! - A grant's [`GrantState`] holds its [`Pinned`] session. Releasing
+//! - A grant's [`GrantState`](distlock_core::GrantState) holds its
+//!   [`Pinned`] session (see [`grant`]). Releasing
 //!   unlocks it and returns the session to the spares; dropping the state
 //!   closes the session, which ends the lock on the server.
 //! - A session's driver task reports the grant lost the moment its
@@ -16,43 +17,44 @@
 //!   shared on its waiting session, and readers do not try while any
 //!   intent is held (see [`statements`]).
 //! - In fair mode a waiting writer waits inside the server, in the lock's
-//!   own queue (see [`fair`]).
+//!   own queue (see [`fair`]); outside it, a waiting writer keeps its
+//!   session between attempts (see [`waiting`]).
 
 mod fair;
+mod grant;
 mod keys;
 mod pooler;
 mod prepared;
 mod session;
 mod statements;
+mod waiting;
 
-use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, Claim, DelayedRelease, Error, GrantState,
-    Lease, LeaseId, LockInfo, LockKind, LockName, ReleaseWatch, Result, ServerInfo, TermLog,
-    WaitState, Wakeups,
+    AcquireRequest, Attempt, Capabilities, Claim, Error, Lease, LockInfo, LockKind, LockName,
+    Result, WaitState,
 };
 use tokio::time::Instant;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Row};
 
-use self::fair::Place;
+use self::fair::{Left, Place};
+use self::grant::Pinned;
 use self::keys::Key;
 use self::session::{Session, Spares};
 use self::statements::Statements;
-use crate::backend::ADMIN_TIMEOUT;
+use self::waiting::{WaitingWriter, left};
 use crate::config::PostgresConfig;
-use crate::deployment;
-use crate::error::{from_driver, notification_queue_full};
-use crate::pool::{Connections, Params};
+use crate::error::{from_driver, notification_queue_full, within};
+use crate::pool::{ADMIN_TIMEOUT, Connections, Params};
 use crate::rows::{self, get, holder_json};
-use crate::sweep::{Sweep, Sweeper};
+use crate::store::Store;
+use crate::sweep::Sweep;
 use crate::terms::{self, TermRecord};
 use crate::tls::Endpoint;
-use crate::wake::{Channels, Listener, WakeUpQueue, WakeUps};
+use crate::wake::{Channels, Listener};
 
 /// How long a waiter waits at most before trying again: a holder whose
 /// session ends without a release (a dead process, a session the server
@@ -63,6 +65,10 @@ const SILENT_END_POLL: Duration = Duration::from_secs(1);
 /// after the first: a row is deleted between its keying and the next ask
 /// only when others were granted the name and released it in between.
 const MAX_ASKS: usize = 3;
+
+/// How many grants one bulk extension checks at once, each on its own
+/// session: as many as core's keeper would extend at once by default.
+pub(crate) const CHECKS_AT_ONCE: usize = 32;
 
 /// The longest lease advisory mode takes: the server probes a silent
 /// holder's connection after a lease through `tcp_keepalives_idle`, in
@@ -105,17 +111,10 @@ const MIN_SERVER_VERSION: i32 = 140_000;
 /// Cancel safe: it only reads.
 pub(crate) async fn check_server(client: &Client, timeout: Duration) -> Result<()> {
     let what = "reading the server's version";
-    let rows = tokio::time::timeout(
-        timeout,
-        client.query_typed("SELECT current_setting('server_version_num')::integer", &[]),
-    )
-    .await
-    .map_err(|_| Error::Backend {
-        backend: "postgres",
-        message: format!("{what}: no answer within {timeout:?}"),
-        source: None,
-    })?
-    .map_err(|error| from_driver(what, error))?;
+    let version_num = "SELECT current_setting('server_version_num')::integer";
+    let rows = within(what, timeout, client.query_typed(version_num, &[]))
+        .await?
+        .map_err(|error| from_driver(what, error))?;
     let version: i32 = match rows.first() {
         Some(row) => get(row, 0, what)?,
         None => 0,
@@ -130,52 +129,6 @@ pub(crate) async fn check_server(client: &Client, timeout: Duration) -> Result<(
         ));
     }
     Ok(())
-}
-
-/// What a grant keeps: its session, and what identifies the grant on it.
-struct Pinned {
-    id: LeaseId,
-    key: Key,
-    shared: bool,
-    /// The server process of the session, as the grant found it: an
-    /// extension that answers from another one (a pooler between us and
-    /// the server) does not hold the lock.
-    pid: i32,
-    /// Taken out by the release.
-    session: Mutex<Option<Arc<Session>>>,
-}
-
-impl Pinned {
-    /// The grant's session, unless released; `None` also for another
-    /// identity's lease.
-    fn session(&self, lease: &Lease) -> Option<Arc<Session>> {
-        (self.id == lease.id)
-            .then(|| {
-                self.session
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .clone()
-            })
-            .flatten()
-    }
-
-    fn take_session(&self, lease: &Lease) -> Option<Arc<Session>> {
-        (self.id == lease.id)
-            .then(|| {
-                self.session
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .take()
-            })
-            .flatten()
-    }
-}
-
-/// A waiting writer's session, which holds the name's intent key shared
-/// until the writer is granted or stops waiting.
-struct WaitingWriter {
-    session: Session,
-    objid: i32,
 }
 
 /// What one attempt's statement answered.
@@ -199,32 +152,14 @@ impl Answer {
 
 /// Locks kept as session advisory locks, one pinned session per grant.
 pub(crate) struct AdvisoryMode {
+    /// Its pooled connections serve the statements that hold nothing:
+    /// listing and forced releases.
+    pub(crate) store: Store,
     class: i32,
     spares: Spares,
-    /// Pooled connections, for statements that hold nothing: listing and
-    /// forced releases.
-    connections: Connections,
     statements: Statements,
-    channels: Channels,
-    /// Hears releases for this backend's waiters; stops when dropped.
-    listener: Listener,
-    sweep: Sweep,
-    /// Sweeps now and then; stops when dropped.
-    _sweeper: Sweeper,
-    /// The record of election terms, unless its table could not be made.
-    terms: Option<TermRecord>,
     /// Fair mode: waiting writers wait in the server's queue.
     fair: bool,
-}
-
-impl fmt::Debug for AdvisoryMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AdvisoryMode")
-            .field("class", &self.class)
-            .field("fair", &self.fair)
-            .field("wake_ups", &self.listener.state())
-            .finish_non_exhaustive()
-    }
 }
 
 impl AdvisoryMode {
@@ -254,39 +189,15 @@ impl AdvisoryMode {
             statements.sweep.clone(),
             config.advisory_class,
         );
+        let terms = records_terms
+            .then(|| TermRecord::new(connections.clone(), &config.table.terms(), None));
         Ok(Self {
-            terms: records_terms
-                .then(|| TermRecord::new(connections.clone(), &config.table.terms(), None)),
+            store: Store::new(connections, channels, listener, terms, sweep),
             class: config.advisory_class,
             fair: config.fair,
             spares,
-            connections,
             statements,
-            channels,
-            listener,
-            _sweeper: sweep.clone().start(),
-            sweep,
         })
-    }
-
-    /// Deletes the rows of names no session uses; see
-    /// [`PostgresBackend::remove_idle_rows`](crate::PostgresBackend::remove_idle_rows).
-    ///
-    /// # Errors
-    /// A backend error.
-    ///
-    /// # Cancel safety
-    /// As [`Sweep::run`].
-    pub(crate) async fn remove_idle_rows(&self) -> Result<u64> {
-        self.sweep.run().await
-    }
-
-    pub(crate) fn wake_ups(&self) -> WakeUps {
-        self.listener.state()
-    }
-
-    pub(crate) fn wake_up_queue(&self) -> WakeUpQueue {
-        self.listener.queue()
     }
 
     /// Runs one attempt's statement on `session` (a campaign's, which
@@ -359,7 +270,9 @@ impl AdvisoryMode {
         let waits_in_line = self.fair && !shared && request.retries;
         if waits_in_line
             && let Some(place) = wait.take::<Place>()
-            && let Some(attempt) = self.tend(request, place, wait, deadline).await?
+            && let Some(attempt) = place
+                .tend(request, wait, &self.statements.check, deadline)
+                .await?
         {
             return Ok(attempt);
         }
@@ -401,10 +314,27 @@ impl AdvisoryMode {
                 class: self.class,
                 objid: answer.objid,
             };
-            return Ok(self.pinned(request, session, key, shared, answer.pid, fencing_token));
+            return Ok(grant::pin(
+                request,
+                session,
+                key,
+                shared,
+                answer.pid,
+                fencing_token,
+            ));
         }
         if waits_in_line {
-            wait.set(self.take_place(request, session, answer.objid, records));
+            let key = Key {
+                class: self.class,
+                objid: answer.objid,
+            };
+            let sql = if records {
+                &self.statements.campaign_in_line
+            } else {
+                &self.statements.wait_in_line
+            };
+            let hub = self.store.listener.hub();
+            wait.set(Place::take(request, session, key, sql, records, hub));
             return Ok(fair::in_line(request));
         }
         if !shared && request.retries {
@@ -423,36 +353,6 @@ impl AdvisoryMode {
             retry_after: Some(SILENT_END_POLL.min(request.lease / 2)),
         })
     }
-}
-
-impl AdvisoryMode {
-    /// The grant of `request` on `session`, which the server process
-    /// `pid` was granted `key` on with `fencing_token`, as the attempt
-    /// answers it.
-    fn pinned(
-        &self,
-        request: &AcquireRequest,
-        session: Session,
-        key: Key,
-        shared: bool,
-        pid: i32,
-        fencing_token: u64,
-    ) -> Attempt {
-        // Should it end between the caller's check and the pin, unheard,
-        // the next extension finds it closed and refuses.
-        session.pin(request.loss.clone());
-        let pinned = Pinned {
-            id: request.lease_id,
-            key,
-            shared,
-            pid,
-            session: Mutex::new(Some(Arc::new(session))),
-        };
-        Attempt::Acquired {
-            fencing_token,
-            state: GrantState::new(pinned),
-        }
-    }
 
     /// Ends a waiting writer's wait: its intent given up, its idle timeout
     /// taken off, and its session back to the spares.
@@ -463,7 +363,7 @@ impl AdvisoryMode {
     /// # Cancel safety
     /// Dropping the future closes the session.
     async fn stop_waiting(&self, request: &AcquireRequest, waiting: WaitingWriter) -> Result<()> {
-        let (channel, payload) = self.channels.announce(&request.name);
+        let (channel, payload) = self.store.channels.announce(&request.name);
         waiting
             .session
             .query(
@@ -481,30 +381,57 @@ impl AdvisoryMode {
         self.spares.put(waiting.session);
         Ok(())
     }
-}
 
-/// The time left until `deadline`.
-fn left(deadline: Instant) -> Duration {
-    deadline.saturating_duration_since(Instant::now())
-}
-
-#[async_trait]
-impl Backend for AdvisoryMode {
-    fn store_name(&self) -> &'static str {
-        "postgres"
-    }
-
-    async fn server_info(&self) -> Result<ServerInfo> {
-        let info = self
-            .connections
-            .server_info(crate::pool::INFO_TIMEOUT)
+    /// Releases a grant the server made to a wait's place as the wait
+    /// ended, which nobody received: the term its statement recorded goes
+    /// first, while the session holds the lock, so that no later grant
+    /// names it as the one before; the lock then passes to the next in
+    /// line.
+    ///
+    /// # Errors
+    /// A backend error when the release fails (dropped, the session is
+    /// then closed, which ends the grant).
+    ///
+    /// # Cancel safety
+    /// Dropping the future closes the session, which ends the grant.
+    async fn release_unreceived(
+        &self,
+        request: &AcquireRequest,
+        session: Session,
+        key: Key,
+        token: Option<i64>,
+    ) -> Result<()> {
+        let patience = request.operation_timeout;
+        if let (Some(terms), Some(term), true) = (&self.store.terms, token, request.records_term)
+            && let Err(error) = terms
+                .withdraw_term(&request.name, term, &request.holder, patience)
+                .await
+        {
+            tracing::warn!(%error, name = %request.name, "could not withdraw the term of a grant nobody received; observers may report it");
+        }
+        let (channel, payload) = self.store.channels.announce(&request.name);
+        session
+            .query(
+                &format!("releasing {} granted after its wait ended", request.name),
+                self.statements.release(false),
+                &[
+                    (&key.class, Type::INT4),
+                    (&key.objid, Type::INT4),
+                    (&channel, Type::TEXT),
+                    (&payload, Type::TEXT),
+                ],
+                patience,
+            )
             .await?;
-        Ok(info
-            .with_feature(deployment::notify(&self.listener).await)
-            .with_feature(deployment::no_pooler()))
+        self.spares.put(session);
+        Ok(())
     }
+}
 
-    fn capabilities(&self) -> Capabilities {
+/// The calls of [`Backend`](distlock_core::Backend) that advisory mode
+/// answers its own way; the backend answers the rest for both modes.
+impl AdvisoryMode {
+    pub(crate) fn capabilities(&self) -> Capabilities {
         // Not process-bound: a holder cut off from the server must give
         // the lock up before the server ends its session (after a lease
         // of silence), so core's keeper checks each grant's session once
@@ -516,7 +443,11 @@ impl Backend for AdvisoryMode {
             .with_fair(self.fair)
     }
 
-    async fn try_acquire(&self, request: &AcquireRequest, wait: &mut WaitState) -> Result<Attempt> {
+    pub(crate) async fn try_acquire(
+        &self,
+        request: &AcquireRequest,
+        wait: &mut WaitState,
+    ) -> Result<Attempt> {
         let shared = match request.claim {
             Claim::Exclusive => false,
             Claim::Shared => true,
@@ -527,28 +458,33 @@ impl Backend for AdvisoryMode {
                 ));
             }
         };
-        let records = terms::recorded(request, self.terms.is_some())?;
+        let records = terms::recorded(request, self.store.terms.is_some())?;
         let deadline = Instant::now() + request.operation_timeout;
         // Everything the attempt opened is dropped with it, and a dropped
         // session ends whatever lock it took.
-        tokio::time::timeout_at(
-            deadline,
+        within(
+            &format!("acquiring {}", request.name),
+            request.operation_timeout,
             self.attempt(request, shared, records, wait, deadline),
         )
-        .await
-        .map_err(|_| Error::Backend {
-            backend: "postgres",
-            message: format!(
-                "acquiring {}: no answer within {:?}",
-                request.name, request.operation_timeout
-            ),
-            source: None,
-        })?
+        .await?
     }
 
-    async fn end_wait(&self, request: &AcquireRequest, mut wait: WaitState) -> Result<()> {
+    pub(crate) async fn end_wait(
+        &self,
+        request: &AcquireRequest,
+        mut wait: WaitState,
+    ) -> Result<()> {
         if let Some(place) = wait.take::<Place>() {
-            return self.leave_line(request, place).await;
+            return match place.leave(request, &self.spares).await {
+                Left::Granted {
+                    session,
+                    key,
+                    token,
+                } => self.release_unreceived(request, session, key, token).await,
+                Left::RanOut(waiting) => self.stop_waiting(request, waiting).await,
+                Left::Closed => Ok(()),
+            };
         }
         match wait.take::<WaitingWriter>() {
             Some(waiting) => self.stop_waiting(request, waiting).await,
@@ -556,7 +492,9 @@ impl Backend for AdvisoryMode {
         }
     }
 
-    async fn extend(&self, lease: &Lease) -> Result<bool> {
+    /// Whether `lease`'s grant still holds its lock: one round trip on
+    /// its session, which also starts the server's idle timer afresh.
+    pub(crate) async fn check(&self, lease: &Lease) -> Result<bool> {
         let Some(pinned) = lease.state.get::<Pinned>() else {
             return Ok(false);
         };
@@ -584,7 +522,17 @@ impl Backend for AdvisoryMode {
         }
     }
 
-    async fn release(&self, lease: &Lease) -> Result<bool> {
+    /// Checks many grants, [`CHECKS_AT_ONCE`] at a time.
+    pub(crate) async fn check_many(&self, leases: &[Lease]) -> Vec<Result<bool>> {
+        let mut outcomes = Vec::with_capacity(leases.len());
+        for chunk in leases.chunks(CHECKS_AT_ONCE) {
+            let checks = chunk.iter().map(|lease| self.check(lease));
+            outcomes.extend(futures::future::join_all(checks).await);
+        }
+        outcomes
+    }
+
+    pub(crate) async fn release(&self, lease: &Lease) -> Result<bool> {
         let Some(pinned) = lease.state.get::<Pinned>() else {
             return Ok(false);
         };
@@ -596,7 +544,7 @@ impl Backend for AdvisoryMode {
         if session.is_closed() {
             return Ok(false);
         }
-        let (channel, payload) = self.channels.announce(&lease.name);
+        let (channel, payload) = self.store.channels.announce(&lease.name);
         let released = session
             .query(
                 &format!("releasing {}", lease.name),
@@ -641,8 +589,9 @@ impl Backend for AdvisoryMode {
         Ok(held)
     }
 
-    async fn list(&self) -> Result<Vec<LockInfo>> {
+    pub(crate) async fn list(&self) -> Result<Vec<LockInfo>> {
         let rows = self
+            .store
             .connections
             .query(
                 "listing locks",
@@ -654,11 +603,12 @@ impl Backend for AdvisoryMode {
         rows.iter().map(lock_info).collect()
     }
 
-    async fn force_release(&self, name: &LockName) -> Result<bool> {
+    pub(crate) async fn force_release(&self, name: &LockName) -> Result<bool> {
         let bytes = name.as_str().as_bytes();
-        let (channel, payload) = self.channels.announce(name);
+        let (channel, payload) = self.store.channels.announce(name);
         let what = format!("force-releasing {name}");
         let rows = self
+            .store
             .connections
             .query(
                 &what,
@@ -677,29 +627,6 @@ impl Backend for AdvisoryMode {
             None => 0,
         };
         Ok(ended > 0)
-    }
-
-    fn wakeups(&self) -> Option<&dyn Wakeups> {
-        (self.listener.state() != WakeUps::Unavailable).then_some(self)
-    }
-
-    fn term_log(&self) -> Option<&dyn TermLog> {
-        self.terms.as_ref().map(|terms| terms as &dyn TermLog)
-    }
-
-    fn delayed_release(&self) -> Result<&dyn DelayedRelease> {
-        Err(Error::Unsupported(
-            "PostgreSQL's advisory mode cannot keep a lock after its release (min_hold): \
-             an advisory lock lives on its session and ends with it; \
-             use the lease mode (?mode=lease, the default) for min_hold"
-                .into(),
-        ))
-    }
-}
-
-impl Wakeups for AdvisoryMode {
-    fn watch(&self, name: &LockName) -> Option<ReleaseWatch> {
-        self.listener.watch(name)
     }
 }
 

@@ -6,13 +6,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use distlock_core::{Error, LossReporter, Result};
+use distlock_core::{LossReporter, Result};
 use tokio::task::AbortHandle;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{CancelToken, Client, Row};
 
 use super::prepared::Prepared;
-use crate::error::from_driver;
+use crate::error::{from_driver, within};
 use crate::pool::Params;
 use crate::tls::Endpoint;
 
@@ -126,8 +126,9 @@ impl Session {
     /// (and for preparing `sql` on its first use on this session).
     ///
     /// # Errors
-    /// A backend error, or [`Error::Denied`]; `what` says what was being
-    /// done.
+    /// A backend error, or
+    /// [`Error::Denied`](distlock_core::Error::Denied); `what` says what
+    /// was being done.
     ///
     /// # Cancel safety
     /// Dropping the future may leave the statement running; its answer
@@ -202,20 +203,6 @@ impl Drop for Session {
 }
 
 /// `future`'s output, or a backend error once `timeout` passed.
-async fn within<T>(
-    what: &str,
-    timeout: Duration,
-    future: impl std::future::Future<Output = T>,
-) -> Result<T> {
-    tokio::time::timeout(timeout, future)
-        .await
-        .map_err(|_| Error::Backend {
-            backend: "postgres",
-            message: format!("{what}: no answer within {timeout:?}"),
-            source: None,
-        })
-}
-
 /// How long a background refill of the spares may take to connect.
 const REFILL_TIMEOUT: Duration = Duration::from_secs(10);
 

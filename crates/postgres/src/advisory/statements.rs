@@ -6,7 +6,7 @@
 //! session, that grant's token and holder (for `list`). Only the table's
 //! quoted name is put into the text; every value goes as a bind parameter.
 
-use crate::statements::CLOCK;
+use crate::clock::CLOCK;
 use crate::table::TableName;
 use crate::terms;
 

@@ -21,7 +21,7 @@ pub(crate) struct Calls {
 
 /// Where a waiter's calls stood when it last asked the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Asked(u64);
+pub(crate) struct CallsSeen(u64);
 
 impl Calls {
     fn places(&self) -> MutexGuard<'_, HashMap<String, bool>> {
@@ -30,17 +30,17 @@ impl Calls {
 
     /// Records that the waiter of `place` asks the store now: calls so far
     /// are answered by it.
-    pub(crate) fn asking(&self, place: &str) -> Asked {
+    pub(crate) fn asking(&self, place: &str) -> CallsSeen {
         // Read before the place is cleared: a call to everyone in between
         // is then seen as new.
-        let asked = Asked(self.everyone.load(Ordering::SeqCst));
+        let asked = CallsSeen(self.everyone.load(Ordering::SeqCst));
         self.places().insert(place.to_owned(), false);
         asked
     }
 
     /// Whether `place` was called since its waiter asked at `asked`; also
     /// when it is not recorded.
-    pub(crate) fn called(&self, place: &str, asked: Asked) -> bool {
+    pub(crate) fn called(&self, place: &str, asked: CallsSeen) -> bool {
         self.everyone.load(Ordering::SeqCst) != asked.0
             || self.places().get(place).is_none_or(|called| *called)
     }
@@ -87,7 +87,7 @@ mod tests {
         calls.call_everyone();
         assert!(calls.called("a", asked));
         calls.forget("a");
-        let asked_now = Asked(calls.everyone.load(Ordering::SeqCst));
+        let asked_now = CallsSeen(calls.everyone.load(Ordering::SeqCst));
         assert!(calls.called("a", asked_now), "a forgotten place asks");
     }
 }

@@ -12,6 +12,7 @@ mod channel;
 mod inbox;
 mod index;
 mod session;
+mod state;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,11 +24,13 @@ use tokio::task::AbortHandle;
 use crate::pool::Connections;
 use crate::tls::Endpoint;
 
-pub(crate) use self::calls::{Asked, Calls};
+pub(crate) use self::calls::{Calls, CallsSeen};
 pub(crate) use self::channel::{Channels, NameHash};
-use self::inbox::{Gauges, MAX_QUEUED};
+use self::inbox::MAX_QUEUED;
 use self::index::Watched;
-use self::session::Ended;
+use self::session::{Ended, Target};
+use self::state::Shared;
+pub use self::state::{WakeUpQueue, WakeUps};
 
 /// How long a waiter waits before it tries again, at most, while the
 /// listening connection is being re-opened: releases then go unheard.
@@ -41,90 +44,6 @@ const UNHEARD_PROBES: u32 = 3;
 /// the longest, between which it doubles.
 const FIRST_RETRY: Duration = Duration::from_millis(100);
 const MAX_RETRY: Duration = Duration::from_secs(5);
-
-/// Whether releases wake this backend's waiters now. See
-/// [`PostgresBackend::wake_ups`](crate::PostgresBackend::wake_ups).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum WakeUps {
-    /// The listening connection is being opened and checked; waits poll.
-    Starting,
-    /// Notifications were shown to arrive: a release wakes the waiters.
-    Listening,
-    /// The listening connection failed and is being opened again; waits
-    /// poll meanwhile.
-    Reconnecting,
-    /// Notifications never arrived over the listening connection (it goes
-    /// through PgBouncer in transaction mode, or `listen_url` names another
-    /// server or database): waits poll, and the backend does not try again.
-    Unavailable,
-}
-
-/// How the queue between a backend's listening connection and the task
-/// that wakes its waiters has fared. See
-/// [`PostgresBackend::wake_up_queue`](crate::PostgresBackend::wake_up_queue).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct WakeUpQueue {
-    /// The most names whose releases the queue keeps at once.
-    pub limit: usize,
-    /// The most it has kept at once so far, never above `limit`.
-    pub most_queued: usize,
-    /// How many times more names were announced than it keeps, and every
-    /// waiter was woken to try again instead.
-    pub overflows: u64,
-}
-
-/// What the backend and its listening task share.
-#[derive(Debug)]
-struct Shared {
-    watched: Watched,
-    state: watch::Sender<WakeUps>,
-    gauges: Arc<Gauges>,
-}
-
-impl Shared {
-    fn state(&self) -> WakeUps {
-        *self.state.borrow()
-    }
-
-    /// Sets the state; a waiter woken after this reads the new one.
-    fn set(&self, state: WakeUps) {
-        self.state.send_replace(state);
-    }
-}
-
-/// Where the listening connection goes, and how probes are sent.
-#[derive(Clone)]
-struct Target {
-    /// Where the listening connection goes, and with what TLS.
-    endpoint: Endpoint,
-    /// The pool releases are sent through, which probes go through too.
-    connections: Connections,
-    channels: Channels,
-}
-
-impl Target {
-    /// `why` with the listening connection's user and password hidden: a
-    /// server's refusal names the user, and logs must not.
-    fn hide_credentials(&self, why: &str) -> String {
-        let password = self
-            .endpoint
-            .config
-            .get_password()
-            .and_then(|password| std::str::from_utf8(password).ok());
-        let mut secrets: Vec<&str> = [self.endpoint.config.get_user(), password]
-            .into_iter()
-            .flatten()
-            .filter(|secret| !secret.is_empty())
-            .collect();
-        // Longest first, so that a part of one never leaves the rest.
-        secrets.sort_by_key(|secret| std::cmp::Reverse(secret.len()));
-        secrets
-            .iter()
-            .fold(why.to_owned(), |text, secret| text.replace(secret, "***"))
-    }
-}
 
 /// The backend's handle on its listening task, which it stops when dropped.
 #[derive(Debug)]

@@ -11,11 +11,12 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tokio_postgres::types::Type;
 use tokio_postgres::{AsyncMessage, Client};
 
-use super::channel::{Bucket, Channel, NameHash};
+use super::channel::{Bucket, Channel, Channels, NameHash};
 use super::inbox::{Heard, Inbox};
-use super::{Shared, Target, WakeUps};
+use super::state::{Shared, WakeUps};
 use crate::error::{describe, notification_queue_full};
-use crate::tls::Connection;
+use crate::pool::Connections;
+use crate::tls::{Connection, Endpoint};
 
 /// How long opening the listening connection may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -30,6 +31,38 @@ const STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
 /// and, while someone waits, probes that it still delivers: a connection
 /// cut without a word would otherwise go unnoticed.
 const TICK: Duration = Duration::from_secs(5);
+
+/// Where the listening connection goes, and how probes are sent.
+#[derive(Clone)]
+pub(super) struct Target {
+    /// Where the listening connection goes, and with what TLS.
+    pub(super) endpoint: Endpoint,
+    /// The pool releases are sent through, which probes go through too.
+    pub(super) connections: Connections,
+    pub(super) channels: Channels,
+}
+
+impl Target {
+    /// `why` with the listening connection's user and password hidden: a
+    /// server's refusal names the user, and logs must not.
+    pub(super) fn hide_credentials(&self, why: &str) -> String {
+        let password = self
+            .endpoint
+            .config
+            .get_password()
+            .and_then(|password| std::str::from_utf8(password).ok());
+        let mut secrets: Vec<&str> = [self.endpoint.config.get_user(), password]
+            .into_iter()
+            .flatten()
+            .filter(|secret| !secret.is_empty())
+            .collect();
+        // Longest first, so that a part of one never leaves the rest.
+        secrets.sort_by_key(|secret| std::cmp::Reverse(secret.len()));
+        secrets
+            .iter()
+            .fold(why.to_owned(), |text, secret| text.replace(secret, "***"))
+    }
+}
 
 /// Why a session ended.
 #[derive(Debug)]

@@ -9,21 +9,18 @@
 //! none lives. Expired entries stay until the next grant or release of the
 //! name drops them. A row that no live grant or mark is left in is
 //! deleted: by the release that leaves it so, or by a later [`sweep`],
-//! through the name's [`gate`](crate::gate), which keeps its tokens
+//! through the name's [`gate`](super::gate), which keeps its tokens
 //! increasing. Only the table's quoted name is put into the text; every
 //! value goes as a bind parameter.
 
+use super::gate;
+use crate::clock::CLOCK;
 use crate::table::TableName;
-use crate::{gate, terms};
+use crate::terms;
 
 /// The most readers that hold one name at once, as in the other backends;
 /// it bounds the row's size and the work of each statement on it.
 pub(crate) const MAX_READERS: u32 = distlock_core::MAX_PERMITS;
-
-/// The server's clock in microseconds since the epoch, read once for a
-/// whole statement when selected in a `FROM` item.
-pub(crate) const CLOCK: &str =
-    "(SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS now_us) AS c";
 
 /// The JSON path of the live entries of an array, given `$now`.
 const LIVE: &str = "'$[*] ? (@.exp > $now)'";
@@ -36,13 +33,13 @@ const LIVE_ONE: &str = "'$[*] ? (@.exp > $now && @.id == $id)'";
 
 /// What an acquire asks for, which decides who it may join.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Asked {
+pub(crate) enum ClaimKind {
     Exclusive,
     Shared,
     Permit,
 }
 
-impl Asked {
+impl ClaimKind {
     /// The `kind` column's value for this claim.
     pub(crate) fn kind(self) -> &'static str {
         match self {
@@ -78,9 +75,9 @@ impl Statements {
     pub(crate) fn new(table: &TableName) -> Self {
         let t = table.quoted();
         Self {
-            acquire_exclusive: acquire(t, Asked::Exclusive),
-            acquire_shared: acquire(t, Asked::Shared),
-            acquire_permit: acquire(t, Asked::Permit),
+            acquire_exclusive: acquire(t, ClaimKind::Exclusive),
+            acquire_shared: acquire(t, ClaimKind::Shared),
+            acquire_permit: acquire(t, ClaimKind::Permit),
             campaign: campaign(t, &table.terms()),
             held: held(t),
             extend: extend(t),
@@ -93,31 +90,31 @@ impl Statements {
         }
     }
 
-    pub(crate) fn acquire(&self, asked: Asked) -> &str {
+    pub(crate) fn acquire(&self, asked: ClaimKind) -> &str {
         match asked {
-            Asked::Exclusive => &self.acquire_exclusive,
-            Asked::Shared => &self.acquire_shared,
-            Asked::Permit => &self.acquire_permit,
+            ClaimKind::Exclusive => &self.acquire_exclusive,
+            ClaimKind::Shared => &self.acquire_shared,
+            ClaimKind::Permit => &self.acquire_permit,
         }
     }
 }
 
 /// Whether the existing row `t` admits `asked`, judged at the proposed
 /// row's token, which is the server's clock (`excluded.fencing_token`).
-fn admits(asked: Asked) -> String {
+fn admits(asked: ClaimKind) -> String {
     let vars = "jsonb_build_object('now', excluded.fencing_token)";
     let any_live = format!("jsonb_path_exists(t.holders, {LIVE}, {vars})");
     let live_count =
         format!("jsonb_array_length(jsonb_path_query_array(t.holders, {LIVE}, {vars}))");
     match asked {
-        Asked::Exclusive => format!("NOT {any_live}"),
+        ClaimKind::Exclusive => format!("NOT {any_live}"),
         // Readers also wait while a writer waits, so writers are not starved.
-        Asked::Shared => format!(
+        ClaimKind::Shared => format!(
             "(NOT {any_live} OR t.kind = 'shared')
              AND NOT jsonb_path_exists(t.waiting, {LIVE}, {vars})
              AND {live_count} < {MAX_READERS}"
         ),
-        Asked::Permit => format!(
+        ClaimKind::Permit => format!(
             "NOT {any_live}
              OR (t.kind = 'semaphore' AND t.permit_limit = $4 AND {live_count} < $4)"
         ),
@@ -134,7 +131,7 @@ fn admits(asked: Asked) -> String {
 /// `$1` name, `$2` grant id, `$3` kind, `$4` permit limit, `$5` lease in
 /// µs, `$6` holder as JSON text, `$7` the writer's own mark, which goes
 /// with the grant (other live marks stay).
-fn acquire(t: &str, asked: Asked) -> String {
+fn acquire(t: &str, asked: ClaimKind) -> String {
     let now = "excluded.fencing_token";
     let token = format!("greatest(t.fencing_token + 1, {now})");
     let clock = gate::gated_clock("$1");
@@ -170,7 +167,7 @@ fn campaign(t: &str, terms: &TableName) -> String {
         "WITH granted AS ({acquire}),
          {recorded}
          SELECT fencing_token FROM granted",
-        acquire = acquire(t, Asked::Exclusive),
+        acquire = acquire(t, ClaimKind::Exclusive),
         recorded = terms::appended_after("granted", terms, "$1", "$8"),
     )
 }
@@ -400,7 +397,7 @@ mod tests {
         let table = TableName::new("s", "a \"b\"; --").unwrap();
         let statements = Statements::new(&table);
         for sql in [
-            statements.acquire(Asked::Exclusive),
+            statements.acquire(ClaimKind::Exclusive),
             &statements.campaign,
             &statements.held,
             &statements.extend,
@@ -423,7 +420,7 @@ mod tests {
             assert!(sql.contains("pg_notify("), "{sql}");
         }
         for sql in [
-            statements.acquire(Asked::Exclusive),
+            statements.acquire(ClaimKind::Exclusive),
             &statements.campaign,
             &statements.held,
             &statements.extend,
@@ -437,14 +434,14 @@ mod tests {
     #[test]
     fn grants_read_the_clock_behind_the_gate_and_deletions_try_it() {
         let statements = Statements::new(&TableName::new("s", "t").unwrap());
-        for asked in [Asked::Exclusive, Asked::Shared, Asked::Permit] {
+        for asked in [ClaimKind::Exclusive, ClaimKind::Shared, ClaimKind::Permit] {
             let sql = statements.acquire(asked);
             assert!(sql.contains("pg_advisory_xact_lock_shared("), "{sql}");
         }
         assert!(
             statements
                 .campaign
-                .contains(statements.acquire(Asked::Exclusive))
+                .contains(statements.acquire(ClaimKind::Exclusive))
         );
         for sql in [&statements.release, &statements.sweep] {
             assert!(sql.contains("DELETE FROM"), "{sql}");
@@ -459,16 +456,16 @@ mod tests {
     fn only_a_campaign_writes_the_record_of_terms() {
         let statements = Statements::new(&TableName::new("s", "t").unwrap());
         assert!(statements.campaign.contains(r#""s"."t_terms""#));
-        for asked in [Asked::Exclusive, Asked::Shared, Asked::Permit] {
+        for asked in [ClaimKind::Exclusive, ClaimKind::Shared, ClaimKind::Permit] {
             assert!(!statements.acquire(asked).contains("_terms"));
         }
     }
 
     #[test]
     fn readers_are_capped_and_wait_behind_writers() {
-        let shared = admits(Asked::Shared);
+        let shared = admits(ClaimKind::Shared);
         assert!(shared.contains("t.waiting"), "{shared}");
         assert!(shared.contains(&format!("< {MAX_READERS}")), "{shared}");
-        assert!(!admits(Asked::Exclusive).contains("t.waiting"));
+        assert!(!admits(ClaimKind::Exclusive).contains("t.waiting"));
     }
 }

@@ -22,47 +22,14 @@
 
 use std::time::Duration;
 
-use distlock_core::{Claim, LeaseId, LockName, Result};
+use distlock_core::{Claim, LockName, Result};
 use tokio_postgres::Row;
 
+use super::gate;
+use crate::clock::CLOCK;
 use crate::rows::{self, get};
-use crate::statements::CLOCK;
 use crate::table::TableName;
-use crate::wake::Asked;
-use crate::{gate, terms};
-
-/// What a fair wait keeps in its [`WaitState`](distlock_core::WaitState)
-/// across attempts (which holds one value): its place, and when it is due
-/// to ask the store next.
-#[derive(Debug, Clone)]
-pub(crate) struct InLine {
-    pub(crate) place: PlaceId,
-    pub(crate) due: Option<Due>,
-}
-
-/// The identity of one wait's place (each attempt has a grant identity
-/// of its own).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct PlaceId(String);
-
-impl PlaceId {
-    /// A fresh identity.
-    pub(crate) fn new() -> Self {
-        Self(LeaseId::random().to_string())
-    }
-
-    pub(crate) fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-/// When a waiting attempt that kept its place asks the store next, unless
-/// a release calls it sooner (see [`Calls`](crate::wake::Calls)).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Due {
-    pub(crate) at: tokio::time::Instant,
-    pub(crate) asked: Asked,
-}
+use crate::terms;
 
 /// The JSON path of the live places (entries with a lease) given `$now`.
 const LIVE_PLACES: &str = "'$[*] ? (@.exp > $now && exists(@.lease))'";

@@ -1,59 +1,49 @@
 //! Lease mode: each decision is one statement on one lock row.
+//!
+//! Its statements are in [`statements`], fair mode's in [`fair`]; a
+//! name's [`gate`] keeps its tokens increasing across the deletion of its
+//! row; what a wait keeps between attempts is in [`waiting`].
+
+mod fair;
+mod gate;
+mod statements;
+mod waiting;
 
 use std::collections::HashSet;
-use std::fmt;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use async_trait::async_trait;
 use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, Claim, DelayedRelease, Extended, GrantState,
-    HandOver, HandOvers, Lease, LockInfo, LockName, ReleaseWatch, Result, ServerInfo, TermLog,
-    WaitState, Wakeups,
+    AcquireRequest, Attempt, Capabilities, Claim, Extended, GrantState, HandOver, Lease, LockInfo,
+    LockName, Result, WaitState,
 };
 use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
 
-use crate::backend::ADMIN_TIMEOUT;
-use crate::deployment;
+use self::fair::{FairStatements, Found};
+use self::statements::{ClaimKind, Statements};
+use self::waiting::{Due, InLine, PlaceId, WriterMark};
+use crate::clock::server_time;
 use crate::error::{copy, notification_queue_full};
-use crate::fair::{Due, FairStatements, Found, InLine, PlaceId};
-use crate::mark::WriterMark;
-use crate::pool::{Connections, Params};
+use crate::pool::{ADMIN_TIMEOUT, Connections, Params};
 use crate::rows::{self, HeldBy, get, holder_json, micros};
-use crate::statements::{Asked, Statements};
-use crate::sweep::{Sweep, Sweeper};
+use crate::store::Store;
+use crate::sweep::Sweep;
 use crate::table::TableName;
 use crate::terms::{self, TermRecord};
-use crate::wake::{Channels, Listener, POLL_WHILE_RECONNECTING, WakeUpQueue, WakeUps};
+use crate::wake::{Channels, Listener, POLL_WHILE_RECONNECTING, WakeUps};
 
 /// The most leases one bulk extension carries: one statement extends them
 /// all, and this bounds its size.
-const EXTEND_MANY_LIMIT: usize = 10_000;
+pub(crate) const EXTEND_MANY_LIMIT: usize = 10_000;
 
 /// Locks kept as rows of one PostgreSQL table, judged by the server's
 /// clock. See the [crate documentation](crate) for the table and the
 /// guarantees.
 pub(crate) struct LeaseMode {
-    connections: Connections,
+    pub(crate) store: Store,
     statements: Statements,
-    channels: Channels,
-    /// Hears releases for this backend's waiters; stops when dropped.
-    listener: Listener,
-    sweep: Sweep,
-    /// Sweeps now and then; stops when dropped.
-    _sweeper: Sweeper,
-    /// The record of election terms, unless its table could not be made.
-    terms: Option<TermRecord>,
     /// Fair mode's statements, when it is on.
     fair: Option<FairStatements>,
-}
-
-impl fmt::Debug for LeaseMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LeaseMode")
-            .field("wake_ups", &self.listener.state())
-            .finish_non_exhaustive()
-    }
 }
 
 impl LeaseMode {
@@ -72,16 +62,12 @@ impl LeaseMode {
         let terms_table = table.terms();
         let fair = fair.then(|| FairStatements::new(table, records_terms.then_some(&terms_table)));
         let sweep = Sweep::lease(connections.clone(), statements.sweep.clone());
+        let terms =
+            records_terms.then(|| TermRecord::new(connections.clone(), &terms_table, Some(table)));
         Self {
-            terms: records_terms
-                .then(|| TermRecord::new(connections.clone(), &terms_table, Some(table))),
+            store: Store::new(connections, channels, listener, terms, sweep),
             fair,
-            _sweeper: sweep.clone().start(),
-            sweep,
-            connections,
             statements,
-            channels,
-            listener,
         }
     }
 
@@ -101,6 +87,7 @@ impl LeaseMode {
         let bytes = name.as_str().as_bytes();
         let what = format!("counting the places in line for {name}");
         let rows = self
+            .store
             .connections
             .query(&what, &fair.queued, &[(&bytes, Type::BYTEA)], ADMIN_TIMEOUT)
             .await?;
@@ -108,18 +95,6 @@ impl LeaseMode {
             Some(row) => Ok(usize::try_from(get::<i64>(row, 0, &what)?).unwrap_or(0)),
             None => Ok(0),
         }
-    }
-
-    /// Deletes the rows of names nobody holds or waits for; see
-    /// [`PostgresBackend::remove_idle_rows`](crate::PostgresBackend::remove_idle_rows).
-    ///
-    /// # Errors
-    /// A backend error.
-    ///
-    /// # Cancel safety
-    /// As [`Sweep::run`].
-    pub(crate) async fn remove_idle_rows(&self) -> Result<u64> {
-        self.sweep.run().await
     }
 
     /// Runs `sql`, a statement that may free `name`, with `params` and then
@@ -148,13 +123,13 @@ impl LeaseMode {
         trailing: &Params<'_>,
         timeout: Duration,
     ) -> Result<Vec<Row>> {
-        let mut announced = Announced::new(self.channels, name);
+        let mut announced = Announced::new(self.store.channels, name);
         loop {
             let mut all = params.to_vec();
             all.push((&announced.channel, Type::TEXT));
             all.push((&announced.payload, Type::TEXT));
             all.extend_from_slice(trailing);
-            let outcome = self.connections.query(what, sql, &all, timeout).await;
+            let outcome = self.store.connections.query(what, sql, &all, timeout).await;
             drop(all);
             if !announced.without_notification_after(&outcome) {
                 return outcome;
@@ -162,15 +137,7 @@ impl LeaseMode {
         }
     }
 
-    pub(crate) fn wake_ups(&self) -> WakeUps {
-        self.listener.state()
-    }
-
-    pub(crate) fn wake_up_queue(&self) -> WakeUpQueue {
-        self.listener.queue()
-    }
-
-    /// One fair attempt at the whole lock (see [`crate::fair`]): the
+    /// One fair attempt at the whole lock (see [`fair`]): the
     /// grant made to this wait's place taken over, or the lock if nobody
     /// holds or waits, or this wait's place in line taken or renewed.
     async fn wait_in_line(
@@ -179,7 +146,7 @@ impl LeaseMode {
         request: &AcquireRequest,
         wait: &mut WaitState,
     ) -> Result<Attempt> {
-        let calls = self.listener.calls();
+        let calls = self.store.listener.calls();
         if let Some(left) = self.not_called(request, wait) {
             // Woken by a release that granted another's place: ours keeps
             // its turn, and the store has nothing new for us yet.
@@ -206,7 +173,7 @@ impl LeaseMode {
         let place_id = place.as_ref().map(PlaceId::as_str);
         let lease_us = micros(request.lease);
         let holder = holder_json(&request.holder);
-        let term_holder = terms::recorded(request, self.terms.is_some())?
+        let term_holder = terms::recorded(request, self.store.terms.is_some())?
             .then(|| terms::holder_json(&request.holder));
         let rows = self
             .freeing(
@@ -256,7 +223,7 @@ impl LeaseMode {
                 let mut retry_after = first_expiry
                     .unwrap_or(Duration::ZERO)
                     .min(request.lease / 2);
-                if self.listener.state() == WakeUps::Reconnecting {
+                if self.store.listener.state() == WakeUps::Reconnecting {
                     retry_after = retry_after.min(POLL_WHILE_RECONNECTING);
                 }
                 if let (Some(place), Some(asked)) = (place, asked) {
@@ -281,14 +248,19 @@ impl LeaseMode {
     fn not_called(&self, request: &AcquireRequest, wait: &WaitState) -> Option<Duration> {
         let line = wait.get::<InLine>()?;
         let due = line.due?;
-        if !request.retries || self.listener.state() != WakeUps::Listening {
+        if !request.retries || self.store.listener.state() != WakeUps::Listening {
             return None;
         }
         let left = due
             .at
             .checked_duration_since(tokio::time::Instant::now())
             .filter(|left| !left.is_zero())?;
-        (!self.listener.calls().called(line.place.as_str(), due.asked)).then_some(left)
+        (!self
+            .store
+            .listener
+            .calls()
+            .called(line.place.as_str(), due.asked))
+        .then_some(left)
     }
 
     /// Why an attempt that was not granted found `request.name` held; a
@@ -303,6 +275,7 @@ impl LeaseMode {
         let mark_id = mark.map(WriterMark::as_str);
         let lease_us = micros(request.lease);
         let rows = self
+            .store
             .connections
             .query(
                 &format!("acquiring {}", request.name),
@@ -344,7 +317,7 @@ impl LeaseMode {
             // within it, so that it does not lapse while we wait.
             retry_after = retry_after.min(request.lease / 2);
         }
-        if self.listener.state() == WakeUps::Reconnecting {
+        if self.store.listener.state() == WakeUps::Reconnecting {
             // Releases go unheard until the listening connection is back.
             retry_after = retry_after.min(POLL_WHILE_RECONNECTING);
         }
@@ -354,39 +327,32 @@ impl LeaseMode {
     }
 }
 
-#[async_trait]
-impl Backend for LeaseMode {
-    fn store_name(&self) -> &'static str {
-        "postgres"
-    }
-
-    async fn server_info(&self) -> Result<ServerInfo> {
-        let info = self
-            .connections
-            .server_info(crate::pool::INFO_TIMEOUT)
-            .await?;
-        Ok(info.with_feature(deployment::notify(&self.listener).await))
-    }
-
-    fn capabilities(&self) -> Capabilities {
+/// The calls of [`Backend`](distlock_core::Backend) that lease mode
+/// answers its own way; the backend answers the rest for both modes.
+impl LeaseMode {
+    pub(crate) fn capabilities(&self) -> Capabilities {
         Capabilities::lease_based()
             .with_shared(true)
             .with_semaphores(true)
             .with_fair(self.fair.is_some())
     }
 
-    async fn try_acquire(&self, request: &AcquireRequest, wait: &mut WaitState) -> Result<Attempt> {
+    pub(crate) async fn try_acquire(
+        &self,
+        request: &AcquireRequest,
+        wait: &mut WaitState,
+    ) -> Result<Attempt> {
         if let Some(fair) = &self.fair
             && request.claim == Claim::Exclusive
         {
             return self.wait_in_line(fair, request, wait).await;
         }
         let asked = match request.claim {
-            Claim::Exclusive => Asked::Exclusive,
-            Claim::Shared => Asked::Shared,
-            Claim::Permit { .. } => Asked::Permit,
+            Claim::Exclusive => ClaimKind::Exclusive,
+            Claim::Shared => ClaimKind::Shared,
+            Claim::Permit { .. } => ClaimKind::Permit,
         };
-        let mark = (asked == Asked::Exclusive && request.retries)
+        let mark = (asked == ClaimKind::Exclusive && request.retries)
             .then(|| wait.take::<WriterMark>().unwrap_or_else(WriterMark::new));
         if let Some(mark) = &mark {
             // Should the reply be lost, the mark may be stored: the wait's
@@ -416,15 +382,16 @@ impl Backend for LeaseMode {
         // A campaign's statement also takes the holder with its label
         // whole; a plain acquire sends what it always did.
         let (term_holder, campaign_params);
-        let (sql, params): (&str, &Params<'_>) = if terms::recorded(request, self.terms.is_some())?
-        {
-            term_holder = terms::holder_json(&request.holder);
-            campaign_params = [params.as_slice(), &[(&term_holder, Type::TEXT)]].concat();
-            (&self.statements.campaign, &campaign_params)
-        } else {
-            (self.statements.acquire(asked), &params)
-        };
+        let (sql, params): (&str, &Params<'_>) =
+            if terms::recorded(request, self.store.terms.is_some())? {
+                term_holder = terms::holder_json(&request.holder);
+                campaign_params = [params.as_slice(), &[(&term_holder, Type::TEXT)]].concat();
+                (&self.statements.campaign, &campaign_params)
+            } else {
+                (self.statements.acquire(asked), &params)
+            };
         let rows = self
+            .store
             .connections
             .query(&what, sql, params, request.operation_timeout)
             .await?;
@@ -441,11 +408,15 @@ impl Backend for LeaseMode {
         }
     }
 
-    async fn end_wait(&self, request: &AcquireRequest, mut wait: WaitState) -> Result<()> {
+    pub(crate) async fn end_wait(
+        &self,
+        request: &AcquireRequest,
+        mut wait: WaitState,
+    ) -> Result<()> {
         if let Some(fair) = &self.fair
             && let Some(InLine { place, .. }) = wait.take::<InLine>()
         {
-            self.listener.calls().forget(place.as_str());
+            self.store.listener.calls().forget(place.as_str());
             // The place goes, and a grant made to it passes on, its term
             // withdrawn where terms are recorded.
             let name = request.name.as_str().as_bytes();
@@ -483,22 +454,7 @@ impl Backend for LeaseMode {
         .map(drop)
     }
 
-    async fn extend(&self, lease: &Lease) -> Result<bool> {
-        self.extend_many(std::slice::from_ref(lease))
-            .await
-            .pop()
-            .unwrap_or(Ok(false))
-    }
-
-    fn extend_many_limit(&self) -> usize {
-        EXTEND_MANY_LIMIT
-    }
-
-    async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<bool>> {
-        self.extend_many_timed(leases).await.outcomes
-    }
-
-    async fn extend_many_timed(&self, leases: &[Lease]) -> Extended {
+    pub(crate) async fn extend_many_timed(&self, leases: &[Lease]) -> Extended {
         if leases.is_empty() {
             return Extended::new(Vec::new(), None);
         }
@@ -519,6 +475,7 @@ impl Backend for LeaseMode {
             _ => format!("extending {} leases", leases.len()),
         };
         let extended = self
+            .store
             .connections
             .query(
                 &what,
@@ -550,7 +507,7 @@ impl Backend for LeaseMode {
         }
     }
 
-    async fn release(&self, lease: &Lease) -> Result<bool> {
+    pub(crate) async fn release(&self, lease: &Lease) -> Result<bool> {
         let name = lease.name.as_str().as_bytes();
         let id = lease.id.to_string();
         // In fair mode the release also grants the first waiter's place.
@@ -569,15 +526,16 @@ impl Backend for LeaseMode {
         .map(|rows| !rows.is_empty())
     }
 
-    async fn list(&self) -> Result<Vec<LockInfo>> {
+    pub(crate) async fn list(&self) -> Result<Vec<LockInfo>> {
         let rows = self
+            .store
             .connections
             .query("listing locks", &self.statements.list, &[], ADMIN_TIMEOUT)
             .await?;
         rows.iter().map(rows::lock_info).collect()
     }
 
-    async fn force_release(&self, name: &LockName) -> Result<bool> {
+    pub(crate) async fn force_release(&self, name: &LockName) -> Result<bool> {
         let bytes = name.as_str().as_bytes();
         self.freeing(
             &format!("force-releasing {name}"),
@@ -590,41 +548,8 @@ impl Backend for LeaseMode {
         .map(|rows| !rows.is_empty())
     }
 
-    fn hand_overs(&self) -> Option<&dyn HandOvers> {
-        Some(self)
-    }
-
-    fn term_log(&self) -> Option<&dyn TermLog> {
-        self.terms.as_ref().map(|terms| terms as &dyn TermLog)
-    }
-
-    fn wakeups(&self) -> Option<&dyn Wakeups> {
-        // None only once notifications proved not to arrive; until they
-        // are shown to, `watch` answers `None` and waits poll.
-        (self.listener.state() != WakeUps::Unavailable).then_some(self)
-    }
-
-    fn delayed_release(&self) -> Result<&dyn DelayedRelease> {
-        Ok(self)
-    }
-}
-
-#[async_trait]
-impl DelayedRelease for LeaseMode {
-    /// An extension: the row's end becomes the server's clock plus the
-    /// lease, shorter ones too.
-    async fn release_after(&self, lease: &Lease, remaining: Duration) -> Result<bool> {
-        self.extend(&Lease {
-            lease: remaining,
-            ..lease.clone()
-        })
-        .await
-    }
-}
-
-#[async_trait]
-impl HandOvers for LeaseMode {
-    async fn hand_over(&self, lease: &Lease, next: &AcquireRequest) -> Result<HandOver> {
+    /// Hands the lock `lease` holds to `next`, in one statement.
+    pub(crate) async fn hand_over(&self, lease: &Lease, next: &AcquireRequest) -> Result<HandOver> {
         let name = lease.name.as_str().as_bytes();
         let old = lease.id.to_string();
         let new = next.lease_id.to_string();
@@ -632,6 +557,7 @@ impl HandOvers for LeaseMode {
         let holder = holder_json(&next.holder);
         let what = format!("handing over {}", lease.name);
         let rows = self
+            .store
             .connections
             .query(
                 &what,
@@ -654,12 +580,6 @@ impl HandOvers for LeaseMode {
             }),
             None => Ok(HandOver::NotOurs),
         }
-    }
-}
-
-impl Wakeups for LeaseMode {
-    fn watch(&self, name: &LockName) -> Option<ReleaseWatch> {
-        self.listener.watch(name)
     }
 }
 
@@ -701,10 +621,4 @@ impl Announced {
         self.channel = None;
         true
     }
-}
-
-/// The server's clock, read in µs since the epoch, as a time.
-fn server_time(now_us: i64) -> Option<SystemTime> {
-    let micros = u64::try_from(now_us).ok()?;
-    SystemTime::UNIX_EPOCH.checked_add(Duration::from_micros(micros))
 }

@@ -1,7 +1,7 @@
 //! Lease mode's gate between grants and deletions of a name's row.
 //!
 //! A row that nobody holds or waits for is deleted (see
-//! [`statements`](crate::statements)), and the next grant creates it
+//! [`statements`](super::statements)), and the next grant creates it
 //! again with the server's clock, in microseconds, as its token. That
 //! token must exceed every token the deleted row handed out, and the
 //! clock alone does not promise it: an acquire reads the clock before it
