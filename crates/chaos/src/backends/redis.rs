@@ -12,11 +12,12 @@ use std::time::{Duration, Instant};
 use distlock::LockName;
 use distlock::redis::{RedisBackend, RedisConfig, redis};
 
-use super::{
-    CampaignBackend, ClockStep, OnRestart, SecretCase, ServerCommand, closed_port, warmed_up,
-};
-use crate::Outcome;
-use crate::servers::Server;
+use super::{closed_port, warmed_up};
+use crate::answers::{ClockStep, OnRestart, SecretCase};
+use crate::campaign::CampaignBackend;
+use crate::campaign::Server;
+use crate::outcome::Outcome;
+use crate::servers::ServerCommand;
 
 /// Redis with an append-only file.
 #[derive(Debug)]

@@ -57,12 +57,13 @@ use std::time::{Duration, Instant};
 use distlock::LockName;
 use distlock::redis::{RedisConfig, redis};
 
+use super::closed_port;
 use super::redis::{NO_FAKETIME, NOT_MEMCACHED, delete_keys, open_quiet, volatile_args};
-use super::{
-    CampaignBackend, ClockStep, Detour, OnRestart, SecretCase, ServerCommand, closed_port,
-};
-use crate::Outcome;
-use crate::servers::Server;
+use crate::answers::{ClockStep, Detour, OnRestart, SecretCase};
+use crate::campaign::CampaignBackend;
+use crate::campaign::Server;
+use crate::outcome::Outcome;
+use crate::servers::ServerCommand;
 
 /// Redis in cluster mode, on three masters without persistence.
 #[derive(Debug)]

@@ -31,10 +31,13 @@ use std::time::Duration;
 use distlock::LockName;
 use distlock::redis::RedisConfig;
 
+use super::closed_port;
 use super::redis::{NO_FAKETIME, NOT_MEMCACHED, delete_keys, open_quiet, prepare, volatile_args};
-use super::{CampaignBackend, ClockStep, OnRestart, SecretCase, ServerCommand, closed_port};
-use crate::Outcome;
-use crate::servers::Server;
+use crate::answers::{ClockStep, OnRestart, SecretCase};
+use crate::campaign::CampaignBackend;
+use crate::campaign::Server;
+use crate::outcome::Outcome;
+use crate::servers::ServerCommand;
 
 /// Redis in quorum mode, on three servers without persistence.
 #[derive(Debug)]
