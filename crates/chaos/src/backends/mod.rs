@@ -11,8 +11,6 @@ mod memcached;
 mod mongodb;
 mod postgres;
 mod redis;
-mod redis_cluster;
-mod redis_quorum;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,8 +33,8 @@ pub(crate) const ALL: [Kind; 14] = [
     &postgres::POSTGRES_ADVISORY,
     &redis::REDIS,
     &redis::REDIS_VOLATILE,
-    &redis_quorum::REDIS_QUORUM,
-    &redis_cluster::REDIS_CLUSTER,
+    &redis::REDIS_QUORUM,
+    &redis::REDIS_CLUSTER,
     &MONGODB_FAIR,
     &ETCD_FAIR,
     &POSTGRES_FAIR,
