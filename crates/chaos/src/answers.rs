@@ -45,7 +45,8 @@ pub(crate) struct ClockStep {
 }
 
 /// What a backend changed so that its clients pass through fault proxies
-/// ([`CampaignBackend::route_through`]), undone when dropped.
+/// ([`CampaignBackend::route_through`](crate::campaign::CampaignBackend::route_through)),
+/// undone when dropped.
 pub(crate) struct Detour(Option<Box<dyn FnOnce() + Send>>);
 
 impl Detour {
