@@ -22,8 +22,8 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{FlockOperation, flock};
 use serde::{Deserialize, Serialize};
 
-use crate::Outcome;
 use crate::clock::now_ns;
+use crate::outcome::Outcome;
 
 /// The store's state, rewritten by every accepted operation.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -12,9 +12,9 @@ use std::collections::HashMap;
 
 use distlock_history::{Acquired, Call, Done, History, Op, Read, Report, Share};
 
-use crate::Outcome;
 use crate::fenced::{Entry, Op as FencedOp};
-use crate::judge::Holding;
+use crate::holdings::Holding;
+use crate::outcome::Outcome;
 use crate::worker::{ClaimSpec, Event, Release};
 
 /// The lock and the counter, as the history names them: a run has one of
@@ -201,7 +201,7 @@ fn fenced_op(entry: &Entry) -> Op {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::judge::holdings;
+    use crate::holdings::holdings;
 
     fn entry(op: FencedOp, token: u64, accepted: bool, value: u64, at_ns: u64) -> Entry {
         Entry {

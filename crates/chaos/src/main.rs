@@ -23,25 +23,27 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 
+use crate::campaign::Server;
+use crate::outcome::Outcome;
 use crate::report::{Row, RunInfo};
 use crate::scenarios::Settings;
-use crate::servers::Server;
 
+mod answers;
 mod backends;
+mod campaign;
 mod clock;
 mod extensions;
 mod fenced;
 mod history;
+mod holdings;
 mod judge;
 mod mutants;
+mod outcome;
 mod report;
 mod scenarios;
 mod servers;
 mod witness;
 mod worker;
-
-/// What the campaign's steps return: any error, with its message.
-type Outcome<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 #[derive(Debug, Parser)]
 #[command(name = "distlock-chaos", about = "distlock's reliability campaign")]

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use distlock::backend::Backend;
 use distlock::testing::{MutantBackend, Mutation};
 
-use crate::Outcome;
+use crate::outcome::Outcome;
 
 const PREFIX: &str = "mutant+";
 

@@ -1,8 +1,9 @@
-//! The backends under test, each with a server of the campaign's own that a
-//! scenario may restart, on a free loopback port with its data in a temp
-//! dir (and the file backend, which has no server, in a temp dir). A
-//! backend of several servers (Redis in quorum mode) also gets companions:
-//! more servers of the same command, which restarts never reach.
+//! A backend's servers, run by the campaign: the one a scenario may
+//! restart, on a free loopback port with its data in a temp dir, and its
+//! companions, more servers of the same command, which restarts never
+//! reach (Redis in quorum mode). A backend without a server (the file
+//! backend) gets the temp dir alone. What the backend makes of them is
+//! [`Server`](crate::campaign::Server)'s part.
 
 use std::ffi::OsString;
 use std::net::TcpListener;
@@ -10,17 +11,69 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::Outcome;
-use crate::backends::{Kind, ServerCommand};
+use crate::outcome::Outcome;
 
-/// A running backend.
+/// How a backend's server starts.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ServerCommand {
+    /// The environment variable naming its binary, which `scripts/servers`
+    /// exports.
+    pub(crate) binary_var: &'static str,
+    /// Its arguments, to listen on loopback at a port and keep its data in
+    /// a directory.
+    pub(crate) args: fn(port: u16, data: &Path) -> Vec<OsString>,
+    /// Run once before the server first starts, to make its data
+    /// directory (PostgreSQL's `initdb`).
+    pub(crate) prepare: Option<fn(data: &Path) -> Outcome<()>>,
+    /// The user it runs as, when it refuses to run as root.
+    pub(crate) run_as: Option<&'static str>,
+}
+
+impl ServerCommand {
+    /// How it starts, for the report's head: its binary's variable and its
+    /// arguments, with `<port>` and `<data>` for each start's own.
+    pub(crate) fn shown(&self) -> String {
+        const PORT: u16 = 65_535;
+        let data = Path::new("/<data>");
+        let args: Vec<String> = (self.args)(PORT, data)
+            .iter()
+            .map(|arg| {
+                arg.to_string_lossy()
+                    .replace(&PORT.to_string(), "<port>")
+                    .replace("/<data>", "<data>")
+            })
+            .collect();
+        let user = self
+            .run_as
+            .map(|user| format!(" (as {user})"))
+            .unwrap_or_default();
+        format!("`${} {}`{user}", self.binary_var, args.join(" "))
+    }
+
+    /// A server that needs nothing before it starts, run as this user.
+    pub(crate) const fn plain(
+        binary_var: &'static str,
+        args: fn(port: u16, data: &Path) -> Vec<OsString>,
+    ) -> Self {
+        Self {
+            binary_var,
+            args,
+            prepare: None,
+            run_as: None,
+        }
+    }
+}
+
+/// A backend's servers, running; stopped on drop.
 #[derive(Debug)]
-pub(crate) struct Server {
-    pub(crate) kind: Kind,
+pub(crate) struct Servers {
+    /// The backend's name, for messages.
+    name: &'static str,
     dir: tempfile::TempDir,
     port: u16,
     child: Option<Child>,
-    bin: Option<PathBuf>,
+    /// The binary and how it starts; `None` for a backend without a server.
+    command: Option<(PathBuf, ServerCommand)>,
     /// Arguments added to the server's command line.
     extra_args: Vec<String>,
     /// Variables added to the server's environment (libfaketime's, say).
@@ -44,91 +97,51 @@ impl Drop for Companion {
     }
 }
 
-impl Server {
-    /// Starts `kind`'s server, from the binary its variable names
-    /// (`scripts/servers` exports them).
+impl Servers {
+    /// Starts `command`'s server, if there is one, from the binary its
+    /// variable names (`scripts/servers` exports them), with `extra_args`
+    /// added to its command line and `env` to its environment (also on
+    /// every restart), and `companions` more beside it.
     ///
     /// # Errors
     /// A binary that is not there, or a server that does not listen within
     /// 30 s.
-    pub(crate) fn start(kind: Kind) -> Outcome<Server> {
-        Server::start_with(kind, &[])
-    }
-
-    /// Starts `kind`'s server as [`Server::start`] does, with `extra_args`
-    /// added to its command line (memcached's `-m 1`, say), also on every
-    /// restart.
-    ///
-    /// # Errors
-    /// As [`Server::start`].
-    pub(crate) fn start_with(kind: Kind, extra_args: &[&str]) -> Outcome<Server> {
-        Server::start_in(kind, extra_args, Vec::new())
-    }
-
-    /// Starts `kind`'s server as [`Server::start`] does, with `env` added
-    /// to its environment, also on every restart.
-    ///
-    /// # Errors
-    /// As [`Server::start`].
-    pub(crate) fn start_with_env(kind: Kind, env: Vec<(OsString, OsString)>) -> Outcome<Server> {
-        Server::start_in(kind, &[], env)
-    }
-
-    fn start_in(
-        kind: Kind,
+    pub(crate) fn start(
+        name: &'static str,
+        command: Option<ServerCommand>,
+        companions: usize,
         extra_args: &[&str],
         env: Vec<(OsString, OsString)>,
-    ) -> Outcome<Server> {
-        let bin = match kind.server() {
-            Some(command) => Some(binary(command.binary_var)?),
+    ) -> Outcome<Servers> {
+        let command = match command {
+            Some(command) => Some((binary(command.binary_var)?, command)),
             None => None,
         };
-        let mut server = Server {
-            kind,
+        let mut servers = Servers {
+            name,
             dir: tempfile::Builder::new()
                 .prefix("distlock-chaos")
                 .tempdir()?,
             port: free_port()?,
             child: None,
-            bin,
+            command,
             extra_args: extra_args.iter().map(|arg| (*arg).to_owned()).collect(),
             env,
             companions: Vec::new(),
         };
-        if let Some(prepare) = kind.server().and_then(|command| command.prepare) {
-            prepare(server.dir.path())?;
+        if let Some(prepare) = servers
+            .command
+            .as_ref()
+            .and_then(|(_, command)| command.prepare)
+        {
+            prepare(servers.dir.path())?;
         }
-        server.launch()?;
-        for index in 1..=kind.companions() {
-            let companion = server.start_companion(index)?;
-            server.companions.push(companion);
+        servers.launch()?;
+        for index in 1..=companions {
+            let companion = servers.start_companion(index)?;
+            servers.companions.push(companion);
         }
-        kind.ready(&server)?;
-        Ok(server)
-    }
-
-    /// The URL lock clients open.
-    pub(crate) fn url(&self) -> String {
-        self.url_at(&self.address())
-    }
-
-    /// The URL of this backend with its restarted server reached through
-    /// `address` (a fault proxy), and its companions directly.
-    pub(crate) fn url_at(&self, address: &str) -> String {
-        self.url_via(address, &[])
-    }
-
-    /// The URL of this backend with its restarted server reached through
-    /// `address`, and its first companions through `companions` (fault
-    /// proxies in front of them, in order); the others directly.
-    pub(crate) fn url_via(&self, address: &str, companions: &[String]) -> String {
-        let mut others = companions.to_vec();
-        others.extend(
-            self.companion_addresses()
-                .into_iter()
-                .skip(companions.len()),
-        );
-        self.kind.url(self.dir.path(), address, &others)
+        Ok(servers)
     }
 
     /// The address of the server that scenarios restart.
@@ -163,27 +176,24 @@ impl Server {
     }
 
     /// Kills the server (SIGKILL) and starts it again on the same port
-    /// and data, and returns once the backend serves again (a Redis
-    /// Cluster's master waits a moment before it does). Does nothing for
-    /// the file backend.
+    /// and data, and returns once it listens. Does nothing for a backend
+    /// without a server.
     ///
     /// # Errors
-    /// A server that does not listen again within 30 s, or a backend that
-    /// does not serve again within its bound.
+    /// A server that does not listen again within 30 s.
     pub(crate) fn restart(&mut self) -> Outcome<()> {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
         }
-        self.launch()?;
-        self.kind.ready(self)
+        self.launch()
     }
 
     /// Starts companion `index`, with its data in a directory of its own
     /// under the scratch directory, and waits until it listens.
     fn start_companion(&self, index: usize) -> Outcome<Companion> {
-        let (Some(bin), Some(command)) = (&self.bin, self.kind.server()) else {
-            return Err(format!("{} has no server to run companions of", self.kind.name()).into());
+        let Some((bin, command)) = &self.command else {
+            return Err(format!("{} has no server to run companions of", self.name).into());
         };
         let data = self.dir.path().join(format!("companion-{index}"));
         std::fs::create_dir_all(&data)?;
@@ -193,14 +203,14 @@ impl Server {
         let port = free_port()?;
         let companion = Companion {
             port,
-            child: self.spawn_in(bin, &command, port, &data)?,
+            child: self.spawn_in(bin, command, port, &data)?,
         };
         let started = Instant::now();
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
             if started.elapsed() > Duration::from_secs(30) {
                 return Err(format!(
                     "companion {index} of {} does not listen on {port}",
-                    self.kind.name()
+                    self.name
                 )
                 .into());
             }
@@ -210,19 +220,14 @@ impl Server {
     }
 
     fn launch(&mut self) -> Outcome<()> {
-        let Some(bin) = &self.bin else {
-            return Ok(());
-        };
-        let Some(server) = self.kind.server() else {
+        let Some((bin, server)) = &self.command else {
             return Ok(());
         };
         let started = Instant::now();
-        self.child = Some(self.spawn(bin, &server)?);
+        self.child = Some(self.spawn(bin, server)?);
         while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
             if started.elapsed() > Duration::from_secs(30) {
-                return Err(
-                    format!("{} does not listen on {}", self.kind.name(), self.port).into(),
-                );
+                return Err(format!("{} does not listen on {}", self.name, self.port).into());
             }
             // A server that gave up starting is started again: PostgreSQL
             // refuses while the processes of the one just killed still
@@ -231,7 +236,7 @@ impl Server {
                 && child.try_wait()?.is_some()
             {
                 std::thread::sleep(Duration::from_millis(100));
-                self.child = Some(self.spawn(bin, &server)?);
+                self.child = Some(self.spawn(bin, server)?);
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -297,7 +302,7 @@ impl Server {
     }
 }
 
-impl Drop for Server {
+impl Drop for Servers {
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();

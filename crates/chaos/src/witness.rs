@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::{FlockOperation, flock};
 
-use crate::Outcome;
+use crate::outcome::Outcome;
 
 /// The witness of one run.
 #[derive(Debug, Clone)]

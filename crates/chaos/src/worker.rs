@@ -15,9 +15,9 @@ use std::time::Duration;
 use distlock::{AcquireOptions, Claim, LockClient, LockName, LockOptions, LossReason};
 use serde::{Deserialize, Serialize};
 
-use crate::Outcome;
 use crate::clock::{instant_ns, now_ns};
 use crate::fenced::FencedStore;
+use crate::outcome::Outcome;
 
 /// What a worker does.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -4,6 +4,7 @@
 use crate::cli::{CampaignArgs, RunArgs};
 use crate::exit::{Failure, LOST};
 use crate::run;
+use crate::text;
 
 /// Runs `distlock campaign`; returns the exit code.
 pub(crate) async fn campaign(args: CampaignArgs) -> Result<u8, Failure> {
@@ -30,7 +31,7 @@ pub(crate) async fn campaign(args: CampaignArgs) -> Result<u8, Failure> {
         match outcome {
             Err(failure) if failure.code == LOST && args.again => {
                 // Said once, and then the campaign goes on.
-                failure.report();
+                text::report(&failure);
             }
             other => return other,
         }

@@ -7,6 +7,7 @@ use clap::CommandFactory;
 
 use crate::cli::{Cli, Shell};
 use crate::exit::Failure;
+use crate::text;
 
 /// Writes the completion script for `shell` to stdout; returns the exit
 /// code.
@@ -64,7 +65,7 @@ pub(crate) fn man(subcommand: Option<&str>) -> u8 {
                     .collect();
                 return report(Failure::usage(format!(
                     "no subcommand `{}`; distlock man takes one of {}",
-                    crate::text::printable(name),
+                    text::printable(name),
                     known.join(", ")
                 )));
             }
@@ -88,7 +89,7 @@ fn write_out(bytes: &[u8]) -> u8 {
 }
 
 fn report(failure: Failure) -> u8 {
-    failure.report();
+    text::report(&failure);
     failure.code
 }
 

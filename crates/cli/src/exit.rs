@@ -102,12 +102,6 @@ impl Failure {
     pub(crate) fn unavailable(message: impl Into<String>) -> Self {
         Self::new(UNAVAILABLE, message)
     }
-
-    /// Prints the message as one line on stderr; control characters from
-    /// names, URLs or backends are escaped, so they cannot forge lines.
-    pub(crate) fn report(&self) {
-        crate::text::say(&crate::text::printable(&self.message));
-    }
 }
 
 impl From<distlock::Error> for Failure {

@@ -105,7 +105,7 @@ fn parse_failure(error: &clap::Error, argv: &[OsString]) -> u8 {
         }
         _ => {
             let failure = exit::from_clap(error, argv);
-            failure.report();
+            text::report(&failure);
             failure.code
         }
     }
@@ -130,7 +130,7 @@ async fn dispatch(command: Command) -> u8 {
         Command::Man(args) => Ok(docs::man(args.subcommand.as_deref())),
     };
     outcome.unwrap_or_else(|failure| {
-        failure.report();
+        text::report(&failure);
         failure.code
     })
 }

@@ -28,6 +28,12 @@ pub(crate) fn say(message: &str) {
     let _ = writeln!(io::stderr().lock(), "distlock: {message}");
 }
 
+/// Prints `failure`'s message as one line on stderr; control characters
+/// from names, URLs or backends are escaped, so they cannot forge lines.
+pub(crate) fn report(failure: &Failure) {
+    say(&printable(&failure.message));
+}
+
 /// `text` with control characters escaped, so that a value from a backend or
 /// a command line can never forge extra lines or move the cursor.
 pub(crate) fn printable(text: &str) -> String {

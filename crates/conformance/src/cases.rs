@@ -10,7 +10,7 @@ use distlock_core::{
     LockName, LossReason,
 };
 
-use crate::Fixture;
+use crate::fixture::Fixture;
 use crate::process::HeldByChild;
 use crate::support::{LEAK_CATCHING_LEASE, bounded, client, client_with, shared, unique_name};
 

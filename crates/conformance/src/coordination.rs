@@ -11,7 +11,7 @@ use distlock_core::testing::TestBackend;
 use distlock_core::{AcquireOptions, Error, LockClient, LossReason};
 use tokio::sync::Notify;
 
-use crate::Fixture;
+use crate::fixture::Fixture;
 use crate::spoil::{Spoil, SpoilGrant};
 use crate::support::{
     LEAK_CATCHING_LEASE, assert_only_leaders_recorded, bounded, client, client_with, shared,

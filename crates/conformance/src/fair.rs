@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use distlock_core::{AcquireOptions, AcquireRequest, Attempt, Claim, Holder, LockName, WaitState};
 
-use crate::Fixture;
+use crate::fixture::Fixture;
 use crate::process::{HeldByChild, WaitingChild};
 use crate::support::{assert_only_leaders_recorded, bounded, client, unique_name};
 

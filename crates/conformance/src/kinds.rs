@@ -11,7 +11,7 @@ use distlock_core::{
     LossReason, WaitState,
 };
 
-use crate::Fixture;
+use crate::fixture::Fixture;
 use crate::process::HeldByChild;
 use crate::support::{LEAK_CATCHING_LEASE, bounded, client, client_with, shared, unique_name};
 

@@ -6,8 +6,8 @@ use std::time::Duration;
 use distlock_core::LockClient;
 use distlock_core::testing::{Operation, TestBackend};
 
-use crate::Fixture;
 use crate::cases::grant;
+use crate::fixture::Fixture;
 use crate::support::{bounded, client, test_options, unique_name};
 
 const PATIENCE: Duration = Duration::from_secs(10);

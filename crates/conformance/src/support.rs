@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use distlock_core::{LockClient, LockName, LockOptions, TermLog};
 
-use crate::Fixture;
+use crate::fixture::Fixture;
 
 /// A fresh lock name: `prefix` plus 64 random bits, so that tests sharing a
 /// server never meet.

@@ -71,6 +71,7 @@
 //! ```
 
 mod conn;
+mod doom;
 mod fault;
 mod listener;
 mod pipe;

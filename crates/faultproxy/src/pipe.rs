@@ -8,7 +8,7 @@ use tokio::time::{Instant, sleep_until};
 use tracing::debug;
 
 use crate::Direction;
-use crate::conn::ConnState;
+use crate::doom::ConnState;
 use crate::shared::Shared;
 
 /// Bytes read at once; also the largest chunk a delay holds back.

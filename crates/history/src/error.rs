@@ -2,8 +2,6 @@
 
 use std::fmt;
 
-use crate::history::Op;
-
 /// An operation that cannot be part of a history, with what is wrong with
 /// it and how to fix it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,7 +12,8 @@ pub struct HistoryError {
 }
 
 impl HistoryError {
-    pub(crate) fn new(index: usize, op: &Op, problem: String) -> HistoryError {
+    /// `op` is the operation as shown in the message.
+    pub(crate) fn new(index: usize, op: &impl fmt::Display, problem: String) -> HistoryError {
         HistoryError {
             index,
             op: op.to_string(),

@@ -10,9 +10,12 @@ use distlock::etcd::{EtcdBackend, EtcdConfig};
 use distlock_etcd::raw::etcdserverpb::DeleteRangeRequest;
 use distlock_etcd::raw::{Client, ConnectOptions};
 
-use super::{CampaignBackend, ClockStep, SecretCase, ServerCommand, closed_port, warmed_up};
-use crate::Outcome;
-use crate::servers::Server;
+use super::{closed_port, warmed_up};
+use crate::answers::{ClockStep, SecretCase};
+use crate::campaign::CampaignBackend;
+use crate::campaign::Server;
+use crate::outcome::Outcome;
+use crate::servers::ServerCommand;
 
 #[derive(Debug)]
 pub(crate) struct Etcd;

@@ -5,10 +5,12 @@ use std::time::Duration;
 
 use distlock::LockName;
 
-use super::{CampaignBackend, ClockStep, SecretCase, ServerCommand};
-use crate::Outcome;
+use crate::answers::{ClockStep, SecretCase};
+use crate::campaign::CampaignBackend;
+use crate::campaign::Server;
+use crate::outcome::Outcome;
 use crate::scenarios::{run_dir, unique};
-use crate::servers::Server;
+use crate::servers::ServerCommand;
 
 #[derive(Debug)]
 pub(crate) struct File;
@@ -46,7 +48,7 @@ impl CampaignBackend for File {
         Duration::ZERO
     }
 
-    fn lost_answers(&self) -> &'static [super::LostAnswer] {
+    fn lost_answers(&self) -> &'static [crate::answers::LostAnswer] {
         &[]
     }
 

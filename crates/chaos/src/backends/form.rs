@@ -17,11 +17,11 @@ use std::time::Duration;
 
 use distlock::LockName;
 
-use super::{
-    CampaignBackend, ClockStep, Detour, Kind, LostAnswer, OnRestart, SecretCase, ServerCommand,
-};
-use crate::Outcome;
-use crate::servers::Server;
+use crate::answers::{ClockStep, Detour, LostAnswer, OnRestart, SecretCase};
+use crate::campaign::Server;
+use crate::campaign::{CampaignBackend, Kind};
+use crate::outcome::Outcome;
+use crate::servers::ServerCommand;
 
 /// `of` in another form, under its own names.
 #[derive(Debug)]

@@ -8,9 +8,11 @@ use std::time::Duration;
 
 use distlock::LockName;
 
-use super::{CampaignBackend, ClockStep, OnRestart, SecretCase, ServerCommand};
-use crate::Outcome;
-use crate::servers::Server;
+use crate::answers::{ClockStep, OnRestart, SecretCase};
+use crate::campaign::CampaignBackend;
+use crate::campaign::Server;
+use crate::outcome::Outcome;
+use crate::servers::ServerCommand;
 
 #[derive(Debug)]
 pub(crate) struct Memcached;

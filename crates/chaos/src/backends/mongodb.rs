@@ -7,9 +7,12 @@ use std::time::Duration;
 
 use distlock::LockName;
 
-use super::{CampaignBackend, ClockStep, LostAnswer, SecretCase, ServerCommand, closed_port};
-use crate::Outcome;
-use crate::servers::Server;
+use super::closed_port;
+use crate::answers::{ClockStep, LostAnswer, SecretCase};
+use crate::campaign::CampaignBackend;
+use crate::campaign::Server;
+use crate::outcome::Outcome;
+use crate::servers::ServerCommand;
 
 #[derive(Debug)]
 pub(crate) struct MongoDb;

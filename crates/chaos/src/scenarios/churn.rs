@@ -5,13 +5,14 @@ use std::time::{Duration, Instant};
 use super::{
     SEMAPHORE_OF_3, Scenario, Settings, Worker, kinds, run_dir, spec, unique, without_semaphores,
 };
-use crate::Outcome;
-use crate::backends::OnRestart;
+use crate::answers::OnRestart;
+use crate::campaign::Server;
 use crate::clock::now_ns;
 use crate::fenced::FencedStore;
-use crate::judge::{OverlapCause, holdings, judge, regression_example};
+use crate::holdings::holdings;
+use crate::judge::{OverlapCause, judge, regression_example};
+use crate::outcome::Outcome;
 use crate::report::{Row, ScenarioInfo, minimum};
-use crate::servers::Server;
 use crate::worker::ClaimSpec;
 
 pub(super) const SCENARIO: Scenario = Scenario {

@@ -8,12 +8,13 @@ use std::time::{Duration, SystemTime};
 use super::{
     SEMAPHORE_OF_3, Scenario, Settings, Worker, kinds, run_dir, spec, unique, without_semaphores,
 };
-use crate::Outcome;
+use crate::campaign::Server;
 use crate::clock::now_ns;
 use crate::fenced::FencedStore;
-use crate::judge::{Verdict, holdings, judge, regression_example};
+use crate::holdings::holdings;
+use crate::judge::{Verdict, judge, regression_example};
+use crate::outcome::Outcome;
 use crate::report::{Row, ScenarioInfo, minimum};
-use crate::servers::Server;
 use crate::worker::{ClaimSpec, Event, wall_ms};
 
 pub(super) const SCENARIO: Scenario = Scenario {

@@ -11,11 +11,12 @@ use tokio::runtime::Runtime;
 
 use super::network::{Proxies, does_not_apply, proxy, runtime};
 use super::{Scenario, Settings, Worker, ms, percentile, run_dir, spec, unique};
-use crate::Outcome;
+use crate::campaign::Server;
 use crate::fenced::{FencedStore, Op};
-use crate::judge::{Verdict, holdings, judge};
+use crate::holdings::holdings;
+use crate::judge::{Verdict, judge};
+use crate::outcome::Outcome;
 use crate::report::{Row, ScenarioInfo, minimum};
-use crate::servers::Server;
 use crate::worker::Event;
 
 pub(super) const SCENARIO: Scenario = Scenario {

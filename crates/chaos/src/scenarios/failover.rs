@@ -7,13 +7,14 @@ use super::network::does_not_apply;
 use super::{
     SEMAPHORE_OF_3, Scenario, Settings, Worker, kinds, run_dir, spec, unique, without_semaphores,
 };
-use crate::Outcome;
-use crate::backends::OnRestart;
+use crate::answers::OnRestart;
+use crate::campaign::Server;
 use crate::clock::now_ns;
 use crate::fenced::FencedStore;
-use crate::judge::{Holding, OverlapCause, holdings, judge};
+use crate::holdings::{Holding, holdings};
+use crate::judge::{OverlapCause, judge};
+use crate::outcome::Outcome;
 use crate::report::{Row, ScenarioInfo, minimum};
-use crate::servers::Server;
 use crate::worker::{ClaimSpec, Event, read_events};
 
 pub(super) const SCENARIO: Scenario = Scenario {

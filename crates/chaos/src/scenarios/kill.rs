@@ -8,13 +8,13 @@ use std::time::{Duration, Instant};
 use super::{
     Scenario, Settings, Worker, ms, percentile, run_dir, spec, unique, without_semaphores,
 };
-use crate::Outcome;
-use crate::backends::Kind;
+use crate::campaign::Kind;
+use crate::campaign::Server;
 use crate::clock::now_ns;
 use crate::fenced::FencedStore;
 use crate::judge::{Verdict, judge};
+use crate::outcome::Outcome;
 use crate::report::{Row, ScenarioInfo, minimum};
-use crate::servers::Server;
 use crate::worker::{ClaimSpec, Event};
 
 pub(super) const SCENARIO: Scenario = Scenario {

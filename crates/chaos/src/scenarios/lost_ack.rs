@@ -19,13 +19,13 @@ use tokio::runtime::Runtime;
 
 use super::network::{Proxies, does_not_apply, proxy, runtime};
 use super::{Scenario, Settings, Worker, ms, percentile, run_dir, spec, unique};
-use crate::Outcome;
-use crate::backends::LostAnswer as Loss;
+use crate::answers::LostAnswer as Loss;
+use crate::campaign::Server;
 use crate::clock::{instant_ns, now_ns};
 use crate::fenced::FencedStore;
 use crate::judge::{Verdict, judge};
+use crate::outcome::Outcome;
 use crate::report::{Row, ScenarioInfo, minimum};
-use crate::servers::Server;
 use crate::worker::{ClaimSpec, Event, Release};
 
 pub(super) const SCENARIO: Scenario = Scenario {

@@ -15,12 +15,13 @@ use rustix::process::Signal;
 
 use super::network::{does_not_apply, runtime};
 use super::{Scenario, Settings, Worker, ms, run_dir, spec, unique};
-use crate::Outcome;
-use crate::backends::{CampaignBackend, MEMCACHED};
+use crate::backends::MEMCACHED;
+use crate::campaign::CampaignBackend;
+use crate::campaign::Server;
 use crate::fenced::FencedStore;
 use crate::judge::{OverlapCause, Verdict};
+use crate::outcome::Outcome;
 use crate::report::{Row, ScenarioInfo, minimum};
-use crate::servers::Server;
 use crate::worker::{Event, Release};
 
 pub(super) const SCENARIO: Scenario = Scenario {

@@ -22,10 +22,10 @@ use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, Signal, kill_process};
 
-use crate::Outcome;
+use crate::campaign::Server;
 use crate::fenced::FencedStore;
+use crate::outcome::Outcome;
 use crate::report::{Row, ScenarioInfo};
-use crate::servers::Server;
 use crate::worker::{ClaimSpec, Event, Spec, read_events};
 
 /// How a campaign runs.

@@ -14,11 +14,12 @@ use tokio::task::JoinSet;
 use super::memcached_edges::memcached_text;
 use super::network::runtime;
 use super::{Scenario, Settings, unique};
-use crate::Outcome;
-use crate::backends::{CampaignBackend, MEMCACHED};
+use crate::backends::MEMCACHED;
+use crate::campaign::CampaignBackend;
+use crate::campaign::Server;
 use crate::judge::Verdict;
+use crate::outcome::Outcome;
 use crate::report::{Row, ScenarioInfo, minimum};
-use crate::servers::Server;
 
 pub(super) const SCENARIO: Scenario = Scenario {
     info: ScenarioInfo {

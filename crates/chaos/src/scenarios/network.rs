@@ -8,10 +8,10 @@ use std::net::SocketAddr;
 use distlock_faultproxy::{Fault, FaultProxy};
 use tokio::runtime::Runtime;
 
-use crate::Outcome;
-use crate::backends::Detour;
+use crate::answers::Detour;
+use crate::campaign::Server;
+use crate::outcome::Outcome;
 use crate::report::Row;
-use crate::servers::Server;
 
 /// A runtime for fault proxies (and in-process lock clients). Proxies run
 /// on its worker threads, so the scenario's own thread may block while it

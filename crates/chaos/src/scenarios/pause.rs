@@ -6,12 +6,13 @@ use std::time::{Duration, Instant};
 use rustix::process::Signal;
 
 use super::{Scenario, Settings, Worker, ms, percentile, run_dir, spec, unique};
-use crate::Outcome;
+use crate::campaign::Server;
 use crate::clock::now_ns;
 use crate::fenced::{FencedStore, Op};
-use crate::judge::{Verdict, holdings, judge};
+use crate::holdings::holdings;
+use crate::judge::{Verdict, judge};
+use crate::outcome::Outcome;
 use crate::report::{Row, ScenarioInfo, minimum};
-use crate::servers::Server;
 use crate::worker::Event;
 
 pub(super) const SCENARIO: Scenario = Scenario {

@@ -12,11 +12,11 @@ use distlock::{BackendUrl, LockClient, LockName, LockOptions};
 use tracing_subscriber::EnvFilter;
 
 use super::{Scenario, Settings, unique};
-use crate::Outcome;
-use crate::backends::Kind;
+use crate::campaign::Kind;
+use crate::campaign::Server;
 use crate::judge::Verdict;
+use crate::outcome::Outcome;
 use crate::report::{Row, ScenarioInfo, minimum};
-use crate::servers::Server;
 
 pub(super) const SCENARIO: Scenario = Scenario {
     info: ScenarioInfo {

@@ -8,10 +8,10 @@ use distlock::backend::{AcquireRequest, Holder, WaitState};
 use distlock::{Claim, LockClient, LockName, LockOptions};
 
 use super::{Scenario, Settings, unique};
-use crate::Outcome;
+use crate::campaign::Server;
 use crate::judge::Verdict;
+use crate::outcome::Outcome;
 use crate::report::{Row, ScenarioInfo, minimum};
-use crate::servers::Server;
 
 pub(super) const SCENARIO: Scenario = Scenario {
     info: ScenarioInfo {

@@ -12,10 +12,12 @@ use distlock::{LockClient, LockName, LockOptions};
 use tokio::task::JoinSet;
 
 use super::server;
-use crate::Outcome;
-use crate::backends::{CampaignBackend, ClockStep, OnRestart, SecretCase, ServerCommand};
+use crate::answers::{ClockStep, OnRestart, SecretCase};
+use crate::campaign::CampaignBackend;
+use crate::campaign::Server;
+use crate::outcome::Outcome;
 use crate::scenarios::unique;
-use crate::servers::Server;
+use crate::servers::ServerCommand;
 
 #[derive(Debug)]
 pub(crate) struct PostgresAdvisory;

@@ -8,9 +8,11 @@ use std::time::Duration;
 use distlock::LockName;
 
 use super::server;
-use crate::Outcome;
-use crate::backends::{CampaignBackend, ClockStep, SecretCase, ServerCommand};
-use crate::servers::Server;
+use crate::answers::{ClockStep, SecretCase};
+use crate::campaign::CampaignBackend;
+use crate::campaign::Server;
+use crate::outcome::Outcome;
+use crate::servers::ServerCommand;
 
 #[derive(Debug)]
 pub(crate) struct Postgres;

@@ -13,9 +13,10 @@ use std::time::{Duration, Instant};
 use distlock::LockName;
 use distlock::postgres::{PostgresBackend, PostgresConfig, WakeUps};
 
-use super::{SecretCase, closed_port};
-use crate::Outcome;
-use crate::servers::Server;
+use super::closed_port;
+use crate::answers::SecretCase;
+use crate::campaign::Server;
+use crate::outcome::Outcome;
 
 pub(crate) use advisory::POSTGRES_ADVISORY;
 pub(crate) use lease::POSTGRES;

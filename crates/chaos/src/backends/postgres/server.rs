@@ -7,8 +7,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::Outcome;
-use crate::backends::ServerCommand;
+use crate::outcome::Outcome;
+use crate::servers::ServerCommand;
 
 /// The superuser, whom lock clients connect as.
 const USER: &str = "postgres";

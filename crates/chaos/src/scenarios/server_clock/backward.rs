@@ -6,15 +6,16 @@ use std::time::Duration;
 
 use super::stepped::SteppedServer;
 use super::{movements, step_and_check};
-use crate::Outcome;
-use crate::backends::ClockStep;
+use crate::answers::ClockStep;
+use crate::campaign::Server;
 use crate::clock::now_ns;
 use crate::fenced::FencedStore;
-use crate::judge::{Verdict, holdings, judge};
+use crate::holdings::holdings;
+use crate::judge::{Verdict, judge};
+use crate::outcome::Outcome;
 use crate::report::{Row, minimum};
 use crate::scenarios::kill::{documented_bound, earliest_regrant};
 use crate::scenarios::{Settings, Worker, ms, percentile, run_dir, spec, unique};
-use crate::servers::Server;
 use crate::worker::Event;
 
 /// How long the live holder holds, in leases: from before the step to

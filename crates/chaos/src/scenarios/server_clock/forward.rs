@@ -6,13 +6,14 @@ use std::time::{Duration, Instant};
 
 use super::stepped::SteppedServer;
 use super::{movements, step_and_check};
-use crate::Outcome;
-use crate::backends::ClockStep;
+use crate::answers::ClockStep;
+use crate::campaign::Server;
 use crate::fenced::{FencedStore, Op};
-use crate::judge::{Holding, OverlapCause, Verdict, holdings, judge};
+use crate::holdings::{Holding, holdings};
+use crate::judge::{OverlapCause, Verdict, judge};
+use crate::outcome::Outcome;
 use crate::report::{Row, minimum};
 use crate::scenarios::{Settings, Worker, ms, percentile, run_dir, spec, unique};
-use crate::servers::Server;
 use crate::worker::Event;
 
 /// How long the old holder holds between its read and its write, in

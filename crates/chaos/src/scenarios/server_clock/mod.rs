@@ -5,10 +5,10 @@ mod backward;
 mod forward;
 mod stepped;
 
-use crate::Outcome;
-use crate::backends::ClockStep;
+use crate::answers::ClockStep;
+use crate::campaign::Server;
+use crate::outcome::Outcome;
 use crate::report::{Row, ScenarioInfo};
-use crate::servers::Server;
 
 use super::clock_shift::faketime_lib;
 use super::{Scenario, Settings, not_applicable};

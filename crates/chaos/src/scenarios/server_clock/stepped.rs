@@ -11,11 +11,11 @@ use std::time::SystemTime;
 use distlock::backend::Backend;
 use tokio::runtime::Runtime;
 
-use crate::Outcome;
-use crate::backends::Kind;
+use crate::campaign::Kind;
+use crate::campaign::Server;
 use crate::clock::now_ns;
+use crate::outcome::Outcome;
 use crate::scenarios::network::runtime;
-use crate::servers::Server;
 use crate::worker::{open_patiently, wall_ms};
 
 /// The backend's server under libfaketime, and a client that reads its

@@ -1,4 +1,4 @@
-//! Redis in cluster mode ([`REDIS_CLUSTER`]): a Redis Cluster of three
+//! Redis in cluster mode ([`REDIS_CLUSTER`](super::REDIS_CLUSTER)): a Redis Cluster of three
 //! masters without persistence and without replicas, on loopback, opened
 //! as `redis://n1,n2,n3?mode=cluster`.
 //!
@@ -6,7 +6,7 @@
 //! scenarios kill, restart and put a fault proxy in front of, and the other
 //! two beside it as its companions; each has `cluster-enabled yes`, a
 //! cluster bus port of its own (chosen once and kept in its data directory)
-//! and its `nodes.conf` there. [`ready`](CampaignBackend::ready) then gives
+//! and its `nodes.conf` there. [`ready`] then gives
 //! the first node every slot (`CLUSTER ADDSLOTSRANGE 0 16383`), has it meet
 //! the other two, and waits until every node sees `cluster_state:ok`.
 //!
@@ -16,8 +16,8 @@
 //! where its faults land. So:
 //!
 //! - **restarts** (R1, R6, R7) reach the master of every name. The node
-//!   comes back empty, as [`REDIS_VOLATILE`](super::redis) does, so its
-//!   locks are [`OnRestart::Forgotten`]: holders learn the loss at their
+//!   comes back empty, as [`REDIS_VOLATILE`](super::REDIS_VOLATILE) does, so its
+//!   locks are [`OnRestart::Forgotten`](crate::answers::OnRestart::Forgotten): holders learn the loss at their
 //!   next extension, and overlaps until then are reported, not forbidden.
 //!   Its `nodes.conf` keeps its identity and slots, and it rejoins the
 //!   other two over the bus. A restarted master refuses commands
@@ -51,31 +51,20 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use distlock::LockName;
-use distlock::redis::{RedisConfig, redis};
+use distlock::redis::redis;
 
-use super::redis::{NO_FAKETIME, NOT_MEMCACHED, delete_keys, open_quiet, volatile_args};
-use super::{
-    CampaignBackend, ClockStep, Detour, OnRestart, SecretCase, ServerCommand, closed_port,
-};
-use crate::Outcome;
-use crate::servers::Server;
-
-/// Redis in cluster mode, on three masters without persistence.
-#[derive(Debug)]
-pub(crate) struct RedisCluster;
-
-/// Redis in cluster mode: the harness's server serves every slot, and its
-/// two companions are masters of the same cluster.
-pub(crate) const REDIS_CLUSTER: RedisCluster = RedisCluster;
+use super::node::volatile_args;
+use crate::answers::{Detour, SecretCase};
+use crate::backends::closed_port;
+use crate::campaign::Server;
+use crate::outcome::Outcome;
 
 /// How long a restarted master refuses commands before it serves again:
 /// Redis's `CLUSTER_WRITABLE_DELAY` (2 s), and a little for the holders'
 /// retries to find it back.
-const WRITABLE_DELAY: Duration = Duration::from_millis(2500);
+pub(super) const WRITABLE_DELAY: Duration = Duration::from_millis(2500);
 
 /// How long the cluster gets to agree on its state, or on an address.
 const SETTLE_LIMIT: Duration = Duration::from_secs(30);
@@ -87,15 +76,15 @@ fn bus_port_file(data: &Path) -> PathBuf {
 
 /// Makes the node's data directory, and chooses its bus port, once: a
 /// restart must keep it, since the other nodes reach it there.
-fn prepare(data: &Path) -> Outcome<()> {
-    super::redis::prepare(data)?;
+pub(super) fn prepare(data: &Path) -> Outcome<()> {
+    super::node::prepare(data)?;
     std::fs::write(bus_port_file(data), closed_port()?.to_string())?;
     Ok(())
 }
 
 /// A node without persistence, in cluster mode, its state in `nodes.conf`
 /// in its data directory.
-fn node_args(port: u16, data: &Path) -> Vec<OsString> {
+pub(super) fn node_args(port: u16, data: &Path) -> Vec<OsString> {
     let mut args = volatile_args(port, data);
     // A missing file is passed on as it is: the server then refuses to
     // start, and its log (`server.log`) says why.
@@ -117,7 +106,7 @@ fn node_args(port: u16, data: &Path) -> Vec<OsString> {
 
 /// `redis://` with the nodes at `hosts` as seeds, in cluster mode, with
 /// `userinfo` (`user:password@`, or empty) before them.
-fn cluster_url(userinfo: &str, hosts: &[String]) -> String {
+pub(super) fn cluster_url(userinfo: &str, hosts: &[String]) -> String {
     format!("redis://{userinfo}{}?mode=cluster", hosts.join(","))
 }
 
@@ -216,203 +205,125 @@ fn announce(first: &str, addresses: &[String], port: u16) -> Outcome<()> {
     )
 }
 
-#[async_trait::async_trait]
-impl CampaignBackend for RedisCluster {
-    fn name(&self) -> &'static str {
-        "Redis in cluster mode"
-    }
-
-    fn option_name(&self) -> &'static str {
-        "redis-cluster"
-    }
-
-    fn server(&self) -> Option<ServerCommand> {
-        Some(ServerCommand {
-            binary_var: "REDIS_BIN",
-            args: node_args,
-            prepare: Some(prepare),
-            run_as: None,
-        })
-    }
-
-    fn url(&self, _scratch: &Path, address: &str, companions: &[String]) -> String {
-        let mut hosts = vec![address.to_owned()];
-        hosts.extend_from_slice(companions);
-        cluster_url("", &hosts)
-    }
-
-    /// Two, for three masters: the cluster tests' size.
-    fn companions(&self) -> usize {
-        2
-    }
-
-    /// Forms the cluster on its first start (every slot to the first node,
-    /// which meets the other two), and waits until every node serves: on
-    /// a restart, until the restarted master's writable delay is over.
-    fn ready(&self, server: &Server) -> Outcome<()> {
-        let addresses = server.all_addresses();
-        let first = server.address();
-        if cluster_info(&first, "cluster_slots_assigned")? == "0" {
-            let mut first_node = node(&first)?;
+/// Forms the cluster on its first start (every slot to the first node,
+/// which meets the other two), and waits until every node serves: on
+/// a restart, until the restarted master's writable delay is over.
+///
+/// # Errors
+/// A node cannot be reached, or the cluster does not serve within
+/// [`SETTLE_LIMIT`].
+pub(super) fn ready(server: &Server) -> Outcome<()> {
+    let addresses = server.all_addresses();
+    let first = server.address();
+    if cluster_info(&first, "cluster_slots_assigned")? == "0" {
+        let mut first_node = node(&first)?;
+        redis::cmd("CLUSTER")
+            .arg("ADDSLOTSRANGE")
+            .arg(0)
+            .arg(16_383)
+            .query::<()>(&mut first_node)?;
+        for companion in server.companion_addresses() {
+            let (host, port) = companion
+                .rsplit_once(':')
+                .ok_or_else(|| format!("{companion} is not host:port"))?;
+            let bus: Vec<String> = redis::cmd("CONFIG")
+                .arg("GET")
+                .arg("cluster-port")
+                .query(&mut node(&companion)?)?;
+            let bus = bus.get(1).ok_or("CONFIG GET cluster-port: no value")?;
             redis::cmd("CLUSTER")
-                .arg("ADDSLOTSRANGE")
-                .arg(0)
-                .arg(16_383)
+                .arg("MEET")
+                .arg(host)
+                .arg(port)
+                .arg(bus)
                 .query::<()>(&mut first_node)?;
-            for companion in server.companion_addresses() {
-                let (host, port) = companion
-                    .rsplit_once(':')
-                    .ok_or_else(|| format!("{companion} is not host:port"))?;
-                let bus: Vec<String> = redis::cmd("CONFIG")
-                    .arg("GET")
-                    .arg("cluster-port")
-                    .query(&mut node(&companion)?)?;
-                let bus = bus.get(1).ok_or("CONFIG GET cluster-port: no value")?;
-                redis::cmd("CLUSTER")
-                    .arg("MEET")
-                    .arg(host)
-                    .arg(port)
-                    .arg(bus)
-                    .query::<()>(&mut first_node)?;
-            }
         }
-        settle("the cluster did not reach cluster_state:ok", || {
-            serving(&addresses)
-        })
     }
+    settle("the cluster did not reach cluster_state:ok", || {
+        serving(&addresses)
+    })
+}
 
-    /// Restarts of the first node cost the cluster its master's writable
-    /// delay.
-    fn restart_downtime(&self) -> Duration {
-        WRITABLE_DELAY
-    }
-
-    /// One proxy, in front of the master of every slot, which the master
-    /// announces while it stands.
-    fn faulted_servers(&self) -> usize {
-        1
-    }
-
-    fn route_through(&self, server: &Server, proxies: &[String]) -> Outcome<Option<Detour>> {
-        let [proxy] = proxies else {
-            return Err(format!(
-                "a cluster node announces one address: one fault proxy, not {}",
-                proxies.len()
-            )
+/// Has the first node announce the one fault proxy in `proxies` while
+/// the detour stands, and its own port again after.
+///
+/// # Errors
+/// Not one proxy, a node that cannot be reached, a proxy already
+/// announced, or a cluster that does not learn the port within
+/// [`SETTLE_LIMIT`].
+pub(super) fn route_through(server: &Server, proxies: &[String]) -> Outcome<Option<Detour>> {
+    let [proxy] = proxies else {
+        return Err(format!(
+            "a cluster node announces one address: one fault proxy, not {}",
+            proxies.len()
+        )
+        .into());
+    };
+    let first = server.address();
+    let current: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("cluster-announce-port")
+        .query(&mut node(&first)?)?;
+    if current.get(1).is_some_and(|port| port != "0") {
+        return Err("the cluster's first node already announces a fault proxy: \
+             one proxy at a time"
             .into());
-        };
-        let first = server.address();
-        let current: Vec<String> = redis::cmd("CONFIG")
-            .arg("GET")
-            .arg("cluster-announce-port")
-            .query(&mut node(&first)?)?;
-        if current.get(1).is_some_and(|port| port != "0") {
-            return Err("the cluster's first node already announces a fault proxy: \
-                 one proxy at a time"
-                .into());
-        }
-        let port: u16 = proxy
-            .rsplit_once(':')
-            .and_then(|(_, port)| port.parse().ok())
-            .ok_or_else(|| format!("{proxy} is not host:port"))?;
-        let addresses = server.all_addresses();
-        announce(&first, &addresses, port)?;
-        Ok(Some(Detour::new(move || {
-            // A restart already ended the announcement; this only waits.
-            if let Err(error) = announce(&first, &addresses, 0) {
-                eprintln!(
-                    "distlock-chaos: the cluster's first node still announces a proxy: {error}"
-                );
-            }
-        })))
     }
+    let port: u16 = proxy
+        .rsplit_once(':')
+        .and_then(|(_, port)| port.parse().ok())
+        .ok_or_else(|| format!("{proxy} is not host:port"))?;
+    let addresses = server.all_addresses();
+    announce(&first, &addresses, port)?;
+    Ok(Some(Detour::new(move || {
+        // A restart already ended the announcement; this only waits.
+        if let Err(error) = announce(&first, &addresses, 0) {
+            eprintln!("distlock-chaos: the cluster's first node still announces a proxy: {error}");
+        }
+    })))
+}
 
-    fn one_client_faulted(&self) -> Result<(), &'static str> {
-        Err(
-            "a cluster client reaches a master at the address the master announces (CLUSTER \
+/// Why a fault proxy cannot stand between one holder and the master while
+/// a second holder reaches it directly (R3, R9).
+pub(super) const ONE_ADDRESS: &str = "a cluster client reaches a master at the address the master announces (CLUSTER \
              SLOTS), the same for every client, and the backend cannot map it to another: a \
              proxy in front of the master carries every client's traffic or none, so no \
-             second holder can reach it directly while the first is delayed",
-        )
-    }
+             second holder can reach it directly while the first is delayed";
 
-    fn key_space_url(&self, server: &Server, space: &str) -> Outcome<String> {
-        Ok(format!("{}&prefix={space}:", server.url()))
-    }
-
-    /// The master forgets every lock, and says nothing: holders learn it
-    /// at their next extension, as on a single server without
-    /// persistence.
-    fn on_restart(&self) -> OnRestart {
-        OnRestart::Forgotten
-    }
-
-    /// A lease is a key's `PX` expiry on its master's clock.
-    fn regrant_bound(&self, lease: Duration) -> Duration {
-        lease
-    }
-
-    /// Once its subscriber connections are open, and its scripts loaded,
-    /// as on a single server.
-    async fn open_quiet(
-        &self,
-        url: &str,
-        lease: Duration,
-    ) -> Outcome<Arc<dyn distlock::backend::Backend>> {
-        open_quiet(url, lease).await
-    }
-
-    /// `DEL` of every key of the name on the first node, which serves
-    /// every slot.
-    async fn delete_record(&self, server: &Server, name: &LockName) -> Outcome<()> {
-        delete_keys(server, &[server.address()], name).await
-    }
-
-    fn secret_cases(&self, server: &Server, canary: &str) -> Outcome<Vec<SecretCase>> {
-        let closed = format!("127.0.0.1:{}", closed_port()?);
-        let nodes = server.all_addresses();
-        let user = format!("alice:{canary}@");
-        Ok(vec![
-            SecretCase {
-                label: "a bad seed (a closed port)",
-                url: cluster_url(&user, std::slice::from_ref(&closed)),
-                note: "",
-            },
-            SecretCase {
-                label: "a user and password on nodes without authentication",
-                url: cluster_url(&user, &nodes),
-                note: "",
-            },
-            SecretCase {
-                label: "a password alone on nodes without authentication",
-                url: cluster_url(&format!(":{canary}@"), &nodes),
-                note: "",
-            },
-            SecretCase {
-                label: "a URL the backend refuses (a port that is not one)",
-                url: cluster_url(&user, &[nodes[0].clone(), "127.0.0.1:notaport".to_owned()]),
-                note: "",
-            },
-            SecretCase {
-                label: "a cluster the backend refuses (a database other than 0)",
-                url: format!("redis://{user}{}/3?mode=cluster", nodes.join(",")),
-                note: "",
-            },
-        ])
-    }
-
-    fn parse_url(&self, url: &str) -> Option<(&'static str, Result<String, distlock::Error>)> {
-        Some((
-            "`RedisConfig::parse`",
-            RedisConfig::parse(url).map(|config| format!("{config:?}")),
-        ))
-    }
-
-    fn server_clock(&self) -> Result<ClockStep, &'static str> {
-        Err(NO_FAKETIME)
-    }
-
-    fn expiry_edges(&self) -> Result<(), &'static str> {
-        Err(NOT_MEMCACHED)
-    }
+/// The URLs R12 tries: a bad seed, the running nodes with a user, or a
+/// password alone, and two the backend refuses.
+///
+/// # Errors
+/// No closed port can be had.
+pub(super) fn secret_cases(server: &Server, canary: &str) -> Outcome<Vec<SecretCase>> {
+    let closed = format!("127.0.0.1:{}", closed_port()?);
+    let nodes = server.all_addresses();
+    let user = format!("alice:{canary}@");
+    Ok(vec![
+        SecretCase {
+            label: "a bad seed (a closed port)",
+            url: cluster_url(&user, std::slice::from_ref(&closed)),
+            note: "",
+        },
+        SecretCase {
+            label: "a user and password on nodes without authentication",
+            url: cluster_url(&user, &nodes),
+            note: "",
+        },
+        SecretCase {
+            label: "a password alone on nodes without authentication",
+            url: cluster_url(&format!(":{canary}@"), &nodes),
+            note: "",
+        },
+        SecretCase {
+            label: "a URL the backend refuses (a port that is not one)",
+            url: cluster_url(&user, &[nodes[0].clone(), "127.0.0.1:notaport".to_owned()]),
+            note: "",
+        },
+        SecretCase {
+            label: "a cluster the backend refuses (a database other than 0)",
+            url: format!("redis://{user}{}/3?mode=cluster", nodes.join(",")),
+            note: "",
+        },
+    ])
 }
