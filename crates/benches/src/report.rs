@@ -13,14 +13,16 @@ use std::fmt::Write;
 use std::time::Duration;
 
 use crate::commands::{Counts, MEMCACHED_COMMANDS};
+use crate::hold_many::HoldMany;
 use crate::kinds::{self, KindRun};
 use crate::markdown::{commands_line, findings_list, goal, goals_list, opt, short};
 use crate::order;
 use crate::peers::{ToozUncontended, ToozVersions};
 use crate::quiet::Quiet;
 use crate::scale_out::ScaleOut;
-use crate::scenarios::{Contender, HoldMany, ROUNDS, Side, Uncontended, Workload};
 use crate::timeline::Contention;
+use crate::uncontended::{Contender, ROUNDS, Side, Uncontended};
+use crate::worker::Workload;
 
 /// Everything measured in one run.
 #[derive(Debug)]
