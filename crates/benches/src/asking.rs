@@ -23,7 +23,7 @@ use distlock_core::{
     LockInfo, LockName, Result, ServerInfo, Session, TermLog, WaitState, Wakeups, async_trait,
 };
 
-use crate::timeline::now_ns;
+use crate::clock::now_ns;
 
 tokio::task_local! {
     /// The times of the wait the current task is making, if it records them.

@@ -25,7 +25,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::commands::Counts;
-use crate::scenarios::Outcome;
+use crate::outcome::Outcome;
 
 /// The gRPC services whose requests are counted: etcd's key-value, watch,
 /// lease and lock services (not the health checks).

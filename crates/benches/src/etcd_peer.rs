@@ -18,10 +18,9 @@ use distlock::LockName;
 use etcd_client::{Client, LockOptions};
 use tokio::process::Command;
 
-use crate::scenarios::{
-    Layout, Outcome, Take, Taker, Window, Workload, drive, hold_then_release, report_worker,
-};
+use crate::outcome::Outcome;
 use crate::target::{Server, Target};
+use crate::worker::{Layout, Take, Taker, WorkerArgs, drive, hold_then_release, report_worker};
 
 /// Whether this build has the peer.
 pub(crate) const BUILT: bool = true;
@@ -137,15 +136,7 @@ impl LockService {
 
 /// The commands that start the Lock RPC peer's contending workers.
 pub(crate) fn workers(exe: &Path, target: &Target, lock: &str, layout: Layout) -> Vec<Command> {
-    (0..layout.processes)
-        .map(|process| {
-            let mut command = Command::new(exe);
-            command
-                .args(["etcd-peer-worker", "--backend", &target.url, "--lock", lock])
-                .args(layout.worker_args(process));
-            command
-        })
-        .collect()
+    layout.commands(exe, "etcd-peer-worker", &target.url, lock)
 }
 
 /// One task's side of the peer: its process's client, and its own lease.
@@ -186,26 +177,19 @@ impl Taker for LockRpcTaker {
 /// One worker process of the Lock RPC peer: one client, a lease per task,
 /// `tasks` tasks taking the lock within the window; reports like ours. Its
 /// requests are counted by the parent, from the member's metrics.
-pub(crate) async fn worker(
-    url: &str,
-    lock: &str,
-    tasks: u32,
-    process: u32,
-    window: Window,
-    workload: Workload,
-) -> Outcome<()> {
-    let client = connect(url).await?;
+pub(crate) async fn worker(args: &WorkerArgs) -> Outcome<()> {
+    let client = connect(&args.backend).await?;
     let mut leases = Vec::new();
-    for _ in 0..tasks.max(1) {
+    for _ in 0..args.tasks.max(1) {
         leases.push(KeptLease::grant(&client).await?);
     }
     let taker = LockRpcTaker {
         client: client.clone(),
-        name: lock.to_owned(),
+        name: args.lock.clone(),
         leases: Arc::new(leases.iter().map(|lease| lease.id).collect()),
         lease: leases[0].id,
     };
-    let log = drive(taker, tasks, process, window, workload).await?;
+    let log = drive(taker, args).await?;
     for lease in leases {
         lease.revoke(&client).await;
     }

@@ -8,8 +8,9 @@ use std::time::Duration;
 use distlock::LockName;
 use tokio::process::Command;
 
-use crate::scenarios::{Layout, Outcome, Window, Workload};
+use crate::outcome::Outcome;
 use crate::target::Target;
+use crate::worker::{Layout, WorkerArgs};
 
 /// Whether this build has the peer.
 pub(crate) const BUILT: bool = false;
@@ -42,13 +43,6 @@ pub(crate) fn workers(_exe: &Path, _target: &Target, _lock: &str, _layout: Layou
 }
 
 /// A worker asked for by a parent of another build.
-pub(crate) async fn worker(
-    _url: &str,
-    _lock: &str,
-    _tasks: u32,
-    _process: u32,
-    _window: Window,
-    _workload: Workload,
-) -> Outcome<()> {
+pub(crate) async fn worker(_args: &WorkerArgs) -> Outcome<()> {
     Err(NOT_BUILT.to_owned())
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use distlock::LockName;
 use tokio::process::Command;
 
-use crate::scenarios::Outcome;
+use crate::outcome::Outcome;
 
 /// How to run `etcdctl` against one cluster.
 #[derive(Debug, Clone)]

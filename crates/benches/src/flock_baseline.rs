@@ -14,10 +14,9 @@ use distlock::BackendUrl;
 use rustix::fs::{FlockOperation, flock};
 use tokio::process::Command;
 
-use crate::scenarios::{
-    Layout, Outcome, Take, Taker, Window, Workload, drive, hold_then_release, report_worker,
-};
+use crate::outcome::Outcome;
 use crate::target::Target;
+use crate::worker::{Layout, Take, Taker, WorkerArgs, drive, hold_then_release, report_worker};
 
 /// The file the baseline locks, in the file backend's directory, apart from
 /// the backend's own files.
@@ -33,15 +32,7 @@ fn lock_file(url: &str, lock: &str) -> Outcome<PathBuf> {
 
 /// The commands that start the baseline's contending workers.
 pub(crate) fn workers(exe: &Path, target: &Target, lock: &str, layout: Layout) -> Vec<Command> {
-    (0..layout.processes)
-        .map(|process| {
-            let mut command = Command::new(exe);
-            command
-                .args(["flock-worker", "--backend", &target.url, "--lock", lock])
-                .args(layout.worker_args(process));
-            command
-        })
-        .collect()
+    layout.commands(exe, "flock-worker", &target.url, lock)
 }
 
 /// One task's side of the baseline: its own open description of the file.
@@ -91,22 +82,15 @@ impl Taker for FlockTaker {
 
 /// One worker process of the baseline: `tasks` tasks, each with its own
 /// open file, taking the lock within the window; reports like ours.
-pub(crate) async fn worker(
-    url: &str,
-    lock: &str,
-    tasks: u32,
-    process: u32,
-    window: Window,
-    workload: Workload,
-) -> Outcome<()> {
-    let path = lock_file(url, lock)?;
-    let files = (0..tasks.max(1))
+pub(crate) async fn worker(args: &WorkerArgs) -> Outcome<()> {
+    let path = lock_file(&args.backend, &args.lock)?;
+    let files = (0..args.tasks.max(1))
         .map(|_| open(&path))
         .collect::<Outcome<Vec<_>>>()?;
     let taker = FlockTaker {
         file: files[0].clone(),
         files: Arc::new(files),
     };
-    let log = drive(taker, tasks, process, window, workload).await?;
+    let log = drive(taker, args).await?;
     report_worker(log, None)
 }

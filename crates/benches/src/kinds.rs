@@ -3,7 +3,7 @@
 //! reader's share or the writer's side instead of the whole lock, and what
 //! their holds add up to, safety included.
 //!
-//! The workers are the contention scenario's (`scenarios::drive`), told by
+//! The workers are the contention scenario's ([`crate::worker::drive`]), told by
 //! a [`Mix`] what each task takes; their holds carry what was held, so the
 //! parent can lay every hold of every process on the one wall clock and
 //! check that no more than the permits were held at once, and that no reader
@@ -12,17 +12,15 @@
 mod section;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::path::Path;
 use std::time::Duration;
 
-use distlock::{Claim, LockKind, LockName};
-use tokio::process::Command;
+use distlock::{Claim, LockKind};
 
 use crate::commands::Counts;
+use crate::gather::Gathered;
 use crate::mix::Mix;
-use crate::scenarios::{Gathered, Layout, our_workers};
-use crate::target::Target;
-use crate::timeline::{Hold, percentile};
+use crate::timeline::percentile;
+use crate::worker::Hold;
 
 pub(crate) use section::{Plan, write_section};
 
@@ -40,21 +38,6 @@ pub(crate) const MEASURED: [Mix; 2] = [
         writers: WRITERS_PER_PROCESS,
     },
 ];
-
-/// The commands that start our workers for `mix`.
-pub(crate) fn workers(
-    exe: &Path,
-    target: &Target,
-    lock: &LockName,
-    layout: Layout,
-    mix: Mix,
-) -> Vec<Command> {
-    let mut workers = our_workers(exe, target, lock, layout);
-    for command in &mut workers {
-        command.args(mix.worker_args());
-    }
-    workers
-}
 
 /// One kind on one backend.
 #[derive(Debug, Clone)]

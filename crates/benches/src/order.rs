@@ -19,7 +19,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::timeline::Hold;
+use crate::worker::Hold;
 
 /// How much earlier a task must have asked to count as overtaken.
 pub(crate) const MARGIN: Duration = Duration::from_millis(1);

@@ -19,10 +19,11 @@ use serde::Deserialize;
 use tokio::process::Command;
 
 use crate::commands::Counts;
-use crate::scenarios::{
-    Layout, Outcome, Take, Taker, Window, Workload, drive, hold_then_release, report_worker,
-};
+use crate::outcome::Outcome;
 use crate::target::{Server, Target, mongo_client};
+use crate::worker::{
+    Layout, Take, Taker, WorkerArgs, Workload, drive, hold_then_release, report_worker,
+};
 
 /// The peer's options: its defaults, or a fixed sleep between tries.
 fn peer_options(sleep: Option<Duration>) -> Option<MongoDistributedLockOptions> {
@@ -69,18 +70,13 @@ pub(crate) fn mongo_workers(
     layout: Layout,
     sleep: Option<Duration>,
 ) -> Vec<Command> {
-    (0..layout.processes)
-        .map(|process| {
-            let mut command = Command::new(exe);
-            command
-                .args(["peer-worker", "--backend", &target.url, "--lock", lock])
-                .args(layout.worker_args(process));
-            if let Some(sleep) = sleep {
-                command.args(["--sleep", &humantime::format_duration(sleep).to_string()]);
-            }
-            command
-        })
-        .collect()
+    let mut workers = layout.commands(exe, "peer-worker", &target.url, lock);
+    if let Some(sleep) = sleep {
+        for command in &mut workers {
+            command.args(["--sleep", &humantime::format_duration(sleep).to_string()]);
+        }
+    }
+    workers
 }
 
 /// The Rust peer's lock, shared by the tasks of one process.
@@ -106,24 +102,16 @@ impl Taker for PeerTaker {
 /// One worker process of the Rust peer: `tasks` tasks, each with the
 /// peer's `acquire` on one shared lock value and `mongodb::Client`;
 /// reports like ours.
-pub(crate) async fn mongo_worker(
-    url: &str,
-    lock: &str,
-    tasks: u32,
-    process: u32,
-    window: Window,
-    workload: Workload,
-    sleep: Option<Duration>,
-) -> Outcome<()> {
-    let (monitor, database, _collection) = mongo_client(url).await?;
+pub(crate) async fn mongo_worker(args: &WorkerArgs, sleep: Option<Duration>) -> Outcome<()> {
+    let (monitor, database, _collection) = mongo_client(&args.backend).await?;
     let taker = PeerTaker(Arc::new(MongoDistributedLock::new(
-        lock.to_owned(),
+        args.lock.clone(),
         database,
         None,
         peer_options(sleep),
     )));
     let before = monitor.snapshot();
-    let log = drive(taker, tasks, process, window, workload).await?;
+    let log = drive(taker, args).await?;
     report_worker(log, Some(monitor.snapshot().since(&before)))
 }
 

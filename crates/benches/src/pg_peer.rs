@@ -19,11 +19,10 @@ use sqlx::{Connection, Error};
 use tokio::process::Command;
 use tokio::sync::Mutex;
 
+use crate::outcome::Outcome;
 use crate::pg_stats::driver_url;
-use crate::scenarios::{
-    Layout, Outcome, Take, Taker, Window, Workload, drive, hold_then_release, report_worker,
-};
 use crate::target::Target;
+use crate::worker::{Layout, Take, Taker, WorkerArgs, drive, hold_then_release, report_worker};
 
 /// A connection of the peer's to the database `url` names.
 pub(crate) async fn connect(url: &str) -> Outcome<PgConnection> {
@@ -53,21 +52,7 @@ pub(crate) async fn cycles(
 
 /// The commands that start the peer's contending workers.
 pub(crate) fn workers(exe: &Path, target: &Target, lock: &str, layout: Layout) -> Vec<Command> {
-    (0..layout.processes)
-        .map(|process| {
-            let mut command = Command::new(exe);
-            command
-                .args([
-                    "pg-advisory-worker",
-                    "--backend",
-                    &target.url,
-                    "--lock",
-                    lock,
-                ])
-                .args(layout.worker_args(process));
-            command
-        })
-        .collect()
+    layout.commands(exe, "pg-advisory-worker", &target.url, lock)
 }
 
 /// One task's side of the peer: the lock, and the task's own connection.
@@ -105,23 +90,16 @@ impl Taker for AdvisoryTaker {
 /// One worker process of the peer: a connection per task, `tasks` tasks
 /// taking the lock within the window; reports like ours. Its transactions
 /// are counted by the parent, from the server's statistics.
-pub(crate) async fn worker(
-    url: &str,
-    lock: &str,
-    tasks: u32,
-    process: u32,
-    window: Window,
-    workload: Workload,
-) -> Outcome<()> {
+pub(crate) async fn worker(args: &WorkerArgs) -> Outcome<()> {
     let mut connections = Vec::new();
-    for _ in 0..tasks.max(1) {
-        connections.push(Arc::new(Mutex::new(connect(url).await?)));
+    for _ in 0..args.tasks.max(1) {
+        connections.push(Arc::new(Mutex::new(connect(&args.backend).await?)));
     }
     let taker = AdvisoryTaker {
-        lock: Arc::new(PgAdvisoryLock::new(lock)),
+        lock: Arc::new(PgAdvisoryLock::new(&args.lock)),
         connection: connections[0].clone(),
         connections: Arc::new(connections),
     };
-    let log = drive(taker, tasks, process, window, workload).await?;
+    let log = drive(taker, args).await?;
     report_worker(log, None)
 }

@@ -23,7 +23,7 @@ use distlock::backend::{Query, UrlParts};
 use distlock::postgres::tokio_postgres::{self, NoTls};
 
 use crate::commands::Counts;
-use crate::scenarios::Outcome;
+use crate::outcome::Outcome;
 
 /// The transactions one reading adds to the next: its connection's
 /// start-up and its query.

@@ -30,11 +30,10 @@ use distlock::redis::redis;
 use distlock::{LockName, LockOptions};
 use tokio::process::Command;
 
+use crate::clock::now_ns;
 use crate::commands::Counts;
-use crate::scenarios::{
-    Layout, Outcome, Take, Taker, Window, Workload, drive, hold_then_release, report_worker,
-};
-use crate::timeline::now_ns;
+use crate::outcome::Outcome;
+use crate::worker::{Layout, Take, Taker, WorkerArgs, drive, hold_then_release, report_worker};
 
 /// The owner-checked delete of the raw pair: the key goes only while it
 /// holds our value.
@@ -328,15 +327,7 @@ pub(crate) fn workers(
         Peer::Rslock => "rslock-worker",
         Peer::Redlock => "redlock-worker",
     };
-    (0..layout.processes)
-        .map(|process| {
-            let mut command = Command::new(exe);
-            command
-                .args([subcommand, "--backend", url, "--lock", lock])
-                .args(layout.worker_args(process));
-            command
-        })
-        .collect()
+    layout.commands(exe, subcommand, url, lock)
 }
 
 /// rslock, shared by the tasks of one process: `acquire_no_guard` (its
@@ -416,30 +407,22 @@ impl Taker for RedlockTaker {
 /// One worker process of `peer`: `tasks` tasks take the lock within the
 /// window, sharing one lock manager; reports like ours. Its commands are
 /// counted by the parent, from the server.
-pub(crate) async fn worker(
-    peer: Peer,
-    url: &str,
-    lock: &str,
-    tasks: u32,
-    process: u32,
-    window: Window,
-    workload: Workload,
-) -> Outcome<()> {
-    let resource = Arc::new(lock.as_bytes().to_vec());
+pub(crate) async fn worker(peer: Peer, args: &WorkerArgs) -> Outcome<()> {
+    let (url, resource) = (&args.backend, Arc::new(args.lock.as_bytes().to_vec()));
     let log = match peer {
         Peer::Rslock => {
             let taker = RslockTaker {
                 manager: rslock_manager(url).await?,
                 resource,
             };
-            drive(taker, tasks, process, window, workload).await?
+            drive(taker, args).await?
         }
         Peer::Redlock => {
             let taker = RedlockTaker {
                 manager: Arc::new(redlock::RedLock::new(vec![client_url(url).to_owned()])),
                 resource,
             };
-            drive(taker, tasks, process, window, workload).await?
+            drive(taker, args).await?
         }
     };
     report_worker(log, None)

@@ -10,7 +10,7 @@ use distlock::etcd::EtcdConfig;
 use distlock::memcached::{MemcachedConfig, Mode};
 use distlock::redis::{Mode as RedisMode, RedisConfig};
 
-use crate::target::{is_etcd_url, kind_of_url};
+use crate::url_kind::{is_etcd_url, kind_of_url};
 
 /// How a target spreads over more than one server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,10 +12,14 @@ use distlock::mongodb::mongodb::{Client, Database};
 
 use crate::commands::{Counts, MongoMonitor, memcached_counts, mongo_opcounters};
 use crate::etcd_metrics::EtcdMetrics;
+use crate::outcome::Outcome;
 use crate::pg_stats::PgStats;
 use crate::redis_peers::RedisServer;
 use crate::scale_out::{self, ScaleOut};
-use crate::scenarios::Outcome;
+use crate::url_kind::{
+    ADVISORY_MODE, is_advisory_mode, is_etcd_url, is_fair_mongo_url, is_postgres_url, is_redis_url,
+    kind_of_url,
+};
 
 /// Which server a target talks to.
 #[derive(Debug, Clone)]
@@ -219,61 +223,6 @@ impl Target {
     }
 }
 
-/// The kind of backend `url` names, as [`Target::kind`] says it.
-pub(crate) fn kind_of_url(url: &str) -> &'static str {
-    if url.starts_with("file:") {
-        "file"
-    } else if url.starts_with("mongodb://") || url.starts_with("mongodb+srv://") {
-        "MongoDB"
-    } else if url.starts_with("memcache://") || url.starts_with("memcached://") {
-        "memcached"
-    } else if is_etcd_url(url) {
-        "etcd"
-    } else if is_postgres_url(url) {
-        "PostgreSQL"
-    } else if is_redis_url(url) {
-        "Redis"
-    } else {
-        "other"
-    }
-}
-
-/// Whether `url` names Redis (`redis://`, or `rediss://` for TLS).
-pub(crate) fn is_redis_url(url: &str) -> bool {
-    url.starts_with("redis://") || url.starts_with("rediss://")
-}
-
-/// Whether `url` names etcd (`etcd://`, or `etcds://` for TLS).
-pub(crate) fn is_etcd_url(url: &str) -> bool {
-    url.starts_with("etcd://") || url.starts_with("etcds://")
-}
-
-/// Whether `url` names PostgreSQL (`postgres://` or `postgresql://`).
-pub(crate) fn is_postgres_url(url: &str) -> bool {
-    url.starts_with("postgres://") || url.starts_with("postgresql://")
-}
-
-/// What the report calls distlock's PostgreSQL advisory mode, a target of
-/// its own beside lease mode (the default, called plain `PostgreSQL`).
-pub(crate) const ADVISORY_MODE: &str = "PostgreSQL, advisory mode";
-
-/// Whether `url` opens distlock's PostgreSQL backend in advisory mode
-/// (`?mode=advisory`), as the backend itself reads the URL.
-pub(crate) fn is_advisory_mode(url: &str) -> bool {
-    is_postgres_url(url)
-        && distlock::postgres::PostgresConfig::parse(url)
-            .is_ok_and(|config| config.mode == distlock::postgres::Mode::Advisory)
-}
-
-/// Whether `url` opens distlock's MongoDB backend in fair mode
-/// (`fair=true`, as the backend reads it).
-pub(crate) fn is_fair_mongo_url(url: &str) -> bool {
-    kind_of_url(url) == "MongoDB"
-        && url
-            .split_once('?')
-            .is_some_and(|(_, query)| query.split('&').any(|pair| pair == "fair=true"))
-}
-
 /// `text` with every character a regular expression gives a meaning to
 /// escaped.
 fn regex_escape(text: &str) -> String {
@@ -309,29 +258,4 @@ pub(crate) async fn mongo_client(
         .default_database()
         .unwrap_or_else(|| client.database(distlock::mongodb::DEFAULT_DATABASE));
     Ok((monitor, database, collection))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn fair_mode_on_mongodb_is_told_from_the_url() {
-        assert!(is_fair_mongo_url("mongodb://h/db?collection=c&fair=true"));
-        assert!(!is_fair_mongo_url("mongodb://h/db?fair=false"));
-        assert!(!is_fair_mongo_url("postgres://h/db?fair=true"));
-    }
-
-    #[test]
-    fn advisory_mode_is_told_from_the_url() {
-        let url = "postgres://u:p@127.0.0.1:5432/db";
-        assert!(!is_advisory_mode(url));
-        assert!(is_advisory_mode(&format!("{url}?mode=advisory")));
-        assert!(is_advisory_mode(&format!("{url}?table=t&mode=advisory")));
-        assert!(!is_advisory_mode(&format!("{url}?mode=lease")));
-        assert!(!is_advisory_mode("memcache://127.0.0.1:1?mode=advisory"));
-        // Both modes are PostgreSQL, so `--only PostgreSQL` keeps both.
-        assert_eq!(kind_of_url(&format!("{url}?mode=advisory")), "PostgreSQL");
-        assert!(!distlock::redact(&format!("{url}?mode=advisory")).contains("u:p"));
-    }
 }

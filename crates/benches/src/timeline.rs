@@ -1,73 +1,11 @@
-//! Holds reported by contending workers, and what they add up to.
-//!
-//! Workers of every kind (ours, the Rust peer, the Python peer) print one
-//! JSON [`Line`] per event on standard output; the parent reads them all and
-//! sums them up with [`Contention::from_holds`].
+//! What the holds reported by contending workers add up to: a
+//! [`Contention`], summed up with [`Contention::from_holds`].
 
 use std::time::Duration;
 
-use distlock::LockKind;
-use serde::{Deserialize, Serialize};
-
 use crate::commands::Counts;
 use crate::order;
-
-/// One time a worker held the lock, by the machine's wall clock (which all
-/// workers on one machine share).
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-pub(crate) struct Hold {
-    /// When the task called acquire; 0 where the worker does not say (the
-    /// Python peer).
-    #[serde(default)]
-    pub(crate) asked_at_ns: u64,
-    /// When the wait's first attempt was sent, and when its first answer
-    /// that the lock is held came back (see [`crate::asking`]); 0 where
-    /// the worker does not say, or (`in_line_ns`) the first attempt was
-    /// granted.
-    #[serde(default)]
-    pub(crate) sent_ns: u64,
-    #[serde(default)]
-    pub(crate) in_line_ns: u64,
-    pub(crate) acquired_at_ns: u64,
-    pub(crate) released_at_ns: u64,
-    /// The fencing token, or 0 for a lock that has none.
-    #[serde(default)]
-    pub(crate) token: u64,
-    /// Which worker process held it.
-    #[serde(default)]
-    pub(crate) process: u32,
-    /// Which task (or thread) of that process held it.
-    #[serde(default)]
-    pub(crate) task: u32,
-    /// Which round it belongs to, in the rounds scenario (0 otherwise).
-    /// Only holds of the same round are laid end to end.
-    #[serde(default)]
-    pub(crate) round: u32,
-    /// What was held: the whole lock (the peers, which report none), a
-    /// reader's share, or a semaphore's permit.
-    #[serde(default = "exclusive")]
-    pub(crate) kind: LockKind,
-}
-
-fn exclusive() -> LockKind {
-    LockKind::Exclusive
-}
-
-/// One line a contending worker prints.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum Line {
-    /// One hold.
-    Hold(Hold),
-    /// The server commands this process sent while it contended, by name,
-    /// counted by the driver's command monitoring.
-    Commands(Counts),
-    /// Acquire or release calls that failed; the worker went on.
-    Errors(u64),
-    /// In the rounds scenario: every task of this process has had its
-    /// turn in the round just started (or the window closed).
-    RoundDone(u32),
-}
+use crate::worker::Hold;
 
 /// Contention results.
 #[derive(Debug, Clone)]
@@ -192,24 +130,10 @@ pub(crate) fn percentile(values: &[Duration], p: usize) -> Duration {
     values[rank - 1]
 }
 
-/// Nanoseconds since the Unix epoch.
-pub(crate) fn now_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
-}
-
-/// Sleeps until the wall-clock instant `at_ns` (nanoseconds since the Unix
-/// epoch); returns at once if it has passed.
-pub(crate) async fn sleep_until_ns(at_ns: u64) {
-    let now = now_ns();
-    if at_ns > now {
-        tokio::time::sleep(Duration::from_nanos(at_ns - now)).await;
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use distlock::LockKind;
+
     use super::*;
 
     fn hold(from: u64, to: u64, process: u32, task: u32) -> Hold {
@@ -271,21 +195,6 @@ mod tests {
         assert_eq!(summary.cross_process, 1);
         assert_eq!(summary.cross_p50, Duration::from_nanos(2));
         assert_eq!(summary.hand_offs, 2);
-    }
-
-    #[test]
-    fn lines_read_what_the_python_worker_prints() {
-        let line: Line = serde_json::from_str(
-            r#"{"hold": {"acquired_at_ns": 5, "released_at_ns": 9, "process": 2, "task": 3}}"#,
-        )
-        .unwrap();
-        let Line::Hold(hold) = line else {
-            panic!("not a hold: {line:?}")
-        };
-        assert_eq!((hold.token, hold.process, hold.task), (0, 2, 3));
-        assert_eq!(hold.kind, LockKind::Exclusive);
-        let line: Line = serde_json::from_str(r#"{"errors": 4}"#).unwrap();
-        assert!(matches!(line, Line::Errors(4)));
     }
 
     #[test]

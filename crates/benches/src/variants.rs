@@ -16,7 +16,8 @@ use distlock::mongodb::mongodb::bson::{Bson, DateTime, Document, doc};
 use distlock::mongodb::mongodb::options::{Acknowledgment, ReturnDocument, WriteConcern};
 use distlock::{LockName, LockOptions};
 
-use crate::scenarios::{Outcome, backend_cycles, cycles_with};
+use crate::cycles::{backend_cycles, cycles_with};
+use crate::outcome::Outcome;
 use crate::target::{Server, Target};
 
 /// The MongoDB backends and collections the variants use.

@@ -257,9 +257,9 @@ mod tests {
     use distlock::{Claim, LockKind};
 
     use super::*;
+    use crate::gather::Gathered;
     use crate::kinds::tests::hold;
-    use crate::scenarios::Gathered;
-    use crate::timeline::Hold;
+    use crate::worker::Hold;
 
     #[test]
     fn the_section_shows_what_ran_what_was_left_out_and_the_checks() {

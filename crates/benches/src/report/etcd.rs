@@ -7,8 +7,9 @@ use std::fmt::Write;
 use super::{BackendResults, Contestant, by_total, find, spread};
 use crate::markdown::{goal, opt, short};
 use crate::order;
-use crate::scenarios::{Contender, Side, Workload};
 use crate::timeline::Contention;
+use crate::uncontended::{Contender, Side};
+use crate::worker::Workload;
 
 /// etcd's lock service as the uncontended baseline.
 pub(super) const LOCK_RPC: &str = "etcd's own lock service: `Lock` + `Unlock` RPCs through \

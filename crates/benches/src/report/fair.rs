@@ -5,8 +5,9 @@
 use super::{BackendResults, Contestant, Run, find, ratio};
 use crate::markdown::{goal, opt, short};
 use crate::order;
-use crate::scenarios::{Contender, Workload};
 use crate::timeline::Contention;
+use crate::uncontended::Contender;
+use crate::worker::Workload;
 
 /// A count the run may not know.
 fn count(n: Option<usize>) -> String {

@@ -5,7 +5,7 @@
 use std::fmt::Write;
 
 use super::{BackendResults, PEER};
-use crate::scenarios::{Contender, Side, Uncontended};
+use crate::uncontended::{Contender, Side, Uncontended};
 
 /// The paragraph on MongoDB's uncontended rows; `None` without the client
 /// and its baseline.

@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use super::{BackendResults, Contestant, find, spread};
 use crate::markdown::{goal, opt, short};
-use crate::scenarios::{Contender, Workload};
 use crate::timeline::Contention;
+use crate::uncontended::Contender;
+use crate::worker::Workload;
 
 /// sqlx's advisory lock in the uncontended table.
 pub(super) const ADVISORY: &str = "sqlx's `PgAdvisoryLock`: `acquire` + `release_now` \

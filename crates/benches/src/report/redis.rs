@@ -7,7 +7,8 @@ use std::fmt::Write;
 
 use super::{BackendResults, Contestant, find};
 use crate::markdown::{goal, opt, short};
-use crate::scenarios::{Contender, Workload};
+use crate::uncontended::Contender;
+use crate::worker::Workload;
 
 /// The raw pair in the uncontended table.
 pub(super) const RAW_PAIR: &str = "**baseline**: `SET key id NX PX` + an owner-checked delete \

@@ -6,8 +6,9 @@ use std::fmt::Write;
 
 use super::{BackendResults, Contestant, find};
 use crate::markdown::{opt, short};
-use crate::scenarios::{Contender, Workload};
 use crate::timeline::Contention;
+use crate::uncontended::Contender;
+use crate::worker::Workload;
 
 /// One measure of a form beside its single server.
 struct Row {

@@ -1,0 +1,250 @@
+//! The command line: the options of a run, and the hidden subcommands that
+//! start one contending worker process of each contender.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+use crate::mix::MixArgs;
+use crate::worker::WorkerArgs;
+
+// The options of a run, or the subcommand of one worker process (a plain
+// comment: a doc comment here would become the long help).
+#[derive(Debug, Parser)]
+#[command(
+    name = "distlock-bench",
+    about = "Benchmarks distlock's backends side by side, with peers in the same run"
+)]
+pub(crate) struct Args {
+    #[command(subcommand)]
+    pub(crate) worker: Option<WorkerCommand>,
+    /// A backend to measure; repeat for several. Default: file:// in a temp dir.
+    #[arg(long = "backend", value_name = "URL")]
+    pub(crate) backends: Vec<String>,
+    /// How long each contended run lasts.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub(crate) seconds: Duration,
+    /// How long the uncontended scenario lasts, all contenders together.
+    #[arg(long, default_value = "12s", value_parser = humantime::parse_duration)]
+    pub(crate) uncontended_seconds: Duration,
+    /// Worker processes in the contention scenario.
+    #[arg(long, default_value_t = 4)]
+    pub(crate) processes: u32,
+    /// Tasks (threads, for the Python peer) per worker process.
+    #[arg(long, default_value_t = 4)]
+    pub(crate) tasks: u32,
+    /// How long each task holds the lock in the third contention workload,
+    /// rounds with work; 0s skips that workload.
+    #[arg(long, default_value = "5ms", value_parser = humantime::parse_duration)]
+    pub(crate) work: Duration,
+    /// Locks held at once in the many-locks scenario.
+    #[arg(long, default_value_t = 10_000)]
+    pub(crate) many: usize,
+    /// How long the many locks are held.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    pub(crate) many_seconds: Duration,
+    /// The lease of the many locks (extended every third of it).
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    pub(crate) many_lease: Duration,
+    /// Skip the peers (distributed-lock-mongo, tooz, sqlx's advisory lock,
+    /// etcd's lock service, rslock, redlock).
+    #[arg(long)]
+    pub(crate) no_peers: bool,
+    /// The second setting of distributed-lock-mongo: its sleep between
+    /// tries (min = max), besides its defaults.
+    #[arg(long, default_value = "400ms", value_parser = humantime::parse_duration)]
+    pub(crate) peer_sleep: Duration,
+    /// The Python peer's script (crates/benches/peers/tooz_bench.py); tooz
+    /// runs against memcached only when given.
+    #[arg(long, value_name = "SCRIPT")]
+    pub(crate) tooz: Option<String>,
+    /// The Python that runs the tooz script.
+    #[arg(long, default_value = "python3")]
+    pub(crate) python: String,
+    /// etcd's command-line client; `etcdctl lock` runs in the uncontended
+    /// scenario on etcd only when given.
+    #[arg(long, value_name = "ETCDCTL")]
+    pub(crate) etcdctl: Option<String>,
+    /// Measure only the backends of this kind (file, MongoDB, memcached,
+    /// etcd, PostgreSQL, which takes lease and advisory mode alike, Redis;
+    /// any case); repeat for several. `scale-out`: only the scale-out forms
+    /// given and their single-server forms, in the uncontended and
+    /// contended scenarios, without peers. Default: every backend given,
+    /// in every scenario.
+    #[arg(long = "only", value_name = "KIND")]
+    pub(crate) only: Vec<String>,
+    /// A line for the report's list of versions, e.g. "SecantusDB: secantusd-rs 0.5.3".
+    #[arg(long = "note", value_name = "TEXT")]
+    pub(crate) notes: Vec<String>,
+    /// The command shown in the report (default: this one).
+    #[arg(long, value_name = "TEXT")]
+    pub(crate) command: Option<String>,
+    /// Write the Markdown report here instead of printing it.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) write: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum WorkerCommand {
+    /// One contending worker process of ours (started by the contention
+    /// scenario, and by the semaphore and reader-writer scenario).
+    #[command(hide = true)]
+    Worker {
+        #[command(flatten)]
+        args: WorkerArgs,
+        /// What its tasks take: the whole lock unless told otherwise.
+        #[command(flatten)]
+        mix: MixArgs,
+    },
+    /// One contending worker process of distributed-lock-mongo.
+    #[command(hide = true)]
+    PeerWorker {
+        #[command(flatten)]
+        args: WorkerArgs,
+        /// Its sleep between tries (min = max); its defaults when absent.
+        #[arg(long, value_parser = humantime::parse_duration)]
+        sleep: Option<Duration>,
+    },
+    /// One contending worker process of etcd's own lock service (the
+    /// `Lock` and `Unlock` RPCs).
+    #[command(hide = true)]
+    EtcdPeerWorker {
+        #[command(flatten)]
+        args: WorkerArgs,
+    },
+    /// One contending worker process of sqlx's `PgAdvisoryLock`.
+    #[command(hide = true)]
+    PgAdvisoryWorker {
+        #[command(flatten)]
+        args: WorkerArgs,
+    },
+    /// One contending worker process of the raw blocking `flock(2)`
+    /// baseline, beside the file backend.
+    #[command(hide = true)]
+    FlockWorker {
+        #[command(flatten)]
+        args: WorkerArgs,
+    },
+    /// One contending worker process of rslock (Redis).
+    #[command(hide = true)]
+    RslockWorker {
+        #[command(flatten)]
+        args: WorkerArgs,
+    },
+    /// One contending worker process of redlock (Redis).
+    #[command(hide = true)]
+    RedlockWorker {
+        #[command(flatten)]
+        args: WorkerArgs,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kinds;
+    use crate::mix::Mix;
+    use crate::worker::{Layout, Window, Workload};
+
+    /// A worker's command line, with `rest` after its backend and lock.
+    fn worker_command(rest: impl IntoIterator<Item = String>) -> Vec<String> {
+        [
+            "distlock-bench",
+            "worker",
+            "--backend",
+            "file:///x",
+            "--lock",
+            "l",
+        ]
+        .into_iter()
+        .map(str::to_owned)
+        .chain(rest)
+        .collect()
+    }
+
+    fn parsed_with(layout: Layout, process: u32, mix: Mix) -> (WorkerArgs, Mix) {
+        let args = worker_command(
+            layout
+                .worker_args(process)
+                .into_iter()
+                .chain(mix.worker_args()),
+        );
+        match Args::try_parse_from(args).unwrap().worker {
+            Some(WorkerCommand::Worker { args, mix }) => (args, mix.mix()),
+            other => panic!("not a worker: {other:?}"),
+        }
+    }
+
+    fn parsed(layout: Layout, process: u32) -> WorkerArgs {
+        let (args, mix) = parsed_with(layout, process, Mix::Exclusive);
+        assert_eq!(mix, Mix::Exclusive);
+        args
+    }
+
+    #[test]
+    fn workers_are_told_their_mix() {
+        let layout = Layout {
+            processes: 4,
+            tasks: 4,
+            window: Window {
+                start_ns: 1,
+                until_ns: 2,
+            },
+            workload: Workload::Rounds {
+                work: Duration::from_millis(5),
+            },
+        };
+        for mix in kinds::MEASURED {
+            let (w, told) = parsed_with(layout, 1, mix);
+            assert_eq!(told, mix);
+            assert_eq!(w.workload(), layout.workload);
+        }
+        let both = worker_command(
+            layout
+                .worker_args(0)
+                .into_iter()
+                .chain(["--permits", "4", "--writers", "1"].map(str::to_owned)),
+        );
+        assert!(Args::try_parse_from(both).is_err());
+    }
+
+    #[test]
+    fn workers_are_told_their_workload() {
+        let window = Window {
+            start_ns: 5,
+            until_ns: 9,
+        };
+        for workload in Workload::all(Duration::from_micros(2500)) {
+            let layout = Layout {
+                processes: 4,
+                tasks: 3,
+                window,
+                workload,
+            };
+            let w = parsed(layout, 2);
+            assert_eq!(w.workload(), workload);
+            assert_eq!((w.tasks, w.process), (3, 2));
+            assert_eq!((w.start_ns, w.until_ns), (5, 9));
+        }
+        assert_eq!(Workload::all(Duration::ZERO).len(), 2);
+    }
+
+    #[test]
+    fn work_needs_rounds() {
+        let rest = [
+            "--tasks",
+            "1",
+            "--process",
+            "0",
+            "--start-ns",
+            "0",
+            "--until-ns",
+            "1",
+            "--work",
+            "5ms",
+        ];
+        let args = worker_command(rest.into_iter().map(str::to_owned));
+        assert!(Args::try_parse_from(args).is_err());
+    }
+}

@@ -1,0 +1,184 @@
+//! The report's header: the machine, the versions, the exact command and
+//! the settings of the run.
+
+use std::fmt::Write;
+use std::time::Duration;
+
+use super::*;
+
+impl Run {
+    pub(super) fn header(&self, out: &mut String) {
+        let s = &self.settings;
+        let _ = writeln!(out, "# Benchmarks\n");
+        let _ = writeln!(
+            out,
+            "Written by `distlock-bench` from one run of `bash scripts/bench`, which starts \
+             the servers, installs the Python peer when it is missing, builds in release \
+             mode and runs every scenario against every backend and peer in turn. Every \
+             number below comes from that one run, and every ratio compares numbers of \
+             that run. Benchmarks measure; nothing here is asserted by a test.\n"
+        );
+        let _ = writeln!(out, "- Machine: {}", machine());
+        let mut versions = vec![format!("distlock {}", env!("CARGO_PKG_VERSION")), rustc()];
+        versions.extend(self.notes.iter().cloned());
+        for b in &self.backends {
+            if let Some(version) = &b.server_version {
+                let line = match b.kind {
+                    "MongoDB" => format!("MongoDB server: `buildInfo` reports {version}"),
+                    kind => format!("{kind} {version}"),
+                };
+                // Both PostgreSQL modes report the one server.
+                if !versions.contains(&line) {
+                    versions.push(line);
+                }
+            }
+        }
+        if self.backend("MongoDB").is_some() {
+            versions.push(format!("{PEER} (crates.io, pinned `=0.2.0`)"));
+        }
+        if self.backend("Redis").is_some() {
+            versions.push(redis::VERSIONS.to_owned());
+        }
+        if let Some(v) = &self.tooz_versions {
+            versions.push(format!(
+                "tooz {} with pymemcache {} on Python {}",
+                v.tooz, v.pymemcache, v.python
+            ));
+        }
+        let _ = writeln!(out, "- Versions: {}", versions.join("; "));
+        let _ = writeln!(out, "- Command: `{}`", self.command);
+        for line in &self.left_out {
+            let _ = writeln!(out, "- Left out: {line}");
+        }
+        let _ = writeln!(
+            out,
+            "- Backends (servers started by the script on loopback): {}",
+            self.backends
+                .iter()
+                .map(|b| format!("{} `{}`", b.label, b.url))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let _ = writeln!(
+            out,
+            "- Settings: the uncontended scenario runs {} per backend, shared by its \
+             contenders; each contended run lasts {}, with {} tasks in each of {} \
+             processes; the many-locks scenario is described in its section.\n",
+            humantime::format_duration(s.uncontended_seconds),
+            humantime::format_duration(s.seconds),
+            s.tasks,
+            s.processes
+        );
+        let _ = writeln!(out, "## How server commands are counted\n");
+        let _ = writeln!(
+            out,
+            "- **MongoDB**: the driver's command monitoring. Every `mongodb::Client` the \
+             benchmarks build, in the parent and in every worker process, ours and \
+             {PEER}'s, carries a `CommandEventHandler` that counts each \
+             `CommandStartedEvent` by command name; each worker prints its counts for the \
+             contention window as a final JSON line, and the parent adds them up. This \
+             includes the change stream's `getMore`s. The driver's own server monitoring \
+             (`hello` heartbeats) is not reported to command monitoring and is not \
+             counted. As a cross-check, the contention table also gives the server's own \
+             count: the delta of SecantusDB's `serverStatus` opcounters (`insert + query + \
+             update + delete + getmore + command`, less the `serverStatus` that read it) \
+             over the same window. The server's count also includes the `hello` handshake \
+             of every new connection (a worker's pool opens one per task that needs it), \
+             which command monitoring does not report, so it can be a little higher."
+        );
+        let _ = writeln!(
+            out,
+            "- **memcached**: deltas of the server's `stats` (read by the parent when the \
+             window opens and when it closes), summed over {}. A CAS store counts in \
+             `cmd_set` and again in `cas_*`, so `cas_*` is left out. memcached 1.6 does \
+             not count an `ma` that creates a missing counter (once per lock name) nor \
+             `mn`/`stats`. For memcached over several servers (quorum mode), the \
+             counters are summed over all of them.\n",
+            MEMCACHED_COMMANDS
+                .iter()
+                .map(|name| format!("`{name}`"))
+                .collect::<Vec<_>>()
+                .join(" + ")
+        );
+        if self.backend("etcd").is_some() {
+            let _ = writeln!(out, "{}\n", etcd::COUNTING);
+        }
+        if self
+            .backends
+            .iter()
+            .any(|b| matches!(b.scale_out, Some(ScaleOut::EtcdCluster { .. })))
+        {
+            let _ = writeln!(out, "{}\n", etcd::CLUSTER_COUNTING);
+        }
+        if self.backend("PostgreSQL").is_some() || self.advisory_mode().is_some() {
+            let _ = writeln!(out, "{}\n", postgres::COUNTING);
+        }
+        if self.backend("Redis").is_some() {
+            let _ = writeln!(out, "{}\n", redis::COUNTING);
+        }
+    }
+
+    /// How long each backend's uncontended scenario waited for quiet.
+    pub(super) fn quiet_waits(&self) -> String {
+        let waits: Vec<String> = self
+            .backends
+            .iter()
+            .filter_map(|b| {
+                let quiet = b.uncontended.quiet?;
+                let waited = Duration::from_millis(quiet.waited.as_millis() as u64);
+                Some(match quiet.busy {
+                    Some(busy) => format!(
+                        "{} waited {} (then {:.0} % busy)",
+                        b.label,
+                        humantime::format_duration(waited),
+                        busy * 100.0
+                    ),
+                    None => format!("{} could not tell", b.label),
+                })
+            })
+            .collect();
+        if waits.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", waits.join(", "))
+        }
+    }
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find_map(|line| line.strip_prefix("model name"))
+                .map(|rest| rest.trim_start_matches([' ', '\t', ':']).to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let memory = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|info| {
+            let kib: u64 = info
+                .lines()
+                .next()?
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()?;
+            Some(format!("{:.0} GiB", kib as f64 / 1024.0 / 1024.0))
+        })
+        .unwrap_or_default();
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|r| format!(", Linux {}", r.trim()))
+        .unwrap_or_default();
+    format!("{cores} cores ({cpu}), {memory}{kernel}")
+}
+
+fn rustc() -> String {
+    std::process::Command::new("rustc")
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|out| String::from_utf8(out.stdout).ok())
+        .map_or_else(|| "rustc (unknown)".into(), |v| v.trim().to_owned())
+}

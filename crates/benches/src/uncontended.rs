@@ -1,0 +1,370 @@
+//! The uncontended scenario: one name taken and released as fast as
+//! possible, in alternating rounds, by every contender in turn.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use distlock::backend::Backend;
+use distlock::{LockClient, LockOptions};
+
+use crate::commands::Counts;
+use crate::cycles::{backend_cycles, client_cycles, raw_cycles};
+use crate::etcd_peer::LockService;
+use crate::etcdctl::Etcdctl;
+use crate::names::bench_name;
+use crate::outcome::Outcome;
+use crate::pg_stats::PUBLISHED_AFTER_CLOSE;
+use crate::quiet::Quiet;
+use crate::target::{Server, Target};
+use crate::variants::MongoVariants;
+use crate::{peers, pg_peer, redis_peers};
+/// What takes and releases the lock in the uncontended scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Contender {
+    /// distlock's `LockClient::try_acquire` and `LockGuard::release`.
+    Client,
+    /// The backend's own `try_acquire` and `release`, called directly.
+    BackendCalls,
+    /// memcached's bare `add` and CAS-conditional delete
+    /// (`MemcachedBackend::raw`).
+    RawRecipe,
+    /// `distributed-lock-mongo` 0.2.0's `try_acquire` and `release`.
+    MongoPeer,
+    /// MongoDB: the backend's own calls with write concern `w: 1`.
+    WriteOne,
+    /// MongoDB: the backend's acquire, released by deleting the document.
+    DeletingRelease,
+    /// MongoDB: the backend's calls on a collection without the TTL index.
+    Unindexed,
+    /// MongoDB: the same, each acquire released by deleting the document.
+    UnindexedDeleting,
+    /// MongoDB: distributed-lock-mongo's two commands, sent directly.
+    PeerCommands,
+    /// MongoDB: the same, with a fencing token built by the server.
+    PeerCommandsWithToken,
+    /// etcd's own lock service: the `Lock` and `Unlock` RPCs.
+    EtcdLockRpc,
+    /// `etcdctl lock NAME true`, one process per cycle.
+    Etcdctl,
+    /// sqlx's `PgAdvisoryLock`: `acquire` and `release_now` on one
+    /// connection.
+    PgAdvisoryLock,
+    /// Redis: `SET NX PX` and an owner-checked delete script, issued
+    /// directly on the backend's key for the name.
+    RedisRawPair,
+    /// `rslock` 0.7.4's `lock` and `unlock`.
+    Rslock,
+    /// `redlock` 2.0.0's `lock` and `unlock`.
+    Redlock,
+}
+
+/// One contender's uncontended cycles.
+#[derive(Debug, Clone)]
+pub(crate) struct Side {
+    pub(crate) contender: Contender,
+    pub(crate) cycles: u64,
+    pub(crate) elapsed: Duration,
+    /// Server commands over this contender's rounds, where counted.
+    pub(crate) commands: Option<Counts>,
+    /// The server's own count of its operations over these rounds, where
+    /// it keeps one (etcd's storage operations).
+    pub(crate) server_ops: Option<Counts>,
+    /// The servers' processor time over these rounds, where they report
+    /// it (Redis).
+    pub(crate) server_cpu: Option<Duration>,
+    /// Cycles per second in each round, in order.
+    pub(crate) rounds: Vec<f64>,
+}
+
+impl Side {
+    pub(crate) fn per_second(&self) -> f64 {
+        self.cycles as f64 / self.elapsed.as_secs_f64()
+    }
+
+    /// The servers' processor time per cycle, where they report it.
+    pub(crate) fn server_cpu_per_cycle(&self) -> Option<Duration> {
+        let cpu = self.server_cpu?;
+        (self.cycles > 0).then(|| cpu.div_f64(self.cycles as f64))
+    }
+
+    pub(crate) fn commands_per_cycle(&self) -> Option<f64> {
+        let commands = self.commands.as_ref()?;
+        (self.cycles > 0).then(|| commands.total() as f64 / self.cycles as f64)
+    }
+
+    /// This side's rate against `other`'s, round by round: the median and
+    /// the middle half, showing how much the machine's noise moves the
+    /// ratio.
+    pub(crate) fn round_ratios(&self, other: &Side) -> Option<Spread> {
+        let mut ratios: Vec<f64> = self
+            .rounds
+            .iter()
+            .zip(&other.rounds)
+            .filter(|&(_, &theirs)| theirs > 0.0)
+            .map(|(ours, theirs)| ours / theirs)
+            .collect();
+        if ratios.is_empty() {
+            return None;
+        }
+        ratios.sort_by(f64::total_cmp);
+        let at = |fraction: f64| ratios[((ratios.len() - 1) as f64 * fraction).round() as usize];
+        Some(Spread {
+            low: at(0.25),
+            median: at(0.5),
+            high: at(0.75),
+        })
+    }
+}
+
+/// The median and quartiles of per-round ratios.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Spread {
+    pub(crate) low: f64,
+    pub(crate) median: f64,
+    pub(crate) high: f64,
+}
+
+/// Uncontended results: one side per contender, the physical baseline
+/// first.
+#[derive(Debug, Clone)]
+pub(crate) struct Uncontended {
+    pub(crate) sides: Vec<Side>,
+    /// How the wait for a quiet machine before the rounds went.
+    pub(crate) quiet: Option<Quiet>,
+}
+
+impl Uncontended {
+    pub(crate) fn side(&self, contender: Contender) -> Option<&Side> {
+        self.sides.iter().find(|side| side.contender == contender)
+    }
+
+    /// What the client is compared with: the bare recipe where there is
+    /// one, etcd's own lock service on etcd, else the backend's own two
+    /// calls.
+    pub(crate) fn baseline(&self) -> Option<&Side> {
+        self.side(Contender::RawRecipe)
+            .or_else(|| self.side(Contender::RedisRawPair))
+            .or_else(|| self.side(Contender::EtcdLockRpc))
+            .or_else(|| self.side(Contender::BackendCalls))
+    }
+}
+
+/// How many alternating rounds the uncontended scenario splits its time
+/// into, so that noise from the rest of the machine hits every side alike.
+pub(crate) const ROUNDS: u32 = 20;
+
+/// Acquires and releases one name as fast as possible, in alternating
+/// rounds, each begun by the next contender in turn: directly through the
+/// backend's two calls, through the client, and (where there is one)
+/// through the bare recipe and the peers: the Rust peer on MongoDB, etcd's
+/// lock service and (given its binary) `etcdctl lock` on etcd, sqlx's
+/// advisory lock on PostgreSQL, the raw pair, rslock and redlock on Redis. Where the server publishes its counts late
+/// (PostgreSQL), rounds this short cannot be counted apart, and none is.
+pub(crate) async fn uncontended(
+    target: &Target,
+    seconds: Duration,
+    with_peer: bool,
+    etcdctl: Option<&str>,
+) -> Outcome<Uncontended> {
+    let name = bench_name("uncontended");
+    let mut contenders = vec![Contender::BackendCalls, Contender::Client];
+    // The bare recipe runs on one server: no baseline for a scale-out form.
+    if matches!(target.server, Server::Memcached(_)) && target.scale_out.is_none() {
+        contenders.insert(0, Contender::RawRecipe);
+    }
+    if with_peer && matches!(target.server, Server::Mongo { .. }) {
+        contenders.push(Contender::MongoPeer);
+    }
+    let redis = match &target.server {
+        Server::Redis(server) if target.scale_out.is_none() => Some(server),
+        _ => None,
+    };
+    if redis.is_some() {
+        contenders.insert(0, Contender::RedisRawPair);
+    }
+    let rslock = match redis {
+        Some(_) if with_peer => Some(redis_peers::rslock_manager(&target.url).await?),
+        _ => None,
+    };
+    if rslock.is_some() {
+        contenders.extend([Contender::Rslock, Contender::Redlock]);
+    }
+    let variants = MongoVariants::open(target).await?;
+    if variants.is_some() {
+        contenders.extend([
+            Contender::WriteOne,
+            Contender::DeletingRelease,
+            Contender::Unindexed,
+            Contender::UnindexedDeleting,
+            Contender::PeerCommands,
+            Contender::PeerCommandsWithToken,
+        ]);
+    }
+    let lock_service = if with_peer {
+        LockService::open(target).await?
+    } else {
+        None
+    };
+    if lock_service.is_some() {
+        contenders.push(Contender::EtcdLockRpc);
+    }
+    let etcdctl = match etcdctl {
+        Some(bin) if with_peer && matches!(target.server, Server::Etcd(_)) => {
+            Some(Etcdctl::for_url(bin, &target.url)?)
+        }
+        _ => None,
+    };
+    if etcdctl.is_some() {
+        contenders.push(Contender::Etcdctl);
+    }
+    let mut advisory = match &target.server {
+        Server::Postgres(_) if with_peer => Some(pg_peer::connect(&target.url).await?),
+        _ => None,
+    };
+    if advisory.is_some() {
+        contenders.push(Contender::PgAdvisoryLock);
+    }
+    let counted = !target.counts_published_late();
+    let backend = rounds_backend(target).await?;
+    let round = seconds / (contenders.len() as u32 * ROUNDS);
+    let client = LockClient::new(backend.clone(), LockOptions::default());
+    let mut sides: Vec<Side> = contenders
+        .iter()
+        .map(|&contender| Side {
+            contender,
+            cycles: 0,
+            elapsed: Duration::ZERO,
+            commands: None,
+            server_ops: None,
+            server_cpu: None,
+            rounds: Vec::with_capacity(ROUNDS as usize),
+        })
+        .collect();
+    let count = sides.len();
+    for index in 0..ROUNDS as usize {
+        // Each round starts with the next contender, so that none always
+        // runs first (after the server counts are read) or last.
+        for turn in 0..count {
+            let side = &mut sides[(index + turn) % count];
+            // The server's count is read first, so that the command that
+            // reads it (MongoDB's `serverStatus`) is not counted as the
+            // contender's.
+            let ops_before = target.server_ops().await;
+            let before = if counted {
+                target.counts().await?
+            } else {
+                None
+            };
+            // Read closest to the round, so that the reads of the counts
+            // fall outside it.
+            let cpu_before = target.server_cpu().await;
+            let started = Instant::now();
+            let cycles = match side.contender {
+                Contender::Client => client_cycles(&client, &name, round).await?,
+                Contender::BackendCalls => backend_cycles(&*backend, &name, round).await?,
+                Contender::RawRecipe => raw_cycles(target, &name, round).await?,
+                Contender::MongoPeer => peers::mongo_cycles(target, &name, round).await?,
+                Contender::WriteOne => opened(&variants)?.write_one_cycles(&name, round).await?,
+                Contender::DeletingRelease => {
+                    opened(&variants)?
+                        .deleting_cycles(&*target.backend, &name, round)
+                        .await?
+                }
+                Contender::Unindexed => {
+                    opened(&variants)?
+                        .unindexed_cycles(&name, round, false)
+                        .await?
+                }
+                Contender::UnindexedDeleting => {
+                    opened(&variants)?
+                        .unindexed_cycles(&name, round, true)
+                        .await?
+                }
+                Contender::PeerCommands => {
+                    opened(&variants)?
+                        .peer_command_cycles(&name, round, false)
+                        .await?
+                }
+                Contender::PeerCommandsWithToken => {
+                    opened(&variants)?
+                        .peer_command_cycles(&name, round, true)
+                        .await?
+                }
+                Contender::EtcdLockRpc => {
+                    let service = lock_service.as_ref().ok_or("no etcd lock service")?;
+                    service.cycles(&name, round).await?
+                }
+                Contender::Etcdctl => {
+                    let etcdctl = etcdctl.as_ref().ok_or("no etcdctl")?;
+                    etcdctl.cycles(&name, round).await?
+                }
+                Contender::PgAdvisoryLock => {
+                    let connection = advisory.as_mut().ok_or("no sqlx connection")?;
+                    pg_peer::cycles(connection, &name, round).await?
+                }
+                Contender::RedisRawPair => {
+                    let server = redis.ok_or("the raw pair needs a Redis target")?;
+                    server.raw_cycles(&name, round).await?
+                }
+                Contender::Rslock => {
+                    let manager = rslock.as_ref().ok_or("no rslock manager")?;
+                    redis_peers::rslock_cycles(manager, &name, round).await?
+                }
+                Contender::Redlock => {
+                    redis_peers::redlock_cycles(&target.url, &name, round).await?
+                }
+            };
+            let elapsed = started.elapsed();
+            if let (Some(before), Some(after)) = (cpu_before, target.server_cpu().await) {
+                *side.server_cpu.get_or_insert(Duration::ZERO) += after.saturating_sub(before);
+            }
+            side.cycles += cycles;
+            side.elapsed += elapsed;
+            side.rounds
+                .push(cycles as f64 / elapsed.as_secs_f64().max(f64::EPSILON));
+            if let Some(before) = before
+                && let Some(after) = target.counts().await?
+            {
+                side.commands
+                    .get_or_insert_with(Counts::default)
+                    .add(&target.counted_between(&before, &after));
+            }
+            if let (Some(before), Some(after)) = (ops_before, target.server_ops().await) {
+                side.server_ops
+                    .get_or_insert_with(Counts::default)
+                    .add(&after.since(&before));
+            }
+        }
+    }
+    if let Some(service) = lock_service {
+        service.close().await;
+    }
+    if !counted {
+        // Close every connection of the rounds, so that the server
+        // publishes their counts now, not in a later run's window.
+        drop((client, backend));
+        if let Some(connection) = advisory {
+            let _ = sqlx::Connection::close(connection).await;
+        }
+        tokio::time::sleep(PUBLISHED_AFTER_CLOSE).await;
+    }
+    Ok(Uncontended { sides, quiet: None })
+}
+
+/// The backend the uncontended rounds take the lock through: the target's
+/// own, or, where the server publishes its counts only once a connection
+/// closes (PostgreSQL), one opened for the rounds and closed after them.
+async fn rounds_backend(target: &Target) -> Outcome<Arc<dyn Backend>> {
+    if !target.counts_published_late() {
+        return Ok(target.backend.clone());
+    }
+    distlock::open(&target.url)
+        .await
+        .map_err(|e| format!("{}: {e}", target.shown))
+}
+
+fn opened(variants: &Option<MongoVariants>) -> Outcome<&MongoVariants> {
+    variants
+        .as_ref()
+        .ok_or_else(|| "the MongoDB variants need a MongoDB target".to_owned())
+}
