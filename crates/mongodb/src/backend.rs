@@ -6,32 +6,29 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use distlock_core::{
     AcquireRequest, Attempt, Backend, Capabilities, Claim, DelayedRelease, Error, GrantState,
-    HandOver, HandOvers, Lease, LockInfo, LockName, ReleaseHub, ReleaseWatch, Result, ServerInfo,
-    TermLog, WaitState, Wakeups,
+    HandOver, HandOvers, Holder, Lease, LockInfo, LockName, ReleaseHub, ReleaseWatch, Result,
+    ServerInfo, Term, TermLog, WaitState, Wakeups,
 };
 use futures::TryStreamExt;
 use mongodb::bson::{Document, doc};
 use mongodb::options::ReturnDocument;
-use mongodb::{Client, Collection, Database, Namespace};
+use mongodb::{Client, Collection, Namespace};
 
-use crate::builder::{Connection, MongoBackendBuilder};
 use crate::clock::ServerClock;
-use crate::document::{self, HOLDERS, LOCK_ID, lock_id};
+use crate::config::MongoConfig;
+use crate::document::{self, HOLDERS, LOCK_ID, PASSED_TO, lock_id};
 use crate::error::{driver, is_duplicate_key};
-use crate::fair::{self, PASSED_TO, PlaceId, Places, passed_to_us};
+use crate::fair::{self, PlaceId, Places, passed_to_us};
 use crate::reply::{self, Verdict, no_token};
-use crate::terms::TERMS;
+use crate::terms::{self, TERMS};
 use crate::waiting::{self, WriterMark};
-use crate::watch::{self, Watcher};
-use crate::{bulk, deployment, exclusive, holders, listing};
-
-// Entity locks share the bulk extension's bookkeeping.
-pub(crate) use crate::bulk::{copy_error, settle};
+use crate::watch::{self, Subject, Watcher};
+use crate::{bulk, deployment, exclusive, holders, listing, setup, ttl};
 
 /// Locks kept as documents in one MongoDB collection, judged by the
 /// server's clock.
 ///
-/// Build one with [`MongoBackend::builder`]; see the [crate
+/// Open one with [`MongoBackend::open`] or [`MongoBackend::connect`]; see the [crate
 /// documentation](crate) for the document shape and the guarantees.
 ///
 /// Dropping the backend stops its release watcher.
@@ -62,97 +59,93 @@ impl fmt::Debug for MongoBackend {
 }
 
 impl MongoBackend {
-    /// A builder for a backend reached through `connection`: a
-    /// `mongodb://` or `mongodb+srv://` URL, a [`Client`] or a
-    /// [`Database`].
-    ///
-    /// ```no_run
-    /// # async fn run() -> distlock_core::Result<()> {
-    /// use distlock_mongodb::MongoBackend;
-    ///
-    /// let backend = MongoBackend::builder("mongodb://db1,db2,db3/?replicaSet=rs0")
-    ///     .database("app")
-    ///     .collection("locks")
-    ///     .build()
-    ///     .await?;
-    /// # Ok(()) }
-    /// ```
-    pub fn builder(connection: impl Into<Connection>) -> MongoBackendBuilder {
-        MongoBackendBuilder::new(connection.into())
-    }
-
-    /// A builder for a backend in `database`, using its client as it is.
-    pub fn from_database(database: Database) -> MongoBackendBuilder {
-        Self::builder(database)
-    }
-
-    /// A builder for a backend in `client`'s database `database`.
-    pub fn from_client(client: Client, database: impl Into<String>) -> MongoBackendBuilder {
-        Self::builder(client).database(database)
-    }
-
-    /// Opens the backend at a distlock URL (see
-    /// [`from_url`](Self::from_url)) with every other setting at its
-    /// default: the one-line form of `from_url(url)?.build().await`.
+    /// Opens the backend at a distlock URL (see [`MongoConfig::parse`])
+    /// with every other setting at its default: the one-line form of
+    /// `connect(MongoConfig::parse(url)?)`.
     ///
     /// # Errors
-    /// As [`from_url`](Self::from_url) and [`MongoBackendBuilder::build`].
+    /// As [`MongoConfig::parse`] and [`connect`](Self::connect).
     ///
     /// # Cancel safety
     /// Cancel safe: dropping the future drops the connection being made.
     pub async fn open(url: &str) -> Result<Self> {
-        Self::from_url(url)?.build().await
+        Self::connect(MongoConfig::parse(url)?).await
     }
 
-    /// A builder from a distlock URL: a MongoDB connection string whose path
-    /// names the database (default `distlock`), whose distlock-only
-    /// `collection` option names the collection (default
-    /// `distributed_locks`) and whose `fair=true` turns fair mode on (see
-    /// [`MongoBackendBuilder::fair`]); every other option goes to the
-    /// driver.
+    /// Opens the backend in `client`'s database `database`, with every
+    /// other setting at its default; the client's own options are used as
+    /// they are.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`](distlock_core::Error::InvalidConfig) when the
-    /// `collection` or `fair` option is malformed.
-    pub fn from_url(url: &str) -> Result<MongoBackendBuilder> {
-        let (driver_url, options) = crate::url_options::split_options(url)?;
-        let mut builder = Self::builder(driver_url);
-        if let Some(collection) = options.collection {
-            builder = builder.collection(collection);
-        }
-        if let Some(fair) = options.fair {
-            builder = builder.fair(fair);
-        }
-        Ok(builder)
+    /// As [`connect`](Self::connect).
+    ///
+    /// # Cancel safety
+    /// As [`connect`](Self::connect).
+    pub async fn from_client(client: Client, database: impl Into<String>) -> Result<Self> {
+        Self::connect(MongoConfig::new(client).database(database)).await
     }
 
-    pub(crate) fn new(
-        collection: Collection<Document>,
-        hub: ReleaseHub,
-        watcher: Option<Watcher>,
-        clock: ServerClock,
-        operation_timeout: Duration,
-        places: Option<Places>,
-    ) -> Self {
-        Self {
+    /// Connects as `config` says, checks that the server answers, creates
+    /// the TTL index and starts the release watcher.
+    ///
+    /// ```no_run
+    /// # async fn run() -> distlock_core::Result<()> {
+    /// use distlock_mongodb::{MongoBackend, MongoConfig};
+    ///
+    /// let config = MongoConfig::parse("mongodb://db1,db2,db3/?replicaSet=rs0")?
+    ///     .database("app")
+    ///     .collection("locks");
+    /// let backend = MongoBackend::connect(config).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for a malformed URL or name or a zero
+    /// timeout; a backend error when the server cannot be reached within
+    /// the connect timeout. Errors never show the URL's password. A failure
+    /// to create the TTL index is logged, not returned.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: nothing is held until the backend is returned.
+    pub async fn connect(config: MongoConfig) -> Result<Self> {
+        let (collection, clock) = setup::lock_collection(&config).await?;
+        if config.ttl_index {
+            ttl::create(&collection, config.operation_timeout, config.fair).await;
+        }
+        let hub = ReleaseHub::new();
+        let places = config.fair.then(Places::new);
+        let watcher = if config.release_wakeups
+            && watch::change_streams_work(&collection, config.operation_timeout).await
+        {
+            let subject = match &places {
+                Some(places) => Subject::FairLocks(places.clone()),
+                None => Subject::Locks,
+            };
+            Some(Watcher::start(collection.clone(), hub.clone(), subject))
+        } else {
+            None
+        };
+        tracing::debug!(
+            database = collection.namespace().db,
+            collection = collection.name(),
+            release_wakeups = watcher.is_some(),
+            fair = config.fair,
+            "MongoDB lock backend ready"
+        );
+        Ok(Self {
             namespace: collection.namespace(),
             collection,
             hub,
             watcher,
             clock,
-            operation_timeout,
+            operation_timeout: config.operation_timeout,
             places,
-        }
+        })
     }
 
     /// The lock collection, for inspection and administration.
     pub fn collection(&self) -> &Collection<Document> {
         &self.collection
-    }
-
-    /// The server-side bound of the backend's own reads.
-    pub(crate) fn operation_timeout(&self) -> Duration {
-        self.operation_timeout
     }
 
     /// How the document of `name` is named in errors.
@@ -723,6 +716,33 @@ impl HandOvers for MongoBackend {
             confirmed_at: None,
             state: GrantState::none(),
         })
+    }
+}
+
+#[async_trait]
+impl TermLog for MongoBackend {
+    /// One `find` of the lock document, reading only its record.
+    ///
+    /// # Errors
+    /// A backend error when the read fails; [`Error::InvalidData`] when the
+    /// record was edited into another shape.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    async fn terms_after(&self, name: &LockName, after: u64) -> Result<Vec<Term>> {
+        terms::read_after(&self.collection, name, after, self.operation_timeout).await
+    }
+
+    /// One update of the lock document, after one `find` of its token
+    /// when the grant's answer never came.
+    ///
+    /// # Errors
+    /// A backend error when a read or the write fails.
+    ///
+    /// # Cancel safety
+    /// The update is one write: done or not.
+    async fn withdraw(&self, lease: &Lease, holder: &Holder) -> Result<()> {
+        terms::withdraw(&self.collection, lease, holder).await
     }
 }
 
