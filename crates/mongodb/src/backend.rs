@@ -9,7 +9,6 @@ use distlock_core::{
     HandOver, HandOvers, Holder, Lease, LockInfo, LockName, ReleaseHub, ReleaseWatch, Result,
     ServerInfo, Term, TermLog, WaitState, Wakeups,
 };
-use futures::TryStreamExt;
 use mongodb::bson::{Document, doc};
 use mongodb::options::ReturnDocument;
 use mongodb::{Client, Collection, Namespace};
@@ -204,11 +203,11 @@ impl MongoBackend {
             .await;
         let received = Instant::now();
         match outcome {
-            Ok(Some(found)) => Ok(Sent::Reply {
+            Ok(Some(found)) => Ok(Sent::Answered(Answer {
                 found,
                 sent,
                 received,
-            }),
+            })),
             // MongoDB always returns the document of an upsert asked for the
             // new document; a server that does not (see docs/mongodb.md)
             // leaves the outcome to be read back.
@@ -225,14 +224,12 @@ impl MongoBackend {
         }
     }
 
-    /// The attempt `verdict` stands for; a reply sent at `sent` and
-    /// received at `received`.
+    /// The attempt `verdict`, read from `answer`, stands for.
     fn settle_attempt(
         &self,
         request: &AcquireRequest,
         verdict: Verdict,
-        sent: Instant,
-        received: Instant,
+        answer: &Answer,
     ) -> Result<Attempt> {
         match verdict {
             Verdict::Granted {
@@ -240,7 +237,8 @@ impl MongoBackend {
                 acquired_at,
             } => {
                 if let Some(acquired_at) = acquired_at {
-                    self.clock.observe(acquired_at, sent, received);
+                    self.clock
+                        .observe(acquired_at, answer.sent, answer.received);
                 }
                 Ok(Attempt::Acquired {
                     fencing_token,
@@ -278,12 +276,8 @@ impl MongoBackend {
                 doc! { HOLDERS: 0, TERMS: 0 },
             )
             .await?;
-        let (found, sent, received) = match reply {
-            Sent::Reply {
-                found,
-                sent,
-                received,
-            } => (found, sent, received),
+        let answer = match reply {
+            Sent::Answered(answer) => answer,
             Sent::Settled(attempt) => {
                 if matches!(attempt, Attempt::Acquired { .. }) {
                     wait.take::<WriterMark>();
@@ -291,13 +285,13 @@ impl MongoBackend {
                 return Ok(attempt);
             }
         };
-        let marked = mark.as_ref().is_some_and(|mark| mark.is_in(&found));
+        let marked = mark.as_ref().is_some_and(|mark| mark.is_in(&answer.found));
         if !marked {
             // The grant took our mark away, or none was stored.
             wait.take::<WriterMark>();
         }
-        let verdict = reply::exclusive(request, &found, &self.namespace)?;
-        let attempt = self.settle_attempt(request, verdict, sent, received)?;
+        let verdict = reply::exclusive(request, &answer.found, &self.namespace)?;
+        let attempt = self.settle_attempt(request, verdict, &answer)?;
         Ok(match attempt {
             // The mark lasts a lease from this attempt: try again well
             // within it, so that it does not lapse while we wait.
@@ -345,12 +339,8 @@ impl MongoBackend {
                 doc! { HOLDERS: 0, TERMS: 0 },
             )
             .await?;
-        let (found, sent, received) = match reply {
-            Sent::Reply {
-                found,
-                sent,
-                received,
-            } => (found, sent, received),
+        let answer = match reply {
+            Sent::Answered(answer) => answer,
             Sent::Settled(attempt) => {
                 if let (Some(place), Attempt::Acquired { .. }) = (&place, &attempt) {
                     wait.take::<PlaceId>();
@@ -359,13 +349,13 @@ impl MongoBackend {
                 return Ok(attempt);
             }
         };
-        let verdict = reply::exclusive(request, &found, &self.namespace)?;
-        let attempt = self.settle_attempt(request, verdict, sent, received)?;
+        let verdict = reply::exclusive(request, &answer.found, &self.namespace)?;
+        let attempt = self.settle_attempt(request, verdict, &answer)?;
         let Some(place) = place else {
             return Ok(attempt);
         };
         Ok(match attempt {
-            Attempt::Held { retry_after } if place.is_in(&found) => {
+            Attempt::Held { retry_after } if place.is_in(&answer.found) => {
                 // The place lasts a lease from this attempt: renew it well
                 // within, and ask at the holder's end, when the lock may be
                 // passed on.
@@ -447,13 +437,9 @@ impl MongoBackend {
             )
             .await?;
         match reply {
-            Sent::Reply {
-                found,
-                sent,
-                received,
-            } => {
-                let verdict = reply::entry(request, &found, &self.namespace)?;
-                self.settle_attempt(request, verdict, sent, received)
+            Sent::Answered(answer) => {
+                let verdict = reply::entry(request, &answer.found, &self.namespace)?;
+                self.settle_attempt(request, verdict, &answer)
             }
             Sent::Settled(attempt) => Ok(attempt),
         }
@@ -462,15 +448,18 @@ impl MongoBackend {
 
 /// What an acquire command brought back.
 enum Sent {
-    /// The document as the command left it, and when the command was sent
-    /// and answered.
-    Reply {
-        found: Document,
-        sent: Instant,
-        received: Instant,
-    },
+    /// The server's answer.
+    Answered(Answer),
     /// An attempt settled without a reply document.
     Settled(Attempt),
+}
+
+/// The document as an acquire command left it, and when the command was
+/// sent and answered.
+struct Answer {
+    found: Document,
+    sent: Instant,
+    received: Instant,
 }
 
 #[async_trait]
@@ -627,15 +616,11 @@ impl Backend for MongoBackend {
     }
 
     async fn list(&self) -> Result<Vec<LockInfo>> {
-        let found: Vec<Document> = self
+        let rows = self
             .collection
             .aggregate(listing::pipeline())
-            .max_time(self.operation_timeout)
-            .await
-            .map_err(|error| driver("listing locks", error))?
-            .try_collect()
-            .await
-            .map_err(|error| driver("listing locks", error))?;
+            .max_time(self.operation_timeout);
+        let found = bulk::read_all(rows, "listing locks").await?;
         let mut locks = found
             .iter()
             .filter_map(|row| listing::read(row, &self.namespace).transpose())
