@@ -5,10 +5,10 @@ use std::sync::Arc;
 
 use distlock::backend::Backend;
 use distlock::memcached::MemcachedBackend;
-use distlock::mongodb::MongoBackend;
 use distlock::mongodb::mongodb::bson::{Document, doc};
 use distlock::mongodb::mongodb::options::ClientOptions;
 use distlock::mongodb::mongodb::{Client, Database};
+use distlock::mongodb::{MongoBackend, MongoConfig};
 
 use crate::commands::{Counts, MongoMonitor, memcached_counts, mongo_opcounters};
 use crate::etcd_metrics::EtcdMetrics;
@@ -71,12 +71,10 @@ impl Target {
             let (monitor, database, collection) = mongo_client(url).await.map_err(|e| fail(&e))?;
             let collection =
                 collection.unwrap_or_else(|| distlock::mongodb::DEFAULT_COLLECTION.to_owned());
-            let backend = MongoBackend::from_database(database.clone())
+            let config = MongoConfig::new(database.clone())
                 .collection(collection.clone())
-                .fair(is_fair_mongo_url(url))
-                .build()
-                .await
-                .map_err(|e| fail(&e))?;
+                .fair(is_fair_mongo_url(url));
+            let backend = MongoBackend::connect(config).await.map_err(|e| fail(&e))?;
             let server = Server::Mongo {
                 monitor,
                 database,

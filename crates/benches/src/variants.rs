@@ -10,10 +10,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use distlock::backend::{Backend, LeaseId};
-use distlock::mongodb::MongoBackend;
 use distlock::mongodb::mongodb::Collection;
 use distlock::mongodb::mongodb::bson::{Bson, DateTime, Document, doc};
 use distlock::mongodb::mongodb::options::{Acknowledgment, ReturnDocument, WriteConcern};
+use distlock::mongodb::{MongoBackend, MongoConfig};
 use distlock::{LockName, LockOptions};
 
 use crate::cycles::{backend_cycles, cycles_with};
@@ -43,17 +43,17 @@ impl MongoVariants {
         else {
             return Ok(None);
         };
-        let write_one = MongoBackend::from_database(database.clone())
+        let write_one = MongoConfig::new(database.clone())
             .collection(collection.clone())
-            .write_concern(WriteConcern::builder().w(Acknowledgment::Nodes(1)).build())
-            .build()
+            .write_concern(WriteConcern::builder().w(Acknowledgment::Nodes(1)).build());
+        let write_one = MongoBackend::connect(write_one)
             .await
             .map_err(|e| format!("the w: 1 variant: {e}"))?;
         let unindexed_name = format!("{collection}_without_ttl_index");
-        let unindexed = MongoBackend::from_database(database.clone())
+        let unindexed = MongoConfig::new(database.clone())
             .collection(unindexed_name.clone())
-            .ttl_index(false)
-            .build()
+            .ttl_index(false);
+        let unindexed = MongoBackend::connect(unindexed)
             .await
             .map_err(|e| format!("the variant without a TTL index: {e}"))?;
         Ok(Some(Self {

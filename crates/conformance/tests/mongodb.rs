@@ -47,9 +47,7 @@ impl Mongo {
 impl Fixture for Mongo {
     async fn backend(&self) -> Arc<dyn Backend> {
         Arc::new(
-            MongoBackend::from_url(&self.url)
-                .expect("a valid URL")
-                .build()
+            MongoBackend::open(&self.url)
                 .await
                 .expect("the test server answers"),
         )

@@ -76,9 +76,7 @@ impl Fixture for FairMongo {
 
 impl FairMongo {
     async fn open(&self) -> MongoBackend {
-        MongoBackend::from_url(&self.url)
-            .expect("a valid URL")
-            .build()
+        MongoBackend::open(&self.url)
             .await
             .expect("the test server answers")
     }

@@ -26,9 +26,9 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use distlock_core::{LockClient, LockName, LockOptions};
-use distlock_mongodb::MongoBackend;
 use distlock_mongodb::mongodb::Collection;
 use distlock_mongodb::mongodb::bson::{Document, doc};
+use distlock_mongodb::{MongoBackend, MongoConfig};
 use serde::{Deserialize, Serialize};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -111,11 +111,8 @@ struct Updated {
 }
 
 async fn serve(url: &str, port: u16) -> Result<(), BoxError> {
-    let backend = MongoBackend::builder(url)
-        .database(DATABASE)
-        .collection("locks")
-        .build()
-        .await?;
+    let backend =
+        MongoBackend::connect(MongoConfig::new(url).database(DATABASE).collection("locks")).await?;
     let client = distlock_mongodb::mongodb::Client::with_uri_str(url).await?;
     let service = Arc::new(Service {
         instance: format!("instance-{port}"),

@@ -6,32 +6,28 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use distlock_core::{
     AcquireRequest, Attempt, Backend, Capabilities, Claim, DelayedRelease, Error, GrantState,
-    HandOver, HandOvers, Lease, LockInfo, LockName, ReleaseHub, ReleaseWatch, Result, ServerInfo,
-    TermLog, WaitState, Wakeups,
+    HandOver, HandOvers, Holder, Lease, LockInfo, LockName, ReleaseHub, ReleaseWatch, Result,
+    ServerInfo, Term, TermLog, WaitState, Wakeups,
 };
-use futures::TryStreamExt;
 use mongodb::bson::{Document, doc};
 use mongodb::options::ReturnDocument;
-use mongodb::{Client, Collection, Database, Namespace};
+use mongodb::{Client, Collection, Namespace};
 
-use crate::builder::{Connection, MongoBackendBuilder};
 use crate::clock::ServerClock;
-use crate::document::{self, HOLDERS, LOCK_ID, lock_id};
+use crate::config::MongoConfig;
+use crate::document::{self, HOLDERS, LOCK_ID, PASSED_TO, lock_id};
 use crate::error::{driver, is_duplicate_key};
-use crate::fair::{self, PASSED_TO, PlaceId, Places, passed_to_us};
+use crate::fair::{self, PlaceId, Places, passed_to_us};
 use crate::reply::{self, Verdict, no_token};
-use crate::terms::TERMS;
+use crate::terms::{self, TERMS};
 use crate::waiting::{self, WriterMark};
-use crate::watch::{self, Watcher};
-use crate::{bulk, deployment, exclusive, holders, listing};
-
-// Entity locks share the bulk extension's bookkeeping.
-pub(crate) use crate::bulk::{copy_error, settle};
+use crate::watch::{self, Subject, Watcher};
+use crate::{bulk, deployment, exclusive, holders, listing, setup, ttl};
 
 /// Locks kept as documents in one MongoDB collection, judged by the
 /// server's clock.
 ///
-/// Build one with [`MongoBackend::builder`]; see the [crate
+/// Open one with [`MongoBackend::open`] or [`MongoBackend::connect`]; see the [crate
 /// documentation](crate) for the document shape and the guarantees.
 ///
 /// Dropping the backend stops its release watcher.
@@ -62,97 +58,93 @@ impl fmt::Debug for MongoBackend {
 }
 
 impl MongoBackend {
-    /// A builder for a backend reached through `connection`: a
-    /// `mongodb://` or `mongodb+srv://` URL, a [`Client`] or a
-    /// [`Database`].
-    ///
-    /// ```no_run
-    /// # async fn run() -> distlock_core::Result<()> {
-    /// use distlock_mongodb::MongoBackend;
-    ///
-    /// let backend = MongoBackend::builder("mongodb://db1,db2,db3/?replicaSet=rs0")
-    ///     .database("app")
-    ///     .collection("locks")
-    ///     .build()
-    ///     .await?;
-    /// # Ok(()) }
-    /// ```
-    pub fn builder(connection: impl Into<Connection>) -> MongoBackendBuilder {
-        MongoBackendBuilder::new(connection.into())
-    }
-
-    /// A builder for a backend in `database`, using its client as it is.
-    pub fn from_database(database: Database) -> MongoBackendBuilder {
-        Self::builder(database)
-    }
-
-    /// A builder for a backend in `client`'s database `database`.
-    pub fn from_client(client: Client, database: impl Into<String>) -> MongoBackendBuilder {
-        Self::builder(client).database(database)
-    }
-
-    /// Opens the backend at a distlock URL (see
-    /// [`from_url`](Self::from_url)) with every other setting at its
-    /// default: the one-line form of `from_url(url)?.build().await`.
+    /// Opens the backend at a distlock URL (see [`MongoConfig::parse`])
+    /// with every other setting at its default: the one-line form of
+    /// `connect(MongoConfig::parse(url)?)`.
     ///
     /// # Errors
-    /// As [`from_url`](Self::from_url) and [`MongoBackendBuilder::build`].
+    /// As [`MongoConfig::parse`] and [`connect`](Self::connect).
     ///
     /// # Cancel safety
     /// Cancel safe: dropping the future drops the connection being made.
     pub async fn open(url: &str) -> Result<Self> {
-        Self::from_url(url)?.build().await
+        Self::connect(MongoConfig::parse(url)?).await
     }
 
-    /// A builder from a distlock URL: a MongoDB connection string whose path
-    /// names the database (default `distlock`), whose distlock-only
-    /// `collection` option names the collection (default
-    /// `distributed_locks`) and whose `fair=true` turns fair mode on (see
-    /// [`MongoBackendBuilder::fair`]); every other option goes to the
-    /// driver.
+    /// Opens the backend in `client`'s database `database`, with every
+    /// other setting at its default; the client's own options are used as
+    /// they are.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`](distlock_core::Error::InvalidConfig) when the
-    /// `collection` or `fair` option is malformed.
-    pub fn from_url(url: &str) -> Result<MongoBackendBuilder> {
-        let (driver_url, options) = crate::url_options::split_options(url)?;
-        let mut builder = Self::builder(driver_url);
-        if let Some(collection) = options.collection {
-            builder = builder.collection(collection);
-        }
-        if let Some(fair) = options.fair {
-            builder = builder.fair(fair);
-        }
-        Ok(builder)
+    /// As [`connect`](Self::connect).
+    ///
+    /// # Cancel safety
+    /// As [`connect`](Self::connect).
+    pub async fn from_client(client: Client, database: impl Into<String>) -> Result<Self> {
+        Self::connect(MongoConfig::new(client).database(database)).await
     }
 
-    pub(crate) fn new(
-        collection: Collection<Document>,
-        hub: ReleaseHub,
-        watcher: Option<Watcher>,
-        clock: ServerClock,
-        operation_timeout: Duration,
-        places: Option<Places>,
-    ) -> Self {
-        Self {
+    /// Connects as `config` says, checks that the server answers, creates
+    /// the TTL index and starts the release watcher.
+    ///
+    /// ```no_run
+    /// # async fn run() -> distlock_core::Result<()> {
+    /// use distlock_mongodb::{MongoBackend, MongoConfig};
+    ///
+    /// let config = MongoConfig::parse("mongodb://db1,db2,db3/?replicaSet=rs0")?
+    ///     .database("app")
+    ///     .collection("locks");
+    /// let backend = MongoBackend::connect(config).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for a malformed URL or name or a zero
+    /// timeout; a backend error when the server cannot be reached within
+    /// the connect timeout. Errors never show the URL's password. A failure
+    /// to create the TTL index is logged, not returned.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: nothing is held until the backend is returned.
+    pub async fn connect(config: MongoConfig) -> Result<Self> {
+        let (collection, clock) = setup::lock_collection(&config).await?;
+        if config.ttl_index {
+            ttl::create(&collection, config.operation_timeout, config.fair).await;
+        }
+        let hub = ReleaseHub::new();
+        let places = config.fair.then(Places::new);
+        let watcher = if config.release_wakeups
+            && watch::change_streams_work(&collection, config.operation_timeout).await
+        {
+            let subject = match &places {
+                Some(places) => Subject::FairLocks(places.clone()),
+                None => Subject::Locks,
+            };
+            Some(Watcher::start(collection.clone(), hub.clone(), subject))
+        } else {
+            None
+        };
+        tracing::debug!(
+            database = collection.namespace().db,
+            collection = collection.name(),
+            release_wakeups = watcher.is_some(),
+            fair = config.fair,
+            "MongoDB lock backend ready"
+        );
+        Ok(Self {
             namespace: collection.namespace(),
             collection,
             hub,
             watcher,
             clock,
-            operation_timeout,
+            operation_timeout: config.operation_timeout,
             places,
-        }
+        })
     }
 
     /// The lock collection, for inspection and administration.
     pub fn collection(&self) -> &Collection<Document> {
         &self.collection
-    }
-
-    /// The server-side bound of the backend's own reads.
-    pub(crate) fn operation_timeout(&self) -> Duration {
-        self.operation_timeout
     }
 
     /// How the document of `name` is named in errors.
@@ -211,11 +203,11 @@ impl MongoBackend {
             .await;
         let received = Instant::now();
         match outcome {
-            Ok(Some(found)) => Ok(Sent::Reply {
+            Ok(Some(found)) => Ok(Sent::Answered(Answer {
                 found,
                 sent,
                 received,
-            }),
+            })),
             // MongoDB always returns the document of an upsert asked for the
             // new document; a server that does not (see docs/mongodb.md)
             // leaves the outcome to be read back.
@@ -232,14 +224,12 @@ impl MongoBackend {
         }
     }
 
-    /// The attempt `verdict` stands for; a reply sent at `sent` and
-    /// received at `received`.
+    /// The attempt `verdict`, read from `answer`, stands for.
     fn settle_attempt(
         &self,
         request: &AcquireRequest,
         verdict: Verdict,
-        sent: Instant,
-        received: Instant,
+        answer: &Answer,
     ) -> Result<Attempt> {
         match verdict {
             Verdict::Granted {
@@ -247,7 +237,8 @@ impl MongoBackend {
                 acquired_at,
             } => {
                 if let Some(acquired_at) = acquired_at {
-                    self.clock.observe(acquired_at, sent, received);
+                    self.clock
+                        .observe(acquired_at, answer.sent, answer.received);
                 }
                 Ok(Attempt::Acquired {
                     fencing_token,
@@ -285,12 +276,8 @@ impl MongoBackend {
                 doc! { HOLDERS: 0, TERMS: 0 },
             )
             .await?;
-        let (found, sent, received) = match reply {
-            Sent::Reply {
-                found,
-                sent,
-                received,
-            } => (found, sent, received),
+        let answer = match reply {
+            Sent::Answered(answer) => answer,
             Sent::Settled(attempt) => {
                 if matches!(attempt, Attempt::Acquired { .. }) {
                     wait.take::<WriterMark>();
@@ -298,13 +285,13 @@ impl MongoBackend {
                 return Ok(attempt);
             }
         };
-        let marked = mark.as_ref().is_some_and(|mark| mark.is_in(&found));
+        let marked = mark.as_ref().is_some_and(|mark| mark.is_in(&answer.found));
         if !marked {
             // The grant took our mark away, or none was stored.
             wait.take::<WriterMark>();
         }
-        let verdict = reply::exclusive(request, &found, &self.namespace)?;
-        let attempt = self.settle_attempt(request, verdict, sent, received)?;
+        let verdict = reply::exclusive(request, &answer.found, &self.namespace)?;
+        let attempt = self.settle_attempt(request, verdict, &answer)?;
         Ok(match attempt {
             // The mark lasts a lease from this attempt: try again well
             // within it, so that it does not lapse while we wait.
@@ -352,12 +339,8 @@ impl MongoBackend {
                 doc! { HOLDERS: 0, TERMS: 0 },
             )
             .await?;
-        let (found, sent, received) = match reply {
-            Sent::Reply {
-                found,
-                sent,
-                received,
-            } => (found, sent, received),
+        let answer = match reply {
+            Sent::Answered(answer) => answer,
             Sent::Settled(attempt) => {
                 if let (Some(place), Attempt::Acquired { .. }) = (&place, &attempt) {
                     wait.take::<PlaceId>();
@@ -366,13 +349,13 @@ impl MongoBackend {
                 return Ok(attempt);
             }
         };
-        let verdict = reply::exclusive(request, &found, &self.namespace)?;
-        let attempt = self.settle_attempt(request, verdict, sent, received)?;
+        let verdict = reply::exclusive(request, &answer.found, &self.namespace)?;
+        let attempt = self.settle_attempt(request, verdict, &answer)?;
         let Some(place) = place else {
             return Ok(attempt);
         };
         Ok(match attempt {
-            Attempt::Held { retry_after } if place.is_in(&found) => {
+            Attempt::Held { retry_after } if place.is_in(&answer.found) => {
                 // The place lasts a lease from this attempt: renew it well
                 // within, and ask at the holder's end, when the lock may be
                 // passed on.
@@ -454,13 +437,9 @@ impl MongoBackend {
             )
             .await?;
         match reply {
-            Sent::Reply {
-                found,
-                sent,
-                received,
-            } => {
-                let verdict = reply::entry(request, &found, &self.namespace)?;
-                self.settle_attempt(request, verdict, sent, received)
+            Sent::Answered(answer) => {
+                let verdict = reply::entry(request, &answer.found, &self.namespace)?;
+                self.settle_attempt(request, verdict, &answer)
             }
             Sent::Settled(attempt) => Ok(attempt),
         }
@@ -469,15 +448,18 @@ impl MongoBackend {
 
 /// What an acquire command brought back.
 enum Sent {
-    /// The document as the command left it, and when the command was sent
-    /// and answered.
-    Reply {
-        found: Document,
-        sent: Instant,
-        received: Instant,
-    },
+    /// The server's answer.
+    Answered(Answer),
     /// An attempt settled without a reply document.
     Settled(Attempt),
+}
+
+/// The document as an acquire command left it, and when the command was
+/// sent and answered.
+struct Answer {
+    found: Document,
+    sent: Instant,
+    received: Instant,
 }
 
 #[async_trait]
@@ -634,15 +616,11 @@ impl Backend for MongoBackend {
     }
 
     async fn list(&self) -> Result<Vec<LockInfo>> {
-        let found: Vec<Document> = self
+        let rows = self
             .collection
             .aggregate(listing::pipeline())
-            .max_time(self.operation_timeout)
-            .await
-            .map_err(|error| driver("listing locks", error))?
-            .try_collect()
-            .await
-            .map_err(|error| driver("listing locks", error))?;
+            .max_time(self.operation_timeout);
+        let found = bulk::read_all(rows, "listing locks").await?;
         let mut locks = found
             .iter()
             .filter_map(|row| listing::read(row, &self.namespace).transpose())
@@ -723,6 +701,33 @@ impl HandOvers for MongoBackend {
             confirmed_at: None,
             state: GrantState::none(),
         })
+    }
+}
+
+#[async_trait]
+impl TermLog for MongoBackend {
+    /// One `find` of the lock document, reading only its record.
+    ///
+    /// # Errors
+    /// A backend error when the read fails; [`Error::InvalidData`] when the
+    /// record was edited into another shape.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    async fn terms_after(&self, name: &LockName, after: u64) -> Result<Vec<Term>> {
+        terms::read_after(&self.collection, name, after, self.operation_timeout).await
+    }
+
+    /// One update of the lock document, after one `find` of its token
+    /// when the grant's answer never came.
+    ///
+    /// # Errors
+    /// A backend error when a read or the write fails.
+    ///
+    /// # Cancel safety
+    /// The update is one write: done or not.
+    async fn withdraw(&self, lease: &Lease, holder: &Holder) -> Result<()> {
+        terms::withdraw(&self.collection, lease, holder).await
     }
 }
 

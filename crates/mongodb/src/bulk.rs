@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use distlock_core::{Claim, Error, Lease, LockName, Result};
 use futures::{StreamExt, TryStreamExt};
-use mongodb::Collection;
 use mongodb::bson::{Document, doc};
+use mongodb::{Collection, Cursor};
 
 use crate::document::{self, ID, LOCK_ID, lock_id};
 use crate::error::{BACKEND, driver};
@@ -135,15 +135,12 @@ async fn extend_grants(
     // Some were not ours any more. A lease that is ours and unexpired now
     // was so when the update ran (nobody else extends it), so it was
     // extended; the others are lost.
-    let live: HashSet<String> = collection
+    let found = collection
         .find(filter())
         .projection(doc! { ID: 0, LOCK_ID: 1 })
-        .max_time(timeout)
-        .await
-        .map_err(|error| driver("checking extended leases", error))?
-        .try_collect::<Vec<Document>>()
-        .await
-        .map_err(|error| driver("checking extended leases", error))?
+        .max_time(timeout);
+    let live: HashSet<String> = read_all(found, "checking extended leases")
+        .await?
         .into_iter()
         .filter_map(|found| found.get_str(LOCK_ID).ok().map(str::to_owned))
         .collect();
@@ -151,6 +148,19 @@ async fn extend_grants(
         .iter()
         .map(|lease| live.contains(&lock_id(lease.id)))
         .collect())
+}
+
+/// Every document `query` finds; `what` names the read in errors.
+pub(crate) async fn read_all(
+    query: impl IntoFuture<Output = mongodb::error::Result<Cursor<Document>>>,
+    what: &str,
+) -> Result<Vec<Document>> {
+    query
+        .await
+        .map_err(|error| driver(what, error))?
+        .try_collect()
+        .await
+        .map_err(|error| driver(what, error))
 }
 
 /// Extends readers' and permits' entries, all with the same lease period.
@@ -183,14 +193,11 @@ async fn extend_entries(
     }
     // As for grants: an entry of ours that lives now lived when the update
     // ran, so it was extended.
-    let live: HashSet<String> = collection
+    let found = collection
         .aggregate(holders::which_live(&names, &ids))
-        .max_time(timeout)
-        .await
-        .map_err(|error| driver("checking extended leases", error))?
-        .try_collect::<Vec<Document>>()
-        .await
-        .map_err(|error| driver("checking extended leases", error))?
+        .max_time(timeout);
+    let live: HashSet<String> = read_all(found, "checking extended leases")
+        .await?
         .iter()
         .filter_map(|found| found.get_array("ids").ok())
         .flatten()

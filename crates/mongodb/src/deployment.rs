@@ -10,9 +10,9 @@ use mongodb::Collection;
 use mongodb::bson::{Bson, Document};
 use mongodb::options::{Acknowledgment, WriteConcern};
 
-use crate::builder::is_earlier_ttl_index;
 use crate::document::EXPIRES_AT;
 use crate::error::{NAMESPACE_NOT_FOUND, code, driver};
+use crate::ttl::is_earlier_index;
 
 /// Whether an acknowledged write survives a failover: the topology from
 /// the server's `hello`, and the write concern the backend writes with.
@@ -56,9 +56,9 @@ pub(crate) fn majority(hello: &Document, write_concern: Option<&WriteConcern>) -
 
 /// Whether the collection has the TTL index on `expiresAt`, which lets
 /// the server remove idle lock documents; in fair mode, also whether it
-/// leaves documents with a line alone (see [`ttl_index_model`]).
+/// leaves documents with a line alone (see [`index_model`]).
 ///
-/// [`ttl_index_model`]: crate::builder::ttl_index_model
+/// [`index_model`]: crate::ttl::index_model
 pub(crate) async fn ttl_index(
     collection: &Collection<Document>,
     timeout: Duration,
@@ -81,7 +81,7 @@ pub(crate) async fn ttl_index(
                         .is_some_and(|options| options.expire_after.is_some())
             })
             .collect();
-        Ok::<_, mongodb::error::Error>((!ttl.is_empty(), ttl.iter().any(is_earlier_ttl_index)))
+        Ok::<_, mongodb::error::Error>((!ttl.is_empty(), ttl.iter().any(is_earlier_index)))
     };
     match tokio::time::timeout(timeout, look).await {
         Ok(Ok((true, true))) if fair => Feature::degraded(

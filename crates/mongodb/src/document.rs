@@ -54,6 +54,10 @@ pub(crate) const WAITING: &str = "waiting";
 pub(crate) const FREED: &str = "freed";
 /// An entry's identity, in [`HOLDERS`] and [`WAITING`].
 pub(crate) const ENTRY_ID: &str = "id";
+/// In fair mode, the waiting writers' places, first come first.
+pub(crate) const QUEUE: &str = "queue";
+/// Set by a write that passed the lock on to a place: the place's identity.
+pub(crate) const PASSED_TO: &str = "passedTo";
 
 /// `lockId` while readers hold the name.
 pub(crate) const SHARED: &str = "shared";

@@ -7,10 +7,8 @@
 //! use distlock_mongodb::MongoBackend;
 //!
 //! # async fn run() -> distlock_core::Result<()> {
-//! let backend = MongoBackend::builder("mongodb://db1,db2,db3/app?replicaSet=rs0")
-//!     .collection("locks")
-//!     .build()
-//!     .await?;
+//! let backend =
+//!     MongoBackend::open("mongodb://db1,db2,db3/app?replicaSet=rs0&collection=locks").await?;
 //! let client = LockClient::builder().build(backend)?;
 //! let guard = client
 //!     .acquire_with("nightly-report", Duration::from_secs(10))
@@ -154,7 +152,7 @@
 //! waiters poll with jittered backoff, never later than the lease's end.
 //!
 //! # Fair mode
-//! With [`fair(true)`](MongoBackendBuilder::fair) (or `fair=true` in the
+//! With [`fair(true)`](MongoConfig::fair) (or `fair=true` in the
 //! URL), whole locks go to waiters in the order they asked, across
 //! processes. A waiting writer that finds the lock held adds a place,
 //! `{id, expiresAt, lease, holder, recordsTerm}`, to the document's
@@ -189,9 +187,9 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;
-mod builder;
 mod bulk;
 mod clock;
+mod config;
 mod counter;
 mod deployment;
 mod document;
@@ -204,7 +202,9 @@ mod holders;
 mod listing;
 mod redact;
 mod reply;
+mod setup;
 mod terms;
+mod ttl;
 mod url_options;
 mod waiting;
 mod watch;
@@ -212,9 +212,9 @@ mod watch;
 pub use mongodb;
 
 pub use crate::backend::MongoBackend;
-pub use crate::builder::{
+pub use crate::config::{
     Connection, DEFAULT_COLLECTION, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DATABASE,
-    DEFAULT_OPERATION_TIMEOUT, MongoBackendBuilder,
+    DEFAULT_OPERATION_TIMEOUT, MongoConfig,
 };
 pub use crate::entity::{EntityGuard, EntityLocks, EntityLocksBuilder, Versioned};
 pub use crate::url_options::split_collection_option;

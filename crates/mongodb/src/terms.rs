@@ -9,13 +9,12 @@
 //! so an observer can still tell that it missed some. Other grants carry
 //! the record over unchanged, at no cost but a field reference.
 
-use async_trait::async_trait;
-use distlock_core::{
-    AcquireRequest, Error, Holder, Lease, LockName, Result, TERMS_KEPT, Term, TermLog,
-};
+use std::time::Duration;
+
+use distlock_core::{AcquireRequest, Error, Holder, Lease, LockName, Result, TERMS_KEPT, Term};
+use mongodb::Collection;
 use mongodb::bson::{Bson, Document, doc};
 
-use crate::backend::MongoBackend;
 use crate::counter;
 use crate::document::{
     HOLDER, LOCK_ID, by_name, describe, field, holder, lock_id, next_token, read_holder, read_token,
@@ -154,73 +153,68 @@ fn malformed(what: &str, path: &str, value: &Bson) -> Error {
     }
 }
 
-#[async_trait]
-impl TermLog for MongoBackend {
-    /// One `find` of the lock document, reading only its record.
-    ///
-    /// # Errors
-    /// A backend error when the read fails; [`Error::InvalidData`] when the
-    /// record was edited into another shape.
-    ///
-    /// # Cancel safety
-    /// Cancel safe: it only reads.
-    async fn terms_after(&self, name: &LockName, after: u64) -> Result<Vec<Term>> {
-        let found = self
-            .collection()
-            .find_one(by_name(name))
-            .projection(doc! { TERMS: 1 })
-            .max_time(self.operation_timeout())
-            .await
-            .map_err(|error| driver(&format!("reading the terms of {name}"), error))?;
-        match found {
-            Some(found) => read(
-                &found,
-                after,
-                &describe(name, &self.collection().namespace()),
-            ),
-            None => Ok(Vec::new()),
-        }
+/// The terms of `name`'s record greater than `after`, oldest first: one
+/// `find` of the lock document, reading only its record.
+///
+/// # Errors
+/// A backend error when the read fails; [`Error::InvalidData`] when the
+/// record was edited into another shape.
+pub(crate) async fn read_after(
+    collection: &Collection<Document>,
+    name: &LockName,
+    after: u64,
+    timeout: Duration,
+) -> Result<Vec<Term>> {
+    let found = collection
+        .find_one(by_name(name))
+        .projection(doc! { TERMS: 1 })
+        .max_time(timeout)
+        .await
+        .map_err(|error| driver(&format!("reading the terms of {name}"), error))?;
+    match found {
+        Some(found) => read(&found, after, &describe(name, &collection.namespace())),
+        None => Ok(Vec::new()),
     }
+}
 
-    /// One update of the lock document, after one `find` of its token
-    /// when the grant's answer never came.
-    ///
-    /// # Errors
-    /// A backend error when a read or the write fails.
-    ///
-    /// # Cancel safety
-    /// The update is one write: done or not.
-    async fn withdraw(&self, lease: &Lease, holder: &Holder) -> Result<()> {
-        let name = &lease.name;
-        let term = match lease.fencing_token {
-            0 => {
-                let found = self
-                    .collection()
-                    .find_one(doc! { "_id": name.as_str(), LOCK_ID: lock_id(lease.id) })
-                    .max_time(lease.operation_timeout)
-                    .await
-                    .map_err(|error| driver(&format!("finding the grant of {name}"), error))?;
-                match found.map(|found| read_token(&found)) {
-                    Some(Ok(Some(token))) => token,
-                    _ => return Ok(()),
-                }
+/// Withdraws the term of `lease`'s grant, recorded for `holder`: one
+/// update of the lock document, after one `find` of its token when the
+/// grant's answer never came.
+///
+/// # Errors
+/// A backend error when a read or the write fails.
+pub(crate) async fn withdraw(
+    collection: &Collection<Document>,
+    lease: &Lease,
+    holder: &Holder,
+) -> Result<()> {
+    let name = &lease.name;
+    let term = match lease.fencing_token {
+        0 => {
+            let found = collection
+                .find_one(doc! { "_id": name.as_str(), LOCK_ID: lock_id(lease.id) })
+                .max_time(lease.operation_timeout)
+                .await
+                .map_err(|error| driver(&format!("finding the grant of {name}"), error))?;
+            match found.map(|found| read_token(&found)) {
+                Some(Ok(Some(token))) => token,
+                _ => return Ok(()),
             }
-            token => token,
-        };
-        let (filter, update) = withdrawal(name, term, holder);
-        self.collection()
-            .update_one(filter, update)
-            .await
-            .map_err(|error| driver(&format!("withdrawing a term of {name}"), error))?;
-        Ok(())
-    }
+        }
+        token => token,
+    };
+    let (filter, update) = withdrawal(name, term, holder);
+    collection
+        .update_one(filter, update)
+        .await
+        .map_err(|error| driver(&format!("withdrawing a term of {name}"), error))?;
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::Arc;
-    use std::time::Duration;
 
     use distlock_core::{Claim, Holder};
 

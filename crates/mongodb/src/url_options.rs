@@ -144,8 +144,8 @@ pub(crate) fn check_driver_options(url: &str) -> Result<()> {
         if key.eq_ignore_ascii_case(COLLECTION) {
             return Err(Error::config(
                 key,
-                "`collection` is distlock's option, read by `MongoBackend::from_url` and \
-                 `distlock::connect`; with `MongoBackend::builder`, call `.collection(…)`",
+                "`collection` is distlock's option, read by `MongoConfig::parse` and \
+                 `distlock::connect`; with `MongoConfig::new`, call `.collection(…)`",
             ));
         }
         if !is_driver_option(key) {

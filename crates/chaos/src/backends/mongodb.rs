@@ -81,10 +81,10 @@ impl CampaignBackend for MongoDb {
         _lease: Duration,
     ) -> Outcome<Arc<dyn distlock::backend::Backend>> {
         Ok(Arc::new(
-            distlock::mongodb::MongoBackend::from_url(url)?
-                .release_wakeups(false)
-                .build()
-                .await?,
+            distlock::mongodb::MongoBackend::connect(
+                distlock::mongodb::MongoConfig::parse(url)?.release_wakeups(false),
+            )
+            .await?,
         ))
     }
 
@@ -129,8 +129,8 @@ impl CampaignBackend for MongoDb {
 
     fn parse_url(&self, url: &str) -> Option<(&'static str, Result<String, distlock::Error>)> {
         Some((
-            "`MongoBackend::from_url`",
-            distlock::mongodb::MongoBackend::from_url(url).map(|builder| format!("{builder:?}")),
+            "`MongoConfig::parse`",
+            distlock::mongodb::MongoConfig::parse(url).map(|config| format!("{config:?}")),
         ))
     }
 

@@ -23,7 +23,7 @@ use mongodb::options::ReturnDocument;
 
 use super::fields::Fields;
 use super::{id, primary, update};
-use crate::backend::{copy_error, settle};
+use crate::bulk::{copy_error, settle};
 use crate::clock::ServerClock;
 use crate::counter;
 use crate::document::lock_id;

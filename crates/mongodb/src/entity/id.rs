@@ -13,6 +13,12 @@ use distlock_core::{Error, LockName, Result};
 use mongodb::bson::Bson;
 use serde::Serialize;
 
+/// The `_id` of the entity that `name` (a lock name of entity locks)
+/// locks; `None` for any other name.
+pub(crate) fn entity_id(name: &LockName) -> Option<Bson> {
+    parse(name).ok()
+}
+
 /// Turns a caller's id into the BSON value of `_id`.
 pub(crate) fn to_bson<I: Serialize + ?Sized>(id: &I) -> Result<Bson> {
     let bson = mongodb::bson::to_bson(id).map_err(|error| Error::InvalidName {

@@ -108,7 +108,7 @@
 mod backend;
 mod fields;
 mod guard;
-mod id;
+pub(crate) mod id;
 mod primary;
 mod update;
 mod value;
@@ -135,12 +135,6 @@ use self::fields::Fields;
 use self::guard::named;
 use crate::counter;
 use crate::error::driver;
-
-/// The `_id` of the entity that `name` (a lock name of entity locks)
-/// locks; `None` for any other name.
-pub(crate) fn entity_id(name: &distlock_core::LockName) -> Option<Bson> {
-    id::parse(name).ok()
-}
 
 /// Locks on the entities of one collection, kept on the entities' own
 /// documents; see the [module documentation](self).

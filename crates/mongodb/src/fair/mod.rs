@@ -23,59 +23,22 @@ mod places;
 
 use std::time::Duration;
 
-use distlock_core::{AcquireRequest, LeaseId, LockName};
+use distlock_core::{AcquireRequest, LockName};
 use mongodb::bson::{Bson, Document, doc};
 
 use crate::document::{
-    ACQUIRED_AT, ENTRY_ID, EXPIRES_AT, FENCING_TOKEN, FREED, HOLDER, ID, LOCK_ID, PERMITS, WAITING,
-    field, free_at, held, held_exclusively, holder, lock_id, millis, next_token, now_plus,
-    or_remove, token_is_valid,
+    ACQUIRED_AT, ENTRY_ID, EXPIRES_AT, FENCING_TOKEN, FREED, HOLDER, ID, LOCK_ID, PASSED_TO,
+    PERMITS, QUEUE, WAITING, field, free_at, held, held_exclusively, holder, lock_id, millis,
+    next_token, now_plus, or_remove, token_is_valid,
 };
 use crate::terms::{self, TERMS};
 
-pub(crate) use self::places::Places;
+pub(crate) use self::places::{PlaceId, Places};
 
-/// The waiting writers' places, first come first.
-pub(crate) const QUEUE: &str = "queue";
-/// Set by a write that passed the lock on to a place: the place's identity.
-pub(crate) const PASSED_TO: &str = "passedTo";
 /// A place's lease, in milliseconds: its grant's, and its own life.
 const LEASE: &str = "lease";
 /// Whether a place's grant appends its term to the record of terms.
 const RECORDS_TERM: &str = "recordsTerm";
-
-/// The identity of one wait's place, kept in its
-/// [`WaitState`](distlock_core::WaitState) across attempts (each attempt
-/// has a lease identity of its own).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) struct PlaceId(String);
-
-impl PlaceId {
-    /// A fresh identity for a waiter of the backend `backend` (see
-    /// [`Places::backend`]): 32 hex digits, the backend's 16 first.
-    pub(crate) fn new(backend: &str) -> Self {
-        Self(format!(
-            "{backend}{:016x}",
-            LeaseId::random().as_u128() as u64
-        ))
-    }
-
-    pub(crate) fn as_str(&self) -> &str {
-        &self.0
-    }
-
-    /// Whether the document `found` has this place in line.
-    pub(crate) fn is_in(&self, found: &Document) -> bool {
-        found.get_array(QUEUE).is_ok_and(|places| {
-            places.iter().any(|place| {
-                place
-                    .as_document()
-                    .and_then(|place| place.get_str(ENTRY_ID).ok())
-                    == Some(self.as_str())
-            })
-        })
-    }
-}
 
 /// The live places (whose `expiresAt` is after `$$NOW`).
 fn live_places() -> Document {

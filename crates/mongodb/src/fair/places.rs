@@ -1,4 +1,5 @@
-//! The places this backend's waiters keep in fair queues, and what the
+//! The identities of fair waiters' places, the places this backend's
+//! waiters keep in fair queues, and what the
 //! release watcher has told about them: so that a waiter woken by an event
 //! meant for another waiter of the name asks the server nothing.
 //!
@@ -13,8 +14,42 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use distlock_core::{LeaseId, LockName};
+use mongodb::bson::Document;
 
-use super::PlaceId;
+use crate::document::{ENTRY_ID, QUEUE};
+
+/// The identity of one wait's place, kept in its
+/// [`WaitState`](distlock_core::WaitState) across attempts (each attempt
+/// has a lease identity of its own).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct PlaceId(String);
+
+impl PlaceId {
+    /// A fresh identity for a waiter of the backend `backend` (see
+    /// [`Places::backend`]): 32 hex digits, the backend's 16 first.
+    pub(crate) fn new(backend: &str) -> Self {
+        Self(format!(
+            "{backend}{:016x}",
+            LeaseId::random().as_u128() as u64
+        ))
+    }
+
+    pub(crate) fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether the document `found` has this place in line.
+    pub(crate) fn is_in(&self, found: &Document) -> bool {
+        found.get_array(QUEUE).is_ok_and(|places| {
+            places.iter().any(|place| {
+                place
+                    .as_document()
+                    .and_then(|place| place.get_str(ENTRY_ID).ok())
+                    == Some(self.as_str())
+            })
+        })
+    }
+}
 
 /// This backend's places, by identity. Cheap to clone: clones share them.
 #[derive(Debug, Clone)]

@@ -10,7 +10,8 @@ use mongodb::Collection;
 use mongodb::bson::{Document, doc};
 use tokio::sync::OnceCell;
 
-use super::{Subject, Watcher};
+use super::stream::{Watcher, read_concern};
+use super::subject::Subject;
 use crate::error::{code, driver};
 
 /// The error code of a server without change streams (not a replica set).
@@ -157,7 +158,7 @@ async fn probe(collection: &Collection<Document>, timeout: Duration) -> Probe {
     let probe = collection
         .watch()
         .pipeline([doc! { "$match": { "documentKey._id": { "$in": [] } } }])
-        .read_concern(super::read_concern());
+        .read_concern(read_concern());
     match tokio::time::timeout(timeout, probe).await {
         Ok(Ok(_stream)) => Probe::Works,
         Ok(Err(error)) if code(&error) == Some(CHANGE_STREAMS_UNSUPPORTED) => {

@@ -4,7 +4,7 @@ use distlock_core::{LockName, ReleaseHub};
 use mongodb::bson::Bson;
 
 use crate::document::{FREED, LOCK_ID};
-use crate::entity::entity_id;
+use crate::entity::id::entity_id;
 use crate::fair::{Places, passed_to_us};
 
 /// What a watcher watches: which field holds a grant, and how the ids of

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 pub(crate) use distlock_core::testing::{Operation, TestBackend};
 use distlock_core::{LockClient, LockGuard, LockName, LockOptions, Result};
-use distlock_mongodb::MongoBackend;
 use distlock_mongodb::mongodb::bson::{DateTime, Document, doc};
 use distlock_mongodb::mongodb::{Client, Collection};
+use distlock_mongodb::{MongoBackend, MongoConfig};
 
 /// The URL of the shared server that scripts/test starts.
 pub(crate) fn shared_url() -> String {
@@ -44,12 +44,13 @@ pub(crate) fn with_app_name(url: &str, app_name: &str) -> String {
 /// A backend on `url`, in the test database and `collection`.
 pub(crate) async fn backend_at(url: &str, collection: &str) -> Arc<MongoBackend> {
     Arc::new(
-        MongoBackend::builder(url)
-            .database("distlock_test")
-            .collection(collection)
-            .build()
-            .await
-            .expect("the test server answers"),
+        MongoBackend::connect(
+            MongoConfig::new(url)
+                .database("distlock_test")
+                .collection(collection),
+        )
+        .await
+        .expect("the test server answers"),
     )
 }
 

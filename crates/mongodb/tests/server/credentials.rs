@@ -4,7 +4,7 @@
 use std::net::TcpListener;
 use std::time::Duration;
 
-use distlock_mongodb::MongoBackend;
+use distlock_mongodb::{MongoBackend, MongoConfig};
 
 use crate::common::*;
 
@@ -22,9 +22,9 @@ fn assert_hidden(text: &str) {
 #[tokio::test]
 async fn an_unreachable_server_fails_within_the_connect_timeout_without_the_password() {
     let url = format!("mongodb://alice:{PASSWORD}@127.0.0.1:{}/app", closed_port());
-    let builder = MongoBackend::builder(url.as_str()).connect_timeout(Duration::from_secs(1));
-    assert_hidden(&format!("{builder:?}"));
-    let outcome = tokio::time::timeout(Duration::from_secs(60), builder.build())
+    let config = MongoConfig::new(url.as_str()).connect_timeout(Duration::from_secs(1));
+    assert_hidden(&format!("{config:?}"));
+    let outcome = tokio::time::timeout(Duration::from_secs(60), MongoBackend::connect(config))
         .await
         .expect("build gives up instead of hanging");
     let error = outcome.expect_err("nothing listens there");
@@ -41,12 +41,9 @@ async fn malformed_urls_are_reported_without_the_password() {
         format!("mongodb://alice:{PASSWORD}@h/?w=1&wtimeoutMS=abc"),
         format!("mongodb://alice:{PASSWORD}@h/?collection=a&collection=b"),
     ] {
-        let outcome = match MongoBackend::from_url(&url) {
-            Ok(builder) => {
-                builder
-                    .connect_timeout(Duration::from_secs(1))
-                    .build()
-                    .await
+        let outcome = match MongoConfig::parse(&url) {
+            Ok(config) => {
+                MongoBackend::connect(config.connect_timeout(Duration::from_secs(1))).await
             }
             Err(error) => Err(error),
         };
@@ -61,12 +58,10 @@ async fn a_reachable_server_with_credentials_never_shows_the_password() {
     let shared = shared_url();
     let authority = shared.strip_prefix("mongodb://").expect("a mongodb:// URL");
     let url = format!("mongodb://alice:{PASSWORD}@{authority}");
-    match MongoBackend::builder(url.as_str())
+    let config = MongoConfig::new(url.as_str())
         .collection(unique("credentials"))
-        .connect_timeout(Duration::from_secs(2))
-        .build()
-        .await
-    {
+        .connect_timeout(Duration::from_secs(2));
+    match MongoBackend::connect(config).await {
         Ok(backend) => assert_hidden(&format!("{backend:?}")),
         Err(error) => {
             assert_hidden(&error.to_string());

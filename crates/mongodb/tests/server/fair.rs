@@ -11,10 +11,10 @@ use distlock_core::{
     AcquireOptions, AcquireRequest, Attempt, Backend, Claim, Holder, LockClient, LockName,
     LockOptions, ReleaseWatch, WaitState,
 };
-use distlock_mongodb::MongoBackend;
 use distlock_mongodb::mongodb::bson::{Document, doc};
 use distlock_mongodb::mongodb::options::IndexOptions;
 use distlock_mongodb::mongodb::{Collection, IndexModel};
+use distlock_mongodb::{MongoBackend, MongoConfig};
 use futures::TryStreamExt;
 
 use crate::common::*;
@@ -31,13 +31,14 @@ async fn fair_backend(collection: &str) -> Arc<MongoBackend> {
 /// A backend in fair mode on the server at `url`, in `collection`.
 async fn fair_backend_at(url: &str, collection: &str) -> Arc<MongoBackend> {
     Arc::new(
-        MongoBackend::builder(url)
-            .database("distlock_test")
-            .collection(collection)
-            .fair(true)
-            .build()
-            .await
-            .expect("the test server answers"),
+        MongoBackend::connect(
+            MongoConfig::new(url)
+                .database("distlock_test")
+                .collection(collection)
+                .fair(true),
+        )
+        .await
+        .expect("the test server answers"),
     )
 }
 
@@ -426,21 +427,17 @@ async fn readers_wait_while_a_writer_is_in_line() {
 async fn fair_mode_is_a_url_option() {
     let url = shared_url();
     let separator = if url.contains('?') { '&' } else { '?' };
-    let fair = MongoBackend::from_url(&format!("{url}{separator}fair=true"))
-        .unwrap()
-        .database("distlock_test")
-        .build()
+    let fair = MongoConfig::parse(&format!("{url}{separator}fair=true")).unwrap();
+    let fair = MongoBackend::connect(fair.database("distlock_test"))
         .await
         .unwrap();
     assert!(fair.capabilities().fair);
-    let plain = MongoBackend::from_url(&format!("{url}{separator}fair=false"))
-        .unwrap()
-        .database("distlock_test")
-        .build()
+    let plain = MongoConfig::parse(&format!("{url}{separator}fair=false")).unwrap();
+    let plain = MongoBackend::connect(plain.database("distlock_test"))
         .await
         .unwrap();
     assert!(!plain.capabilities().fair);
-    let error = MongoBackend::from_url(&format!("{url}{separator}fair=yes")).unwrap_err();
+    let error = MongoConfig::parse(&format!("{url}{separator}fair=yes")).unwrap_err();
     assert!(error.to_string().contains("fair=true"), "{error}");
 }
 

@@ -8,12 +8,12 @@ use distlock_core::{
     AcquireOptions, AcquireRequest, Attempt, Backend, Claim, Error, Holder, Lease, LeaseId,
     LockKind, LockName, LockOptions, Permits, WaitState,
 };
-use distlock_mongodb::MongoBackend;
 use distlock_mongodb::mongodb::bson::{Bson, DateTime, Document, doc};
 use distlock_mongodb::mongodb::event::EventHandler;
 use distlock_mongodb::mongodb::event::command::CommandEvent;
 use distlock_mongodb::mongodb::options::ClientOptions;
 use distlock_mongodb::mongodb::{Client, Collection};
+use distlock_mongodb::{MongoBackend, MongoConfig};
 
 use crate::common::*;
 
@@ -654,12 +654,14 @@ async fn an_uncontended_reader_or_permit_costs_two_commands_as_a_lock_does() {
     // Without the release watcher, whose change stream (one per backend,
     // open while anything waits) would race with the count.
     let backend = Arc::new(
-        MongoBackend::from_client(driver, "distlock_test")
-            .collection(unique("commands"))
-            .release_wakeups(false)
-            .build()
-            .await
-            .unwrap(),
+        MongoBackend::connect(
+            MongoConfig::new(driver)
+                .database("distlock_test")
+                .collection(unique("commands"))
+                .release_wakeups(false),
+        )
+        .await
+        .unwrap(),
     );
     let locks = client(backend, LockOptions::default());
     let expected: BTreeMap<String, u64> =
