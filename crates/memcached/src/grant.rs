@@ -1,5 +1,5 @@
-//! What the backend keeps for a lock it holds, in the grants' own
-//! [`GrantState`](distlock_core::GrantState), and the index that only
+//! What the backend keeps for a lock or a permit it holds, in the grants'
+//! own [`GrantState`](distlock_core::GrantState), and the index that only
 //! [`Backend::list`](distlock_core::Backend::list) reads.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
@@ -20,7 +20,7 @@ use crate::proto::Key;
 /// the key as it is, so the next grant shares it and becomes its current
 /// grant, and the earlier one, no longer current, is handed on.
 #[derive(Debug)]
-pub(crate) struct LockHold {
+pub(crate) struct LockGrant {
     pub(crate) name: LockName,
     /// The lock's key, so that a release need not encode the name again.
     pub(crate) key: Key,
@@ -34,7 +34,7 @@ pub(crate) struct LockHold {
     live: Mutex<Live>,
 }
 
-/// What changes while a [`LockHold`] lives.
+/// What changes while a [`LockGrant`] lives.
 #[derive(Debug)]
 struct Live {
     /// The grant that holds the lock now.
@@ -52,7 +52,7 @@ struct Live {
     ended: bool,
 }
 
-/// How one grant stands with its [`LockHold`].
+/// How one grant stands with its [`LockGrant`].
 pub(crate) enum Standing {
     /// The grant holds the lock, with these CAS values of our copies.
     Current(SmallVec<[(usize, KnownCas); 1]>),
@@ -99,7 +99,7 @@ pub(crate) struct Listed {
     pub(crate) confirmed_at: Instant,
 }
 
-/// The grant that [`LockHold::new`] is made for.
+/// The grant that [`LockGrant::new`] is made for.
 pub(crate) struct FirstGrant {
     pub(crate) id: LeaseId,
     pub(crate) fencing_token: u64,
@@ -108,7 +108,7 @@ pub(crate) struct FirstGrant {
     pub(crate) spare: Option<Spare>,
 }
 
-impl LockHold {
+impl LockGrant {
     /// A hold of `key`, which stores `value`, the value of grant `owner`.
     /// It has no current grant until [`begin`](Self::begin).
     pub(crate) fn new(
@@ -232,6 +232,81 @@ impl LockHold {
         self.live().ended = true;
     }
 }
+
+/// A permit this backend instance holds: to extend and release it in one
+/// command, and for [`Backend::list`](distlock_core::Backend::list)
+/// through the backend's [`Listing`].
+#[derive(Debug)]
+pub(crate) struct PermitGrant {
+    /// The grant's identity.
+    pub(crate) id: LeaseId,
+    pub(crate) name: LockName,
+    pub(crate) limit: u32,
+    /// The slot's key.
+    pub(crate) key: Key,
+    /// What the slot holds: the grant's identity and details.
+    pub(crate) value: Arc<[u8]>,
+    pub(crate) holder: Arc<Holder>,
+    pub(crate) fencing_token: u64,
+    pub(crate) lease: Duration,
+    pub(crate) state: Mutex<PermitLive>,
+}
+
+/// What changes while a permit is held.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PermitLive {
+    pub(crate) confirmed_at: Instant,
+    /// The CAS of our last store of the slot, where known.
+    pub(crate) cas: Option<KnownCas>,
+    /// Released, refused or found gone.
+    pub(crate) ended: bool,
+}
+
+impl PermitLive {
+    /// A permit's state as its claim left it: stored at `confirmed_at`,
+    /// with the CAS `cas` where known.
+    pub(crate) fn claimed(confirmed_at: Instant, cas: Option<KnownCas>) -> Mutex<Self> {
+        Mutex::new(Self {
+            confirmed_at,
+            cas,
+            ended: false,
+        })
+    }
+}
+
+impl PermitGrant {
+    /// The permit `lease` carries in its state, if any.
+    pub(crate) fn of(lease: &Lease) -> Option<&Self> {
+        lease.state.get::<Self>()
+    }
+
+    fn locked(&self) -> MutexGuard<'_, PermitLive> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// What changes, as it is now.
+    pub(crate) fn live(&self) -> PermitLive {
+        *self.locked()
+    }
+
+    /// Records an extension, sent at `sent`.
+    pub(crate) fn confirm(&self, sent: Instant, cas: Option<KnownCas>) {
+        let mut live = self.locked();
+        if !live.ended {
+            live.confirmed_at = sent;
+            live.cas = cas;
+        }
+    }
+
+    /// Ends the permit; returns whether it was held until now.
+    pub(crate) fn end(&self) -> bool {
+        !std::mem::replace(&mut self.locked().ended, true)
+    }
+}
+
+/// How many grants [`Backend::list`](distlock_core::Backend::list)
+/// checks at once.
+pub(crate) const LIST_CONCURRENCY: usize = 256;
 
 /// The grants this backend instance made and whose state is still alive,
 /// as weak references: memcached cannot enumerate its keys, so this is how

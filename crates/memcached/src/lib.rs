@@ -130,12 +130,16 @@ mod backend;
 mod config;
 mod conn;
 mod deployment;
+mod exclusive;
 mod grant;
+mod handover;
 mod instance;
 mod keys;
 mod lease;
+mod ops;
 mod pool;
 mod proto;
+mod quorum;
 pub mod raw;
 mod semaphore;
 

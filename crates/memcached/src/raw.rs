@@ -13,16 +13,17 @@ use std::time::Duration;
 
 use distlock_core::{LockName, Result};
 
-use crate::backend::MemcachedBackend;
 use crate::lease::lease_ttl;
 use crate::proto::{Batch, Code, Key};
+use crate::quorum::Store;
 
 /// The bare `add` + conditional delete on the same keys and servers as
-/// [`MemcachedBackend`] (in quorum mode too, it uses only the one server
-/// that sharded mode would pick). Made by [`MemcachedBackend::raw`].
+/// [`MemcachedBackend`](crate::MemcachedBackend) (in quorum mode too, it
+/// uses only the one server that sharded mode would pick). Made by
+/// [`MemcachedBackend::raw`](crate::MemcachedBackend::raw).
 #[derive(Debug, Clone, Copy)]
 pub struct RawLock<'a> {
-    backend: &'a MemcachedBackend,
+    store: Store<'a>,
 }
 
 /// A lock taken by [`RawLock::try_lock`].
@@ -41,14 +42,11 @@ impl RawGrant {
     }
 }
 
-impl MemcachedBackend {
-    /// The bare lock on this backend's servers, for benchmarks.
-    pub fn raw(&self) -> RawLock<'_> {
-        RawLock { backend: self }
+impl<'a> RawLock<'a> {
+    pub(crate) fn new(store: Store<'a>) -> Self {
+        Self { store }
     }
-}
 
-impl RawLock<'_> {
     /// `ms <key> 1 ME T<ttl> c`: takes `name` for `lease` (rounded as
     /// [`lease_ttl`] does) if nobody has it. One round trip.
     ///
@@ -57,12 +55,12 @@ impl RawLock<'_> {
     /// for a lease memcached cannot express.
     pub async fn try_lock(&self, name: &LockName, lease: Duration) -> Result<Option<RawGrant>> {
         let ttl = lease_ttl(lease)?;
-        let key = self.backend.key_for(name);
-        let server = self.backend.server_for(name);
+        let key = self.store.keys.lock_key(name);
+        let server = self.store.quorum.shard(name);
         let reply = server
             .meta_one(
                 Batch::new().ms(&key, b"1", format_args!("ME T{ttl} c")),
-                self.backend.config().timeout(),
+                self.store.timeout,
             )
             .await?;
         match reply.code {
@@ -87,11 +85,11 @@ impl RawLock<'_> {
     /// # Errors
     /// A backend error.
     pub async fn unlock(&self, grant: RawGrant) -> Result<bool> {
-        let server = self.backend.server_for(&grant.name);
+        let server = self.store.quorum.shard(&grant.name);
         let reply = server
             .meta_one(
                 Batch::new().md(&grant.key, format_args!("C{}", grant.cas)),
-                self.backend.config().timeout(),
+                self.store.timeout,
             )
             .await?;
         match reply.code {

@@ -22,7 +22,6 @@
 //!
 //! The guarantees and their limits are in docs/memcached.md, "Semaphores".
 
-mod held;
 mod record;
 mod slots;
 
@@ -36,54 +35,45 @@ use distlock_core::{
 };
 use tokio::time::Instant;
 
-use crate::backend::{
-    Deadline, LIST_CONCURRENCY, MemcachedBackend, Ownership, read_on, release_from, release_on,
-    unexpected,
-};
 use crate::config::Mode;
+use crate::grant::{LIST_CONCURRENCY, Listing, PermitGrant, PermitLive};
 use crate::instance::KnownCas;
 use crate::keys::SlotKeys;
 use crate::lease::{lease_ttl, lock_value, token_seed};
+use crate::ops::{
+    Deadline, Ownership, read_on, release_from, release_on, semaphore_limit, unexpected,
+};
 use crate::proto::{Batch, Code, Key};
+use crate::quorum::Store;
 
-use self::held::PermitGrant;
 use self::record::{Record, Seen};
 use self::slots::{
-    Ask, Scan, SlotExtended, SlotGrant, claim, clear_idle_record, extend_slot, release_by_identity,
-    scan_slots, spread,
+    Scan, SlotClaim, SlotExtended, SlotGrant, claim_slot, clear_idle_record, extend_slot,
+    release_by_identity, scan_slots, spread,
 };
-
-pub(crate) use self::held::PermitHold;
-pub(crate) use self::record::semaphore_limit;
 
 /// How many free slots one attempt claims, after the first slot it tried,
 /// before it reports the semaphore held: other clients may take each of
 /// them first, and the next attempt looks again.
 const CLAIM_TRIES: usize = 3;
 
-impl MemcachedBackend {
-    /// The memcached key of slot `slot` of the semaphore `name`, whose
-    /// permits are slots `0` to `limit - 1`.
-    ///
-    /// # Panics
-    /// When `slot` is not below [`MAX_PERMITS`].
-    pub fn slot_key(&self, name: &LockName, slot: u32) -> String {
-        assert!(
-            slot < MAX_PERMITS,
-            "a semaphore has at most {MAX_PERMITS} slots"
-        );
-        self.keys().slot_keys(name).key(slot).as_str().to_owned()
-    }
+/// The backend's semaphores, as one call sees them.
+pub(crate) struct Semaphores<'a> {
+    pub(crate) store: Store<'a>,
+    /// The permits this instance holds, for `list`.
+    pub(crate) listing: &'a Listing<PermitGrant>,
+}
 
+impl Semaphores<'_> {
     /// Tries once to take one of `limit` permits of `request.name`: claims
     /// a slot picked at random, and when it is taken, looks at every slot
     /// and claims free ones, a few at most.
-    pub(crate) async fn try_acquire_permit(
+    pub(crate) async fn try_acquire(
         &self,
         request: &AcquireRequest,
         limit: u32,
     ) -> Result<Attempt> {
-        if self.config().mode() != Mode::Sharded {
+        if self.store.quorum.mode() != Mode::Sharded {
             return Err(Error::Unsupported(
                 "memcached grants semaphores in sharded mode only (the default): a permit \
                  would have to hold the same slot on a majority of servers, which it cannot \
@@ -93,10 +83,10 @@ impl MemcachedBackend {
         }
         let ttl = lease_ttl(request.lease)?;
         let name = &request.name;
-        let server = self.shard(name);
-        let (lock, token) = self.keys().both_keys(name);
-        let slots = self.keys().slot_keys(name);
-        let ask = Ask {
+        let server = self.store.quorum.shard(name);
+        let (lock, token) = self.store.keys.both_keys(name);
+        let slots = self.store.keys.slot_keys(name);
+        let want = SlotClaim {
             server,
             limit,
             lock: &lock,
@@ -106,7 +96,7 @@ impl MemcachedBackend {
             seed: token_seed(SystemTime::now()),
             record: Record::new(limit, ttl),
             started: Instant::now(),
-            deadline: Deadline::after(self.call_timeout(request.operation_timeout)),
+            deadline: Deadline::for_call(self.store.timeout, request.operation_timeout),
         };
         // Contending clients start at different slots, so that they rarely
         // race for the same one.
@@ -114,7 +104,7 @@ impl MemcachedBackend {
         let mut scanned: Option<Scan> = None;
         for round in 1..=CLAIM_TRIES + 1 {
             let key = slots.key(slot);
-            let claimed = match claim(&ask, &key).await {
+            let claimed = match claim_slot(&want, &key).await {
                 Ok(claimed) => claimed,
                 Err(error) => {
                     self.abandon_in_doubt(name, key, request.lease_id);
@@ -123,7 +113,7 @@ impl MemcachedBackend {
             };
             if let Some(grant) = claimed.grant {
                 return self
-                    .keep_grant(request, &ask, key, grant, claimed.record)
+                    .keep_grant(request, &want, key, grant, claimed.record)
                     .await;
             }
             if let Seen::Other(held) = claimed.record {
@@ -131,7 +121,7 @@ impl MemcachedBackend {
             }
             let scan = match scanned.as_mut() {
                 Some(scan) => scan,
-                None => scanned.insert(scan_slots(server, &slots, limit, ask.deadline).await?),
+                None => scanned.insert(scan_slots(server, &slots, limit, want.deadline).await?),
             };
             if let Some(other) = scan.other_limit {
                 return Err(request.claim.conflict(name, Claim::Permit { limit: other }));
@@ -156,30 +146,29 @@ impl MemcachedBackend {
     async fn keep_grant(
         &self,
         request: &AcquireRequest,
-        ask: &Ask<'_>,
+        want: &SlotClaim<'_>,
         key: Key,
         grant: SlotGrant,
         seen: Seen,
     ) -> Result<Attempt> {
-        let kept = ask
+        let kept = want
             .record
-            .keep(ask.server, ask.lock, seen, ask.deadline)
+            .keep(want.server, want.lock, seen, want.deadline)
             .await;
         let refusal = match kept {
             Ok(None) => {
-                let hold = Arc::new(PermitHold::new(PermitGrant {
+                let hold = Arc::new(PermitGrant {
                     id: request.lease_id,
                     name: request.name.clone(),
-                    limit: ask.limit,
+                    limit: want.limit,
                     key,
-                    value: ask.value.clone(),
+                    value: want.value.clone(),
                     holder: request.holder.clone(),
                     fencing_token: grant.token,
                     lease: request.lease,
-                    confirmed_at: ask.started,
-                    cas: grant.cas,
-                }));
-                self.permits().insert(&hold);
+                    state: PermitLive::claimed(want.started, grant.cas),
+                });
+                self.listing.insert(&hold);
                 return Ok(Attempt::Acquired {
                     fencing_token: grant.token,
                     state: GrantState::from_arc(hold),
@@ -193,7 +182,7 @@ impl MemcachedBackend {
             &key,
             request.lease_id,
             grant.cas,
-            ask.deadline,
+            want.deadline,
         )
         .await;
         Err(refusal)
@@ -201,8 +190,8 @@ impl MemcachedBackend {
 
     /// Extends permit `lease` if its slot is still ours, and keeps the
     /// semaphore's record alive as long as the slot.
-    pub(crate) async fn extend_permit(&self, lease: &Lease) -> Result<bool> {
-        let Some(permit) = PermitHold::of(lease) else {
+    pub(crate) async fn extend(&self, lease: &Lease) -> Result<bool> {
+        let Some(permit) = PermitGrant::of(lease) else {
             return Ok(false);
         };
         let live = permit.live();
@@ -210,10 +199,10 @@ impl MemcachedBackend {
             return Ok(false);
         }
         let ttl = lease_ttl(lease.lease)?;
-        let server = self.shard(&lease.name);
-        let lock = self.keys().lock_key(&lease.name);
+        let server = self.store.quorum.shard(&lease.name);
+        let lock = self.store.keys.lock_key(&lease.name);
         let record = Record::new(permit.limit, ttl);
-        let deadline = Deadline::after(self.call_timeout(lease.operation_timeout));
+        let deadline = Deadline::for_call(self.store.timeout, lease.operation_timeout);
         let started = Instant::now();
         let extended = extend_slot(server, permit, live.cas, ttl, &record, &lock, deadline).await?;
         let (cas, seen) = match extended {
@@ -246,11 +235,11 @@ impl MemcachedBackend {
     /// record too, so that the name is free for any kind again: whether
     /// it is the last is not known here (this instance keeps no table of
     /// the permits it holds), so every release that freed a slot looks.
-    pub(crate) async fn release_permit(&self, lease: &Lease, limit: u32) -> Result<bool> {
-        let server = self.shard(&lease.name);
-        let slots = self.keys().slot_keys(&lease.name);
-        let deadline = Deadline::after(self.call_timeout(lease.operation_timeout));
-        let held = PermitHold::of(lease).filter(|permit| permit.end());
+    pub(crate) async fn release(&self, lease: &Lease, limit: u32) -> Result<bool> {
+        let server = self.store.quorum.shard(&lease.name);
+        let slots = self.store.keys.slot_keys(&lease.name);
+        let deadline = Deadline::for_call(self.store.timeout, lease.operation_timeout);
+        let held = PermitGrant::of(lease).filter(|permit| permit.end());
         let released = match held {
             Some(permit) => {
                 let cas = permit.live().cas;
@@ -259,7 +248,7 @@ impl MemcachedBackend {
             None => self.release_unknown(lease, &slots, limit, deadline).await?,
         };
         if released {
-            let lock = self.keys().lock_key(&lease.name);
+            let lock = self.store.keys.lock_key(&lease.name);
             if let Err(error) = clear_idle_record(server, &lock, &slots, limit, deadline).await {
                 tracing::debug!(name = %lease.name, %error, "could not clear a semaphore's record; it will expire");
             }
@@ -281,12 +270,12 @@ impl MemcachedBackend {
         limit: u32,
         deadline: Deadline,
     ) -> Result<bool> {
-        let server = self.shard(&lease.name);
+        let server = self.store.quorum.shard(&lease.name);
         if release_by_identity(server, slots, limit, lease.id, deadline).await? {
             return Ok(true);
         }
         let (server, slots, id) = (server.clone(), slots.clone(), lease.id);
-        let patience = self.config().timeout();
+        let patience = self.store.timeout;
         tokio::spawn(async move {
             tokio::time::sleep(patience).await;
             let deadline = Deadline::after(patience);
@@ -300,9 +289,9 @@ impl MemcachedBackend {
     /// The permits this instance holds, each checked against its server.
     /// Their `in_use` is how many permits of the semaphore this instance
     /// holds: the others' are not known.
-    pub(crate) async fn list_permits(&self) -> Result<Vec<LockInfo>> {
-        let mine: Vec<Arc<PermitHold>> = self
-            .permits()
+    pub(crate) async fn list(&self) -> Result<Vec<LockInfo>> {
+        let mine: Vec<Arc<PermitGrant>> = self
+            .listing
             .live()
             .into_iter()
             .filter(|permit| !permit.live().ended)
@@ -310,8 +299,13 @@ impl MemcachedBackend {
         let mut live = Vec::with_capacity(mine.len());
         for chunk in mine.chunks(LIST_CONCURRENCY) {
             let checks = chunk.iter().map(|permit| {
-                let deadline = Deadline::after(self.config().timeout());
-                read_on(self.shard(&permit.name), &permit.key, permit.id, deadline)
+                let deadline = Deadline::after(self.store.timeout);
+                read_on(
+                    self.store.quorum.shard(&permit.name),
+                    &permit.key,
+                    permit.id,
+                    deadline,
+                )
             });
             let verdicts = futures::future::join_all(checks).await;
             for (permit, verdict) in chunk.iter().zip(verdicts) {
@@ -350,11 +344,11 @@ impl MemcachedBackend {
     /// the record may be gone while permits live, so the slots are not
     /// bounded by its limit but by [`MAX_PERMITS`]. Returns whether a lock
     /// or a permit was held.
-    pub(crate) async fn force_release_sharded(&self, name: &LockName) -> Result<bool> {
-        let server = self.shard(name);
-        let lock = self.keys().lock_key(name);
-        let slots = self.keys().slot_keys(name);
-        let deadline = Deadline::after(self.config().timeout());
+    pub(crate) async fn force_release(&self, name: &LockName) -> Result<bool> {
+        let server = self.store.quorum.shard(name);
+        let lock = self.store.keys.lock_key(name);
+        let slots = self.store.keys.slot_keys(name);
+        let deadline = Deadline::after(self.store.timeout);
         let mut batch = Batch::new().mg(&lock, "f").md(&lock, "");
         for slot in 0..MAX_PERMITS {
             batch = batch.md(&slots.key(slot), "");
@@ -384,10 +378,10 @@ impl MemcachedBackend {
         cas: Option<KnownCas>,
         deadline: Deadline,
     ) {
-        let server = self.shard(name);
+        let server = self.store.quorum.shard(name);
         if let Err(error) = release_on(server, key, id, cas, deadline).await {
             tracing::debug!(%name, %error, "could not give a slot back at once; trying in the background");
-            let (servers, key, patience) = ([server.clone()], key.clone(), self.config().timeout());
+            let (servers, key, patience) = ([server.clone()], key.clone(), self.store.timeout);
             tokio::spawn(async move { release_from(&servers, &key, id, patience).await });
         }
     }
@@ -396,8 +390,8 @@ impl MemcachedBackend {
     /// whose answer was lost: its add may have been stored, now or, queued
     /// on the connection, a little later, so it looks again one timeout on.
     fn abandon_in_doubt(&self, name: &LockName, key: Key, id: LeaseId) {
-        let servers = [self.shard(name).clone()];
-        let patience = self.config().timeout();
+        let servers = [self.store.quorum.shard(name).clone()];
+        let patience = self.store.timeout;
         tokio::spawn(async move {
             release_from(&servers, &key, id, patience).await;
             tokio::time::sleep(patience).await;

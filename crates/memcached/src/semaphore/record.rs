@@ -10,9 +10,9 @@
 
 use distlock_core::{Claim, Result};
 
-use crate::backend::{CAS_RETRIES, Deadline, unexpected};
 use crate::instance::Instance;
 use crate::lease::MAX_RELATIVE_EXPIRY;
+use crate::ops::{CAS_RETRIES, Deadline, held_as, unexpected};
 use crate::pool::Server;
 use crate::proto::{Batch, Code, Key, Reply};
 
@@ -171,26 +171,6 @@ pub(crate) fn bump(batch: Batch, lock: &Key) -> Batch {
     batch.ms(lock, b"", "MA")
 }
 
-/// What a lock key whose client flags are `flags` holds the name as.
-fn held_as(flags: u64) -> Claim {
-    match u32::try_from(flags) {
-        Ok(0) => Claim::Exclusive,
-        Ok(limit) => Claim::Permit { limit },
-        // memcached's flags are 32 bits; no item of ours has more.
-        Err(_) => Claim::Permit { limit: u32::MAX },
-    }
-}
-
-/// The limit of the semaphore whose record `reply` (a read of a lock key
-/// with `f`) shows, if it shows one: how an exclusive request that found
-/// the key taken tells a semaphore from a lock.
-pub(crate) fn semaphore_limit(reply: &Reply) -> Option<u32> {
-    match held_as(reply.flag_u64('f')?) {
-        Claim::Permit { limit } => Some(limit),
-        _ => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -202,11 +182,5 @@ mod tests {
         let longest = Record::new(3, MAX_RELATIVE_EXPIRY as u32);
         assert_eq!(longest.ttl, MAX_RELATIVE_EXPIRY);
         assert!(longest.ttl >= longest.need);
-    }
-
-    #[test]
-    fn flags_tell_a_lock_from_a_semaphore() {
-        assert_eq!(held_as(0), Claim::Exclusive);
-        assert_eq!(held_as(7), Claim::Permit { limit: 7 });
     }
 }

@@ -8,21 +8,22 @@ use std::time::Duration;
 use distlock_core::{LeaseId, Result};
 use tokio::time::Instant;
 
-use crate::backend::{
-    CAS_RETRIES, Deadline, Ownership, counted, read_on, release_on, token_of, two_replies,
-    unexpected,
-};
+use crate::grant::PermitGrant;
 use crate::instance::KnownCas;
 use crate::keys::SlotKeys;
 use crate::lease::is_ours;
+use crate::ops::{
+    CAS_RETRIES, Deadline, Ownership, cas_of_add, counted, read_on, release_on, token_of,
+    two_replies, unexpected,
+};
 use crate::pool::Server;
 use crate::proto::{Batch, Code, Key, Reply};
 
-use super::held::PermitHold;
 use super::record::{self, Record, Seen};
 
-/// What one attempt asks for, and by when: everything but the slot.
-pub(super) struct Ask<'a> {
+/// What one attempt claims a slot with, and by when: everything but the
+/// slot.
+pub(super) struct SlotClaim<'a> {
     pub(super) server: &'a Server,
     pub(super) limit: u32,
     pub(super) lock: &'a Key,
@@ -91,38 +92,30 @@ pub(super) fn spread(id: LeaseId, round: usize, len: usize) -> usize {
     (bits % len as u128) as usize
 }
 
-/// Claims slot `slot` for `ask`, in one write: the slot's add, the
+/// Claims slot `slot` for `want`, in one write: the slot's add, the
 /// record's add and CAS bump, a read of the lock key, and the token
 /// counter's increment, which comes after the add, so that the token is
 /// above every token handed out before the slot was ours.
-pub(super) async fn claim(ask: &Ask<'_>, slot: &Key) -> Result<Claimed> {
-    let server = ask.server;
+pub(super) async fn claim_slot(want: &SlotClaim<'_>, slot: &Key) -> Result<Claimed> {
+    let server = want.server;
     let batch = Batch::new().ms(
         slot,
-        &ask.value,
-        format_args!("ME T{} F{} c", ask.ttl, ask.limit),
+        &want.value,
+        format_args!("ME T{} F{} c", want.ttl, want.limit),
     );
-    let batch = ask.record.add(batch, ask.lock);
-    let batch = record::bump(batch, ask.lock);
-    let batch = record::read(batch, ask.lock);
-    let batch = counted(batch, ask.token, ask.seed, 1);
-    let (replies, from) = server.meta_from(batch, ask.deadline.left()).await?;
+    let batch = want.record.add(batch, want.lock);
+    let batch = record::bump(batch, want.lock);
+    let batch = record::read(batch, want.lock);
+    let batch = counted(batch, want.token, want.seed, 1);
+    let (replies, from) = server.meta_from(batch, want.deadline.left()).await?;
     let [stored, _added, _bumped, read, counter] = <[Reply; 5]>::try_from(replies)
         .map_err(|replies| server.message(format!("{} replies to 5 commands", replies.len())))?;
-    let record = ask.record.judge(server, &read, from)?;
+    let record = want.record.judge(server, &read, from)?;
     let grant = match stored.code {
         Code::Hd => {
-            if stored.flag_u64('c') == Some(0) {
-                return Err(server.message(
-                    "this memcached runs without CAS values (-C), so no permit could be \
-                     extended or released safely; restart it without -C",
-                ));
-            }
+            let cas = cas_of_add(server, &stored, from, "permit")?;
             let (token, _) = token_of(server, &counter)?;
-            Some(SlotGrant {
-                token,
-                cas: KnownCas::new(from, stored.flag_u64('c')),
-            })
+            Some(SlotGrant { token, cas })
         }
         Code::Ns => None,
         _ => return Err(unexpected(server, "a permit slot's add", &stored)),
@@ -179,7 +172,7 @@ pub(super) async fn scan_slots(
 /// changed since, the slot is read first.
 pub(super) async fn extend_slot(
     server: &Server,
-    permit: &PermitHold,
+    permit: &PermitGrant,
     cas: Option<KnownCas>,
     ttl: u32,
     record: &Record,
