@@ -19,7 +19,9 @@ use crate::keys::{NameRange, Record, locks_start, name_of_key, prefix_end};
 use crate::leftovers::Leftovers;
 use crate::raw::etcdserverpb::compare::CompareResult;
 use crate::raw::etcdserverpb::response_op::Response;
-use crate::raw::etcdserverpb::{DeleteRangeRequest, RangeRequest, TxnRequest, TxnResponse};
+use crate::raw::etcdserverpb::{
+    DeleteRangeRequest, RangeRequest, RangeResponse, TxnRequest, TxnResponse,
+};
 use crate::raw::{Client, ConnectOptions};
 use crate::release;
 use crate::requests::{self, create_revision, mod_revision, over, put_op, read_op};
@@ -532,14 +534,23 @@ fn header_revision(response: &TxnResponse) -> i64 {
     response.header.as_ref().map_or(0, |header| header.revision)
 }
 
+/// The answers of the transaction's reads, in order.
+fn range_reads(response: &TxnResponse) -> impl Iterator<Item = &RangeResponse> {
+    response
+        .responses
+        .iter()
+        .filter_map(|op| match &op.response {
+            Some(Response::ResponseRange(read)) => Some(read),
+            _ => None,
+        })
+}
+
 /// The keys read by the transaction's last range.
 fn entries_of(response: &TxnResponse) -> Vec<Entry> {
-    let mut entries = Vec::new();
-    for op in &response.responses {
-        if let Some(Response::ResponseRange(read)) = &op.response {
-            entries = read.kvs.iter().map(Entry::from_kv).collect();
-        }
-    }
+    let entries = range_reads(response)
+        .last()
+        .map(|read| read.kvs.iter().map(Entry::from_kv).collect())
+        .unwrap_or_default();
     in_order(entries)
 }
 

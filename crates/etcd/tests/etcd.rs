@@ -11,16 +11,13 @@ use distlock_core::{
     LockOptions, LossReason, WaitState,
 };
 use distlock_etcd::EtcdBackend;
+use distlock_etcd::raw::Client;
 use distlock_etcd::raw::etcdserverpb::{DeleteRangeRequest, PutRequest, RangeRequest};
-use distlock_etcd::raw::{Client, ConnectOptions};
 
-fn url() -> String {
-    std::env::var("DISTLOCK_TEST_ETCD_URL").unwrap_or_else(|_| {
-        panic!(
-            "DISTLOCK_TEST_ETCD_URL is not set: run the tests with scripts/test, which starts etcd"
-        )
-    })
-}
+#[path = "support/member.rs"]
+mod member;
+
+use member::{PATIENCE, backend, client_of, etcd, range_of, url};
 
 fn unique(prefix: &str) -> String {
     format!("{prefix}-{:016x}", rand::random::<u64>())
@@ -30,50 +27,19 @@ fn name(text: &str) -> LockName {
     LockName::new(text).expect("valid name")
 }
 
-async fn backend() -> Arc<EtcdBackend> {
-    Arc::new(EtcdBackend::open(&url()).await.expect("open etcd"))
-}
-
-fn options(lease: Duration) -> LockOptions {
-    LockOptions::builder()
-        .lease(lease)
-        .extend_every(lease / 4)
-        .safety_margin(lease / 10)
-        .operation_timeout(lease / 3)
-        .backoff(Duration::from_millis(5), Duration::from_millis(100))
-        .build()
-        .expect("valid options")
-}
-
 async fn client(lease: Duration) -> (LockClient, Arc<EtcdBackend>) {
     let backend = backend().await;
-    (LockClient::new(backend.clone(), options(lease)), backend)
+    (client_of(&backend, lease), backend)
 }
 
 /// The keys etcd holds in `name`'s range.
 async fn keys_of(backend: &EtcdBackend, name: &LockName) -> Vec<Vec<u8>> {
-    let (start, end) = backend.key_range(name);
-    let response = etcd()
+    range_of(backend, name)
         .await
-        .range(RangeRequest {
-            key: start,
-            range_end: end,
-            ..RangeRequest::default()
-        })
-        .await
-        .expect("get");
-    response.kvs.into_iter().map(|kv| kv.key).collect()
+        .into_iter()
+        .map(|kv| kv.key)
+        .collect()
 }
-
-/// A client of the test member, to look at or change keys by hand.
-async fn etcd() -> Client {
-    let member = url().replacen("etcd://", "http://", 1);
-    Client::connect(&ConnectOptions::new([member]))
-        .await
-        .expect("connect")
-}
-
-const PATIENCE: Duration = Duration::from_secs(30);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn nested_names_nul_and_long_names_are_distinct_and_round_trip() {

@@ -11,27 +11,16 @@ use std::time::Duration;
 
 use distlock_core::{
     AcquireOptions, AcquireRequest, Attempt, Backend, Claim, Holder, LockClient, LockName,
-    LockOptions, WaitState,
+    WaitState,
 };
-use distlock_etcd::raw::etcdserverpb::RangeRequest;
-use distlock_etcd::raw::{Client, ConnectOptions};
 use distlock_etcd::{EtcdBackend, EtcdConfig, session_ttl};
 
-fn url() -> String {
-    std::env::var("DISTLOCK_TEST_ETCD_URL").unwrap_or_else(|_| {
-        panic!(
-            "DISTLOCK_TEST_ETCD_URL is not set: run the tests with scripts/test, which starts etcd"
-        )
-    })
-}
+#[path = "support/member.rs"]
+mod member;
 
-fn unique(prefix: &str) -> LockName {
-    LockName::new(format!("{prefix}-{:016x}", rand::random::<u64>())).expect("valid name")
-}
+use member::{PATIENCE, client_of, etcd, range_of, unique, url};
 
 const LEASE: Duration = Duration::from_secs(10);
-const PATIENCE: Duration = Duration::from_secs(30);
-
 /// A backend in fair mode, opened as the builder would: from a parsed
 /// URL with fair mode switched on.
 async fn backend() -> Arc<EtcdBackend> {
@@ -43,38 +32,12 @@ async fn backend() -> Arc<EtcdBackend> {
 
 async fn client() -> (LockClient, Arc<EtcdBackend>) {
     let backend = backend().await;
-    let options = LockOptions::builder()
-        .lease(LEASE)
-        .extend_every(LEASE / 4)
-        .safety_margin(LEASE / 10)
-        .operation_timeout(LEASE / 3)
-        .backoff(Duration::from_millis(5), Duration::from_millis(100))
-        .build()
-        .expect("valid options");
-    (LockClient::new(backend.clone(), options), backend)
-}
-
-/// A client of the test member, to look at keys by hand.
-async fn etcd() -> Client {
-    let member = url().replacen("etcd://", "http://", 1);
-    Client::connect(&ConnectOptions::new([member]))
-        .await
-        .expect("connect")
+    (client_of(&backend, LEASE), backend)
 }
 
 /// `name`'s keys, oldest first, each with its create revision and lease.
 async fn keys_of(backend: &EtcdBackend, name: &LockName) -> Vec<(i64, i64)> {
-    let (key, range_end) = backend.key_range(name);
-    let mut kvs = etcd()
-        .await
-        .range(RangeRequest {
-            key,
-            range_end,
-            ..RangeRequest::default()
-        })
-        .await
-        .expect("read the name's keys")
-        .kvs;
+    let mut kvs = range_of(backend, name).await;
     kvs.sort_by_key(|kv| kv.create_revision);
     kvs.iter()
         .map(|kv| (kv.create_revision, kv.lease))

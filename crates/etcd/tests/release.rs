@@ -10,22 +10,15 @@ use std::time::Duration;
 
 use distlock_core::{LockClient, LockName, LockOptions};
 use distlock_etcd::EtcdBackend;
-use distlock_etcd::raw::etcdserverpb::RangeRequest;
-use distlock_etcd::raw::{Client, ConnectOptions};
 use distlock_faultproxy::{Fault, FaultProxy};
 
-fn member() -> String {
-    std::env::var("DISTLOCK_TEST_ETCD_URL")
-        .unwrap_or_else(|_| {
-            panic!(
-                "DISTLOCK_TEST_ETCD_URL is not set: run the tests with scripts/test, which starts etcd"
-            )
-        })
-        .replacen("etcd://", "", 1)
-}
+#[path = "support/member.rs"]
+mod member;
 
-fn unique(prefix: &str) -> LockName {
-    LockName::new(format!("{prefix}-{:016x}", rand::random::<u64>())).expect("valid name")
+use member::{PATIENCE, range_of, unique, url};
+
+fn member() -> String {
+    url().replacen("etcd://", "", 1)
 }
 
 /// A client of the test member through a new proxy.
@@ -47,24 +40,8 @@ async fn through_proxy() -> (LockClient, Arc<EtcdBackend>, FaultProxy) {
 
 /// How many keys `name` has, read straight from the member.
 async fn keys_of(backend: &EtcdBackend, name: &LockName) -> usize {
-    let etcd = Client::connect(&ConnectOptions::new([format!("http://{}", member())]))
-        .await
-        .expect("connect");
-    let (start, end) = backend.key_range(name);
-    let response = etcd
-        .range(RangeRequest {
-            key: start,
-            range_end: end,
-            ..RangeRequest::default()
-        })
-        .await
-        .expect("get");
-    response.kvs.len()
+    range_of(backend, name).await.len()
 }
-
-/// How long a test waits for what must happen, at most: a bound on hangs,
-/// not a claim about speed.
-const PATIENCE: Duration = Duration::from_secs(30);
 
 /// The connection breaks and new ones are refused as the release is sent;
 /// the fault is cleared only once a try was refused. The release is tried

@@ -8,62 +8,23 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock_core::{
-    AcquireRequest, Attempt, Backend, Claim, Holder, Lease, LockClient, LockName, LockOptions,
-    LossReason, Renewal, SessionId, WaitState,
+    AcquireRequest, Attempt, Backend, Claim, Holder, Lease, LockClient, LockName, LossReason,
+    Renewal, SessionId, WaitState,
 };
 use distlock_etcd::EtcdBackend;
-use distlock_etcd::raw::etcdserverpb::RangeRequest;
-use distlock_etcd::raw::{Client, ConnectOptions};
 
-fn url() -> String {
-    std::env::var("DISTLOCK_TEST_ETCD_URL").unwrap_or_else(|_| {
-        panic!(
-            "DISTLOCK_TEST_ETCD_URL is not set: run the tests with scripts/test, which starts etcd"
-        )
-    })
-}
+#[path = "support/member.rs"]
+mod member;
 
-fn unique(prefix: &str) -> LockName {
-    LockName::new(format!("{prefix}-{:016x}", rand::random::<u64>())).expect("valid name")
-}
-
-async fn backend() -> Arc<EtcdBackend> {
-    Arc::new(EtcdBackend::open(&url()).await.expect("open etcd"))
-}
-
-fn options(lease: Duration) -> LockOptions {
-    LockOptions::builder()
-        .lease(lease)
-        .extend_every(lease / 4)
-        .safety_margin(lease / 10)
-        .operation_timeout(lease / 3)
-        .backoff(Duration::from_millis(5), Duration::from_millis(100))
-        .build()
-        .expect("valid options")
-}
-
-/// A client of the test member, to look at or change keys and leases by
-/// hand.
-async fn etcd() -> Client {
-    let member = url().replacen("etcd://", "http://", 1);
-    Client::connect(&ConnectOptions::new([member]))
-        .await
-        .expect("connect")
-}
+use member::{PATIENCE, backend, etcd, options, range_of, unique};
 
 /// The etcd leases of `name`'s keys, as etcd has them.
 async fn leases_of(backend: &EtcdBackend, name: &LockName) -> Vec<i64> {
-    let (start, end) = backend.key_range(name);
-    let response = etcd()
+    range_of(backend, name)
         .await
-        .range(RangeRequest {
-            key: start,
-            range_end: end,
-            ..RangeRequest::default()
-        })
-        .await
-        .expect("get");
-    response.kvs.into_iter().map(|kv| kv.lease).collect()
+        .into_iter()
+        .map(|kv| kv.lease)
+        .collect()
 }
 
 /// The one etcd lease `name`'s one key hangs on.
@@ -111,10 +72,6 @@ async fn grant(backend: &EtcdBackend, name: &LockName) -> (AcquireRequest, Lease
     let lease = request.granted(fencing_token, state);
     (request, lease)
 }
-
-/// How long a test waits for what must happen, at most: a bound on hangs,
-/// not a claim about speed.
-const PATIENCE: Duration = Duration::from_secs(30);
 
 /// Finding 11: the session is kept with each grant. A renewal with no
 /// session confirms nothing; a renewal names the session it renewed; a

@@ -9,38 +9,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock_core::{
-    AcquireRequest, Attempt, Backend, Claim, Error, Holder, LockClient, LockName, LockOptions,
-    TERMS_KEPT, Term, WaitState,
+    AcquireRequest, Attempt, Backend, Claim, Error, Holder, LockClient, LockName, TERMS_KEPT, Term,
+    WaitState,
 };
 use distlock_etcd::EtcdBackend;
 
-fn url() -> String {
-    std::env::var("DISTLOCK_TEST_ETCD_URL").unwrap_or_else(|_| {
-        panic!(
-            "DISTLOCK_TEST_ETCD_URL is not set: run the tests with scripts/test, which starts etcd"
-        )
-    })
-}
+#[path = "support/member.rs"]
+mod member;
 
-fn unique(prefix: &str) -> LockName {
-    LockName::new(format!("{prefix}-{:016x}", rand::random::<u64>())).expect("valid name")
-}
+use member::{PATIENCE, backend, client_of, unique};
 
 async fn client() -> (LockClient, Arc<EtcdBackend>) {
-    let backend = Arc::new(EtcdBackend::open(&url()).await.expect("open etcd"));
-    let lease = Duration::from_secs(10);
-    let options = LockOptions::builder()
-        .lease(lease)
-        .extend_every(lease / 4)
-        .safety_margin(lease / 10)
-        .operation_timeout(lease / 3)
-        .backoff(Duration::from_millis(5), Duration::from_millis(100))
-        .build()
-        .expect("valid options");
-    (LockClient::new(backend.clone(), options), backend)
+    let backend = backend().await;
+    (client_of(&backend, Duration::from_secs(10)), backend)
 }
-
-const PATIENCE: Duration = Duration::from_secs(30);
 
 /// Every term `backend` keeps for `name`.
 async fn kept(backend: &EtcdBackend, name: &LockName) -> Vec<Term> {

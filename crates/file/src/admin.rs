@@ -1,5 +1,5 @@
 //! Listing holders and forcing releases: looks at lock files made inside
-//! each name's gate, so that they never make a free lock look held to
+//! each name's decision lock, so that they never make a free lock look held to
 //! someone taking it.
 
 use std::collections::HashMap;
@@ -8,36 +8,35 @@ use std::path::Path;
 
 use distlock_core::{LockInfo, LockName, Permits, Result};
 
-use crate::FileBackend;
+use crate::decision::DecisionLock;
 use crate::files::{
     io_error, is_held_at_all, is_held_exclusively, no_follow, open_existing, replace_whole,
 };
-use crate::gate::Gate;
 use crate::names::{self, SlotKind};
 use crate::record::Record;
 use crate::shared::{MAX_READERS, slot_paths};
 use crate::wake::signal_release;
 
-/// Every holder in the backend's directory: writers from the lock files,
+/// Every holder in `dir`: writers from the lock files,
 /// readers and permits from their slot files.
-pub(crate) async fn list(backend: &FileBackend) -> Result<Vec<LockInfo>> {
-    let entries = std::fs::read_dir(&backend.dir)
-        .map_err(|e| io_error(format!("cannot list {}", backend.dir.display()), e))?;
+pub(crate) async fn list(dir: &Path) -> Result<Vec<LockInfo>> {
+    let entries = std::fs::read_dir(dir)
+        .map_err(|e| io_error(format!("cannot list {}", dir.display()), e))?;
     let mut locks = Vec::new();
     for entry in entries.flatten() {
         let path = entry.path();
         if !names::is_lock_file(&path) {
             continue;
         }
-        let Some(gate) = names::gate_of_lock_file(&path) else {
+        let Some(decision_lock) = names::decision_lock_of_lock_file(&path) else {
             continue;
         };
         // Only holders lock a slot file exclusively, so a look at one needs
-        // no gate; a look at a lock file does, since readers lock it too.
-        let _gate = if names::is_slot_file(&path) {
+        // no decision lock; a look at a lock file does, since readers lock it too.
+        let _deciding = if names::is_slot_file(&path) {
             None
         } else {
-            Some(Gate::enter(&backend.dir.join(gate)).await?)
+            Some(DecisionLock::enter(&dir.join(decision_lock)).await?)
         };
         if let Some(info) = look(&path) {
             locks.push(info);
@@ -89,9 +88,9 @@ fn count_permits(locks: &mut [LockInfo]) {
 /// files are atomically replaced (keeping the fencing token), so each
 /// holder's next check finds that its files are no longer the ones at
 /// their paths, and new grants lock the new files.
-pub(crate) async fn force_release(backend: &FileBackend, name: &LockName) -> Result<bool> {
-    let _gate = Gate::enter(&backend.dir.join(names::gate_name(name))).await?;
-    let path = backend.path_of(name);
+pub(crate) async fn force_release(dir: &Path, name: &LockName) -> Result<bool> {
+    let _deciding = DecisionLock::enter(&dir.join(names::decision_lock_name(name))).await?;
+    let path = names::lock_path(dir, name);
     let Some(mut old) = open_existing(&path)? else {
         return Ok(false);
     };
@@ -101,7 +100,7 @@ pub(crate) async fn force_release(backend: &FileBackend, name: &LockName) -> Res
     // A marker left at a release keeps the lock held; the new file has none.
     was_held |= last.as_ref().and_then(Record::held_for).is_some();
     replace(
-        backend,
+        dir,
         name,
         &path,
         &Record {
@@ -114,16 +113,16 @@ pub(crate) async fn force_release(backend: &FileBackend, name: &LockName) -> Res
         },
     )?;
     for kind in [SlotKind::Reader, SlotKind::Permit] {
-        for slot in slot_paths(backend, name, kind, MAX_READERS) {
+        for slot in slot_paths(dir, name, kind, MAX_READERS) {
             let Some(file) = open_existing(&slot)? else {
                 break;
             };
             was_held |= is_held_exclusively(&file)
                 .map_err(|e| io_error(format!("cannot look at {}", slot.display()), e))?;
-            replace(backend, name, &slot, &empty(name))?;
+            replace(dir, name, &slot, &empty(name))?;
         }
     }
-    signal_release(&backend.dir, name);
+    signal_release(dir, name);
     Ok(was_held)
 }
 
@@ -139,8 +138,8 @@ fn empty(name: &LockName) -> Record {
 }
 
 /// Puts a file holding `record` at `path` in one step.
-fn replace(backend: &FileBackend, name: &LockName, path: &Path, record: &Record) -> Result<()> {
-    let temp = backend.dir.join(names::temp_name(name));
+fn replace(dir: &Path, name: &LockName, path: &Path, record: &Record) -> Result<()> {
+    let temp = dir.join(names::temp_name(name));
     let failed = |e| io_error(format!("cannot replace {}", path.display()), e);
     let contents = serde_json::to_vec(record)
         .map_err(io::Error::other)

@@ -100,7 +100,7 @@ pub(crate) fn is_held_exclusively(file: &File) -> io::Result<bool> {
 }
 
 /// Whether anybody holds `file`, shared or exclusively. Looks with an
-/// exclusive lock of a moment, so only inside the name's gate, where no
+/// exclusive lock of a moment, so only under the name's decision lock, where no
 /// process takes the file meanwhile.
 pub(crate) fn is_held_at_all(file: &File) -> io::Result<bool> {
     if try_lock(file.try_lock())? {

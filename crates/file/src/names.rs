@@ -1,6 +1,6 @@
 //! Lock names to file names.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use distlock_core::LockName;
 use sha2::{Digest, Sha256};
@@ -15,6 +15,11 @@ const RELEASED: &str = ".released";
 /// name, which alone tells names apart.
 pub(crate) fn file_name(name: &LockName) -> String {
     format!("{}-{}{SUFFIX}", readable(name), digest(name))
+}
+
+/// The path of `name`'s lock file in `dir`.
+pub(crate) fn lock_path(dir: &Path, name: &LockName) -> PathBuf {
+    dir.join(file_name(name))
 }
 
 /// Which holders a slot file is for.
@@ -48,12 +53,12 @@ pub(crate) fn slot_name(name: &LockName, kind: SlotKind, index: u32) -> String {
 
 /// The file whose exclusive lock a process holds for the moment it decides
 /// about `name`: granting a reader or a permit, or looking at a holder.
-pub(crate) fn gate_name(name: &LockName) -> String {
-    gate_of_digest(&digest(name))
+pub(crate) fn decision_lock_name(name: &LockName) -> String {
+    decision_lock_of_digest(&digest(name))
 }
 
-/// The gate of a lock or slot file, from the digest in its name.
-pub(crate) fn gate_of_lock_file(path: &Path) -> Option<String> {
+/// The decision lock of a lock or slot file, from the digest in its name.
+pub(crate) fn decision_lock_of_lock_file(path: &Path) -> Option<String> {
     let stem = path.file_name()?.to_str()?.strip_suffix(SUFFIX)?;
     let stem = match stem.rsplit_once('.') {
         Some((before, slot)) if is_slot_suffix(slot) => before,
@@ -63,7 +68,7 @@ pub(crate) fn gate_of_lock_file(path: &Path) -> Option<String> {
     digest
         .bytes()
         .all(|b| b.is_ascii_hexdigit())
-        .then(|| gate_of_digest(digest))
+        .then(|| decision_lock_of_digest(digest))
 }
 
 /// Whether a lock file is a slot file of readers or permits.
@@ -82,7 +87,7 @@ fn is_slot_suffix(text: &str) -> bool {
         && chars.as_str().bytes().all(|b| b.is_ascii_digit())
 }
 
-fn gate_of_digest(digest: &str) -> String {
+fn decision_lock_of_digest(digest: &str) -> String {
     format!(".{digest}.gate")
 }
 
@@ -187,21 +192,24 @@ mod tests {
     }
 
     #[test]
-    fn slot_files_are_lock_files_of_the_same_gate() {
+    fn slot_files_are_lock_files_of_the_same_decision_lock() {
         let lock = name("a.r1");
-        let gate = gate_name(&lock);
+        let decision_lock = decision_lock_name(&lock);
         assert_eq!(
-            gate_of_lock_file(Path::new(&file_name(&lock))),
-            Some(gate.clone())
+            decision_lock_of_lock_file(Path::new(&file_name(&lock))),
+            Some(decision_lock.clone())
         );
         assert!(!is_slot_file(Path::new(&file_name(&lock))));
         for kind in [SlotKind::Reader, SlotKind::Permit] {
             let slot = slot_name(&lock, kind, 12);
             assert!(is_lock_file(Path::new(&slot)), "{slot}");
             assert!(is_slot_file(Path::new(&slot)), "{slot}");
-            assert_eq!(gate_of_lock_file(Path::new(&slot)), Some(gate.clone()));
+            assert_eq!(
+                decision_lock_of_lock_file(Path::new(&slot)),
+                Some(decision_lock.clone())
+            );
         }
-        assert!(!is_lock_file(Path::new(&gate)));
+        assert!(!is_lock_file(Path::new(&decision_lock)));
         assert!(!is_lock_file(Path::new(&writers_name(&lock))));
     }
 

@@ -6,18 +6,19 @@
 //! reader slot, permits one of the semaphore's `limit` permit slots. Both
 //! locks are the kernel's, so a holder that dies gives its place back at
 //! once. Whether a reader or a permit may go in, and its fencing token, are
-//! decided inside the name's [`Gate`].
+//! decided inside the name's [`DecisionLock`].
 
 use std::fs::File;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use distlock_core::{
     AcquireRequest, Attempt, Claim, GrantState, Holder, LockName, Result, WaitState,
 };
 
-use crate::FileBackend;
-use crate::files::{Mode, io_error, is_held_exclusively, open_existing, open_locked};
-use crate::gate::Gate;
+use crate::decision::DecisionLock;
+use crate::files::{
+    Mode, io_error, is_held_at_all, is_held_exclusively, open_existing, open_locked,
+};
 use crate::held::{Held, LockedFile};
 use crate::names::{self, SlotKind};
 use crate::record::{Record, SharedKind, next_token, now_ms};
@@ -31,17 +32,17 @@ pub(crate) const MAX_READERS: u32 = 4096;
 /// A backend error; a kind conflict when the name is held as another kind,
 /// or as a semaphore of another limit.
 pub(crate) async fn acquire(
-    backend: &FileBackend,
+    dir: &Path,
     request: &AcquireRequest,
     kind: SharedKind,
 ) -> Result<Attempt> {
     let name = &request.name;
-    let lock_path = backend.path_of(name);
-    // The gate first: a shared lock on the lock file is only ever taken to
-    // be kept, so a writer that finds the file locked inside the gate knows
+    let lock_path = names::lock_path(dir, name);
+    // The decision lock first: a shared lock on the lock file is only ever taken to
+    // be kept, so a writer that finds the file locked under the decision lock knows
     // that real holders have it, and waits for their release.
-    let _gate = Gate::enter(&backend.dir.join(names::gate_name(name))).await?;
-    if kind == SharedKind::Reader && writers_wait(backend, name)? {
+    let _deciding = DecisionLock::enter(&dir.join(names::decision_lock_name(name))).await?;
+    if kind == SharedKind::Reader && writers_wait(dir, name)? {
         return Ok(Attempt::Held { retry_after: None });
     }
     let Some(mut lock_file) = open_locked(&lock_path, Mode::Shared)? else {
@@ -63,10 +64,10 @@ pub(crate) async fn acquire(
             SharedKind::Permit { .. } => Err(request.claim.conflict(name, Claim::Exclusive)),
         };
     }
-    if let Some(held) = conflict(backend, name, kind, last.as_ref())? {
+    if let Some(held) = conflict(dir, name, kind, last.as_ref())? {
         return Err(request.claim.conflict(name, held));
     }
-    let Some(slot) = take_free_slot(backend, name, kind)? else {
+    let Some(slot) = take_free_slot(dir, name, kind)? else {
         return Ok(Attempt::Held { retry_after: None });
     };
     let fencing_token = next_token(last.map_or(0, |record| record.fencing_token), &lock_path)?;
@@ -101,11 +102,11 @@ pub(crate) async fn acquire(
     };
     Ok(Attempt::Acquired {
         fencing_token,
-        state: GrantState::new(Held::new(&backend.dir, name, lock_file, Some(slot))),
+        state: GrantState::new(Held::new(dir, name, lock_file, Some(slot))),
     })
 }
 
-fn write(file: &mut File, path: &std::path::Path, record: &Record) -> Result<()> {
+fn write(file: &mut File, path: &Path, record: &Record) -> Result<()> {
     record
         .write(file)
         .map_err(|e| io_error(format!("cannot write {}", path.display()), e))
@@ -115,7 +116,7 @@ fn write(file: &mut File, path: &std::path::Path, record: &Record) -> Result<()>
 /// last grant's kind is recorded; holders of another kind can only be live
 /// if that grant's kind is theirs, since a conflicting grant is never made.
 fn conflict(
-    backend: &FileBackend,
+    dir: &Path,
     name: &LockName,
     kind: SharedKind,
     last: Option<&Record>,
@@ -130,21 +131,17 @@ fn conflict(
         SharedKind::Reader => (SlotKind::Reader, MAX_READERS),
         SharedKind::Permit { limit } => (SlotKind::Permit, limit),
     };
-    Ok((!live_slots(backend, name, slots, upto)?.is_empty()).then(|| held.claim()))
+    Ok((!live_slots(dir, name, slots, upto)?.is_empty()).then(|| held.claim()))
 }
 
 /// Takes the first free slot of `kind`; `None` when every one is held.
-fn take_free_slot(
-    backend: &FileBackend,
-    name: &LockName,
-    kind: SharedKind,
-) -> Result<Option<LockedFile>> {
+fn take_free_slot(dir: &Path, name: &LockName, kind: SharedKind) -> Result<Option<LockedFile>> {
     let (slots, count) = match kind {
         SharedKind::Reader => (SlotKind::Reader, MAX_READERS),
         SharedKind::Permit { limit } => (SlotKind::Permit, limit),
     };
     for index in 0..count {
-        let path = backend.dir.join(names::slot_name(name, slots, index));
+        let path = dir.join(names::slot_name(name, slots, index));
         if let Some(file) = open_locked(&path, Mode::Slot)? {
             return Ok(Some(LockedFile { file, path }));
         }
@@ -155,13 +152,13 @@ fn take_free_slot(
 /// The records of the held slots of `kind` among the first `upto`. Slots
 /// are taken lowest first, so they stop at the first missing file.
 pub(crate) fn live_slots(
-    backend: &FileBackend,
+    dir: &Path,
     name: &LockName,
     kind: SlotKind,
     upto: u32,
 ) -> Result<Vec<Record>> {
     let mut live = Vec::new();
-    for path in slot_paths(backend, name, kind, upto) {
+    for path in slot_paths(dir, name, kind, upto) {
         let Some(mut file) = open_existing(&path)? else {
             break;
         };
@@ -177,12 +174,12 @@ pub(crate) fn live_slots(
 
 /// The paths of the first `upto` slots of `kind`.
 pub(crate) fn slot_paths(
-    backend: &FileBackend,
+    dir: &Path,
     name: &LockName,
     kind: SlotKind,
     upto: u32,
 ) -> impl Iterator<Item = PathBuf> {
-    (0..upto).map(move |index| backend.dir.join(names::slot_name(name, kind, index)))
+    (0..upto).map(move |index| dir.join(names::slot_name(name, kind, index)))
 }
 
 /// A writer waiting for a name holds a shared lock on its writers file
@@ -194,16 +191,12 @@ pub(crate) struct WriterMark {
 }
 
 /// Marks the writer of `wait` as waiting for `name`, unless it is already.
-/// Called inside the name's gate.
-pub(crate) fn mark_writer(
-    backend: &FileBackend,
-    name: &LockName,
-    wait: &mut WaitState,
-) -> Result<()> {
+/// Called under the name's decision lock.
+pub(crate) fn mark_writer(dir: &Path, name: &LockName, wait: &mut WaitState) -> Result<()> {
     if wait.get::<WriterMark>().is_some() {
         return Ok(());
     }
-    let path = backend.dir.join(names::writers_name(name));
+    let path = dir.join(names::writers_name(name));
     if let Some(file) = open_locked(&path, Mode::Shared)? {
         wait.set(WriterMark { _locked: file });
     }
@@ -211,11 +204,11 @@ pub(crate) fn mark_writer(
 }
 
 /// Whether a writer waits for `name`. Looks with an exclusive lock of a
-/// moment, inside the name's gate, where no writer marks itself meanwhile.
-fn writers_wait(backend: &FileBackend, name: &LockName) -> Result<bool> {
-    let path = backend.dir.join(names::writers_name(name));
+/// moment, under the name's decision lock, where no writer marks itself meanwhile.
+fn writers_wait(dir: &Path, name: &LockName) -> Result<bool> {
+    let path = dir.join(names::writers_name(name));
     match open_existing(&path)? {
-        Some(file) => crate::files::is_held_at_all(&file)
+        Some(file) => is_held_at_all(&file)
             .map_err(|e| io_error(format!("cannot look at {}", path.display()), e)),
         None => Ok(false),
     }

@@ -31,7 +31,7 @@ mod inotify {
     pub(super) fn start(
         _dir: &std::path::Path,
         _hub: distlock_core::ReleaseHub,
-    ) -> std::io::Result<super::StopFlag> {
+    ) -> std::io::Result<crate::wake::StopFlag> {
         Err(std::io::ErrorKind::Unsupported.into())
     }
 }
@@ -95,7 +95,7 @@ impl DirWatch {
 /// Tells waiters in every process that `name` was released.
 pub(crate) fn signal_release(dir: &Path, name: &LockName) {
     let path = dir.join(names::release_signal(name));
-    let created = crate::no_follow()
+    let created = crate::files::no_follow()
         .write(true)
         .create(true)
         .truncate(true)

@@ -11,8 +11,9 @@ use distlock_core::{
 };
 use futures::future::join_all;
 
+use crate::cluster;
 use crate::config::{Mode, RedisConfig};
-use crate::hold::{Hold, OnServer, TOKEN_BLOCK};
+use crate::handed_over::{HandedOverLock, OnServer, TOKEN_BLOCK};
 use crate::keys::KeySpace;
 use crate::link::Target;
 use crate::node::{Node, WriterMark};
@@ -217,6 +218,12 @@ impl RedisBackend {
         if leases.is_empty() {
             return Extended::new(Vec::new(), None);
         }
+        if let Some(connection) = self.single().cluster_connection() {
+            // No clock: each master has its own. (A cluster does not wait
+            // for replicas: `?wait_replicas` is refused.)
+            let outcomes = cluster::extend(self.single(), connection, leases, timeout).await;
+            return Extended::new(outcomes, None);
+        }
         let replicas = self
             .config
             .wait_replicas
@@ -244,7 +251,10 @@ impl Backend for RedisBackend {
 
     async fn server_info(&self) -> Result<ServerInfo> {
         if self.quorum().is_none() {
-            return self.single().server_info().await;
+            return match self.single().cluster_connection() {
+                Some(connection) => cluster::server_info(connection).await,
+                None => self.single().server_info().await,
+            };
         }
         // Every server is read: each holds copies of the locks it granted,
         // so one that may evict or forget them is a finding, named by its
@@ -486,7 +496,7 @@ impl Backend for RedisBackend {
                     Extended::new(outcomes, extended.server_time)
                 };
                 for (lease, outcome) in leases.iter().zip(&extended.outcomes) {
-                    if let Some(hold) = Hold::of(lease) {
+                    if let Some(hold) = HandedOverLock::of(lease) {
                         match outcome {
                             Ok(true) => hold.confirm(lease.id, sent_at, lease.lease),
                             Ok(false) => hold.end(lease.id),
@@ -511,7 +521,7 @@ impl Backend for RedisBackend {
             .single()
             .release(&lease.name, lease.claim, id, lease.operation_timeout)
             .await;
-        if let (Ok(_), Some(hold)) = (&released, Hold::of(lease)) {
+        if let (Ok(_), Some(hold)) = (&released, HandedOverLock::of(lease)) {
             hold.end(lease.id);
         }
         released
@@ -633,7 +643,7 @@ impl DelayedRelease for RedisBackend {
 impl HandOvers for RedisBackend {
     /// Without a server command when this process took the lock over by
     /// the script below and still has a reserved token, half of the lease
-    /// and the same holder and lease for `next` (`Hold::pass_on`);
+    /// and the same holder and lease for `next` (`HandedOverLock::pass_on`);
     /// otherwise one script that ends `lease` and makes `next`'s grant,
     /// reserving the tokens for the next ones (see the [crate
     /// docs](crate#hand-overs-without-a-command)). Quorum mode answers
@@ -652,7 +662,7 @@ impl HandOvers for RedisBackend {
         let OnServer::Stored { id: stored, .. } = OnServer::of(lease) else {
             return Ok(HandOver::NotOurs);
         };
-        let hold = Hold::of(lease);
+        let hold = HandedOverLock::of(lease);
         if let Some((fencing_token, confirmed_at)) = hold
             .filter(|_| lease.name == next.name)
             .and_then(|hold| hold.pass_on(lease.id, next.lease_id, next.lease, &next.holder))
@@ -681,7 +691,7 @@ impl HandOvers for RedisBackend {
         let Some(fencing_token) = answer else {
             return Ok(HandOver::NotOurs);
         };
-        let hold = Hold::new(
+        let hold = HandedOverLock::new(
             next.lease_id,
             next.holder.clone(),
             next.lease,

@@ -3,8 +3,46 @@
 //! of every master, and in quorum mode of every server, each named where
 //! it falls short.
 
-use distlock_core::{Feature, FeatureState};
+use std::time::Duration;
+
+use distlock_core::{Feature, FeatureState, Result, ServerInfo};
 use redis::aio::ConnectionLike;
+
+use crate::error::{from_redis, timed_out};
+
+/// How long asking a server for its version and time may take.
+pub(crate) const INFO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The version and clock of the server `connection` reaches.
+pub(crate) async fn server_info(
+    connection: &mut (impl ConnectionLike + Send),
+    on: &str,
+) -> Result<ServerInfo> {
+    let what = format!("asking the server for its version and time{on}");
+    let ask = async {
+        let info: String = redis::cmd("INFO")
+            .arg("server")
+            .query_async(connection)
+            .await?;
+        let time: (u64, u64) = redis::cmd("TIME").query_async(connection).await?;
+        let features = features(connection).await;
+        Ok::<_, redis::RedisError>((info, time, features))
+    };
+    let (info, (seconds, micros), features) = tokio::time::timeout(INFO_TIMEOUT, ask)
+        .await
+        .map_err(|_| timed_out("server info", INFO_TIMEOUT))?
+        .map_err(|e| from_redis(&what, e))?;
+    let version = info
+        .lines()
+        .find_map(|line| line.strip_prefix("redis_version:"))
+        .map(|version| format!("Redis {}", version.trim()));
+    let clock =
+        std::time::UNIX_EPOCH + Duration::from_secs(seconds) + Duration::from_micros(micros);
+    Ok(features.into_iter().fold(
+        ServerInfo::new(version, Some(clock)),
+        ServerInfo::with_feature,
+    ))
+}
 
 /// The features, read with `CONFIG GET`. A server that refuses `CONFIG`
 /// (a managed service, or an ACL without it) is said to, with what to

@@ -68,6 +68,20 @@ pub(crate) struct NameKeys {
     pub(crate) channel: String,
 }
 
+impl NameKeys {
+    /// The keys a release and a forced release touch, in the order their
+    /// scripts take them: `done` last, since only cluster mode sends it.
+    pub(crate) fn ended_by_release(&self) -> [&str; 5] {
+        [
+            &self.exclusive,
+            &self.holders,
+            &self.records,
+            &self.awaited,
+            &self.done,
+        ]
+    }
+}
+
 impl KeySpace {
     pub(crate) fn new(prefix: &str) -> Self {
         Self {

@@ -244,7 +244,7 @@ mod cluster;
 mod config;
 mod deployment;
 mod error;
-mod hold;
+mod handed_over;
 mod keys;
 mod link;
 mod node;
@@ -252,6 +252,7 @@ mod quorum;
 mod replicas;
 mod reply;
 mod scripts;
+mod slots;
 mod wake;
 
 pub use backend::RedisBackend;

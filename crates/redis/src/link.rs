@@ -266,7 +266,7 @@ async fn open(target: &Target, on: &str) -> Result<Connection> {
             .map(Connection::Cluster)
             .map_err(|e| match refused_certificate(&what, e) {
                 Ok(error) => error,
-                Err(e) => crate::cluster::opening_error(&what, e),
+                Err(e) => opening_error(&what, e),
             })?,
     };
     // A server that is not Redis may accept the connection; it does not
@@ -279,6 +279,25 @@ async fn open(target: &Target, on: &str) -> Result<Connection> {
         return Err(unexpected(&what, &pong));
     }
     Ok(connection)
+}
+
+/// The error for a cluster that cannot be opened, with what to check.
+fn opening_error(what: &str, error: redis::RedisError) -> Error {
+    match from_redis(what, error) {
+        Error::Backend {
+            backend,
+            message,
+            source,
+        } => Error::Backend {
+            backend,
+            message: format!(
+                "{message} (mode=cluster needs nodes of a Redis Cluster, with cluster-enabled \
+                 yes and every slot served; for one server, drop mode=cluster)"
+            ),
+            source,
+        },
+        other => other,
+    }
 }
 
 /// The error for a TLS handshake that refused the server's certificate,

@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use distlock_core::{
     AcquireRequest, Claim, Error, Extended, Holder, Lease, LeaseId, LockName, Result, ServerInfo,
@@ -16,18 +16,15 @@ use redis::aio::ConnectionLike;
 use redis::cluster_async::ClusterConnection;
 use redis::{Script, Value};
 
-use crate::cluster::{OnMaster, SlotCache, SlotOwners};
 use crate::config::{RedisConfig, RedisServer};
 use crate::deployment;
 use crate::error::{copy, from_redis, timed_out, unexpected};
-use crate::hold::OnServer;
+use crate::handed_over::OnServer;
 use crate::keys::{KeySpace, NameKeys, Record, parse_term};
 use crate::link::{Connection, Link, Target};
-use crate::reply::{Answer, Listed, int, is_noscript, read_grants};
+use crate::reply::{Answer, Listed, int, is_noscript, read_grants, read_time};
 use crate::scripts::{CounterScripts, SCRIPTS};
-
-/// How long asking the server for its version and time may take.
-pub(crate) const INFO_TIMEOUT: Duration = Duration::from_secs(10);
+use crate::slots::{OnMaster, SlotCache, SlotOwners};
 
 /// How many keys one `SCAN` step asks for.
 const SCAN_COUNT: usize = 1000;
@@ -440,8 +437,8 @@ impl Node {
 
     /// Extends every lease that is still ours, in one pipeline, within
     /// `timeout`: for each, whether it was, and the server's clock read
-    /// at the end of the same pipeline. On a cluster, one pipeline per
-    /// master, and no clock: each master has its own.
+    /// at the end of the same pipeline. A cluster's leases are extended by
+    /// [`cluster::extend`](crate::cluster::extend), one pipeline per master.
     pub(crate) async fn extend_many(&self, leases: &[Lease], timeout: Duration) -> Extended {
         self.extend_many_waiting(leases, timeout, None).await.0
     }
@@ -465,15 +462,6 @@ impl Node {
             let outcomes = leases.iter().map(|_| Err(copy(&error))).collect();
             (Extended::new(outcomes, None), waited)
         };
-        if let Ok(Connection::Cluster(connection)) = self.link.get() {
-            // Each master's batch has the timeout to itself: a master that
-            // does not answer holds up only its own leases. (A cluster
-            // does not wait for replicas: `?wait_replicas` is refused.)
-            let outcomes = self
-                .extend_in_cluster(connection, &what, leases, timeout)
-                .await;
-            return (Extended::new(outcomes, None), None);
-        }
         let expected = leases.len() + 1 + usize::from(replicas.is_some());
         let call = self.extend_pipeline(&what, leases, replicas);
         let mut replies = match tokio::time::timeout(timeout, call).await {
@@ -601,7 +589,7 @@ impl Node {
 
     /// The slot of `name`'s keys, in cluster mode.
     pub(crate) fn slot_of(&self, name: &LockName) -> u16 {
-        crate::cluster::slot(self.keys.of(name).exclusive.as_bytes())
+        crate::slots::slot(self.keys.of(name).exclusive.as_bytes())
     }
 
     /// The cluster's slot map, as last read.
@@ -623,13 +611,7 @@ impl Node {
         let what = Doing::new("releasing", name, &self.on);
         let id = id.to_string();
         let remembered = self.remembered(timeout);
-        let names: [&str; 5] = [
-            &keys.exclusive,
-            &keys.holders,
-            &keys.records,
-            &keys.awaited,
-            &keys.done,
-        ];
+        let names = keys.ended_by_release();
         let args: [&[u8]; 5] = [
             claim.as_bytes(),
             id.as_bytes(),
@@ -690,13 +672,7 @@ impl Node {
         let keys = self.keys.of(name);
         let what = format!("force-releasing {name}{}", self.on);
         let remembered = self.remembered(timeout);
-        let names: [&str; 5] = [
-            &keys.exclusive,
-            &keys.holders,
-            &keys.records,
-            &keys.awaited,
-            &keys.done,
-        ];
+        let names = keys.ended_by_release();
         let args: [&[u8]; 3] = [
             keys.channel.as_bytes(),
             remembered.keep.as_bytes(),
@@ -882,42 +858,16 @@ impl Node {
 
     /// The server's version and clock.
     pub(crate) async fn server_info(&self) -> Result<ServerInfo> {
-        match self.link.get()? {
-            Connection::Cluster(cluster) => self.server_info_in_cluster(cluster).await,
-            mut server => self.server_info_on(&mut server, &self.on).await,
-        }
+        deployment::server_info(&mut self.link.get()?, &self.on).await
     }
 
-    /// The version and clock of the server `connection` reaches.
-    pub(crate) async fn server_info_on(
-        &self,
-        connection: &mut (impl ConnectionLike + Send),
-        on: &str,
-    ) -> Result<ServerInfo> {
-        let what = format!("asking the server for its version and time{on}");
-        let ask = async {
-            let info: String = redis::cmd("INFO")
-                .arg("server")
-                .query_async(connection)
-                .await?;
-            let time: (u64, u64) = redis::cmd("TIME").query_async(connection).await?;
-            let features = deployment::features(connection).await;
-            Ok::<_, redis::RedisError>((info, time, features))
-        };
-        let (info, (seconds, micros), features) = tokio::time::timeout(INFO_TIMEOUT, ask)
-            .await
-            .map_err(|_| timed_out("server info", INFO_TIMEOUT))?
-            .map_err(|e| from_redis(&what, e))?;
-        let version = info
-            .lines()
-            .find_map(|line| line.strip_prefix("redis_version:"))
-            .map(|version| format!("Redis {}", version.trim()));
-        let clock =
-            std::time::UNIX_EPOCH + Duration::from_secs(seconds) + Duration::from_micros(micros);
-        Ok(features.into_iter().fold(
-            ServerInfo::new(version, Some(clock)),
-            ServerInfo::with_feature,
-        ))
+    /// The connection to the cluster, in cluster mode, for cluster mode's
+    /// own operations (see [`crate::cluster`]).
+    pub(crate) fn cluster_connection(&self) -> Option<ClusterConnection> {
+        match self.link.get() {
+            Ok(Connection::Cluster(connection)) => Some(connection),
+            _ => None,
+        }
     }
 }
 
@@ -977,22 +927,4 @@ fn stored_as(lease: &Lease) -> (String, String) {
 /// A duration in whole milliseconds, at least 1, as Redis takes it.
 fn millis(duration: Duration) -> String {
     duration.as_millis().max(1).to_string()
-}
-
-/// The time in a reply to `TIME`: seconds and microseconds, as strings.
-fn read_time(reply: &Value) -> Option<SystemTime> {
-    let Value::Array(parts) = reply else {
-        return None;
-    };
-    let [seconds, micros] = parts.as_slice() else {
-        return None;
-    };
-    let number = |part: &Value| match part {
-        Value::BulkString(digits) => std::str::from_utf8(digits).ok()?.parse::<u64>().ok(),
-        Value::Int(n) => u64::try_from(*n).ok(),
-        _ => None,
-    };
-    let since_epoch =
-        Duration::from_secs(number(seconds)?) + Duration::from_micros(number(micros)?);
-    SystemTime::UNIX_EPOCH.checked_add(since_epoch)
 }

@@ -1,6 +1,6 @@
 //! The scripts' replies, read into what they mean.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use distlock_core::{Claim, LockInfo, LockKind, LockName, Permits};
 use redis::Value;
@@ -162,4 +162,22 @@ pub(crate) fn read_grants(name_tag: &str, fields: &[Value], out: &mut Vec<Listed
             out.push(listed(id, name, kind, permits, stored, left));
         }
     }
+}
+
+/// The time in a reply to `TIME`: seconds and microseconds, as strings.
+pub(crate) fn read_time(reply: &Value) -> Option<SystemTime> {
+    let Value::Array(parts) = reply else {
+        return None;
+    };
+    let [seconds, micros] = parts.as_slice() else {
+        return None;
+    };
+    let number = |part: &Value| match part {
+        Value::BulkString(digits) => std::str::from_utf8(digits).ok()?.parse::<u64>().ok(),
+        Value::Int(n) => u64::try_from(*n).ok(),
+        _ => None,
+    };
+    let since_epoch =
+        Duration::from_secs(number(seconds)?) + Duration::from_micros(number(micros)?);
+    SystemTime::UNIX_EPOCH.checked_add(since_epoch)
 }

@@ -30,11 +30,10 @@ use distlock_core::{
     AcquireRequest, Attempt, Holder, Lease, LockName, Result, Term, TermLog, WaitState, async_trait,
 };
 
-use super::{EtcdBackend, TRY_ROUNDS, Waiting, header_revision, name_keys};
+use super::{EtcdBackend, TRY_ROUNDS, Waiting, header_revision, name_keys, range_reads};
 use crate::error::from_etcd;
 use crate::keys::{NameRange, Record, terms_key};
 use crate::raw::etcdserverpb::compare::CompareResult;
-use crate::raw::etcdserverpb::response_op::Response;
 use crate::raw::etcdserverpb::{TxnRequest, TxnResponse};
 use crate::requests::{self, create_revision, delete_op, mod_revision, over, put_op, read_op};
 use crate::rules::{Entry, Standing, in_order, standing};
@@ -59,13 +58,7 @@ impl Seen {
     /// What a transaction's two reads (the name's keys, then the record)
     /// found.
     fn of(response: &TxnResponse) -> Result<Self> {
-        let mut reads = response
-            .responses
-            .iter()
-            .filter_map(|op| match &op.response {
-                Some(Response::ResponseRange(read)) => Some(read),
-                _ => None,
-            });
+        let mut reads = range_reads(response);
         let entries = reads
             .next()
             .map(|keys| keys.kvs.iter().map(Entry::from_kv).collect())
@@ -205,13 +198,7 @@ impl EtcdBackend {
                 wait.take::<Waiting>();
                 return Ok(self.granted(request, key, term, session));
             }
-            let mut reads = response
-                .responses
-                .iter()
-                .filter_map(|op| match &op.response {
-                    Some(Response::ResponseRange(read)) => Some(read),
-                    _ => None,
-                });
+            let mut reads = range_reads(&response);
             let own = reads.next().and_then(|read| read.kvs.first());
             if !own.is_some_and(|kv| kv.create_revision == term && kv.mod_revision == term) {
                 // The key went (a forced release, or its session): the

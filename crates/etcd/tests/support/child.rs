@@ -1,7 +1,8 @@
 //! What the etcd tests that run child processes (`cluster.rs`,
 //! `partition.rs`) share with those children (tests/helpers): the client
-//! options, the client, and the wall clock that every process of the
-//! machine reads, inside a network namespace or not.
+//! options (which `member.rs` gives the other tests too), the client, and
+//! the wall clock that every process of the machine reads, inside a
+//! network namespace or not.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

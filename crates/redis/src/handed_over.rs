@@ -3,7 +3,7 @@
 //! tokens that script reserved, so that the next hand-overs of the same
 //! lock in this process need no server command.
 //!
-//! A [`Hold`] lives in one allocation, shared by the
+//! A [`HandedOverLock`] lives in one allocation, shared by the
 //! [`GrantState`](distlock_core::GrantState) of every grant it serves. A
 //! hand-over without a command leaves the key as it is, naming the grant
 //! the script made; the next grant shares the hold and becomes its current
@@ -22,7 +22,7 @@ pub(crate) const TOKEN_BLOCK: u64 = 64;
 
 /// One exclusive lock key this process holds since a hand-over script.
 #[derive(Debug)]
-pub(crate) struct Hold {
+pub(crate) struct HandedOverLock {
     /// The identity the key stores: the grant the script made.
     owner: LeaseId,
     /// Who the stored record names; a grant for anyone else (another
@@ -33,7 +33,7 @@ pub(crate) struct Hold {
     live: Mutex<Live>,
 }
 
-/// What changes while a [`Hold`] lives.
+/// What changes while a [`HandedOverLock`] lives.
 #[derive(Debug)]
 struct Live {
     /// The grant that holds the lock now.
@@ -63,7 +63,7 @@ pub(crate) enum OnServer {
 impl OnServer {
     /// Where the server keeps `lease`.
     pub(crate) fn of(lease: &Lease) -> Self {
-        match Hold::of(lease) {
+        match HandedOverLock::of(lease) {
             None => Self::Stored {
                 id: lease.id,
                 token: None,
@@ -73,7 +73,7 @@ impl OnServer {
     }
 }
 
-impl Hold {
+impl HandedOverLock {
     /// The hold of grant `first`, which the hand-over script stored under
     /// its identity with `fencing_token`, having reserved the tokens up to
     /// `last`; `sent` is when the script was sent.
@@ -180,7 +180,7 @@ mod tests {
 
     use super::*;
 
-    fn lease_of(hold: &Arc<Hold>, id: LeaseId, fencing_token: u64) -> Lease {
+    fn lease_of(hold: &Arc<HandedOverLock>, id: LeaseId, fencing_token: u64) -> Lease {
         Lease {
             name: LockName::new("held").unwrap(),
             claim: Claim::Exclusive,
@@ -197,7 +197,7 @@ mod tests {
         let holder = Arc::new(Holder::this_process(None));
         let lease = Duration::from_secs(30);
         let first = LeaseId::random();
-        let hold = Arc::new(Hold::new(
+        let hold = Arc::new(HandedOverLock::new(
             first,
             holder.clone(),
             lease,
@@ -240,7 +240,7 @@ mod tests {
         let holder = Arc::new(Holder::this_process(None));
         let lease = Duration::from_secs(30);
         let first = LeaseId::random();
-        let hold = Hold::new(first, holder.clone(), lease, 1, 60, Instant::now());
+        let hold = HandedOverLock::new(first, holder.clone(), lease, 1, 60, Instant::now());
         let labelled = Holder::this_process(Some("other"));
         assert_eq!(
             hold.pass_on(first, LeaseId::random(), lease, &labelled),
@@ -264,11 +264,11 @@ mod tests {
         let holder = Arc::new(Holder::this_process(None));
         let lease = Duration::from_secs(30);
         let first = LeaseId::random();
-        let hold = Hold::new(first, holder.clone(), lease, 1, 60, Instant::now());
+        let hold = HandedOverLock::new(first, holder.clone(), lease, 1, 60, Instant::now());
         hold.confirm(first, Instant::now(), Duration::from_secs(1));
         assert_eq!(hold.pass_on(first, LeaseId::random(), lease, &holder), None);
 
-        let other = Hold::new(first, holder.clone(), lease, 1, 60, Instant::now());
+        let other = HandedOverLock::new(first, holder.clone(), lease, 1, 60, Instant::now());
         other.end(first);
         assert_eq!(
             other.pass_on(first, LeaseId::random(), lease, &holder),

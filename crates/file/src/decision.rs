@@ -1,11 +1,11 @@
-//! A name's gate: a file each process locks exclusively for the moment it
-//! decides about the name.
+//! A name's decision lock, `.<SHA-256>.gate`: a file each process locks
+//! exclusively for the moment it decides about the name.
 //!
 //! Readers and permits share the lock file, so whether they may go in, and
 //! which fencing token they get, cannot be settled by that file's lock
 //! alone: those decisions, and every look at who holds the lock file, are
-//! made inside the gate, one process at a time. An exclusive grant that
-//! finds the lock file free needs no gate.
+//! made under the decision lock, one process at a time. An exclusive grant
+//! that finds the lock file free needs no decision lock.
 
 use std::fs::{File, TryLockError};
 use std::path::Path;
@@ -13,28 +13,28 @@ use std::time::{Duration, Instant};
 
 use distlock_core::{Error, Result};
 
-use crate::{io_error, no_follow};
+use crate::files::{io_error, no_follow};
 
-/// How long a process waits for a gate before it gives up: a gate is held
-/// for a few system calls, so only a process stopped inside it keeps
-/// others out this long.
+/// How long a process waits for a decision lock before it gives up: one
+/// is held for a few system calls, so only a process stopped while holding
+/// it keeps others out this long.
 const PATIENCE: Duration = Duration::from_secs(5);
 
-/// A gate, held until dropped (closing the file drops its lock).
+/// A decision lock, held until dropped (closing the file drops its lock).
 #[derive(Debug)]
-pub(crate) struct Gate {
+pub(crate) struct DecisionLock {
     _file: File,
 }
 
-impl Gate {
-    /// Waits for the gate at `path`.
+impl DecisionLock {
+    /// Waits for the decision lock at `path`.
     ///
     /// # Errors
-    /// A backend error if the gate cannot be opened, or is held for longer
-    /// than five seconds.
+    /// A backend error if the decision lock cannot be opened, or is held
+    /// for longer than five seconds.
     ///
     /// # Cancel safety
-    /// Cancel safe: a gate not yet entered is not held, and one entered is
+    /// Cancel safe: a decision lock not yet taken is not held, and one taken is
     /// left when the future is dropped.
     pub(crate) async fn enter(path: &Path) -> Result<Self> {
         let file = no_follow()
@@ -64,8 +64,8 @@ impl Gate {
                         source: None,
                     });
                 }
-                // Most gates are free again within a few yields; past that,
-                // the holder is slow, and spinning would only take its CPU.
+                // Most decision locks are free again within a few yields; past
+                // that, the holder is slow, and spinning would only take its CPU.
                 Err(TryLockError::WouldBlock) if tries < 64 => tokio::task::yield_now().await,
                 Err(TryLockError::WouldBlock) => {
                     tokio::time::sleep(Duration::from_millis(1)).await;
