@@ -76,7 +76,7 @@ struct Inner {
 impl Inner {
     /// A watch of `name`'s releases, when the backend reports them now.
     fn watch_releases(&self, name: &LockName) -> Option<ReleaseWatch> {
-        self.backend.wakeups()?.watch(name)
+        self.backend.abilities().wakeups?.watch(name)
     }
 }
 
@@ -103,7 +103,7 @@ impl LockClient {
         let keeper = Keeper::new(options.clone(), &backend);
         // In fair mode the store's queue decides who is next, so nothing is
         // handed over inside the client.
-        let hands_over = backend.hand_overs().is_some() && !backend.capabilities().fair;
+        let hands_over = backend.abilities().hand_overs.is_some() && !backend.capabilities().fair;
         let succession = (hands_over && options.local_hand_overs() > 0).then(|| {
             Arc::new(Succession {
                 holder: holder.clone(),

@@ -1,13 +1,13 @@
 //! The core of [distlock](https://docs.rs/distlock): the lock client, the
-//! guard, lease keeping, and the [`Backend`](backend::Backend) trait every
-//! backend implements.
+//! guard, lease keeping, and the
+//! [`Backend` trait](backend::Backend) every backend implements.
 //!
 //! Most users depend on the `distlock` crate, which re-exports this one and
 //! opens backends from URLs. Backend authors depend on this crate alone,
 //! and find all they need in [`backend`].
 //!
 //! # How the pieces fit
-//! - A [`Backend`](backend::Backend) can try once to take a lock, extend a lease, release it,
+//! - A [backend](backend::Backend) can try once to take a lock, extend a lease, release it,
 //!   and list locks; some can also hand a lock from one grant to the next
 //!   in one step. It never waits.
 //! - A [`LockClient`] does everything else, once for every backend: waiting

@@ -69,9 +69,10 @@ impl Hook for SpoilGrant {
 /// The values of the terms the record keeps for `name`, oldest first.
 async fn recorded(backend: &TestBackend, name: &str) -> Vec<String> {
     let name = LockName::new(name).unwrap();
-    let terms = backend
-        .shared()
-        .term_log()
+    let shared = backend.shared();
+    let terms = shared
+        .abilities()
+        .term_log
         .expect("the memory backend keeps terms")
         .terms_after(&name, 0)
         .await
