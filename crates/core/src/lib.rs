@@ -43,7 +43,7 @@ mod sync;
 #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
 pub mod testing;
 
-pub use acquire::AcquireOptions;
+pub use acquire::{AcquireOptions, TryOptions};
 pub use backend::Payload;
 pub use builder::LockClientBuilder;
 pub use claim::{Claim, LockKind, MAX_PERMITS, Permits};
