@@ -62,10 +62,10 @@ pub use set::{IntoLockClaim, LockSet};
 // `backend`. Removed once every caller imports from `backend`.
 #[doc(hidden)]
 pub use backend::{
-    AcquireRequest, Attempt, Backend, Capabilities, DelayedRelease, Extended, Feature,
-    FeatureState, GrantState, HandOver, HandOvers, Lease, LeaseId, LossReporter, ReleaseHub,
-    ReleaseWatch, Renewal, ServerInfo, Session, SessionId, TERMS_KEPT, Term, TermLog, WaitState,
-    Wakeups, async_trait, platform, token_floor, withdraw_term,
+    Abilities, AcquireRequest, Attempt, Backend, BackendExt, Capabilities, DelayedRelease,
+    Extended, Feature, FeatureState, GrantState, HandOver, HandOvers, Lease, LeaseId, LossReporter,
+    ReleaseHub, ReleaseLater, ReleaseWatch, Renewal, ServerInfo, Session, SessionId, TERMS_KEPT,
+    Term, TermLog, WaitState, Wakeups, async_trait, platform, token_floor, withdraw_term,
 };
 #[doc(hidden)]
 pub mod urls {

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use distlock_core::backend::BackendExt;
 use distlock_core::{
     AcquireRequest, Attempt, Backend, Claim, Holder, Lease, LockClient, LockName, LockOptions,
     LossReason, Renewal, SessionId, WaitState,

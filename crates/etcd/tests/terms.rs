@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use distlock_core::backend::BackendExt;
 use distlock_core::{
     AcquireRequest, Attempt, Backend, Claim, Error, Holder, LockClient, LockName, LockOptions,
     TERMS_KEPT, Term, WaitState,

@@ -87,9 +87,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, Claim, DelayedRelease, Error, GrantState,
-    Holder, Lease, LockInfo, LockName, ReleaseWatch, Result, ServerInfo, Term, TermLog, WaitState,
-    Wakeups,
+    Abilities, AcquireRequest, Attempt, Backend, Capabilities, Claim, DelayedRelease, Error,
+    Extended, GrantState, Holder, Lease, LockInfo, LockName, ReleaseWatch, Result, ServerInfo,
+    Term, TermLog, WaitState, Wakeups,
 };
 
 use crate::files::{Mode, io_error, open_existing, open_locked};
@@ -293,11 +293,17 @@ impl Backend for FileBackend {
         Ok(())
     }
 
-    async fn extend(&self, lease: &Lease) -> Result<bool> {
-        match lease.state.get::<Held>() {
-            Some(held) => held.is_ours(),
-            None => Ok(false),
-        }
+    /// A flock needs no extension: each lease is still ours while its
+    /// file is.
+    async fn extend_many(&self, leases: &[Lease]) -> Extended {
+        let outcomes = leases
+            .iter()
+            .map(|lease| match lease.state.get::<Held>() {
+                Some(held) => held.is_ours(),
+                None => Ok(false),
+            })
+            .collect();
+        Extended::new(outcomes, None)
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
@@ -314,16 +320,15 @@ impl Backend for FileBackend {
         admin::force_release(self, name).await
     }
 
-    fn delayed_release(&self) -> Result<&dyn DelayedRelease> {
-        Ok(self)
-    }
-
-    fn wakeups(&self) -> Option<&dyn Wakeups> {
-        wake::watched().then_some(self)
-    }
-
-    fn term_log(&self) -> Option<&dyn TermLog> {
-        Some(self)
+    fn abilities(&self) -> Abilities<'_> {
+        let abilities = Abilities::none()
+            .with_delayed_release(self)
+            .with_term_log(self);
+        if wake::watched() {
+            abilities.with_wakeups(self)
+        } else {
+            abilities
+        }
     }
 }
 

@@ -6,9 +6,8 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, Claim, DelayedRelease, Error, GrantState,
-    HandOver, HandOvers, Holder, Lease, LeaseId, LockInfo, LockKind, LockName, Result, ServerInfo,
-    WaitState,
+    Abilities, AcquireRequest, Attempt, Backend, Capabilities, Claim, Error, GrantState, HandOver,
+    HandOvers, Holder, Lease, LeaseId, LockInfo, LockKind, LockName, Result, ServerInfo, WaitState,
 };
 use smallvec::SmallVec;
 use tokio::time::Instant;
@@ -506,6 +505,94 @@ impl MemcachedBackend {
             .iter()
             .map(|&index| self.servers[index].clone())
             .collect()
+    }
+
+    /// Extends one lease: a compare-and-swap store of its value with the
+    /// lease as its TTL, on each server that holds it.
+    async fn extend_one(&self, lease: &Lease) -> Result<bool> {
+        if let Claim::Permit { .. } = lease.claim {
+            return Box::pin(self.extend_permit(lease)).await;
+        }
+        let ttl = lease_ttl(lease.lease)?;
+        let (targets, need) = self.targets(&lease.name);
+        let deadline = Deadline::after(self.call_timeout(lease.operation_timeout));
+        let hold = LockHold::of(lease);
+        // A grant whose hold ended (or that came without state) is
+        // extended by its identity, as it was granted.
+        let (hold, cas) = match hold.map(|hold| (hold, hold.standing(lease.id))) {
+            Some((hold, Standing::Current(cas))) => (Some(hold), cas),
+            Some((_, Standing::HandedOn)) => return Ok(false),
+            Some((_, Standing::Ended)) | None => (None, SmallVec::new()),
+        };
+        let (key, owner) = self.key_and_owner(hold, lease);
+        let key = &*key;
+        let started = Instant::now();
+        let outcomes = self
+            .each(&targets, |index, server| {
+                let remembered =
+                    hold.and_then(|hold| Some((&hold.value[..], cas_on(&cas, index)?)));
+                extend_on(server, key, owner, ttl, remembered, deadline)
+            })
+            .await;
+        let mut done = 0;
+        let mut gone = 0;
+        let mut missing = Vec::new();
+        let mut read = None;
+        let mut learned: SmallVec<[(usize, Option<KnownCas>); 1]> = SmallVec::new();
+        let mut errors = Vec::new();
+        for (&index, outcome) in targets.iter().zip(outcomes) {
+            match outcome {
+                Ok(Extended::Done { read: value, cas }) => {
+                    done += 1;
+                    read = read.or(value);
+                    learned.push((index, cas));
+                }
+                Ok(Extended::NotOurs) => {
+                    gone += 1;
+                    learned.push((index, None));
+                }
+                Ok(Extended::Missing) => {
+                    gone += 1;
+                    missing.push(index);
+                    learned.push((index, None));
+                }
+                // The store may or may not have happened: the CAS we knew
+                // is either still right or will be found changed.
+                Err(error) => errors.push(error),
+            }
+        }
+        if done >= need {
+            let value = hold.map(|hold| &hold.value[..]).or(read.as_deref());
+            if let (Some(value), false) = (value, missing.is_empty()) {
+                learned.extend(self.restore(&missing, key, value, ttl, deadline).await);
+            }
+            if !errors.is_empty() {
+                tracing::warn!(
+                    name = %lease.name,
+                    extended = done,
+                    servers = targets.len(),
+                    error = %combined("unanswered", errors),
+                    "extended on a majority; some servers did not answer"
+                );
+            }
+            if let Some(hold) = hold {
+                hold.confirm(lease.id, started, &learned);
+            }
+            return Ok(true);
+        }
+        if targets.len() - gone < need {
+            if let Some(hold) = hold {
+                hold.end(lease.id);
+            }
+            return Ok(false);
+        }
+        Err(combined(
+            &format!(
+                "extended on {done} of {} servers and {need} must agree",
+                targets.len()
+            ),
+            errors,
+        ))
     }
 }
 
@@ -1129,92 +1216,6 @@ impl Backend for MemcachedBackend {
         })
     }
 
-    async fn extend(&self, lease: &Lease) -> Result<bool> {
-        if let Claim::Permit { .. } = lease.claim {
-            return Box::pin(self.extend_permit(lease)).await;
-        }
-        let ttl = lease_ttl(lease.lease)?;
-        let (targets, need) = self.targets(&lease.name);
-        let deadline = Deadline::after(self.call_timeout(lease.operation_timeout));
-        let hold = LockHold::of(lease);
-        // A grant whose hold ended (or that came without state) is
-        // extended by its identity, as it was granted.
-        let (hold, cas) = match hold.map(|hold| (hold, hold.standing(lease.id))) {
-            Some((hold, Standing::Current(cas))) => (Some(hold), cas),
-            Some((_, Standing::HandedOn)) => return Ok(false),
-            Some((_, Standing::Ended)) | None => (None, SmallVec::new()),
-        };
-        let (key, owner) = self.key_and_owner(hold, lease);
-        let key = &*key;
-        let started = Instant::now();
-        let outcomes = self
-            .each(&targets, |index, server| {
-                let remembered =
-                    hold.and_then(|hold| Some((&hold.value[..], cas_on(&cas, index)?)));
-                extend_on(server, key, owner, ttl, remembered, deadline)
-            })
-            .await;
-        let mut done = 0;
-        let mut gone = 0;
-        let mut missing = Vec::new();
-        let mut read = None;
-        let mut learned: SmallVec<[(usize, Option<KnownCas>); 1]> = SmallVec::new();
-        let mut errors = Vec::new();
-        for (&index, outcome) in targets.iter().zip(outcomes) {
-            match outcome {
-                Ok(Extended::Done { read: value, cas }) => {
-                    done += 1;
-                    read = read.or(value);
-                    learned.push((index, cas));
-                }
-                Ok(Extended::NotOurs) => {
-                    gone += 1;
-                    learned.push((index, None));
-                }
-                Ok(Extended::Missing) => {
-                    gone += 1;
-                    missing.push(index);
-                    learned.push((index, None));
-                }
-                // The store may or may not have happened: the CAS we knew
-                // is either still right or will be found changed.
-                Err(error) => errors.push(error),
-            }
-        }
-        if done >= need {
-            let value = hold.map(|hold| &hold.value[..]).or(read.as_deref());
-            if let (Some(value), false) = (value, missing.is_empty()) {
-                learned.extend(self.restore(&missing, key, value, ttl, deadline).await);
-            }
-            if !errors.is_empty() {
-                tracing::warn!(
-                    name = %lease.name,
-                    extended = done,
-                    servers = targets.len(),
-                    error = %combined("unanswered", errors),
-                    "extended on a majority; some servers did not answer"
-                );
-            }
-            if let Some(hold) = hold {
-                hold.confirm(lease.id, started, &learned);
-            }
-            return Ok(true);
-        }
-        if targets.len() - gone < need {
-            if let Some(hold) = hold {
-                hold.end(lease.id);
-            }
-            return Ok(false);
-        }
-        Err(combined(
-            &format!(
-                "extended on {done} of {} servers and {need} must agree",
-                targets.len()
-            ),
-            errors,
-        ))
-    }
-
     /// Extends many leases at once: their commands share the pipelined
     /// connections, so a batch costs a few round trips, not one per lease.
     fn extend_many_limit(&self) -> usize {
@@ -1222,14 +1223,14 @@ impl Backend for MemcachedBackend {
         usize::MAX
     }
 
-    async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<bool>> {
+    async fn extend_many(&self, leases: &[Lease]) -> distlock_core::backend::Extended {
         let mut outcomes = Vec::with_capacity(leases.len());
         for chunk in leases.chunks(EXTEND_CONCURRENCY) {
             outcomes.extend(
-                futures::future::join_all(chunk.iter().map(|lease| self.extend(lease))).await,
+                futures::future::join_all(chunk.iter().map(|lease| self.extend_one(lease))).await,
             );
         }
-        outcomes
+        distlock_core::backend::Extended::new(outcomes, None)
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
@@ -1391,29 +1392,15 @@ impl Backend for MemcachedBackend {
         Ok(false)
     }
 
-    fn hand_overs(&self) -> Option<&dyn HandOvers> {
+    fn abilities(&self) -> Abilities<'_> {
         // Quorum mode cannot end one grant and make the next on every
-        // server in one step.
-        (self.config.mode() == Mode::Sharded).then_some(self)
-    }
-
-    fn delayed_release(&self) -> Result<&dyn DelayedRelease> {
-        Ok(self)
-    }
-}
-
-#[async_trait]
-impl DelayedRelease for MemcachedBackend {
-    /// An extension: a compare-and-swap store of the lock's value with the
-    /// lease as its TTL, which each server counts on its own clock, shorter
-    /// ones too (rounded up to whole seconds, and one more, which only
-    /// lengthens it).
-    async fn release_after(&self, lease: &Lease, remaining: Duration) -> Result<bool> {
-        self.extend(&Lease {
-            lease: remaining,
-            ..lease.clone()
-        })
-        .await
+        // server in one step. A later release is an extension (its TTL
+        // rounded up to whole seconds, and one more, which only lengthens
+        // it).
+        match self.config.mode() {
+            Mode::Sharded => Abilities::none().with_hand_overs(self),
+            Mode::Quorum => Abilities::none(),
+        }
     }
 }
 

@@ -7,6 +7,7 @@ mod support;
 use std::collections::HashMap;
 use std::time::Duration;
 
+use distlock_core::backend::BackendExt;
 use distlock_core::{Backend, Lease, LockName};
 use distlock_memcached::MemcachedBackend;
 

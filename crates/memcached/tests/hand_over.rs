@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use distlock_core::backend::BackendExt;
 use distlock_core::{AcquireRequest, Backend, Error, HandOver, HandOvers, Holder, Lease, LockName};
 use distlock_memcached::MemcachedBackend;
 use tokio::time::Instant;

@@ -6,6 +6,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
+use distlock_core::backend::BackendExt;
 use distlock_core::{
     AcquireOptions, AcquireRequest, Attempt, Backend, Error, Holder, LockClient, LockOptions,
 };

@@ -12,11 +12,12 @@ use crate::error::Result;
 use crate::info::LockInfo;
 use crate::name::LockName;
 
-use super::abilities::Abilities;
+use super::abilities::{Abilities, HandOvers, Session, Wakeups};
 use super::capabilities::Capabilities;
 use super::request::{AcquireRequest, Attempt, Lease};
 use super::server_info::ServerInfo;
 use super::state::WaitState;
+use super::terms::TermLog;
 
 /// How many extensions the default [`Backend::extend_many`] keeps in flight.
 const EXTEND_CONCURRENCY: usize = 32;
@@ -219,3 +220,41 @@ impl Extended {
         })
     }
 }
+
+/// Calls on any [`Backend`] that read better than the contract's own, for
+/// core, tests and tools; backends never implement it (every backend has
+/// it).
+#[async_trait]
+pub trait BackendExt: Backend {
+    /// Extends one lease: [`Backend::extend_many`] with it alone.
+    ///
+    /// # Errors
+    /// That lease's error, after which the outcome is unknown.
+    async fn extend(&self, lease: &Lease) -> Result<bool> {
+        self.extend_many(std::slice::from_ref(lease))
+            .await
+            .into_first()
+    }
+
+    /// The backend's one-step hand-over, if it has one.
+    fn hand_overs(&self) -> Option<&dyn HandOvers> {
+        self.abilities().hand_overs
+    }
+
+    /// The session the backend's grants hang on, if there is one.
+    fn session(&self) -> Option<&dyn Session> {
+        self.abilities().session
+    }
+
+    /// The backend's record of election terms, if it keeps one.
+    fn term_log(&self) -> Option<&dyn TermLog> {
+        self.abilities().term_log
+    }
+
+    /// The backend's reports of releases, if it makes them.
+    fn wakeups(&self) -> Option<&dyn Wakeups> {
+        self.abilities().wakeups
+    }
+}
+
+impl<B: Backend + ?Sized> BackendExt for B {}

@@ -82,7 +82,7 @@ pub use abilities::{
     Abilities, DelayedRelease, HandOvers, ReleaseLater, Renewal, Session, SessionId, Wakeups,
 };
 pub use capabilities::Capabilities;
-pub use contract::{Backend, Extended};
+pub use contract::{Backend, BackendExt, Extended};
 pub use loss::LossReporter;
 pub use request::{AcquireRequest, Attempt, HandOver, Lease, LeaseId};
 pub use server_info::{Feature, FeatureState, ServerInfo};
