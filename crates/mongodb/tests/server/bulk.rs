@@ -62,7 +62,7 @@ async fn extend_many_extends_what_is_ours_and_reports_what_is_not() {
     };
     let before = expiries().await;
     tokio::time::sleep(Duration::from_millis(5)).await;
-    let outcomes = backend.extend_many(&leases).await;
+    let outcomes = backend.extend_many(&leases).await.outcomes;
     let after = expiries().await;
     assert_eq!(outcomes.len(), leases.len());
     for (i, (lease, outcome)) in leases.iter().zip(outcomes).enumerate() {
@@ -86,6 +86,7 @@ async fn extend_many_extends_what_is_ours_and_reports_what_is_not() {
         backend
             .extend_many(&ours)
             .await
+            .outcomes
             .into_iter()
             .all(|outcome| outcome.unwrap())
     );

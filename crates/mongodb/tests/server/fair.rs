@@ -7,9 +7,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use distlock_core::backend::BackendExt;
 use distlock_core::{
     AcquireOptions, AcquireRequest, Attempt, Backend, Claim, Holder, LockClient, LockName,
-    LockOptions, ReleaseWatch, WaitState,
+    LockOptions, ReleaseWatch, TryOptions, WaitState,
 };
 use distlock_mongodb::MongoBackend;
 use distlock_mongodb::mongodb::bson::{Document, doc};
@@ -405,7 +406,7 @@ async fn readers_wait_while_a_writer_is_in_line() {
     backend.try_acquire(&writer, &mut wait).await.unwrap();
     until_in_line(&raw, &name, 1).await;
     let late = a
-        .try_acquire_with(&name, AcquireOptions::new().shared())
+        .try_acquire_with(&name, TryOptions::new().shared())
         .await
         .unwrap();
     assert!(
@@ -414,7 +415,7 @@ async fn readers_wait_while_a_writer_is_in_line() {
     );
     backend.end_wait(&writer, wait).await.unwrap();
     let late = a
-        .try_acquire_with(&name, AcquireOptions::new().shared())
+        .try_acquire_with(&name, TryOptions::new().shared())
         .await
         .unwrap();
     assert!(late.is_some(), "once the writer left, readers go in");

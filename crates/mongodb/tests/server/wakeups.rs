@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use distlock_core::backend::BackendExt;
 use distlock_core::{Backend, LockClient, LockOptions, LossReason};
 
 use crate::common::*;
