@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, DelayedRelease, Error, Extended, HandOvers,
-    Lease, LockInfo, LockName, Result, ServerInfo, TermLog, WaitState, Wakeups,
+    Abilities, AcquireRequest, Attempt, Backend, Capabilities, Error, Extended, Lease, LockInfo,
+    LockName, Result, ServerInfo, WaitState,
 };
 
 use crate::advisory::AdvisoryMode;
@@ -274,20 +274,12 @@ impl Backend for PostgresBackend {
         self.mode().end_wait(request, wait).await
     }
 
-    async fn extend(&self, lease: &Lease) -> Result<bool> {
-        self.mode().extend(lease).await
-    }
-
     fn extend_many_limit(&self) -> usize {
         self.mode().extend_many_limit()
     }
 
-    async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<bool>> {
+    async fn extend_many(&self, leases: &[Lease]) -> Extended {
         self.mode().extend_many(leases).await
-    }
-
-    async fn extend_many_timed(&self, leases: &[Lease]) -> Extended {
-        self.mode().extend_many_timed(leases).await
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
@@ -302,19 +294,7 @@ impl Backend for PostgresBackend {
         self.mode().force_release(name).await
     }
 
-    fn hand_overs(&self) -> Option<&dyn HandOvers> {
-        self.mode().hand_overs()
-    }
-
-    fn wakeups(&self) -> Option<&dyn Wakeups> {
-        self.mode().wakeups()
-    }
-
-    fn term_log(&self) -> Option<&dyn TermLog> {
-        self.mode().term_log()
-    }
-
-    fn delayed_release(&self) -> Result<&dyn DelayedRelease> {
-        self.mode().delayed_release()
+    fn abilities(&self) -> Abilities<'_> {
+        self.mode().abilities()
     }
 }

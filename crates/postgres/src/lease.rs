@@ -6,9 +6,9 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, Claim, DelayedRelease, Extended, GrantState,
-    HandOver, HandOvers, Lease, LockInfo, LockName, ReleaseWatch, Result, ServerInfo, TermLog,
-    WaitState, Wakeups,
+    Abilities, AcquireRequest, Attempt, Backend, Capabilities, Claim, Extended, GrantState,
+    HandOver, HandOvers, Lease, LockInfo, LockName, ReleaseWatch, Result, ServerInfo, WaitState,
+    Wakeups,
 };
 use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
@@ -483,22 +483,11 @@ impl Backend for LeaseMode {
         .map(drop)
     }
 
-    async fn extend(&self, lease: &Lease) -> Result<bool> {
-        self.extend_many(std::slice::from_ref(lease))
-            .await
-            .pop()
-            .unwrap_or(Ok(false))
-    }
-
     fn extend_many_limit(&self) -> usize {
         EXTEND_MANY_LIMIT
     }
 
-    async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<bool>> {
-        self.extend_many_timed(leases).await.outcomes
-    }
-
-    async fn extend_many_timed(&self, leases: &[Lease]) -> Extended {
+    async fn extend_many(&self, leases: &[Lease]) -> Extended {
         if leases.is_empty() {
             return Extended::new(Vec::new(), None);
         }
@@ -590,35 +579,19 @@ impl Backend for LeaseMode {
         .map(|rows| !rows.is_empty())
     }
 
-    fn hand_overs(&self) -> Option<&dyn HandOvers> {
-        Some(self)
-    }
-
-    fn term_log(&self) -> Option<&dyn TermLog> {
-        self.terms.as_ref().map(|terms| terms as &dyn TermLog)
-    }
-
-    fn wakeups(&self) -> Option<&dyn Wakeups> {
-        // None only once notifications proved not to arrive; until they
-        // are shown to, `watch` answers `None` and waits poll.
-        (self.listener.state() != WakeUps::Unavailable).then_some(self)
-    }
-
-    fn delayed_release(&self) -> Result<&dyn DelayedRelease> {
-        Ok(self)
-    }
-}
-
-#[async_trait]
-impl DelayedRelease for LeaseMode {
-    /// An extension: the row's end becomes the server's clock plus the
-    /// lease, shorter ones too.
-    async fn release_after(&self, lease: &Lease, remaining: Duration) -> Result<bool> {
-        self.extend(&Lease {
-            lease: remaining,
-            ..lease.clone()
-        })
-        .await
+    /// A later release is an extension: the row's end becomes the
+    /// server's clock plus the lease, shorter ones too.
+    fn abilities(&self) -> Abilities<'_> {
+        let mut abilities = Abilities::none().with_hand_overs(self);
+        if let Some(terms) = &self.terms {
+            abilities = abilities.with_term_log(terms);
+        }
+        // Without wake-ups only once notifications proved not to arrive;
+        // until they are shown to, `watch` answers `None` and waits poll.
+        if self.listener.state() != WakeUps::Unavailable {
+            abilities = abilities.with_wakeups(self);
+        }
+        abilities
     }
 }
 

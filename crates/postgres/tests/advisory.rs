@@ -8,9 +8,10 @@ use distlock_faultproxy::{Fault, FaultProxy};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use distlock_core::backend::BackendExt;
 use distlock_core::{
     AcquireOptions, AcquireRequest, Attempt, Backend, Claim, Error, Holder, LockClient, LockKind,
-    LockName, LockOptions, LossReason, WaitState,
+    LockName, LockOptions, LossReason, TryOptions, WaitState,
 };
 use distlock_postgres::tokio_postgres::{self, NoTls, types::Type};
 use distlock_postgres::{DEFAULT_ADVISORY_CLASS, PostgresBackend};
@@ -109,7 +110,7 @@ async fn writers_exclude_everyone_and_readers_share_across_backends() {
     let writer = a.acquire_with(&lock, PATIENCE).await.expect("writer");
     assert!(b.try_acquire(&lock).await.expect("try").is_none());
     assert!(
-        b.try_acquire_with(&lock, AcquireOptions::new().shared())
+        b.try_acquire_with(&lock, TryOptions::new().shared())
             .await
             .expect("try")
             .is_none()
@@ -121,7 +122,7 @@ async fn writers_exclude_everyone_and_readers_share_across_backends() {
         .await
         .expect("reader");
     let second = b
-        .try_acquire_with(&lock, AcquireOptions::new().shared())
+        .try_acquire_with(&lock, TryOptions::new().shared())
         .await
         .expect("try")
         .expect("readers share");

@@ -10,6 +10,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use distlock_core::backend::BackendExt;
 use distlock_core::{
     AcquireOptions, AcquireRequest, Attempt, Backend, Claim, Holder, LockClient, LockName,
     LockOptions, WaitState,

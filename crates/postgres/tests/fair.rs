@@ -9,6 +9,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use distlock_core::backend::BackendExt;
 use distlock_core::{
     AcquireOptions, AcquireRequest, Attempt, Backend, Claim, Error, Holder, LockClient, LockName,
     LockOptions, WaitState,

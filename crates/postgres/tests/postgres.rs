@@ -9,6 +9,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use distlock_core::backend::BackendExt;
 use distlock_core::{
     AcquireRequest, Attempt, Backend, Claim, Error, Holder, Lease, LockClient, LockName,
     LockOptions, WaitState,
@@ -369,6 +370,7 @@ async fn one_bulk_extension_reports_each_lease() {
     let outcomes: Vec<bool> = backend
         .extend_many(&leases)
         .await
+        .outcomes
         .into_iter()
         .map(|outcome| outcome.expect("extend"))
         .collect();
@@ -413,7 +415,7 @@ async fn an_extension_reads_the_server_clock() {
 
     let before = server_clock_us(&admin).await;
     let extended = backend
-        .extend_many_timed(std::slice::from_ref(&lease))
+        .extend_many(std::slice::from_ref(&lease))
         .await;
     let after = server_clock_us(&admin).await;
     assert!(*extended.outcomes[0].as_ref().expect("extend"));
@@ -425,7 +427,7 @@ async fn an_extension_reads_the_server_clock() {
 
     let mut stranger = lease.clone();
     stranger.id = distlock_core::LeaseId::random();
-    let extended = backend.extend_many_timed(&[stranger]).await;
+    let extended = backend.extend_many(&[stranger]).await;
     assert!(!*extended.outcomes[0].as_ref().expect("extend"));
     assert_eq!(extended.server_time, None);
     assert!(backend.release(&lease).await.expect("release"));

@@ -12,6 +12,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use distlock_core::backend::BackendExt;
 use distlock_core::{
     AcquireRequest, Attempt, Backend, Claim, Error, Holder, Lease, LockClient, LockName,
     TERMS_KEPT, Term, WaitState,

@@ -305,7 +305,7 @@ async fn leases_on_every_master_are_extended_together() {
                 .expect("granted"),
         );
     }
-    let extended = backend.extend_many_timed(&leases).await;
+    let extended = backend.extend_many(&leases).await;
     for outcome in &extended.outcomes {
         assert!(outcome.as_ref().expect("extend"), "every lease is ours");
     }

@@ -210,7 +210,7 @@ async fn an_extension_reads_the_server_clock() {
     .expect("granted");
     let before = server_clock_us(&mut connection).await;
     let extended = backend
-        .extend_many_timed(std::slice::from_ref(&lease))
+        .extend_many(std::slice::from_ref(&lease))
         .await;
     let after = server_clock_us(&mut connection).await;
     assert!(*extended.outcomes[0].as_ref().expect("extend"));

@@ -31,9 +31,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, Claim, DelayedRelease, Error, GrantState,
-    Lease, LeaseId, LockInfo, LockKind, LockName, ReleaseWatch, Result, ServerInfo, TermLog,
-    WaitState, Wakeups,
+    Abilities, AcquireRequest, Attempt, Backend, Capabilities, Claim, Error, Extended, GrantState,
+    Lease, LeaseId, LockInfo, LockKind, LockName, ReleaseWatch, Result, ServerInfo, WaitState,
+    Wakeups,
 };
 use tokio::time::Instant;
 use tokio_postgres::types::{ToSql, Type};
@@ -423,6 +423,36 @@ impl AdvisoryMode {
             retry_after: Some(SILENT_END_POLL.min(request.lease / 2)),
         })
     }
+
+    /// Confirms one grant: its session is still the one that took it,
+    /// and still open.
+    async fn confirm_session(&self, lease: &Lease) -> Result<bool> {
+        let Some(pinned) = lease.state.get::<Pinned>() else {
+            return Ok(false);
+        };
+        let Some(session) = pinned.session(lease) else {
+            return Ok(false);
+        };
+        if session.is_closed() {
+            return Ok(false);
+        }
+        let checked = session
+            .query(
+                &format!("checking {}", lease.name),
+                &self.statements.check,
+                &[],
+                lease.operation_timeout,
+            )
+            .await;
+        match checked {
+            Ok(rows) => match rows.first() {
+                Some(row) => Ok(get::<i32>(row, 0, "checking a session")? == pinned.pid),
+                None => Ok(false),
+            },
+            Err(_) if session.is_closed() => Ok(false),
+            Err(error) => Err(error),
+        }
+    }
 }
 
 impl AdvisoryMode {
@@ -556,32 +586,10 @@ impl Backend for AdvisoryMode {
         }
     }
 
-    async fn extend(&self, lease: &Lease) -> Result<bool> {
-        let Some(pinned) = lease.state.get::<Pinned>() else {
-            return Ok(false);
-        };
-        let Some(session) = pinned.session(lease) else {
-            return Ok(false);
-        };
-        if session.is_closed() {
-            return Ok(false);
-        }
-        let checked = session
-            .query(
-                &format!("checking {}", lease.name),
-                &self.statements.check,
-                &[],
-                lease.operation_timeout,
-            )
-            .await;
-        match checked {
-            Ok(rows) => match rows.first() {
-                Some(row) => Ok(get::<i32>(row, 0, "checking a session")? == pinned.pid),
-                None => Ok(false),
-            },
-            Err(_) if session.is_closed() => Ok(false),
-            Err(error) => Err(error),
-        }
+    /// An advisory lock needs no extension: each grant is confirmed by
+    /// its session, which the server keeps while it answers.
+    async fn extend_many(&self, leases: &[Lease]) -> Extended {
+        Extended::each(leases, |lease| self.confirm_session(lease)).await
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
@@ -679,21 +687,19 @@ impl Backend for AdvisoryMode {
         Ok(ended > 0)
     }
 
-    fn wakeups(&self) -> Option<&dyn Wakeups> {
-        (self.listener.state() != WakeUps::Unavailable).then_some(self)
-    }
-
-    fn term_log(&self) -> Option<&dyn TermLog> {
-        self.terms.as_ref().map(|terms| terms as &dyn TermLog)
-    }
-
-    fn delayed_release(&self) -> Result<&dyn DelayedRelease> {
-        Err(Error::Unsupported(
+    fn abilities(&self) -> Abilities<'_> {
+        let mut abilities = Abilities::none().without_delayed_release(
             "PostgreSQL's advisory mode cannot keep a lock after its release (min_hold): \
              an advisory lock lives on its session and ends with it; \
-             use the lease mode (?mode=lease, the default) for min_hold"
-                .into(),
-        ))
+             use the lease mode (?mode=lease, the default) for min_hold",
+        );
+        if let Some(terms) = &self.terms {
+            abilities = abilities.with_term_log(terms);
+        }
+        if self.listener.state() != WakeUps::Unavailable {
+            abilities = abilities.with_wakeups(self);
+        }
+        abilities
     }
 }
 
