@@ -207,7 +207,7 @@ pub async fn min_hold_keeps_a_released_lock_until_it_passes(fixture: &dyn Fixtur
             .timeout(Duration::from_secs(30))
             .min_hold(min_hold)
     };
-    if holder.backend().delayed_release().is_err() {
+    if holder.backend().releases_later().is_err() {
         let refused = holder.acquire_with(&name, options()).await;
         assert!(
             matches!(&refused, Err(Error::Unsupported(why)) if why.contains("min_hold")),

@@ -414,9 +414,7 @@ async fn an_extension_reads_the_server_clock() {
     let lease = grant(&backend, name(&unique("clock")), Claim::Exclusive).await;
 
     let before = server_clock_us(&admin).await;
-    let extended = backend
-        .extend_many(std::slice::from_ref(&lease))
-        .await;
+    let extended = backend.extend_many(std::slice::from_ref(&lease)).await;
     let after = server_clock_us(&admin).await;
     assert!(*extended.outcomes[0].as_ref().expect("extend"));
     let read = micros_since_epoch(extended.server_time.expect("the server's clock"));

@@ -11,6 +11,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use distlock_core::backend::BackendExt;
 use distlock_core::{AcquireRequest, Backend, Claim, HandOver, Holder, Lease, LockName};
 use distlock_faultproxy::{Fault, FaultProxy};
 use distlock_redis::{RedisBackend, redis};

@@ -30,7 +30,7 @@ async fn a_cluster_over_tls_takes_extends_lists_and_releases_locks() {
     }
     let leases = grant_each(&backend, &names).await;
 
-    let extended = backend.extend_many(&leases).await;
+    let extended = backend.extend_many(&leases).await.outcomes;
     assert_eq!(extended.len(), leases.len());
     for (lease, outcome) in leases.iter().zip(&extended) {
         assert!(

@@ -8,6 +8,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use distlock_core::backend::BackendExt;
 use distlock_core::{
     AcquireRequest, Backend, Claim, HandOver, Holder, LockClient, LockName, LossReason,
 };

@@ -7,9 +7,10 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
+use distlock_core::backend::BackendExt;
 use distlock_core::{
     AcquireOptions, Backend, Claim, Error, FeatureState, LockClient, LockGuard, LockKind, LockName,
-    LossReason,
+    LossReason, TryOptions,
 };
 use distlock_redis::{RedisBackend, redis};
 
@@ -816,7 +817,7 @@ async fn quorum_mode_answers_unsupported_for_semaphores_and_hand_overs() {
     assert!(capabilities.shared && !capabilities.semaphores);
     assert!(backend.hand_overs().is_none());
     let error = LockClient::new(Arc::new(backend), options())
-        .try_acquire_with(&unique("permits"), AcquireOptions::new().permit(3))
+        .try_acquire_with(&unique("permits"), TryOptions::new().permit(3))
         .await
         .expect_err("no semaphores");
     assert!(

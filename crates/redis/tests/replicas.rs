@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use distlock_core::backend::BackendExt;
 use distlock_core::{
     AcquireRequest, Attempt, Backend, Claim, Holder, LockClient, LossReason, WaitState,
 };

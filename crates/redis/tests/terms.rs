@@ -7,6 +7,7 @@ mod support;
 
 use std::time::Duration;
 
+use distlock_core::backend::BackendExt;
 use distlock_core::{AcquireRequest, Attempt, Backend, Claim, GrantState, Holder, WaitState};
 use support::{backend, unique, url};
 

@@ -6,6 +6,7 @@ mod support;
 
 use std::time::Duration;
 
+use distlock_core::backend::BackendExt;
 use distlock_core::{AcquireRequest, Attempt, Backend, Claim, Error, Holder, WaitState};
 use distlock_redis::{DEFAULT_TOKEN_KEEP, RedisBackend, RedisConfig, redis};
 

@@ -255,6 +255,15 @@ pub trait BackendExt: Backend {
     fn wakeups(&self) -> Option<&dyn Wakeups> {
         self.abilities().wakeups
     }
+
+    /// Whether the backend can give a lock up later, for
+    /// [`AcquireOptions::min_hold`](crate::AcquireOptions::min_hold).
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`](crate::Error::Unsupported), saying why not.
+    fn releases_later(&self) -> Result<()> {
+        crate::engine::min_hold::check_release_later(self)
+    }
 }
 
 impl<B: Backend + ?Sized> BackendExt for B {}

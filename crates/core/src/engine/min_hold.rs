@@ -41,7 +41,7 @@ pub(crate) async fn release_after(held: &HeldLease, left: Duration) -> Result<bo
 ///
 /// # Errors
 /// [`Error::Unsupported`], saying why.
-pub(crate) fn check_release_later(backend: &dyn Backend) -> Result<()> {
+pub(crate) fn check_release_later<B: Backend + ?Sized>(backend: &B) -> Result<()> {
     match backend.abilities().delayed_release {
         ReleaseLater::By(_) => Ok(()),
         ReleaseLater::Never(why) => Err(Error::Unsupported(why.into())),

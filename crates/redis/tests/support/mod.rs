@@ -13,6 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use distlock_core::backend::BackendExt;
 use distlock_core::{
     AcquireRequest, Attempt, Backend, Claim, HandOver, Holder, Lease, LockClient, LockName,
     LockOptions, WaitState,
