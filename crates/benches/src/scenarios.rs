@@ -6,6 +6,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use distlock::backend::BackendExt;
 use distlock::backend::{AcquireRequest, Attempt, Backend, Holder, WaitState};
 use distlock::{AcquireOptions, Claim, LockClient, LockKind, LockName, LockOptions};
 use futures::StreamExt;

@@ -5,6 +5,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use distlock_core::backend::BackendExt;
 use distlock_core::{
     AcquireOptions, AcquireRequest, Attempt, Backend, Error, HandOver, Holder, Lease, LeaseId,
     LockName, LossReason,

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use distlock_core::backend::BackendExt;
 use distlock_core::{AcquireOptions, AcquireRequest, Attempt, Claim, Holder, LockName, WaitState};
 
 use crate::Fixture;

@@ -20,7 +20,6 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use child::{client, now_ns};
-use distlock_core::backend::BackendExt;
 use distlock_core::{Error, LockName};
 
 use support::churn::{Holding, Report, Settings};

@@ -21,7 +21,6 @@ use std::time::Duration;
 
 use child::{client, now_ns};
 use distlock_core::LockName;
-use distlock_core::backend::BackendExt;
 
 use churn::{Holding, Report, Settings};
 use fenced::{Fenced, Op};
