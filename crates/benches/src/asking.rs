@@ -18,10 +18,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, DelayedRelease, Extended, HandOvers, Lease,
-    LockInfo, LockName, Result, ServerInfo, Session, TermLog, WaitState, Wakeups, async_trait,
+use distlock_core::backend::{
+    Abilities, AcquireRequest, Attempt, Backend, Capabilities, Extended, Lease, ServerInfo,
+    WaitState, async_trait,
 };
+use distlock_core::{LockInfo, LockName, Result};
 
 use crate::clock::now_ns;
 
@@ -110,20 +111,12 @@ impl Backend for Recording {
         self.inner.end_wait(request, wait).await
     }
 
-    async fn extend(&self, lease: &Lease) -> Result<bool> {
-        self.inner.extend(lease).await
-    }
-
-    async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<bool>> {
+    async fn extend_many(&self, leases: &[Lease]) -> Extended {
         self.inner.extend_many(leases).await
     }
 
     fn extend_many_limit(&self) -> usize {
         self.inner.extend_many_limit()
-    }
-
-    async fn extend_many_timed(&self, leases: &[Lease]) -> Extended {
-        self.inner.extend_many_timed(leases).await
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
@@ -138,24 +131,8 @@ impl Backend for Recording {
         self.inner.force_release(name).await
     }
 
-    fn hand_overs(&self) -> Option<&dyn HandOvers> {
-        self.inner.hand_overs()
-    }
-
-    fn session(&self) -> Option<&dyn Session> {
-        self.inner.session()
-    }
-
-    fn term_log(&self) -> Option<&dyn TermLog> {
-        self.inner.term_log()
-    }
-
-    fn wakeups(&self) -> Option<&dyn Wakeups> {
-        self.inner.wakeups()
-    }
-
-    fn delayed_release(&self) -> Result<&dyn DelayedRelease> {
-        self.inner.delayed_release()
+    fn abilities(&self) -> Abilities<'_> {
+        self.inner.abilities()
     }
 
     async fn close(&self) -> Result<()> {

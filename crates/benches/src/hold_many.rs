@@ -2,6 +2,7 @@
 
 use std::time::{Duration, Instant};
 
+use distlock::backend::BackendExt;
 use distlock::{LockClient, LockName, LockOptions};
 use futures::StreamExt;
 

@@ -13,6 +13,7 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
+use distlock::backend::BackendExt;
 use distlock::backend::{Backend, Capabilities, Feature, FeatureState};
 use distlock::{Error, LockClient, LockOptions};
 use serde::Serialize;

@@ -12,7 +12,7 @@ use std::future::Future;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use distlock::{AcquireOptions, Claim, LockClient, LockName, LockOptions, LossReason};
+use distlock::{AcquireOptions, Claim, LockClient, LockName, LockOptions, LockSet, LossReason};
 use rustix::fs::{Mode, OFlags};
 use rustix::process::{Pid, Signal, getpgid, kill_process};
 use tokio::process::{Child, Command};
@@ -248,19 +248,27 @@ async fn acquire(
     if let Some(min_hold) = asked.min_hold {
         options = options.min_hold(min_hold);
     }
-    if let Some(label) = asked.label {
-        options = options.label(label);
-    }
-    if asked.records_term {
-        options = options.records_term();
-    }
     let options = match wait {
         // A zero timeout tries exactly once.
         Wait::Once => options.timeout(Duration::ZERO),
         Wait::AtMost(timeout) => options.timeout(timeout),
         Wait::Forever => options,
     };
-    let taken = client.acquire_all(names, options).await;
+    let taken = match (asked.label, names) {
+        // `distlock campaign`: the grant is a term of the election, with
+        // the label as the leader's value.
+        (Some(value), [name]) if asked.records_term => {
+            let campaign = client.election(name)?.campaign(value, options).await;
+            campaign.map(|leadership| LockSet::from(leadership.into_guard()))
+        }
+        (label, names) => {
+            let options = match label {
+                Some(label) => options.label(label),
+                None => options,
+            };
+            client.acquire_all(names, options).await
+        }
+    };
     match taken {
         Ok(set) => Ok(Taken::Held(Held::new(set))),
         Err(distlock::Error::Timeout {

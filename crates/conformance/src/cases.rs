@@ -5,10 +5,9 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use distlock_core::{
-    AcquireOptions, AcquireRequest, Attempt, Backend, Error, HandOver, Holder, Lease, LeaseId,
-    LockName, LossReason,
-};
+use distlock_core::backend::BackendExt;
+use distlock_core::backend::{AcquireRequest, Attempt, Backend, HandOver, Lease, LeaseId};
+use distlock_core::{AcquireOptions, Error, Holder, LockName, LossReason};
 
 use crate::fixture::Fixture;
 use crate::process::HeldByChild;
@@ -347,7 +346,7 @@ fn request(name: &LockName, lease: Duration) -> AcquireRequest {
 pub(crate) async fn grant(backend: &dyn Backend, name: &LockName, lease: Duration) -> Lease {
     let request = request(name, lease);
     match backend
-        .try_acquire(&request, &mut distlock_core::WaitState::new())
+        .try_acquire(&request, &mut distlock_core::backend::WaitState::new())
         .await
         .expect("try_acquire")
     {

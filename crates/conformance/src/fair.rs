@@ -1,5 +1,5 @@
 //! The cases of fair mode (see
-//! [`Capabilities::fair`](distlock_core::Capabilities::fair)): whole locks
+//! [`Capabilities::fair`](distlock_core::backend::Capabilities::fair)): whole locks
 //! go to waiters in the order they asked, across clients and processes; a
 //! try never jumps the line; a waiter that gives up leaves at once; and a
 //! waiter or a releaser that dies loses nobody's turn for longer than a
@@ -11,7 +11,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use distlock_core::{AcquireOptions, AcquireRequest, Attempt, Claim, Holder, LockName, WaitState};
+use distlock_core::backend::BackendExt;
+use distlock_core::backend::{AcquireRequest, Attempt, WaitState};
+use distlock_core::{AcquireOptions, Claim, Holder, LockName};
 
 use crate::fixture::Fixture;
 use crate::process::{HeldByChild, WaitingChild};

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::Backend;
+use distlock_core::backend::Backend;
 
 /// How a backend under test is reached.
 #[async_trait::async_trait]
@@ -40,7 +40,7 @@ pub trait Fixture: Send + Sync {
 
     /// How many waiters have a place in `name`'s queue, read from the
     /// store, for a backend in fair mode (see
-    /// [`Capabilities::fair`](distlock_core::Capabilities::fair)); `None`
+    /// [`Capabilities::fair`](distlock_core::backend::Capabilities::fair)); `None`
     /// where the store keeps no queue. The fair cases wait on it to know
     /// the order in which waiters asked.
     async fn queued(&self, _name: &distlock_core::LockName) -> Option<usize> {

@@ -6,9 +6,9 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use distlock_core::backend::{AcquireRequest, Attempt, WaitState};
 use distlock_core::{
-    AcquireOptions, AcquireRequest, Attempt, Claim, Error, Holder, LockClient, LockKind,
-    LossReason, WaitState,
+    AcquireOptions, Claim, Error, Holder, LockClient, LockKind, LossReason, TryOptions,
 };
 
 use crate::fixture::Fixture;
@@ -57,7 +57,7 @@ pub async fn readers_overlap(fixture: &dyn Fixture) {
         .await
         .expect("a second reader joins at once");
     let third = a
-        .try_acquire_with(&name, AcquireOptions::new().shared())
+        .try_acquire_with(&name, TryOptions::new().shared())
         .await
         .expect("try")
         .expect("a reader of the same client joins too");
@@ -93,14 +93,14 @@ pub async fn a_writer_excludes_readers_and_writers(fixture: &dyn Fixture) {
     let name = unique_name("writer");
     let writer = a.acquire_with(&name, PATIENCE).await.expect("writer");
     assert!(
-        b.try_acquire_with(&name, AcquireOptions::new().shared())
+        b.try_acquire_with(&name, TryOptions::new().shared())
             .await
             .expect("try")
             .is_none()
     );
     assert!(b.try_acquire(&name).await.expect("try").is_none());
     assert!(
-        a.try_acquire_with(&name, AcquireOptions::new().shared())
+        a.try_acquire_with(&name, TryOptions::new().shared())
             .await
             .expect("try")
             .is_none(),
@@ -149,7 +149,7 @@ pub async fn a_waiting_writer_is_served_before_later_readers(fixture: &dyn Fixtu
         "the reader inside keeps the writer out"
     );
     assert!(
-        c.try_acquire_with(&name, AcquireOptions::new().shared())
+        c.try_acquire_with(&name, TryOptions::new().shared())
             .await
             .expect("try")
             .is_none(),
@@ -223,7 +223,7 @@ pub async fn a_writer_waiting_behind_a_writer_keeps_later_readers_out(fixture: &
     );
     inside.release().await.expect("release");
     let early = b
-        .try_acquire_with(&name, AcquireOptions::new().shared())
+        .try_acquire_with(&name, TryOptions::new().shared())
         .await
         .expect("try");
     if in_line {

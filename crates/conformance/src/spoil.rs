@@ -4,8 +4,9 @@
 
 use std::sync::{Mutex, PoisonError};
 
+use distlock_core::Error;
+use distlock_core::backend::Attempt;
 use distlock_core::testing::{Answer, Hook};
-use distlock_core::{Attempt, Error};
 use tokio::sync::Notify;
 
 /// What happens to the next grant of a campaign that stands with a given
@@ -51,7 +52,7 @@ impl SpoilGrant {
     }
 }
 
-#[distlock_core::async_trait]
+#[distlock_core::backend::async_trait]
 impl Hook for SpoilGrant {
     async fn after(&self, answer: Answer<'_>) {
         let Answer::Acquire { request, outcome } = answer else {

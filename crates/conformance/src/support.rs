@@ -3,7 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::{LockClient, LockName, LockOptions, TermLog};
+use distlock_core::backend::TermLog;
+use distlock_core::{LockClient, LockName, LockOptions};
 
 use crate::fixture::Fixture;
 

@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock_conformance::{Fixture, conformance_suite, fair_cases};
-use distlock_core::{Backend, LockName};
+use distlock_core::LockName;
+use distlock_core::backend::Backend;
 use distlock_etcd::raw::etcdserverpb::RangeRequest;
 use distlock_etcd::raw::{Client, ConnectOptions};
 use distlock_etcd::{EtcdBackend, EtcdConfig};

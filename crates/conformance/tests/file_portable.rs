@@ -7,7 +7,8 @@
 use std::sync::Arc;
 
 use distlock_conformance::{Fixture, conformance_suite};
-use distlock_core::Backend;
+use distlock_core::backend::Backend;
+use distlock_core::backend::BackendExt;
 use distlock_file::FileBackend;
 
 struct PolledFiles(tempfile::TempDir);

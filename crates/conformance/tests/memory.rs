@@ -3,7 +3,8 @@
 use std::sync::Arc;
 
 use distlock_conformance::{Fixture, conformance_suite};
-use distlock_core::{Backend, MemoryBackend};
+use distlock_core::MemoryBackend;
+use distlock_core::backend::Backend;
 
 struct Memory(Arc<MemoryBackend>);
 

@@ -5,7 +5,8 @@
 use std::sync::Arc;
 
 use distlock_conformance::{Fixture, conformance_suite, fair_cases};
-use distlock_core::{Backend, LockName, MemoryBackend};
+use distlock_core::backend::Backend;
+use distlock_core::{LockName, MemoryBackend};
 
 struct FairMemory(Arc<MemoryBackend>);
 

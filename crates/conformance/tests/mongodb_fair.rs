@@ -7,7 +7,8 @@
 use std::sync::Arc;
 
 use distlock_conformance::{Fixture, conformance_suite, fair_cases};
-use distlock_core::{Backend, LockName};
+use distlock_core::LockName;
+use distlock_core::backend::Backend;
 use distlock_mongodb::MongoBackend;
 use distlock_mongodb::mongodb::bson::doc;
 

@@ -9,7 +9,8 @@
 use std::sync::Arc;
 
 use distlock_conformance::{Fixture, conformance_suite, fair_cases};
-use distlock_core::{Backend, LockName};
+use distlock_core::LockName;
+use distlock_core::backend::Backend;
 use distlock_postgres::tokio_postgres::{self, NoTls};
 use distlock_postgres::{DEFAULT_ADVISORY_CLASS, PostgresBackend};
 

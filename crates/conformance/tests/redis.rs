@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use distlock_conformance::{Fixture, conformance_suite};
-use distlock_core::Backend;
+use distlock_core::backend::Backend;
 use distlock_redis::RedisBackend;
 
 struct Redis {

@@ -11,7 +11,7 @@ use futures::future::{Fuse, FusedFuture};
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::acquire::AcquireOptions;
+use crate::acquire::{AcquireOptions, TryOptions};
 use crate::backend::LossReporter;
 use crate::backend::state::Payload;
 use crate::backend::wake::ReleaseWatch;
@@ -76,7 +76,7 @@ struct Inner {
 impl Inner {
     /// A watch of `name`'s releases, when the backend reports them now.
     fn watch_releases(&self, name: &LockName) -> Option<ReleaseWatch> {
-        self.backend.wakeups()?.watch(name)
+        self.backend.abilities().wakeups?.watch(name)
     }
 }
 
@@ -103,7 +103,7 @@ impl LockClient {
         let keeper = Keeper::new(options.clone(), &backend);
         // In fair mode the store's queue decides who is next, so nothing is
         // handed over inside the client.
-        let hands_over = backend.hand_overs().is_some() && !backend.capabilities().fair;
+        let hands_over = backend.abilities().hand_overs.is_some() && !backend.capabilities().fair;
         let succession = (hands_over && options.local_hand_overs() > 0).then(|| {
             Arc::new(Succession {
                 holder: holder.clone(),
@@ -267,13 +267,16 @@ impl LockClient {
     ) -> Result<LockGuard> {
         let name = name.into_lock_name()?;
         let AcquireOptions {
-            claim,
+            attempt:
+                TryOptions {
+                    claim,
+                    payload,
+                    max_hold,
+                    min_hold,
+                    label,
+                },
             timeout,
-            payload,
             cancel,
-            max_hold,
-            min_hold,
-            label,
             records_term,
         } = options.into();
         let claim = claim.validated()?;
@@ -282,7 +285,6 @@ impl LockClient {
             min: min_hold,
         };
         bounds.check(claim, &*self.inner.backend)?;
-        check_term(claim, records_term)?;
         let asked = self.asked(payload, label, records_term)?;
         let span = tracing::debug_span!(
             "acquire",
@@ -332,7 +334,7 @@ impl LockClient {
     /// Cancel safe: if the future is dropped after the backend granted the
     /// lock, the grant is released in the background.
     pub async fn try_acquire(&self, name: impl IntoLockName) -> Result<Option<LockGuard>> {
-        self.try_acquire_with(name, AcquireOptions::new()).await
+        self.try_acquire_with(name, TryOptions::new()).await
     }
 
     /// Tries once to take the claim of `options` on `name`, handing the
@@ -340,8 +342,6 @@ impl LockClient {
     /// a writer or all permits are in, or (for a reader) a writer waits.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] when `options` set a timeout or a
-    /// cancellation, which a single try has no use for;
     /// [`Error::InvalidName`] for an invalid name; [`Error::InvalidConfig`]
     /// for a permit limit outside 1 to [`MAX_PERMITS`](crate::MAX_PERMITS);
     /// [`Error::KindConflict`] when the name is held as another kind;
@@ -351,31 +351,20 @@ impl LockClient {
     ///
     /// # Cancel safety
     /// As [`try_acquire`](Self::try_acquire).
-    pub async fn try_acquire_with<'a>(
+    pub async fn try_acquire_with(
         &self,
         name: impl IntoLockName,
-        options: impl Into<AcquireOptions<'a>>,
+        options: impl Into<TryOptions>,
     ) -> Result<Option<LockGuard>> {
         let name = name.into_lock_name()?;
         let options = options.into();
-        if options.timeout.is_some() || options.cancel.is_some() {
-            return Err(Error::config(
-                if options.timeout.is_some() {
-                    "timeout"
-                } else {
-                    "cancel_on"
-                },
-                "a try takes one attempt and never waits; use acquire_with to wait",
-            ));
-        }
         let claim = options.claim.validated()?;
         let bounds = HoldBounds {
             max: options.max_hold,
             min: options.min_hold,
         };
         bounds.check(claim, &*self.inner.backend)?;
-        check_term(claim, options.records_term)?;
-        let asked = self.asked(options.payload, options.label, options.records_term)?;
+        let asked = self.asked(options.payload, options.label, false)?;
         let span = tracing::debug_span!("try_acquire", name = %name, ?claim);
         let started = Instant::now();
         let outcome = self
@@ -701,18 +690,6 @@ impl Asked {
     fn takes_hand_overs(&self, claim: Claim) -> bool {
         claim == Claim::Exclusive && !self.own_label && !self.records_term
     }
-}
-
-/// Refuses a term asked for with a claim other than the whole lock: an
-/// election has one leader.
-fn check_term(claim: Claim, records_term: bool) -> Result<()> {
-    if records_term && claim != Claim::Exclusive {
-        return Err(Error::config(
-            "records_term",
-            "an election has one leader: record a term only with the whole lock",
-        ));
-    }
-    Ok(())
 }
 
 /// The longest label a call may record with its grant, in bytes.

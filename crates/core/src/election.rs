@@ -232,7 +232,7 @@ impl Leadership {
 ///
 /// Each call of [`next`](Self::next) returns the next leader, in term
 /// order, none skipped: the backend records each term in the write that
-/// grants it ([`Backend::term_log`](crate::backend::Backend::term_log)), and the
+/// grants it ([`Abilities::term_log`](crate::backend::Abilities::term_log)), and the
 /// observer reads the terms after the last it returned. A grant its
 /// campaign never received has its term withdrawn before it is released
 /// ([`TermLog::withdraw`](crate::backend::TermLog::withdraw)), so only a look in
@@ -273,7 +273,7 @@ impl Observer {
     pub async fn next(&mut self) -> Result<Leader> {
         let election = &self.election;
         let backend = election.client.backend();
-        let Some(log) = backend.term_log() else {
+        let Some(log) = backend.abilities().term_log else {
             return Err(Error::Unsupported(
                 "this backend keeps no record of an election's terms, so an observer could \
                  miss a leader; ask Election::leader instead"
@@ -289,7 +289,8 @@ impl Observer {
             }
             // Watched before the look, so that a release after it wakes us.
             let watch = backend
-                .wakeups()
+                .abilities()
+                .wakeups
                 .and_then(|wakeups| wakeups.watch(&election.name));
             match self.last_term {
                 None => {

@@ -43,7 +43,7 @@ mod sync;
 #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
 pub mod testing;
 
-pub use acquire::AcquireOptions;
+pub use acquire::{AcquireOptions, TryOptions};
 pub use backend::Payload;
 pub use builder::LockClientBuilder;
 pub use claim::{Claim, LockKind, MAX_PERMITS, Permits};
@@ -57,20 +57,3 @@ pub use memory::MemoryBackend;
 pub use name::{IntoLockName, LockName, MAX_NAME_LEN};
 pub use options::{LockOptions, LockOptionsBuilder};
 pub use set::{IntoLockClaim, LockSet};
-
-// Transitional: the author items at the root, for crates not yet moved to
-// `backend`. Removed once every caller imports from `backend`.
-#[doc(hidden)]
-pub use backend::{
-    AcquireRequest, Attempt, Backend, Capabilities, DelayedRelease, Extended, Feature,
-    FeatureState, GrantState, HandOver, HandOvers, Lease, LeaseId, LossReporter, ReleaseHub,
-    ReleaseWatch, Renewal, ServerInfo, Session, SessionId, TERMS_KEPT, Term, TermLog, WaitState,
-    Wakeups, async_trait, platform, token_floor, withdraw_term,
-};
-#[doc(hidden)]
-pub mod urls {
-    pub use crate::backend::{
-        BadEscape, BadHost, HostPort, Query, QueryPair, UrlParts, parse_hosts, percent_decode,
-        redact, secret_options, user_info,
-    };
-}

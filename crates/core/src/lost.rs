@@ -38,7 +38,7 @@ pub enum LossReason {
     /// early enough that it may already be someone else's, or too early to
     /// be extended in time. Only backends that read the server's clock in
     /// their extensions see it (see
-    /// [`Backend::extend_many_timed`](crate::backend::Backend::extend_many_timed)),
+    /// [`Backend::extend_many`](crate::backend::Backend::extend_many)),
     /// and only a step between two of the client's readings: a step before
     /// its first reading has nothing to be compared with, and a lease it
     /// cut short is lost only when its own extension is refused

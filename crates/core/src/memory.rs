@@ -11,8 +11,8 @@ use crate::backend::state::{GrantState, WaitState};
 use crate::backend::terms::{TERMS_KEPT, Term, TermLog, withdraw_term};
 use crate::backend::wake::{ReleaseHub, ReleaseWatch};
 use crate::backend::{
-    AcquireRequest, Attempt, Backend, Capabilities, DelayedRelease, Extended, HandOver, HandOvers,
-    Holder, Lease, LeaseId, LockInfo, Wakeups,
+    Abilities, AcquireRequest, Attempt, Backend, Capabilities, DelayedRelease, Extended, HandOver,
+    HandOvers, Holder, Lease, LeaseId, LockInfo, Wakeups,
 };
 use crate::claim::{Claim, Permits};
 use crate::error::Result;
@@ -412,21 +412,23 @@ impl Backend for MemoryBackend {
         Ok(())
     }
 
-    async fn extend(&self, lease: &Lease) -> Result<bool> {
+    async fn extend_many(&self, leases: &[Lease]) -> Extended {
         let now = self.now();
         let mut locks = self.lock();
-        let Some(slot) = locks.get_mut(&lease.name) else {
-            return Ok(false);
-        };
-        let Some(at) = slot.position(lease, now) else {
-            return Ok(false);
-        };
-        slot.holders[at].expires_at = expiry(now, lease.lease);
-        Ok(true)
-    }
-
-    async fn extend_many_timed(&self, leases: &[Lease]) -> Extended {
-        let outcomes = self.extend_many(leases).await;
+        let outcomes = leases
+            .iter()
+            .map(|lease| {
+                let Some(slot) = locks.get_mut(&lease.name) else {
+                    return Ok(false);
+                };
+                let Some(at) = slot.position(lease, now) else {
+                    return Ok(false);
+                };
+                slot.holders[at].expires_at = expiry(now, lease.lease);
+                Ok(true)
+            })
+            .collect();
+        drop(locks);
         Extended::new(outcomes, Some(self.wall_clock()))
     }
 
@@ -481,20 +483,12 @@ impl Backend for MemoryBackend {
         Ok(was_held)
     }
 
-    fn hand_overs(&self) -> Option<&dyn HandOvers> {
-        Some(self)
-    }
-
-    fn wakeups(&self) -> Option<&dyn Wakeups> {
-        Some(self)
-    }
-
-    fn term_log(&self) -> Option<&dyn TermLog> {
-        Some(self)
-    }
-
-    fn delayed_release(&self) -> Result<&dyn DelayedRelease> {
-        Ok(self)
+    fn abilities(&self) -> Abilities<'_> {
+        Abilities::none()
+            .with_hand_overs(self)
+            .with_wakeups(self)
+            .with_term_log(self)
+            .with_delayed_release(self)
     }
 }
 
@@ -502,12 +496,14 @@ impl Backend for MemoryBackend {
 impl DelayedRelease for MemoryBackend {
     async fn release_after(&self, lease: &Lease, remaining: Duration) -> Result<bool> {
         // An extension sets the end from now, to any lease, shorter too.
+        let shortened = Lease {
+            lease: remaining,
+            ..lease.clone()
+        };
         let ours = self
-            .extend(&Lease {
-                lease: remaining,
-                ..lease.clone()
-            })
-            .await?;
+            .extend_many(std::slice::from_ref(&shortened))
+            .await
+            .into_first()?;
         // Waiters that were told the old end ask again, to hear the new one.
         self.releases.notify(&lease.name);
         Ok(ours)

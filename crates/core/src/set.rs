@@ -8,7 +8,7 @@ use std::time::Instant;
 use futures::FutureExt;
 use futures::future::select_all;
 
-use crate::acquire::AcquireOptions;
+use crate::acquire::{AcquireOptions, TryOptions};
 use crate::claim::Claim;
 use crate::client::LockClient;
 use crate::engine::hold::HoldBounds;
@@ -102,23 +102,21 @@ impl LockClient {
     where
         L: IntoLockClaim,
     {
+        // Only a campaign records a term, and it takes one lock alone.
         let AcquireOptions {
-            claim,
+            attempt:
+                TryOptions {
+                    claim,
+                    payload,
+                    max_hold,
+                    min_hold,
+                    label,
+                },
             timeout,
-            payload,
             cancel,
-            max_hold,
-            min_hold,
-            label,
-            records_term,
+            records_term: _,
         } = options.into();
         let wanted = canonical(locks, claim)?;
-        if records_term && wanted.len() > 1 {
-            return Err(Error::config(
-                "records_term",
-                "an election has one leader, on one name: record a term with one lock",
-            ));
-        }
         // Refused before anything is taken. The shortest hold is given to
         // the guards only once all are held: a set that fails must not
         // leave what it took held for it.
@@ -150,9 +148,6 @@ impl LockClient {
                 }
                 if let Some(label) = &label {
                     options = options.label(label.clone());
-                }
-                if records_term {
-                    options = options.records_term();
                 }
                 if let Some(deadline) = deadline {
                     // Past the deadline, one attempt still gets an answer.
@@ -227,6 +222,16 @@ async fn roll_back(taken: Vec<LockGuard>) {
 #[must_use = "dropping the set releases its locks at once"]
 pub struct LockSet {
     guards: Vec<LockGuard>,
+}
+
+impl From<LockGuard> for LockSet {
+    /// A set of one lock: to hold a lock taken alone (a leadership's
+    /// guard, say) where a set is expected.
+    fn from(guard: LockGuard) -> Self {
+        Self {
+            guards: vec![guard],
+        }
+    }
 }
 
 impl LockSet {

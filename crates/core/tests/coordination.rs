@@ -6,7 +6,9 @@
 use std::time::Duration;
 
 use distlock_core::testing::TestBackend;
-use distlock_core::{AcquireOptions, Claim, Error, LockClient, LossReason, MemoryBackend};
+use distlock_core::{
+    AcquireOptions, Claim, Error, LockClient, LockSet, LossReason, MemoryBackend, TryOptions,
+};
 
 fn client() -> LockClient {
     LockClient::builder().build(MemoryBackend::new()).unwrap()
@@ -103,7 +105,7 @@ async fn a_zero_longest_hold_is_refused() {
         "{error:?}"
     );
     let error = locks
-        .try_acquire_with("job", AcquireOptions::new().max_hold(Duration::ZERO))
+        .try_acquire_with("job", TryOptions::new().max_hold(Duration::ZERO))
         .await
         .unwrap_err();
     assert!(
@@ -132,7 +134,7 @@ async fn the_longest_hold_holds_for_try_acquire_and_with_lock() {
     let tried = locks
         .try_acquire_with(
             "tried",
-            AcquireOptions::new().max_hold(Duration::from_millis(100)),
+            TryOptions::new().max_hold(Duration::from_millis(100)),
         )
         .await
         .unwrap()
@@ -152,26 +154,22 @@ async fn the_longest_hold_holds_for_try_acquire_and_with_lock() {
 #[tokio::test]
 async fn a_term_is_recorded_only_for_one_whole_lock() {
     let locks = client();
-    let shared = locks
-        .acquire_with("e", AcquireOptions::new().shared().records_term())
-        .await;
+    let election = locks.election("e").unwrap();
+    let shared = election.campaign("v", AcquireOptions::new().shared()).await;
     assert!(
-        matches!(shared, Err(Error::InvalidConfig { ref field, .. }) if field == "records_term"),
+        matches!(shared, Err(Error::InvalidConfig { ref field, .. }) if field == "claim"),
         "{shared:?}"
     );
-    let several = locks
-        .acquire_all(["e", "f"], AcquireOptions::new().records_term())
-        .await;
-    assert!(
-        matches!(several, Err(Error::InvalidConfig { ref field, .. }) if field == "records_term"),
-        "{several:?}"
+    // The whole lock, as a set of one (as `distlock campaign` holds it), is
+    // a term observers see.
+    let mut observer = election.observe();
+    let set = LockSet::from(
+        election
+            .campaign("v", AcquireOptions::new())
+            .await
+            .unwrap()
+            .into_guard(),
     );
-    // One whole lock, through the general call, is a term observers see.
-    let mut observer = locks.election("e").unwrap().observe();
-    let set = locks
-        .acquire_all(["e"], AcquireOptions::new().label("v").records_term())
-        .await
-        .unwrap();
     let term = set.guards()[0].fencing_token();
     let seen = observer.next().await.unwrap();
     assert_eq!((seen.value.as_str(), seen.term), ("v", term));

@@ -9,7 +9,7 @@ use distlock_core::backend::{Attempt, LossReporter};
 use distlock_core::testing::{Answer, Call, Hook, TestBackend};
 use distlock_core::{
     AcquireOptions, Claim, LockClient, LockName, LockOptions, LossReason, MemoryBackend, Payload,
-    Result,
+    Result, TryOptions,
 };
 
 const PATIENCE: Duration = Duration::from_secs(10);
@@ -108,7 +108,7 @@ async fn a_lock_is_handed_over_only_to_a_local_writer() {
     assert!(reader.fencing_token() > writer_token);
     // It is a reader's share: another reader joins it.
     let second = client
-        .try_acquire_with(&lock, AcquireOptions::new().shared())
+        .try_acquire_with(&lock, TryOptions::new().shared())
         .await
         .unwrap()
         .unwrap();
@@ -131,7 +131,7 @@ async fn tasks_of_one_client_share_a_semaphore_up_to_its_limit() {
     }
     assert!(
         client
-            .try_acquire_with(&exports, AcquireOptions::new().permit(3))
+            .try_acquire_with(&exports, TryOptions::new().permit(3))
             .await
             .unwrap()
             .is_none()
@@ -174,7 +174,7 @@ async fn a_zero_timeout_writer_leaves_no_mark_behind() {
     assert!(other.acquire_with(&lock, Duration::ZERO).await.is_err());
     assert!(
         other
-            .try_acquire_with(&lock, AcquireOptions::new().shared())
+            .try_acquire_with(&lock, TryOptions::new().shared())
             .await
             .unwrap()
             .is_some(),

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use distlock_core::backend::Backend;
 use distlock_core::testing::{Operation, TestBackend};
 use distlock_core::{
-    AcquireOptions, Claim, Error, LockClient, LockName, LossReason, MemoryBackend,
+    AcquireOptions, Claim, Error, LockClient, LockName, LossReason, MemoryBackend, TryOptions,
 };
 
 fn client() -> LockClient {
@@ -50,7 +50,7 @@ async fn bounds_that_cannot_be_kept_are_refused_before_anything_is_taken() {
         assert!(is_min_hold_config(&error), "{described}: {error:?}");
     }
     let error = locks
-        .try_acquire_with("job", AcquireOptions::new().min_hold(Duration::ZERO))
+        .try_acquire_with("job", TryOptions::new().min_hold(Duration::ZERO))
         .await
         .unwrap_err();
     assert!(is_min_hold_config(&error), "{error:?}");
@@ -75,7 +75,7 @@ async fn a_backend_without_delayed_releases_refuses_min_hold_at_once() {
     let locks = LockClient::builder()
         .build_shared(backend.shared())
         .unwrap();
-    let options = || AcquireOptions::new().min_hold(Duration::from_secs(1));
+    let options = || TryOptions::new().min_hold(Duration::from_secs(1));
     for outcome in [
         locks.acquire_with("job", options()).await.map(|_| ()),
         locks.try_acquire_with("job", options()).await.map(|_| ()),

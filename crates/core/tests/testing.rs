@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock_core::testing::{Failure, TestBackend};
-use distlock_core::{AcquireOptions, Error, LockClient, LockOptions, LossReason, MemoryBackend};
+use distlock_core::{Error, LockClient, LockOptions, LossReason, MemoryBackend, TryOptions};
 
 fn client(backend: &TestBackend) -> LockClient {
     LockClient::builder()
@@ -20,7 +20,7 @@ async fn a_lost_lock_is_reported_at_once_and_the_name_is_free_again() {
     let (one, two) = (client(&backend), client(&backend));
     let guard = one.acquire("job").await.unwrap();
     let reader = two
-        .try_acquire_with("other", AcquireOptions::new().shared())
+        .try_acquire_with("other", TryOptions::new().shared())
         .await
         .unwrap()
         .unwrap();

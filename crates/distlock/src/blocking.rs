@@ -50,7 +50,7 @@ use std::time::Duration;
 
 use distlock_core::{
     AcquireOptions, Claim, Error, IntoLockClaim, IntoLockName, LockClientBuilder, LockContext,
-    LockInfo, LockName, LockOptions, LossReason, Result,
+    LockInfo, LockName, LockOptions, LossReason, Result, TryOptions,
 };
 
 /// Opens the backend `url` names, as [`crate::connect`] does, and returns a
@@ -126,7 +126,7 @@ impl LockClient {
     /// As [`crate::LockClient::try_acquire`]; [`Error::Unsupported`] inside
     /// an async runtime.
     pub fn try_acquire(&self, name: impl IntoLockName) -> Result<Option<LockGuard>> {
-        self.try_acquire_with(name, AcquireOptions::new())
+        self.try_acquire_with(name, TryOptions::new())
     }
 
     /// Tries once to take the claim of `options` on `name`; see
@@ -135,10 +135,10 @@ impl LockClient {
     /// # Errors
     /// As [`crate::LockClient::try_acquire_with`]; [`Error::Unsupported`]
     /// inside an async runtime.
-    pub fn try_acquire_with<'a>(
+    pub fn try_acquire_with(
         &self,
         name: impl IntoLockName,
-        options: impl Into<AcquireOptions<'a>>,
+        options: impl Into<TryOptions>,
     ) -> Result<Option<LockGuard>> {
         let guard = self
             .runtime

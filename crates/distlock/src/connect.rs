@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use distlock_core::urls::{Query, UrlParts};
+use distlock_core::backend::{Query, UrlParts};
 use distlock_core::{Error, LockClient, LockClientBuilder, LockOptions, Result};
 
 use crate::url::open;

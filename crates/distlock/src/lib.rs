@@ -147,7 +147,7 @@ pub use distlock_core::{
     AcquireOptions, Claim, Election, Error, Holder, IntoLockClaim, IntoLockName, Leader,
     Leadership, LockClient, LockClientBuilder, LockContext, LockGuard, LockInfo, LockKind,
     LockName, LockOptions, LockOptionsBuilder, LockSet, LossReason, LostSignal, MAX_NAME_LEN,
-    MAX_PERMITS, MemoryBackend, Observer, Payload, Permits, Result,
+    MAX_PERMITS, MemoryBackend, Observer, Payload, Permits, Result, TryOptions,
 };
 
 pub use crate::connect::{connect, connect_with};

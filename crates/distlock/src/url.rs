@@ -3,8 +3,9 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use distlock_core::urls::{Query, UrlParts, percent_decode, redact};
-use distlock_core::{Backend, Error, MemoryBackend, Result};
+use distlock_core::backend::Backend;
+use distlock_core::backend::{Query, UrlParts, percent_decode, redact};
+use distlock_core::{Error, MemoryBackend, Result};
 
 /// The schemes this build understands, for error messages.
 fn known() -> String {

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use distlock::{AcquireOptions, Error};
+use distlock::{AcquireOptions, Error, TryOptions};
 
 fn file_url(dir: &tempfile::TempDir) -> String {
     format!("file://{}", dir.path().display())
@@ -49,7 +49,7 @@ fn kinds_with_lock_list_and_force_release() {
         .acquire_with("config", AcquireOptions::new().shared())
         .unwrap();
     let second = client
-        .try_acquire_with("config", AcquireOptions::new().shared())
+        .try_acquire_with("config", TryOptions::new().shared())
         .unwrap()
         .expect("readers share");
     assert_eq!(client.list().unwrap().len(), 2);

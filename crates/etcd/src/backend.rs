@@ -6,11 +6,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, Claim, DelayedRelease, Error, GrantState,
-    Lease, LeaseId, LockInfo, LockName, LossReporter, Permits, ReleaseHub, ReleaseWatch, Renewal,
-    Result, ServerInfo, Session, TermLog, WaitState, Wakeups, async_trait,
+use distlock_core::backend::{
+    Abilities, AcquireRequest, Attempt, Backend, Capabilities, Extended, GrantState, Lease,
+    LeaseId, LossReporter, ReleaseHub, ReleaseWatch, Renewal, ServerInfo, Session, WaitState,
+    Wakeups, async_trait,
 };
+use distlock_core::{Claim, Error, LockInfo, LockName, Permits, Result};
 
 use crate::config::EtcdConfig;
 use crate::deployment;
@@ -504,6 +505,27 @@ impl EtcdBackend {
         self.leftovers.forget(key);
         Ok(deleted)
     }
+
+    /// Confirms one grant: its key is still the one it created, and its
+    /// session still lives.
+    async fn confirm_grant(&self, lease: &Lease) -> Result<bool> {
+        let Some(grant) = lease.state.get::<Grant>().filter(|g| g.id == lease.id) else {
+            return Ok(false);
+        };
+        let current = self
+            .client
+            .range(requests::key(grant.key.clone()))
+            .await
+            .map_err(|e| from_etcd("reading a lock", e))?;
+        let ours = current
+            .kvs
+            .first()
+            .is_some_and(|kv| kv.create_revision == grant.revision);
+        if !ours {
+            return Ok(false);
+        }
+        self.sessions.confirm(grant.session).await
+    }
 }
 
 /// Reports a loss once the grant's key, created at `revision`, is deleted
@@ -611,23 +633,10 @@ impl Backend for EtcdBackend {
         Ok(())
     }
 
-    async fn extend(&self, lease: &Lease) -> Result<bool> {
-        let Some(grant) = lease.state.get::<Grant>().filter(|g| g.id == lease.id) else {
-            return Ok(false);
-        };
-        let current = self
-            .client
-            .range(requests::key(grant.key.clone()))
-            .await
-            .map_err(|e| from_etcd("reading a lock", e))?;
-        let ours = current
-            .kvs
-            .first()
-            .is_some_and(|kv| kv.create_revision == grant.revision);
-        if !ours {
-            return Ok(false);
-        }
-        self.sessions.confirm(grant.session).await
+    /// Confirms each grant. Core renews the session instead, which keeps
+    /// every grant on it.
+    async fn extend_many(&self, leases: &[Lease]) -> Extended {
+        Extended::each(leases, |lease| self.confirm_grant(lease)).await
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
@@ -715,33 +724,25 @@ impl Backend for EtcdBackend {
         Ok(response.deleted > 0)
     }
 
-    fn session(&self) -> Option<&dyn Session> {
-        Some(self)
-    }
-
-    fn wakeups(&self) -> Option<&dyn Wakeups> {
-        Some(self)
-    }
-
-    fn delayed_release(&self) -> Result<&dyn DelayedRelease> {
-        Ok(self)
-    }
-
-    fn term_log(&self) -> Option<&dyn TermLog> {
-        Some(self)
-    }
-
     /// Revokes the session, as etcd's own `Session.Close()` does: every
     /// key of this backend goes at once, rather than a TTL after the
     /// process exits.
     async fn close(&self) -> Result<()> {
         self.sessions.close().await
     }
+
+    fn abilities(&self) -> Abilities<'_> {
+        Abilities::none()
+            .with_session(self)
+            .with_wakeups(self)
+            .with_delayed_release(self)
+            .with_term_log(self)
+    }
 }
 
 #[async_trait]
 impl Session for EtcdBackend {
-    fn session_of(&self, lease: &Lease) -> Option<distlock_core::SessionId> {
+    fn session_of(&self, lease: &Lease) -> Option<distlock_core::backend::SessionId> {
         let grant = lease.state.get::<Grant>().filter(|g| g.id == lease.id)?;
         Some(grant.session.for_core())
     }

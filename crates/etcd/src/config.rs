@@ -4,7 +4,7 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use distlock_core::urls::{Query, UrlParts, parse_hosts, percent_decode};
+use distlock_core::backend::{Query, UrlParts, parse_hosts, percent_decode};
 use distlock_core::{Error, Result};
 
 /// etcd's client port, when a host names none.

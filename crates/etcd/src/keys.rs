@@ -14,7 +14,8 @@
 //! `list` reads the lock keys from [`locks_start`] on without reading the
 //! records.
 
-use distlock_core::{Claim, Holder, LeaseId, LockKind, LockName};
+use distlock_core::backend::LeaseId;
+use distlock_core::{Claim, Holder, LockKind, LockName};
 use serde::{Deserialize, Serialize};
 
 /// A name's key range under one prefix.
@@ -120,7 +121,7 @@ pub(crate) fn name_of_key(prefix: &str, key: &[u8]) -> Option<LockName> {
         return None;
     }
     let encoded = std::str::from_utf8(encoded).ok()?;
-    let name = distlock_core::urls::percent_decode(encoded).ok()?;
+    let name = distlock_core::backend::percent_decode(encoded).ok()?;
     LockName::new(name).ok()
 }
 

@@ -19,7 +19,7 @@
 //! - **One session per client.** Every key of a client hangs on one etcd
 //!   lease, which core's keeper renews with one keepalive per extension
 //!   period, whatever the number of locks held (the backend's
-//!   [`Backend::session`]). etcd leases are whole seconds: the session's
+//!   [`Abilities::session`]). etcd leases are whole seconds: the session's
 //!   TTL is the client's lease rounded up to whole seconds, and one more,
 //!   and a lease under one second is [`Error::InvalidConfig`]. A session
 //!   that ends is replaced by the next grant or wait, and ends exactly the
@@ -50,7 +50,7 @@
 //!   observer sees every leader, the short-lived ones too, and a campaign
 //!   that lost a race records nothing. Out of fair mode a campaign does not
 //!   queue: it is granted only when the name is free. The record keeps the
-//!   last [`TERMS_KEPT`](distlock_core::TERMS_KEPT) terms and outlives its
+//!   last [`TERMS_KEPT`](distlock_core::backend::TERMS_KEPT) terms and outlives its
 //!   leaders and a forced release; deleting it (the key
 //!   `<prefix>#terms/<percent-encoded name>`, or `<prefix>#terms/` for all)
 //!   starts it anew, and an observer is not told of the terms it had not
@@ -84,7 +84,7 @@
 //! client public as `raw`.
 //!
 //! [`Error::InvalidConfig`]: distlock_core::Error::InvalidConfig
-//! [`Backend::session`]: distlock_core::Backend::session
+//! [`Abilities::session`]: distlock_core::backend::Abilities::session
 //! [`LockClient::close`]: distlock_core::LockClient::close
 //! [`EtcdConfig::fair`]: crate::EtcdConfig::fair()
 

@@ -18,7 +18,8 @@
 use std::time::Duration;
 
 use crate::raw::Client;
-use distlock_core::{Error, Renewal, Result};
+use distlock_core::backend::Renewal;
+use distlock_core::{Error, Result};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
@@ -51,8 +52,8 @@ pub(crate) struct SessionId(pub(crate) i64);
 impl SessionId {
     /// As core knows it. etcd's lease ids are positive, so the number is
     /// the same.
-    pub(crate) fn for_core(self) -> distlock_core::SessionId {
-        distlock_core::SessionId(u64::try_from(self.0).unwrap_or_default())
+    pub(crate) fn for_core(self) -> distlock_core::backend::SessionId {
+        distlock_core::backend::SessionId(u64::try_from(self.0).unwrap_or_default())
     }
 }
 

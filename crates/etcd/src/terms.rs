@@ -14,7 +14,8 @@
 //! place. A compare that fails (another campaign granted meanwhile) writes
 //! nothing.
 
-use distlock_core::{Error, Holder, Result, TERMS_KEPT, Term, withdraw_term};
+use distlock_core::backend::{TERMS_KEPT, Term, withdraw_term};
+use distlock_core::{Error, Holder, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::raw::etcdserverpb::Compare;

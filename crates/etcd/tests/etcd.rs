@@ -6,9 +6,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use distlock_core::backend::{AcquireRequest, Attempt, Backend, WaitState};
 use distlock_core::{
-    AcquireOptions, AcquireRequest, Attempt, Backend, Claim, Error, Holder, LockClient, LockName,
-    LockOptions, LossReason, WaitState,
+    AcquireOptions, Claim, Error, Holder, LockClient, LockName, LockOptions, LossReason,
 };
 use distlock_etcd::EtcdBackend;
 use distlock_etcd::raw::Client;
@@ -373,7 +373,7 @@ async fn a_lost_answers_key_that_lands_after_its_release_is_deleted_again() {
     let (etcd, value) = take_away(&key).await;
 
     // The release of a grant whose answer was lost: it carries no state.
-    let lost = request.granted(fencing_token, distlock_core::GrantState::none());
+    let lost = request.granted(fencing_token, distlock_core::backend::GrantState::none());
     assert!(
         !backend.release(&lost).await.expect("release"),
         "nothing to delete yet"

@@ -9,10 +9,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use distlock_core::{
-    AcquireOptions, AcquireRequest, Attempt, Backend, Claim, Holder, LockClient, LockName,
-    WaitState,
-};
+use distlock_core::backend::BackendExt;
+use distlock_core::backend::{AcquireRequest, Attempt, Backend, WaitState};
+use distlock_core::{AcquireOptions, Claim, Holder, LockClient, LockName};
 use distlock_etcd::{EtcdBackend, EtcdConfig, session_ttl};
 
 #[path = "support/member.rs"]

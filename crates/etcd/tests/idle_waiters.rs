@@ -15,7 +15,8 @@ use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::{Backend, LockClient, LockName, LockOptions};
+use distlock_core::backend::BackendExt;
+use distlock_core::{LockClient, LockName, LockOptions};
 use distlock_etcd::EtcdBackend;
 use distlock_etcd::raw::etcdserverpb::RangeRequest;
 use distlock_etcd::raw::{Client, ConnectOptions};

@@ -7,10 +7,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::{
-    AcquireRequest, Attempt, Backend, Claim, Holder, Lease, LockClient, LockName, LossReason,
-    Renewal, SessionId, WaitState,
+use distlock_core::backend::BackendExt;
+use distlock_core::backend::{
+    AcquireRequest, Attempt, Backend, Lease, Renewal, SessionId, WaitState,
 };
+use distlock_core::{Claim, Holder, LockClient, LockName, LossReason};
 use distlock_etcd::EtcdBackend;
 
 #[path = "support/member.rs"]

@@ -8,10 +8,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::{
-    AcquireRequest, Attempt, Backend, Claim, Error, Holder, LockClient, LockName, TERMS_KEPT, Term,
-    WaitState,
-};
+use distlock_core::backend::BackendExt;
+use distlock_core::backend::{AcquireRequest, Attempt, Backend, TERMS_KEPT, Term, WaitState};
+use distlock_core::{Claim, Error, Holder, LockClient, LockName};
 use distlock_etcd::EtcdBackend;
 
 #[path = "support/member.rs"]

@@ -7,11 +7,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, Claim, DelayedRelease, Error, GrantState,
-    Holder, Lease, LockInfo, LockName, ReleaseWatch, Result, ServerInfo, Term, TermLog, WaitState,
-    Wakeups,
+use distlock_core::backend::{
+    Abilities, AcquireRequest, Attempt, Backend, Capabilities, DelayedRelease, Extended,
+    GrantState, Lease, ReleaseWatch, ServerInfo, Term, TermLog, WaitState, Wakeups,
 };
+use distlock_core::{Claim, Error, Holder, LockInfo, LockName, Result};
 
 use crate::decision::DecisionLock;
 use crate::files::{Mode, io_error, open_existing, open_locked};
@@ -214,11 +214,17 @@ impl Backend for FileBackend {
         Ok(())
     }
 
-    async fn extend(&self, lease: &Lease) -> Result<bool> {
-        match lease.state.get::<Held>() {
-            Some(held) => held.is_ours(),
-            None => Ok(false),
-        }
+    /// A flock needs no extension: each lease is still ours while its
+    /// file is.
+    async fn extend_many(&self, leases: &[Lease]) -> Extended {
+        let outcomes = leases
+            .iter()
+            .map(|lease| match lease.state.get::<Held>() {
+                Some(held) => held.is_ours(),
+                None => Ok(false),
+            })
+            .collect();
+        Extended::new(outcomes, None)
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
@@ -235,16 +241,15 @@ impl Backend for FileBackend {
         admin::force_release(&self.dir, name).await
     }
 
-    fn delayed_release(&self) -> Result<&dyn DelayedRelease> {
-        Ok(self)
-    }
-
-    fn wakeups(&self) -> Option<&dyn Wakeups> {
-        wake::watched().then_some(self)
-    }
-
-    fn term_log(&self) -> Option<&dyn TermLog> {
-        Some(self)
+    fn abilities(&self) -> Abilities<'_> {
+        let abilities = Abilities::none()
+            .with_delayed_release(self)
+            .with_term_log(self);
+        if wake::watched() {
+            abilities.with_wakeups(self)
+        } else {
+            abilities
+        }
     }
 }
 

@@ -30,7 +30,7 @@
 //!   A forced release ends it.
 //! - A campaign's grant ([`Election`](distlock_core::Election)) records
 //!   its term before the grant is answered, keeping the last
-//!   [`TERMS_KEPT`](distlock_core::TERMS_KEPT), which observers read. A
+//!   [`TERMS_KEPT`](distlock_core::backend::TERMS_KEPT), which observers read. A
 //!   process killed between its grant and that write leaves a grant that
 //!   never led (its campaign never returned) and no term.
 //! - On Linux, waiters in every process retry the moment a lock is
@@ -41,7 +41,7 @@
 //! Linux's. On macOS and the BSDs waiters poll instead, with the client's
 //! backoff (between 5 ms and 500 ms by default): a release reaches a waiter
 //! at its next retry rather than at once, and
-//! [`Backend::wakeups`](distlock_core::Backend::wakeups) is `None`. Setting the environment
+//! [`Abilities::wakeups`](distlock_core::backend::Abilities::wakeups) is `None`. Setting the environment
 //! variable `DISTLOCK_PORTABLE=1` makes a process on Linux poll the same
 //! way, which is how the tests run that path. `docs/platforms.md` says what
 //! is tested where.

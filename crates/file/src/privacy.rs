@@ -5,7 +5,8 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use distlock_core::{Error, Feature, Result};
+use distlock_core::backend::Feature;
+use distlock_core::{Error, Result};
 
 use crate::files::io_error;
 

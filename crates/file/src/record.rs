@@ -5,7 +5,8 @@ use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
-use distlock_core::{Claim, Error, Holder, Result, token_floor};
+use distlock_core::backend::token_floor;
+use distlock_core::{Claim, Error, Holder, Result};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Serialize, Deserialize)]

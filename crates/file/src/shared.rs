@@ -11,9 +11,8 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use distlock_core::{
-    AcquireRequest, Attempt, Claim, GrantState, Holder, LockName, Result, WaitState,
-};
+use distlock_core::backend::{AcquireRequest, Attempt, GrantState, WaitState};
+use distlock_core::{Claim, Holder, LockName, Result};
 
 use crate::decision::DecisionLock;
 use crate::files::{

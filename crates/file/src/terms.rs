@@ -9,7 +9,8 @@
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
-use distlock_core::{Holder, LockName, Result, TERMS_KEPT, Term, withdraw_term};
+use distlock_core::backend::{TERMS_KEPT, Term, withdraw_term};
+use distlock_core::{Holder, LockName, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::files::{io_error, open_existing, replace_whole};

@@ -16,8 +16,9 @@ use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use distlock_core::platform::PORTABLE;
-use distlock_core::{LockName, ReleaseHub, ReleaseWatch};
+use distlock_core::LockName;
+use distlock_core::backend::platform::PORTABLE;
+use distlock_core::backend::{ReleaseHub, ReleaseWatch};
 
 use crate::names;
 
@@ -30,7 +31,7 @@ mod inotify;
 mod inotify {
     pub(super) fn start(
         _dir: &std::path::Path,
-        _hub: distlock_core::ReleaseHub,
+        _hub: distlock_core::backend::ReleaseHub,
     ) -> std::io::Result<crate::wake::StopFlag> {
         Err(std::io::ErrorKind::Unsupported.into())
     }
@@ -39,7 +40,7 @@ mod inotify {
 /// Whether waiters watch the directory: on Linux, unless [`PORTABLE`]
 /// forces polling.
 pub(crate) fn watched() -> bool {
-    distlock_core::platform::linux_only_calls()
+    distlock_core::backend::platform::linux_only_calls()
 }
 
 /// The directory watcher of one backend, started when the first waiter

@@ -5,7 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::{AcquireOptions, Backend, Error, LockClient, LockKind, LockName};
+use distlock_core::backend::Backend;
+use distlock_core::{AcquireOptions, Error, LockClient, LockKind, LockName, TryOptions};
 use distlock_file::FileBackend;
 
 /// Far longer than the test: a marker of this length is live throughout.
@@ -31,12 +32,12 @@ async fn a_marker_keeps_every_kind_out_and_outlives_its_client() {
     let other = client(dir.path());
     assert!(other.try_acquire(&name).await.unwrap().is_none());
     let reader = other
-        .try_acquire_with(&name, AcquireOptions::new().shared())
+        .try_acquire_with(&name, TryOptions::new().shared())
         .await
         .unwrap();
     assert!(reader.is_none(), "a reader got in past the marker");
     let permit = other
-        .try_acquire_with(&name, AcquireOptions::new().permit(2))
+        .try_acquire_with(&name, TryOptions::new().permit(2))
         .await;
     assert!(
         matches!(permit, Err(Error::KindConflict { .. })),

@@ -10,7 +10,8 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::{Backend, Error, LockClient, LockName, LockOptions};
+use distlock_core::backend::BackendExt;
+use distlock_core::{Error, LockClient, LockName, LockOptions};
 use distlock_file::FileBackend;
 
 const PORTABLE: &str = "DISTLOCK_PORTABLE";

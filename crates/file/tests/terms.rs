@@ -4,7 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::{Backend, Error, LockClient};
+use distlock_core::backend::Backend;
+use distlock_core::{Error, LockClient};
 use distlock_file::FileBackend;
 
 fn client(dir: &std::path::Path) -> LockClient {

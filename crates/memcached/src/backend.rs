@@ -7,10 +7,11 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, Claim, DelayedRelease, Error, HandOver,
-    HandOvers, Lease, LockInfo, LockName, MAX_PERMITS, Result, ServerInfo, WaitState,
+use distlock_core::backend::{
+    Abilities, AcquireRequest, Attempt, Backend, Capabilities, Extended, HandOver, HandOvers,
+    Lease, ServerInfo, WaitState,
 };
+use distlock_core::{Claim, Error, LockInfo, LockName, MAX_PERMITS, Result};
 
 use crate::config::{MemcachedConfig, Mode};
 use crate::deployment;
@@ -219,6 +220,14 @@ impl MemcachedBackend {
             listing: &self.permits,
         }
     }
+
+    /// Extends one lease, a lock's or a permit's.
+    async fn extend_one(&self, lease: &Lease) -> Result<bool> {
+        if let Claim::Permit { .. } = lease.claim {
+            return Box::pin(self.semaphores().extend(lease)).await;
+        }
+        self.locks().extend(lease).await
+    }
 }
 
 #[async_trait]
@@ -279,20 +288,13 @@ impl Backend for MemcachedBackend {
                         .into(),
                 ));
             }
-            // Boxed, here and in `extend` and `release`: inline, the
+            // Boxed, here and in `extend_one` and `release`: inline, the
             // permit's state would make every exclusive call's future larger.
             Claim::Permit { limit } => {
                 return Box::pin(self.semaphores().try_acquire(request, limit)).await;
             }
         }
         self.locks().try_acquire(request).await
-    }
-
-    async fn extend(&self, lease: &Lease) -> Result<bool> {
-        if let Claim::Permit { .. } = lease.claim {
-            return Box::pin(self.semaphores().extend(lease)).await;
-        }
-        self.locks().extend(lease).await
     }
 
     /// Extends many leases at once: their commands share the pipelined
@@ -302,14 +304,14 @@ impl Backend for MemcachedBackend {
         usize::MAX
     }
 
-    async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<bool>> {
+    async fn extend_many(&self, leases: &[Lease]) -> Extended {
         let mut outcomes = Vec::with_capacity(leases.len());
         for chunk in leases.chunks(EXTEND_CONCURRENCY) {
             outcomes.extend(
-                futures::future::join_all(chunk.iter().map(|lease| self.extend(lease))).await,
+                futures::future::join_all(chunk.iter().map(|lease| self.extend_one(lease))).await,
             );
         }
-        outcomes
+        Extended::new(outcomes, None)
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
@@ -336,29 +338,15 @@ impl Backend for MemcachedBackend {
         self.locks().force_release(name).await
     }
 
-    fn hand_overs(&self) -> Option<&dyn HandOvers> {
+    fn abilities(&self) -> Abilities<'_> {
         // Quorum mode cannot end one grant and make the next on every
-        // server in one step.
-        (self.config.mode() == Mode::Sharded).then_some(self)
-    }
-
-    fn delayed_release(&self) -> Result<&dyn DelayedRelease> {
-        Ok(self)
-    }
-}
-
-#[async_trait]
-impl DelayedRelease for MemcachedBackend {
-    /// An extension: a compare-and-swap store of the lock's value with the
-    /// lease as its TTL, which each server counts on its own clock, shorter
-    /// ones too (rounded up to whole seconds, and one more, which only
-    /// lengthens it).
-    async fn release_after(&self, lease: &Lease, remaining: Duration) -> Result<bool> {
-        self.extend(&Lease {
-            lease: remaining,
-            ..lease.clone()
-        })
-        .await
+        // server in one step. A later release is an extension (its TTL
+        // rounded up to whole seconds, and one more, which only lengthens
+        // it).
+        match self.config.mode() {
+            Mode::Sharded => Abilities::none().with_hand_overs(self),
+            Mode::Quorum => Abilities::none(),
+        }
     }
 }
 

@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use distlock_core::urls::{HostPort, Query, UrlParts, parse_hosts};
+use distlock_core::backend::{HostPort, Query, UrlParts, parse_hosts};
 use distlock_core::{Error, Result};
 
 use crate::keys::{DEFAULT_PREFIX, check_prefix};

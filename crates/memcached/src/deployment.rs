@@ -1,7 +1,7 @@
 //! What `distlock check` says of a memcached deployment: the protocol the
 //! backend speaks, and whether the servers may evict a held lock.
 
-use distlock_core::Feature;
+use distlock_core::backend::Feature;
 
 /// The meta protocol (memcached 1.6 or later), which opening the backend
 /// already required of every server it reached.
@@ -54,7 +54,7 @@ pub(crate) fn eviction(settings: &[(String, Vec<(String, String)>)]) -> Feature 
 
 #[cfg(test)]
 mod tests {
-    use distlock_core::FeatureState;
+    use distlock_core::backend::FeatureState;
 
     use super::*;
 

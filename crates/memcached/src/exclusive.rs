@@ -6,10 +6,8 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use distlock_core::{
-    AcquireRequest, Attempt, Claim, Error, GrantState, Holder, Lease, LeaseId, LockInfo, LockKind,
-    LockName, Result,
-};
+use distlock_core::backend::{AcquireRequest, Attempt, GrantState, Lease, LeaseId};
+use distlock_core::{Claim, Error, Holder, LockInfo, LockKind, LockName, Result};
 use smallvec::SmallVec;
 use tokio::time::Instant;
 

@@ -1,11 +1,12 @@
 //! What the backend keeps for a lock or a permit it holds, in the grants'
-//! own [`GrantState`](distlock_core::GrantState), and the index that only
-//! [`Backend::list`](distlock_core::Backend::list) reads.
+//! own [`GrantState`](distlock_core::backend::GrantState), and the index that only
+//! [`Backend::list`](distlock_core::backend::Backend::list) reads.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
-use distlock_core::{Holder, Lease, LeaseId, LockName};
+use distlock_core::backend::{Lease, LeaseId};
+use distlock_core::{Holder, LockName};
 use smallvec::SmallVec;
 use tokio::time::Instant;
 
@@ -15,7 +16,7 @@ use crate::proto::Key;
 
 /// This process's hold of one lock key: the value it stored there, and
 /// the grant of this process that holds the lock now. It lives in one
-/// allocation, shared by the [`GrantState`](distlock_core::GrantState) of
+/// allocation, shared by the [`GrantState`](distlock_core::backend::GrantState) of
 /// every grant it has served: a hand-over without a server command keeps
 /// the key as it is, so the next grant shares it and becomes its current
 /// grant, and the earlier one, no longer current, is handed on.
@@ -93,7 +94,7 @@ pub(crate) fn cas_on(cas: &[(usize, KnownCas)], server: usize) -> Option<KnownCa
         .map(|&(_, known)| known)
 }
 
-/// What [`Backend::list`](distlock_core::Backend::list) shows of a hold.
+/// What [`Backend::list`](distlock_core::backend::Backend::list) shows of a hold.
 pub(crate) struct Listed {
     pub(crate) fencing_token: u64,
     pub(crate) confirmed_at: Instant,
@@ -234,7 +235,7 @@ impl LockGrant {
 }
 
 /// A permit this backend instance holds: to extend and release it in one
-/// command, and for [`Backend::list`](distlock_core::Backend::list)
+/// command, and for [`Backend::list`](distlock_core::backend::Backend::list)
 /// through the backend's [`Listing`].
 #[derive(Debug)]
 pub(crate) struct PermitGrant {
@@ -304,13 +305,13 @@ impl PermitGrant {
     }
 }
 
-/// How many grants [`Backend::list`](distlock_core::Backend::list)
+/// How many grants [`Backend::list`](distlock_core::backend::Backend::list)
 /// checks at once.
 pub(crate) const LIST_CONCURRENCY: usize = 256;
 
 /// The grants this backend instance made and whose state is still alive,
 /// as weak references: memcached cannot enumerate its keys, so this is how
-/// [`Backend::list`](distlock_core::Backend::list) finds the locks this
+/// [`Backend::list`](distlock_core::backend::Backend::list) finds the locks this
 /// instance holds, and nothing else reads it. Each operation on a grant
 /// reads the grant's own state instead.
 ///
@@ -378,7 +379,7 @@ mod tests {
         // Grants whose state goes at once, as a guard dropped with no
         // runtime drops it: the index never grows for them.
         for round in 0..1_000u32 {
-            let state = distlock_core::GrantState::from_arc(Arc::new(round));
+            let state = distlock_core::backend::GrantState::from_arc(Arc::new(round));
             listing.insert(&state.get_arc::<u32>().unwrap());
             drop(state);
             assert!(listing.len() <= 8, "{} entries", listing.len());

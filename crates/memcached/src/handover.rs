@@ -5,7 +5,8 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use distlock_core::{AcquireRequest, Error, GrantState, HandOver, Lease, LeaseId, Result};
+use distlock_core::backend::{AcquireRequest, GrantState, HandOver, Lease, LeaseId};
+use distlock_core::{Error, Result};
 use tokio::time::Instant;
 
 use crate::exclusive::Locks;

@@ -4,7 +4,8 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use distlock_core::{Error, Holder, LeaseId, LockName, Result};
+use distlock_core::backend::LeaseId;
+use distlock_core::{Error, Holder, LockName, Result};
 use serde::Serialize;
 use smallvec::SmallVec;
 
@@ -60,10 +61,10 @@ pub fn lease_ttl(lease: Duration) -> Result<u32> {
 }
 
 /// The seed of a fencing-token counter created now: the core's
-/// [`token_floor`](distlock_core::token_floor), microseconds since the Unix
+/// [`token_floor`](distlock_core::backend::token_floor), microseconds since the Unix
 /// epoch on this machine's clock.
 pub(crate) fn token_seed(now: SystemTime) -> u64 {
-    distlock_core::token_floor(now)
+    distlock_core::backend::token_floor(now)
 }
 
 /// The longest lock value stored. memcached cannot be told to refuse an

@@ -122,7 +122,7 @@
 //! memcached servers themselves: a proxy that routes commands to servers
 //! behind it answers `stats` for itself, and could hide a restart.
 //!
-//! [`Backend::list`]: distlock_core::Backend::list
+//! [`Backend::list`]: distlock_core::backend::Backend::list
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 

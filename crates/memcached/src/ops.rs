@@ -6,7 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::{Claim, Error, LeaseId, Result};
+use distlock_core::backend::LeaseId;
+use distlock_core::{Claim, Error, Result};
 use tokio::time::Instant;
 
 use crate::instance::{Instance, KnownCas};

@@ -8,7 +8,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::{Error, LeaseId, LockName, Result};
+use distlock_core::backend::LeaseId;
+use distlock_core::{Error, LockName, Result};
 use smallvec::SmallVec;
 
 use crate::config::{MemcachedConfig, Mode};

@@ -29,9 +29,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use distlock_core::backend::{AcquireRequest, Attempt, GrantState, Lease, LeaseId};
 use distlock_core::{
-    AcquireRequest, Attempt, Claim, Error, GrantState, Holder, Lease, LeaseId, LockInfo, LockKind,
-    LockName, MAX_PERMITS, Permits, Result,
+    Claim, Error, Holder, LockInfo, LockKind, LockName, MAX_PERMITS, Permits, Result,
 };
 use tokio::time::Instant;
 

@@ -7,7 +7,9 @@ mod support;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use distlock_core::{Backend, Lease, LockName};
+use distlock_core::LockName;
+use distlock_core::backend::BackendExt;
+use distlock_core::backend::{Backend, Lease};
 use distlock_memcached::MemcachedBackend;
 
 use support::{Item, OwnServer, Peek, grant, quorum_url, unique, url};
@@ -224,14 +226,14 @@ async fn a_changed_cas_on_our_own_lock_is_read_and_kept() {
 async fn a_server_without_cas_is_refused() {
     let server = OwnServer::start(&["-C"]).await;
     let backend = open(&url_of(std::slice::from_ref(&server))).await;
-    let request = distlock_core::AcquireRequest::new(
+    let request = distlock_core::backend::AcquireRequest::new(
         unique("no-cas"),
         distlock_core::Claim::Exclusive,
         LEASE,
         distlock_core::Holder::this_process(None).into(),
     );
     let error = backend
-        .try_acquire(&request, &mut distlock_core::WaitState::new())
+        .try_acquire(&request, &mut distlock_core::backend::WaitState::new())
         .await
         .expect_err("no grant without CAS values");
     assert!(error.to_string().contains("-C"), "{error}");

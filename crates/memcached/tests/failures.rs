@@ -6,7 +6,8 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::{Backend, Lease, LeaseId, LockClient, LockOptions, LossReason};
+use distlock_core::backend::{Backend, Lease, LeaseId};
+use distlock_core::{LockClient, LockOptions, LossReason};
 use distlock_memcached::MemcachedBackend;
 
 use support::{OwnServer, Peek, unique};
@@ -131,7 +132,7 @@ async fn calls_to_a_server_that_stops_answering_end_with_an_error() {
     // 300 ms is short for a machine busy with other tests: the steps before
     // the pause are tried again, so that only the pause is put to the test.
     let backend = until_ok(|| MemcachedBackend::open(&url)).await;
-    assert!(distlock_core::Backend::capabilities(&backend).bounds_calls);
+    assert!(distlock_core::backend::Backend::capabilities(&backend).bounds_calls);
     let holder = LockClient::new(Arc::new(backend), options());
     let name = unique("paused");
     let held = until_ok(|| holder.acquire_with(&name, Duration::from_secs(10))).await;
@@ -252,7 +253,7 @@ async fn a_grant_that_lands_after_its_release_looked_is_released_too() {
         lease: Duration::from_secs(60),
         operation_timeout: Duration::from_secs(1),
         claim: distlock_core::Claim::Exclusive,
-        state: distlock_core::GrantState::none(),
+        state: distlock_core::backend::GrantState::none(),
     };
     assert!(!backend.release(&lease).await.unwrap(), "nothing there yet");
 

@@ -10,7 +10,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use distlock_core::{AcquireRequest, Backend, Error, HandOver, HandOvers, Holder, Lease, LockName};
+use distlock_core::backend::BackendExt;
+use distlock_core::backend::{AcquireRequest, Backend, HandOver, HandOvers, Lease};
+use distlock_core::{Error, Holder, LockName};
 use distlock_memcached::MemcachedBackend;
 use tokio::time::Instant;
 
@@ -247,7 +249,8 @@ async fn tokens_rise_when_the_counter_was_lost() {
     let mut peek = Peek::connect(&addr).await;
     // A counter far ahead of this machine's clock, as one created by a
     // client whose clock runs fast.
-    let ahead = distlock_core::token_floor(std::time::SystemTime::now()) + 1_000_000_000_000;
+    let ahead =
+        distlock_core::backend::token_floor(std::time::SystemTime::now()) + 1_000_000_000_000;
     peek.set(&token_key, ahead.to_string().as_bytes(), 600)
         .await;
     let first = grant(&backend, &name, LEASE).await.expect("free");

@@ -6,7 +6,9 @@ mod support;
 use std::collections::HashSet;
 use std::time::Duration;
 
-use distlock_core::{Backend, Error, Lease, LockName, MAX_NAME_LEN};
+use distlock_core::backend::BackendExt;
+use distlock_core::backend::{Backend, Lease};
+use distlock_core::{Error, LockName, MAX_NAME_LEN};
 use distlock_memcached::MemcachedBackend;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};

@@ -6,7 +6,8 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::{Backend, LockClient, LockGuard, LockOptions};
+use distlock_core::backend::Backend;
+use distlock_core::{LockClient, LockGuard, LockOptions};
 use distlock_memcached::MemcachedBackend;
 
 use support::{OwnServer, Peek, grant, unique};
@@ -107,13 +108,13 @@ async fn losing_two_of_three_loses_the_lock() {
         .expect("the holder reports the loss");
     let attempt = other
         .try_acquire(
-            &distlock_core::AcquireRequest::new(
+            &distlock_core::backend::AcquireRequest::new(
                 name.clone(),
                 distlock_core::Claim::Exclusive,
                 Duration::from_secs(2),
                 distlock_core::Holder::this_process(None).into(),
             ),
-            &mut distlock_core::WaitState::new(),
+            &mut distlock_core::backend::WaitState::new(),
         )
         .await;
     assert!(

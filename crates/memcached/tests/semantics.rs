@@ -6,9 +6,9 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::{
-    AcquireOptions, AcquireRequest, Attempt, Backend, Error, Holder, LockClient, LockOptions,
-};
+use distlock_core::backend::BackendExt;
+use distlock_core::backend::{AcquireRequest, Attempt, Backend};
+use distlock_core::{AcquireOptions, Error, Holder, LockClient, LockOptions};
 use distlock_memcached::{MAX_LEASE, MemcachedBackend, MemcachedConfig, Mode};
 
 use support::{Peek, eventually, grant, quorum_url, unique, url};
@@ -68,7 +68,7 @@ async fn leases_over_thirty_days_are_refused_naming_the_lease() {
         Holder::this_process(None).into(),
     );
     match backend
-        .try_acquire(&request, &mut distlock_core::WaitState::new())
+        .try_acquire(&request, &mut distlock_core::backend::WaitState::new())
         .await
     {
         Err(Error::InvalidConfig { field, reason }) => {
@@ -157,7 +157,7 @@ async fn waiters_learn_when_the_lease_ends() {
         Holder::this_process(None).into(),
     );
     match backend
-        .try_acquire(&request, &mut distlock_core::WaitState::new())
+        .try_acquire(&request, &mut distlock_core::backend::WaitState::new())
         .await
         .expect("try")
     {

@@ -9,9 +9,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use distlock_core::backend::BackendExt;
+use distlock_core::backend::{AcquireRequest, Attempt, Backend, Lease, WaitState};
 use distlock_core::{
-    AcquireOptions, AcquireRequest, Attempt, Backend, Claim, Error, Holder, Lease, LockClient,
-    LockKind, LockName, LockOptions, Permits, WaitState,
+    AcquireOptions, Claim, Error, Holder, LockClient, LockKind, LockName, LockOptions, Permits,
 };
 use distlock_memcached::{MemcachedBackend, MemcachedConfig};
 

@@ -4,11 +4,11 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, Claim, DelayedRelease, Error, GrantState,
-    HandOver, HandOvers, Holder, Lease, LockInfo, LockName, ReleaseHub, ReleaseWatch, Result,
-    ServerInfo, Term, TermLog, WaitState, Wakeups,
+use distlock_core::backend::{
+    Abilities, AcquireRequest, Attempt, Backend, Capabilities, Extended, GrantState, HandOver,
+    HandOvers, Lease, ReleaseHub, ReleaseWatch, ServerInfo, Term, TermLog, WaitState, Wakeups,
 };
+use distlock_core::{Claim, Error, Holder, LockInfo, LockName, Result};
 use mongodb::bson::{Document, doc};
 use mongodb::options::ReturnDocument;
 use mongodb::{Client, Collection, Namespace};
@@ -444,6 +444,27 @@ impl MongoBackend {
             Sent::Settled(attempt) => Ok(attempt),
         }
     }
+
+    /// Extends one lease, in one update: its end becomes the server's
+    /// `$$NOW` plus the lease, shorter ones too.
+    async fn extend_one(&self, lease: &Lease) -> Result<bool> {
+        let (filter, pipeline) = match lease.claim {
+            Claim::Exclusive => (
+                document::live_grant(&lease.name, lease.id),
+                exclusive::extend(lease.lease),
+            ),
+            claim => (
+                holders::live_entry(&lease.name, claim, lease.id),
+                holders::extend(&[lock_id(lease.id)], lease.lease),
+            ),
+        };
+        let updated = self
+            .collection
+            .update_one(filter, pipeline)
+            .await
+            .map_err(|error| driver(&format!("extending {}", lease.name), error))?;
+        Ok(updated.matched_count == 1)
+    }
 }
 
 /// What an acquire command brought back.
@@ -550,42 +571,24 @@ impl Backend for MongoBackend {
         Ok(())
     }
 
-    async fn extend(&self, lease: &Lease) -> Result<bool> {
-        let (filter, pipeline) = match lease.claim {
-            Claim::Exclusive => (
-                document::live_grant(&lease.name, lease.id),
-                exclusive::extend(lease.lease),
-            ),
-            claim => (
-                holders::live_entry(&lease.name, claim, lease.id),
-                holders::extend(&[lock_id(lease.id)], lease.lease),
-            ),
-        };
-        let updated = self
-            .collection
-            .update_one(filter, pipeline)
-            .await
-            .map_err(|error| driver(&format!("extending {}", lease.name), error))?;
-        Ok(updated.matched_count == 1)
-    }
-
     fn extend_many_limit(&self) -> usize {
         // A few commands extend any number of leases.
         usize::MAX
     }
 
-    async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<bool>> {
-        if leases.len() == 1 {
-            return vec![self.extend(&leases[0]).await];
+    async fn extend_many(&self, leases: &[Lease]) -> Extended {
+        if let [lease] = leases {
+            return Extended::new(vec![self.extend_one(lease).await], None);
         }
         // One client's keeper extends these, with its one operation timeout.
         let timeout = leases.iter().map(|lease| lease.operation_timeout).min();
-        bulk::extend_many(
+        let outcomes = bulk::extend_many(
             &self.collection,
             timeout.unwrap_or(self.operation_timeout),
             leases,
         )
-        .await
+        .await;
+        Extended::new(outcomes, None)
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
@@ -642,33 +645,14 @@ impl Backend for MongoBackend {
         Ok(released)
     }
 
-    fn hand_overs(&self) -> Option<&dyn HandOvers> {
-        Some(self)
-    }
-
-    fn term_log(&self) -> Option<&dyn TermLog> {
-        Some(self)
-    }
-
-    fn wakeups(&self) -> Option<&dyn Wakeups> {
-        self.watcher.is_some().then_some(self)
-    }
-
-    fn delayed_release(&self) -> Result<&dyn DelayedRelease> {
-        Ok(self)
-    }
-}
-
-#[async_trait]
-impl DelayedRelease for MongoBackend {
-    /// An extension: its update sets the end to the server's `$$NOW` plus
-    /// the lease, shorter ones too.
-    async fn release_after(&self, lease: &Lease, remaining: Duration) -> Result<bool> {
-        self.extend(&Lease {
-            lease: remaining,
-            ..lease.clone()
-        })
-        .await
+    /// A later release is an extension.
+    fn abilities(&self) -> Abilities<'_> {
+        let abilities = Abilities::none().with_hand_overs(self).with_term_log(self);
+        if self.watcher.is_some() {
+            abilities.with_wakeups(self)
+        } else {
+            abilities
+        }
     }
 }
 

@@ -5,7 +5,8 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
-use distlock_core::{Claim, Error, Lease, LockName, Result};
+use distlock_core::backend::Lease;
+use distlock_core::{Claim, Error, LockName, Result};
 use futures::{StreamExt, TryStreamExt};
 use mongodb::bson::{Document, doc};
 use mongodb::{Collection, Cursor};
@@ -236,7 +237,7 @@ pub(crate) fn settle(outcomes: Vec<Option<Result<bool>>>) -> Vec<Result<bool>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use distlock_core::{GrantState, LeaseId};
+    use distlock_core::backend::{GrantState, LeaseId};
 
     fn lease(name: &str, secs: u64, claim: Claim) -> Lease {
         Lease {

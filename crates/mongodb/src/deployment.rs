@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use distlock_core::Feature;
+use distlock_core::backend::Feature;
 use futures::TryStreamExt;
 use mongodb::Collection;
 use mongodb::bson::{Bson, Document};

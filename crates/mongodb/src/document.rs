@@ -24,7 +24,8 @@
 
 use std::time::Duration;
 
-use distlock_core::{Holder, LeaseId, LockName};
+use distlock_core::backend::LeaseId;
+use distlock_core::{Holder, LockName};
 use mongodb::Namespace;
 use mongodb::bson::{Bson, Document, doc};
 

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use distlock_core::AcquireRequest;
+use distlock_core::backend::AcquireRequest;
 use mongodb::bson::{Bson, Document, doc};
 
 use crate::document::{
@@ -113,7 +113,8 @@ pub(crate) fn force_release() -> Vec<Document> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use distlock_core::{Claim, Holder, LeaseId, LockName};
+    use distlock_core::backend::LeaseId;
+    use distlock_core::{Claim, Holder, LockName};
 
     pub(crate) fn request(name: &str, label: Option<&str>) -> AcquireRequest {
         AcquireRequest {

@@ -9,7 +9,8 @@
 
 use std::time::Duration;
 
-use distlock_core::{AcquireRequest, Claim, Holder, LeaseId, LockName, MAX_PERMITS};
+use distlock_core::backend::{AcquireRequest, LeaseId};
+use distlock_core::{Claim, Holder, LockName, MAX_PERMITS};
 use mongodb::bson::{Bson, Document, doc};
 
 use crate::document::{

@@ -93,7 +93,7 @@
 //! because a campaign's grant appends its term (`term` = its fencing token,
 //! `previous` = the term recorded before it, `holder` with the campaign's
 //! value) to the document's `terms` array in the same pipeline that grants
-//! it, keeping the last [`TERMS_KEPT`](distlock_core::TERMS_KEPT). Only
+//! it, keeping the last [`TERMS_KEPT`](distlock_core::backend::TERMS_KEPT). Only
 //! campaigns write the record, under 45 KiB per election; other
 //! grants carry it over in the command they send anyway, so a plain lock
 //! pays nothing for it, and a name that never saw a campaign has none.

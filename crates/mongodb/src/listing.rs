@@ -1,4 +1,4 @@
-//! [`list`](distlock_core::Backend::list): one entry per holder, an
+//! [`list`](distlock_core::backend::Backend::list): one entry per holder, an
 //! exclusive grant, each reader and each permit, with the time it has left
 //! by the server's clock.
 

@@ -1,7 +1,7 @@
 //! Keeping credentials out of messages.
 
-pub(crate) use distlock_core::urls::redact as redact_url;
-use distlock_core::urls::{percent_decode, secret_options, user_info};
+pub(crate) use distlock_core::backend::redact as redact_url;
+use distlock_core::backend::{percent_decode, secret_options, user_info};
 
 /// `text` %-decoded, or as it is when it does not decode.
 fn decoded(text: &str) -> String {

@@ -6,7 +6,8 @@
 //! pipelines leave the document as it was; the reply then shows it, and it
 //! is reported as an error rather than waited on.
 
-use distlock_core::{AcquireRequest, Claim, Error, Result};
+use distlock_core::backend::AcquireRequest;
+use distlock_core::{Claim, Error, Result};
 use mongodb::Namespace;
 use mongodb::bson::Document;
 
@@ -148,7 +149,8 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    use distlock_core::{Holder, LeaseId, LockName};
+    use distlock_core::backend::LeaseId;
+    use distlock_core::{Holder, LockName};
     use mongodb::bson::{DateTime, doc};
 
     use crate::document::{ENTRY_ID, FENCING_TOKEN, HOLDERS, WAITING};

@@ -11,7 +11,8 @@
 
 use std::time::Duration;
 
-use distlock_core::{AcquireRequest, Error, Holder, Lease, LockName, Result, TERMS_KEPT, Term};
+use distlock_core::backend::{AcquireRequest, Lease, TERMS_KEPT, Term};
+use distlock_core::{Error, Holder, LockName, Result};
 use mongodb::Collection;
 use mongodb::bson::{Bson, Document, doc};
 

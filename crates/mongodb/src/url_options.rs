@@ -3,7 +3,7 @@
 //! misspelt option is refused with a way to fix it, whatever version of
 //! the driver is built.
 
-use distlock_core::urls::{Query, UrlParts};
+use distlock_core::backend::{Query, UrlParts};
 use distlock_core::{Error, Result};
 
 use crate::redact::redact_url;

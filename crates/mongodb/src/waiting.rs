@@ -9,7 +9,8 @@
 
 use std::time::Duration;
 
-use distlock_core::{LeaseId, LockName};
+use distlock_core::LockName;
+use distlock_core::backend::LeaseId;
 use mongodb::bson::{Bson, Document, doc};
 
 use crate::document::{
@@ -18,7 +19,7 @@ use crate::document::{
 };
 
 /// The identity of one wait's mark, kept in its
-/// [`WaitState`](distlock_core::WaitState) across attempts (each attempt
+/// [`WaitState`](distlock_core::backend::WaitState) across attempts (each attempt
 /// has a lease identity of its own).
 #[derive(Debug, Clone)]
 pub(crate) struct WriterMark(String);

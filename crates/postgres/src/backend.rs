@@ -3,14 +3,13 @@
 //! their [`Store`], and passes the rest to its mode.
 
 use std::fmt;
-use std::time::Duration;
 
 use async_trait::async_trait;
-use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, DelayedRelease, Error, Extended, HandOver,
-    HandOvers, Lease, LockInfo, LockName, ReleaseWatch, Result, ServerInfo, TermLog, WaitState,
-    Wakeups,
+use distlock_core::backend::{
+    Abilities, AcquireRequest, Attempt, Backend, Capabilities, Extended, HandOver, HandOvers,
+    Lease, ReleaseWatch, ServerInfo, WaitState, Wakeups,
 };
+use distlock_core::{Error, LockInfo, LockName, Result};
 
 use crate::advisory::{self, AdvisoryMode};
 use crate::config::{Mode, PostgresConfig};
@@ -278,18 +277,6 @@ impl Backend for PostgresBackend {
         }
     }
 
-    async fn extend(&self, lease: &Lease) -> Result<bool> {
-        match &self.mode {
-            Modes::Lease(mode) => mode
-                .extend_many_timed(std::slice::from_ref(lease))
-                .await
-                .outcomes
-                .pop()
-                .unwrap_or(Ok(false)),
-            Modes::Advisory(mode) => mode.check(lease).await,
-        }
-    }
-
     fn extend_many_limit(&self) -> usize {
         match &self.mode {
             Modes::Lease(_) => lease::EXTEND_MANY_LIMIT,
@@ -297,16 +284,9 @@ impl Backend for PostgresBackend {
         }
     }
 
-    async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<bool>> {
+    async fn extend_many(&self, leases: &[Lease]) -> Extended {
         match &self.mode {
-            Modes::Lease(lease) => lease.extend_many_timed(leases).await.outcomes,
-            Modes::Advisory(advisory) => advisory.check_many(leases).await,
-        }
-    }
-
-    async fn extend_many_timed(&self, leases: &[Lease]) -> Extended {
-        match &self.mode {
-            Modes::Lease(lease) => lease.extend_many_timed(leases).await,
+            Modes::Lease(lease) => lease.extend_many(leases).await,
             // A check reads no clock.
             Modes::Advisory(advisory) => Extended::new(advisory.check_many(leases).await, None),
         }
@@ -333,53 +313,32 @@ impl Backend for PostgresBackend {
         }
     }
 
-    fn hand_overs(&self) -> Option<&dyn HandOvers> {
-        // A lock passes between a client's tasks in advisory mode by a
-        // release and a new grant.
-        matches!(self.mode, Modes::Lease(_)).then_some(self)
-    }
-
-    fn wakeups(&self) -> Option<&dyn Wakeups> {
-        // None only once notifications proved not to arrive; until they
-        // are shown to, `watch` answers `None` and waits poll.
-        (self.wake_ups() != WakeUps::Unavailable).then_some(self)
-    }
-
-    fn term_log(&self) -> Option<&dyn TermLog> {
-        self.store()
-            .terms
-            .as_ref()
-            .map(|terms| terms as &dyn TermLog)
-    }
-
-    fn delayed_release(&self) -> Result<&dyn DelayedRelease> {
-        match &self.mode {
-            Modes::Lease(_) => Ok(self),
-            Modes::Advisory(_) => Err(Error::Unsupported(
+    /// Lease mode hands locks over, and releases later by an extension
+    /// (the row's end becomes the server's clock plus the lease, shorter
+    /// ones too); in advisory mode a lock passes between a client's tasks
+    /// by a release and a new grant, and cannot outlive its session.
+    fn abilities(&self) -> Abilities<'_> {
+        let mut abilities = match &self.mode {
+            Modes::Lease(_) => Abilities::none().with_hand_overs(self),
+            Modes::Advisory(_) => Abilities::none().without_delayed_release(
                 "PostgreSQL's advisory mode cannot keep a lock after its release (min_hold): \
                  an advisory lock lives on its session and ends with it; \
-                 use the lease mode (?mode=lease, the default) for min_hold"
-                    .into(),
-            )),
+                 use the lease mode (?mode=lease, the default) for min_hold",
+            ),
+        };
+        if let Some(terms) = &self.store().terms {
+            abilities = abilities.with_term_log(terms);
         }
+        // Without wake-ups only once notifications proved not to arrive;
+        // until they are shown to, `watch` answers `None` and waits poll.
+        if self.wake_ups() != WakeUps::Unavailable {
+            abilities = abilities.with_wakeups(self);
+        }
+        abilities
     }
 }
 
-/// Lease mode's only: see [`Backend::delayed_release`].
-#[async_trait]
-impl DelayedRelease for PostgresBackend {
-    /// An extension: the row's end becomes the server's clock plus the
-    /// lease, shorter ones too.
-    async fn release_after(&self, lease: &Lease, remaining: Duration) -> Result<bool> {
-        self.extend(&Lease {
-            lease: remaining,
-            ..lease.clone()
-        })
-        .await
-    }
-}
-
-/// Lease mode's only: see [`Backend::hand_overs`].
+/// Lease mode's only: see [`Abilities::hand_overs`].
 #[async_trait]
 impl HandOvers for PostgresBackend {
     async fn hand_over(&self, lease: &Lease, next: &AcquireRequest) -> Result<HandOver> {

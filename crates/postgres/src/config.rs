@@ -7,7 +7,7 @@ use std::fmt;
 use std::path::Path;
 use std::str::FromStr;
 
-use distlock_core::urls::{Query, UrlParts, percent_decode, redact, secret_options, user_info};
+use distlock_core::backend::{Query, UrlParts, percent_decode, redact, secret_options, user_info};
 use distlock_core::{Error, Result};
 
 use crate::error::describe;

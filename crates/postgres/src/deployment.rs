@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use distlock_core::Feature;
+use distlock_core::backend::Feature;
 
 use crate::wake::{Listener, WakeUps};
 

@@ -174,7 +174,7 @@
 //! for that is cut and a hash of it added), created when the backend
 //! opens, also beside a table made by an earlier release. It has a row
 //! per election that ever had a term: `name` (`bytea`, primary key) and
-//! `terms`, a `jsonb` array of the last [`TERMS_KEPT`](distlock_core::TERMS_KEPT)
+//! `terms`, a `jsonb` array of the last [`TERMS_KEPT`](distlock_core::backend::TERMS_KEPT)
 //! (32) terms, oldest first, each its token, the term before it, and the
 //! holder with the campaign's value whole (at most 1 KiB).
 //!
@@ -206,7 +206,7 @@
 //! With `fair=true`, whole locks go to waiters in the order they asked,
 //! across processes and within one: each waiting task takes a place in the
 //! store, and the release hands the lock to the first place itself (see
-//! [`Capabilities::fair`](distlock_core::Capabilities::fair)). This
+//! [`Capabilities::fair`](distlock_core::backend::Capabilities::fair)). This
 //! section is lease mode's; advisory mode's line is the server's own (see
 //! [Fair mode in advisory mode](#fair-mode-in-advisory-mode)).
 //!
@@ -261,7 +261,7 @@
 //! transaction mode, which accepts `LISTEN` and then loses the
 //! notifications, the probe never comes back: after three tries the
 //! backend logs a warning, stops listening, offers no
-//! [`wakeups`](distlock_core::Backend::wakeups), and waits poll. A `listen_url` pointing straight at the server behind
+//! [`wakeups`](distlock_core::backend::Abilities::wakeups), and waits poll. A `listen_url` pointing straight at the server behind
 //! PgBouncer gives the wake-ups back. A lease that runs out notifies
 //! nobody.
 //!
@@ -313,7 +313,7 @@
 //!   (`idle_session_timeout` is set to the lease on it), so a partitioned
 //!   or stopped holder frees the lock a lease after its last check, never
 //!   before it gave the lock up, and long before TCP would notice. So
-//!   locks in this mode are not [process-bound](distlock_core::Capabilities::process_bound):
+//!   locks in this mode are not [process-bound](distlock_core::backend::Capabilities::process_bound):
 //!   they expire like leases when their holder stops checking them. The
 //!   server also probes the connection of a holder cut off in the middle
 //!   of a statement, after a lease (`tcp_keepalives_idle`, which Linux
@@ -383,7 +383,7 @@
 //! # Fair mode in advisory mode
 //! `fair=true` serves whole locks to waiters in the order they asked,
 //! across processes and within one, by the server's doing (see
-//! [`Capabilities::fair`](distlock_core::Capabilities::fair)). Readers
+//! [`Capabilities::fair`](distlock_core::backend::Capabilities::fair)). Readers
 //! are not covered; a waiting writer keeps new readers out, as without
 //! it. A single try never jumps the line: it fails while anyone holds or
 //! waits. Off by default, and then nothing changes.

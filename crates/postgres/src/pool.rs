@@ -24,7 +24,8 @@
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
-use distlock_core::{Error, Result, ServerInfo};
+use distlock_core::backend::ServerInfo;
+use distlock_core::{Error, Result};
 use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
 

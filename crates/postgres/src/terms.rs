@@ -11,9 +11,8 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use distlock_core::{
-    AcquireRequest, Claim, Error, Holder, Lease, LockName, Result, TERMS_KEPT, Term, TermLog,
-};
+use distlock_core::backend::{AcquireRequest, Lease, TERMS_KEPT, Term, TermLog};
+use distlock_core::{Claim, Error, Holder, LockName, Result};
 use tokio_postgres::Row;
 use tokio_postgres::types::Type;
 

@@ -10,9 +10,11 @@ use distlock_faultproxy::{Fault, FaultProxy};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use distlock_core::backend::BackendExt;
+use distlock_core::backend::{AcquireRequest, Attempt, Backend, WaitState};
 use distlock_core::{
-    AcquireOptions, AcquireRequest, Attempt, Backend, Claim, Error, Holder, LockClient, LockKind,
-    LockName, LockOptions, LossReason, WaitState,
+    AcquireOptions, Claim, Error, Holder, LockClient, LockKind, LockName, LockOptions, LossReason,
+    TryOptions,
 };
 use distlock_postgres::tokio_postgres::{self, types::Type};
 use distlock_postgres::{DEFAULT_ADVISORY_CLASS, PostgresBackend};
@@ -76,7 +78,7 @@ async fn writers_exclude_everyone_and_readers_share_across_backends() {
     let writer = a.acquire_with(&lock, PATIENCE).await.expect("writer");
     assert!(b.try_acquire(&lock).await.expect("try").is_none());
     assert!(
-        b.try_acquire_with(&lock, AcquireOptions::new().shared())
+        b.try_acquire_with(&lock, TryOptions::new().shared())
             .await
             .expect("try")
             .is_none()
@@ -88,7 +90,7 @@ async fn writers_exclude_everyone_and_readers_share_across_backends() {
         .await
         .expect("reader");
     let second = b
-        .try_acquire_with(&lock, AcquireOptions::new().shared())
+        .try_acquire_with(&lock, TryOptions::new().shared())
         .await
         .expect("try")
         .expect("readers share");
@@ -418,7 +420,7 @@ async fn a_lease_mode_table_is_refused_and_force_release_ends_every_holder() {
     let mut grants = Vec::new();
     for _ in 0..2 {
         let request = AcquireRequest {
-            lease_id: distlock_core::LeaseId::random(),
+            lease_id: distlock_core::backend::LeaseId::random(),
             ..request.clone()
         };
         match backend

@@ -11,10 +11,9 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use distlock_core::{
-    AcquireRequest, Attempt, Backend, Claim, Error, Holder, Lease, LockClient, LockName,
-    LockOptions, WaitState,
-};
+use distlock_core::backend::BackendExt;
+use distlock_core::backend::{AcquireRequest, Attempt, Backend, Lease, WaitState};
+use distlock_core::{Claim, Error, Holder, LockClient, LockName, LockOptions};
 use distlock_postgres::PostgresBackend;
 use distlock_postgres::tokio_postgres::{self, types::Type};
 
@@ -144,14 +143,17 @@ fn waiting_request(name: &LockName, label: &str, lease: Duration) -> AcquireRequ
 /// The next attempt of the wait `request` was the last of.
 fn next_attempt(request: &AcquireRequest) -> AcquireRequest {
     AcquireRequest {
-        lease_id: distlock_core::LeaseId::random(),
+        lease_id: distlock_core::backend::LeaseId::random(),
         ..request.clone()
     }
 }
 
 /// A watch on `name`'s releases, as core holds one while a task waits:
 /// the backend's listening connection then listens for them.
-async fn watching(backend: &PostgresBackend, name: &LockName) -> distlock_core::ReleaseWatch {
+async fn watching(
+    backend: &PostgresBackend,
+    name: &LockName,
+) -> distlock_core::backend::ReleaseWatch {
     tokio::time::timeout(PATIENCE, async {
         loop {
             if let Some(watch) = backend.wakeups().and_then(|wakeups| wakeups.watch(name)) {
@@ -270,7 +272,7 @@ async fn a_release_grants_the_first_place_in_its_own_statement() {
     // The waiter's next attempts take the grant over, at its token.
     let (taking, fencing_token) = taken_over(&backend, &waiter, &mut wait).await;
     assert_eq!(fencing_token, u64::try_from(passed_token).unwrap());
-    let taken = taking.granted(fencing_token, distlock_core::GrantState::none());
+    let taken = taking.granted(fencing_token, distlock_core::backend::GrantState::none());
     assert!(backend.extend(&taken).await.unwrap(), "ours to extend");
     assert!(backend.release(&taken).await.unwrap(), "ours to release");
 }

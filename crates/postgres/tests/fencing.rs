@@ -58,7 +58,7 @@ async fn a_stale_holders_write_is_refused_and_the_new_holders_applied() {
     assert_eq!(write(stale.fencing_token()).await, 1, "the holder writes");
     // The holder pauses; its lock is taken away and granted again.
     let admin = PostgresBackend::open(&url()).await.unwrap();
-    use distlock_core::Backend as _;
+    use distlock_core::backend::Backend as _;
     assert!(admin.force_release(&name).await.unwrap());
     let fresh = second
         .acquire_with(&name, Duration::from_secs(10))

@@ -11,10 +11,9 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use distlock_core::{
-    AcquireRequest, Attempt, Backend, Claim, Error, Holder, Lease, LockClient, LockName,
-    LockOptions, WaitState,
-};
+use distlock_core::backend::BackendExt;
+use distlock_core::backend::{AcquireRequest, Attempt, Backend, Lease, WaitState};
+use distlock_core::{Claim, Error, Holder, LockClient, LockName, LockOptions};
 use distlock_postgres::PostgresBackend;
 use distlock_postgres::tokio_postgres::{self, NoTls};
 
@@ -337,12 +336,13 @@ async fn one_bulk_extension_reports_each_lease() {
     // Two readers of one name, and a lease that is not ours.
     leases.push(grant(&backend, leases[1].name.clone(), Claim::Shared).await);
     let mut stranger = leases[0].clone();
-    stranger.id = distlock_core::LeaseId::random();
+    stranger.id = distlock_core::backend::LeaseId::random();
     leases.push(stranger);
 
     let outcomes: Vec<bool> = backend
         .extend_many(&leases)
         .await
+        .outcomes
         .into_iter()
         .map(|outcome| outcome.expect("extend"))
         .collect();
@@ -386,9 +386,7 @@ async fn an_extension_reads_the_server_clock() {
     let lease = grant(&backend, name(&unique("clock")), Claim::Exclusive).await;
 
     let before = server_clock_us(&admin).await;
-    let extended = backend
-        .extend_many_timed(std::slice::from_ref(&lease))
-        .await;
+    let extended = backend.extend_many(std::slice::from_ref(&lease)).await;
     let after = server_clock_us(&admin).await;
     assert!(*extended.outcomes[0].as_ref().expect("extend"));
     let read = micros_since_epoch(extended.server_time.expect("the server's clock"));
@@ -398,8 +396,8 @@ async fn an_extension_reads_the_server_clock() {
     );
 
     let mut stranger = lease.clone();
-    stranger.id = distlock_core::LeaseId::random();
-    let extended = backend.extend_many_timed(&[stranger]).await;
+    stranger.id = distlock_core::backend::LeaseId::random();
+    let extended = backend.extend_many(&[stranger]).await;
     assert!(!*extended.outcomes[0].as_ref().expect("extend"));
     assert_eq!(extended.server_time, None);
     assert!(backend.release(&lease).await.expect("release"));

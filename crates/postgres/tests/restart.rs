@@ -13,7 +13,8 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use distlock_core::{Backend, LockClient, LockName, LockOptions, LossReason};
+use distlock_core::backend::Backend;
+use distlock_core::{LockClient, LockName, LockOptions, LossReason};
 use distlock_postgres::tokio_postgres::{self, NoTls};
 use distlock_postgres::{PostgresBackend, WakeUps};
 

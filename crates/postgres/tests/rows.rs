@@ -13,10 +13,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use distlock_core::{
-    AcquireOptions, AcquireRequest, Attempt, Backend, Claim, Holder, Lease, LockClient, LockName,
-    LockOptions, WaitState,
-};
+use distlock_core::backend::{AcquireRequest, Attempt, Backend, Lease, WaitState};
+use distlock_core::{AcquireOptions, Claim, Holder, LockClient, LockName, LockOptions};
 use distlock_postgres::PostgresBackend;
 use distlock_postgres::tokio_postgres::{self, NoTls, types::Type};
 use tokio::task::JoinSet;

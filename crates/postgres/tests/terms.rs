@@ -13,10 +13,11 @@ mod support;
 
 use std::time::Duration;
 
-use distlock_core::{
-    AcquireRequest, Attempt, Backend, Claim, Error, Holder, Lease, LockClient, LockName,
-    TERMS_KEPT, Term, WaitState,
+use distlock_core::backend::BackendExt;
+use distlock_core::backend::{
+    AcquireRequest, Attempt, Backend, Lease, TERMS_KEPT, Term, WaitState,
 };
+use distlock_core::{Claim, Error, Holder, LockClient, LockName};
 use distlock_postgres::PostgresBackend;
 use distlock_postgres::tokio_postgres::{self, NoTls};
 

@@ -13,7 +13,9 @@ use distlock_faultproxy::{Fault, FaultProxy};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use distlock_core::{AcquireOptions, Backend, Claim, LockClient, LockName, LockOptions};
+use distlock_core::backend::Backend;
+use distlock_core::backend::BackendExt;
+use distlock_core::{AcquireOptions, Claim, LockClient, LockName, LockOptions};
 use distlock_postgres::tokio_postgres::{self, NoTls, types::Type};
 use distlock_postgres::{PostgresBackend, WakeUps};
 

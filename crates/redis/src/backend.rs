@@ -4,11 +4,12 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, Claim, DelayedRelease, Error, Extended,
-    Feature, GrantState, HandOver, HandOvers, Holder, Lease, LeaseId, LockInfo, LockName,
-    ReleaseWatch, Result, ServerInfo, Term, TermLog, WaitState, Wakeups, async_trait,
+use distlock_core::backend::{
+    Abilities, AcquireRequest, Attempt, Backend, Capabilities, DelayedRelease, Extended, Feature,
+    GrantState, HandOver, HandOvers, Lease, LeaseId, ReleaseWatch, ServerInfo, Term, TermLog,
+    WaitState, Wakeups, async_trait,
 };
+use distlock_core::{Claim, Error, Holder, LockInfo, LockName, Result};
 use futures::future::join_all;
 
 use crate::cluster;
@@ -431,22 +432,11 @@ impl Backend for RedisBackend {
         }
     }
 
-    async fn extend(&self, lease: &Lease) -> Result<bool> {
-        self.extend_many(std::slice::from_ref(lease))
-            .await
-            .pop()
-            .unwrap_or(Ok(false))
-    }
-
     fn extend_many_limit(&self) -> usize {
         EXTEND_MANY_LIMIT
     }
 
-    async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<bool>> {
-        self.extend_many_timed(leases).await.outcomes
-    }
-
-    async fn extend_many_timed(&self, leases: &[Lease]) -> Extended {
+    async fn extend_many(&self, leases: &[Lease]) -> Extended {
         if leases.is_empty() {
             return Extended::new(Vec::new(), None);
         }
@@ -561,28 +551,23 @@ impl Backend for RedisBackend {
         }
     }
 
-    fn hand_overs(&self) -> Option<&dyn HandOvers> {
-        // Quorum mode cannot end one grant and make the next on every
-        // server in one step, and a grant that waits for replicas counts
-        // only once they have it: the lock is released, and the waiter
-        // acquires it.
-        (self.quorum().is_none() && self.config.wait_replicas.is_none())
-            .then_some(self as &dyn HandOvers)
-    }
-
-    fn wakeups(&self) -> Option<&dyn Wakeups> {
-        Some(self)
-    }
-
-    /// None in quorum mode: each server would keep its own record, with
-    /// the copies of grants later rolled back, and no one record would
-    /// hold every term.
-    fn term_log(&self) -> Option<&dyn TermLog> {
-        self.quorum().is_none().then_some(self as &dyn TermLog)
-    }
-
-    fn delayed_release(&self) -> Result<&dyn DelayedRelease> {
-        Ok(self)
+    /// No hand-overs in quorum mode, which cannot end one grant and make
+    /// the next on every server in one step, nor when a grant waits for
+    /// replicas: it counts only once they have it, so the lock is
+    /// released, and the waiter acquires it. No record of terms in quorum
+    /// mode: each server would keep its own, with the copies of grants
+    /// later rolled back, and no one record would hold every term.
+    fn abilities(&self) -> Abilities<'_> {
+        let mut abilities = Abilities::none()
+            .with_wakeups(self)
+            .with_delayed_release(self);
+        if self.quorum().is_none() && self.config.wait_replicas.is_none() {
+            abilities = abilities.with_hand_overs(self);
+        }
+        if self.quorum().is_none() {
+            abilities = abilities.with_term_log(self);
+        }
+        abilities
     }
 }
 
@@ -616,12 +601,14 @@ impl DelayedRelease for RedisBackend {
     /// expiry publishes nothing), but those waiters, told the new time
     /// left, try again at that moment.
     async fn release_after(&self, lease: &Lease, remaining: Duration) -> Result<bool> {
+        let shortened = Lease {
+            lease: remaining,
+            ..lease.clone()
+        };
         let cut = self
-            .extend(&Lease {
-                lease: remaining,
-                ..lease.clone()
-            })
-            .await?;
+            .extend_many(std::slice::from_ref(&shortened))
+            .await
+            .into_first()?;
         if cut {
             // A wake-up is a hint: one that fails leaves the waiters to
             // their timed retries, as before.

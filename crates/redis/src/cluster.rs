@@ -9,7 +9,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::{Error, Lease, Result, ServerInfo};
+use distlock_core::backend::{Lease, ServerInfo};
+use distlock_core::{Error, Result};
 use futures::future::join_all;
 use redis::ErrorKind;
 use redis::Value;

@@ -6,7 +6,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use distlock_core::urls::{Query, UrlParts, parse_hosts, percent_decode, redact};
+use distlock_core::backend::{Query, UrlParts, parse_hosts, percent_decode, redact};
 use distlock_core::{Error, Result};
 
 /// Redis's port, when the URL names none.

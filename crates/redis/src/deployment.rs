@@ -5,7 +5,8 @@
 
 use std::time::Duration;
 
-use distlock_core::{Feature, FeatureState, Result, ServerInfo};
+use distlock_core::Result;
+use distlock_core::backend::{Feature, FeatureState, ServerInfo};
 use redis::aio::ConnectionLike;
 
 use crate::error::{from_redis, timed_out};

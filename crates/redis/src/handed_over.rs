@@ -4,7 +4,7 @@
 //! lock in this process need no server command.
 //!
 //! A [`HandedOverLock`] lives in one allocation, shared by the
-//! [`GrantState`](distlock_core::GrantState) of every grant it serves. A
+//! [`GrantState`](distlock_core::backend::GrantState) of every grant it serves. A
 //! hand-over without a command leaves the key as it is, naming the grant
 //! the script made; the next grant shares the hold and becomes its current
 //! grant, and the earlier one can no longer extend, release or hand over.
@@ -12,7 +12,8 @@
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use distlock_core::{Holder, Lease, LeaseId};
+use distlock_core::Holder;
+use distlock_core::backend::{Lease, LeaseId};
 use tokio::time::Instant;
 
 /// How many fencing tokens one hand-over through the server takes from the
@@ -176,7 +177,8 @@ impl HandedOverLock {
 
 #[cfg(test)]
 mod tests {
-    use distlock_core::{Claim, GrantState, LockName};
+    use distlock_core::backend::GrantState;
+    use distlock_core::{Claim, LockName};
 
     use super::*;
 

@@ -205,7 +205,7 @@ impl Record {
 
 /// One entry of a name's list of terms: `<term>:<previous>:<record>`,
 /// the previous term empty for the first; `None` for anything else.
-pub(crate) fn parse_term(value: &[u8]) -> Option<distlock_core::Term> {
+pub(crate) fn parse_term(value: &[u8]) -> Option<distlock_core::backend::Term> {
     let text = std::str::from_utf8(value).ok()?;
     let (term, rest) = text.split_once(':')?;
     let (previous, record) = rest.split_once(':')?;
@@ -214,7 +214,7 @@ pub(crate) fn parse_term(value: &[u8]) -> Option<distlock_core::Term> {
         previous => Some(previous.parse().ok()?),
     };
     let record: Record = serde_json::from_str(record).ok()?;
-    Some(distlock_core::Term::new(
+    Some(distlock_core::backend::Term::new(
         term.parse().ok()?,
         previous,
         record.holder,

@@ -234,8 +234,8 @@
 //! [`Error::InvalidConfig`]: distlock_core::Error::InvalidConfig
 //! [`Error::Unsupported`]: distlock_core::Error::Unsupported
 //! [`Error::KindConflict`]: distlock_core::Error::KindConflict
-//! [`Wakeups::watch`]: distlock_core::Wakeups::watch
-//! [`Capabilities::bounds_calls`]: distlock_core::Capabilities::bounds_calls
+//! [`Wakeups::watch`]: distlock_core::backend::Wakeups::watch
+//! [`Capabilities::bounds_calls`]: distlock_core::backend::Capabilities::bounds_calls
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 

@@ -8,10 +8,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::{
-    AcquireRequest, Claim, Error, Extended, Holder, Lease, LeaseId, LockName, Result, ServerInfo,
-    Term,
-};
+use distlock_core::backend::{AcquireRequest, Extended, Lease, LeaseId, ServerInfo, Term};
+use distlock_core::{Claim, Error, Holder, LockName, Result};
 use redis::aio::ConnectionLike;
 use redis::cluster_async::ClusterConnection;
 use redis::{Script, Value};
@@ -265,7 +263,7 @@ impl Node {
         let mark = mark.map_or("", |mark| mark.0.as_str());
         let what = Doing::new("acquiring", &request.name, &self.on);
         // A campaign records its term with its grant, under one more key;
-        // quorum mode's copies keep no record (see `RedisBackend::term_log`),
+        // quorum mode's copies keep no record (see `RedisBackend::abilities`),
         // and read the server's epoch instead, to learn whether it abstains.
         let (script, used, seventh) = if provisional {
             (&self.counter.acquire, 7, self.keys.epoch())

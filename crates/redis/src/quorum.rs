@@ -26,7 +26,8 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use distlock_core::{AcquireRequest, Claim, Error, Lease, LockInfo, LockName, Result};
+use distlock_core::backend::{AcquireRequest, Lease};
+use distlock_core::{Claim, Error, LockInfo, LockName, Result};
 use futures::StreamExt;
 use futures::future::join_all;
 use futures::stream::FuturesUnordered;

@@ -12,7 +12,8 @@
 
 use std::time::Duration;
 
-use distlock_core::{AcquireRequest, Error, Result};
+use distlock_core::backend::AcquireRequest;
+use distlock_core::{Error, Result};
 
 use crate::node::{Node, Replicas};
 

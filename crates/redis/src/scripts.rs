@@ -513,7 +513,7 @@ if reply[1] == 1 then
 end
 return reply
 ",
-        last = distlock_core::TERMS_KEPT - 1
+        last = distlock_core::backend::TERMS_KEPT - 1
     )
 }
 

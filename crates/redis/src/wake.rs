@@ -16,7 +16,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use distlock_core::{LockName, ReleaseHub, ReleaseWatch};
+use distlock_core::LockName;
+use distlock_core::backend::{ReleaseHub, ReleaseWatch};
 use futures::StreamExt;
 use tokio::sync::watch;
 use tokio::task::AbortHandle;

@@ -12,7 +12,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use distlock_core::{AcquireOptions, Backend, Claim, LockClient, LockName, LockOptions};
+use distlock_core::backend::Backend;
+use distlock_core::{Claim, LockClient, LockName, LockOptions, TryOptions};
 use distlock_redis::{Mode, RedisBackend, redis};
 
 use support::{backend, cluster_url, grant, grant_each, hand_over, unique};
@@ -305,7 +306,7 @@ async fn leases_on_every_master_are_extended_together() {
                 .expect("granted"),
         );
     }
-    let extended = backend.extend_many_timed(&leases).await;
+    let extended = backend.extend_many(&leases).await;
     for outcome in &extended.outcomes {
         assert!(outcome.as_ref().expect("extend"), "every lease is ours");
     }
@@ -318,7 +319,7 @@ async fn leases_on_every_master_are_extended_together() {
     let gone = leases.pop().expect("a lease");
     assert!(backend.release(&gone).await.expect("release"));
     leases.push(gone);
-    let extended = backend.extend_many(&leases).await;
+    let extended = backend.extend_many(&leases).await.outcomes;
     let (last, rest) = extended.split_last().expect("outcomes");
     assert!(
         !last.as_ref().expect("extend"),
@@ -368,7 +369,7 @@ async fn try_both_mid_move(
     phase: &str,
 ) {
     let (attempt, extension) = tokio::join!(
-        other.try_acquire_with(name, AcquireOptions::new()),
+        other.try_acquire_with(name, TryOptions::new()),
         guard.extend()
     );
     assert!(
@@ -403,8 +404,7 @@ async fn a_slot_moves_while_its_lock_is_held() {
         tokio::spawn(async move {
             while !stop.load(Ordering::Acquire) {
                 // An error (the slot is moving) is no grant.
-                if let Ok(Some(guard)) = other.try_acquire_with(&name, AcquireOptions::new()).await
-                {
+                if let Ok(Some(guard)) = other.try_acquire_with(&name, TryOptions::new()).await {
                     granted.fetch_add(1, Ordering::AcqRel);
                     let _ = guard.release().await;
                 }
@@ -526,7 +526,7 @@ async fn a_slot_moves_while_its_lock_is_held() {
     let guard = Arc::into_inner(guard).expect("the only holder of the guard");
     assert!(guard.release().await.expect("release"), "released cleanly");
     let next = other
-        .try_acquire_with(&name, AcquireOptions::new())
+        .try_acquire_with(&name, TryOptions::new())
         .await
         .expect("try")
         .expect("free once released");
@@ -559,7 +559,8 @@ async fn hand_overs_without_a_command_act_for_the_stored_grant_on_its_master() {
 
     let extended = holder
         .extend_many(&[through_server.clone(), local.clone(), later.clone()])
-        .await;
+        .await
+        .outcomes;
     let extended: Vec<bool> = extended
         .into_iter()
         .map(|outcome| outcome.expect("extend"))

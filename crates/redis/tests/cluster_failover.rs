@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use distlock_core::{AcquireOptions, Error, LockClient, LockOptions};
+use distlock_core::{Error, LockClient, LockOptions, TryOptions};
 use distlock_redis::redis;
 use redis::aio::MultiplexedConnection;
 
@@ -139,9 +139,7 @@ async fn a_master_killed_after_its_replica_has_the_grants_loses_no_lock() {
             while !stop.load(Ordering::Acquire) {
                 for name in &names {
                     // An error (the master is away) is no grant.
-                    if let Ok(Some(guard)) =
-                        other.try_acquire_with(name, AcquireOptions::new()).await
-                    {
+                    if let Ok(Some(guard)) = other.try_acquire_with(name, TryOptions::new()).await {
                         granted.fetch_add(1, Ordering::AcqRel);
                         let _ = guard.release().await;
                     }
@@ -198,7 +196,7 @@ async fn a_master_killed_after_its_replica_has_the_grants_loses_no_lock() {
     for (name, guard) in names.iter().zip(&guards) {
         assert!(!guard.is_lost(), "{name}: the holder lost nothing");
         let attempt = other
-            .try_acquire_with(name, AcquireOptions::new())
+            .try_acquire_with(name, TryOptions::new())
             .await
             .expect("the promoted master answers");
         assert!(attempt.is_none(), "{name} is held at the promoted master");
@@ -218,7 +216,7 @@ async fn a_master_killed_after_its_replica_has_the_grants_loses_no_lock() {
     }
     for (name, token) in names.iter().zip(tokens) {
         let next = other
-            .try_acquire_with(name, AcquireOptions::new())
+            .try_acquire_with(name, TryOptions::new())
             .await
             .expect("try")
             .unwrap_or_else(|| panic!("{name} is free once released"));

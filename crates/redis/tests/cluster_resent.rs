@@ -11,7 +11,9 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use distlock_core::{AcquireRequest, Backend, Claim, HandOver, Holder, Lease, LockName};
+use distlock_core::backend::BackendExt;
+use distlock_core::backend::{AcquireRequest, Backend, HandOver, Lease};
+use distlock_core::{Claim, Holder, LockName};
 use distlock_faultproxy::{Fault, FaultProxy};
 use distlock_redis::{RedisBackend, redis};
 use redis::aio::MultiplexedConnection;
@@ -155,10 +157,10 @@ async fn a_hand_over_sent_again_answers_the_grant_it_made() {
 }
 
 /// The state a granted hand-over carries, for the release after it.
-fn answer_state(answer: HandOver) -> distlock_core::GrantState {
+fn answer_state(answer: HandOver) -> distlock_core::backend::GrantState {
     match answer {
         HandOver::Granted { state, .. } => state,
-        HandOver::NotOurs => distlock_core::GrantState::none(),
+        HandOver::NotOurs => distlock_core::backend::GrantState::none(),
     }
 }
 

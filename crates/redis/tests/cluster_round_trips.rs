@@ -19,7 +19,9 @@ mod support;
 
 use std::collections::BTreeMap;
 
-use distlock_core::{Backend, Lease, LockName};
+use distlock_core::LockName;
+use distlock_core::backend::BackendExt;
+use distlock_core::backend::{Backend, Lease};
 use distlock_redis::redis;
 use redis::aio::MultiplexedConnection;
 
@@ -116,7 +118,7 @@ async fn extending_leases_costs_each_master_one_batch_of_its_own_leases() {
     // The first extension loads the script on the masters (NOSCRIPT) and
     // reads the slot map; what follows is the steady state the keeper
     // lives in.
-    let warm = backend.extend_many(&leases).await;
+    let warm = backend.extend_many(&leases).await.outcomes;
     assert!(
         warm.iter()
             .all(|outcome| *outcome.as_ref().expect("extend"))
@@ -124,7 +126,7 @@ async fn extending_leases_costs_each_master_one_batch_of_its_own_leases() {
 
     // One call for all the leases, then the same leases one call each.
     let before = counts(&mut masters).await;
-    let extended = backend.extend_many(&leases).await;
+    let extended = backend.extend_many(&leases).await.outcomes;
     let batched = counts(&mut masters).await;
     assert_eq!(extended.len(), leases.len());
     assert!(

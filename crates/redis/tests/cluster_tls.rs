@@ -9,7 +9,8 @@ mod support;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use distlock_core::{Backend, LockName};
+use distlock_core::LockName;
+use distlock_core::backend::Backend;
 use distlock_redis::RedisBackend;
 
 use support::cluster::{OwnCluster, names_on};
@@ -30,7 +31,7 @@ async fn a_cluster_over_tls_takes_extends_lists_and_releases_locks() {
     }
     let leases = grant_each(&backend, &names).await;
 
-    let extended = backend.extend_many(&leases).await;
+    let extended = backend.extend_many(&leases).await.outcomes;
     assert_eq!(extended.len(), leases.len());
     for (lease, outcome) in leases.iter().zip(&extended) {
         assert!(

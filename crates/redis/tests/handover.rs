@@ -8,9 +8,9 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use distlock_core::{
-    AcquireRequest, Backend, Claim, HandOver, Holder, LockClient, LockName, LossReason,
-};
+use distlock_core::backend::BackendExt;
+use distlock_core::backend::{AcquireRequest, Backend, HandOver};
+use distlock_core::{Claim, Holder, LockClient, LockName, LossReason};
 use distlock_redis::{RedisBackend, redis};
 
 use support::{backend, grant, hand_over, raw, unique, url};
@@ -342,7 +342,7 @@ async fn a_hand_over_run_twice_answers_its_grant_again() {
             }
         }
         assert_eq!(tokens[0], tokens[1], "{url}: one grant, one token");
-        let handed = next.granted(tokens[0], distlock_core::GrantState::none());
+        let handed = next.granted(tokens[0], distlock_core::backend::GrantState::none());
         assert!(backend.release(&handed).await.expect("release"), "{url}");
     }
 }

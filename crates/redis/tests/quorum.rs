@@ -7,9 +7,10 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
+use distlock_core::backend::BackendExt;
+use distlock_core::backend::{Backend, FeatureState};
 use distlock_core::{
-    AcquireOptions, Backend, Claim, Error, FeatureState, LockClient, LockGuard, LockKind, LockName,
-    LossReason,
+    AcquireOptions, Claim, Error, LockClient, LockGuard, LockKind, LockName, LossReason, TryOptions,
 };
 use distlock_redis::{RedisBackend, redis};
 
@@ -322,13 +323,13 @@ async fn losing_two_of_three_loses_the_lock_and_the_holder_reports_it() {
     .await;
     let attempt = other
         .try_acquire(
-            &distlock_core::AcquireRequest::new(
+            &distlock_core::backend::AcquireRequest::new(
                 name.clone(),
                 Claim::Exclusive,
                 Duration::from_secs(2),
                 distlock_core::Holder::this_process(None).into(),
             ),
-            &mut distlock_core::WaitState::new(),
+            &mut distlock_core::backend::WaitState::new(),
         )
         .await;
     let error = attempt.expect_err("one server of three cannot grant");
@@ -816,7 +817,7 @@ async fn quorum_mode_answers_unsupported_for_semaphores_and_hand_overs() {
     assert!(capabilities.shared && !capabilities.semaphores);
     assert!(backend.hand_overs().is_none());
     let error = LockClient::new(Arc::new(backend), options())
-        .try_acquire_with(&unique("permits"), AcquireOptions::new().permit(3))
+        .try_acquire_with(&unique("permits"), TryOptions::new().permit(3))
         .await
         .expect_err("no semaphores");
     assert!(
@@ -846,7 +847,7 @@ async fn server_info_reads_every_server_and_names_the_one_that_may_evict_locks()
     let address = |at: usize| addresses[at].clone();
     let backend = cluster.backend().await;
     let info = backend.server_info().await.expect("server info");
-    let feature = |info: &distlock_core::ServerInfo, name: &str| {
+    let feature = |info: &distlock_core::backend::ServerInfo, name: &str| {
         info.features
             .iter()
             .find(|feature| feature.name == name)

@@ -14,9 +14,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use distlock_core::{
-    AcquireRequest, Attempt, Backend, Claim, Holder, LockClient, LossReason, WaitState,
-};
+use distlock_core::backend::BackendExt;
+use distlock_core::backend::{AcquireRequest, Attempt, Backend, WaitState};
+use distlock_core::{Claim, Holder, LockClient, LossReason};
 use distlock_redis::{RedisBackend, redis};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::OwnedWriteHalf;

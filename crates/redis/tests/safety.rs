@@ -7,10 +7,9 @@ mod support;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use distlock_core::{
-    AcquireOptions, AcquireRequest, Attempt, Backend, Claim, GrantState, Holder, LockKind,
-    LockName, WaitState,
-};
+use distlock_core::backend::BackendExt;
+use distlock_core::backend::{AcquireRequest, Attempt, Backend, GrantState, WaitState};
+use distlock_core::{Claim, Holder, LockKind, LockName, TryOptions};
 use distlock_redis::redis;
 
 use support::{all_keys, backend, client, grant, grant_each, raw, unique, url};
@@ -169,7 +168,7 @@ async fn locks_under_other_prefixes_are_apart() {
     let name = unique("apart");
     let held = a.acquire_with(&name, Duration::from_secs(5)).await.unwrap();
     let also = b
-        .try_acquire_with(&name, AcquireOptions::new())
+        .try_acquire_with(&name, TryOptions::new())
         .await
         .expect("try")
         .expect("another prefix is another key space");
@@ -209,9 +208,7 @@ async fn an_extension_reads_the_server_clock() {
     .await
     .expect("granted");
     let before = server_clock_us(&mut connection).await;
-    let extended = backend
-        .extend_many_timed(std::slice::from_ref(&lease))
-        .await;
+    let extended = backend.extend_many(std::slice::from_ref(&lease)).await;
     let after = server_clock_us(&mut connection).await;
     assert!(*extended.outcomes[0].as_ref().expect("extend"));
     let read = extended

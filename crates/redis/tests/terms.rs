@@ -7,7 +7,9 @@ mod support;
 
 use std::time::Duration;
 
-use distlock_core::{AcquireRequest, Attempt, Backend, Claim, GrantState, Holder, WaitState};
+use distlock_core::backend::BackendExt;
+use distlock_core::backend::{AcquireRequest, Attempt, Backend, GrantState, WaitState};
+use distlock_core::{Claim, Holder};
 use support::{backend, unique, url};
 
 /// A campaign's request for `name`, as core makes it.

@@ -6,7 +6,9 @@ mod support;
 
 use std::time::Duration;
 
-use distlock_core::{AcquireRequest, Attempt, Backend, Claim, Error, Holder, WaitState};
+use distlock_core::backend::BackendExt;
+use distlock_core::backend::{AcquireRequest, Attempt, Backend, WaitState};
+use distlock_core::{Claim, Error, Holder};
 use distlock_redis::{DEFAULT_TOKEN_KEEP, RedisBackend, RedisConfig, redis};
 
 use support::{backend, cluster_url, raw, unique, url};

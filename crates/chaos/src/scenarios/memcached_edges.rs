@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use distlock::backend::BackendExt;
 use distlock::backend::{AcquireRequest, Attempt, Backend, Holder, Lease, WaitState};
 use distlock::memcached::MemcachedBackend;
 use distlock::{Claim, LockClient, LockGuard, LockName, LockOptions, LossReason};

@@ -1,6 +1,7 @@
 //! What some backends can do beyond the contract: hand a lock on in one
 //! step, release after a delay, keep leases by a session, wake waiters.
 
+use std::fmt;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -9,10 +10,138 @@ use crate::error::Result;
 use crate::name::LockName;
 
 use super::request::{AcquireRequest, HandOver, Lease};
+use super::terms::TermLog;
 use super::wake::ReleaseWatch;
 
-/// A backend's release that takes effect later; see
-/// [`Backend::delayed_release`](crate::backend::Backend::delayed_release).
+/// What a backend can do beyond the contract, each as the object that does
+/// it; see [`Backend::abilities`](crate::backend::Backend::abilities).
+/// Start from [`none`](Self::none) and add what the backend has.
+#[derive(Clone, Copy)]
+#[non_exhaustive]
+pub struct Abilities<'a> {
+    /// The backend's one-step hand-over: core then passes a lock to the
+    /// next task of the same client that waits for it without releasing
+    /// it.
+    pub hand_overs: Option<&'a dyn HandOvers>,
+    /// The session every grant and wait of this backend hangs on (an etcd
+    /// lease for all of a client's keys): core then renews it once per
+    /// extension period while anything is held or waited for, and never
+    /// calls [`Backend::extend_many`](crate::backend::Backend::extend_many).
+    pub session: Option<&'a dyn Session>,
+    /// The backend's record of election terms: a backend that has one
+    /// appends each grant whose request
+    /// [`records_term`](crate::backend::AcquireRequest::records_term) to
+    /// it, in the same atomic write, keeping at least
+    /// [`TERMS_KEPT`](crate::backend::TERMS_KEPT) terms per name. Without
+    /// one, [`Election::observe`](crate::Election::observe) is
+    /// [`Error::Unsupported`](crate::Error::Unsupported).
+    pub term_log: Option<&'a dyn TermLog>,
+    /// The backend's reports of releases: waiters then wait for a release
+    /// instead of polling.
+    pub wakeups: Option<&'a dyn Wakeups>,
+    /// How the backend gives a lock up later instead of now, for
+    /// [`AcquireOptions::min_hold`](crate::AcquireOptions::min_hold).
+    pub delayed_release: ReleaseLater<'a>,
+}
+
+/// How a backend gives a lock up later instead of now; see
+/// [`Abilities::delayed_release`].
+#[derive(Clone, Copy)]
+#[non_exhaustive]
+pub enum ReleaseLater<'a> {
+    /// By an extension of the lease to the time left, which then runs out
+    /// on the server: right for every backend whose
+    /// [`extend_many`](crate::backend::Backend::extend_many) sets a lease's
+    /// end from the server's now, shorter ones too. Core refuses it for a
+    /// backend whose locks are process-bound or hang on a session, which
+    /// extension does not end.
+    ByExtension,
+    /// By the backend's own call.
+    By(&'a dyn DelayedRelease),
+    /// Not at all, for the reason given, which an acquire with `min_hold`
+    /// fails with at once.
+    Never(&'static str),
+}
+
+impl<'a> Abilities<'a> {
+    /// No abilities beyond the contract; a later release by extension.
+    pub const fn none() -> Self {
+        Self {
+            hand_overs: None,
+            session: None,
+            term_log: None,
+            wakeups: None,
+            delayed_release: ReleaseLater::ByExtension,
+        }
+    }
+
+    /// With a one-step hand-over.
+    pub const fn with_hand_overs(mut self, hand_overs: &'a dyn HandOvers) -> Self {
+        self.hand_overs = Some(hand_overs);
+        self
+    }
+
+    /// With a session that keeps every grant.
+    pub const fn with_session(mut self, session: &'a dyn Session) -> Self {
+        self.session = Some(session);
+        self
+    }
+
+    /// With a record of election terms.
+    pub const fn with_term_log(mut self, term_log: &'a dyn TermLog) -> Self {
+        self.term_log = Some(term_log);
+        self
+    }
+
+    /// With reports of releases.
+    pub const fn with_wakeups(mut self, wakeups: &'a dyn Wakeups) -> Self {
+        self.wakeups = Some(wakeups);
+        self
+    }
+
+    /// With the backend's own later release.
+    pub const fn with_delayed_release(mut self, delayed_release: &'a dyn DelayedRelease) -> Self {
+        self.delayed_release = ReleaseLater::By(delayed_release);
+        self
+    }
+
+    /// Without any later release, for the reason given.
+    pub const fn without_delayed_release(mut self, why: &'static str) -> Self {
+        self.delayed_release = ReleaseLater::Never(why);
+        self
+    }
+}
+
+impl Default for Abilities<'_> {
+    fn default() -> Self {
+        Self::none()
+    }
+}
+
+impl fmt::Debug for Abilities<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Abilities")
+            .field("hand_overs", &self.hand_overs.is_some())
+            .field("session", &self.session.is_some())
+            .field("term_log", &self.term_log.is_some())
+            .field("wakeups", &self.wakeups.is_some())
+            .field("delayed_release", &self.delayed_release)
+            .finish()
+    }
+}
+
+impl fmt::Debug for ReleaseLater<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::ByExtension => f.write_str("ByExtension"),
+            Self::By(_) => f.write_str("By(..)"),
+            Self::Never(why) => f.debug_tuple("Never").field(why).finish(),
+        }
+    }
+}
+
+/// A backend's own release that takes effect later; see
+/// [`Abilities::delayed_release`].
 #[async_trait]
 pub trait DelayedRelease: Send + Sync {
     /// Gives `lease` up `remaining` from now, if it is still ours: until
@@ -37,7 +166,7 @@ pub trait DelayedRelease: Send + Sync {
     async fn release_after(&self, lease: &Lease, remaining: Duration) -> Result<bool>;
 }
 
-/// A backend's one-step hand-over; see [`Backend::hand_overs`](crate::backend::Backend::hand_overs).
+/// A backend's one-step hand-over; see [`Abilities::hand_overs`].
 #[async_trait]
 pub trait HandOvers: Send + Sync {
     /// Ends `lease` and grants `next` in one atomic step, if `lease` is
@@ -59,7 +188,7 @@ pub trait HandOvers: Send + Sync {
 }
 
 /// The session a backend's grants and waits hang on; see
-/// [`Backend::session`](crate::backend::Backend::session).
+/// [`Abilities::session`].
 ///
 /// A backend may replace its session (the old one ended, and the next
 /// grant started another), so grants made at different times may hang on
@@ -138,7 +267,7 @@ impl Renewal {
     }
 }
 
-/// A backend's reports of releases; see [`Backend::wakeups`](crate::backend::Backend::wakeups).
+/// A backend's reports of releases; see [`Abilities::wakeups`](crate::backend::Abilities::wakeups).
 pub trait Wakeups: Send + Sync {
     /// Starts watching `name` for releases; `None` when none can be
     /// reported now (a listening connection still being checked), and the

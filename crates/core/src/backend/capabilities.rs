@@ -5,10 +5,10 @@ use crate::claim::Claim;
 /// What a backend can do, where backends differ, described as facts.
 ///
 /// The optional abilities that need methods of their own (hand-overs, a
-/// session, wake-ups) are not flags here: a backend offers each through an
-/// accessor of [`Backend`](crate::backend::Backend) that returns the ability itself
-/// ([`Backend::hand_overs`](crate::backend::Backend::hand_overs), [`Backend::session`](crate::backend::Backend::session), [`Backend::wakeups`](crate::backend::Backend::wakeups)),
-/// so that a backend cannot claim an ability without its method.
+/// session, wake-ups) are not flags here: a backend offers each as the
+/// object that does it, in its
+/// [`Abilities`](crate::backend::Abilities), so that a backend cannot
+/// claim an ability without its method.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Capabilities {

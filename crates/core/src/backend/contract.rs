@@ -12,7 +12,7 @@ use crate::error::Result;
 use crate::info::LockInfo;
 use crate::name::LockName;
 
-use super::abilities::{DelayedRelease, HandOvers, Session, Wakeups};
+use super::abilities::{Abilities, HandOvers, Session, Wakeups};
 use super::capabilities::Capabilities;
 use super::request::{AcquireRequest, Attempt, Lease};
 use super::server_info::ServerInfo;
@@ -86,54 +86,36 @@ pub trait Backend: Send + Sync + fmt::Debug {
         Ok(())
     }
 
-    /// Extends `lease` by its lease period if it is still ours.
-    /// Returns `Ok(false)` when it is not: that lease is lost.
+    /// Extends each of `leases` by its lease period if it is still ours:
+    /// its end becomes the server's now plus
+    /// [`Lease::lease`](crate::backend::Lease::lease), also when that is
+    /// sooner than its end was (core's default delayed release relies on
+    /// it; see [`Abilities::delayed_release`]). The answer has one outcome
+    /// per lease, in order: `Ok(false)` for a lease that is no longer ours,
+    /// which is then lost, and an error when the outcome is unknown.
     ///
-    /// # Errors
-    /// A backend error, after which the outcome is unknown.
-    async fn extend(&self, lease: &Lease) -> Result<bool>;
-
-    /// Extends many leases; the result has one entry per lease, in order.
-    /// The default calls [`extend`](Self::extend) with bounded concurrency;
-    /// backends that can extend in bulk override it, and
-    /// [`extend_many_limit`](Self::extend_many_limit) with it.
-    async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<bool>> {
-        let mut outcomes = Vec::with_capacity(leases.len());
-        for chunk in leases.chunks(EXTEND_CONCURRENCY) {
-            let mut pending = Vec::with_capacity(chunk.len());
-            for lease in chunk {
-                pending.push(self.extend(lease));
-            }
-            outcomes.extend(futures::future::join_all(pending).await);
-        }
-        outcomes
-    }
+    /// A store that extends one lease per command builds the answer with
+    /// [`Extended::each`]. Where the store can read its clock in the same
+    /// step at no extra cost (a column of the same statement, a command of
+    /// the same pipeline), the answer carries that reading: core compares
+    /// it with its own monotonic clock, and when the server's clock
+    /// advanced further between two readings than any time that could have
+    /// passed here, it stepped forward, and every lease it judges ends
+    /// sooner by at least the step. Core shortens the leases confirmed
+    /// before the step by it, and reports those it ended
+    /// [`LossReason::ServerClockStepped`](crate::LossReason::ServerClockStepped).
+    /// [`LockGuard::extend`](crate::LockGuard::extend) calls this with one
+    /// lease; the keeper with up to
+    /// [`extend_many_limit`](Self::extend_many_limit) of them.
+    async fn extend_many(&self, leases: &[Lease]) -> Extended;
 
     /// The most leases the keeper passes to one
     /// [`extend_many`](Self::extend_many) call, which it bounds by one
-    /// operation timeout. The default suits the default `extend_many`,
-    /// which extends that many at once; backends that extend in bulk,
-    /// in a few commands whatever the number, return more.
+    /// operation timeout. The default suits a store that extends one lease
+    /// per command, as [`Extended::each`] does; a store that extends in
+    /// bulk, in a few commands whatever the number, returns more.
     fn extend_many_limit(&self) -> usize {
         EXTEND_CONCURRENCY
-    }
-
-    /// Extends many leases as [`extend_many`](Self::extend_many) does, and
-    /// reads the server's clock in the same step, where the backend can do
-    /// so at no extra cost (a column of the same statement, a command of
-    /// the same pipeline).
-    ///
-    /// Core compares each reading with its own monotonic clock. When the
-    /// server's clock has advanced further between two readings than any
-    /// time that could have passed here, the server's clock stepped
-    /// forward, and every lease it judges by that clock ends sooner by at
-    /// least the step: core shortens the leases confirmed before the step
-    /// by it, and reports those it ended
-    /// [`LossReason::ServerClockStepped`](crate::LossReason::ServerClockStepped).
-    /// Only a step between two readings is seen: the first reading has
-    /// nothing to be compared with. The default reads no clock.
-    async fn extend_many_timed(&self, leases: &[Lease]) -> Extended {
-        Extended::new(self.extend_many(leases).await, None)
     }
 
     /// Releases `lease` if it is still ours. Returns whether it was.
@@ -157,55 +139,14 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// A backend error, or [`Error::Unsupported`](crate::Error::Unsupported).
     async fn force_release(&self, name: &LockName) -> Result<bool>;
 
-    /// The backend's one-step hand-over, when it has one: core then passes
-    /// a lock to the next task of the same client that waits for it without
-    /// releasing it. The default has none.
-    fn hand_overs(&self) -> Option<&dyn HandOvers> {
-        None
-    }
-
-    /// The session every grant and wait of this backend hangs on, when
-    /// there is one (an etcd lease for all of a client's keys): core then
-    /// renews it once per extension period while anything is held or
-    /// waited for, and never calls [`extend`](Self::extend) or
-    /// [`extend_many`](Self::extend_many). The default has none.
-    fn session(&self) -> Option<&dyn Session> {
-        None
-    }
-
-    /// The backend's record of election terms, if it keeps one: a backend
-    /// that returns it appends each grant whose request
-    /// [`records_term`](AcquireRequest::records_term) to it, in the same
-    /// atomic write, keeping at least [`TERMS_KEPT`](crate::backend::TERMS_KEPT) terms per name. Without
-    /// one, [`Election::observe`](crate::Election::observe) is
-    /// [`Error::Unsupported`](crate::Error::Unsupported).
-    fn term_log(&self) -> Option<&dyn TermLog> {
-        None
-    }
-
-    /// The backend's reports of releases, when it makes them: waiters then
-    /// wait for a release instead of polling. The default has none. The
-    /// answer may change over the backend's life (a listening connection
-    /// that could not start); core asks before each wait.
-    fn wakeups(&self) -> Option<&dyn Wakeups> {
-        None
-    }
-
-    /// The backend's way to give a lock up later instead of now, for
-    /// [`AcquireOptions::min_hold`](crate::AcquireOptions::min_hold); or
-    /// why it has none, as the [`Error::Unsupported`](crate::Error::Unsupported)
-    /// an acquire with `min_hold` then fails with at once. The default has
-    /// none: a backend offers it only where it has checked that the lock
-    /// stays held for the time asked for, which the default `extend` of a
-    /// backend cannot promise.
-    ///
-    /// # Errors
-    /// [`Error::Unsupported`](crate::Error::Unsupported), saying why.
-    fn delayed_release(&self) -> Result<&dyn DelayedRelease> {
-        Err(crate::Error::Unsupported(format!(
-            "the {} backend cannot keep a lock held after its release (min_hold)",
-            self.store_name()
-        )))
+    /// What this backend can do beyond the contract, each as the object
+    /// that does it: a one-step hand-over, a session, a record of terms,
+    /// wake-ups, and its way of releasing later. The default has none of
+    /// them, and releases later by extension. The answer may change over
+    /// the backend's life (a listening connection that could not start):
+    /// core asks before each use.
+    fn abilities(&self) -> Abilities<'_> {
+        Abilities::none()
     }
 
     /// Gives back what the backend keeps on the server for this client
@@ -228,9 +169,9 @@ pub trait Backend: Send + Sync + fmt::Debug {
     }
 }
 
-/// What [`Backend::extend_many_timed`] did: one outcome per lease, as
-/// [`Backend::extend_many`] gives them, and the time the server's clock
-/// read while it extended them, when it was read.
+/// What [`Backend::extend_many`] did: one outcome per lease, in the order
+/// asked, and the time the server's clock read while it extended them,
+/// when it was read.
 #[derive(Debug)]
 #[non_exhaustive]
 pub struct Extended {
@@ -249,4 +190,80 @@ impl Extended {
             server_time,
         }
     }
+
+    /// Extends each lease with `extend`, a few at a time (as many as the
+    /// default [`Backend::extend_many_limit`]), for a store that extends
+    /// one lease per command. Reads no clock.
+    pub async fn each<'a, F, Fut>(leases: &'a [Lease], mut extend: F) -> Self
+    where
+        F: FnMut(&'a Lease) -> Fut,
+        Fut: Future<Output = Result<bool>>,
+    {
+        let mut outcomes = Vec::with_capacity(leases.len());
+        for chunk in leases.chunks(EXTEND_CONCURRENCY) {
+            outcomes.extend(futures::future::join_all(chunk.iter().map(&mut extend)).await);
+        }
+        Self::new(outcomes, None)
+    }
+
+    /// The outcome of the first lease: the answer to an extension of one.
+    ///
+    /// # Errors
+    /// That lease's error; a backend error when the answer has no outcome.
+    pub fn into_first(self) -> Result<bool> {
+        self.outcomes.into_iter().next().unwrap_or_else(|| {
+            Err(crate::Error::Backend {
+                backend: "core",
+                message: "an extension answered no outcome for its lease".into(),
+                source: None,
+            })
+        })
+    }
 }
+
+/// Calls on any [`Backend`] that read better than the contract's own, for
+/// core, tests and tools; backends never implement it (every backend has
+/// it).
+#[async_trait]
+pub trait BackendExt: Backend {
+    /// Extends one lease: [`Backend::extend_many`] with it alone.
+    ///
+    /// # Errors
+    /// That lease's error, after which the outcome is unknown.
+    async fn extend(&self, lease: &Lease) -> Result<bool> {
+        self.extend_many(std::slice::from_ref(lease))
+            .await
+            .into_first()
+    }
+
+    /// The backend's one-step hand-over, if it has one.
+    fn hand_overs(&self) -> Option<&dyn HandOvers> {
+        self.abilities().hand_overs
+    }
+
+    /// The session the backend's grants hang on, if there is one.
+    fn session(&self) -> Option<&dyn Session> {
+        self.abilities().session
+    }
+
+    /// The backend's record of election terms, if it keeps one.
+    fn term_log(&self) -> Option<&dyn TermLog> {
+        self.abilities().term_log
+    }
+
+    /// The backend's reports of releases, if it makes them.
+    fn wakeups(&self) -> Option<&dyn Wakeups> {
+        self.abilities().wakeups
+    }
+
+    /// Whether the backend can give a lock up later, for
+    /// [`AcquireOptions::min_hold`](crate::AcquireOptions::min_hold).
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`](crate::Error::Unsupported), saying why not.
+    fn releases_later(&self) -> Result<()> {
+        crate::engine::min_hold::check_release_later(self)
+    }
+}
+
+impl<B: Backend + ?Sized> BackendExt for B {}

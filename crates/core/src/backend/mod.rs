@@ -11,7 +11,8 @@
 //! # What is here
 //! - The contract: [`Backend`], with [`AcquireRequest`], [`Attempt`],
 //!   [`Lease`], [`LeaseId`], [`Extended`] and [`Capabilities`].
-//! - The abilities a backend may add: [`HandOvers`], [`DelayedRelease`],
+//! - The abilities a backend may add, in [`Abilities`]: [`HandOvers`],
+//!   [`DelayedRelease`],
 //!   [`Session`] and [`Wakeups`].
 //! - What a backend keeps beside a grant or a wait: [`GrantState`],
 //!   [`WaitState`], and the caller's [`Payload`].
@@ -77,9 +78,11 @@ pub(crate) mod wake;
 /// The attribute backends put on their [`Backend`] impl.
 pub use async_trait::async_trait;
 
-pub use abilities::{DelayedRelease, HandOvers, Renewal, Session, SessionId, Wakeups};
+pub use abilities::{
+    Abilities, DelayedRelease, HandOvers, ReleaseLater, Renewal, Session, SessionId, Wakeups,
+};
 pub use capabilities::Capabilities;
-pub use contract::{Backend, Extended};
+pub use contract::{Backend, BackendExt, Extended};
 pub use loss::LossReporter;
 pub use request::{AcquireRequest, Attempt, HandOver, Lease, LeaseId};
 pub use server_info::{Feature, FeatureState, ServerInfo};

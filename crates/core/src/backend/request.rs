@@ -84,7 +84,7 @@ pub struct AcquireRequest {
     pub payload: Payload,
     /// Whether the grant is an election's term, to be appended to the
     /// name's record of terms in the same atomic write that grants it
-    /// (see [`Backend::term_log`](crate::backend::Backend::term_log)). Only exclusive claims ask for it.
+    /// (see [`Abilities::term_log`](crate::backend::Abilities::term_log)). Only exclusive claims ask for it.
     pub records_term: bool,
 }
 

@@ -66,9 +66,9 @@ impl Term {
     }
 }
 
-/// A backend's record of election terms; see [`Backend::term_log`].
+/// A backend's record of election terms; see [`Abilities::term_log`].
 ///
-/// [`Backend::term_log`]: crate::backend::Backend::term_log
+/// [`Abilities::term_log`]: crate::backend::Abilities::term_log
 #[async_trait]
 pub trait TermLog: Send + Sync {
     /// The terms of `name` the record still keeps whose term is greater

@@ -162,7 +162,7 @@ impl Unclaimed {
     /// each within `timeout`.
     pub(crate) async fn release(self, backend: &dyn Backend, timeout: Duration) {
         let lease = &self.lease;
-        if let (Some(holder), Some(log)) = (&self.term_of, backend.term_log()) {
+        if let (Some(holder), Some(log)) = (&self.term_of, backend.abilities().term_log) {
             // Before the release: while the grant holds the lock, no later
             // grant can name its term as the one before it.
             let withdrawn =

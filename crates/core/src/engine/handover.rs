@@ -87,7 +87,7 @@ pub(crate) async fn hand_over<T>(
         held.lease.operation_timeout,
         "hand-over",
         async {
-            match held.backend.hand_overs() {
+            match held.backend.abilities().hand_overs {
                 Some(hand_overs) => hand_overs.hand_over(&held.lease, &next).await,
                 None => Err(Error::Unsupported(
                     "the backend no longer hands locks over".into(),

@@ -62,7 +62,7 @@ impl HoldBounds {
                 ),
             ));
         }
-        backend.delayed_release().map(|_| ())
+        crate::engine::min_hold::check_release_later(backend)
     }
 }
 

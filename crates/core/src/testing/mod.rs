@@ -43,8 +43,8 @@ use crate::backend::LossReporter;
 use crate::backend::state::{GrantState, WaitState};
 use crate::backend::wake::ReleaseWatch;
 use crate::backend::{
-    AcquireRequest, Attempt, Backend, Capabilities, DelayedRelease, Extended, HandOver, HandOvers,
-    Lease, LockInfo, Renewal, Session, SessionId, Wakeups,
+    Abilities, AcquireRequest, Attempt, Backend, Capabilities, DelayedRelease, Extended, HandOver,
+    HandOvers, Lease, LockInfo, Renewal, Session, SessionId, Wakeups,
 };
 use crate::error::{Error, Result};
 use crate::memory::MemoryBackend;
@@ -101,12 +101,12 @@ pub struct TestBackend {
     inner: Arc<dyn Backend>,
     controls: Arc<Mutex<Controls>>,
     hook: Option<Arc<dyn Hook>>,
-    abilities: Abilities,
+    offered: Offered,
 }
 
 /// Which of the wrapped backend's optional abilities this one offers.
 #[derive(Debug, Clone, Copy)]
-struct Abilities {
+struct Offered {
     hand_overs: bool,
     wakeups: bool,
     /// Grants hang on a session this backend keeps itself.
@@ -162,7 +162,7 @@ impl TestBackend {
             inner,
             controls: Arc::default(),
             hook: None,
-            abilities: Abilities {
+            offered: Offered {
                 hand_overs: true,
                 wakeups: true,
                 emulated_session: false,
@@ -180,20 +180,20 @@ impl TestBackend {
     /// This backend without one-step hand-overs: a lock passes between a
     /// client's tasks by a release and a new grant.
     pub fn without_hand_overs(mut self) -> Self {
-        self.abilities.hand_overs = false;
+        self.offered.hand_overs = false;
         self
     }
 
     /// This backend without delayed releases: an acquire with
     /// [`min_hold`](crate::AcquireOptions::min_hold) is refused.
     pub fn without_delayed_release(mut self) -> Self {
-        self.abilities.delayed_release = false;
+        self.offered.delayed_release = false;
         self
     }
 
     /// This backend without reports of releases: waiters poll.
     pub fn without_wakeups(mut self) -> Self {
-        self.abilities.wakeups = false;
+        self.offered.wakeups = false;
         self
     }
 
@@ -202,7 +202,7 @@ impl TestBackend {
     /// extending grants, and a renewal extends every grant made on the
     /// current session. See [`end_session`](Self::end_session).
     pub fn with_session(mut self) -> Self {
-        self.abilities.emulated_session = true;
+        self.offered.emulated_session = true;
         self
     }
 
@@ -357,7 +357,7 @@ impl TestBackend {
     fn remember(&self, request: &AcquireRequest, fencing_token: u64, state: &GrantState) {
         let lease = request.granted(fencing_token, state.clone());
         let mut controls = self.controls();
-        let session = self.abilities.emulated_session.then(|| {
+        let session = self.offered.emulated_session.then(|| {
             let Controls {
                 session,
                 sessions_started,
@@ -387,10 +387,9 @@ impl TestBackend {
         }
     }
 
-    /// Extends `leases` through the hooks: one by one with `extend` when
-    /// `one`, else in one `extend_many_timed`, whose reading of the
-    /// server's clock comes back too.
-    async fn extend_through(&self, leases: &[Lease], one: bool) -> Extended {
+    /// Extends `leases` through the hooks, in one call of the inner
+    /// backend, whose reading of the server's clock comes back too.
+    async fn extend_through(&self, leases: &[Lease]) -> Extended {
         let mut server_time = None;
         let mut outcomes = match self.enter(Call::Extend(leases)).await {
             Err(error) => {
@@ -398,9 +397,8 @@ impl TestBackend {
                 outcomes.insert(0, Err(error));
                 outcomes
             }
-            Ok(()) if one => vec![self.inner.extend(&leases[0]).await],
             Ok(()) => {
-                let extended = self.inner.extend_many_timed(leases).await;
+                let extended = self.inner.extend_many(leases).await;
                 server_time = extended.server_time;
                 extended.outcomes
             }
@@ -473,20 +471,11 @@ impl Backend for TestBackend {
         outcome
     }
 
-    async fn extend(&self, lease: &Lease) -> Result<bool> {
-        let extended = self.extend_through(std::slice::from_ref(lease), true).await;
-        extended.outcomes.into_iter().next().unwrap_or(Ok(false))
-    }
-
-    async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<bool>> {
-        self.extend_many_timed(leases).await.outcomes
-    }
-
-    async fn extend_many_timed(&self, leases: &[Lease]) -> Extended {
+    async fn extend_many(&self, leases: &[Lease]) -> Extended {
         if leases.is_empty() {
             return Extended::new(Vec::new(), None);
         }
-        self.extend_through(leases, false).await
+        self.extend_through(leases).await
     }
 
     fn extend_many_limit(&self) -> usize {
@@ -529,39 +518,34 @@ impl Backend for TestBackend {
         outcome
     }
 
-    fn hand_overs(&self) -> Option<&dyn HandOvers> {
-        self.inner.hand_overs()?;
-        self.abilities.hand_overs.then_some(self)
-    }
-
-    fn session(&self) -> Option<&dyn Session> {
-        if self.abilities.emulated_session {
-            return Some(self);
+    /// The inner backend's abilities, each through the hooks where this
+    /// backend offers it; the record of terms is the inner backend's,
+    /// called directly: no hook sees it. No later release with an
+    /// emulated session, whose renewals extend every grant, released ones
+    /// too.
+    fn abilities(&self) -> Abilities<'_> {
+        let inner = self.inner.abilities();
+        let mut abilities = Abilities::none();
+        if inner.hand_overs.is_some() && self.offered.hand_overs {
+            abilities = abilities.with_hand_overs(self);
         }
-        self.inner.session()?;
-        Some(self)
-    }
-
-    fn wakeups(&self) -> Option<&dyn Wakeups> {
-        self.inner.wakeups()?;
-        self.abilities.wakeups.then_some(self)
-    }
-
-    /// The inner backend's, called directly: no hook sees it.
-    fn term_log(&self) -> Option<&dyn crate::backend::terms::TermLog> {
-        self.inner.term_log()
-    }
-
-    /// The inner backend's, through the hooks. None with an emulated
-    /// session, whose renewals extend every grant, released ones too.
-    fn delayed_release(&self) -> Result<&dyn DelayedRelease> {
-        if !self.abilities.delayed_release || self.abilities.emulated_session {
-            return Err(Error::Unsupported(
-                "this test backend keeps no lock after its release (min_hold)".into(),
-            ));
+        if self.offered.emulated_session || inner.session.is_some() {
+            abilities = abilities.with_session(self);
         }
-        self.inner.delayed_release()?;
-        Ok(self)
+        if inner.wakeups.is_some() && self.offered.wakeups {
+            abilities = abilities.with_wakeups(self);
+        }
+        if let Some(term_log) = inner.term_log {
+            abilities = abilities.with_term_log(term_log);
+        }
+        let releases_later = crate::engine::min_hold::check_release_later(&*self.inner).is_ok();
+        if self.offered.delayed_release && !self.offered.emulated_session && releases_later {
+            abilities.with_delayed_release(self)
+        } else {
+            abilities.without_delayed_release(
+                "this test backend keeps no lock after its release (min_hold)",
+            )
+        }
     }
 
     async fn close(&self) -> Result<()> {
@@ -577,11 +561,8 @@ impl DelayedRelease for TestBackend {
     async fn release_after(&self, lease: &Lease, remaining: Duration) -> Result<bool> {
         self.enter(Call::DelayedRelease { lease, remaining })
             .await?;
-        let mut outcome = self
-            .inner
-            .delayed_release()?
-            .release_after(lease, remaining)
-            .await;
+        let mut outcome =
+            crate::engine::min_hold::release_later(&*self.inner, lease, remaining).await;
         self.leave(Answer::DelayedRelease {
             lease,
             outcome: &mut outcome,
@@ -598,7 +579,7 @@ impl DelayedRelease for TestBackend {
 impl HandOvers for TestBackend {
     async fn hand_over(&self, lease: &Lease, next: &AcquireRequest) -> Result<HandOver> {
         self.enter(Call::HandOver { lease, next }).await?;
-        let mut outcome = match self.inner.hand_overs() {
+        let mut outcome = match self.inner.abilities().hand_overs {
             Some(inner) => inner.hand_over(lease, next).await,
             None => Err(Error::Unsupported(
                 "the wrapped backend no longer hands locks over".into(),
@@ -628,8 +609,8 @@ impl HandOvers for TestBackend {
 #[async_trait]
 impl Session for TestBackend {
     fn session_of(&self, lease: &Lease) -> Option<SessionId> {
-        if !self.abilities.emulated_session {
-            return self.inner.session()?.session_of(lease);
+        if !self.offered.emulated_session {
+            return self.inner.abilities().session?.session_of(lease);
         }
         let controls = self.controls();
         let grants = controls.grants.get(&lease.name)?;
@@ -639,10 +620,10 @@ impl Session for TestBackend {
 
     async fn renew(&self) -> Result<Renewal> {
         self.enter(Call::RenewSession).await?;
-        let mut outcome = if self.abilities.emulated_session {
+        let mut outcome = if self.offered.emulated_session {
             self.renew_emulated().await
         } else {
-            match self.inner.session() {
+            match self.inner.abilities().session {
                 Some(inner) => inner.renew().await,
                 None => Err(Error::Unsupported(
                     "the wrapped backend no longer keeps a session".into(),
@@ -670,7 +651,7 @@ impl TestBackend {
             (controls.session, leases)
         };
         if !leases.is_empty() {
-            for outcome in self.inner.extend_many(&leases).await {
+            for outcome in self.inner.extend_many(&leases).await.outcomes {
                 outcome?;
             }
         }
@@ -688,6 +669,6 @@ impl Wakeups for TestBackend {
         {
             return None;
         }
-        self.inner.wakeups()?.watch(name)
+        self.inner.abilities().wakeups?.watch(name)
     }
 }

@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use async_trait::async_trait;
 
 use crate::backend::state::{GrantState, WaitState};
-use crate::backend::{AcquireRequest, Attempt, Backend, Capabilities, Lease, LockInfo, Session};
+use crate::backend::{
+    Abilities, AcquireRequest, Attempt, Backend, Capabilities, Extended, Lease, LockInfo,
+};
 use crate::claim::Claim;
 use crate::error::Result;
 use crate::name::LockName;
@@ -190,9 +192,51 @@ impl Backend for MutantBackend {
         self.inner.end_wait(request, wait).await
     }
 
+    async fn extend_many(&self, leases: &[Lease]) -> Extended {
+        Extended::each(leases, |lease| self.extend(lease)).await
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        let real = Self::real(lease);
+        if self.mutation == Mutation::SkipsOwnerCheck {
+            return self.inner.force_release(&real.name).await;
+        }
+        self.inner.release(&real).await
+    }
+
+    async fn list(&self) -> Result<Vec<LockInfo>> {
+        self.inner.list().await
+    }
+
+    async fn force_release(&self, name: &LockName) -> Result<bool> {
+        self.inner.force_release(name).await
+    }
+
+    /// The inner backend's session alone: the mutant's own calls are the
+    /// ones under test, and it keeps no lock after its release.
+    fn abilities(&self) -> Abilities<'_> {
+        let abilities =
+            Abilities::none().without_delayed_release("a mutant keeps no lock after its release");
+        match self.inner.abilities().session {
+            Some(session) => abilities.with_session(session),
+            None => abilities,
+        }
+    }
+
+    async fn close(&self) -> Result<()> {
+        self.inner.close().await
+    }
+}
+
+impl MutantBackend {
+    /// One lease's extension, through the mutation.
     async fn extend(&self, lease: &Lease) -> Result<bool> {
         let real = Self::real(lease);
-        let extended = self.inner.extend(&real).await?;
+        let extended = self
+            .inner
+            .extend_many(std::slice::from_ref(&real))
+            .await
+            .into_first()?;
         Ok(match self.mutation {
             Mutation::HidesLosses => true,
             Mutation::SkipsOwnerCheck if !extended => {
@@ -213,29 +257,5 @@ impl Backend for MutantBackend {
             }
             _ => extended,
         })
-    }
-
-    async fn release(&self, lease: &Lease) -> Result<bool> {
-        let real = Self::real(lease);
-        if self.mutation == Mutation::SkipsOwnerCheck {
-            return self.inner.force_release(&real.name).await;
-        }
-        self.inner.release(&real).await
-    }
-
-    async fn list(&self) -> Result<Vec<LockInfo>> {
-        self.inner.list().await
-    }
-
-    async fn force_release(&self, name: &LockName) -> Result<bool> {
-        self.inner.force_release(name).await
-    }
-
-    fn session(&self) -> Option<&dyn Session> {
-        self.inner.session()
-    }
-
-    async fn close(&self) -> Result<()> {
-        self.inner.close().await
     }
 }

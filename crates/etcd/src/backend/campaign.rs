@@ -26,9 +26,10 @@
 
 use std::time::Duration;
 
-use distlock_core::{
-    AcquireRequest, Attempt, Holder, Lease, LockName, Result, Term, TermLog, WaitState, async_trait,
+use distlock_core::backend::{
+    AcquireRequest, Attempt, Lease, Term, TermLog, WaitState, async_trait,
 };
+use distlock_core::{Holder, LockName, Result};
 
 use super::{EtcdBackend, TRY_ROUNDS, Waiting, header_revision, name_keys, range_reads};
 use crate::error::from_etcd;

@@ -7,7 +7,8 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use distlock_core::{DelayedRelease, Lease, Result, async_trait};
+use distlock_core::Result;
+use distlock_core::backend::{DelayedRelease, Lease, async_trait};
 
 use super::{EtcdBackend, Grant};
 use crate::error::from_etcd;

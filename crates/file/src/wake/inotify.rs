@@ -6,7 +6,7 @@ use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use distlock_core::ReleaseHub;
+use distlock_core::backend::ReleaseHub;
 use rustix::event::{PollFd, PollFlags};
 use rustix::fs::inotify;
 

@@ -5,7 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::{LeaseId, Result};
+use distlock_core::Result;
+use distlock_core::backend::LeaseId;
 use tokio::time::Instant;
 
 use crate::grant::PermitGrant;

@@ -9,7 +9,8 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use distlock_core::{AcquireRequest, Attempt, Backend, Claim, Holder, Lease, LockName};
+use distlock_core::backend::{AcquireRequest, Attempt, Backend, Lease};
+use distlock_core::{Claim, Holder, LockName};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
@@ -57,7 +58,7 @@ pub async fn grant_as(
     );
     Ok(
         match backend
-            .try_acquire(&request, &mut distlock_core::WaitState::new())
+            .try_acquire(&request, &mut distlock_core::backend::WaitState::new())
             .await?
         {
             Attempt::Acquired {

@@ -12,10 +12,11 @@ use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use distlock_core::{
-    AcquireRequest, Attempt, Backend, Capabilities, Claim, Error, GrantState, Lease, LeaseId,
-    LockInfo, LockKind, LockName, ReleaseWatch, Result, WaitState, Wakeups,
+use distlock_core::backend::{
+    Abilities, AcquireRequest, Attempt, Backend, Capabilities, Extended, GrantState, Lease,
+    LeaseId, ReleaseWatch, WaitState, Wakeups,
 };
+use distlock_core::{Claim, Error, LockInfo, LockKind, LockName, Result};
 use futures::TryStreamExt;
 use mongodb::Collection;
 use mongodb::bson::{Bson, Document};
@@ -273,6 +274,25 @@ impl EntityBackend {
             .map(|(_, lease)| live.contains(&lock_id(*lease)))
             .collect())
     }
+
+    /// Extends one entity's lock, in one update.
+    async fn extend_one(&self, lease: &Lease) -> Result<bool> {
+        let id = id::parse(&lease.name)?;
+        let updated = self
+            .collection
+            .update_one(
+                update::ours(&self.fields, &id, lease.id),
+                update::extend(&self.fields, lease.lease),
+            )
+            .await
+            .map_err(|error| {
+                driver(
+                    &format!("extending the lock of {}", self.describe(&id)),
+                    error,
+                )
+            })?;
+        Ok(updated.matched_count == 1)
+    }
 }
 
 #[async_trait]
@@ -313,32 +333,14 @@ impl Backend for EntityBackend {
         }
     }
 
-    async fn extend(&self, lease: &Lease) -> Result<bool> {
-        let id = id::parse(&lease.name)?;
-        let updated = self
-            .collection
-            .update_one(
-                update::ours(&self.fields, &id, lease.id),
-                update::extend(&self.fields, lease.lease),
-            )
-            .await
-            .map_err(|error| {
-                driver(
-                    &format!("extending the lock of {}", self.describe(&id)),
-                    error,
-                )
-            })?;
-        Ok(updated.matched_count == 1)
-    }
-
     fn extend_many_limit(&self) -> usize {
         // A few commands extend any number of leases.
         usize::MAX
     }
 
-    async fn extend_many(&self, leases: &[Lease]) -> Vec<Result<bool>> {
-        if leases.len() == 1 {
-            return vec![self.extend(&leases[0]).await];
+    async fn extend_many(&self, leases: &[Lease]) -> Extended {
+        if let [lease] = leases {
+            return Extended::new(vec![self.extend_one(lease).await], None);
         }
         let mut outcomes: Vec<Option<Result<bool>>> = leases.iter().map(|_| None).collect();
         let mut by_period: HashMap<Duration, Vec<(usize, Bson, LeaseId)>> = HashMap::new();
@@ -373,7 +375,7 @@ impl Backend for EntityBackend {
                 }
             }
         }
-        settle(outcomes)
+        Extended::new(settle(outcomes), None)
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
@@ -420,8 +422,16 @@ impl Backend for EntityBackend {
         Ok(updated.matched_count == 1)
     }
 
-    fn wakeups(&self) -> Option<&dyn Wakeups> {
-        self.watcher.is_some().then_some(self)
+    /// No later release: an entity lock is not kept after its release.
+    fn abilities(&self) -> Abilities<'_> {
+        let abilities = Abilities::none().without_delayed_release(
+            "MongoDB's entity locks cannot keep a lock held after its release (min_hold)",
+        );
+        if self.watcher.is_some() {
+            abilities.with_wakeups(self)
+        } else {
+            abilities
+        }
     }
 }
 

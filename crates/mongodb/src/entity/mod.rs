@@ -118,7 +118,9 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::{AcquireOptions, Error, LockClient, LockGuard, LockOptions, Payload, Result};
+use distlock_core::{
+    AcquireOptions, Error, LockClient, LockGuard, LockOptions, Payload, Result, TryOptions,
+};
 use mongodb::Collection;
 use mongodb::bson::{Bson, Document};
 use serde::Serialize;
@@ -428,7 +430,7 @@ where
         let name = id::name(&id)?;
         let guard = self
             .client
-            .try_acquire_with(&name, AcquireOptions::new().payload(insert))
+            .try_acquire_with(&name, TryOptions::new().payload(insert))
             .await
             .map_err(|error| named(&self.backend, &id, error))?;
         match guard {

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use distlock_core::LeaseId;
+use distlock_core::backend::LeaseId;
 use mongodb::bson::{Bson, Document, doc};
 
 use super::fields::Fields;

@@ -23,7 +23,8 @@ mod places;
 
 use std::time::Duration;
 
-use distlock_core::{AcquireRequest, LockName};
+use distlock_core::LockName;
+use distlock_core::backend::AcquireRequest;
 use mongodb::bson::{Bson, Document, doc};
 
 use crate::document::{

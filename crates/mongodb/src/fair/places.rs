@@ -13,13 +13,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use distlock_core::{LeaseId, LockName};
+use distlock_core::LockName;
+use distlock_core::backend::LeaseId;
 use mongodb::bson::Document;
 
 use crate::document::{ENTRY_ID, QUEUE};
 
 /// The identity of one wait's place, kept in its
-/// [`WaitState`](distlock_core::WaitState) across attempts (each attempt
+/// [`WaitState`](distlock_core::backend::WaitState) across attempts (each attempt
 /// has a lease identity of its own).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct PlaceId(String);

@@ -5,7 +5,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use distlock_core::{Feature, LockName, ReleaseHub, ReleaseWatch};
+use distlock_core::LockName;
+use distlock_core::backend::{Feature, ReleaseHub, ReleaseWatch};
 use mongodb::Collection;
 use mongodb::bson::{Document, doc};
 use tokio::sync::OnceCell;

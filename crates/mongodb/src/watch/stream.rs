@@ -5,7 +5,8 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use distlock_core::{LockName, ReleaseHub};
+use distlock_core::LockName;
+use distlock_core::backend::ReleaseHub;
 use futures::StreamExt;
 use mongodb::Collection;
 use mongodb::bson::{Bson, Document, doc};

@@ -1,6 +1,7 @@
 //! What a release watcher watches, and whose waiters an event wakes.
 
-use distlock_core::{LockName, ReleaseHub};
+use distlock_core::LockName;
+use distlock_core::backend::ReleaseHub;
 use mongodb::bson::Bson;
 
 use crate::document::{FREED, LOCK_ID};

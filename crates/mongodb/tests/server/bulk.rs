@@ -3,7 +3,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use distlock_core::{AcquireRequest, Attempt, Backend, Claim, Holder, Lease, LeaseId, WaitState};
+use distlock_core::backend::{AcquireRequest, Attempt, Backend, Lease, LeaseId, WaitState};
+use distlock_core::{Claim, Holder};
 use distlock_mongodb::mongodb::bson::doc;
 use futures::TryStreamExt;
 
@@ -62,7 +63,7 @@ async fn extend_many_extends_what_is_ours_and_reports_what_is_not() {
     };
     let before = expiries().await;
     tokio::time::sleep(Duration::from_millis(5)).await;
-    let outcomes = backend.extend_many(&leases).await;
+    let outcomes = backend.extend_many(&leases).await.outcomes;
     let after = expiries().await;
     assert_eq!(outcomes.len(), leases.len());
     for (i, (lease, outcome)) in leases.iter().zip(outcomes).enumerate() {
@@ -86,6 +87,7 @@ async fn extend_many_extends_what_is_ours_and_reports_what_is_not() {
         backend
             .extend_many(&ours)
             .await
+            .outcomes
             .into_iter()
             .all(|outcome| outcome.unwrap())
     );

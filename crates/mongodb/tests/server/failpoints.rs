@@ -6,8 +6,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use distlock_core::backend::Backend;
 use distlock_core::testing::{Answer, Hook};
-use distlock_core::{Backend, LockClient, LockName, LossReason, Result};
+use distlock_core::{LockClient, LockName, LossReason, Result};
 use distlock_mongodb::MongoBackend;
 use distlock_mongodb::mongodb::Client;
 use distlock_mongodb::mongodb::bson::doc;

@@ -7,10 +7,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use distlock_core::{
-    AcquireOptions, AcquireRequest, Attempt, Backend, Claim, Holder, LockClient, LockName,
-    LockOptions, ReleaseWatch, WaitState,
-};
+use distlock_core::backend::BackendExt;
+use distlock_core::backend::{AcquireRequest, Attempt, Backend, ReleaseWatch, WaitState};
+use distlock_core::{AcquireOptions, Claim, Holder, LockClient, LockName, LockOptions, TryOptions};
 use distlock_mongodb::mongodb::bson::{Document, doc};
 use distlock_mongodb::mongodb::options::IndexOptions;
 use distlock_mongodb::mongodb::{Collection, IndexModel};
@@ -209,7 +208,7 @@ async fn a_release_passes_the_lock_to_the_first_place_in_the_same_update() {
     // attempt takes the grant over as its own.
     tokio::time::timeout(WAIT, woken.released()).await.unwrap();
     let next = AcquireRequest {
-        lease_id: distlock_core::LeaseId::random(),
+        lease_id: distlock_core::backend::LeaseId::random(),
         ..first.clone()
     };
     match backend.try_acquire(&next, &mut first_wait).await.unwrap() {
@@ -406,7 +405,7 @@ async fn readers_wait_while_a_writer_is_in_line() {
     backend.try_acquire(&writer, &mut wait).await.unwrap();
     until_in_line(&raw, &name, 1).await;
     let late = a
-        .try_acquire_with(&name, AcquireOptions::new().shared())
+        .try_acquire_with(&name, TryOptions::new().shared())
         .await
         .unwrap();
     assert!(
@@ -415,7 +414,7 @@ async fn readers_wait_while_a_writer_is_in_line() {
     );
     backend.end_wait(&writer, wait).await.unwrap();
     let late = a
-        .try_acquire_with(&name, AcquireOptions::new().shared())
+        .try_acquire_with(&name, TryOptions::new().shared())
         .await
         .unwrap();
     assert!(late.is_some(), "once the writer left, readers go in");
@@ -554,7 +553,7 @@ async fn the_ttl_monitor_keeps_a_document_whose_line_lives_past_its_grant() {
     // The waiter's next attempt is served from the line, above the dead
     // holder's token.
     let next = AcquireRequest {
-        lease_id: distlock_core::LeaseId::random(),
+        lease_id: distlock_core::backend::LeaseId::random(),
         ..waiter.clone()
     };
     match backend.try_acquire(&next, &mut wait).await.unwrap() {

@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use distlock_core::{Backend as _, LockClient, LockOptions};
+use distlock_core::backend::Backend as _;
+use distlock_core::{LockClient, LockOptions};
 use distlock_mongodb::fencing::Fence;
 use distlock_mongodb::mongodb::bson::{Document, doc};
 

@@ -4,9 +4,10 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use distlock_core::backend::BackendExt;
+use distlock_core::backend::{AcquireRequest, Attempt, Backend, Lease, LeaseId, WaitState};
 use distlock_core::{
-    AcquireOptions, AcquireRequest, Attempt, Backend, Claim, Error, Holder, Lease, LeaseId,
-    LockKind, LockName, LockOptions, Permits, WaitState,
+    AcquireOptions, Claim, Error, Holder, LockKind, LockName, LockOptions, Permits,
 };
 use distlock_mongodb::mongodb::bson::{Bson, DateTime, Document, doc};
 use distlock_mongodb::mongodb::event::EventHandler;
@@ -422,7 +423,7 @@ async fn a_forced_release_clears_every_holder() {
     for gone in ["lockId", "holders", "limit"] {
         assert!(cleared.get(gone).is_none(), "{gone} is left: {cleared:?}");
     }
-    for outcome in other.extend_many(&permits).await {
+    for outcome in other.extend_many(&permits).await.outcomes {
         assert!(!outcome.unwrap());
     }
     for permit in &permits {
@@ -593,6 +594,7 @@ async fn extend_many_extends_several_entries_of_one_name_and_reports_the_lost() 
     let outcomes: Vec<bool> = backend
         .extend_many(&leases)
         .await
+        .outcomes
         .into_iter()
         .map(Result::unwrap)
         .collect();
@@ -613,6 +615,7 @@ async fn extend_many_extends_several_entries_of_one_name_and_reports_the_lost() 
         backend
             .extend_many(&one_each)
             .await
+            .outcomes
             .into_iter()
             .all(|outcome| outcome.unwrap())
     );

@@ -3,7 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::{AcquireRequest, Attempt, Backend, Claim, Holder, WaitState};
+use distlock_core::backend::{AcquireRequest, Attempt, Backend, WaitState};
+use distlock_core::{Claim, Holder};
 use tokio::sync::Barrier;
 
 use crate::common::*;

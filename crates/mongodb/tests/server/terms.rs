@@ -5,10 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::{
-    AcquireRequest, Attempt, Backend, Claim, Error, Holder, LockClient, LockOptions, TERMS_KEPT,
-    Term, WaitState,
-};
+use distlock_core::backend::BackendExt;
+use distlock_core::backend::{AcquireRequest, Attempt, Backend, TERMS_KEPT, Term, WaitState};
+use distlock_core::{Claim, Error, Holder, LockClient, LockOptions};
 use distlock_mongodb::MongoBackend;
 use distlock_mongodb::mongodb::bson::{Bson, Document, doc};
 

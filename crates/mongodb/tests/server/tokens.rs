@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use distlock_core::{AcquireOptions, Claim, Error, LockName, LockOptions};
+use distlock_core::{AcquireOptions, Claim, Error, LockName, LockOptions, TryOptions};
 use distlock_mongodb::mongodb::Collection;
 use distlock_mongodb::mongodb::bson::{Bson, DateTime, Document, doc};
 
@@ -292,7 +292,7 @@ async fn a_limit_stored_as_a_double_is_the_same_limit() {
     let raw = raw_collection(&inspector, &collection);
     let name = lock_name("limit");
     let first = client
-        .try_acquire_with(&name, AcquireOptions::new().permit(3))
+        .try_acquire_with(&name, TryOptions::new().permit(3))
         .await
         .unwrap()
         .unwrap();
@@ -303,7 +303,7 @@ async fn a_limit_stored_as_a_double_is_the_same_limit() {
     .await
     .unwrap();
     match client
-        .try_acquire_with(&name, AcquireOptions::new().permit(2))
+        .try_acquire_with(&name, TryOptions::new().permit(2))
         .await
     {
         Err(Error::KindConflict { held, .. }) => {
@@ -315,7 +315,7 @@ async fn a_limit_stored_as_a_double_is_the_same_limit() {
     let row = listed.iter().find(|lock| lock.name == name).unwrap();
     assert_eq!(row.permits.map(|permits| permits.limit), Some(3));
     let second = client
-        .try_acquire_with(&name, AcquireOptions::new().permit(3))
+        .try_acquire_with(&name, TryOptions::new().permit(3))
         .await
         .unwrap();
     assert!(second.is_some(), "a permit of the same limit is granted");

@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-use distlock_core::{Backend, LockClient, LockOptions, LossReason};
+use distlock_core::backend::Backend;
+use distlock_core::backend::BackendExt;
+use distlock_core::{LockClient, LockOptions, LossReason};
 
 use crate::common::*;
 

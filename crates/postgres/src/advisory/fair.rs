@@ -21,7 +21,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use distlock_core::{AcquireRequest, Attempt, Error, LockName, ReleaseHub, Result, WaitState};
+use distlock_core::backend::{AcquireRequest, Attempt, ReleaseHub, WaitState};
+use distlock_core::{Error, LockName, Result};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;

@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use distlock_core::{AcquireRequest, Attempt, GrantState, Lease, LeaseId};
+use distlock_core::backend::{AcquireRequest, Attempt, GrantState, Lease, LeaseId};
 
 use super::keys::Key;
 use super::session::Session;

@@ -3,7 +3,7 @@
 //! extension period. See the crate docs' "Advisory mode" for what callers
 //! can rely on; this module says how.
 //!
-//! - A grant's [`GrantState`](distlock_core::GrantState) holds its
+//! - A grant's [`GrantState`](distlock_core::backend::GrantState) holds its
 //!   [`Pinned`] session (see [`grant`]). Releasing
 //!   unlocks it and returns the session to the spares; dropping the state
 //!   closes the session, which ends the lock on the server.
@@ -32,10 +32,8 @@ mod waiting;
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::{
-    AcquireRequest, Attempt, Capabilities, Claim, Error, Lease, LockInfo, LockKind, LockName,
-    Result, WaitState,
-};
+use distlock_core::backend::{AcquireRequest, Attempt, Capabilities, Lease, WaitState};
+use distlock_core::{Claim, Error, LockInfo, LockKind, LockName, Result};
 use tokio::time::Instant;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Row};
@@ -428,7 +426,7 @@ impl AdvisoryMode {
     }
 }
 
-/// The calls of [`Backend`](distlock_core::Backend) that advisory mode
+/// The calls of [`Backend`](distlock_core::backend::Backend) that advisory mode
 /// answers its own way; the backend answers the rest for both modes.
 impl AdvisoryMode {
     pub(crate) fn capabilities(&self) -> Capabilities {

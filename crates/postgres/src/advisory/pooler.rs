@@ -12,7 +12,8 @@
 
 use std::time::Duration;
 
-use distlock_core::{Error, LeaseId, Result};
+use distlock_core::backend::LeaseId;
+use distlock_core::{Error, Result};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
 

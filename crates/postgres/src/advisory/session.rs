@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use distlock_core::{LossReporter, Result};
+use distlock_core::Result;
+use distlock_core::backend::LossReporter;
 use tokio::task::AbortHandle;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{CancelToken, Client, Row};

@@ -12,10 +12,10 @@ mod waiting;
 use std::collections::HashSet;
 use std::time::Duration;
 
-use distlock_core::{
-    AcquireRequest, Attempt, Capabilities, Claim, Extended, GrantState, HandOver, Lease, LockInfo,
-    LockName, Result, WaitState,
+use distlock_core::backend::{
+    AcquireRequest, Attempt, Capabilities, Extended, GrantState, HandOver, Lease, WaitState,
 };
+use distlock_core::{Claim, LockInfo, LockName, Result};
 use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
 
@@ -327,7 +327,7 @@ impl LeaseMode {
     }
 }
 
-/// The calls of [`Backend`](distlock_core::Backend) that lease mode
+/// The calls of [`Backend`](distlock_core::backend::Backend) that lease mode
 /// answers its own way; the backend answers the rest for both modes.
 impl LeaseMode {
     pub(crate) fn capabilities(&self) -> Capabilities {
@@ -454,7 +454,7 @@ impl LeaseMode {
         .map(drop)
     }
 
-    pub(crate) async fn extend_many_timed(&self, leases: &[Lease]) -> Extended {
+    pub(crate) async fn extend_many(&self, leases: &[Lease]) -> Extended {
         if leases.is_empty() {
             return Extended::new(Vec::new(), None);
         }

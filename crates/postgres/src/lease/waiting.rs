@@ -1,4 +1,4 @@
-//! What a wait keeps in its [`WaitState`](distlock_core::WaitState)
+//! What a wait keeps in its [`WaitState`](distlock_core::backend::WaitState)
 //! across attempts: a waiting writer's mark, or, in fair mode, its place
 //! in line.
 //!
@@ -8,12 +8,12 @@
 //! lease at most. Each attempt of the same wait refreshes it; the writer's
 //! grant, or the end of its wait, removes it.
 
-use distlock_core::LeaseId;
+use distlock_core::backend::LeaseId;
 
 use crate::wake::CallsSeen;
 
 /// The identity of one wait's mark, kept in its
-/// [`WaitState`](distlock_core::WaitState) across attempts (each attempt
+/// [`WaitState`](distlock_core::backend::WaitState) across attempts (each attempt
 /// has a grant identity of its own).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct WriterMark(String);
@@ -29,7 +29,7 @@ impl WriterMark {
     }
 }
 
-/// What a fair wait keeps in its [`WaitState`](distlock_core::WaitState)
+/// What a fair wait keeps in its [`WaitState`](distlock_core::backend::WaitState)
 /// across attempts (which holds one value): its place, and when it is due
 /// to ask the store next.
 #[derive(Debug, Clone)]

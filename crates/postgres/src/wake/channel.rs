@@ -8,7 +8,8 @@
 //! made of distlock's prefix, hex digits and underscores only, never of a
 //! user's text, so they are valid identifiers under any quoting.
 
-use distlock_core::{LeaseId, LockName};
+use distlock_core::LockName;
+use distlock_core::backend::LeaseId;
 
 use crate::table::TableName;
 

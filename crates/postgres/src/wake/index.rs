@@ -6,7 +6,8 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use distlock_core::{LockName, ReleaseHub, ReleaseWatch};
+use distlock_core::LockName;
+use distlock_core::backend::{ReleaseHub, ReleaseWatch};
 
 use super::calls::Calls;
 use super::channel::{Bucket, NameHash};

@@ -17,7 +17,8 @@ mod state;
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::{LeaseId, LockName, ReleaseHub, ReleaseWatch};
+use distlock_core::LockName;
+use distlock_core::backend::{LeaseId, ReleaseHub, ReleaseWatch};
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 

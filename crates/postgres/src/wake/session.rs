@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::LeaseId;
+use distlock_core::backend::LeaseId;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_postgres::types::Type;
 use tokio_postgres::{AsyncMessage, Client};

@@ -5,7 +5,8 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use distlock_core::{AcquireRequest, Attempt, Backend, Claim, Holder, LockName, WaitState};
+use distlock_core::backend::{AcquireRequest, Attempt, Backend, WaitState};
+use distlock_core::{Claim, Holder, LockName};
 use distlock_postgres::PostgresBackend;
 
 fn main() {

@@ -13,10 +13,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use distlock_core::{
-    AcquireRequest, Attempt, Backend, Claim, HandOver, Holder, Lease, LockClient, LockName,
-    LockOptions, WaitState,
-};
+use distlock_core::backend::BackendExt;
+use distlock_core::backend::{AcquireRequest, Attempt, Backend, HandOver, Lease, WaitState};
+use distlock_core::{Claim, Holder, LockClient, LockName, LockOptions};
 use distlock_redis::RedisBackend;
 use distlock_redis::redis;
 use tokio::net::TcpStream;

@@ -4,7 +4,7 @@
 //! clock steps forward (NTP's `makestep`, a resumed VM, a manual `date`):
 //! the holder's own deadline, kept on its monotonic clock, is then too
 //! late. A backend that reads the server's clock with each extension (see
-//! [`Backend::extend_many_timed`](crate::backend::Backend::extend_many_timed)) lets
+//! [`Backend::extend_many`](crate::backend::Backend::extend_many)) lets
 //! the keeper see the step: between two readings, the server's clock may
 //! advance at most as much as the time from the first request's sending to
 //! the second answer's arrival. Whatever it advanced beyond that is a step

@@ -204,7 +204,11 @@ impl Keeper {
                 options,
                 process_bound: capabilities.process_bound,
                 store: backend.store_name(),
-                session: backend.session().is_some().then(|| backend.clone()),
+                session: backend
+                    .abilities()
+                    .session
+                    .is_some()
+                    .then(|| backend.clone()),
                 waits: Default::default(),
                 running: AtomicBool::new(false),
             }),
@@ -237,11 +241,12 @@ impl Keeper {
             return self.shared.clone().renew_now(held).await;
         }
         let sent_at = Instant::now();
-        let outcome = bounded::keeper_call(
-            held.lease.operation_timeout,
-            "extend",
-            held.backend.extend(&held.lease),
-        )
+        let outcome = bounded::keeper_call(held.lease.operation_timeout, "extend", async {
+            held.backend
+                .extend_many(std::slice::from_ref(&held.lease))
+                .await
+                .into_first()
+        })
         .await;
         metrics::extension_call(self.shared.store, sent_at.elapsed());
         // The keeper records the outcome; the caller gets the same error,
@@ -496,7 +501,7 @@ impl Shared {
         let timeout = self.options.operation_timeout();
         let sent_at = Instant::now();
         let started = std::time::Instant::now();
-        let batch = async { Ok(backend.extend_many_timed(&leases).await) };
+        let batch = async { Ok(backend.extend_many(&leases).await) };
         let mut server_time = None;
         let outcomes = match bounded::keeper_call(timeout, "extend", batch).await {
             Ok(extended) if extended.outcomes.len() == leases.len() => {

@@ -91,7 +91,11 @@ impl Shared {
 
     /// The session `held` was granted on, as the backend tells.
     pub(super) fn session_of(&self, held: &HeldLease) -> Option<SessionId> {
-        self.session.as_ref()?.session()?.session_of(&held.lease)
+        self.session
+            .as_ref()?
+            .abilities()
+            .session?
+            .session_of(&held.lease)
     }
 
     /// Renews the session, and applies the outcome to the leases.
@@ -136,7 +140,7 @@ impl Shared {
         // Under a timer whatever the backend bounds itself: a renewal has
         // one operation timeout in all (see `bounded::keeper_call`).
         let renewal = async {
-            match backend.session() {
+            match backend.abilities().session {
                 Some(session) => session.renew().await,
                 None => Err(Error::Unsupported("the backend keeps no session".into())),
             }
