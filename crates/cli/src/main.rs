@@ -62,8 +62,13 @@ use tracing_subscriber::EnvFilter;
 
 use crate::cli::{Cli, Command};
 
-/// Leaves the library's warning of a lost lock out of the log.
-const LOSS_SAID_ONCE: &str = "distlock_core::lease=error";
+/// Leaves the library's warnings of a lost lock out of the log (the
+/// keeper's, and a backend's report), since the command says it once: by
+/// the modules that log them.
+const LOSS_SAID_ONCE: [&str; 2] = [
+    "distlock_core::engine::held=error",
+    "distlock_core::backend::loss=error",
+];
 
 fn main() -> ExitCode {
     let argv: Vec<OsString> = std::env::args_os().collect();
@@ -148,7 +153,9 @@ fn init_logging(default: &str) {
         .and_then(|given| EnvFilter::try_new(given).ok())
         .unwrap_or_else(|| EnvFilter::new(default));
     if !given.is_some_and(|given| given.contains("distlock_core")) {
-        filter = filter.add_directive(LOSS_SAID_ONCE.parse().expect("a valid directive"));
+        for directive in LOSS_SAID_ONCE {
+            filter = filter.add_directive(directive.parse().expect("a valid directive"));
+        }
     }
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
