@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use tokio::time::Instant;
 
+use crate::backend::BackendExt;
 use crate::backend::state::{GrantState, WaitState};
 use crate::backend::terms::{TERMS_KEPT, Term, TermLog, withdraw_term};
 use crate::backend::wake::{ReleaseHub, ReleaseWatch};
@@ -500,10 +501,7 @@ impl DelayedRelease for MemoryBackend {
             lease: remaining,
             ..lease.clone()
         };
-        let ours = self
-            .extend_many(std::slice::from_ref(&shortened))
-            .await
-            .into_first()?;
+        let ours = self.extend(&shortened).await?;
         // Waiters that were told the old end ask again, to hear the new one.
         self.releases.notify(&lease.name);
         Ok(ours)

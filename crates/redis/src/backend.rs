@@ -4,6 +4,7 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
+use distlock_core::backend::BackendExt;
 use distlock_core::backend::{
     Abilities, AcquireRequest, Attempt, Backend, Capabilities, DelayedRelease, Extended, Feature,
     GrantState, HandOver, HandOvers, Lease, LeaseId, ReleaseWatch, ServerInfo, Term, TermLog,
@@ -605,10 +606,7 @@ impl DelayedRelease for RedisBackend {
             lease: remaining,
             ..lease.clone()
         };
-        let cut = self
-            .extend_many(std::slice::from_ref(&shortened))
-            .await
-            .into_first()?;
+        let cut = self.extend(&shortened).await?;
         if cut {
             // A wake-up is a hint: one that fails leaves the waiters to
             // their timed retries, as before.

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::backend::{Backend, Lease, ReleaseLater};
+use crate::backend::{Backend, BackendExt, Lease, ReleaseLater};
 use crate::engine::bounded;
 use crate::engine::held::HeldLease;
 use crate::error::{Error, Result};
@@ -78,10 +78,7 @@ pub(crate) async fn release_later(
                 lease: left,
                 ..lease.clone()
             };
-            backend
-                .extend_many(std::slice::from_ref(&shortened))
-                .await
-                .into_first()
+            backend.extend(&shortened).await
         }
     }
 }

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 
+use crate::backend::BackendExt;
 use crate::backend::state::{GrantState, WaitState};
 use crate::backend::{
     Abilities, AcquireRequest, Attempt, Backend, Capabilities, Extended, Lease, LockInfo,
@@ -155,6 +156,32 @@ impl MutantBackend {
             state,
         }
     }
+
+    /// One lease's extension, through the mutation.
+    async fn extend(&self, lease: &Lease) -> Result<bool> {
+        let real = Self::real(lease);
+        let extended = self.inner.extend(&real).await?;
+        Ok(match self.mutation {
+            Mutation::HidesLosses => true,
+            Mutation::SkipsOwnerCheck if !extended => {
+                // Not ours any more: take the name back.
+                self.inner.force_release(&real.name).await?;
+                let request = AcquireRequest::new(
+                    real.name.clone(),
+                    real.claim,
+                    real.lease,
+                    Arc::new(crate::backend::Holder::this_process(None)),
+                );
+                matches!(
+                    self.inner
+                        .try_acquire(&request, &mut WaitState::default())
+                        .await?,
+                    Attempt::Acquired { .. }
+                )
+            }
+            _ => extended,
+        })
+    }
 }
 
 #[async_trait]
@@ -225,37 +252,5 @@ impl Backend for MutantBackend {
 
     async fn close(&self) -> Result<()> {
         self.inner.close().await
-    }
-}
-
-impl MutantBackend {
-    /// One lease's extension, through the mutation.
-    async fn extend(&self, lease: &Lease) -> Result<bool> {
-        let real = Self::real(lease);
-        let extended = self
-            .inner
-            .extend_many(std::slice::from_ref(&real))
-            .await
-            .into_first()?;
-        Ok(match self.mutation {
-            Mutation::HidesLosses => true,
-            Mutation::SkipsOwnerCheck if !extended => {
-                // Not ours any more: take the name back.
-                self.inner.force_release(&real.name).await?;
-                let request = AcquireRequest::new(
-                    real.name.clone(),
-                    real.claim,
-                    real.lease,
-                    Arc::new(crate::backend::Holder::this_process(None)),
-                );
-                matches!(
-                    self.inner
-                        .try_acquire(&request, &mut WaitState::default())
-                        .await?,
-                    Attempt::Acquired { .. }
-                )
-            }
-            _ => extended,
-        })
     }
 }

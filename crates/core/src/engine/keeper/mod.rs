@@ -25,7 +25,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::backend::{Backend, Lease, SessionId};
+use crate::backend::{Backend, BackendExt, Lease, SessionId};
 use crate::engine::bounded;
 use crate::engine::held::HeldLease;
 use crate::error::{Error, Result};
@@ -242,10 +242,7 @@ impl Keeper {
         }
         let sent_at = Instant::now();
         let outcome = bounded::keeper_call(held.lease.operation_timeout, "extend", async {
-            held.backend
-                .extend_many(std::slice::from_ref(&held.lease))
-                .await
-                .into_first()
+            held.backend.extend(&held.lease).await
         })
         .await;
         metrics::extension_call(self.shared.store, sent_at.elapsed());
