@@ -12,11 +12,11 @@ use crate::outcome::Outcome;
 use crate::pg_stats::PUBLISHED_AFTER_CLOSE;
 use crate::target::Target;
 use crate::timeline::Contention;
-use crate::worker::{Hold, Line, Window};
+use crate::worker::{Line, Tenure, Window};
 /// What the workers of one contended run reported.
 #[derive(Debug, Default)]
 struct Reports {
-    holds: Vec<Hold>,
+    holds: Vec<Tenure>,
     commands: Option<Counts>,
     errors: u64,
 }
@@ -27,7 +27,7 @@ impl Reports {
         match serde_json::from_str::<Line>(line)
             .map_err(|e| format!("bad worker line {line:?}: {e}"))?
         {
-            Line::Hold(hold) => self.holds.push(hold),
+            Line::Tenure(hold) => self.holds.push(hold),
             Line::Commands(counts) => self
                 .commands
                 .get_or_insert_with(Counts::default)
@@ -60,7 +60,7 @@ pub(crate) async fn contend(
 #[derive(Debug, Default)]
 pub(crate) struct Gathered {
     /// The holds granted within the window.
-    pub(crate) holds: Vec<Hold>,
+    pub(crate) holds: Vec<Tenure>,
     /// Server commands over the window, where counted.
     pub(crate) commands: Option<Counts>,
     /// The server's own count of its operations over the window, where it

@@ -20,7 +20,7 @@ use crate::commands::Counts;
 use crate::gather::Gathered;
 use crate::mix::Mix;
 use crate::timeline::percentile;
-use crate::worker::Hold;
+use crate::worker::Tenure;
 
 pub(crate) use section::{Plan, write_section};
 
@@ -121,7 +121,7 @@ struct Edge {
 }
 
 /// Every grant and release of `holds`, in order on the clock.
-fn edges<'a>(holds: impl IntoIterator<Item = &'a Hold>) -> Vec<Edge> {
+fn edges<'a>(holds: impl IntoIterator<Item = &'a Tenure>) -> Vec<Edge> {
     let mut edges = Vec::new();
     for (index, hold) in holds.into_iter().enumerate() {
         edges.push(Edge {
@@ -156,8 +156,8 @@ fn edges<'a>(holds: impl IntoIterator<Item = &'a Hold>) -> Vec<Edge> {
 ///   name without any holder, while a task of the round had not yet been
 ///   granted, to the next grant of the round. A reader let in beside
 ///   readers is not a hand-off.
-pub(crate) fn hand_offs(holds: &[Hold], mix: Mix) -> Vec<Duration> {
-    let mut rounds: BTreeMap<u32, Vec<&Hold>> = BTreeMap::new();
+pub(crate) fn hand_offs(holds: &[Tenure], mix: Mix) -> Vec<Duration> {
+    let mut rounds: BTreeMap<u32, Vec<&Tenure>> = BTreeMap::new();
     for hold in holds {
         rounds.entry(hold.round).or_default().push(hold);
     }
@@ -207,7 +207,7 @@ pub(crate) struct Safety {
 }
 
 impl Safety {
-    pub(crate) fn of(holds: &[Hold]) -> Self {
+    pub(crate) fn of(holds: &[Tenure]) -> Self {
         let mut safety = Self::default();
         let mut readers = BTreeSet::new();
         let mut beside = vec![false; holds.len()];
@@ -252,8 +252,8 @@ impl Safety {
 mod tests {
     use super::*;
 
-    pub(super) fn hold(from: u64, to: u64, task: u32, kind: LockKind) -> Hold {
-        Hold {
+    pub(super) fn hold(from: u64, to: u64, task: u32, kind: LockKind) -> Tenure {
+        Tenure {
             asked_at_ns: from,
             sent_ns: 0,
             in_line_ns: 0,

@@ -19,7 +19,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::worker::Hold;
+use crate::worker::Tenure;
 
 /// How much earlier a task must have asked to count as overtaken.
 pub(crate) const MARGIN: Duration = Duration::from_millis(1);
@@ -31,11 +31,11 @@ pub(crate) const MARGIN: Duration = Duration::from_millis(1);
 ///
 /// Only grants within the window are seen, so a task still waiting when
 /// the window closed is not counted as overtaken.
-pub(crate) fn overtaking(holds: &[Hold]) -> Option<usize> {
+pub(crate) fn overtaking(holds: &[Tenure]) -> Option<usize> {
     overtaking_by(holds, MARGIN.as_nanos() as u64)
 }
 
-fn overtaking_by(holds: &[Hold], margin_ns: u64) -> Option<usize> {
+fn overtaking_by(holds: &[Tenure], margin_ns: u64) -> Option<usize> {
     if holds.iter().any(|hold| hold.asked_at_ns == 0) {
         return None;
     }
@@ -85,11 +85,11 @@ pub(crate) struct Overtaking {
 /// without asking the store (handed over in its process) counts as asked
 /// when acquire was called. `None` where no hold says when it was sent:
 /// the worker does not record it.
-pub(crate) fn overtaking_in_line(holds: &[Hold]) -> Option<Overtaking> {
+pub(crate) fn overtaking_in_line(holds: &[Tenure]) -> Option<Overtaking> {
     if !holds.is_empty() && holds.iter().all(|hold| hold.sent_ns == 0) {
         return None;
     }
-    let mut rounds: BTreeMap<u32, Vec<&Hold>> = BTreeMap::new();
+    let mut rounds: BTreeMap<u32, Vec<&Tenure>> = BTreeMap::new();
     for hold in holds {
         rounds.entry(hold.round).or_default().push(hold);
     }
@@ -142,8 +142,8 @@ mod tests {
 
     use super::*;
 
-    fn hold(asked: u64, granted: u64, round: u32) -> Hold {
-        Hold {
+    fn hold(asked: u64, granted: u64, round: u32) -> Tenure {
+        Tenure {
             asked_at_ns: asked,
             sent_ns: 0,
             in_line_ns: 0,
@@ -185,12 +185,12 @@ mod tests {
         assert_eq!(overtaking(&holds), Some(1));
     }
 
-    fn grants(holds: &[Hold]) -> Option<usize> {
+    fn grants(holds: &[Tenure]) -> Option<usize> {
         overtaking_in_line(holds).map(|o| o.grants)
     }
 
-    fn waited(sent: u64, in_line: u64, granted: u64) -> Hold {
-        Hold {
+    fn waited(sent: u64, in_line: u64, granted: u64) -> Tenure {
+        Tenure {
             sent_ns: sent,
             in_line_ns: in_line,
             ..hold(sent, granted, 0)

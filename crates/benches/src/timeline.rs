@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::commands::Counts;
 use crate::order;
-use crate::worker::Hold;
+use crate::worker::Tenure;
 
 /// Contention results.
 #[derive(Debug, Clone)]
@@ -54,7 +54,7 @@ pub(crate) struct Contention {
 
 impl Contention {
     /// Sums up `holds` gathered over `elapsed`.
-    pub(crate) fn from_holds(mut holds: Vec<Hold>, elapsed: Duration) -> Self {
+    pub(crate) fn from_holds(mut holds: Vec<Tenure>, elapsed: Duration) -> Self {
         holds.sort_by_key(|hold| (hold.round, hold.acquired_at_ns));
         let mut gaps = Vec::with_capacity(holds.len());
         let mut cross = Vec::new();
@@ -136,8 +136,8 @@ mod tests {
 
     use super::*;
 
-    fn hold(from: u64, to: u64, process: u32, task: u32) -> Hold {
-        Hold {
+    fn hold(from: u64, to: u64, process: u32, task: u32) -> Tenure {
+        Tenure {
             asked_at_ns: from,
             sent_ns: 0,
             in_line_ns: 0,
@@ -155,7 +155,7 @@ mod tests {
     fn rounds_are_not_laid_end_to_end() {
         let mut holds = vec![hold(0, 10, 0, 0), hold(12, 20, 1, 0), hold(100, 110, 0, 0)];
         holds[2].round = 1;
-        holds.push(Hold {
+        holds.push(Tenure {
             round: 1,
             ..hold(111, 120, 1, 0)
         });

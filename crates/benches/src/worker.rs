@@ -203,7 +203,7 @@ impl Layout {
 /// One time a worker held the lock, by the machine's wall clock (which all
 /// workers on one machine share).
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-pub(crate) struct Hold {
+pub(crate) struct Tenure {
     /// When the task called acquire; 0 where the worker does not say (the
     /// Python peer).
     #[serde(default)]
@@ -246,7 +246,7 @@ fn exclusive() -> LockKind {
 #[serde(rename_all = "snake_case")]
 pub(crate) enum Line {
     /// One hold.
-    Hold(Hold),
+    Tenure(Tenure),
     /// The server commands this process sent while it contended, by name,
     /// counted by the driver's command monitoring.
     Commands(Counts),
@@ -316,7 +316,7 @@ pub(crate) async fn hold_then_release(
 }
 
 /// One task's holds and failed calls.
-type TaskLog = (Vec<Hold>, u64);
+type TaskLog = (Vec<Tenure>, u64);
 
 /// Runs the worker's tasks, which take the lock through `taker` within
 /// its window: over and over (the tight loop), or, in rounds, exactly once
@@ -396,7 +396,7 @@ async fn take_until<T: Taker>(
                 release_failed,
             } => {
                 errors += u64::from(release_failed);
-                holds.push(Hold {
+                holds.push(Tenure {
                     asked_at_ns: now,
                     sent_ns: first_ask.sent_ns(),
                     in_line_ns: first_ask.in_line_ns(),
@@ -435,7 +435,7 @@ pub(crate) fn print_line(line: &Line) -> Outcome<()> {
 /// itself (if any), and its failed calls.
 pub(crate) fn report_worker((holds, errors): TaskLog, commands: Option<Counts>) -> Outcome<()> {
     for hold in holds {
-        print_line(&Line::Hold(hold))?;
+        print_line(&Line::Tenure(hold))?;
     }
     if let Some(commands) = commands {
         print_line(&Line::Commands(commands))?;
@@ -453,7 +453,7 @@ mod tests {
             r#"{"hold": {"acquired_at_ns": 5, "released_at_ns": 9, "process": 2, "task": 3}}"#,
         )
         .unwrap();
-        let Line::Hold(hold) = line else {
+        let Line::Tenure(hold) = line else {
             panic!("not a hold: {line:?}")
         };
         assert_eq!((hold.token, hold.process, hold.task), (0, 2, 3));

@@ -99,7 +99,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
         // at once.
         let (cancel, cancelled) = oneshot::channel::<()>();
         let mut cancel = Some(cancel);
-        let each = Asked {
+        let each = LockRequest {
             claim,
             max_hold: args.max_hold,
             min_hold: args.min_hold,
@@ -181,7 +181,7 @@ async fn close(client: &LockClient) {
 }
 
 /// What `run` asks of each lock beside its name.
-struct Asked {
+struct LockRequest {
     claim: Claim,
     max_hold: Option<Duration>,
     min_hold: Option<Duration>,
@@ -236,16 +236,16 @@ impl Wait {
 async fn acquire(
     client: &LockClient,
     names: &[LockName],
-    asked: Asked,
+    request: LockRequest,
     wait: Wait,
     program: &str,
     cancel: impl Future<Output = ()> + Send,
 ) -> Result<Taken, Failure> {
-    let mut options = AcquireOptions::new().claim(asked.claim).cancel_on(cancel);
-    if let Some(max_hold) = asked.max_hold {
+    let mut options = AcquireOptions::new().claim(request.claim).cancel_on(cancel);
+    if let Some(max_hold) = request.max_hold {
         options = options.max_hold(max_hold);
     }
-    if let Some(min_hold) = asked.min_hold {
+    if let Some(min_hold) = request.min_hold {
         options = options.min_hold(min_hold);
     }
     let options = match wait {
@@ -254,10 +254,10 @@ async fn acquire(
         Wait::AtMost(timeout) => options.timeout(timeout),
         Wait::Forever => options,
     };
-    let taken = match (asked.label, names) {
+    let taken = match (request.label, names) {
         // `distlock campaign`: the grant is a term of the election, with
         // the label as the leader's value.
-        (Some(value), [name]) if asked.records_term => {
+        (Some(value), [name]) if request.records_term => {
             let campaign = client.election(name)?.campaign(value, options).await;
             campaign.map(|leadership| LockSet::from(leadership.into_guard()))
         }

@@ -285,7 +285,7 @@ impl LockClient {
             min: min_hold,
         };
         bounds.check(claim, &*self.inner.backend)?;
-        let asked = self.asked(payload, label, records_term)?;
+        let details = self.grant_details(payload, label, records_term)?;
         let span = tracing::debug_span!(
             "acquire",
             name = %name,
@@ -300,7 +300,7 @@ impl LockClient {
         };
         let started = Instant::now();
         let outcome = self
-            .wait_for(&name, claim, timeout, asked, cancel)
+            .wait_for(&name, claim, timeout, details, cancel)
             .instrument(span)
             .await
             .map(|guard| guard.bound_hold(bounds));
@@ -364,11 +364,11 @@ impl LockClient {
             min: options.min_hold,
         };
         bounds.check(claim, &*self.inner.backend)?;
-        let asked = self.asked(options.payload, options.label, false)?;
+        let details = self.grant_details(options.payload, options.label, false)?;
         let span = tracing::debug_span!("try_acquire", name = %name, ?claim);
         let started = Instant::now();
         let outcome = self
-            .try_once(&name, claim, asked)
+            .try_once(&name, claim, details)
             .instrument(span)
             .await
             .map(|granted| granted.map(|guard| guard.bound_hold(bounds)));
@@ -387,7 +387,7 @@ impl LockClient {
         &self,
         name: &LockName,
         claim: Claim,
-        asked: Asked,
+        details: GrantDetails,
     ) -> Result<Option<LockGuard>> {
         let permit = if self.waits_in_store(claim) {
             None
@@ -398,7 +398,7 @@ impl LockClient {
             };
             Some(permit)
         };
-        let asking = Asking::new(self.request(name, claim, false, asked));
+        let asking = Asking::new(self.request(name, claim, false, details));
         let budget = self.inner.options.operation_timeout();
         let (outcome, asking) = asking.attempt(&self.inner.backend, budget).await;
         self.end_wait(asking).await;
@@ -428,7 +428,7 @@ impl LockClient {
         name: &LockName,
         claim: Claim,
         timeout: Option<Duration>,
-        asked: Asked,
+        details: GrantDetails,
         cancel: impl Future<Output = ()>,
     ) -> Result<LockGuard> {
         let cancel = std::pin::pin!(cancel.fuse());
@@ -436,7 +436,7 @@ impl LockClient {
         let (permit, yielded) = if self.waits_in_store(claim) {
             (None, false)
         } else {
-            match wait.local_turn(asked.takes_hand_overs(claim)).await? {
+            match wait.local_turn(details.takes_hand_overs(claim)).await? {
                 Baton::Granted(guard) => return wait.deliver(guard).await,
                 Baton::Free(permit) => (Some(permit), false),
                 Baton::Yielded(permit) => (Some(permit), true),
@@ -448,7 +448,7 @@ impl LockClient {
         let retries = timeout != Some(Duration::ZERO);
         let mut pending = PendingWait::new(
             self.inner.backend.clone(),
-            Asking::new(self.request(name, claim, retries, asked)),
+            Asking::new(self.request(name, claim, retries, details)),
         );
         let outcome = match wait.for_grant(&mut pending, yielded).await {
             Ok((lease, ..)) if pending.request().records_term && wait.is_cancelled() => {
@@ -581,18 +581,18 @@ impl LockClient {
         name: &LockName,
         claim: Claim,
         retries: bool,
-        asked: Asked,
+        details: GrantDetails,
     ) -> AcquireRequest {
         AcquireRequest {
             retries,
-            payload: asked.payload,
-            records_term: asked.records_term,
+            payload: details.payload,
+            records_term: details.records_term,
             operation_timeout: self.inner.options.operation_timeout(),
             ..AcquireRequest::new(
                 name.clone(),
                 claim,
                 self.inner.options.lease(),
-                asked.holder,
+                details.holder,
             )
         }
     }
@@ -600,7 +600,12 @@ impl LockClient {
     /// What a call hands the backend beside the name and claim: its
     /// payload, the holder to record, with the call's own label if it
     /// gave one, and whether the grant is an election's term.
-    fn asked(&self, payload: Payload, label: Option<String>, records_term: bool) -> Result<Asked> {
+    fn grant_details(
+        &self,
+        payload: Payload,
+        label: Option<String>,
+        records_term: bool,
+    ) -> Result<GrantDetails> {
         let own_label = label.is_some();
         let holder = match label {
             None => self.inner.holder.clone(),
@@ -612,7 +617,7 @@ impl LockClient {
                 })
             }
         };
-        Ok(Asked {
+        Ok(GrantDetails {
             payload,
             holder,
             records_term,
@@ -674,7 +679,7 @@ impl LockClient {
 }
 
 /// What one call hands the backend beside the name and claim.
-struct Asked {
+struct GrantDetails {
     payload: Payload,
     holder: Arc<Holder>,
     records_term: bool,
@@ -682,7 +687,7 @@ struct Asked {
     own_label: bool,
 }
 
-impl Asked {
+impl GrantDetails {
     /// Whether a lock another task of this client hands over may be this
     /// call's grant. A hand-over grants the whole lock with the client's
     /// holder and records no term, so a call that asks for its own label or

@@ -259,12 +259,12 @@ mod tests {
     use super::*;
     use crate::gather::Gathered;
     use crate::kinds::tests::hold;
-    use crate::worker::Hold;
+    use crate::worker::Tenure;
 
     #[test]
     fn the_section_shows_what_ran_what_was_left_out_and_the_checks() {
         use LockKind::{Exclusive as W, Semaphore as P, Shared as R};
-        let summary = |holds: Vec<Hold>, mix| {
+        let summary = |holds: Vec<Tenure>, mix| {
             let gathered = Gathered {
                 holds,
                 ..Gathered::default()

@@ -33,7 +33,7 @@ const MARKER_FILE: &str = "holder.marker";
 
 /// One hold of the lock, as a worker reports it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct Hold {
+pub(crate) struct HoldReport {
     /// The worker's number.
     pub(crate) worker: u32,
     /// Wall-clock nanoseconds since the epoch, just after the grant.
@@ -99,7 +99,7 @@ pub(crate) async fn demo(args: DemoArgs) -> Result<u8, Failure> {
             failed_workers.push(worker);
         }
         for line in String::from_utf8_lossy(&output.stdout).lines() {
-            let hold: Hold = serde_json::from_str(line).map_err(|error| {
+            let hold: HoldReport = serde_json::from_str(line).map_err(|error| {
                 Failure::runtime(format!("worker {worker} reported `{line}`: {error}"))
             })?;
             holds.push(hold);

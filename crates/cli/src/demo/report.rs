@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::Hold;
+use super::HoldReport;
 use crate::text::short_duration;
 
 /// Above this many workers, per-worker counts shrink to their range.
@@ -29,7 +29,7 @@ impl Report {
     /// Checks `holds` from `workers` workers against the final `counter`.
     pub(crate) fn new(
         workers: u32,
-        mut holds: Vec<Hold>,
+        mut holds: Vec<HoldReport>,
         counter: u64,
         failed_workers: Vec<u32>,
     ) -> Self {
@@ -203,8 +203,8 @@ impl fmt::Display for Report {
 mod tests {
     use super::*;
 
-    fn hold(worker: u32, acquired: u64, released: u64, token: u64) -> Hold {
-        Hold {
+    fn hold(worker: u32, acquired: u64, released: u64, token: u64) -> HoldReport {
+        HoldReport {
             worker,
             acquired_at_ns: acquired,
             released_at_ns: released,

@@ -19,7 +19,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use distlock::{LockClient, LockName, LockOptions};
 
-use super::{COUNTER_FILE, Hold, MARKER_FILE, now_ns, read_counter, write_counter};
+use super::{COUNTER_FILE, HoldReport, MARKER_FILE, now_ns, read_counter, write_counter};
 use crate::cli::WorkerArgs;
 use crate::exec::die_with_parent;
 use crate::exit::Failure;
@@ -76,7 +76,7 @@ pub(crate) async fn work(args: WorkerArgs) -> Result<u8, Failure> {
         }
         let released_at_ns = now_ns();
         let lost = !guard.release().await?;
-        let hold = Hold {
+        let hold = HoldReport {
             worker,
             acquired_at_ns,
             released_at_ns,

@@ -1,4 +1,4 @@
-//! The one gate of backend calls: every call core makes to a backend is
+//! Where backend calls are bounded: every call core makes to a backend is
 //! bounded here by the operation timeout, with a timer only where the
 //! backend does not bound the call itself. (A wait's attempt is cut shorter
 //! still at its deadline, in `attempt.rs`, and goes on in the background.)
