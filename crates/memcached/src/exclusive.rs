@@ -40,7 +40,7 @@ impl Locks<'_> {
         let (lock_key, token_key) = self.store.keys.both_keys(&request.name);
         // The grant's state, made before the add so that the value stored
         // lives in it: a grant costs this one allocation and no other.
-        let hold = Arc::new(LockGrant::new(
+        let lock_grant = Arc::new(LockGrant::new(
             request.name.clone(),
             lock_key,
             request.holder.clone(),
@@ -48,7 +48,7 @@ impl Locks<'_> {
             request.lease_id,
             lock_value_inline(request.lease_id, &request.name, &request.holder),
         ));
-        let lock_key = &hold.key;
+        let lock_key = &lock_grant.key;
         let seed = token_seed(SystemTime::now());
         let deadline = Deadline::for_call(self.store.timeout, request.operation_timeout);
         let started = Instant::now();
@@ -60,7 +60,7 @@ impl Locks<'_> {
                     server,
                     lock_key,
                     &token_key,
-                    &hold.value,
+                    &lock_grant.value,
                     ttl,
                     seed,
                     deadline,
@@ -151,7 +151,7 @@ impl Locks<'_> {
                     "acquired on a majority; some servers did not answer"
                 );
             }
-            hold.begin(FirstGrant {
+            lock_grant.begin(FirstGrant {
                 id: request.lease_id,
                 fencing_token,
                 confirmed_at: started,
@@ -161,10 +161,10 @@ impl Locks<'_> {
                     .collect(),
                 spare: None,
             });
-            self.listing.insert(&hold);
+            self.listing.insert(&lock_grant);
             return Ok(Attempt::Acquired {
                 fencing_token,
-                state: GrantState::from_arc(hold),
+                state: GrantState::from_arc(lock_grant),
             });
         }
 
@@ -213,23 +213,24 @@ impl Locks<'_> {
         let ttl = lease_ttl(lease.lease)?;
         let (targets, need) = self.store.quorum.targets(&lease.name);
         let deadline = Deadline::for_call(self.store.timeout, lease.operation_timeout);
-        let hold = LockGrant::of(lease);
+        let lock_grant = LockGrant::of(lease);
         // A grant whose hold ended (or that came without state) is
         // extended by its identity, as it was granted.
-        let (hold, cas) = match hold.map(|hold| (hold, hold.standing(lease.id))) {
-            Some((hold, Standing::Current(cas))) => (Some(hold), cas),
-            Some((_, Standing::HandedOn)) => return Ok(false),
-            Some((_, Standing::Ended)) | None => (None, SmallVec::new()),
-        };
-        let (key, owner) = self.key_and_owner(hold, lease);
+        let (lock_grant, cas) =
+            match lock_grant.map(|lock_grant| (lock_grant, lock_grant.standing(lease.id))) {
+                Some((lock_grant, Standing::Current(cas))) => (Some(lock_grant), cas),
+                Some((_, Standing::HandedOn)) => return Ok(false),
+                Some((_, Standing::Ended)) | None => (None, SmallVec::new()),
+            };
+        let (key, owner) = self.key_and_owner(lock_grant, lease);
         let key = &*key;
         let started = Instant::now();
         let outcomes = self
             .store
             .quorum
             .each(&targets, |index, server| {
-                let remembered =
-                    hold.and_then(|hold| Some((&hold.value[..], cas_on(&cas, index)?)));
+                let remembered = lock_grant
+                    .and_then(|lock_grant| Some((&lock_grant.value[..], cas_on(&cas, index)?)));
                 extend_on(server, key, owner, ttl, remembered, deadline)
             })
             .await;
@@ -261,7 +262,9 @@ impl Locks<'_> {
             }
         }
         if done >= need {
-            let value = hold.map(|hold| &hold.value[..]).or(read.as_deref());
+            let value = lock_grant
+                .map(|lock_grant| &lock_grant.value[..])
+                .or(read.as_deref());
             if let (Some(value), false) = (value, missing.is_empty()) {
                 learned.extend(
                     self.store
@@ -279,14 +282,14 @@ impl Locks<'_> {
                     "extended on a majority; some servers did not answer"
                 );
             }
-            if let Some(hold) = hold {
-                hold.confirm(lease.id, started, &learned);
+            if let Some(lock_grant) = lock_grant {
+                lock_grant.confirm(lease.id, started, &learned);
             }
             return Ok(true);
         }
         if targets.len() - gone < need {
-            if let Some(hold) = hold {
-                hold.end(lease.id);
+            if let Some(lock_grant) = lock_grant {
+                lock_grant.end(lease.id);
             }
             return Ok(false);
         }
@@ -301,18 +304,19 @@ impl Locks<'_> {
 
     /// Releases lock `lease` if it is still ours, by compare-and-swap.
     pub(crate) async fn release(&self, lease: &Lease) -> Result<bool> {
-        let hold = LockGrant::of(lease);
-        let (hold, cas) = match hold.map(|hold| (hold, hold.standing(lease.id))) {
-            Some((hold, Standing::Current(cas))) => {
-                hold.end(lease.id);
-                (Some(hold), cas)
-            }
-            Some((_, Standing::HandedOn)) => return Ok(false),
-            // Released or lost already, or a grant whose answer was lost
-            // (core releases it by its identity, with no state).
-            Some((_, Standing::Ended)) | None => (None, SmallVec::new()),
-        };
-        let (key, owner) = self.key_and_owner(hold, lease);
+        let lock_grant = LockGrant::of(lease);
+        let (lock_grant, cas) =
+            match lock_grant.map(|lock_grant| (lock_grant, lock_grant.standing(lease.id))) {
+                Some((lock_grant, Standing::Current(cas))) => {
+                    lock_grant.end(lease.id);
+                    (Some(lock_grant), cas)
+                }
+                Some((_, Standing::HandedOn)) => return Ok(false),
+                // Released or lost already, or a grant whose answer was lost
+                // (core releases it by its identity, with no state).
+                Some((_, Standing::Ended)) | None => (None, SmallVec::new()),
+            };
+        let (key, owner) = self.key_and_owner(lock_grant, lease);
         let key = &*key;
         let (targets, need) = self.store.quorum.targets(&lease.name);
         let deadline = Deadline::for_call(self.store.timeout, lease.operation_timeout);
@@ -338,7 +342,7 @@ impl Locks<'_> {
             }
             return Ok(true);
         }
-        if hold.is_none() {
+        if lock_grant.is_none() {
             // A grant this backend never saw confirmed (its answer was lost,
             // and the core releases it by identity) may still be queued on
             // another connection and land after this look: look once more
@@ -367,19 +371,19 @@ impl Locks<'_> {
         let mine = self.listing.live();
         let mut locks = Vec::with_capacity(mine.len());
         for chunk in mine.chunks(LIST_CONCURRENCY) {
-            let checks = chunk.iter().map(|hold| async move {
+            let checks = chunk.iter().map(|lock_grant| async move {
                 // A hold that ended is not listed, though a grant's state
                 // may keep it alive.
-                let Some(listed) = hold.listed() else {
+                let Some(listed) = lock_grant.listed() else {
                     return Ok(None);
                 };
-                let (targets, need) = self.store.quorum.targets(&hold.name);
+                let (targets, need) = self.store.quorum.targets(&lock_grant.name);
                 let deadline = Deadline::after(self.store.timeout);
                 let outcomes = self
                     .store
                     .quorum
                     .each(&targets, |_, server| {
-                        read_on(server, &hold.key, hold.owner, deadline)
+                        read_on(server, &lock_grant.key, lock_grant.owner, deadline)
                     })
                     .await;
                 let mut ours = 0;
@@ -401,20 +405,20 @@ impl Locks<'_> {
                 }
             });
             let verdicts = futures::future::join_all(checks).await;
-            for (hold, verdict) in chunk.iter().zip(verdicts) {
+            for (lock_grant, verdict) in chunk.iter().zip(verdicts) {
                 match verdict? {
                     Some((listed, true)) => locks.push(LockInfo {
-                        name: hold.name.clone(),
+                        name: lock_grant.name.clone(),
                         kind: LockKind::Exclusive,
                         permits: None,
-                        holder: Some(Holder::clone(&hold.holder)),
+                        holder: Some(Holder::clone(&lock_grant.holder)),
                         fencing_token: Some(listed.fencing_token),
                         expires_in: Some(
-                            (listed.confirmed_at + hold.lease)
+                            (listed.confirmed_at + lock_grant.lease)
                                 .saturating_duration_since(Instant::now()),
                         ),
                     }),
-                    Some((_, false)) => hold.forget(),
+                    Some((_, false)) => lock_grant.forget(),
                     None => {}
                 }
             }
@@ -462,11 +466,11 @@ impl Locks<'_> {
     /// answer was lost), its own name's key and its own identity.
     pub(crate) fn key_and_owner<'a>(
         &self,
-        hold: Option<&'a LockGrant>,
+        lock_grant: Option<&'a LockGrant>,
         lease: &Lease,
     ) -> (Cow<'a, Key>, LeaseId) {
-        match hold {
-            Some(hold) => (Cow::Borrowed(&hold.key), hold.owner),
+        match lock_grant {
+            Some(lock_grant) => (Cow::Borrowed(&lock_grant.key), lock_grant.owner),
             None => (Cow::Owned(self.store.keys.lock_key(&lease.name)), lease.id),
         }
     }

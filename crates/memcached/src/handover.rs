@@ -120,33 +120,34 @@ pub(crate) async fn hand_over(
     lease: &Lease,
     next: &AcquireRequest,
 ) -> Result<HandOver> {
-    let hold = LockGrant::of(lease);
+    let lock_grant = LockGrant::of(lease);
     let server = locks.store.quorum.shard_index(&lease.name);
-    let (old, known) = match hold.map(|hold| (hold, hold.standing(lease.id))) {
-        Some((hold, Standing::Current(cas))) => {
-            // Without a server command, if this process holds the lease
-            // with at least half of it left and a reserved token to
-            // spare: the key stays as it is, still naming the earlier
-            // grant of this process that stored it, and `next` shares
-            // its hold (see [`LockGrant`]), so it ends when `lease`
-            // would have, unless the keeper extends it.
-            let alike = hold.lease == next.lease && hold.holder == next.holder;
-            if let Some((fencing_token, confirmed_at)) = alike
-                .then(|| hold.pass_on(lease.id, next.lease_id))
-                .flatten()
-            {
-                return Ok(HandOver::Granted {
-                    fencing_token,
-                    confirmed_at: Some(confirmed_at),
-                    // The same hold, shared: no allocation.
-                    state: lease.state.clone(),
-                });
+    let (old, known) =
+        match lock_grant.map(|lock_grant| (lock_grant, lock_grant.standing(lease.id))) {
+            Some((lock_grant, Standing::Current(cas))) => {
+                // Without a server command, if this process holds the lease
+                // with at least half of it left and a reserved token to
+                // spare: the key stays as it is, still naming the earlier
+                // grant of this process that stored it, and `next` shares
+                // its hold (see [`LockGrant`]), so it ends when `lease`
+                // would have, unless the keeper extends it.
+                let alike = lock_grant.lease == next.lease && lock_grant.holder == next.holder;
+                if let Some((fencing_token, confirmed_at)) = alike
+                    .then(|| lock_grant.pass_on(lease.id, next.lease_id))
+                    .flatten()
+                {
+                    return Ok(HandOver::Granted {
+                        fencing_token,
+                        confirmed_at: Some(confirmed_at),
+                        // The same hold, shared: no allocation.
+                        state: lease.state.clone(),
+                    });
+                }
+                (Some(lock_grant), cas_on(&cas, server))
             }
-            (Some(hold), cas_on(&cas, server))
-        }
-        Some((_, Standing::HandedOn)) => return Ok(HandOver::NotOurs),
-        Some((_, Standing::Ended)) | None => (None, None),
-    };
+            Some((_, Standing::HandedOn)) => return Ok(HandOver::NotOurs),
+            Some((_, Standing::Ended)) | None => (None, None),
+        };
     let ttl = lease_ttl(next.lease)?;
     let (key, token_key) = locks.store.keys.both_keys(&lease.name);
     // The next grant's state, with the value it stores.
@@ -167,7 +168,7 @@ pub(crate) async fn hand_over(
         // was lost while we held the lock.
         seed: token_seed(SystemTime::now()).max(lease.fencing_token.saturating_add(1)),
     };
-    let old_owner = old.map_or(lease.id, |hold| hold.owner);
+    let old_owner = old.map_or(lease.id, |lock_grant| lock_grant.owner);
     let deadline = Deadline::for_call(
         locks.store.timeout,
         lease.operation_timeout.min(next.operation_timeout),

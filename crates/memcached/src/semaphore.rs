@@ -157,7 +157,7 @@ impl Semaphores<'_> {
             .await;
         let refusal = match kept {
             Ok(None) => {
-                let hold = Arc::new(PermitGrant {
+                let lock_grant = Arc::new(PermitGrant {
                     id: request.lease_id,
                     name: request.name.clone(),
                     limit: want.limit,
@@ -168,10 +168,10 @@ impl Semaphores<'_> {
                     lease: request.lease,
                     state: PermitLive::claimed(want.started, grant.cas),
                 });
-                self.listing.insert(&hold);
+                self.listing.insert(&lock_grant);
                 return Ok(Attempt::Acquired {
                     fencing_token: grant.token,
-                    state: GrantState::from_arc(hold),
+                    state: GrantState::from_arc(lock_grant),
                 });
             }
             Ok(Some(held)) => request.claim.conflict(&request.name, held),
