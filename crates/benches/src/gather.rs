@@ -27,7 +27,7 @@ impl Reports {
         match serde_json::from_str::<Line>(line)
             .map_err(|e| format!("bad worker line {line:?}: {e}"))?
         {
-            Line::Tenure(hold) => self.holds.push(hold),
+            Line::Hold(hold) => self.holds.push(hold),
             Line::Commands(counts) => self
                 .commands
                 .get_or_insert_with(Counts::default)

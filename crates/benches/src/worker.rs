@@ -246,7 +246,7 @@ fn exclusive() -> LockKind {
 #[serde(rename_all = "snake_case")]
 pub(crate) enum Line {
     /// One hold.
-    Tenure(Tenure),
+    Hold(Tenure),
     /// The server commands this process sent while it contended, by name,
     /// counted by the driver's command monitoring.
     Commands(Counts),
@@ -435,7 +435,7 @@ pub(crate) fn print_line(line: &Line) -> Outcome<()> {
 /// itself (if any), and its failed calls.
 pub(crate) fn report_worker((holds, errors): TaskLog, commands: Option<Counts>) -> Outcome<()> {
     for hold in holds {
-        print_line(&Line::Tenure(hold))?;
+        print_line(&Line::Hold(hold))?;
     }
     if let Some(commands) = commands {
         print_line(&Line::Commands(commands))?;
@@ -453,7 +453,7 @@ mod tests {
             r#"{"hold": {"acquired_at_ns": 5, "released_at_ns": 9, "process": 2, "task": 3}}"#,
         )
         .unwrap();
-        let Line::Tenure(hold) = line else {
+        let Line::Hold(hold) = line else {
             panic!("not a hold: {line:?}")
         };
         assert_eq!((hold.token, hold.process, hold.task), (0, 2, 3));
