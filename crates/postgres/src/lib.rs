@@ -80,6 +80,8 @@
 //! refused by name. TLS is rustls's, with the *ring* provider.
 //!
 //! # What a caller can rely on
+//! In lease mode, and in advisory mode except where
+//! [Advisory mode](#advisory-mode) says otherwise:
 //! - **The server's clock decides.** A grant lives while its expiry is
 //!   after the server's `clock_timestamp()`, never the client's clock;
 //!   every decision is one statement.
