@@ -356,8 +356,9 @@ impl HandOvers for MemcachedBackend {
     /// the lease with at least half of it left and a reserved token to
     /// spare (`LockGrant::pass_on`); otherwise one compare-and-swap
     /// store of the next grant over ours, with the counter's increment in
-    /// the same write, which reserves the tokens for the next ones (see the
-    /// crate documentation). Quorum mode answers [`Error::Unsupported`].
+    /// the same write, which reserves the tokens for the next ones (see
+    /// `docs/memcached.md`, "Hand-over"). Quorum mode answers
+    /// [`Error::Unsupported`].
     async fn hand_over(&self, lease: &Lease, next: &AcquireRequest) -> Result<HandOver> {
         if self.config.mode() == Mode::Quorum {
             return Err(Error::Unsupported(

@@ -1,6 +1,6 @@
 //! Hand-over, in sharded mode: the lock passes from a grant of this
 //! process to the next one that waits for it, and is never free in between
-//! (see the crate documentation).
+//! (see `docs/memcached.md`, "Hand-over").
 
 use std::sync::Arc;
 use std::time::SystemTime;

@@ -29,78 +29,56 @@
 //! `docs/entity-locks.md` for when to use which. The rest of this page is
 //! about named locks.
 //!
-//! # The document
-//! One document per lock name, in one collection (default
-//! `distributed_locks`). An exclusive grant has the shape every version of
-//! this backend wrote:
+//! How it works (the document and its fields, the command of each
+//! operation, the record of election terms, the change stream of wake-ups,
+//! fair mode's line, the TTL index) and how to run it against a replica set
+//! and test it is in `docs/mongodb.md` in the repository; this page says
+//! what a caller can rely on. It needs MongoDB 5.0 or later.
 //!
-//! | field | value |
-//! | --- | --- |
-//! | `_id` | the lock name, verbatim, as a string |
-//! | `lockId` | the grant's 128-bit identity as 32 lowercase hex digits; absent once released |
-//! | `fencingToken` | int64, `max(previous + 1, server time in ms)` at each grant of any kind; kept across releases |
-//! | `acquiredAt` | the server's `$$NOW` at the latest grant |
-//! | `expiresAt` | the server's `$$NOW` plus the lease, moved at each extension; the server's now at release |
-//! | `holder` | `{ host, pid, label }` of the latest grant, for inspection |
-//! | `terms` | an election's last 32 terms, `{ term, previous, holder }` each; only campaigns write it (see below) |
-//! | `queue` | in fair mode, the waiting writers' places, first come first (see below) |
-//! | `passedTo` | in fair mode, the place the latest write passed the lock on to, for its waiter's wake-up |
+//! # Opening
+//! [`MongoBackend::open`], `distlock::connect` and the `distlock` command
+//! take the same URLs:
+//! `mongodb://user:pass@db1,db2/app?replicaSet=rs0&collection=locks`, or
+//! `mongodb+srv://…`. The path names the database (default `distlock`);
+//! the `collection` option (default `distributed_locks`) and `fair` are
+//! distlock's own and are removed before the URL goes to the driver; every
+//! other option is the driver's. An option that is neither (a misspelling
+//! such as `w-timeout`) is refused by name before connecting, with a
+//! pointer to the driver's list, whatever the driver version; names match
+//! in any case, as the connection-string specification says. Values are
+//! %-decoded as the driver decodes them: a `+` is a plus sign, and a space
+//! is `%20`.
 //!
-//! Readers ([`Claim::Shared`](distlock_core::Claim::Shared)) and permits
-//! ([`Claim::Permit`](distlock_core::Claim::Permit)) are entries of a
-//! `holders` array, `{id, fencingToken, acquiredAt, expiresAt, holder}`
-//! each, while `lockId` is `"shared"` or `"permits"` (a semaphore also
-//! keeps its `limit`) and `expiresAt` is the latest entry's expiry, so
-//! "held until `expiresAt`" is true of every document. Writers waiting for
-//! readers keep `{id, expiresAt}` marks in `waiting`, which hold new
-//! readers back until the writer is served, gives up, or its mark expires
-//! one lease after its last attempt. At most 1,000 readers hold one name at
-//! once.
+//! In code, [`MongoConfig::parse`] reads the same URL and
+//! [`MongoConfig::new`] takes a database you already have; either is
+//! adjusted (the collection, the write concern, timeouts, wake-ups, fair
+//! mode) and given to [`MongoBackend::connect`].
 //!
-//! Every value a caller supplies goes into update pipelines wrapped in
-//! `$literal`, so a name such as `$$NOW` or `$x` is stored as written.
-//!
-//! # Operations
-//! - **Acquire** is one `findOneAndUpdate` upsert whose pipeline grants
-//!   only when nothing that excludes the request lives by `$$NOW`, and
-//!   returns the document after the update: we won exactly when the
-//!   returned `lockId` (or, for a reader or a permit, an entry) is ours.
-//!   Two first upserts racing on a new name make one of them fail with a
-//!   duplicate key error, which is reported as "held, retry now", never as
-//!   an error. A name held as another kind, or as a semaphore of another
-//!   limit, is [`Error::KindConflict`](distlock_core::Error::KindConflict).
-//! - **Extend** updates the expiry only where `_id` and our `lockId` (or
-//!   our live entry) match and the lease has not expired by `$$NOW`, so a
-//!   lease somebody else has held since is never revived. Many leases are
-//!   extended by one `updateMany` per lease period, kind of document and
-//!   size bound; only when the count cannot prove them all extended does a
-//!   read say which ones were lost.
-//! - **Release** ends only our grant or entry; the document stays, so its
-//!   fencing token survives.
-//! - **Force release** removes every holder of any kind; each holder's
-//!   next extension is refused and its guard reports the loss.
-//!
-//! A TTL index on `expiresAt` (created once per backend, idempotently;
-//! a failure is logged) lets the server delete idle documents. Its
-//! partial filter `{queue: null}` leaves out every document with a fair
-//! line, so that a line outlives an expired grant in front of it. Nothing
-//! depends on it: an expired document is free by `$$NOW` whether or not the
-//! TTL monitor has run, and a deleted one is recreated with a token above
-//! every earlier one (see below).
-//!
-//! # Election terms
-//! [`Election::observe`](distlock_core::Election::observe) sees every term
-//! because a campaign's grant appends its term (`term` = its fencing token,
-//! `previous` = the term recorded before it, `holder` with the campaign's
-//! value) to the document's `terms` array in the same pipeline that grants
-//! it, keeping the last [`TERMS_KEPT`](distlock_core::backend::TERMS_KEPT). Only
-//! campaigns write the record, under 45 KiB per election; other
-//! grants carry it over in the command they send anyway, so a plain lock
-//! pays nothing for it, and a name that never saw a campaign has none.
-//! Where the TTL index deletes a document that was left free, the record
-//! goes with it, and the next campaign starts a new one (its first term's
-//! `previous` is unknown): an observer that had not read the deleted terms
-//! yet misses them without being told. `docs/mongodb.md` has the details.
+//! # What a caller can rely on
+//! - **Every kind of claim**: the whole lock, a reader's share
+//!   ([`Claim::Shared`](distlock_core::Claim::Shared)) and a semaphore's
+//!   permit ([`Claim::Permit`](distlock_core::Claim::Permit)), all judged
+//!   by the server's clock. A name held as another kind, or as a semaphore
+//!   of another limit, is
+//!   [`Error::KindConflict`](distlock_core::Error::KindConflict). A waiting
+//!   writer keeps later readers out.
+//! - **Any name**, stored verbatim as the document's `_id`; every value a
+//!   caller supplies is taken literally, so a name such as `$$NOW` or `$x`
+//!   is stored as written.
+//! - **Only the holder extends or releases**: each command matches the
+//!   grant's own random identity, and a lease that expired or was taken
+//!   over is never revived. A forced release ends every holder of the name;
+//!   each holder's next extension is refused and its guard reports the
+//!   loss.
+//! - **Cancel safety.** Every backend operation is one command (plus,
+//!   rarely, one read). If its future is dropped, the command was either
+//!   never sent, or sent and applied as a whole by the server; nothing is
+//!   half-done. An acquisition applied after its caller stopped waiting is
+//!   a grant nobody claims: the lock client releases it by its identity,
+//!   and otherwise it ends when its lease does.
+//! - **Credentials.** Errors and `Debug` output never contain the password
+//!   of the URL: URLs are shown with their user information replaced by
+//!   `***`.
 //!
 //! # Clock
 //! Expiry is judged only by the server, with `$$NOW`; the clients' clocks
@@ -110,16 +88,18 @@
 //! grant the lock again, as long as the two clocks run at about the same
 //! rate and the server's clock does not step forward (a step forward ends
 //! the lease early on the server, and the holder learns at its next
-//! extension; fencing tokens cover the gap). The `retry_after` hint given to waiters is the stored expiry less
-//! an estimate of the server's clock (from the `hello` reply and our own
-//! grants, advanced by the local monotonic clock); it only paces waiting.
+//! extension; fencing tokens cover the gap). On a replica set or a sharded
+//! cluster, the clocks of every node that can run the commands (each
+//! primary-eligible member, each router) must agree to within the safety
+//! margin: `docs/mongodb.md` says what happens when they do not.
 //!
 //! # Fencing tokens
-//! A token is `max(previous + 1, server time in milliseconds)`, computed in
-//! the pipeline. It strictly increases per name across releases, and also
-//! across the loss of the document (TTL deletion, a restore) or of the
-//! server's data, as long as the server's clock does not go back by more
-//! than the time since the last grant.
+//! A token is `max(previous + 1, server time in milliseconds)`, from one
+//! counter per name that every grant of any kind advances. It strictly
+//! increases per name across releases, and also across the loss of the
+//! document (TTL deletion, a restore) or of the server's data, as long as
+//! the server's clock does not go back by more than the time since the
+//! last grant.
 //!
 //! # Durability
 //! With the default write concern `majority`, every acknowledged grant,
@@ -143,46 +123,43 @@
 //! runs out.
 //!
 //! # Wake-ups
-//! Where change streams work (replica sets and sharded clusters), each
-//! backend runs one change stream on the lock collection, filtered to the
-//! names this process waits for, and wakes the waiters of a name when its
-//! `lockId` is removed, its document deleted, or a write says in `freed`
-//! that it may let a waiter in (a permit's release, a writer that stopped
-//! waiting). On a standalone server,
-//! waiters poll with jittered backoff, never later than the lease's end.
+//! Where change streams work (replica sets and sharded clusters), a
+//! release wakes the waiters of its name at once, through one change
+//! stream per backend. On a standalone server, or with
+//! [`release_wakeups(false)`](MongoConfig::release_wakeups), waiters poll
+//! with jittered backoff, never later than the lease's end.
+//!
+//! # Election terms
+//! [`Election::observe`](distlock_core::Election::observe) sees every term,
+//! the short-lived ones too: a campaign's grant records its term in the
+//! same command that grants it, keeping the last
+//! [`TERMS_KEPT`](distlock_core::backend::TERMS_KEPT). A plain lock pays
+//! nothing for it. Where the TTL index deletes a document that was left
+//! free, the record goes with it, and the next campaign starts a new one:
+//! an observer that had not read the deleted terms yet misses them without
+//! being told.
 //!
 //! # Fair mode
 //! With [`fair(true)`](MongoConfig::fair) (or `fair=true` in the
-//! URL), whole locks go to waiters in the order they asked, across
-//! processes. A waiting writer that finds the lock held adds a place,
-//! `{id, expiresAt, lease, holder, recordsTerm}`, to the document's
-//! `queue`, and renews it within half its lease; a place not renewed for
-//! its lease is dropped by `$$NOW`. The release's update grants the lock
-//! to the first live place (a new fencing token, the place's lease from the
-//! server's now, its holder, its term if it campaigns), and names the
-//! place in `passedTo`: only the change stream of the waiter's backend
-//! reports that write, and only that waiter asks the server; its attempt
-//! takes the grant over under its own identity. A lock whose holder's
-//! lease ran out is passed on by the next attempt of any waiter. A single
-//! try is granted only when nobody holds or waits. A waiter that gives up
-//! leaves the line in one update, passing on a grant made to it meanwhile;
-//! a waiter that died holds the line up for its lease at most (or half the
-//! next waiter's lease, if that is longer). Readers wait while a writer is
-//! in line. `docs/mongodb.md` has the costs.
+//! URL), whole locks go to waiters in the order their first attempts
+//! reached the server, across processes, and a release passes the lock to
+//! the first waiter in its own write, waking only that waiter's process. A
+//! single try is granted only when nobody holds or waits. A waiter that
+//! gives up leaves the line at once; a waiter that died holds the line up
+//! for its lease at most (or half the next waiter's lease, if that is
+//! longer). Readers and permits are not covered, but readers wait while a
+//! writer is in line.
 //!
-//! # Cancel safety
-//! Every backend operation is one command (plus, rarely, one read). If its
-//! future is dropped, the command was either never sent, or sent and
-//! applied as a whole by the server; nothing is half-done. An acquisition
-//! applied after its caller stopped waiting is a grant nobody claims: the
-//! lock client runs each attempt in a task of its own and releases such a
-//! grant by its identity, and otherwise it ends when its lease does. A
-//! waiting writer's mark left by such an attempt is removed when the wait
-//! ends, and otherwise expires one lease after it was written.
-//!
-//! # Credentials
-//! Errors and `Debug` output never contain the password of the URL: URLs
-//! are shown with their user information replaced by `***`.
+//! # Limits
+//! - At most 1,000 readers hold one name at once; the next reader waits,
+//!   as if the name were held, until one leaves. A semaphore has at most
+//!   1,000 permits.
+//! - A task that holds a reader's share and asks for another share of the
+//!   same name while a writer waits deadlocks until the second acquire
+//!   times out, as `std::sync::RwLock` can. Take one share per task and
+//!   name.
+//! - On a sharded cluster, leave the lock collection unsharded or shard it
+//!   on `_id`.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 

@@ -148,7 +148,7 @@ impl PostgresBackend {
     /// rows go with the release that leaves them unused; this is for when
     /// the table's size matters now (after a burst of names used once).
     /// A name whose row is deleted keeps its fencing tokens increasing:
-    /// see the crate docs' "Rows of unused names". A sweep stops after
+    /// `docs/postgres.md`, "Rows of unused names", says why. A sweep stops after
     /// 100,000 rows; call it again for more.
     ///
     /// # Errors

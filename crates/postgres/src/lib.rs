@@ -19,6 +19,12 @@
 //! # Ok(()) }
 //! ```
 //!
+//! How it works (the lock table and its statements, the deletion of
+//! unused rows, the record of terms, release wake-ups, advisory mode's
+//! connections and keys, fair mode's line in each mode), which mode to
+//! choose, and what the modes cost is in `docs/postgres.md` in the
+//! repository; this page says what a caller can rely on.
+//!
 //! # Opening
 //! `postgres://` or `postgresql://`, as libpq reads it. distlock reads the
 //! options below itself and passes every other one to the driver
@@ -73,207 +79,54 @@
 //! `sslkey`) and revocation lists (`sslcrl`) are not supported, and are
 //! refused by name. TLS is rustls's, with the *ring* provider.
 //!
-//! # Lease mode works through PgBouncer in transaction mode
-//! The driver is [`tokio_postgres`], because it can send every statement
-//! unnamed (`Client::query_typed`: Parse, Bind, Execute and Sync with an
-//! unnamed statement, in one round trip). PgBouncer 1.18, Debian 12's,
-//! predates prepared-statement support in transaction-pooling mode, where
-//! consecutive statements may run on different server connections, so a
-//! named prepared statement would go missing. The backend also keeps no
-//! session state on pooled connections: no `SET`, no temporary tables, no
-//! `LISTEN`, no session advisory locks. (This holds for lease mode;
-//! [advisory mode](#advisory-mode) needs a direct connection, and prepares
-//! its statements once per connection.)
-//! Connections come from a small pool ([`deadpool_postgres`], 16 at most per backend). Release wake-ups
-//! need a connection that PgBouncer does not pool: see `listen_url` below.
-//!
-//! # The table (lease mode)
-//! One row per name in use (see [Rows of unused names](#rows-of-unused-names)),
-//! the table created on first use (concurrent
-//! creators are serialized by a transaction-scoped advisory lock). The
-//! table's comment records the layout's version, so that a later release
-//! can migrate; a table of that name that distlock did not make is refused.
-//!
-//! | column | value |
-//! | --- | --- |
-//! | `name` | `bytea` primary key: the name's exact UTF-8 bytes, NUL included |
-//! | `kind` | `exclusive`, `shared` or `semaphore`: what the live holders hold |
-//! | `permit_limit` | a semaphore's limit |
-//! | `fencing_token` | `bigint`, the latest token granted on the name, of any kind; kept across releases |
-//! | `holders` | `jsonb` array of grants, `{id, token, at, exp, holder}`, times in the server's µs since the epoch |
-//! | `waiting` | `jsonb` array of waiting writers' marks, `{id, exp}`, and in [fair mode](#fair-mode) their places in line |
-//!
-//! # How lease mode works
-//! - **Acquire** is one `INSERT … ON CONFLICT (name) DO UPDATE … WHERE`
-//!   statement: it creates the row holding our grant, or adds our grant to
-//!   the row when its live holders admit us; a grant or a mark lives while
-//!   its expiry is after the server's `clock_timestamp()`, never the
-//!   client's clock. A writer is admitted when no holder lives, a reader
-//!   when no writer holds or waits (at most 1,000 readers), a permit when
-//!   fewer than its limit hold the name. An attempt that was not granted
-//!   reads why in a second statement (a kind conflict, or when the first
-//!   lease ends), and there a waiting writer marks itself so that later
-//!   readers wait behind it.
+//! # What a caller can rely on
+//! In lease mode, and in advisory mode except where
+//! [Advisory mode](#advisory-mode) says otherwise:
+//! - **The server's clock decides.** A grant lives while its expiry is
+//!   after the server's `clock_timestamp()`, never the client's clock;
+//!   every decision is one statement.
+//! - **Every kind of claim.** A name can be a lock, a reader-writer lock
+//!   (at most 1,000 readers; a waiting writer keeps later readers out) or a
+//!   semaphore. A name held as another kind, or as a semaphore of another
+//!   limit, is
+//!   [`Error::KindConflict`](distlock_core::Error::KindConflict).
+//! - **Only the holder extends or releases** a grant: both act only on a
+//!   live grant with its random identity.
 //! - **Fencing tokens** are `greatest(previous + 1, server time in µs)` at
-//!   each grant of any kind, so they keep increasing even after the row was
-//!   deleted (see [Rows of unused names](#rows-of-unused-names)).
-//! - **Extend and release** act only on a live grant with our random grant
-//!   identity. Extending any number of leases is one statement.
-//! - **Waiting** is woken by releases (below); without a wake-up, a waiter
-//!   tries again when the first holder's lease ends, or polls with core's
-//!   jittered backoff while wake-ups are off.
+//!   each grant of any kind, so they keep increasing even after a name's
+//!   row was deleted, as long as the server's clock never runs backwards.
+//! - **Unused names cost nothing.** A name's row lasts only while it is
+//!   used (a live grant or waiting writer; in advisory mode, a session on
+//!   its key), so names used once (one per order, per user, per job) do
+//!   not grow the table, nor the work of `list`, without bound. Rows are
+//!   deleted by the release that leaves them unused and by a sweep about
+//!   once a minute; [`PostgresBackend::remove_idle_rows`] sweeps on demand.
+//!   A deletion never takes a row from a holder or a waiter.
+//! - **It works through PgBouncer in transaction mode.** Lease mode keeps
+//!   no session state on pooled connections and sends every statement
+//!   unnamed, through [`tokio_postgres`], from a small pool
+//!   ([`deadpool_postgres`], 16 connections at most per backend). Release
+//!   wake-ups need a connection that PgBouncer does not pool: see
+//!   `listen_url` and [Release wake-ups](#release-wake-ups).
 //! - **Timeouts.** Each statement waits at most the request's operation
 //!   timeout for a connection and its answer; a connection whose statement
 //!   was abandoned is closed, never reused.
 //!
-//! # Rows of unused names
-//! A name's row lasts only while it is used, so that names used once (one
-//! per order, per user, per job) do not grow the table, nor the work of
-//! `list`, without bound. In lease mode a row is unused when no grant and
-//! no waiting writer's mark in it lives; in advisory mode, when no session
-//! holds the name's key or its writers' intent key. The release that
-//! leaves a row unused deletes it in the same statement; rows it cannot
-//! (a lease that ran out unreleased, a mark that outlived its wait, a
-//! grant of the name under way elsewhere as it was released) are deleted
-//! by a sweep each backend runs about once a minute, 100 rows per
-//! statement, skipping rows other statements have locked.
-//! [`PostgresBackend::remove_idle_rows`] sweeps on demand.
-//!
-//! The next grant of the name makes its row again, and its token is still
-//! above every token of the deleted row. That rests on the server's clock
-//! (`clock_timestamp()`) never running backwards, by these steps:
-//!
-//! - a row is deleted only while the server's clock, read in the deleting
-//!   statement, is past the row's token (a token runs ahead of the clock
-//!   only for a name granted more than a million times a second; such a
-//!   row is kept until the clock passes it);
-//! - a new row's token is at least the server's clock read by the grant
-//!   that makes it, and that reading comes after the deletion committed.
-//!   In lease mode each acquire takes a per-name gate, a transaction-level
-//!   advisory lock in the one-`bigint` key space, shared, before it reads
-//!   the clock, and a deletion takes it exclusively, without waiting, so
-//!   the two never overlap: a deletion that finds the gate taken leaves
-//!   the row to a later sweep. In advisory mode a grant's token is bumped
-//!   on a row its statement sees, so the row existed before the statement
-//!   began, and a row made after a deletion comes after it.
-//!
-//! A deletion never takes a row from a holder or a waiter: its checks and
-//! the delete are one statement, and in advisory mode a grant counts only
-//! once its statement has bumped the token on the name's row, which a
-//! session that took the key as the row was deleted cannot do. A failover
-//! to an asynchronous standby can lose recent deletions with the rest,
-//! which only brings rows back.
-//!
-//! # Election terms
-//! Each grant won by [`Election::campaign`](distlock_core::Election::campaign)
-//! is recorded as a term, so that
-//! [`Election::observe`](distlock_core::Election::observe) returns every
-//! leader, the short-lived ones too. The record is a table beside the
-//! mode's own, in its schema: its name with `_terms` added
-//! (`distlock_locks_terms`, `distlock_advisory_terms`; a name too long
-//! for that is cut and a hash of it added), created when the backend
-//! opens, also beside a table made by an earlier release. It has a row
-//! per election that ever had a term: `name` (`bytea`, primary key) and
-//! `terms`, a `jsonb` array of the last [`TERMS_KEPT`](distlock_core::backend::TERMS_KEPT)
-//! (32) terms, oldest first, each its token, the term before it, and the
-//! holder with the campaign's value whole (at most 1 KiB).
-//!
-//! - **Written with the grant.** A campaign's acquire is its own
-//!   statement: the grant, and, only when it grants, the term appended
-//!   (and terms past 32 dropped) by a common table expression of the same
-//!   statement, so the record holds a term exactly when it was granted.
-//!   In advisory mode the append is in the statement that bumps the token
-//!   while the session holds the lock; a statement that fails ends its
-//!   session, and the lock with it. The election's row is locked and read
-//!   at its latest version (`INSERT … ON CONFLICT DO UPDATE`), so each
-//!   term names the one recorded just before it.
-//! - **What it costs.** Plain acquires send the statements they always
-//!   did: only campaigns write the record, one round trip as before, and
-//!   observers read it with one statement. Each election's row holds at
-//!   most 32 terms, some 40 KiB with the longest values, and stays when
-//!   the lock's row goes (see [Rows of unused names](#rows-of-unused-names)),
-//!   so that an observer still reads the last terms of an election nobody
-//!   leads; delete the row of an election you retire.
-//! - **Without the privilege to create it.** A backend whose role may use
-//!   the lock table but not create the table of terms beside it still
-//!   locks, and says so in a warning when it opens; but it keeps no
-//!   record: observing is `Unsupported`, and a campaign is refused with
-//!   [`Error::Denied`](distlock_core::Error::Denied), rather than won
-//!   unrecorded, which observers elsewhere would miss. Open a backend
-//!   once as a role that may create the table, then this one again.
-//!
-//! # Fair mode
-//! With `fair=true`, whole locks go to waiters in the order they asked,
-//! across processes and within one: each waiting task takes a place in the
-//! store, and the release hands the lock to the first place itself (see
-//! [`Capabilities::fair`](distlock_core::backend::Capabilities::fair)). This
-//! section is lease mode's; advisory mode's line is the server's own (see
-//! [Fair mode in advisory mode](#fair-mode-in-advisory-mode)).
-//!
-//! - **What is stored.** A waiter's place is an entry of the row's
-//!   `waiting` array, `{id, exp, lease, holder}` (and `term` for a
-//!   campaign), kept in the order places were taken, each under the row's
-//!   lock. A place lives a lease from its waiter's latest attempt, by the
-//!   server's clock. Readers wait while a place lives.
-//! - **The hand-off.** The statement that releases (or ends a wait whose
-//!   place was granted) grants the first live place when no holder is
-//!   left: a grant under the place's identity, with the next fencing
-//!   token, the place's lease from the server's now and its holder, and,
-//!   for a campaign, its term appended in the same statement. Its
-//!   notification wakes the waiter, whose next attempt takes the grant
-//!   over under its own identity, for a lease from then. A holder whose
-//!   lease ran out is passed on by the next attempt of any waiter of the
-//!   name, which tries again when the first holder's lease ends.
-//! - **What a waiter costs.** One statement per attempt: the first takes
-//!   the place, and the next renew it every half lease, or ask when the
-//!   holder's lease ends. A release that grants a place names it in its
-//!   notification (`pg_notify`, as in [Release wake-ups](#release-wake-ups)):
-//!   only the process whose waiter has that place acts on it, and its
-//!   other waiters of the name answer from memory, without a statement.
-//!   A release that grants nobody, a lost listening connection or an
-//!   overflowing queue of notifications has every waiter ask again.
-//! - **What a dead waiter costs.** A place never renewed drops out a lease
-//!   after its last attempt; a grant made to a place nobody claims runs
-//!   out after the place's lease, and the next waiter's attempt passes it
-//!   on. A single try takes no place, and is granted only when nobody
-//!   holds the name or waits in line.
-//! - **Every client of a name must be fair.** A client without
-//!   `fair=true` on the same table takes no place, and its release hands
-//!   nothing on: the name is then free to whoever asks first, until a
-//!   waiter's next attempt passes it on.
-//!
 //! # Release wake-ups
 //! A release, a forced release and the end of a waiting writer's wait
-//! notify (`pg_notify`) inside their own statement, which the server sends
-//! when the statement commits. A table's names are hashed onto 64
-//! channels, and each backend keeps one connection of its own, outside the
-//! pool, that `LISTEN`s only on the channels of the names its waiters wait
-//! for: a release reaches the processes that wait for that name, or for a
-//! name sharing its channel. That connection goes to `listen_url` when
-//! given, else to the main URL.
-//!
-//! The connection is trusted once a probe notification, sent through the
-//! pool as releases are, comes back over it; [`PostgresBackend::wake_ups`]
-//! says where it stands. Until then, and while a failed connection is
-//! being opened again (with backoff, 100 ms to 5 s), waits poll, at least
-//! once a second for a wait that was relying on wake-ups, so a lost
-//! notification delays a waiter and never strands it. Through PgBouncer in
-//! transaction mode, which accepts `LISTEN` and then loses the
-//! notifications, the probe never comes back: after three tries the
-//! backend logs a warning, stops listening, offers no
-//! [`wakeups`](distlock_core::backend::Abilities::wakeups), and waits poll. A `listen_url` pointing straight at the server behind
-//! PgBouncer gives the wake-ups back. A lease that runs out notifies
-//! nobody.
-//!
-//! The listening connection is read as fast as notifications come, so
-//! that it never fills the server's notification queue (which would stop
-//! every release in the database from notifying), into a queue that keeps
-//! each name released once, however often it was announced, and at most
-//! 1,024 names: past that, the names are forgotten and every waiter of the
-//! backend tries once more instead. A notification wakes the waiters of
-//! its name through an index by the name's hash, whatever the number of
-//! names waited for. [`PostgresBackend::wake_up_queue`] says how the
-//! queue has fared.
+//! wake the waiters of that name in every process (`LISTEN`/`NOTIFY`, on a
+//! connection of each backend's own, outside the pool, to `listen_url`
+//! when given, else to the main URL). [`PostgresBackend::wake_ups`] says
+//! where that connection stands, and [`PostgresBackend::wake_up_queue`]
+//! how its queue has fared. Until the connection is trusted, and while a
+//! failed one is being opened again, waits poll, at least once a second
+//! for a wait that was relying on wake-ups, so a lost notification delays
+//! a waiter and never strands it. Through PgBouncer in transaction mode,
+//! which accepts `LISTEN` and then loses the notifications, the backend
+//! logs a warning after three tries, stops listening, offers no
+//! [`wakeups`](distlock_core::backend::Abilities::wakeups), and waits
+//! poll; a `listen_url` pointing straight at the server behind PgBouncer
+//! gives the wake-ups back. A lease that runs out notifies nobody.
 //!
 //! # Server restarts and failover
 //! In lease mode, locks are rows, so they outlive a restart of the server; a holder whose
@@ -283,151 +136,102 @@
 //! session, and every lock with it: each holder's `lost()` fires at once;
 //! tokens, kept in the token table, keep increasing.
 //!
+//! # Election terms
+//! Each grant won by [`Election::campaign`](distlock_core::Election::campaign)
+//! is recorded as a term in the same statement as the grant, so that
+//! [`Election::observe`](distlock_core::Election::observe) returns every
+//! leader, the short-lived ones too, in both modes. Plain acquires pay
+//! nothing for it. The record is a table beside the mode's own, in its
+//! schema: its name with `_terms` added (`distlock_locks_terms`,
+//! `distlock_advisory_terms`; a name too long for that is cut and a hash
+//! of it added), created when the backend opens. An election's row keeps
+//! its last [`TERMS_KEPT`](distlock_core::backend::TERMS_KEPT) terms and
+//! stays when the lock's row goes, so that an observer still reads the
+//! last terms of an election nobody leads: delete the row of an election
+//! you retire.
+//!
+//! A backend whose role may use the lock table but not create the table
+//! of terms beside it still locks, and says so in a warning when it opens;
+//! but it keeps no record: observing is `Unsupported`, and a campaign is
+//! refused with [`Error::Denied`](distlock_core::Error::Denied), rather
+//! than won unrecorded, which observers elsewhere would miss. Open a
+//! backend once as a role that may create the table, then this one again.
+//!
+//! # Fair mode
+//! With `fair=true`, whole locks go to waiters in the order they asked,
+//! across processes and within one (see
+//! [`Capabilities::fair`](distlock_core::backend::Capabilities::fair)).
+//! Readers are not covered; a waiting writer keeps new readers out, as
+//! without it. A single try never jumps the line: it fails while anyone
+//! holds or waits. Off by default, and then nothing changes.
+//! - **In lease mode** the line is kept in the lock's row, and the release
+//!   grants the first place in its own statement. A waiter that died drops
+//!   out a lease after its last attempt, and a grant made to it is passed
+//!   on when the place's lease runs out. A client without `fair=true` on
+//!   the same table takes no place and hands nothing on: the name is then
+//!   free to whoever asks first, until a waiter's next attempt passes it
+//!   on.
+//! - **In advisory mode** the line is PostgreSQL's own queue of the name's
+//!   key, in the order the waiters' statements reached the server. A waiter
+//!   costs a connection of its own for the whole wait, and no statement. A
+//!   waiter that dies, or stops, holds the line up for a lease at most. A
+//!   wait longer than ten leases may lose its turn, once per ten leases.
+//!   A waiting statement holds back vacuum's horizon while it waits, as any
+//!   running statement does.
+//!
 //! # Advisory mode
-//! `mode=advisory` holds each grant as a session advisory lock
-//! (`pg_try_advisory_lock`, or `pg_try_advisory_lock_shared` for a
-//! reader), the locks sqlx's `PgAdvisoryLock` takes, with distlock's
-//! waiting, timeouts, cancellation and loss signal. It needs PostgreSQL 14
-//! or later; opening refuses an older server.
+//! `mode=advisory` holds each grant as a session advisory lock, the locks
+//! sqlx's `PgAdvisoryLock` takes, with distlock's waiting, timeouts,
+//! cancellation and loss signal. It needs PostgreSQL 14 or later; opening
+//! refuses an older server.
 //!
 //! - **A connection per grant.** Each grant lives on a connection of its
-//!   own, outside the pool, which the grant keeps for its whole life; the
-//!   lock ends when that connection does. Released connections are kept
-//!   for later attempts (8 at most, one opened ahead). So each lock held,
-//!   and each waiting writer, costs a server connection: a process that
-//!   holds many locks at once needs as many of the server's
-//!   `max_connections`.
-//! - **Prepared statements.** Since its connections are its own from
-//!   open to close, this mode prepares each of its statements once per
-//!   connection, as a named prepared statement, and then only binds and
-//!   executes it, as sqlx does. A statement the connection lost (someone
-//!   ran `DEALLOCATE` or `DISCARD ALL` on it) is prepared again, once.
+//!   own, outside the pool, for its whole life; the lock ends when that
+//!   connection does. So each lock held, and each waiting writer, costs a
+//!   server connection: a process that holds many locks at once needs as
+//!   many of the server's `max_connections`.
 //! - **Losses.** A connection that ends (terminated by an administrator,
 //!   a server restart, a network error) makes the grant's
-//!   [`lost`](distlock_core::LockGuard::lost) fire at once. A connection
-//!   that goes silent (a network partition) is caught by the extension,
-//!   which in this mode checks the grant's connection with one round trip
-//!   each extension period: with no check answered within the lease minus
-//!   the safety margin, the holder gives the lock up. The server, for its
-//!   part, ends a holder's connection after one lease without a statement
-//!   (`idle_session_timeout` is set to the lease on it), so a partitioned
-//!   or stopped holder frees the lock a lease after its last check, never
-//!   before it gave the lock up, and long before TCP would notice. So
-//!   locks in this mode are not [process-bound](distlock_core::backend::Capabilities::process_bound):
-//!   they expire like leases when their holder stops checking them. The
-//!   server also probes the connection of a holder cut off in the middle
-//!   of a statement, after a lease (`tcp_keepalives_idle`, which Linux
-//!   caps at 32,767 s): a lease longer than [`MAX_ADVISORY_LEASE`] is
-//!   refused with `InvalidConfig` naming `lease` (exit 2 from the CLI),
-//!   rather than left unenforced.
+//!   [`lost`](distlock_core::LockGuard::lost) fire at once. A holder cut
+//!   off from the server gives the lock up within the lease less the safety
+//!   margin, and the server frees the lock a lease after the holder's last
+//!   check, never before. So locks in this mode are not
+//!   [process-bound](distlock_core::backend::Capabilities::process_bound):
+//!   they expire like leases when their holder stops checking them. A
+//!   lease longer than [`MAX_ADVISORY_LEASE`] is refused with
+//!   `InvalidConfig` naming `lease` (exit 2 from the CLI), rather than
+//!   left unenforced.
 //! - **No `min_hold`.** A lock cannot be kept after its release, since it
 //!   ends with its connection: an acquire with
 //!   [`min_hold`](distlock_core::AcquireOptions::min_hold) fails at once
 //!   with `Unsupported`. Lease mode offers it.
 //! - **Keys.** A name's lock is the two-`int4` key (`advisory_class`,
-//!   objid). The table gives each name its objid (even, non-negative):
-//!   tried first at a hash of the name, and at the next even numbers when
-//!   another name has it. A unique constraint decides races, so distinct
-//!   names never share a key, however their hashes fall, and every process
-//!   reads the same key for a name. The class keeps distlock's keys apart
-//!   from the application's own advisory locks: give distlock a class
-//!   that nothing else uses, and one class per token table (two tables in
-//!   one class would give different names the same key). The
-//!   one-`bigint` key form is a different key space, never ours.
-//! - **The token table.** One row per name in use (see
-//!   [Rows of unused names](#rows-of-unused-names)): `name` (`bytea`, primary key,
-//!   the exact bytes, NUL included), `objid` (unique), `fencing_token`,
-//!   and `holders`, which records each grant's token and holder under its
-//!   connection's server process id, for `list`. Each grant bumps the
-//!   token to `greatest(previous + 1, server time in µs)` in the same
-//!   statement as the lock, only when granted, so tokens keep increasing
-//!   across every grant of both kinds.
-//! - **Readers and writers.** Writers are not starved: a writer that waits
-//!   holds its name's intent key (objid + 1) shared on its waiting
-//!   connection, and a reader does not try while any writer's intent is
-//!   held (it reads `pg_locks`). A writer's intent ends with its grant,
-//!   when it stops waiting, or with its connection (the server ends that
-//!   one, too, after a lease of silence).
+//!   objid), and distinct names never share a key. Give distlock a class
+//!   that nothing else uses (the application's own advisory locks), and
+//!   one class per token table (two tables in one class would give
+//!   different names the same key). The one-`bigint` key form is a
+//!   different key space, never ours.
+//! - **Readers and writers.** Writers are not starved: a waiting writer
+//!   keeps new readers out.
 //! - **Semaphores** are not offered: asking for a permit is
 //!   [`Error::Unsupported`](distlock_core::Error::Unsupported). Use
 //!   `mode=lease`.
-//! - **Releases** unlock on the grant's connection and notify waiters in
-//!   the same statement, as in lease mode. Waiters also try again at least
-//!   once a second, since a holder whose connection ended frees the lock
-//!   without a notification.
-//! - **`list`** shows every holder in the class, from `pg_locks` joined
-//!   with the token table, each with its kind, token and holder; a lock
-//!   lasts as long as its holder's connection, so `expires_in` is `None`.
-//! - **Forced releases** (`distlock release --force`) terminate, with
-//!   `pg_terminate_backend`, every connection that holds the name's key,
-//!   found in `pg_locks`, and wait up to 2 s for each to end. The holders'
-//!   `lost()` fires at once. Terminating another role's connection needs
-//!   membership in `pg_signal_backend` (or to be that role); a
-//!   superuser's connections only a superuser can end.
-//! - **No PgBouncer in transaction mode.** A session advisory lock
-//!   belongs to one server connection, which PgBouncer in transaction mode
-//!   hands to other clients between transactions: a release could then
-//!   run on another server connection and leave the lock held. Opening
-//!   checks for it, and refuses with [`Error::InvalidConfig`](distlock_core::Error::InvalidConfig)
-//!   naming `mode`: two connections of the backend take the same key,
-//!   which behind such a pooler usually lands on the same server
-//!   connection (advisory locks are re-entrant there) or unlocks on
-//!   another. "Usually": a busy pooler can pass the check, so connect
-//!   advisory mode straight to the server (or through PgBouncer in session
-//!   mode). Each check of a held lock also compares the server process id
-//!   with the one the grant was made on, and reports the lock lost when
-//!   they differ.
+//! - **`list`** shows every holder in the class, each with its kind, token
+//!   and holder; a lock lasts as long as its holder's connection, so
+//!   `expires_in` is `None`.
+//! - **Forced releases** (`distlock release --force`) terminate every
+//!   connection that holds the name's key, and the holders' `lost()` fires
+//!   at once. Terminating another role's connection needs membership in
+//!   `pg_signal_backend` (or to be that role); a superuser's connections
+//!   only a superuser can end.
+//! - **No PgBouncer in transaction mode.** A session advisory lock belongs
+//!   to one server connection, which PgBouncer in transaction mode hands to
+//!   other clients between transactions. Opening usually detects it, and
+//!   refuses with [`Error::InvalidConfig`](distlock_core::Error::InvalidConfig)
+//!   naming `mode`; a busy pooler can pass the check, so connect advisory
+//!   mode straight to the server (or through PgBouncer in session mode).
 //! - **Hand-overs** are not offered: a lock passes between the tasks of
 //!   one client by a release and a new grant.
-//!
-//! # Fair mode in advisory mode
-//! `fair=true` serves whole locks to waiters in the order they asked,
-//! across processes and within one, by the server's doing (see
-//! [`Capabilities::fair`](distlock_core::backend::Capabilities::fair)). Readers
-//! are not covered; a waiting writer keeps new readers out, as without
-//! it. A single try never jumps the line: it fails while anyone holds or
-//! waits. Off by default, and then nothing changes.
-//!
-//! In advisory mode the line is PostgreSQL's own queue of the name's key,
-//! which its lock manager keeps in the order of arrival:
-//! - **Waiting.** A writer's first waiting attempt that finds the lock held
-//!   keeps its connection (holding the writer's intent, as above), and a
-//!   task of the wait runs `pg_advisory_lock` on it. A release hands the
-//!   lock to the first in line inside its `pg_advisory_unlock`; the
-//!   waiter's statement then bumps the token, and appends a campaign's
-//!   term, in the statement that was granted, and its task wakes the wait
-//!   in its own process. The wait's next attempt takes the grant over with
-//!   one round trip on that connection, which starts the server's idle
-//!   timer (the lease) from that attempt. Nothing is stored beyond what
-//!   advisory mode stores.
-//! - **What a waiter costs:** a connection of its own for the whole wait,
-//!   and no statement while it waits. Releases still notify, for readers
-//!   and other clients: the name's waiters in each process then look at
-//!   their place, without asking the server.
-//! - **A waiter that dies:** its connection closes, and the server, which
-//!   checks a waiting connection every second
-//!   (`client_connection_check_interval`, on Linux servers), drops its
-//!   place; elsewhere it drops out when its turn comes. A waiter that
-//!   stops but keeps its connection (a stopped process) keeps its place;
-//!   when its turn comes it is granted, and the server ends its connection
-//!   after one lease of silence (`idle_session_timeout`), which passes the
-//!   lock on. Either way the line is held up for a lease at most.
-//! - **Leaving the line.** A wait that ends (its timeout, a cancellation,
-//!   a dropped future) cancels its statement from another connection at
-//!   once, and releases a grant that came meanwhile; a cancelled waiter's
-//!   connection is closed rather than kept.
-//! - **`lock_timeout`.** PostgreSQL cannot renew a place without taking it
-//!   out of the queue, and the wait's deadline is kept by the client,
-//!   which cancels. So a place waits under a `lock_timeout` of ten leases,
-//!   a bound by the server's clock for a place nobody tends: when it runs
-//!   out, a wait that made an attempt since joins the line again, at its
-//!   end, and one that made none is given up. A wait longer than ten
-//!   leases may so lose its turn, once per ten leases.
-//! - **Order.** Waiters are served in the order their `pg_advisory_lock`
-//!   statements reached the server, which is sent right after the attempt
-//!   that found the lock held. A waiting statement keeps a snapshot, as
-//!   any running statement does, which holds back vacuum's horizon while
-//!   it waits.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 

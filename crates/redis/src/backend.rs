@@ -630,8 +630,8 @@ impl HandOvers for RedisBackend {
     /// the script below and still has a reserved token, half of the lease
     /// and the same holder and lease for `next` (`HandedOverLock::pass_on`);
     /// otherwise one script that ends `lease` and makes `next`'s grant,
-    /// reserving the tokens for the next ones (see the [crate
-    /// docs](crate#hand-overs-without-a-command)). Quorum mode answers
+    /// reserving the tokens for the next ones (see `docs/redis.md`,
+    /// "Hand-overs without a command"). Quorum mode answers
     /// [`Error::Unsupported`].
     async fn hand_over(&self, lease: &Lease, next: &AcquireRequest) -> Result<HandOver> {
         if lease.claim != Claim::Exclusive || next.claim != Claim::Exclusive {

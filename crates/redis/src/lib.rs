@@ -18,6 +18,12 @@
 //! # }
 //! ```
 //!
+//! How it works (the keys of a name, the scripts, hand-overs without a
+//! command, `wait_replicas`, what each name costs the server, quorum mode's
+//! votes and roll-backs, cluster routing) and how it is tested is in
+//! `docs/redis.md` in the repository; this page says what a caller can rely
+//! on. It needs Redis 7.0 or later.
+//!
 //! # Opening
 //! `redis://[user:password@]host[:port][/db][?prefix=…]` names the server
 //! (port 6379), the database (0) and the prefix of every key and channel
@@ -25,8 +31,7 @@
 //! TLS, checking the server's certificate against the system's roots, or
 //! with `?ca=PATH` against the CA certificates in that PEM file alone.
 //! `?wait_replicas=N` (one server only) counts a grant or an extension
-//! only once N replicas acknowledged it (`WAIT`, sent in one pipeline with
-//! the script or extensions it confirms, on their connection).
+//! only once N replicas acknowledged it (`WAIT`); it turns hand-overs off.
 //! `?token_keep=7d` (`s`, `m`, `h` or `d`; one minute at least, 30 days by
 //! default) sets how long a name's token counter, and an election's record
 //! of terms, outlive its last grant, in every mode: shorter bounds what
@@ -42,175 +47,106 @@
 //! [`RedisBackend::connect`] a [`RedisConfig`] made with
 //! [`RedisConfig::parse`] and adjusted in code.
 //!
-//! # Keys
-//! A name's keys are `<prefix>{<tag>}:<role>`, where the tag is the
-//! SHA-256 of the name, all 64 hex digits. Redis Cluster hashes only the
-//! tag, so all of a name's keys share a slot and one script can touch them
-//! all; no name can choose another's slot, and the name itself never
-//! appears in a key or a script's text: it travels as an argument, and is
-//! stored, as JSON with the holder, in each grant's record for `list`.
-//!
-//! | role | type | holds |
-//! |---|---|---|
-//! | `x` | string, expiring with the lease (`PX`) | the exclusive grant: identity, token, record |
-//! | `s` | sorted set | readers' or permits' identities, scored by expiry (ms on the server's clock) |
-//! | `i` | hash | for `s`: the kind, the limit, and each grant's token and record |
-//! | `w` | sorted set | waiting writers' marks, scored by expiry |
-//! | `t` | string | the name's latest fencing token, kept 30 days after its last grant |
-//! | `released` | pub/sub channel | one message per release |
-//!
-//! # How it works
-//! - **Scripts.** Acquire, extend, release, hand-over, the end of a wait,
-//!   a forced release and `list`'s read are each one Lua script, sent with
-//!   `EVALSHA` and loaded again once when the server answers `NOSCRIPT`.
-//!   Each reads the server's `TIME`; expiry is the server's (`PX`, and
-//!   sorted-set scores compared with `TIME`), never the client's clock.
-//! - **Acquire.** A free name stores the grant's random 128-bit identity
-//!   with the lease as its expiry and returns the next fencing token; a
-//!   held name returns the holder's time left, so a waiter without
-//!   wake-ups retries no later than that. A reader or a permit joins the
-//!   name's sorted set, scored by its expiry, and expired members are
-//!   dropped first.
-//! - **Extend and release** act only while the stored identity is the
-//!   lease's, never with a plain `DEL`: a holder whose lease ran out
-//!   cannot touch the next holder's grant. Extending any number of leases
-//!   is one pipeline of scripts, one round trip.
+//! # What a caller can rely on
+//! - **The server's clock decides.** Every decision (acquire, extend,
+//!   release, hand-over, the end of a wait, a forced release) is one
+//!   server-side script on one name's keys, which reads the server's
+//!   `TIME`; expiry is the server's (`PX`), never the client's clock.
+//! - **Only the holder extends or releases** its grant: both act only
+//!   while the stored identity is the lease's, never with a plain `DEL`, so
+//!   a holder whose lease ran out cannot touch the next holder's grant.
+//!   `force_release` deletes a name's grants and wakes its waiters; holders
+//!   learn at their next extension.
+//! - **Any name is safe.** The name never appears in a key or a script's
+//!   text (keys carry its SHA-256), all of a name's keys share one Redis
+//!   Cluster slot, and no name can choose another's slot.
 //! - **Fencing tokens** are `max(previous + 1, the server's time in µs)`
 //!   at every grant of every kind, so they keep increasing after the
-//!   counter is lost (a restart without persistence, an eviction) or comes
-//!   back older (a restart from a snapshot), as long as the server's clock
-//!   does not step back by more than the time since.
+//!   counter is lost (a restart without persistence, an eviction, the end
+//!   of `token_keep`) or comes back older (a restart from a snapshot), as
+//!   long as the server's clock does not step back by more than the time
+//!   since.
 //! - **Readers and writers** share a name: a writer is granted when no one
-//!   holds it, a reader when no writer holds it and **no writer waits**.
-//!   A waiting writer's mark lasts a lease from its latest attempt, so a
-//!   writer that vanished holds readers back for a lease at most; its grant
-//!   or the end of its wait removes it. At most 1,000 readers hold a name.
+//!   holds it, a reader when no writer holds it and **no writer waits**. A
+//!   writer that vanished while waiting holds readers back for a lease at
+//!   most. At most 1,000 readers hold a name.
 //! - **Semaphores** admit up to their limit, each permit its own grant.
 //!   A permit asked for on a lock, a lock on a semaphore, or a permit with
 //!   another limit than the holders' is [`Error::KindConflict`].
-//! - **Hand-over** to the next task of the same client is one script that
-//!   ends the old exclusive grant and makes the next, with a new identity
-//!   and a higher token, so the lock is never free in between. That script
-//!   takes 64 tokens from the counter, not 1: the grant gets the first,
-//!   and the next 63 hand-overs of the lock in this process need no
-//!   server command (see [below](#hand-overs-without-a-command)).
-//! - **Wake-ups.** A release that someone waits for (an attempt found the
-//!   grant held, and marked it for as long as the holder had left), a
-//!   forced release, a reader's or permit's release and a writer that
-//!   stops waiting publish on the name's channel. One subscriber
-//!   connection per server subscribes to the channels of the names this
-//!   process waits for. While it is down, [`Wakeups::watch`] answers
-//!   `None`, waits poll at least once a second, and every waiter is woken
-//!   once when it goes down and when it is back.
-//! - **`list`** walks the prefix with `SCAN` (never `KEYS`) and reads each
-//!   name's live grants in one script; values under the prefix that are
-//!   not ours are skipped. `force_release` deletes a name's grants and
-//!   wakes its waiters; holders learn at their next extension.
+//! - **Hand-over** to the next task of the same client (on one server
+//!   without `wait_replicas`, and in cluster mode) never leaves the lock
+//!   free in between, and the next grant's token is higher. After a
+//!   hand-over made without a server command, `list` (and an election's
+//!   `leader`) may show a token up to 63 below the holder's, never another
+//!   holder, until the holder's next extension (at most the extension
+//!   cadence).
+//! - **Wake-ups.** A release wakes the waiters of its name at once. While
+//!   the subscriber connection is down, [`Wakeups::watch`] answers `None`,
+//!   waits poll at least once a second, and every waiter is woken once when
+//!   it goes down and when it is back.
+//! - **`list`** walks the prefix with `SCAN` (never `KEYS`); values under
+//!   the prefix that are not ours are skipped.
 //! - **Timeouts.** Every call ends within the request's operation timeout
 //!   ([`Capabilities::bounds_calls`]); `list` and `force_release` within
 //!   30 s.
-//!
-//! # Hand-overs without a command
-//! In single and cluster mode (never in quorum mode, nor with
-//! `wait_replicas`, which hand nothing over), a hand-over sends nothing
-//! when all of these hold: this backend made the old grant by a hand-over
-//! through the server, or took it over as below; the server last
-//! confirmed the lease (the script, or an extension by the whole lease,
-//! timed from when it was sent) at most half a lease ago on this process's
-//! monotonic clock; the next grant asks for the same lease, name and
-//! holder (label included); and a reserved token is left. Then:
-//! - the key stays as it is, under the identity the script stored; the
-//!   next grant's extensions and its release check that identity, and the
-//!   old grant can no longer extend, release or hand over (it is refused
-//!   without a command);
-//! - the next grant's token is the next reserved one: above the old
-//!   grant's, and below every token the counter gives anyone later, which
-//!   is at least the last reserved one plus one;
-//! - core is told when the server last confirmed the lease, so the next
-//!   grant ends when the old one would have, and the keeper extends it on
-//!   the old one's schedule: a lease deleted, evicted or forced away
-//!   meanwhile is reported lost at its next extension, as any other;
-//! - **`list`** shows the token the key stores, which lags behind the
-//!   current grant's until that grant's next extension writes it (in the
-//!   same script, only when larger). The holder and label shown are always
-//!   the current grant's, since a grant for another record goes through
-//!   the server. Between, `list` (and an election's `leader`) may show a
-//!   token up to 63 below the holder's, for at most the extension cadence.
-//!
-//! Tokens count the server's microseconds: a block spans 64 of them. Where
-//! the counter is lost (a restart without persistence, an eviction), the
-//! next token comes from the server's clock, and exceeds the reserved ones
-//! unless that grant comes within 64 µs of the hand-over that reserved
-//! them, by the server's clock.
+//! - **Elections** on one server and in cluster mode record every term
+//!   with its grant, so [`Election::observe`] sees every leader; quorum
+//!   mode keeps no record, so observing is [`Error::Unsupported`] there
+//!   (`leader()` works).
 //!
 //! # Quorum mode
 //! With `?mode=quorum` and N ≥ 3 independent servers (not replicas of one
-//! another), each server keeps its own copy of every lock, made by the
-//! same scripts, and a lock is held while a majority holds it:
-//! - **Acquire** asks every server at once, and counts only when a
-//!   majority granted within the lease, less the time the attempt took and
-//!   a drift margin of 1% of the lease; otherwise the copies it made are
-//!   deleted again. It is decided as soon as the answers in decide it,
-//!   so a slow or absent server holds nobody up; each server's call goes
-//!   on as a task of its own. Each server gets at most a quarter of the
-//!   lease to answer, and a server away when the backend opens is
+//! another), each server keeps its own copy of every lock, and a lock is
+//! held while a majority holds it:
+//! - **A grant** counts only when a majority granted within the lease,
+//!   less the time the attempt took and a drift margin of 1% of the lease;
+//!   otherwise the copies it made are deleted again. A slow or absent
+//!   server holds nobody up, and a server away when the backend opens is
 //!   connected to in the background.
-//! - **Extend** succeeds on a majority; the lease is lost when so many
-//!   servers refuse that no majority can remain. **Release** and a forced
-//!   release go to every server.
-//! - **Fencing tokens.** Each granting server issues its own token; the
-//!   grant's is the largest of its majority's, and the counters of that
-//!   majority are raised to it before the grant is returned. A grant's
-//!   token is therefore greater than every earlier grant's while, for the
-//!   two grants, one server that both majorities share keeps its counter;
-//!   where every such server lost it (a restart without persistence), the
-//!   token comes from that server's `TIME`, and is still greater as long
-//!   as the servers' clocks differ by less than the time between the
-//!   grants.
+//! - **An extension** succeeds on a majority; the lease is lost when so
+//!   many servers refuse that no majority can remain.
+//! - **Fencing tokens.** A grant's token is greater than every earlier
+//!   grant's while, for the two grants, one server that both majorities
+//!   share keeps its counter; where every such server lost it (a restart
+//!   without persistence), it is still greater as long as the servers'
+//!   clocks differ by less than the time between the grants.
 //! - **Kinds.** Exclusive and shared locks; semaphores are
-//!   [`Error::Unsupported`] (each server counts only its own permits, so
-//!   permits held by different majorities could exceed the limit). No
+//!   [`Error::Unsupported`]: a server counts the permits it holds, and the
+//!   permits of different majorities could add up past the limit. No
 //!   hand-over: a release and a new acquisition take its place.
-//! - **Wake-ups** come from a subscriber connection to every server, and
-//!   are on while a majority of them is open. **`list`** shows each grant
-//!   that a majority holds, once.
+//! - **Wake-ups** are on while a majority of the servers' subscriber
+//!   connections is open. **`list`** shows each grant that a majority
+//!   holds, once.
 //! - It survives the loss of a minority of servers. A server that came
 //!   back empty (restarted without persistence) abstains for a lease,
-//!   however soon it is back: its grant counts only when every server
-//!   granted, so a lock whose grant rested on its lost copy and one other
-//!   is not granted again. Meanwhile grants need the other servers, and a
-//!   new deployment's first lease grants only what every server grants.
-//!   A restart from an older snapshot is not covered: run the servers
-//!   without persistence, or with `appendfsync always`.
+//!   however soon it is back, so a lock whose grant rested on its lost copy
+//!   and one other is not granted again; meanwhile grants need the other
+//!   servers, and a new deployment's first lease grants only what every
+//!   server grants. A restart from an older snapshot is not covered: run
+//!   the servers without persistence, or with `appendfsync always`.
 //!
 //! # Cluster mode
 //! With `?mode=cluster`, the URL's hosts are seeds: nodes of one Redis
 //! Cluster (database 0 only; `wait_replicas` is refused). Each name lives
 //! on the master of its keys' slot and gets exactly what one server
-//! gives, every kind and hand-over included:
-//! - **Routing** is the `redis` crate's cluster client: each script goes
-//!   to its slot's master, `MOVED` and `ASK` are followed, and `NOSCRIPT`
-//!   loads the script on every node.
-//! - **Extensions** are one pipeline per master, sent at once; a batch
-//!   that meets a moved slot is sent again lease by lease. No server clock
-//!   is reported: each master has its own.
-//! - **Slot moves.** While a name's slot moves, Redis answers `TRYAGAIN`
-//!   to its scripts, retried until the call's timeout: a move longer than
-//!   the lease less the safety margin loses that slot's locks.
-//! - **Wake-ups.** A release's `PUBLISH`, when someone waits for it,
-//!   crosses the cluster bus to every node: one subscriber connection per seed, heard while any is open.
-//! - **`list`** walks every master with `SCAN`.
+//! gives, every kind and hand-over included, with that master's clock:
+//! - **Slot moves.** While a name's slot moves, its calls wait for the
+//!   move until their timeout: a move longer than the lease less the safety
+//!   margin loses that slot's locks, reported as lost.
+//! - **Wake-ups** are heard while any seed's subscriber connection is open.
 //! - **Failover** inside the cluster is asynchronous replication, as for
 //!   one server with replicas: a promoted replica may lack a grant.
-//!
-//! docs/redis.md states the rules, the token guarantee and its assumptions
-//! in full, for quorum and cluster modes.
 //!
 //! # What Redis can and cannot promise
 //! - **Failover.** Replication is asynchronous: a primary can acknowledge a
 //!   grant and fail before any replica has it, and the promoted replica
 //!   then grants the lock to someone else while the first holder still
 //!   believes it holds it, until its next extension is refused.
+//!   `?wait_replicas=N` narrows that: a failover to a replica that
+//!   acknowledged keeps the lock. It does not make Redis consistent: a
+//!   failover can still promote a replica that was not among the N (with
+//!   more replicas than N), and every call of the backend waits behind the
+//!   `WAIT` on its connection.
 //! - **Restarts.** Without persistence, or with snapshots only, a
 //!   restarted server has forgotten the locks taken since: holders learn
 //!   it at their next extension (`lost()` fires), and tokens still
@@ -236,6 +172,7 @@
 //! [`Error::KindConflict`]: distlock_core::Error::KindConflict
 //! [`Wakeups::watch`]: distlock_core::backend::Wakeups::watch
 //! [`Capabilities::bounds_calls`]: distlock_core::backend::Capabilities::bounds_calls
+//! [`Election::observe`]: distlock_core::Election::observe
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 

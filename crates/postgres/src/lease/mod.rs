@@ -37,8 +37,8 @@ use crate::wake::{Channels, Listener, POLL_WHILE_RECONNECTING, WakeUps};
 pub(crate) const EXTEND_MANY_LIMIT: usize = 10_000;
 
 /// Locks kept as rows of one PostgreSQL table, judged by the server's
-/// clock. See the [crate documentation](crate) for the table and the
-/// guarantees.
+/// clock. See the [crate documentation](crate) for the guarantees, and
+/// `docs/postgres.md` for the table.
 pub(crate) struct LeaseMode {
     pub(crate) store: Store,
     statements: Statements,
