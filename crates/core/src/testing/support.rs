@@ -1,7 +1,8 @@
 //! Small helpers for tests that run a backend against its real server:
-//! fresh names, the server's address from the environment, one attempt
-//! through a backend without core's waiting, a check that a lock is still
-//! held, and a bounded wait for a condition.
+//! fresh names, the server's address from the environment, server
+//! processes of a test's own, one attempt through a backend without core's
+//! waiting, bounded waits, and the checks that several stores share
+//! (fencing, restarts, permits, refused configurations).
 //!
 //! distlock's own backend crates share them, so each of their test suites
 //! says what it checks rather than how it reaches the store.
@@ -69,6 +70,10 @@ pub fn free_loopback_port() -> u16 {
 ///
 /// When the process exits first, or does not serve within 30 s; `what`
 /// names it.
+///
+/// # Cancel safety
+///
+/// Cancel safe as far as `serving` is.
 pub async fn until_serving<F, Fut>(server: &mut Child, what: &str, mut serving: F)
 where
     F: FnMut() -> Fut,
@@ -165,6 +170,11 @@ pub fn acquire_until_cancelled(
 ///
 /// When the guard was lost, when `other` gets the lock, or when its
 /// attempt fails.
+///
+/// # Cancel safety
+///
+/// Cancel safe: a lock `other` took would be released when its guard
+/// drops.
 pub async fn assert_still_held(guard: &LockGuard, other: &LockClient) {
     assert!(!guard.is_lost(), "the holder kept the lock");
     assert!(
@@ -187,6 +197,11 @@ pub async fn assert_still_held(guard: &LockGuard, other: &LockClient) {
 /// # Panics
 ///
 /// When any of these goes otherwise.
+///
+/// # Cancel safety
+///
+/// Cancelling drops the guards taken so far, which release in the
+/// background.
 pub async fn assert_a_leaving_permit_holder_wakes_the_waiter(
     [first, second]: [&LockClient; 2],
     waiter: LockClient,
@@ -233,6 +248,11 @@ pub async fn assert_a_leaving_permit_holder_wakes_the_waiter(
 /// # Panics
 ///
 /// When any of these goes otherwise, or the loss is not seen within 60 s.
+///
+/// # Cancel safety
+///
+/// Cancelling drops the guards taken so far, which release in the
+/// background.
 pub async fn assert_lost_to_a_restart(guard: LockGuard, other: &LockClient) {
     let (name, first_token) = (guard.name().clone(), guard.fencing_token());
     let reason = tokio::time::timeout(Duration::from_secs(60), guard.lost())
@@ -266,6 +286,11 @@ pub async fn assert_lost_to_a_restart(guard: LockGuard, other: &LockClient) {
 /// # Panics
 ///
 /// When any of these steps goes otherwise.
+///
+/// # Cancel safety
+///
+/// Cancelling drops the guards taken so far, which release in the
+/// background.
 pub async fn assert_fenced_writes<W, Fut>(
     [first, second]: [&LockClient; 2],
     admin: &dyn Backend,
