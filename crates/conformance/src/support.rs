@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock_core::backend::TermLog;
+use distlock_core::testing::quick_options;
 use distlock_core::{LockClient, LockName, LockOptions};
 
 use crate::fixture::Fixture;
@@ -16,12 +17,7 @@ pub fn unique_name(prefix: &str) -> LockName {
 
 /// Options with the given lease, quick extension and short backoff.
 pub fn test_options(lease: Duration) -> LockOptions {
-    LockOptions::builder()
-        .lease(lease)
-        .extend_every(lease / 4)
-        .safety_margin(lease / 10)
-        .operation_timeout(lease / 3)
-        .backoff(Duration::from_millis(5), Duration::from_millis(100))
+    quick_options(lease)
         .label("conformance")
         .build()
         .expect("valid test options")

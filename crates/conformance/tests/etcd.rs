@@ -2,58 +2,35 @@
 //! three. `scripts/test` starts them and sets `DISTLOCK_TEST_ETCD_URL` and
 //! `DISTLOCK_TEST_ETCD_CLUSTER_URL`.
 
-use std::sync::Arc;
+mod support;
+
 use std::time::Duration;
 
-use distlock_conformance::{Fixture, conformance_suite};
-use distlock_core::backend::Backend;
+use distlock_conformance::conformance_suite;
 use distlock_etcd::EtcdBackend;
 
-struct Etcd {
-    url: String,
-}
-
-impl Etcd {
-    fn from_env(var: &str) -> Self {
-        let url = std::env::var(var).unwrap_or_else(|_| {
-            panic!("{var} is not set: run the tests with scripts/test, which starts etcd")
-        });
-        Self { url }
-    }
-}
+use support::{OpenUrl, UrlFixture};
 
 #[async_trait::async_trait]
-impl Fixture for Etcd {
-    async fn backend(&self) -> Arc<dyn Backend> {
-        Arc::new(
-            EtcdBackend::open(&self.url)
-                .await
-                .unwrap_or_else(|e| panic!("cannot open {}: {e}", self.url)),
-        )
+impl OpenUrl for EtcdBackend {
+    async fn open_url(url: &str) -> distlock_core::Result<Self> {
+        Self::open(url).await
     }
+}
 
-    fn url(&self) -> Option<String> {
-        Some(self.url.clone())
-    }
-
-    fn lease(&self) -> Duration {
-        Duration::from_secs(2)
-    }
-
-    /// etcd keeps a session a second longer than the lease, in whole
-    /// seconds (3 s for 2 s), so an abandoned key outlives its holder's
-    /// last renewal by up to that.
-    fn expiry_slack(&self) -> Duration {
-        Duration::from_secs(1)
-    }
+/// etcd keeps a session a second longer than the lease, in whole seconds
+/// (3 s for the suite's 2 s), so an abandoned key outlives its holder's
+/// last renewal by up to that.
+fn etcd(var: &str) -> UrlFixture<EtcdBackend> {
+    UrlFixture::from_env(var, "etcd").with_expiry_slack(Duration::from_secs(1))
 }
 
 mod single {
     use super::*;
-    conformance_suite!(Etcd::from_env("DISTLOCK_TEST_ETCD_URL"));
+    conformance_suite!(etcd("DISTLOCK_TEST_ETCD_URL"));
 }
 
 mod cluster {
     use super::*;
-    conformance_suite!(Etcd::from_env("DISTLOCK_TEST_ETCD_CLUSTER_URL"));
+    conformance_suite!(etcd("DISTLOCK_TEST_ETCD_CLUSTER_URL"));
 }

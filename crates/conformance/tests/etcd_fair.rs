@@ -6,6 +6,8 @@
 //! `scripts/test` starts etcd and sets `DISTLOCK_TEST_ETCD_URL` and
 //! `DISTLOCK_TEST_ETCD_CLUSTER_URL`.
 
+mod support;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,9 +27,7 @@ struct FairEtcd {
 
 impl FairEtcd {
     fn from_env(var: &str) -> Self {
-        let url = std::env::var(var).unwrap_or_else(|_| {
-            panic!("{var} is not set: run the tests with scripts/test, which starts etcd")
-        });
+        let url = support::server_url(var, "etcd");
         let separator = if url.contains('?') { '&' } else { '?' };
         Self {
             url: format!("{url}{separator}fair=true"),

@@ -2,57 +2,35 @@
 //! in quorum mode on three. `scripts/test` starts the servers and sets
 //! `DISTLOCK_TEST_MEMCACHED_URL` and `DISTLOCK_TEST_MEMCACHED_QUORUM_URL`.
 
-use std::sync::Arc;
+mod support;
+
 use std::time::Duration;
 
-use distlock_conformance::{Fixture, conformance_suite};
-use distlock_core::backend::Backend;
+use distlock_conformance::conformance_suite;
 use distlock_memcached::MemcachedBackend;
 
-struct Memcached {
-    url: String,
-}
-
-impl Memcached {
-    fn from_env(var: &str) -> Self {
-        let url = std::env::var(var).unwrap_or_else(|_| {
-            panic!("{var} is not set: run the tests with scripts/test, which starts memcached")
-        });
-        Self { url }
-    }
-}
+use support::{OpenUrl, UrlFixture};
 
 #[async_trait::async_trait]
-impl Fixture for Memcached {
-    async fn backend(&self) -> Arc<dyn Backend> {
-        Arc::new(
-            MemcachedBackend::open(&self.url)
-                .await
-                .unwrap_or_else(|e| panic!("cannot open {}: {e}", self.url)),
-        )
+impl OpenUrl for MemcachedBackend {
+    async fn open_url(url: &str) -> distlock_core::Result<Self> {
+        Self::open(url).await
     }
+}
 
-    fn url(&self) -> Option<String> {
-        Some(self.url.clone())
-    }
-
-    /// memcached expires in whole seconds; two keep the cases quick while
-    /// leaving room for the rounding.
-    fn lease(&self) -> Duration {
-        Duration::from_secs(2)
-    }
-
-    fn expiry_slack(&self) -> Duration {
-        Duration::from_secs(1)
-    }
+/// memcached expires in whole seconds: the suite's 2 s lease keeps the
+/// cases quick while leaving room for the rounding, which keeps an
+/// abandoned key up to a second longer.
+fn memcached(var: &str) -> UrlFixture<MemcachedBackend> {
+    UrlFixture::from_env(var, "memcached").with_expiry_slack(Duration::from_secs(1))
 }
 
 mod sharded {
     use super::*;
-    conformance_suite!(Memcached::from_env("DISTLOCK_TEST_MEMCACHED_URL"));
+    conformance_suite!(memcached("DISTLOCK_TEST_MEMCACHED_URL"));
 }
 
 mod quorum {
     use super::*;
-    conformance_suite!(Memcached::from_env("DISTLOCK_TEST_MEMCACHED_QUORUM_URL"));
+    conformance_suite!(memcached("DISTLOCK_TEST_MEMCACHED_QUORUM_URL"));
 }

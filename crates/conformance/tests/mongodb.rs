@@ -2,6 +2,8 @@
 //! URL is in `DISTLOCK_TEST_MONGODB_URL` (scripts/test starts one). Each
 //! test uses a fresh collection.
 
+mod support;
+
 use std::sync::Arc;
 
 use distlock_conformance::{Fixture, conformance_suite};
@@ -16,29 +18,8 @@ struct Mongo {
 
 impl Mongo {
     fn new() -> Self {
-        let server = match std::env::var("DISTLOCK_TEST_MONGODB_URL") {
-            Ok(url) if !url.is_empty() => url,
-            _ => panic!(
-                "DISTLOCK_TEST_MONGODB_URL is not set: run the tests through scripts/test, \
-                 which starts a MongoDB-compatible server and sets it"
-            ),
-        };
-        let collection = format!("conformance_{:016x}", rand::random::<u64>());
-        let (head, query) = match server.split_once('?') {
-            Some((head, query)) => (head.to_owned(), format!("{query}&")),
-            None => (server.clone(), String::new()),
-        };
-        let head = head.trim_end_matches('/');
-        let authority_has_path = head
-            .split_once("://")
-            .is_some_and(|(_, rest)| rest.contains('/'));
-        let base = if authority_has_path {
-            head.to_owned()
-        } else {
-            format!("{head}/distlock_conformance")
-        };
         Self {
-            url: format!("{base}?{query}collection={collection}"),
+            url: support::mongodb::fresh_collection_url(""),
         }
     }
 }

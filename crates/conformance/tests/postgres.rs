@@ -5,16 +5,19 @@
 //! `scripts/test` starts them and sets `DISTLOCK_TEST_POSTGRES_URL` and
 //! `DISTLOCK_TEST_POSTGRES_PGBOUNCER_URL`. Each test uses a fresh table.
 
+mod support;
+
 use std::sync::Arc;
 
 use distlock_conformance::{Fixture, conformance_suite};
 use distlock_core::backend::Backend;
 use distlock_postgres::PostgresBackend;
 
-struct Postgres {
-    /// The server's URL with a fresh table of the test's own.
-    url: String,
-}
+use support::postgres::FreshTable;
+
+/// The server in lease or advisory mode, on a fresh table of the test's
+/// own.
+struct Postgres(FreshTable);
 
 impl Postgres {
     fn from_env(var: &str) -> Self {
@@ -24,14 +27,7 @@ impl Postgres {
     /// As [`from_env`](Self::from_env), with `options` (`&`-separated)
     /// added to the URL.
     fn with_options(var: &str, options: &str) -> Self {
-        let server = std::env::var(var).unwrap_or_else(|_| {
-            panic!("{var} is not set: run the tests with scripts/test, which starts PostgreSQL")
-        });
-        let separator = if server.contains('?') { '&' } else { '?' };
-        let table = format!("conformance_{:016x}", rand::random::<u64>());
-        Self {
-            url: format!("{server}{separator}table={table}{options}"),
-        }
+        Self(FreshTable::from_env(var, options))
     }
 }
 
@@ -39,20 +35,20 @@ impl Postgres {
 impl Fixture for Postgres {
     async fn backend(&self) -> Arc<dyn Backend> {
         Arc::new(
-            PostgresBackend::open(&self.url)
+            PostgresBackend::open(&self.0.url)
                 .await
                 .unwrap_or_else(|e| panic!("cannot open the test server: {e}")),
         )
     }
 
     fn url(&self) -> Option<String> {
-        Some(self.url.clone())
+        Some(self.0.url.clone())
     }
 
     /// In advisory mode a grant is the answer's pinned session; see the
     /// trait.
     fn finds_grants_by_identity(&self) -> bool {
-        !self.url.contains("mode=advisory")
+        !self.0.is_advisory()
     }
 }
 

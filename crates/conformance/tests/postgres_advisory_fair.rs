@@ -6,61 +6,27 @@
 //! `DISTLOCK_TEST_POSTGRES_URL`. Each test uses a fresh table. The fair
 //! cases run too, the line read from `pg_locks`.
 
-use std::sync::Arc;
+mod support;
 
-use distlock_conformance::{Fixture, conformance_suite, fair_cases};
+use distlock_conformance::{conformance_suite, fair_cases};
 use distlock_core::LockName;
-use distlock_core::backend::Backend;
+use distlock_postgres::DEFAULT_ADVISORY_CLASS;
 use distlock_postgres::tokio_postgres::{self, NoTls};
-use distlock_postgres::{DEFAULT_ADVISORY_CLASS, PostgresBackend};
 
-struct FairAdvisory {
-    /// The server's URL in fair advisory mode, with a fresh table of the
-    /// test's own.
-    url: String,
-    /// The server's URL as given, for a plain connection.
-    server: String,
-    table: String,
-    /// A plain connection that reads `pg_locks`.
-    looker: tokio::sync::OnceCell<tokio_postgres::Client>,
-}
+use support::postgres::{FairFixture, FreshTable, LineReader};
 
-impl FairAdvisory {
-    fn from_env(var: &str) -> Self {
-        let server = std::env::var(var).unwrap_or_else(|_| {
-            panic!("{var} is not set: run the tests with scripts/test, which starts PostgreSQL")
-        });
-        let separator = if server.contains('?') { '&' } else { '?' };
-        let table = format!("conformance_{:016x}", rand::random::<u64>());
-        Self {
-            url: format!("{server}{separator}table={table}&mode=advisory&fair=true"),
-            server,
-            table,
-            looker: tokio::sync::OnceCell::new(),
-        }
-    }
-}
+/// The sessions waiting for the name's key in the server's lock queue, as
+/// a plain connection reads them from `pg_locks`.
+#[derive(Default)]
+struct PgLocks(tokio::sync::OnceCell<tokio_postgres::Client>);
 
 #[async_trait::async_trait]
-impl Fixture for FairAdvisory {
-    async fn backend(&self) -> Arc<dyn Backend> {
-        let backend = PostgresBackend::open(&self.url)
-            .await
-            .unwrap_or_else(|e| panic!("cannot open the test server: {e}"));
-        assert!(backend.capabilities().fair, "the fixture is in fair mode");
-        Arc::new(backend)
-    }
-
-    fn url(&self) -> Option<String> {
-        Some(self.url.clone())
-    }
-
-    /// The sessions waiting for the name's key in the server's lock queue.
-    async fn queued(&self, name: &LockName) -> Option<usize> {
+impl LineReader for PgLocks {
+    async fn queued(&self, table: &FreshTable, name: &LockName) -> usize {
         let looker = self
-            .looker
+            .0
             .get_or_init(|| async {
-                let (client, connection) = tokio_postgres::connect(&self.server, NoTls)
+                let (client, connection) = tokio_postgres::connect(&table.server, NoTls)
                     .await
                     .expect("connect to the test server");
                 tokio::spawn(connection);
@@ -71,21 +37,26 @@ impl Fixture for FairAdvisory {
             "SELECT count(*) FROM pg_locks AS p JOIN public.{} AS t ON p.objid = t.objid::oid
              WHERE p.locktype = 'advisory' AND p.objsubid = 2 AND NOT p.granted
                AND p.classid::bigint = $1 AND t.name = $2",
-            self.table
+            table.table
         );
         let class = i64::from(DEFAULT_ADVISORY_CLASS);
         let row = looker
             .query_one(&statement, &[&class, &name.as_str().as_bytes()])
             .await
             .expect("read pg_locks");
-        Some(usize::try_from(row.get::<_, i64>(0)).unwrap_or(0))
-    }
-
-    /// A grant is the answer's pinned session; see the trait.
-    fn finds_grants_by_identity(&self) -> bool {
-        false
+        usize::try_from(row.get::<_, i64>(0)).unwrap_or(0)
     }
 }
 
-conformance_suite!(FairAdvisory::from_env("DISTLOCK_TEST_POSTGRES_URL"));
-fair_cases!(FairAdvisory::from_env("DISTLOCK_TEST_POSTGRES_URL"));
+/// Fair advisory mode on a fresh table; the fixture reads from the URL
+/// that a grant is the answer's pinned session.
+fn fair_advisory() -> FairFixture<PgLocks> {
+    FairFixture::from_env(
+        "DISTLOCK_TEST_POSTGRES_URL",
+        "&mode=advisory",
+        PgLocks::default(),
+    )
+}
+
+conformance_suite!(fair_advisory());
+fair_cases!(fair_advisory());

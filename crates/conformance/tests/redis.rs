@@ -3,51 +3,35 @@
 //! `scripts/test` starts the servers and sets `DISTLOCK_TEST_REDIS_URL`,
 //! `DISTLOCK_TEST_REDIS_QUORUM_URL` and `DISTLOCK_TEST_REDIS_CLUSTER_URL`.
 
-use std::sync::Arc;
+mod support;
 
-use distlock_conformance::{Fixture, conformance_suite};
-use distlock_core::backend::Backend;
+use distlock_conformance::conformance_suite;
 use distlock_redis::RedisBackend;
 
-struct Redis {
-    url: String,
-}
-
-impl Redis {
-    fn from_env(var: &str) -> Self {
-        let url = std::env::var(var).unwrap_or_else(|_| {
-            panic!("{var} is not set: run the tests with scripts/test, which starts redis")
-        });
-        Self { url }
-    }
-}
+use support::{OpenUrl, UrlFixture};
 
 #[async_trait::async_trait]
-impl Fixture for Redis {
-    async fn backend(&self) -> Arc<dyn Backend> {
-        Arc::new(
-            RedisBackend::open(&self.url)
-                .await
-                .unwrap_or_else(|e| panic!("cannot open {}: {e}", self.url)),
-        )
+impl OpenUrl for RedisBackend {
+    async fn open_url(url: &str) -> distlock_core::Result<Self> {
+        Self::open(url).await
     }
+}
 
-    fn url(&self) -> Option<String> {
-        Some(self.url.clone())
-    }
+fn redis(var: &str) -> UrlFixture<RedisBackend> {
+    UrlFixture::from_env(var, "redis")
 }
 
 mod single {
     use super::*;
-    conformance_suite!(Redis::from_env("DISTLOCK_TEST_REDIS_URL"));
+    conformance_suite!(redis("DISTLOCK_TEST_REDIS_URL"));
 }
 
 mod quorum {
     use super::*;
-    conformance_suite!(Redis::from_env("DISTLOCK_TEST_REDIS_QUORUM_URL"));
+    conformance_suite!(redis("DISTLOCK_TEST_REDIS_QUORUM_URL"));
 }
 
 mod cluster {
     use super::*;
-    conformance_suite!(Redis::from_env("DISTLOCK_TEST_REDIS_CLUSTER_URL"));
+    conformance_suite!(redis("DISTLOCK_TEST_REDIS_CLUSTER_URL"));
 }

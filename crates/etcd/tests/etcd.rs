@@ -7,6 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use distlock_core::backend::{AcquireRequest, Attempt, Backend, WaitState};
+use distlock_core::testing::{
+    assert_a_leaving_permit_holder_wakes_the_waiter, assert_invalid_config, try_grant,
+};
 use distlock_core::{
     AcquireOptions, Claim, Error, Holder, LockClient, LockName, LockOptions, LossReason,
 };
@@ -125,13 +128,8 @@ async fn a_lease_under_a_second_is_refused() {
         Duration::from_millis(500),
         Holder::this_process(None).into(),
     );
-    match backend.try_acquire(&request, &mut WaitState::new()).await {
-        Err(Error::InvalidConfig { field, reason }) => {
-            assert_eq!(field, "lease");
-            assert!(reason.contains("whole seconds"), "{reason}");
-        }
-        other => panic!("expected InvalidConfig, got {other:?}"),
-    }
+    let attempt = backend.try_acquire(&request, &mut WaitState::new()).await;
+    assert_invalid_config(&attempt, "lease", "whole seconds");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -230,7 +228,6 @@ async fn a_permit_waiter_wakes_when_any_holder_leaves() {
     // The waiter retries unwoken only after ten minutes: only a wake-up
     // lets it in within the bound below.
     let lease = Duration::from_secs(600);
-    let permit = Claim::Permit { limit: 2 };
     let lock = name(&unique("permits"));
     let (first, probe) = client(lease).await;
     let (second, _) = client(lease).await;
@@ -240,35 +237,21 @@ async fn a_permit_waiter_wakes_when_any_holder_leaves() {
         .build()
         .expect("valid options");
     let third = LockClient::new(backend().await, patient);
-    let one = first
-        .acquire_with(&lock, AcquireOptions::new().claim(permit).timeout(PATIENCE))
-        .await
-        .expect("first");
-    let two = second
-        .acquire_with(&lock, AcquireOptions::new().claim(permit).timeout(PATIENCE))
-        .await
-        .expect("second");
-    let waiter = {
-        let lock = lock.clone();
-        tokio::spawn(async move {
-            third
-                .acquire_with(&lock, AcquireOptions::new().claim(permit).timeout(lease))
-                .await
-        })
+    // The waiter waits once it has its key; then the earliest holder
+    // leaves, not the key just before the waiter's.
+    let waiting = async {
+        while keys_of(&probe, &lock).await.len() < 3 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     };
-    while keys_of(&probe, &lock).await.len() < 3 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    // The earliest holder leaves, not the key just before the waiter's.
-    one.release().await.expect("release");
-    let three = tokio::time::timeout(PATIENCE, waiter)
-        .await
-        .expect("the waiter is woken by the release, long before the lease ends")
-        .expect("task")
-        .expect("third");
-    assert!(three.fencing_token() > two.fencing_token());
-    two.release().await.expect("release");
-    three.release().await.expect("release");
+    assert_a_leaving_permit_holder_wakes_the_waiter(
+        [&first, &second],
+        third,
+        &lock,
+        lease,
+        waiting,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -299,17 +282,10 @@ async fn tokens_are_create_revisions_and_grow() {
             Duration::from_secs(5),
             Holder::this_process(None).into(),
         );
-        let lease = match backend
-            .try_acquire(&request, &mut WaitState::new())
+        let lease = try_grant(&*backend, &request)
             .await
             .expect("try")
-        {
-            Attempt::Acquired {
-                fencing_token,
-                state,
-            } => request.granted(fencing_token, state),
-            held => panic!("free name, got {held:?}"),
-        };
+            .expect("a free name is granted");
         assert!(lease.fencing_token > last);
         last = lease.fencing_token;
         assert!(backend.release(&lease).await.expect("release"));

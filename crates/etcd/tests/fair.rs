@@ -10,8 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use distlock_core::backend::BackendExt;
-use distlock_core::backend::{AcquireRequest, Attempt, Backend, WaitState};
-use distlock_core::{AcquireOptions, Claim, Holder, LockClient, LockName};
+use distlock_core::backend::{Attempt, Backend, WaitState};
+use distlock_core::testing::waiting_request;
+use distlock_core::{AcquireOptions, LockClient, LockName};
 use distlock_etcd::{EtcdBackend, EtcdConfig, session_ttl};
 
 #[path = "support/member.rs"]
@@ -210,15 +211,7 @@ async fn a_dead_waiter_holds_the_line_up_only_as_long_as_its_session() {
     let lease = Duration::from_secs(2);
     {
         let dead = backend().await;
-        let request = AcquireRequest {
-            retries: true,
-            ..AcquireRequest::new(
-                name.clone(),
-                Claim::Exclusive,
-                lease,
-                Arc::new(Holder::this_process(Some("dead"))),
-            )
-        };
+        let request = waiting_request(&name, lease, "dead");
         let attempt = dead
             .try_acquire(&request, &mut WaitState::new())
             .await

@@ -8,9 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock_core::backend::BackendExt;
-use distlock_core::backend::{
-    AcquireRequest, Attempt, Backend, Lease, Renewal, SessionId, WaitState,
-};
+use distlock_core::backend::{AcquireRequest, Backend, Lease, Renewal, SessionId};
+use distlock_core::testing::try_grant;
 use distlock_core::{Claim, Holder, LockClient, LockName, LossReason};
 use distlock_etcd::EtcdBackend;
 
@@ -60,17 +59,10 @@ async fn grant(backend: &EtcdBackend, name: &LockName) -> (AcquireRequest, Lease
         Duration::from_secs(10),
         holder,
     );
-    let Attempt::Acquired {
-        fencing_token,
-        state,
-    } = backend
-        .try_acquire(&request, &mut WaitState::new())
+    let lease = try_grant(backend, &request)
         .await
         .expect("try")
-    else {
-        panic!("a fresh name was held");
-    };
-    let lease = request.granted(fencing_token, state);
+        .expect("a fresh name is free");
     (request, lease)
 }
 

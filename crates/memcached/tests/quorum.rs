@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock_core::backend::Backend;
-use distlock_core::{LockClient, LockGuard, LockOptions};
+use distlock_core::testing::assert_still_held;
+use distlock_core::{LockClient, LockOptions};
 use distlock_memcached::MemcachedBackend;
 
 use support::{OwnServer, Peek, grant, unique};
@@ -51,18 +52,6 @@ async fn two_leases() {
     tokio::time::sleep(Duration::from_secs(4)).await;
 }
 
-async fn still_held(guard: &LockGuard, other: &LockClient) {
-    assert!(!guard.is_lost(), "the holder kept the lock");
-    assert!(
-        other
-            .try_acquire(guard.name())
-            .await
-            .expect("try")
-            .is_none(),
-        "nobody else gets it"
-    );
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn losing_one_of_three_keeps_the_lock() {
     let mut cluster = Cluster::start().await;
@@ -76,7 +65,7 @@ async fn losing_one_of_three_keeps_the_lock() {
 
     cluster.servers[0].kill();
     two_leases().await;
-    still_held(&guard, &other).await;
+    assert_still_held(&guard, &other).await;
     assert!(
         guard.release().await.expect("release"),
         "released on 2 of 3"
@@ -186,7 +175,7 @@ async fn a_restarted_server_gets_the_lock_back_and_tokens_keep_rising() {
     assert!(guard.fencing_token() > token);
     cluster.servers[2].restart().await;
     two_leases().await;
-    still_held(&guard, &other).await;
+    assert_still_held(&guard, &other).await;
     // The extension restored the key on the restarted server.
     let lock_key = MemcachedBackend::open(&cluster.url())
         .await

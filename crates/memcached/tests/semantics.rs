@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use distlock_core::backend::BackendExt;
 use distlock_core::backend::{AcquireRequest, Attempt, Backend};
+use distlock_core::testing::assert_invalid_config;
 use distlock_core::{AcquireOptions, Error, Holder, LockClient, LockOptions};
 use distlock_memcached::{MAX_LEASE, MemcachedBackend, MemcachedConfig, Mode};
 
@@ -15,6 +16,15 @@ use support::{Peek, eventually, grant, quorum_url, unique, url};
 
 async fn open(url: &str) -> MemcachedBackend {
     MemcachedBackend::open(url).await.expect("open")
+}
+
+/// A client of `backend` whose leases last two seconds.
+fn two_second_client(backend: Arc<dyn Backend>) -> LockClient {
+    let options = LockOptions::builder()
+        .lease(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    LockClient::new(backend, options)
 }
 
 /// The shared sharded server's address.
@@ -67,16 +77,10 @@ async fn leases_over_thirty_days_are_refused_naming_the_lease() {
         Duration::from_secs(31 * 86_400),
         Holder::this_process(None).into(),
     );
-    match backend
+    let attempt = backend
         .try_acquire(&request, &mut distlock_core::backend::WaitState::new())
-        .await
-    {
-        Err(Error::InvalidConfig { field, reason }) => {
-            assert_eq!(field, "lease");
-            assert!(reason.contains("30 days"), "{reason}");
-        }
-        other => panic!("expected a configuration error, got {other:?}"),
-    }
+        .await;
+    assert_invalid_config(&attempt, "lease", "30 days");
     let mut peek = Peek::connect(&sharded_addr()).await;
     assert_eq!(
         peek.get(&backend.lock_key(&name)).await,
@@ -271,14 +275,7 @@ async fn stats_report_every_server() {
 
 #[tokio::test]
 async fn a_client_holds_and_lists_through_the_backend() {
-    let backend: Arc<dyn Backend> = Arc::new(open(&url()).await);
-    let client = LockClient::new(
-        backend,
-        LockOptions::builder()
-            .lease(Duration::from_secs(2))
-            .build()
-            .unwrap(),
-    );
+    let client = two_second_client(Arc::new(open(&url()).await));
     let name = unique("client");
     let guard = client
         .acquire_with(&name, Duration::from_secs(5))
@@ -305,14 +302,7 @@ async fn a_client_holds_and_lists_through_the_backend() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_held_locks_outlive_their_lease() {
-    let backend: Arc<dyn Backend> = Arc::new(open(&url()).await);
-    let client = LockClient::new(
-        backend,
-        LockOptions::builder()
-            .lease(Duration::from_secs(2))
-            .build()
-            .unwrap(),
-    );
+    let client = two_second_client(Arc::new(open(&url()).await));
     let names: Vec<_> = (0..1000).map(|_| unique("many")).collect();
     let guards: Vec<_> =
         futures::future::join_all(names.iter().map(|name| client.try_acquire(name)))
@@ -347,13 +337,7 @@ fn a_guard_dropped_with_no_runtime_leaves_nothing_listed() {
     let (name, semaphore) = (unique("no-runtime"), unique("no-runtime-permits"));
     let first = runtime();
     let backend = Arc::new(first.block_on(open(&url())));
-    let client = LockClient::new(
-        backend.clone(),
-        LockOptions::builder()
-            .lease(Duration::from_secs(2))
-            .build()
-            .unwrap(),
-    );
+    let client = two_second_client(backend.clone());
     let guards = first.block_on(async {
         let guard = client
             .acquire_with(&name, Duration::from_secs(5))

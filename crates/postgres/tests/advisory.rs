@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use distlock_core::backend::BackendExt;
-use distlock_core::backend::{AcquireRequest, Attempt, Backend, WaitState};
+use distlock_core::backend::{AcquireRequest, Backend};
+use distlock_core::testing::{assert_invalid_config, try_grant};
 use distlock_core::{
     AcquireOptions, Claim, Error, Holder, LockClient, LockKind, LockName, LockOptions, LossReason,
     TryOptions,
@@ -19,7 +20,7 @@ use distlock_core::{
 use distlock_postgres::tokio_postgres::{self, types::Type};
 use distlock_postgres::{DEFAULT_ADVISORY_CLASS, PostgresBackend};
 
-use support::{admin, name, open, unique, url, with_options};
+use support::{address_of, admin, name, on_keys, open, unique, url, with_options};
 
 /// Long enough for any step of a test; a lease this long never runs out
 /// within one.
@@ -55,17 +56,7 @@ fn client(backend: Arc<PostgresBackend>, lease: Duration) -> LockClient {
 /// The server processes holding an advisory lock of `class`, shared or
 /// not.
 async fn holders_in(admin: &tokio_postgres::Client, class: i32) -> Vec<i32> {
-    admin
-        .query_typed(
-            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2
-               AND classid = $1::oid AND granted AND objid::bigint % 2 = 0",
-            &[(&class, Type::INT4)],
-        )
-        .await
-        .expect("read pg_locks")
-        .iter()
-        .map(|row| row.get(0))
-        .collect()
+    on_keys(admin, class, true).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -151,14 +142,6 @@ async fn a_terminated_holder_session_reports_the_loss_at_once() {
     assert_eq!(reason, LossReason::Detected);
     eprintln!("lost() {:?} after the termination", terminated.elapsed());
     assert!(!guard.release().await.expect("release"));
-}
-
-/// The host and port of a `postgres://user:password@host:port/db` URL.
-fn address_of(url: &str) -> std::net::SocketAddr {
-    let rest = url.split_once("://").expect("a URL").1;
-    let host_port = rest.rsplit_once('@').map_or(rest, |(_, after)| after);
-    let host_port = host_port.split(['/', '?']).next().expect("a host");
-    host_port.parse().expect("a numeric host and port")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -399,13 +382,8 @@ async fn a_lease_mode_table_is_refused_and_force_release_ends_every_holder() {
     let table = unique("modes");
     let lease_mode = open(&with_options(&url(), &format!("table={table}"))).await;
     drop(lease_mode);
-    match PostgresBackend::open(&advisory_url(&url(), &table, fresh_class())).await {
-        Err(Error::InvalidConfig { field, reason }) => {
-            assert_eq!(field, "table");
-            assert!(reason.contains("mode=lease"), "{reason}");
-        }
-        other => panic!("a lease-mode table must be refused, got {other:?}"),
-    }
+    let refused = PostgresBackend::open(&advisory_url(&url(), &table, fresh_class())).await;
+    assert_invalid_config(&refused, "table", "mode=lease");
 
     let class = fresh_class();
     let backend = open(&advisory_url(&url(), &unique("force"), class)).await;
@@ -423,17 +401,8 @@ async fn a_lease_mode_table_is_refused_and_force_release_ends_every_holder() {
             lease_id: distlock_core::backend::LeaseId::random(),
             ..request.clone()
         };
-        match backend
-            .try_acquire(&request, &mut WaitState::new())
-            .await
-            .expect("try")
-        {
-            Attempt::Acquired {
-                fencing_token,
-                state,
-            } => grants.push(request.granted(fencing_token, state)),
-            held => panic!("readers share, got {held:?}"),
-        }
+        let grant = try_grant(&*backend, &request).await.expect("try");
+        grants.push(grant.expect("readers share"));
     }
     let admin = admin().await;
     assert_eq!(holders_in(&admin, class).await.len(), 2);
@@ -454,15 +423,10 @@ async fn opening_through_a_transaction_pooler_is_refused() {
         )
     });
     for _ in 0..5 {
-        match PostgresBackend::open(&advisory_url(&pgbouncer, &unique("pooled"), fresh_class()))
-            .await
-        {
-            Err(Error::InvalidConfig { field, reason }) => {
-                assert_eq!(field, "mode");
-                assert!(reason.contains("PgBouncer"), "{reason}");
-            }
-            other => panic!("advisory mode through PgBouncer must be refused, got {other:?}"),
-        }
+        let pooled =
+            PostgresBackend::open(&advisory_url(&pgbouncer, &unique("pooled"), fresh_class()))
+                .await;
+        assert_invalid_config(&pooled, "mode", "PgBouncer");
     }
 }
 

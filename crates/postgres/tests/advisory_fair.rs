@@ -13,12 +13,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use distlock_core::backend::BackendExt;
-use distlock_core::backend::{AcquireRequest, Attempt, Backend, WaitState};
-use distlock_core::{Claim, Holder, LockClient, LockName, LockOptions};
+use distlock_core::backend::{Attempt, Backend, WaitState};
+use distlock_core::testing::{acquire_until_cancelled, waiting_request};
+use distlock_core::{AcquireOptions, LockClient, LockOptions};
 use distlock_postgres::PostgresBackend;
-use distlock_postgres::tokio_postgres::{self, NoTls, types::Type};
+use distlock_postgres::tokio_postgres;
 
-use support::{acquire_until_cancelled, admin, name, unique, url};
+use support::{
+    REPEATABLE_READ, admin, assert_sessions_repeatable_read, name, on_keys, race_campaigns,
+    terms_and_values, unique, url, with_options,
+};
 
 /// Long enough for any step of a test; a lease this long never runs out
 /// within one.
@@ -61,22 +65,6 @@ async fn clients(url: &str, n: usize) -> Vec<LockClient> {
     clients
 }
 
-/// The server processes holding (`granted`) or waiting for the whole-lock
-/// keys of `class` (intents, the odd keys, left out).
-async fn on_keys(admin: &tokio_postgres::Client, class: i32, granted: bool) -> Vec<i32> {
-    admin
-        .query_typed(
-            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2
-               AND classid = $1::oid AND granted = $2 AND objid::bigint % 2 = 0",
-            &[(&class, Type::INT4), (&granted, Type::BOOL)],
-        )
-        .await
-        .expect("read pg_locks")
-        .iter()
-        .map(|row| row.get(0))
-        .collect()
-}
-
 /// Waits until `n` sessions wait in the server's queue of `class`.
 async fn until_in_line(admin: &tokio_postgres::Client, class: i32, n: usize) {
     while on_keys(admin, class, false).await.len() != n {
@@ -98,27 +86,9 @@ async fn waiters_are_served_in_the_order_they_asked_across_backends_and_within_o
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn waiters_are_served_in_order_when_sessions_default_to_repeatable_read() {
     let class = fresh_class();
-    let url = repeatable_read(&fair_url(&unique("fifo_rr"), class));
-    let (check, connection) = tokio_postgres::connect(&repeatable_read(&self::url()), NoTls)
-        .await
-        .expect("connect");
-    tokio::spawn(connection);
-    let level: String = check
-        .query_one("SHOW default_transaction_isolation", &[])
-        .await
-        .expect("show")
-        .get(0);
-    assert_eq!(
-        level, "repeatable read",
-        "the URL sets the sessions' default"
-    );
+    let url = with_options(&fair_url(&unique("fifo_rr"), class), REPEATABLE_READ);
+    assert_sessions_repeatable_read(&with_options(&self::url(), REPEATABLE_READ)).await;
     served_in_order(&url, class).await;
-}
-
-/// `url` whose sessions default to repeatable read.
-fn repeatable_read(url: &str) -> String {
-    let separator = if url.contains('?') { '&' } else { '?' };
-    format!("{url}{separator}options=-c%20default_transaction_isolation%3Drepeatable%5C%20read")
 }
 
 /// Six waiters, two on each of three backends of fair advisory mode at
@@ -208,7 +178,7 @@ async fn a_cancelled_waiter_leaves_the_line_at_once() {
     let admin = admin().await;
     let lock = name(&unique("cancel"));
     let held = clients[0].acquire(&lock).await.expect("acquire");
-    let (cancel, gives_up) = acquire_until_cancelled(&clients[1], &lock);
+    let (cancel, gives_up) = acquire_until_cancelled(&clients[1], &lock, AcquireOptions::new());
     until_in_line(&admin, class, 1).await;
     let leaving = on_keys(&admin, class, false).await;
     let stays = tokio::spawn({
@@ -226,20 +196,6 @@ async fn a_cancelled_waiter_leaves_the_line_at_once() {
     assert!(guard.release().await.expect("release"));
 }
 
-/// A waiting request for `lock` made through the backend alone, as core
-/// makes one, with `lease`.
-fn waiting_request(lock: &LockName, lease: Duration) -> AcquireRequest {
-    AcquireRequest {
-        retries: true,
-        ..AcquireRequest::new(
-            lock.clone(),
-            Claim::Exclusive,
-            lease,
-            Arc::new(Holder::this_process(Some("abandoned"))),
-        )
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_dropped_wait_leaves_the_line() {
     let class = fresh_class();
@@ -251,7 +207,7 @@ async fn a_dropped_wait_leaves_the_line() {
     let held = clients[0].acquire(&lock).await.expect("acquire");
     let mut wait = WaitState::new();
     let attempt = backend
-        .try_acquire(&waiting_request(&lock, PATIENCE), &mut wait)
+        .try_acquire(&waiting_request(&lock, PATIENCE, "abandoned"), &mut wait)
         .await
         .expect("an attempt");
     assert!(matches!(attempt, Attempt::Held { .. }));
@@ -285,7 +241,7 @@ async fn a_waiter_that_never_takes_its_grant_holds_the_line_up_for_its_lease() {
     let mut stopped = WaitState::new();
     let lease = Duration::from_secs(2);
     backend
-        .try_acquire(&waiting_request(&lock, lease), &mut stopped)
+        .try_acquire(&waiting_request(&lock, lease, "abandoned"), &mut stopped)
         .await
         .expect("an attempt");
     until_in_line(&admin, class, 1).await;
@@ -312,31 +268,11 @@ async fn campaigns_served_in_line_record_one_chain_of_terms() {
     const ROUNDS: usize = 3;
     let url = fair_url(&unique("terms"), fresh_class());
     let lock = name(&unique("election"));
-    let mut tasks = Vec::new();
-    for campaigner in 0..CAMPAIGNERS {
-        let client = client(open(&url).await);
-        let election = client.election(lock.clone()).expect("a valid name");
-        tasks.push(tokio::spawn(async move {
-            let mut terms = Vec::new();
-            for round in 0..ROUNDS {
-                let leading = election
-                    .campaign(format!("{campaigner}-{round}"), PATIENCE)
-                    .await
-                    .expect("the campaign wins in time");
-                terms.push((leading.term(), leading.value().to_owned()));
-                assert!(leading.resign().await.expect("resign"));
-            }
-            (client, terms)
-        }));
+    let mut campaigners = Vec::new();
+    for _ in 0..CAMPAIGNERS {
+        campaigners.push(client(open(&url).await));
     }
-    let mut won = Vec::new();
-    let mut clients = Vec::new();
-    for task in tasks {
-        let (client, terms) = task.await.expect("a campaigner");
-        won.extend(terms);
-        clients.push(client);
-    }
-    won.sort_unstable();
+    let (won, clients) = race_campaigns(campaigners, &lock, ROUNDS, PATIENCE).await;
     let kept = clients[0]
         .backend()
         .term_log()
@@ -344,11 +280,11 @@ async fn campaigns_served_in_line_record_one_chain_of_terms() {
         .terms_after(&lock, 0)
         .await
         .expect("read the terms");
-    let recorded: Vec<(u64, String)> = kept
-        .iter()
-        .map(|term| (term.term, term.holder.label.clone().unwrap_or_default()))
-        .collect();
-    assert_eq!(recorded, won, "every term won, in order, once");
+    assert_eq!(
+        terms_and_values(&kept),
+        won,
+        "every term won, in order, once"
+    );
     for pair in kept.windows(2) {
         assert_eq!(pair[1].previous, Some(pair[0].term), "chained");
     }

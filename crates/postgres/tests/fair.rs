@@ -13,11 +13,12 @@ use std::time::Duration;
 
 use distlock_core::backend::BackendExt;
 use distlock_core::backend::{AcquireRequest, Attempt, Backend, Lease, WaitState};
-use distlock_core::{Claim, Error, Holder, LockClient, LockName, LockOptions};
+use distlock_core::testing::{acquire_until_cancelled, waiting_request};
+use distlock_core::{AcquireOptions, Claim, Error, Holder, LockClient, LockName, LockOptions};
 use distlock_postgres::PostgresBackend;
 use distlock_postgres::tokio_postgres::{self, types::Type};
 
-use support::{acquire_until_cancelled, admin, name, url};
+use support::{admin, name, url};
 
 /// How long any one wait may take; waits end far sooner.
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -126,20 +127,6 @@ async fn granted(backend: &PostgresBackend, lock: &LockName, lease: Duration) ->
     holder.granted(fencing_token, state)
 }
 
-/// A waiting attempt's request, as core makes each one of a wait: a new
-/// grant identity, the same holder.
-fn waiting_request(name: &LockName, label: &str, lease: Duration) -> AcquireRequest {
-    AcquireRequest {
-        retries: true,
-        ..AcquireRequest::new(
-            name.clone(),
-            Claim::Exclusive,
-            lease,
-            Arc::new(Holder::this_process(Some(label))),
-        )
-    }
-}
-
 /// The next attempt of the wait `request` was the last of.
 fn next_attempt(request: &AcquireRequest) -> AcquireRequest {
     AcquireRequest {
@@ -240,7 +227,7 @@ async fn a_release_grants_the_first_place_in_its_own_statement() {
     let held = granted(&backend, &lock, lease).await;
     let first = held.fencing_token;
 
-    let waiter = waiting_request(&lock, "waiter", lease);
+    let waiter = waiting_request(&lock, lease, "waiter");
     let mut wait = WaitState::new();
     let attempt = backend.try_acquire(&waiter, &mut wait).await.unwrap();
     assert!(matches!(attempt, Attempt::Held { .. }), "{attempt:?}");
@@ -311,7 +298,7 @@ async fn a_cancelled_waiter_leaves_the_line_at_once() {
         .collect();
     let lock = name("cancel");
     let held = clients[0].acquire(&lock).await.unwrap();
-    let (cancel, gives_up) = acquire_until_cancelled(&clients[1], &lock);
+    let (cancel, gives_up) = acquire_until_cancelled(&clients[1], &lock, AcquireOptions::new());
     until_queued(&admin, &table, &lock, 1).await;
     let stays = tokio::spawn({
         let (client, lock) = (clients[2].clone(), lock.clone());
@@ -339,8 +326,8 @@ async fn a_place_given_up_after_its_grant_passes_the_grant_on() {
     let lease = Duration::from_secs(30);
     let held = granted(&backend, &lock, lease).await;
     let (first, second) = (
-        waiting_request(&lock, "first", lease),
-        waiting_request(&lock, "second", lease),
+        waiting_request(&lock, lease, "first"),
+        waiting_request(&lock, lease, "second"),
     );
     let (mut first_wait, mut second_wait) = (WaitState::new(), WaitState::new());
     backend.try_acquire(&first, &mut first_wait).await.unwrap();
@@ -376,7 +363,7 @@ async fn a_dead_waiter_holds_the_line_up_only_until_its_grant_runs_out() {
     let held = client(&backend, "holder").acquire(&lock).await.unwrap();
     // A waiter that takes its place and dies: it never asks again, and
     // never ends its wait.
-    let dead = waiting_request(&lock, "dead", Duration::from_secs(2));
+    let dead = waiting_request(&lock, Duration::from_secs(2), "dead");
     let attempt = backend
         .try_acquire(&dead, &mut WaitState::new())
         .await
@@ -406,7 +393,7 @@ async fn a_dead_waiter_s_place_drops_out_within_its_lease() {
     let backend = open(&table).await;
     let lock = name("dropped");
     let held = client(&backend, "holder").acquire(&lock).await.unwrap();
-    let dead = waiting_request(&lock, "dead", Duration::from_secs(1));
+    let dead = waiting_request(&lock, Duration::from_secs(1), "dead");
     backend
         .try_acquire(&dead, &mut WaitState::new())
         .await

@@ -5,8 +5,8 @@
 mod support;
 
 use std::sync::Arc;
-use std::time::Duration;
 
+use distlock_core::testing::assert_fenced_writes;
 use distlock_core::{LockClient, LockName, LockOptions};
 use distlock_postgres::PostgresBackend;
 use distlock_postgres::fencing::Fence;
@@ -51,35 +51,8 @@ async fn a_stale_holders_write_is_refused_and_the_new_holders_applied() {
 
     let name = LockName::new(format!("fenced-{table}")).unwrap();
     let (first, second) = (client().await, client().await);
-    let stale = first
-        .acquire_with(&name, Duration::from_secs(10))
-        .await
-        .unwrap();
-    assert_eq!(write(stale.fencing_token()).await, 1, "the holder writes");
-    // The holder pauses; its lock is taken away and granted again.
     let admin = PostgresBackend::open(&url()).await.unwrap();
-    use distlock_core::backend::Backend as _;
-    assert!(admin.force_release(&name).await.unwrap());
-    let fresh = second
-        .acquire_with(&name, Duration::from_secs(10))
-        .await
-        .unwrap();
-    assert!(fresh.fencing_token() > stale.fencing_token());
-    assert_eq!(
-        write(fresh.fencing_token()).await,
-        1,
-        "the new holder writes"
-    );
-    assert_eq!(
-        write(fresh.fencing_token()).await,
-        1,
-        "and again, with its token"
-    );
-    assert_eq!(
-        write(stale.fencing_token()).await,
-        0,
-        "the stale holder is turned away"
-    );
+    let (stale, fresh) = assert_fenced_writes([&first, &second], &admin, &name, write).await;
     let row = db
         .query_one(
             &format!("SELECT balance, \"fencing token\" FROM {table} WHERE id = 42"),

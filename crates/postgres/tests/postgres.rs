@@ -12,12 +12,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use distlock_core::backend::BackendExt;
-use distlock_core::backend::{AcquireRequest, Attempt, Backend, Lease, WaitState};
+use distlock_core::backend::{AcquireRequest, Backend, Lease};
+use distlock_core::testing::{quick_options, try_grant};
 use distlock_core::{Claim, Error, Holder, LockClient, LockName, LockOptions};
 use distlock_postgres::PostgresBackend;
 use distlock_postgres::tokio_postgres::{self, NoTls};
 
-use support::{name, pgbouncer_url, unique, url, with_options};
+use support::{
+    REPEATABLE_READ, assert_sessions_repeatable_read, name, pgbouncer_url, unique, url,
+    with_options,
+};
 
 fn holder() -> Arc<Holder> {
     Holder::this_process(Some("postgres-tests")).into()
@@ -26,38 +30,21 @@ fn holder() -> Arc<Holder> {
 /// One attempt through the backend alone: whether it was granted.
 async fn try_once(backend: &dyn Backend, name: &LockName, lease: Duration) -> Result<bool, Error> {
     let request = AcquireRequest::new(name.clone(), Claim::Exclusive, lease, holder());
-    Ok(matches!(
-        backend.try_acquire(&request, &mut WaitState::new()).await?,
-        Attempt::Acquired { .. }
-    ))
+    Ok(try_grant(backend, &request).await?.is_some())
 }
 
 /// One grant of `claim` on `name` through the backend alone, with a
 /// 30 s lease that nobody extends; a panic when the name is held.
 async fn grant(backend: &dyn Backend, name: LockName, claim: Claim) -> Lease {
     let request = AcquireRequest::new(name, claim, Duration::from_secs(30), holder());
-    let Attempt::Acquired {
-        fencing_token,
-        state,
-    } = backend
-        .try_acquire(&request, &mut WaitState::new())
+    try_grant(backend, &request)
         .await
         .expect("acquire")
-    else {
-        panic!("{} was held", request.name);
-    };
-    request.granted(fencing_token, state)
+        .unwrap_or_else(|| panic!("{} was held", request.name))
 }
 
 fn options(lease: Duration) -> LockOptions {
-    LockOptions::builder()
-        .lease(lease)
-        .extend_every(lease / 4)
-        .safety_margin(lease / 10)
-        .operation_timeout(lease / 3)
-        .backoff(Duration::from_millis(5), Duration::from_millis(100))
-        .build()
-        .expect("valid options")
+    quick_options(lease).build().expect("valid options")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -454,29 +441,11 @@ async fn a_statement_stuck_behind_a_row_lock_does_not_hold_up_the_next() {
     assert!(backend.extend(&lease).await.expect("extend once free"));
 }
 
-/// The URL options that make a session default to repeatable read, sent in
-/// the startup packet, as a role's or a database's default would, without
-/// changing the role that other tests use.
-const REPEATABLE_READ: &str = "options=-c%20default_transaction_isolation%3Drepeatable%5C%20read";
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn contended_lease_mode_works_when_sessions_default_to_repeatable_read() {
     const BACKENDS: usize = 4;
     const ROUNDS: usize = 15;
-    let (check, connection) =
-        tokio_postgres::connect(&with_options(&url(), REPEATABLE_READ), NoTls)
-            .await
-            .expect("connect");
-    tokio::spawn(connection);
-    let level: String = check
-        .query_one("SHOW default_transaction_isolation", &[])
-        .await
-        .expect("show")
-        .get(0);
-    assert_eq!(
-        level, "repeatable read",
-        "the URL sets the sessions' default"
-    );
+    assert_sessions_repeatable_read(&with_options(&url(), REPEATABLE_READ)).await;
 
     let url = with_options(
         &url(),

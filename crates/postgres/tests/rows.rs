@@ -13,7 +13,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use distlock_core::backend::{AcquireRequest, Attempt, Backend, Lease, WaitState};
+use distlock_core::backend::{AcquireRequest, Backend, Lease};
+use distlock_core::testing::try_grant;
 use distlock_core::{AcquireOptions, Claim, Holder, LockClient, LockName, LockOptions};
 use distlock_postgres::PostgresBackend;
 use distlock_postgres::tokio_postgres::{self, NoTls, types::Type};
@@ -93,25 +94,10 @@ async fn has_row(admin: &tokio_postgres::Client, table: &str, lock: &LockName) -
 async fn grant(backend: &dyn Backend, lock: LockName) -> Lease {
     let holder = Holder::this_process(Some("rows-tests")).into();
     let request = AcquireRequest::new(lock, Claim::Exclusive, Duration::from_secs(60), holder);
-    match backend
-        .try_acquire(&request, &mut WaitState::new())
+    try_grant(backend, &request)
         .await
         .expect("try")
-    {
-        Attempt::Acquired {
-            fencing_token,
-            state,
-        } => Lease {
-            name: request.name.clone(),
-            claim: request.claim,
-            id: request.lease_id,
-            fencing_token,
-            lease: request.lease,
-            operation_timeout: request.operation_timeout,
-            state,
-        },
-        held => panic!("{} is used once, and free: {held:?}", request.name),
-    }
+        .unwrap_or_else(|| panic!("{} is used once, and free", request.name))
 }
 
 /// How many distinct names the bulk tests use once each.

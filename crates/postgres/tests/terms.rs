@@ -21,7 +21,7 @@ use distlock_core::{Claim, Error, Holder, LockClient, LockName};
 use distlock_postgres::PostgresBackend;
 use distlock_postgres::tokio_postgres::{self, NoTls};
 
-use support::{env, open, unique, with_options};
+use support::{env, open, race_campaigns, terms_and_values, unique, with_options};
 
 /// The URLs of every way to run the backend, each with a fresh table.
 fn servers() -> Vec<(&'static str, String)> {
@@ -189,40 +189,22 @@ async fn racing_campaigns_of_many_processes_record_one_chain() {
     const ROUNDS: usize = 6;
     for (how, url) in servers() {
         let name = name();
-        let mut tasks = Vec::new();
-        for campaigner in 0..CAMPAIGNERS {
+        let mut campaigners = Vec::new();
+        for _ in 0..CAMPAIGNERS {
             // A backend each, as separate processes would have.
             let client = LockClient::builder()
                 .build(PostgresBackend::open(&url).await.expect("open"))
                 .expect("a client");
-            let election = client.election(name.clone()).expect("a valid name");
-            tasks.push(tokio::spawn(async move {
-                let mut terms = Vec::new();
-                for round in 0..ROUNDS {
-                    let leading = election
-                        .campaign(format!("{campaigner}-{round}"), Duration::from_secs(30))
-                        .await
-                        .expect("the campaign wins in time");
-                    terms.push((leading.term(), leading.value().to_owned()));
-                    assert!(leading.resign().await.expect("resign"));
-                }
-                (client, terms)
-            }));
+            campaigners.push(client);
         }
-        let mut won = Vec::new();
-        let mut clients = Vec::new();
-        for task in tasks {
-            let (client, terms) = task.await.expect("a campaigner");
-            won.extend(terms);
-            clients.push(client);
-        }
-        won.sort_unstable();
+        let (won, clients) =
+            race_campaigns(campaigners, &name, ROUNDS, Duration::from_secs(30)).await;
         let kept = record(clients[0].backend().as_ref(), &name).await;
-        let recorded: Vec<(u64, String)> = kept
-            .iter()
-            .map(|term| (term.term, term.holder.label.clone().unwrap_or_default()))
-            .collect();
-        assert_eq!(recorded, won, "{how}: every term won, in order, once");
+        assert_eq!(
+            terms_and_values(&kept),
+            won,
+            "{how}: every term won, in order, once"
+        );
         assert_eq!(kept[0].previous, None, "{how}");
         assert_chained(how, &kept);
     }

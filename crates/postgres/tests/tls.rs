@@ -16,7 +16,7 @@ use distlock_core::{Error, LockClient, LockName, LockOptions};
 use distlock_postgres::tokio_postgres::{self, NoTls, types::Type};
 use distlock_postgres::{PostgresBackend, SslMode, WakeUps};
 
-use support::{unique, with_options};
+use support::{first_column, unique, with_options};
 
 /// Long enough for any step of a test.
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -113,17 +113,14 @@ async fn lock_and_release(url: &str) -> Arc<PostgresBackend> {
 async fn tls_of(application_name: &str) -> Vec<bool> {
     let (admin, connection) = tokio_postgres::connect(&url(), NoTls).await.expect("admin");
     tokio::spawn(connection);
-    admin
-        .query_typed(
-            "SELECT s.ssl FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid)
-              WHERE a.application_name = $1",
-            &[(&application_name, Type::TEXT)],
-        )
-        .await
-        .expect("read pg_stat_ssl")
-        .iter()
-        .map(|row| row.get(0))
-        .collect()
+    first_column(
+        &admin,
+        "SELECT s.ssl FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid)
+          WHERE a.application_name = $1",
+        &[(&application_name, Type::TEXT)],
+        "read pg_stat_ssl",
+    )
+    .await
 }
 
 /// Waits until the backend's listening connection is open and heard.

@@ -15,11 +15,14 @@ use std::time::{Duration, Instant};
 
 use distlock_core::backend::Backend;
 use distlock_core::backend::BackendExt;
-use distlock_core::{AcquireOptions, Claim, LockClient, LockName, LockOptions};
-use distlock_postgres::tokio_postgres::{self, NoTls, types::Type};
+use distlock_core::testing::assert_a_leaving_permit_holder_wakes_the_waiter;
+use distlock_core::{LockClient, LockName, LockOptions};
+use distlock_postgres::tokio_postgres::{self, types::Type};
 use distlock_postgres::{PostgresBackend, WakeUps};
 
-use support::{name, open, pgbouncer_url, unique, url, with_options};
+use support::{
+    address_of, admin, first_column, name, open, pgbouncer_url, unique, url, with_options,
+};
 
 /// How long a woken waiter may take to be granted. A waiter that is not
 /// woken tries again only after [`LONG`].
@@ -144,35 +147,10 @@ async fn a_permit_waiter_is_woken_when_any_holder_leaves() {
     let first = holder(open(&server).await);
     let second = holder(open(&server).await);
     let third = patient(waiting);
-    let permit = Claim::Permit { limit: 2 };
     let lock = name(&unique("permits"));
-    let one = first
-        .acquire_with(&lock, AcquireOptions::new().claim(permit).timeout(PATIENCE))
-        .await
-        .expect("first");
-    let two = second
-        .acquire_with(&lock, AcquireOptions::new().claim(permit).timeout(PATIENCE))
-        .await
-        .expect("second");
-    let waiter = {
-        let lock = lock.clone();
-        tokio::spawn(async move {
-            third
-                .acquire_with(&lock, AcquireOptions::new().claim(permit).timeout(LONG))
-                .await
-        })
-    };
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(!waiter.is_finished(), "the waiter did not wait");
-    one.release().await.expect("release");
-    let three = tokio::time::timeout(PATIENCE, waiter)
-        .await
-        .expect("the waiter is woken by the release")
-        .expect("task")
-        .expect("third");
-    assert!(three.fencing_token() > two.fencing_token());
-    two.release().await.expect("release");
-    three.release().await.expect("release");
+    let waiting = tokio::time::sleep(Duration::from_millis(500));
+    assert_a_leaving_permit_holder_wakes_the_waiter([&first, &second], third, &lock, LONG, waiting)
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -229,23 +207,24 @@ async fn through_pgbouncer_with_listen_url_at_the_server_wake_ups_work() {
 /// The server process ids of the listening connections whose application
 /// name is `application`: nothing but `LISTEN` and `UNLISTEN` runs on them.
 async fn listeners(admin: &tokio_postgres::Client, application: &str) -> Vec<i32> {
-    admin
-        .query_typed(
-            "SELECT pid FROM pg_stat_activity
-             WHERE application_name = $1 AND (query LIKE 'LISTEN %' OR query LIKE 'UNLISTEN %')",
-            &[(&application, Type::TEXT)],
-        )
-        .await
-        .expect("pg_stat_activity")
-        .iter()
-        .map(|row| row.get(0))
-        .collect()
+    first_column(
+        admin,
+        "SELECT pid FROM pg_stat_activity
+         WHERE application_name = $1 AND (query LIKE 'LISTEN %' OR query LIKE 'UNLISTEN %')",
+        &[(&application, Type::TEXT)],
+        "pg_stat_activity",
+    )
+    .await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_terminated_listening_connection_comes_back_and_wakes_again() {
-    let application = unique("distlock_listener");
-    let table = format!("table={}", unique("terminated"));
+/// A backend whose connections carry the application name `application`,
+/// once it listens, and a client that holds on another backend; both on a
+/// fresh table whose name starts with `table`.
+async fn listening_beside_holders(
+    application: &str,
+    table: &str,
+) -> (Arc<PostgresBackend>, LockClient) {
+    let table = format!("table={}", unique(table));
     let waiting = open(&with_options(
         &url(),
         &format!("{table}&application_name={application}"),
@@ -253,8 +232,14 @@ async fn a_terminated_listening_connection_comes_back_and_wakes_again() {
     .await;
     let holders = holder(open(&with_options(&url(), &table)).await);
     wait_for(&waiting, WakeUps::Listening, PATIENCE).await;
-    let (admin, connection) = tokio_postgres::connect(&url(), NoTls).await.expect("admin");
-    tokio::spawn(connection);
+    (waiting, holders)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_terminated_listening_connection_comes_back_and_wakes_again() {
+    let application = unique("distlock_listener");
+    let (waiting, holders) = listening_beside_holders(&application, "terminated").await;
+    let admin = admin().await;
     let before = listeners(&admin, &application).await;
     assert_eq!(before.len(), 1, "one listening connection per backend");
 
@@ -287,14 +272,6 @@ async fn a_terminated_listening_connection_comes_back_and_wakes_again() {
         assert!(guard.release().await.expect("release"));
     })
     .await;
-}
-
-/// The host and port of a `postgres://user:password@host:port/db` URL.
-fn address_of(url: &str) -> std::net::SocketAddr {
-    let rest = url.split_once("://").expect("a URL").1;
-    let host_port = rest.rsplit_once('@').map_or(rest, |(_, after)| after);
-    let host_port = host_port.split(['/', '?']).next().expect("a host");
-    host_port.parse().expect("a numeric host and port")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -368,10 +345,7 @@ async fn a_release_refused_for_a_full_notification_queue_still_frees_the_name() 
     let lock = name("refused once");
     let held = holders.acquire_with(&lock, PATIENCE).await.expect("hold");
 
-    let (admin, connection) = tokio_postgres::connect(&url(), NoTls)
-        .await
-        .expect("admin connection");
-    tokio::spawn(connection);
+    let admin = admin().await;
     // `table` is lower-case letters, digits and underscores: a plain
     // identifier, named by the test itself.
     admin
@@ -419,10 +393,7 @@ async fn a_release_refused_for_a_full_notification_queue_still_frees_the_name() 
 /// server's on the backends' search path, that refuses with SQLSTATE 54000.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn waits_poll_while_the_notification_queue_is_full() {
-    let (admin, connection) = tokio_postgres::connect(&url(), NoTls)
-        .await
-        .expect("admin connection");
-    tokio::spawn(connection);
+    let admin = admin().await;
     // A plain identifier the test names itself.
     let schema = unique("full_queue");
     admin
@@ -492,16 +463,8 @@ async fn bucket_listened(admin: &tokio_postgres::Client, application: &str) -> O
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_flood_of_notifications_stays_bounded_and_the_waiter_still_wakes() {
     let application = unique("distlock_flooded");
-    let table = format!("table={}", unique("flood"));
-    let waiting = open(&with_options(
-        &url(),
-        &format!("{table}&application_name={application}"),
-    ))
-    .await;
-    let holders = holder(open(&with_options(&url(), &table)).await);
-    wait_for(&waiting, WakeUps::Listening, PATIENCE).await;
-    let (admin, connection) = tokio_postgres::connect(&url(), NoTls).await.expect("admin");
-    tokio::spawn(connection);
+    let (waiting, holders) = listening_beside_holders(&application, "flood").await;
+    let admin = admin().await;
 
     let lock = name(&unique("flooded"));
     let held = holders.acquire_with(&lock, PATIENCE).await.expect("hold");

@@ -16,7 +16,9 @@ use distlock_core::backend::Backend;
 use distlock_core::{Claim, LockClient, LockName, LockOptions, TryOptions};
 use distlock_redis::{Mode, RedisBackend, redis};
 
-use support::{backend, cluster_url, grant, grant_each, hand_over, unique};
+use support::{
+    assert_listed, backend, cluster_url, grant, grant_each, hand_over, lock_names, unique,
+};
 
 /// The URL with `?prefix=` added.
 fn with_prefix(url: &str, prefix: &str) -> String {
@@ -185,10 +187,7 @@ async fn odd_names_keep_one_slot_each_and_stay_under_the_prefix() {
         "x".repeat(1024),
     ]);
     names.push(format!("{}y", "x".repeat(1023)));
-    let names: Vec<LockName> = names
-        .iter()
-        .map(|name| LockName::new(name).expect("a valid name"))
-        .collect();
+    let names = lock_names(&names);
 
     let leases = grant_each(&backend, &names).await;
     let listed = backend.list().await.expect("list");
@@ -570,13 +569,13 @@ async fn hand_overs_without_a_command_act_for_the_stored_grant_on_its_master() {
         [false, false, true],
         "only the current grant extends, under the stored identity"
     );
-    let listed = other.list().await.expect("list");
-    assert!(
-        listed
-            .iter()
-            .any(|info| info.name == name && info.fencing_token == Some(later.fencing_token)),
-        "its extension wrote its token: {listed:?}"
-    );
+    assert_listed(
+        &other,
+        &name,
+        later.fencing_token,
+        "its extension wrote its token",
+    )
+    .await;
     assert!(!holder.release(&local).await.expect("release"));
     assert!(holder.release(&later).await.expect("release"));
     let next = grant(&other, &name, Claim::Exclusive, lease)

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use distlock_core::backend::BackendExt;
-use distlock_core::backend::{AcquireRequest, Backend, HandOver};
+use distlock_core::backend::{AcquireRequest, Backend, HandOver, Lease};
 use distlock_core::{Claim, Holder, LockClient, LockName, LossReason};
 use distlock_redis::{RedisBackend, redis};
 
@@ -128,16 +128,37 @@ async fn backend_of_another_client(url: &str) -> RedisBackend {
     backend(url).await
 }
 
+/// Deletes `key`, which must be there, as an eviction or an operator
+/// would.
+async fn delete_behind_the_backends_back(
+    connection: &mut redis::aio::MultiplexedConnection,
+    key: &str,
+) {
+    let deleted: u64 = redis::cmd("DEL")
+        .arg(key)
+        .query_async(connection)
+        .await
+        .expect("DEL");
+    assert_eq!(deleted, 1, "the key was there");
+}
+
+/// A grant of `name`, handed over through the server and then again
+/// without a command: the three leases in turn.
+async fn handed_over_twice(backend: &RedisBackend, name: &LockName) -> [Lease; 3] {
+    let first = grant(backend, name, Claim::Exclusive, LEASE)
+        .await
+        .expect("free");
+    let through_server = hand_over(backend, &first).await;
+    let local = hand_over(backend, &through_server).await;
+    [first, through_server, local]
+}
+
 #[tokio::test]
 async fn a_grant_handed_over_without_a_command_acts_for_the_stored_one_and_list_catches_up() {
     let url = url();
     let backend = backend(&url).await;
     let name = unique("stored");
-    let first = grant(&backend, &name, Claim::Exclusive, LEASE)
-        .await
-        .expect("free");
-    let through_server = hand_over(&backend, &first).await;
-    let local = hand_over(&backend, &through_server).await;
+    let [first, through_server, local] = handed_over_twice(&backend, &name).await;
     let later = hand_over(&backend, &local).await;
     assert!(first.fencing_token < through_server.fencing_token);
     assert!(through_server.fencing_token < local.fencing_token);
@@ -193,18 +214,9 @@ async fn a_lease_deleted_on_the_server_is_the_local_holders_loss() {
     let backend = backend(&url).await;
     let mut connection = raw(&url).await;
     let name = unique("deleted");
-    let first = grant(&backend, &name, Claim::Exclusive, LEASE)
-        .await
-        .expect("free");
-    let through_server = hand_over(&backend, &first).await;
-    let local = hand_over(&backend, &through_server).await;
+    let [_, _, local] = handed_over_twice(&backend, &name).await;
     let exclusive = backend.keys_of(&name).remove(0);
-    let deleted: u64 = redis::cmd("DEL")
-        .arg(&exclusive)
-        .query_async(&mut connection)
-        .await
-        .expect("DEL");
-    assert_eq!(deleted, 1, "the key was there");
+    delete_behind_the_backends_back(&mut connection, &exclusive).await;
 
     assert!(
         !backend.extend(&local).await.expect("extend"),
@@ -297,12 +309,7 @@ async fn a_guard_handed_over_without_a_command_reports_a_deleted_key_at_its_next
         .keys_of(&name)
         .remove(0);
     let mut connection = raw(&url).await;
-    let deleted: u64 = redis::cmd("DEL")
-        .arg(&exclusive)
-        .query_async(&mut connection)
-        .await
-        .expect("DEL");
-    assert_eq!(deleted, 1, "the key was there");
+    delete_behind_the_backends_back(&mut connection, &exclusive).await;
     let reason = tokio::time::timeout(Duration::from_secs(60), guard.lost())
         .await
         .expect("the loss is reported at the next extension");

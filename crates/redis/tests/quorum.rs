@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use distlock_core::backend::BackendExt;
 use distlock_core::backend::{Backend, FeatureState};
+use distlock_core::testing::assert_still_held;
 use distlock_core::{
-    AcquireOptions, Claim, Error, LockClient, LockGuard, LockKind, LockName, LossReason, TryOptions,
+    AcquireOptions, Claim, Error, LockClient, LockKind, LockName, LossReason, TryOptions,
 };
 use distlock_redis::{RedisBackend, redis};
 
@@ -108,18 +109,6 @@ async fn two_leases() {
     tokio::time::sleep(Duration::from_secs(4)).await;
 }
 
-async fn still_held(guard: &LockGuard, other: &LockClient) {
-    assert!(!guard.is_lost(), "the holder kept the lock");
-    assert!(
-        other
-            .try_acquire(guard.name())
-            .await
-            .expect("try")
-            .is_none(),
-        "nobody else gets it"
-    );
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn losing_one_of_three_keeps_the_lock_and_its_extensions() {
     let mut cluster = Cluster::start().await;
@@ -134,7 +123,7 @@ async fn losing_one_of_three_keeps_the_lock_and_its_extensions() {
 
     cluster.servers[0].kill();
     two_leases().await;
-    still_held(&guard, &other).await;
+    assert_still_held(&guard, &other).await;
     // Without extensions the copies would be gone after two leases.
     for server in &cluster.servers[1..] {
         assert!(
@@ -183,7 +172,7 @@ async fn a_restart_without_persistence_of_one_of_three_keeps_the_lock() {
         "the restarted server forgot its copy"
     );
     two_leases().await;
-    still_held(&guard, &other).await;
+    assert_still_held(&guard, &other).await;
     assert!(guard.release().await.expect("release"));
 }
 

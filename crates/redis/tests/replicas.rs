@@ -27,22 +27,8 @@ use support::{OwnServer, backend, client, eventually, grant, options, raw, uniqu
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grants_and_extensions_wait_for_the_replicas() {
-    let primary = OwnServer::start(&[]).await;
-    let port = primary.port().to_string();
-    let mut replica = OwnServer::start(&["--replicaof", "127.0.0.1", &port]).await;
+    let (primary, mut replica) = primary_and_replica().await;
     let mut connection = raw(&primary.url()).await;
-    eventually("the replica is online", || {
-        let mut connection = connection.clone();
-        async move {
-            let info: String = redis::cmd("INFO")
-                .arg("replication")
-                .query_async(&mut connection)
-                .await
-                .unwrap_or_default();
-            info.contains("state=online")
-        }
-    })
-    .await;
 
     let waiting = format!("{}?wait_replicas=1", primary.url());
     let holder = LockClient::new(Arc::new(backend(&waiting).await), options());
@@ -208,8 +194,8 @@ async fn serve(
     }
 }
 
-/// A primary, its replica (online), and a proxy in front of the primary.
-async fn replicated_through_a_proxy() -> (OwnServer, OwnServer, SwappingProxy) {
+/// A primary and its replica, once the replica is online.
+async fn primary_and_replica() -> (OwnServer, OwnServer) {
     let primary = OwnServer::start(&[]).await;
     let port = primary.port().to_string();
     let replica = OwnServer::start(&["--replicaof", "127.0.0.1", &port]).await;
@@ -226,6 +212,12 @@ async fn replicated_through_a_proxy() -> (OwnServer, OwnServer, SwappingProxy) {
         }
     })
     .await;
+    (primary, replica)
+}
+
+/// A primary, its replica (online), and a proxy in front of the primary.
+async fn replicated_through_a_proxy() -> (OwnServer, OwnServer, SwappingProxy) {
+    let (primary, replica) = primary_and_replica().await;
     let proxy = SwappingProxy::start(primary.port()).await;
     (primary, replica, proxy)
 }

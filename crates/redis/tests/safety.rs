@@ -8,11 +8,14 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use distlock_core::backend::BackendExt;
-use distlock_core::backend::{AcquireRequest, Attempt, Backend, GrantState, WaitState};
+use distlock_core::backend::{AcquireRequest, Backend, GrantState};
 use distlock_core::{Claim, Holder, LockKind, LockName, TryOptions};
 use distlock_redis::redis;
 
-use support::{all_keys, backend, client, grant, grant_each, raw, unique, url};
+use support::{
+    all_keys, assert_listed, backend, client, grant, grant_each, lock_names, raw,
+    tokens_of_a_twice_run_attempt, unique, url,
+};
 
 #[tokio::test]
 async fn a_stale_holders_release_leaves_the_new_holders_key() {
@@ -46,13 +49,8 @@ async fn a_stale_holders_release_leaves_the_new_holders_key() {
             !backend.extend(&stale).await.expect("extend"),
             "{claim}: and so is its extension"
         );
-        let listed = backend.list().await.expect("list");
-        assert!(
-            listed
-                .iter()
-                .any(|info| info.name == name && info.fencing_token == Some(next.fencing_token)),
-            "{claim}: the new holder's grant is intact: {listed:?}"
-        );
+        let intact = format!("{claim}: the new holder's grant is intact");
+        assert_listed(&backend, &name, next.fencing_token, &intact).await;
         assert!(backend.release(&next).await.expect("release"));
     }
 }
@@ -101,10 +99,7 @@ async fn odd_names_never_collide_nor_leave_the_prefix() {
             name.push_str(&run);
         }
     }
-    let names: Vec<LockName> = names
-        .iter()
-        .map(|name| LockName::new(name).expect("a valid name"))
-        .collect();
+    let names = lock_names(&names);
     let leases = grant_each(&backend, &names).await;
     let listed = backend.list().await.expect("list");
     let listed_names: BTreeSet<&LockName> = listed.iter().map(|info| &info.name).collect();
@@ -240,17 +235,8 @@ async fn an_attempt_run_again_is_answered_with_its_own_grant() {
                 Duration::from_secs(30),
                 Holder::this_process(Some("redis-tests")).into(),
             );
-            let mut tokens = Vec::new();
-            for _ in 0..2 {
-                match backend
-                    .try_acquire(&request, &mut WaitState::new())
-                    .await
-                    .expect("try_acquire")
-                {
-                    Attempt::Acquired { fencing_token, .. } => tokens.push(fencing_token),
-                    Attempt::Held { .. } => panic!("{claim:?} on {url}: held by its own grant"),
-                }
-            }
+            let on = format!("{claim:?} on {url}");
+            let tokens = tokens_of_a_twice_run_attempt(&backend, &request, &on).await;
             assert_eq!(
                 tokens[0], tokens[1],
                 "{claim:?} on {url}: one grant, one token"
@@ -304,13 +290,8 @@ async fn a_counter_ahead_of_the_clock_is_counted_on_from() {
             .await
             .expect("PTTL");
         assert!(left > 0, "the counter expires after grant {n}: {left}");
-        let listed = backend.list().await.expect("list");
-        assert!(
-            listed
-                .iter()
-                .any(|info| info.name == name && info.fencing_token == Some(ahead + n)),
-            "grant {n} is stored with its token: {listed:?}"
-        );
+        let told = format!("grant {n} is stored with its token");
+        assert_listed(&backend, &name, ahead + n, &told).await;
         assert!(backend.release(&lease).await.expect("release"));
     }
 }

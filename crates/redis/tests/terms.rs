@@ -10,7 +10,7 @@ use std::time::Duration;
 use distlock_core::backend::BackendExt;
 use distlock_core::backend::{AcquireRequest, Attempt, Backend, GrantState, WaitState};
 use distlock_core::{Claim, Holder};
-use support::{backend, unique, url};
+use support::{backend, tokens_of_a_twice_run_attempt, unique, url};
 
 /// A campaign's request for `name`, as core makes it.
 fn campaign(name: &distlock_core::LockName) -> AcquireRequest {
@@ -55,17 +55,8 @@ async fn a_campaign_run_again_records_its_term_once_and_a_plain_grant_none() {
 
         let name = unique("campaign");
         let request = campaign(&name);
-        let mut tokens = Vec::new();
-        for _ in 0..2 {
-            match backend
-                .try_acquire(&request, &mut WaitState::new())
-                .await
-                .expect("try_acquire")
-            {
-                Attempt::Acquired { fencing_token, .. } => tokens.push(fencing_token),
-                Attempt::Held { .. } => panic!("on {url}: held by its own grant"),
-            }
-        }
+        let on = format!("on {url}");
+        let tokens = tokens_of_a_twice_run_attempt(&backend, &request, &on).await;
         assert_eq!(tokens[0], tokens[1]);
         let terms = log.terms_after(&name, 0).await.unwrap();
         assert_eq!(

@@ -9,6 +9,10 @@
 //! backend's optional abilities (hand-overs, wake-ups, a session) can be
 //! turned off or, for a session, emulated.
 //!
+//! For tests against a real server, a few helpers ([`unique_name`],
+//! [`try_grant`], [`eventually`] and others) do what every such suite
+//! needs.
+//!
 //! ```
 //! use std::time::Duration;
 //! use distlock_core::testing::{Failure, TestBackend};
@@ -53,9 +57,16 @@ use crate::sync::{Mutex, MutexGuard};
 
 mod hook;
 mod mutant;
+mod support;
 
 pub use hook::{Answer, Call, Hook, Operation};
 pub use mutant::{MutantBackend, Mutation};
+pub use support::{
+    acquire_until_cancelled, assert_a_leaving_permit_holder_wakes_the_waiter, assert_fenced_writes,
+    assert_invalid_config, assert_lost_to_a_restart, assert_still_held, eventually,
+    free_loopback_port, quick_options, required_env, try_grant, unique_name, until_serving,
+    waiting_request,
+};
 
 /// What the calls that [`TestBackend::fail_next`] fails answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

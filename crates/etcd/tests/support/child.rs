@@ -7,19 +7,13 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use distlock_core::testing::quick_options;
 use distlock_core::{LockClient, LockOptions};
 use distlock_etcd::EtcdBackend;
 
 /// Options for a `lease`, with quick extension and backoff.
 pub(crate) fn options(lease: Duration) -> LockOptions {
-    LockOptions::builder()
-        .lease(lease)
-        .extend_every(lease / 4)
-        .safety_margin(lease / 10)
-        .operation_timeout(lease / 3)
-        .backoff(Duration::from_millis(5), Duration::from_millis(100))
-        .build()
-        .expect("valid options")
+    quick_options(lease).build().expect("valid options")
 }
 
 /// A client of the etcd at `url`, with [`options`] for `lease`.

@@ -2,17 +2,20 @@
 //! the environment, memcached processes of the tests' own, and a bare
 //! text-protocol client to look at keys behind the backend's back.
 
-#![allow(dead_code, unreachable_pub)]
+// Each test binary uses a part of this module, re-exports included.
+#![allow(dead_code, unreachable_pub, unused_imports)]
 
 use std::collections::HashMap;
-use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use distlock_core::backend::{AcquireRequest, Attempt, Backend, Lease};
+use distlock_core::backend::{AcquireRequest, Backend, Lease};
+use distlock_core::testing::{free_loopback_port, required_env, try_grant, until_serving};
 use distlock_core::{Claim, Holder, LockName};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
+
+pub use distlock_core::testing::{eventually, unique_name as unique};
 
 /// The URL of the shared server, or a panic that says how to get one.
 pub fn url() -> String {
@@ -25,14 +28,10 @@ pub fn quorum_url() -> String {
 }
 
 fn env(var: &str) -> String {
-    std::env::var(var).unwrap_or_else(|_| {
-        panic!("{var} is not set: run the tests with scripts/test, which starts memcached")
-    })
-}
-
-/// A fresh lock name.
-pub fn unique(prefix: &str) -> LockName {
-    LockName::new(format!("{prefix}-{:016x}", rand::random::<u64>())).unwrap()
+    required_env(
+        var,
+        "run the tests with scripts/test, which starts memcached",
+    )
 }
 
 /// One attempt through the backend alone, without a keeper: a lease that
@@ -56,34 +55,7 @@ pub async fn grant_as(
         lease,
         Holder::this_process(Some("memcached-tests")).into(),
     );
-    Ok(
-        match backend
-            .try_acquire(&request, &mut distlock_core::backend::WaitState::new())
-            .await?
-        {
-            Attempt::Acquired {
-                fencing_token,
-                state,
-            } => Some(request.granted(fencing_token, state)),
-            Attempt::Held { .. } => None,
-        },
-    )
-}
-
-/// Retries `check` every 50 ms until it is true, failing after 60 s.
-pub async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let started = Instant::now();
-    while !check().await {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "{what} did not happen within 60 s"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    try_grant(backend, &request).await
 }
 
 /// A memcached process of the test's own, killed when dropped.
@@ -96,13 +68,9 @@ pub struct OwnServer {
 impl OwnServer {
     /// Starts `$MEMCACHED_BIN` on a free loopback port with `args` added.
     pub async fn start(args: &[&str]) -> Self {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|listener| listener.local_addr())
-            .expect("a free port")
-            .port();
         let mut server = Self {
             child: None,
-            port,
+            port: free_loopback_port(),
             args: args.iter().map(|arg| (*arg).to_owned()).collect(),
         };
         server.spawn().await;
@@ -121,19 +89,13 @@ impl OwnServer {
             .stdout(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {bin}: {e}"));
-        self.child = Some(child);
-        let started = Instant::now();
-        while TcpStream::connect(self.addr()).await.is_err() {
-            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
-                panic!("memcached exited with {status} on port {}", self.port);
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "memcached did not listen on port {}",
-                self.port
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let what = format!("memcached on port {}", self.port);
+        let addr = self.addr();
+        let child = self.child.insert(child);
+        until_serving(child, &what, || async {
+            TcpStream::connect(&addr).await.is_ok()
+        })
+        .await;
     }
 
     /// `127.0.0.1:<port>`.

@@ -3,7 +3,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use distlock_core::backend::{AcquireRequest, Attempt, Backend, Lease, LeaseId, WaitState};
+use distlock_core::backend::{AcquireRequest, Backend, Lease, LeaseId};
+use distlock_core::testing::try_grant;
 use distlock_core::{Claim, Holder};
 use distlock_mongodb::mongodb::bson::doc;
 use futures::TryStreamExt;
@@ -24,17 +25,8 @@ async fn extend_many_extends_what_is_ours_and_reports_what_is_not() {
             Duration::from_secs(if i % 3 == 0 { 10 } else { 30 }),
             holder.clone(),
         );
-        let Attempt::Acquired {
-            fencing_token,
-            state,
-        } = backend
-            .try_acquire(&request, &mut WaitState::new())
-            .await
-            .unwrap()
-        else {
-            panic!("{} is fresh", request.name);
-        };
-        leases.push(request.granted(fencing_token, state));
+        let lease = try_grant(&*backend, &request).await.unwrap();
+        leases.push(lease.unwrap_or_else(|| panic!("{} is fresh", request.name)));
     }
     // Taken away: forced releases, and an identity that was never granted.
     let lost = [4, 9, 30];

@@ -1,17 +1,19 @@
 //! Shared helpers: the server under test, unique names, fail points, and a
 //! server of a test's own for tests that restart it or set fail points.
 
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
+use distlock_core::testing::free_loopback_port;
 pub(crate) use distlock_core::testing::{Operation, TestBackend};
 use distlock_core::{LockClient, LockGuard, LockName, LockOptions, Result};
 use distlock_mongodb::mongodb::bson::{DateTime, Document, doc};
-use distlock_mongodb::mongodb::{Client, Collection};
+use distlock_mongodb::mongodb::options::IndexOptions;
+use distlock_mongodb::mongodb::{Client, Collection, IndexModel};
 use distlock_mongodb::{MongoBackend, MongoConfig};
+use futures::TryStreamExt;
 
 /// The URL of the shared server that scripts/test starts.
 pub(crate) fn shared_url() -> String {
@@ -62,6 +64,25 @@ pub(crate) async fn inspector(url: &str) -> Client {
 /// The lock collection `collection` of the test database, seen directly.
 pub(crate) fn raw_collection(client: &Client, collection: &str) -> Collection<Document> {
     client.database("distlock_test").collection(collection)
+}
+
+/// The options of the one TTL index (on `expiresAt`) of `raw`, and every
+/// index it has, for the messages.
+pub(crate) async fn ttl_index(raw: &Collection<Document>) -> (IndexOptions, Vec<IndexModel>) {
+    let indexes: Vec<IndexModel> = raw
+        .list_indexes()
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    let ttl: Vec<_> = indexes
+        .iter()
+        .filter(|index| index.keys == doc! { "expiresAt": 1 })
+        .collect();
+    assert_eq!(ttl.len(), 1, "one TTL index: {indexes:?}");
+    let options = ttl[0].options.clone().expect("index options");
+    (options, indexes)
 }
 
 /// Lock options with a short lease, for tests of loss and extension.
@@ -154,13 +175,9 @@ impl OwnServer {
 
     /// Starts a server with extra flags.
     pub(crate) fn start_with(extra: &[&str]) -> Self {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|listener| listener.local_addr())
-            .expect("a free port")
-            .port();
         let mut server = Self {
             child: None,
-            port,
+            port: free_loopback_port(),
             dir: tempfile::tempdir().expect("a temp dir"),
             extra: extra.iter().map(|flag| (*flag).to_owned()).collect(),
         };

@@ -4,7 +4,6 @@ use std::time::Duration;
 
 use distlock_core::{Holder, LockName, LockOptions};
 use distlock_mongodb::mongodb::bson::{Bson, doc};
-use futures::TryStreamExt;
 
 use crate::common::*;
 
@@ -16,19 +15,7 @@ async fn the_ttl_index_exists_with_expiry_zero() {
     // A second backend on the same collection must not fail on the index.
     let _again = backend_at(&url, &collection).await;
     let inspector = inspector(&url).await;
-    let indexes: Vec<_> = raw_collection(&inspector, &collection)
-        .list_indexes()
-        .await
-        .unwrap()
-        .try_collect()
-        .await
-        .unwrap();
-    let ttl: Vec<_> = indexes
-        .iter()
-        .filter(|index| index.keys == doc! { "expiresAt": 1 })
-        .collect();
-    assert_eq!(ttl.len(), 1, "{indexes:?}");
-    let options = ttl[0].options.as_ref().expect("index options");
+    let (options, _) = ttl_index(&raw_collection(&inspector, &collection)).await;
     assert_eq!(options.expire_after, Some(Duration::ZERO), "{options:?}");
     assert_eq!(
         options.partial_filter_expression,

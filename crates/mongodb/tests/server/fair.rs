@@ -9,12 +9,12 @@ use std::time::Duration;
 
 use distlock_core::backend::BackendExt;
 use distlock_core::backend::{AcquireRequest, Attempt, Backend, ReleaseWatch, WaitState};
+use distlock_core::testing::{acquire_until_cancelled, waiting_request};
 use distlock_core::{AcquireOptions, Claim, Holder, LockClient, LockName, LockOptions, TryOptions};
 use distlock_mongodb::mongodb::bson::{Document, doc};
 use distlock_mongodb::mongodb::options::IndexOptions;
 use distlock_mongodb::mongodb::{Collection, IndexModel};
 use distlock_mongodb::{MongoBackend, MongoConfig};
-use futures::TryStreamExt;
 
 use crate::common::*;
 
@@ -95,20 +95,6 @@ fn release_watch(backend: &MongoBackend, name: &LockName) -> ReleaseWatch {
         .expect("the test server has change streams")
         .watch(name)
         .expect("wake-ups are on")
-}
-
-/// A writer's waiting request, asked through the backend directly, so that
-/// nothing asks again for it unless the test does.
-fn waiting_request(name: &LockName, lease: Duration, label: &str) -> AcquireRequest {
-    AcquireRequest {
-        retries: true,
-        ..AcquireRequest::new(
-            name.clone(),
-            Claim::Exclusive,
-            lease,
-            Arc::new(Holder::this_process(Some(label))),
-        )
-    }
 }
 
 #[tokio::test]
@@ -268,20 +254,8 @@ async fn a_cancelled_waiter_leaves_the_line_at_once() {
     };
     let name = lock_name("fair-cancel");
     let held = clients[0].acquire_with(&name, WAIT).await.unwrap();
-    let (cancel, cancelled) = tokio::sync::oneshot::channel::<()>();
-    let gives_up = tokio::spawn({
-        let (client, name) = (clients[1].clone(), name.clone());
-        async move {
-            client
-                .acquire_with(
-                    &name,
-                    AcquireOptions::new().timeout(WAIT).cancel_on(async move {
-                        let _ = cancelled.await;
-                    }),
-                )
-                .await
-        }
-    });
+    let (cancel, gives_up) =
+        acquire_until_cancelled(&clients[1], &name, AcquireOptions::new().timeout(WAIT));
     until_in_line(&raw, &name, 1).await;
     let gone = line(&raw, &name).await;
     let stays = tokio::spawn({
@@ -471,21 +445,9 @@ async fn the_ttl_monitor_keeps_a_document_whose_line_lives_past_its_grant() {
     .await
     .unwrap();
     let backend = fair_backend_at(&url, &collection).await;
-    let indexes: Vec<IndexModel> = raw
-        .list_indexes()
-        .await
-        .unwrap()
-        .try_collect()
-        .await
-        .unwrap();
-    let ttl: Vec<_> = indexes
-        .iter()
-        .filter(|index| index.keys == doc! { "expiresAt": 1 })
-        .filter_map(|index| index.options.as_ref())
-        .collect();
-    assert_eq!(ttl.len(), 1, "{indexes:?}");
+    let (ttl, indexes) = ttl_index(&raw).await;
     assert_eq!(
-        ttl[0].partial_filter_expression,
+        ttl.partial_filter_expression,
         Some(doc! { "queue": null }),
         "the earlier index was replaced: {indexes:?}"
     );

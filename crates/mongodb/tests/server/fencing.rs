@@ -2,9 +2,7 @@
 //! real grants: a holder whose lock was taken away and granted again
 //! cannot write once the new holder has, and the new holder can.
 
-use std::time::Duration;
-
-use distlock_core::backend::Backend as _;
+use distlock_core::testing::assert_fenced_writes;
 use distlock_core::{LockClient, LockOptions};
 use distlock_mongodb::fencing::Fence;
 use distlock_mongodb::mongodb::bson::{Document, doc};
@@ -48,33 +46,7 @@ async fn a_stale_holders_write_is_refused_and_the_new_holders_applied() {
         LockClient::new(backend_at(&url, &locks).await, LockOptions::default()),
     );
     let name = lock_name("fenced");
-    let stale = first
-        .acquire_with(&name, Duration::from_secs(10))
-        .await
-        .unwrap();
-    assert_eq!(write(stale.fencing_token()).await, 1, "the holder writes");
-    // The holder pauses; its lock is taken away and granted again.
-    assert!(backend.force_release(&name).await.unwrap());
-    let fresh = second
-        .acquire_with(&name, Duration::from_secs(10))
-        .await
-        .unwrap();
-    assert!(fresh.fencing_token() > stale.fencing_token());
-    assert_eq!(
-        write(fresh.fencing_token()).await,
-        1,
-        "the new holder writes"
-    );
-    assert_eq!(
-        write(fresh.fencing_token()).await,
-        1,
-        "and again, with its token"
-    );
-    assert_eq!(
-        write(stale.fencing_token()).await,
-        0,
-        "the stale holder is turned away"
-    );
+    let (stale, fresh) = assert_fenced_writes([&first, &second], &*backend, &name, write).await;
     let account = accounts
         .find_one(doc! { "_id": 42 })
         .await

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use distlock_core::backend::BackendExt;
 use distlock_core::backend::{AcquireRequest, Attempt, Backend, Lease, LeaseId, WaitState};
+use distlock_core::testing::try_grant;
 use distlock_core::{
     AcquireOptions, Claim, Error, Holder, LockKind, LockName, LockOptions, Permits,
 };
@@ -30,18 +31,10 @@ fn request(name: &LockName, claim: Claim, lease: Duration) -> AcquireRequest {
 
 /// Takes `claim` on `name` with one attempt, which must succeed.
 async fn take(backend: &MongoBackend, name: &LockName, claim: Claim, lease: Duration) -> Lease {
-    let request = request(name, claim, lease);
-    match backend
-        .try_acquire(&request, &mut WaitState::new())
+    try_grant(backend, &request(name, claim, lease))
         .await
         .unwrap()
-    {
-        Attempt::Acquired {
-            fencing_token,
-            state,
-        } => request.granted(fencing_token, state),
-        held => panic!("{claim} on {name} was expected free, got {held:?}"),
-    }
+        .unwrap_or_else(|| panic!("{claim} on {name} was expected free, but is held"))
 }
 
 /// Whether one attempt at `claim` on `name` finds it held.
@@ -174,17 +167,10 @@ async fn readers_and_permits_leave_the_documented_shape() {
         Duration::from_secs(60),
         Holder::this_process(Some(&long_label)).into(),
     );
-    let Attempt::Acquired {
-        fencing_token,
-        state,
-    } = backend
-        .try_acquire(&labelled, &mut WaitState::new())
+    let first = try_grant(&*backend, &labelled)
         .await
         .unwrap()
-    else {
-        panic!("a fresh name admits a reader");
-    };
-    let first = labelled.granted(fencing_token, state);
+        .expect("a fresh name admits a reader");
     let second = take(&backend, &name, Claim::Shared, lease).await;
     let held = stored(&raw, &name).await;
     assert_eq!(held.get_str("lockId").unwrap(), "shared", "{held:?}");

@@ -4,9 +4,39 @@ use std::time::Duration;
 
 use distlock_core::backend::Backend;
 use distlock_core::backend::BackendExt;
-use distlock_core::{LockClient, LockOptions, LossReason};
+use distlock_core::{LockClient, LockGuard, LockName, LockOptions, LossReason};
+use tokio::task::JoinHandle;
 
 use crate::common::*;
+
+/// A waiter's task: the lock it got, or why not.
+type Waiting = JoinHandle<distlock_core::Result<LockGuard>>;
+
+/// `holder` takes `name`, and then `waiter` waits for it, up to `wait`,
+/// in a task of its own.
+async fn held_and_awaited(
+    holder: &LockClient,
+    waiter: LockClient,
+    name: &LockName,
+    wait: Duration,
+) -> (LockGuard, Waiting) {
+    let guard = holder
+        .acquire_with(name, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let waiting = {
+        let name = name.clone();
+        tokio::spawn(async move { waiter.acquire_with(&name, wait).await })
+    };
+    (guard, waiting)
+}
+
+/// Releases `guard`: the waiter is woken, gets the lock and releases it.
+async fn release_to_the_waiter(guard: LockGuard, waiting: Waiting) {
+    assert!(guard.release().await.unwrap());
+    let taken = woken(waiting).await;
+    assert!(taken.release().await.unwrap());
+}
 
 #[tokio::test]
 async fn a_release_wakes_a_waiter_in_another_client() {
@@ -22,18 +52,9 @@ async fn a_release_wakes_a_waiter_in_another_client() {
     let holder = client(holder_backend, long.clone());
     let waiter = client(waiter_backend, long);
     let name = lock_name("wake");
-    let guard = holder
-        .acquire_with(&name, Duration::from_secs(5))
-        .await
-        .unwrap();
-    let waiting = {
-        let name = name.clone();
-        tokio::spawn(async move { waiter.acquire_with(&name, Duration::from_secs(5)).await })
-    };
+    let (guard, waiting) = held_and_awaited(&holder, waiter, &name, Duration::from_secs(5)).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(guard.release().await.unwrap());
-    let taken = woken(waiting).await;
-    assert!(taken.release().await.unwrap());
+    release_to_the_waiter(guard, waiting).await;
 }
 
 #[tokio::test]
@@ -108,18 +129,9 @@ async fn without_change_streams_waiters_poll() {
     let holder = client(backend, long.clone());
     let waiter = client(backend_at(&url, &collection).await, long);
     let name = lock_name("poll");
-    let guard = holder
-        .acquire_with(&name, Duration::from_secs(5))
-        .await
-        .unwrap();
-    let waiting = {
-        let name = name.clone();
-        tokio::spawn(async move { waiter.acquire_with(&name, PATIENCE).await })
-    };
+    let (guard, waiting) = held_and_awaited(&holder, waiter, &name, PATIENCE).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(guard.release().await.unwrap());
-    let taken = woken(waiting).await;
-    assert!(taken.release().await.unwrap());
+    release_to_the_waiter(guard, waiting).await;
 }
 
 #[tokio::test]
@@ -136,22 +148,13 @@ async fn extensions_wake_no_waiter() {
     let attempts = TestBackend::wrapping(backend_at(&url, &collection).await);
     let waiter = LockClient::new(attempts.shared(), LockOptions::default());
     let name = lock_name("quiet");
-    let guard = holder
-        .acquire_with(&name, Duration::from_secs(5))
-        .await
-        .unwrap();
-    let waiting = {
-        let name = name.clone();
-        tokio::spawn(async move { waiter.acquire_with(&name, PATIENCE).await })
-    };
+    let (guard, waiting) = held_and_awaited(&holder, waiter, &name, PATIENCE).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     // The first attempt, and at most one more when the change stream starts
     // covering the name; none for the extensions in between.
     let during = attempts.calls_of(Operation::Acquire);
     assert!((1..=2).contains(&during), "{during} attempts while held");
-    assert!(guard.release().await.unwrap());
-    let taken = woken(waiting).await;
-    assert!(taken.release().await.unwrap());
+    release_to_the_waiter(guard, waiting).await;
 }
 
 #[tokio::test]

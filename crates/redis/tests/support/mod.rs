@@ -2,23 +2,28 @@
 //! from the environment, redis-server processes of the tests' own, and a
 //! plain connection to look at keys behind the backend's back.
 
-#![allow(dead_code, unreachable_pub)]
+// Each test binary uses a part of this module, re-exports included.
+#![allow(dead_code, unreachable_pub, unused_imports)]
 
 pub mod cluster;
 pub mod tls;
 
-use std::net::TcpListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use distlock_core::backend::BackendExt;
-use distlock_core::backend::{AcquireRequest, Attempt, Backend, HandOver, Lease, WaitState};
+use distlock_core::backend::{AcquireRequest, Backend, HandOver, Lease};
+use distlock_core::testing::{required_env, try_grant, until_serving};
 use distlock_core::{Claim, Holder, LockClient, LockName, LockOptions};
 use distlock_redis::RedisBackend;
 use distlock_redis::redis;
 use tokio::net::TcpStream;
+
+pub use distlock_core::testing::{
+    eventually, free_loopback_port as free_port, unique_name as unique,
+};
 
 /// The URL of the shared server, or a panic that says how to get one.
 pub fn url() -> String {
@@ -31,30 +36,7 @@ pub fn cluster_url() -> String {
 }
 
 fn env(var: &str) -> String {
-    std::env::var(var).unwrap_or_else(|_| {
-        panic!("{var} is not set: run the tests with scripts/test, which starts redis")
-    })
-}
-
-/// A fresh lock name.
-pub fn unique(prefix: &str) -> LockName {
-    LockName::new(format!("{prefix}-{:016x}", rand::random::<u64>())).unwrap()
-}
-
-/// Retries `check` every 50 ms until it is true, failing after 60 s.
-pub async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let started = Instant::now();
-    while !check().await {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "{what} did not happen within 60 s"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    required_env(var, "run the tests with scripts/test, which starts redis")
 }
 
 /// Options with a short lease, extended often, so that losses show soon.
@@ -91,17 +73,7 @@ pub async fn grant(
         lease,
         Holder::this_process(Some("redis-tests")).into(),
     );
-    match backend
-        .try_acquire(&request, &mut WaitState::new())
-        .await
-        .expect("try_acquire")
-    {
-        Attempt::Acquired {
-            fencing_token,
-            state,
-        } => Some(request.granted(fencing_token, state)),
-        Attempt::Held { .. } => None,
-    }
+    try_grant(backend, &request).await.expect("try_acquire")
 }
 
 /// The next grant of `lease`'s lock for the same holder, through the
@@ -124,6 +96,14 @@ pub async fn hand_over(backend: &RedisBackend, lease: &Lease) -> Lease {
     }
 }
 
+/// Each of `texts` as a lock name.
+pub fn lock_names(texts: &[String]) -> Vec<LockName> {
+    texts
+        .iter()
+        .map(|text| LockName::new(text).expect("a valid name"))
+        .collect()
+}
+
 /// One grant of each of `names` through the backend alone, for 30 s, of
 /// an exclusive lock, a reader's share and a permit of two in turn; a
 /// panic when a name is held, since no other name shares its keys.
@@ -141,6 +121,36 @@ pub async fn grant_each(backend: &dyn Backend, names: &[LockName]) -> Vec<Lease>
         leases.push(lease);
     }
     leases
+}
+
+/// The fencing tokens of `request` attempted twice, as an attempt that
+/// runs again; a panic, saying `what`, when its own grant holds the name
+/// against it.
+pub async fn tokens_of_a_twice_run_attempt(
+    backend: &dyn Backend,
+    request: &AcquireRequest,
+    what: &str,
+) -> [u64; 2] {
+    let mut tokens = [0; 2];
+    for token in &mut tokens {
+        let lease = try_grant(backend, request).await.expect("try_acquire");
+        *token = lease
+            .unwrap_or_else(|| panic!("{what}: held by its own grant"))
+            .fencing_token;
+    }
+    tokens
+}
+
+/// Asserts that `backend` lists `name` with the fencing token `token`;
+/// `what` says what that shows.
+pub async fn assert_listed(backend: &dyn Backend, name: &LockName, token: u64, what: &str) {
+    let listed = backend.list().await.expect("list");
+    assert!(
+        listed
+            .iter()
+            .any(|info| info.name == *name && info.fencing_token == Some(token)),
+        "{what}: {listed:?}"
+    );
 }
 
 /// A plain connection to `url`, beside the backend.
@@ -227,33 +237,10 @@ impl OwnServer {
             .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {bin}: {e}"));
-        self.child = Some(child);
-        let started = Instant::now();
-        loop {
-            if TcpStream::connect(("127.0.0.1", self.port)).await.is_ok() {
-                // Listening; answering once its data is loaded.
-                let mut connection = self.connection().await;
-                let ping: redis::RedisResult<String> =
-                    redis::cmd("PING").query_async(&mut connection).await;
-                // A server with a password answers NOAUTH: it is up too.
-                let up = match &ping {
-                    Ok(pong) => pong == "PONG",
-                    Err(error) => error.code() == Some("NOAUTH"),
-                };
-                if up {
-                    return;
-                }
-            }
-            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
-                panic!("redis-server exited with {status} on port {}", self.port);
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "redis-server did not answer on port {}",
-                self.port
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let (port, url, ca) = (self.port, self.url(), self.ca.clone());
+        let what = format!("redis-server on port {port}");
+        let child = self.child.insert(child);
+        until_serving(child, &what, || answers(port, &url, ca.as_deref())).await;
     }
 
     /// The server's port.
@@ -270,21 +257,7 @@ impl OwnServer {
     /// A plain connection to it, beside the backend (over TLS, trusting
     /// its CA, when it serves TLS).
     pub async fn connection(&self) -> redis::aio::MultiplexedConnection {
-        let Some(ca) = &self.ca else {
-            return raw(&self.url()).await;
-        };
-        let root_cert = std::fs::read(ca).expect("the CA certificate");
-        redis::Client::build_with_tls(
-            self.url(),
-            redis::TlsCertificates {
-                client_tls: None,
-                root_cert: Some(root_cert),
-            },
-        )
-        .expect("a rediss URL")
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect over TLS")
+        connection_to(&self.url(), self.ca.as_deref()).await
     }
 
     /// Sends the server `signal` (`STOP`, `CONT`, …) with `kill(1)`.
@@ -314,12 +287,39 @@ impl OwnServer {
     }
 }
 
-/// A free loopback port, as the kernel picks one.
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("a free port")
-        .port()
+/// A plain connection to the server at `url`, over TLS trusting `ca`
+/// when it has one.
+async fn connection_to(url: &str, ca: Option<&Path>) -> redis::aio::MultiplexedConnection {
+    let Some(ca) = ca else {
+        return raw(url).await;
+    };
+    let root_cert = std::fs::read(ca).expect("the CA certificate");
+    redis::Client::build_with_tls(
+        url,
+        redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(root_cert),
+        },
+    )
+    .expect("a rediss URL")
+    .get_multiplexed_async_connection()
+    .await
+    .expect("connect over TLS")
+}
+
+/// Whether the server on `port` (at `url`, with `ca`) listens and answers,
+/// its data loaded.
+async fn answers(port: u16, url: &str, ca: Option<&Path>) -> bool {
+    if TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+        return false;
+    }
+    let mut connection = connection_to(url, ca).await;
+    let ping: redis::RedisResult<String> = redis::cmd("PING").query_async(&mut connection).await;
+    // A server with a password answers NOAUTH: it is up too.
+    match &ping {
+        Ok(pong) => pong == "PONG",
+        Err(error) => error.code() == Some("NOAUTH"),
+    }
 }
 
 impl Drop for OwnServer {

@@ -1,16 +1,39 @@
 //! `lock_or_insert`: inserting an entity already locked, under races.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use distlock_mongodb::mongodb::bson::doc;
 use distlock_mongodb::mongodb::bson::oid::ObjectId;
 use tokio::sync::Barrier;
+use tokio::task::JoinHandle;
 
 use super::*;
 
 const RACERS: usize = 16;
 const HANDLES: usize = 4;
+
+/// [`RACERS`] tasks, each on one of `handles` in turn, that run `race`
+/// together once every one has started: their join handles, in order.
+fn racing<F, Fut>(handles: &[EntityLocks<Report>], race: F) -> Vec<JoinHandle<Fut::Output>>
+where
+    F: Fn(usize, EntityLocks<Report>) -> Fut,
+    Fut: Future + Send + 'static,
+    Fut::Output: Send + 'static,
+{
+    let barrier = Arc::new(Barrier::new(RACERS));
+    (0..RACERS)
+        .map(|racer| {
+            let raced = race(racer, handles[racer % HANDLES].clone());
+            let barrier = barrier.clone();
+            tokio::spawn(async move {
+                barrier.wait().await;
+                raced.await
+            })
+        })
+        .collect()
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sixteen_racers_on_a_missing_id_make_one_insert_and_one_holder() {
@@ -18,18 +41,10 @@ async fn sixteen_racers_on_a_missing_id_make_one_insert_and_one_holder() {
     let handles: Vec<_> = (0..HANDLES).map(|_| handle(&reports, options())).collect();
     for round in 0..4 {
         let id = ObjectId::new();
-        let barrier = Arc::new(Barrier::new(RACERS));
-        let racers: Vec<_> = (0..RACERS)
-            .map(|racer| {
-                let locks = handles[racer % HANDLES].clone();
-                let barrier = barrier.clone();
-                tokio::spawn(async move {
-                    let default = Report::new(&format!("racer {racer}"), 0);
-                    barrier.wait().await;
-                    locks.try_lock_or_insert(&id, &default).await
-                })
-            })
-            .collect();
+        let racers = racing(&handles, |racer, locks| async move {
+            let default = Report::new(&format!("racer {racer}"), 0);
+            locks.try_lock_or_insert(&id, &default).await
+        });
         let mut holders = Vec::new();
         for racer in racers {
             match racer.await.unwrap() {
@@ -53,23 +68,15 @@ async fn sixteen_waiters_on_a_missing_id_each_hold_it_once() {
     let (reports, raw) = collections::<Report>("entity-race-wait").await;
     let handles: Vec<_> = (0..HANDLES).map(|_| handle(&reports, options())).collect();
     let id = ObjectId::new();
-    let barrier = Arc::new(Barrier::new(RACERS));
-    let racers: Vec<_> = (0..RACERS)
-        .map(|racer| {
-            let locks = handles[racer % HANDLES].clone();
-            let barrier = barrier.clone();
-            tokio::spawn(async move {
-                barrier.wait().await;
-                let mut guard = locks
-                    .lock_or_insert(&id, &Report::new("new", 0), Duration::from_secs(60))
-                    .await?;
-                let inserted = guard.inserted();
-                guard.value_mut().count += 1;
-                guard.commit().await?;
-                Ok::<bool, distlock_core::Error>(inserted)
-            })
-        })
-        .collect();
+    let racers = racing(&handles, |_, locks| async move {
+        let mut guard = locks
+            .lock_or_insert(&id, &Report::new("new", 0), Duration::from_secs(60))
+            .await?;
+        let inserted = guard.inserted();
+        guard.value_mut().count += 1;
+        guard.commit().await?;
+        Ok::<bool, distlock_core::Error>(inserted)
+    });
     let mut inserts = 0;
     for racer in racers {
         if racer.await.unwrap().expect("every racer gets the entity") {
