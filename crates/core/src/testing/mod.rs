@@ -482,8 +482,8 @@ impl Backend for TestBackend {
         self.inner.extend_many_limit()
     }
 
-    async fn server_info(&self) -> Result<crate::backend::ServerInfo> {
-        self.inner.server_info().await
+    async fn server_info(&self, limit: Duration) -> Result<crate::backend::ServerInfo> {
+        self.inner.server_info(limit).await
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
@@ -500,16 +500,16 @@ impl Backend for TestBackend {
         outcome
     }
 
-    async fn list(&self) -> Result<Vec<LockInfo>> {
+    async fn list(&self, limit: Duration) -> Result<Vec<LockInfo>> {
         self.enter(Call::List).await?;
-        let mut outcome = self.inner.list().await;
+        let mut outcome = self.inner.list(limit).await;
         self.leave(Answer::List(&mut outcome)).await;
         outcome
     }
 
-    async fn force_release(&self, name: &LockName) -> Result<bool> {
+    async fn force_release(&self, name: &LockName, limit: Duration) -> Result<bool> {
         self.enter(Call::ForceRelease(name)).await?;
-        let mut outcome = self.inner.force_release(name).await;
+        let mut outcome = self.inner.force_release(name, limit).await;
         self.leave(Answer::ForceRelease {
             name,
             outcome: &mut outcome,
