@@ -14,6 +14,10 @@ use distlock_postgres::tokio_postgres::{self, NoTls};
 
 use support::url;
 
+/// The time an administrative call made on the backend directly is
+/// given, as a client gives its operation timeout.
+const ADMIN_LIMIT: Duration = Duration::from_secs(10);
+
 async fn client() -> LockClient {
     let backend = PostgresBackend::open(&url()).await.expect("open");
     LockClient::new(Arc::new(backend), LockOptions::default())
@@ -59,7 +63,7 @@ async fn a_stale_holders_write_is_refused_and_the_new_holders_applied() {
     // The holder pauses; its lock is taken away and granted again.
     let admin = PostgresBackend::open(&url()).await.unwrap();
     use distlock_core::backend::Backend as _;
-    assert!(admin.force_release(&name).await.unwrap());
+    assert!(admin.force_release(&name, ADMIN_LIMIT).await.unwrap());
     let fresh = second
         .acquire_with(&name, Duration::from_secs(10))
         .await

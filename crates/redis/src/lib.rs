@@ -107,8 +107,9 @@
 //!   not ours are skipped. `force_release` deletes a name's grants and
 //!   wakes its waiters; holders learn at their next extension.
 //! - **Timeouts.** Every call ends within the request's operation timeout
-//!   ([`Capabilities::bounds_calls`]); `list` and `force_release` within
-//!   30 s.
+//!   ([`Capabilities::bounds_calls`]); `list`, `force_release`, the read of
+//!   an election's terms and `server_info` within the client's operation
+//!   timeout too, which core gives them.
 //!
 //! # Hand-overs without a command
 //! In single and cluster mode (never in quorum mode, nor with

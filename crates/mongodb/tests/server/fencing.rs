@@ -11,6 +11,10 @@ use distlock_mongodb::mongodb::bson::{Document, doc};
 
 use crate::common::{backend_at, inspector, lock_name, shared_url, unique};
 
+/// The time an administrative call made on the backend directly is
+/// given, as a client gives its operation timeout.
+const ADMIN_LIMIT: Duration = Duration::from_secs(10);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_holders_write_is_refused_and_the_new_holders_applied() {
     let url = shared_url();
@@ -54,7 +58,7 @@ async fn a_stale_holders_write_is_refused_and_the_new_holders_applied() {
         .unwrap();
     assert_eq!(write(stale.fencing_token()).await, 1, "the holder writes");
     // The holder pauses; its lock is taken away and granted again.
-    assert!(backend.force_release(&name).await.unwrap());
+    assert!(backend.force_release(&name, ADMIN_LIMIT).await.unwrap());
     let fresh = second
         .acquire_with(&name, Duration::from_secs(10))
         .await

@@ -8,6 +8,10 @@ use distlock_core::{LockClient, LockOptions, LossReason};
 
 use crate::common::*;
 
+/// The time an administrative call made on the backend directly is
+/// given, as a client gives its operation timeout.
+const ADMIN_LIMIT: Duration = Duration::from_secs(10);
+
 #[tokio::test]
 async fn a_release_wakes_a_waiter_in_another_client() {
     let url = shared_url();
@@ -84,14 +88,14 @@ async fn a_forced_release_makes_the_holder_report_the_loss() {
         .acquire_with(&name, Duration::from_secs(5))
         .await
         .unwrap();
-    assert!(admin.force_release(&name).await.unwrap());
-    assert!(!admin.force_release(&name).await.unwrap());
+    assert!(admin.force_release(&name, ADMIN_LIMIT).await.unwrap());
+    assert!(!admin.force_release(&name, ADMIN_LIMIT).await.unwrap());
     let reason = tokio::time::timeout(Duration::from_secs(30), guard.lost())
         .await
         .expect("the holder learns of the forced release");
     assert_eq!(reason, LossReason::Refused);
     assert!(!guard.release().await.unwrap());
-    assert!(admin.list().await.unwrap().is_empty());
+    assert!(admin.list(ADMIN_LIMIT).await.unwrap().is_empty());
 }
 
 #[tokio::test]
