@@ -126,7 +126,7 @@ async fn run_checks(url: &str, options: LockOptions) -> Vec<Finding> {
         "reach",
         format!("opened in {}", text::short_duration(opened.elapsed())),
     ));
-    findings.extend(server(&*backend, options.operation_timeout()).await);
+    findings.extend(server(&*backend, SERVER_LIMIT).await);
     let capabilities = backend.capabilities();
     let wakeups = backend.wakeups().is_some();
     let client = LockClient::new(backend, options.clone());
@@ -217,9 +217,14 @@ async fn use_locks(
     findings
 }
 
-/// What the server says of itself, asked within `limit` (the client's
-/// operation timeout, which core would give it): its version, and how far
-/// its clock is from this machine's.
+/// How long the check gives the server to say what it is: long enough for
+/// a backend's slower findings (PostgreSQL's listening connection waits up
+/// to half of what is left, at most 10 s, to show whether notifications
+/// arrive), which a client's operation timeout would cut short.
+const SERVER_LIMIT: Duration = Duration::from_secs(30);
+
+/// What the server says of itself, asked within `limit`: its version, and
+/// how far its clock is from this machine's.
 async fn server(backend: &dyn Backend, limit: Duration) -> Vec<Finding> {
     let before = SystemTime::now();
     let asked = tokio::time::timeout(limit, backend.server_info(limit)).await;
