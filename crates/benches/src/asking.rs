@@ -87,8 +87,8 @@ impl Backend for Recording {
         self.inner.store_name()
     }
 
-    async fn server_info(&self) -> Result<ServerInfo> {
-        self.inner.server_info().await
+    async fn server_info(&self, limit: Duration) -> Result<ServerInfo> {
+        self.inner.server_info(limit).await
     }
 
     async fn try_acquire(&self, request: &AcquireRequest, wait: &mut WaitState) -> Result<Attempt> {
@@ -123,12 +123,12 @@ impl Backend for Recording {
         self.inner.release(lease).await
     }
 
-    async fn list(&self) -> Result<Vec<LockInfo>> {
-        self.inner.list().await
+    async fn list(&self, limit: Duration) -> Result<Vec<LockInfo>> {
+        self.inner.list(limit).await
     }
 
-    async fn force_release(&self, name: &LockName) -> Result<bool> {
-        self.inner.force_release(name).await
+    async fn force_release(&self, name: &LockName, limit: Duration) -> Result<bool> {
+        self.inner.force_release(name, limit).await
     }
 
     fn abilities(&self) -> Abilities<'_> {

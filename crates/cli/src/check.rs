@@ -126,7 +126,7 @@ async fn run_checks(url: &str, options: LockOptions) -> Vec<Finding> {
         "reach",
         format!("opened in {}", text::short_duration(opened.elapsed())),
     ));
-    findings.extend(server(&*backend).await);
+    findings.extend(server(&*backend, SERVER_LIMIT).await);
     let capabilities = backend.capabilities();
     let wakeups = backend.wakeups().is_some();
     let client = LockClient::new(backend, options.clone());
@@ -217,11 +217,21 @@ async fn use_locks(
     findings
 }
 
-/// What the server says of itself: its version, and how far its clock is
-/// from this machine's.
-async fn server(backend: &dyn Backend) -> Vec<Finding> {
+/// How long the check gives the server to say what it is: long enough for
+/// a backend's slower findings (PostgreSQL's listening connection waits up
+/// to half of what is left, at most 10 s, to show whether notifications
+/// arrive), which a client's operation timeout would cut short.
+const SERVER_LIMIT: Duration = Duration::from_secs(30);
+
+/// What the server says of itself, asked within `limit`: its version, and
+/// how far its clock is from this machine's.
+async fn server(backend: &dyn Backend, limit: Duration) -> Vec<Finding> {
     let before = SystemTime::now();
-    let info = match backend.server_info().await {
+    let asked = tokio::time::timeout(limit, backend.server_info(limit)).await;
+    let info = match asked.unwrap_or(Err(Error::OperationTimeout {
+        operation: "server info",
+        after: limit,
+    })) {
         Ok(info) => info,
         Err(error) => {
             return vec![Finding::warn(

@@ -11,7 +11,9 @@ use distlock_core::{AcquireOptions, Error, Holder, LockName, LossReason};
 
 use crate::fixture::Fixture;
 use crate::process::HeldByChild;
-use crate::support::{LEAK_CATCHING_LEASE, bounded, client, client_with, shared, unique_name};
+use crate::support::{
+    ADMIN_LIMIT, LEAK_CATCHING_LEASE, bounded, client, client_with, shared, unique_name,
+};
 
 const PATIENCE: Duration = Duration::from_secs(10);
 
@@ -501,7 +503,10 @@ pub async fn lost_fires_on_forced_release(fixture: &dyn Fixture) {
     let admin = fixture.backend().await;
     let guard = a.acquire_with(&name, PATIENCE).await.expect("acquire");
     assert!(
-        admin.force_release(&name).await.expect("force release"),
+        admin
+            .force_release(&name, ADMIN_LIMIT)
+            .await
+            .expect("force release"),
         "it was held"
     );
     let reason = bounded("lost() after a forced release", guard.lost()).await;

@@ -15,8 +15,8 @@ use tokio::sync::Notify;
 use crate::fixture::Fixture;
 use crate::spoil::{Spoil, SpoilGrant};
 use crate::support::{
-    LEAK_CATCHING_LEASE, assert_only_leaders_recorded, bounded, client, client_with, shared,
-    test_options, unique_name,
+    ADMIN_LIMIT, LEAK_CATCHING_LEASE, assert_only_leaders_recorded, bounded, client, client_with,
+    shared, test_options, unique_name,
 };
 
 /// How many times each of two callers takes the same pair of names in
@@ -139,7 +139,12 @@ pub async fn a_set_reports_the_loss_of_any_member(fixture: &dyn Fixture) {
     assert_eq!(tokens.len(), 2);
     assert!(tokens.iter().all(|(_, token)| *token > 0));
     let admin = fixture.backend().await;
-    assert!(admin.force_release(&forced).await.expect("force release"));
+    assert!(
+        admin
+            .force_release(&forced, ADMIN_LIMIT)
+            .await
+            .expect("force release")
+    );
     let (name, reason) = bounded("the set's lost()", set.lost()).await;
     assert_eq!(name, &forced);
     assert!(

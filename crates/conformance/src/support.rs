@@ -37,6 +37,11 @@ pub(crate) async fn client_with(fixture: &dyn Fixture, lease: Duration) -> LockC
 /// so a case that then acquires proves nothing leaked.
 pub(crate) const LEAK_CATCHING_LEASE: Duration = Duration::from_secs(60);
 
+/// The time a case gives an administrative call (a listing, a forced
+/// release, a read of terms) it makes on a backend directly, as a client
+/// gives its operation timeout.
+pub(crate) const ADMIN_LIMIT: Duration = Duration::from_secs(10);
+
 /// Runs `f` with a generous bound, so a broken backend fails instead of
 /// hanging the suite.
 pub(crate) async fn bounded<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
@@ -58,7 +63,10 @@ pub(crate) async fn assert_only_leaders_recorded(
     (kept, next): (u64, u64),
     spoiled: &str,
 ) {
-    let terms = log.terms_after(name, 0).await.expect("read the terms");
+    let terms = log
+        .terms_after(name, 0, ADMIN_LIMIT)
+        .await
+        .expect("read the terms");
     let recorded: Vec<_> = terms
         .iter()
         .map(|term| (term.holder.label.as_deref().unwrap_or(""), term.term))

@@ -530,18 +530,22 @@ impl LockClient {
     /// [`Capabilities::lists_every_holder`](crate::backend::Capabilities::lists_every_holder)).
     ///
     /// # Errors
-    /// A backend error.
+    /// A backend error; [`Error::OperationTimeout`] when the backend did
+    /// not answer within the operation timeout.
     ///
     /// # Cancel safety
     /// Cancel safe: it only reads.
     pub async fn list(&self) -> Result<Vec<LockInfo>> {
-        self.bounded("list", self.inner.backend.list()).await
+        let limit = self.inner.options.operation_timeout();
+        self.admin("list", limit, self.inner.backend.list(limit))
+            .await
     }
 
     /// Releases `name` whoever holds it; see [`Backend::force_release`].
     ///
     /// # Errors
-    /// A backend error.
+    /// A backend error; [`Error::OperationTimeout`] when the backend did
+    /// not answer within the operation timeout.
     ///
     /// # Cancel safety
     /// Dropping the future may leave the release done or not done; it is
@@ -549,23 +553,20 @@ impl LockClient {
     pub async fn force_release(&self, name: impl IntoLockName) -> Result<bool> {
         let name = name.into_lock_name()?;
         tracing::info!(name = %name, "forcing release");
-        self.bounded("force release", self.inner.backend.force_release(&name))
-            .await
+        let limit = self.inner.options.operation_timeout();
+        let forced = self.inner.backend.force_release(&name, limit);
+        self.admin("force release", limit, forced).await
     }
 
-    /// `call`, a backend's `operation`, bounded by the operation timeout.
-    async fn bounded<T>(
+    /// `call`, the backend's administrative `operation`, which was given
+    /// `limit`, bounded by it (see the [`Backend`]'s time budget).
+    pub(crate) async fn admin<T>(
         &self,
         operation: &'static str,
+        limit: Duration,
         call: impl Future<Output = Result<T>>,
     ) -> Result<T> {
-        bounded::call(
-            &*self.inner.backend,
-            self.inner.options.operation_timeout(),
-            operation,
-            call,
-        )
-        .await
+        bounded::admin_call(&*self.inner.backend, limit, operation, call).await
     }
 
     /// Whether a call for `claim` waits in the store's own queue, each task

@@ -7,8 +7,8 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use crate::acquire::AcquireOptions;
-use crate::backend::Holder;
 use crate::backend::terms::{TERMS_KEPT, Term, continuing};
+use crate::backend::{Holder, TermLog};
 use crate::client::{LockClient, check_label};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
@@ -170,6 +170,14 @@ impl Election {
             pending: VecDeque::new(),
         }
     }
+
+    /// The terms `log` keeps of this election after `after`, read within
+    /// the client's operation timeout.
+    async fn terms_after(&self, log: &dyn TermLog, after: u64) -> Result<Vec<Term>> {
+        let limit = self.client.options().operation_timeout();
+        let read = log.terms_after(&self.name, after, limit);
+        self.client.admin("read terms", limit, read).await
+    }
 }
 
 /// Leadership of an election, won by [`Election::campaign`]. While it
@@ -296,7 +304,7 @@ impl Observer {
                 None => {
                     // Read before the leader, so that a term that begins
                     // after this look is after the newest one read.
-                    let kept = log.terms_after(&election.name, 0).await?;
+                    let kept = election.terms_after(log, 0).await?;
                     if let Some(leader) = election.leader().await? {
                         self.last_term = Some(leader.term);
                         return Ok(leader);
@@ -305,7 +313,7 @@ impl Observer {
                 }
                 Some(last) => {
                     let (terms, forgotten) =
-                        continuing(last, log.terms_after(&election.name, last).await?);
+                        continuing(last, election.terms_after(log, last).await?);
                     self.pending.extend(terms);
                     if let Some(forgotten) = forgotten {
                         return Err(Error::TermsForgotten {

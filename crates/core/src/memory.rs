@@ -449,7 +449,7 @@ impl Backend for MemoryBackend {
         Ok(was_live)
     }
 
-    async fn list(&self) -> Result<Vec<LockInfo>> {
+    async fn list(&self, _: Duration) -> Result<Vec<LockInfo>> {
         let now = self.now();
         let mut held: Vec<LockInfo> = Vec::new();
         for (name, slot) in self.lock().iter_mut() {
@@ -469,7 +469,7 @@ impl Backend for MemoryBackend {
         Ok(held)
     }
 
-    async fn force_release(&self, name: &LockName) -> Result<bool> {
+    async fn force_release(&self, name: &LockName, _: Duration) -> Result<bool> {
         let now = self.now();
         let mut locks = self.lock();
         let Some(slot) = locks.get_mut(name) else {
@@ -530,7 +530,7 @@ impl HandOvers for MemoryBackend {
 
 #[async_trait]
 impl TermLog for MemoryBackend {
-    async fn terms_after(&self, name: &LockName, after: u64) -> Result<Vec<Term>> {
+    async fn terms_after(&self, name: &LockName, after: u64, _: Duration) -> Result<Vec<Term>> {
         Ok(self.lock().get(name).map_or_else(Vec::new, |slot| {
             slot.terms
                 .iter()

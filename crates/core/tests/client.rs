@@ -13,6 +13,10 @@ use distlock_core::{
     AcquireOptions, Error, LockClient, LockName, LockOptions, LossReason, MemoryBackend, Result,
 };
 
+/// The time an administrative call made on the backend directly is
+/// given, as a client gives its operation timeout.
+const ADMIN_LIMIT: Duration = Duration::from_secs(10);
+
 /// Counters around the memory backend, a switch that makes extensions
 /// hang, and optional delays between granting and answering.
 #[derive(Debug, Default)]
@@ -304,7 +308,7 @@ async fn a_cancelled_wait_releases_the_grant_in_flight_before_it_returns() {
         other => panic!("expected a cancellation, got {other:?}"),
     }
     assert!(
-        backend.memory.list().await.unwrap().is_empty(),
+        backend.memory.list(ADMIN_LIMIT).await.unwrap().is_empty(),
         "the grant was released before the call returned"
     );
     assert_eq!(backend.attempts.load(Ordering::SeqCst), 1);
@@ -344,7 +348,7 @@ async fn a_cancelled_wait_for_a_held_lock_ends_holding_nothing() {
         matches!(outcome, Err(Error::Cancelled { .. })),
         "{outcome:?}"
     );
-    let holders = backend.memory.list().await.unwrap();
+    let holders = backend.memory.list(ADMIN_LIMIT).await.unwrap();
     assert_eq!(holders.len(), 1);
     assert_eq!(holders[0].fencing_token, Some(held.fencing_token()));
     held.release().await.unwrap();

@@ -1,7 +1,9 @@
 //! The one timeout rule (`LockOptions::operation_timeout`): every backend
 //! call carries the client's operation timeout and ends within it, and a
 //! wait ends at its deadline, giving its first attempt the whole operation
-//! timeout and an attempt made at the deadline `FINAL_ATTEMPT`.
+//! timeout and an attempt made at the deadline `FINAL_ATTEMPT`. An
+//! administrative call gets the operation timeout as its limit, and ends
+//! at it whatever the backend says of its own bounds.
 //!
 //! Time is paused, so the durations below are the runtime's logical time:
 //! these tests check the rule's arithmetic, not the machine's speed.
@@ -11,8 +13,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use distlock_core::backend::{
+    Abilities, AcquireRequest, Attempt, Backend, Capabilities, Extended, Lease, Term, TermLog,
+    WaitState,
+};
 use distlock_core::testing::{Call, Hook, TestBackend};
-use distlock_core::{Error, LockClient, LockName, LockOptions, MemoryBackend, Result};
+use distlock_core::{
+    Error, Holder, LockClient, LockInfo, LockName, LockOptions, MemoryBackend, Result,
+};
 use tokio::time::Instant;
 
 const OPERATION_TIMEOUT: Duration = Duration::from_millis(700);
@@ -144,4 +152,102 @@ async fn later_attempts_end_by_the_deadline_and_the_final_attempts_moment() {
     let waited = started.elapsed();
     assert!(waited >= wait, "{waited:?}");
     assert!(waited <= wait + LockOptions::FINAL_ATTEMPT, "{waited:?}");
+}
+
+/// A backend that says it bounds its own calls, and never answers an
+/// administrative one: core's timer alone must end each at the limit it
+/// handed the backend.
+#[derive(Debug, Default)]
+struct SilentAdmin {
+    memory: MemoryBackend,
+    limits: Mutex<Vec<(&'static str, Duration)>>,
+}
+
+impl SilentAdmin {
+    async fn never_answer<T>(&self, call: &'static str, limit: Duration) -> Result<T> {
+        self.limits.lock().unwrap().push((call, limit));
+        std::future::pending().await
+    }
+}
+
+#[async_trait]
+impl Backend for SilentAdmin {
+    fn capabilities(&self) -> Capabilities {
+        self.memory.capabilities().with_bounds_calls(true)
+    }
+
+    async fn try_acquire(&self, request: &AcquireRequest, wait: &mut WaitState) -> Result<Attempt> {
+        self.memory.try_acquire(request, wait).await
+    }
+
+    async fn extend_many(&self, leases: &[Lease]) -> Extended {
+        self.memory.extend_many(leases).await
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        self.memory.release(lease).await
+    }
+
+    async fn list(&self, limit: Duration) -> Result<Vec<LockInfo>> {
+        self.never_answer("list", limit).await
+    }
+
+    async fn force_release(&self, _: &LockName, limit: Duration) -> Result<bool> {
+        self.never_answer("force release", limit).await
+    }
+
+    fn abilities(&self) -> Abilities<'_> {
+        Abilities::none().with_term_log(self)
+    }
+}
+
+#[async_trait]
+impl TermLog for SilentAdmin {
+    async fn terms_after(&self, _: &LockName, _: u64, limit: Duration) -> Result<Vec<Term>> {
+        self.never_answer("read terms", limit).await
+    }
+
+    async fn withdraw(&self, _: &Lease, _: &Holder) -> Result<()> {
+        Ok(())
+    }
+}
+
+fn timed_out_naming<T: std::fmt::Debug>(outcome: &Result<T>, operation: &str) -> bool {
+    matches!(outcome, Err(Error::OperationTimeout { operation: named, after })
+        if *named == operation && *after == OPERATION_TIMEOUT)
+}
+
+#[tokio::test(start_paused = true)]
+async fn administrative_calls_get_the_operation_timeout_and_end_at_it() {
+    let backend = Arc::new(SilentAdmin::default());
+    let options = LockOptions::builder()
+        .lease(Duration::from_secs(3))
+        .operation_timeout(OPERATION_TIMEOUT)
+        .build()
+        .unwrap();
+    let client = LockClient::new(backend.clone(), options);
+
+    let started = Instant::now();
+    let listed = client.list().await;
+    assert!(timed_out_naming(&listed, "list"), "{listed:?}");
+    assert_eq!(started.elapsed(), OPERATION_TIMEOUT);
+
+    let started = Instant::now();
+    let forced = client.force_release("job").await;
+    assert!(timed_out_naming(&forced, "force release"), "{forced:?}");
+    assert_eq!(started.elapsed(), OPERATION_TIMEOUT);
+
+    let started = Instant::now();
+    let observed = client.election("job").unwrap().observe().next().await;
+    assert!(timed_out_naming(&observed, "read terms"), "{observed:?}");
+    assert_eq!(started.elapsed(), OPERATION_TIMEOUT);
+
+    assert_eq!(
+        *backend.limits.lock().unwrap(),
+        vec![
+            ("list", OPERATION_TIMEOUT),
+            ("force release", OPERATION_TIMEOUT),
+            ("read terms", OPERATION_TIMEOUT),
+        ]
+    );
 }

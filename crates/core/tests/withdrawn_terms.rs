@@ -10,6 +10,10 @@ use distlock_core::testing::{Answer, Hook, TestBackend};
 use distlock_core::{AcquireOptions, Error, LockClient, LockName};
 use tokio::sync::Notify;
 
+/// The time an administrative call made on the backend directly is
+/// given, as a client gives its operation timeout.
+const ADMIN_LIMIT: Duration = Duration::from_secs(10);
+
 /// What the hook does to the next grant of a campaign that stood with a
 /// given value.
 #[derive(Debug, Clone)]
@@ -74,7 +78,7 @@ async fn recorded(backend: &TestBackend, name: &str) -> Vec<String> {
         .abilities()
         .term_log
         .expect("the memory backend keeps terms")
-        .terms_after(&name, 0)
+        .terms_after(&name, 0, ADMIN_LIMIT)
         .await
         .unwrap();
     terms

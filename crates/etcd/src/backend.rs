@@ -33,9 +33,6 @@ use crate::watch::{Task, Watched, deleted};
 mod campaign;
 mod delayed;
 
-/// How long asking a member for its version may take.
-const INFO_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// How long after a grant its key's watch starts.
 const WATCH_AFTER: Duration = Duration::from_millis(25);
 
@@ -583,19 +580,21 @@ impl Backend for EtcdBackend {
     }
 
     /// The member's version; etcd has no clock that leases are judged by.
-    async fn server_info(&self) -> Result<ServerInfo> {
-        let status = tokio::time::timeout(INFO_TIMEOUT, self.client.status())
+    /// Whether a watch is confirmed is waited for half the time the
+    /// version left of `limit` at most, so that the answer comes in time.
+    async fn server_info(&self, limit: Duration) -> Result<ServerInfo> {
+        let started = tokio::time::Instant::now();
+        let status = self
+            .client
+            .status()
             .await
-            .map_err(|_| Error::OperationTimeout {
-                operation: "server info",
-                after: INFO_TIMEOUT,
-            })?
             .map_err(|e| from_etcd("asking the server for its version", e))?;
+        let left = limit.saturating_sub(started.elapsed());
         let mut probe = self.config.prefix.as_bytes().to_vec();
         probe.extend_from_slice(b"distlock-check-watch");
         Ok(
             ServerInfo::new(Some(format!("etcd {}", status.version)), None)
-                .with_feature(deployment::watch(&self.client, probe, INFO_TIMEOUT).await),
+                .with_feature(deployment::watch(&self.client, probe, left / 2).await),
         )
     }
 
@@ -673,7 +672,8 @@ impl Backend for EtcdBackend {
         Ok(released)
     }
 
-    async fn list(&self) -> Result<Vec<LockInfo>> {
+    /// A few requests, which core's timer bounds.
+    async fn list(&self, _: Duration) -> Result<Vec<LockInfo>> {
         // From the first lock key: the records of terms sort before it.
         let start = locks_start(&self.config.prefix);
         let end = prefix_end(self.config.prefix.as_bytes());
@@ -711,7 +711,8 @@ impl Backend for EtcdBackend {
         Ok(infos)
     }
 
-    async fn force_release(&self, name: &LockName) -> Result<bool> {
+    /// One request, which core's timer bounds.
+    async fn force_release(&self, name: &LockName, _: Duration) -> Result<bool> {
         let range = self.range(name);
         let response = self
             .client

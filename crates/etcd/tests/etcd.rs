@@ -22,6 +22,10 @@ mod member;
 
 use member::{PATIENCE, backend, client_of, etcd, range_of, url};
 
+/// The time an administrative call made on the backend directly is
+/// given, as a client gives its operation timeout.
+const ADMIN_LIMIT: Duration = Duration::from_secs(10);
+
 fn unique(prefix: &str) -> String {
     format!("{prefix}-{:016x}", rand::random::<u64>())
 }
@@ -215,7 +219,12 @@ async fn a_forced_release_is_seen_at_once_not_at_the_next_renewal() {
     let admin = backend().await;
     let lock = name(&unique("forced"));
     let guard = a.acquire_with(&lock, PATIENCE).await.expect("acquire");
-    assert!(admin.force_release(&lock).await.expect("force release"));
+    assert!(
+        admin
+            .force_release(&lock, ADMIN_LIMIT)
+            .await
+            .expect("force release")
+    );
     let reason = tokio::time::timeout(PATIENCE, guard.lost())
         .await
         .expect("lost() fires long before the next renewal");
@@ -259,7 +268,7 @@ async fn list_shows_the_time_the_session_has_left() {
     let (a, backend) = client(Duration::from_secs(10)).await;
     let lock = name(&unique("listed"));
     let guard = a.acquire_with(&lock, PATIENCE).await.expect("acquire");
-    let infos = backend.list().await.expect("list");
+    let infos = backend.list(ADMIN_LIMIT).await.expect("list");
     let info = infos.iter().find(|info| info.name == lock).expect("listed");
     let left = info
         .expires_in

@@ -20,6 +20,10 @@ mod member;
 
 use member::{PATIENCE, client_of, etcd, range_of, unique, url};
 
+/// The time an administrative call made on the backend directly is
+/// given, as a client gives its operation timeout.
+const ADMIN_LIMIT: Duration = Duration::from_secs(10);
+
 const LEASE: Duration = Duration::from_secs(10);
 /// A backend in fair mode, opened as the builder would: from a parsed
 /// URL with fair mode switched on.
@@ -285,7 +289,7 @@ async fn fair_campaigns_queue_and_record_each_term_once_in_order() {
     let recorded = probe
         .term_log()
         .expect("etcd keeps a record of terms")
-        .terms_after(&name, 0)
+        .terms_after(&name, 0, ADMIN_LIMIT)
         .await
         .expect("read the terms");
     let values: Vec<(u64, Option<String>)> = recorded

@@ -23,6 +23,10 @@ use distlock_etcd::raw::{Client, ConnectOptions};
 
 use support::lone_member::LoneMember;
 
+/// The time an administrative call made on the backend directly is
+/// given, as a client gives its operation timeout.
+const ADMIN_LIMIT: Duration = Duration::from_secs(10);
+
 /// How many clients wait, each in a process of its own as far as etcd
 /// can tell: a backend, and so a session and a key, each.
 const WAITERS: usize = 4;
@@ -261,7 +265,7 @@ async fn idle_campaigns_write_nothing_until_the_leader_resigns() {
     let recorded = backend
         .term_log()
         .expect("a record of terms")
-        .terms_after(&name, 0)
+        .terms_after(&name, 0, ADMIN_LIMIT)
         .await
         .expect("read the terms");
     let recorded: Vec<u64> = recorded.iter().map(|term| term.term).collect();

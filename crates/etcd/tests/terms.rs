@@ -18,6 +18,10 @@ mod member;
 
 use member::{PATIENCE, backend, client_of, unique};
 
+/// The time an administrative call made on the backend directly is
+/// given, as a client gives its operation timeout.
+const ADMIN_LIMIT: Duration = Duration::from_secs(10);
+
 async fn client() -> (LockClient, Arc<EtcdBackend>) {
     let backend = backend().await;
     (client_of(&backend, Duration::from_secs(10)), backend)
@@ -28,7 +32,7 @@ async fn kept(backend: &EtcdBackend, name: &LockName) -> Vec<Term> {
     backend
         .term_log()
         .expect("etcd keeps a record of terms")
-        .terms_after(name, 0)
+        .terms_after(name, 0, ADMIN_LIMIT)
         .await
         .expect("read the terms")
 }
@@ -187,7 +191,7 @@ async fn list_and_a_forced_release_leave_the_record_alone() {
             .expect("the campaign wins");
         leaders.push(leading);
     }
-    let listed = backend.list().await.expect("list");
+    let listed = backend.list(ADMIN_LIMIT).await.expect("list");
     for (name, leading) in names.iter().zip(&leaders) {
         let mine: Vec<_> = listed.iter().filter(|info| &info.name == name).collect();
         assert_eq!(mine.len(), 1, "one lock listed for {name}: {listed:?}");
@@ -198,7 +202,12 @@ async fn list_and_a_forced_release_leave_the_record_alone() {
     }
     let forced = leaders.remove(0);
     let forced_term = forced.term();
-    assert!(backend.force_release(&names[0]).await.expect("force"));
+    assert!(
+        backend
+            .force_release(&names[0], ADMIN_LIMIT)
+            .await
+            .expect("force")
+    );
     assert_eq!(kept(&backend, &names[0]).await.len(), 1, "the record stays");
     assert!(!forced.resign().await.expect("resign"), "forced away");
     let next = one_term(&client, &names[0], "after the force").await;

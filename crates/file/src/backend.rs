@@ -185,7 +185,8 @@ impl Backend for FileBackend {
         "file"
     }
 
-    async fn server_info(&self) -> Result<ServerInfo> {
+    /// Reads only this machine's directory: `limit` is core's to keep.
+    async fn server_info(&self, _: Duration) -> Result<ServerInfo> {
         Ok(ServerInfo::default().with_feature(privacy::directory_feature(&self.dir)))
     }
 
@@ -233,11 +234,11 @@ impl Backend for FileBackend {
         Ok(lease.state.get::<Held>().is_some_and(Held::release))
     }
 
-    async fn list(&self) -> Result<Vec<LockInfo>> {
+    async fn list(&self, _: Duration) -> Result<Vec<LockInfo>> {
         admin::list(&self.dir).await
     }
 
-    async fn force_release(&self, name: &LockName) -> Result<bool> {
+    async fn force_release(&self, name: &LockName, _: Duration) -> Result<bool> {
         admin::force_release(&self.dir, name).await
     }
 
@@ -255,7 +256,7 @@ impl Backend for FileBackend {
 
 #[async_trait]
 impl TermLog for FileBackend {
-    async fn terms_after(&self, name: &LockName, after: u64) -> Result<Vec<Term>> {
+    async fn terms_after(&self, name: &LockName, after: u64, _: Duration) -> Result<Vec<Term>> {
         TermRecord::of(&self.dir, name).after(after)
     }
 
@@ -373,7 +374,7 @@ mod tests {
             let (backend, done) = (backend.clone(), done.clone());
             tokio::spawn(async move {
                 while !done.load(std::sync::atomic::Ordering::Relaxed) {
-                    backend.list().await.unwrap();
+                    backend.list(Duration::from_secs(5)).await.unwrap();
                     // A list of free decision locks never awaits: without a yield
                     // this loop would hold its worker for good, and the
                     // runtime's timers and the other tasks with it.

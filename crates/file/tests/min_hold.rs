@@ -9,6 +9,10 @@ use distlock_core::backend::Backend;
 use distlock_core::{AcquireOptions, Error, LockClient, LockKind, LockName, TryOptions};
 use distlock_file::FileBackend;
 
+/// The time an administrative call made on the backend directly is
+/// given, as a client gives its operation timeout.
+const ADMIN_LIMIT: Duration = Duration::from_secs(10);
+
 /// Far longer than the test: a marker of this length is live throughout.
 const FOR_THE_TEST: Duration = Duration::from_secs(600);
 
@@ -43,7 +47,7 @@ async fn a_marker_keeps_every_kind_out_and_outlives_its_client() {
         matches!(permit, Err(Error::KindConflict { .. })),
         "{permit:?}"
     );
-    let listed = other.backend().list().await.unwrap();
+    let listed = other.backend().list(ADMIN_LIMIT).await.unwrap();
     let [info] = listed.as_slice() else {
         panic!("{listed:?}")
     };
@@ -65,11 +69,15 @@ async fn a_forced_release_removes_the_marker() {
     let token = guard.fencing_token();
     assert!(guard.release().await.unwrap());
     assert!(
-        holder.backend().force_release(&name).await.unwrap(),
+        holder
+            .backend()
+            .force_release(&name, ADMIN_LIMIT)
+            .await
+            .unwrap(),
         "it was held"
     );
     let next = holder.try_acquire(&name).await.unwrap().expect("free");
     assert!(next.fencing_token() > token);
     assert!(next.release().await.unwrap());
-    assert!(holder.backend().list().await.unwrap().is_empty());
+    assert!(holder.backend().list(ADMIN_LIMIT).await.unwrap().is_empty());
 }

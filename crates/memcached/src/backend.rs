@@ -150,7 +150,11 @@ impl MemcachedBackend {
     /// # Errors
     /// A backend error from the first server that did not answer.
     pub async fn stats(&self) -> Result<Vec<(String, Vec<(String, String)>)>> {
-        let deadline = Deadline::after(self.config.timeout());
+        self.stats_by(Deadline::after(self.config.timeout())).await
+    }
+
+    /// [`stats`](Self::stats), every server answering by `deadline`.
+    async fn stats_by(&self, deadline: Deadline) -> Result<Vec<(String, Vec<(String, String)>)>> {
         self.quorum
             .each(self.quorum.everyone(), |_, server| async move {
                 Ok((
@@ -163,9 +167,8 @@ impl MemcachedBackend {
             .collect()
     }
 
-    /// Every server's `stats settings`, by address.
-    async fn settings(&self) -> Result<Vec<(String, Vec<(String, String)>)>> {
-        let deadline = Deadline::after(self.config.timeout());
+    /// Every server's `stats settings`, by address, answered by `deadline`.
+    async fn settings(&self, deadline: Deadline) -> Result<Vec<(String, Vec<(String, String)>)>> {
         self.quorum
             .each(self.quorum.everyone(), |_, server| async move {
                 Ok((
@@ -237,9 +240,12 @@ impl Backend for MemcachedBackend {
     }
 
     /// The first server's version and clock (whole seconds), and with
-    /// several servers, how many there are.
-    async fn server_info(&self) -> Result<ServerInfo> {
-        let stats = self.stats().await?;
+    /// several servers, how many there are. Each of its two round trips
+    /// answers within the configured timeout or `limit`, the shorter.
+    async fn server_info(&self, limit: Duration) -> Result<ServerInfo> {
+        let stats = self
+            .stats_by(Deadline::for_call(self.config.timeout(), limit))
+            .await?;
         let value = |pairs: &[(String, String)], name: &str| {
             pairs
                 .iter()
@@ -259,7 +265,9 @@ impl Backend for MemcachedBackend {
         let clock = value(first, "time")
             .and_then(|seconds| seconds.parse::<u64>().ok())
             .map(|seconds| std::time::UNIX_EPOCH + Duration::from_secs(seconds));
-        let settings = self.settings().await?;
+        let settings = self
+            .settings(Deadline::for_call(self.config.timeout(), limit))
+            .await?;
         Ok(ServerInfo::new(version, clock)
             .with_feature(deployment::meta_protocol(stats.len()))
             .with_feature(deployment::eviction(&settings)))
@@ -321,9 +329,9 @@ impl Backend for MemcachedBackend {
         self.locks().release(lease).await
     }
 
-    async fn list(&self) -> Result<Vec<LockInfo>> {
-        let mut locks = self.locks().list().await?;
-        locks.extend(self.semaphores().list().await?);
+    async fn list(&self, limit: Duration) -> Result<Vec<LockInfo>> {
+        let mut locks = self.locks().list(limit).await?;
+        locks.extend(self.semaphores().list(limit).await?);
         locks.sort_by(|a, b| (&a.name, a.fencing_token).cmp(&(&b.name, b.fencing_token)));
         Ok(locks)
     }
@@ -331,11 +339,11 @@ impl Backend for MemcachedBackend {
     /// In sharded mode, deletes the lock key and every permit slot the
     /// name can have, in one write. Quorum mode grants no permits, so it
     /// deletes the lock key on every server.
-    async fn force_release(&self, name: &LockName) -> Result<bool> {
+    async fn force_release(&self, name: &LockName, limit: Duration) -> Result<bool> {
         if self.config.mode() == Mode::Sharded {
-            return self.semaphores().force_release(name).await;
+            return self.semaphores().force_release(name, limit).await;
         }
-        self.locks().force_release(name).await
+        self.locks().force_release(name, limit).await
     }
 
     fn abilities(&self) -> Abilities<'_> {

@@ -366,8 +366,9 @@ impl Locks<'_> {
         Ok(false)
     }
 
-    /// The locks this instance holds, each checked against its servers.
-    pub(crate) async fn list(&self) -> Result<Vec<LockInfo>> {
+    /// The locks this instance holds, each checked against its servers
+    /// within the configured timeout or `limit`, the shorter.
+    pub(crate) async fn list(&self, limit: Duration) -> Result<Vec<LockInfo>> {
         let mine = self.listing.live();
         let mut locks = Vec::with_capacity(mine.len());
         for chunk in mine.chunks(LIST_CONCURRENCY) {
@@ -378,7 +379,7 @@ impl Locks<'_> {
                     return Ok(None);
                 };
                 let (targets, need) = self.store.quorum.targets(&lock_grant.name);
-                let deadline = Deadline::after(self.store.timeout);
+                let deadline = Deadline::for_call(self.store.timeout, limit);
                 let outcomes = self
                     .store
                     .quorum
@@ -427,11 +428,12 @@ impl Locks<'_> {
     }
 
     /// Deletes `name`'s lock key on every server that holds it, whoever
-    /// holds it. Returns whether enough of them had it.
-    pub(crate) async fn force_release(&self, name: &LockName) -> Result<bool> {
+    /// holds it, each within the configured timeout or `limit`, the
+    /// shorter. Returns whether enough of them had it.
+    pub(crate) async fn force_release(&self, name: &LockName, limit: Duration) -> Result<bool> {
         let (targets, need) = self.store.quorum.targets(name);
         let key = self.store.keys.lock_key(name);
-        let deadline = Deadline::after(self.store.timeout);
+        let deadline = Deadline::for_call(self.store.timeout, limit);
         let outcomes = self
             .store
             .quorum

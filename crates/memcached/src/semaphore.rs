@@ -27,7 +27,7 @@ mod slots;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use distlock_core::backend::{AcquireRequest, Attempt, GrantState, Lease, LeaseId};
 use distlock_core::{
@@ -288,8 +288,9 @@ impl Semaphores<'_> {
 
     /// The permits this instance holds, each checked against its server.
     /// Their `in_use` is how many permits of the semaphore this instance
-    /// holds: the others' are not known.
-    pub(crate) async fn list(&self) -> Result<Vec<LockInfo>> {
+    /// holds: the others' are not known. Each check answers within the
+    /// configured timeout or `limit`, the shorter.
+    pub(crate) async fn list(&self, limit: Duration) -> Result<Vec<LockInfo>> {
         let mine: Vec<Arc<PermitGrant>> = self
             .listing
             .live()
@@ -299,7 +300,7 @@ impl Semaphores<'_> {
         let mut live = Vec::with_capacity(mine.len());
         for chunk in mine.chunks(LIST_CONCURRENCY) {
             let checks = chunk.iter().map(|permit| {
-                let deadline = Deadline::after(self.store.timeout);
+                let deadline = Deadline::for_call(self.store.timeout, limit);
                 read_on(
                     self.store.quorum.shard(&permit.name),
                     &permit.key,
@@ -343,12 +344,13 @@ impl Semaphores<'_> {
     /// Deletes `name`'s lock key and every slot it can have, in one write:
     /// the record may be gone while permits live, so the slots are not
     /// bounded by its limit but by [`MAX_PERMITS`]. Returns whether a lock
-    /// or a permit was held.
-    pub(crate) async fn force_release(&self, name: &LockName) -> Result<bool> {
+    /// or a permit was held. The write answers within the configured
+    /// timeout or `limit`, the shorter.
+    pub(crate) async fn force_release(&self, name: &LockName, limit: Duration) -> Result<bool> {
         let server = self.store.quorum.shard(name);
         let lock = self.store.keys.lock_key(name);
         let slots = self.store.keys.slot_keys(name);
-        let deadline = Deadline::after(self.store.timeout);
+        let deadline = Deadline::for_call(self.store.timeout, limit);
         let mut batch = Batch::new().mg(&lock, "f").md(&lock, "");
         for slot in 0..MAX_PERMITS {
             batch = batch.md(&slots.key(slot), "");

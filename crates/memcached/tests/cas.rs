@@ -14,6 +14,10 @@ use distlock_memcached::MemcachedBackend;
 
 use support::{Item, OwnServer, Peek, grant, quorum_url, unique, url};
 
+/// The time an administrative call made on the backend directly is
+/// given, as a client gives its operation timeout.
+const ADMIN_LIMIT: Duration = Duration::from_secs(10);
+
 const LEASE: Duration = Duration::from_secs(60);
 
 async fn open(url: &str) -> MemcachedBackend {
@@ -168,7 +172,7 @@ async fn a_lock_taken_over_is_not_extended(url: &str) {
     let other = open(url).await;
     let name = unique("taken-over");
     let old = grant(&holder, &name, LEASE).await.expect("free");
-    assert!(other.force_release(&name).await.unwrap());
+    assert!(other.force_release(&name, ADMIN_LIMIT).await.unwrap());
     let new = grant(&other, &name, LEASE).await.expect("forced free");
 
     assert!(!holder.extend(&old).await.expect("extend"), "lost");

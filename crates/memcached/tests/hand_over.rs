@@ -18,6 +18,10 @@ use tokio::time::Instant;
 
 use support::{Item, OwnServer, Peek, grant, quorum_url, unique, url};
 
+/// The time an administrative call made on the backend directly is
+/// given, as a client gives its operation timeout.
+const ADMIN_LIMIT: Duration = Duration::from_secs(10);
+
 const LEASE: Duration = Duration::from_secs(60);
 
 async fn open(url: &str) -> MemcachedBackend {
@@ -154,12 +158,12 @@ async fn a_hand_over_keeps_the_lock_held() {
             .any(|&id| stored.value.starts_with(format!("{id}\n").as_bytes())),
         "the key holds a grant of this chain"
     );
-    let listed = backend.list().await.unwrap();
+    let listed = backend.list(ADMIN_LIMIT).await.unwrap();
     assert_eq!(listed.len(), 1, "no state kept for old grants: {listed:?}");
     assert_eq!(listed[0].fencing_token, Some(old.fencing_token));
 
     assert!(backend.release(&old).await.unwrap());
-    assert!(backend.list().await.unwrap().is_empty());
+    assert!(backend.list(ADMIN_LIMIT).await.unwrap().is_empty());
     let after = grant(&*other, &name, LEASE)
         .await
         .expect("free after the release");
@@ -195,8 +199,8 @@ async fn a_lock_taken_away_is_not_handed_over() {
     let (freed, taken) = (unique("hand-over-freed"), unique("hand-over-taken"));
     let old_freed = grant(&holder, &freed, LEASE).await.expect("free");
     let old_taken = grant(&holder, &taken, LEASE).await.expect("free");
-    assert!(other.force_release(&freed).await.unwrap());
-    assert!(other.force_release(&taken).await.unwrap());
+    assert!(other.force_release(&freed, ADMIN_LIMIT).await.unwrap());
+    assert!(other.force_release(&taken, ADMIN_LIMIT).await.unwrap());
     let theirs = grant(&other, &taken, LEASE).await.expect("forced free");
     let before = item(&other, &taken).await.expect("theirs");
 
@@ -210,7 +214,7 @@ async fn a_lock_taken_away_is_not_handed_over() {
         "their lock is untouched"
     );
     assert!(
-        holder.list().await.unwrap().is_empty(),
+        holder.list(ADMIN_LIMIT).await.unwrap().is_empty(),
         "the lost grants are forgotten"
     );
     assert!(other.extend(&theirs).await.unwrap(), "still theirs");
@@ -454,7 +458,7 @@ async fn hand_overs_within_a_block_send_nothing() {
         ],
         "handed-on grants change nothing"
     );
-    let listed = backend.list().await.unwrap();
+    let listed = backend.list(ADMIN_LIMIT).await.unwrap();
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_eq!(listed[0].fencing_token, Some(old.fencing_token));
     assert!(backend.extend(&old).await.unwrap());

@@ -14,6 +14,10 @@ use distlock_memcached::{MAX_LEASE, MemcachedBackend, MemcachedConfig, Mode};
 
 use support::{Peek, eventually, grant, quorum_url, unique, url};
 
+/// The time an administrative call made on the backend directly is
+/// given, as a client gives its operation timeout.
+const ADMIN_LIMIT: Duration = Duration::from_secs(10);
+
 async fn open(url: &str) -> MemcachedBackend {
     MemcachedBackend::open(url).await.expect("open")
 }
@@ -352,7 +356,7 @@ fn a_guard_dropped_with_no_runtime_leaves_nothing_listed() {
             )
             .await
             .unwrap();
-        let listed = backend.list().await.unwrap();
+        let listed = backend.list(ADMIN_LIMIT).await.unwrap();
         assert_eq!(listed.len(), 2, "{listed:?}");
         (guard, permit)
     });
@@ -360,6 +364,6 @@ fn a_guard_dropped_with_no_runtime_leaves_nothing_listed() {
     drop(guards);
     drop(client);
     // Nothing is left to check against the servers: `list` needs no call.
-    let listed = runtime().block_on(backend.list()).expect("list");
+    let listed = runtime().block_on(backend.list(ADMIN_LIMIT)).expect("list");
     assert!(listed.is_empty(), "{listed:?}");
 }

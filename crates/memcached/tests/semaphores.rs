@@ -18,6 +18,10 @@ use distlock_memcached::{MemcachedBackend, MemcachedConfig};
 
 use support::{Peek, eventually, grant, grant_as, quorum_url, unique, url};
 
+/// The time an administrative call made on the backend directly is
+/// given, as a client gives its operation timeout.
+const ADMIN_LIMIT: Duration = Duration::from_secs(10);
+
 const LEASE: Duration = Duration::from_secs(60);
 
 async fn open(url: &str) -> MemcachedBackend {
@@ -205,7 +209,12 @@ async fn force_release_frees_every_slot() {
     let mut peek = Peek::connect(&sharded_addr()).await;
     assert!(peek.delete(&holder.lock_key(&name)).await);
 
-    assert!(admin.force_release(&name).await.expect("force release"));
+    assert!(
+        admin
+            .force_release(&name, ADMIN_LIMIT)
+            .await
+            .expect("force release")
+    );
     assert!(live_slots(&holder, &name, limit).await.is_empty());
     assert!(peek.get(&holder.lock_key(&name)).await.is_none());
     for lease in &held {
@@ -213,7 +222,10 @@ async fn force_release_frees_every_slot() {
         assert!(!holder.release(lease).await.expect("release"));
     }
     assert!(
-        !admin.force_release(&name).await.expect("force release"),
+        !admin
+            .force_release(&name, ADMIN_LIMIT)
+            .await
+            .expect("force release"),
         "nothing is held any more"
     );
     let lock = grant(&admin, &name, LEASE).await.expect("free for a lock");
@@ -290,7 +302,7 @@ async fn permits_fill_every_slot_and_are_listed() {
         other => panic!("a full semaphore is held until a lease ends, got {other:?}"),
     }
 
-    let listed = backend.list().await.expect("list");
+    let listed = backend.list(ADMIN_LIMIT).await.expect("list");
     let mine: Vec<_> = listed.iter().filter(|info| info.name == name).collect();
     assert_eq!(mine.len(), LIMIT as usize, "{listed:?}");
     for info in &mine {
@@ -316,7 +328,7 @@ async fn permits_fill_every_slot_and_are_listed() {
         }
     }
     assert_eq!(deleted, 1, "one slot holds the permit's identity");
-    let listed = backend.list().await.expect("list");
+    let listed = backend.list(ADMIN_LIMIT).await.expect("list");
     let mine: Vec<_> = listed.iter().filter(|info| info.name == name).collect();
     assert_eq!(mine.len(), LIMIT as usize - 1);
     assert!(mine.iter().all(|info| {

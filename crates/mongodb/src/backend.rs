@@ -491,18 +491,22 @@ impl Backend for MongoBackend {
 
     /// The server's version (`buildInfo`) and clock (`hello`'s
     /// `localTime`); either is left out where the server does not give it.
-    async fn server_info(&self) -> Result<ServerInfo> {
+    /// Each of its three steps (those, change streams, the TTL index) has
+    /// a quarter of `limit`, so that the answer, with a step that ran out
+    /// of time told as a finding, comes back within it.
+    async fn server_info(&self, limit: Duration) -> Result<ServerInfo> {
+        let step = limit / 4;
         let database = self.collection.client().database("admin");
         let ask = async {
             let hello = database.run_command(doc! { "hello": 1 }).await?;
             let build = database.run_command(doc! { "buildInfo": 1 }).await.ok();
             Ok::<_, mongodb::error::Error>((hello, build))
         };
-        let (hello, build) = tokio::time::timeout(self.operation_timeout, ask)
+        let (hello, build) = tokio::time::timeout(step, ask)
             .await
             .map_err(|_| Error::OperationTimeout {
                 operation: "server info",
-                after: self.operation_timeout,
+                after: step,
             })?
             .map_err(|error| driver("asking the server for its version and time", error))?;
         let version = build
@@ -519,16 +523,9 @@ impl Backend for MongoBackend {
                 &hello,
                 self.collection.write_concern(),
             ))
+            .with_feature(watch::change_streams_feature(&self.collection, step).await)
             .with_feature(
-                watch::change_streams_feature(&self.collection, self.operation_timeout).await,
-            )
-            .with_feature(
-                deployment::ttl_index(
-                    &self.collection,
-                    self.operation_timeout,
-                    self.places.is_some(),
-                )
-                .await,
+                deployment::ttl_index(&self.collection, step, self.places.is_some()).await,
             ))
     }
 
@@ -618,11 +615,11 @@ impl Backend for MongoBackend {
         Ok(released)
     }
 
-    async fn list(&self) -> Result<Vec<LockInfo>> {
+    async fn list(&self, limit: Duration) -> Result<Vec<LockInfo>> {
         let rows = self
             .collection
             .aggregate(listing::pipeline())
-            .max_time(self.operation_timeout);
+            .max_time(limit);
         let found = bulk::read_all(rows, "listing locks").await?;
         let mut locks = found
             .iter()
@@ -632,7 +629,8 @@ impl Backend for MongoBackend {
         Ok(locks)
     }
 
-    async fn force_release(&self, name: &LockName) -> Result<bool> {
+    /// One update, which core's timer bounds.
+    async fn force_release(&self, name: &LockName, _: Duration) -> Result<bool> {
         let updated = self
             .collection
             .update_one(document::any_live_grant(name), exclusive::force_release())
@@ -698,8 +696,8 @@ impl TermLog for MongoBackend {
     ///
     /// # Cancel safety
     /// Cancel safe: it only reads.
-    async fn terms_after(&self, name: &LockName, after: u64) -> Result<Vec<Term>> {
-        terms::read_after(&self.collection, name, after, self.operation_timeout).await
+    async fn terms_after(&self, name: &LockName, after: u64, limit: Duration) -> Result<Vec<Term>> {
+        terms::read_after(&self.collection, name, after, limit).await
     }
 
     /// One update of the lock document, after one `find` of its token

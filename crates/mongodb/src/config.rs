@@ -189,9 +189,10 @@ impl MongoConfig {
     }
 
     /// The server-side bound on the commands that no lock client times:
-    /// `maxTimeMS` of `list`, `force_release` and setup, and `wtimeout` of
-    /// the default write concern (default 10 s). A lock client's commands
-    /// carry its own [`operation_timeout`](distlock_core::LockOptions::operation_timeout)
+    /// `maxTimeMS` of setup and of the release watcher's, and `wtimeout`
+    /// of the default write concern (default 10 s). A lock client's
+    /// commands, listing and forced releases included, carry its own
+    /// [`operation_timeout`](distlock_core::LockOptions::operation_timeout)
     /// as `maxTimeMS` instead, and the client ends them within it, so one
     /// number bounds every call on a lock.
     pub fn operation_timeout(mut self, timeout: Duration) -> Self {

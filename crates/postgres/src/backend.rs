@@ -3,6 +3,7 @@
 //! their [`Store`], and passes the rest to its mode.
 
 use std::fmt;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::backend::{
@@ -16,7 +17,7 @@ use crate::config::{Mode, PostgresConfig};
 use crate::deployment;
 use crate::error::{from_driver, within};
 use crate::lease::{self, LeaseMode};
-use crate::pool::{ADMIN_TIMEOUT, Connections, INFO_TIMEOUT};
+use crate::pool::{Connections, SETUP_TIMEOUT};
 use crate::store::Store;
 use crate::table::{self, Layout, TableName};
 use crate::wake::{Channels, Listener, WakeUpQueue, WakeUps};
@@ -60,7 +61,7 @@ impl PostgresBackend {
     }
 
     /// Opens the backend `config` describes, creating the mode's table (and
-    /// its schema) if missing, within [`ADMIN_TIMEOUT`], and starts opening
+    /// its schema) if missing, each step within [`SETUP_TIMEOUT`], and starts opening
     /// its listening connection for release wake-ups in the background
     /// (see [`wake_ups`](Self::wake_ups)).
     ///
@@ -81,7 +82,7 @@ impl PostgresBackend {
         // The TLS connectors, built once for every connection to come.
         let (endpoint, listen) = config.endpoints()?;
         let what = format!("connecting to {}", config.redacted_url());
-        let (client, connection) = within(&what, ADMIN_TIMEOUT, endpoint.connect())
+        let (client, connection) = within(&what, SETUP_TIMEOUT, endpoint.connect())
             .await?
             .map_err(|error| from_driver(&what, error))?;
         // The setup connection lives until `client` is dropped below.
@@ -90,9 +91,9 @@ impl PostgresBackend {
             Mode::Lease => Layout::Lease,
             Mode::Advisory => Layout::Advisory,
         };
-        let mut ready = table::ensure(&client, &config.table, layout, ADMIN_TIMEOUT).await;
+        let mut ready = table::ensure(&client, &config.table, layout, SETUP_TIMEOUT).await;
         if ready.is_ok() && config.mode == Mode::Advisory {
-            ready = advisory::check_server(&client, ADMIN_TIMEOUT).await;
+            ready = advisory::check_server(&client, SETUP_TIMEOUT).await;
         }
         let records_terms = match ready {
             Ok(()) => terms_table(&client, &config.table).await,
@@ -221,7 +222,7 @@ impl PostgresBackend {
 /// As [`PostgresBackend::open`].
 async fn terms_table(client: &tokio_postgres::Client, table: &TableName) -> Result<bool> {
     let terms = table.terms();
-    match table::ensure(client, &terms, Layout::Terms, ADMIN_TIMEOUT).await {
+    match table::ensure(client, &terms, Layout::Terms, SETUP_TIMEOUT).await {
         Ok(()) => Ok(true),
         Err(error @ Error::Denied { .. }) => {
             tracing::warn!(
@@ -243,13 +244,12 @@ impl Backend for PostgresBackend {
         "postgres"
     }
 
-    async fn server_info(&self) -> Result<ServerInfo> {
+    async fn server_info(&self, limit: Duration) -> Result<ServerInfo> {
         let store = self.store();
-        let info = store
-            .connections
-            .server_info(INFO_TIMEOUT)
-            .await?
-            .with_feature(deployment::notify(&store.listener).await);
+        let started = tokio::time::Instant::now();
+        let info = store.connections.server_info(limit).await?;
+        let left = limit.saturating_sub(started.elapsed());
+        let info = info.with_feature(deployment::notify(&store.listener, left).await);
         Ok(match &self.mode {
             Modes::Lease(_) => info,
             Modes::Advisory(_) => info.with_feature(deployment::no_pooler()),
@@ -299,17 +299,17 @@ impl Backend for PostgresBackend {
         }
     }
 
-    async fn list(&self) -> Result<Vec<LockInfo>> {
+    async fn list(&self, limit: Duration) -> Result<Vec<LockInfo>> {
         match &self.mode {
-            Modes::Lease(lease) => lease.list().await,
-            Modes::Advisory(advisory) => advisory.list().await,
+            Modes::Lease(lease) => lease.list(limit).await,
+            Modes::Advisory(advisory) => advisory.list(limit).await,
         }
     }
 
-    async fn force_release(&self, name: &LockName) -> Result<bool> {
+    async fn force_release(&self, name: &LockName, limit: Duration) -> Result<bool> {
         match &self.mode {
-            Modes::Lease(lease) => lease.force_release(name).await,
-            Modes::Advisory(advisory) => advisory.force_release(name).await,
+            Modes::Lease(lease) => lease.force_release(name, limit).await,
+            Modes::Advisory(advisory) => advisory.force_release(name, limit).await,
         }
     }
 

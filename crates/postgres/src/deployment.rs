@@ -7,14 +7,18 @@ use distlock_core::backend::Feature;
 
 use crate::wake::{Listener, WakeUps};
 
-/// How long the check waits for the listening connection to show whether
-/// notifications arrive: a few probes, each a round trip or a timeout.
+/// How long the check waits at most for the listening connection to show
+/// whether notifications arrive: a few probes, each a round trip or a
+/// timeout.
 const SETTLE: Duration = Duration::from_secs(10);
 
-/// Whether releases reach this backend's waiters as notifications.
-pub(crate) async fn notify(listener: &Listener) -> Feature {
+/// Whether releases reach this backend's waiters as notifications, told
+/// within `left`: the check waits half of it at most, so that its answer
+/// comes back within the call's limit.
+pub(crate) async fn notify(listener: &Listener, left: Duration) -> Feature {
     const NAME: &str = "notify";
-    match listener.settled_state(SETTLE).await {
+    let settle = SETTLE.min(left / 2);
+    match listener.settled_state(settle).await {
         WakeUps::Listening => Feature::present(
             NAME,
             "LISTEN/NOTIFY works: a release wakes waiters in every process at once",
@@ -29,7 +33,7 @@ pub(crate) async fn notify(listener: &Listener) -> Feature {
         WakeUps::Starting | WakeUps::Reconnecting => Feature::degraded(
             NAME,
             format!(
-                "the listening connection did not show within {SETTLE:?} that notifications \
+                "the listening connection did not show within {settle:?} that notifications \
                  arrive: waiters poll until it does"
             ),
         ),

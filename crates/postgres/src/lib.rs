@@ -260,7 +260,9 @@ pub use config::{
 };
 /// The pool this backend keeps its connections in, at the version it uses.
 pub use deadpool_postgres;
+#[allow(deprecated)]
 pub use pool::ADMIN_TIMEOUT;
+pub use pool::SETUP_TIMEOUT;
 pub use tls::SslMode;
 /// The driver this backend is built on, at the version it uses.
 pub use tokio_postgres;

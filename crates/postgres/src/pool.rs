@@ -35,10 +35,19 @@ use crate::tls::Endpoint;
 /// Opens each statement's transaction: see the module's documentation.
 pub(crate) const BEGIN_READ_COMMITTED: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
 
-/// How long the calls that carry no timeout of their own may take:
-/// opening (connecting and preparing the tables), listing, reading the
-/// terms of an election, and forced releases.
-pub const ADMIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long each step of opening a backend may take: connecting,
+/// creating its tables, and checking the server (in advisory mode, also
+/// that no transaction pooler stands in between). The calls core makes
+/// later each carry their own time.
+pub const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The bound on opening a backend, under its old name: listing, forced
+/// releases and reads of terms now take the client's operation timeout.
+#[deprecated(
+    since = "0.1.0",
+    note = "renamed SETUP_TIMEOUT: it bounds only the steps of opening a backend"
+)]
+pub const ADMIN_TIMEOUT: Duration = SETUP_TIMEOUT;
 
 /// How many connections one backend keeps open at most.
 pub(crate) const POOL_SIZE: usize = 16;
@@ -123,12 +132,9 @@ impl Connections {
     }
 }
 
-/// How long asking the server for its version and time may take.
-pub(crate) const INFO_TIMEOUT: Duration = Duration::from_secs(10);
-
 impl Connections {
     /// The server's version and the time on its clock, for a deployment
-    /// check.
+    /// check, asked within `timeout`.
     ///
     /// # Errors
     /// As [`query`](Self::query).

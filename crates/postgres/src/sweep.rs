@@ -14,7 +14,6 @@ use distlock_core::Result;
 use tokio::task::AbortHandle;
 use tokio_postgres::types::Type;
 
-use crate::pool::ADMIN_TIMEOUT;
 use crate::pool::Connections;
 use crate::rows::get;
 use crate::wake::jittered;
@@ -31,6 +30,10 @@ const MAX_BATCHES: usize = 1_000;
 /// How often each backend sweeps, less up to a quarter of it at random,
 /// so that processes started together do not sweep together.
 const PERIOD: Duration = Duration::from_secs(60);
+
+/// How long one batch of a sweep may take: a sweep runs in the
+/// background, with no client's operation timeout.
+const SWEEP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One mode's sweep statement, and what it needs to run.
 #[derive(Clone)]
@@ -87,7 +90,7 @@ impl Sweep {
         let rows = match &self.class {
             None => {
                 self.connections
-                    .query(what, &self.sql, &[(&BATCH, Type::INT8)], ADMIN_TIMEOUT)
+                    .query(what, &self.sql, &[(&BATCH, Type::INT8)], SWEEP_TIMEOUT)
                     .await?
             }
             Some(class) => {
@@ -96,7 +99,7 @@ impl Sweep {
                         what,
                         &self.sql,
                         &[(class, Type::INT4), (&BATCH, Type::INT8)],
-                        ADMIN_TIMEOUT,
+                        SWEEP_TIMEOUT,
                     )
                     .await?
             }

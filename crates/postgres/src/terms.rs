@@ -16,7 +16,6 @@ use distlock_core::{Claim, Error, Holder, LockName, Result};
 use tokio_postgres::Row;
 use tokio_postgres::types::Type;
 
-use crate::pool::ADMIN_TIMEOUT;
 use crate::pool::Connections;
 use crate::rows::{self, get};
 use crate::table::TableName;
@@ -184,7 +183,7 @@ impl TermRecord {
 
 #[async_trait]
 impl TermLog for TermRecord {
-    async fn terms_after(&self, name: &LockName, after: u64) -> Result<Vec<Term>> {
+    async fn terms_after(&self, name: &LockName, after: u64, limit: Duration) -> Result<Vec<Term>> {
         let bytes = name.as_str().as_bytes();
         // Tokens are stored as `bigint`: none is above its largest value.
         let after = i64::try_from(after).unwrap_or(i64::MAX);
@@ -195,7 +194,7 @@ impl TermLog for TermRecord {
                 &what,
                 &self.read,
                 &[(&bytes, Type::BYTEA), (&after, Type::INT8)],
-                ADMIN_TIMEOUT,
+                limit,
             )
             .await?;
         rows.iter().map(|row| term(row, &what)).collect()

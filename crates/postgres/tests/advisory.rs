@@ -22,6 +22,10 @@ use distlock_postgres::{DEFAULT_ADVISORY_CLASS, PostgresBackend};
 
 use support::{address_of, admin, name, on_keys, open, unique, url, with_options};
 
+/// The time an administrative call made on the backend directly is
+/// given, as a client gives its operation timeout.
+const ADMIN_LIMIT: Duration = Duration::from_secs(10);
+
 /// Long enough for any step of a test; a lease this long never runs out
 /// within one.
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -241,7 +245,7 @@ async fn odd_names_round_trip_through_list_with_their_holders() {
         )
         .await
         .expect("reader");
-    let listed = backend.list().await.expect("list");
+    let listed = backend.list(ADMIN_LIMIT).await.expect("list");
     for guard in &guards {
         let info = listed
             .iter()
@@ -264,7 +268,7 @@ async fn odd_names_round_trip_through_list_with_their_holders() {
         assert!(guard.release().await.expect("release"));
     }
     assert!(reader.release().await.expect("release"));
-    assert!(backend.list().await.expect("list").is_empty());
+    assert!(backend.list(ADMIN_LIMIT).await.expect("list").is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -331,7 +335,7 @@ async fn names_whose_keys_collide_get_keys_of_their_own() {
     let moved = objid_of(wanted.clone()).await.expect("wanted has a key");
     assert_ne!(moved, hashed);
     assert_eq!(moved % 2, 0);
-    let listed = backend.list().await.expect("list");
+    let listed = backend.list(ADMIN_LIMIT).await.expect("list");
     for lock in [&squatter, &wanted] {
         assert!(listed.iter().any(|info| info.name == *lock), "{listed:?}");
     }
@@ -388,7 +392,12 @@ async fn a_lease_mode_table_is_refused_and_force_release_ends_every_holder() {
     let class = fresh_class();
     let backend = open(&advisory_url(&url(), &unique("force"), class)).await;
     let lock = name(&unique("force"));
-    assert!(!backend.force_release(&lock).await.expect("nothing held"));
+    assert!(
+        !backend
+            .force_release(&lock, ADMIN_LIMIT)
+            .await
+            .expect("nothing held")
+    );
     let request = AcquireRequest::new(
         lock.clone(),
         Claim::Shared,
@@ -406,7 +415,12 @@ async fn a_lease_mode_table_is_refused_and_force_release_ends_every_holder() {
     }
     let admin = admin().await;
     assert_eq!(holders_in(&admin, class).await.len(), 2);
-    assert!(backend.force_release(&lock).await.expect("force release"));
+    assert!(
+        backend
+            .force_release(&lock, ADMIN_LIMIT)
+            .await
+            .expect("force release")
+    );
     assert!(holders_in(&admin, class).await.is_empty());
     for grant in &grants {
         assert!(!backend.extend(grant).await.expect("extend"));

@@ -24,6 +24,10 @@ use support::{
     terms_and_values, unique, url, with_options,
 };
 
+/// The time an administrative call made on the backend directly is
+/// given, as a client gives its operation timeout.
+const ADMIN_LIMIT: Duration = Duration::from_secs(10);
+
 /// Long enough for any step of a test; a lease this long never runs out
 /// within one.
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -277,7 +281,7 @@ async fn campaigns_served_in_line_record_one_chain_of_terms() {
         .backend()
         .term_log()
         .expect("a record of terms")
-        .terms_after(&lock, 0)
+        .terms_after(&lock, 0, ADMIN_LIMIT)
         .await
         .expect("read the terms");
     assert_eq!(

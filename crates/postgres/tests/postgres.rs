@@ -23,6 +23,10 @@ use support::{
     with_options,
 };
 
+/// The time an administrative call made on the backend directly is
+/// given, as a client gives its operation timeout.
+const ADMIN_LIMIT: Duration = Duration::from_secs(10);
+
 fn holder() -> Arc<Holder> {
     Holder::this_process(Some("postgres-tests")).into()
 }
@@ -77,7 +81,7 @@ async fn names_sql_would_mangle_round_trip_through_list() {
                 "{lock:?} was not granted"
             );
         }
-        let listed = backend.list().await.expect("list");
+        let listed = backend.list(ADMIN_LIMIT).await.expect("list");
         let listed: Vec<&LockName> = listed.iter().map(|info| &info.name).collect();
         assert_eq!(listed.len(), names.len(), "{listed:?}");
         for lock in &names {
@@ -223,7 +227,7 @@ async fn a_held_lock_survives_its_connections_being_terminated() {
     // have given the lock up; the lease is still ours, and running.
     tokio::time::sleep(lease).await;
     assert!(!guard.is_lost(), "lost once the terminations stopped");
-    let listed = backend.list().await.expect("list");
+    let listed = backend.list(ADMIN_LIMIT).await.expect("list");
     let ours = listed
         .iter()
         .find(|info| info.name == lock)

@@ -18,6 +18,10 @@ use distlock_core::{LockClient, LockName, LockOptions, LossReason};
 use distlock_postgres::tokio_postgres::{self, NoTls};
 use distlock_postgres::{PostgresBackend, WakeUps};
 
+/// The time an administrative call made on the backend directly is
+/// given, as a client gives its operation timeout.
+const ADMIN_LIMIT: Duration = Duration::from_secs(10);
+
 /// A PostgreSQL server of this test's own, stopped and removed when
 /// dropped, whichever way the test ends.
 struct OwnServer {
@@ -238,7 +242,7 @@ async fn a_lock_held_across_a_server_restart_is_kept_and_tokens_keep_growing() {
     tokio::time::sleep(lease).await;
     assert!(!guard.is_lost(), "the guard lost the lock");
     assert!(rival.try_acquire(&lock).await.expect("try").is_none());
-    let listed = other.list().await.expect("list");
+    let listed = other.list(ADMIN_LIMIT).await.expect("list");
     let ours = listed
         .iter()
         .find(|info| info.name == lock)

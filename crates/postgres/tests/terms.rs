@@ -23,6 +23,10 @@ use distlock_postgres::tokio_postgres::{self, NoTls};
 
 use support::{env, open, race_campaigns, terms_and_values, unique, with_options};
 
+/// The time an administrative call made on the backend directly is
+/// given, as a client gives its operation timeout.
+const ADMIN_LIMIT: Duration = Duration::from_secs(10);
+
 /// The URLs of every way to run the backend, each with a fresh table.
 fn servers() -> Vec<(&'static str, String)> {
     let direct = env("DISTLOCK_TEST_POSTGRES_URL");
@@ -94,7 +98,7 @@ async fn record(backend: &dyn Backend, name: &LockName) -> Vec<Term> {
     backend
         .term_log()
         .expect("a record of terms")
-        .terms_after(name, 0)
+        .terms_after(name, 0, ADMIN_LIMIT)
         .await
         .expect("read the terms")
 }
@@ -144,7 +148,7 @@ async fn the_record_keeps_the_last_terms_each_naming_the_one_before_with_the_val
         let later = backend
             .term_log()
             .expect("a record of terms")
-            .terms_after(&name, after)
+            .terms_after(&name, after, ADMIN_LIMIT)
             .await
             .expect("read the terms");
         assert_eq!(tokens(&later), tokens(&kept[TERMS_KEPT - 2..]), "{how}");

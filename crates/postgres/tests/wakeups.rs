@@ -24,6 +24,10 @@ use support::{
     address_of, admin, first_column, name, open, pgbouncer_url, unique, url, with_options,
 };
 
+/// The time an administrative call made on the backend directly is
+/// given, as a client gives its operation timeout.
+const ADMIN_LIMIT: Duration = Duration::from_secs(10);
+
 /// How long a woken waiter may take to be granted. A waiter that is not
 /// woken tries again only after [`LONG`].
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -132,7 +136,12 @@ async fn a_waiter_is_woken_by_another_instances_release() {
     let backend = holding.clone();
     waiter_is_woken(&holders, waiters, &lock, |guard| async move {
         let name = guard.name().clone();
-        assert!(backend.force_release(&name).await.expect("force"));
+        assert!(
+            backend
+                .force_release(&name, ADMIN_LIMIT)
+                .await
+                .expect("force")
+        );
         // The guard learns of it at its next extension; it need not wait.
         drop(guard);
     })

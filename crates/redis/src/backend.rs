@@ -23,10 +23,6 @@ use crate::quorum::{Quorum, call_timeout};
 use crate::reply::Answer;
 use crate::wake::Subscriber;
 
-/// The bound on `list` and `force_release`, which carry no client's
-/// operation timeout.
-const ADMIN_TIMEOUT: Duration = Duration::from_secs(30);
-
 /// How long a waiter waits before it tries again, at most, while releases
 /// go unheard (too few subscriber connections are open).
 const POLL_WHILE_UNHEARD: Duration = Duration::from_secs(1);
@@ -251,18 +247,20 @@ impl Backend for RedisBackend {
         "redis"
     }
 
-    async fn server_info(&self) -> Result<ServerInfo> {
+    /// In quorum mode, each server is asked within `limit`, so that one
+    /// that does not answer is told as a finding.
+    async fn server_info(&self, limit: Duration) -> Result<ServerInfo> {
         if self.quorum().is_none() {
             return match self.single().cluster_connection() {
-                Some(connection) => cluster::server_info(connection).await,
-                None => self.single().server_info().await,
+                Some(connection) => cluster::server_info(connection, limit).await,
+                None => self.single().server_info(limit).await,
             };
         }
         // Every server is read: each holds copies of the locks it granted,
         // so one that may evict or forget them is a finding, named by its
         // address (never with the URL's credentials). The version and the
         // clock are the first answering server's.
-        let answers = join_all(self.nodes.iter().map(Node::server_info)).await;
+        let answers = join_all(self.nodes.iter().map(|node| node.server_info(limit))).await;
         let mut first = None;
         let mut read = Vec::with_capacity(answers.len());
         let mut unread = Vec::new();
@@ -438,15 +436,10 @@ impl Backend for RedisBackend {
     }
 
     async fn extend_many(&self, leases: &[Lease]) -> Extended {
-        if leases.is_empty() {
-            return Extended::new(Vec::new(), None);
-        }
         // One client's keeper extends these, with its one operation timeout.
-        let timeout = leases
-            .iter()
-            .map(|lease| lease.operation_timeout)
-            .min()
-            .unwrap_or(ADMIN_TIMEOUT);
+        let Some(timeout) = leases.iter().map(|lease| lease.operation_timeout).min() else {
+            return Extended::new(Vec::new(), None);
+        };
         match self.quorum() {
             Some(quorum) => {
                 let shortest = leases.iter().map(|lease| lease.lease).min();
@@ -518,37 +511,29 @@ impl Backend for RedisBackend {
         released
     }
 
-    async fn list(&self) -> Result<Vec<LockInfo>> {
-        let list = async {
-            match self.quorum() {
-                Some(quorum) => quorum.list().await,
-                None => {
-                    let mut infos: Vec<LockInfo> = self
-                        .single()
-                        .list()
-                        .await?
-                        .into_iter()
-                        .map(|listed| listed.info)
-                        .collect();
-                    infos.sort_by(|a, b| {
-                        (&a.name, a.fencing_token).cmp(&(&b.name, b.fencing_token))
-                    });
-                    Ok(infos)
-                }
+    /// A walk of the keys with `SCAN`, as long as it takes: core's timer
+    /// bounds it.
+    async fn list(&self, _: Duration) -> Result<Vec<LockInfo>> {
+        match self.quorum() {
+            Some(quorum) => quorum.list().await,
+            None => {
+                let mut infos: Vec<LockInfo> = self
+                    .single()
+                    .list()
+                    .await?
+                    .into_iter()
+                    .map(|listed| listed.info)
+                    .collect();
+                infos.sort_by(|a, b| (&a.name, a.fencing_token).cmp(&(&b.name, b.fencing_token)));
+                Ok(infos)
             }
-        };
-        tokio::time::timeout(ADMIN_TIMEOUT, list)
-            .await
-            .map_err(|_| Error::OperationTimeout {
-                operation: "list",
-                after: ADMIN_TIMEOUT,
-            })?
+        }
     }
 
-    async fn force_release(&self, name: &LockName) -> Result<bool> {
+    async fn force_release(&self, name: &LockName, limit: Duration) -> Result<bool> {
         match self.quorum() {
-            Some(quorum) => quorum.force_release(name, ADMIN_TIMEOUT).await,
-            None => self.single().force_release(name, ADMIN_TIMEOUT).await,
+            Some(quorum) => quorum.force_release(name, limit).await,
+            None => self.single().force_release(name, limit).await,
         }
     }
 
@@ -574,8 +559,8 @@ impl Backend for RedisBackend {
 
 #[async_trait]
 impl TermLog for RedisBackend {
-    async fn terms_after(&self, name: &LockName, after: u64) -> Result<Vec<Term>> {
-        self.single().terms_after(name, after, ADMIN_TIMEOUT).await
+    async fn terms_after(&self, name: &LockName, after: u64, limit: Duration) -> Result<Vec<Term>> {
+        self.single().terms_after(name, after, limit).await
     }
 
     /// One script on the record (see `WITHDRAW_TERM` in the scripts).

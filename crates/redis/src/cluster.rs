@@ -16,7 +16,7 @@ use redis::ErrorKind;
 use redis::Value;
 use redis::cluster_async::ClusterConnection;
 
-use crate::deployment::{self, INFO_TIMEOUT};
+use crate::deployment;
 use crate::error::{from_redis, timed_out, unexpected};
 use crate::node::Node;
 use crate::scripts::SCRIPTS;
@@ -142,10 +142,15 @@ async fn extend_batch(
 /// What the cluster says of itself: the first master's version and clock,
 /// and the eviction and persistence settings of every master, asked at
 /// once, each master that falls short named by its address.
-pub(crate) async fn server_info(mut cluster: ClusterConnection) -> Result<ServerInfo> {
-    let owners = tokio::time::timeout(INFO_TIMEOUT, SlotOwners::read(&mut cluster))
+pub(crate) async fn server_info(
+    mut cluster: ClusterConnection,
+    timeout: Duration,
+) -> Result<ServerInfo> {
+    let started = tokio::time::Instant::now();
+    let owners = tokio::time::timeout(timeout, SlotOwners::read(&mut cluster))
         .await
-        .map_err(|_| timed_out("server info", INFO_TIMEOUT))??;
+        .map_err(|_| timed_out("server info", timeout))??;
+    let left = timeout.saturating_sub(started.elapsed());
     let masters = owners.masters();
     let Some(first) = masters.first() else {
         return Err(Error::Backend {
@@ -156,7 +161,7 @@ pub(crate) async fn server_info(mut cluster: ClusterConnection) -> Result<Server
     };
     let asked = join_all(masters.iter().map(|master| {
         let mut on = OnMaster::new(cluster.clone(), master.clone());
-        async move { deployment::server_info(&mut on, &format!(" on {master}")).await }
+        async move { deployment::server_info(&mut on, &format!(" on {master}"), left).await }
     }))
     .await;
     let mut infos = Vec::with_capacity(asked.len());

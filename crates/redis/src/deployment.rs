@@ -11,13 +11,12 @@ use redis::aio::ConnectionLike;
 
 use crate::error::{from_redis, timed_out};
 
-/// How long asking a server for its version and time may take.
-pub(crate) const INFO_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The version and clock of the server `connection` reaches.
+/// The version and clock of the server `connection` reaches, asked within
+/// `timeout`.
 pub(crate) async fn server_info(
     connection: &mut (impl ConnectionLike + Send),
     on: &str,
+    timeout: Duration,
 ) -> Result<ServerInfo> {
     let what = format!("asking the server for its version and time{on}");
     let ask = async {
@@ -29,9 +28,9 @@ pub(crate) async fn server_info(
         let features = features(connection).await;
         Ok::<_, redis::RedisError>((info, time, features))
     };
-    let (info, (seconds, micros), features) = tokio::time::timeout(INFO_TIMEOUT, ask)
+    let (info, (seconds, micros), features) = tokio::time::timeout(timeout, ask)
         .await
-        .map_err(|_| timed_out("server info", INFO_TIMEOUT))?
+        .map_err(|_| timed_out("server info", timeout))?
         .map_err(|e| from_redis(&what, e))?;
     let version = info
         .lines()

@@ -87,8 +87,9 @@
 //! - **`list`** walks the prefix with `SCAN` (never `KEYS`); values under
 //!   the prefix that are not ours are skipped.
 //! - **Timeouts.** Every call ends within the request's operation timeout
-//!   ([`Capabilities::bounds_calls`]); `list` and `force_release` within
-//!   30 s.
+//!   ([`Capabilities::bounds_calls`]); `list`, `force_release`, the read of
+//!   an election's terms and `server_info` within the client's operation
+//!   timeout too, which core gives them.
 //! - **Elections** on one server and in cluster mode record every term
 //!   with its grant, so [`Election::observe`] sees every leader; quorum
 //!   mode keeps no record, so observing is [`Error::Unsupported`] there

@@ -854,9 +854,9 @@ impl Node {
         Ok(())
     }
 
-    /// The server's version and clock.
-    pub(crate) async fn server_info(&self) -> Result<ServerInfo> {
-        deployment::server_info(&mut self.link.get()?, &self.on).await
+    /// The server's version and clock, asked within `timeout`.
+    pub(crate) async fn server_info(&self, timeout: Duration) -> Result<ServerInfo> {
+        deployment::server_info(&mut self.link.get()?, &self.on, timeout).await
     }
 
     /// The connection to the cluster, in cluster mode, for cluster mode's

@@ -20,6 +20,10 @@ use support::{
     assert_listed, backend, cluster_url, grant, grant_each, hand_over, lock_names, unique,
 };
 
+/// The time an administrative call made on the backend directly is
+/// given, as a client gives its operation timeout.
+const ADMIN_LIMIT: Duration = Duration::from_secs(10);
+
 /// The URL with `?prefix=` added.
 fn with_prefix(url: &str, prefix: &str) -> String {
     format!("{url}&prefix={prefix}")
@@ -135,7 +139,7 @@ async fn the_url_opens_cluster_mode_from_one_seed_or_several() {
             .is_none(),
         "one seed reaches the same cluster, where the lock is held"
     );
-    let info = one.server_info().await.expect("server info");
+    let info = one.server_info(ADMIN_LIMIT).await.expect("server info");
     let version = info.version.expect("a version");
     assert!(version.contains("masters in cluster mode"), "{version}");
     assert!(seeds.release(&lease).await.expect("release"));
@@ -190,7 +194,7 @@ async fn odd_names_keep_one_slot_each_and_stay_under_the_prefix() {
     let names = lock_names(&names);
 
     let leases = grant_each(&backend, &names).await;
-    let listed = backend.list().await.expect("list");
+    let listed = backend.list(ADMIN_LIMIT).await.expect("list");
     let listed: BTreeMap<&LockName, Option<u64>> = listed
         .iter()
         .map(|info| (&info.name, info.fencing_token))
@@ -252,7 +256,12 @@ async fn odd_names_keep_one_slot_each_and_stay_under_the_prefix() {
 
     for lease in &leases {
         assert!(backend.release(lease).await.expect("release"));
-        assert!(!backend.force_release(&lease.name).await.expect("force"));
+        assert!(
+            !backend
+                .force_release(&lease.name, ADMIN_LIMIT)
+                .await
+                .expect("force")
+        );
     }
     let left = all_keys(&mut masters).await;
     let left: Vec<&String> = left

@@ -21,6 +21,10 @@ use redis::aio::MultiplexedConnection;
 use support::cluster::{OwnCluster, query};
 use support::{backend, grant, unique};
 
+/// The time an administrative call made on the backend directly is
+/// given, as a client gives its operation timeout.
+const ADMIN_LIMIT: Duration = Duration::from_secs(10);
+
 const LEASE: Duration = Duration::from_secs(30);
 
 /// A cluster of one master, reached only through a proxy.
@@ -101,7 +105,12 @@ async fn load_scripts(backend: &RedisBackend) {
     grant(backend, &name, Claim::Exclusive, LEASE)
         .await
         .expect("free");
-    assert!(backend.force_release(&name).await.expect("force release"));
+    assert!(
+        backend
+            .force_release(&name, ADMIN_LIMIT)
+            .await
+            .expect("force release")
+    );
 }
 
 fn next_of(lease: &Lease) -> AcquireRequest {
@@ -198,12 +207,15 @@ async fn a_forced_release_sent_again_reports_what_it_ended() {
     grant(&backend, &name, Claim::Exclusive, LEASE)
         .await
         .expect("free");
-    let ended = with_answer_lost(&proxied, backend.force_release(&name))
+    let ended = with_answer_lost(&proxied, backend.force_release(&name, ADMIN_LIMIT))
         .await
         .expect("force release");
     assert!(ended, "a held name was released by force");
     assert!(
-        !backend.force_release(&name).await.expect("force release"),
+        !backend
+            .force_release(&name, ADMIN_LIMIT)
+            .await
+            .expect("force release"),
         "a forced release called again finds nothing held"
     );
 }

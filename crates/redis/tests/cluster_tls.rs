@@ -17,6 +17,10 @@ use support::cluster::{OwnCluster, names_on};
 use support::tls::Certificates;
 use support::{backend, client, grant_each};
 
+/// The time an administrative call made on the backend directly is
+/// given, as a client gives its operation timeout.
+const ADMIN_LIMIT: Duration = Duration::from_secs(10);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_over_tls_takes_extends_lists_and_releases_locks() {
     let certificates = Certificates::new();
@@ -41,7 +45,7 @@ async fn a_cluster_over_tls_takes_extends_lists_and_releases_locks() {
         );
     }
     let listed: BTreeSet<LockName> = backend
-        .list()
+        .list(ADMIN_LIMIT)
         .await
         .expect("list over TLS")
         .into_iter()
@@ -52,7 +56,7 @@ async fn a_cluster_over_tls_takes_extends_lists_and_releases_locks() {
     for lease in &leases {
         assert!(backend.release(lease).await.expect("release over TLS"));
     }
-    assert!(backend.list().await.expect("list").is_empty());
+    assert!(backend.list(ADMIN_LIMIT).await.expect("list").is_empty());
 
     // And through a client, whose keeper extends over TLS.
     let locks = client(&url).await;
@@ -62,7 +66,10 @@ async fn a_cluster_over_tls_takes_extends_lists_and_releases_locks() {
         .expect("acquire over TLS");
     guard.extend().await.expect("extend over TLS");
     assert!(guard.release().await.expect("release"));
-    let info = backend.server_info().await.expect("server info over TLS");
+    let info = backend
+        .server_info(ADMIN_LIMIT)
+        .await
+        .expect("server info over TLS");
     assert!(
         info.version.expect("a version").contains("cluster mode"),
         "the cluster's version"

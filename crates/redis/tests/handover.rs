@@ -15,6 +15,10 @@ use distlock_redis::{RedisBackend, redis};
 
 use support::{backend, grant, hand_over, raw, unique, url};
 
+/// The time an administrative call made on the backend directly is
+/// given, as a client gives its operation timeout.
+const ADMIN_LIMIT: Duration = Duration::from_secs(10);
+
 const LEASE: Duration = Duration::from_secs(30);
 
 /// How many times the server ran each command, `INFO` itself left out.
@@ -165,7 +169,7 @@ async fn a_grant_handed_over_without_a_command_acts_for_the_stored_one_and_list_
     assert!(local.fencing_token < later.fencing_token);
 
     let listed_token = |backend: RedisBackend, name: LockName| async move {
-        let listed = backend.list().await.expect("list");
+        let listed = backend.list(ADMIN_LIMIT).await.expect("list");
         let tokens: Vec<Option<u64>> = listed
             .iter()
             .filter(|info| info.name == name)

@@ -17,6 +17,10 @@ use distlock_redis::{RedisBackend, redis};
 
 use support::{OwnServer, backend, eventually, grant, options, raw, unique};
 
+/// The time an administrative call made on the backend directly is
+/// given, as a client gives its operation timeout.
+const ADMIN_LIMIT: Duration = Duration::from_secs(10);
+
 /// Three servers of the test's own.
 struct Cluster {
     servers: Vec<OwnServer>,
@@ -422,7 +426,12 @@ async fn a_majority_decides_and_partial_grants_are_rolled_back() {
     .await;
 
     // On one server only: two of three grant.
-    assert!(backend.force_release(&name).await.expect("force"));
+    assert!(
+        backend
+            .force_release(&name, ADMIN_LIMIT)
+            .await
+            .expect("force")
+    );
     set(&mut raws[0]).await;
     let lease = grant(&backend, &name, Claim::Exclusive, Duration::from_secs(30))
         .await
@@ -688,7 +697,7 @@ async fn list_shows_majority_grants_once_and_force_release_ends_them_everywhere(
         .await
         .expect("SET");
 
-    let listed = backend.list().await.expect("list");
+    let listed = backend.list(ADMIN_LIMIT).await.expect("list");
     let of = |wanted: &distlock_core::LockName| -> Vec<&distlock_core::LockInfo> {
         listed.iter().filter(|info| &info.name == wanted).collect()
     };
@@ -715,7 +724,12 @@ async fn list_shows_majority_grants_once_and_force_release_ends_them_everywhere(
     );
     assert!(of(&stray).is_empty(), "a copy on one server is not listed");
 
-    assert!(backend.force_release(&name).await.expect("force"));
+    assert!(
+        backend
+            .force_release(&name, ADMIN_LIMIT)
+            .await
+            .expect("force")
+    );
     let key = backend.keys_of(&name).remove(0);
     for server in &servers {
         assert!(!exists(server, &key).await, "gone from {server}");
@@ -724,10 +738,18 @@ async fn list_shows_majority_grants_once_and_force_release_ends_them_everywhere(
         .await
         .expect("the holder learns of it");
     assert!(
-        !backend.force_release(&name).await.expect("force again"),
+        !backend
+            .force_release(&name, ADMIN_LIMIT)
+            .await
+            .expect("force again"),
         "nothing left to end"
     );
-    assert!(backend.force_release(&stray).await.expect("the stray copy"));
+    assert!(
+        backend
+            .force_release(&stray, ADMIN_LIMIT)
+            .await
+            .expect("the stray copy")
+    );
     for reader in shared {
         assert!(reader.release().await.expect("release"));
     }
@@ -782,14 +804,14 @@ async fn list_shows_a_grant_only_once_it_is_decided() {
         )
         .await;
     }
-    let listed = backend.list().await.expect("list");
+    let listed = backend.list(ADMIN_LIMIT).await.expect("list");
     assert!(
         listed.iter().all(|info| info.name != name),
         "an undecided grant is not listed: {listed:?}"
     );
     // Decided on one server, as the grant writes it before it returns.
     rewrite_token(&servers[1], &key, &lease.fencing_token.to_string()).await;
-    let listed = backend.list().await.expect("list");
+    let listed = backend.list(ADMIN_LIMIT).await.expect("list");
     let shown: Vec<Option<u64>> = listed
         .iter()
         .filter(|info| info.name == name)
@@ -835,7 +857,7 @@ async fn server_info_reads_every_server_and_names_the_one_that_may_evict_locks()
         .collect();
     let address = |at: usize| addresses[at].clone();
     let backend = cluster.backend().await;
-    let info = backend.server_info().await.expect("server info");
+    let info = backend.server_info(ADMIN_LIMIT).await.expect("server info");
     let feature = |info: &distlock_core::backend::ServerInfo, name: &str| {
         info.features
             .iter()
@@ -877,7 +899,10 @@ async fn server_info_reads_every_server_and_names_the_one_that_may_evict_locks()
     );
 
     cluster.servers[2].kill();
-    let info = backend.server_info().await.expect("two of three answer");
+    let info = backend
+        .server_info(ADMIN_LIMIT)
+        .await
+        .expect("two of three answer");
     let persistence = feature(&info, "persistence");
     assert!(
         persistence

@@ -17,6 +17,10 @@ use support::{
     tokens_of_a_twice_run_attempt, unique, url,
 };
 
+/// The time an administrative call made on the backend directly is
+/// given, as a client gives its operation timeout.
+const ADMIN_LIMIT: Duration = Duration::from_secs(10);
+
 #[tokio::test]
 async fn a_stale_holders_release_leaves_the_new_holders_key() {
     let url = url();
@@ -30,7 +34,7 @@ async fn a_stale_holders_release_leaves_the_new_holders_key() {
         // Its lease runs out on the server's clock: it leaves the list.
         support::eventually("the stale grant's expiry", || async {
             !backend
-                .list()
+                .list(ADMIN_LIMIT)
                 .await
                 .expect("list")
                 .iter()
@@ -101,7 +105,7 @@ async fn odd_names_never_collide_nor_leave_the_prefix() {
     }
     let names = lock_names(&names);
     let leases = grant_each(&backend, &names).await;
-    let listed = backend.list().await.expect("list");
+    let listed = backend.list(ADMIN_LIMIT).await.expect("list");
     let listed_names: BTreeSet<&LockName> = listed.iter().map(|info| &info.name).collect();
     assert_eq!(
         listed_names,
@@ -139,7 +143,12 @@ async fn odd_names_never_collide_nor_leave_the_prefix() {
 
     for lease in &leases {
         assert!(backend.release(lease).await.expect("release"));
-        assert!(!backend.force_release(&lease.name).await.expect("force"));
+        assert!(
+            !backend
+                .force_release(&lease.name, ADMIN_LIMIT)
+                .await
+                .expect("force")
+        );
     }
     let left: BTreeSet<String> = all_keys(&mut connection).await.into_iter().collect();
     for key in left.difference(&before) {
@@ -241,7 +250,7 @@ async fn an_attempt_run_again_is_answered_with_its_own_grant() {
                 tokens[0], tokens[1],
                 "{claim:?} on {url}: one grant, one token"
             );
-            let listed = backend.list().await.expect("list");
+            let listed = backend.list(ADMIN_LIMIT).await.expect("list");
             assert_eq!(
                 listed.iter().filter(|info| info.name == name).count(),
                 1,

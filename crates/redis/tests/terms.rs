@@ -12,6 +12,10 @@ use distlock_core::backend::{AcquireRequest, Attempt, Backend, GrantState, WaitS
 use distlock_core::{Claim, Holder};
 use support::{backend, tokens_of_a_twice_run_attempt, unique, url};
 
+/// The time an administrative call made on the backend directly is
+/// given, as a client gives its operation timeout.
+const ADMIN_LIMIT: Duration = Duration::from_secs(10);
+
 /// A campaign's request for `name`, as core makes it.
 fn campaign(name: &distlock_core::LockName) -> AcquireRequest {
     AcquireRequest {
@@ -47,7 +51,10 @@ async fn a_campaign_run_again_records_its_term_once_and_a_plain_grant_none() {
         };
         // Redis keeps no empty list: no entry means no record was written.
         assert!(
-            log.terms_after(&plain_name, 0).await.unwrap().is_empty(),
+            log.terms_after(&plain_name, 0, ADMIN_LIMIT)
+                .await
+                .unwrap()
+                .is_empty(),
             "on {url}: a plain grant records no term"
         );
         let lease = plain.granted(fencing_token, GrantState::none());
@@ -58,7 +65,7 @@ async fn a_campaign_run_again_records_its_term_once_and_a_plain_grant_none() {
         let on = format!("on {url}");
         let tokens = tokens_of_a_twice_run_attempt(&backend, &request, &on).await;
         assert_eq!(tokens[0], tokens[1]);
-        let terms = log.terms_after(&name, 0).await.unwrap();
+        let terms = log.terms_after(&name, 0, ADMIN_LIMIT).await.unwrap();
         assert_eq!(
             terms.len(),
             1,
@@ -77,7 +84,10 @@ async fn a_campaign_run_again_records_its_term_once_and_a_plain_grant_none() {
         else {
             panic!("a free name is granted");
         };
-        let terms = log.terms_after(&name, tokens[0]).await.unwrap();
+        let terms = log
+            .terms_after(&name, tokens[0], ADMIN_LIMIT)
+            .await
+            .unwrap();
         assert_eq!(terms.len(), 1);
         assert_eq!(
             (terms[0].term, terms[0].previous),

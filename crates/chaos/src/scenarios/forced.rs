@@ -6,7 +6,7 @@ use std::time::Duration;
 use distlock::{LockClient, LockGuard, LockName, LockOptions};
 use distlock_history::{Acquired, Call, Done, History, Op, Share};
 
-use super::{Scenario, Settings, not_applicable, unique};
+use super::{ADMIN_LIMIT, Scenario, Settings, not_applicable, unique};
 use crate::campaign::Server;
 use crate::clock::{instant_ns, now_ns};
 use crate::extensions::Extensions;
@@ -142,7 +142,7 @@ async fn one_run(
     let first_loss = watch_loss(&first);
 
     let sent = now_ns();
-    let forced = admin.force_release(name).await;
+    let forced = admin.force_release(name, ADMIN_LIMIT).await;
     tally
         .ops
         .push(force_release(sent, now_ns(), &lock, &forced));

@@ -82,6 +82,11 @@ pub(crate) fn all() -> Vec<Scenario> {
 /// The label of the semaphore [`kinds`] runs.
 pub(crate) const SEMAPHORE_OF_3: &str = "semaphore of 3";
 
+/// The time a scenario gives an administrative call (a listing, a forced
+/// release, a read of the server's clock) it makes on a backend directly,
+/// as a client gives its operation timeout.
+pub(crate) const ADMIN_LIMIT: Duration = Duration::from_secs(30);
+
 /// The lock kinds `server`'s backend grants, each as a list of the claims
 /// its processes take: exclusive; readers with one writing process; a
 /// semaphore of 3 ([`without_semaphores`] says why one is missing).

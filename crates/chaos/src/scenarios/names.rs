@@ -13,7 +13,7 @@ use tokio::task::JoinSet;
 
 use super::memcached_edges::memcached_text;
 use super::network::runtime;
-use super::{Scenario, Settings, unique};
+use super::{ADMIN_LIMIT, Scenario, Settings, unique};
 use crate::backends::MEMCACHED;
 use crate::campaign::CampaignBackend;
 use crate::campaign::Server;
@@ -143,7 +143,7 @@ async fn fuzz(server: &Server, settings: &Settings) -> Outcome<Row> {
     }
 
     // The home canary, untouched by any of it.
-    let listed = home.list().await?;
+    let listed = home.list(ADMIN_LIMIT).await?;
     let canary_listed = listed
         .iter()
         .find(|info| info.name == canary_name)
@@ -328,7 +328,7 @@ async fn round(backend: &Arc<dyn Backend>, raw: Vec<String>, found: &mut Found) 
     found.taking += phase.elapsed();
 
     let phase = Instant::now();
-    let listed = backend.list().await?;
+    let listed = backend.list(ADMIN_LIMIT).await?;
     found.listing += phase.elapsed();
     let mut listed_names = HashSet::new();
     let mut canary_listed = false;

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use distlock::{BackendUrl, LockClient, LockName, LockOptions};
 use tracing_subscriber::EnvFilter;
 
-use super::{Scenario, Settings, unique};
+use super::{ADMIN_LIMIT, Scenario, Settings, unique};
 use crate::campaign::Kind;
 use crate::campaign::Server;
 use crate::judge::Verdict;
@@ -349,7 +349,7 @@ async fn library_answers(kind: Kind, url: &str, name: &str) -> Outcome<Library> 
             );
             push(
                 "`list`",
-                match backend.list().await {
+                match backend.list(ADMIN_LIMIT).await {
                     Ok(list) => format!("{list:?}"),
                     Err(error) => error_text(&error),
                 },

@@ -5,6 +5,7 @@
 //! written once, in [`LockClient`](crate::LockClient).
 
 use std::fmt;
+use std::time::Duration;
 
 use async_trait::async_trait;
 
@@ -28,6 +29,19 @@ const EXTEND_CONCURRENCY: usize = 32;
 /// release a lease whose stored [`LeaseId`](crate::backend::LeaseId) differs from the one given, and
 /// must judge expiry by the server's clock wherever the server has one.
 ///
+/// # Time budget
+/// Every call gets its time from core: an attempt in its request's
+/// [`operation_timeout`](crate::backend::AcquireRequest::operation_timeout),
+/// a call on a lease in the lease's, and the administrative calls
+/// ([`server_info`](Self::server_info), [`list`](Self::list),
+/// [`force_release`](Self::force_release) and
+/// [`TermLog::terms_after`]) as their `limit`: the client's operation
+/// timeout, or its caller's own. Core stops waiting for an administrative
+/// call at its `limit`, with a timer of its own whatever
+/// [`Capabilities::bounds_calls`] says, so a backend keeps no timeout of
+/// its own for these calls: a step that needs one (a command, a statement,
+/// a connection from a pool, one server of several) is bounded by `limit`.
+///
 /// # Cancel safety
 /// Core may drop any of these futures at an await point, after its
 /// operation timeout or when its caller goes away. Each call must leave the
@@ -47,12 +61,14 @@ pub trait Backend: Send + Sync + fmt::Debug {
     }
 
     /// Asks the server for its version, the time on its clock and the
-    /// features this backend relies on, for checking a deployment. The
-    /// default knows none of them.
+    /// features this backend relies on, for checking a deployment, within
+    /// `limit` (see [Time budget](Self#time-budget)). The default knows
+    /// none of them.
     ///
     /// # Errors
     /// A backend error when the server does not answer.
-    async fn server_info(&self) -> Result<ServerInfo> {
+    async fn server_info(&self, limit: Duration) -> Result<ServerInfo> {
+        let _ = limit;
         Ok(ServerInfo::default())
     }
 
@@ -125,19 +141,21 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// A backend error.
     async fn release(&self, lease: &Lease) -> Result<bool>;
 
-    /// The locks held now.
+    /// The locks held now, read within `limit` (see
+    /// [Time budget](Self#time-budget)).
     ///
     /// # Errors
     /// A backend error.
-    async fn list(&self) -> Result<Vec<LockInfo>>;
+    async fn list(&self, limit: Duration) -> Result<Vec<LockInfo>>;
 
-    /// Releases `name` from every holder: an administrator's tool. Each
+    /// Releases `name` from every holder, within `limit` (see
+    /// [Time budget](Self#time-budget)): an administrator's tool. Each
     /// holder learns it lost the lock at its next extension. Returns
     /// whether the lock was held.
     ///
     /// # Errors
     /// A backend error, or [`Error::Unsupported`](crate::Error::Unsupported).
-    async fn force_release(&self, name: &LockName) -> Result<bool>;
+    async fn force_release(&self, name: &LockName, limit: Duration) -> Result<bool>;
 
     /// What this backend can do beyond the contract, each as the object
     /// that does it: a one-step hand-over, a session, a record of terms,

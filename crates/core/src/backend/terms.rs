@@ -32,6 +32,8 @@
 //! [`AcquireRequest::records_term`]: crate::backend::AcquireRequest::records_term
 //! [`Backend::end_wait`]: crate::backend::Backend::end_wait
 
+use std::time::Duration;
+
 use async_trait::async_trait;
 
 use super::request::Lease;
@@ -72,8 +74,16 @@ impl Term {
 #[async_trait]
 pub trait TermLog: Send + Sync {
     /// The terms of `name` the record still keeps whose term is greater
-    /// than `after`, oldest first; all it keeps for `after = 0`.
-    async fn terms_after(&self, name: &LockName, after: u64) -> Result<Vec<Term>>;
+    /// than `after`, oldest first; all it keeps for `after = 0`. Read
+    /// within `limit`, as every administrative call (see the
+    /// [`Backend`](crate::backend::Backend#time-budget)'s time budget).
+    ///
+    /// # Errors
+    /// A backend error.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it changes no term, and may be called again.
+    async fn terms_after(&self, name: &LockName, after: u64, limit: Duration) -> Result<Vec<Term>>;
 
     /// Removes the term `lease` was granted with, if the record still
     /// keeps it and it was recorded for `holder`: a term of the same

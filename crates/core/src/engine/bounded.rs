@@ -1,7 +1,8 @@
 //! Where backend calls are bounded: every call core makes to a backend is
 //! bounded here by the operation timeout, with a timer only where the
-//! backend does not bound the call itself. (A wait's attempt is cut shorter
-//! still at its deadline, in `attempt.rs`, and goes on in the background.)
+//! backend does not bound the call itself, and always for an
+//! administrative call. (A wait's attempt is cut shorter still at its
+//! deadline, in `attempt.rs`, and goes on in the background.)
 
 use std::future::Future;
 use std::time::Duration;
@@ -22,6 +23,33 @@ pub(crate) async fn call<T>(
     call: impl Future<Output = Result<T>>,
 ) -> Result<T> {
     let outcome = within(backend.capabilities().bounds_calls, limit, operation, call).await;
+    counted(backend, operation, outcome)
+}
+
+/// Runs `call`, `backend`'s administrative `operation` (a listing, a
+/// forced release, a read of terms or of the server's information), for
+/// at most `limit`, under a timer even when the backend bounds its calls
+/// itself: [`Capabilities::bounds_calls`](crate::backend::Capabilities::bounds_calls)
+/// promises it for the calls on locks, and these calls are rare enough
+/// that a timer costs nothing.
+///
+/// # Errors
+/// As [`call`].
+pub(crate) async fn admin_call<T>(
+    backend: &dyn Backend,
+    limit: Duration,
+    operation: &'static str,
+    call: impl Future<Output = Result<T>>,
+) -> Result<T> {
+    counted(
+        backend,
+        operation,
+        within(false, limit, operation, call).await,
+    )
+}
+
+/// `outcome`, counted in the backend's error metrics when it failed.
+fn counted<T>(backend: &dyn Backend, operation: &'static str, outcome: Result<T>) -> Result<T> {
     if let Err(error) = &outcome {
         crate::metrics::backend_error(backend.store_name(), operation, error);
     }

@@ -62,10 +62,10 @@ mod support;
 pub use hook::{Answer, Call, Hook, Operation};
 pub use mutant::{MutantBackend, Mutation};
 pub use support::{
-    acquire_until_cancelled, assert_a_leaving_permit_holder_wakes_the_waiter, assert_fenced_writes,
-    assert_invalid_config, assert_lost_to_a_restart, assert_still_held, eventually,
-    free_loopback_port, quick_options, required_env, try_grant, unique_name, until_serving,
-    waiting_request,
+    ADMIN_LIMIT, acquire_until_cancelled, assert_a_leaving_permit_holder_wakes_the_waiter,
+    assert_fenced_writes, assert_invalid_config, assert_lost_to_a_restart, assert_still_held,
+    eventually, free_loopback_port, quick_options, required_env, try_grant, unique_name,
+    until_serving, waiting_request,
 };
 
 /// What the calls that [`TestBackend::fail_next`] fails answer.
@@ -493,8 +493,8 @@ impl Backend for TestBackend {
         self.inner.extend_many_limit()
     }
 
-    async fn server_info(&self) -> Result<crate::backend::ServerInfo> {
-        self.inner.server_info().await
+    async fn server_info(&self, limit: Duration) -> Result<crate::backend::ServerInfo> {
+        self.inner.server_info(limit).await
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
@@ -511,16 +511,16 @@ impl Backend for TestBackend {
         outcome
     }
 
-    async fn list(&self) -> Result<Vec<LockInfo>> {
+    async fn list(&self, limit: Duration) -> Result<Vec<LockInfo>> {
         self.enter(Call::List).await?;
-        let mut outcome = self.inner.list().await;
+        let mut outcome = self.inner.list(limit).await;
         self.leave(Answer::List(&mut outcome)).await;
         outcome
     }
 
-    async fn force_release(&self, name: &LockName) -> Result<bool> {
+    async fn force_release(&self, name: &LockName, limit: Duration) -> Result<bool> {
         self.enter(Call::ForceRelease(name)).await?;
-        let mut outcome = self.inner.force_release(name).await;
+        let mut outcome = self.inner.force_release(name, limit).await;
         self.leave(Answer::ForceRelease {
             name,
             outcome: &mut outcome,

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use async_trait::async_trait;
 
@@ -124,7 +125,9 @@ impl MutantBackend {
         request: &AcquireRequest,
         wait: &mut WaitState,
     ) -> Result<Attempt> {
-        self.inner.force_release(&request.name).await?;
+        self.inner
+            .force_release(&request.name, request.operation_timeout)
+            .await?;
         self.inner.try_acquire(request, wait).await
     }
 
@@ -165,7 +168,9 @@ impl MutantBackend {
             Mutation::HidesLosses => true,
             Mutation::SkipsOwnerCheck if !extended => {
                 // Not ours any more: take the name back.
-                self.inner.force_release(&real.name).await?;
+                self.inner
+                    .force_release(&real.name, real.operation_timeout)
+                    .await?;
                 let request = AcquireRequest::new(
                     real.name.clone(),
                     real.claim,
@@ -226,17 +231,20 @@ impl Backend for MutantBackend {
     async fn release(&self, lease: &Lease) -> Result<bool> {
         let real = Self::real(lease);
         if self.mutation == Mutation::SkipsOwnerCheck {
-            return self.inner.force_release(&real.name).await;
+            return self
+                .inner
+                .force_release(&real.name, real.operation_timeout)
+                .await;
         }
         self.inner.release(&real).await
     }
 
-    async fn list(&self) -> Result<Vec<LockInfo>> {
-        self.inner.list().await
+    async fn list(&self, limit: Duration) -> Result<Vec<LockInfo>> {
+        self.inner.list(limit).await
     }
 
-    async fn force_release(&self, name: &LockName) -> Result<bool> {
-        self.inner.force_release(name).await
+    async fn force_release(&self, name: &LockName, limit: Duration) -> Result<bool> {
+        self.inner.force_release(name, limit).await
     }
 
     /// The inner backend's session alone: the mutant's own calls are the

@@ -28,6 +28,11 @@ use crate::lost::LossReason;
 use crate::name::LockName;
 use crate::options::{LockOptions, LockOptionsBuilder};
 
+/// The time a test gives an administrative call (`list`, `force_release`,
+/// `server_info`, `terms_after`) that it makes on a backend directly, as a
+/// client gives its operation timeout.
+pub const ADMIN_LIMIT: Duration = Duration::from_secs(10);
+
 /// A fresh lock name: `prefix` and 64 random bits, so that tests sharing a
 /// server never meet.
 ///
@@ -305,7 +310,7 @@ where
     let stale = first.acquire_with(name, patience).await.unwrap();
     assert_eq!(write(stale.fencing_token()).await, 1, "the holder writes");
     // The holder pauses; its lock is taken away and granted again.
-    assert!(admin.force_release(name).await.unwrap());
+    assert!(admin.force_release(name, patience).await.unwrap());
     let fresh = second.acquire_with(name, patience).await.unwrap();
     assert!(fresh.fencing_token() > stale.fencing_token());
     assert_eq!(

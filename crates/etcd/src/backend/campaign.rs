@@ -230,7 +230,8 @@ fn reads(range: &NameRange, record_key: &[u8]) -> TxnRequest {
 
 #[async_trait]
 impl TermLog for EtcdBackend {
-    async fn terms_after(&self, name: &LockName, after: u64) -> Result<Vec<Term>> {
+    /// One request, which core's timer bounds.
+    async fn terms_after(&self, name: &LockName, after: u64, _: Duration) -> Result<Vec<Term>> {
         let response = self
             .client
             .range(requests::key(terms_key(&self.config.prefix, name)))

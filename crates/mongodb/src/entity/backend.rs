@@ -391,11 +391,11 @@ impl Backend for EntityBackend {
         Ok(updated.matched_count == 1)
     }
 
-    async fn list(&self) -> Result<Vec<LockInfo>> {
+    async fn list(&self, limit: Duration) -> Result<Vec<LockInfo>> {
         let found: Vec<Document> = self
             .collection
             .aggregate(update::list(&self.fields))
-            .max_time(self.operation_timeout)
+            .max_time(limit)
             .await
             .map_err(|error| driver("listing entity locks", error))?
             .try_collect()
@@ -409,7 +409,8 @@ impl Backend for EntityBackend {
         Ok(locks)
     }
 
-    async fn force_release(&self, name: &LockName) -> Result<bool> {
+    /// One update, which core's timer bounds.
+    async fn force_release(&self, name: &LockName, _: Duration) -> Result<bool> {
         let id = id::parse(name)?;
         let updated = self
             .collection

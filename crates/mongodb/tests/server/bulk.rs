@@ -11,6 +11,10 @@ use futures::TryStreamExt;
 
 use crate::common::*;
 
+/// The time an administrative call made on the backend directly is
+/// given, as a client gives its operation timeout.
+const ADMIN_LIMIT: Duration = Duration::from_secs(10);
+
 #[tokio::test]
 async fn extend_many_extends_what_is_ours_and_reports_what_is_not() {
     let url = shared_url();
@@ -31,7 +35,12 @@ async fn extend_many_extends_what_is_ours_and_reports_what_is_not() {
     // Taken away: forced releases, and an identity that was never granted.
     let lost = [4, 9, 30];
     for &i in &lost {
-        assert!(backend.force_release(&leases[i].name).await.unwrap());
+        assert!(
+            backend
+                .force_release(&leases[i].name, ADMIN_LIMIT)
+                .await
+                .unwrap()
+        );
     }
     leases[41].id = LeaseId::random();
 

@@ -19,6 +19,10 @@ use distlock_mongodb::{MongoBackend, MongoConfig};
 
 use crate::common::*;
 
+/// The time an administrative call made on the backend directly is
+/// given, as a client gives its operation timeout.
+const ADMIN_LIMIT: Duration = Duration::from_secs(10);
+
 /// A request for `claim` on `name`, as core would send it.
 fn request(name: &LockName, claim: Claim, lease: Duration) -> AcquireRequest {
     AcquireRequest::new(
@@ -112,7 +116,7 @@ async fn an_exclusive_document_of_the_earlier_shape_still_works() {
         Err(Error::KindConflict { held, .. }) => assert_eq!(held, Claim::Exclusive),
         other => panic!("a permit of an old exclusive grant must conflict, got {other:?}"),
     }
-    let listed = backend.list().await.unwrap();
+    let listed = backend.list(ADMIN_LIMIT).await.unwrap();
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_eq!(listed[0].kind, LockKind::Exclusive);
     assert_eq!(listed[0].fencing_token, Some(token as u64));
@@ -366,7 +370,7 @@ async fn a_stale_release_of_a_reader_leaves_the_other_readers() {
     assert!(!backend.release(&brief).await.unwrap(), "its lease ran out");
     assert!(!backend.extend(&brief).await.unwrap());
     assert!(!backend.release(&brief).await.unwrap());
-    let listed = backend.list().await.unwrap();
+    let listed = backend.list(ADMIN_LIMIT).await.unwrap();
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_eq!(listed[0].kind, LockKind::Shared);
     assert_eq!(listed[0].fencing_token, Some(staying.fencing_token));
@@ -403,8 +407,18 @@ async fn a_forced_release_clears_every_holder() {
         take(&other, &semaphore, Claim::Permit { limit: 3 }, lease).await,
     ];
     assert!(is_held(&backend, &semaphore, Claim::Permit { limit: 3 }).await);
-    assert!(backend.force_release(&semaphore).await.unwrap());
-    assert!(!backend.force_release(&semaphore).await.unwrap());
+    assert!(
+        backend
+            .force_release(&semaphore, ADMIN_LIMIT)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !backend
+            .force_release(&semaphore, ADMIN_LIMIT)
+            .await
+            .unwrap()
+    );
     let cleared = stored(&raw, &semaphore).await;
     for gone in ["lockId", "holders", "limit"] {
         assert!(cleared.get(gone).is_none(), "{gone} is left: {cleared:?}");
@@ -416,7 +430,7 @@ async fn a_forced_release_clears_every_holder() {
         assert!(!backend.extend(permit).await.unwrap());
         assert!(!backend.release(permit).await.unwrap());
     }
-    assert!(backend.list().await.unwrap().is_empty());
+    assert!(backend.list(ADMIN_LIMIT).await.unwrap().is_empty());
     // Free, the name takes any limit again.
     let again = take(&backend, &semaphore, Claim::Permit { limit: 5 }, lease).await;
     assert!(again.fencing_token > permits[2].fencing_token);
@@ -436,7 +450,7 @@ async fn a_forced_release_clears_every_holder() {
         other.try_acquire(&writer, &mut wait).await.unwrap(),
         Attempt::Held { .. }
     ));
-    assert!(other.force_release(&name).await.unwrap());
+    assert!(other.force_release(&name, ADMIN_LIMIT).await.unwrap());
     for reader in &readers {
         assert!(!backend.extend(reader).await.unwrap());
     }
@@ -472,7 +486,7 @@ async fn list_shows_each_reader_and_permit_with_its_kind() {
         take(&backend, &semaphore, Claim::Permit { limit: 4 }, lease).await,
     ];
     let writer = take(&backend, &writer_name, Claim::Exclusive, lease).await;
-    let listed = backend.list().await.unwrap();
+    let listed = backend.list(ADMIN_LIMIT).await.unwrap();
     let rows: Vec<(&str, LockKind, Option<Permits>, Option<u64>)> = listed
         .iter()
         .map(|info| {
@@ -537,7 +551,7 @@ async fn list_shows_each_reader_and_permit_with_its_kind() {
     for lease in readers.iter().chain(&permits).chain([&writer]) {
         assert!(backend.release(lease).await.unwrap());
     }
-    assert!(backend.list().await.unwrap().is_empty());
+    assert!(backend.list(ADMIN_LIMIT).await.unwrap().is_empty());
 }
 
 #[tokio::test]
@@ -837,8 +851,8 @@ async fn readers_beyond_the_cap_wait_for_a_place() {
     let left = readers.pop().unwrap();
     assert!(backend.release(&left).await.unwrap());
     readers.push(take(&backend, &name, Claim::Shared, lease).await);
-    assert_eq!(backend.list().await.unwrap().len(), MAX_READERS);
-    assert!(backend.force_release(&name).await.unwrap());
+    assert_eq!(backend.list(ADMIN_LIMIT).await.unwrap().len(), MAX_READERS);
+    assert!(backend.force_release(&name, ADMIN_LIMIT).await.unwrap());
 }
 
 #[tokio::test]

@@ -13,6 +13,10 @@ use distlock_mongodb::mongodb::bson::{Bson, Document, doc};
 
 use crate::common::*;
 
+/// The time an administrative call made on the backend directly is
+/// given, as a client gives its operation timeout.
+const ADMIN_LIMIT: Duration = Duration::from_secs(10);
+
 /// How long a campaign on a free election, or an observer's look, may take.
 const PROMPTLY: Duration = Duration::from_secs(10);
 
@@ -40,7 +44,7 @@ async fn recorded(backend: &MongoBackend, name: &str) -> Vec<Term> {
     backend
         .term_log()
         .expect("the backend keeps a record of terms")
-        .terms_after(&name, 0)
+        .terms_after(&name, 0, ADMIN_LIMIT)
         .await
         .expect("the record reads")
 }
@@ -242,7 +246,7 @@ async fn a_record_edited_into_another_shape_is_named_in_the_error() {
 
     let log = backend.term_log().unwrap();
     let name = distlock_core::LockName::new(name.as_str()).unwrap();
-    match log.terms_after(&name, 0).await {
+    match log.terms_after(&name, 0, ADMIN_LIMIT).await {
         Err(Error::InvalidData { field, .. }) => assert_eq!(field, "terms.0"),
         other => panic!("a malformed entry is invalid data, not {other:?}"),
     }
@@ -257,7 +261,7 @@ async fn a_record_edited_into_another_shape_is_named_in_the_error() {
     let next = one_term(&client, name.as_str(), "next").await;
     assert!(next > first);
     assert_eq!(
-        terms_of(&log.terms_after(&name, 0).await.unwrap()),
+        terms_of(&log.terms_after(&name, 0, ADMIN_LIMIT).await.unwrap()),
         vec![(next, None)]
     );
 }

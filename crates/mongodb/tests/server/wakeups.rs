@@ -37,6 +37,9 @@ async fn release_to_the_waiter(guard: LockGuard, waiting: Waiting) {
     let taken = woken(waiting).await;
     assert!(taken.release().await.unwrap());
 }
+/// The time an administrative call made on the backend directly is
+/// given, as a client gives its operation timeout.
+const ADMIN_LIMIT: Duration = Duration::from_secs(10);
 
 #[tokio::test]
 async fn a_release_wakes_a_waiter_in_another_client() {
@@ -105,14 +108,14 @@ async fn a_forced_release_makes_the_holder_report_the_loss() {
         .acquire_with(&name, Duration::from_secs(5))
         .await
         .unwrap();
-    assert!(admin.force_release(&name).await.unwrap());
-    assert!(!admin.force_release(&name).await.unwrap());
+    assert!(admin.force_release(&name, ADMIN_LIMIT).await.unwrap());
+    assert!(!admin.force_release(&name, ADMIN_LIMIT).await.unwrap());
     let reason = tokio::time::timeout(Duration::from_secs(30), guard.lost())
         .await
         .expect("the holder learns of the forced release");
     assert_eq!(reason, LossReason::Refused);
     assert!(!guard.release().await.unwrap());
-    assert!(admin.list().await.unwrap().is_empty());
+    assert!(admin.list(ADMIN_LIMIT).await.unwrap().is_empty());
 }
 
 #[tokio::test]

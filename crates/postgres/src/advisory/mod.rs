@@ -46,7 +46,7 @@ use self::statements::Statements;
 use self::waiting::{WaitingWriter, left};
 use crate::config::PostgresConfig;
 use crate::error::{from_driver, notification_queue_full, within};
-use crate::pool::{ADMIN_TIMEOUT, Connections, Params};
+use crate::pool::{Connections, Params, SETUP_TIMEOUT};
 use crate::rows::{self, get, holder_json};
 use crate::store::Store;
 use crate::sweep::Sweep;
@@ -162,7 +162,7 @@ pub(crate) struct AdvisoryMode {
 
 impl AdvisoryMode {
     /// Advisory mode as `config` describes it, once its URL proved to
-    /// reach the server itself, within [`ADMIN_TIMEOUT`]; it records
+    /// reach the server itself, within [`SETUP_TIMEOUT`]; it records
     /// election terms when `records_terms` (their table is there).
     ///
     /// # Errors
@@ -180,7 +180,7 @@ impl AdvisoryMode {
         records_terms: bool,
     ) -> Result<Self> {
         let spares = Spares::new(endpoint);
-        pooler::refuse_transaction_pooling(&spares, config.advisory_class, ADMIN_TIMEOUT).await?;
+        pooler::refuse_transaction_pooling(&spares, config.advisory_class, SETUP_TIMEOUT).await?;
         let statements = Statements::new(&config.table);
         let sweep = Sweep::advisory(
             connections.clone(),
@@ -587,7 +587,7 @@ impl AdvisoryMode {
         Ok(held)
     }
 
-    pub(crate) async fn list(&self) -> Result<Vec<LockInfo>> {
+    pub(crate) async fn list(&self, limit: Duration) -> Result<Vec<LockInfo>> {
         let rows = self
             .store
             .connections
@@ -595,13 +595,13 @@ impl AdvisoryMode {
                 "listing locks",
                 &self.statements.list,
                 &[(&self.class, Type::INT4)],
-                ADMIN_TIMEOUT,
+                limit,
             )
             .await?;
         rows.iter().map(lock_info).collect()
     }
 
-    pub(crate) async fn force_release(&self, name: &LockName) -> Result<bool> {
+    pub(crate) async fn force_release(&self, name: &LockName, limit: Duration) -> Result<bool> {
         let bytes = name.as_str().as_bytes();
         let (channel, payload) = self.store.channels.announce(name);
         let what = format!("force-releasing {name}");
@@ -617,7 +617,7 @@ impl AdvisoryMode {
                     (&channel, Type::TEXT),
                     (&payload, Type::TEXT),
                 ],
-                ADMIN_TIMEOUT,
+                limit,
             )
             .await?;
         let ended: i32 = match rows.first() {

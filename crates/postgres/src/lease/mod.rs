@@ -24,7 +24,7 @@ use self::statements::{ClaimKind, Statements};
 use self::waiting::{Due, InLine, PlaceId, WriterMark};
 use crate::clock::server_time;
 use crate::error::{copy, notification_queue_full};
-use crate::pool::{ADMIN_TIMEOUT, Connections, Params};
+use crate::pool::{Connections, Params};
 use crate::rows::{self, HeldBy, get, holder_json, micros};
 use crate::store::Store;
 use crate::sweep::Sweep;
@@ -35,6 +35,12 @@ use crate::wake::{Channels, Listener, POLL_WHILE_RECONNECTING, WakeUps};
 /// The most leases one bulk extension carries: one statement extends them
 /// all, and this bounds its size.
 pub(crate) const EXTEND_MANY_LIMIT: usize = 10_000;
+
+/// How long counting a line of waiters ([`PostgresBackend::queued`]) may
+/// take: no client's operation timeout comes with it.
+///
+/// [`PostgresBackend::queued`]: crate::PostgresBackend::queued
+const QUEUED_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Locks kept as rows of one PostgreSQL table, judged by the server's
 /// clock. See the [crate documentation](crate) for the guarantees, and
@@ -89,7 +95,12 @@ impl LeaseMode {
         let rows = self
             .store
             .connections
-            .query(&what, &fair.queued, &[(&bytes, Type::BYTEA)], ADMIN_TIMEOUT)
+            .query(
+                &what,
+                &fair.queued,
+                &[(&bytes, Type::BYTEA)],
+                QUEUED_TIMEOUT,
+            )
             .await?;
         match rows.first() {
             Some(row) => Ok(usize::try_from(get::<i64>(row, 0, &what)?).unwrap_or(0)),
@@ -455,21 +466,16 @@ impl LeaseMode {
     }
 
     pub(crate) async fn extend_many(&self, leases: &[Lease]) -> Extended {
-        if leases.is_empty() {
+        // One client's keeper extends these, with its one operation timeout.
+        let Some(timeout) = leases.iter().map(|lease| lease.operation_timeout).min() else {
             return Extended::new(Vec::new(), None);
-        }
+        };
         let names: Vec<&[u8]> = leases
             .iter()
             .map(|lease| lease.name.as_str().as_bytes())
             .collect();
         let ids: Vec<String> = leases.iter().map(|lease| lease.id.to_string()).collect();
         let lease_us: Vec<i64> = leases.iter().map(|lease| micros(lease.lease)).collect();
-        // One client's keeper extends these, with its one operation timeout.
-        let timeout = leases
-            .iter()
-            .map(|lease| lease.operation_timeout)
-            .min()
-            .unwrap_or(ADMIN_TIMEOUT);
         let what = match leases {
             [one] => format!("extending {}", one.name),
             _ => format!("extending {} leases", leases.len()),
@@ -526,23 +532,23 @@ impl LeaseMode {
         .map(|rows| !rows.is_empty())
     }
 
-    pub(crate) async fn list(&self) -> Result<Vec<LockInfo>> {
+    pub(crate) async fn list(&self, limit: Duration) -> Result<Vec<LockInfo>> {
         let rows = self
             .store
             .connections
-            .query("listing locks", &self.statements.list, &[], ADMIN_TIMEOUT)
+            .query("listing locks", &self.statements.list, &[], limit)
             .await?;
         rows.iter().map(rows::lock_info).collect()
     }
 
-    pub(crate) async fn force_release(&self, name: &LockName) -> Result<bool> {
+    pub(crate) async fn force_release(&self, name: &LockName, limit: Duration) -> Result<bool> {
         let bytes = name.as_str().as_bytes();
         self.freeing(
             &format!("force-releasing {name}"),
             &self.statements.force_release,
             name,
             &[(&bytes, Type::BYTEA)],
-            ADMIN_TIMEOUT,
+            limit,
         )
         .await
         .map(|rows| !rows.is_empty())

@@ -144,7 +144,10 @@ pub async fn tokens_of_a_twice_run_attempt(
 /// Asserts that `backend` lists `name` with the fencing token `token`;
 /// `what` says what that shows.
 pub async fn assert_listed(backend: &dyn Backend, name: &LockName, token: u64, what: &str) {
-    let listed = backend.list().await.expect("list");
+    let listed = backend
+        .list(distlock_core::testing::ADMIN_LIMIT)
+        .await
+        .expect("list");
     assert!(
         listed
             .iter()

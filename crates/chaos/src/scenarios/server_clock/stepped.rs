@@ -15,6 +15,7 @@ use crate::campaign::Kind;
 use crate::campaign::Server;
 use crate::clock::now_ns;
 use crate::outcome::Outcome;
+use crate::scenarios::ADMIN_LIMIT;
 use crate::scenarios::network::runtime;
 use crate::worker::{open_patiently, wall_ms};
 
@@ -100,7 +101,7 @@ impl SteppedServer {
     pub(super) fn clock_ahead_ms(&self) -> Outcome<i64> {
         let info = self
             .runtime
-            .block_on(self.backend.server_info())
+            .block_on(self.backend.server_info(ADMIN_LIMIT))
             .map_err(|error| format!("cannot read the server's clock: {error}"))?;
         let here = wall_ms(SystemTime::now());
         let clock = info
