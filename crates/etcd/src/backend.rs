@@ -647,8 +647,8 @@ impl TermLog for EtcdBackend {
     }
 }
 
-/// The grant's key moves onto an etcd lease of its own; see
-/// [`delayed::move_to_own_lease`].
+// The grant's key moves onto an etcd lease of its own: see the `delayed`
+// module.
 #[async_trait]
 impl DelayedRelease for EtcdBackend {
     async fn release_after(&self, lease: &Lease, remaining: Duration) -> Result<bool> {
