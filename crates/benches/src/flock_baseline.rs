@@ -22,7 +22,7 @@ use crate::worker::{Layout, Take, Taker, WorkerArgs, drive, hold_then_release, r
 /// the backend's own files.
 fn lock_file(url: &str, lock: &str) -> Outcome<PathBuf> {
     match BackendUrl::parse(url) {
-        Ok(BackendUrl::File(dir)) => Ok(dir.join(format!("raw-flock-{lock}"))),
+        Ok(BackendUrl::File(config)) => Ok(config.dir().join(format!("raw-flock-{lock}"))),
         Ok(_) => Err(format!(
             "the raw flock baseline needs a file:// URL, not {url}"
         )),

@@ -37,7 +37,7 @@ impl ScaleOut {
             return (members > 1).then_some(Self::EtcdCluster { members });
         }
         if kind_of_url(url) == "memcached" {
-            let config = MemcachedConfig::from_url(url).ok()?;
+            let config = MemcachedConfig::parse(url).ok()?;
             let servers = config.servers().len();
             return match config.mode() {
                 Mode::Quorum => Some(Self::MemcachedQuorum { servers }),

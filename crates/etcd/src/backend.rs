@@ -1,4 +1,7 @@
-//! The [`Backend`] on etcd.
+//! The [`Backend`] on etcd: [`EtcdBackend`] and every trait it
+//! implements. A campaign's attempts and term record, and the move of a
+//! delayed release, are functions of the modules below, which the impls
+//! call.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -7,39 +10,31 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use distlock_core::backend::{
-    Abilities, AcquireRequest, Attempt, Backend, Capabilities, Extended, GrantState, Lease,
-    LeaseId, LossReporter, ReleaseHub, ReleaseWatch, Renewal, ServerInfo, Session, WaitState,
-    Wakeups, async_trait,
+    Abilities, AcquireRequest, Attempt, Backend, Capabilities, DelayedRelease, Extended, Lease,
+    ReleaseHub, ReleaseWatch, Renewal, ServerInfo, Session, Term, TermLog, WaitState, Wakeups,
+    async_trait,
 };
-use distlock_core::{Claim, Error, LockInfo, LockName, Permits, Result};
+use distlock_core::{Claim, Error, Holder, LockInfo, LockName, Permits, Result};
 
 use crate::config::EtcdConfig;
 use crate::deployment;
 use crate::error::{from_etcd, is_lease_not_found};
+use crate::grant::{Grant, granted};
 use crate::keys::{NameRange, Record, locks_start, name_of_key, prefix_end};
 use crate::leftovers::Leftovers;
 use crate::raw::etcdserverpb::compare::CompareResult;
-use crate::raw::etcdserverpb::response_op::Response;
-use crate::raw::etcdserverpb::{
-    DeleteRangeRequest, RangeRequest, RangeResponse, TxnRequest, TxnResponse,
-};
+use crate::raw::etcdserverpb::{DeleteRangeRequest, TxnRequest, TxnResponse};
 use crate::raw::{Client, ConnectOptions};
 use crate::release;
-use crate::requests::{self, create_revision, mod_revision, over, put_op, read_op};
+use crate::requests::{self, create_revision, mod_revision, name_keys, over, put_op, read_op};
 use crate::rules::{Entry, Standing, holds, in_order, standing};
 use crate::session::{SessionId, Sessions};
+use crate::transactions::{self, TRY_ROUNDS, entries_of, header_revision};
+use crate::waiting::{Behind, Waiting};
 use crate::watch::{Task, Watched, deleted};
 
 mod campaign;
 mod delayed;
-
-/// How long after a grant its key's watch starts.
-const WATCH_AFTER: Duration = Duration::from_millis(25);
-
-/// How many times a single try (or a campaign's attempt) reads and writes
-/// again when another write to the name came between its read and its
-/// write.
-const TRY_ROUNDS: usize = 8;
 
 /// distlock's etcd backend; see the [crate docs](crate).
 pub struct EtcdBackend {
@@ -57,50 +52,6 @@ impl fmt::Debug for EtcdBackend {
             .field("config", &self.config)
             .finish_non_exhaustive()
     }
-}
-
-/// What a grant keeps: its key, the session it hangs on, and the task
-/// watching it.
-#[derive(Debug)]
-struct Grant {
-    key: Vec<u8>,
-    revision: i64,
-    id: LeaseId,
-    /// The etcd lease the key was written on: only its renewals keep the
-    /// grant, and its end ends it.
-    session: SessionId,
-    /// Told when a release finds the key gone: the grant was lost before.
-    loss: LossReporter,
-    /// Set before our own release deletes the key, so that its watch does
-    /// not report that deletion as a loss.
-    releasing: Arc<AtomicBool>,
-    _watch: Task,
-}
-
-/// The watch on the key a waiter waits behind.
-#[derive(Debug)]
-struct Behind {
-    key: Vec<u8>,
-    /// Set once the watch saw the key deleted (or gave up on it).
-    gone: Arc<AtomicBool>,
-    /// When the name was last read: a fair waiter whose predecessor is
-    /// still there reads again only half a lease after.
-    read_at: Instant,
-    /// The session that read: a new one means the key went with the old.
-    session: SessionId,
-    _watch: Task,
-}
-
-/// What a wait keeps across its attempts: its key, and the watch on the
-/// key it waits behind.
-#[derive(Debug)]
-struct Waiting {
-    key: Vec<u8>,
-    /// The predecessor watched, by key, and its watch.
-    behind: Option<Behind>,
-    /// Whether a reply has shown the key written: later attempts then
-    /// read, and write again only if the key went.
-    written: bool,
 }
 
 impl EtcdBackend {
@@ -171,7 +122,7 @@ impl EtcdBackend {
     }
 
     async fn txn(&self, txn: TxnRequest, what: &str) -> Result<TxnResponse> {
-        self.client.txn(txn).await.map_err(|e| from_etcd(what, e))
+        transactions::run(&self.client, txn, what).await
     }
 
     /// Whether `request` waits in fair mode's queue: a wait for the whole
@@ -190,7 +141,8 @@ impl EtcdBackend {
         session: SessionId,
     ) -> Result<Attempt> {
         if request.records_term && !self.in_line(request) {
-            self.campaign_once(request, wait, session).await
+            let prefix = &self.config.prefix;
+            campaign::campaign_once(&self.client, prefix, &self.hub, request, wait, session).await
         } else if request.retries {
             self.wait_once(request, wait, session).await
         } else {
@@ -219,7 +171,7 @@ impl EtcdBackend {
             let response = self.txn(txn, "trying a lock").await?;
             let revision = header_revision(&response);
             if response.succeeded {
-                return Ok(self.granted(request, key, revision, session));
+                return Ok(granted(&self.client, request, key, revision, session));
             }
             let entries = entries_of(&response);
             match standing(&request.name, request.claim, &entries, entries.len())? {
@@ -305,12 +257,21 @@ impl EtcdBackend {
                     behind: None,
                     written: true,
                 });
-                self.take_over(request, wait, key, &entries[position], session)
-                    .await
+                let (client, prefix) = (&self.client, &self.config.prefix);
+                campaign::take_over(
+                    client,
+                    prefix,
+                    request,
+                    wait,
+                    key,
+                    &entries[position],
+                    session,
+                )
+                .await
             }
             Ok(Standing::Holds) => {
                 wait.take::<Waiting>();
-                Ok(self.granted(request, key, own, session))
+                Ok(granted(&self.client, request, key, own, session))
             }
             Ok(Standing::Waits(index)) => {
                 // A permit may be let in by any holder leaving, not only
@@ -432,40 +393,6 @@ impl EtcdBackend {
         Ok((header_revision(&response), entries_of(&response)))
     }
 
-    /// The grant of `key`, created at `revision` on `session`, watched for
-    /// deletion.
-    fn granted(
-        &self,
-        request: &AcquireRequest,
-        key: Vec<u8>,
-        revision: i64,
-        session: SessionId,
-    ) -> Attempt {
-        let releasing = Arc::new(AtomicBool::new(false));
-        let watch = {
-            let watched = Watched::Own {
-                key: key.clone(),
-                revision,
-                kv: Box::new(self.client.clone()),
-            };
-            let (client, loss, releasing) =
-                (self.client.clone(), request.loss.clone(), releasing.clone());
-            Task::spawn(report_deletion(client, watched, revision, loss, releasing))
-        };
-        Attempt::Acquired {
-            fencing_token: u64::try_from(revision).unwrap_or(0),
-            state: GrantState::new(Grant {
-                key,
-                revision,
-                id: request.lease_id,
-                session,
-                loss: request.loss.clone(),
-                releasing,
-                _watch: watch,
-            }),
-        }
-    }
-
     /// How long until etcd ends `session` unless it is renewed, read once
     /// per session into `known`. It is the session's padded TTL (see the
     /// session module): the most a crashed holder's keys could outlive it.
@@ -523,54 +450,6 @@ impl EtcdBackend {
         }
         self.sessions.confirm(grant.session).await
     }
-}
-
-/// Reports a loss once the grant's key, created at `revision`, is deleted
-/// by anyone but our own release. The watch starts [`WATCH_AFTER`] after
-/// the grant: most holds end sooner and then cost no watch at all, and a
-/// watch from the grant's revision still sees a deletion made before it
-/// started.
-async fn report_deletion(
-    client: Client,
-    watched: Watched,
-    revision: i64,
-    loss: LossReporter,
-    releasing: Arc<AtomicBool>,
-) {
-    tokio::time::sleep(WATCH_AFTER).await;
-    deleted(client, watched, revision).await;
-    if !releasing.load(Ordering::Acquire) {
-        loss.report();
-    }
-}
-
-/// Reads a name's keys, oldest first.
-fn name_keys(range: &NameRange) -> RangeRequest {
-    requests::oldest_first(range.start.clone(), range.end())
-}
-
-fn header_revision(response: &TxnResponse) -> i64 {
-    response.header.as_ref().map_or(0, |header| header.revision)
-}
-
-/// The answers of the transaction's reads, in order.
-fn range_reads(response: &TxnResponse) -> impl Iterator<Item = &RangeResponse> {
-    response
-        .responses
-        .iter()
-        .filter_map(|op| match &op.response {
-            Some(Response::ResponseRange(read)) => Some(read),
-            _ => None,
-        })
-}
-
-/// The keys read by the transaction's last range.
-fn entries_of(response: &TxnResponse) -> Vec<Entry> {
-    let entries = range_reads(response)
-        .last()
-        .map(|read| read.kvs.iter().map(Entry::from_kv).collect())
-        .unwrap_or_default();
-    in_order(entries)
 }
 
 #[async_trait]
@@ -751,6 +630,46 @@ impl Session for EtcdBackend {
     async fn renew(&self) -> Result<Renewal> {
         self.leftovers.retry(&self.client);
         self.sessions.renew().await
+    }
+}
+
+#[async_trait]
+impl TermLog for EtcdBackend {
+    /// One request, which core's timer bounds.
+    async fn terms_after(&self, name: &LockName, after: u64, _: Duration) -> Result<Vec<Term>> {
+        campaign::terms_after(&self.client, &self.config.prefix, name, after).await
+    }
+
+    /// Rewrites the record in a transaction guarded by a compare on it
+    /// (as read), read again and retried when another write came between.
+    /// A grant whose answer never came is found by its key, whose create
+    /// revision is its term.
+    async fn withdraw(&self, lease: &Lease, holder: &Holder) -> Result<()> {
+        campaign::withdraw(&self.client, &self.config.prefix, lease, holder).await
+    }
+}
+
+// The grant's key moves onto an etcd lease of its own: see the `delayed`
+// module.
+#[async_trait]
+impl DelayedRelease for EtcdBackend {
+    async fn release_after(&self, lease: &Lease, remaining: Duration) -> Result<bool> {
+        let Some(grant) = lease
+            .state
+            .get::<Grant>()
+            .filter(|grant| grant.id == lease.id)
+        else {
+            return Ok(false);
+        };
+        // Until etcd answers, the key is a leftover: a move that fails
+        // leaves it to be deleted at the next renewal, early, rather than
+        // kept by the session for as long as this client is busy.
+        self.leftovers.note(&grant.key);
+        let moved = delayed::move_to_own_lease(&self.client, grant, remaining).await;
+        if moved.is_ok() {
+            self.leftovers.forget(&grant.key);
+        }
+        moved
     }
 }
 

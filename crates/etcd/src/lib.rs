@@ -94,6 +94,7 @@ mod backend;
 mod config;
 mod deployment;
 mod error;
+mod grant;
 mod keys;
 mod leftovers;
 mod release;
@@ -101,6 +102,8 @@ mod requests;
 mod rules;
 mod session;
 mod terms;
+mod transactions;
+mod waiting;
 mod watch;
 
 // The client is public with the `raw-client` feature only: its messages

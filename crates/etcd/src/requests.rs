@@ -1,6 +1,7 @@
 //! etcd requests as the backend makes them: compares, a transaction's
 //! operations, and reads.
 
+use crate::keys::NameRange;
 use crate::raw::etcdserverpb::compare::{CompareResult, CompareTarget, TargetUnion};
 use crate::raw::etcdserverpb::range_request::{SortOrder, SortTarget};
 use crate::raw::etcdserverpb::request_op::Request;
@@ -81,4 +82,9 @@ pub(crate) fn oldest_first(start: Vec<u8>, end: Vec<u8>) -> RangeRequest {
         sort_target: SortTarget::Create as i32,
         keys_only: false,
     }
+}
+
+/// Reads a name's keys, oldest first.
+pub(crate) fn name_keys(range: &NameRange) -> RangeRequest {
+    oldest_first(range.start.clone(), range.end())
 }

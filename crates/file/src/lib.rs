@@ -56,6 +56,7 @@
 
 mod admin;
 mod backend;
+mod config;
 mod decision;
 pub mod fencing;
 mod files;
@@ -68,3 +69,4 @@ mod terms;
 mod wake;
 
 pub use crate::backend::FileBackend;
+pub use crate::config::FileConfig;

@@ -51,12 +51,12 @@ pub struct MemcachedBackend {
 }
 
 impl MemcachedBackend {
-    /// Parses `url` (see [`MemcachedConfig::from_url`]) and connects.
+    /// Parses `url` (see [`MemcachedConfig::parse`]) and connects.
     ///
     /// # Errors
-    /// As [`MemcachedConfig::from_url`] and [`connect`](Self::connect).
+    /// As [`MemcachedConfig::parse`] and [`connect`](Self::connect).
     pub async fn open(url: &str) -> Result<Self> {
-        Self::connect(MemcachedConfig::from_url(url)?).await
+        Self::connect(MemcachedConfig::parse(url)?).await
     }
 
     /// Connects to the servers of `config` and checks that they speak the

@@ -50,7 +50,7 @@ impl Mode {
 /// use std::time::Duration;
 /// use distlock_memcached::{MemcachedConfig, Mode};
 ///
-/// let config = MemcachedConfig::from_url(
+/// let config = MemcachedConfig::parse(
 ///     "memcache://10.0.0.1:11211,10.0.0.2,10.0.0.3:11300?mode=quorum&prefix=app:&timeout=500ms",
 /// )?;
 /// assert_eq!(config.servers(), ["10.0.0.1:11211", "10.0.0.2:11211", "10.0.0.3:11300"]);
@@ -98,7 +98,7 @@ impl MemcachedConfig {
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] naming the part at fault.
-    pub fn from_url(url: &str) -> Result<Self> {
+    pub fn parse(url: &str) -> Result<Self> {
         let parts = UrlParts::split(url)?;
         if !matches!(
             parts.scheme.to_ascii_lowercase().as_str(),
@@ -158,6 +158,15 @@ impl MemcachedConfig {
         }
         query.refuse_rest("memcache:// takes prefix, mode, timeout and connections")?;
         builder.build()
+    }
+
+    /// The former name of [`parse`](Self::parse).
+    ///
+    /// # Errors
+    /// As [`parse`](Self::parse).
+    #[deprecated(note = "renamed `MemcachedConfig::parse`, as every backend's URL parser is")]
+    pub fn from_url(url: &str) -> Result<Self> {
+        Self::parse(url)
     }
 
     /// The servers, as `host:port`, in the order given.
@@ -345,7 +354,7 @@ mod tests {
 
     #[test]
     fn parses_the_documented_forms() {
-        let config = MemcachedConfig::from_url("memcache://127.0.0.1:11311").unwrap();
+        let config = MemcachedConfig::parse("memcache://127.0.0.1:11311").unwrap();
         assert_eq!(config.servers(), ["127.0.0.1:11311"]);
         assert_eq!(config.prefix(), "lock:");
         assert_eq!(config.mode(), Mode::Sharded);
@@ -353,12 +362,12 @@ mod tests {
         assert_eq!(config.timeout(), Duration::from_secs(1));
         assert_eq!(config.connections(), 2);
 
-        let config = MemcachedConfig::from_url(
+        let config = MemcachedConfig::parse(
             "MEMCACHED://a,b:2,[::1]:3,[::1]/?mode=quorum&prefix=my%20app%3A&connections=4&timeout=2s",
         );
         // A space in the prefix is refused.
         assert_eq!(field_of(config), "prefix");
-        let config = MemcachedConfig::from_url(
+        let config = MemcachedConfig::parse(
             "memcached://a,b:2,[::1]:3,[::1]/?mode=quorum&prefix=my-app%3A&connections=4&timeout=2s",
         )
         .unwrap();
@@ -371,17 +380,17 @@ mod tests {
         assert_eq!(config.quorum(), 3);
         assert_eq!(config.connections(), 4);
         assert_eq!(config.timeout(), Duration::from_secs(2));
-        let empty_prefix = MemcachedConfig::from_url("memcache://h?prefix=").unwrap();
+        let empty_prefix = MemcachedConfig::parse("memcache://h?prefix=").unwrap();
         assert_eq!(empty_prefix.prefix(), "");
     }
 
     #[test]
     fn fair_mode_is_refused_with_where_to_find_it() {
-        match MemcachedConfig::from_url("memcache://h?fair=true") {
+        match MemcachedConfig::parse("memcache://h?fair=true") {
             Err(Error::Unsupported(why)) => assert!(why.contains("postgres://"), "{why}"),
             other => panic!("{other:?}"),
         }
-        assert!(MemcachedConfig::from_url("memcache://h?fair=false").is_ok());
+        assert!(MemcachedConfig::parse("memcache://h?fair=false").is_ok());
     }
 
     #[test]
@@ -409,19 +418,19 @@ mod tests {
             ("redis://a", "backend URL"),
         ];
         for (url, field) in cases {
-            assert_eq!(field_of(MemcachedConfig::from_url(url)), field, "{url}");
+            assert_eq!(field_of(MemcachedConfig::parse(url)), field, "{url}");
         }
     }
 
     #[test]
     fn a_plus_in_an_option_is_a_plus() {
-        let config = MemcachedConfig::from_url("memcache://h?prefix=a+b%2Bc:").unwrap();
+        let config = MemcachedConfig::parse("memcache://h?prefix=a+b%2Bc:").unwrap();
         assert_eq!(config.prefix(), "a+b+c:");
     }
 
     #[test]
     fn credentials_are_refused_without_being_echoed() {
-        let error = MemcachedConfig::from_url("memcache://admin:hunter2@h:1")
+        let error = MemcachedConfig::parse("memcache://admin:hunter2@h:1")
             .unwrap_err()
             .to_string();
         assert!(!error.contains("hunter2"), "{error}");

@@ -33,7 +33,7 @@ fn two_second_client(backend: Arc<dyn Backend>) -> LockClient {
 
 /// The shared sharded server's address.
 fn sharded_addr() -> String {
-    MemcachedConfig::from_url(&url()).unwrap().servers()[0].clone()
+    MemcachedConfig::parse(&url()).unwrap().servers()[0].clone()
 }
 
 #[tokio::test]
@@ -251,7 +251,7 @@ async fn opening_reports_unreachable_servers_and_bad_urls() {
     assert!(matches!(two, Err(Error::InvalidConfig { .. })));
 
     // Quorum mode opens with a majority.
-    let config = MemcachedConfig::from_url(&quorum_url()).unwrap();
+    let config = MemcachedConfig::parse(&quorum_url()).unwrap();
     let mut servers = config.servers().to_vec();
     servers[2] = format!("127.0.0.1:{closed}");
     let degraded = MemcachedConfig::builder(servers)

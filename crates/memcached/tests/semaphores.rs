@@ -30,7 +30,7 @@ async fn open(url: &str) -> MemcachedBackend {
 
 /// The shared sharded server's address.
 fn sharded_addr() -> String {
-    MemcachedConfig::from_url(&url()).unwrap().servers()[0].clone()
+    MemcachedConfig::parse(&url()).unwrap().servers()[0].clone()
 }
 
 /// One permit of `limit`, through the backend alone (nobody extends it);

@@ -96,8 +96,8 @@ impl CampaignBackend for Memcached {
 
     fn parse_url(&self, url: &str) -> Option<(&'static str, Result<String, distlock::Error>)> {
         Some((
-            "`MemcachedConfig::from_url`",
-            distlock::memcached::MemcachedConfig::from_url(url).map(|config| format!("{config:?}")),
+            "`MemcachedConfig::parse`",
+            distlock::memcached::MemcachedConfig::parse(url).map(|config| format!("{config:?}")),
         ))
     }
 

@@ -8,81 +8,63 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use distlock_core::Result;
-use distlock_core::backend::{DelayedRelease, Lease, async_trait};
 
-use super::{EtcdBackend, Grant};
 use crate::error::from_etcd;
+use crate::grant::Grant;
+use crate::raw::Client;
 use crate::raw::etcdserverpb::TxnRequest;
 use crate::raw::etcdserverpb::compare::CompareResult;
 use crate::requests::{self, create_revision, put_op};
+use crate::transactions::run;
 
-#[async_trait]
-impl DelayedRelease for EtcdBackend {
-    async fn release_after(&self, lease: &Lease, remaining: Duration) -> Result<bool> {
-        let Some(grant) = lease
-            .state
-            .get::<Grant>()
-            .filter(|grant| grant.id == lease.id)
-        else {
-            return Ok(false);
-        };
-        // Until etcd answers, the key is a leftover: a move that fails
-        // leaves it to be deleted at the next renewal, early, rather than
-        // kept by the session for as long as this client is busy.
-        self.leftovers.note(&grant.key);
-        let moved = self.move_to_own_lease(grant, remaining).await;
-        if moved.is_ok() {
-            self.leftovers.forget(&grant.key);
-        }
-        moved
+/// Puts `grant`'s key, with its value, on a new etcd lease of `remaining`
+/// (in whole seconds, rounded up), if the key is still the one granted.
+/// Returns whether it was.
+pub(super) async fn move_to_own_lease(
+    client: &Client,
+    grant: &Grant,
+    remaining: Duration,
+) -> Result<bool> {
+    let current = client
+        .range(requests::key(grant.key.clone()))
+        .await
+        .map_err(|e| from_etcd("reading a lock before its delayed release", e))?;
+    let Some(kv) = current
+        .kvs
+        .into_iter()
+        .find(|kv| kv.create_revision == grant.revision)
+    else {
+        return Ok(false);
+    };
+    let own = client
+        .lease_grant(whole_seconds(remaining))
+        .await
+        .map_err(|e| from_etcd("granting the lease of a delayed release", e))?;
+    // Its expiry deletes the key: that is the release, not a loss.
+    grant.releasing.store(true, Ordering::Release);
+    // A put keeps the key's create revision, so the fencing token and the
+    // waiters' order stay as they were.
+    let txn = TxnRequest {
+        compare: vec![create_revision(
+            grant.key.clone(),
+            CompareResult::Equal,
+            grant.revision,
+        )],
+        success: vec![put_op(grant.key.clone(), kv.value, own.id)],
+        failure: Vec::new(),
+    };
+    let moved = run(
+        client,
+        txn,
+        "moving a lock onto the lease of its delayed release",
+    )
+    .await?
+    .succeeded;
+    if !moved {
+        // No key is on it; it would expire by itself anyway.
+        let _ = client.lease_revoke(own.id).await;
     }
-}
-
-impl EtcdBackend {
-    /// Puts `grant`'s key, with its value, on a new etcd lease of
-    /// `remaining` (in whole seconds, rounded up), if the key is still the
-    /// one granted. Returns whether it was.
-    async fn move_to_own_lease(&self, grant: &Grant, remaining: Duration) -> Result<bool> {
-        let current = self
-            .client
-            .range(requests::key(grant.key.clone()))
-            .await
-            .map_err(|e| from_etcd("reading a lock before its delayed release", e))?;
-        let Some(kv) = current
-            .kvs
-            .into_iter()
-            .find(|kv| kv.create_revision == grant.revision)
-        else {
-            return Ok(false);
-        };
-        let own = self
-            .client
-            .lease_grant(whole_seconds(remaining))
-            .await
-            .map_err(|e| from_etcd("granting the lease of a delayed release", e))?;
-        // Its expiry deletes the key: that is the release, not a loss.
-        grant.releasing.store(true, Ordering::Release);
-        // A put keeps the key's create revision, so the fencing token and
-        // the waiters' order stay as they were.
-        let txn = TxnRequest {
-            compare: vec![create_revision(
-                grant.key.clone(),
-                CompareResult::Equal,
-                grant.revision,
-            )],
-            success: vec![put_op(grant.key.clone(), kv.value, own.id)],
-            failure: Vec::new(),
-        };
-        let moved = self
-            .txn(txn, "moving a lock onto the lease of its delayed release")
-            .await?
-            .succeeded;
-        if !moved {
-            // No key is on it; it would expire by itself anyway.
-            let _ = self.client.lease_revoke(own.id).await;
-        }
-        Ok(moved)
-    }
+    Ok(moved)
 }
 
 /// `duration` in etcd's whole seconds, rounded up: etcd may lengthen a TTL
