@@ -9,7 +9,7 @@ use crate::answers::{ClockStep, SecretCase};
 use crate::campaign::CampaignBackend;
 use crate::campaign::Server;
 use crate::outcome::Outcome;
-use crate::scenarios::{run_dir, unique};
+use crate::scratch::{run_dir, unique};
 use crate::servers::ServerCommand;
 
 #[derive(Debug)]
