@@ -63,16 +63,16 @@ impl CampaignBackend for File {
     fn secret_cases(&self, server: &Server, canary: &str) -> Outcome<Vec<SecretCase>> {
         let dir = run_dir(server, &unique("r12"))?;
         Ok(vec![
-            SecretCase {
-                label: "user information in the URL",
-                url: format!("file://u:{canary}@localhost{}", dir.display()),
-                note: "the file backend has no credentials; ",
-            },
-            SecretCase {
-                label: "user information, no host",
-                url: format!("file://u:{canary}@{}", dir.display()),
-                note: "the file backend has no credentials; ",
-            },
+            SecretCase::new(
+                "user information in the URL",
+                format!("file://u:{canary}@localhost{}", dir.display()),
+            )
+            .with_note("the file backend has no credentials; "),
+            SecretCase::new(
+                "user information, no host",
+                format!("file://u:{canary}@{}", dir.display()),
+            )
+            .with_note("the file backend has no credentials; "),
         ])
     }
 
