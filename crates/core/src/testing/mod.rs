@@ -53,9 +53,11 @@ use crate::sync::{Mutex, MutexGuard};
 
 mod hook;
 mod mutant;
+mod spoil;
 
 pub use hook::{Answer, Call, Hook, Operation};
 pub use mutant::{MutantBackend, Mutation};
+pub use spoil::{Spoil, SpoilGrant};
 
 /// What the calls that [`TestBackend::fail_next`] fails answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
