@@ -19,6 +19,16 @@ apt_install() {
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" >/dev/null
 }
 
+# install_missing PACKAGE...: install the packages named, saying so;
+# nothing when none is named (an install_<name> lists what it lacks).
+install_missing() {
+    if [ "$#" = 0 ]; then
+        return 0
+    fi
+    step "installing $*"
+    apt_install "$@"
+}
+
 free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
 }

@@ -21,11 +21,7 @@ install_etcd() {
     command -v ip >/dev/null 2>&1 || missing+=(iproute2)
     # The TLS test makes a throwaway CA and a certificate for its member.
     command -v openssl >/dev/null 2>&1 || missing+=(openssl)
-    if [ "${#missing[@]}" = 0 ]; then
-        return 0
-    fi
-    step "installing ${missing[*]}"
-    apt_install "${missing[@]}"
+    install_missing "${missing[@]}"
 }
 
 # etcd_wait_healthy CLIENT_URL NAME: wait up to 60 s until the member

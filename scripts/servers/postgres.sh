@@ -27,11 +27,7 @@ install_postgres() {
     postgres_bin_dir >/dev/null || missing+=(postgresql)
     command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || missing+=(pgbouncer)
     command -v openssl >/dev/null 2>&1 || missing+=(openssl)
-    if [ "${#missing[@]}" = 0 ]; then
-        return 0
-    fi
-    step "installing ${missing[*]}"
-    apt_install "${missing[@]}"
+    install_missing "${missing[@]}"
 }
 
 # postgres_tls DIR: a throwaway CA (DIR/ca.pem) and a server certificate it

@@ -244,6 +244,22 @@ fn which(side: &Side) -> String {
     cell
 }
 
+/// The goal that the client makes at least `share` of the cycles per
+/// second of `base`, the baseline `base_is` describes, on backend `who`.
+fn share_goal(who: &str, share: f64, base_is: &str, client: &Side, base: &Side) -> String {
+    let ratio = client.per_second() / base.per_second();
+    goal(
+        ratio >= share,
+        format!(
+            "{who}: the client reaches at least {share} of {base_is}: {ratio:.2} ({:.0} \
+             against {:.0} cycles/s){}.",
+            client.per_second(),
+            base.per_second(),
+            spread(client, base),
+        ),
+    )
+}
+
 /// How the client's ratio to the baseline varied from round to round, for
 /// a goal's line.
 fn spread(client: &Side, base: &Side) -> String {

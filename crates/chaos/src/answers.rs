@@ -72,3 +72,19 @@ pub(crate) struct SecretCase {
     /// is tried at all, say).
     pub(crate) note: &'static str,
 }
+
+impl SecretCase {
+    /// A case with nothing said before its findings.
+    pub(crate) fn new(label: &'static str, url: String) -> Self {
+        Self {
+            label,
+            url,
+            note: "",
+        }
+    }
+
+    /// This case, with `note` said before its findings.
+    pub(crate) fn with_note(self, note: &'static str) -> Self {
+        Self { note, ..self }
+    }
+}

@@ -154,14 +154,19 @@ impl FencedStore {
         Ok(self.try_locked()?.is_none())
     }
 
-    /// The state file under the store's lock, if no process holds it.
-    fn try_locked(&self) -> Outcome<Option<File>> {
-        let file = OpenOptions::new()
+    /// The state file, made if missing and not yet locked.
+    fn state_file(&self) -> Outcome<File> {
+        Ok(OpenOptions::new()
             .create(true)
             .truncate(false)
             .read(true)
             .write(true)
-            .open(self.dir.join("state.json"))?;
+            .open(self.dir.join("state.json"))?)
+    }
+
+    /// The state file under the store's lock, if no process holds it.
+    fn try_locked(&self) -> Outcome<Option<File>> {
+        let file = self.state_file()?;
         match flock(&file, FlockOperation::NonBlockingLockExclusive) {
             Ok(()) => Ok(Some(file)),
             Err(rustix::io::Errno::WOULDBLOCK) => Ok(None),
@@ -267,13 +272,9 @@ impl FencedStore {
         self.dir.join("log.jsonl")
     }
 
+    /// The state file under the store's lock, waiting for it.
     fn locked(&self) -> Outcome<File> {
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .read(true)
-            .write(true)
-            .open(self.dir.join("state.json"))?;
+        let file = self.state_file()?;
         flock(&file, FlockOperation::LockExclusive)?;
         Ok(file)
     }

@@ -26,7 +26,7 @@ use clap::{Parser, Subcommand};
 use crate::campaign::Server;
 use crate::outcome::Outcome;
 use crate::report::{Row, RunInfo};
-use crate::scenarios::Settings;
+use crate::settings::Settings;
 
 mod answers;
 mod backends;
@@ -34,14 +34,18 @@ mod campaign;
 mod clock;
 mod extensions;
 mod fenced;
+mod figures;
 mod history;
+mod holder;
 mod holdings;
 mod judge;
 mod mutants;
 mod outcome;
 mod report;
 mod scenarios;
+mod scratch;
 mod servers;
+mod settings;
 mod witness;
 mod worker;
 

@@ -3,18 +3,13 @@
 //! deliberate defect each) must fail, in the row and for the reason that
 //! defect shows. A mutant that passes is a bug in the checks.
 
-use std::process::Command;
+mod support;
+
+use support::short_form;
 
 /// The short form of `scenario` on `mutant`, which must fail: its report.
 fn fails(mutant: &str, scenario: &str) -> String {
-    let report = tempfile::NamedTempFile::new().unwrap();
-    let status = Command::new(env!("CARGO_BIN_EXE_distlock-chaos"))
-        .args(["--short", "--backend", mutant, "--scenario", scenario])
-        .arg("--write")
-        .arg(report.path())
-        .status()
-        .expect("run distlock-chaos");
-    let written = std::fs::read_to_string(report.path()).unwrap_or_default();
+    let (status, written) = short_form(mutant, &[scenario]);
     assert!(
         !status.success() && written.contains("**FAILED**"),
         "{scenario} held on {mutant} ({status}): its checks cannot see the defect\n{written}"

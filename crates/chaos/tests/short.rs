@@ -3,7 +3,7 @@
 //! histories' linearizability (never on timings). The servers come from `scripts/test`; without them the
 //! campaign fails, so a missing server never passes silently.
 
-use std::process::Command;
+mod support;
 
 /// Every scenario's id.
 const SCENARIOS: [&str; 14] = [
@@ -12,18 +12,7 @@ const SCENARIOS: [&str; 14] = [
 
 /// The short form on `backend`.
 fn short_form(backend: &str) {
-    let report = tempfile::NamedTempFile::new().unwrap();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_distlock-chaos"));
-    command.args(["--short", "--backend", backend]);
-    for id in SCENARIOS {
-        command.args(["--scenario", id]);
-    }
-    let status = command
-        .arg("--write")
-        .arg(report.path())
-        .status()
-        .expect("run distlock-chaos");
-    let written = std::fs::read_to_string(report.path()).unwrap_or_default();
+    let (status, written) = support::short_form(backend, &SCENARIOS);
     assert!(
         status.success(),
         "the short form on {backend} found a violation ({status}):\n{written}"

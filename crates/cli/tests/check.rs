@@ -302,6 +302,23 @@ fn a_redis_that_may_evict_locks_fails_the_check_with_2() {
     assert!(detail.contains("noeviction"), "{detail}");
 }
 
+/// Checks `url`, whose user may not write: the check exits 2 with the
+/// write as its one failure, naming `cause`, and never prints `secret`.
+fn fails_to_write_only(url: &str, cause: &str, secret: &str) {
+    let output = distlock(&["check", "--backend", url]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(2), "{stdout}");
+    let failed: Vec<&str> = stdout
+        .lines()
+        .filter(|line| line.starts_with("FAIL"))
+        .collect();
+    assert_eq!(failed.len(), 1, "{stdout}");
+    assert!(failed[0].starts_with("FAIL  write"), "{stdout}");
+    assert!(failed[0].contains(cause), "{stdout}");
+    assert!(!stdout.contains(secret), "{stdout}");
+    assert!(!String::from_utf8_lossy(&output.stderr).contains(secret));
+}
+
 #[test]
 fn a_redis_user_who_may_not_write_fails_naming_the_cause() {
     let redis = OwnRedis::start(&[
@@ -318,24 +335,11 @@ fn a_redis_user_who_may_not_write_fails_naming_the_cause() {
         "+time",
         "+config|get",
     ]);
-    let output = distlock(&[
-        "check",
-        "--backend",
+    fails_to_write_only(
         &redis.url("reader:reader-secret-4e1f@"),
-    ])
-    .output()
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert_eq!(output.status.code(), Some(2), "{stdout}");
-    let failed: Vec<&str> = stdout
-        .lines()
-        .filter(|line| line.starts_with("FAIL"))
-        .collect();
-    assert_eq!(failed.len(), 1, "{stdout}");
-    assert!(failed[0].starts_with("FAIL  write"), "{stdout}");
-    assert!(failed[0].contains("NOPERM"), "{stdout}");
-    assert!(!stdout.contains("reader-secret"), "{stdout}");
-    assert!(!String::from_utf8_lossy(&output.stderr).contains("reader-secret"));
+        "NOPERM",
+        "reader-secret",
+    );
 
     let wrong = redis.url("reader:hunter2-wrong@");
     let output = distlock(&["check", "--backend", &wrong]).output().unwrap();
@@ -358,16 +362,5 @@ fn a_postgres_user_who_may_not_write_fails_naming_the_cause() {
         .and_then(|(user_info, _)| user_info.split_once(':'))
         .map(|(_, password)| password.to_owned())
         .unwrap();
-    let output = distlock(&["check", "--backend", &reader]).output().unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert_eq!(output.status.code(), Some(2), "{stdout}");
-    let failed: Vec<&str> = stdout
-        .lines()
-        .filter(|line| line.starts_with("FAIL"))
-        .collect();
-    assert_eq!(failed.len(), 1, "{stdout}");
-    assert!(failed[0].starts_with("FAIL  write"), "{stdout}");
-    assert!(failed[0].contains("permission denied"), "{stdout}");
-    assert!(!stdout.contains(&password), "{stdout}");
-    assert!(!String::from_utf8_lossy(&output.stderr).contains(&password));
+    fails_to_write_only(&reader, "permission denied", &password);
 }

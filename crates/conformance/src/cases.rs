@@ -7,12 +7,13 @@ use std::time::{Duration, Instant};
 
 use distlock_core::backend::BackendExt;
 use distlock_core::backend::{AcquireRequest, Attempt, Backend, HandOver, Lease, LeaseId};
-use distlock_core::{AcquireOptions, Error, Holder, LockName, LossReason};
+use distlock_core::{Claim, Error, Holder, LockName, LossReason};
 
 use crate::fixture::Fixture;
 use crate::process::HeldByChild;
 use crate::support::{
-    ADMIN_LIMIT, LEAK_CATCHING_LEASE, bounded, client, client_with, shared, unique_name,
+    ADMIN_LIMIT, LEAK_CATCHING_LEASE, bounded, cancelled_wait_leaves_nothing, client, client_with,
+    shared, unique_name,
 };
 
 const PATIENCE: Duration = Duration::from_secs(10);
@@ -147,30 +148,10 @@ pub async fn acquire_or_cancel_returns_holding_nothing(fixture: &dyn Fixture) {
     let a = client_with(fixture, LEAK_CATCHING_LEASE).await;
     let b = client_with(fixture, LEAK_CATCHING_LEASE).await;
     for round in 0..20u64 {
-        let cancel = tokio::time::sleep(Duration::from_micros(round * 250));
-        match b
-            .acquire_with(
-                &name,
-                AcquireOptions::new()
-                    .timeout(Duration::from_secs(300))
-                    .cancel_on(cancel),
-            )
+        let after = Duration::from_micros(round * 250);
+        cancelled_wait_leaves_nothing(&a, &b, &name, Claim::Exclusive, after)
             .await
-        {
-            Ok(guard) => {
-                guard.release().await.expect("release");
-            }
-            Err(Error::Cancelled { .. }) => {}
-            Err(error) => panic!("round {round}: {error}"),
-        }
-        let check = a
-            .try_acquire(&name)
-            .await
-            .expect("try_acquire")
-            .unwrap_or_else(|| {
-                panic!("round {round}: the lock was still held after the call returned")
-            });
-        check.release().await.expect("release");
+            .unwrap_or_else(|error| panic!("round {round}: {error}"));
     }
 }
 

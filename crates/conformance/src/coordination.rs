@@ -8,12 +8,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use distlock_core::backend::BackendExt;
-use distlock_core::testing::TestBackend;
-use distlock_core::{AcquireOptions, Error, LockClient, LossReason, TryOptions};
+use distlock_core::testing::{Spoil, SpoilGrant, TestBackend};
+use distlock_core::{
+    AcquireOptions, Error, Leadership, LockClient, LockGuard, LockName, LossReason, Observer,
+    TryOptions,
+};
 use tokio::sync::Notify;
 
 use crate::fixture::Fixture;
-use crate::spoil::{Spoil, SpoilGrant};
 use crate::support::{
     ADMIN_LIMIT, LEAK_CATCHING_LEASE, assert_only_leaders_recorded, bounded, client, client_with,
     shared, test_options, unique_name,
@@ -67,60 +69,80 @@ pub async fn opposite_orders_never_deadlock(fixture: &dyn Fixture) {
 /// A set whose last lock is held elsewhere times out naming that lock,
 /// and holds nothing afterwards: the first lock is free at once.
 pub async fn a_set_that_times_out_holds_nothing(fixture: &dyn Fixture) {
-    let (free, taken) = (unique_name("set-free"), unique_name("set-taken"));
-    let holder = client(fixture).await;
-    let blocking = holder
-        .acquire_with(&taken, Duration::from_secs(10))
-        .await
-        .expect("acquire");
-    // A long lease: a leaked grant of `free` would outlast the check.
-    let locks = client_with(fixture, LEAK_CATCHING_LEASE).await;
-    let error = locks
-        .acquire_all([&free, &taken], Duration::from_millis(300))
+    let set = OneMemberHeld::new(fixture).await;
+    let error = set
+        .locks
+        .acquire_all([&set.free, &set.taken], Duration::from_millis(300))
         .await
         .expect_err("the second lock is held");
     match &error {
-        Error::Timeout { name, .. } => assert_eq!(name, taken.as_str()),
+        Error::Timeout { name, .. } => assert_eq!(name, set.taken.as_str()),
         other => panic!("expected a timeout, got {other:?}"),
     }
-    let other = client(fixture).await;
-    let again = other
-        .try_acquire(&free)
-        .await
-        .expect("try")
-        .expect("the set released the lock it took");
-    again.release().await.expect("release");
-    blocking.release().await.expect("release");
+    set.assert_free_member_free(fixture, "the set released the lock it took")
+        .await;
 }
 
 /// A cancelled set holds nothing afterwards.
 pub async fn a_cancelled_set_holds_nothing(fixture: &dyn Fixture) {
-    let (free, taken) = (unique_name("set-free"), unique_name("set-taken"));
-    let holder = client(fixture).await;
-    let blocking = holder
-        .acquire_with(&taken, Duration::from_secs(10))
-        .await
-        .expect("acquire");
-    let locks = client_with(fixture, LEAK_CATCHING_LEASE).await;
+    let set = OneMemberHeld::new(fixture).await;
     let options = AcquireOptions::new()
         .timeout(Duration::from_secs(30))
         .cancel_on(tokio::time::sleep(Duration::from_millis(300)));
-    let error = locks
-        .acquire_all([&taken, &free], options)
+    let error = set
+        .locks
+        .acquire_all([&set.taken, &set.free], options)
         .await
         .expect_err("cancelled");
     match &error {
-        Error::Cancelled { name, .. } => assert_eq!(name, taken.as_str()),
+        Error::Cancelled { name, .. } => assert_eq!(name, set.taken.as_str()),
         other => panic!("expected a cancellation, got {other:?}"),
     }
-    let other = client(fixture).await;
-    let again = other
-        .try_acquire(&free)
-        .await
-        .expect("try")
-        .expect("the cancelled set released the lock it took");
-    again.release().await.expect("release");
-    blocking.release().await.expect("release");
+    set.assert_free_member_free(fixture, "the cancelled set released the lock it took")
+        .await;
+}
+
+/// Two names for a set, the one `taken` held by another client
+/// (`blocking`), and the client to take the set with.
+struct OneMemberHeld {
+    free: LockName,
+    taken: LockName,
+    _holder: LockClient,
+    blocking: LockGuard,
+    /// With a long lease: a leaked grant of `free` would outlast the check.
+    locks: LockClient,
+}
+
+impl OneMemberHeld {
+    async fn new(fixture: &dyn Fixture) -> Self {
+        let (free, taken) = (unique_name("set-free"), unique_name("set-taken"));
+        let holder = client(fixture).await;
+        let blocking = holder
+            .acquire_with(&taken, Duration::from_secs(10))
+            .await
+            .expect("acquire");
+        let locks = client_with(fixture, LEAK_CATCHING_LEASE).await;
+        Self {
+            free,
+            taken,
+            _holder: holder,
+            blocking,
+            locks,
+        }
+    }
+
+    /// After the set failed: another client takes the free member at
+    /// once (`why` says what that shows); then both are released.
+    async fn assert_free_member_free(self, fixture: &dyn Fixture, why: &str) {
+        let other = client(fixture).await;
+        let again = other
+            .try_acquire(&self.free)
+            .await
+            .expect("try")
+            .expect(why);
+        again.release().await.expect("release");
+        self.blocking.release().await.expect("release");
+    }
 }
 
 /// The loss of any one lock of a set is the set's, named; the others stay
@@ -390,20 +412,9 @@ pub async fn an_observer_sees_every_term_the_short_ones_too(fixture: &dyn Fixtur
         }
     };
     let first = campaign(&one, "first".into()).await;
-    let mut observer = watcher.election(&name).expect("a valid name").observe();
-    if watcher.backend().term_log().is_none() {
-        assert!(
-            matches!(observer.next().await, Err(Error::Unsupported(_))),
-            "a backend without a record of terms refuses to observe"
-        );
-        assert!(first.resign().await.expect("resign"));
+    let Some(mut observer) = observer_past(&watcher, &name, first).await else {
         return;
-    }
-    let seen = bounded("the first leader observed", observer.next())
-        .await
-        .expect("observe");
-    assert_eq!((seen.value.as_str(), seen.term), ("first", first.term()));
-    assert!(first.resign().await.expect("resign"));
+    };
 
     // Terms that begin and end while the observer looks away.
     let mut expected = Vec::new();
@@ -451,6 +462,35 @@ pub async fn an_observer_sees_every_term_the_short_ones_too(fixture: &dyn Fixtur
     assert!(last.resign().await.expect("resign"));
 }
 
+/// An observer of election `name` in `watcher`, which has seen `first`, the
+/// leader now, who then resigns. `None` on a backend that keeps no record
+/// of terms, where observing is a clear `Unsupported` (and `first`
+/// resigned all the same).
+async fn observer_past(
+    watcher: &LockClient,
+    name: &LockName,
+    first: Leadership,
+) -> Option<Observer> {
+    let mut observer = watcher.election(name).expect("a valid name").observe();
+    if watcher.backend().term_log().is_none() {
+        assert!(
+            matches!(observer.next().await, Err(Error::Unsupported(_))),
+            "a backend without a record of terms refuses to observe"
+        );
+        assert!(first.resign().await.expect("resign"));
+        return None;
+    }
+    let seen = bounded("the first leader observed", observer.next())
+        .await
+        .expect("observe");
+    assert_eq!(
+        (seen.value.as_str(), seen.term),
+        (first.value(), first.term())
+    );
+    assert!(first.resign().await.expect("resign"));
+    Some(observer)
+}
+
 /// An observer that fell further behind than the record keeps is told so
 /// once, with the terms it missed, and goes on with the kept ones: the
 /// terms it returns are the newest ones, in order, at least
@@ -468,21 +508,10 @@ pub async fn an_observer_that_fell_behind_is_told_and_goes_on(fixture: &dyn Fixt
     )
     .await
     .expect("the campaign wins");
-    let mut observer = watcher.election(&name).expect("a valid name").observe();
-    if watcher.backend().term_log().is_none() {
-        assert!(
-            matches!(observer.next().await, Err(Error::Unsupported(_))),
-            "a backend without a record of terms refuses to observe"
-        );
-        assert!(first.resign().await.expect("resign"));
-        return;
-    }
-    let seen = bounded("the first leader observed", observer.next())
-        .await
-        .expect("observe");
     let first_term = first.term();
-    assert_eq!(seen.term, first_term);
-    assert!(first.resign().await.expect("resign"));
+    let Some(mut observer) = observer_past(&watcher, &name, first).await else {
+        return;
+    };
     let mut expected = Vec::new();
     for round in 0..distlock_core::backend::TERMS_KEPT + 3 {
         let leading = bounded(

@@ -13,7 +13,10 @@ use distlock_core::{
 
 use crate::fixture::Fixture;
 use crate::process::HeldByChild;
-use crate::support::{LEAK_CATCHING_LEASE, bounded, client, client_with, shared, unique_name};
+use crate::support::{
+    LEAK_CATCHING_LEASE, bounded, cancelled_wait_leaves_nothing, client, client_with,
+    exclusive_side, shared, unique_name,
+};
 
 const PATIENCE: Duration = Duration::from_secs(10);
 
@@ -529,39 +532,11 @@ pub async fn cancelled_waits_leave_nothing_held_for_each_kind(fixture: &dyn Fixt
         }
         let name = unique_name("cancel-kind");
         for round in 0..10u64 {
-            let cancel = tokio::time::sleep(Duration::from_micros(round * 300));
-            match b
-                .acquire_with(
-                    &name,
-                    AcquireOptions::new()
-                        .claim(claim)
-                        .timeout(Duration::from_secs(300))
-                        .cancel_on(cancel),
-                )
+            let after = Duration::from_micros(round * 300);
+            cancelled_wait_leaves_nothing(&a, &b, &name, claim, after)
                 .await
-            {
-                Ok(guard) => {
-                    guard.release().await.expect("release");
-                }
-                Err(Error::Cancelled { .. }) => {}
-                Err(error) => panic!("{claim}, round {round}: {error}"),
-            }
-            let check = a
-                .try_acquire_with(&name, exclusive_side(claim))
-                .await
-                .expect("try")
-                .unwrap_or_else(|| panic!("{claim}, round {round}: still held after the call"));
-            check.release().await.expect("release");
+                .unwrap_or_else(|error| panic!("{claim}, round {round}: {error}"));
         }
-    }
-}
-
-/// What keeps every holder of `claim`'s kind out: a writer for readers, the
-/// semaphore's single permit for a semaphore of one.
-fn exclusive_side(claim: Claim) -> Claim {
-    match claim {
-        Claim::Shared => Claim::Exclusive,
-        other => other,
     }
 }
 

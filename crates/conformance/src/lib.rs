@@ -21,7 +21,6 @@ mod fixture;
 pub mod kinds;
 mod process;
 pub mod regressions;
-mod spoil;
 mod support;
 
 pub use child::in_child_with_env;

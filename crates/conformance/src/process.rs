@@ -37,6 +37,15 @@ fn claim_args(claim: Claim) -> Vec<String> {
     }
 }
 
+/// `distlock run NAME` on `url` with `lease`, to which callers add their
+/// options and command.
+fn distlock_run(url: &str, name: &LockName, lease: Duration) -> Command {
+    let mut command = Command::new(distlock_bin());
+    command.args(["run", name.as_str(), "--backend", url, "--lease"]);
+    command.arg(format!("{}ms", lease.as_millis()));
+    command
+}
+
 pub(crate) struct HeldByChild {
     child: Child,
     token: u64,
@@ -64,7 +73,6 @@ impl HeldByChild {
         ));
         std::fs::create_dir_all(&dir).expect("temp dir");
         let marker = dir.join("token");
-        let lease_arg = format!("{}ms", lease.as_millis());
         let script = format!(
             "echo $$ > {}/command && echo \"$DISTLOCK_FENCING_TOKEN\" > {}.tmp && mv {}.tmp {} && exec sleep 120",
             dir.display(),
@@ -72,17 +80,8 @@ impl HeldByChild {
             marker.display(),
             marker.display()
         );
-        let child = Command::new(distlock_bin())
-            .args([
-                "run",
-                name.as_str(),
-                "--backend",
-                url,
-                "--lease",
-                &lease_arg,
-                "--kill-grace",
-                "2s",
-            ])
+        let child = distlock_run(url, name, lease)
+            .args(["--kill-grace", "2s"])
             .args(claim_args(claim))
             .args(["--", "sh", "-c", &script])
             .stdin(Stdio::null())
@@ -188,22 +187,13 @@ impl WaitingChild {
         place: usize,
         log: &std::path::Path,
     ) -> Self {
-        let lease_arg = format!("{}ms", lease.as_millis());
         // The log is written under the lock, so its lines come in the order
         // the lock was granted.
         let script = format!(
             "echo \"{place} $DISTLOCK_FENCING_TOKEN\" >> {}",
             log.display()
         );
-        let child = Command::new(distlock_bin())
-            .args([
-                "run",
-                name.as_str(),
-                "--backend",
-                url,
-                "--lease",
-                &lease_arg,
-            ])
+        let child = distlock_run(url, name, lease)
             .args(["--wait", "60s", "--", "sh", "-c", &script])
             .stdin(Stdio::null())
             .spawn()

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use distlock_core::backend::TermLog;
 use distlock_core::testing::quick_options;
-use distlock_core::{LockClient, LockName, LockOptions};
+use distlock_core::{AcquireOptions, Claim, Error, LockClient, LockName, LockOptions};
 
 use crate::fixture::Fixture;
 
@@ -37,10 +37,9 @@ pub(crate) async fn client_with(fixture: &dyn Fixture, lease: Duration) -> LockC
 /// so a case that then acquires proves nothing leaked.
 pub(crate) const LEAK_CATCHING_LEASE: Duration = Duration::from_secs(60);
 
-/// The time a case gives an administrative call (a listing, a forced
-/// release, a read of terms) it makes on a backend directly, as a client
-/// gives its operation timeout.
-pub(crate) const ADMIN_LIMIT: Duration = Duration::from_secs(10);
+/// The time a case gives an administrative call it makes on a backend
+/// directly.
+pub(crate) use distlock_core::testing::ADMIN_LIMIT;
 
 /// Runs `f` with a generous bound, so a broken backend fails instead of
 /// hanging the suite.
@@ -77,4 +76,47 @@ pub(crate) async fn assert_only_leaders_recorded(
         "only the leaders' terms, not {spoiled}"
     );
     assert_eq!(terms[1].previous, Some(kept), "next follows kept");
+}
+
+/// What keeps every holder of `claim`'s kind out: a writer for readers, the
+/// semaphore's single permit for a semaphore of one.
+pub(crate) fn exclusive_side(claim: Claim) -> Claim {
+    match claim {
+        Claim::Shared => Claim::Exclusive,
+        other => other,
+    }
+}
+
+/// `waiter` waits for `claim` on `name`, cancelled after `after` (a grant
+/// that came first is released); once that call returns, `checker` must
+/// take what keeps every `claim` out at once.
+///
+/// # Errors
+/// What went wrong, for the caller to panic with: the wait failed other
+/// than by its cancellation, or the lock was still held after it.
+pub(crate) async fn cancelled_wait_leaves_nothing(
+    checker: &LockClient,
+    waiter: &LockClient,
+    name: &LockName,
+    claim: Claim,
+    after: Duration,
+) -> Result<(), String> {
+    let options = AcquireOptions::new()
+        .claim(claim)
+        .timeout(Duration::from_secs(300))
+        .cancel_on(tokio::time::sleep(after));
+    match waiter.acquire_with(name, options).await {
+        Ok(guard) => {
+            guard.release().await.expect("release");
+        }
+        Err(Error::Cancelled { .. }) => {}
+        Err(error) => return Err(error.to_string()),
+    }
+    let check = checker
+        .try_acquire_with(name, exclusive_side(claim))
+        .await
+        .expect("try")
+        .ok_or("the lock was still held after the call returned")?;
+    check.release().await.expect("release");
+    Ok(())
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::backend::state::Payload;
 use crate::claim::Claim;
+use crate::engine::hold::HoldBounds;
 
 /// The setters an attempt's options share, written once for
 /// [`TryOptions`] and [`AcquireOptions`]: each goes through the type's
@@ -180,6 +181,14 @@ impl TryOptions {
     /// The claim these options ask for.
     pub fn requested_claim(&self) -> Claim {
         self.claim
+    }
+
+    /// The longest and shortest hold these options ask for.
+    pub(crate) fn hold_bounds(&self) -> HoldBounds {
+        HoldBounds {
+            max: self.max_hold,
+            min: self.min_hold,
+        }
     }
 }
 

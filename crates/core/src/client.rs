@@ -23,7 +23,6 @@ use crate::engine::backoff::Backoff;
 use crate::engine::bounded;
 use crate::engine::handover::Succession;
 use crate::engine::held::HeldLease;
-use crate::engine::hold::HoldBounds;
 use crate::engine::keeper::Keeper;
 use crate::engine::slots::{self, Baton, LocalReleases, LocalReleasesWatch};
 use crate::engine::waiting::{PendingWait, sleep_unless_released};
@@ -267,25 +266,15 @@ impl LockClient {
     ) -> Result<LockGuard> {
         let name = name.into_lock_name()?;
         let AcquireOptions {
-            attempt:
-                TryOptions {
-                    claim,
-                    payload,
-                    max_hold,
-                    min_hold,
-                    label,
-                },
+            attempt,
             timeout,
             cancel,
             records_term,
         } = options.into();
-        let claim = claim.validated()?;
-        let bounds = HoldBounds {
-            max: max_hold,
-            min: min_hold,
-        };
+        let claim = attempt.claim.validated()?;
+        let bounds = attempt.hold_bounds();
         bounds.check(claim, &*self.inner.backend)?;
-        let details = self.grant_details(payload, label, records_term)?;
+        let details = self.grant_details(attempt.payload, attempt.label, records_term)?;
         let span = tracing::debug_span!(
             "acquire",
             name = %name,
@@ -359,10 +348,7 @@ impl LockClient {
         let name = name.into_lock_name()?;
         let options = options.into();
         let claim = options.claim.validated()?;
-        let bounds = HoldBounds {
-            max: options.max_hold,
-            min: options.min_hold,
-        };
+        let bounds = options.hold_bounds();
         bounds.check(claim, &*self.inner.backend)?;
         let details = self.grant_details(options.payload, options.label, false)?;
         let span = tracing::debug_span!("try_acquire", name = %name, ?claim);

@@ -8,7 +8,7 @@ use std::time::Instant;
 use futures::FutureExt;
 use futures::future::select_all;
 
-use crate::acquire::{AcquireOptions, TryOptions};
+use crate::acquire::AcquireOptions;
 use crate::claim::Claim;
 use crate::client::LockClient;
 use crate::engine::hold::HoldBounds;
@@ -104,32 +104,22 @@ impl LockClient {
     {
         // Only a campaign records a term, and it takes one lock alone.
         let AcquireOptions {
-            attempt:
-                TryOptions {
-                    claim,
-                    payload,
-                    max_hold,
-                    min_hold,
-                    label,
-                },
+            attempt,
             timeout,
             cancel,
             records_term: _,
         } = options.into();
-        let wanted = canonical(locks, claim)?;
+        let wanted = canonical(locks, attempt.claim)?;
         // Refused before anything is taken. The shortest hold is given to
         // the guards only once all are held: a set that fails must not
         // leave what it took held for it.
-        let bounds = HoldBounds {
-            max: max_hold,
-            min: min_hold,
-        };
+        let bounds = attempt.hold_bounds();
         for (_, claim) in &wanted {
             bounds.check(*claim, &**self.backend())?;
         }
         let shortest = HoldBounds {
             max: None,
-            min: min_hold,
+            min: attempt.min_hold,
         };
         let deadline = timeout.map(|timeout| Instant::now() + timeout);
         // Each member's wait ends on the one cancellation, as a single
@@ -139,14 +129,16 @@ impl LockClient {
         let mut taken: Vec<LockGuard> = Vec::with_capacity(wanted.len());
         let take_all = async {
             for (name, claim) in &wanted {
-                let mut options = AcquireOptions::new().claim(*claim).payload(payload.clone());
+                let mut options = AcquireOptions::new()
+                    .claim(*claim)
+                    .payload(attempt.payload.clone());
                 if let Some(cancel) = &cancel {
                     options = options.cancel_on(cancel.clone());
                 }
-                if let Some(max_hold) = max_hold {
+                if let Some(max_hold) = attempt.max_hold {
                     options = options.max_hold(max_hold);
                 }
-                if let Some(label) = &label {
+                if let Some(label) = &attempt.label {
                     options = options.label(label.clone());
                 }
                 if let Some(deadline) = deadline {

@@ -8,14 +8,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::backend::{Backend, HandOver};
+use distlock_core::testing::ADMIN_LIMIT;
 use distlock_core::testing::{Answer, Call, Hook, TestBackend};
 use distlock_core::{
     AcquireOptions, Error, LockClient, LockName, LockOptions, LossReason, MemoryBackend, Result,
 };
-
-/// The time an administrative call made on the backend directly is
-/// given, as a client gives its operation timeout.
-const ADMIN_LIMIT: Duration = Duration::from_secs(10);
 
 /// Counters around the memory backend, a switch that makes extensions
 /// hang, and optional delays between granting and answering.

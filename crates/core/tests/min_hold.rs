@@ -6,14 +6,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use distlock_core::backend::Backend;
+use distlock_core::testing::ADMIN_LIMIT;
 use distlock_core::testing::{Operation, TestBackend};
 use distlock_core::{
     AcquireOptions, Claim, Error, LockClient, LockName, LossReason, MemoryBackend, TryOptions,
 };
-
-/// The time an administrative call made on the backend directly is
-/// given, as a client gives its operation timeout.
-const ADMIN_LIMIT: Duration = Duration::from_secs(10);
 
 fn client() -> LockClient {
     LockClient::builder().build(MemoryBackend::new()).unwrap()

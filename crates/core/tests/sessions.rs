@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use distlock_core::backend::{Renewal, async_trait};
 use distlock_core::testing::{Answer, Failure, Hook, Operation, TestBackend};
-use distlock_core::{Error, LockClient, LockName, LockOptions, LossReason, MemoryBackend};
+use distlock_core::{
+    Error, LockClient, LockGuard, LockName, LockOptions, LossReason, MemoryBackend,
+};
 
 /// The memory backend behind a session, as etcd keeps keys on one lease:
 /// a renewal extends every grant made through this instance.
@@ -26,6 +28,29 @@ fn names(count: usize) -> Vec<LockName> {
     (0..count)
         .map(|i| LockName::new(format!("session-{i}")).unwrap())
         .collect()
+}
+
+/// A client of `backend` holding one lock.
+async fn one_lock(backend: &TestBackend) -> (LockClient, LockGuard) {
+    let client = LockClient::new(backend.shared(), options());
+    let guard = client
+        .acquire_with(&names(1)[0], Duration::ZERO)
+        .await
+        .unwrap();
+    (client, guard)
+}
+
+/// Waits until `guard`'s lease ran out, `backend` having been asked to
+/// renew the session more than once meanwhile.
+async fn runs_out_while_renewing(guard: &LockGuard, backend: &TestBackend) {
+    let reason = tokio::time::timeout(Duration::from_secs(10), guard.lost())
+        .await
+        .expect("lost once the lease ran out");
+    assert_eq!(reason, LossReason::Expired);
+    assert!(
+        backend.calls_of(Operation::RenewSession) >= 2,
+        "the keeper kept renewing"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -76,20 +101,9 @@ async fn a_session_that_is_gone_takes_every_lease_with_it() {
 #[tokio::test(start_paused = true)]
 async fn unanswered_renewals_end_the_leases_when_they_run_out() {
     let backend = session_over(Arc::default());
-    let client = LockClient::new(backend.shared(), options());
-    let guard = client
-        .acquire_with(&names(1)[0], Duration::ZERO)
-        .await
-        .unwrap();
+    let (_client, guard) = one_lock(&backend).await;
     backend.fail_next(usize::MAX, Failure::Transient);
-    let reason = tokio::time::timeout(Duration::from_secs(10), guard.lost())
-        .await
-        .expect("lost once the lease ran out");
-    assert_eq!(reason, LossReason::Expired);
-    assert!(
-        backend.calls_of(Operation::RenewSession) >= 2,
-        "the keeper kept trying"
-    );
+    runs_out_while_renewing(&guard, &backend).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -157,24 +171,13 @@ impl Hook for NoSession {
 #[tokio::test(start_paused = true)]
 async fn a_renewal_with_no_session_confirms_nothing() {
     let backend = session_over(Arc::default()).with_hook(Arc::new(NoSession));
-    let client = LockClient::new(backend.shared(), options());
-    let guard = client
-        .acquire_with(&names(1)[0], Duration::ZERO)
-        .await
-        .unwrap();
+    let (_client, guard) = one_lock(&backend).await;
     let error = guard.extend().await.expect_err("nothing was confirmed");
     assert!(
         error.to_string().contains("did not confirm"),
         "an unconfirmed extension says so: {error}"
     );
-    let reason = tokio::time::timeout(Duration::from_secs(10), guard.lost())
-        .await
-        .expect("lost once the lease ran out");
-    assert_eq!(reason, LossReason::Expired);
-    assert!(
-        backend.calls_of(Operation::RenewSession) >= 2,
-        "the keeper kept renewing"
-    );
+    runs_out_while_renewing(&guard, &backend).await;
 }
 
 /// Closing a client tries again after transient failures, within the

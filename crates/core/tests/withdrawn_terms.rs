@@ -2,73 +2,12 @@
 //! the election's record: cancelled as it came, its answer lost, or come
 //! after the wait timed out. Observers report only leaders that led.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::backend::Attempt;
-use distlock_core::testing::{Answer, Hook, TestBackend};
+use distlock_core::testing::{ADMIN_LIMIT, Spoil, SpoilGrant, TestBackend};
 use distlock_core::{AcquireOptions, Error, LockClient, LockName};
 use tokio::sync::Notify;
-
-/// The time an administrative call made on the backend directly is
-/// given, as a client gives its operation timeout.
-const ADMIN_LIMIT: Duration = Duration::from_secs(10);
-
-/// What the hook does to the next grant of a campaign that stood with a
-/// given value.
-#[derive(Debug, Clone)]
-enum Spoil {
-    /// Completes the campaign's cancellation as the grant arrives.
-    Cancel(Arc<Notify>),
-    /// Turns the grant into a transient error: its answer was lost.
-    LoseAnswer,
-    /// Holds the grant's answer back this long.
-    Delay(Duration),
-}
-
-#[derive(Debug, Default)]
-struct SpoilGrant {
-    armed: Mutex<Option<(String, Spoil)>>,
-}
-
-impl SpoilGrant {
-    fn arm(&self, value: &str, spoil: Spoil) {
-        *self.armed.lock().unwrap_or_else(PoisonError::into_inner) = Some((value.into(), spoil));
-    }
-
-    /// The spoiling armed for a grant to `request`'s campaign, taken.
-    fn take_for(&self, label: Option<&str>) -> Option<Spoil> {
-        let mut armed = self.armed.lock().unwrap_or_else(PoisonError::into_inner);
-        match &*armed {
-            Some((value, _)) if Some(value.as_str()) == label => armed.take().map(|(_, s)| s),
-            _ => None,
-        }
-    }
-}
-
-#[distlock_core::backend::async_trait]
-impl Hook for SpoilGrant {
-    async fn after(&self, answer: Answer<'_>) {
-        let Answer::Acquire { request, outcome } = answer else {
-            return;
-        };
-        if !request.records_term || !matches!(outcome, Ok(Attempt::Acquired { .. })) {
-            return;
-        }
-        match self.take_for(request.holder.label.as_deref()) {
-            Some(Spoil::Cancel(cancel)) => cancel.notify_one(),
-            Some(Spoil::LoseAnswer) => {
-                *outcome = Err(Error::Backend {
-                    backend: "test",
-                    message: "the answer was lost".into(),
-                    source: None,
-                });
-            }
-            Some(Spoil::Delay(delay)) => tokio::time::sleep(delay).await,
-            None => {}
-        }
-    }
-}
 
 /// The values of the terms the record keeps for `name`, oldest first.
 async fn recorded(backend: &TestBackend, name: &str) -> Vec<String> {

@@ -8,27 +8,10 @@
 //! `scripts/test` starts and names in `DISTLOCK_TEST_<BACKEND>_URL`. A
 //! missing server fails the test.
 
-use std::path::PathBuf;
+mod support;
+
 use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
-
-/// The example's binary, which cargo builds beside the tests.
-fn example() -> PathBuf {
-    let test = std::env::current_exe().expect("the test's own path");
-    // target/<profile>/deps/<this test> → target/<profile>/examples/
-    let profile = test
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("the test runs from target/<profile>/deps");
-    let example = profile.join("examples").join("blocking_exit");
-    assert!(
-        example.is_file(),
-        "{} is missing: `cargo test` and `cargo nextest run` build it; \
-         or run `cargo build -p distlock --example blocking_exit`",
-        example.display()
-    );
-    example
-}
 
 /// Names no other test or earlier run uses.
 fn unique_names(backend: &str) -> Vec<String> {
@@ -46,7 +29,7 @@ fn unique_names(backend: &str) -> Vec<String> {
 /// Runs the example on `url`, taking `names` (the first alone, the rest as
 /// a set), and checks that it exited 0 after taking them.
 fn run_example(url: &str, names: &[String]) {
-    let output = Command::new(example())
+    let output = Command::new(support::example("blocking_exit"))
         .arg(url)
         .args(names)
         .output()

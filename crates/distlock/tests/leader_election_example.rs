@@ -4,31 +4,14 @@
 //! workspace's test run builds it), whose server `scripts/test` starts and
 //! names in `DISTLOCK_TEST_REDIS_URL`.
 
-use std::path::PathBuf;
-use std::process::Command;
+mod support;
 
-/// The example's binary, which cargo builds beside the tests.
-fn example() -> PathBuf {
-    let test = std::env::current_exe().expect("the test's own path");
-    // target/<profile>/deps/<this test> → target/<profile>/examples/
-    let profile = test
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("the test runs from target/<profile>/deps");
-    let example = profile.join("examples").join("leader_election");
-    assert!(
-        example.is_file(),
-        "{} is missing: `cargo test` and `cargo nextest run` build it; \
-         or run `cargo build -p distlock --example leader_election`",
-        example.display()
-    );
-    example
-}
+use std::process::Command;
 
 /// Runs the example, on `url` or its default, and returns its report
 /// after checking that it exited 0.
 fn run_example(url: Option<&str>) -> String {
-    let mut command = Command::new(example());
+    let mut command = Command::new(support::example("leader_election"));
     command.env_remove("DISTLOCK_URL");
     if let Some(url) = url {
         command.arg(url);

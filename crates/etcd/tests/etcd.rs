@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use distlock_core::backend::{AcquireRequest, Attempt, Backend, WaitState};
+use distlock_core::testing::ADMIN_LIMIT;
 use distlock_core::testing::{
     assert_a_leaving_permit_holder_wakes_the_waiter, assert_invalid_config, try_grant,
 };
@@ -21,10 +22,6 @@ use distlock_etcd::raw::etcdserverpb::{DeleteRangeRequest, PutRequest, RangeRequ
 mod member;
 
 use member::{PATIENCE, backend, client_of, etcd, range_of, url};
-
-/// The time an administrative call made on the backend directly is
-/// given, as a client gives its operation timeout.
-const ADMIN_LIMIT: Duration = Duration::from_secs(10);
 
 fn unique(prefix: &str) -> String {
     format!("{prefix}-{:016x}", rand::random::<u64>())

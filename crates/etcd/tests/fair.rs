@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use distlock_core::backend::BackendExt;
 use distlock_core::backend::{Attempt, Backend, WaitState};
+use distlock_core::testing::ADMIN_LIMIT;
 use distlock_core::testing::waiting_request;
 use distlock_core::{AcquireOptions, LockClient, LockName};
 use distlock_etcd::{EtcdBackend, EtcdConfig, session_ttl};
@@ -19,10 +20,6 @@ use distlock_etcd::{EtcdBackend, EtcdConfig, session_ttl};
 mod member;
 
 use member::{PATIENCE, client_of, etcd, range_of, unique, url};
-
-/// The time an administrative call made on the backend directly is
-/// given, as a client gives its operation timeout.
-const ADMIN_LIMIT: Duration = Duration::from_secs(10);
 
 const LEASE: Duration = Duration::from_secs(10);
 /// A backend in fair mode, opened as the builder would: from a parsed

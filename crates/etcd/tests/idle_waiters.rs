@@ -21,11 +21,8 @@ use distlock_etcd::EtcdBackend;
 use distlock_etcd::raw::etcdserverpb::RangeRequest;
 use distlock_etcd::raw::{Client, ConnectOptions};
 
+use distlock_core::testing::ADMIN_LIMIT;
 use support::lone_member::LoneMember;
-
-/// The time an administrative call made on the backend directly is
-/// given, as a client gives its operation timeout.
-const ADMIN_LIMIT: Duration = Duration::from_secs(10);
 
 /// How many clients wait, each in a process of its own as far as etcd
 /// can tell: a backend, and so a session and a key, each.

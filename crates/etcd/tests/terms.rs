@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use distlock_core::backend::BackendExt;
 use distlock_core::backend::{AcquireRequest, Attempt, Backend, TERMS_KEPT, Term, WaitState};
+use distlock_core::testing::ADMIN_LIMIT;
 use distlock_core::{Claim, Error, Holder, LockClient, LockName};
 use distlock_etcd::EtcdBackend;
 
@@ -17,10 +18,6 @@ use distlock_etcd::EtcdBackend;
 mod member;
 
 use member::{PATIENCE, backend, client_of, unique};
-
-/// The time an administrative call made on the backend directly is
-/// given, as a client gives its operation timeout.
-const ADMIN_LIMIT: Duration = Duration::from_secs(10);
 
 async fn client() -> (LockClient, Arc<EtcdBackend>) {
     let backend = backend().await;

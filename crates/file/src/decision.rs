@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use distlock_core::{Error, Result};
 
-use crate::files::{io_error, no_follow};
+use crate::files::{io_error, open_for_locking};
 
 /// How long a process waits for a decision lock before it gives up: one
 /// is held for a few system calls, so only a process stopped while holding
@@ -37,13 +37,7 @@ impl DecisionLock {
     /// Cancel safe: a decision lock not yet taken is not held, and one taken is
     /// left when the future is dropped.
     pub(crate) async fn enter(path: &Path) -> Result<Self> {
-        let file = no_follow()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
-            .map_err(|e| io_error(format!("cannot open {}", path.display()), e))?;
+        let file = open_for_locking(path)?;
         let started = Instant::now();
         let mut tries = 0u32;
         loop {

@@ -37,13 +37,7 @@ pub(crate) enum Mode {
 /// replaced.
 pub(crate) fn open_locked(path: &Path, mode: Mode) -> Result<Option<File>> {
     for _ in 0..REPLACED_RETRIES {
-        let file = no_follow()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
-            .map_err(|e| io_error(format!("cannot open {}", path.display()), e))?;
+        let file = open_for_locking(path)?;
         let locked = match mode {
             Mode::Exclusive => try_lock(file.try_lock()),
             Mode::Shared => try_lock(file.try_lock_shared()),
@@ -62,6 +56,21 @@ pub(crate) fn open_locked(path: &Path, mode: Mode) -> Result<Option<File>> {
         message: format!("{} keeps being replaced while we lock it", path.display()),
         source: None,
     })
+}
+
+/// Opens `path` to be locked, made if missing, its contents kept; a
+/// symbolic link is refused.
+///
+/// # Errors
+/// A backend error if the file cannot be opened.
+pub(crate) fn open_for_locking(path: &Path) -> Result<File> {
+    no_follow()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(|e| io_error(format!("cannot open {}", path.display()), e))
 }
 
 fn try_lock(outcome: std::result::Result<(), TryLockError>) -> io::Result<bool> {

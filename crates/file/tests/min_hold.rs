@@ -6,12 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock_core::backend::Backend;
+use distlock_core::testing::ADMIN_LIMIT;
 use distlock_core::{AcquireOptions, Error, LockClient, LockKind, LockName, TryOptions};
 use distlock_file::FileBackend;
-
-/// The time an administrative call made on the backend directly is
-/// given, as a client gives its operation timeout.
-const ADMIN_LIMIT: Duration = Duration::from_secs(10);
 
 /// Far longer than the test: a marker of this length is live throughout.
 const FOR_THE_TEST: Duration = Duration::from_secs(600);

@@ -12,11 +12,8 @@ use distlock_core::backend::BackendExt;
 use distlock_core::backend::{Backend, Lease};
 use distlock_memcached::MemcachedBackend;
 
+use distlock_core::testing::ADMIN_LIMIT;
 use support::{Item, OwnServer, Peek, grant, quorum_url, unique, url};
-
-/// The time an administrative call made on the backend directly is
-/// given, as a client gives its operation timeout.
-const ADMIN_LIMIT: Duration = Duration::from_secs(10);
 
 const LEASE: Duration = Duration::from_secs(60);
 

@@ -11,11 +11,8 @@ use distlock_core::testing::assert_still_held;
 use distlock_core::{LockClient, LockOptions};
 use distlock_memcached::MemcachedBackend;
 
+use distlock_core::testing::ADMIN_LIMIT;
 use support::{OwnServer, Peek, grant, unique};
-
-/// The time an administrative call made on the backend directly is
-/// given, as a client gives its operation timeout.
-const ADMIN_LIMIT: Duration = Duration::from_secs(10);
 
 struct Cluster {
     servers: Vec<OwnServer>,

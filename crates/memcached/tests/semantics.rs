@@ -12,11 +12,8 @@ use distlock_core::testing::assert_invalid_config;
 use distlock_core::{AcquireOptions, Error, Holder, LockClient, LockOptions};
 use distlock_memcached::{MAX_LEASE, MemcachedBackend, MemcachedConfig, Mode};
 
+use distlock_core::testing::ADMIN_LIMIT;
 use support::{Peek, eventually, grant, quorum_url, unique, url};
-
-/// The time an administrative call made on the backend directly is
-/// given, as a client gives its operation timeout.
-const ADMIN_LIMIT: Duration = Duration::from_secs(10);
 
 async fn open(url: &str) -> MemcachedBackend {
     MemcachedBackend::open(url).await.expect("open")

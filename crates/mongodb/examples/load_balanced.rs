@@ -141,13 +141,7 @@ async fn read_report(
     State(service): State<Arc<Service>>,
     Path(id): Path<String>,
 ) -> Result<Json<Report>, (StatusCode, String)> {
-    let count = service
-        .reports
-        .find_one(doc! { "_id": &id })
-        .await
-        .map_err(internal)?
-        .and_then(|report| report.get_i64("count").ok())
-        .unwrap_or(0);
+    let count = read_count(&service, &id).await?;
     Ok(Json(Report { report: id, count }))
 }
 
@@ -174,13 +168,7 @@ async fn update_report(
     let lock_acquire = started.elapsed();
 
     // 1. Read the resource by id.
-    let count = service
-        .reports
-        .find_one(doc! { "_id": &id })
-        .await
-        .map_err(internal)?
-        .and_then(|report| report.get_i64("count").ok())
-        .unwrap_or(0);
+    let count = read_count(&service, &id).await?;
     // 2. Do something.
     tokio::time::sleep(WORK).await;
     // 3. Update the resource, unless the lock was lost meanwhile.
@@ -209,6 +197,17 @@ async fn update_report(
         lock_acquire_ms: lock_acquire.as_secs_f64() * 1000.0,
         total_ms: started.elapsed().as_secs_f64() * 1000.0,
     }))
+}
+
+/// The count of report `id`, 0 for a report never written.
+async fn read_count(service: &Service, id: &str) -> Result<i64, (StatusCode, String)> {
+    Ok(service
+        .reports
+        .find_one(doc! { "_id": id })
+        .await
+        .map_err(internal)?
+        .and_then(|report| report.get_i64("count").ok())
+        .unwrap_or(0))
 }
 
 fn internal(error: impl std::fmt::Display) -> (StatusCode, String) {

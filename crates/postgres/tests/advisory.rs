@@ -20,11 +20,8 @@ use distlock_core::{
 use distlock_postgres::tokio_postgres::{self, types::Type};
 use distlock_postgres::{DEFAULT_ADVISORY_CLASS, PostgresBackend};
 
+use distlock_core::testing::ADMIN_LIMIT;
 use support::{address_of, admin, name, on_keys, open, unique, url, with_options};
-
-/// The time an administrative call made on the backend directly is
-/// given, as a client gives its operation timeout.
-const ADMIN_LIMIT: Duration = Duration::from_secs(10);
 
 /// Long enough for any step of a test; a lease this long never runs out
 /// within one.

@@ -19,14 +19,11 @@ use distlock_core::{AcquireOptions, LockClient, LockOptions};
 use distlock_postgres::PostgresBackend;
 use distlock_postgres::tokio_postgres;
 
+use distlock_core::testing::ADMIN_LIMIT;
 use support::{
     REPEATABLE_READ, admin, assert_sessions_repeatable_read, name, on_keys, race_campaigns,
     terms_and_values, unique, url, with_options,
 };
-
-/// The time an administrative call made on the backend directly is
-/// given, as a client gives its operation timeout.
-const ADMIN_LIMIT: Duration = Duration::from_secs(10);
 
 /// Long enough for any step of a test; a lease this long never runs out
 /// within one.

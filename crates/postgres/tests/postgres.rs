@@ -18,14 +18,11 @@ use distlock_core::{Claim, Error, Holder, LockClient, LockName, LockOptions};
 use distlock_postgres::PostgresBackend;
 use distlock_postgres::tokio_postgres::{self, NoTls};
 
+use distlock_core::testing::ADMIN_LIMIT;
 use support::{
     REPEATABLE_READ, assert_sessions_repeatable_read, name, pgbouncer_url, unique, url,
     with_options,
 };
-
-/// The time an administrative call made on the backend directly is
-/// given, as a client gives its operation timeout.
-const ADMIN_LIMIT: Duration = Duration::from_secs(10);
 
 fn holder() -> Arc<Holder> {
     Holder::this_process(Some("postgres-tests")).into()

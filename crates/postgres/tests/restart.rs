@@ -14,13 +14,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use distlock_core::backend::Backend;
+use distlock_core::testing::ADMIN_LIMIT;
 use distlock_core::{LockClient, LockName, LockOptions, LossReason};
 use distlock_postgres::tokio_postgres::{self, NoTls};
 use distlock_postgres::{PostgresBackend, WakeUps};
-
-/// The time an administrative call made on the backend directly is
-/// given, as a client gives its operation timeout.
-const ADMIN_LIMIT: Duration = Duration::from_secs(10);
 
 /// A PostgreSQL server of this test's own, stopped and removed when
 /// dropped, whichever way the test ends.

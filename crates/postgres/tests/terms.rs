@@ -21,11 +21,8 @@ use distlock_core::{Claim, Error, Holder, LockClient, LockName};
 use distlock_postgres::PostgresBackend;
 use distlock_postgres::tokio_postgres::{self, NoTls};
 
+use distlock_core::testing::ADMIN_LIMIT;
 use support::{env, open, race_campaigns, terms_and_values, unique, with_options};
-
-/// The time an administrative call made on the backend directly is
-/// given, as a client gives its operation timeout.
-const ADMIN_LIMIT: Duration = Duration::from_secs(10);
 
 /// The URLs of every way to run the backend, each with a fresh table.
 fn servers() -> Vec<(&'static str, String)> {

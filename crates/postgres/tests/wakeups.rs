@@ -20,13 +20,10 @@ use distlock_core::{LockClient, LockName, LockOptions};
 use distlock_postgres::tokio_postgres::{self, types::Type};
 use distlock_postgres::{PostgresBackend, WakeUps};
 
+use distlock_core::testing::ADMIN_LIMIT;
 use support::{
     address_of, admin, first_column, name, open, pgbouncer_url, unique, url, with_options,
 };
-
-/// The time an administrative call made on the backend directly is
-/// given, as a client gives its operation timeout.
-const ADMIN_LIMIT: Duration = Duration::from_secs(10);
 
 /// How long a woken waiter may take to be granted. A waiter that is not
 /// woken tries again only after [`LONG`].

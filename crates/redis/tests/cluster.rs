@@ -16,13 +16,10 @@ use distlock_core::backend::Backend;
 use distlock_core::{Claim, LockClient, LockName, LockOptions, TryOptions};
 use distlock_redis::{Mode, RedisBackend, redis};
 
+use distlock_core::testing::ADMIN_LIMIT;
 use support::{
     assert_listed, backend, cluster_url, grant, grant_each, hand_over, lock_names, unique,
 };
-
-/// The time an administrative call made on the backend directly is
-/// given, as a client gives its operation timeout.
-const ADMIN_LIMIT: Duration = Duration::from_secs(10);
 
 /// The URL with `?prefix=` added.
 fn with_prefix(url: &str, prefix: &str) -> String {

@@ -18,12 +18,9 @@ use distlock_faultproxy::{Fault, FaultProxy};
 use distlock_redis::{RedisBackend, redis};
 use redis::aio::MultiplexedConnection;
 
+use distlock_core::testing::ADMIN_LIMIT;
 use support::cluster::{OwnCluster, query};
 use support::{backend, grant, unique};
-
-/// The time an administrative call made on the backend directly is
-/// given, as a client gives its operation timeout.
-const ADMIN_LIMIT: Duration = Duration::from_secs(10);
 
 const LEASE: Duration = Duration::from_secs(30);
 

@@ -13,13 +13,10 @@ use distlock_core::LockName;
 use distlock_core::backend::Backend;
 use distlock_redis::RedisBackend;
 
+use distlock_core::testing::ADMIN_LIMIT;
 use support::cluster::{OwnCluster, names_on};
 use support::tls::Certificates;
 use support::{backend, client, grant_each};
-
-/// The time an administrative call made on the backend directly is
-/// given, as a client gives its operation timeout.
-const ADMIN_LIMIT: Duration = Duration::from_secs(10);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_over_tls_takes_extends_lists_and_releases_locks() {

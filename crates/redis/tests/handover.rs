@@ -13,11 +13,8 @@ use distlock_core::backend::{AcquireRequest, Backend, HandOver, Lease};
 use distlock_core::{Claim, Holder, LockClient, LockName, LossReason};
 use distlock_redis::{RedisBackend, redis};
 
+use distlock_core::testing::ADMIN_LIMIT;
 use support::{backend, grant, hand_over, raw, unique, url};
-
-/// The time an administrative call made on the backend directly is
-/// given, as a client gives its operation timeout.
-const ADMIN_LIMIT: Duration = Duration::from_secs(10);
 
 const LEASE: Duration = Duration::from_secs(30);
 

@@ -15,11 +15,8 @@ use distlock_core::{
 };
 use distlock_redis::{RedisBackend, redis};
 
+use distlock_core::testing::ADMIN_LIMIT;
 use support::{OwnServer, backend, eventually, grant, options, raw, unique};
-
-/// The time an administrative call made on the backend directly is
-/// given, as a client gives its operation timeout.
-const ADMIN_LIMIT: Duration = Duration::from_secs(10);
 
 /// Three servers of the test's own.
 struct Cluster {

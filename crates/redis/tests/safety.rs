@@ -12,14 +12,11 @@ use distlock_core::backend::{AcquireRequest, Backend, GrantState};
 use distlock_core::{Claim, Holder, LockKind, LockName, TryOptions};
 use distlock_redis::redis;
 
+use distlock_core::testing::ADMIN_LIMIT;
 use support::{
     all_keys, assert_listed, backend, client, grant, grant_each, lock_names, raw,
     tokens_of_a_twice_run_attempt, unique, url,
 };
-
-/// The time an administrative call made on the backend directly is
-/// given, as a client gives its operation timeout.
-const ADMIN_LIMIT: Duration = Duration::from_secs(10);
 
 #[tokio::test]
 async fn a_stale_holders_release_leaves_the_new_holders_key() {

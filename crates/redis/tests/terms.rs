@@ -9,12 +9,9 @@ use std::time::Duration;
 
 use distlock_core::backend::BackendExt;
 use distlock_core::backend::{AcquireRequest, Attempt, Backend, GrantState, WaitState};
+use distlock_core::testing::ADMIN_LIMIT;
 use distlock_core::{Claim, Holder};
 use support::{backend, tokens_of_a_twice_run_attempt, unique, url};
-
-/// The time an administrative call made on the backend directly is
-/// given, as a client gives its operation timeout.
-const ADMIN_LIMIT: Duration = Duration::from_secs(10);
 
 /// A campaign's request for `name`, as core makes it.
 fn campaign(name: &distlock_core::LockName) -> AcquireRequest {

@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use super::{BackendResults, Contestant, by_total, find, spread};
+use super::{BackendResults, Contestant, by_total, find, share_goal};
 use crate::markdown::{goal, opt, short};
 use crate::order;
 use crate::timeline::Contention;
@@ -50,16 +50,12 @@ pub(super) fn uncontended_goals(b: &BackendResults) -> Vec<String> {
     else {
         return Vec::new();
     };
-    let ratio = client.per_second() / rpc.per_second();
-    vec![goal(
-        ratio >= 0.95,
-        format!(
-            "etcd: the client reaches at least 0.95 of etcd's own lock service (`Lock` + \
-             `Unlock`): {ratio:.2} ({:.0} against {:.0} cycles/s){}.",
-            client.per_second(),
-            rpc.per_second(),
-            spread(client, rpc),
-        ),
+    vec![share_goal(
+        "etcd",
+        0.95,
+        "etcd's own lock service (`Lock` + `Unlock`)",
+        client,
+        rpc,
     )]
 }
 

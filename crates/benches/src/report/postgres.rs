@@ -6,7 +6,7 @@
 use std::fmt::Write;
 use std::time::Duration;
 
-use super::{BackendResults, Contestant, find, spread};
+use super::{BackendResults, Contestant, find, share_goal, spread};
 use crate::markdown::{goal, opt, short};
 use crate::timeline::Contention;
 use crate::uncontended::Contender;
@@ -66,18 +66,12 @@ pub(super) fn uncontended_goals(b: &BackendResults) -> Vec<String> {
     let (Some(client), Some(calls)) = (u.side(Contender::Client), u.baseline()) else {
         return Vec::new();
     };
-    let ratio = client.per_second() / calls.per_second();
-    let mut goals = vec![goal(
-        ratio >= 0.9,
-        format!(
-            "{}: the client reaches at least 0.9 of the same statements issued directly \
-             (the backend's `try_acquire` + `release`): {ratio:.2} ({:.0} against {:.0} \
-             cycles/s){}.",
-            b.label,
-            client.per_second(),
-            calls.per_second(),
-            spread(client, calls),
-        ),
+    let mut goals = vec![share_goal(
+        &b.label,
+        0.9,
+        "the same statements issued directly (the backend's `try_acquire` + `release`)",
+        client,
+        calls,
     )];
     if b.advisory_mode
         && let Some(sqlx) = u.side(Contender::PgAdvisoryLock)

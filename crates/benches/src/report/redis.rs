@@ -55,17 +55,12 @@ pub(super) fn uncontended_goals(b: &BackendResults) -> Vec<String> {
     else {
         return Vec::new();
     };
-    let ratio = client.per_second() / base.per_second();
-    vec![goal(
-        ratio >= 0.9,
-        format!(
-            "Redis: the client reaches at least 0.9 of the raw pair issued directly (`SET NX \
-             PX` and the owner-checked delete script): {ratio:.2} ({:.0} against {:.0} \
-             cycles/s){}.",
-            client.per_second(),
-            base.per_second(),
-            super::spread(client, base),
-        ),
+    vec![super::share_goal(
+        "Redis",
+        0.9,
+        "the raw pair issued directly (`SET NX PX` and the owner-checked delete script)",
+        client,
+        base,
     )]
 }
 

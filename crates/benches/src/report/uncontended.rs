@@ -113,16 +113,12 @@ impl Run {
         if let Some(b) = self.backend("MongoDB") {
             let u = &b.uncontended;
             if let (Some(client), Some(base)) = (u.side(Contender::Client), u.baseline()) {
-                let ratio = client.per_second() / base.per_second();
-                goals.push(goal(
-                    ratio >= 0.9,
-                    format!(
-                        "MongoDB: the client reaches at least 0.9 of the same two commands \
-                         issued directly: {ratio:.2} ({:.0} against {:.0} cycles/s){}.",
-                        client.per_second(),
-                        base.per_second(),
-                        spread(client, base),
-                    ),
+                goals.push(share_goal(
+                    "MongoDB",
+                    0.9,
+                    "the same two commands issued directly",
+                    client,
+                    base,
                 ));
                 if let Some(per) = client.commands_per_cycle() {
                     goals.push(goal(
@@ -143,16 +139,12 @@ impl Run {
         if let Some(b) = self.backend("memcached") {
             let u = &b.uncontended;
             if let (Some(client), Some(base)) = (u.side(Contender::Client), u.baseline()) {
-                let ratio = client.per_second() / base.per_second();
-                goals.push(goal(
-                    ratio >= 0.9,
-                    format!(
-                        "memcached: the client reaches at least 0.9 of the bare add + \
-                         conditional delete: {ratio:.2} ({:.0} against {:.0} cycles/s){}.",
-                        client.per_second(),
-                        base.per_second(),
-                        spread(client, base),
-                    ),
+                goals.push(share_goal(
+                    "memcached",
+                    0.9,
+                    "the bare add + conditional delete",
+                    client,
+                    base,
                 ));
             }
         }

@@ -129,21 +129,18 @@ impl CampaignBackend for Etcd {
 
     fn secret_cases(&self, server: &Server, canary: &str) -> Outcome<Vec<SecretCase>> {
         Ok(vec![
-            SecretCase {
-                label: "bad host (a closed port)",
-                url: format!("etcd://alice:{canary}@127.0.0.1:{}", closed_port()?),
-                note: "",
-            },
-            SecretCase {
-                label: "credentials on a member without authentication",
-                url: format!("etcd://alice:{canary}@{}", server.address()),
-                note: "",
-            },
-            SecretCase {
-                label: "a URL the backend refuses",
-                url: format!("etcd://alice:{canary}@127.0.0.1:notaport"),
-                note: "",
-            },
+            SecretCase::new(
+                "bad host (a closed port)",
+                format!("etcd://alice:{canary}@127.0.0.1:{}", closed_port()?),
+            ),
+            SecretCase::new(
+                "credentials on a member without authentication",
+                format!("etcd://alice:{canary}@{}", server.address()),
+            ),
+            SecretCase::new(
+                "a URL the backend refuses",
+                format!("etcd://alice:{canary}@127.0.0.1:notaport"),
+            ),
         ])
     }
 

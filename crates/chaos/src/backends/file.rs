@@ -9,7 +9,7 @@ use crate::answers::{ClockStep, SecretCase};
 use crate::campaign::CampaignBackend;
 use crate::campaign::Server;
 use crate::outcome::Outcome;
-use crate::scenarios::{run_dir, unique};
+use crate::scratch::{run_dir, unique};
 use crate::servers::ServerCommand;
 
 #[derive(Debug)]
@@ -64,16 +64,16 @@ impl CampaignBackend for File {
     fn secret_cases(&self, server: &Server, canary: &str) -> Outcome<Vec<SecretCase>> {
         let dir = run_dir(server, &unique("r12"))?;
         Ok(vec![
-            SecretCase {
-                label: "user information in the URL",
-                url: format!("file://u:{canary}@localhost{}", dir.display()),
-                note: "the file backend has no credentials; ",
-            },
-            SecretCase {
-                label: "user information, no host",
-                url: format!("file://u:{canary}@{}", dir.display()),
-                note: "the file backend has no credentials; ",
-            },
+            SecretCase::new(
+                "user information in the URL",
+                format!("file://u:{canary}@localhost{}", dir.display()),
+            )
+            .with_note("the file backend has no credentials; "),
+            SecretCase::new(
+                "user information, no host",
+                format!("file://u:{canary}@{}", dir.display()),
+            )
+            .with_note("the file backend has no credentials; "),
         ])
     }
 

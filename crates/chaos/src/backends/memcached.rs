@@ -87,11 +87,13 @@ impl CampaignBackend for Memcached {
     }
 
     fn secret_cases(&self, server: &Server, canary: &str) -> Outcome<Vec<SecretCase>> {
-        Ok(vec![SecretCase {
-            label: "user and password in the URL",
-            url: format!("memcache://u:{canary}@{}", server.address()),
-            note: "memcached has no credentials; ",
-        }])
+        Ok(vec![
+            SecretCase::new(
+                "user and password in the URL",
+                format!("memcache://u:{canary}@{}", server.address()),
+            )
+            .with_note("memcached has no credentials; "),
+        ])
     }
 
     fn parse_url(&self, url: &str) -> Option<(&'static str, Result<String, distlock::Error>)> {

@@ -103,27 +103,24 @@ impl CampaignBackend for MongoDb {
     fn secret_cases(&self, server: &Server, canary: &str) -> Outcome<Vec<SecretCase>> {
         let fast = "serverSelectionTimeoutMS=1500&connectTimeoutMS=1500";
         Ok(vec![
-            SecretCase {
-                label: "bad host (a closed port)",
-                url: format!(
+            SecretCase::new(
+                "bad host (a closed port)",
+                format!(
                     "mongodb://alice:{canary}@127.0.0.1:{}/{DATABASE}?{fast}",
                     closed_port()?
                 ),
-                note: "",
-            },
-            SecretCase {
-                label: "bad credentials (no such user)",
-                url: format!(
+            ),
+            SecretCase::new(
+                "bad credentials (no such user)",
+                format!(
                     "mongodb://alice:{canary}@{}/{DATABASE}?directConnection=true&{fast}",
                     server.address()
                 ),
-                note: "",
-            },
-            SecretCase {
-                label: "a URL the driver refuses",
-                url: format!("mongodb://alice:{canary}@127.0.0.1:notaport/{DATABASE}"),
-                note: "",
-            },
+            ),
+            SecretCase::new(
+                "a URL the driver refuses",
+                format!("mongodb://alice:{canary}@127.0.0.1:notaport/{DATABASE}"),
+            ),
         ])
     }
 

@@ -5,16 +5,18 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use super::{
-    SEMAPHORE_OF_3, Scenario, Settings, Worker, kinds, run_dir, spec, unique, without_semaphores,
-};
+use super::Scenario;
+use super::kinds::{SEMAPHORE_OF_3, kinds, without_semaphores};
 use crate::campaign::Server;
 use crate::clock::now_ns;
 use crate::fenced::FencedStore;
+use crate::holder::{Worker, spec};
 use crate::holdings::holdings;
 use crate::judge::{Verdict, judge, regression_example};
 use crate::outcome::Outcome;
 use crate::report::{Row, ScenarioInfo, minimum};
+use crate::scratch::{run_dir, unique};
+use crate::settings::Settings;
 use crate::worker::{ClaimSpec, Event, wall_ms};
 
 pub(super) const SCENARIO: Scenario = Scenario {
@@ -154,8 +156,8 @@ fn shifted(
         format!(
             "; {} holdings of {} under a {} lease, so extended",
             verdict.acquisitions,
-            super::ms(LONG_HOLD),
-            super::ms(settings.lease)
+            crate::figures::ms(LONG_HOLD),
+            crate::figures::ms(settings.lease)
         )
     } else {
         String::new()

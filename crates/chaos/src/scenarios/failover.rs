@@ -3,18 +3,20 @@
 
 use std::time::Duration;
 
+use super::Scenario;
+use super::kinds::{SEMAPHORE_OF_3, kinds, without_semaphores};
 use super::network::does_not_apply;
-use super::{
-    SEMAPHORE_OF_3, Scenario, Settings, Worker, kinds, run_dir, spec, unique, without_semaphores,
-};
 use crate::answers::OnRestart;
 use crate::campaign::Server;
 use crate::clock::now_ns;
 use crate::fenced::FencedStore;
+use crate::holder::{Worker, spec};
 use crate::holdings::{Holding, holdings};
 use crate::judge::{OverlapCause, judge};
 use crate::outcome::Outcome;
 use crate::report::{Row, ScenarioInfo, minimum};
+use crate::scratch::{run_dir, unique};
+use crate::settings::Settings;
 use crate::worker::{ClaimSpec, Event, read_events};
 
 pub(super) const SCENARIO: Scenario = Scenario {

@@ -6,13 +6,16 @@ use std::time::Duration;
 use distlock::{LockClient, LockGuard, LockName, LockOptions};
 use distlock_history::{Acquired, Call, Done, History, Op, Share};
 
-use super::{ADMIN_LIMIT, Scenario, Settings, not_applicable, unique};
+use super::Scenario;
+use super::kinds::not_applicable;
 use crate::campaign::Server;
 use crate::clock::{instant_ns, now_ns};
 use crate::extensions::Extensions;
 use crate::judge::{Verdict, history_note};
 use crate::outcome::Outcome;
 use crate::report::{Row, ScenarioInfo, minimum};
+use crate::scratch::unique;
+use crate::settings::{ADMIN_LIMIT, Settings};
 use crate::worker::{Loss, still_valid, watch_loss};
 
 pub(super) const SCENARIO: Scenario = Scenario {

@@ -5,16 +5,19 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{
-    Scenario, Settings, Worker, ms, percentile, run_dir, spec, unique, without_semaphores,
-};
+use super::Scenario;
+use super::kinds::without_semaphores;
 use crate::campaign::Kind;
 use crate::campaign::Server;
 use crate::clock::now_ns;
 use crate::fenced::FencedStore;
+use crate::figures::{ms, percentile};
+use crate::holder::{Worker, spec};
 use crate::judge::{Verdict, judge};
 use crate::outcome::Outcome;
 use crate::report::{Row, ScenarioInfo, minimum};
+use crate::scratch::{run_dir, unique};
+use crate::settings::Settings;
 use crate::worker::{ClaimSpec, Event};
 
 pub(super) const SCENARIO: Scenario = Scenario {

@@ -17,15 +17,19 @@ use distlock_faultproxy::Fault;
 use mongodb::bson::doc;
 use tokio::runtime::Runtime;
 
+use super::Scenario;
 use super::network::{Proxies, does_not_apply, proxy, runtime};
-use super::{Scenario, Settings, Worker, ms, percentile, run_dir, spec, unique};
 use crate::answers::LostAnswer as Loss;
 use crate::campaign::Server;
 use crate::clock::{instant_ns, now_ns};
 use crate::fenced::FencedStore;
+use crate::figures::{ms, percentile};
+use crate::holder::{Worker, spec};
 use crate::judge::{Verdict, judge};
 use crate::outcome::Outcome;
 use crate::report::{Row, ScenarioInfo, minimum};
+use crate::scratch::{run_dir, unique};
+use crate::settings::Settings;
 use crate::worker::{ClaimSpec, Event, Release};
 
 pub(super) const SCENARIO: Scenario = Scenario {

@@ -14,15 +14,19 @@ use distlock::memcached::MemcachedBackend;
 use distlock::{Claim, LockClient, LockGuard, LockName, LockOptions, LossReason};
 use rustix::process::Signal;
 
+use super::Scenario;
 use super::network::{does_not_apply, runtime};
-use super::{Scenario, Settings, Worker, ms, run_dir, spec, unique};
 use crate::backends::MEMCACHED;
 use crate::campaign::CampaignBackend;
 use crate::campaign::Server;
 use crate::fenced::FencedStore;
+use crate::figures::ms;
+use crate::holder::{Worker, spec};
 use crate::judge::{OverlapCause, Verdict};
 use crate::outcome::Outcome;
 use crate::report::{Row, ScenarioInfo, minimum};
+use crate::scratch::{run_dir, unique};
+use crate::settings::Settings;
 use crate::worker::{Event, Release};
 
 pub(super) const SCENARIO: Scenario = Scenario {

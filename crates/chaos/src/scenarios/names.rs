@@ -11,15 +11,17 @@ use distlock::{Error, LockClient, LockGuard, LockName, LockOptions, MAX_NAME_LEN
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
+use super::Scenario;
 use super::memcached_edges::memcached_text;
 use super::network::runtime;
-use super::{ADMIN_LIMIT, Scenario, Settings, unique};
 use crate::backends::MEMCACHED;
 use crate::campaign::CampaignBackend;
 use crate::campaign::Server;
 use crate::judge::Verdict;
 use crate::outcome::Outcome;
 use crate::report::{Row, ScenarioInfo, minimum};
+use crate::scratch::unique;
+use crate::settings::{ADMIN_LIMIT, Settings};
 
 pub(super) const SCENARIO: Scenario = Scenario {
     info: ScenarioInfo {

@@ -100,5 +100,5 @@ pub(crate) fn proxy(runtime: &Runtime, server: &Server) -> Outcome<(Proxies, Str
 /// backend, whose locks live in this machine's kernel): there is no
 /// connection to fault.
 pub(crate) fn does_not_apply(id: &'static str, server: &Server, why: &str) -> Row {
-    super::not_applicable(id, server, "exclusive", why)
+    super::kinds::not_applicable(id, server, "exclusive", why)
 }

@@ -5,14 +5,18 @@ use std::time::{Duration, Instant};
 
 use rustix::process::Signal;
 
-use super::{Scenario, Settings, Worker, ms, percentile, run_dir, spec, unique};
+use super::Scenario;
 use crate::campaign::Server;
 use crate::clock::now_ns;
 use crate::fenced::{FencedStore, Op};
+use crate::figures::{ms, percentile};
+use crate::holder::{Worker, spec};
 use crate::holdings::holdings;
 use crate::judge::{Verdict, judge};
 use crate::outcome::Outcome;
 use crate::report::{Row, ScenarioInfo, minimum};
+use crate::scratch::{run_dir, unique};
+use crate::settings::Settings;
 use crate::worker::Event;
 
 pub(super) const SCENARIO: Scenario = Scenario {

@@ -11,12 +11,14 @@ use std::time::{Duration, Instant};
 use distlock::{BackendUrl, LockClient, LockName, LockOptions};
 use tracing_subscriber::EnvFilter;
 
-use super::{ADMIN_LIMIT, Scenario, Settings, unique};
+use super::Scenario;
 use crate::campaign::Kind;
 use crate::campaign::Server;
 use crate::judge::Verdict;
 use crate::outcome::Outcome;
 use crate::report::{Row, ScenarioInfo, minimum};
+use crate::scratch::unique;
+use crate::settings::{ADMIN_LIMIT, Settings};
 
 pub(super) const SCENARIO: Scenario = Scenario {
     info: ScenarioInfo {

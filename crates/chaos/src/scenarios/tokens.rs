@@ -7,11 +7,13 @@ use std::time::Duration;
 use distlock::backend::{AcquireRequest, Holder, WaitState};
 use distlock::{Claim, LockClient, LockName, LockOptions};
 
-use super::{Scenario, Settings, unique};
+use super::Scenario;
 use crate::campaign::Server;
 use crate::judge::Verdict;
 use crate::outcome::Outcome;
 use crate::report::{Row, ScenarioInfo, minimum};
+use crate::scratch::unique;
+use crate::settings::Settings;
 
 pub(super) const SCENARIO: Scenario = Scenario {
     info: ScenarioInfo {

@@ -57,10 +57,12 @@ use crate::sync::{Mutex, MutexGuard};
 
 mod hook;
 mod mutant;
+mod spoil;
 mod support;
 
 pub use hook::{Answer, Call, Hook, Operation};
 pub use mutant::{MutantBackend, Mutation};
+pub use spoil::{Spoil, SpoilGrant};
 pub use support::{
     ADMIN_LIMIT, acquire_until_cancelled, assert_a_leaving_permit_holder_wakes_the_waiter,
     assert_fenced_writes, assert_invalid_config, assert_lost_to_a_restart, assert_still_held,

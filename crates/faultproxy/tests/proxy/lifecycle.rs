@@ -17,14 +17,21 @@ async fn refuses_connections(addr: SocketAddr) -> bool {
     TcpStream::connect(addr).await.is_err()
 }
 
-#[tokio::test]
-async fn shutdown_closes_everything() {
+/// A proxy in front of an echo server, a client that made a round trip
+/// through it, and how many tasks were alive before the proxy started.
+async fn proxy_in_use() -> (FaultProxy, TcpStream, usize) {
     let echo = echo_server().await;
     let baseline = alive_tasks();
     let proxy = FaultProxy::start(echo).expect("start");
-    let addr = proxy.addr();
-    let mut client = connect(addr).await;
+    let mut client = connect(proxy.addr()).await;
     assert_eq!(round_trip(&mut client, b"hello", 5).await, b"hello");
+    (proxy, client, baseline)
+}
+
+#[tokio::test]
+async fn shutdown_closes_everything() {
+    let (proxy, mut client, baseline) = proxy_in_use().await;
+    let addr = proxy.addr();
     assert!(alive_tasks() > baseline);
 
     proxy.shutdown().await;
@@ -37,12 +44,8 @@ async fn shutdown_closes_everything() {
 
 #[tokio::test]
 async fn dropping_the_proxy_stops_it() {
-    let echo = echo_server().await;
-    let baseline = alive_tasks();
-    let proxy = FaultProxy::start(echo).expect("start");
+    let (proxy, mut client, baseline) = proxy_in_use().await;
     let addr = proxy.addr();
-    let mut client = connect(addr).await;
-    assert_eq!(round_trip(&mut client, b"hello", 5).await, b"hello");
 
     drop(proxy);
     let _ = ending(&mut client).await;

@@ -287,37 +287,37 @@ async fn run(collection: Collection<Document>, hub: ReleaseHub, subject: Subject
                         break;
                     }
                 }
-                event = stream.next() => match event {
-                    Some(Ok(event)) => {
-                        if let Some(id) = event.document_key.as_ref().and_then(|key| key.get(ID)) {
-                            subject.notify(&hub, id, on_server, passed_to(&event));
+                event = stream.next() => {
+                    match event {
+                        Some(Ok(event)) => {
+                            if let Some(id) = event.document_key.as_ref().and_then(|key| key.get(ID)) {
+                                subject.notify(&hub, id, on_server, passed_to(&event));
+                            }
+                            delivered = stream.resume_token();
+                            delivered_any = true;
+                            continue;
                         }
-                        delivered = stream.resume_token();
-                        delivered_any = true;
-                    }
-                    Some(Err(error)) => {
-                        if may_resume(code(&error), resumed, delivered_any) {
+                        Some(Err(error)) if may_resume(code(&error), resumed, delivered_any) => {
                             tracing::warn!(%error, "the release change stream failed; resuming it");
                             resume = stream.resume_token();
-                        } else {
+                        }
+                        Some(Err(error)) => {
                             tracing::warn!(%error, "the release change stream cannot go on; starting afresh");
                             resume = None;
                             covered = Some(HashSet::new());
                         }
-                        subject.notify_all(&hub);
-                        tokio::time::sleep(retry).await;
-                        retry = (retry * 2).min(MAX_RETRY);
-                        break;
+                        None => {
+                            tracing::debug!("the release change stream ended; reopening it");
+                            resume = None;
+                            covered = Some(HashSet::new());
+                        }
                     }
-                    None => {
-                        tracing::debug!("the release change stream ended; reopening it");
-                        resume = None;
-                        covered = Some(HashSet::new());
-                        subject.notify_all(&hub);
-                        tokio::time::sleep(retry).await;
-                        retry = (retry * 2).min(MAX_RETRY);
-                        break;
-                    }
+                    // The stream failed or ended: waiters try again while
+                    // its replacement opens, after a growing pause.
+                    subject.notify_all(&hub);
+                    tokio::time::sleep(retry).await;
+                    retry = (retry * 2).min(MAX_RETRY);
+                    break;
                 }
             }
         }

@@ -10,10 +10,7 @@ use distlock_mongodb::mongodb::bson::doc;
 use futures::TryStreamExt;
 
 use crate::common::*;
-
-/// The time an administrative call made on the backend directly is
-/// given, as a client gives its operation timeout.
-const ADMIN_LIMIT: Duration = Duration::from_secs(10);
+use distlock_core::testing::ADMIN_LIMIT;
 
 #[tokio::test]
 async fn extend_many_extends_what_is_ours_and_reports_what_is_not() {

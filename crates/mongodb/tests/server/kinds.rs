@@ -18,10 +18,7 @@ use distlock_mongodb::mongodb::{Client, Collection};
 use distlock_mongodb::{MongoBackend, MongoConfig};
 
 use crate::common::*;
-
-/// The time an administrative call made on the backend directly is
-/// given, as a client gives its operation timeout.
-const ADMIN_LIMIT: Duration = Duration::from_secs(10);
+use distlock_core::testing::ADMIN_LIMIT;
 
 /// A request for `claim` on `name`, as core would send it.
 fn request(name: &LockName, claim: Claim, lease: Duration) -> AcquireRequest {

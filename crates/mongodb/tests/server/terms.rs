@@ -12,10 +12,7 @@ use distlock_mongodb::MongoBackend;
 use distlock_mongodb::mongodb::bson::{Bson, Document, doc};
 
 use crate::common::*;
-
-/// The time an administrative call made on the backend directly is
-/// given, as a client gives its operation timeout.
-const ADMIN_LIMIT: Duration = Duration::from_secs(10);
+use distlock_core::testing::ADMIN_LIMIT;
 
 /// How long a campaign on a free election, or an observer's look, may take.
 const PROMPTLY: Duration = Duration::from_secs(10);

@@ -8,6 +8,7 @@ use distlock_core::{LockClient, LockGuard, LockName, LockOptions, LossReason};
 use tokio::task::JoinHandle;
 
 use crate::common::*;
+use distlock_core::testing::ADMIN_LIMIT;
 
 /// A waiter's task: the lock it got, or why not.
 type Waiting = JoinHandle<distlock_core::Result<LockGuard>>;
@@ -37,10 +38,6 @@ async fn release_to_the_waiter(guard: LockGuard, waiting: Waiting) {
     let taken = woken(waiting).await;
     assert!(taken.release().await.unwrap());
 }
-/// The time an administrative call made on the backend directly is
-/// given, as a client gives its operation timeout.
-const ADMIN_LIMIT: Duration = Duration::from_secs(10);
-
 #[tokio::test]
 async fn a_release_wakes_a_waiter_in_another_client() {
     let url = shared_url();

@@ -16,7 +16,7 @@ use crate::answers::{ClockStep, OnRestart, SecretCase};
 use crate::campaign::CampaignBackend;
 use crate::campaign::Server;
 use crate::outcome::Outcome;
-use crate::scenarios::unique;
+use crate::scratch::unique;
 use crate::servers::ServerCommand;
 
 #[derive(Debug)]

@@ -57,27 +57,24 @@ async fn delete_row(server: &Server, table: &str, name: &LockName) -> Outcome<()
 /// The URLs R12 tries, with `query` (`?mode=…`, or nothing) after each.
 fn secret_cases(server: &Server, canary: &str, query: &str) -> Outcome<Vec<SecretCase>> {
     Ok(vec![
-        SecretCase {
-            label: "bad host (a closed port)",
-            url: format!(
+        SecretCase::new(
+            "bad host (a closed port)",
+            format!(
                 "postgres://alice:{canary}@127.0.0.1:{}/postgres{query}",
                 closed_port()?
             ),
-            note: "",
-        },
-        SecretCase {
-            label: "bad credentials (no such user)",
-            url: format!(
+        ),
+        SecretCase::new(
+            "bad credentials (no such user)",
+            format!(
                 "postgres://alice:{canary}@{}/postgres{query}",
                 server.address()
             ),
-            note: "",
-        },
-        SecretCase {
-            label: "a URL the driver refuses",
-            url: format!("postgres://alice:{canary}@127.0.0.1:notaport/postgres{query}"),
-            note: "",
-        },
+        ),
+        SecretCase::new(
+            "a URL the driver refuses",
+            format!("postgres://alice:{canary}@127.0.0.1:notaport/postgres{query}"),
+        ),
     ])
 }
 

@@ -300,30 +300,25 @@ pub(super) fn secret_cases(server: &Server, canary: &str) -> Outcome<Vec<SecretC
     let nodes = server.all_addresses();
     let user = format!("alice:{canary}@");
     Ok(vec![
-        SecretCase {
-            label: "a bad seed (a closed port)",
-            url: cluster_url(&user, std::slice::from_ref(&closed)),
-            note: "",
-        },
-        SecretCase {
-            label: "a user and password on nodes without authentication",
-            url: cluster_url(&user, &nodes),
-            note: "",
-        },
-        SecretCase {
-            label: "a password alone on nodes without authentication",
-            url: cluster_url(&format!(":{canary}@"), &nodes),
-            note: "",
-        },
-        SecretCase {
-            label: "a URL the backend refuses (a port that is not one)",
-            url: cluster_url(&user, &[nodes[0].clone(), "127.0.0.1:notaport".to_owned()]),
-            note: "",
-        },
-        SecretCase {
-            label: "a cluster the backend refuses (a database other than 0)",
-            url: format!("redis://{user}{}/3?mode=cluster", nodes.join(",")),
-            note: "",
-        },
+        SecretCase::new(
+            "a bad seed (a closed port)",
+            cluster_url(&user, std::slice::from_ref(&closed)),
+        ),
+        SecretCase::new(
+            "a user and password on nodes without authentication",
+            cluster_url(&user, &nodes),
+        ),
+        SecretCase::new(
+            "a password alone on nodes without authentication",
+            cluster_url(&format!(":{canary}@"), &nodes),
+        ),
+        SecretCase::new(
+            "a URL the backend refuses (a port that is not one)",
+            cluster_url(&user, &[nodes[0].clone(), "127.0.0.1:notaport".to_owned()]),
+        ),
+        SecretCase::new(
+            "a cluster the backend refuses (a database other than 0)",
+            format!("redis://{user}{}/3?mode=cluster", nodes.join(",")),
+        ),
     ])
 }

@@ -268,25 +268,21 @@ impl CampaignBackend for Redis {
 /// No closed port can be had.
 fn one_server_secret_cases(server: &Server, canary: &str) -> Outcome<Vec<SecretCase>> {
     Ok(vec![
-        SecretCase {
-            label: "bad host (a closed port)",
-            url: format!("redis://alice:{canary}@127.0.0.1:{}", closed_port()?),
-            note: "",
-        },
-        SecretCase {
-            label: "a user and password on a server without authentication",
-            url: format!("redis://alice:{canary}@{}", server.address()),
-            note: "",
-        },
-        SecretCase {
-            label: "a password alone on a server without authentication",
-            url: format!("redis://:{canary}@{}", server.address()),
-            note: "",
-        },
-        SecretCase {
-            label: "a URL the backend refuses",
-            url: format!("redis://alice:{canary}@127.0.0.1:notaport"),
-            note: "",
-        },
+        SecretCase::new(
+            "bad host (a closed port)",
+            format!("redis://alice:{canary}@127.0.0.1:{}", closed_port()?),
+        ),
+        SecretCase::new(
+            "a user and password on a server without authentication",
+            format!("redis://alice:{canary}@{}", server.address()),
+        ),
+        SecretCase::new(
+            "a password alone on a server without authentication",
+            format!("redis://:{canary}@{}", server.address()),
+        ),
+        SecretCase::new(
+            "a URL the backend refuses",
+            format!("redis://alice:{canary}@127.0.0.1:notaport"),
+        ),
     ])
 }

@@ -64,24 +64,18 @@ pub(super) fn secret_cases(server: &Server, canary: &str) -> Outcome<Vec<SecretC
     };
     let user = format!("alice:{canary}@");
     Ok(vec![
-        SecretCase {
-            label: "bad hosts (three closed ports)",
-            url: quorum_url(&user, &closed),
-            note: "",
-        },
-        SecretCase {
-            label: "a user and password on servers without authentication",
-            url: quorum_url(&user, &servers),
-            note: "",
-        },
-        SecretCase {
-            label: "a password alone on servers without authentication",
-            url: quorum_url(&format!(":{canary}@"), &servers),
-            note: "",
-        },
-        SecretCase {
-            label: "a URL the backend refuses (a port that is not one)",
-            url: quorum_url(
+        SecretCase::new("bad hosts (three closed ports)", quorum_url(&user, &closed)),
+        SecretCase::new(
+            "a user and password on servers without authentication",
+            quorum_url(&user, &servers),
+        ),
+        SecretCase::new(
+            "a password alone on servers without authentication",
+            quorum_url(&format!(":{canary}@"), &servers),
+        ),
+        SecretCase::new(
+            "a URL the backend refuses (a port that is not one)",
+            quorum_url(
                 &user,
                 &[
                     first.clone(),
@@ -89,13 +83,11 @@ pub(super) fn secret_cases(server: &Server, canary: &str) -> Outcome<Vec<SecretC
                     second.clone(),
                 ],
             ),
-            note: "",
-        },
-        SecretCase {
-            label: "a quorum the backend refuses (a server named twice)",
-            url: quorum_url(&user, &[first.clone(), second.clone(), first.clone()]),
-            note: "",
-        },
+        ),
+        SecretCase::new(
+            "a quorum the backend refuses (a server named twice)",
+            quorum_url(&user, &[first.clone(), second.clone(), first.clone()]),
+        ),
     ])
 }
 

@@ -10,12 +10,15 @@ use crate::answers::ClockStep;
 use crate::campaign::Server;
 use crate::clock::now_ns;
 use crate::fenced::FencedStore;
+use crate::figures::{ms, percentile};
+use crate::holder::{Worker, spec};
 use crate::holdings::holdings;
 use crate::judge::{Verdict, judge};
 use crate::outcome::Outcome;
 use crate::report::{Row, minimum};
 use crate::scenarios::kill::{documented_bound, earliest_regrant};
-use crate::scenarios::{Settings, Worker, ms, percentile, run_dir, spec, unique};
+use crate::scratch::{run_dir, unique};
+use crate::settings::Settings;
 use crate::worker::Event;
 
 /// How long the live holder holds, in leases: from before the step to

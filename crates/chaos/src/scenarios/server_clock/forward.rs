@@ -9,11 +9,14 @@ use super::{movements, step_and_check};
 use crate::answers::ClockStep;
 use crate::campaign::Server;
 use crate::fenced::{FencedStore, Op};
+use crate::figures::{ms, percentile};
+use crate::holder::{Worker, spec};
 use crate::holdings::{Holding, holdings};
 use crate::judge::{OverlapCause, Verdict, judge};
 use crate::outcome::Outcome;
 use crate::report::{Row, minimum};
-use crate::scenarios::{Settings, Worker, ms, percentile, run_dir, spec, unique};
+use crate::scratch::{run_dir, unique};
+use crate::settings::Settings;
 use crate::worker::Event;
 
 /// How long the old holder holds between its read and its write, in

@@ -10,8 +10,10 @@ use crate::campaign::Server;
 use crate::outcome::Outcome;
 use crate::report::{Row, ScenarioInfo};
 
+use super::Scenario;
 use super::clock_shift::faketime_lib;
-use super::{Scenario, Settings, not_applicable};
+use super::kinds::not_applicable;
+use crate::settings::Settings;
 use stepped::SteppedServer;
 
 pub(super) const SCENARIO: Scenario = Scenario {

@@ -15,8 +15,8 @@ use crate::campaign::Kind;
 use crate::campaign::Server;
 use crate::clock::now_ns;
 use crate::outcome::Outcome;
-use crate::scenarios::ADMIN_LIMIT;
 use crate::scenarios::network::runtime;
+use crate::settings::ADMIN_LIMIT;
 use crate::worker::{open_patiently, wall_ms};
 
 /// The backend's server under libfaketime, and a client that reads its

@@ -1,50 +1,60 @@
 //! A hook that spoils one campaign's grant on its way to the caller, so
-//! that a case can make a grant its holder never receives on a real
-//! backend.
+//! that a test can make a grant its holder never receives.
 
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, PoisonError};
+use std::time::Duration;
 
-use distlock_core::Error;
-use distlock_core::backend::Attempt;
-use distlock_core::testing::{Answer, Hook};
+use async_trait::async_trait;
 use tokio::sync::Notify;
 
-/// What happens to the next grant of a campaign that stands with a given
-/// value.
-#[derive(Debug)]
-pub(crate) enum Spoil {
-    /// The campaign's cancellation completes as the grant arrives.
-    Cancel(std::sync::Arc<Notify>),
-    /// The grant becomes a transient error, as if its answer were lost.
+use super::hook::{Answer, Hook};
+use crate::backend::Attempt;
+use crate::error::Error;
+use crate::sync::Mutex;
+
+/// What [`SpoilGrant`] does to the next grant of a campaign that stands
+/// with a given value.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Spoil {
+    /// Completes the campaign's cancellation as the grant arrives.
+    Cancel(Arc<Notify>),
+    /// Turns the grant into a transient [`Error::Backend`], as if its
+    /// answer were lost.
     LoseAnswer,
+    /// Holds the grant's answer back this long.
+    Delay(Duration),
 }
 
-/// The hook; see the module docs.
+/// A [`Hook`] that spoils the grant of one campaign, chosen by the value
+/// it stands with (the holder's label), once per [`arm`](Self::arm): a
+/// test of what an election records for a grant its holder never saw.
 #[derive(Debug, Default)]
-pub(crate) struct SpoilGrant {
+pub struct SpoilGrant {
     armed: Mutex<Option<(String, Spoil)>>,
     /// The tokens of the grants it spoiled.
     spoiled: Mutex<Vec<u64>>,
 }
 
 impl SpoilGrant {
-    /// Spoils the next grant to a campaign for `value`.
-    pub(crate) fn arm(&self, value: &str, spoil: Spoil) {
+    /// Spoils the next grant to a campaign for `value` as `spoil` says.
+    pub fn arm(&self, value: &str, spoil: Spoil) {
         *self.armed.lock().unwrap_or_else(PoisonError::into_inner) = Some((value.into(), spoil));
     }
 
-    /// The tokens of the grants spoiled so far.
-    pub(crate) fn spoiled(&self) -> Vec<u64> {
+    /// The fencing tokens of the grants spoiled so far, in order.
+    pub fn spoiled(&self) -> Vec<u64> {
         self.spoiled
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
     }
 
-    fn take_for(&self, label: Option<&str>) -> Option<Spoil> {
+    /// The spoiling armed for a campaign for `value`, taken.
+    fn take_for(&self, value: Option<&str>) -> Option<Spoil> {
         let mut armed = self.armed.lock().unwrap_or_else(PoisonError::into_inner);
         match &*armed {
-            Some((value, _)) if Some(value.as_str()) == label => {
+            Some((armed_for, _)) if Some(armed_for.as_str()) == value => {
                 armed.take().map(|(_, spoil)| spoil)
             }
             _ => None,
@@ -52,7 +62,7 @@ impl SpoilGrant {
     }
 }
 
-#[distlock_core::backend::async_trait]
+#[async_trait]
 impl Hook for SpoilGrant {
     async fn after(&self, answer: Answer<'_>) {
         let Answer::Acquire { request, outcome } = answer else {
@@ -76,11 +86,12 @@ impl Hook for SpoilGrant {
             Spoil::Cancel(cancel) => cancel.notify_one(),
             Spoil::LoseAnswer => {
                 *outcome = Err(Error::Backend {
-                    backend: "conformance",
+                    backend: "test",
                     message: "the grant's answer was lost on purpose".into(),
                     source: None,
                 });
             }
+            Spoil::Delay(delay) => tokio::time::sleep(delay).await,
         }
     }
 }
