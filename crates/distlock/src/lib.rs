@@ -151,7 +151,7 @@ pub use distlock_core::{
 };
 
 pub use crate::connect::{connect, connect_with};
-pub use crate::url::{BackendUrl, SecretUrl, default_url, open};
+pub use crate::url::{BackendUrl, default_url, open};
 pub use distlock_core::backend::redact;
 
 /// What backend authors need, and what a [`LockClient`] hands its backend;

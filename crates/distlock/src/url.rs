@@ -78,31 +78,6 @@ pub enum BackendUrl {
     Redis(distlock_redis::RedisConfig),
 }
 
-/// A URL that may hold credentials: its `Debug` and `Display` show it with
-/// the user information replaced by `***`.
-#[derive(Clone, PartialEq, Eq)]
-pub struct SecretUrl(String);
-
-impl SecretUrl {
-    /// The URL itself, credentials included: pass it to the driver, never
-    /// to a log.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for SecretUrl {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        std::fmt::Debug::fmt(&redact(&self.0), f)
-    }
-}
-
-impl std::fmt::Display for SecretUrl {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&redact(&self.0))
-    }
-}
-
 impl BackendUrl {
     /// Parses `url` with the configuration parser of the backend its
     /// scheme names.
