@@ -15,7 +15,7 @@ use distlock_core::{Claim, Error, Holder, LockInfo, LockName, Result};
 
 use crate::decision::DecisionLock;
 use crate::files::{Mode, io_error, open_existing, open_locked};
-use crate::held::{Held, LockedFile};
+use crate::grant::{Held, LockedFile};
 use crate::names::SlotKind;
 use crate::record::{Record, SharedKind, next_token, now_ms};
 use crate::shared::WriterMark;

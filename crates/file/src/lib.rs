@@ -60,7 +60,7 @@ mod config;
 mod decision;
 pub mod fencing;
 mod files;
-mod held;
+mod grant;
 mod names;
 mod privacy;
 mod record;

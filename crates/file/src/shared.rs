@@ -18,7 +18,7 @@ use crate::decision::DecisionLock;
 use crate::files::{
     Mode, io_error, is_held_at_all, is_held_exclusively, open_existing, open_locked,
 };
-use crate::held::{Held, LockedFile};
+use crate::grant::{Held, LockedFile};
 use crate::names::{self, SlotKind};
 use crate::record::{Record, SharedKind, next_token, now_ms};
 

@@ -15,7 +15,7 @@ use futures::future::join_all;
 
 use crate::cluster;
 use crate::config::{Mode, RedisConfig};
-use crate::handed_over::{HandedOverLock, OnServer, TOKEN_BLOCK};
+use crate::grant::{HandedOverLock, OnServer, TOKEN_BLOCK};
 use crate::keys::KeySpace;
 use crate::link::Target;
 use crate::node::{Node, WriterMark};

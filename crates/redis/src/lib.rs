@@ -182,7 +182,7 @@ mod cluster;
 mod config;
 mod deployment;
 mod error;
-mod handed_over;
+mod grant;
 mod keys;
 mod link;
 mod node;

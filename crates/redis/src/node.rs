@@ -17,7 +17,7 @@ use redis::{Script, Value};
 use crate::config::{RedisConfig, RedisServer};
 use crate::deployment;
 use crate::error::{copy, from_redis, timed_out, unexpected};
-use crate::handed_over::OnServer;
+use crate::grant::OnServer;
 use crate::keys::{KeySpace, NameKeys, Record, parse_term};
 use crate::link::{Connection, Link, Target};
 use crate::reply::{Answer, Listed, int, is_noscript, read_grants, read_time};
