@@ -12,12 +12,13 @@ use crate::outcome::Outcome;
 use crate::peers::Tooz;
 use crate::report::{BackendResults, Contended, Contestant, Run, Settings};
 use crate::scale_out::ScaleOut;
+use crate::stamp::Stamp;
 use crate::target::{Server, Target};
 use crate::url_kind::kind_of_url;
 use crate::worker::{Layout, Window, Workload};
 use crate::{
     commands, etcd_peer, etcdctl, flock_baseline, gather, hold_many, kinds, peers, pg_peer, quiet,
-    redis_peers, report, uncontended,
+    redis_peers, report, sections, uncontended,
 };
 
 /// The `--only` value that selects the scale-out forms.
@@ -38,6 +39,8 @@ fn say(what: &str, seconds: Duration) {
 
 /// Runs every scenario on every backend `args` gives, and writes the report.
 pub(crate) async fn bench(args: &Args) -> Outcome<()> {
+    // Read before anything runs: the commit and changes the run is built from.
+    let stamp = Stamp::now(args.write.as_deref());
     let temp = std::env::temp_dir().join(format!("distlock-bench-{}", std::process::id()));
     let mut backends = if args.backends.is_empty() {
         vec![format!("file://{}", temp.display())]
@@ -95,6 +98,7 @@ pub(crate) async fn bench(args: &Args) -> Outcome<()> {
             .collect::<Vec<_>>()
             .join(" ")
     });
+    let kinds = only_kinds(&args.only, &backends);
     let mut notes = args.notes.clone();
     if let Some(bin) = etcdctl
         && let Some(url) = backends
@@ -105,7 +109,7 @@ pub(crate) async fn bench(args: &Args) -> Outcome<()> {
         notes.push(version);
     }
     let mut run = Run::new(
-        command,
+        command.clone(),
         Settings {
             seconds: args.seconds,
             uncontended_seconds: args.uncontended_seconds,
@@ -232,13 +236,50 @@ pub(crate) async fn bench(args: &Args) -> Outcome<()> {
         });
     }
     let _ = std::fs::remove_dir_all(&temp);
-    let markdown = run.to_markdown();
+    let report = run.to_markdown(&stamp);
+    let markdown = if kinds.is_empty() {
+        format!("{}{report}", report::TITLE)
+    } else {
+        let part = sections::partial_part(
+            &kinds,
+            &stamp.line(&format!("`{command}`; each section says its settings")),
+            &report,
+        );
+        match &args.write {
+            Some(path) => sections::merge(&existing_report(path)?, &kinds, &part),
+            None => part,
+        }
+    };
     match &args.write {
         Some(path) => std::fs::write(path, markdown)
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?,
         None => print!("{markdown}"),
     }
     Ok(())
+}
+
+/// The kinds `--only` asked for, spelt as the report spells them where a
+/// backend given is of that kind (`scale-out` as given).
+fn only_kinds(only: &[String], backends: &[String]) -> Vec<String> {
+    only.iter()
+        .map(|asked| {
+            backends
+                .iter()
+                .map(|url| kind_of_url(url))
+                .find(|kind| kind.eq_ignore_ascii_case(asked))
+                .map_or_else(|| asked.clone(), str::to_owned)
+        })
+        .collect()
+}
+
+/// The report file an earlier run wrote at `path`, which a partial run
+/// merges into; just the file's head if there is none yet.
+fn existing_report(path: &std::path::Path) -> Outcome<String> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok(text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(report::TITLE.to_owned()),
+        Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+    }
 }
 
 /// Every contended run on one backend: ours and, with `peers`, its peers',

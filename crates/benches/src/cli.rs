@@ -71,7 +71,10 @@ pub(crate) struct Args {
     /// any case); repeat for several. `scale-out`: only the scale-out forms
     /// given and their single-server forms, in the uncontended and
     /// contended scenarios, without peers. Default: every backend given,
-    /// in every scenario.
+    /// in every scenario. With `--write`, a run of some kinds merges into
+    /// the file as a part of its own, "Partial run: KIND…", replacing an
+    /// earlier run's part of no other kinds; a full run writes the file
+    /// whole.
     #[arg(long = "only", value_name = "KIND")]
     pub(crate) only: Vec<String>,
     /// A line for the report's list of versions, e.g. "SecantusDB: secantusd-rs 0.5.3".

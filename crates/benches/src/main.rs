@@ -57,6 +57,8 @@ mod quiet;
 mod redis_peers;
 mod report;
 mod scale_out;
+mod sections;
+mod stamp;
 mod target;
 mod timeline;
 mod uncontended;

@@ -1,6 +1,7 @@
 //! The Markdown report: the machine, the versions, the exact command, one
 //! table per scenario with every backend and peer side by side, and the
-//! goals, each checked against this run's numbers.
+//! goals, each checked against this run's numbers; every numbered section
+//! stamped with the run's commit, date, machine and its own settings.
 
 mod contention;
 mod etcd;
@@ -24,6 +25,8 @@ use crate::order;
 use crate::peers::{ToozUncontended, ToozVersions};
 use crate::quiet::Quiet;
 use crate::scale_out::ScaleOut;
+use crate::sections::stamp_sections;
+use crate::stamp::Stamp;
 use crate::timeline::Contention;
 use crate::uncontended::{Contender, ROUNDS, Side, Uncontended};
 use crate::worker::Workload;
@@ -112,6 +115,28 @@ pub(crate) use postgres::MANY_LEFT_OUT_ADVISORY;
 
 const PEER: &str = "distributed-lock-mongo 0.2.0";
 
+/// The head of the report file: what it holds, and how a run of some
+/// kinds only (`--only`) merges into it (see [`crate::sections`]).
+pub(crate) const TITLE: &str = "# Benchmarks
+
+Written by `distlock-bench` from runs of `bash scripts/bench`, which starts the servers, \
+installs the Python peer when it is missing, builds in release mode and runs every scenario \
+against every backend and peer in turn. Benchmarks measure; nothing here is asserted by a \
+test. Every numbered section is stamped: the commit its run was built from (and whether the \
+checkout had uncommitted changes), when and on what machine it ran, and the settings it used. \
+Compare numbers under one stamp only.
+
+A full run (`bash scripts/bench`) writes this whole file, and every ratio in it compares \
+numbers of that run. A run of some kinds only (`bash scripts/bench --only Redis`) cannot \
+replace rows of a table whose other rows came from another run, perhaps on another machine, \
+and the goals and findings compare the rows of one run. So it leaves the full run's sections \
+as they are and writes its own sections, each stamped, into a part of its own at the end, \
+headed *Partial run* and its kinds. A later partial run replaces every part whose kinds it \
+covers; the next full run replaces the whole file. Where a part and a full run's section \
+disagree, their stamps say which ran later.
+
+";
+
 impl Run {
     pub(crate) fn new(command: String, settings: Settings, notes: Vec<String>) -> Self {
         Self {
@@ -162,7 +187,9 @@ impl Run {
         self.backends.iter().find(|b| b.advisory_mode && !b.fair)
     }
 
-    pub(crate) fn to_markdown(&self) -> String {
+    /// The report, every numbered section under `stamp` and the settings
+    /// it used; without [`TITLE`], which only a whole file starts with.
+    pub(crate) fn to_markdown(&self, stamp: &Stamp) -> String {
         let mut out = String::new();
         self.header(&mut out);
         self.uncontended(&mut out);
@@ -175,7 +202,7 @@ impl Run {
             &self.backends,
             &Workload::all(self.settings.work),
         );
-        out
+        stamp_sections(&out, |heading| stamp.line(&self.settings_of(heading)))
     }
 
     fn kinds(&self, out: &mut String) {

@@ -1,24 +1,16 @@
 //! The report's header: the machine, the versions, the exact command and
-//! the settings of the run.
+//! the settings of the run, and the settings each section's stamp names.
 
 use std::fmt::Write;
 use std::time::Duration;
 
 use super::*;
+use crate::stamp;
 
 impl Run {
     pub(super) fn header(&self, out: &mut String) {
         let s = &self.settings;
-        let _ = writeln!(out, "# Benchmarks\n");
-        let _ = writeln!(
-            out,
-            "Written by `distlock-bench` from one run of `bash scripts/bench`, which starts \
-             the servers, installs the Python peer when it is missing, builds in release \
-             mode and runs every scenario against every backend and peer in turn. Every \
-             number below comes from that one run, and every ratio compares numbers of \
-             that run. Benchmarks measure; nothing here is asserted by a test.\n"
-        );
-        let _ = writeln!(out, "- Machine: {}", machine());
+        let _ = writeln!(out, "- Machine: {}", stamp::machine());
         let mut versions = vec![format!("distlock {}", env!("CARGO_PKG_VERSION")), rustc()];
         versions.extend(self.notes.iter().cloned());
         for b in &self.backends {
@@ -118,6 +110,50 @@ impl Run {
         }
     }
 
+    /// The settings the section headed `heading` used, in words, for its
+    /// stamp; all of the run's for a section this does not know.
+    pub(super) fn settings_of(&self, heading: &str) -> String {
+        let s = &self.settings;
+        let uncontended = format!(
+            "the uncontended scenario ran {} per backend",
+            humantime::format_duration(s.uncontended_seconds)
+        );
+        let mut contended = format!(
+            "each contended run lasted {}, with {} tasks in each of {} processes",
+            humantime::format_duration(s.seconds),
+            s.tasks,
+            s.processes
+        );
+        if !s.work.is_zero() {
+            let _ = write!(
+                contended,
+                ", each holding for {} in rounds with work",
+                humantime::format_duration(s.work)
+            );
+        }
+        let many = self.backends.iter().find_map(|b| b.many.as_ref()).map(|m| {
+            format!(
+                "{} locks held for {} on a {} lease",
+                m.locks,
+                humantime::format_duration(m.held_for),
+                humantime::format_duration(m.lease)
+            )
+        });
+        let heading = heading.to_lowercase();
+        let parts = if heading.contains("uncontended") {
+            vec![uncontended]
+        } else if heading.contains("contention") || heading.contains("semaphore") {
+            vec![contended]
+        } else if heading.contains("many locks") {
+            many.into_iter().collect()
+        } else if heading.contains("scale-out") {
+            vec![uncontended, contended]
+        } else {
+            [uncontended, contended].into_iter().chain(many).collect()
+        };
+        parts.join("; ")
+    }
+
     /// How long each backend's uncontended scenario waited for quiet.
     pub(super) fn quiet_waits(&self) -> String {
         let waits: Vec<String> = self
@@ -143,35 +179,6 @@ impl Run {
             format!(": {}", waits.join(", "))
         }
     }
-}
-
-fn machine() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|info| {
-            info.lines()
-                .find_map(|line| line.strip_prefix("model name"))
-                .map(|rest| rest.trim_start_matches([' ', '\t', ':']).to_owned())
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let memory = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|info| {
-            let kib: u64 = info
-                .lines()
-                .next()?
-                .split_whitespace()
-                .nth(1)?
-                .parse()
-                .ok()?;
-            Some(format!("{:.0} GiB", kib as f64 / 1024.0 / 1024.0))
-        })
-        .unwrap_or_default();
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|r| format!(", Linux {}", r.trim()))
-        .unwrap_or_default();
-    format!("{cores} cores ({cpu}), {memory}{kernel}")
 }
 
 fn rustc() -> String {
