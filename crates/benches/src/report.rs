@@ -3,6 +3,7 @@
 //! goals, each checked against this run's numbers.
 
 mod contention;
+mod durability;
 mod etcd;
 mod fair;
 mod header;
@@ -17,6 +18,7 @@ use std::fmt::Write;
 use std::time::Duration;
 
 use crate::commands::{Counts, MEMCACHED_COMMANDS};
+use crate::durability::Durability;
 use crate::hold_many::HoldMany;
 use crate::kinds::{self, KindRun};
 use crate::markdown::{commands_line, findings_list, goal, goals_list, opt, short};
@@ -37,6 +39,8 @@ pub(crate) struct Run {
     /// Contestants this run could not measure, and why: one line each.
     pub(crate) left_out: Vec<String>,
     pub(crate) tooz_versions: Option<ToozVersions>,
+    /// Each kind of server's durability settings, as the script gave them.
+    pub(crate) durability: Vec<Durability>,
     pub(crate) backends: Vec<BackendResults>,
 }
 
@@ -120,6 +124,7 @@ impl Run {
             notes,
             left_out: Vec::new(),
             tooz_versions: None,
+            durability: Vec::new(),
             backends: Vec::new(),
         }
     }
@@ -164,17 +169,18 @@ impl Run {
 
     pub(crate) fn to_markdown(&self) -> String {
         let mut out = String::new();
+        let all = &self.backends;
         self.header(&mut out);
         self.uncontended(&mut out);
+        self.disk_waits(&mut out, all);
         self.contention(&mut out);
+        self.disk_waits(&mut out, all);
         self.kinds(&mut out);
+        self.disk_waits(&mut out, all.iter().filter(|b| !b.kinds.is_empty()));
         self.many(&mut out);
-        scale_out::write_section(
-            &mut out,
-            5,
-            &self.backends,
-            &Workload::all(self.settings.work),
-        );
+        self.disk_waits(&mut out, all.iter().filter(|b| b.many.is_some()));
+        scale_out::write_section(&mut out, 5, all, &Workload::all(self.settings.work));
+        self.disk_waits(&mut out, all.iter().filter(|b| b.scale_out.is_some()));
         out
     }
 
