@@ -1,7 +1,8 @@
-# Shared helpers for scripts/test. Each scripts/servers/<name>.sh defines
-# install_<name> (skip when already installed) and start_<name> (start on a
-# free loopback port, data in a temp dir, export the URL the tests read,
-# and register the process with `stop_on_exit`).
+# Shared helpers for scripts/test, scripts/bench and scripts/chaos. Each
+# scripts/servers/<name>.sh defines install_<name> (skip when already
+# installed) and start_<name> (start on a free loopback port, data in a temp
+# dir, export the URL the tests read, register the process with
+# `stop_on_exit`, and say its durability with `say_durability`).
 
 DISTLOCK_TMP=$(mktemp -d -t distlock-test.XXXXXX)
 export DISTLOCK_TMP
@@ -48,6 +49,18 @@ wait_for_port() {
 
 stop_on_exit() { STOP_PIDS+=("$1"); }
 
+# How the servers are started: `fast` for the tests (nothing waits for the
+# disk that need not: the data is thrown away with the run), or `durable`
+# for the benchmarks (as users run them). `bring_up_servers durable` sets it.
+SERVER_SETTINGS=fast
+
+# say_durability KIND SETTINGS WAITS: records, for the benchmark report,
+# the durability settings of KIND's servers (read back from the servers
+# where they can say) and what an acquisition or release waits for on
+# disk, as distlock-bench's `--durability KIND SETTINGS WAITS`.
+DURABILITY_ARGS=()
+say_durability() { DURABILITY_ARGS+=(--durability "$1" "$2" "$3"); }
+
 # run_on_exit FN: calls FN on exit, before the servers are signalled and
 # the temp dir removed (for a server that needs its own way to stop).
 EXIT_HOOKS=()
@@ -68,9 +81,12 @@ stop_servers() {
 }
 trap stop_servers EXIT
 
-# Installs (once per machine) and starts every server in scripts/servers/.
+# bring_up_servers [durable]: installs (once per machine) and starts every
+# server in scripts/servers/, with the fast settings or, given `durable`,
+# the durable ones (see SERVER_SETTINGS).
 bring_up_servers() {
     local server fn
+    SERVER_SETTINGS=${1:-fast}
     for server in "$(dirname "${BASH_SOURCE[0]}")"/*.sh; do
         [ "$(basename "$server")" = common.sh ] || source "$server"
     done

@@ -111,6 +111,16 @@ start_etcd() {
         etcd_wait_healthy "http://127.0.0.1:${clients[n]}" "etcd member $n"
     done
 
+    # etcd as it comes: it fsyncs its WAL before it commits a write, unless
+    # a member runs with --unsafe-no-fsync, which the report would say.
+    local settings="as it comes, without --unsafe-no-fsync (read from every member's command line)"
+    local waits="the WAL's fsync: a write is answered once its log entry is fsynced (in the cluster, by a majority)"
+    if grep -q -- '^--unsafe-no-fsync' "$dir/single.cmd" "$cluster"/member-*.cmd; then
+        settings="with --unsafe-no-fsync"
+        waits="nothing: the WAL is not fsynced"
+    fi
+    say_durability etcd "$settings" "$waits"
+
     export DISTLOCK_TEST_ETCD_URL="etcd://127.0.0.1:$client"
     export DISTLOCK_TEST_ETCD_CLUSTER_URL="etcd://$(IFS=,; echo "${urls[*]}")"
     export DISTLOCK_TEST_ETCD_CLUSTER_DIR="$cluster"

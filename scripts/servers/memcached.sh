@@ -28,6 +28,8 @@ start_memcached() {
         wait_for_port "$port" memcached
         urls+=("127.0.0.1:$port")
     done
+    say_durability memcached "no persistence: memcached keeps everything in memory" \
+        "nothing: memcached has no disk"
     export MEMCACHED_BIN="$bin"
     export DISTLOCK_TEST_MEMCACHED_URL="memcache://${urls[0]}"
     export DISTLOCK_TEST_MEMCACHED_QUORUM_URL="memcache://${urls[0]},${urls[1]},${urls[2]}?mode=quorum"

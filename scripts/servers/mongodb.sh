@@ -28,24 +28,65 @@ install_mongodb() {
         || cargo install secantus-mdb --version "$SECANTUS_VERSION" --ignore-rust-version
 }
 
-start_mongodb() {
-    local bin port dir pid
+# mongodb_durability MODE: the server's durability flags for MODE:
+# `durable`, --sync-on-commit, which syncs the log before a write is
+# acknowledged, as mongod journals a `w: majority` write (without it
+# SecantusDB acknowledges first, and a SIGKILL loses acknowledged writes:
+# see crates/chaos/src/backends/mongodb.rs); anything else, none.
+mongodb_durability() {
+    [ "$1" = durable ] && echo --sync-on-commit
+    return 0
+}
+
+# mongodb_waits MODE: what a write waits for on disk in MODE.
+mongodb_waits() {
+    case $1 in
+        durable) echo "the log's sync: a write is acknowledged once it is on disk (w: majority, --sync-on-commit)" ;;
+        *) echo "nothing: a write is acknowledged before its log reaches the file" ;;
+    esac
+}
+
+# mongodb_server DIR MODE: a server on a free port, its data in DIR, with
+# the durability flags of MODE; sets MONGODB_PORT and MONGODB_FLAGS (the
+# durability flags passed, for the report). It stops on exit.
+mongodb_server() {
+    local dir=$1 bin pid
     bin=$(secantusd_bin)
     if [ -z "$bin" ]; then
         echo "secantusd-rs is not installed; install_mongodb should have installed it" >&2
         return 1
     fi
-    port=$(free_port)
-    dir="$DISTLOCK_TMP/mongodb"
+    MONGODB_FLAGS=$(mongodb_durability "$2")
+    MONGODB_PORT=$(free_port)
     mkdir -p "$dir"
-    "$bin" --port "$port" --storage-path "$dir/data" --enable-test-commands \
-        --cache-size 512M --log-file-max 32MB >"$dir/server.log" 2>&1 &
+    # shellcheck disable=SC2086 # one word per flag
+    "$bin" --port "$MONGODB_PORT" --storage-path "$dir/data" --enable-test-commands \
+        --cache-size 512M --log-file-max 32MB $MONGODB_FLAGS >"$dir/server.log" 2>&1 &
     pid=$!
     stop_on_exit "$pid"
-    if ! wait_for_port "$port" "secantusd-rs"; then
+    if ! wait_for_port "$MONGODB_PORT" "secantusd-rs"; then
         tail -n 20 "$dir/server.log" >&2
         return 1
     fi
-    export DISTLOCK_TEST_MONGODB_URL="mongodb://127.0.0.1:$port/"
-    export SECANTUSD_BIN="$bin"
+}
+
+start_mongodb() {
+    step "starting SecantusDB ($SERVER_SETTINGS settings)"
+    local mode
+    mode=$([ "$SERVER_SETTINGS" = durable ] && echo durable || echo off)
+    mongodb_server "$DISTLOCK_TMP/mongodb" "$mode"
+    export DISTLOCK_TEST_MONGODB_URL="mongodb://127.0.0.1:$MONGODB_PORT/"
+    export SECANTUSD_BIN
+    SECANTUSD_BIN=$(secantusd_bin)
+    say_durability MongoDB "${MONGODB_FLAGS:+with }${MONGODB_FLAGS:-without --sync-on-commit}" \
+        "$(mongodb_waits "$mode")"
+}
+
+# mongodb_without_durability: for the benchmarks' measured rows, a second
+# server without --sync-on-commit; sets MONGODB_WITHOUT_DURABILITY_URL. Not
+# a start_ function: the tests do not need it.
+mongodb_without_durability() {
+    step "starting a second SecantusDB without --sync-on-commit (measured rows)"
+    mongodb_server "$DISTLOCK_TMP/mongodb-without-durability" off
+    MONGODB_WITHOUT_DURABILITY_URL="mongodb://127.0.0.1:$MONGODB_PORT/"
 }

@@ -64,9 +64,82 @@ postgres_as() {
     runuser -u postgres -- "$@" </dev/null
 }
 
+# postgres_durability MODE: the server's durability settings for MODE:
+# `durable`, PostgreSQL's defaults, said explicitly so that nothing else
+# can change them; anything else, off (nothing waits for the disk).
+postgres_durability() {
+    case $1 in
+        durable) echo "fsync=on synchronous_commit=on full_page_writes=on" ;;
+        *) echo "fsync=off synchronous_commit=off full_page_writes=off" ;;
+    esac
+}
+
+# postgres_server DIR MODE [OPTIONS]: a server on a free port, its data in
+# DIR/data, with the durability settings of MODE (postgres_durability) and
+# the `-c` OPTIONS given in one word, and a role `distlock` with a password
+# of its own that owns the database `distlock`. Sets POSTGRES_PORT,
+# POSTGRES_PASSWORD and POSTGRES_SOCKET; the server stops on exit.
+postgres_server() {
+    local dir=$1 mode=$2 options=${3:-} setting bin
+    bin=$(postgres_bin_dir)
+    for setting in $(postgres_durability "$mode"); do
+        options+=" -c $setting"
+    done
+    mkdir -p "$dir/sock"
+    chown -R postgres:postgres "$dir"
+    chmod 700 "$dir"
+    POSTGRES_PORT=$(free_port)
+    POSTGRES_SOCKET="$dir/sock"
+    POSTGRES_PASSWORD=$(python3 -c 'import secrets; print(secrets.token_hex(16))')
+    # Local (socket) connections trust the OS user, for the setup below;
+    # TCP connections need a password, as the tests' URLs give.
+    postgres_as "$bin/initdb" -D "$dir/data" -U postgres -E UTF8 --no-locale \
+        --auth-local=trust --auth-host=scram-sha-256 >"$dir/initdb.log" 2>&1 || {
+        cat "$dir/initdb.log" >&2
+        return 1
+    }
+    postgres_as "$bin/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -t 60 start \
+        -o "-p $POSTGRES_PORT -k $dir/sock -c listen_addresses=127.0.0.1 -c max_connections=400$options" \
+        >/dev/null || {
+        cat "$dir/postgres.log" >&2
+        return 1
+    }
+    POSTGRES_DATA_DIRS+=("$dir/data")
+    stop_on_exit "$(head -n 1 "$dir/data/postmaster.pid")"
+    # The password is hex, so it needs no quoting inside the SQL string.
+    postgres_psql postgres \
+        -c "CREATE ROLE distlock LOGIN PASSWORD '$POSTGRES_PASSWORD'" \
+        -c "CREATE DATABASE distlock OWNER distlock" >/dev/null
+}
+
+# postgres_psql DATABASE ARG...: psql as the superuser, over the socket of
+# the server postgres_server started last.
+postgres_psql() {
+    local database=$1
+    shift
+    postgres_as "$(postgres_bin_dir)/psql" -q -X -v ON_ERROR_STOP=1 -h "$POSTGRES_SOCKET" \
+        -p "$POSTGRES_PORT" -U postgres -d "$database" "$@"
+}
+
+# postgres_reported: the durability settings of the server postgres_server
+# started last, as it reports them.
+postgres_reported() {
+    postgres_psql postgres -A -t -F= \
+        -c "SELECT name, setting FROM pg_settings WHERE name IN ('fsync', 'synchronous_commit', 'full_page_writes') ORDER BY name" |
+        paste -s -d ' '
+}
+
+# postgres_waits MODE: what a transaction waits for on disk in MODE.
+postgres_waits() {
+    case $1 in
+        durable) echo "the commit's WAL flush: a statement returns once its commit record is fsynced" ;;
+        *) echo "nothing: a commit returns before its WAL reaches the disk" ;;
+    esac
+}
+
 start_postgres() {
-    step "starting PostgreSQL and PgBouncer (transaction pooling)"
-    local bin dir port bouncer_port password reader_password pgbouncer
+    step "starting PostgreSQL and PgBouncer (transaction pooling, $SERVER_SETTINGS settings)"
+    local bin dir mode port bouncer_port password reader_password pgbouncer
     bin=$(postgres_bin_dir)
     pgbouncer=$(command -v pgbouncer || echo /usr/sbin/pgbouncer)
     export DISTLOCK_POSTGRES_BIN="$bin"
@@ -76,41 +149,23 @@ start_postgres() {
     # The postgres user must reach its directory through the run's temp
     # dir, which mktemp made private: let others through, not list it.
     chmod o+x "$DISTLOCK_TMP"
-    mkdir -p "$dir/sock"
+    mkdir -p "$dir"
     postgres_tls "$dir/tls"
-    chown -R postgres:postgres "$dir"
-    chmod 700 "$dir"
-    port=$(free_port)
+    # Durability off for the tests (the data is thrown away with the run),
+    # PostgreSQL's defaults for the benchmarks. TLS on, with the certificate above; plain TCP is still accepted.
+    mode=$([ "$SERVER_SETTINGS" = durable ] && echo durable || echo off)
+    postgres_server "$dir" "$mode" \
+        " -c ssl=on -c ssl_cert_file=$dir/tls/server.pem -c ssl_key_file=$dir/tls/server.key"
+    port=$POSTGRES_PORT
+    password=$POSTGRES_PASSWORD
     bouncer_port=$(free_port)
-    password=$(python3 -c 'import secrets; print(secrets.token_hex(16))')
+    say_durability PostgreSQL "$(postgres_reported)" "$(postgres_waits "$mode")"
     reader_password=$(python3 -c 'import secrets; print(secrets.token_hex(16))')
-
-    # Local (socket) connections trust the OS user, for the setup below;
-    # TCP connections need a password, as the tests' URLs give.
-    postgres_as "$bin/initdb" -D "$dir/data" -U postgres -E UTF8 --no-locale \
-        --auth-local=trust --auth-host=scram-sha-256 >"$dir/initdb.log" 2>&1 || {
-        cat "$dir/initdb.log" >&2
-        return 1
-    }
-    # fsync off: the data is thrown away with the run. TLS on, with the
-    # certificate above; plain TCP is still accepted.
-    postgres_as "$bin/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -t 60 start \
-        -o "-p $port -k $dir/sock -c listen_addresses=127.0.0.1 -c max_connections=400 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c ssl=on -c ssl_cert_file=$dir/tls/server.pem -c ssl_key_file=$dir/tls/server.key" \
-        >/dev/null || {
-        cat "$dir/postgres.log" >&2
-        return 1
-    }
-    POSTGRES_DATA_DIR="$dir/data"
-    stop_on_exit "$(head -n 1 "$dir/data/postmaster.pid")"
-
-    # The password is hex, so it needs no quoting inside the SQL string.
-    postgres_as "$bin/psql" -q -X -v ON_ERROR_STOP=1 -h "$dir/sock" -p "$port" -U postgres -d postgres \
-        -c "CREATE ROLE distlock LOGIN PASSWORD '$password'" \
-        -c "CREATE DATABASE distlock OWNER distlock" \
+    postgres_psql postgres \
         -c "CREATE ROLE distlock_reader LOGIN PASSWORD '$reader_password'" >/dev/null
     # A user who may read distlock's tables but write nothing, for
     # `distlock check`'s test of missing permissions.
-    postgres_as "$bin/psql" -q -X -v ON_ERROR_STOP=1 -h "$dir/sock" -p "$port" -U postgres -d distlock \
+    postgres_psql distlock \
         -c "ALTER DEFAULT PRIVILEGES FOR ROLE distlock GRANT SELECT ON TABLES TO distlock_reader" >/dev/null
 
     # PgBouncer 1.18 (Debian 12's) predates prepared-statement support in
@@ -148,11 +203,27 @@ EOF
     export DISTLOCK_TEST_POSTGRES_READER_URL="postgres://distlock_reader:$reader_password@127.0.0.1:$port/distlock"
 }
 
-# stop_servers sends the server SIGTERM, which waits for clients to leave,
-# and then removes its data: stop it at once, and wait, before that.
+# postgres_without_durability: for the benchmarks' measured rows, a second
+# server with durability off, plain TCP only; sets
+# POSTGRES_WITHOUT_DURABILITY_URL and POSTGRES_WITHOUT_DURABILITY (its
+# settings, as it reports them). Not a start_ function: the tests do not
+# need it.
+postgres_without_durability() {
+    step "starting a second PostgreSQL with durability off (measured rows)"
+    postgres_server "$DISTLOCK_TMP/postgres-without-durability" off
+    POSTGRES_WITHOUT_DURABILITY=$(postgres_reported)
+    POSTGRES_WITHOUT_DURABILITY_URL="postgres://distlock:$POSTGRES_PASSWORD@127.0.0.1:$POSTGRES_PORT/distlock"
+}
+
+# stop_servers sends each server SIGTERM, which waits for clients to leave,
+# and then removes its data: stop them at once, and wait, before that.
+POSTGRES_DATA_DIRS=()
 stop_postgres() {
-    [ -n "${POSTGRES_DATA_DIR:-}" ] && [ -f "$POSTGRES_DATA_DIR/postmaster.pid" ] &&
-        postgres_as "$DISTLOCK_POSTGRES_BIN/pg_ctl" -D "$POSTGRES_DATA_DIR" -m immediate -w stop >/dev/null 2>&1
+    local data
+    for data in "${POSTGRES_DATA_DIRS[@]}"; do
+        [ -f "$data/postmaster.pid" ] &&
+            postgres_as "$DISTLOCK_POSTGRES_BIN/pg_ctl" -D "$data" -m immediate -w stop >/dev/null 2>&1
+    done
     return 0
 }
 

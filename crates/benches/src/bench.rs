@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::cli::Args;
+use crate::durability::MeasuredServer;
 use crate::kinds::{KindOutcome, KindRun, KindSummary};
 use crate::mix::Mix;
 use crate::names::bench_name;
@@ -17,8 +18,8 @@ use crate::target::{Server, Target};
 use crate::url_kind::kind_of_url;
 use crate::worker::{Layout, Window, Workload};
 use crate::{
-    commands, etcd_peer, etcdctl, flock_baseline, gather, hold_many, kinds, peers, pg_peer, quiet,
-    redis_peers, report, sections, uncontended,
+    commands, durability, etcd_peer, etcdctl, flock_baseline, gather, hold_many, kinds, peers,
+    pg_peer, quiet, redis_peers, report, sections, uncontended,
 };
 
 /// The `--only` value that selects the scale-out forms.
@@ -47,6 +48,16 @@ pub(crate) async fn bench(args: &Args) -> Outcome<()> {
     } else {
         args.backends.clone()
     };
+    let measured_servers = durability::measured_servers(&args.measured_servers)?;
+    if let Some(stray) = measured_servers
+        .iter()
+        .find(|server| !backends.contains(&server.beside))
+    {
+        return Err(format!(
+            "--measured-server names {}, which no --backend gives",
+            distlock::redact(&stray.beside)
+        ));
+    }
     let scale_out_only = args
         .only
         .iter()
@@ -120,6 +131,7 @@ pub(crate) async fn bench(args: &Args) -> Outcome<()> {
         },
         notes,
     );
+    run.durability = durability::durabilities(&args.durability)?;
     if let Some(tooz) = &tooz {
         run.tooz_versions = Some(tooz.versions().await?);
     }
@@ -165,8 +177,18 @@ pub(crate) async fn bench(args: &Args) -> Outcome<()> {
         );
         say("uncontended", args.uncontended_seconds);
         let with_peers = full(target) && !no_peers && !target.fair();
-        let mut uncontended =
-            uncontended::uncontended(target, args.uncontended_seconds, with_peers, etcdctl).await?;
+        let beside: Vec<&MeasuredServer> = measured_servers
+            .iter()
+            .filter(|server| server.beside == target.url)
+            .collect();
+        let mut uncontended = uncontended::uncontended(
+            target,
+            args.uncontended_seconds,
+            with_peers,
+            etcdctl,
+            &beside,
+        )
+        .await?;
         uncontended.quiet = Some(quiet);
         let tooz_uncontended = match (&tooz, is_memcached && with_peers) {
             (Some(tooz), true) => {

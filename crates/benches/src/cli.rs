@@ -80,6 +80,27 @@ pub(crate) struct Args {
     /// A line for the report's list of versions, e.g. "SecantusDB: secantusd-rs 0.5.3".
     #[arg(long = "note", value_name = "TEXT")]
     pub(crate) notes: Vec<String>,
+    /// A line of the report's durability settings: a kind of backend (or
+    /// `disk`), its servers' settings, and what a cycle waits for on disk
+    /// (empty for a line that is not a backend's); repeat for each.
+    #[arg(
+        long = "durability",
+        num_args = 3,
+        allow_hyphen_values = true,
+        value_names = ["KIND", "SETTINGS", "WAITS"]
+    )]
+    pub(crate) durability: Vec<String>,
+    /// Also run distlock's `LockClient` in the uncontended rounds of the
+    /// backend given as BACKEND, on the server at URL, started with
+    /// SETTINGS (a measured-only row, e.g. durability off); repeat for
+    /// several.
+    #[arg(
+        long = "measured-server",
+        num_args = 3,
+        allow_hyphen_values = true,
+        value_names = ["BACKEND", "SETTINGS", "URL"]
+    )]
+    pub(crate) measured_servers: Vec<String>,
     /// The command shown in the report (default: this one).
     #[arg(long, value_name = "TEXT")]
     pub(crate) command: Option<String>,

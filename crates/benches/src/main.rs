@@ -7,7 +7,8 @@
 //!                [--processes P] [--tasks T] [--work D]
 //!                [--many N] [--many-seconds S] [--many-lease L] [--no-peers] [--peer-sleep D]
 //!                [--tooz SCRIPT] [--python PYTHON] [--etcdctl ETCDCTL] [--only KIND]…
-//!                [--note TEXT]… [--write FILE]
+//!                [--note TEXT]… [--durability KIND SETTINGS WAITS]…
+//!                [--measured-server BACKEND SETTINGS URL]… [--write FILE]
 //! ```
 //!
 //! Every scenario runs against every backend in the same run, so that the
@@ -31,6 +32,7 @@ mod clock;
 mod commands;
 mod counting;
 mod cycles;
+mod durability;
 mod etcd_metrics;
 // etcd's Lock RPC peer needs etcd-client, whose build needs protoc: a
 // build without it has a stand-in that says so.

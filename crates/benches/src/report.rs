@@ -4,6 +4,7 @@
 //! stamped with the run's commit, date, machine and its own settings.
 
 mod contention;
+mod durability;
 mod etcd;
 mod fair;
 mod header;
@@ -18,6 +19,7 @@ use std::fmt::Write;
 use std::time::Duration;
 
 use crate::commands::{Counts, MEMCACHED_COMMANDS};
+use crate::durability::Durability;
 use crate::hold_many::HoldMany;
 use crate::kinds::{self, KindRun};
 use crate::markdown::{commands_line, findings_list, goal, goals_list, opt, short};
@@ -40,6 +42,8 @@ pub(crate) struct Run {
     /// Contestants this run could not measure, and why: one line each.
     pub(crate) left_out: Vec<String>,
     pub(crate) tooz_versions: Option<ToozVersions>,
+    /// Each kind of server's durability settings, as the script gave them.
+    pub(crate) durability: Vec<Durability>,
     pub(crate) backends: Vec<BackendResults>,
 }
 
@@ -145,6 +149,7 @@ impl Run {
             notes,
             left_out: Vec::new(),
             tooz_versions: None,
+            durability: Vec::new(),
             backends: Vec::new(),
         }
     }
@@ -191,17 +196,18 @@ impl Run {
     /// it used; without [`TITLE`], which only a whole file starts with.
     pub(crate) fn to_markdown(&self, stamp: &Stamp) -> String {
         let mut out = String::new();
+        let all = &self.backends;
         self.header(&mut out);
         self.uncontended(&mut out);
+        self.disk_waits(&mut out, all);
         self.contention(&mut out);
+        self.disk_waits(&mut out, all);
         self.kinds(&mut out);
+        self.disk_waits(&mut out, all.iter().filter(|b| !b.kinds.is_empty()));
         self.many(&mut out);
-        scale_out::write_section(
-            &mut out,
-            5,
-            &self.backends,
-            &Workload::all(self.settings.work),
-        );
+        self.disk_waits(&mut out, all.iter().filter(|b| b.many.is_some()));
+        scale_out::write_section(&mut out, 5, all, &Workload::all(self.settings.work));
+        self.disk_waits(&mut out, all.iter().filter(|b| b.scale_out.is_some()));
         stamp_sections(&out, |heading| stamp.line(&self.settings_of(heading)))
     }
 

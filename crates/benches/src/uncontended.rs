@@ -9,6 +9,7 @@ use distlock::{LockClient, LockOptions};
 
 use crate::commands::Counts;
 use crate::cycles::{backend_cycles, client_cycles, raw_cycles};
+use crate::durability::MeasuredServer;
 use crate::etcd_peer::LockService;
 use crate::etcdctl::Etcdctl;
 use crate::names::bench_name;
@@ -23,6 +24,9 @@ use crate::{peers, pg_peer, redis_peers};
 pub(crate) enum Contender {
     /// distlock's `LockClient::try_acquire` and `LockGuard::release`.
     Client,
+    /// The same, on the server beside the target's with this index in
+    /// [`Uncontended::beside`] (other durability settings): measured only.
+    ClientBeside(usize),
     /// The backend's own `try_acquire` and `release`, called directly.
     BackendCalls,
     /// memcached's bare `add` and CAS-conditional delete
@@ -131,6 +135,9 @@ pub(crate) struct Uncontended {
     pub(crate) sides: Vec<Side>,
     /// How the wait for a quiet machine before the rounds went.
     pub(crate) quiet: Option<Quiet>,
+    /// The settings of each server beside the target's that the client
+    /// also ran on ([`Contender::ClientBeside`]).
+    pub(crate) beside: Vec<String>,
 }
 
 impl Uncontended {
@@ -158,16 +165,27 @@ pub(crate) const ROUNDS: u32 = 20;
 /// backend's two calls, through the client, and (where there is one)
 /// through the bare recipe and the peers: the Rust peer on MongoDB, etcd's
 /// lock service and (given its binary) `etcdctl lock` on etcd, sqlx's
-/// advisory lock on PostgreSQL, the raw pair, rslock and redlock on Redis. Where the server publishes its counts late
-/// (PostgreSQL), rounds this short cannot be counted apart, and none is.
+/// advisory lock on PostgreSQL, the raw pair, rslock and redlock on Redis;
+/// and the client again on each server `beside` the target's. Where the
+/// server publishes its counts late (PostgreSQL), rounds this short cannot
+/// be counted apart, and none is; nor are the rounds on a server beside.
 pub(crate) async fn uncontended(
     target: &Target,
     seconds: Duration,
     with_peer: bool,
     etcdctl: Option<&str>,
+    beside: &[&MeasuredServer],
 ) -> Outcome<Uncontended> {
     let name = bench_name("uncontended");
     let mut contenders = vec![Contender::BackendCalls, Contender::Client];
+    let mut beside_clients = Vec::new();
+    for server in beside {
+        let backend = distlock::open(&server.url)
+            .await
+            .map_err(|e| format!("{}: {e}", distlock::redact(&server.url)))?;
+        contenders.push(Contender::ClientBeside(beside_clients.len()));
+        beside_clients.push(LockClient::new(backend, LockOptions::default()));
+    }
     // The bare recipe runs on one server: no baseline for a scale-out form.
     if matches!(target.server, Server::Memcached(_)) && target.scale_out.is_none() {
         contenders.insert(0, Contender::RawRecipe);
@@ -246,21 +264,34 @@ pub(crate) async fn uncontended(
         // runs first (after the server counts are read) or last.
         for turn in 0..count {
             let side = &mut sides[(index + turn) % count];
+            // Only the target's own server is counted.
+            let here = !matches!(side.contender, Contender::ClientBeside(_));
             // The server's count is read first, so that the command that
             // reads it (MongoDB's `serverStatus`) is not counted as the
             // contender's.
-            let ops_before = target.server_ops().await;
-            let before = if counted {
+            let ops_before = if here {
+                target.server_ops().await
+            } else {
+                None
+            };
+            let before = if counted && here {
                 target.counts().await?
             } else {
                 None
             };
             // Read closest to the round, so that the reads of the counts
             // fall outside it.
-            let cpu_before = target.server_cpu().await;
+            let cpu_before = if here {
+                target.server_cpu().await
+            } else {
+                None
+            };
             let started = Instant::now();
             let cycles = match side.contender {
                 Contender::Client => client_cycles(&client, &name, round).await?,
+                Contender::ClientBeside(server) => {
+                    client_cycles(&beside_clients[server], &name, round).await?
+                }
                 Contender::BackendCalls => backend_cycles(&*backend, &name, round).await?,
                 Contender::RawRecipe => raw_cycles(target, &name, round).await?,
                 Contender::MongoPeer => peers::mongo_cycles(target, &name, round).await?,
@@ -348,7 +379,14 @@ pub(crate) async fn uncontended(
         }
         tokio::time::sleep(PUBLISHED_AFTER_CLOSE).await;
     }
-    Ok(Uncontended { sides, quiet: None })
+    Ok(Uncontended {
+        sides,
+        quiet: None,
+        beside: beside
+            .iter()
+            .map(|server| server.settings.clone())
+            .collect(),
+    })
 }
 
 /// The backend the uncontended rounds take the lock through: the target's

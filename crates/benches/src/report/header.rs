@@ -39,6 +39,7 @@ impl Run {
         }
         let _ = writeln!(out, "- Versions: {}", versions.join("; "));
         let _ = writeln!(out, "- Command: `{}`", self.command);
+        self.durability_lines(out);
         for line in &self.left_out {
             let _ = writeln!(out, "- Left out: {line}");
         }

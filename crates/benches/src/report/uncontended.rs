@@ -33,6 +33,10 @@ impl Run {
             for side in &u.sides {
                 let label = match side.contender {
                     Contender::Client => "distlock `LockClient`".to_owned(),
+                    Contender::ClientBeside(server) => format!(
+                        "measured only: distlock `LockClient`, on a server with {}",
+                        u.beside[server]
+                    ),
                     Contender::BackendCalls
                         if u.baseline().map(|b| b.contender) != Some(Contender::BackendCalls) =>
                     {
@@ -225,6 +229,7 @@ impl Run {
         if let Some(b) = self.backend("Redis") {
             text.extend(redis::uncontended_findings(b));
         }
+        text.extend(self.durability_findings());
         findings_list(out, &text);
     }
 }
