@@ -3,6 +3,8 @@
 //! goals, each checked against this run's numbers.
 
 mod contention;
+mod contention_table;
+mod contestants;
 mod etcd;
 mod fair;
 mod header;
@@ -19,11 +21,12 @@ use std::time::Duration;
 use crate::commands::{Counts, MEMCACHED_COMMANDS};
 use crate::hold_many::HoldMany;
 use crate::kinds::{self, KindRun};
-use crate::markdown::{commands_line, findings_list, goal, goals_list, opt, short};
+use crate::markdown::{findings_list, goal, goals_list, opt, short, unjudged};
 use crate::order;
 use crate::peers::{ToozUncontended, ToozVersions};
 use crate::quiet::Quiet;
 use crate::scale_out::ScaleOut;
+use crate::scenario::{Scenario, Spread};
 use crate::timeline::Contention;
 use crate::uncontended::{Contender, ROUNDS, Side, Uncontended};
 use crate::worker::Workload;
@@ -49,17 +52,16 @@ pub(crate) struct Settings {
     pub(crate) tasks: u32,
     /// The work held in the third contention workload (zero: not run).
     pub(crate) work: Duration,
-    pub(crate) peer_sleep: Duration,
+    /// The processes of one task each in the fourth (zero: not run).
+    pub(crate) single_task_processes: u32,
 }
 
 /// Who contended in one contended run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Contestant {
     Ours,
-    /// distributed-lock-mongo, with its defaults or a fixed sleep.
-    MongoPeer {
-        sleep: Option<Duration>,
-    },
+    /// distributed-lock-mongo, with its defaults.
+    MongoPeer,
     Tooz,
     /// etcd's own lock service: the `Lock` and `Unlock` RPCs.
     EtcdLockRpc,
@@ -77,7 +79,7 @@ pub(crate) enum Contestant {
 #[derive(Debug)]
 pub(crate) struct Contended {
     pub(crate) by: Contestant,
-    pub(crate) workload: Workload,
+    pub(crate) scenario: Scenario,
     pub(crate) result: Contention,
 }
 
@@ -133,10 +135,7 @@ impl Run {
     fn contestant(&self, by: Contestant) -> String {
         match by {
             Contestant::Ours => "distlock".to_owned(),
-            Contestant::MongoPeer { sleep: None } => format!("{PEER}, defaults (10 ms sleep)"),
-            Contestant::MongoPeer { sleep: Some(s) } => {
-                format!("{PEER}, {} sleep", humantime::format_duration(s))
-            }
+            Contestant::MongoPeer => format!("{PEER}, defaults"),
             Contestant::Tooz => format!("{} (Python threads)", self.tooz()),
             Contestant::EtcdLockRpc => etcd::LOCK_RPC_PER_TASK.to_owned(),
             Contestant::PgAdvisoryLock => postgres::ADVISORY_PER_TASK.to_owned(),
@@ -203,11 +202,13 @@ impl Run {
     }
 }
 
-/// `who`'s result on `b` in `workload`, if it ran.
-fn find(b: &BackendResults, who: Contestant, workload: Workload) -> Option<&Contention> {
+/// `who`'s result on `b` in `scenario` (a workload alone: on the shared
+/// processes), if it ran.
+fn find(b: &BackendResults, who: Contestant, scenario: impl Into<Scenario>) -> Option<&Contention> {
+    let scenario = scenario.into();
     b.contended
         .iter()
-        .find(|c| c.by == who && c.workload == workload)
+        .find(|c| c.by == who && c.scenario == scenario)
         .map(|c| &c.result)
 }
 
@@ -256,6 +257,48 @@ fn share_goal(who: &str, share: f64, base_is: &str, client: &Side, base: &Side) 
             client.per_second(),
             base.per_second(),
             spread(client, base),
+        ),
+    )
+}
+
+/// The goal that `ours` hands the lock to another process, at the
+/// median, within `within` times `peer`'s hand-off (`peer_is` names it) in
+/// the same scenario, `what` naming backend and scenario. Only hand-offs
+/// across processes count: ours to a task of the same process skip the
+/// server, which a peer's never do, so the whole median would compare
+/// unlike things. Without such hand-offs on both sides it is not judged.
+fn cross_hand_off_goal(
+    what: &str,
+    ours: &Contention,
+    peer_is: &str,
+    peer: &Contention,
+    within: f64,
+) -> String {
+    let bound = if within == 1.0 {
+        "no worse than".to_owned()
+    } else {
+        format!("within {within}x")
+    };
+    let claim = format!("{what}: hand-off p50 across processes {bound} that of {peer_is}");
+    if ours.cross_process == 0 || peer.cross_process == 0 {
+        return unjudged(format!(
+            "{claim}: too few hand-offs across processes to compare ({} of ours, {} of \
+             theirs).",
+            ours.cross_process, peer.cross_process
+        ));
+    }
+    let factor = ratio(ours.cross_p50, peer.cross_p50);
+    goal(
+        factor <= within,
+        format!(
+            "{claim}: {} against {} ({factor:.2}x; p99 {} against {}; over {} and {} such \
+             hand-offs).",
+            short(ours.cross_p50),
+            short(peer.cross_p50),
+            short(ours.cross_p99),
+            short(peer.cross_p99),
+            ours.cross_process,
+            peer.cross_process,
         ),
     )
 }
