@@ -313,3 +313,58 @@ fn spread(client: &Side, base: &Side) -> String {
         )
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use distlock::LockKind;
+
+    use super::*;
+    use crate::worker::Tenure;
+
+    /// Holds laid end to end, 10 ns each, one per `(process, gap)`: held by
+    /// a task of `process`, granted `gap` ns after the hold before it.
+    fn run(holders: &[(u32, u64)]) -> Contention {
+        let mut at = 0;
+        let holds = holders
+            .iter()
+            .enumerate()
+            .map(|(task, &(process, gap))| {
+                at += gap;
+                let hold = Tenure {
+                    asked_at_ns: 0,
+                    sent_ns: 0,
+                    in_line_ns: 0,
+                    acquired_at_ns: at,
+                    released_at_ns: at + 10,
+                    token: 0,
+                    process,
+                    task: task as u32,
+                    round: 0,
+                    kind: LockKind::Exclusive,
+                };
+                at += 10;
+                hold
+            })
+            .collect();
+        Contention::from_holds(holds, Duration::from_secs(1))
+    }
+
+    #[test]
+    fn hand_off_goals_judge_only_hand_offs_across_processes() {
+        // Ours: quick hand-overs within a process, slow hand-offs across;
+        // the peer: every hand-off across, in between.
+        let ours = run(&[(0, 0), (0, 1), (0, 1), (1, 50), (1, 1), (1, 1), (0, 50)]);
+        let peer = run(&[(0, 0), (1, 20), (0, 20), (1, 20)]);
+        // The whole median (1 ns against 20) would meet it; across
+        // processes (50 against 20) it is not met.
+        assert!(ours.hand_off_p50 < peer.hand_off_p50);
+        let judged = cross_hand_off_goal("x", &ours, "the peer", &peer, 2.0);
+        assert!(judged.starts_with("**Not met**"), "{judged}");
+        let met = cross_hand_off_goal("x", &peer, "the peer", &ours, 1.0);
+        assert!(met.starts_with("**Met**"), "{met}");
+        // Without hand-offs across processes on one side, nothing is judged.
+        let alone = run(&[(0, 0), (0, 1)]);
+        let unjudged = cross_hand_off_goal("x", &alone, "the peer", &peer, 1.0);
+        assert!(unjudged.starts_with("**Not judged**"), "{unjudged}");
+    }
+}
