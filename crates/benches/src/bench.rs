@@ -13,6 +13,7 @@ use crate::outcome::Outcome;
 use crate::peers::Tooz;
 use crate::report::{BackendResults, Contended, Contestant, Run, Settings};
 use crate::scale_out::ScaleOut;
+use crate::scenario::Scenario;
 use crate::stamp::Stamp;
 use crate::target::{Server, Target};
 use crate::url_kind::kind_of_url;
@@ -27,8 +28,9 @@ const SCALE_OUT: &str = "scale-out";
 
 /// Time for Rust workers to start and connect before the window opens.
 const RUST_STARTUP: Duration = Duration::from_millis(1500);
-/// Time for Python workers to start (importing tooz takes a while).
-const PYTHON_STARTUP: Duration = Duration::from_secs(3);
+/// Time for each Python worker to start: importing tooz takes a while, and
+/// they all start at once on a machine with few cores.
+const PYTHON_STARTUP_PER_PROCESS: Duration = Duration::from_millis(750);
 
 /// The longest wait for a quiet machine before an uncontended scenario.
 const QUIET_PATIENCE: Duration = Duration::from_secs(30);
@@ -127,7 +129,7 @@ pub(crate) async fn bench(args: &Args) -> Outcome<()> {
             processes: args.processes,
             tasks: args.tasks,
             work: args.work,
-            peer_sleep: args.peer_sleep,
+            single_task_processes: args.single_task_processes,
         },
         notes,
     );
@@ -205,9 +207,17 @@ pub(crate) async fn bench(args: &Args) -> Outcome<()> {
     let mut all_contended = Vec::new();
     for (target, _) in &targets {
         eprintln!("== {} ({})", target.shown, target.label());
-        // A fair form is set beside its ordinary form's peers.
+        // A fair form is set beside its ordinary form's peers; the
+        // scale-out forms leave out the processes of one task.
         let peers = full(target) && !no_peers && !target.fair();
-        all_contended.push(contended_runs(args, &exe, target, peers, tooz.as_ref()).await?);
+        let single_task_processes = if full(target) {
+            args.single_task_processes
+        } else {
+            0
+        };
+        let scenarios = Scenario::all(args.work, single_task_processes);
+        all_contended
+            .push(contended_runs(args, &exe, target, &scenarios, peers, tooz.as_ref()).await?);
     }
     let mut all_kinds = Vec::new();
     for (target, _) in &targets {
@@ -305,11 +315,12 @@ fn existing_report(path: &std::path::Path) -> Outcome<String> {
 }
 
 /// Every contended run on one backend: ours and, with `peers`, its peers',
-/// in every workload.
+/// in every scenario of `scenarios`.
 async fn contended_runs(
     args: &Args,
     exe: &std::path::Path,
     target: &Target,
+    scenarios: &[Scenario],
     peers: bool,
     tooz: Option<&Tooz>,
 ) -> Outcome<Vec<Contended>> {
@@ -320,20 +331,18 @@ async fn contended_runs(
     let is_redis = matches!(target.server, Server::Redis(_)) && peers;
     let is_file = target.url.starts_with("file:") && peers;
     let mut contended = Vec::new();
-    for workload in Workload::all(args.work) {
-        let scenario = workload.label();
+    for &scenario in scenarios {
+        let (processes, tasks) = scenario.processes_and_tasks(args.processes, args.tasks);
+        let label = scenario.label();
         let run = |by, what: String, slug: &'static str| ContendedRun {
             args,
             target,
-            workload,
+            scenario,
             by,
             what,
             slug,
         };
-        let ours = format!(
-            "contended ({scenario}): {} processes x {} tasks",
-            args.processes, args.tasks
-        );
+        let ours = format!("contended ({label}): {processes} processes x {tasks} tasks");
         contended.push(
             run(Contestant::Ours, ours, "contended")
                 .contend(RUST_STARTUP, |lock, layout| {
@@ -342,28 +351,17 @@ async fn contended_runs(
                 .await?,
         );
         if is_mongo {
-            for sleep in [None, Some(args.peer_sleep)] {
-                let setting = sleep.map_or("defaults".to_owned(), |s| {
-                    format!("{} sleep", humantime::format_duration(s))
-                });
-                let what = format!("contended ({scenario}), distributed-lock-mongo ({setting})");
-                contended.push(
-                    run(Contestant::MongoPeer { sleep }, what, "peer-contended")
-                        .contend(RUST_STARTUP, |lock, layout| {
-                            Ok(peers::mongo_workers(
-                                exe,
-                                target,
-                                lock.as_str(),
-                                layout,
-                                sleep,
-                            ))
-                        })
-                        .await?,
-                );
-            }
+            let what = format!("contended ({label}), distributed-lock-mongo (defaults)");
+            contended.push(
+                run(Contestant::MongoPeer, what, "peer-contended")
+                    .contend(RUST_STARTUP, |lock, layout| {
+                        Ok(peers::mongo_workers(exe, target, lock.as_str(), layout))
+                    })
+                    .await?,
+            );
         }
         if is_etcd && etcd_peer::BUILT {
-            let what = format!("contended ({scenario}), etcd's Lock RPC");
+            let what = format!("contended ({label}), etcd's Lock RPC");
             contended.push(
                 run(Contestant::EtcdLockRpc, what, "etcd-peer-contended")
                     .contend(RUST_STARTUP, |lock, layout| {
@@ -373,7 +371,7 @@ async fn contended_runs(
             );
         }
         if is_postgres {
-            let what = format!("contended ({scenario}), sqlx's PgAdvisoryLock");
+            let what = format!("contended ({label}), sqlx's PgAdvisoryLock");
             contended.push(
                 run(Contestant::PgAdvisoryLock, what, "pg-advisory-contended")
                     .contend(RUST_STARTUP, |lock, layout| {
@@ -383,7 +381,7 @@ async fn contended_runs(
             );
         }
         if is_redis {
-            for (peer, by, label, slug) in [
+            for (peer, by, name, slug) in [
                 (
                     redis_peers::Peer::Rslock,
                     Contestant::Rslock,
@@ -397,7 +395,7 @@ async fn contended_runs(
                     "redlock-contended",
                 ),
             ] {
-                let what = format!("contended ({scenario}), {label}");
+                let what = format!("contended ({label}), {name}");
                 contended.push(
                     run(by, what, slug)
                         .contend(RUST_STARTUP, |lock, layout| {
@@ -414,7 +412,7 @@ async fn contended_runs(
             }
         }
         if is_file {
-            let what = format!("contended ({scenario}), raw blocking flock");
+            let what = format!("contended ({label}), raw blocking flock");
             contended.push(
                 run(Contestant::RawFlock, what, "raw-flock-contended")
                     .contend(RUST_STARTUP, |lock, layout| {
@@ -424,10 +422,11 @@ async fn contended_runs(
             );
         }
         if let (Some(tooz), true) = (tooz, is_memcached) {
-            let what = format!("contended ({scenario}), tooz");
+            let what = format!("contended ({label}), tooz");
+            let startup = PYTHON_STARTUP_PER_PROCESS * processes;
             contended.push(
                 run(Contestant::Tooz, what, "tooz-contended")
-                    .contend(PYTHON_STARTUP, |lock, layout| {
+                    .contend(startup, |lock, layout| {
                         tooz.workers(target, lock.as_str(), layout)
                     })
                     .await?,
@@ -437,11 +436,11 @@ async fn contended_runs(
     Ok(contended)
 }
 
-/// One contended run of one contestant in one workload.
+/// One contended run of one contestant in one scenario.
 struct ContendedRun<'a> {
     args: &'a Args,
     target: &'a Target,
-    workload: Workload,
+    scenario: Scenario,
     by: Contestant,
     /// What the run says it does as it starts.
     what: String,
@@ -460,17 +459,21 @@ impl ContendedRun<'_> {
     ) -> Outcome<Contended> {
         say(&self.what, self.args.seconds);
         let window = Window::after(startup, self.args.seconds);
+        let (processes, tasks) = self
+            .scenario
+            .processes_and_tasks(self.args.processes, self.args.tasks);
+        let workload = self.scenario.workload;
         let layout = Layout {
-            processes: self.args.processes,
-            tasks: self.args.tasks,
+            processes,
+            tasks,
             window,
-            workload: self.workload,
+            workload,
         };
         let workers = start(&bench_name(self.slug), layout)?;
         Ok(Contended {
             by: self.by,
-            workload: self.workload,
-            result: gather::contend(self.target, workers, window, self.workload.rounds()).await?,
+            scenario: self.scenario,
+            result: gather::contend(self.target, workers, window, workload.rounds()).await?,
         })
     }
 }

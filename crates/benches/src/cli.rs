@@ -34,6 +34,11 @@ pub(crate) struct Args {
     /// Tasks (threads, for the Python peer) per worker process.
     #[arg(long, default_value_t = 4)]
     pub(crate) tasks: u32,
+    /// Worker processes of one task each in the fourth contention
+    /// workload, rounds in which every hand-off goes to another process;
+    /// 0 skips that workload.
+    #[arg(long, default_value_t = 16)]
+    pub(crate) single_task_processes: u32,
     /// How long each task holds the lock in the third contention workload,
     /// rounds with work; 0s skips that workload.
     #[arg(long, default_value = "5ms", value_parser = humantime::parse_duration)]
@@ -51,10 +56,6 @@ pub(crate) struct Args {
     /// etcd's lock service, rslock, redlock).
     #[arg(long)]
     pub(crate) no_peers: bool,
-    /// The second setting of distributed-lock-mongo: its sleep between
-    /// tries (min = max), besides its defaults.
-    #[arg(long, default_value = "400ms", value_parser = humantime::parse_duration)]
-    pub(crate) peer_sleep: Duration,
     /// The Python peer's script (crates/benches/peers/tooz_bench.py); tooz
     /// runs against memcached only when given.
     #[arg(long, value_name = "SCRIPT")]
@@ -121,14 +122,12 @@ pub(crate) enum WorkerCommand {
         #[command(flatten)]
         mix: MixArgs,
     },
-    /// One contending worker process of distributed-lock-mongo.
+    /// One contending worker process of distributed-lock-mongo, with its
+    /// defaults.
     #[command(hide = true)]
     PeerWorker {
         #[command(flatten)]
         args: WorkerArgs,
-        /// Its sleep between tries (min = max); its defaults when absent.
-        #[arg(long, value_parser = humantime::parse_duration)]
-        sleep: Option<Duration>,
     },
     /// One contending worker process of etcd's own lock service (the
     /// `Lock` and `Unlock` RPCs).

@@ -4,8 +4,8 @@
 //!
 //! ```text
 //! distlock-bench [--backend URL]… [--seconds S] [--uncontended-seconds S]
-//!                [--processes P] [--tasks T] [--work D]
-//!                [--many N] [--many-seconds S] [--many-lease L] [--no-peers] [--peer-sleep D]
+//!                [--processes P] [--tasks T] [--work D] [--single-task-processes N]
+//!                [--many N] [--many-seconds S] [--many-lease L] [--no-peers]
 //!                [--tooz SCRIPT] [--python PYTHON] [--etcdctl ETCDCTL] [--only KIND]…
 //!                [--note TEXT]… [--durability KIND SETTINGS WAITS]…
 //!                [--measured-server BACKEND SETTINGS URL]… [--write FILE]
@@ -59,6 +59,7 @@ mod quiet;
 mod redis_peers;
 mod report;
 mod scale_out;
+mod scenario;
 mod sections;
 mod stamp;
 mod target;
@@ -78,7 +79,7 @@ async fn main() -> std::process::ExitCode {
     let args = Args::parse();
     let outcome = match &args.worker {
         Some(WorkerCommand::Worker { args, mix }) => ours::worker(args, mix.mix()).await,
-        Some(WorkerCommand::PeerWorker { args, sleep }) => peers::mongo_worker(args, *sleep).await,
+        Some(WorkerCommand::PeerWorker { args }) => peers::mongo_worker(args).await,
         Some(WorkerCommand::EtcdPeerWorker { args }) => etcd_peer::worker(args).await,
         Some(WorkerCommand::PgAdvisoryWorker { args }) => pg_peer::worker(args).await,
         Some(WorkerCommand::FlockWorker { args }) => flock_baseline::worker(args).await,

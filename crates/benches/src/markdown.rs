@@ -10,6 +10,11 @@ pub(crate) fn goal(met: bool, text: String) -> String {
     format!("**{}** — {text}", if met { "Met" } else { "Not met" })
 }
 
+/// A goal this run could not judge, and why.
+pub(crate) fn unjudged(text: String) -> String {
+    format!("**Not judged** — {text}")
+}
+
 /// The findings of a section, one paragraph each.
 pub(crate) fn findings_list(out: &mut String, text: &[String]) {
     if text.is_empty() {

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use distributed_lock_core::error::LockError;
 use distributed_lock_core::traits::{DistributedLock, LockHandle};
-use distributed_lock_mongo::{MongoDistributedLock, MongoDistributedLockOptions};
+use distributed_lock_mongo::MongoDistributedLock;
 use serde::Deserialize;
 use tokio::process::Command;
 
@@ -24,15 +24,6 @@ use crate::target::{Server, Target, mongo_client};
 use crate::worker::{
     Layout, Take, Taker, WorkerArgs, Workload, drive, hold_then_release, report_worker,
 };
-
-/// The peer's options: its defaults, or a fixed sleep between tries.
-fn peer_options(sleep: Option<Duration>) -> Option<MongoDistributedLockOptions> {
-    sleep.map(|sleep| MongoDistributedLockOptions {
-        min_busy_wait_sleep_time: sleep,
-        max_busy_wait_sleep_time: sleep,
-        ..MongoDistributedLockOptions::default()
-    })
-}
 
 /// Uncontended cycles of the Rust peer on `name`, through `target`'s
 /// counted client.
@@ -62,21 +53,15 @@ pub(crate) async fn mongo_cycles(
     Ok(cycles)
 }
 
-/// The commands that start the Rust peer's contending workers.
+/// The commands that start the Rust peer's contending workers, with its
+/// defaults.
 pub(crate) fn mongo_workers(
     exe: &Path,
     target: &Target,
     lock: &str,
     layout: Layout,
-    sleep: Option<Duration>,
 ) -> Vec<Command> {
-    let mut workers = layout.commands(exe, "peer-worker", &target.url, lock);
-    if let Some(sleep) = sleep {
-        for command in &mut workers {
-            command.args(["--sleep", &humantime::format_duration(sleep).to_string()]);
-        }
-    }
-    workers
+    layout.commands(exe, "peer-worker", &target.url, lock)
 }
 
 /// The Rust peer's lock, shared by the tasks of one process.
@@ -100,15 +85,15 @@ impl Taker for PeerTaker {
 }
 
 /// One worker process of the Rust peer: `tasks` tasks, each with the
-/// peer's `acquire` on one shared lock value and `mongodb::Client`;
-/// reports like ours.
-pub(crate) async fn mongo_worker(args: &WorkerArgs, sleep: Option<Duration>) -> Outcome<()> {
+/// peer's `acquire` on one shared lock value and `mongodb::Client`, with
+/// its default options; reports like ours.
+pub(crate) async fn mongo_worker(args: &WorkerArgs) -> Outcome<()> {
     let (monitor, database, _collection) = mongo_client(&args.backend).await?;
     let taker = PeerTaker(Arc::new(MongoDistributedLock::new(
         args.lock.clone(),
         database,
         None,
-        peer_options(sleep),
+        None,
     )));
     let before = monitor.snapshot();
     let log = drive(taker, args).await?;

@@ -4,6 +4,8 @@
 //! stamped with the run's commit, date, machine and its own settings.
 
 mod contention;
+mod contention_table;
+mod contestants;
 mod durability;
 mod etcd;
 mod fair;
@@ -22,11 +24,12 @@ use crate::commands::{Counts, MEMCACHED_COMMANDS};
 use crate::durability::Durability;
 use crate::hold_many::HoldMany;
 use crate::kinds::{self, KindRun};
-use crate::markdown::{commands_line, findings_list, goal, goals_list, opt, short};
+use crate::markdown::{findings_list, goal, goals_list, opt, short, unjudged};
 use crate::order;
 use crate::peers::{ToozUncontended, ToozVersions};
 use crate::quiet::Quiet;
 use crate::scale_out::ScaleOut;
+use crate::scenario::{Scenario, Spread};
 use crate::sections::stamp_sections;
 use crate::stamp::Stamp;
 use crate::timeline::Contention;
@@ -56,17 +59,16 @@ pub(crate) struct Settings {
     pub(crate) tasks: u32,
     /// The work held in the third contention workload (zero: not run).
     pub(crate) work: Duration,
-    pub(crate) peer_sleep: Duration,
+    /// The processes of one task each in the fourth (zero: not run).
+    pub(crate) single_task_processes: u32,
 }
 
 /// Who contended in one contended run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Contestant {
     Ours,
-    /// distributed-lock-mongo, with its defaults or a fixed sleep.
-    MongoPeer {
-        sleep: Option<Duration>,
-    },
+    /// distributed-lock-mongo, with its defaults.
+    MongoPeer,
     Tooz,
     /// etcd's own lock service: the `Lock` and `Unlock` RPCs.
     EtcdLockRpc,
@@ -84,7 +86,7 @@ pub(crate) enum Contestant {
 #[derive(Debug)]
 pub(crate) struct Contended {
     pub(crate) by: Contestant,
-    pub(crate) workload: Workload,
+    pub(crate) scenario: Scenario,
     pub(crate) result: Contention,
 }
 
@@ -163,10 +165,7 @@ impl Run {
     fn contestant(&self, by: Contestant) -> String {
         match by {
             Contestant::Ours => "distlock".to_owned(),
-            Contestant::MongoPeer { sleep: None } => format!("{PEER}, defaults (10 ms sleep)"),
-            Contestant::MongoPeer { sleep: Some(s) } => {
-                format!("{PEER}, {} sleep", humantime::format_duration(s))
-            }
+            Contestant::MongoPeer => format!("{PEER}, defaults"),
             Contestant::Tooz => format!("{} (Python threads)", self.tooz()),
             Contestant::EtcdLockRpc => etcd::LOCK_RPC_PER_TASK.to_owned(),
             Contestant::PgAdvisoryLock => postgres::ADVISORY_PER_TASK.to_owned(),
@@ -236,11 +235,13 @@ impl Run {
     }
 }
 
-/// `who`'s result on `b` in `workload`, if it ran.
-fn find(b: &BackendResults, who: Contestant, workload: Workload) -> Option<&Contention> {
+/// `who`'s result on `b` in `scenario` (a workload alone: on the shared
+/// processes), if it ran.
+fn find(b: &BackendResults, who: Contestant, scenario: impl Into<Scenario>) -> Option<&Contention> {
+    let scenario = scenario.into();
     b.contended
         .iter()
-        .find(|c| c.by == who && c.workload == workload)
+        .find(|c| c.by == who && c.scenario == scenario)
         .map(|c| &c.result)
 }
 
@@ -293,6 +294,48 @@ fn share_goal(who: &str, share: f64, base_is: &str, client: &Side, base: &Side) 
     )
 }
 
+/// The goal that `ours` hands the lock to another process, at the
+/// median, within `within` times `peer`'s hand-off (`peer_is` names it) in
+/// the same scenario, `what` naming backend and scenario. Only hand-offs
+/// across processes count: ours to a task of the same process skip the
+/// server, which a peer's never do, so the whole median would compare
+/// unlike things. Without such hand-offs on both sides it is not judged.
+fn cross_hand_off_goal(
+    what: &str,
+    ours: &Contention,
+    peer_is: &str,
+    peer: &Contention,
+    within: f64,
+) -> String {
+    let bound = if within == 1.0 {
+        "no worse than".to_owned()
+    } else {
+        format!("within {within}x")
+    };
+    let claim = format!("{what}: hand-off p50 across processes {bound} that of {peer_is}");
+    if ours.cross_process == 0 || peer.cross_process == 0 {
+        return unjudged(format!(
+            "{claim}: too few hand-offs across processes to compare ({} of ours, {} of \
+             theirs).",
+            ours.cross_process, peer.cross_process
+        ));
+    }
+    let factor = ratio(ours.cross_p50, peer.cross_p50);
+    goal(
+        factor <= within,
+        format!(
+            "{claim}: {} against {} ({factor:.2}x; p99 {} against {}; over {} and {} such \
+             hand-offs).",
+            short(ours.cross_p50),
+            short(peer.cross_p50),
+            short(ours.cross_p99),
+            short(peer.cross_p99),
+            ours.cross_process,
+            peer.cross_process,
+        ),
+    )
+}
+
 /// How the client's ratio to the baseline varied from round to round, for
 /// a goal's line.
 fn spread(client: &Side, base: &Side) -> String {
@@ -302,4 +345,59 @@ fn spread(client: &Side, base: &Side) -> String {
             s.median, s.low, s.high
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use distlock::LockKind;
+
+    use super::*;
+    use crate::worker::Tenure;
+
+    /// Holds laid end to end, 10 ns each, one per `(process, gap)`: held by
+    /// a task of `process`, granted `gap` ns after the hold before it.
+    fn run(holders: &[(u32, u64)]) -> Contention {
+        let mut at = 0;
+        let holds = holders
+            .iter()
+            .enumerate()
+            .map(|(task, &(process, gap))| {
+                at += gap;
+                let hold = Tenure {
+                    asked_at_ns: 0,
+                    sent_ns: 0,
+                    in_line_ns: 0,
+                    acquired_at_ns: at,
+                    released_at_ns: at + 10,
+                    token: 0,
+                    process,
+                    task: task as u32,
+                    round: 0,
+                    kind: LockKind::Exclusive,
+                };
+                at += 10;
+                hold
+            })
+            .collect();
+        Contention::from_holds(holds, Duration::from_secs(1))
+    }
+
+    #[test]
+    fn hand_off_goals_judge_only_hand_offs_across_processes() {
+        // Ours: quick hand-overs within a process, slow hand-offs across;
+        // the peer: every hand-off across, in between.
+        let ours = run(&[(0, 0), (0, 1), (0, 1), (1, 50), (1, 1), (1, 1), (0, 50)]);
+        let peer = run(&[(0, 0), (1, 20), (0, 20), (1, 20)]);
+        // The whole median (1 ns against 20) would meet it; across
+        // processes (50 against 20) it is not met.
+        assert!(ours.hand_off_p50 < peer.hand_off_p50);
+        let judged = cross_hand_off_goal("x", &ours, "the peer", &peer, 2.0);
+        assert!(judged.starts_with("**Not met**"), "{judged}");
+        let met = cross_hand_off_goal("x", &peer, "the peer", &ours, 1.0);
+        assert!(met.starts_with("**Met**"), "{met}");
+        // Without hand-offs across processes on one side, nothing is judged.
+        let alone = run(&[(0, 0), (0, 1)]);
+        let unjudged = cross_hand_off_goal("x", &alone, "the peer", &peer, 1.0);
+        assert!(unjudged.starts_with("**Not judged**"), "{unjudged}");
+    }
 }

@@ -27,6 +27,18 @@ pub(crate) struct Contention {
     pub(crate) cross_process: usize,
     pub(crate) cross_p50: Duration,
     pub(crate) cross_p99: Duration,
+    pub(crate) cross_mean: Duration,
+    /// Release to the next grant, counting only grants to a task of the
+    /// same process (ours hand the lock over without the server; a peer's
+    /// tasks of one process still go through it).
+    pub(crate) in_process: usize,
+    pub(crate) in_p50: Duration,
+    pub(crate) in_p99: Duration,
+    /// Acquisitions whose previous holder (the hold before it in the
+    /// window, whatever the round) was in the same process, and in another
+    /// one; the window's first acquisition is in neither.
+    pub(crate) acquired_in_process: usize,
+    pub(crate) acquired_across: usize,
     /// How many tasks got the lock at least once.
     pub(crate) tasks_served: usize,
     /// Grants that overtook a task which had asked earlier and still
@@ -57,8 +69,12 @@ impl Contention {
     pub(crate) fn from_holds(mut holds: Vec<Tenure>, elapsed: Duration) -> Self {
         holds.sort_by_key(|hold| (hold.round, hold.acquired_at_ns));
         let mut gaps = Vec::with_capacity(holds.len());
-        let mut cross = Vec::new();
+        let (mut cross, mut within) = (Vec::new(), Vec::new());
         let mut overlaps = 0;
+        let acquired_across = holds
+            .windows(2)
+            .filter(|pair| pair[0].process != pair[1].process)
+            .count();
         for pair in holds.windows(2) {
             if pair[0].round != pair[1].round {
                 continue;
@@ -71,18 +87,16 @@ impl Contention {
             gaps.push(gap);
             if pair[1].process != pair[0].process {
                 cross.push(gap);
+            } else {
+                within.push(gap);
             }
         }
         let mut served: Vec<(u32, u32)> = holds.iter().map(|h| (h.process, h.task)).collect();
         served.sort_unstable();
         served.dedup();
         gaps.sort_unstable();
-        let hand_off_mean = if gaps.is_empty() {
-            Duration::ZERO
-        } else {
-            gaps.iter().sum::<Duration>() / gaps.len() as u32
-        };
         cross.sort_unstable();
+        within.sort_unstable();
         let held = holds
             .iter()
             .map(|h| Duration::from_nanos(h.released_at_ns.saturating_sub(h.acquired_at_ns)))
@@ -93,10 +107,16 @@ impl Contention {
             hand_offs: gaps.len(),
             hand_off_p50: percentile(&gaps, 50),
             hand_off_p99: percentile(&gaps, 99),
-            hand_off_mean,
+            hand_off_mean: mean(&gaps),
             cross_process: cross.len(),
             cross_p50: percentile(&cross, 50),
             cross_p99: percentile(&cross, 99),
+            cross_mean: mean(&cross),
+            in_process: within.len(),
+            in_p50: percentile(&within, 50),
+            in_p99: percentile(&within, 99),
+            acquired_in_process: holds.len().saturating_sub(1) - acquired_across,
+            acquired_across,
             tasks_served: served.len(),
             out_of_order: order::overtaking(&holds),
             out_of_line: order::overtaking_in_line(&holds),
@@ -114,11 +134,31 @@ impl Contention {
         self.held.as_secs_f64() / self.elapsed.as_secs_f64()
     }
 
+    /// Acquisitions per second whose previous holder was in the same
+    /// process.
+    pub(crate) fn per_second_in_process(&self) -> f64 {
+        self.acquired_in_process as f64 / self.elapsed.as_secs_f64()
+    }
+
+    /// Acquisitions per second whose previous holder was in another
+    /// process: the rate a lock is passed between processes.
+    pub(crate) fn per_second_across(&self) -> f64 {
+        self.acquired_across as f64 / self.elapsed.as_secs_f64()
+    }
+
     /// Server commands per acquisition, where counted.
     pub(crate) fn commands_per_acquisition(&self) -> Option<f64> {
         let commands = self.commands.as_ref()?;
         (self.acquisitions > 0).then(|| commands.total() as f64 / self.acquisitions as f64)
     }
+}
+
+/// The mean of `values`; zero when empty.
+fn mean(values: &[Duration]) -> Duration {
+    if values.is_empty() {
+        return Duration::ZERO;
+    }
+    values.iter().sum::<Duration>() / values.len() as u32
 }
 
 /// The `p`th percentile of sorted `values` (nearest rank); zero when empty.
@@ -162,6 +202,11 @@ mod tests {
         let summary = Contention::from_holds(holds, Duration::from_secs(1));
         assert_eq!(summary.acquisitions, 4);
         assert_eq!(summary.cross_process, 2);
+        // The round's boundary passes the lock on too: 1 -> 0 counts.
+        assert_eq!(
+            (summary.acquired_in_process, summary.acquired_across),
+            (0, 3)
+        );
         assert_eq!(summary.hand_off_p99, Duration::from_nanos(2));
     }
 
@@ -183,6 +228,13 @@ mod tests {
         // 0/0 -> 0/1 is another task of the same process; 1/0 -> 1/0 is the
         // same task again.
         assert_eq!(summary.cross_process, 0);
+        assert_eq!(summary.in_process, 2);
+        assert_eq!(summary.in_p50, Duration::from_nanos(5));
+        // 0/0 -> 0/1 -> 1/0 -> 1/0: one acquisition from another process.
+        assert_eq!(
+            (summary.acquired_in_process, summary.acquired_across),
+            (2, 1)
+        );
         assert_eq!(summary.hand_offs, 2);
         assert_eq!(summary.tasks_served, 3);
         assert_eq!(summary.held, Duration::from_nanos(10 + 5 + 12 + 10));
@@ -194,6 +246,15 @@ mod tests {
         let summary = Contention::from_holds(holds, Duration::from_secs(1));
         assert_eq!(summary.cross_process, 1);
         assert_eq!(summary.cross_p50, Duration::from_nanos(2));
+        assert_eq!(summary.cross_mean, Duration::from_nanos(2));
+        assert_eq!(
+            (summary.in_process, summary.in_p50),
+            (1, Duration::from_nanos(1))
+        );
+        assert_eq!(
+            (summary.acquired_in_process, summary.acquired_across),
+            (1, 1)
+        );
         assert_eq!(summary.hand_offs, 2);
     }
 

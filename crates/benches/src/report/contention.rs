@@ -1,5 +1,5 @@
-//! Section 2, contention: one table per workload with every contestant
-//! side by side, its goals and its findings.
+//! Section 2, contention: one table per scenario with every contestant
+//! side by side (see `contention_table`), its goals and its findings.
 
 use std::fmt::Write;
 
@@ -8,12 +8,18 @@ use super::*;
 impl Run {
     pub(super) fn contention(&self, out: &mut String) {
         let s = &self.settings;
-        let workloads = Workload::all(s.work);
+        let scenarios = Scenario::all(s.work, s.single_task_processes);
         let work = humantime::format_duration(s.work);
         let _ = writeln!(
             out,
-            "## 2. Contention: {} tasks in each of {} processes on one name\n",
-            s.tasks, s.processes
+            "## 2. Contention: {} tasks in each of {} processes on one name{}\n",
+            s.tasks,
+            s.processes,
+            if s.single_task_processes > 0 {
+                format!(", and {} processes of one task", s.single_task_processes)
+            } else {
+                String::new()
+            }
         );
         let _ = writeln!(
             out,
@@ -23,34 +29,47 @@ impl Run {
              process shares one tooz coordinator among its threads. All processes share \
              the machine's wall clock, so the holds of every process can be laid end to \
              end. **Hand-off** is the time from one release to the next grant, whoever \
-             gets it; *to another process* counts only the hand-offs where the next \
-             holder is in another process than the last one, with their share of all \
-             hand-offs. *Tasks served* is how many of the {} tasks held the lock at \
-             least once. *Out of asking order* counts the grants that went to a task while \
-             another, which had called acquire at least {} earlier (by the shared wall \
-             clock) in the same round, still waited; a lock that serves first come, first \
-             served has none. Tasks that ask closer together than that can reach the server \
-             in either order, so they are not ordered; as every task of a round asks at its \
-             start, within about that margin, only the tight loop really tests the order \
-             (— where a worker does not say when it asked; only grants in the window are \
-             seen). *Out of line order* needs no margin: our workers also note when each \
-             wait's first attempt was sent to the store and when the first answer telling \
-             it to wait came back, and a grant counts there when it went to a task while \
-             another still waited whose answer to wait had come back before this task's \
-             first attempt was sent. A store that keeps a line puts a waiter in it between \
-             those two moments, so that other waiter was surely ahead; this is the order \
-             fair mode promises (— for the peers, which do not say; in PostgreSQL's \
-             advisory mode, whose waiter takes its place with a statement sent just after \
-             that answer, the bound is only close). {} workloads, each for \
+             gets it. *In process* and *across processes* split the acquisitions by who \
+             held the lock before (the hold before it in the window, in any round; the \
+             window's first acquisition is in neither), and the hand-offs likewise: ours \
+             pass a released lock to a waiting task of the same process without the \
+             server (a hand-over, in runs that end once they made {} hand-overs and lasted \
+             {}), while a peer has no hand-over, so its acquisitions in process are tasks \
+             of one process that took it from each other through the server. A lock is \
+             shared between processes only by acquisitions across processes, so every goal \
+             against a peer is judged on those, or on the workload of one task per process, \
+             where every hand-off crosses processes. *Between tries* is what each contender \
+             does while the lock is held (each peer runs with its documented defaults, read \
+             from its source); *fencing token / lease* is what a grant promises, in bold \
+             where a peer promises less than ours. *Tasks served* is how many of the tasks \
+             held the lock at least once. *Out of asking order* counts the grants that went \
+             to a task while another, which had called acquire at least {} earlier (by the \
+             shared wall clock) in the same round, still waited; a lock that serves first \
+             come, first served has none. Tasks that ask closer together than that can \
+             reach the server in either order, so they are not ordered; as every task of a \
+             round asks at its start, within about that margin, only the tight loop really \
+             tests the order (— where a worker does not say when it asked; only grants in \
+             the window are seen). *Out of line order* needs no margin: our workers also \
+             note when each wait's first attempt was sent to the store and when the first \
+             answer telling it to wait came back, and a grant counts there when it went to \
+             a task while another still waited whose answer to wait had come back before \
+             this task's first attempt was sent. A store that keeps a line puts a waiter in \
+             it between those two moments, so that other waiter was surely ahead; this is \
+             the order fair mode promises (— for the peers, which do not say; in \
+             PostgreSQL's advisory mode, whose waiter takes its place with a statement sent \
+             just after that answer, the bound is only close). {} workloads, each for \
              {}:\n",
             if s.work.is_zero() {
                 String::new()
             } else {
                 format!(" (in the third workload, after {work} of work)")
             },
-            s.tasks * s.processes,
+            distlock::LockOptions::DEFAULT_LOCAL_HAND_OVERS,
+            humantime::format_duration(distlock::LockOptions::DEFAULT_MIN_LOCAL_RUN),
             humantime::format_duration(order::MARGIN),
-            if workloads.len() == 3 { "Three" } else { "Two" },
+            ["One", "Two", "Three", "Four"]
+                .get(scenarios.len().wrapping_sub(1))
+                .unwrap_or(&"Several"),
             humantime::format_duration(s.seconds)
         );
         let _ = writeln!(
@@ -59,7 +78,7 @@ impl Run {
              the most acquisitions a contender can make, but a lock that is not fair lets \
              the task (or process) that just released take it again before any waiter \
              notices, so its hand-off is then that task's own round trip, and the others \
-             starve (see *tasks served* and the share to another process).\n\
+             starve (see *tasks served* and the acquisitions across processes).\n\
              - **Rounds**: the parent starts a round by telling every process at once; \
              every task then takes the lock exactly once, and the round ends when all \
              have (or the window closes). Nobody asks twice in a round, so every \
@@ -79,145 +98,66 @@ impl Run {
                  release call to the next grant; it does not include the work."
             );
         }
+        if s.single_task_processes > 0 {
+            let _ = writeln!(
+                out,
+                "- **Rounds on {n} processes of one task each**: the rounds workload, with \
+                 {n} worker processes of a single task instead of {} of {}, like {n} \
+                 instances of a service with one worker each. No process has a second task \
+                 to hand the lock over to, so every hand-off within a round goes to another \
+                 process, through the server, for every contender alike. The scale-out \
+                 forms do not run it.",
+                s.processes,
+                s.tasks,
+                n = s.single_task_processes,
+            );
+        }
         let _ = writeln!(out);
         let mut goals = Vec::new();
-        for (letter, workload) in ['a', 'b', 'c'].into_iter().zip(workloads) {
-            self.contention_table(out, letter, workload);
-            goals.extend(self.contention_goals(workload));
+        for (letter, scenario) in ('a'..).zip(scenarios) {
+            self.contention_table(out, letter, scenario);
+            goals.extend(self.contention_goals(scenario));
         }
         goals_list(out, &goals);
         self.contention_findings(out);
     }
 
-    pub(super) fn contention_table(&self, out: &mut String, letter: char, workload: Workload) {
+    /// The goals of `scenario`: each against a peer judged on what crossed
+    /// processes (see [`cross_hand_off_goal`]), or, where a count cannot be
+    /// split by acquisition, only where every hand-off crosses.
+    pub(super) fn contention_goals(&self, scenario: Scenario) -> Vec<String> {
+        let by = |b, who| find(b, who, scenario);
         let s = &self.settings;
-        let title = match workload {
-            Workload::TightLoop => "Tight loop".to_owned(),
-            Workload::ROUNDS => "Rounds: every task once per round".to_owned(),
-            Workload::Rounds { work } => {
-                format!("Rounds with {} of work", humantime::format_duration(work))
-            }
-        };
-        let _ = writeln!(out, "### 2{letter}. {title}\n");
-        let _ = writeln!(
-            out,
-            "| backend | contender | acquisitions | per second | hand-offs | hand-off p50 | hand-off p99 | hand-off mean | to another process: share, p50, p99 | tasks served | out of asking order | out of line order | server commands per acquisition | overlaps | errors |"
-        );
-        let _ = writeln!(
-            out,
-            "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"
-        );
-        let tasks = s.tasks * s.processes;
-        for b in &self.backends {
-            for c in b.contended.iter().filter(|c| c.workload == workload) {
-                let r = &c.result;
-                let share = if r.hand_offs > 0 {
-                    r.cross_process as f64 / r.hand_offs as f64
-                } else {
-                    0.0
-                };
-                let _ = writeln!(
-                    out,
-                    "| {} | {} | {} | {:.0} | {} | {} | {} | {} | {:.1} %, {}, {} | {}/{} | {} | {} | {} | {} | {} |",
-                    b.label,
-                    self.contestant(c.by),
-                    r.acquisitions,
-                    r.per_second,
-                    r.hand_offs,
-                    short(r.hand_off_p50),
-                    short(r.hand_off_p99),
-                    short(r.hand_off_mean),
-                    share * 100.0,
-                    short(r.cross_p50),
-                    short(r.cross_p99),
-                    r.tasks_served,
-                    tasks,
-                    r.out_of_order.map_or("—".into(), |n| n.to_string()),
-                    r.out_of_line.map_or("—".into(), |o| o.grants.to_string()),
-                    opt(r.commands_per_acquisition()),
-                    r.overlaps,
-                    r.errors
-                );
-            }
-        }
-        let _ = writeln!(out, "\nServer commands per acquisition, by command:\n");
-        for b in &self.backends {
-            for c in b.contended.iter().filter(|c| c.workload == workload) {
-                let r = &c.result;
-                let Some(commands) = &r.commands else {
-                    continue;
-                };
-                let line = commands_line(
-                    &format!("{}, {}", b.label, self.contestant(c.by)),
-                    commands,
-                    r.server_ops.as_ref(),
-                    r.acquisitions.max(1) as f64,
-                );
-                let _ = writeln!(out, "{line}");
-            }
-        }
-        let _ = writeln!(out);
-    }
-
-    pub(super) fn contention_goals(&self, workload: Workload) -> Vec<String> {
-        let by = |b, who| find(b, who, workload);
-        let s = &self.settings;
-        let scenario = workload.label();
+        let label = scenario.label();
+        let (processes, tasks) = scenario.processes_and_tasks(s.processes, s.tasks);
+        let tasks = (processes * tasks) as usize;
+        let one_task_each = matches!(scenario.spread, Spread::OneTaskEach { .. });
         let mut goals = Vec::new();
-        if let Some(b) = self.backend("MongoDB") {
-            let ours = by(b, Contestant::Ours);
-            let defaults = by(b, Contestant::MongoPeer { sleep: None });
-            let slow = by(
-                b,
-                Contestant::MongoPeer {
-                    sleep: Some(s.peer_sleep),
-                },
-            );
-            if let (Some(ours), Some(peer)) = (ours, defaults) {
-                goals.push(goal(
-                    ours.hand_off_p50 <= peer.hand_off_p50,
-                    format!(
-                        "MongoDB, {scenario}: hand-off p50 no worse than {PEER}'s defaults: \
-                         {} against {}.",
-                        short(ours.hand_off_p50),
-                        short(peer.hand_off_p50)
-                    ),
-                ));
-                if let (Some(a), Some(p)) = (
+        if let Some(b) = self.backend("MongoDB")
+            && let (Some(ours), Some(peer)) =
+                (by(b, Contestant::Ours), by(b, Contestant::MongoPeer))
+        {
+            goals.push(cross_hand_off_goal(
+                &format!("MongoDB, {label}"),
+                ours,
+                &format!("{PEER} with its defaults"),
+                peer,
+                1.0,
+            ));
+            // Commands are counted over all acquisitions, so they are
+            // compared only where every hand-off crosses processes.
+            if one_task_each
+                && let (Some(a), Some(p)) = (
                     ours.commands_per_acquisition(),
                     peer.commands_per_acquisition(),
-                ) {
-                    goals.push(goal(
-                        a <= p / 3.0 && a <= 3.0,
-                        format!(
-                            "MongoDB, {scenario}: at most a third of its server commands per \
-                             acquisition, and at most 3: {a:.2} against {p:.2} (ratio {:.2}).",
-                            a / p
-                        ),
-                    ));
-                }
-            }
-            if let (Some(ours), Some(peer)) = (ours, slow) {
-                let p50 = ratio(peer.hand_off_p50, ours.hand_off_p50);
-                let mean = ratio(peer.hand_off_mean, ours.hand_off_mean);
+                )
+            {
                 goals.push(goal(
-                    p50 >= 50.0,
+                    a <= p / 3.0 && a <= 3.0,
                     format!(
-                        "MongoDB, {scenario}: hand-off p50 at least 50x faster than {PEER} with \
-                         a {} sleep: {} against {} ({p50:.1}x).",
-                        humantime::format_duration(s.peer_sleep),
-                        short(ours.hand_off_p50),
-                        short(peer.hand_off_p50),
-                    ),
-                ));
-                goals.push(goal(
-                    mean >= 50.0,
-                    format!(
-                        "MongoDB, {scenario}: mean hand-off at least 50x faster than {PEER} \
-                         with a {} sleep: {} against {} ({mean:.1}x).",
-                        humantime::format_duration(s.peer_sleep),
-                        short(ours.hand_off_mean),
-                        short(peer.hand_off_mean),
+                        "MongoDB, {label}: at most a third of {PEER}'s server commands per \
+                         acquisition, and at most 3: {a:.2} against {p:.2} (ratio {:.2}).",
+                        a / p
                     ),
                 ));
             }
@@ -225,44 +165,43 @@ impl Run {
         if let Some(b) = self.backend("memcached")
             && let (Some(ours), Some(tooz)) = (by(b, Contestant::Ours), by(b, Contestant::Tooz))
         {
-            let factor = ours.per_second / tooz.per_second;
+            let factor = ours.per_second_across() / tooz.per_second_across();
             goals.push(goal(
-                factor >= 5.0,
+                ours.acquired_across > 0 && factor >= 5.0,
                 format!(
-                    "memcached, {scenario}: at least 5x {}'s contended throughput: {:.0} \
-                     against {:.0} acquisitions/s ({factor:.1}x).",
+                    "memcached, {label}: at least 5x {}'s acquisitions per second across \
+                     processes: {:.0} against {:.0} ({factor:.1}x; all acquisitions, {:.0} \
+                     against {:.0}/s).",
                     self.tooz(),
+                    ours.per_second_across(),
+                    tooz.per_second_across(),
                     ours.per_second,
-                    tooz.per_second
+                    tooz.per_second,
                 ),
             ));
         }
         if let Some(b) = self.backend("etcd") {
-            let tasks = (s.tasks * s.processes) as usize;
-            goals.extend(etcd::contention_goals(b, workload, tasks));
+            goals.extend(etcd::contention_goals(b, scenario, tasks));
         }
         if let Some(b) = self.backend("PostgreSQL") {
-            goals.extend(postgres::contention_goals(b, workload));
+            goals.extend(postgres::contention_goals(b, scenario));
         }
         if let Some(b) = self.advisory_mode() {
-            goals.extend(postgres::advisory_contention_goals(b, workload));
+            goals.extend(postgres::advisory_contention_goals(b, scenario));
         }
         if let Some(b) = self.backend("Redis") {
-            goals.extend(redis::contention_goals(b, workload));
+            goals.extend(redis::contention_goals(b, scenario));
         }
-        goals.extend(self.fair_contention_goals(workload, (s.tasks * s.processes) as usize));
+        goals.extend(self.fair_contention_goals(scenario, tasks));
         if let Some(b) = self.backend("file")
             && let (Some(ours), Some(raw)) = (by(b, Contestant::Ours), by(b, Contestant::RawFlock))
         {
-            let factor = ratio(ours.hand_off_p50, raw.hand_off_p50);
-            goals.push(goal(
-                factor <= 2.0,
-                format!(
-                    "file, {scenario}: hand-off p50 within 2x a raw blocking flock's: {} \
-                     against {} ({factor:.2}x).",
-                    short(ours.hand_off_p50),
-                    short(raw.hand_off_p50),
-                ),
+            goals.push(cross_hand_off_goal(
+                &format!("file, {label}"),
+                ours,
+                "a raw blocking flock",
+                raw,
+                2.0,
             ));
         }
         goals
@@ -281,125 +220,7 @@ impl Run {
             }
         };
         if let Some(b) = self.backend("MongoDB") {
-            let slow = Contestant::MongoPeer {
-                sleep: Some(s.peer_sleep),
-            };
-            let defaults = Contestant::MongoPeer { sleep: None };
-            if let (Some(ours), Some(peer), Some(slow_tight)) = (
-                by(b, Contestant::Ours, Workload::TightLoop),
-                by(b, defaults, Workload::TightLoop),
-                by(b, slow, Workload::TightLoop),
-            ) {
-                let mut t = format!(
-                    "**MongoDB, tight loop.** The peer tries once before it first sleeps, so \
-                     the task that has just released usually takes the lock back before any \
-                     sleeper wakes: with its {} sleep, {:.0} % of hand-offs went to another \
-                     process and its median hand-off ({}) is one task's own round trip rather \
-                     than a hand-off to a waiter. Ours handed {:.0} % of grants to another \
-                     process, each through the change stream (the release's event must reach \
-                     the other process's `getMore` before its `findAndModify` can go out); \
-                     the rest went to the next task of the same process, by hand-over: one \
-                     `findAndModify` that ends one grant and makes the next, in runs that end \
-                     once they made {} hand-overs and lasted {}, after which the process \
-                     releases and lets other processes try first. ",
-                    humantime::format_duration(s.peer_sleep),
-                    share(&slow_tight),
-                    short(slow_tight.hand_off_p50),
-                    share(&ours),
-                    distlock::LockOptions::DEFAULT_LOCAL_HAND_OVERS,
-                    humantime::format_duration(distlock::LockOptions::DEFAULT_MIN_LOCAL_RUN),
-                );
-                if ours.hand_off_p50 > peer.hand_off_p50 {
-                    let _ = write!(
-                        t,
-                        "The peer defaults hand {:.0} % to another process, when a sleeper's \
-                         retry happens to arrive right after the release; their median \
-                         hand-off to another process is {} against our {}, and overall their \
-                         median is {} against our {}.",
-                        share(&peer),
-                        short(peer.cross_p50),
-                        short(ours.cross_p50),
-                        short(peer.hand_off_p50),
-                        short(ours.hand_off_p50),
-                    );
-                } else {
-                    let _ = write!(
-                        t,
-                        "Our median is {} against the peer defaults' {}.",
-                        short(ours.hand_off_p50),
-                        short(peer.hand_off_p50)
-                    );
-                }
-                text.push(t);
-            }
-            if let (Some(ours), Some(peer), Some(slow_rounds)) = (
-                by(b, Contestant::Ours, Workload::ROUNDS),
-                by(b, defaults, Workload::ROUNDS),
-                by(b, slow, Workload::ROUNDS),
-            ) {
-                let p50_ok = ratio(slow_rounds.hand_off_p50, ours.hand_off_p50) >= 50.0;
-                let mean_ok = ratio(slow_rounds.hand_off_mean, ours.hand_off_mean) >= 50.0;
-                let verdict = match (p50_ok, mean_ok) {
-                    (true, true) => "The 50x goal holds for both the median and the mean.",
-                    (false, true) => {
-                        "The 50x goal therefore holds for the mean and not for the median."
-                    }
-                    (true, false) => "The 50x goal holds for the median but not for the mean.",
-                    (false, false) => "The 50x goal holds for neither the median nor the mean.",
-                };
-                text.push(format!(
-                    "**MongoDB, rounds.** Every hand-off goes to a task that has been waiting. \
-                     Ours: median {}, mean {}, {:.0} acquisitions/s. The peer with its defaults: \
-                     median {}, mean {}, {:.0}/s. With a {} sleep the peer's hand-offs have two \
-                     modes: a waiter whose retry happens to be queued at the server right behind \
-                     the release (the tasks of a round start together, so their sleeps run \
-                     nearly in step) gets it within a round trip, and the others wait out a \
-                     whole sleep. Its median is {}, its p99 {}, its mean {}, and it made \
-                     {:.0} acquisitions/s. {verdict}",
-                    short(ours.hand_off_p50),
-                    short(ours.hand_off_mean),
-                    ours.per_second,
-                    short(peer.hand_off_p50),
-                    short(peer.hand_off_mean),
-                    peer.per_second,
-                    humantime::format_duration(s.peer_sleep),
-                    short(slow_rounds.hand_off_p50),
-                    short(slow_rounds.hand_off_p99),
-                    short(slow_rounds.hand_off_mean),
-                    slow_rounds.per_second,
-                ));
-            }
-            if let (Some(ours), Some(peer_rounds)) = (
-                by(b, Contestant::Ours, Workload::ROUNDS),
-                by(b, defaults, Workload::ROUNDS),
-            ) && let Some(commands) = &ours.commands
-            {
-                let per = ours.acquisitions.max(1) as f64;
-                let count = |name: &str| commands.0.get(name).copied().unwrap_or(0) as f64 / per;
-                text.push(format!(
-                    "**MongoDB, server commands.** Ours need {} per acquisition in rounds: \
-                     {:.2} `findAndModify` (grants, hand-overs, and tries that lose), {:.2} \
-                     `update` (releases: a hand-over is itself the release, so there is one \
-                     per run of hand-overs) and {:.2} `getMore`. A release is delivered to the \
-                     change stream of every process that has a waiter (one `getMore` reply per \
-                     process, fewer when events arrive together), and each woken process tries \
-                     once; only one can win. A hand-over wakes nobody. The peer's count has \
-                     another cause: its waiters try every 10 ms whatever happens, so its \
-                     commands per acquisition are its tries per second over its acquisitions \
-                     per second ({:.0} commands/s for {:.0} acquisitions/s here); ours follow \
-                     releases, not the clock. With nothing done under the lock, a hold is far \
-                     shorter than the peer's 10 ms sleep, so few of its tries fall inside one, \
-                     which keeps its count low; the rounds with work below show what its \
-                     polling costs while a holder works.",
-                    opt(ours.commands_per_acquisition()),
-                    count("findAndModify"),
-                    count("update"),
-                    count("getMore"),
-                    peer_rounds.commands.as_ref().map_or(0, Counts::total) as f64
-                        / s.seconds.as_secs_f64(),
-                    peer_rounds.per_second,
-                ));
-            }
+            text.extend(mongodb::contention_findings(b, s.seconds));
         }
         if let Some(b) = self.backend("memcached")
             && let (Some(ours_t), Some(tooz_t), Some(ours_r), Some(tooz_r)) = (
@@ -480,11 +301,15 @@ impl Run {
         let scenario = workload.label();
         let run = |r: &Contention| {
             format!(
-                "median hand-off {}, mean {}, {:.0} acquisitions/s, the lock held {:.0} % \
-                 of the window, {} server commands per acquisition",
+                "median hand-off {}, mean {} (across processes {} and {}), {:.0} \
+                 acquisitions/s ({:.0} across processes), the lock held {:.0} % of the \
+                 window, {} server commands per acquisition",
                 short(r.hand_off_p50),
                 short(r.hand_off_mean),
+                short(r.cross_p50),
+                short(r.cross_mean),
                 r.per_second,
+                r.per_second_across(),
                 r.busy() * 100.0,
                 opt(r.commands_per_acquisition()),
             )
@@ -492,10 +317,7 @@ impl Run {
         if let Some(b) = self.backend("MongoDB")
             && let Some(ours) = find(b, Contestant::Ours, workload)
         {
-            let defaults = Contestant::MongoPeer { sleep: None };
-            let slow = Contestant::MongoPeer {
-                sleep: Some(s.peer_sleep),
-            };
+            let defaults = Contestant::MongoPeer;
             let mut t = format!(
                 "**MongoDB, {scenario}.** Every holder keeps the lock for {work} before it \
                  releases it, so the waiters of a round wait through the holds of those \
@@ -534,14 +356,6 @@ impl Run {
                         opt(peer_0.commands_per_acquisition()),
                     );
                 }
-            }
-            if let Some(peer) = find(b, slow, workload) {
-                let _ = write!(
-                    t,
-                    "The peer with a {} sleep: {}.",
-                    humantime::format_duration(s.peer_sleep),
-                    run(peer)
-                );
             }
             text.push(t.trim_end().to_owned());
         }

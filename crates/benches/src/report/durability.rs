@@ -114,7 +114,7 @@ mod tests {
             processes: 1,
             tasks: 1,
             work: Duration::ZERO,
-            peer_sleep: Duration::ZERO,
+            single_task_processes: 0,
         };
         let mut run = Run::new("bench".to_owned(), settings, Vec::new());
         run.durability = durability;

@@ -4,9 +4,10 @@
 
 use std::fmt::Write;
 
-use super::{BackendResults, Contestant, by_total, find, share_goal};
+use super::{BackendResults, Contestant, by_total, cross_hand_off_goal, find, share_goal};
 use crate::markdown::{goal, opt, short};
 use crate::order;
+use crate::scenario::Scenario;
 use crate::timeline::Contention;
 use crate::uncontended::{Contender, Side};
 use crate::worker::Workload;
@@ -111,16 +112,16 @@ pub(super) fn uncontended_findings(b: &BackendResults) -> Option<String> {
     Some(t.trim_end().to_owned())
 }
 
-/// The contention goals on etcd in `workload`, among `tasks` tasks.
+/// The contention goals on etcd in `scenario`, among `tasks` tasks.
 pub(super) fn contention_goals(
     b: &BackendResults,
-    workload: Workload,
+    scenario: Scenario,
     tasks: usize,
 ) -> Vec<String> {
-    let scenario = workload.label();
+    let label = scenario.label();
     let (Some(ours), Some(peer)) = (
-        find(b, Contestant::Ours, workload),
-        find(b, Contestant::EtcdLockRpc, workload),
+        find(b, Contestant::Ours, scenario),
+        find(b, Contestant::EtcdLockRpc, scenario),
     ) else {
         return Vec::new();
     };
@@ -135,21 +136,17 @@ pub(super) fn contention_goals(
         )
     };
     vec![
-        goal(
-            ours.hand_off_p50 <= peer.hand_off_p50,
-            format!(
-                "etcd, {scenario}: hand-off p50 no worse than etcd's lock service: {} \
-                 against {} (p99 {} against {}).",
-                short(ours.hand_off_p50),
-                short(peer.hand_off_p50),
-                short(ours.hand_off_p99),
-                short(peer.hand_off_p99),
-            ),
+        cross_hand_off_goal(
+            &format!("etcd, {label}"),
+            ours,
+            "etcd's lock service",
+            peer,
+            1.0,
         ),
         goal(
             ours.tasks_served == tasks && ours.out_of_order == Some(0),
             format!(
-                "etcd, {scenario}: every task served, in the order it asked: {} (etcd's lock \
+                "etcd, {label}: every task served, in the order it asked: {} (etcd's lock \
                  service: {}).",
                 order(ours),
                 order(peer),

@@ -2,9 +2,10 @@
 //! target beside the same backend's ordinary form, and beside the peer that
 //! lets its server do the hand-off.
 
-use super::{BackendResults, Contestant, Run, find, ratio};
+use super::{BackendResults, Contestant, Run, cross_hand_off_goal, find, ratio};
 use crate::markdown::{goal, opt, short};
 use crate::order;
+use crate::scenario::Scenario;
 use crate::timeline::Contention;
 use crate::uncontended::Contender;
 use crate::worker::Workload;
@@ -23,12 +24,12 @@ impl Run {
             .find(|b| b.kind == kind && b.fair && b.advisory_mode == advisory)
     }
 
-    /// The goals of every fair form in `workload`.
-    pub(super) fn fair_contention_goals(&self, workload: Workload, tasks: usize) -> Vec<String> {
-        let scenario = workload.label();
+    /// The goals of every fair form in `scenario`, among `tasks` tasks.
+    pub(super) fn fair_contention_goals(&self, scenario: Scenario, tasks: usize) -> Vec<String> {
+        let label = scenario.label();
         let mut goals = Vec::new();
         for b in self.backends.iter().filter(|b| b.fair) {
-            let Some(ours) = find(b, Contestant::Ours, workload) else {
+            let Some(ours) = find(b, Contestant::Ours, scenario) else {
                 continue;
             };
             // Judged by the order of places in line where the workers say
@@ -45,7 +46,7 @@ impl Run {
             goals.push(goal(
                 in_line.or(ours.out_of_order) == Some(0) && ours.tasks_served == tasks,
                 format!(
-                    "{}, {scenario}: every task served in the order it took its place in \
+                    "{}, {label}: every task served in the order it took its place in \
                      line: {} grants overtook a wait surely ahead in line{lead} ({} by the \
                      {} margin on calls to acquire), {}/{tasks} tasks served.",
                     b.label,
@@ -59,15 +60,15 @@ impl Run {
         if let (Some(fair), Some(plain)) =
             (self.fair_form("MongoDB", false), self.backend("MongoDB"))
             && let (Some(f), Some(p)) = (
-                find(fair, Contestant::Ours, workload),
-                find(plain, Contestant::Ours, workload),
+                find(fair, Contestant::Ours, scenario),
+                find(plain, Contestant::Ours, scenario),
             )
         {
             let factor = ratio(f.cross_p50, p.cross_p50);
             goals.push(goal(
                 factor <= 0.6,
                 format!(
-                    "MongoDB, fair, {scenario}: hand-off p50 to another process at most 0.6 of \
+                    "MongoDB, fair, {label}: hand-off p50 to another process at most 0.6 of \
                      the ordinary mode's: {} against {} ({factor:.2}).",
                     short(f.cross_p50),
                     short(p.cross_p50)
@@ -77,7 +78,7 @@ impl Run {
                 goals.push(goal(
                     commands <= 2.0,
                     format!(
-                        "MongoDB, fair, {scenario}: at most 2 server commands per \
+                        "MongoDB, fair, {label}: at most 2 server commands per \
                          acquisition: {commands:.2}."
                     ),
                 ));
@@ -86,17 +87,17 @@ impl Run {
         if let (Some(fair), Some(plain)) = (
             self.fair_form("PostgreSQL", false),
             self.backend("PostgreSQL"),
-        ) && workload == Workload::ROUNDS
+        ) && scenario == Scenario::from(Workload::ROUNDS)
             && let (Some(f), Some(p)) = (
-                find(fair, Contestant::Ours, workload),
-                find(plain, Contestant::Ours, workload),
+                find(fair, Contestant::Ours, scenario),
+                find(plain, Contestant::Ours, scenario),
             )
         {
             let factor = ratio(f.cross_p50, p.cross_p50);
             goals.push(goal(
                 factor <= 0.5,
                 format!(
-                    "PostgreSQL, lease mode, fair, {scenario}: hand-off p50 to another process \
+                    "PostgreSQL, lease mode, fair, {label}: hand-off p50 to another process \
                      at most half of the ordinary mode's: {} against {} ({factor:.2}).",
                     short(f.cross_p50),
                     short(p.cross_p50)
@@ -106,36 +107,31 @@ impl Run {
         let sqlx = self
             .backends
             .iter()
-            .find_map(|b| find(b, Contestant::PgAdvisoryLock, workload));
+            .find_map(|b| find(b, Contestant::PgAdvisoryLock, scenario));
         if let (Some(fair), Some(sqlx)) = (self.fair_form("PostgreSQL", true), sqlx)
-            && let Some(f) = find(fair, Contestant::Ours, workload)
+            && let Some(f) = find(fair, Contestant::Ours, scenario)
         {
-            let factor = ratio(f.hand_off_p50, sqlx.hand_off_p50);
-            goals.push(goal(
-                factor <= 1.5,
-                format!(
-                    "PostgreSQL, advisory mode, fair, {scenario}: hand-off p50 within 1.5x \
-                     sqlx's `PgAdvisoryLock`: {} against {} ({factor:.2}x).",
-                    short(f.hand_off_p50),
-                    short(sqlx.hand_off_p50)
-                ),
+            goals.push(cross_hand_off_goal(
+                &format!("PostgreSQL, advisory mode, fair, {label}"),
+                f,
+                "sqlx's `PgAdvisoryLock`",
+                sqlx,
+                1.5,
             ));
         }
         let lock_rpc = self
             .backends
             .iter()
-            .find_map(|b| find(b, Contestant::EtcdLockRpc, workload));
+            .find_map(|b| find(b, Contestant::EtcdLockRpc, scenario));
         if let (Some(fair), Some(rpc)) = (self.fair_form("etcd", false), lock_rpc)
-            && let Some(f) = find(fair, Contestant::Ours, workload)
+            && let Some(f) = find(fair, Contestant::Ours, scenario)
         {
-            goals.push(goal(
-                f.hand_off_p50 <= rpc.hand_off_p50,
-                format!(
-                    "etcd, fair, {scenario}: hand-off p50 no worse than the Lock RPC's: {} \
-                     against {}.",
-                    short(f.hand_off_p50),
-                    short(rpc.hand_off_p50)
-                ),
+            goals.push(cross_hand_off_goal(
+                &format!("etcd, fair, {label}"),
+                f,
+                "the Lock RPC",
+                rpc,
+                1.0,
             ));
         }
         goals

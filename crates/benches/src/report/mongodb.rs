@@ -1,11 +1,18 @@
-//! The report's finding on MongoDB's uncontended cycle: what the lock
-//! client adds to the backend's two commands, and where distributed-lock-mongo's
-//! lead comes from, measured step by step in the same rounds.
+//! The report's findings on MongoDB: what the lock client adds to the
+//! backend's two commands in the uncontended cycle, and where
+//! distributed-lock-mongo's lead comes from, measured step by step in the
+//! same rounds; and how the contended runs beside it went.
 
 use std::fmt::Write;
 
-use super::{BackendResults, PEER};
+use std::time::Duration;
+
+use super::{BackendResults, Contestant, PEER, find};
+use crate::commands::Counts;
+use crate::markdown::{opt, short};
+use crate::timeline::Contention;
 use crate::uncontended::{Contender, Side, Uncontended};
+use crate::worker::Workload;
 
 /// The paragraph on MongoDB's uncontended rows; `None` without the client
 /// and its baseline.
@@ -110,4 +117,106 @@ impl<'a> Steps<'a> {
             rate(self.peer_with_token, self.unindexed_deleting),
         )
     }
+}
+
+/// The share of `r`'s hand-offs that went to another process, in percent.
+fn share_across(r: &Contention) -> f64 {
+    if r.hand_offs == 0 {
+        0.0
+    } else {
+        r.cross_process as f64 / r.hand_offs as f64 * 100.0
+    }
+}
+
+/// What the contended runs on MongoDB show, ours beside the peer with its
+/// defaults: the tight loop, the rounds, and the server commands of the
+/// rounds (over a window of `seconds`).
+pub(super) fn contention_findings(b: &BackendResults, seconds: Duration) -> Vec<String> {
+    let mut text = Vec::new();
+    let by = |who, workload| find(b, who, workload);
+    let (tight, rounds) = (Workload::TightLoop, Workload::ROUNDS);
+    if let (Some(ours), Some(peer)) = (
+        by(Contestant::Ours, tight),
+        by(Contestant::MongoPeer, tight),
+    ) {
+        text.push(format!(
+            "**MongoDB, tight loop.** The peer tries once before it first sleeps, so the task \
+             that has just released often takes the lock back before any sleeper wakes: \
+             {:.0} % of its hand-offs went to another process, when a sleeper's retry happened \
+             to arrive right after the release ({:.0} acquisitions/s across processes of \
+             {:.0}). Ours handed {:.0} % to another process ({:.0}/s of {:.0}), each through \
+             the change stream (the release's event must reach the other process's `getMore` \
+             before its `findAndModify` can go out); the rest went to the next task of the same \
+             process, by hand-over: one `findAndModify` that ends one grant and makes the next, \
+             in runs that end once they made {} hand-overs and lasted {}, after which the \
+             process releases and lets other processes try first. Across processes, our \
+             median hand-off was {} against the peer's {}; over all hand-offs, {} against {}.",
+            share_across(peer),
+            peer.per_second_across(),
+            peer.per_second,
+            share_across(ours),
+            ours.per_second_across(),
+            ours.per_second,
+            distlock::LockOptions::DEFAULT_LOCAL_HAND_OVERS,
+            humantime::format_duration(distlock::LockOptions::DEFAULT_MIN_LOCAL_RUN),
+            short(ours.cross_p50),
+            short(peer.cross_p50),
+            short(ours.hand_off_p50),
+            short(peer.hand_off_p50),
+        ));
+    }
+    if let (Some(ours), Some(peer)) = (
+        by(Contestant::Ours, rounds),
+        by(Contestant::MongoPeer, rounds),
+    ) {
+        text.push(format!(
+            "**MongoDB, rounds.** Every hand-off goes to a task that has been waiting. Across \
+             processes, ours took {} at the median and {} on average, {:.0} times a second; \
+             the peer's, {} and {}, {:.0} times a second: its waiters sleep 10 ms between \
+             tries whatever happens, so the lock waits, free, for the next retry of any of \
+             them, while ours are woken by the release. Over all hand-offs (ours within a \
+             process are hand-overs): median {} against {}, {:.0} against {:.0} \
+             acquisitions/s.",
+            short(ours.cross_p50),
+            short(ours.cross_mean),
+            ours.per_second_across(),
+            short(peer.cross_p50),
+            short(peer.cross_mean),
+            peer.per_second_across(),
+            short(ours.hand_off_p50),
+            short(peer.hand_off_p50),
+            ours.per_second,
+            peer.per_second,
+        ));
+    }
+    if let (Some(ours), Some(peer)) = (
+        by(Contestant::Ours, rounds),
+        by(Contestant::MongoPeer, rounds),
+    ) && let Some(commands) = &ours.commands
+    {
+        let per = ours.acquisitions.max(1) as f64;
+        let count = |name: &str| commands.0.get(name).copied().unwrap_or(0) as f64 / per;
+        text.push(format!(
+            "**MongoDB, server commands.** Ours need {} per acquisition in rounds: {:.2} \
+             `findAndModify` (grants, hand-overs, and tries that lose), {:.2} `update` \
+             (releases: a hand-over is itself the release, so there is one per run of \
+             hand-overs) and {:.2} `getMore`. A release is delivered to the change stream of \
+             every process that has a waiter (one `getMore` reply per process, fewer when \
+             events arrive together), and each woken process tries once; only one can win. A \
+             hand-over wakes nobody. The peer's count has another cause: its waiters try every \
+             10 ms whatever happens, so its commands per acquisition are its tries per second \
+             over its acquisitions per second ({:.0} commands/s for {:.0} acquisitions/s \
+             here); ours follow releases, not the clock. With nothing done under the lock, a \
+             hold is far shorter than the peer's 10 ms sleep, so few of its tries fall inside \
+             one, which keeps its count low; the rounds with work below show what its polling \
+             costs while a holder works.",
+            opt(ours.commands_per_acquisition()),
+            count("findAndModify"),
+            count("update"),
+            count("getMore"),
+            peer.commands.as_ref().map_or(0, Counts::total) as f64 / seconds.as_secs_f64(),
+            peer.per_second,
+        ));
+    }
+    text
 }

@@ -6,8 +6,9 @@
 use std::fmt::Write;
 use std::time::Duration;
 
-use super::{BackendResults, Contestant, find, share_goal, spread};
+use super::{BackendResults, Contestant, cross_hand_off_goal, find, share_goal, spread};
 use crate::markdown::{goal, opt, short};
+use crate::scenario::Scenario;
 use crate::timeline::Contention;
 use crate::uncontended::Contender;
 use crate::worker::Workload;
@@ -191,32 +192,27 @@ fn advisory_uncontended(b: &BackendResults, lease: Option<&BackendResults>) -> O
     Some(t.trim_end().to_owned())
 }
 
-/// The contention goals on PostgreSQL in `workload`.
-pub(super) fn contention_goals(b: &BackendResults, workload: Workload) -> Vec<String> {
-    let scenario = workload.label();
-    let Some(ours) = find(b, Contestant::Ours, workload) else {
+/// The contention goals on PostgreSQL in `scenario`.
+pub(super) fn contention_goals(b: &BackendResults, scenario: Scenario) -> Vec<String> {
+    let label = scenario.label();
+    let Some(ours) = find(b, Contestant::Ours, scenario) else {
         return Vec::new();
     };
     let mut goals = Vec::new();
-    if let Some(advisory) = find(b, Contestant::PgAdvisoryLock, workload) {
-        let factor = super::ratio(ours.hand_off_p50, advisory.hand_off_p50);
-        goals.push(goal(
-            factor <= 2.0,
-            format!(
-                "PostgreSQL, {scenario}: lease mode's hand-off p50 within 2x sqlx's advisory \
-                 lock's: {} against {} ({factor:.2}x; p99 {} against {}).",
-                short(ours.hand_off_p50),
-                short(advisory.hand_off_p50),
-                short(ours.hand_off_p99),
-                short(advisory.hand_off_p99),
-            ),
+    if let Some(advisory) = find(b, Contestant::PgAdvisoryLock, scenario) {
+        goals.push(cross_hand_off_goal(
+            &format!("PostgreSQL, lease mode, {label}"),
+            ours,
+            "sqlx's advisory lock",
+            advisory,
+            2.0,
         ));
     }
     if let Some(per) = ours.commands_per_acquisition() {
         goals.push(goal(
             per <= 3.0,
             format!(
-                "PostgreSQL, {scenario}: at most 3 statements per acquisition in lease mode, \
+                "PostgreSQL, {label}: at most 3 statements per acquisition in lease mode, \
                  counted as transactions: {per:.2} ({}).",
                 ours.commands
                     .as_ref()
@@ -227,28 +223,21 @@ pub(super) fn contention_goals(b: &BackendResults, workload: Workload) -> Vec<St
     goals
 }
 
-/// The contention goal of advisory mode in `workload`: its hand-off beside
+/// The contention goal of advisory mode in `scenario`: its hand-off beside
 /// that of sqlx's advisory lock, measured in the same pass.
-pub(super) fn advisory_contention_goals(b: &BackendResults, workload: Workload) -> Vec<String> {
+pub(super) fn advisory_contention_goals(b: &BackendResults, scenario: Scenario) -> Vec<String> {
     let (Some(ours), Some(advisory)) = (
-        find(b, Contestant::Ours, workload),
-        find(b, Contestant::PgAdvisoryLock, workload),
+        find(b, Contestant::Ours, scenario),
+        find(b, Contestant::PgAdvisoryLock, scenario),
     ) else {
         return Vec::new();
     };
-    let factor = super::ratio(ours.hand_off_p50, advisory.hand_off_p50);
-    vec![goal(
-        factor <= 1.5,
-        format!(
-            "{}, {}: hand-off p50 within 1.5x sqlx's advisory lock's, measured beside it: \
-             {} against {} ({factor:.2}x; p99 {} against {}).",
-            b.label,
-            workload.label(),
-            short(ours.hand_off_p50),
-            short(advisory.hand_off_p50),
-            short(ours.hand_off_p99),
-            short(advisory.hand_off_p99),
-        ),
+    vec![cross_hand_off_goal(
+        &format!("{}, {}", b.label, scenario.label()),
+        ours,
+        "sqlx's advisory lock, measured beside it",
+        advisory,
+        1.5,
     )]
 }
 

@@ -121,8 +121,15 @@ fn contended_rows(scenario: &str, f: &Contention, s: &Contention) -> Vec<Row> {
             single: format!("{:.0}", s.per_second),
             ratio: (s.per_second > 0.0).then(|| f.per_second / s.per_second),
         },
+        Row {
+            measure: format!("{scenario}: acquisitions/s across processes"),
+            form: format!("{:.0}", f.per_second_across()),
+            single: format!("{:.0}", s.per_second_across()),
+            ratio: (s.acquired_across > 0).then(|| f.per_second_across() / s.per_second_across()),
+        },
         duration("hand-off p50", |r| r.hand_off_p50),
         duration("hand-off p99", |r| r.hand_off_p99),
+        duration("hand-off p50 across processes", |r| r.cross_p50),
     ];
     if let (Some(a), Some(b)) = (f.commands_per_acquisition(), s.commands_per_acquisition()) {
         rows.push(Row {
