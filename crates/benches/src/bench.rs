@@ -12,12 +12,13 @@ use crate::outcome::Outcome;
 use crate::peers::Tooz;
 use crate::report::{BackendResults, Contended, Contestant, Run, Settings};
 use crate::scale_out::ScaleOut;
+use crate::scaling::{self, Plan};
 use crate::target::{Server, Target};
 use crate::url_kind::kind_of_url;
 use crate::worker::{Layout, Window, Workload};
 use crate::{
-    commands, etcd_peer, etcdctl, flock_baseline, gather, hold_many, kinds, peers, pg_peer, quiet,
-    redis_peers, report, uncontended,
+    charts, commands, etcd_peer, etcdctl, flock_baseline, gather, kinds, peers, pg_peer, quiet,
+    redis_peers, uncontended,
 };
 
 /// The `--only` value that selects the scale-out forms.
@@ -143,9 +144,9 @@ pub(crate) async fn bench(args: &Args) -> Outcome<()> {
     // run on the single-server forms only, unless only the scale-out forms
     // are asked for.
     let full = |target: &Target| !scale_out_only && target.scale_out.is_none();
-    // One scenario at a time for every backend, the many-locks scenario
-    // last: the servers' background work after it (SecantusDB's TTL
-    // monitor, say) then disturbs no other measurement.
+    // One scenario at a time for every backend, section 4's curves last:
+    // the servers' background work after their many locks (SecantusDB's
+    // TTL monitor, say) then disturbs no other measurement.
     let mut partial = Vec::new();
     for (target, _) in &targets {
         eprintln!("== {} ({})", target.shown, target.label());
@@ -193,29 +194,21 @@ pub(crate) async fn bench(args: &Args) -> Outcome<()> {
             all_kinds.push(Vec::new());
         }
     }
-    for ((((target, server_version), (uncontended, tooz_uncontended)), contended), kinds) in targets
+    let plans: Vec<(&Target, Plan)> = targets
+        .iter()
+        .map(|(target, _)| (target, Plan::of(target, full(target))))
+        .collect();
+    let all_curves = scaling::measure(args, &exe, &plans).await;
+    for (
+        ((((target, server_version), (uncontended, tooz_uncontended)), contended), kinds),
+        curves,
+    ) in targets
         .iter()
         .zip(partial)
         .zip(all_contended)
         .zip(all_kinds)
+        .zip(all_curves)
     {
-        let many = if full(target) && target.advisory_mode() {
-            // Each lock held is a server connection of its own.
-            eprintln!(
-                "== {} ({}): {} locks held: left out, {}",
-                target.shown,
-                target.label(),
-                args.many,
-                report::MANY_LEFT_OUT_ADVISORY
-            );
-            None
-        } else if full(target) && !target.fair() {
-            eprintln!("== {} ({})", target.shown, target.label());
-            say(&format!("{} locks held", args.many), args.many_seconds);
-            Some(hold_many::hold_many(target, args.many, args.many_seconds, args.many_lease).await?)
-        } else {
-            None
-        };
         run.backends.push(BackendResults {
             kind: target.kind(),
             label: target.label(),
@@ -228,15 +221,51 @@ pub(crate) async fn bench(args: &Args) -> Outcome<()> {
             tooz_uncontended,
             contended,
             kinds,
-            many,
+            curves,
         });
     }
     let _ = std::fs::remove_dir_all(&temp);
+    if args.write.is_some() {
+        run.charts_dir = Some(CHARTS_DIR.to_owned());
+    }
     let markdown = run.to_markdown();
     match &args.write {
-        Some(path) => std::fs::write(path, markdown)
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?,
+        Some(path) => {
+            std::fs::write(path, markdown)
+                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            write_charts(&run, path)?;
+        }
         None => print!("{markdown}"),
+    }
+    Ok(())
+}
+
+/// Where the charts go, beside the report: a path relative to the
+/// report's directory, so that the report's links to them work wherever
+/// the report is read (GitHub renders them).
+const CHARTS_DIR: &str = "docs/bench";
+
+/// Draws the run's charts into [`CHARTS_DIR`] beside the report at
+/// `report`, each captioned with this run's commit and backends. A run
+/// that draws none (`--only scale-out`) leaves the charts there as they
+/// were: their captions name the run they came from.
+fn write_charts(run: &Run, report: &std::path::Path) -> Outcome<()> {
+    let charts = run.charts();
+    if charts.is_empty() {
+        return Ok(());
+    }
+    let labels: Vec<String> = run
+        .backends
+        .iter()
+        .filter(|b| b.curves.measured_any())
+        .map(|b| b.label.clone())
+        .collect();
+    let dir = report
+        .parent()
+        .unwrap_or_else(|| std::path::Path::new(""))
+        .join(CHARTS_DIR);
+    for file in charts::write_all(&dir, &charts, &charts::caption(&labels))? {
+        eprintln!("   wrote {file}");
     }
     Ok(())
 }

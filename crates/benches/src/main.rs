@@ -5,7 +5,8 @@
 //! ```text
 //! distlock-bench [--backend URL]… [--seconds S] [--uncontended-seconds S]
 //!                [--processes P] [--tasks T] [--work D]
-//!                [--many N] [--many-seconds S] [--many-lease L] [--no-peers] [--peer-sleep D]
+//!                [--waiters N,…] [--waiters-seconds S] [--names N,…]
+//!                [--held N,…] [--held-seconds S] [--held-lease L] [--no-peers] [--peer-sleep D]
 //!                [--tooz SCRIPT] [--python PYTHON] [--etcdctl ETCDCTL] [--only KIND]…
 //!                [--note TEXT]… [--write FILE]
 //! ```
@@ -18,14 +19,16 @@
 //! and contended scenarios only, without peers, beside its single-server
 //! form. PostgreSQL's advisory mode (`?mode=advisory`) is a target of its
 //! own, with sqlx's advisory lock beside it as beside lease mode, but
-//! without the many-locks scenario: each lock it holds is a server
-//! connection. Redis is measured against the raw pair issued directly
+//! without the held-locks curve: each lock it holds is a server
+//! connection. Section 4's curves (waiters, names, held locks) are drawn
+//! as SVG charts beside the report it writes (see [`charts`]). Redis is measured against the raw pair issued directly
 //! (`SET NX PX` and an owner-checked delete script), with rslock and
 //! redlock beside it. `scripts/bench` starts the servers and runs this with
 //! every backend.
 
 mod asking;
 mod bench;
+mod charts;
 mod cli;
 mod clock;
 mod commands;
@@ -42,7 +45,6 @@ mod etcd_peer;
 mod etcdctl;
 mod flock_baseline;
 mod gather;
-mod hold_many;
 mod kinds;
 mod markdown;
 mod mix;
@@ -57,6 +59,7 @@ mod quiet;
 mod redis_peers;
 mod report;
 mod scale_out;
+mod scaling;
 mod target;
 mod timeline;
 mod uncontended;

@@ -6,24 +6,26 @@ mod contention;
 mod etcd;
 mod fair;
 mod header;
-mod many;
+mod held;
 mod mongodb;
 mod postgres;
 mod redis;
 mod scale_out;
+mod scaling;
 mod uncontended;
 
 use std::fmt::Write;
 use std::time::Duration;
 
 use crate::commands::{Counts, MEMCACHED_COMMANDS};
-use crate::hold_many::HoldMany;
 use crate::kinds::{self, KindRun};
 use crate::markdown::{commands_line, findings_list, goal, goals_list, opt, short};
 use crate::order;
 use crate::peers::{ToozUncontended, ToozVersions};
 use crate::quiet::Quiet;
 use crate::scale_out::ScaleOut;
+use crate::scaling::Curves;
+use crate::scaling::held::HoldMany;
 use crate::timeline::Contention;
 use crate::uncontended::{Contender, ROUNDS, Side, Uncontended};
 use crate::worker::Workload;
@@ -38,6 +40,10 @@ pub(crate) struct Run {
     pub(crate) left_out: Vec<String>,
     pub(crate) tooz_versions: Option<ToozVersions>,
     pub(crate) backends: Vec<BackendResults>,
+    /// Where the charts go, relative to the report (`docs/bench`); `None`
+    /// when the report is printed, not written, and the charts are not
+    /// drawn.
+    pub(crate) charts_dir: Option<String>,
 }
 
 /// The run's settings.
@@ -103,10 +109,25 @@ pub(crate) struct BackendResults {
     pub(crate) contended: Vec<Contended>,
     /// The semaphore and the reader-writer lock, measured or left out.
     pub(crate) kinds: Vec<KindRun>,
-    /// The many-locks scenario; not run on a scale-out form, nor in
-    /// PostgreSQL's advisory mode (see [`MANY_LEFT_OUT_ADVISORY`]).
-    pub(crate) many: Option<HoldMany>,
+    /// The curves of section 4; the held locks are not measured on a
+    /// scale-out form, nor in PostgreSQL's advisory mode (see
+    /// [`MANY_LEFT_OUT_ADVISORY`]).
+    pub(crate) curves: Curves,
 }
+
+impl BackendResults {
+    /// The held-locks point the goals are judged at: the one nearest
+    /// [`HELD_GOAL_LOCKS`], the size of the scenario before it became a
+    /// curve, which the guide quotes.
+    pub(crate) fn held_goal_point(&self) -> Option<&HoldMany> {
+        crate::scaling::measured(&self.curves.held)
+            .min_by_key(|(at, _)| at.abs_diff(HELD_GOAL_LOCKS))
+            .map(|(_, m)| m)
+    }
+}
+
+/// The number of held locks the goals of section 4 are stated for.
+pub(crate) const HELD_GOAL_LOCKS: usize = 10_000;
 
 pub(crate) use postgres::MANY_LEFT_OUT_ADVISORY;
 
@@ -121,6 +142,7 @@ impl Run {
             left_out: Vec::new(),
             tooz_versions: None,
             backends: Vec::new(),
+            charts_dir: None,
         }
     }
 
@@ -168,7 +190,7 @@ impl Run {
         self.uncontended(&mut out);
         self.contention(&mut out);
         self.kinds(&mut out);
-        self.many(&mut out);
+        self.scaling(&mut out);
         scale_out::write_section(
             &mut out,
             5,

@@ -63,7 +63,7 @@ impl Run {
             out,
             "- Settings: the uncontended scenario runs {} per backend, shared by its \
              contenders; each contended run lasts {}, with {} tasks in each of {} \
-             processes; the many-locks scenario is described in its section.\n",
+             processes; section 4's curves are described there.\n",
             humantime::format_duration(s.uncontended_seconds),
             humantime::format_duration(s.seconds),
             s.tasks,
