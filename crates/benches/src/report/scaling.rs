@@ -1,5 +1,5 @@
 //! Section 4, how cost grows with the work: the waiters and names curves
-//! (the held locks are [`held`](super::held)'s), their tables, their
+//! (the held locks are `held.rs`'s), their tables, their
 //! charts and why each backend's curve has its shape.
 
 use std::fmt::Write;
