@@ -13,13 +13,14 @@ use crate::outcome::Outcome;
 use crate::peers::Tooz;
 use crate::report::{BackendResults, Contended, Contestant, Run, Settings};
 use crate::scale_out::ScaleOut;
+use crate::scaling::{self, Plan};
 use crate::scenario::Scenario;
 use crate::stamp::Stamp;
 use crate::target::{Server, Target};
 use crate::url_kind::kind_of_url;
 use crate::worker::{Layout, Window, Workload};
 use crate::{
-    commands, durability, etcd_peer, etcdctl, flock_baseline, gather, hold_many, kinds, peers,
+    charts, commands, durability, etcd_peer, etcdctl, flock_baseline, gather, kinds, peers,
     pg_peer, quiet, redis_peers, report, sections, uncontended,
 };
 
@@ -161,9 +162,9 @@ pub(crate) async fn bench(args: &Args) -> Outcome<()> {
     // run on the single-server forms only, unless only the scale-out forms
     // are asked for.
     let full = |target: &Target| !scale_out_only && target.scale_out.is_none();
-    // One scenario at a time for every backend, the many-locks scenario
-    // last: the servers' background work after it (SecantusDB's TTL
-    // monitor, say) then disturbs no other measurement.
+    // One scenario at a time for every backend, section 4's curves last:
+    // the servers' background work after their many locks (SecantusDB's
+    // TTL monitor, say) then disturbs no other measurement.
     let mut partial = Vec::new();
     for (target, _) in &targets {
         eprintln!("== {} ({})", target.shown, target.label());
@@ -229,29 +230,21 @@ pub(crate) async fn bench(args: &Args) -> Outcome<()> {
             all_kinds.push(Vec::new());
         }
     }
-    for ((((target, server_version), (uncontended, tooz_uncontended)), contended), kinds) in targets
+    let plans: Vec<(&Target, Plan)> = targets
+        .iter()
+        .map(|(target, _)| (target, Plan::of(target, full(target))))
+        .collect();
+    let all_curves = scaling::measure(args, &exe, &plans).await;
+    for (
+        ((((target, server_version), (uncontended, tooz_uncontended)), contended), kinds),
+        curves,
+    ) in targets
         .iter()
         .zip(partial)
         .zip(all_contended)
         .zip(all_kinds)
+        .zip(all_curves)
     {
-        let many = if full(target) && target.advisory_mode() {
-            // Each lock held is a server connection of its own.
-            eprintln!(
-                "== {} ({}): {} locks held: left out, {}",
-                target.shown,
-                target.label(),
-                args.many,
-                report::MANY_LEFT_OUT_ADVISORY
-            );
-            None
-        } else if full(target) && !target.fair() {
-            eprintln!("== {} ({})", target.shown, target.label());
-            say(&format!("{} locks held", args.many), args.many_seconds);
-            Some(hold_many::hold_many(target, args.many, args.many_seconds, args.many_lease).await?)
-        } else {
-            None
-        };
         run.backends.push(BackendResults {
             kind: target.kind(),
             label: target.label(),
@@ -264,10 +257,13 @@ pub(crate) async fn bench(args: &Args) -> Outcome<()> {
             tooz_uncontended,
             contended,
             kinds,
-            many,
+            curves,
         });
     }
     let _ = std::fs::remove_dir_all(&temp);
+    if args.write.is_some() {
+        run.charts_dir = Some(charts::DIR.to_owned());
+    }
     let report = run.to_markdown(&stamp);
     let markdown = if kinds.is_empty() {
         format!("{}{report}", report::TITLE)
@@ -283,8 +279,11 @@ pub(crate) async fn bench(args: &Args) -> Outcome<()> {
         }
     };
     match &args.write {
-        Some(path) => std::fs::write(path, markdown)
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?,
+        Some(path) => {
+            std::fs::write(path, markdown)
+                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            write_charts(&run, &stamp, path)?;
+        }
         None => print!("{markdown}"),
     }
     Ok(())
@@ -312,6 +311,31 @@ fn existing_report(path: &std::path::Path) -> Outcome<String> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(report::TITLE.to_owned()),
         Err(e) => Err(format!("cannot read {}: {e}", path.display())),
     }
+}
+
+/// Draws the run's charts into [`charts::DIR`] beside the report at
+/// `report`, each captioned with this run's commit and backends. A run
+/// that draws none (`--only scale-out`) leaves the charts there as they
+/// were: their captions name the run they came from.
+fn write_charts(run: &Run, stamp: &Stamp, report: &std::path::Path) -> Outcome<()> {
+    let charts = run.charts();
+    if charts.is_empty() {
+        return Ok(());
+    }
+    let labels: Vec<String> = run
+        .backends
+        .iter()
+        .filter(|b| b.curves.measured_any())
+        .map(|b| b.label.clone())
+        .collect();
+    let dir = report
+        .parent()
+        .unwrap_or_else(|| std::path::Path::new(""))
+        .join(charts::DIR);
+    for file in charts::write_all(&dir, &charts, &charts::caption(stamp, &labels))? {
+        eprintln!("   wrote {file}");
+    }
+    Ok(())
 }
 
 /// Every contended run on one backend: ours and, with `peers`, its peers',

@@ -43,15 +43,33 @@ pub(crate) struct Args {
     /// rounds with work; 0s skips that workload.
     #[arg(long, default_value = "5ms", value_parser = humantime::parse_duration)]
     pub(crate) work: Duration,
-    /// Locks held at once in the many-locks scenario.
-    #[arg(long, default_value_t = 10_000)]
-    pub(crate) many: usize,
-    /// How long the many locks are held.
-    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
-    pub(crate) many_seconds: Duration,
-    /// The lease of the many locks (extended every third of it).
-    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
-    pub(crate) many_lease: Duration,
+    /// The waiters curve's points: processes of one task each, all
+    /// taking one name in a tight loop.
+    #[arg(long, value_delimiter = ',', default_value = "1,4,16,64")]
+    pub(crate) waiters: Vec<usize>,
+    /// How long each point of the waiters curve lasts.
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    pub(crate) waiters_seconds: Duration,
+    /// The names curve's points: distinct names, each taken once.
+    #[arg(long, value_delimiter = ',', default_value = "100,1000,10000,100000")]
+    pub(crate) names: Vec<usize>,
+    /// The held-locks curve's points: locks held at once by one process
+    /// (`--many`, one point, as before the curve).
+    #[arg(
+        long,
+        alias = "many",
+        value_delimiter = ',',
+        default_value = "100,1000,10000,100000"
+    )]
+    pub(crate) held: Vec<usize>,
+    /// How long the locks of each held-locks point are held.
+    #[arg(long, alias = "many-seconds", default_value = "12s", value_parser = humantime::parse_duration)]
+    pub(crate) held_seconds: Duration,
+    /// The lease of the held locks (extended every third of it): shorter
+    /// than the default, so that a short hold spans several cadences. The
+    /// report scales what a cadence costs to the default lease.
+    #[arg(long, alias = "many-lease", default_value = "9s", value_parser = humantime::parse_duration)]
+    pub(crate) held_lease: Duration,
     /// Skip the peers (distributed-lock-mongo, tooz, sqlx's advisory lock,
     /// etcd's lock service, rslock, redlock).
     #[arg(long)]

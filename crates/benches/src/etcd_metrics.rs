@@ -86,6 +86,13 @@ impl EtcdMetrics {
         Ok(sum)
     }
 
+    /// The metrics page of the first member, as text: its gauges (the
+    /// store's keys and size) are per member.
+    pub(crate) async fn first_page(&self) -> Outcome<String> {
+        let address = self.addresses.first().ok_or("etcd without a member")?;
+        fetch(address).await
+    }
+
     /// The member's version.
     pub(crate) async fn version(&self) -> Option<String> {
         self.sample().await.ok()?.version

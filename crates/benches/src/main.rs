@@ -5,7 +5,8 @@
 //! ```text
 //! distlock-bench [--backend URL]… [--seconds S] [--uncontended-seconds S]
 //!                [--processes P] [--tasks T] [--work D] [--single-task-processes N]
-//!                [--many N] [--many-seconds S] [--many-lease L] [--no-peers]
+//!                [--waiters N,…] [--waiters-seconds S] [--names N,…]
+//!                [--held N,…] [--held-seconds S] [--held-lease L] [--no-peers]
 //!                [--tooz SCRIPT] [--python PYTHON] [--etcdctl ETCDCTL] [--only KIND]…
 //!                [--note TEXT]… [--durability KIND SETTINGS WAITS]…
 //!                [--measured-server BACKEND SETTINGS URL]… [--write FILE]
@@ -19,14 +20,16 @@
 //! and contended scenarios only, without peers, beside its single-server
 //! form. PostgreSQL's advisory mode (`?mode=advisory`) is a target of its
 //! own, with sqlx's advisory lock beside it as beside lease mode, but
-//! without the many-locks scenario: each lock it holds is a server
-//! connection. Redis is measured against the raw pair issued directly
+//! without the held-locks curve: each lock it holds is a server
+//! connection. Section 4's curves (waiters, names, held locks) are drawn
+//! as SVG charts beside the report it writes (see [`charts`]). Redis is measured against the raw pair issued directly
 //! (`SET NX PX` and an owner-checked delete script), with rslock and
 //! redlock beside it. `scripts/bench` starts the servers and runs this with
 //! every backend.
 
 mod asking;
 mod bench;
+mod charts;
 mod cli;
 mod clock;
 mod commands;
@@ -44,7 +47,6 @@ mod etcd_peer;
 mod etcdctl;
 mod flock_baseline;
 mod gather;
-mod hold_many;
 mod kinds;
 mod markdown;
 mod mix;
@@ -59,6 +61,7 @@ mod quiet;
 mod redis_peers;
 mod report;
 mod scale_out;
+mod scaling;
 mod scenario;
 mod sections;
 mod stamp;

@@ -103,7 +103,7 @@ impl PgStats {
 
     /// One query on a connection of its own, closed before returning, so
     /// that the server publishes its transactions at once.
-    async fn query_one(&self, sql: &str) -> Outcome<tokio_postgres::Row> {
+    pub(crate) async fn query_one(&self, sql: &str) -> Outcome<tokio_postgres::Row> {
         let fail = |e: tokio_postgres::Error| format!("PostgreSQL statistics: {e}");
         let (client, connection) = tokio_postgres::connect(&self.url, NoTls)
             .await

@@ -10,11 +10,12 @@ mod durability;
 mod etcd;
 mod fair;
 mod header;
-mod many;
+mod held;
 mod mongodb;
 mod postgres;
 mod redis;
 mod scale_out;
+mod scaling;
 mod uncontended;
 
 use std::fmt::Write;
@@ -22,13 +23,14 @@ use std::time::Duration;
 
 use crate::commands::{Counts, MEMCACHED_COMMANDS};
 use crate::durability::Durability;
-use crate::hold_many::HoldMany;
 use crate::kinds::{self, KindRun};
 use crate::markdown::{findings_list, goal, goals_list, opt, short, unjudged};
 use crate::order;
 use crate::peers::{ToozUncontended, ToozVersions};
 use crate::quiet::Quiet;
 use crate::scale_out::ScaleOut;
+use crate::scaling::Curves;
+use crate::scaling::held::HoldMany;
 use crate::scenario::{Scenario, Spread};
 use crate::sections::stamp_sections;
 use crate::stamp::Stamp;
@@ -48,6 +50,10 @@ pub(crate) struct Run {
     /// Each kind of server's durability settings, as the script gave them.
     pub(crate) durability: Vec<Durability>,
     pub(crate) backends: Vec<BackendResults>,
+    /// Where the charts go, relative to the report (`docs/bench`); `None`
+    /// when the report is printed, not written, and the charts are not
+    /// drawn.
+    pub(crate) charts_dir: Option<String>,
 }
 
 /// The run's settings.
@@ -112,10 +118,25 @@ pub(crate) struct BackendResults {
     pub(crate) contended: Vec<Contended>,
     /// The semaphore and the reader-writer lock, measured or left out.
     pub(crate) kinds: Vec<KindRun>,
-    /// The many-locks scenario; not run on a scale-out form, nor in
-    /// PostgreSQL's advisory mode (see [`MANY_LEFT_OUT_ADVISORY`]).
-    pub(crate) many: Option<HoldMany>,
+    /// The curves of section 4; the held locks are not measured on a
+    /// scale-out form, nor in PostgreSQL's advisory mode (see
+    /// [`MANY_LEFT_OUT_ADVISORY`]).
+    pub(crate) curves: Curves,
 }
+
+impl BackendResults {
+    /// The held-locks point the goals are judged at: the one nearest
+    /// [`HELD_GOAL_LOCKS`], the size of the scenario before it became a
+    /// curve, which the guide quotes.
+    pub(crate) fn held_goal_point(&self) -> Option<&HoldMany> {
+        crate::scaling::measured(&self.curves.held)
+            .min_by_key(|(at, _)| at.abs_diff(HELD_GOAL_LOCKS))
+            .map(|(_, m)| m)
+    }
+}
+
+/// The number of held locks the goals of section 4 are stated for.
+pub(crate) const HELD_GOAL_LOCKS: usize = 10_000;
 
 pub(crate) use postgres::MANY_LEFT_OUT_ADVISORY;
 
@@ -153,6 +174,7 @@ impl Run {
             tooz_versions: None,
             durability: Vec::new(),
             backends: Vec::new(),
+            charts_dir: None,
         }
     }
 
@@ -202,9 +224,8 @@ impl Run {
         self.contention(&mut out);
         self.disk_waits(&mut out, all);
         self.kinds(&mut out);
-        self.disk_waits(&mut out, all.iter().filter(|b| !b.kinds.is_empty()));
-        self.many(&mut out);
-        self.disk_waits(&mut out, all.iter().filter(|b| b.many.is_some()));
+        self.scaling(&mut out);
+        self.disk_waits(&mut out, all.iter().filter(|b| b.curves.measured_any()));
         scale_out::write_section(&mut out, 5, all, &Workload::all(self.settings.work));
         self.disk_waits(&mut out, all.iter().filter(|b| b.scale_out.is_some()));
         stamp_sections(&out, |heading| stamp.line(&self.settings_of(heading)))

@@ -49,14 +49,26 @@ fn git(args: &[&str]) -> Option<String> {
 }
 
 /// The commit checked out, and whether the work tree differs from it
-/// (untracked files count: a new source file changes the build).
+/// (untracked files count: a new source file changes the build). The
+/// report and its charts do not count: runs write them, nothing is built
+/// from them.
 fn commit(report: Option<&Path>) -> String {
     let Some(head) = git(&["rev-parse", "--short=12", "HEAD"]) else {
         return "commit unknown (not run in a git checkout)".to_owned();
     };
-    let exclude = report.and_then(excluded);
+    let exclude: Vec<String> = report
+        .into_iter()
+        .flat_map(|report| {
+            let charts = report
+                .parent()
+                .unwrap_or_else(|| Path::new(""))
+                .join(crate::charts::DIR);
+            [excluded(report), excluded(&charts)]
+        })
+        .flatten()
+        .collect();
     let mut args = vec!["status", "--porcelain", "--", ":/"];
-    args.extend(exclude.as_deref());
+    args.extend(exclude.iter().map(String::as_str));
     let changed = git(&args).map(|out| out.lines().count());
     let state = match changed {
         Some(0) => "clean".to_owned(),

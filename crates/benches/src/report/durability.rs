@@ -154,7 +154,7 @@ mod tests {
             tooz_uncontended: None,
             contended: Vec::new(),
             kinds: Vec::new(),
-            many: None,
+            curves: Default::default(),
         }
     }
 
@@ -177,7 +177,7 @@ mod tests {
         let mut out = String::new();
         report.disk_waits(
             &mut out,
-            report.backends.iter().filter(|b| b.many.is_some()),
+            report.backends.iter().filter(|b| b.curves.measured_any()),
         );
         assert_eq!(out, "");
         let stamp = crate::stamp::Stamp {

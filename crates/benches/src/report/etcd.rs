@@ -207,9 +207,9 @@ pub(super) fn contention_findings(b: &BackendResults, workloads: &[Workload]) ->
     text
 }
 
-/// The keepalives of the many-locks scenario on etcd, as a goal.
+/// The keepalives of the held-locks curve on etcd, as a goal.
 pub(super) fn many_goals(b: &BackendResults) -> Vec<String> {
-    let Some(m) = &b.many else {
+    let Some(m) = b.held_goal_point() else {
         return Vec::new();
     };
     let Some(c) = &m.commands else {
@@ -232,9 +232,9 @@ pub(super) fn many_goals(b: &BackendResults) -> Vec<String> {
     )]
 }
 
-/// What the many-locks scenario shows on etcd.
+/// What the held-locks curve shows on etcd.
 pub(super) fn many_findings(b: &BackendResults) -> Option<String> {
-    let m = b.many.as_ref()?;
+    let m = b.held_goal_point()?;
     let c = m.commands.as_ref()?;
     Some(format!(
         "**etcd.** Every lock's key hangs on the client's one etcd lease, so the keeper keeps \

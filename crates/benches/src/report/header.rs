@@ -56,7 +56,7 @@ impl Run {
             out,
             "- Settings: the uncontended scenario runs {} per backend, shared by its \
              contenders; each contended run lasts {}, with {} tasks in each of {} \
-             processes; the many-locks scenario is described in its section.\n",
+             processes; section 4's curves are described there.\n",
             humantime::format_duration(s.uncontended_seconds),
             humantime::format_duration(s.seconds),
             s.tasks,
@@ -132,25 +132,31 @@ impl Run {
                 humantime::format_duration(s.work)
             );
         }
-        let many = self.backends.iter().find_map(|b| b.many.as_ref()).map(|m| {
-            format!(
-                "{} locks held for {} on a {} lease",
-                m.locks,
-                humantime::format_duration(m.held_for),
-                humantime::format_duration(m.lease)
-            )
-        });
+        let held = self
+            .backends
+            .iter()
+            .find_map(|b| b.held_goal_point())
+            .map(|m| {
+                format!(
+                    "each point of held locks (among them {}) held for {} on a {} lease",
+                    m.locks,
+                    humantime::format_duration(m.held_for),
+                    humantime::format_duration(m.lease)
+                )
+            });
         let heading = heading.to_lowercase();
         let parts = if heading.contains("uncontended") {
             vec![uncontended]
         } else if heading.contains("contention") || heading.contains("semaphore") {
             vec![contended]
-        } else if heading.contains("many locks") {
-            many.into_iter().collect()
+        } else if heading.contains("how cost grows") {
+            std::iter::once("each curve's points as its table gives them".to_owned())
+                .chain(held.clone())
+                .collect()
         } else if heading.contains("scale-out") {
             vec![uncontended, contended]
         } else {
-            [uncontended, contended].into_iter().chain(many).collect()
+            [uncontended, contended].into_iter().chain(held).collect()
         };
         parts.join("; ")
     }

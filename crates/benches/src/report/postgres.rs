@@ -50,7 +50,7 @@ pub(super) const COUNTING: &str = "- **PostgreSQL**: *server commands* are trans
     transaction, and the first use of a name adds the `INSERT` that gives it its key, and \
     an acquire that found none.";
 
-/// Why the many-locks scenario leaves advisory mode out.
+/// Why the held-locks curve leaves advisory mode out.
 pub(crate) const MANY_LEFT_OUT_ADVISORY: &str = "since each lock advisory mode holds is a \
     session advisory lock on a server connection of its own, pinned to the grant: the \
     scenario's locks, held at once, would need as many of the server's connections \

@@ -1,16 +1,18 @@
-//! The many-locks scenario: many locks held by one process for a while.
+//! The held-locks curve: many locks held by one process for a while, at
+//! each point of the curve; the extension traffic and the keeper's CPU.
 
 use std::time::{Duration, Instant};
 
 use distlock::backend::BackendExt;
-use distlock::{LockClient, LockName, LockOptions};
-use futures::StreamExt;
+use distlock::{LockClient, LockOptions};
 
+use super::taking::{release_all, take_all};
 use crate::commands::Counts;
 use crate::counting::{Calls, counting};
 use crate::names::bench_name;
 use crate::outcome::Outcome;
 use crate::target::Target;
+
 /// Many locks held by one process for a while.
 #[derive(Debug, Clone)]
 pub(crate) struct HoldMany {
@@ -41,11 +43,31 @@ impl HoldMany {
     pub(crate) fn cadences(&self) -> f64 {
         self.held_for.as_secs_f64() / self.extend_every.as_secs_f64()
     }
+
+    /// The server commands per minute at the default lease's cadence: the
+    /// commands per cadence measured, times the cadences of a minute with
+    /// the default lease. Keeping a lock costs per cadence, whatever the
+    /// lease, so a short lease measures more cadences in a short window.
+    pub(crate) fn commands_per_default_minute(&self) -> Option<f64> {
+        let commands = self.commands.as_ref()?;
+        Some(commands.total() as f64 / self.cadences() * default_cadences_per_minute())
+    }
+
+    /// The process's CPU time per minute at the default lease's cadence,
+    /// scaled as [`commands_per_default_minute`](Self::commands_per_default_minute).
+    pub(crate) fn cpu_per_default_minute(&self) -> Duration {
+        self.cpu
+            .div_f64(self.cadences())
+            .mul_f64(default_cadences_per_minute())
+    }
 }
 
-/// How many acquisitions and releases the many-locks scenario keeps in
-/// flight while it takes and gives back its locks.
-const MANY_IN_FLIGHT: usize = 64;
+/// How many times a minute the keeper extends a lock with the default
+/// lease (every third of it).
+fn default_cadences_per_minute() -> f64 {
+    let every = LockOptions::default().extend_every();
+    60.0 / every.as_secs_f64()
+}
 
 /// Holds `locks` locks for `held_for` with a `lease`, counting the calls
 /// core makes to keep them and the commands the server receives meanwhile.
@@ -74,24 +96,7 @@ pub(crate) async fn hold_many(
     let prefix = bench_name("many");
     let rss_before_kib = rss_kib();
     let started = Instant::now();
-    let guards: Vec<_> = futures::stream::iter(0..locks)
-        .map(|i| {
-            let client = client.clone();
-            let name = LockName::new(format!("{prefix}-{i}"));
-            async move {
-                let name = name.map_err(|e| e.to_string())?;
-                client
-                    .try_acquire(&name)
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .ok_or_else(|| "a fresh lock was held".to_owned())
-            }
-        })
-        .buffer_unordered(MANY_IN_FLIGHT)
-        .collect::<Vec<Outcome<_>>>()
-        .await
-        .into_iter()
-        .collect::<Outcome<_>>()?;
+    let guards = take_all(&client, &prefix, locks).await?;
     let acquire_time = started.elapsed();
     let (batches_before, leases_before, renewals_before) = (
         Calls::get(&calls.extend_batches),
@@ -119,13 +124,7 @@ pub(crate) async fn hold_many(
     let session_renewals = Calls::get(&calls.session_renewals) - renewals_before;
     let rss_held_kib = rss_kib();
     let lost = guards.iter().filter(|guard| guard.is_lost()).count();
-    futures::stream::iter(guards)
-        .map(|guard| async move {
-            let _ = guard.release().await;
-        })
-        .buffer_unordered(MANY_IN_FLIGHT)
-        .collect::<Vec<()>>()
-        .await;
+    release_all(guards).await;
     target.forget(prefix.as_str()).await;
     Ok(HoldMany {
         locks,
@@ -145,7 +144,7 @@ pub(crate) async fn hold_many(
 }
 
 /// This process's user plus system CPU time, from `/proc/self/stat`.
-fn cpu_time() -> Duration {
+pub(crate) fn cpu_time() -> Duration {
     let ticks = std::fs::read_to_string("/proc/self/stat")
         .ok()
         .and_then(|stat| {

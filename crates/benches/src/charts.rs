@@ -1,0 +1,266 @@
+//! Line charts of the report's curves, drawn as SVG with `plotters` and
+//! written beside the report, each captioned with the run it came from.
+
+use std::path::Path;
+
+use plotters::prelude::*;
+
+use crate::outcome::Outcome;
+use crate::stamp::Stamp;
+
+/// Where the charts go, relative to the report's directory, so that the
+/// report's links to them work wherever it is read (GitHub renders them).
+pub(crate) const DIR: &str = "docs/bench";
+
+/// One line of a chart: a backend's points, `(x, y)`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Series {
+    pub(crate) label: String,
+    pub(crate) points: Vec<(f64, f64)>,
+}
+
+/// A chart with logarithmic axes: the curves span orders of magnitude on
+/// both.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Chart {
+    /// Its file name, e.g. `waiters-commands.svg`.
+    pub(crate) file: &'static str,
+    pub(crate) title: String,
+    pub(crate) x_label: &'static str,
+    pub(crate) y_label: String,
+    pub(crate) series: Vec<Series>,
+}
+
+/// The chart's size in pixels.
+const SIZE: (u32, u32) = (860, 520);
+
+impl Chart {
+    /// A chart of the lines among `series` that have a point to draw: a
+    /// logarithmic axis shows no zero, so points at or below zero are left
+    /// out, and so is a line left without points.
+    pub(crate) fn new(
+        file: &'static str,
+        title: String,
+        x_label: &'static str,
+        y_label: String,
+        series: Vec<Series>,
+    ) -> Self {
+        let series = series
+            .into_iter()
+            .map(|s| Series {
+                points: s
+                    .points
+                    .into_iter()
+                    .filter(|&(x, y)| x > 0.0 && y > 0.0 && y.is_finite())
+                    .collect(),
+                ..s
+            })
+            .filter(|s| !s.points.is_empty())
+            .collect();
+        Self {
+            file,
+            title,
+            x_label,
+            y_label,
+            series,
+        }
+    }
+
+    /// The axes' ranges, `(x, y)`, widened a little beyond the points so
+    /// that none sits on the frame; `None` without points.
+    pub(crate) fn ranges(&self) -> Option<((f64, f64), (f64, f64))> {
+        let points = || self.series.iter().flat_map(|s| s.points.iter().copied());
+        let span = |values: Vec<f64>| {
+            let low = values.iter().copied().fold(f64::INFINITY, f64::min);
+            let high = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            (low.is_finite() && high.is_finite()).then(|| (low / 1.5, high * 1.5))
+        };
+        Some((
+            span(points().map(|(x, _)| x).collect())?,
+            span(points().map(|(_, y)| y).collect())?,
+        ))
+    }
+
+    /// The chart as an SVG document, with `caption` (the run it came
+    /// from) along its foot.
+    ///
+    /// # Errors
+    ///
+    /// When the chart has no points, or plotters fails to draw it.
+    pub(crate) fn to_svg(&self, caption: &str) -> Outcome<String> {
+        let ((x0, x1), (y0, y1)) = self
+            .ranges()
+            .ok_or_else(|| format!("{}: nothing to draw", self.file))?;
+        let fail = |e: &dyn std::fmt::Display| format!("{}: {e}", self.file);
+        let mut svg = String::new();
+        {
+            let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
+            root.fill(&WHITE).map_err(|e| fail(&e))?;
+            let (plot, foot) = root.split_vertically(SIZE.1 - 24);
+            foot.draw(&Text::new(
+                caption.to_owned(),
+                (10, 6),
+                ("sans-serif", 12).into_font().color(&BLACK.mix(0.7)),
+            ))
+            .map_err(|e| fail(&e))?;
+            let mut chart = ChartBuilder::on(&plot)
+                .caption(&self.title, ("sans-serif", 18))
+                .margin(12)
+                .x_label_area_size(42)
+                .y_label_area_size(70)
+                .build_cartesian_2d((x0..x1).log_scale(), (y0..y1).log_scale())
+                .map_err(|e| fail(&e))?;
+            chart
+                .configure_mesh()
+                .x_desc(self.x_label)
+                .y_desc(self.y_label.as_str())
+                .x_label_formatter(&|x| short_number(*x))
+                .y_label_formatter(&|y| short_number(*y))
+                .draw()
+                .map_err(|e| fail(&e))?;
+            for (i, series) in self.series.iter().enumerate() {
+                let color = Palette99::pick(i).mix(1.0);
+                chart
+                    .draw_series(LineSeries::new(
+                        series.points.iter().copied(),
+                        color.stroke_width(2),
+                    ))
+                    .map_err(|e| fail(&e))?
+                    .label(series.label.as_str())
+                    .legend(move |(x, y)| {
+                        PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+                    });
+                chart
+                    .draw_series(
+                        series
+                            .points
+                            .iter()
+                            .map(|&point| Circle::new(point, 3, color.filled())),
+                    )
+                    .map_err(|e| fail(&e))?;
+            }
+            chart
+                .configure_series_labels()
+                .position(SeriesLabelPosition::UpperLeft)
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK.mix(0.4))
+                .draw()
+                .map_err(|e| fail(&e))?;
+            root.present().map_err(|e| fail(&e))?;
+        }
+        Ok(svg)
+    }
+}
+
+/// A tick label: `64`, `1.5k`, `100k`, `2.5M`, `0.25`.
+pub(crate) fn short_number(value: f64) -> String {
+    let trimmed = |v: f64, unit: &str| {
+        let text = format!("{v:.1}");
+        format!("{}{unit}", text.trim_end_matches(".0"))
+    };
+    match value.abs() {
+        v if v >= 1e6 => trimmed(value / 1e6, "M"),
+        v if v >= 1e3 => trimmed(value / 1e3, "k"),
+        v if v >= 1.0 => trimmed(value, ""),
+        _ => format!("{value:.2}"),
+    }
+}
+
+/// Writes every chart into `dir` as `dir/<file>`, each with `caption`;
+/// returns the files written.
+///
+/// # Errors
+///
+/// When the directory cannot be made, a chart not drawn or a file not
+/// written.
+pub(crate) fn write_all(dir: &Path, charts: &[Chart], caption: &str) -> Outcome<Vec<String>> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
+    let mut written = Vec::new();
+    for chart in charts {
+        let path = dir.join(chart.file);
+        std::fs::write(&path, chart.to_svg(caption)?)
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        written.push(path.display().to_string());
+    }
+    Ok(written)
+}
+
+/// A chart's caption: the run's commit (and whether the checkout had
+/// changes), its start and the backends drawn, so that a chart left by an
+/// earlier run says which run drew it.
+pub(crate) fn caption(stamp: &Stamp, backends: &[String]) -> String {
+    format!(
+        "distlock-bench, {}, {}; backends: {}",
+        stamp.commit.replace('`', ""),
+        stamp.date,
+        backends.join(", ")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chart(series: Vec<Series>) -> Chart {
+        Chart::new(
+            "test.svg",
+            "A title".to_owned(),
+            "waiters",
+            "commands".to_owned(),
+            series,
+        )
+    }
+
+    fn series(label: &str, points: &[(f64, f64)]) -> Series {
+        Series {
+            label: label.to_owned(),
+            points: points.to_vec(),
+        }
+    }
+
+    #[test]
+    fn points_a_log_axis_cannot_show_are_left_out() {
+        let c = chart(vec![
+            series("a", &[(1.0, 0.0), (4.0, 2.0), (16.0, f64::INFINITY)]),
+            series("uncounted", &[(1.0, 0.0)]),
+        ]);
+        assert_eq!(c.series, vec![series("a", &[(4.0, 2.0)])]);
+        let ((x0, x1), (y0, y1)) = c.ranges().unwrap();
+        assert!(x0 < 4.0 && x1 > 4.0 && y0 < 2.0 && y1 > 2.0);
+        assert!(chart(Vec::new()).ranges().is_none());
+        assert!(chart(Vec::new()).to_svg("caption").is_err());
+    }
+
+    #[test]
+    fn the_svg_is_one_document_with_a_line_and_a_legend_entry_per_series() {
+        let svg = chart(vec![
+            series(
+                "Redis",
+                &[(1.0, 3.0), (4.0, 5.0), (16.0, 9.0), (64.0, 30.0)],
+            ),
+            series("etcd", &[(1.0, 4.0), (64.0, 4.0)]),
+        ])
+        .to_svg("distlock-bench at abc")
+        .unwrap();
+        assert!(svg.starts_with("<svg") || svg.starts_with("<?xml"));
+        assert_eq!(svg.matches("<svg").count(), 1);
+        assert!(svg.trim_end().ends_with("</svg>"));
+        assert_eq!(
+            svg.matches(r#"stroke-width="2" points="#).count(),
+            2 + 2,
+            "a line and a legend mark per series, and no other wide line"
+        );
+        for text in ["Redis", "etcd", "A title", "distlock-bench at abc"] {
+            assert!(svg.contains(text), "{text} missing");
+        }
+    }
+
+    #[test]
+    fn tick_labels_are_short() {
+        assert_eq!(short_number(64.0), "64");
+        assert_eq!(short_number(1500.0), "1.5k");
+        assert_eq!(short_number(100_000.0), "100k");
+        assert_eq!(short_number(2_500_000.0), "2.5M");
+        assert_eq!(short_number(0.25), "0.25");
+    }
+}

@@ -1,0 +1,70 @@
+//! Taking many distinct names through one client, a fixed number of calls
+//! in flight: the way the names and held-locks curves take their locks.
+
+use distlock::{LockClient, LockGuard, LockName};
+use futures::StreamExt;
+
+use crate::outcome::Outcome;
+
+/// How many acquisitions and releases are kept in flight while many names
+/// are taken and given back: enough to keep a server busy, few enough that
+/// the client's own queueing does not dominate.
+pub(crate) const IN_FLIGHT: usize = 64;
+
+/// The `i`th of the names under `prefix`.
+pub(crate) fn nth_name(prefix: &LockName, i: usize) -> Outcome<LockName> {
+    LockName::new(format!("{}-{i}", prefix.as_str())).map_err(|e| e.to_string())
+}
+
+/// Takes `count` fresh names under `prefix` once each, [`IN_FLIGHT`] at a
+/// time, and returns their guards; a name already held is an error, as
+/// every name is new.
+pub(crate) async fn take_all(
+    client: &LockClient,
+    prefix: &LockName,
+    count: usize,
+) -> Outcome<Vec<LockGuard>> {
+    futures::stream::iter(0..count)
+        .map(|i| take_fresh(client, prefix, i))
+        .buffer_unordered(IN_FLIGHT)
+        .collect::<Vec<Outcome<_>>>()
+        .await
+        .into_iter()
+        .collect()
+}
+
+/// Takes each of `count` fresh names under `prefix` and gives it back at
+/// once, [`IN_FLIGHT`] names at a time: one cycle per name.
+pub(crate) async fn cycle_all(client: &LockClient, prefix: &LockName, count: usize) -> Outcome<()> {
+    futures::stream::iter(0..count)
+        .map(|i| async move {
+            let guard = take_fresh(client, prefix, i).await?;
+            guard.release().await.map(drop).map_err(|e| e.to_string())
+        })
+        .buffer_unordered(IN_FLIGHT)
+        .collect::<Vec<Outcome<()>>>()
+        .await
+        .into_iter()
+        .collect()
+}
+
+/// Gives back every guard, [`IN_FLIGHT`] at a time; a failed release is
+/// left to the lease's expiry.
+pub(crate) async fn release_all(guards: Vec<LockGuard>) {
+    futures::stream::iter(guards)
+        .map(|guard| async move {
+            let _ = guard.release().await;
+        })
+        .buffer_unordered(IN_FLIGHT)
+        .collect::<Vec<()>>()
+        .await;
+}
+
+async fn take_fresh(client: &LockClient, prefix: &LockName, i: usize) -> Outcome<LockGuard> {
+    let name = nth_name(prefix, i)?;
+    client
+        .try_acquire(&name)
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("a fresh lock was held: {}", name.as_str()))
+}
