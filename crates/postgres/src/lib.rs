@@ -134,7 +134,11 @@
 //! keep increasing. A failover to an asynchronous standby can lose the
 //! latest grants. In advisory mode a restart or a failover ends every
 //! session, and every lock with it: each holder's `lost()` fires at once;
-//! tokens, kept in the token table, keep increasing.
+//! tokens, kept in the token table, keep increasing. Advisory mode's writes
+//! commit without waiting for the disk, so a crash may lose the latest
+//! tokens; the next one is still above them unless the server's clock was
+//! set back across the crash by more than the server was down
+//! (`docs/postgres.md`, *Tokens across a crash*).
 //!
 //! # Election terms
 //! Each grant won by [`Election::campaign`](distlock_core::Election::campaign)
