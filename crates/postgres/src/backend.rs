@@ -106,6 +106,11 @@ impl PostgresBackend {
         let connections = Connections::new(endpoint.clone())?;
         let channels = Channels::new(&config.table);
         let listener = Listener::start(listen, connections.clone(), channels);
+        if config.mode == Mode::Lease {
+            connections
+                .prepare_unless_pooled(config.advisory_class, SETUP_TIMEOUT)
+                .await?;
+        }
         let mode = match config.mode {
             Mode::Lease => Modes::Lease(Box::new(LeaseMode::new(
                 connections,

@@ -103,9 +103,11 @@
 //!   once a minute; [`PostgresBackend::remove_idle_rows`] sweeps on demand.
 //!   A deletion never takes a row from a holder or a waiter.
 //! - **It works through PgBouncer in transaction mode.** Lease mode keeps
-//!   no session state on pooled connections and sends every statement
-//!   unnamed, through [`tokio_postgres`], from a small pool
-//!   ([`deadpool_postgres`], 16 connections at most per backend). Release
+//!   no session state on pooled connections behind it and sends every
+//!   statement unnamed, through [`tokio_postgres`], from a small pool
+//!   ([`deadpool_postgres`], 16 connections at most per backend). It
+//!   looks for such a pooler as it opens; without one, it prepares each
+//!   statement once per connection, as advisory mode does. Release
 //!   wake-ups need a connection that PgBouncer does not pool: see
 //!   `listen_url` and [Release wake-ups](#release-wake-ups).
 //! - **Timeouts.** Each statement waits at most the request's operation
@@ -134,7 +136,11 @@
 //! keep increasing. A failover to an asynchronous standby can lose the
 //! latest grants. In advisory mode a restart or a failover ends every
 //! session, and every lock with it: each holder's `lost()` fires at once;
-//! tokens, kept in the token table, keep increasing.
+//! tokens, kept in the token table, keep increasing. Advisory mode's writes
+//! commit without waiting for the disk, so a crash may lose the latest
+//! tokens; the next one is still above them unless the server's clock was
+//! set back across the crash by more than the server was down
+//! (`docs/postgres.md`, *Tokens across a crash*).
 //!
 //! # Election terms
 //! Each grant won by [`Election::campaign`](distlock_core::Election::campaign)
@@ -244,6 +250,8 @@ mod error;
 pub mod fencing;
 mod lease;
 mod pool;
+mod pooler;
+mod prepared;
 mod rows;
 mod store;
 mod sweep;

@@ -1,12 +1,16 @@
-//! Pooled connections, each running one unnamed statement at a time.
+//! Pooled connections, each running one statement at a time.
 //!
-//! Every statement goes through [`Client::query_typed`]: Parse, Bind,
-//! Execute and Sync with an unnamed statement and parameter types given
-//! up front, in one round trip. PgBouncer 1.18 in transaction mode (Debian
-//! 12's) may run each statement on another server connection, and it
-//! predates prepared-statement support, so a named statement prepared on
-//! one would be missing on the next. For the same reason nothing here sets
-//! session state: no `SET`, no temporary tables, no `LISTEN`.
+//! Behind a transaction pooler every statement goes through
+//! [`Client::query_typed`]: Parse, Bind, Execute and Sync with an unnamed
+//! statement and parameter types given up front, in one round trip.
+//! PgBouncer 1.18 in transaction mode (Debian 12's) may run each statement
+//! on another server connection, and it predates prepared-statement
+//! support, so a named statement prepared on one would be missing on the
+//! next. For the same reason nothing here sets session state: no `SET`, no
+//! temporary tables, no `LISTEN`. Where the check at open found no pooler
+//! ([`Connections::prepare_unless_pooled`]), each statement is prepared once
+//! per connection instead, then only bound and executed (see
+//! [`prepared`]): the server no longer parses and plans it at every call.
 //!
 //! Every statement runs in a transaction of its own at `READ COMMITTED`,
 //! which the statements are written for (an update that finds its row
@@ -21,15 +25,18 @@
 //!
 //! [`Client::query_typed`]: tokio_postgres::Client::query_typed
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
+use deadpool_postgres::{ClientWrapper, Manager, ManagerConfig, Object, Pool, RecyclingMethod};
 use distlock_core::backend::ServerInfo;
 use distlock_core::{Error, Result};
 use tokio_postgres::Row;
-use tokio_postgres::types::{ToSql, Type};
 
 use crate::error::{from_driver, from_pool, within};
+use crate::pooler;
+use crate::prepared::{self, Params};
 use crate::tls::Endpoint;
 
 /// Opens each statement's transaction: see the module's documentation.
@@ -52,13 +59,13 @@ pub const ADMIN_TIMEOUT: Duration = SETUP_TIMEOUT;
 /// How many connections one backend keeps open at most.
 pub(crate) const POOL_SIZE: usize = 16;
 
-/// One statement's parameters, each with its type.
-pub(crate) type Params<'a> = [(&'a (dyn ToSql + Sync), Type)];
-
 /// A pool of connections to one server (or PgBouncer).
 #[derive(Clone)]
 pub(crate) struct Connections {
     pool: Pool,
+    /// Whether statements are prepared: once no transaction pooler was
+    /// found in the way, until a prepared statement goes astray.
+    prepares: Arc<AtomicBool>,
 }
 
 impl Connections {
@@ -82,7 +89,52 @@ impl Connections {
             .max_size(POOL_SIZE)
             .build()
             .map_err(|error| Error::backend("postgres", "building the connection pool", error))?;
-        Ok(Self { pool })
+        Ok(Self {
+            pool,
+            prepares: Arc::new(AtomicBool::new(false)),
+        })
+    }
+
+    /// Has the pool prepare its statements, unless two of its connections
+    /// show a transaction pooler in the way (see [`pooler`], which uses
+    /// keys of `class`), each step within `timeout`. Answers whether it
+    /// prepares them.
+    ///
+    /// # Errors
+    /// A backend error.
+    ///
+    /// # Cancel safety
+    /// Dropping the future leaves statements unnamed; it may leave the
+    /// check's lock on a connection, which is closed rather than reused.
+    pub(crate) async fn prepare_unless_pooled(
+        &self,
+        class: i32,
+        timeout: Duration,
+    ) -> Result<bool> {
+        let what = "checking for a transaction pooler";
+        let taking = async {
+            let first = self.pool.get().await?;
+            let second = self.pool.get().await?;
+            Ok::<_, deadpool_postgres::PoolError>((Checkout(Some(first)), Checkout(Some(second))))
+        };
+        let (mut first, mut second) = within(what, timeout, taking)
+            .await?
+            .map_err(|error| from_pool(what, error))?;
+        let pooled =
+            pooler::reaches_transaction_pooler(first.client(), second.client(), class, timeout)
+                .await?;
+        first.done();
+        second.done();
+        if !pooled {
+            self.prepare_statements();
+        }
+        Ok(!pooled)
+    }
+
+    /// Has the pool prepare its statements: for a URL known to reach the
+    /// server itself.
+    pub(crate) fn prepare_statements(&self) {
+        self.prepares.store(true, Ordering::Relaxed);
     }
 
     /// Runs `sql` with `params` on a pooled connection, waiting at most
@@ -110,26 +162,66 @@ impl Connections {
                 .await
                 .map_err(|error| from_pool(what, error))?;
             let mut checkout = Checkout(Some(object));
-            let client = checkout.client();
-            // Biased, so that the three are sent in this order, at once, in
-            // the first poll; the server answers them in order. A
-            // statement that fails leaves its transaction aborted, which
-            // the `COMMIT` then ends with a rollback, without an error.
-            let (begun, rows, committed) = tokio::join!(
-                biased;
-                client.batch_execute(BEGIN_READ_COMMITTED),
-                client.query_typed(sql, params),
-                client.batch_execute("COMMIT"),
-            );
-            let rows = begun
-                .and(rows)
-                .and_then(|rows| committed.map(|()| rows))
+            let rows = self
+                .run(checkout.client(), sql, params)
+                .await
                 .map_err(|error| from_driver(what, error));
             checkout.done();
             rows
         };
         within(what, timeout, run).await?
     }
+
+    /// Runs `sql` in a transaction of its own on `client`: prepared when
+    /// the pool prepares, else unnamed. A prepared statement gone astray
+    /// shows a pooler the check at open missed: statements are then
+    /// unnamed for good, and this one runs again so (it failed before it
+    /// ran, and its transaction was rolled back).
+    async fn run(
+        &self,
+        client: &ClientWrapper,
+        sql: &str,
+        params: &Params<'_>,
+    ) -> std::result::Result<Vec<Row>, tokio_postgres::Error> {
+        if self.prepares.load(Ordering::Relaxed) {
+            let (types, values) = prepared::split(params);
+            let answered = match prepared::statement(client, sql, &types).await {
+                Ok(statement) => in_transaction(client, client.query(&statement, &values)).await,
+                Err(error) => Err(error),
+            };
+            match answered {
+                Err(error) if prepared::went_astray(&error) => {
+                    tracing::warn!(
+                        "a prepared statement went astray, as behind a transaction pooler: \
+                         sending statements unnamed from now on"
+                    );
+                    self.prepares.store(false, Ordering::Relaxed);
+                    client.statement_cache.clear();
+                }
+                answered => return answered,
+            }
+        }
+        in_transaction(client, client.query_typed(sql, params)).await
+    }
+}
+
+/// Runs `statement`, a statement of `client`'s not yet sent, between
+/// `BEGIN` and `COMMIT`: see the module's documentation.
+async fn in_transaction(
+    client: &tokio_postgres::Client,
+    statement: impl Future<Output = std::result::Result<Vec<Row>, tokio_postgres::Error>>,
+) -> std::result::Result<Vec<Row>, tokio_postgres::Error> {
+    // Biased, so that the three are sent in this order, at once, in the
+    // first poll; the server answers them in order. A statement that
+    // fails leaves its transaction aborted, which the `COMMIT` then ends
+    // with a rollback, without an error.
+    let (begun, rows, committed) = tokio::join!(
+        biased;
+        client.batch_execute(BEGIN_READ_COMMITTED),
+        statement,
+        client.batch_execute("COMMIT"),
+    );
+    begun.and(rows).and_then(|rows| committed.map(|()| rows))
 }
 
 impl Connections {
@@ -170,7 +262,7 @@ impl Connections {
 struct Checkout(Option<Object>);
 
 impl Checkout {
-    fn client(&self) -> &tokio_postgres::Client {
+    fn client(&self) -> &ClientWrapper {
         self.0
             .as_ref()
             .expect("a checkout holds its connection until done")
@@ -188,5 +280,103 @@ impl Drop for Checkout {
             // Taken out of the pool and dropped, its connection task ends.
             drop(Object::take(object));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Against the real server and PgBouncer before it: `scripts/test`
+    //! starts them and sets `DISTLOCK_TEST_POSTGRES_URL` and
+    //! `DISTLOCK_TEST_POSTGRES_PGBOUNCER_URL`.
+
+    use distlock_core::backend::LeaseId;
+
+    use super::*;
+    use crate::config::{DEFAULT_ADVISORY_CLASS, PostgresConfig};
+
+    /// Long enough for any step of a test.
+    const PATIENCE: Duration = Duration::from_secs(30);
+
+    /// A pool for the URL in `variable`. A missing server fails the test:
+    /// a run without it must not pass as if it had one.
+    fn connections(variable: &str) -> Connections {
+        let url = std::env::var(variable).unwrap_or_else(|_| {
+            panic!(
+                "{variable} is not set: run the tests with scripts/test, which starts PostgreSQL"
+            )
+        });
+        let config = PostgresConfig::parse(&url).expect("a valid URL");
+        let (endpoint, _) = config.endpoints().expect("the URL's endpoints");
+        Connections::new(endpoint).expect("a pool")
+    }
+
+    /// Whether a statement run through `connections` is among the
+    /// statements prepared on the connection that runs it.
+    async fn runs_prepared(connections: &Connections) -> bool {
+        // A text of its own, so that no other statement is taken for it.
+        let sql = format!(
+            "SELECT statement FROM pg_prepared_statements /* {} */",
+            LeaseId::random()
+        );
+        let rows = connections
+            .query("listing prepared statements", &sql, &[], PATIENCE)
+            .await
+            .expect("the prepared statements");
+        rows.iter().any(|row| row.get::<_, String>(0) == sql)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn statements_are_prepared_only_where_no_pooler_is_in_the_way() {
+        let direct = connections("DISTLOCK_TEST_POSTGRES_URL");
+        assert!(!runs_prepared(&direct).await, "unnamed until checked");
+        let prepares = direct
+            .prepare_unless_pooled(DEFAULT_ADVISORY_CLASS, PATIENCE)
+            .await
+            .expect("the check");
+        assert!(prepares, "the server itself is no pooler");
+        assert!(runs_prepared(&direct).await);
+
+        let pooled = connections("DISTLOCK_TEST_POSTGRES_PGBOUNCER_URL");
+        let prepares = pooled
+            .prepare_unless_pooled(DEFAULT_ADVISORY_CLASS, PATIENCE)
+            .await
+            .expect("the check");
+        assert!(!prepares, "PgBouncer in transaction mode is a pooler");
+        for _ in 0..5 {
+            assert!(!runs_prepared(&pooled).await);
+        }
+    }
+
+    /// Runs `SELECT n + 1` through `connections`, and checks its answer.
+    async fn add_one(connections: &Connections, n: i32) {
+        let rows = connections
+            .query(
+                "adding one",
+                "SELECT $1::int4 + 1",
+                &[(&n, tokio_postgres::types::Type::INT4)],
+                PATIENCE,
+            )
+            .await
+            .expect("an answer");
+        assert_eq!(rows[0].get::<_, i32>(0), n + 1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_prepared_statement_gone_astray_is_run_unnamed_and_so_are_the_next() {
+        let direct = connections("DISTLOCK_TEST_POSTGRES_URL");
+        direct.prepare_statements();
+        add_one(&direct, 1).await;
+        assert!(runs_prepared(&direct).await);
+        // One at a time, the pool's statements all ran on one connection:
+        // its prepared statements go, as a pooler's other clients could
+        // make them go.
+        let object = direct.pool.get().await.expect("the pool's connection");
+        object
+            .batch_execute("DEALLOCATE ALL")
+            .await
+            .expect("dropping its statements");
+        drop(object);
+        add_one(&direct, 2).await;
+        assert!(!runs_prepared(&direct).await);
     }
 }

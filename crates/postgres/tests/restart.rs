@@ -1,7 +1,9 @@
 //! A server restart while a lock is held: in lease mode the lock is a row,
 //! so it outlives the restart, and the holder keeps it if extension
 //! resumes within the lease; in advisory mode the lock ends with its
-//! session, and the holder hears it at once. The test starts a server of its own, since
+//! session, and the holder hears it at once. And a crash that loses the
+//! commits advisory mode made without waiting for the disk: tokens still
+//! keep growing. Each test starts a server of its own, since
 //! restarting the shared one would disturb the tests that run beside it.
 //! It needs `DISTLOCK_POSTGRES_BIN` (the directory of `initdb`, `pg_ctl`
 //! and `psql`, which `scripts/test` sets) and root, to run them as the
@@ -15,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use distlock_core::backend::Backend;
 use distlock_core::testing::ADMIN_LIMIT;
-use distlock_core::{LockClient, LockName, LockOptions, LossReason};
+use distlock_core::{LockClient, LockName, LockOptions, LossReason, TryOptions};
 use distlock_postgres::tokio_postgres::{self, NoTls};
 use distlock_postgres::{PostgresBackend, WakeUps};
 
@@ -26,13 +28,25 @@ struct OwnServer {
     dir: PathBuf,
     port: u16,
     password: String,
+    /// The server's settings beyond its port and sockets, as `-c` options.
+    settings: &'static str,
 }
+
+/// The test suite's fast settings: nothing waits for the disk.
+const FAST: &str = "-c fsync=off";
+
+/// PostgreSQL's durable defaults (fsync, synchronous commits, full page
+/// writes), with the WAL writer as slow as the server allows (10 s): a
+/// commit that does not wait for the flush stays in the server's memory,
+/// where a crash loses it, for up to three times that.
+const DURABLE_SLOW_WAL_WRITER: &str = "-c wal_writer_delay=10000";
 
 impl OwnServer {
     /// Makes a database cluster in a fresh directory and starts it on a
-    /// free port, with a password-authenticated role `distlock` that owns
-    /// a database `distlock`, as `scripts/servers/postgres.sh` does.
-    fn start() -> Self {
+    /// free port with `settings`, with a password-authenticated role
+    /// `distlock` that owns a database `distlock`, as
+    /// `scripts/servers/postgres.sh` does.
+    fn start(settings: &'static str) -> Self {
         let bin = PathBuf::from(std::env::var("DISTLOCK_POSTGRES_BIN").unwrap_or_else(|_| {
             panic!(
                 "DISTLOCK_POSTGRES_BIN is not set: run the tests with scripts/test, \
@@ -49,6 +63,7 @@ impl OwnServer {
             port: free_port(),
             password: format!("{:032x}", rand::random::<u128>()),
             dir,
+            settings,
         };
         run(Command::new("chown")
             .args(["-R", "postgres:postgres"])
@@ -110,9 +125,10 @@ impl OwnServer {
     fn pg_ctl(&self, action: &[&str]) {
         let log = self.dir.join("postgres.log").to_string_lossy().into_owned();
         let options = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
+            "-p {} -k {} -c listen_addresses=127.0.0.1 {}",
             self.port,
-            self.dir.join("sock").to_string_lossy()
+            self.dir.join("sock").to_string_lossy(),
+            self.settings
         );
         let data = self.data();
         let mut args = vec!["-D", &data, "-l", &log, "-w", "-t", "60"];
@@ -186,7 +202,7 @@ fn name(text: &str) -> LockName {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_lock_held_across_a_server_restart_is_kept_and_tokens_keep_growing() {
-    let server = OwnServer::start();
+    let server = OwnServer::start(FAST);
     let lease = Duration::from_secs(10);
     let options = LockOptions::builder()
         .lease(lease)
@@ -278,7 +294,7 @@ async fn a_lock_held_across_a_server_restart_is_kept_and_tokens_keep_growing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_advisory_lock_ends_with_a_server_restart_and_its_holder_hears_it_at_once() {
-    let server = OwnServer::start();
+    let server = OwnServer::start(FAST);
     let url = format!("{}?mode=advisory", server.url());
     let lease = Duration::from_secs(30);
     let options = LockOptions::builder()
@@ -312,5 +328,80 @@ async fn an_advisory_lock_ends_with_a_server_restart_and_its_holder_hears_it_at_
         .await
         .expect("free after the restart");
     assert!(next.fencing_token() > token);
+    assert!(next.release().await.expect("release"));
+}
+
+/// Takes `lock` with `options` and releases it, checking that its token
+/// is above `highest`; answers the token.
+async fn take_once(client: &LockClient, lock: &LockName, options: TryOptions, highest: u64) -> u64 {
+    let guard = client
+        .try_acquire_with(lock, options)
+        .await
+        .expect("try")
+        .expect("the name is free to take");
+    let token = guard.fencing_token();
+    assert!(token > highest, "{token} after {highest}");
+    assert!(guard.release().await.expect("release"));
+    token
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn advisory_tokens_keep_growing_across_a_crash_that_loses_recent_commits() {
+    let server = OwnServer::start(DURABLE_SLOW_WAL_WRITER);
+    let url = format!("{}?mode=advisory", server.url());
+    let options = LockOptions::builder()
+        .lease(Duration::from_secs(30))
+        .build()
+        .expect("valid options");
+    let client = |backend: &Arc<PostgresBackend>| LockClient::new(backend.clone(), options.clone());
+    let taking = client(&Arc::new(PostgresBackend::open(&url).await.expect("open")));
+    let staying = client(&Arc::new(PostgresBackend::open(&url).await.expect("open")));
+    let lock = name(&format!("crash-{:016x}", rand::random::<u64>()));
+    let mut highest = 0;
+    // Each exclusive grant makes the name's row anew: its release deletes it.
+    for _ in 0..100 {
+        highest = take_once(&taking, &lock, TryOptions::new(), highest).await;
+    }
+    // While a reader stays, each reader's grant bumps the same row.
+    let reader = staying
+        .try_acquire_with(&lock, TryOptions::new().shared())
+        .await
+        .expect("try")
+        .expect("free to read");
+    for _ in 0..100 {
+        highest = take_once(&taking, &lock, TryOptions::new().shared(), highest).await;
+    }
+
+    tokio::task::block_in_place(|| server.restart_immediately());
+    let reason = tokio::time::timeout(Duration::from_secs(5), reader.lost())
+        .await
+        .expect("the crash ended the reader's session");
+    assert_eq!(reason, LossReason::Detected);
+
+    // What the crash kept of the name's row: a token below the highest
+    // handed out means commits were lost, as they may be.
+    let (db, connection) = tokio_postgres::connect(&server.url(), NoTls)
+        .await
+        .expect("a connection after the restart");
+    tokio::spawn(connection);
+    let kept: Option<i64> = db
+        .query_opt(
+            "SELECT fencing_token FROM distlock_advisory WHERE name = $1",
+            &[&lock.as_str().as_bytes()],
+        )
+        .await
+        .expect("the row's token")
+        .map(|row| row.get(0));
+    eprintln!("highest token handed out {highest}, kept through the crash {kept:?}");
+
+    let next = taking
+        .acquire_with(&lock, Duration::from_secs(20))
+        .await
+        .expect("free after the crash");
+    assert!(
+        next.fencing_token() > highest,
+        "{} after the crash, {highest} before it",
+        next.fencing_token()
+    );
     assert!(next.release().await.expect("release"));
 }

@@ -23,8 +23,6 @@
 mod fair;
 mod grant;
 mod keys;
-mod pooler;
-mod prepared;
 mod session;
 mod statements;
 mod waiting;
@@ -46,7 +44,9 @@ use self::statements::Statements;
 use self::waiting::{WaitingWriter, left};
 use crate::config::PostgresConfig;
 use crate::error::{from_driver, notification_queue_full, within};
-use crate::pool::{Connections, Params, SETUP_TIMEOUT};
+use crate::pool::{Connections, SETUP_TIMEOUT};
+use crate::pooler;
+use crate::prepared::Params;
 use crate::rows::{self, get, holder_json};
 use crate::store::Store;
 use crate::sweep::Sweep;
@@ -129,6 +129,35 @@ pub(crate) async fn check_server(client: &Client, timeout: Duration) -> Result<(
     Ok(())
 }
 
+/// Checks that `spares` reach the server itself, within [`SETUP_TIMEOUT`],
+/// with keys of `class`; the two sessions used go back to the spares.
+///
+/// # Errors
+/// [`Error::InvalidConfig`] naming `mode` behind a transaction pooler; a
+/// backend error.
+///
+/// # Cancel safety
+/// Dropping the future closes the sessions, which ends the probe's lock
+/// on a server of our own.
+async fn refuse_transaction_pooling(spares: &Spares, class: i32) -> Result<()> {
+    let first = spares.take(SETUP_TIMEOUT).await?;
+    let second = spares.take(SETUP_TIMEOUT).await?;
+    if pooler::reaches_transaction_pooler(first.client(), second.client(), class, SETUP_TIMEOUT)
+        .await?
+    {
+        return Err(Error::config(
+            "mode",
+            "mode=advisory holds session advisory locks, and this URL reaches a \
+             transaction pooler (PgBouncer in transaction mode), which hands a server \
+             connection and its locks to other clients between transactions: connect \
+             straight to the server, or use mode=lease",
+        ));
+    }
+    spares.put(first);
+    spares.put(second);
+    Ok(())
+}
+
 /// What one attempt's statement answered.
 struct Answer {
     objid: i32,
@@ -180,7 +209,9 @@ impl AdvisoryMode {
         records_terms: bool,
     ) -> Result<Self> {
         let spares = Spares::new(endpoint);
-        pooler::refuse_transaction_pooling(&spares, config.advisory_class, SETUP_TIMEOUT).await?;
+        refuse_transaction_pooling(&spares, config.advisory_class).await?;
+        // The pool reaches the server itself too.
+        connections.prepare_statements();
         let statements = Statements::new(&config.table);
         let sweep = Sweep::advisory(
             connections.clone(),

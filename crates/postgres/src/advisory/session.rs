@@ -6,15 +6,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use deadpool_postgres::ClientWrapper;
 use distlock_core::Result;
 use distlock_core::backend::LossReporter;
-use tokio::task::AbortHandle;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::{CancelToken, Client, Row};
+use tokio_postgres::{CancelToken, Row};
 
-use super::prepared::Prepared;
 use crate::error::{from_driver, within};
-use crate::pool::Params;
+use crate::prepared::{self, Params};
 use crate::tls::Endpoint;
 
 /// How many idle sessions a backend keeps for its next attempts; more are
@@ -30,14 +29,12 @@ const SESSION_READ_COMMITTED: &str =
 /// Dropped, it closes its connection, and the server ends every advisory
 /// lock the session held.
 pub(crate) struct Session {
-    client: Client,
-    prepared: Prepared,
+    /// The connection, with its prepared statements (see [`prepared`]).
+    /// Dropped, it aborts the driver task: the driver alone would keep the
+    /// connection open until every statement sent was answered, and a
+    /// statement waiting in a lock's queue may not be for long.
+    client: ClientWrapper,
     watch: Arc<Watch>,
-    /// The driver task, aborted when the session is dropped: the driver
-    /// alone would keep the connection open until every statement sent
-    /// was answered, and a statement waiting in a lock's queue may not be
-    /// for long.
-    driver: AbortHandle,
 }
 
 /// What the driver task reports to when the connection ends.
@@ -84,8 +81,8 @@ impl Session {
             if let Some(reporter) = ended.take() {
                 reporter.report();
             }
-        })
-        .abort_handle();
+        });
+        let client = ClientWrapper::new(client, driver);
         // The statements are written for READ COMMITTED (see
         // `statements::wait_in_line`), whatever the role's, the database's
         // or the server's default. For the session: advisory mode refuses
@@ -93,12 +90,7 @@ impl Session {
         within(what, timeout, client.batch_execute(SESSION_READ_COMMITTED))
             .await?
             .map_err(|error| from_driver(what, error))?;
-        Ok(Self {
-            client,
-            prepared: Prepared::default(),
-            watch,
-            driver,
-        })
+        Ok(Self { client, watch })
     }
 
     /// From now on, the end of this connection reports `reporter`'s grant
@@ -110,6 +102,11 @@ impl Session {
     /// The end of this connection no longer concerns any grant.
     pub(crate) fn unpin(&self) {
         self.watch.set(None);
+    }
+
+    /// The connection, for the pooler check (see [`crate::pooler`]).
+    pub(crate) fn client(&self) -> &ClientWrapper {
+        &self.client
     }
 
     /// Whether the connection has ended, and every lock on it with it.
@@ -141,13 +138,9 @@ impl Session {
         params: &Params<'_>,
         timeout: Duration,
     ) -> Result<Vec<Row>> {
-        within(
-            what,
-            timeout,
-            self.prepared.query(&self.client, sql, params),
-        )
-        .await?
-        .map_err(|error| from_driver(what, error))
+        within(what, timeout, prepared::query(&self.client, sql, params))
+            .await?
+            .map_err(|error| from_driver(what, error))
     }
 
     /// Runs `sql`, which takes no parameters and answers no rows, as a
@@ -181,13 +174,7 @@ impl Session {
         params: &Params<'_>,
         timeout: Duration,
     ) -> Result<Option<Vec<Row>>> {
-        match within(
-            what,
-            timeout,
-            self.prepared.query(&self.client, sql, params),
-        )
-        .await?
-        {
+        match within(what, timeout, prepared::query(&self.client, sql, params)).await? {
             Ok(rows) => Ok(Some(rows)),
             Err(error) if error.code() == Some(code) => Ok(None),
             Err(error) => Err(from_driver(what, error)),
@@ -197,9 +184,9 @@ impl Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
-        // Closed on purpose: nothing was lost.
+        // Closed on purpose: nothing was lost. The client, dropped next,
+        // aborts the driver.
         self.unpin();
-        self.driver.abort();
     }
 }
 

@@ -26,6 +26,24 @@ const OURS: &str = "p.locktype = 'advisory'
     AND p.database = (SELECT oid FROM pg_database WHERE datname = current_database())
     AND p.classid = $1::oid AND p.objsubid = 2";
 
+/// Lets the statement's transaction commit without waiting for its WAL to
+/// reach the disk. Only for writes a crash may lose: a release's deletion,
+/// a key given to a name, and a token floored by the server's clock, which
+/// the next token after a restart passes anyway (see `docs/postgres.md`,
+/// *Tokens across a crash*).
+const NO_FLUSH_WAIT: &str = "set_config('synchronous_commit', 'off', true)";
+
+/// In the final `SELECT` of a statement whose `bumped` expression answers
+/// `floored` (the new token is the server's clock): only such a bump
+/// commits without waiting for the flush. A campaign's bump waits anyway,
+/// so that no term anyone read is lost in a crash.
+fn flush_wait_unless_floored(terms: Option<&TableName>) -> String {
+    match terms {
+        None => format!("CASE WHEN (SELECT floored FROM bumped) THEN {NO_FLUSH_WAIT} END"),
+        Some(_) => "NULL".to_owned(),
+    }
+}
+
 /// Every statement of advisory mode, for one table.
 #[derive(Debug)]
 pub(crate) struct Statements {
@@ -63,6 +81,7 @@ impl Statements {
             campaign_in_line: wait_in_line(t, Some(&table.terms())),
             insert_key: format!(
                 "INSERT INTO {t} (name, objid, fencing_token) SELECT $1, $2, c.now_us FROM {CLOCK}
+                 WHERE {NO_FLUSH_WAIT} IS NOT NULL
                  ON CONFLICT (name) DO NOTHING"
             ),
             release_exclusive: release(t, "pg_advisory_unlock"),
@@ -131,6 +150,9 @@ impl Statements {
 /// No row when the name has no key yet; otherwise its `objid`, whether
 /// granted, the token, whether a writer waits (for readers), and the
 /// session's process id.
+///
+/// A bump to the server's clock commits without waiting for the WAL
+/// flush, one ahead of the clock waits (see [`flush_wait_unless_floored`]).
 fn acquire(t: &str, shared: bool, terms: Option<&TableName>) -> String {
     let token = "greatest(t.fencing_token + 1, c.now_us)";
     let entry = format!(
@@ -174,6 +196,7 @@ fn acquire(t: &str, shared: bool, terms: Option<&TableName>) -> String {
     let recorded = terms.map_or_else(String::new, |terms| {
         format!(",\n{}", terms::appended_after("bumped", terms, "$2", "$7"))
     });
+    let flush = flush_wait_unless_floored(terms);
     format!(
         "WITH k AS (SELECT objid FROM {t} WHERE name = $2),
          {tried},
@@ -181,7 +204,7 @@ fn acquire(t: &str, shared: bool, terms: Option<&TableName>) -> String {
              UPDATE {t} AS t SET fencing_token = {token}, holders = {holders}
              FROM l, {CLOCK}
              WHERE t.name = $2 AND l.granted
-             RETURNING t.fencing_token
+             RETURNING t.fencing_token, t.fencing_token = c.now_us AS floored
          ){recorded}
          SELECT l.objid, l.granted, (SELECT fencing_token FROM bumped), l.writer_waits,
                 pg_backend_pid(),
@@ -200,7 +223,8 @@ fn acquire(t: &str, shared: bool, terms: Option<&TableName>) -> String {
                 set_config('tcp_keepalives_interval',
                            CASE WHEN l.granted OR $6 THEN '1' ELSE '0' END, false),
                 set_config('tcp_keepalives_count',
-                           CASE WHEN l.granted OR $6 THEN '3' ELSE '0' END, false)
+                           CASE WHEN l.granted OR $6 THEN '3' ELSE '0' END, false),
+                {flush}
          FROM l"
     )
 }
@@ -239,6 +263,7 @@ fn wait_in_line(t: &str, terms: Option<&TableName>) -> String {
     let recorded = terms.map_or_else(String::new, |terms| {
         format!(",\n{}", terms::appended_after("bumped", terms, "$5", "$6"))
     });
+    let flush = flush_wait_unless_floored(terms);
     format!(
         "WITH s AS MATERIALIZED (
              SELECT set_config('lock_timeout', $3, false)
@@ -250,10 +275,11 @@ fn wait_in_line(t: &str, terms: Option<&TableName>) -> String {
                      jsonb_build_object('token', {token}, 'holder', $4::text::jsonb))
              FROM l, {CLOCK}
              WHERE t.name = $5 AND t.objid = $2
-             RETURNING t.fencing_token
+             RETURNING t.fencing_token, t.fencing_token = c.now_us AS floored
          ){recorded}
          SELECT (SELECT fencing_token FROM bumped), pg_backend_pid(),
-                pg_advisory_unlock_shared($1, $2 + 1), set_config('lock_timeout', '0', false)"
+                pg_advisory_unlock_shared($1, $2 + 1), set_config('lock_timeout', '0', false),
+                {flush}"
     )
 }
 
@@ -278,7 +304,7 @@ fn release(t: &str, unlock: &str) -> String {
                         ) END
          )
          SELECT (SELECT held FROM u), set_config('idle_session_timeout', '0', false),
-                pg_notify($3, $4)"
+                pg_notify($3, $4), {NO_FLUSH_WAIT}"
     )
 }
 
@@ -372,6 +398,34 @@ mod tests {
         assert!(!statements.acquire(false).contains("_terms"));
         assert!(!statements.wait_in_line.contains("_terms"));
         assert!(!statements.acquire(true).contains("_terms"));
+    }
+
+    #[test]
+    fn only_writes_a_crash_may_lose_skip_the_flush() {
+        let statements = Statements::new(&TableName::new("s", "t").unwrap());
+        for sql in [
+            statements.acquire(false),
+            statements.acquire(true),
+            &statements.wait_in_line,
+            &statements.insert_key,
+            statements.release(false),
+            statements.release(true),
+        ] {
+            assert!(sql.contains(NO_FLUSH_WAIT), "{sql}");
+        }
+        for sql in [
+            &statements.campaign,
+            &statements.campaign_in_line,
+            &statements.sweep,
+        ] {
+            assert!(!sql.contains(NO_FLUSH_WAIT), "{sql}");
+        }
+        // Only a bump to the clock's reading.
+        assert!(
+            statements
+                .acquire(false)
+                .contains("WHEN (SELECT floored FROM bumped) THEN")
+        );
     }
 
     #[test]
