@@ -74,7 +74,7 @@ pub(crate) struct Gathered {
 /// `window`, and gathers what they report. In the tight loop every task
 /// takes the lock over and over; with `rounds`, the parent starts rounds
 /// (a `go` line to every worker) until the window closes, and every task
-/// takes the lock once per round (see [`Workload`]). Server commands come
+/// takes the lock once per round (see [`crate::worker::Workload`]). Server commands come
 /// from the workers' own counts (MongoDB), from the server's counters read
 /// when the window opens and closes (memcached, etcd), or, where the server
 /// publishes them late (PostgreSQL), read when the window opens and once

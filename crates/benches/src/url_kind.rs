@@ -2,7 +2,7 @@
 //! their own (PostgreSQL's advisory mode, MongoDB's fair mode), read as the
 //! backends themselves read the URL.
 
-/// The kind of backend `url` names, as [`Target::kind`] says it.
+/// The kind of backend `url` names, as [`crate::target::Target::kind`] says it.
 pub(crate) fn kind_of_url(url: &str) -> &'static str {
     if url.starts_with("file:") {
         "file"

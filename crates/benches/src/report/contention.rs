@@ -201,7 +201,7 @@ impl Run {
                 ours,
                 "a raw blocking flock",
                 raw,
-                2.0,
+                3.0,
             ));
         }
         goals

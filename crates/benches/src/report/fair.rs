@@ -253,9 +253,9 @@ impl Run {
                  (the notification, then its try), and in rounds it took {} against the \
                  ordinary mode's {plain_cross}, at {} transactions per acquisition. What \
                  fair mode saves is the waiters that try and fail; what it adds is longer \
-                 statements, sent unnamed (so that lease mode works behind PgBouncer) and \
-                 so parsed and planned at every call (docs/postgres.md gives their planning \
-                 and execution times): {}.",
+                 statements, prepared once per connection where no transaction pooler is in \
+                 the way, and sent unnamed, so parsed and planned at every call, behind \
+                 PgBouncer (docs/postgres.md gives their planning and execution times): {}.",
                 short(r.cross_p50),
                 opt(r.commands_per_acquisition()),
                 uncontended(fair, plain),

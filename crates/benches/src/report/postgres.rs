@@ -156,8 +156,8 @@ fn advisory_uncontended(b: &BackendResults, lease: Option<&BackendResults>) -> O
          name's fencing token and records the grant in the same row with an `UPDATE`, and \
          sets the connection's `idle_session_timeout` to the lease; the release, one \
          `SELECT` of `pg_advisory_unlock`, that timeout's reset and `pg_notify` on the \
-         name's wake-up channel. Unlike lease mode's, which are sent unnamed to work behind \
-         PgBouncer, both are prepared once per connection, then only bound and run. The \
+         name's wake-up channel. As lease mode's, both are prepared once per connection, \
+         then only bound and run, since no transaction pooler is in the way here. The \
          backend's direct calls made {:.0} cycles/s and the \
          client {:.2} of them. ",
         calls.per_second(),
