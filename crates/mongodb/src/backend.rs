@@ -15,9 +15,10 @@ use mongodb::{Client, Collection, Namespace};
 
 use crate::clock::ServerClock;
 use crate::config::MongoConfig;
-use crate::document::{self, HOLDERS, LOCK_ID, PASSED_TO, lock_id};
+use crate::document::{self, EXPIRES_AT, FENCING_TOKEN, HOLDERS, LOCK_ID, PASSED_TO, lock_id};
 use crate::error::{driver, is_duplicate_key};
-use crate::fair::{self, PlaceId, Places, passed_to_us};
+use crate::fair::{self, PassOn, PlaceId, Places, Standing, passed_to_us};
+use crate::grant::{self, stored_id};
 use crate::reply::{self, Verdict, no_token};
 use crate::terms::{self, TERMS};
 use crate::waiting::{self, WriterMark};
@@ -305,9 +306,11 @@ impl MongoBackend {
     }
 
     /// A fair attempt at the whole lock (see [`fair::acquire`]). A wait
-    /// keeps its place's identity in `wait` from its first attempt on; an
-    /// attempt that the release watcher has nothing new for, and whose
-    /// place is not yet due for renewal, asks the server nothing.
+    /// keeps its place's identity in `wait` from its first attempt on. An
+    /// attempt asks the server nothing when its place was passed the lock
+    /// and heard of it in time to hold it as passed, or when the release
+    /// watcher has nothing new for it and its place is not yet due for
+    /// renewal.
     async fn acquire_in_line(
         &self,
         places: &Places,
@@ -323,6 +326,13 @@ impl MongoBackend {
             // Should the reply be lost, the place may be stored: the wait's
             // end gives it up.
             wait.set(place.clone());
+            if let Some(fencing_token) = places.take_passed(place, Instant::now()) {
+                wait.take::<PlaceId>();
+                return Ok(Attempt::Acquired {
+                    fencing_token,
+                    state: grant::passed_on(place.as_str()),
+                });
+            }
             if self.watcher.is_some()
                 && let Some(quiet) = places.quiet_for(place)
             {
@@ -361,7 +371,10 @@ impl MongoBackend {
                 // passed on.
                 let renew = fair::renewal(request.lease);
                 let within = retry_after.map_or(renew, |after| after.min(renew));
-                places.in_line(&place, heard, within);
+                let standing = place
+                    .entry_in(&answer.found)
+                    .and_then(|entry| Standing::read(&answer.found, entry, answer.sent));
+                places.in_line(&place, heard, within, standing);
                 Attempt::Held {
                     retry_after: Some(within),
                 }
@@ -398,12 +411,16 @@ impl MongoBackend {
 
     /// A fair release of the whole lock: the same update grants it to the
     /// first live place in line. A grant to a place of this backend wakes
-    /// its waiter at once, without waiting for the change stream.
+    /// its waiter at once, without waiting for the change stream, and
+    /// tells it the grant, so that it may hold it as passed.
     async fn release_in_line(&self, places: &Places, lease: &Lease) -> Result<bool> {
         let found = self
             .collection
-            .find_one_and_update(document::live_grant(&lease.name, lease.id), fair::release())
-            .projection(doc! { LOCK_ID: 1, PASSED_TO: 1 })
+            .find_one_and_update(
+                document::live_grant(&lease.name, stored_id(lease)),
+                fair::release(),
+            )
+            .projection(doc! { LOCK_ID: 1, PASSED_TO: 1, FENCING_TOKEN: 1, EXPIRES_AT: 1 })
             .return_document(ReturnDocument::After)
             .max_time(lease.operation_timeout)
             .await
@@ -413,7 +430,7 @@ impl MongoBackend {
         };
         match found.get_str(PASSED_TO) {
             Ok(place) if passed_to_us(place, places.backend()) => {
-                if places.tell(place).is_some() {
+                if places.tell(place, PassOn::read(&found)).is_some() {
                     self.hub.notify(&lease.name);
                 }
             }
@@ -450,7 +467,7 @@ impl MongoBackend {
     async fn extend_one(&self, lease: &Lease) -> Result<bool> {
         let (filter, pipeline) = match lease.claim {
             Claim::Exclusive => (
-                document::live_grant(&lease.name, lease.id),
+                document::live_grant(&lease.name, stored_id(lease)),
                 exclusive::extend(lease.lease),
             ),
             claim => (
@@ -594,7 +611,7 @@ impl Backend for MongoBackend {
         }
         let (filter, pipeline) = match lease.claim {
             Claim::Exclusive => (
-                document::live_grant(&lease.name, lease.id),
+                document::live_grant(&lease.name, stored_id(lease)),
                 exclusive::release(),
             ),
             claim => (
@@ -660,7 +677,7 @@ impl HandOvers for MongoBackend {
         let found = self
             .collection
             .find_one_and_update(
-                document::live_grant(&lease.name, lease.id),
+                document::live_grant(&lease.name, stored_id(lease)),
                 exclusive::hand_over(next),
             )
             .return_document(ReturnDocument::After)

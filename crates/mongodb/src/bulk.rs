@@ -13,6 +13,7 @@ use mongodb::{Collection, Cursor};
 
 use crate::document::{self, ID, LOCK_ID, lock_id};
 use crate::error::{BACKEND, driver};
+use crate::grant::stored_id;
 use crate::{exclusive, holders};
 
 /// At most this many exclusive leases go into one bulk extension command.
@@ -125,7 +126,8 @@ async fn extend_grants(
     lease: Duration,
     batch: &[&Lease],
 ) -> Result<Vec<bool>> {
-    let filter = || document::live_grants(batch.iter().map(|lease| (&lease.name, lease.id)));
+    let filter =
+        || document::live_grants(batch.iter().map(|lease| (&lease.name, stored_id(lease))));
     let updated = collection
         .update_many(filter(), exclusive::extend(lease))
         .await
@@ -147,7 +149,7 @@ async fn extend_grants(
         .collect();
     Ok(batch
         .iter()
-        .map(|lease| live.contains(&lock_id(lease.id)))
+        .map(|lease| live.contains(&stored_id(lease)))
         .collect())
 }
 

@@ -217,9 +217,10 @@ pub(crate) fn by_name(name: &LockName) -> Document {
     doc! { ID: name.as_str() }
 }
 
-/// The filter for an exclusive grant of ours that has not expired.
-pub(crate) fn live_grant(name: &LockName, id: LeaseId) -> Document {
-    doc! { ID: name.as_str(), LOCK_ID: lock_id(id), "$expr": unexpired() }
+/// The filter for an exclusive grant of ours, stored under `stored_id`,
+/// that has not expired.
+pub(crate) fn live_grant(name: &LockName, stored_id: String) -> Document {
+    doc! { ID: name.as_str(), LOCK_ID: stored_id, "$expr": unexpired() }
 }
 
 /// The filter for any live grant of `name`, whoever holds it, of any kind.
@@ -227,15 +228,11 @@ pub(crate) fn any_live_grant(name: &LockName) -> Document {
     doc! { ID: name.as_str(), LOCK_ID: { "$exists": true }, "$expr": unexpired() }
 }
 
-/// The filter for live exclusive grants of ours among several locks.
-pub(crate) fn live_grants<'a>(leases: impl Iterator<Item = (&'a LockName, LeaseId)>) -> Document {
+/// The filter for live exclusive grants of ours among several locks, each
+/// a name and the identity its grant is stored under.
+pub(crate) fn live_grants<'a>(leases: impl Iterator<Item = (&'a LockName, String)>) -> Document {
     let (names, ids): (Vec<Bson>, Vec<Bson>) = leases
-        .map(|(name, id)| {
-            (
-                Bson::String(name.as_str().to_owned()),
-                Bson::String(lock_id(id)),
-            )
-        })
+        .map(|(name, id)| (Bson::String(name.as_str().to_owned()), Bson::String(id)))
         .unzip();
     doc! {
         ID: { "$in": names },

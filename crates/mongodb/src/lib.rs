@@ -146,8 +146,10 @@
 //! the first waiter in its own write, waking only that waiter's process. A
 //! single try is granted only when nobody holds or waits. A waiter that
 //! gives up leaves the line at once; a waiter that died holds the line up
-//! for its lease at most (or half the next waiter's lease, if that is
-//! longer). Readers and permits are not covered, but readers wait while a
+//! for a lease and a quarter of its own at most (or half the next waiter's
+//! lease, if that is longer). A waiter in another process holds the lock
+//! passed on to it as soon as the release's change event reaches it, with
+//! no command of its own. Readers and permits are not covered, but readers wait while a
 //! writer is in line.
 //!
 //! # Limits
@@ -175,6 +177,7 @@ mod error;
 mod exclusive;
 mod fair;
 pub mod fencing;
+mod grant;
 mod holders;
 mod listing;
 mod redact;

@@ -18,9 +18,10 @@ use mongodb::bson::{Bson, Document, doc};
 
 use crate::counter;
 use crate::document::{
-    HOLDER, LOCK_ID, by_name, describe, field, holder, lock_id, next_token, read_holder, read_token,
+    HOLDER, LOCK_ID, by_name, describe, field, holder, next_token, read_holder, read_token,
 };
 use crate::error::driver;
+use crate::grant::stored_id;
 
 /// The record of terms, in the lock document.
 pub(crate) const TERMS: &str = "terms";
@@ -193,7 +194,7 @@ pub(crate) async fn withdraw(
     let term = match lease.fencing_token {
         0 => {
             let found = collection
-                .find_one(doc! { "_id": name.as_str(), LOCK_ID: lock_id(lease.id) })
+                .find_one(doc! { "_id": name.as_str(), LOCK_ID: stored_id(lease) })
                 .max_time(lease.operation_timeout)
                 .await
                 .map_err(|error| driver(&format!("finding the grant of {name}"), error))?;

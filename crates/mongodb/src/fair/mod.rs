@@ -16,9 +16,16 @@
 //! and its term when it records one. That write names the place in
 //! `passedTo`; a place's identity starts with the identity of its
 //! waiter's backend, so that the change stream of that backend alone
-//! reports the write (see `watch`). The waiter's next attempt takes the
-//! grant over under its own identity and extends it.
+//! reports the write (see `watch`). The grant lasts the place's lease and
+//! a grace (`grace`) from the write, so that the waiter, once the write's change
+//! event (or, in the releaser's process, its reply) has told it the grant's
+//! token and end, holds the lock as it was passed, with no command of its
+//! own (see `passed`), under the place's identity. A waiter that cannot
+//! show it heard in time, or heard nothing (no change streams), takes the
+//! grant over by command instead, under its attempt's identity, extended
+//! from that command.
 
+mod passed;
 mod places;
 
 use std::time::Duration;
@@ -34,6 +41,7 @@ use crate::document::{
 };
 use crate::terms::{self, TERMS};
 
+pub(crate) use self::passed::{PassOn, Standing};
 pub(crate) use self::places::{PlaceId, Places};
 
 /// A place's lease, in milliseconds: its grant's, and its own life.
@@ -59,6 +67,18 @@ fn prune() -> Document {
     doc! { "$set": { QUEUE: live_places(), PASSED_TO: "$$REMOVE" } }
 }
 
+/// What a pass-on grants beyond the place's lease, in milliseconds, of a
+/// lease of `lease` milliseconds: a quarter of it. It is the time the
+/// place's waiter has to hear of the grant and hold it as passed, counting
+/// a whole lease from then (see `passed`); it is also how much longer a
+/// grant passed on to a waiter that died holds the line up.
+fn grace(lease: &str) -> Document {
+    doc! { "$toLong": { "$divide": [lease, GRACE_PARTS] } }
+}
+
+/// The grace is the lease divided by this.
+const GRACE_PARTS: i64 = 4;
+
 /// The stage that grants a lock nobody holds to the first place in line,
 /// where the stored fencing token may be built on; otherwise it leaves the
 /// document as it is.
@@ -70,7 +90,11 @@ fn pass_on() -> Document {
         FENCING_TOKEN: next_token(),
         ACQUIRED_AT: "$$NOW",
         EXPIRES_AT: {
-            "$dateAdd": { "startDate": "$$NOW", "unit": "millisecond", "amount": "$$place.lease" }
+            "$dateAdd": {
+                "startDate": "$$NOW",
+                "unit": "millisecond",
+                "amount": { "$add": ["$$place.lease", grace("$$place.lease")] },
+            }
         },
         HOLDER: "$$place.holder",
         WAITING: field(WAITING),
@@ -148,7 +172,8 @@ fn in_line(request: &AcquireRequest, place: &PlaceId) -> Document {
 
 /// The fair acquire pipeline. After dropping dead places and passing a
 /// free lock on: the grant made to `place` is taken over under this
-/// attempt's identity and extended from now; or a lock free with nobody in
+/// attempt's identity and extended from now (a waiter that did not hold it
+/// as passed, or whose own attempt passed it on); or a lock free with nobody in
 /// line is granted; or, for a wait (`place` given), its place is renewed
 /// or taken, except beside permits (that is a conflict). A single try
 /// takes no place, so it is granted only when nobody holds or waits.

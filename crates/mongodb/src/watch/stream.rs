@@ -172,18 +172,18 @@ pub(crate) fn pipeline(
     vec![doc! { "$match": filter }]
 }
 
-/// The place a write passed a lock on to, as its change event tells.
-fn passed_to(event: &ChangeStreamEvent<Document>) -> Option<&str> {
+/// What a write that passed a lock on wrote, as its change event tells:
+/// the updated fields of an update, or the document a replacement left;
+/// `None` for a write that passed nothing on. Either names the place in
+/// `passedTo` and shows the grant it made.
+fn pass_on(event: &ChangeStreamEvent<Document>) -> Option<&Document> {
+    let names_a_place = |written: &&Document| written.get_str(PASSED_TO).is_ok();
     let updated = event
         .update_description
         .as_ref()
-        .and_then(|change| change.updated_fields.get_str(PASSED_TO).ok());
-    updated.or_else(|| {
-        event
-            .full_document
-            .as_ref()
-            .and_then(|document| document.get_str(PASSED_TO).ok())
-    })
+        .map(|change| &change.updated_fields)
+        .filter(names_a_place);
+    updated.or_else(|| event.full_document.as_ref().filter(names_a_place))
 }
 
 /// Whether `names` is small enough to filter on the server.
@@ -291,7 +291,7 @@ async fn run(collection: Collection<Document>, hub: ReleaseHub, subject: Subject
                     match event {
                         Some(Ok(event)) => {
                             if let Some(id) = event.document_key.as_ref().and_then(|key| key.get(ID)) {
-                                subject.notify(&hub, id, on_server, passed_to(&event));
+                                subject.notify(&hub, id, on_server, pass_on(&event));
                             }
                             delivered = stream.resume_token();
                             delivered_any = true;
@@ -363,6 +363,42 @@ mod tests {
         // refused every time.
         assert!(!may_resume(Some(6), true, false));
         assert!(!may_resume(None, true, false));
+    }
+
+    #[test]
+    fn a_pass_on_is_read_from_an_update_or_a_replacement() {
+        use mongodb::bson::{DateTime, from_document};
+
+        use crate::document::{EXPIRES_AT, FENCING_TOKEN};
+
+        let event = |shape: Document| -> ChangeStreamEvent<Document> {
+            let mut event = doc! {
+                "_id": { "_data": "00" },
+                "ns": { "db": "d", "coll": "c" },
+                "documentKey": { ID: "n" },
+            };
+            event.extend(shape);
+            from_document(event).unwrap()
+        };
+        let written = doc! {
+            LOCK_ID: "p", PASSED_TO: "p", FENCING_TOKEN: 9_i64, EXPIRES_AT: DateTime::from_millis(5),
+        };
+        let update = event(doc! {
+            "operationType": "update",
+            "updateDescription": { "updatedFields": written.clone(), "removedFields": [] },
+        });
+        assert_eq!(pass_on(&update), Some(&written));
+        let replace = event(doc! { "operationType": "replace", "fullDocument": written.clone() });
+        assert_eq!(pass_on(&replace), Some(&written));
+        let release = event(doc! {
+            "operationType": "update",
+            "updateDescription": { "updatedFields": { EXPIRES_AT: DateTime::from_millis(5) }, "removedFields": [LOCK_ID] },
+        });
+        assert_eq!(
+            pass_on(&release),
+            None,
+            "a release to nobody passes nothing on"
+        );
     }
 
     #[test]

@@ -2,11 +2,11 @@
 
 use distlock_core::LockName;
 use distlock_core::backend::ReleaseHub;
-use mongodb::bson::Bson;
+use mongodb::bson::{Bson, Document};
 
-use crate::document::{FREED, LOCK_ID};
+use crate::document::{FREED, LOCK_ID, PASSED_TO};
 use crate::entity::id::entity_id;
-use crate::fair::{Places, passed_to_us};
+use crate::fair::{PassOn, Places, passed_to_us};
 
 /// What a watcher watches: which field holds a grant, and how the ids of
 /// documents and the lock names of this process relate.
@@ -62,14 +62,14 @@ impl Subject {
     }
 
     /// Wakes the waiters of the document whose `_id` is `id`; `filtered`
-    /// when the stream's filter names the ids waited for; `passed_to` the
-    /// place the write passed the lock on to, if it did.
+    /// when the stream's filter names the ids waited for; `pass_on` what
+    /// the write wrote, if it passed the lock on to a place.
     pub(super) fn notify(
         &self,
         hub: &ReleaseHub,
         id: &Bson,
         filtered: bool,
-        passed_to: Option<&str>,
+        pass_on: Option<&Document>,
     ) {
         match self {
             Self::Locks => {
@@ -82,11 +82,15 @@ impl Subject {
                 let Some(name) = id.as_str().and_then(|id| LockName::new(id).ok()) else {
                     return;
                 };
-                match passed_to.filter(|place| passed_to_us(place, places.backend())) {
-                    Some(place) => {
+                let ours = pass_on.and_then(|written| {
+                    let place = written.get_str(PASSED_TO).ok()?;
+                    passed_to_us(place, places.backend()).then_some((place, written))
+                });
+                match ours {
+                    Some((place, written)) => {
                         tracing::trace!(name = %name, "pass-on seen");
                         // A place that ended meanwhile needs nobody woken.
-                        if places.tell(place).is_some() {
+                        if places.tell(place, PassOn::read(written)).is_some() {
                             hub.notify(&name);
                         }
                     }

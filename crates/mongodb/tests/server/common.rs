@@ -1,16 +1,19 @@
 //! Shared helpers: the server under test, unique names, fail points, and a
 //! server of a test's own for tests that restart it or set fail points.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use distlock_core::testing::free_loopback_port;
 pub(crate) use distlock_core::testing::{Operation, TestBackend};
 use distlock_core::{LockClient, LockGuard, LockName, LockOptions, Result};
 use distlock_mongodb::mongodb::bson::{DateTime, Document, doc};
-use distlock_mongodb::mongodb::options::IndexOptions;
+use distlock_mongodb::mongodb::event::EventHandler;
+use distlock_mongodb::mongodb::event::command::CommandEvent;
+use distlock_mongodb::mongodb::options::{ClientOptions, IndexOptions};
 use distlock_mongodb::mongodb::{Client, Collection, IndexModel};
 use distlock_mongodb::{MongoBackend, MongoConfig};
 use futures::TryStreamExt;
@@ -115,6 +118,35 @@ pub(crate) async fn woken(waiter: tokio::task::JoinHandle<Result<LockGuard>>) ->
         .expect("the waiter is woken by the release, long before the lease ends")
         .unwrap()
         .expect("the waiter gets the lock")
+}
+
+/// Counts the commands a client sends, by name.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Commands(Arc<Mutex<BTreeMap<String, u64>>>);
+
+impl Commands {
+    /// A driver client on the server at `url` whose commands are counted,
+    /// and their count.
+    pub(crate) async fn counted_client(url: &str) -> (Self, Client) {
+        let commands = Self::default();
+        let mut options = ClientOptions::parse(url).await.unwrap();
+        let counts = commands.0.clone();
+        options.command_event_handler = Some(EventHandler::callback(move |event| {
+            if let CommandEvent::Started(started) = event {
+                *counts
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .entry(started.command_name)
+                    .or_default() += 1;
+            }
+        }));
+        (commands, Client::with_options(options).unwrap())
+    }
+
+    /// The counts since the last call, by command name.
+    pub(crate) fn take(&self) -> BTreeMap<String, u64> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner))
+    }
 }
 
 /// The server's clock now, read with `$$NOW` through `raw`.

@@ -20,15 +20,15 @@ use crate::common::*;
 
 /// How long the waiters of these tests are willing to wait: far longer
 /// than any lease here, so that only a broken line makes them time out.
-const WAIT: Duration = Duration::from_secs(30);
+pub(crate) const WAIT: Duration = Duration::from_secs(30);
 
 /// A backend in fair mode on the shared server, in `collection`.
-async fn fair_backend(collection: &str) -> Arc<MongoBackend> {
+pub(crate) async fn fair_backend(collection: &str) -> Arc<MongoBackend> {
     fair_backend_at(&shared_url(), collection).await
 }
 
 /// A backend in fair mode on the server at `url`, in `collection`.
-async fn fair_backend_at(url: &str, collection: &str) -> Arc<MongoBackend> {
+pub(crate) async fn fair_backend_at(url: &str, collection: &str) -> Arc<MongoBackend> {
     Arc::new(
         MongoBackend::connect(
             MongoConfig::new(url)
@@ -43,7 +43,7 @@ async fn fair_backend_at(url: &str, collection: &str) -> Arc<MongoBackend> {
 
 /// A client with a lease long enough that no test here waits it out by
 /// accident.
-fn fair_client(backend: Arc<MongoBackend>) -> LockClient {
+pub(crate) fn fair_client(backend: Arc<MongoBackend>) -> LockClient {
     let options = LockOptions::builder()
         .lease(Duration::from_secs(20))
         .build()
@@ -52,7 +52,7 @@ fn fair_client(backend: Arc<MongoBackend>) -> LockClient {
 }
 
 /// The lock document of `name`.
-async fn stored(raw: &Collection<Document>, name: &LockName) -> Document {
+pub(crate) async fn stored(raw: &Collection<Document>, name: &LockName) -> Document {
     raw.find_one(doc! { "_id": name.as_str() })
         .await
         .unwrap()
@@ -60,7 +60,7 @@ async fn stored(raw: &Collection<Document>, name: &LockName) -> Document {
 }
 
 /// The identities of the places in `name`'s line, first first.
-async fn line(raw: &Collection<Document>, name: &LockName) -> Vec<String> {
+pub(crate) async fn line(raw: &Collection<Document>, name: &LockName) -> Vec<String> {
     let found = stored(raw, name).await;
     found.get_array("queue").map_or_else(
         |_| Vec::new(),
@@ -81,20 +81,27 @@ async fn line(raw: &Collection<Document>, name: &LockName) -> Vec<String> {
 }
 
 /// Waits until `name`'s line holds `n` places.
-async fn until_in_line(raw: &Collection<Document>, name: &LockName, n: usize) {
+pub(crate) async fn until_in_line(raw: &Collection<Document>, name: &LockName, n: usize) {
     while line(raw, name).await.len() != n {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
 /// A watch of `name`'s wake-ups on `backend`, as a waiting lock client
-/// keeps one: a waiter asks again when it fires.
-fn release_watch(backend: &MongoBackend, name: &LockName) -> ReleaseWatch {
-    backend
+/// keeps one: a waiter asks again when it fires. It is returned once the
+/// backend's change stream covers the name (the stream wakes the name's
+/// waiters once as it starts to), so that every later write on the name
+/// reaches it; the name must be new to the backend's stream.
+pub(crate) async fn release_watch(backend: &MongoBackend, name: &LockName) -> ReleaseWatch {
+    let mut watch = backend
         .wakeups()
         .expect("the test server has change streams")
         .watch(name)
-        .expect("wake-ups are on")
+        .expect("wake-ups are on");
+    tokio::time::timeout(WAIT, watch.released())
+        .await
+        .expect("the change stream covers the name");
+    watch
 }
 
 #[tokio::test]
@@ -165,7 +172,7 @@ async fn a_release_passes_the_lock_to_the_first_place_in_the_same_update() {
     let places = line(&raw, &name).await;
     assert_eq!(places.len(), 2);
 
-    let mut woken = release_watch(&backend, &name);
+    let mut woken = release_watch(&backend, &name).await;
     assert!(held.release().await.unwrap());
     // Nobody asked since the release: the release itself granted it.
     let after = stored(&raw, &name).await;
@@ -191,27 +198,44 @@ async fn a_release_passes_the_lock_to_the_first_place_in_the_same_update() {
     );
 
     // The first waiter's backend is woken by the pass-on, and its next
-    // attempt takes the grant over as its own.
+    // attempt holds the grant as it was passed: without a command, so the
+    // document stays as the release left it.
     tokio::time::timeout(WAIT, woken.released()).await.unwrap();
     let next = AcquireRequest {
         lease_id: distlock_core::backend::LeaseId::random(),
         ..first.clone()
     };
-    match backend.try_acquire(&next, &mut first_wait).await.unwrap() {
-        Attempt::Acquired { fencing_token, .. } => assert_eq!(fencing_token, passed_token),
-        other => panic!("the first place's grant is taken over: {other:?}"),
-    }
-    let taken = stored(&raw, &name).await;
-    assert_eq!(
-        taken.get_str("lockId").unwrap(),
-        format!("{:032x}", next.lease_id.as_u128())
-    );
-    assert!(taken.get("passedTo").is_none(), "a take-over is no pass-on");
+    let state = match backend.try_acquire(&next, &mut first_wait).await.unwrap() {
+        Attempt::Acquired {
+            fencing_token,
+            state,
+        } => {
+            assert_eq!(fencing_token, passed_token);
+            state
+        }
+        other => panic!("the first place holds the grant passed on: {other:?}"),
+    };
+    assert_eq!(stored(&raw, &name).await, after, "no command wrote");
     backend.end_wait(&first, first_wait).await.unwrap();
+    assert_eq!(
+        stored(&raw, &name).await,
+        after,
+        "a wait that was granted has nothing to end"
+    );
+    // The grant is released under the place's identity, and passed on.
+    let held = next.granted(passed_token, state);
+    assert!(backend.release(&held).await.unwrap());
+    let again = stored(&raw, &name).await;
+    assert_eq!(again.get_str("lockId").unwrap(), places[1]);
+    assert!(again.get_i64("fencingToken").unwrap() as u64 > passed_token);
     backend.end_wait(&second, second_wait).await.unwrap();
     assert!(
         line(&raw, &name).await.is_empty(),
         "the second gave its place up"
+    );
+    assert!(
+        stored(&raw, &name).await.get("lockId").is_none(),
+        "and the grant passed on to it"
     );
 }
 
@@ -274,7 +298,7 @@ async fn a_cancelled_waiter_leaves_the_line_at_once() {
 }
 
 #[tokio::test]
-async fn a_dead_waiter_holds_the_line_up_no_longer_than_its_lease() {
+async fn a_dead_waiter_holds_the_line_up_no_longer_than_its_lease_and_grace() {
     let collection = unique("fair-dead");
     let raw = raw_collection(&inspector(&shared_url()).await, &collection);
     let dead_backend = fair_backend(&collection).await;
@@ -313,8 +337,9 @@ async fn a_dead_waiter_holds_the_line_up_no_longer_than_its_lease() {
     let passed_until = *passed.get_datetime("expiresAt").unwrap();
     let guard = live.await.unwrap();
     // The dead place's grant ran out, by the server's clock, before the
-    // live waiter was served, and no later than its lease after the
-    // release: the live waiter's wait never reached its own deadline.
+    // live waiter was served, and no later than its lease and grace (a
+    // quarter lease) after the release: the live waiter's wait never
+    // reached its own deadline.
     let served = stored(&raw, &name).await;
     assert!(*served.get_datetime("acquiredAt").unwrap() >= passed_until);
     assert!(guard.fencing_token() > passed.get_i64("fencingToken").unwrap() as u64);
@@ -335,7 +360,7 @@ async fn a_campaign_granted_through_the_line_records_its_term() {
     };
     let mut wait = WaitState::new();
     backend.try_acquire(&campaign, &mut wait).await.unwrap();
-    let mut woken = release_watch(&backend, &name);
+    let mut woken = release_watch(&backend, &name).await;
     assert!(held.release().await.unwrap());
     let passed = stored(&raw, &name).await;
     let terms = passed
@@ -359,7 +384,7 @@ async fn a_campaign_granted_through_the_line_records_its_term() {
     assert_eq!(
         stored(&raw, &name).await.get_array("terms").unwrap().len(),
         terms.len(),
-        "the take-over records no second term"
+        "holding the grant as passed records no second term"
     );
 }
 

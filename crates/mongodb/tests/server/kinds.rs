@@ -1,7 +1,7 @@
 //! Readers, permits and waiting writers' marks, as stored on a real server.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use distlock_core::backend::BackendExt;
@@ -10,11 +10,8 @@ use distlock_core::testing::try_grant;
 use distlock_core::{
     AcquireOptions, Claim, Error, Holder, LockKind, LockName, LockOptions, Permits,
 };
+use distlock_mongodb::mongodb::Collection;
 use distlock_mongodb::mongodb::bson::{Bson, DateTime, Document, doc};
-use distlock_mongodb::mongodb::event::EventHandler;
-use distlock_mongodb::mongodb::event::command::CommandEvent;
-use distlock_mongodb::mongodb::options::ClientOptions;
-use distlock_mongodb::mongodb::{Client, Collection};
 use distlock_mongodb::{MongoBackend, MongoConfig};
 
 use crate::common::*;
@@ -621,36 +618,10 @@ async fn extend_many_extends_several_entries_of_one_name_and_reports_the_lost() 
     }
 }
 
-/// Counts the commands a client sends, by name.
-#[derive(Debug, Clone, Default)]
-struct Commands(Arc<Mutex<BTreeMap<String, u64>>>);
-
-impl Commands {
-    fn handler(&self) -> EventHandler<CommandEvent> {
-        let counts = self.0.clone();
-        EventHandler::callback(move |event: CommandEvent| {
-            if let CommandEvent::Started(started) = event {
-                *counts
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .entry(started.command_name)
-                    .or_default() += 1;
-            }
-        })
-    }
-
-    fn take(&self) -> BTreeMap<String, u64> {
-        std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner))
-    }
-}
-
 #[tokio::test]
 async fn an_uncontended_reader_or_permit_costs_two_commands_as_a_lock_does() {
     let url = shared_url();
-    let commands = Commands::default();
-    let mut options = ClientOptions::parse(&url).await.unwrap();
-    options.command_event_handler = Some(commands.handler());
-    let driver = Client::with_options(options).unwrap();
+    let (commands, driver) = Commands::counted_client(&url).await;
     // Without the release watcher, whose change stream (one per backend,
     // open while anything waits) would race with the count.
     let backend = Arc::new(

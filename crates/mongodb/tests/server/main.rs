@@ -15,6 +15,7 @@ mod failpoints;
 mod fair;
 mod fencing;
 mod kinds;
+mod passed;
 mod race;
 mod restart;
 mod terms;
