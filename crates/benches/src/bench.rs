@@ -44,7 +44,20 @@ fn say(what: &str, seconds: Duration) {
 /// Runs every scenario on every backend `args` gives, and writes the report.
 pub(crate) async fn bench(args: &Args) -> Outcome<()> {
     // Read before anything runs: the commit and changes the run is built from.
-    let stamp = Stamp::now(args.write.as_deref());
+    // The report and the charts beside it are what this run writes.
+    let charts_dir = args.write.as_deref().map(|report| {
+        report
+            .parent()
+            .unwrap_or_else(|| std::path::Path::new(""))
+            .join(charts::DIR)
+    });
+    let written: Vec<&std::path::Path> = args
+        .write
+        .as_deref()
+        .into_iter()
+        .chain(charts_dir.as_deref())
+        .collect();
+    let stamp = Stamp::now(&written);
     let temp = std::env::temp_dir().join(format!("distlock-bench-{}", std::process::id()));
     let mut backends = if args.backends.is_empty() {
         vec![format!("file://{}", temp.display())]

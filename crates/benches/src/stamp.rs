@@ -20,12 +20,12 @@ pub(crate) struct Stamp {
 
 impl Stamp {
     /// The stamp of a run starting now, read from the git checkout of the
-    /// current directory. `report`, the file the run writes, does not
-    /// count as a change: nothing is built from it, and an earlier partial
-    /// run leaves it changed.
-    pub(crate) fn now(report: Option<&Path>) -> Self {
+    /// current directory. The files the run writes (`written`: the report
+    /// and its charts' directory) do not count as changes: nothing is
+    /// built from them, and an earlier partial run leaves them changed.
+    pub(crate) fn now(written: &[&Path]) -> Self {
         Self {
-            commit: commit(report),
+            commit: commit(written),
             date: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
             machine: machine(),
         }
@@ -49,24 +49,13 @@ fn git(args: &[&str]) -> Option<String> {
 }
 
 /// The commit checked out, and whether the work tree differs from it
-/// (untracked files count: a new source file changes the build). The
-/// report and its charts do not count: runs write them, nothing is built
-/// from them.
-fn commit(report: Option<&Path>) -> String {
+/// (untracked files count: a new source file changes the build), leaving
+/// out the paths in `written`.
+fn commit(written: &[&Path]) -> String {
     let Some(head) = git(&["rev-parse", "--short=12", "HEAD"]) else {
         return "commit unknown (not run in a git checkout)".to_owned();
     };
-    let exclude: Vec<String> = report
-        .into_iter()
-        .flat_map(|report| {
-            let charts = report
-                .parent()
-                .unwrap_or_else(|| Path::new(""))
-                .join(crate::charts::DIR);
-            [excluded(report), excluded(&charts)]
-        })
-        .flatten()
-        .collect();
+    let exclude: Vec<String> = written.iter().filter_map(|path| excluded(path)).collect();
     let mut args = vec!["status", "--porcelain", "--", ":/"];
     args.extend(exclude.iter().map(String::as_str));
     let changed = git(&args).map(|out| out.lines().count());
@@ -79,14 +68,15 @@ fn commit(report: Option<&Path>) -> String {
     format!("commit `{}` ({state})", head.trim())
 }
 
-/// The pathspec that leaves `report` out of `git status`, if it lies in
+/// The pathspec that leaves `path` (a file or a directory) out of `git
+/// status`, if it lies in
 /// the checkout.
-fn excluded(report: &Path) -> Option<String> {
+fn excluded(path: &Path) -> Option<String> {
     let top = git(&["rev-parse", "--show-toplevel"])?;
-    let report = std::fs::canonicalize(report)
-        .or_else(|_| std::path::absolute(report))
+    let path = std::fs::canonicalize(path)
+        .or_else(|_| std::path::absolute(path))
         .ok()?;
-    let inside = report.strip_prefix(top.trim()).ok()?;
+    let inside = path.strip_prefix(top.trim()).ok()?;
     Some(format!(":(top,exclude){}", inside.display()))
 }
 
