@@ -69,8 +69,7 @@ fn commit(written: &[&Path]) -> String {
 }
 
 /// The pathspec that leaves `path` (a file or a directory) out of `git
-/// status`, if it lies in
-/// the checkout.
+/// status`, if it lies in the checkout.
 fn excluded(path: &Path) -> Option<String> {
     let top = git(&["rev-parse", "--show-toplevel"])?;
     let path = std::fs::canonicalize(path)
