@@ -132,6 +132,13 @@ impl Run {
                 humantime::format_duration(s.work)
             );
         }
+        if s.single_task_processes > 0 {
+            let _ = write!(
+                contended,
+                ", then rounds on {} processes of one task each",
+                s.single_task_processes
+            );
+        }
         let held = self
             .backends
             .iter()
