@@ -132,6 +132,8 @@ impl Run {
                 humantime::format_duration(s.work)
             );
         }
+        // The semaphores and reader-writer locks run the first layout only.
+        let kinds = contended.clone();
         if s.single_task_processes > 0 {
             let _ = write!(
                 contended,
@@ -154,8 +156,10 @@ impl Run {
         let heading = heading.to_lowercase();
         let parts = if heading.contains("uncontended") {
             vec![uncontended]
-        } else if heading.contains("contention") || heading.contains("semaphore") {
+        } else if heading.contains("contention") {
             vec![contended]
+        } else if heading.contains("semaphore") {
+            vec![kinds]
         } else if heading.contains("how cost grows") {
             std::iter::once("each curve's points as its table gives them".to_owned())
                 .chain(held.clone())
