@@ -132,7 +132,8 @@ impl Run {
                 humantime::format_duration(s.work)
             );
         }
-        // The semaphores and reader-writer locks run the first layout only.
+        // The semaphores, the reader-writer locks and the scale-out forms
+        // run the first layout only.
         let kinds = contended.clone();
         if s.single_task_processes > 0 {
             let _ = write!(
@@ -165,7 +166,7 @@ impl Run {
                 .chain(held.clone())
                 .collect()
         } else if heading.contains("scale-out") {
-            vec![uncontended, contended]
+            vec![uncontended, kinds]
         } else {
             [uncontended, contended].into_iter().chain(held).collect()
         };
