@@ -134,7 +134,7 @@ impl Run {
         }
         // The semaphores, the reader-writer locks and the scale-out forms
         // run the first layout only.
-        let kinds = contended.clone();
+        let first_layout = contended.clone();
         if s.single_task_processes > 0 {
             let _ = write!(
                 contended,
@@ -160,13 +160,13 @@ impl Run {
         } else if heading.contains("contention") {
             vec![contended]
         } else if heading.contains("semaphore") {
-            vec![kinds]
+            vec![first_layout]
         } else if heading.contains("how cost grows") {
             std::iter::once("each curve's points as its table gives them".to_owned())
                 .chain(held.clone())
                 .collect()
         } else if heading.contains("scale-out") {
-            vec![uncontended, kinds]
+            vec![uncontended, first_layout]
         } else {
             [uncontended, contended].into_iter().chain(held).collect()
         };
