@@ -132,7 +132,9 @@ postgres_reported() {
 # postgres_waits MODE: what a transaction waits for on disk in MODE.
 postgres_waits() {
     case $1 in
-        durable) echo "the commit's WAL flush: a statement returns once its commit record is fsynced" ;;
+        # Advisory mode turns synchronous_commit off for the writes a crash
+        # may lose (docs/postgres.md, "Tokens across a crash").
+        durable) echo "in lease mode, the commit's WAL flush: a statement returns once its commit record is fsynced; in advisory mode, the flush only for a fencing token ahead of the server's clock and an election's term, not for a release, a name's new key or a token raised to the clock" ;;
         *) echo "nothing: a commit returns before its WAL reaches the disk" ;;
     esac
 }

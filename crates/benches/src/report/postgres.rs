@@ -148,7 +148,7 @@ fn advisory_uncontended(b: &BackendResults, lease: Option<&BackendResults>) -> O
     let client = u.side(Contender::Client)?;
     let calls = u.side(Contender::BackendCalls)?;
     let mut t = format!(
-        "**PostgreSQL, advisory mode.** A cycle is also two statements, each its own \
+        "**PostgreSQL, advisory mode.** A grant is two statements, each its own \
          transaction, sent on a connection the backend keeps outside its pool for the \
          grant (one of its spare connections, given back by the release): the acquire, one \
          statement that reads the name's key from the token table, tries \
@@ -156,7 +156,12 @@ fn advisory_uncontended(b: &BackendResults, lease: Option<&BackendResults>) -> O
          name's fencing token and records the grant in the same row with an `UPDATE`, and \
          sets the connection's `idle_session_timeout` to the lease; the release, one \
          `SELECT` of `pg_advisory_unlock`, that timeout's reset and `pg_notify` on the \
-         name's wake-up channel. As lease mode's, both are prepared once per connection, \
+         name's wake-up channel. But the release also deletes the row of a name nobody \
+         holds any more (unused names cost nothing), so in this loop every acquire first \
+         finds no key, then inserts one (a third statement) and asks again (a fourth): four \
+         round trips a cycle, where sqlx's lock makes two. Only a token ahead of the \
+         server's clock waits for the WAL flush; the rest commit without waiting (see the \
+         header). As lease mode's, the statements are prepared once per connection, \
          then only bound and run, since no transaction pooler is in the way here. The \
          backend's direct calls made {:.0} cycles/s and the \
          client {:.2} of them. ",
