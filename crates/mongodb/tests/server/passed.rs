@@ -55,13 +55,14 @@ async fn a_waiter_in_another_process_is_passed_the_lock_without_a_command_of_its
         assert!(held.release().await.unwrap());
         let guard = waiting.await.unwrap();
         let sent = commands.take();
-        let stored_now = stored(&raw, &name).await;
-        assert_eq!(
-            stored_now.get_str("lockId").unwrap(),
-            place,
-            "{round}: held under its place's identity, as passed"
-        );
+        // In the first round the stream may open after the pass-on, and
+        // the waiter then takes the grant over by command, as it should.
         if round == "measured" {
+            assert_eq!(
+                stored(&raw, &name).await.get_str("lockId").unwrap(),
+                place,
+                "held under its place's identity, as passed"
+            );
             assert!(
                 !sent.contains_key("findAndModify") && !sent.contains_key("update"),
                 "the waiter wrote nothing between the release and its grant: {sent:?}"
@@ -267,11 +268,20 @@ async fn a_grant_held_as_passed_is_kept_by_the_keeper() {
     let holder = client(fair_backend(&collection).await, options);
     let raw = raw_collection(&inspector(&shared_url()).await, &collection);
     let name = lock_name("passed-keeper");
-    let held = holder.acquire_with(&name, WAIT).await.unwrap();
-    let waiting = tokio::spawn({
+    let wait_once = || {
         let (waiter, name) = (waiter.clone(), name.clone());
-        async move { waiter.acquire_with(&name, WAIT).await.unwrap() }
-    });
+        tokio::spawn(async move { waiter.acquire_with(&name, WAIT).await.unwrap() })
+    };
+    // A first wait opens the waiter's change stream on the name: a pass-on
+    // made before the stream opens is taken over by command instead.
+    let held = holder.acquire_with(&name, WAIT).await.unwrap();
+    let waiting = wait_once();
+    until_in_line(&raw, &name, 1).await;
+    assert!(held.release().await.unwrap());
+    assert!(waiting.await.unwrap().release().await.unwrap());
+
+    let held = holder.acquire_with(&name, WAIT).await.unwrap();
+    let waiting = wait_once();
     until_in_line(&raw, &name, 1).await;
     let place = line(&raw, &name).await.remove(0);
     assert!(held.release().await.unwrap());
