@@ -45,12 +45,7 @@ fn say(what: &str, seconds: Duration) {
 pub(crate) async fn bench(args: &Args) -> Outcome<()> {
     // Read before anything runs: the commit and changes the run is built from.
     // The report and the charts beside it are what this run writes.
-    let charts_dir = args.write.as_deref().map(|report| {
-        report
-            .parent()
-            .unwrap_or_else(|| std::path::Path::new(""))
-            .join(charts::DIR)
-    });
+    let charts_dir = args.write.as_deref().map(charts::dir_beside);
     let written: Vec<&std::path::Path> = args
         .write
         .as_deref()
@@ -341,10 +336,7 @@ fn write_charts(run: &Run, stamp: &Stamp, report: &std::path::Path) -> Outcome<(
         .filter(|b| b.curves.measured_any())
         .map(|b| b.label.clone())
         .collect();
-    let dir = report
-        .parent()
-        .unwrap_or_else(|| std::path::Path::new(""))
-        .join(charts::DIR);
+    let dir = charts::dir_beside(report);
     for file in charts::write_all(&dir, &charts, &charts::caption(stamp, &labels))? {
         eprintln!("   wrote {file}");
     }

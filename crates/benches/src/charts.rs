@@ -12,6 +12,11 @@ use crate::stamp::Stamp;
 /// report's links to them work wherever it is read (GitHub renders them).
 pub(crate) const DIR: &str = "docs/bench";
 
+/// The charts' directory beside the report at `report`.
+pub(crate) fn dir_beside(report: &Path) -> std::path::PathBuf {
+    report.parent().unwrap_or_else(|| Path::new("")).join(DIR)
+}
+
 /// One line of a chart: a backend's points, `(x, y)`.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Series {
