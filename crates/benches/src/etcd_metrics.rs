@@ -11,6 +11,9 @@
 //!   key-value store did, including the work etcd's own lock service does
 //!   inside one `Lock` call, which no gRPC counter shows. `etcd_mvcc_txn_total`
 //!   is left out: its operations are already counted one by one.
+//! - **Processor time**: `process_cpu_seconds_total`, the member's own,
+//!   user and system (in hundredths of a second): what its requests cost
+//!   it beyond their count, the lock service's work inside `Lock` included.
 //!
 //! The counters are the whole member's: every client of the member counts,
 //! which is why the benchmarks give each run a server of its own. For a
@@ -51,6 +54,8 @@ pub(crate) struct Sample {
     pub(crate) requests: Counts,
     /// The store's operations, for a single member only.
     pub(crate) storage: Option<Counts>,
+    /// `process_cpu_seconds_total`, summed over the members.
+    pub(crate) cpu_seconds: f64,
     pub(crate) version: Option<String>,
 }
 
@@ -77,6 +82,7 @@ impl EtcdMetrics {
         for address in &self.addresses {
             let sample = parse(&fetch(address).await?);
             sum.requests.add(&sample.requests);
+            sum.cpu_seconds += sample.cpu_seconds;
             sum.version = sum.version.or(sample.version);
             sum.storage = sample.storage;
         }
@@ -124,6 +130,7 @@ fn parse(text: &str) -> Sample {
     let mut requests = BTreeMap::new();
     let mut storage = BTreeMap::new();
     let mut version = None;
+    let mut cpu_seconds = 0.0;
     for line in text.lines().filter(|line| !line.starts_with('#')) {
         let Some((series, value)) = line.rsplit_once(' ') else {
             continue;
@@ -147,6 +154,7 @@ fn parse(text: &str) -> Sample {
                     *requests.entry(method.to_owned()).or_default() += count;
                 }
             }
+            "process_cpu_seconds_total" => cpu_seconds = value,
             "etcd_server_version" => {
                 version = label(labels, "server_version").map(str::to_owned);
             }
@@ -160,6 +168,7 @@ fn parse(text: &str) -> Sample {
     Sample {
         requests: Counts(requests),
         storage: Some(Counts(storage)),
+        cpu_seconds,
         version,
     }
 }
@@ -190,6 +199,7 @@ etcd_mvcc_put_total 971
 etcd_mvcc_range_total 4893
 etcd_mvcc_txn_total 908
 etcd_server_version{server_version=\"3.4.23\"} 1
+process_cpu_seconds_total 12.34
 ";
         let sample = parse(text);
         let expected: BTreeMap<String, u64> = [("Lock", 4), ("Txn", 2923), ("Watch", 1_234_567)]
@@ -199,5 +209,6 @@ etcd_server_version{server_version=\"3.4.23\"} 1
         assert_eq!(sample.requests.0, expected);
         assert_eq!(sample.storage.map(|s| s.total()), Some(971 + 4893));
         assert_eq!(sample.version.as_deref(), Some("3.4.23"));
+        assert_eq!(sample.cpu_seconds, 12.34);
     }
 }

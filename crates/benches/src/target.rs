@@ -202,10 +202,15 @@ impl Target {
     }
 
     /// The processor time the servers have used so far, where they report
-    /// it: Redis's `INFO cpu`, user and system, summed over every server.
+    /// it, user and system, summed over every server: Redis's `INFO cpu`,
+    /// etcd's `process_cpu_seconds_total`.
     pub(crate) async fn server_cpu(&self) -> Option<std::time::Duration> {
         match &self.server {
             Server::Redis(server) => server.cpu().await,
+            Server::Etcd(Some(metrics)) => {
+                let seconds = metrics.sample().await.ok()?.cpu_seconds;
+                Some(std::time::Duration::from_secs_f64(seconds))
+            }
             _ => None,
         }
     }

@@ -16,6 +16,7 @@ use crate::names::bench_name;
 use crate::outcome::Outcome;
 use crate::pg_stats::PUBLISHED_AFTER_CLOSE;
 use crate::quiet::Quiet;
+use crate::scaling::held::cpu_time;
 use crate::target::{Server, Target};
 use crate::variants::MongoVariants;
 use crate::{peers, pg_peer, redis_peers};
@@ -74,8 +75,11 @@ pub(crate) struct Side {
     /// it keeps one (etcd's storage operations).
     pub(crate) server_ops: Option<Counts>,
     /// The servers' processor time over these rounds, where they report
-    /// it (Redis).
+    /// it (Redis, etcd).
     pub(crate) server_cpu: Option<Duration>,
+    /// This process's processor time over these rounds, all its threads;
+    /// `None` for a contender that runs in processes of its own.
+    pub(crate) client_cpu: Option<Duration>,
     /// Cycles per second in each round, in order.
     pub(crate) rounds: Vec<f64>,
 }
@@ -88,6 +92,12 @@ impl Side {
     /// The servers' processor time per cycle, where they report it.
     pub(crate) fn server_cpu_per_cycle(&self) -> Option<Duration> {
         let cpu = self.server_cpu?;
+        (self.cycles > 0).then(|| cpu.div_f64(self.cycles as f64))
+    }
+
+    /// This process's processor time per cycle, where it ran the cycles.
+    pub(crate) fn client_cpu_per_cycle(&self) -> Option<Duration> {
+        let cpu = self.client_cpu?;
         (self.cycles > 0).then(|| cpu.div_f64(self.cycles as f64))
     }
 
@@ -255,6 +265,7 @@ pub(crate) async fn uncontended(
             commands: None,
             server_ops: None,
             server_cpu: None,
+            client_cpu: None,
             rounds: Vec::with_capacity(ROUNDS as usize),
         })
         .collect();
@@ -286,6 +297,7 @@ pub(crate) async fn uncontended(
             } else {
                 None
             };
+            let client_cpu_before = cpu_time();
             let started = Instant::now();
             let cycles = match side.contender {
                 Contender::Client => client_cycles(&client, &name, round).await?,
@@ -346,6 +358,10 @@ pub(crate) async fn uncontended(
                 }
             };
             let elapsed = started.elapsed();
+            if side.contender != Contender::Etcdctl {
+                *side.client_cpu.get_or_insert(Duration::ZERO) +=
+                    cpu_time().saturating_sub(client_cpu_before);
+            }
             if let (Some(before), Some(after)) = (cpu_before, target.server_cpu().await) {
                 *side.server_cpu.get_or_insert(Duration::ZERO) += after.saturating_sub(before);
             }

@@ -129,6 +129,7 @@ mod tests {
             commands: None,
             server_ops: None,
             server_cpu: None,
+            client_cpu: None,
             rounds: vec![cycles as f64],
         }
     }

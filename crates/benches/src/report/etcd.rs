@@ -74,6 +74,45 @@ fn cycle_cost(side: &Side) -> String {
     )
 }
 
+/// Where a cycle of the backend's calls spends the time it takes beyond
+/// one of the lock service's: in the member's processor time, or in this
+/// process's, both measured over each side's rounds. `None` where either
+/// was not measured.
+fn where_the_time_goes(calls: &Side, rpc: &Side) -> Option<String> {
+    let us = |d: std::time::Duration| d.as_secs_f64() * 1e6;
+    let cycle = |side: &Side| 1e6 / side.per_second();
+    let (ours, theirs) = (cycle(calls), cycle(rpc));
+    let server = (
+        us(calls.server_cpu_per_cycle()?),
+        us(rpc.server_cpu_per_cycle()?),
+    );
+    let client = (
+        us(calls.client_cpu_per_cycle()?),
+        us(rpc.client_cpu_per_cycle()?),
+    );
+    let mut text = format!(
+        "A cycle of the backend's calls took {ours:.0} µs against the lock service's \
+         {theirs:.0} µs. Of each, the member spent {:.0} µs against {:.0} µs of processor \
+         time (`process_cpu_seconds_total`), and this process {:.0} µs against {:.0} µs \
+         (its own, all threads: our backend's client against etcd-client's). ",
+        server.0, server.1, client.0, client.1,
+    );
+    let longer = ours - theirs;
+    if longer > 0.0 {
+        let _ = write!(
+            text,
+            "Of the {longer:.0} µs more a cycle of ours took, {:.0} µs is more processor \
+             time in the member and {:.0} µs in this process; the rest, {:.0} µs, is \
+             neither: waiting, on the two cores the processes share, on the log's sync \
+             and on each other. ",
+            server.0 - server.1,
+            client.0 - client.1,
+            longer - (server.0 - server.1) - (client.0 - client.1),
+        );
+    }
+    Some(text)
+}
+
 /// What the uncontended rows on etcd show.
 pub(super) fn uncontended_findings(b: &BackendResults) -> Option<String> {
     let u = &b.uncontended;
@@ -97,6 +136,9 @@ pub(super) fn uncontended_findings(b: &BackendResults) -> Option<String> {
             calls.per_second() / rpc.per_second(),
             client.per_second() / calls.per_second(),
         );
+        if let Some(work) = where_the_time_goes(calls, rpc) {
+            t.push_str(&work);
+        }
     }
     if let Some(etcdctl) = u.side(Contender::Etcdctl) {
         let _ = write!(
