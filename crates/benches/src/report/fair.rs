@@ -315,7 +315,12 @@ impl Run {
                  and answers the blocked `Lock` call itself when the waiter is first. In \
                  rounds that was {} requests per acquisition ({}) against the Lock RPC's {}, \
                  and a hand-off p50 of {} against {}: the watch event and the read that \
-                 follows it are a round trip more than the RPC's answer.",
+                 follows it are a round trip more than the RPC's answer. The read is what \
+                 keeps the line safe: the deleted key before a waiter's may be a waiter's \
+                 that gave up, or one whose client's lease ran out, while a key further \
+                 ahead still holds, and a watch event does not say which; only the read \
+                 does. Skipping it would give the lock to two holders after such a \
+                 deletion.",
                 opt(r.commands_per_acquisition()),
                 r.commands
                     .as_ref()
