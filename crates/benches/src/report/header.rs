@@ -52,11 +52,19 @@ impl Run {
                 .collect::<Vec<_>>()
                 .join(", ")
         );
+        let single_task = if s.single_task_processes > 0 {
+            format!(
+                ", then in rounds on {} processes of one task each",
+                s.single_task_processes
+            )
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             out,
             "- Settings: the uncontended scenario runs {} per backend, shared by its \
              contenders; each contended run lasts {}, with {} tasks in each of {} \
-             processes; section 4's curves are described there.\n",
+             processes{single_task}; section 4's curves are described there.\n",
             humantime::format_duration(s.uncontended_seconds),
             humantime::format_duration(s.seconds),
             s.tasks,
