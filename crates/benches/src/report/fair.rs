@@ -256,7 +256,12 @@ impl Run {
                  fair mode saves is the waiters that try and fail; what it adds is longer \
                  statements, prepared once per connection where no transaction pooler is in \
                  the way, and sent unnamed, so parsed and planned at every call, behind \
-                 PgBouncer (docs/postgres.md gives their planning and execution times): {}.",
+                 PgBouncer (docs/postgres.md gives their planning and execution times): {}. \
+                 The take-over is the step a fix would remove, as MongoDB's fair mode \
+                 did: a waiter that held the grant named in the notification, with no \
+                 statement of its own, would need the release to grant a grace beyond the \
+                 lease, and a waiter that died after being named would then hold the line \
+                 up for that grace too.",
                 short(r.cross_p50),
                 opt(r.commands_per_acquisition()),
                 uncontended(fair, plain),
