@@ -326,14 +326,15 @@ fn existing_report(path: &std::path::Path) -> Outcome<String> {
 /// that draws none (`--only scale-out`) leaves the charts there as they
 /// were: their captions name the run they came from.
 fn write_charts(run: &Run, stamp: &Stamp, report: &std::path::Path) -> Outcome<()> {
-    let charts = run.charts();
+    let mut charts = run.hand_off_charts();
+    charts.extend(run.charts());
     if charts.is_empty() {
         return Ok(());
     }
     let labels: Vec<String> = run
         .backends
         .iter()
-        .filter(|b| b.curves.measured_any())
+        .filter(|b| b.curves.measured_any() || (b.scale_out.is_none() && !b.contended.is_empty()))
         .map(|b| b.label.clone())
         .collect();
     let dir = charts::dir_beside(report);

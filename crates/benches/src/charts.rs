@@ -1,8 +1,13 @@
 //! Line charts of the report's curves, drawn as SVG with `plotters` and
 //! written beside the report, each captioned with the run it came from.
 
+use std::borrow::Cow;
 use std::path::Path;
 
+use plotters::coord::Shift;
+use plotters::coord::combinators::LogCoord;
+use plotters::coord::ranged1d::ValueFormatter;
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 use crate::outcome::Outcome;
@@ -24,15 +29,26 @@ pub(crate) struct Series {
     pub(crate) points: Vec<(f64, f64)>,
 }
 
-/// A chart with logarithmic axes: the curves span orders of magnitude on
-/// both.
+/// How a chart's vertical axis runs; the horizontal one is always
+/// logarithmic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum YAxis {
+    /// Logarithmic: the curves span orders of magnitude.
+    Log,
+    /// A share, linear from 0 to 1: a cumulative distribution.
+    Share,
+}
+
+/// A chart with a logarithmic horizontal axis: the curves span orders of
+/// magnitude.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Chart {
     /// Its file name, e.g. `waiters-commands.svg`.
-    pub(crate) file: &'static str,
+    pub(crate) file: Cow<'static, str>,
     pub(crate) title: String,
     pub(crate) x_label: &'static str,
     pub(crate) y_label: String,
+    pub(crate) y_axis: YAxis,
     pub(crate) series: Vec<Series>,
 }
 
@@ -40,23 +56,52 @@ pub(crate) struct Chart {
 const SIZE: (u32, u32) = (860, 520);
 
 impl Chart {
-    /// A chart of the lines among `series` that have a point to draw: a
-    /// logarithmic axis shows no zero, so points at or below zero are left
-    /// out, and so is a line left without points.
+    /// A chart with logarithmic axes of the lines among `series` that have
+    /// a point to draw: a logarithmic axis shows no zero, so points at or
+    /// below zero are left out, and so is a line left without points.
     pub(crate) fn new(
-        file: &'static str,
+        file: impl Into<Cow<'static, str>>,
         title: String,
         x_label: &'static str,
         y_label: String,
         series: Vec<Series>,
     ) -> Self {
+        Self::drawn(file.into(), title, x_label, y_label, YAxis::Log, series)
+    }
+
+    /// A chart of cumulative distributions: each line's points are `(x,
+    /// share of values at most x)`, the share on a linear axis from 0 to 1.
+    /// Points outside it, or at or below zero in x, are left out, and so is
+    /// a line left without points.
+    pub(crate) fn cumulative(
+        file: impl Into<Cow<'static, str>>,
+        title: String,
+        x_label: &'static str,
+        series: Vec<Series>,
+    ) -> Self {
+        let y_label = "share of hand-offs at most this long".to_owned();
+        Self::drawn(file.into(), title, x_label, y_label, YAxis::Share, series)
+    }
+
+    fn drawn(
+        file: Cow<'static, str>,
+        title: String,
+        x_label: &'static str,
+        y_label: String,
+        y_axis: YAxis,
+        series: Vec<Series>,
+    ) -> Self {
+        let shown = |y: f64| match y_axis {
+            YAxis::Log => y > 0.0 && y.is_finite(),
+            YAxis::Share => (0.0..=1.0).contains(&y),
+        };
         let series = series
             .into_iter()
             .map(|s| Series {
                 points: s
                     .points
                     .into_iter()
-                    .filter(|&(x, y)| x > 0.0 && y > 0.0 && y.is_finite())
+                    .filter(|&(x, y)| x > 0.0 && x.is_finite() && shown(y))
                     .collect(),
                 ..s
             })
@@ -67,12 +112,14 @@ impl Chart {
             title,
             x_label,
             y_label,
+            y_axis,
             series,
         }
     }
 
-    /// The axes' ranges, `(x, y)`, widened a little beyond the points so
-    /// that none sits on the frame; `None` without points.
+    /// The axes' ranges, `(x, y)`: a logarithmic one widened a little
+    /// beyond the points so that none sits on the frame, a share from 0 to
+    /// 1; `None` without points.
     pub(crate) fn ranges(&self) -> Option<((f64, f64), (f64, f64))> {
         let points = || self.series.iter().flat_map(|s| s.points.iter().copied());
         let span = |values: Vec<f64>| {
@@ -80,10 +127,12 @@ impl Chart {
             let high = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
             (low.is_finite() && high.is_finite()).then(|| (low / 1.5, high * 1.5))
         };
-        Some((
-            span(points().map(|(x, _)| x).collect())?,
-            span(points().map(|(_, y)| y).collect())?,
-        ))
+        let x = span(points().map(|(x, _)| x).collect())?;
+        let y = match self.y_axis {
+            YAxis::Log => span(points().map(|(_, y)| y).collect())?,
+            YAxis::Share => (0.0, 1.0),
+        };
+        Some((x, y))
     }
 
     /// The chart as an SVG document, with `caption` (the run it came
@@ -96,45 +145,73 @@ impl Chart {
         let ((x0, x1), (y0, y1)) = self
             .ranges()
             .ok_or_else(|| format!("{}: nothing to draw", self.file))?;
-        let fail = |e: &dyn std::fmt::Display| format!("{}: {e}", self.file);
         let mut svg = String::new();
         {
             let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
-            root.fill(&WHITE).map_err(|e| fail(&e))?;
+            root.fill(&WHITE).map_err(|e| self.failed(&e))?;
             let (plot, foot) = root.split_vertically(SIZE.1 - 24);
             foot.draw(&Text::new(
                 caption.to_owned(),
                 (10, 6),
                 ("sans-serif", 12).into_font().color(&BLACK.mix(0.7)),
             ))
+            .map_err(|e| self.failed(&e))?;
+            let x = LogCoord::from((x0..x1).log_scale());
+            match self.y_axis {
+                YAxis::Log => self.plot(&plot, x, LogCoord::from((y0..y1).log_scale()))?,
+                YAxis::Share => self.plot(&plot, x, RangedCoordf64::from(y0..y1))?,
+            };
+            root.present().map_err(|e| self.failed(&e))?;
+        }
+        Ok(svg)
+    }
+
+    /// Why drawing it failed: plotters' `error`, naming the chart.
+    fn failed(&self, error: &dyn std::fmt::Display) -> String {
+        format!("{}: {error}", self.file)
+    }
+
+    /// Draws the axes, the lines and the legend onto `plot`, the vertical
+    /// axis running over `y`.
+    fn plot<Y>(
+        &self,
+        plot: &DrawingArea<SVGBackend<'_>, Shift>,
+        x: LogCoord<f64>,
+        y: Y,
+    ) -> Outcome<()>
+    where
+        Y: Ranged<ValueType = f64> + ValueFormatter<f64>,
+    {
+        let fail = |e: &dyn std::fmt::Display| self.failed(e);
+        let mut chart = ChartBuilder::on(plot)
+            .caption(&self.title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(42)
+            .y_label_area_size(70)
+            .build_cartesian_2d(x, y)
             .map_err(|e| fail(&e))?;
-            let mut chart = ChartBuilder::on(&plot)
-                .caption(&self.title, ("sans-serif", 18))
-                .margin(12)
-                .x_label_area_size(42)
-                .y_label_area_size(70)
-                .build_cartesian_2d((x0..x1).log_scale(), (y0..y1).log_scale())
-                .map_err(|e| fail(&e))?;
+        chart
+            .configure_mesh()
+            .x_desc(self.x_label)
+            .y_desc(self.y_label.as_str())
+            .x_label_formatter(&|x| short_number(*x))
+            .y_label_formatter(&|y| short_number(*y))
+            .draw()
+            .map_err(|e| fail(&e))?;
+        for (i, series) in self.series.iter().enumerate() {
+            let color = Palette99::pick(i).mix(1.0);
             chart
-                .configure_mesh()
-                .x_desc(self.x_label)
-                .y_desc(self.y_label.as_str())
-                .x_label_formatter(&|x| short_number(*x))
-                .y_label_formatter(&|y| short_number(*y))
-                .draw()
-                .map_err(|e| fail(&e))?;
-            for (i, series) in self.series.iter().enumerate() {
-                let color = Palette99::pick(i).mix(1.0);
-                chart
-                    .draw_series(LineSeries::new(
-                        series.points.iter().copied(),
-                        color.stroke_width(2),
-                    ))
-                    .map_err(|e| fail(&e))?
-                    .label(series.label.as_str())
-                    .legend(move |(x, y)| {
-                        PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
-                    });
+                .draw_series(LineSeries::new(
+                    series.points.iter().copied(),
+                    color.stroke_width(2),
+                ))
+                .map_err(|e| fail(&e))?
+                .label(series.label.as_str())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+                });
+            if self.y_axis == YAxis::Log {
+                // A distribution's thousand points would hide its line.
                 chart
                     .draw_series(
                         series
@@ -144,16 +221,20 @@ impl Chart {
                     )
                     .map_err(|e| fail(&e))?;
             }
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::UpperLeft)
-                .background_style(WHITE.mix(0.85))
-                .border_style(BLACK.mix(0.4))
-                .draw()
-                .map_err(|e| fail(&e))?;
-            root.present().map_err(|e| fail(&e))?;
         }
-        Ok(svg)
+        chart
+            .configure_series_labels()
+            .position(match self.y_axis {
+                YAxis::Log => SeriesLabelPosition::UpperLeft,
+                // A cumulative distribution rises to the right: its lower
+                // right is empty.
+                YAxis::Share => SeriesLabelPosition::LowerRight,
+            })
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK.mix(0.4))
+            .draw()
+            .map_err(|e| fail(&e))?;
+        Ok(())
     }
 }
 
@@ -182,7 +263,7 @@ pub(crate) fn write_all(dir: &Path, charts: &[Chart], caption: &str) -> Outcome<
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
     let mut written = Vec::new();
     for chart in charts {
-        let path = dir.join(chart.file);
+        let path = dir.join(chart.file.as_ref());
         std::fs::write(&path, chart.to_svg(caption)?)
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
         written.push(path.display().to_string());
@@ -258,6 +339,26 @@ mod tests {
         for text in ["Redis", "etcd", "A title", "distlock-bench at abc"] {
             assert!(svg.contains(text), "{text} missing");
         }
+    }
+
+    #[test]
+    fn a_cumulative_chart_runs_its_share_from_zero_to_one_without_marks() {
+        let c = Chart::cumulative(
+            "cdf.svg",
+            "Hand-offs".to_owned(),
+            "hand-off, ms",
+            vec![
+                series("ours", &[(0.0, 0.25), (2.0, 0.5), (3.0, 1.0), (4.0, 1.5)]),
+                series("none", &[]),
+            ],
+        );
+        assert_eq!(c.series, vec![series("ours", &[(2.0, 0.5), (3.0, 1.0)])]);
+        let (_, y) = c.ranges().unwrap();
+        assert_eq!(y, (0.0, 1.0));
+        let svg = c.to_svg("caption").unwrap();
+        assert_eq!(svg.matches(r#"stroke-width="2" points="#).count(), 1 + 1);
+        assert_eq!(svg.matches("<circle").count(), 0, "no mark per point");
+        assert!(svg.contains("share of hand-offs at most this long"));
     }
 
     #[test]

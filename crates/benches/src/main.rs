@@ -35,6 +35,7 @@ mod clock;
 mod commands;
 mod counting;
 mod cycles;
+mod distribution;
 mod durability;
 mod etcd_metrics;
 // etcd's Lock RPC peer needs etcd-client, whose build needs protoc: a

@@ -9,6 +9,7 @@ mod contestants;
 mod durability;
 mod etcd;
 mod fair;
+mod hand_off_charts;
 mod header;
 mod held;
 mod mongodb;

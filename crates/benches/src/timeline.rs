@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::commands::Counts;
+use crate::distribution::Distribution;
 use crate::order;
 use crate::worker::Tenure;
 
@@ -28,6 +29,9 @@ pub(crate) struct Contention {
     pub(crate) cross_p50: Duration,
     pub(crate) cross_p99: Duration,
     pub(crate) cross_mean: Duration,
+    /// How the hand-offs across processes were spread, for the charts of
+    /// their cumulative distribution.
+    pub(crate) cross_distribution: Distribution,
     /// Release to the next grant, counting only grants to a task of the
     /// same process (ours hand the lock over without the server; a peer's
     /// tasks of one process still go through it).
@@ -112,6 +116,7 @@ impl Contention {
             cross_p50: percentile(&cross, 50),
             cross_p99: percentile(&cross, 99),
             cross_mean: mean(&cross),
+            cross_distribution: Distribution::of_sorted(&cross),
             in_process: within.len(),
             in_p50: percentile(&within, 50),
             in_p99: percentile(&within, 99),
@@ -247,6 +252,11 @@ mod tests {
         assert_eq!(summary.cross_process, 1);
         assert_eq!(summary.cross_p50, Duration::from_nanos(2));
         assert_eq!(summary.cross_mean, Duration::from_nanos(2));
+        assert_eq!(summary.cross_distribution.count, 1);
+        assert_eq!(
+            summary.cross_distribution.cumulative_ms(),
+            vec![(Duration::from_nanos(2).as_secs_f64() * 1e3, 1.0)]
+        );
         assert_eq!(
             (summary.in_process, summary.in_p50),
             (1, Duration::from_nanos(1))

@@ -116,6 +116,7 @@ impl Run {
         let mut goals = Vec::new();
         for (letter, scenario) in ('a'..).zip(scenarios) {
             self.contention_table(out, letter, scenario);
+            self.hand_off_chart_links(out, scenario);
             goals.extend(self.contention_goals(scenario));
         }
         goals_list(out, &goals);
