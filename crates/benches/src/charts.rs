@@ -279,7 +279,7 @@ pub(crate) fn caption(stamp: &Stamp, backends: &[String]) -> String {
         "distlock-bench, {}, {}; backends: {}",
         stamp.commit.replace('`', ""),
         stamp.date,
-        backends.join(", ")
+        backends.join("; ")
     )
 }
 
