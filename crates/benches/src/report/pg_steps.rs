@@ -50,7 +50,8 @@ impl<'a> Steps<'a> {
         format!(
             "**PostgreSQL, advisory mode: the gap to sqlx's lock, step by step.** Counted in \
              passes of their own (see the header), the backend's cycle is {} transactions and \
-             sqlx's {}. The measured-only rows add the backend's work to sqlx's pair one part \
+             sqlx's {} (each statement is one, and a release's `pg_notify` adds one: the \
+             notification read by a connection of the database that listens). The measured-only rows add the backend's work to sqlx's pair one part \
              at a time, each sent directly with tokio-postgres on one connection, its \
              statements prepared once, in the same rounds, on the backend's table and class; \
              each gives its rate against the step before:\n\n\
