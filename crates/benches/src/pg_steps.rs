@@ -93,12 +93,18 @@ impl PgSteps {
         if !matches!(target.server, Server::Postgres(_)) {
             return Ok(None);
         }
-        let config = PostgresConfig::parse(&target.url).map_err(|e| e.to_string())?;
+        Self::open_url(&target.url, name).await
+    }
+
+    /// Opens the steps on the database, table and class of `url`, a
+    /// PostgreSQL URL; `None` unless it is in advisory mode.
+    async fn open_url(url: &str, name: &LockName) -> Outcome<Option<Self>> {
+        let config = PostgresConfig::parse(url).map_err(|e| e.to_string())?;
         if config.mode != Mode::Advisory {
             return Ok(None);
         }
         let fail = |e: tokio_postgres::Error| format!("the advisory-mode steps: {e}");
-        let (client, connection) = tokio_postgres::connect(&driver_url(&target.url), NoTls)
+        let (client, connection) = tokio_postgres::connect(&driver_url(url), NoTls)
             .await
             .map_err(fail)?;
         tokio::spawn(connection);
@@ -351,6 +357,30 @@ mod tests {
         ] {
             assert!(text.contains(&t), "{text}");
         }
+    }
+
+    /// Every step takes and releases its lock on a real server, in the
+    /// table the backend made, and its name's row outlives the steps.
+    #[tokio::test]
+    async fn every_step_cycles_on_the_backends_table() {
+        let Ok(url) = std::env::var("DISTLOCK_TEST_POSTGRES_URL") else {
+            eprintln!("DISTLOCK_TEST_POSTGRES_URL is not set: skipped");
+            return;
+        };
+        let url = format!(
+            "{url}{}mode=advisory",
+            if url.contains('?') { '&' } else { '?' }
+        );
+        // The backend makes its table when it opens.
+        let _backend = distlock::open(&url).await.unwrap();
+        let name = crate::names::bench_name("steps-test");
+        let mut steps = PgSteps::open_url(&url, &name).await.unwrap().unwrap();
+        for step in Step::ALL {
+            let cycles = steps.cycles(step, Duration::from_millis(50)).await.unwrap();
+            assert!(cycles > 0, "{step:?}");
+        }
+        let objid = steps.objid;
+        assert_eq!(steps.ensure_key().await.unwrap(), objid);
     }
 
     #[test]
