@@ -80,7 +80,7 @@ async fn counted(
         Some(contender) => fresh.cycles(contender, name).await?,
         None => Some(0),
     };
-    fresh.close().await;
+    fresh.close().await?;
     let Some(after) = target.counts().await? else {
         return Ok(None);
     };
@@ -134,13 +134,17 @@ impl Fresh {
         }))
     }
 
-    /// Closes every connection, and waits for the server to publish their
+    /// Closes every connection (the steps' row deleted first), and waits for the server to publish their
     /// counts.
-    async fn close(self) {
-        drop((self.client, self.backend, self.steps));
+    async fn close(self) -> Outcome<()> {
+        drop((self.client, self.backend));
+        if let Some(steps) = self.steps {
+            steps.close().await?;
+        }
         if let Some(connection) = self.sqlx {
             let _ = sqlx::Connection::close(connection).await;
         }
         tokio::time::sleep(PUBLISHED_AFTER_CLOSE).await;
+        Ok(())
     }
 }

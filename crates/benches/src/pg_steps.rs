@@ -74,6 +74,7 @@ pub(crate) struct PgSteps {
     name: Vec<u8>,
     objid: i32,
     insert_key: Statement,
+    remove_key: Statement,
     bare_acquire: Statement,
     read_acquire: Statement,
     bump_acquire: Statement,
@@ -114,6 +115,7 @@ impl PgSteps {
             async |sql: &str, types: &[Type]| client.prepare_typed(sql, types).await.map_err(fail);
         let steps = Self {
             insert_key: prepare(&sql.insert_key, &[Type::BYTEA, Type::INT4]).await?,
+            remove_key: prepare(&sql.remove_key, &[Type::BYTEA]).await?,
             bare_acquire: prepare(sql.bare_acquire, &[Type::INT4, Type::INT4]).await?,
             read_acquire: prepare(&sql.read_acquire, &[Type::INT4, Type::BYTEA]).await?,
             bump_acquire: prepare(&sql.bump_acquire, &[Type::INT4, Type::BYTEA]).await?,
@@ -166,6 +168,20 @@ impl PgSteps {
         Err(format!(
             "keying the steps' name: {MAX_PROBES} objids in a row belong to other names"
         ))
+    }
+
+    /// Deletes the steps' row, so that what the table keeps afterwards
+    /// (the names curve's reading) is the backend's alone, and closes the
+    /// connection.
+    ///
+    /// # Errors
+    /// The server refuses the deletion.
+    pub(crate) async fn close(self) -> Outcome<()> {
+        self.client
+            .execute(&self.remove_key, &[&self.name])
+            .await
+            .map(|_| ())
+            .map_err(|e| format!("deleting the steps' row: {e}"))
     }
 
     /// Cycles of `step` on the steps' name, as often as `seconds` allows.
@@ -256,6 +272,8 @@ struct StepSql {
     /// `$1` name, `$2` objid: gives the name that `objid` unless it has a
     /// row (an `objid` another name has fails); answers its `objid`.
     insert_key: String,
+    /// `$1` name: deletes its row.
+    remove_key: String,
     /// `$1` class, `$2` objid: answers whether granted.
     bare_acquire: &'static str,
     /// `$1` class, `$2` name: whether granted, the `objid`.
@@ -313,6 +331,7 @@ impl StepSql {
                  )
                  SELECT objid FROM added UNION ALL SELECT objid FROM {t} WHERE name = $1"
             ),
+            remove_key: format!("DELETE FROM {t} WHERE name = $1"),
             bare_acquire: "SELECT pg_try_advisory_lock($1, $2)",
             read_acquire: format!("WITH {read} SELECT l.granted, l.objid FROM l"),
             bump_acquire: format!(
@@ -360,7 +379,8 @@ mod tests {
     }
 
     /// Every step takes and releases its lock on a real server, in the
-    /// table the backend made, and its name's row outlives the steps.
+    /// table the backend made; the steps' row keeps its key across them,
+    /// and goes when they close.
     #[tokio::test]
     async fn every_step_cycles_on_the_backends_table() {
         let Ok(url) = std::env::var("DISTLOCK_TEST_POSTGRES_URL") else {
@@ -381,6 +401,24 @@ mod tests {
         }
         let objid = steps.objid;
         assert_eq!(steps.ensure_key().await.unwrap(), objid);
+        let (client, connection) = tokio_postgres::connect(&driver_url(&url), NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        steps.close().await.unwrap();
+        let table = format!(
+            "{}.{}",
+            quoted("public"),
+            quoted(distlock::postgres::DEFAULT_ADVISORY_TABLE)
+        );
+        let left = client
+            .query_one(
+                &format!("SELECT count(*) FROM {table} WHERE objid = $1"),
+                &[&objid],
+            )
+            .await
+            .unwrap();
+        assert_eq!(left.get::<_, i64>(0), 0, "the steps' row outlived them");
     }
 
     #[test]

@@ -281,7 +281,10 @@ pub(crate) async fn uncontended(
     if !counted {
         // Close every connection of the rounds, so that the server
         // publishes their counts now, not in a later run's window.
-        drop((client, backend, steps));
+        drop((client, backend));
+        if let Some(steps) = steps {
+            steps.close().await?;
+        }
         if let Some(connection) = advisory {
             let _ = sqlx::Connection::close(connection).await;
         }
