@@ -13,6 +13,7 @@ mod hand_off_charts;
 mod header;
 mod held;
 mod mongodb;
+mod pg_steps;
 mod postgres;
 mod redis;
 mod scale_out;
@@ -292,7 +293,7 @@ fn mib(kib: u64) -> String {
 /// The "which" cell of an uncontended row: the commands by name per cycle,
 /// and the server's own count beside them where it keeps one.
 fn which(side: &Side) -> String {
-    let per = side.cycles as f64;
+    let per = side.counted_cycles as f64;
     let mut cell = side.commands.as_ref().map_or("—".into(), |c| c.per(per));
     if let Some(ops) = &side.server_ops {
         let _ = write!(cell, "; the server's own count: {}", ops.per(per));

@@ -8,6 +8,7 @@ use distlock::backend::Backend;
 use distlock::{LockClient, LockOptions};
 
 use crate::commands::Counts;
+pub(crate) use crate::contenders::{Contender, Side};
 use crate::cycles::{backend_cycles, client_cycles, raw_cycles};
 use crate::durability::MeasuredServer;
 use crate::etcd_peer::LockService;
@@ -15,128 +16,12 @@ use crate::etcdctl::Etcdctl;
 use crate::names::bench_name;
 use crate::outcome::Outcome;
 use crate::pg_stats::PUBLISHED_AFTER_CLOSE;
+use crate::pg_steps::{PgSteps, Step};
 use crate::quiet::Quiet;
 use crate::scaling::held::cpu_time;
 use crate::target::{Server, Target};
 use crate::variants::MongoVariants;
-use crate::{peers, pg_peer, redis_peers};
-/// What takes and releases the lock in the uncontended scenario.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Contender {
-    /// distlock's `LockClient::try_acquire` and `LockGuard::release`.
-    Client,
-    /// The same, on the server beside the target's with this index in
-    /// [`Uncontended::beside`] (other durability settings): measured only.
-    ClientBeside(usize),
-    /// The backend's own `try_acquire` and `release`, called directly.
-    BackendCalls,
-    /// memcached's bare `add` and CAS-conditional delete
-    /// (`MemcachedBackend::raw`).
-    RawRecipe,
-    /// `distributed-lock-mongo` 0.2.0's `try_acquire` and `release`.
-    MongoPeer,
-    /// MongoDB: the backend's own calls with write concern `w: 1`.
-    WriteOne,
-    /// MongoDB: the backend's acquire, released by deleting the document.
-    DeletingRelease,
-    /// MongoDB: the backend's calls on a collection without the TTL index.
-    Unindexed,
-    /// MongoDB: the same, each acquire released by deleting the document.
-    UnindexedDeleting,
-    /// MongoDB: distributed-lock-mongo's two commands, sent directly.
-    PeerCommands,
-    /// MongoDB: the same, with a fencing token built by the server.
-    PeerCommandsWithToken,
-    /// etcd's own lock service: the `Lock` and `Unlock` RPCs.
-    EtcdLockRpc,
-    /// `etcdctl lock NAME true`, one process per cycle.
-    Etcdctl,
-    /// sqlx's `PgAdvisoryLock`: `acquire` and `release_now` on one
-    /// connection.
-    PgAdvisoryLock,
-    /// Redis: `SET NX PX` and an owner-checked delete script, issued
-    /// directly on the backend's key for the name.
-    RedisRawPair,
-    /// `rslock` 0.7.4's `lock` and `unlock`.
-    Rslock,
-    /// `redlock` 2.0.0's `lock` and `unlock`.
-    Redlock,
-}
-
-/// One contender's uncontended cycles.
-#[derive(Debug, Clone)]
-pub(crate) struct Side {
-    pub(crate) contender: Contender,
-    pub(crate) cycles: u64,
-    pub(crate) elapsed: Duration,
-    /// Server commands over this contender's rounds, where counted.
-    pub(crate) commands: Option<Counts>,
-    /// The server's own count of its operations over these rounds, where
-    /// it keeps one (etcd's storage operations).
-    pub(crate) server_ops: Option<Counts>,
-    /// The servers' processor time over these rounds, where they report
-    /// it (Redis, etcd).
-    pub(crate) server_cpu: Option<Duration>,
-    /// This process's processor time over these rounds, all its threads;
-    /// `None` for a contender that runs in processes of its own.
-    pub(crate) client_cpu: Option<Duration>,
-    /// Cycles per second in each round, in order.
-    pub(crate) rounds: Vec<f64>,
-}
-
-impl Side {
-    pub(crate) fn per_second(&self) -> f64 {
-        self.cycles as f64 / self.elapsed.as_secs_f64()
-    }
-
-    /// The servers' processor time per cycle, where they report it.
-    pub(crate) fn server_cpu_per_cycle(&self) -> Option<Duration> {
-        let cpu = self.server_cpu?;
-        (self.cycles > 0).then(|| cpu.div_f64(self.cycles as f64))
-    }
-
-    /// This process's processor time per cycle, where it ran the cycles.
-    pub(crate) fn client_cpu_per_cycle(&self) -> Option<Duration> {
-        let cpu = self.client_cpu?;
-        (self.cycles > 0).then(|| cpu.div_f64(self.cycles as f64))
-    }
-
-    pub(crate) fn commands_per_cycle(&self) -> Option<f64> {
-        let commands = self.commands.as_ref()?;
-        (self.cycles > 0).then(|| commands.total() as f64 / self.cycles as f64)
-    }
-
-    /// This side's rate against `other`'s, round by round: the median and
-    /// the middle half, showing how much the machine's noise moves the
-    /// ratio.
-    pub(crate) fn round_ratios(&self, other: &Side) -> Option<Spread> {
-        let mut ratios: Vec<f64> = self
-            .rounds
-            .iter()
-            .zip(&other.rounds)
-            .filter(|&(_, &theirs)| theirs > 0.0)
-            .map(|(ours, theirs)| ours / theirs)
-            .collect();
-        if ratios.is_empty() {
-            return None;
-        }
-        ratios.sort_by(f64::total_cmp);
-        let at = |fraction: f64| ratios[((ratios.len() - 1) as f64 * fraction).round() as usize];
-        Some(Spread {
-            low: at(0.25),
-            median: at(0.5),
-            high: at(0.75),
-        })
-    }
-}
-
-/// The median and quartiles of per-round ratios.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Spread {
-    pub(crate) low: f64,
-    pub(crate) median: f64,
-    pub(crate) high: f64,
-}
+use crate::{peers, pg_counts, pg_peer, redis_peers};
 
 /// Uncontended results: one side per contender, the physical baseline
 /// first.
@@ -178,7 +63,9 @@ pub(crate) const ROUNDS: u32 = 20;
 /// advisory lock on PostgreSQL, the raw pair, rslock and redlock on Redis;
 /// and the client again on each server `beside` the target's. Where the
 /// server publishes its counts late (PostgreSQL), rounds this short cannot
-/// be counted apart, and none is; nor are the rounds on a server beside.
+/// be counted apart: each contender is counted in a pass of its own after
+/// the rounds instead (see [`pg_counts`]). The rounds on a server beside
+/// are not counted.
 pub(crate) async fn uncontended(
     target: &Target,
     seconds: Duration,
@@ -252,6 +139,13 @@ pub(crate) async fn uncontended(
     if advisory.is_some() {
         contenders.push(Contender::PgAdvisoryLock);
     }
+    let mut steps = match with_peer {
+        true => PgSteps::open(target, &name).await?,
+        false => None,
+    };
+    if steps.is_some() {
+        contenders.extend(Step::ALL.map(Contender::PgStep));
+    }
     let counted = !target.counts_published_late();
     let backend = rounds_backend(target).await?;
     let round = seconds / (contenders.len() as u32 * ROUNDS);
@@ -263,6 +157,7 @@ pub(crate) async fn uncontended(
             cycles: 0,
             elapsed: Duration::ZERO,
             commands: None,
+            counted_cycles: 0,
             server_ops: None,
             server_cpu: None,
             client_cpu: None,
@@ -345,6 +240,10 @@ pub(crate) async fn uncontended(
                     let connection = advisory.as_mut().ok_or("no sqlx connection")?;
                     pg_peer::cycles(connection, &name, round).await?
                 }
+                Contender::PgStep(step) => {
+                    let steps = steps.as_mut().ok_or("no advisory-mode steps")?;
+                    steps.cycles(step, round).await?
+                }
                 Contender::RedisRawPair => {
                     let server = redis.ok_or("the raw pair needs a Redis target")?;
                     server.raw_cycles(&name, round).await?
@@ -375,6 +274,7 @@ pub(crate) async fn uncontended(
                 side.commands
                     .get_or_insert_with(Counts::default)
                     .add(&target.counted_between(&before, &after));
+                side.counted_cycles += cycles;
             }
             if let (Some(before), Some(after)) = (ops_before, target.server_ops().await) {
                 side.server_ops
@@ -390,10 +290,14 @@ pub(crate) async fn uncontended(
         // Close every connection of the rounds, so that the server
         // publishes their counts now, not in a later run's window.
         drop((client, backend));
+        if let Some(steps) = steps {
+            steps.close().await?;
+        }
         if let Some(connection) = advisory {
             let _ = sqlx::Connection::close(connection).await;
         }
         tokio::time::sleep(PUBLISHED_AFTER_CLOSE).await;
+        pg_counts::count_transactions(target, &name, with_peer, &mut sides).await?;
     }
     Ok(Uncontended {
         sides,

@@ -127,6 +127,7 @@ mod tests {
             cycles,
             elapsed: Duration::from_secs(1),
             commands: None,
+            counted_cycles: 0,
             server_ops: None,
             server_cpu: None,
             client_cpu: None,

@@ -6,8 +6,9 @@
 use std::fmt::Write;
 use std::time::Duration;
 
-use super::{BackendResults, Contestant, cross_hand_off_goal, find, share_goal, spread};
+use super::{BackendResults, Contestant, cross_hand_off_goal, find, pg_steps, share_goal, spread};
 use crate::markdown::{goal, opt, short};
+use crate::pg_steps::Step;
 use crate::scenario::Scenario;
 use crate::timeline::Contention;
 use crate::uncontended::Contender;
@@ -42,13 +43,42 @@ pub(super) const COUNTING: &str = "- **PostgreSQL**: *server commands* are trans
     that had not been published when the window opened: a few per worker process. Each \
     reading is made on a connection of its own, and its own two transactions are taken \
     off. Rounds of the uncontended scenario last a fraction of a second on long-lived \
-    connections, so they are not counted, and neither is the many-locks scenario, whose \
-    acquisitions would be published while the locks are held; its extension calls are \
-    its statements (one per call). In advisory mode, each connection the backend opens for \
+    connections, so they are not counted; instead, after the rounds, each contender \
+    (but the client on a server beside) runs a pass of its own for half a second, on \
+    connections opened for it and closed after it, and its count, less that of a pass \
+    with no cycle (opening and closing the same), is divided by the pass's cycles. It \
+    includes the start-up of any connection opened only once a lock is taken, spread \
+    over those cycles. The many-locks scenario is not counted: its acquisitions would \
+    be published while the locks are held; its extension calls are its statements (one \
+    per call). In advisory mode, each connection the backend opens for \
     its grants and waiting writers (one per lock held or writer waiting; released ones are \
     kept for later attempts, eight at most, and one is opened ahead) adds its start-up \
     transaction, and the first use of a name adds the `INSERT` that gives it its key, and \
     an acquire that found none.";
+
+// The header says each counting pass lasts half a second.
+const _: () = assert!(crate::pg_counts::PASS.as_millis() == 500);
+
+/// Each measured-only step of advisory mode's uncontended cycle, in the
+/// uncontended table.
+pub(super) fn step_label(step: Step) -> &'static str {
+    match step {
+        Step::BarePair => {
+            "measured only: `pg_try_advisory_lock(class, objid)` + `pg_advisory_unlock`, \
+             prepared once and sent directly on one connection (sqlx's pair as a try, on \
+             advisory mode's kind of key; no row)"
+        }
+        Step::KeyRead => "measured only: the same, the key read from the name's row in the acquire",
+        Step::TokenBumped => {
+            "measured only: the same, and the fencing token bumped in the row when granted"
+        }
+        Step::RowKept => {
+            "measured only: the backend's statements with the name's row kept on release \
+             (adding the holder's record, the idle timeout and keepalives, the release's \
+             `pg_notify`)"
+        }
+    }
+}
 
 /// Why the held-locks curve leaves advisory mode out.
 pub(crate) const MANY_LEFT_OUT_ADVISORY: &str = "since each lock advisory mode holds is a \
@@ -105,6 +135,7 @@ pub(super) fn uncontended_findings(
     }
     if let Some(b) = advisory {
         text.extend(advisory_uncontended(b, lease));
+        text.extend(pg_steps::steps_findings(&b.uncontended));
     }
     text
 }

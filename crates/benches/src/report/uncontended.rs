@@ -79,6 +79,7 @@ impl Run {
                     Contender::EtcdLockRpc => format!("**baseline**: {}", etcd::LOCK_RPC),
                     Contender::Etcdctl => etcd::ETCDCTL.to_owned(),
                     Contender::PgAdvisoryLock => postgres::ADVISORY.to_owned(),
+                    Contender::PgStep(step) => postgres::step_label(step).to_owned(),
                     Contender::RedisRawPair => redis::RAW_PAIR.to_owned(),
                     Contender::Rslock => redis::RSLOCK.to_owned(),
                     Contender::Redlock => redis::REDLOCK.to_owned(),
@@ -133,7 +134,7 @@ impl Run {
                             client
                                 .commands
                                 .as_ref()
-                                .map_or("—".into(), |c| c.per(client.cycles as f64)),
+                                .map_or("—".into(), |c| c.per(client.counted_cycles as f64)),
                             opt(base.commands_per_cycle()),
                         ),
                     ));
