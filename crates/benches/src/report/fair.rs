@@ -158,8 +158,7 @@ fn leads(runs: &[&Contention]) -> String {
     match overtaken.iter().map(|o| o.lead).max() {
         Some(lead) => format!(
             "In this run, {} grants overtook a wait surely ahead, and every one of them was \
-             asked for within {} of the answer that put the overtaken wait in line: the \
-             window in which its statement may still have been on its way.",
+             asked for within {} of the answer that put the overtaken wait in line.",
             overtaken.iter().map(|o| o.grants).sum::<usize>(),
             short(lead)
         ),
