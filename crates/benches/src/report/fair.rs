@@ -285,7 +285,7 @@ impl Run {
                  against sqlx's {} in the tight loop, {} against {} in rounds, at {} and {} \
                  transactions per acquisition. A wait's first attempt answers only once \
                  `pg_locks`, read from another connection, shows the wait's place in the \
-                 server's queue (one statement or two more per wait), so a wait that \
+                 server's queue (a few more statements per wait), so a wait that \
                  answered first is served first. {}",
                 short(t.hand_off_p50),
                 theirs(sqlx(tight)),
