@@ -178,8 +178,11 @@
 //!   free to whoever asks first, until a waiter's next attempt passes it
 //!   on.
 //! - **In advisory mode** the line is PostgreSQL's own queue of the name's
-//!   key, in the order the waiters' statements reached the server. A waiter
-//!   costs a connection of its own for the whole wait, and no statement. A
+//!   key, in the order the waiters' statements reached the server. A
+//!   wait's first attempt answers only once the server shows its place in
+//!   that queue, so a waiter that asks after another was told to wait is
+//!   served after it. A waiter costs a connection of its own for the whole
+//!   wait, and no statement past the look that sees its place. A
 //!   waiter that dies, or stops, holds the line up for a lease at most. A
 //!   wait longer than ten leases may lose its turn, once per ten leases.
 //!   A waiting statement holds back vacuum's horizon while it waits, as any

@@ -15,9 +15,10 @@ use std::time::Duration;
 use distlock_core::backend::BackendExt;
 use distlock_core::backend::{Attempt, Backend, WaitState};
 use distlock_core::testing::{acquire_until_cancelled, waiting_request};
-use distlock_core::{AcquireOptions, LockClient, LockOptions};
+use distlock_core::{AcquireOptions, LockClient, LockGuard, LockOptions};
 use distlock_postgres::PostgresBackend;
 use distlock_postgres::tokio_postgres;
+use tokio::task::JoinHandle;
 
 use distlock_core::testing::ADMIN_LIMIT;
 use support::{
@@ -64,6 +65,57 @@ async fn clients(url: &str, n: usize) -> Vec<LockClient> {
         clients.push(client(open(url).await));
     }
     clients
+}
+
+/// A name on a fresh table and class of fair advisory mode, with two
+/// clients, a backend of its own for waits driven attempt by attempt,
+/// and an administrator's connection.
+struct Scene {
+    class: i32,
+    clients: Vec<LockClient>,
+    backend: Arc<PostgresBackend>,
+    admin: tokio_postgres::Client,
+    lock: distlock_core::LockName,
+}
+
+impl Scene {
+    /// The scene, with the name held by the first client.
+    async fn held(prefix: &str) -> (Self, LockGuard) {
+        let class = fresh_class();
+        let url = fair_url(&unique(prefix), class);
+        let clients = clients(&url, 2).await;
+        let backend = open(&url).await;
+        let admin = admin().await;
+        let lock = name(&unique(prefix));
+        let held = clients[0].acquire(&lock).await.expect("acquire");
+        let scene = Self {
+            class,
+            clients,
+            backend,
+            admin,
+            lock,
+        };
+        (scene, held)
+    }
+
+    /// With `first` the one server process in line: the second client
+    /// waits behind it, `held` is released, and the server grants `first`
+    /// by itself. Answers the released token and the second waiter.
+    async fn release_to(&self, held: LockGuard, first: &[i32]) -> (u64, JoinHandle<LockGuard>) {
+        let second = tokio::spawn({
+            let (client, lock) = (self.clients[1].clone(), self.lock.clone());
+            async move { client.acquire(&lock).await.expect("acquire") }
+        });
+        until_in_line(&self.admin, self.class, 2).await;
+        let released = held.fencing_token();
+        assert!(held.release().await.expect("release"));
+        assert_eq!(
+            on_keys(&self.admin, self.class, true).await,
+            first,
+            "granted in turn"
+        );
+        (released, second)
+    }
 }
 
 /// Waits until `n` sessions wait in the server's queue of `class`.
@@ -135,6 +187,38 @@ async fn served_in_order(url: &str, class: i32) {
     );
 }
 
+/// A waiter's first attempt answers "wait" only once its place is in the
+/// server's queue, however late the task that takes it runs: a waiter
+/// that asks after that answer is served after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_wait_is_in_line_when_its_first_attempt_answers() {
+    let (scene, held) = Scene::held("answered").await;
+    let request = waiting_request(&scene.lock, PATIENCE, "first");
+    let mut first = WaitState::new();
+    let attempt = scene
+        .backend
+        .try_acquire(&request, &mut first)
+        .await
+        .expect("an attempt");
+    assert!(matches!(attempt, Attempt::Held { .. }));
+    // Looked at once, nothing awaited in between.
+    let in_line = on_keys(&scene.admin, scene.class, false).await;
+    assert_eq!(in_line.len(), 1, "its place is taken: {in_line:?}");
+    let (before, second) = scene.release_to(held, &in_line).await;
+    let token = loop {
+        match scene.backend.try_acquire(&request, &mut first).await {
+            Ok(Attempt::Acquired { fencing_token, .. }) => break fencing_token,
+            Ok(Attempt::Held { .. }) => tokio::time::sleep(Duration::from_millis(5)).await,
+            Err(error) => panic!("taking the grant over: {error}"),
+        }
+    };
+    assert!(token > before);
+    // Its grant dropped, its session closes, and the line moves on.
+    let guard = second.await.expect("the second waiter");
+    assert!(guard.fencing_token() > token);
+    assert!(guard.release().await.expect("release"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_release_hands_the_lock_to_the_first_in_line_and_a_try_never_jumps_it() {
     let class = fresh_class();
@@ -199,27 +283,25 @@ async fn a_cancelled_waiter_leaves_the_line_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_dropped_wait_leaves_the_line() {
-    let class = fresh_class();
-    let url = fair_url(&unique("dropped"), class);
-    let clients = clients(&url, 2).await;
-    let backend = open(&url).await;
-    let admin = admin().await;
-    let lock = name(&unique("dropped"));
-    let held = clients[0].acquire(&lock).await.expect("acquire");
+    let (scene, held) = Scene::held("dropped").await;
     let mut wait = WaitState::new();
-    let attempt = backend
-        .try_acquire(&waiting_request(&lock, PATIENCE, "abandoned"), &mut wait)
+    let attempt = scene
+        .backend
+        .try_acquire(
+            &waiting_request(&scene.lock, PATIENCE, "abandoned"),
+            &mut wait,
+        )
         .await
         .expect("an attempt");
     assert!(matches!(attempt, Attempt::Held { .. }));
-    until_in_line(&admin, class, 1).await;
+    until_in_line(&scene.admin, scene.class, 1).await;
     // Its state dropped without ending the wait, as when its process goes:
     // the session closes, and the server drops the place.
     drop(wait);
-    until_in_line(&admin, class, 0).await;
+    until_in_line(&scene.admin, scene.class, 0).await;
     assert!(held.release().await.expect("release"));
-    clients[1]
-        .try_acquire(&lock)
+    scene.clients[1]
+        .try_acquire(&scene.lock)
         .await
         .expect("try")
         .expect("nobody waits")
@@ -230,31 +312,22 @@ async fn a_dropped_wait_leaves_the_line() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_waiter_that_never_takes_its_grant_holds_the_line_up_for_its_lease() {
-    let class = fresh_class();
-    let url = fair_url(&unique("unclaimed"), class);
-    let clients = clients(&url, 2).await;
-    let backend = open(&url).await;
-    let admin = admin().await;
-    let lock = name(&unique("unclaimed"));
-    let held = clients[0].acquire(&lock).await.expect("acquire");
+    let (scene, held) = Scene::held("unclaimed").await;
     // First in line, and never asks again nor ends its wait, as a process
     // that stopped: its grant lasts one lease of its session's silence.
     let mut stopped = WaitState::new();
     let lease = Duration::from_secs(2);
-    backend
-        .try_acquire(&waiting_request(&lock, lease, "abandoned"), &mut stopped)
+    scene
+        .backend
+        .try_acquire(
+            &waiting_request(&scene.lock, lease, "abandoned"),
+            &mut stopped,
+        )
         .await
         .expect("an attempt");
-    until_in_line(&admin, class, 1).await;
-    let first = on_keys(&admin, class, false).await;
-    let live = tokio::spawn({
-        let (client, lock) = (clients[1].clone(), lock.clone());
-        async move { client.acquire(&lock).await.expect("acquire") }
-    });
-    until_in_line(&admin, class, 2).await;
-    let before = held.fencing_token();
-    assert!(held.release().await.expect("release"));
-    assert_eq!(on_keys(&admin, class, true).await, first, "granted in turn");
+    until_in_line(&scene.admin, scene.class, 1).await;
+    let first = on_keys(&scene.admin, scene.class, false).await;
+    let (before, live) = scene.release_to(held, &first).await;
     // The server ends the silent session after its lease, and the next in
     // line is granted, past the unclaimed grant's token.
     let guard = live.await.expect("the live waiter");

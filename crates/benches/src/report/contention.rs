@@ -55,9 +55,9 @@ impl Run {
              a task while another still waited whose answer to wait had come back before \
              this task's first attempt was sent. A store that keeps a line puts a waiter in \
              it between those two moments, so that other waiter was surely ahead; this is \
-             the order fair mode promises (— for the peers, which do not say; in \
-             PostgreSQL's advisory mode, whose waiter takes its place with a statement sent \
-             just after that answer, the bound is only close). {} workloads, each for \
+             the order fair mode promises (— for the peers, which do not say; \
+             PostgreSQL's advisory mode, whose waiter takes its place with a statement of \
+             its own, answers only once the server shows that place). {} workloads, each for \
              {}:\n",
             if s.work.is_zero() {
                 String::new()

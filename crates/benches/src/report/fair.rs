@@ -158,8 +158,7 @@ fn leads(runs: &[&Contention]) -> String {
     match overtaken.iter().map(|o| o.lead).max() {
         Some(lead) => format!(
             "In this run, {} grants overtook a wait surely ahead, and every one of them was \
-             asked for within {} of the answer that put the overtaken wait in line: the \
-             window in which its statement may still have been on its way.",
+             asked for within {} of the answer that put the overtaken wait in line.",
             overtaken.iter().map(|o| o.grants).sum::<usize>(),
             short(lead)
         ),
@@ -289,11 +288,10 @@ impl Run {
                  starts the server's idle timer (the lease) from its own request; sqlx's \
                  grant is the return of its statement, with no token. Hand-off p50: {} \
                  against sqlx's {} in the tight loop, {} against {} in rounds, at {} and {} \
-                 transactions per acquisition. Its *out of line order* is only close: \
-                 a wait's first attempt answers before the wait's own task sends \
-                 `pg_advisory_lock` (behind a statement that sets the connection's check \
-                 interval), so a wait that answered first can still reach the server's \
-                 queue second. {}",
+                 transactions per acquisition. A wait's first attempt answers only once \
+                 `pg_locks`, read from another connection, shows the wait's place in the \
+                 server's queue (a few more statements per wait), so a wait that \
+                 answered first is served first. {}",
                 short(t.hand_off_p50),
                 theirs(sqlx(tight)),
                 short(r.hand_off_p50),

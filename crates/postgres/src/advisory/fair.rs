@@ -8,6 +8,11 @@
 //!   The task runs `pg_advisory_lock` there (see
 //!   [`wait_in_line`](super::statements)), which bumps the token, and
 //!   records the term for a campaign, in the statement that is granted.
+//! - The attempt answers "wait" only once the server shows the session in
+//!   the key's queue (or granted), asked from a pooled connection: the
+//!   task may be scheduled late, and a waiter that asks after that answer
+//!   must not take its place first. So waits are granted in the order of
+//!   their answers.
 //! - The task then wakes this process's waiters of the name, and the
 //!   wait's next attempt takes the grant over: one statement on the
 //!   session starts the server's idle timer (a lease) afresh from that
@@ -35,6 +40,7 @@ use super::keys::Key;
 use super::session::{Session, Spares};
 use super::statements::CHECK_CONNECTION;
 use super::waiting::{WaitingWriter, left};
+use crate::pool::Connections;
 use crate::rows::{self, get, holder_json};
 use crate::terms;
 
@@ -46,6 +52,12 @@ use crate::terms;
 /// is long, for waits that are tended; a waiter whose process died needs
 /// none (see the crate docs' "Fair mode").
 const PLACE_LEASES: u32 = 10;
+
+/// How long a wait's first attempt pauses between two looks at the
+/// server's queue, while its place is not there yet: the place's task
+/// sends its statement as soon as it runs, so the place is mostly seen
+/// at the first or second look.
+const PLACE_LOOK_PAUSE: Duration = Duration::from_millis(1);
 
 /// A wait's place in the server's queue: the task that waits there, on
 /// the wait's own session.
@@ -231,6 +243,60 @@ impl Place {
             task,
             waited,
             asked: marked,
+        }
+    }
+
+    /// The first attempt's answer once the place is taken: it looks,
+    /// from `connections`, until the server shows the session's process
+    /// `pid` in the key's queue or granted (with `place_taken`, see
+    /// [`super::statements`]), or the task has ended (the next attempt
+    /// then settles it at once), all before `deadline`.
+    ///
+    /// # Errors
+    /// A backend error, or one when the place was not seen by `deadline`;
+    /// the caller then drops the place, which gives it up.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads. The caller's place, dropped, closes
+    /// its session, which gives the place (or a grant) up.
+    pub(super) async fn confirm(
+        &self,
+        request: &AcquireRequest,
+        pid: i32,
+        connections: &Connections,
+        place_taken: &str,
+        deadline: Instant,
+    ) -> Result<Attempt> {
+        let what = format!("looking for the place in line for {}", request.name);
+        loop {
+            if !self.waited.is_empty() || self.waited.is_terminated() {
+                return Ok(Attempt::Held {
+                    retry_after: Some(Duration::ZERO),
+                });
+            }
+            let params: [(&(dyn ToSql + Sync), Type); 3] = [
+                (&self.key.class, Type::INT4),
+                (&self.key.objid, Type::INT4),
+                (&pid, Type::INT4),
+            ];
+            let rows = connections
+                .query(&what, place_taken, &params, left(deadline))
+                .await?;
+            let seen = match rows.first() {
+                Some(row) => get::<bool>(row, 0, &what)?,
+                None => false,
+            };
+            if seen {
+                return Ok(in_line(request));
+            }
+            if left(deadline) <= PLACE_LOOK_PAUSE {
+                return Err(Error::Backend {
+                    backend: "postgres",
+                    message: format!("{what}: the server did not show it in time"),
+                    source: None,
+                });
+            }
+            tokio::time::sleep(PLACE_LOOK_PAUSE).await;
         }
     }
 

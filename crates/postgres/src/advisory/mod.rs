@@ -363,8 +363,20 @@ impl AdvisoryMode {
                 &self.statements.wait_in_line
             };
             let hub = self.store.listener.hub();
-            wait.set(Place::take(request, session, key, sql, records, hub));
-            return Ok(fair::in_line(request));
+            let place = Place::take(request, session, key, sql, records, hub);
+            // Dropped on an error (or with the attempt), the place is
+            // given up: its session closes.
+            let attempt = place
+                .confirm(
+                    request,
+                    answer.pid,
+                    &self.store.connections,
+                    &self.statements.place_taken,
+                    deadline,
+                )
+                .await?;
+            wait.set(place);
+            return Ok(attempt);
         }
         if !shared && request.retries {
             wait.set(WaitingWriter {

@@ -55,6 +55,9 @@ pub(crate) struct Statements {
     /// records the term it grants (see [`wait_in_line`]).
     pub(crate) wait_in_line: String,
     pub(crate) campaign_in_line: String,
+    /// Whether server process `$3` waits in line for the key `($1, $2)`
+    /// or was granted it (see [`place_taken`]).
+    pub(crate) place_taken: String,
     /// Gives a name its `objid` unless it has one: `$1` name, `$2` objid;
     /// the token starts at the server's clock, which tells the sweep how
     /// long ago a row that was never granted got its key.
@@ -79,6 +82,7 @@ impl Statements {
             campaign: acquire(t, false, Some(&table.terms())),
             wait_in_line: wait_in_line(t, None),
             campaign_in_line: wait_in_line(t, Some(&table.terms())),
+            place_taken: place_taken(),
             insert_key: format!(
                 "INSERT INTO {t} (name, objid, fencing_token) SELECT $1, $2, c.now_us FROM {CLOCK}
                  WHERE {NO_FLUSH_WAIT} IS NOT NULL
@@ -280,6 +284,19 @@ fn wait_in_line(t: &str, terms: Option<&TableName>) -> String {
          SELECT (SELECT fencing_token FROM bumped), pg_backend_pid(),
                 pg_advisory_unlock_shared($1, $2 + 1), set_config('lock_timeout', '0', false),
                 {flush}"
+    )
+}
+
+/// Whether server process `$3` has a place in the queue of the key
+/// `($1, $2)`, waiting there or granted: asked from another connection,
+/// while the process's own session waits. That session tried the key and
+/// was refused before, so any entry of its for the key is its place.
+fn place_taken() -> String {
+    format!(
+        "SELECT EXISTS (
+             SELECT FROM pg_locks AS p
+             WHERE {OURS} AND p.objid = $2::oid AND p.pid = $3
+         )"
     )
 }
 
