@@ -78,6 +78,22 @@ pub(crate) struct Side {
 }
 
 impl Side {
+    /// A side of `cycles` in one second, with nothing else measured.
+    #[cfg(test)]
+    pub(crate) fn measured(contender: Contender, cycles: u64) -> Self {
+        Side {
+            contender,
+            cycles,
+            elapsed: Duration::from_secs(1),
+            commands: None,
+            counted_cycles: 0,
+            server_ops: None,
+            server_cpu: None,
+            client_cpu: None,
+            rounds: vec![cycles as f64],
+        }
+    }
+
     pub(crate) fn per_second(&self) -> f64 {
         self.cycles as f64 / self.elapsed.as_secs_f64()
     }

@@ -122,17 +122,7 @@ mod tests {
     }
 
     fn side(contender: Contender, cycles: u64) -> Side {
-        Side {
-            contender,
-            cycles,
-            elapsed: Duration::from_secs(1),
-            commands: None,
-            counted_cycles: 0,
-            server_ops: None,
-            server_cpu: None,
-            client_cpu: None,
-            rounds: vec![cycles as f64],
-        }
+        Side::measured(contender, cycles)
     }
 
     /// Redis, with the client on its own server and on one beside it.

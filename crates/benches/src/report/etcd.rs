@@ -317,18 +317,12 @@ mod tests {
 
     use super::*;
 
-    /// 1000 cycles in a second, with the given processor times in µs.
+    /// `cycles` in a second, with the given processor times per cycle in µs.
     fn side(contender: Contender, cycles: u64, server_us: u64, client_us: u64) -> Side {
         Side {
-            contender,
-            cycles,
-            elapsed: Duration::from_secs(1),
-            commands: None,
-            counted_cycles: 0,
-            server_ops: None,
             server_cpu: Some(Duration::from_micros(server_us * cycles)),
             client_cpu: Some(Duration::from_micros(client_us * cycles)),
-            rounds: vec![cycles as f64],
+            ..Side::measured(contender, cycles)
         }
     }
 
