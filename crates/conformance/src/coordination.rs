@@ -17,8 +17,8 @@ use tokio::sync::Notify;
 
 use crate::fixture::Fixture;
 use crate::support::{
-    ADMIN_LIMIT, LEAK_CATCHING_LEASE, assert_only_leaders_recorded, bounded, client, client_with,
-    shared, test_options, unique_name,
+    ADMIN_LIMIT, LEAK_CATCHING_LEASE, assert_only_leaders_recorded, bounded, client,
+    client_keeping_idle_records, client_with, shared, test_options, unique_name,
 };
 
 /// How many times each of two callers takes the same pair of names in
@@ -500,7 +500,10 @@ async fn observer_past(
 /// still works.
 pub async fn an_observer_that_fell_behind_is_told_and_goes_on(fixture: &dyn Fixture) {
     let name = unique_name("terms-behind");
-    let (campaigner, watcher) = (client(fixture).await, client(fixture).await);
+    let (campaigner, watcher) = (
+        client_keeping_idle_records(fixture).await,
+        client_keeping_idle_records(fixture).await,
+    );
     let election = campaigner.election(&name).expect("a valid name");
     let first = bounded(
         "the first campaign",

@@ -12,6 +12,16 @@ pub trait Fixture: Send + Sync {
     /// it. Backends without connections may return the same instance.
     async fn backend(&self) -> Arc<dyn Backend>;
 
+    /// A new connection, as [`backend`](Self::backend), to a store that
+    /// keeps an idle election's record of terms. MongoDB's TTL index may
+    /// delete a free lock document, its record with it, in the moment
+    /// between one leader's resignation and the next campaign (a limit
+    /// docs/mongodb.md states): its fixtures open one without the index,
+    /// for the case that counts the terms kept.
+    async fn backend_keeping_idle_records(&self) -> Arc<dyn Backend> {
+        self.backend().await
+    }
+
     /// A URL the `distlock` command can open to reach the same store; `None`
     /// for backends that live in one process.
     fn url(&self) -> Option<String> {

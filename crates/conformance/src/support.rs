@@ -28,6 +28,16 @@ pub(crate) async fn client(fixture: &dyn Fixture) -> LockClient {
     client_with(fixture, fixture.lease()).await
 }
 
+/// A client on a new connection of `fixture` that keeps an idle
+/// election's record of terms (see
+/// [`Fixture::backend_keeping_idle_records`]).
+pub(crate) async fn client_keeping_idle_records(fixture: &dyn Fixture) -> LockClient {
+    LockClient::new(
+        fixture.backend_keeping_idle_records().await,
+        test_options(fixture.lease()),
+    )
+}
+
 /// A client on a new connection of `fixture`, with `lease`.
 pub(crate) async fn client_with(fixture: &dyn Fixture, lease: Duration) -> LockClient {
     LockClient::new(fixture.backend().await, test_options(lease))

@@ -41,6 +41,10 @@ impl Fixture for Mongo {
         false
     }
 
+    async fn backend_keeping_idle_records(&self) -> Arc<dyn Backend> {
+        support::mongodb::backend_without_ttl_index(&self.url).await
+    }
+
     fn url(&self) -> Option<String> {
         Some(self.url.clone())
     }

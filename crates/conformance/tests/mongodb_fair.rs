@@ -37,6 +37,10 @@ impl Fixture for FairMongo {
         Arc::new(self.open().await)
     }
 
+    async fn backend_keeping_idle_records(&self) -> Arc<dyn Backend> {
+        support::mongodb::backend_without_ttl_index(&self.url).await
+    }
+
     fn url(&self) -> Option<String> {
         Some(self.url.clone())
     }

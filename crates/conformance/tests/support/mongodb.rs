@@ -25,3 +25,19 @@ pub fn fresh_collection_url(options: &str) -> String {
     };
     format!("{base}?{query}collection={collection}{options}")
 }
+
+/// A backend on the collection of `url` that never creates the TTL
+/// index, so that a free lock document and its record of terms stay
+/// (docs/mongodb.md, the record of terms).
+pub async fn backend_without_ttl_index(
+    url: &str,
+) -> std::sync::Arc<dyn distlock_core::backend::Backend> {
+    let config = distlock_mongodb::MongoConfig::parse(url)
+        .expect("the test URL parses")
+        .ttl_index(false);
+    std::sync::Arc::new(
+        distlock_mongodb::MongoBackend::connect(config)
+            .await
+            .expect("the test server answers"),
+    )
+}
