@@ -61,6 +61,7 @@ mod pg_counts;
 mod pg_peer;
 mod pg_stats;
 mod pg_steps;
+mod process_cpu;
 mod quiet;
 mod redis_peers;
 mod report;

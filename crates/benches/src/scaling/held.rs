@@ -11,6 +11,7 @@ use crate::commands::Counts;
 use crate::counting::{Calls, counting};
 use crate::names::bench_name;
 use crate::outcome::Outcome;
+use crate::process_cpu::cpu_time;
 use crate::target::Target;
 
 /// Many locks held by one process for a while.
@@ -141,21 +142,6 @@ pub(crate) async fn hold_many(
         rss_before_kib,
         rss_held_kib,
     })
-}
-
-/// This process's user plus system CPU time, from `/proc/self/stat`.
-pub(crate) fn cpu_time() -> Duration {
-    let ticks = std::fs::read_to_string("/proc/self/stat")
-        .ok()
-        .and_then(|stat| {
-            // Fields after the parenthesised command name: utime and stime
-            // are the 12th and 13th.
-            let rest = &stat[stat.rfind(')')? + 2..];
-            let fields: Vec<&str> = rest.split(' ').collect();
-            Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
-        })
-        .unwrap_or(0);
-    Duration::from_secs_f64(ticks as f64 / rustix::param::clock_ticks_per_second() as f64)
 }
 
 fn rss_kib() -> u64 {
