@@ -416,3 +416,80 @@ async fn fair_mode_is_in_the_capabilities_only_when_asked() {
         .unwrap();
     assert!(!plain.capabilities().fair);
 }
+
+/// Whether a session waits for an advisory lock it has not been granted.
+async fn someone_waits_for_an_advisory_lock(admin: &tokio_postgres::Client) -> bool {
+    let rows = admin
+        .query(
+            "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted",
+            &[],
+        )
+        .await
+        .expect("read pg_locks");
+    !rows.is_empty()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_first_attempt_that_meets_the_row_s_deletion_is_not_told_it_waits_in_line() {
+    // A release that leaves nobody holding or waiting deletes the name's
+    // row, behind the name's gate; a first attempt that began just before
+    // the deletion committed finds no row to take its place in. It must
+    // not answer that it waits in line (a later waiter could then take a
+    // place ahead of it): it asks again at once, or has its place.
+    let table = unique_table();
+    let admin = admin().await;
+    let deleting = support::admin().await;
+    let backend = open(&table).await;
+    let lock = name("deleted");
+    let lease = Duration::from_secs(30);
+    let held = granted(&backend, &lock, lease).await;
+    let bytes = lock.as_str().as_bytes().to_vec();
+
+    // The deletion, as a release makes it: the gate held exclusively,
+    // the row deleted, not yet committed.
+    deleting.batch_execute("BEGIN").await.unwrap();
+    deleting
+        .query_typed(
+            "SELECT pg_advisory_xact_lock(hashtextextended('distlock gate ' || encode($1, 'hex'), 0))",
+            &[(&bytes, Type::BYTEA)],
+        )
+        .await
+        .expect("take the gate");
+    let deleted = deleting
+        .execute_typed(
+            &format!("DELETE FROM {table} WHERE name = $1"),
+            &[(&bytes, Type::BYTEA)],
+        )
+        .await
+        .expect("delete the row");
+    assert_eq!(deleted, 1);
+
+    let waiter = waiting_request(&lock, lease, "waiter");
+    let attempt = tokio::spawn({
+        let (backend, waiter) = (backend.clone(), waiter.clone());
+        async move {
+            let mut wait = WaitState::new();
+            backend.try_acquire(&waiter, &mut wait).await.unwrap()
+        }
+    });
+    // The attempt has begun, and waits at the gate.
+    tokio::time::timeout(PATIENCE, async {
+        while !someone_waits_for_an_advisory_lock(&admin).await {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the attempt never reached the gate");
+    deleting.batch_execute("COMMIT").await.unwrap();
+
+    match attempt.await.unwrap() {
+        Attempt::Acquired { .. } => {}
+        Attempt::Held { retry_after } if retry_after == Some(Duration::ZERO) => {}
+        Attempt::Held { retry_after } => assert_eq!(
+            queued(&admin, &table, &lock).await,
+            1,
+            "told to wait {retry_after:?} with no place in line"
+        ),
+    }
+    drop(held);
+}

@@ -182,8 +182,11 @@ fn recording(from: &str, terms: Option<&TableName>) -> String {
 ///
 /// `$5` is the holder as JSON text, `$6` the holder with its label whole
 /// when the grant is a term to record. Answers one row (see
-/// [`outcome_columns`]), or none when the row was made by another at the
-/// same moment.
+/// [`outcome_columns`]), or none when the row was made or deleted by
+/// another at the same moment: the statement's snapshot, taken before the
+/// gate let it on, may still show a row that a release deleted meanwhile,
+/// and a wait must then not be told it waits in a line its place is not
+/// in. A single try is answered from that row: who held it as it began.
 fn attempt(t: &str, terms: Option<&TableName>) -> String {
     let vars = "jsonb_build_object('now', c.now_us, 'id', $2::text, 'place', $3::text)";
     let token = "greatest(t.fencing_token + 1, c.now_us)";
@@ -249,7 +252,7 @@ fn attempt(t: &str, terms: Option<&TableName>) -> String {
          UNION ALL
          SELECT NULL, o.kind, o.permit_limit, o.first_left
          FROM (SELECT {columns} FROM {t} AS t, c WHERE t.name = $1) AS o
-         WHERE NOT EXISTS (SELECT FROM outcome)",
+         WHERE NOT EXISTS (SELECT FROM outcome) AND $3::text IS NULL",
         gated = gate::gated_clock("$1"),
         grant_first = grant_of_place("s.first", token, "s.first ->> 'id' = $3::text"),
         own_grant = own_grant(token),

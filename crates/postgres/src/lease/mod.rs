@@ -204,7 +204,7 @@ impl LeaseMode {
             )
             .await?;
         let Some(row) = rows.first() else {
-            // Another made the row at the same moment: ask again.
+            // Another made or deleted the row at the same moment: ask again.
             return Ok(Attempt::Held {
                 retry_after: Some(Duration::ZERO),
             });
