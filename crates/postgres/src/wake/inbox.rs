@@ -11,7 +11,7 @@
 //! which then tries once more; none sleeps on a lost wake-up.
 
 use std::collections::{HashSet, VecDeque};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::Notify;
@@ -72,6 +72,9 @@ pub(super) struct Inbox {
     pending: Mutex<Pending>,
     ready: Notify,
     gauges: Arc<Gauges>,
+    /// Whether a notification other than a probe came since the session
+    /// last asked (see [`take_heard`](Self::take_heard)).
+    heard: AtomicBool,
 }
 
 impl Inbox {
@@ -80,7 +83,19 @@ impl Inbox {
             pending: Mutex::new(Pending::default()),
             ready: Notify::new(),
             gauges,
+            heard: AtomicBool::new(false),
         }
+    }
+
+    /// Records that a release's notification (not a probe) came over the
+    /// connection: it delivers.
+    pub(super) fn heard(&self) {
+        self.heard.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a release's notification came since the last call.
+    pub(super) fn take_heard(&self) -> bool {
+        self.heard.swap(false, Ordering::Relaxed)
     }
 
     fn pending(&self) -> MutexGuard<'_, Pending> {
@@ -225,5 +240,15 @@ mod tests {
         for i in 96..100 {
             assert_eq!(inbox.next().await, Heard::Probe(i.to_string()));
         }
+    }
+
+    #[test]
+    fn a_release_heard_is_told_once() {
+        let inbox = inbox();
+        assert!(!inbox.take_heard(), "nothing heard yet");
+        inbox.heard();
+        inbox.heard();
+        assert!(inbox.take_heard());
+        assert!(!inbox.take_heard(), "told once");
     }
 }

@@ -29,7 +29,8 @@ const STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How often the connection gives up channels nobody waits on any more,
 /// and, while someone waits, probes that it still delivers: a connection
-/// cut without a word would otherwise go unnoticed.
+/// cut without a word would otherwise go unnoticed. A tick that heard a
+/// release since the last one needs no probe: the connection delivered.
 const TICK: Duration = Duration::from_secs(5);
 
 /// Where the listening connection goes, and how probes are sent.
@@ -147,7 +148,10 @@ async fn drive(mut connection: Connection, inbox: Arc<Inbox>, probe: Channel, sh
             Some(Ok(AsyncMessage::Notification(notification))) => {
                 if notification.channel() == probe.as_str() {
                     inbox.probe(notification.payload());
-                } else if let Some(hash) = NameHash::from_payload(notification.payload()) {
+                    continue;
+                }
+                inbox.heard();
+                if let Some(hash) = NameHash::from_payload(notification.payload()) {
                     inbox.release(hash);
                 } else if let Some((hash, place)) = NameHash::granting(notification.payload()) {
                     shared.watched.wake_place(hash, place);
@@ -245,7 +249,12 @@ impl Session<'_> {
                     if let Err(why) = self.unlisten_stale_buckets().await {
                         return why;
                     }
-                    if probing.is_none() && !self.listened.is_empty() {
+                    // A release heard since the last tick shows that the
+                    // connection delivers: no probe then, so that waiting
+                    // processes add no statements of their own while
+                    // releases flow.
+                    let heard_a_release = self.inbox.take_heard();
+                    if probing.is_none() && !self.listened.is_empty() && !heard_a_release {
                         match self.send_probe().await {
                             Ok(nonce) => probing = Some((nonce, Instant::now())),
                             // Releases are then sent without their
