@@ -77,8 +77,11 @@ postgres_durability() {
 # postgres_server DIR MODE [OPTIONS]: a server on a free port, its data in
 # DIR/data, with the durability settings of MODE (postgres_durability) and
 # the `-c` OPTIONS given in one word, and a role `distlock` with a password
-# of its own that owns the database `distlock`. Sets POSTGRES_PORT,
-# POSTGRES_PASSWORD and POSTGRES_SOCKET; the server stops on exit.
+# of its own that owns the database `distlock`. The database has
+# pg_stat_statements, in a schema of its own (`statistics`), for the
+# benchmarks' count of statements (crates/benches/src/pg_statements.rs).
+# Sets POSTGRES_PORT, POSTGRES_PASSWORD and POSTGRES_SOCKET; the server
+# stops on exit.
 postgres_server() {
     local dir=$1 mode=$2 options=${3:-} setting bin
     bin=$(postgres_bin_dir)
@@ -99,7 +102,7 @@ postgres_server() {
         return 1
     }
     postgres_as "$bin/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -t 60 start \
-        -o "-p $POSTGRES_PORT -k $dir/sock -c listen_addresses=127.0.0.1 -c max_connections=400$options" \
+        -o "-p $POSTGRES_PORT -k $dir/sock -c listen_addresses=127.0.0.1 -c max_connections=400 -c shared_preload_libraries=pg_stat_statements$options" \
         >/dev/null || {
         cat "$dir/postgres.log" >&2
         return 1
@@ -110,6 +113,10 @@ postgres_server() {
     postgres_psql postgres \
         -c "CREATE ROLE distlock LOGIN PASSWORD '$POSTGRES_PASSWORD'" \
         -c "CREATE DATABASE distlock OWNER distlock" >/dev/null
+    postgres_psql distlock \
+        -c "CREATE SCHEMA statistics" \
+        -c "GRANT USAGE ON SCHEMA statistics TO PUBLIC" \
+        -c "CREATE EXTENSION pg_stat_statements SCHEMA statistics" >/dev/null
 }
 
 # postgres_psql DATABASE ARG...: psql as the superuser, over the socket of

@@ -161,6 +161,7 @@ pub(crate) async fn bench(args: &Args) -> Outcome<()> {
             Server::Memcached(backend) => commands::memcached_version(backend).await,
             Server::Etcd(Some(metrics)) => metrics.version().await,
             Server::Postgres(stats) => stats.version().await,
+            Server::PostgresStatements(statements) => statements.stats().version().await,
             Server::Redis(server) => server.version().await,
             Server::Etcd(None) | Server::Uncounted => None,
         };

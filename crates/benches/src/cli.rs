@@ -229,6 +229,7 @@ mod tests {
             processes: 4,
             tasks: 4,
             window: Window {
+                begin_ns: 1,
                 start_ns: 1,
                 until_ns: 2,
             },
@@ -253,6 +254,7 @@ mod tests {
     #[test]
     fn workers_are_told_their_workload() {
         let window = Window {
+            begin_ns: 3,
             start_ns: 5,
             until_ns: 9,
         };
@@ -267,6 +269,7 @@ mod tests {
             assert_eq!(w.workload(), workload);
             assert_eq!((w.tasks, w.process), (3, 2));
             assert_eq!((w.start_ns, w.until_ns), (5, 9));
+            assert_eq!(w.window().begin_ns, 3, "the warm-up");
         }
         assert_eq!(Workload::all(Duration::ZERO).len(), 2);
     }

@@ -59,6 +59,7 @@ mod outcome;
 mod peers;
 mod pg_counts;
 mod pg_peer;
+mod pg_statements;
 mod pg_stats;
 mod pg_steps;
 mod process_cpu;

@@ -12,7 +12,9 @@ use crate::commands::Counts;
 use crate::mix::Mix;
 use crate::outcome::Outcome;
 use crate::target::{Server, Target};
-use crate::worker::{Layout, Take, Taker, WorkerArgs, drive, hold_then_release, report_worker};
+use crate::worker::{
+    Layout, Take, Taker, WorkerArgs, count_within, drive, hold_then_release, report_worker,
+};
 /// The commands that start our contending workers, whose tasks take what
 /// `mix` gives each.
 pub(crate) fn our_workers(
@@ -83,13 +85,12 @@ pub(crate) async fn worker(args: &WorkerArgs, mix: Mix) -> Outcome<()> {
         mix,
         claim: mix.claim(0),
     };
-    let before = in_process_counts(&target).await?;
+    let counted = count_within(args.window(), move || {
+        let target = target.clone();
+        async move { in_process_counts(&target).await }
+    });
     let log = drive(taker, args).await?;
-    let after = in_process_counts(&target).await?;
-    let commands = match (before, after) {
-        (Some(before), Some(after)) => Some(after.since(&before)),
-        _ => None,
-    };
+    let commands = counted.await.map_err(|e| e.to_string())??;
     report_worker(log, commands)
 }
 

@@ -22,7 +22,8 @@ use crate::commands::Counts;
 use crate::outcome::Outcome;
 use crate::target::{Server, Target, mongo_client};
 use crate::worker::{
-    Layout, Take, Taker, WorkerArgs, Workload, drive, hold_then_release, report_worker,
+    Layout, Take, Taker, WorkerArgs, Workload, count_within, drive, hold_then_release,
+    report_worker,
 };
 
 /// Uncontended cycles of the Rust peer on `name`, through `target`'s
@@ -95,9 +96,12 @@ pub(crate) async fn mongo_worker(args: &WorkerArgs) -> Outcome<()> {
         None,
         None,
     )));
-    let before = monitor.snapshot();
+    let counted = count_within(args.window(), move || {
+        let counts = monitor.snapshot();
+        async move { Ok(Some(counts)) }
+    });
     let log = drive(taker, args).await?;
-    report_worker(log, Some(monitor.snapshot().since(&before)))
+    report_worker(log, counted.await.map_err(|e| e.to_string())??)
 }
 
 /// How to run the Python peer.

@@ -13,6 +13,7 @@ use distlock::mongodb::{MongoBackend, MongoConfig};
 use crate::commands::{Counts, MongoMonitor, memcached_counts, mongo_opcounters};
 use crate::etcd_metrics::EtcdMetrics;
 use crate::outcome::Outcome;
+use crate::pg_statements::PgStatements;
 use crate::pg_stats::PgStats;
 use crate::redis_peers::RedisServer;
 use crate::scale_out::{self, ScaleOut};
@@ -41,6 +42,9 @@ pub(crate) enum Server {
     /// PostgreSQL, counted in transactions by the database's statistics,
     /// which the server publishes late (see [`crate::pg_stats`]).
     Postgres(PgStats),
+    /// PostgreSQL, counted in statements as they end (see
+    /// [`crate::pg_statements`]): the waiters curve's.
+    PostgresStatements(PgStatements),
     /// Redis, counted by its `INFO commandstats`.
     Redis(RedisServer),
 }
@@ -148,6 +152,7 @@ impl Target {
             Server::Memcached(backend) => memcached_counts(backend).await.map(Some),
             Server::Etcd(Some(metrics)) => Ok(Some(metrics.sample().await?.requests)),
             Server::Postgres(stats) => stats.sample().await.map(Some),
+            Server::PostgresStatements(statements) => statements.sample().await.map(Some),
             Server::Redis(server) => server.counts().await.map(Some),
         }
     }
@@ -157,6 +162,7 @@ impl Target {
     pub(crate) fn counted_between(&self, before: &Counts, after: &Counts) -> Counts {
         match self.server {
             Server::Postgres(_) => PgStats::between(before, after),
+            Server::PostgresStatements(_) => PgStatements::between(before, after),
             _ => after.since(before),
         }
     }
@@ -167,8 +173,22 @@ impl Target {
     pub(crate) fn counted_by_server(&self) -> bool {
         matches!(
             self.server,
-            Server::Memcached(_) | Server::Etcd(_) | Server::Postgres(_) | Server::Redis(_)
+            Server::Memcached(_)
+                | Server::Etcd(_)
+                | Server::Postgres(_)
+                | Server::PostgresStatements(_)
+                | Server::Redis(_)
         )
+    }
+
+    /// This target, counted in statements as they end where it is
+    /// PostgreSQL (see [`crate::pg_statements`]); as it is elsewhere.
+    pub(crate) fn counting_statements(&self) -> Self {
+        let mut target = self.clone();
+        if matches!(self.server, Server::Postgres(_)) {
+            target.server = Server::PostgresStatements(PgStatements::for_url(&self.url));
+        }
+        target
     }
 
     /// Whether the server publishes its counts only once the connections

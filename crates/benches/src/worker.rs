@@ -34,6 +34,10 @@ pub(crate) struct WorkerArgs {
     pub(crate) tasks: u32,
     #[arg(long)]
     pub(crate) process: u32,
+    /// When the tasks begin to ask, before the window opens when it has
+    /// a warm-up (by default, as it opens).
+    #[arg(long)]
+    pub(crate) begin_ns: Option<u64>,
     #[arg(long)]
     pub(crate) start_ns: u64,
     #[arg(long)]
@@ -50,6 +54,7 @@ pub(crate) struct WorkerArgs {
 impl WorkerArgs {
     pub(crate) fn window(&self) -> Window {
         Window {
+            begin_ns: self.begin_ns.unwrap_or(self.start_ns),
             start_ns: self.start_ns,
             until_ns: self.until_ns,
         }
@@ -66,9 +71,13 @@ impl WorkerArgs {
     }
 }
 
-/// When the contending processes start and stop, by the wall clock.
+/// When the contending processes begin, and when what they do is
+/// measured, by the wall clock.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Window {
+    /// When the tasks begin to ask: at `start_ns`, or before it when the
+    /// run has a warm-up, whose grants and commands are not counted.
+    pub(crate) begin_ns: u64,
     pub(crate) start_ns: u64,
     pub(crate) until_ns: u64,
 }
@@ -77,8 +86,18 @@ impl Window {
     /// A window of `seconds` that opens after `startup`, time for the
     /// workers to start and connect.
     pub(crate) fn after(startup: Duration, seconds: Duration) -> Self {
-        let start_ns = now_ns() + startup.as_nanos() as u64;
+        Self::after_warm_up(startup, Duration::ZERO, seconds)
+    }
+
+    /// A window of `seconds` that opens `warm_up` after the tasks begin,
+    /// which is after `startup`: what a worker does once (connect, open a
+    /// stream, prepare its statements, take its place) is then done before
+    /// the window opens, and the window sees the steady state.
+    pub(crate) fn after_warm_up(startup: Duration, warm_up: Duration, seconds: Duration) -> Self {
+        let begin_ns = now_ns() + startup.as_nanos() as u64;
+        let start_ns = begin_ns + warm_up.as_nanos() as u64;
         Self {
+            begin_ns,
             start_ns,
             until_ns: start_ns + seconds.as_nanos() as u64,
         }
@@ -163,6 +182,8 @@ impl Layout {
             self.tasks.to_string(),
             "--process".to_owned(),
             process.to_string(),
+            "--begin-ns".to_owned(),
+            self.window.begin_ns.to_string(),
             "--start-ns".to_owned(),
             self.window.start_ns.to_string(),
             "--until-ns".to_owned(),
@@ -326,7 +347,7 @@ type TaskLog = (Vec<Tenure>, u64);
 /// failed calls.
 pub(crate) async fn drive<T: Taker>(taker: T, args: &WorkerArgs) -> Outcome<TaskLog> {
     if !args.rounds {
-        sleep_until_ns(args.start_ns).await;
+        sleep_until_ns(args.window().begin_ns).await;
         return run_tasks(&taker, args, 0).await;
     }
     let (mut holds, mut errors) = (Vec::new(), 0);
@@ -367,6 +388,12 @@ async fn run_tasks<T: Taker>(taker: &T, args: &WorkerArgs, round: u32) -> Outcom
     Ok((holds, errors))
 }
 
+/// How long a wait goes on after the window closes: the end of the waits
+/// the close cuts short (a place left, a mark removed) then comes after
+/// the counts are read at the close, not in a race with the reading. A
+/// grant in that time is not counted either.
+const CLOSING_GRACE: Duration = Duration::from_millis(250);
+
 /// One task: takes the lock until the window closes, or (`once`) until it
 /// has held it once, holding it for `work` each time.
 async fn take_until<T: Taker>(
@@ -386,8 +413,8 @@ async fn take_until<T: Taker>(
         if now >= window.until_ns {
             break;
         }
-        let (take, first_ask) =
-            asking::timed(taker.take_once(Duration::from_nanos(window.until_ns - now), work)).await;
+        let left = Duration::from_nanos(window.until_ns - now) + CLOSING_GRACE;
+        let (take, first_ask) = asking::timed(taker.take_once(left, work)).await;
         match take {
             Take::Held {
                 acquired_at_ns,
@@ -429,6 +456,30 @@ pub(crate) fn print_line(line: &Line) -> Outcome<()> {
         serde_json::to_string(line).map_err(|e| e.to_string())?
     );
     Ok(())
+}
+
+/// What `count` counts within `window`, read as it opens and as it
+/// closes in a task of its own: what a worker sends before (starting,
+/// warming up) or after (ending the waits the close cut short, closing) is
+/// left out, as it is where the server counts (read by the parent at the
+/// same two moments). `None` where `count` has nothing.
+pub(crate) fn count_within<F, Fut>(
+    window: Window,
+    count: F,
+) -> tokio::task::JoinHandle<Outcome<Option<Counts>>>
+where
+    F: Fn() -> Fut + Send + 'static,
+    Fut: Future<Output = Outcome<Option<Counts>>> + Send,
+{
+    tokio::spawn(async move {
+        sleep_until_ns(window.start_ns).await;
+        let opened = count().await?;
+        sleep_until_ns(window.until_ns).await;
+        let closed = count().await?;
+        Ok(opened
+            .zip(closed)
+            .map(|(opened, closed)| closed.since(&opened)))
+    })
 }
 
 /// Prints a worker's final report: its holds, the commands it counted

@@ -76,8 +76,11 @@ impl Run {
             "- **MongoDB**: the driver's command monitoring. Every `mongodb::Client` the \
              benchmarks build, in the parent and in every worker process, ours and \
              {PEER}'s, carries a `CommandEventHandler` that counts each \
-             `CommandStartedEvent` by command name; each worker prints its counts for the \
-             contention window as a final JSON line, and the parent adds them up. This \
+             `CommandStartedEvent` by command name; each worker reads its counts when the \
+             contention window opens and when it closes, so that what it sends before \
+             (connecting, opening its change stream) and after (ending the waits the \
+             close cut short) is not counted, as where the server counts; it prints them \
+             as a final JSON line, and the parent adds them up. This \
              includes the change stream's `getMore`s. The driver's own server monitoring \
              (`hello` heartbeats) is not reported to command monitoring and is not \
              counted. As a cross-check, the contention table also gives the server's own \

@@ -54,7 +54,10 @@ pub(super) const COUNTING: &str = "- **PostgreSQL**: *server commands* are trans
     its grants and waiting writers (one per lock held or writer waiting; released ones are \
     kept for later attempts, eight at most, and one is opened ahead) adds its start-up \
     transaction, and the first use of a name adds the `INSERT` that gives it its key, and \
-    an acquire that found none.";
+    an acquire that found none. Section 4's waiters curve, whose windows are short and \
+    whose processes many, counts statements instead, as they end: the `calls` of \
+    `pg_stat_statements` (`BEGIN` and `COMMIT` among them), read when the window opens and \
+    when it closes (see there).";
 
 // The header says each counting pass lasts half a second.
 const _: () = assert!(crate::pg_counts::PASS.as_millis() == 500);

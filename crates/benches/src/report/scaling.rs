@@ -8,7 +8,7 @@ use super::*;
 use crate::charts::{Chart, Series};
 use crate::scaling::names::NamesPoint;
 use crate::scaling::store;
-use crate::scaling::waiters::WaitersPoint;
+use crate::scaling::waiters::{WARM_UP, WaitersPoint};
 use crate::scaling::{Curve, Point, measured};
 
 /// How much a fair form's commands per acquisition may vary over the
@@ -58,11 +58,20 @@ impl Run {
             out,
             "N worker processes of one task each take one name over and over for {} \
              (a tight loop: each releases and asks again at once), so every release finds \
-             the other N − 1 waiting. *Commands per acquisition* are the server commands \
-             from one grant to the next, counted as in section 2: the release, the waiters' \
-             tries or wake-ups, and the grant; the file backend has no server to count. \
-             The hand-off runs from a release to the next grant.\n",
-            humantime::format_duration(window)
+             the other N − 1 waiting. The tasks begin {} before the window opens, so that \
+             what a process does once (its first attempt, a stream opened, a channel \
+             listened to, a place taken) is done before it, and a wait the close cuts \
+             short ends after the counts are read. *Commands per acquisition* are the \
+             server commands from one grant to the next: the release, the waiters' tries \
+             or wake-ups, and the grant, with whatever the waiting processes send \
+             meanwhile (a change stream's idle `getMore`, a listener's probe), counted as \
+             in section 2 but for PostgreSQL, whose are statements here, as they end \
+             (`pg_stat_statements`, read at the window's edges): its transaction counters \
+             publish too late for a window this short, and count a transaction in every \
+             listening process for each notification. The file backend has no server to \
+             count. The hand-off runs from a release to the next grant.\n",
+            humantime::format_duration(window),
+            humantime::format_duration(WARM_UP)
         );
         let _ = writeln!(
             out,
@@ -315,6 +324,16 @@ fn why_waiters(b: &BackendResults) -> String {
             "the server's own lock queue: each waiter blocks in `pg_advisory_lock` on its own \
              connection and an unlock grants the first in line, so a release wakes one waiter"
         }
+        ("PostgreSQL", true, false) => {
+            "a release grants the first place in line in its own statement and names the \
+             place in its notification: every listening process hears it, but only that \
+             place's waiter asks, so a release costs the same whatever the number waiting"
+        }
+        ("MongoDB", true, _) => {
+            "a release passes the lock to the first in line in its own write, and only that \
+             waiter's process hears of it (its change stream is filtered on the server to \
+             its own places), so a release costs the same whatever the number waiting"
+        }
         (_, true, false) => {
             "the store passes the lock to the first in line and wakes only that waiter's \
              process, so a release costs the same whatever the number waiting"
@@ -343,7 +362,7 @@ fn why_waiters(b: &BackendResults) -> String {
         }
         ("PostgreSQL", ..) => {
             "a release notifies the name's channel (`pg_notify`), and every waiting process is \
-             woken and tries once more, a transaction each"
+             woken and tries once more, a statement each between its `BEGIN` and `COMMIT`"
         }
         ("Redis", ..) => {
             "a release that finds a waiter's mark publishes on the name's channel, every \

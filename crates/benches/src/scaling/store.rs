@@ -52,6 +52,7 @@ pub(crate) fn source(kind: &str) -> &'static str {
 pub(crate) async fn read(target: &Target) -> Outcome<Stored> {
     match &target.server {
         Server::Postgres(stats) => postgres(target, stats).await,
+        Server::PostgresStatements(statements) => postgres(target, statements.stats()).await,
         Server::Mongo {
             database,
             collection,

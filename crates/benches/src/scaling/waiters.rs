@@ -21,6 +21,12 @@ use crate::worker::{Layout, Window, Workload};
 const STARTUP: Duration = Duration::from_millis(1500);
 const STARTUP_PER_PROCESS: Duration = Duration::from_millis(40);
 
+/// How long the tasks ask before the window opens: time for every worker
+/// to make its first attempt, with what it does once (a stream opened, a
+/// channel listened to, statements prepared, a place taken), so that the
+/// window counts what each release costs, not what each process costs.
+pub(crate) const WARM_UP: Duration = Duration::from_secs(1);
+
 /// One point of the waiters curve: what `waiters` processes of one task
 /// each did in a tight loop on one name.
 #[derive(Debug, Clone)]
@@ -39,7 +45,7 @@ pub(crate) async fn waiters(
 ) -> Outcome<WaitersPoint> {
     let processes = u32::try_from(waiters).map_err(|_| "too many waiters".to_owned())?;
     let startup = STARTUP + STARTUP_PER_PROCESS * processes;
-    let window = Window::after(startup, seconds);
+    let window = Window::after_warm_up(startup, WARM_UP, seconds);
     let layout = Layout {
         processes,
         tasks: 1,
@@ -47,7 +53,9 @@ pub(crate) async fn waiters(
         workload: Workload::TightLoop,
     };
     let workers = our_workers(exe, target, &bench_name("waiters"), layout, Mix::Exclusive);
-    let contention = gather::contend(target, workers, window, false).await?;
+    // PostgreSQL's statements, counted as they end: its transactions are
+    // published too late for a window this short.
+    let contention = gather::contend(&target.counting_statements(), workers, window, false).await?;
     Ok(WaitersPoint {
         waiters,
         contention,
