@@ -397,10 +397,10 @@ impl Run {
              waiting process's inotify watch reports that write, its runtime wakes the \
              waiting task, and the task's attempt locks the file and writes the name's next \
              fencing token into it before it returns. That chain took {} and {}. The raw \
-             waiter writes no token and holds a thread while it waits; a waiter of ours \
-             that blocked in `flock` on a thread of its own was tried during development \
-             and handed off more slowly on this machine, since the grant must still cross \
-             from that thread to the waiting task and the token must still be written.",
+             waiter writes no token and holds a thread while it waits. A waiter of ours \
+             that blocked in `flock` would hold a thread per waiting task, and its grant \
+             would still have to cross from that thread to the waiting task and write the \
+             token; it is not measured here.",
             short(raw_tight),
             short(raw_rounds),
             short(ours_tight),
