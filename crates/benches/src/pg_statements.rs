@@ -15,7 +15,7 @@
 
 use crate::commands::Counts;
 use crate::outcome::Outcome;
-use crate::pg_stats::PgStats;
+use crate::pg_stats::{PgStats, less_reading};
 
 /// The statements one reading adds to the next: its own `SELECT`s.
 pub(crate) const READ_COST: u64 = 2;
@@ -79,12 +79,7 @@ impl PgStatements {
     /// The statements between two readings, less the earlier reading's
     /// own.
     pub(crate) fn between(before: &Counts, after: &Counts) -> Counts {
-        let mut delta = after.since(before);
-        if let Some(statements) = delta.0.get_mut(STATEMENTS) {
-            *statements = statements.saturating_sub(READ_COST);
-        }
-        delta.0.retain(|_, n| *n > 0);
-        delta
+        less_reading(after.since(before), STATEMENTS, READ_COST)
     }
 }
 

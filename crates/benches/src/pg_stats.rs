@@ -87,12 +87,7 @@ impl PgStats {
     /// The transactions between two readings, less the earlier reading's
     /// own.
     pub(crate) fn between(before: &Counts, after: &Counts) -> Counts {
-        let mut delta = after.since(before);
-        if let Some(commits) = delta.0.get_mut(COMMITS) {
-            *commits = commits.saturating_sub(READ_COST);
-        }
-        delta.0.retain(|_, n| *n > 0);
-        delta
+        less_reading(after.since(before), COMMITS, READ_COST)
     }
 
     /// The server's version, e.g. `15.18 (Debian 15.18-0+deb12u1)`.
@@ -116,6 +111,16 @@ impl PgStats {
         let _ = connection.await;
         row
     }
+}
+
+/// `delta` with a reading's own `cost` taken off its `counter`, and
+/// without the counts that are then zero.
+pub(crate) fn less_reading(mut delta: Counts, counter: &str, cost: u64) -> Counts {
+    if let Some(n) = delta.0.get_mut(counter) {
+        *n = n.saturating_sub(cost);
+    }
+    delta.0.retain(|_, n| *n > 0);
+    delta
 }
 
 /// `url` without distlock's own options (`table`, `schema`, `mode`,
