@@ -347,6 +347,31 @@ mod tests {
         }
     }
 
+    /// How many statements prepared on `client`'s session take or free an
+    /// advisory lock.
+    async fn advisory_statements_prepared(client: &ClientWrapper) -> i64 {
+        let sql = "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE '%advisory%'";
+        let rows = client.query_typed(sql, &[]).await.expect("the prepared statements");
+        rows[0].get(0)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_check_for_a_pooler_leaves_no_statement_prepared() {
+        // Behind a pooler, a statement prepared by one process stays on a
+        // server connection that the pooler hands to others, where one
+        // of the same name would run it with their parameters.
+        let direct = connections("DISTLOCK_TEST_POSTGRES_URL");
+        let first = direct.pool.get().await.expect("a connection");
+        let second = direct.pool.get().await.expect("another connection");
+        let pooled =
+            pooler::reaches_transaction_pooler(&first, &second, DEFAULT_ADVISORY_CLASS, PATIENCE)
+                .await
+                .expect("the check");
+        assert!(!pooled, "the server itself is no pooler");
+        assert_eq!(advisory_statements_prepared(&first).await, 0);
+        assert_eq!(advisory_statements_prepared(&second).await, 0);
+    }
+
     /// Runs `SELECT n + 1` through `connections`, and checks its answer.
     async fn add_one(connections: &Connections, n: i32) {
         let rows = connections
