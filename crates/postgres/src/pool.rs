@@ -351,7 +351,10 @@ mod tests {
     /// advisory lock.
     async fn advisory_statements_prepared(client: &ClientWrapper) -> i64 {
         let sql = "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE '%advisory%'";
-        let rows = client.query_typed(sql, &[]).await.expect("the prepared statements");
+        let rows = client
+            .query_typed(sql, &[])
+            .await
+            .expect("the prepared statements");
         rows[0].get(0)
     }
 

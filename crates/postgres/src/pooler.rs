@@ -186,6 +186,9 @@ mod tests {
         let mut sessions = Sessions::default();
         assert!(sessions.ran(Side::First, 10));
         assert!(sessions.ran(Side::Second, 11));
-        assert!(!sessions.ran(Side::First, 12), "another process for the first");
+        assert!(
+            !sessions.ran(Side::First, 12),
+            "another process for the first"
+        );
     }
 }
