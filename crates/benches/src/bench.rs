@@ -8,6 +8,7 @@ use crate::durability::MeasuredServer;
 use crate::kinds::{KindOutcome, KindRun, KindSummary};
 use crate::mix::Mix;
 use crate::names::bench_name;
+use crate::open_files;
 use crate::ours::our_workers;
 use crate::outcome::Outcome;
 use crate::peers::Tooz;
@@ -243,6 +244,10 @@ pub(crate) async fn bench(args: &Args) -> Outcome<()> {
         .iter()
         .map(|(target, _)| (target, Plan::of(target, full(target))))
         .collect();
+    if plans.iter().any(|(_, plan)| plan.held) {
+        let largest = args.held.iter().copied().max().unwrap_or(0);
+        run.open_files = Some(open_files::raise_for(largest));
+    }
     let all_curves = scaling::measure(args, &exe, &plans).await;
     for (
         ((((target, server_version), (uncontended, tooz_uncontended)), contended), kinds),

@@ -53,6 +53,7 @@ mod kinds;
 mod markdown;
 mod mix;
 mod names;
+mod open_files;
 mod order;
 mod ours;
 mod outcome;

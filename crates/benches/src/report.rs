@@ -27,6 +27,7 @@ use crate::commands::{Counts, MEMCACHED_COMMANDS};
 use crate::durability::Durability;
 use crate::kinds::{self, KindRun};
 use crate::markdown::{findings_list, goal, goals_list, opt, short, unjudged};
+use crate::open_files::OpenFiles;
 use crate::order;
 use crate::peers::{ToozUncontended, ToozVersions};
 use crate::quiet::Quiet;
@@ -51,6 +52,8 @@ pub(crate) struct Run {
     pub(crate) tooz_versions: Option<ToozVersions>,
     /// Each kind of server's durability settings, as the script gave them.
     pub(crate) durability: Vec<Durability>,
+    /// The limit on open files the run had, where it measured held locks.
+    pub(crate) open_files: Option<OpenFiles>,
     pub(crate) backends: Vec<BackendResults>,
     /// Where the charts go, relative to the report (`docs/bench`); `None`
     /// when the report is printed, not written, and the charts are not
@@ -175,6 +178,7 @@ impl Run {
             left_out: Vec::new(),
             tooz_versions: None,
             durability: Vec::new(),
+            open_files: None,
             backends: Vec::new(),
             charts_dir: None,
         }

@@ -40,6 +40,15 @@ impl Run {
             humantime::format_duration(distlock::LockOptions::DEFAULT_LEASE),
             humantime::format_duration(distlock::LockOptions::default().extend_every()),
         );
+        if let Some(open_files) = &self.open_files {
+            let _ = writeln!(
+                out,
+                "The file backend keeps one descriptor open for each lock it holds, so the run \
+                 raises its limit on open files to fit the largest point where it may. The \
+                 limit: {}.\n",
+                open_files.describe()
+            );
+        }
         let _ = writeln!(
             out,
             "| backend | locks | taken in | extension calls/s | leases extended/s | server commands/s while held | server commands per lock per cadence | server commands per minute, default lease | lost | CPU while held | CPU per minute, default lease | RSS before → holding |"

@@ -99,6 +99,50 @@ pub(crate) async fn hold_many(
     let started = Instant::now();
     let guards = take_all(&client, &prefix, locks).await?;
     let acquire_time = started.elapsed();
+    // The locks are given back whatever the measurement's outcome, so that
+    // their releases do not run on into the next one.
+    let measured = measure_hold(target, &calls, held_for).await;
+    let lost = guards.iter().filter(|guard| guard.is_lost()).count();
+    release_all(guards).await;
+    target.forget(prefix.as_str()).await;
+    let Held {
+        extend_calls,
+        extended_leases,
+        session_renewals,
+        commands,
+        cpu,
+        rss_held_kib,
+    } = measured?;
+    Ok(HoldMany {
+        locks,
+        held_for,
+        lease,
+        extend_every,
+        acquire_time,
+        extend_calls,
+        extended_leases,
+        session_renewals,
+        commands,
+        lost,
+        cpu,
+        rss_before_kib,
+        rss_held_kib,
+    })
+}
+
+/// What [`measure_hold`] saw while the locks were held.
+struct Held {
+    extend_calls: u64,
+    extended_leases: u64,
+    session_renewals: u64,
+    commands: Option<Counts>,
+    cpu: Duration,
+    rss_held_kib: u64,
+}
+
+/// Waits `held_for` while the locks are kept, counting the calls core
+/// makes (`calls`) and the commands the server receives.
+async fn measure_hold(target: &Target, calls: &Calls, held_for: Duration) -> Outcome<Held> {
     let (batches_before, leases_before, renewals_before) = (
         Calls::get(&calls.extend_batches),
         Calls::get(&calls.extended_leases),
@@ -120,27 +164,13 @@ pub(crate) async fn hold_many(
             .map(|after| target.counted_between(&before, &after)),
         None => None,
     };
-    let extend_calls = Calls::get(&calls.extend_batches) - batches_before;
-    let extended_leases = Calls::get(&calls.extended_leases) - leases_before;
-    let session_renewals = Calls::get(&calls.session_renewals) - renewals_before;
-    let rss_held_kib = rss_kib();
-    let lost = guards.iter().filter(|guard| guard.is_lost()).count();
-    release_all(guards).await;
-    target.forget(prefix.as_str()).await;
-    Ok(HoldMany {
-        locks,
-        held_for,
-        lease,
-        extend_every,
-        acquire_time,
-        extend_calls,
-        extended_leases,
-        session_renewals,
+    Ok(Held {
+        extend_calls: Calls::get(&calls.extend_batches) - batches_before,
+        extended_leases: Calls::get(&calls.extended_leases) - leases_before,
+        session_renewals: Calls::get(&calls.session_renewals) - renewals_before,
         commands,
-        lost,
         cpu,
-        rss_before_kib,
-        rss_held_kib,
+        rss_held_kib: rss_kib(),
     })
 }
 

@@ -18,19 +18,36 @@ pub(crate) fn nth_name(prefix: &LockName, i: usize) -> Outcome<LockName> {
 
 /// Takes `count` fresh names under `prefix` once each, [`IN_FLIGHT`] at a
 /// time, and returns their guards; a name already held is an error, as
-/// every name is new.
+/// every name is new. On an error the locks taken are given back before
+/// it returns, so that their releases do not run on into the next
+/// measurement.
 pub(crate) async fn take_all(
     client: &LockClient,
     prefix: &LockName,
     count: usize,
 ) -> Outcome<Vec<LockGuard>> {
-    futures::stream::iter(0..count)
+    let taken = futures::stream::iter(0..count)
         .map(|i| take_fresh(client, prefix, i))
         .buffer_unordered(IN_FLIGHT)
         .collect::<Vec<Outcome<_>>>()
-        .await
-        .into_iter()
-        .collect()
+        .await;
+    let mut guards = Vec::with_capacity(taken.len());
+    let mut first_error = None;
+    for outcome in taken {
+        match outcome {
+            Ok(guard) => guards.push(guard),
+            Err(error) => {
+                first_error.get_or_insert(error);
+            }
+        }
+    }
+    match first_error {
+        None => Ok(guards),
+        Some(error) => {
+            release_all(guards).await;
+            Err(error)
+        }
+    }
 }
 
 /// Takes each of `count` fresh names under `prefix` and gives it back at
