@@ -383,7 +383,36 @@ fn why_waiters(b: &BackendResults) -> String {
         ),
         _ => String::new(),
     };
-    format!("**{}**: {how}.{growth}", b.label)
+    let polls = if b.kind == "MongoDB" {
+        idle_polls(b)
+    } else {
+        String::new()
+    };
+    format!("**{}**: {how}.{growth}{polls}", b.label)
+}
+
+/// For MongoDB, the change streams' `getMore`s per acquisition at the
+/// curve's ends: a stream asks again whenever its wait on the server
+/// (`maxAwaitTimeMS`, a second by default) ends with no event, so its idle
+/// polls grow with the processes waiting, not with the releases.
+fn idle_polls(b: &BackendResults) -> String {
+    let per: Vec<(usize, f64)> = measured(&b.curves.waiters)
+        .filter(|(at, _)| *at >= 2)
+        .filter_map(|(at, w)| {
+            let c = &w.contention;
+            let polls = *c.commands.as_ref()?.0.get("getMore")?;
+            (c.acquisitions > 0).then(|| (at, polls as f64 / c.acquisitions as f64))
+        })
+        .collect();
+    match (per.first(), per.last()) {
+        (Some(&(few, low)), Some(&(many, high))) if many > few => format!(
+            " Of these, `getMore` {low:.2} with {few} and {high:.2} with {many}: each waiting \
+             process's change stream asks again whenever its wait on the server (a second, \
+             the server's default `maxAwaitTimeMS`) ends with no event, so its idle polls \
+             grow with the processes waiting, not with the releases."
+        ),
+        _ => String::new(),
+    }
 }
 
 #[cfg(test)]
