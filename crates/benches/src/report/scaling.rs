@@ -284,10 +284,7 @@ fn failed_row(out: &mut String, label: &str, at: usize, error: &str, columns: us
 /// N: within [`FAIR_FLAT`] of each other over the points with at least
 /// two waiters (with one there is nobody to serve in order).
 fn fair_flat_goal(b: &BackendResults) -> Option<String> {
-    let per: Vec<(usize, f64)> = measured(&b.curves.waiters)
-        .filter(|(at, _)| *at >= 2)
-        .filter_map(|(at, w)| Some((at, w.contention.commands_per_acquisition()?)))
-        .collect();
+    let per = with_waiters(b, Contention::commands_per_acquisition);
     let spread = flat_spread(&per.iter().map(|(_, v)| *v).collect::<Vec<_>>())?;
     let points = per
         .iter()
@@ -313,6 +310,18 @@ pub(super) fn flat_spread(values: &[f64]) -> Option<f64> {
     let low = values.iter().copied().fold(f64::INFINITY, f64::min);
     let high = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     (low > 0.0).then(|| high / low)
+}
+
+/// `value` of each point of `b`'s waiters curve where someone waits (two
+/// waiters or more), beside its number of waiters.
+fn with_waiters(
+    b: &BackendResults,
+    value: impl Fn(&Contention) -> Option<f64>,
+) -> Vec<(usize, f64)> {
+    measured(&b.curves.waiters)
+        .filter(|(at, _)| *at >= 2)
+        .filter_map(|(at, w)| Some((at, value(&w.contention)?)))
+        .collect()
 }
 
 /// One sentence on why `b`'s waiters curve grows as it does, with the
@@ -371,10 +380,7 @@ fn why_waiters(b: &BackendResults) -> String {
         }
         _ => "no explanation is written for this backend",
     };
-    let per: Vec<(usize, f64)> = measured(&b.curves.waiters)
-        .filter(|(at, _)| *at >= 2)
-        .filter_map(|(at, w)| Some((at, w.contention.commands_per_acquisition()?)))
-        .collect();
+    let per = with_waiters(b, Contention::commands_per_acquisition);
     let growth = match (per.first(), per.last()) {
         (Some(&(few, low)), Some(&(many, high))) if many > few && low > 0.0 => format!(
             " Measured: {low:.2} commands per acquisition with {few} waiting processes, \
@@ -396,14 +402,10 @@ fn why_waiters(b: &BackendResults) -> String {
 /// (`maxAwaitTimeMS`, a second by default) ends with no event, so its idle
 /// polls grow with the processes waiting, not with the releases.
 fn idle_polls(b: &BackendResults) -> String {
-    let per: Vec<(usize, f64)> = measured(&b.curves.waiters)
-        .filter(|(at, _)| *at >= 2)
-        .filter_map(|(at, w)| {
-            let c = &w.contention;
-            let polls = *c.commands.as_ref()?.0.get("getMore")?;
-            (c.acquisitions > 0).then(|| (at, polls as f64 / c.acquisitions as f64))
-        })
-        .collect();
+    let per = with_waiters(b, |c| {
+        let polls = *c.commands.as_ref()?.0.get("getMore")?;
+        (c.acquisitions > 0).then(|| polls as f64 / c.acquisitions as f64)
+    });
     match (per.first(), per.last()) {
         (Some(&(few, low)), Some(&(many, high))) if many > few => format!(
             " Of these, `getMore` {low:.2} with {few} and {high:.2} with {many}: each waiting \
