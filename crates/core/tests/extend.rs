@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use distlock_core::testing::{Call, Hook, TestBackend};
+use distlock_core::testing::{Call, Hook, Operation, TestBackend};
 use distlock_core::{LockClient, LockName, LockOptions, Result};
 
 /// Extensions that take 30 ms for each 32 leases, as the default bulk
@@ -48,6 +48,53 @@ async fn leases_of_a_backend_without_bulk_extension_are_all_kept() {
     }
     // Three leases' worth: every lease was extended several times.
     tokio::time::sleep(Duration::from_millis(2700)).await;
+    let lost = guards.iter().filter(|guard| guard.is_lost()).count();
+    assert_eq!(lost, 0, "{lost} of {LOCKS} leases were lost");
+    for guard in guards {
+        assert!(guard.release().await.unwrap());
+    }
+}
+
+/// Extensions that take 150 ms a call, whatever its size, as a bulk
+/// statement on a busy server does.
+#[derive(Debug, Default)]
+struct SlowCalls;
+
+#[async_trait]
+impl Hook for SlowCalls {
+    async fn before(&self, call: Call<'_>) -> Result<()> {
+        if let Call::Extend(_) = call {
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
+        Ok(())
+    }
+}
+
+/// A batch of ten calls' worth of leases: sent one after another, the last
+/// calls would leave after their leases ran out (10 × 150 ms from the
+/// first extension, against a 1.2 s lease); the keeper sends them a few at
+/// once, so none is lost.
+#[tokio::test(start_paused = true)]
+async fn the_calls_of_a_large_batch_are_sent_side_by_side() {
+    const LOCKS: usize = 320;
+    let options = LockOptions::builder()
+        .lease(Duration::from_millis(1200))
+        .operation_timeout(Duration::from_millis(1000))
+        .build()
+        .unwrap();
+    let backend = TestBackend::new().with_hook(Arc::new(SlowCalls));
+    let client = LockClient::new(backend.shared(), options);
+    let mut guards = Vec::with_capacity(LOCKS);
+    for i in 0..LOCKS {
+        let name = LockName::new(format!("batched-{i}")).unwrap();
+        guards.push(client.acquire_with(&name, Duration::ZERO).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let extensions = backend.calls_of(Operation::Extend);
+    assert!(
+        extensions >= 30,
+        "only {extensions} extension calls: the leases were not kept by extending them"
+    );
     let lost = guards.iter().filter(|guard| guard.is_lost()).count();
     assert_eq!(lost, 0, "{lost} of {LOCKS} leases were lost");
     for guard in guards {

@@ -6,7 +6,7 @@
 //! a short window of each other go to the backend together through
 //! [`Backend::extend_many`](crate::backend::Backend::extend_many) (in calls of at
 //! most [`Backend::extend_many_limit`](crate::backend::Backend::extend_many_limit)
-//! leases, each bounded by the operation timeout), so 10,000 locks
+//! leases, each bounded by the operation timeout, a few at once), so 10,000 locks
 //! taken at once cost a few bulk calls per cadence, not 10,000 timers.
 //!
 //! A backend whose grants hang on one session instead has that session
@@ -22,6 +22,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::{Arc, PoisonError, Weak};
 use std::time::Duration;
 
+use futures::StreamExt;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -34,6 +35,11 @@ use crate::metrics;
 use crate::options::LockOptions;
 use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use crate::sync::{Mutex, MutexGuard};
+
+/// How many `extend_many` calls of one batch are in flight at once: enough
+/// that a batch larger than one call is sent within a round trip or two,
+/// few enough to leave a backend's pool of connections to acquisitions.
+const EXTEND_CALLS_AT_ONCE: usize = 4;
 
 /// Handle to a client's keeper.
 #[derive(Debug, Clone)]
@@ -466,13 +472,17 @@ impl Shared {
         let Some((_, first)) = batch.first() else {
             return;
         };
-        // Each call gets one operation timeout, so a backend that extends
-        // lease by lease is given only as many as it extends at once.
+        // Each call gets one operation timeout, so it carries only as many
+        // leases as the backend extends within one. The calls run side by
+        // side: sent one after another, the last calls of a large batch
+        // would leave only after their leases ran out.
         let backend = first.backend.clone();
         let limit = backend.extend_many_limit().max(1);
-        for chunk in batch.chunks(limit) {
-            self.extend_chunk(&*backend, chunk).await;
-        }
+        futures::stream::iter(batch.chunks(limit))
+            .for_each_concurrent(EXTEND_CALLS_AT_ONCE, |chunk| {
+                self.extend_chunk(&*backend, chunk)
+            })
+            .await;
     }
 
     /// Extends the leases of `chunk` in one call to `backend`.
