@@ -62,14 +62,22 @@ pub(crate) struct Args {
         default_value = "100,1000,10000,100000"
     )]
     pub(crate) held: Vec<usize>,
-    /// How long the locks of each held-locks point are held.
-    #[arg(long, alias = "many-seconds", default_value = "12s", value_parser = humantime::parse_duration)]
+    /// How long the locks of each held-locks point are held: three
+    /// cadences of the default lease.
+    #[arg(long, alias = "many-seconds", default_value = "30s", value_parser = humantime::parse_duration)]
     pub(crate) held_seconds: Duration,
-    /// The lease of the held locks (extended every third of it): shorter
-    /// than the default, so that a short hold spans several cadences. The
-    /// report scales what a cadence costs to the default lease.
-    #[arg(long, alias = "many-lease", default_value = "9s", value_parser = humantime::parse_duration)]
+    /// The lease of the held locks (extended every third of it): the
+    /// default, as users run it. A shorter one lets a short hold span
+    /// several cadences, and asks the server for more extensions per
+    /// second; the report scales what a cadence costs to the default lease.
+    #[arg(long, alias = "many-lease", default_value = "30s", value_parser = humantime::parse_duration)]
     pub(crate) held_lease: Duration,
+    /// How long a held-locks point may take its locks. Past it, the point
+    /// is reported with how many it took, and how many leases a second the
+    /// keeper was extending meanwhile: a server that spends itself keeping
+    /// the locks held takes the next ever more slowly.
+    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+    pub(crate) held_take_within: Duration,
     /// Skip the peers (distributed-lock-mongo, tooz, sqlx's advisory lock,
     /// etcd's lock service, rslock, redlock).
     #[arg(long)]

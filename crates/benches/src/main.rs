@@ -6,7 +6,8 @@
 //! distlock-bench [--backend URL]… [--seconds S] [--uncontended-seconds S]
 //!                [--processes P] [--tasks T] [--work D] [--single-task-processes N]
 //!                [--waiters N,…] [--waiters-seconds S] [--names N,…]
-//!                [--held N,…] [--held-seconds S] [--held-lease L] [--no-peers]
+//!                [--held N,…] [--held-seconds S] [--held-lease L]
+//!                [--held-take-within D] [--no-peers]
 //!                [--tooz SCRIPT] [--python PYTHON] [--etcdctl ETCDCTL] [--only KIND]…
 //!                [--note TEXT]… [--durability KIND SETTINGS WAITS]…
 //!                [--measured-server BACKEND SETTINGS URL]… [--write FILE]
@@ -87,6 +88,7 @@ use crate::redis_peers::Peer;
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let args = Args::parse();
+    log_if_asked();
     let outcome = match &args.worker {
         Some(WorkerCommand::Worker { args, mix }) => ours::worker(args, mix.mix()).await,
         Some(WorkerCommand::PeerWorker { args }) => peers::mongo_worker(args).await,
@@ -106,4 +108,18 @@ async fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// Logs to stderr what `RUST_LOG` asks for (e.g. `distlock_core=debug`,
+/// the keeper's batches): nothing without it, so a run's output is only
+/// its report.
+fn log_if_asked() {
+    let Ok(filter) = tracing_subscriber::EnvFilter::try_from_default_env() else {
+        return;
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .try_init();
 }

@@ -8,6 +8,26 @@ use super::*;
 use crate::charts::Chart;
 use crate::scaling::measured;
 
+/// What the held locks' lease means for the *per minute* columns.
+fn lease_note(lease: Duration) -> String {
+    let default = distlock::LockOptions::DEFAULT_LEASE;
+    let cadence = humantime::format_duration(distlock::LockOptions::default().extend_every());
+    if lease == default {
+        format!(
+            "That is the default lease, as users run it, so the *per minute* columns \
+             scale what was measured to a minute of the default cadence (every {cadence})."
+        )
+    } else {
+        format!(
+            "The lease is not the default {}: keeping a lock costs per cadence, whatever \
+             the lease, so the *per minute* columns scale what one cadence cost to the \
+             default lease's cadence (every {cadence}). A shorter lease asks the server \
+             for more extensions per second.",
+            humantime::format_duration(default)
+        )
+    }
+}
+
 impl Run {
     /// The held-locks part of section 4.
     pub(super) fn held(&self, out: &mut String) {
@@ -23,10 +43,7 @@ impl Run {
             out,
             "One client takes N locks (64 attempts in flight), holds them for {} with a \
              {} lease (extended every {}, so {:.0} extension rounds), then releases them. \
-             The lease is shorter than the default {} so that a short hold spans several \
-             cadences: keeping a lock costs per cadence, whatever the lease, so the *per \
-             minute* columns scale what one cadence cost to the default lease's cadence \
-             (every {}). *Extension calls* are the calls the lock client's keeper makes to \
+             {} *Extension calls* are the calls the lock client's keeper makes to \
              the backend (`extend` or `extend_many`, or on etcd `renew_session`, one renewal \
              of the client's session that keeps all its leases, so no lease is extended on \
              its own); *server commands* are what the server received while the locks were \
@@ -37,8 +54,7 @@ impl Run {
             humantime::format_duration(m.lease),
             humantime::format_duration(m.extend_every),
             m.cadences(),
-            humantime::format_duration(distlock::LockOptions::DEFAULT_LEASE),
-            humantime::format_duration(distlock::LockOptions::default().extend_every()),
+            lease_note(m.lease),
         );
         if let Some(open_files) = &self.open_files {
             let _ = writeln!(

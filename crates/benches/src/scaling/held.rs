@@ -72,11 +72,14 @@ fn default_cadences_per_minute() -> f64 {
 
 /// Holds `locks` locks for `held_for` with a `lease`, counting the calls
 /// core makes to keep them and the commands the server receives meanwhile.
+/// Taking them may last `take_within`: a server too slow for that is
+/// reported with how far it got.
 pub(crate) async fn hold_many(
     target: &Target,
     locks: usize,
     held_for: Duration,
     lease: Duration,
+    take_within: Duration,
 ) -> Outcome<HoldMany> {
     // A session backend (etcd) serves one lease length per session: give
     // this scenario's lease a backend, and a session, of its own.
@@ -97,7 +100,18 @@ pub(crate) async fn hold_many(
     let prefix = bench_name("many");
     let rss_before_kib = rss_kib();
     let started = Instant::now();
-    let guards = take_all(&client, &prefix, locks).await?;
+    let guards = take_all(&client, &prefix, locks, take_within)
+        .await
+        .map_err(|error| {
+            // A server that spends itself keeping the locks already taken
+            // has little left to take more: say how much went to that.
+            let extended = Calls::get(&calls.extended_leases);
+            let seconds = started.elapsed().as_secs_f64();
+            format!(
+                "{error}; meanwhile the keeper extended {:.0} leases/s of those held",
+                extended as f64 / seconds
+            )
+        })?;
     let acquire_time = started.elapsed();
     // The locks are given back whatever the measurement's outcome, so that
     // their releases do not run on into the next one.

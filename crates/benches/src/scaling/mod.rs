@@ -99,7 +99,13 @@ pub(crate) async fn measure(args: &Args, exe: &Path, targets: &[(&Target, Plan)]
                 humantime::format_duration(args.held_seconds)
             );
             curves.held = curve("locks held", &args.held, |n| {
-                held::hold_many(target, n, args.held_seconds, args.held_lease)
+                held::hold_many(
+                    target,
+                    n,
+                    args.held_seconds,
+                    args.held_lease,
+                    args.held_take_within,
+                )
             })
             .await;
         }

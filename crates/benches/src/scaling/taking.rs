@@ -1,6 +1,8 @@
 //! Taking many distinct names through one client, a fixed number of calls
 //! in flight: the way the names and held-locks curves take their locks.
 
+use std::time::{Duration, Instant};
+
 use distlock::{LockClient, LockGuard, LockName};
 use futures::StreamExt;
 
@@ -18,15 +20,19 @@ pub(crate) fn nth_name(prefix: &LockName, i: usize) -> Outcome<LockName> {
 
 /// Takes `count` fresh names under `prefix` once each, [`IN_FLIGHT`] at a
 /// time, and returns their guards; a name already held is an error, as
-/// every name is new. On an error the locks taken are given back before
-/// it returns, so that their releases do not run on into the next
-/// measurement.
+/// every name is new, and so is not having taken them all `within` (no
+/// acquisition starts after it). On an error the locks taken are given
+/// back before it returns, so that their releases do not run on into the
+/// next measurement.
 pub(crate) async fn take_all(
     client: &LockClient,
     prefix: &LockName,
     count: usize,
+    within: Duration,
 ) -> Outcome<Vec<LockGuard>> {
+    let deadline = Instant::now() + within;
     let taken = futures::stream::iter(0..count)
+        .take_while(|_| std::future::ready(Instant::now() < deadline))
         .map(|i| take_fresh(client, prefix, i))
         .buffer_unordered(IN_FLIGHT)
         .collect::<Vec<Outcome<_>>>()
@@ -40,6 +46,13 @@ pub(crate) async fn take_all(
                 first_error.get_or_insert(error);
             }
         }
+    }
+    if first_error.is_none() && guards.len() < count {
+        first_error = Some(format!(
+            "{} of {count} taken in {}, when the point stopped taking",
+            guards.len(),
+            humantime::format_duration(within)
+        ));
     }
     match first_error {
         None => Ok(guards),
@@ -84,4 +97,41 @@ async fn take_fresh(client: &LockClient, prefix: &LockName, i: usize) -> Outcome
         .await
         .map_err(|e| e.to_string())?
         .ok_or_else(|| format!("a fresh lock was held: {}", name.as_str()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn client() -> LockClient {
+        distlock::connect("memory://").await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn every_name_is_taken_within_time() {
+        let client = client().await;
+        let prefix = LockName::new("taking-all").unwrap();
+        let guards = take_all(&client, &prefix, 100, Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert_eq!(guards.len(), 100);
+        release_all(guards).await;
+    }
+
+    /// Past the time allowed no acquisition starts: the point is an error
+    /// that says how far it got, and leaves no name held.
+    #[tokio::test]
+    async fn a_point_past_its_time_says_how_far_it_got_and_gives_back() {
+        let client = client().await;
+        let prefix = LockName::new("taking-late").unwrap();
+        let error = take_all(&client, &prefix, 100, Duration::ZERO)
+            .await
+            .unwrap_err();
+        assert_eq!(error, "0 of 100 taken in 0s, when the point stopped taking");
+        let again = take_all(&client, &prefix, 100, Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert_eq!(again.len(), 100);
+        release_all(again).await;
+    }
 }
