@@ -277,6 +277,7 @@ pub(crate) async fn bench(args: &Args) -> Outcome<()> {
     let _ = std::fs::remove_dir_all(&temp);
     if args.write.is_some() {
         run.charts_dir = Some(charts::DIR.to_owned());
+        run.chart_prefix = charts::partial_prefix(&kinds);
     }
     let report = run.to_markdown(&stamp);
     let markdown = if kinds.is_empty() {
@@ -332,10 +333,17 @@ fn existing_report(path: &std::path::Path) -> Outcome<String> {
 /// that draws none (`--only scale-out`) leaves the charts there as they
 /// were: their captions name the run they came from.
 fn write_charts(run: &Run, stamp: &Stamp, report: &std::path::Path) -> Outcome<()> {
+    let dir = charts::dir_beside(report);
+    if run.chart_prefix.is_empty() {
+        charts::remove_partial(&dir)?;
+    }
     let mut charts = run.hand_off_charts();
     charts.extend(run.charts());
     if charts.is_empty() {
         return Ok(());
+    }
+    for chart in &mut charts {
+        chart.file = format!("{}{}", run.chart_prefix, chart.file).into();
     }
     let labels: Vec<String> = run
         .backends
@@ -343,7 +351,6 @@ fn write_charts(run: &Run, stamp: &Stamp, report: &std::path::Path) -> Outcome<(
         .filter(|b| b.curves.measured_any() || (b.scale_out.is_none() && !b.contended.is_empty()))
         .map(|b| b.label.clone())
         .collect();
-    let dir = charts::dir_beside(report);
     for file in charts::write_all(&dir, &charts, &charts::caption(stamp, &labels))? {
         eprintln!("   wrote {file}");
     }

@@ -22,6 +22,44 @@ pub(crate) fn dir_beside(report: &Path) -> std::path::PathBuf {
     report.parent().unwrap_or_else(|| Path::new("")).join(DIR)
 }
 
+/// `kind` as a file name's part: lower case letters and digits only, so
+/// that a later run's chart of the kind overwrites this one's.
+pub(crate) fn slug(kind: &str) -> String {
+    kind.chars()
+        .filter(char::is_ascii_alphanumeric)
+        .map(|c| c.to_ascii_lowercase())
+        .collect()
+}
+
+/// What the charts of a run of only `kinds` are named with, so that they
+/// sit beside the full run's charts, which the rest of the report still
+/// shows, instead of replacing them: `partial-postgresql-` for
+/// `--only PostgreSQL`; nothing for a full run.
+pub(crate) fn partial_prefix(kinds: &[String]) -> String {
+    if kinds.is_empty() {
+        return String::new();
+    }
+    let slugs: Vec<String> = kinds.iter().map(|kind| slug(kind)).collect();
+    format!("partial-{}-", slugs.join("-"))
+}
+
+/// Removes the charts partial runs left in `dir`: a full run's report has
+/// no part that shows them.
+pub(crate) fn remove_partial(dir: &Path) -> Outcome<()> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(());
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with("partial-") && name.ends_with(".svg") {
+            std::fs::remove_file(entry.path())
+                .map_err(|e| format!("cannot remove {}: {e}", entry.path().display()))?;
+        }
+    }
+    Ok(())
+}
+
 /// One line of a chart: a backend's points, `(x, y)`.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Series {
@@ -286,6 +324,30 @@ pub(crate) fn caption(stamp: &Stamp, backends: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_partial_run_names_its_charts_apart_and_a_full_run_removes_them() {
+        assert_eq!(partial_prefix(&[]), "");
+        let kinds = ["PostgreSQL".to_owned(), "etcd".to_owned()];
+        assert_eq!(partial_prefix(&kinds), "partial-postgresql-etcd-");
+        let dir = std::env::temp_dir().join(format!("distlock-charts-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for file in [
+            "held-cpu.svg",
+            "partial-postgresql-held-cpu.svg",
+            "partial-notes.txt",
+        ] {
+            std::fs::write(dir.join(file), "x").unwrap();
+        }
+        remove_partial(&dir).unwrap();
+        let mut left: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["held-cpu.svg", "partial-notes.txt"]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     fn chart(series: Vec<Series>) -> Chart {
         Chart::new(

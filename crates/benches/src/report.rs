@@ -59,6 +59,9 @@ pub(crate) struct Run {
     /// when the report is printed, not written, and the charts are not
     /// drawn.
     pub(crate) charts_dir: Option<String>,
+    /// What the charts' file names start with: nothing for a full run,
+    /// [`charts::partial_prefix`] for a partial one.
+    pub(crate) chart_prefix: String,
 }
 
 /// The run's settings.
@@ -181,6 +184,7 @@ impl Run {
             open_files: None,
             backends: Vec::new(),
             charts_dir: None,
+            chart_prefix: String::new(),
         }
     }
 

@@ -5,7 +5,7 @@
 use std::fmt::Write;
 
 use super::{BackendResults, Contestant, Run};
-use crate::charts::{Chart, Series};
+use crate::charts::{Chart, Series, slug};
 use crate::scenario::Scenario;
 use crate::worker::Workload;
 
@@ -148,15 +148,6 @@ fn short_name(by: Contestant) -> &'static str {
     }
 }
 
-/// `kind` as a file name's part: lower case letters and digits only, so
-/// that a later run's chart of the kind overwrites this one's.
-fn slug(kind: &str) -> String {
-    kind.chars()
-        .filter(char::is_ascii_alphanumeric)
-        .map(|c| c.to_ascii_lowercase())
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -249,7 +240,7 @@ mod tests {
             vec![contended(Contestant::Ours, d, &[0, 1])],
         );
         scaled.scale_out = Some(ScaleOut::RedisQuorum { servers: 3 });
-        let r = run(
+        let mut r = run(
             16,
             vec![
                 backend(
@@ -309,6 +300,14 @@ mod tests {
         r.hand_off_chart_links(&mut out, d);
         assert!(
             out.contains("](docs/bench/hand-off-postgresql.svg)"),
+            "{out}"
+        );
+        // A partial run's charts have names of their own.
+        r.chart_prefix = "partial-postgresql-".to_owned();
+        let mut out = String::new();
+        r.hand_off_chart_links(&mut out, d);
+        assert!(
+            out.contains("](docs/bench/partial-postgresql-hand-off-postgresql.svg)"),
             "{out}"
         );
     }

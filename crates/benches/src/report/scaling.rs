@@ -199,7 +199,11 @@ impl Run {
         };
         let mut any = false;
         for chart in charts.iter().filter(|c| !c.series.is_empty()) {
-            let _ = writeln!(out, "![{}]({dir}/{})", chart.title, chart.file);
+            let _ = writeln!(
+                out,
+                "![{}]({dir}/{}{})",
+                chart.title, self.chart_prefix, chart.file
+            );
             any = true;
         }
         if any {
