@@ -244,7 +244,11 @@ pub(crate) async fn bench(args: &Args) -> Outcome<()> {
         .iter()
         .map(|(target, _)| (target, Plan::of(target, full(target))))
         .collect();
-    if plans.iter().any(|(_, plan)| plan.held) {
+    // Only the file backend keeps a descriptor open per held lock.
+    if plans
+        .iter()
+        .any(|(target, plan)| plan.held && kind_of_url(&target.url) == "file")
+    {
         let largest = args.held.iter().copied().max().unwrap_or(0);
         run.open_files = Some(open_files::raise_for(largest));
     }
