@@ -7,21 +7,31 @@ use async_trait::async_trait;
 use distlock_core::testing::{Call, Hook, Operation, TestBackend};
 use distlock_core::{LockClient, LockName, LockOptions, Result};
 
-/// Extensions that take 30 ms for each 32 leases, as the default bulk
-/// extension makes them 32 at a time, so that a batch of all of them would
-/// take longer than one operation timeout.
-#[derive(Debug, Default)]
-struct SlowExtensions;
+/// Extensions that take `per_call`, plus `per_32_leases` for each 32
+/// leases a call carries.
+#[derive(Debug)]
+struct SlowExtensions {
+    per_call: Duration,
+    per_32_leases: Duration,
+}
 
 #[async_trait]
 impl Hook for SlowExtensions {
     async fn before(&self, call: Call<'_>) -> Result<()> {
         if let Call::Extend(leases) = call {
             let rounds = leases.len().div_ceil(32) as u32;
-            tokio::time::sleep(Duration::from_millis(30) * rounds).await;
+            tokio::time::sleep(self.per_call + self.per_32_leases * rounds).await;
         }
         Ok(())
     }
+}
+
+fn options(lease: Duration, operation_timeout: Duration) -> LockOptions {
+    LockOptions::builder()
+        .lease(lease)
+        .operation_timeout(operation_timeout)
+        .build()
+        .unwrap()
 }
 
 /// Many leases fall due together, more than such a backend extends within
@@ -30,14 +40,16 @@ impl Hook for SlowExtensions {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leases_of_a_backend_without_bulk_extension_are_all_kept() {
     const LOCKS: usize = 200;
-    let options = LockOptions::builder()
-        .lease(Duration::from_millis(900))
-        .operation_timeout(Duration::from_millis(80))
-        .build()
-        .unwrap();
+    let options = options(Duration::from_millis(900), Duration::from_millis(80));
     let client = LockClient::new(
         TestBackend::new()
-            .with_hook(Arc::new(SlowExtensions))
+            // 30 ms for each 32 leases, as the default bulk extension
+            // makes them 32 at a time: a batch of all of them would take
+            // longer than one operation timeout.
+            .with_hook(Arc::new(SlowExtensions {
+                per_call: Duration::ZERO,
+                per_32_leases: Duration::from_millis(30),
+            }))
             .shared(),
         options,
     );
@@ -55,21 +67,6 @@ async fn leases_of_a_backend_without_bulk_extension_are_all_kept() {
     }
 }
 
-/// Extensions that take 150 ms a call, whatever its size, as a bulk
-/// statement on a busy server does.
-#[derive(Debug, Default)]
-struct SlowCalls;
-
-#[async_trait]
-impl Hook for SlowCalls {
-    async fn before(&self, call: Call<'_>) -> Result<()> {
-        if let Call::Extend(_) = call {
-            tokio::time::sleep(Duration::from_millis(150)).await;
-        }
-        Ok(())
-    }
-}
-
 /// A batch of ten calls' worth of leases: sent one after another, the last
 /// calls would leave after their leases ran out (10 × 150 ms from the
 /// first extension, against a 1.2 s lease); the keeper sends them a few at
@@ -77,12 +74,13 @@ impl Hook for SlowCalls {
 #[tokio::test(start_paused = true)]
 async fn the_calls_of_a_large_batch_are_sent_side_by_side() {
     const LOCKS: usize = 320;
-    let options = LockOptions::builder()
-        .lease(Duration::from_millis(1200))
-        .operation_timeout(Duration::from_millis(1000))
-        .build()
-        .unwrap();
-    let backend = TestBackend::new().with_hook(Arc::new(SlowCalls));
+    let options = options(Duration::from_millis(1200), Duration::from_millis(1000));
+    // 150 ms a call, whatever its size, as a bulk statement on a busy
+    // server takes.
+    let backend = TestBackend::new().with_hook(Arc::new(SlowExtensions {
+        per_call: Duration::from_millis(150),
+        per_32_leases: Duration::ZERO,
+    }));
     let client = LockClient::new(backend.shared(), options);
     let mut guards = Vec::with_capacity(LOCKS);
     for i in 0..LOCKS {
