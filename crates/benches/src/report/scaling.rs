@@ -403,8 +403,9 @@ fn why_waiters(b: &BackendResults) -> String {
 
 /// For MongoDB, the change streams' `getMore`s per acquisition at the
 /// curve's ends: a stream asks again whenever its wait on the server
-/// (`maxAwaitTimeMS`, a second by default) ends with no event, so its idle
-/// polls grow with the processes waiting, not with the releases.
+/// (`maxAwaitTimeMS`, 10 s in the backend) ends with no event, so its idle
+/// polls grow with the processes waiting and the time they wait, not with
+/// the releases.
 fn idle_polls(b: &BackendResults) -> String {
     let per = with_waiters(b, |c| {
         let polls = *c.commands.as_ref()?.0.get("getMore")?;
@@ -413,9 +414,9 @@ fn idle_polls(b: &BackendResults) -> String {
     match (per.first(), per.last()) {
         (Some(&(few, low)), Some(&(many, high))) if many > few => format!(
             " Of these, `getMore` {low:.2} with {few} and {high:.2} with {many}: each waiting \
-             process's change stream asks again whenever its wait on the server (a second, \
-             the server's default `maxAwaitTimeMS`) ends with no event, so its idle polls \
-             grow with the processes waiting, not with the releases."
+             process's change stream asks again whenever its wait on the server (10 s, the \
+             backend's `maxAwaitTimeMS`) ends with no event, so its idle polls grow with \
+             the processes waiting and the time they wait, not with the releases."
         ),
         _ => String::new(),
     }

@@ -30,6 +30,13 @@ const SETTLE: Duration = Duration::from_millis(5);
 /// The longest pause between attempts to reopen a failed stream.
 const MAX_RETRY: Duration = Duration::from_secs(5);
 
+/// How long the server holds a poll of the stream that has no event to
+/// return: the server answers as soon as an event comes, so this sets only
+/// how often an idle stream asks again, one `getMore` each time. The
+/// server's default, a second, made every waiting process a command a
+/// second whatever the releases.
+const AWAIT_EVENTS: Duration = Duration::from_secs(10);
+
 /// How often an open stream checks whether anyone still waits, and closes
 /// when nobody does.
 const IDLE_CHECK: Duration = Duration::from_secs(30);
@@ -224,6 +231,7 @@ async fn run(collection: Collection<Document>, hub: ReleaseHub, subject: Subject
                 ids,
             ))
             .read_concern(read_concern())
+            .max_await_time(AWAIT_EVENTS)
             .resume_after(resume.clone())
             .await;
         let mut stream = match opened {
