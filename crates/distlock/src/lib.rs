@@ -43,6 +43,7 @@
 //! | `postgres://…`, `postgresql://…` | `postgres` | PostgreSQL, lease or advisory mode |
 //! | `etcd://…`, `etcds://…` | `etcd` | etcd v3 |
 //! | `memcache://…` | `memcached` | memcached (an efficiency lock) |
+//! | `s3://bucket/prefix`, `gs://…`, `az://…` | `objectstore` (or `objectstore-s3`, `-gcs`, `-azure`) | an object in a bucket per lock, on conditional writes (S3, GCS, Azure Blob) |
 //! | `redis://…`, `rediss://…` | `redis` | one Redis server, a quorum of them (`?mode=quorum`) or a Redis Cluster (`?mode=cluster`) (see its guarantees) |
 //!
 //! ```no_run
@@ -184,6 +185,21 @@ pub use distlock_memcached as memcached;
 #[cfg(feature = "mongodb")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mongodb")))]
 pub use distlock_mongodb as mongodb;
+/// The object-storage backend (S3, GCS, Azure Blob).
+#[cfg(any(
+    feature = "objectstore-s3",
+    feature = "objectstore-gcs",
+    feature = "objectstore-azure"
+))]
+#[cfg_attr(
+    docsrs,
+    doc(cfg(any(
+        feature = "objectstore-s3",
+        feature = "objectstore-gcs",
+        feature = "objectstore-azure"
+    )))
+)]
+pub use distlock_objectstore as objectstore;
 /// The PostgreSQL backend, in lease or advisory mode.
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]

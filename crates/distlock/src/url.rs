@@ -32,6 +32,12 @@ fn known() -> String {
         "redis://",
         #[cfg(feature = "redis")]
         "rediss://",
+        #[cfg(feature = "objectstore-s3")]
+        "s3://",
+        #[cfg(feature = "objectstore-gcs")]
+        "gs://",
+        #[cfg(feature = "objectstore-azure")]
+        "az://",
     ];
     schemes.join(", ")
 }
@@ -76,6 +82,17 @@ pub enum BackendUrl {
     /// or `rediss://` for TLS; see [`RedisConfig::parse`](distlock_redis::RedisConfig::parse).
     #[cfg(feature = "redis")]
     Redis(distlock_redis::RedisConfig),
+    /// `s3://bucket[/prefix]`, `gs://bucket[/prefix]` or
+    /// `az://container[/prefix]`, with `endpoint`, `region`, `account`,
+    /// `timeout` and `check`; credentials come from the cloud's
+    /// environment; see
+    /// [`ObjectStoreConfig::parse`](distlock_objectstore::ObjectStoreConfig::parse).
+    #[cfg(any(
+        feature = "objectstore-s3",
+        feature = "objectstore-gcs",
+        feature = "objectstore-azure"
+    ))]
+    ObjectStore(distlock_objectstore::ObjectStoreConfig),
 }
 
 impl BackendUrl {
@@ -126,6 +143,7 @@ impl BackendUrl {
             "redis" | "rediss" => Ok(Self::Redis(distlock_redis::RedisConfig::parse(url)?)),
             #[cfg(not(feature = "redis"))]
             "redis" | "rediss" => Err(unsupported(scheme, "redis")),
+            "s3" | "gs" | "az" => parse_object_store(url, scheme),
             _ => Err(Error::config(
                 "backend URL",
                 format!(
@@ -165,15 +183,33 @@ fn parse_memory(url: &str) -> Result<BackendUrl> {
     Ok(BackendUrl::Memory)
 }
 
+/// An object-storage URL, whose cloud's feature this build may lack.
+fn parse_object_store(url: &str, scheme: &str) -> Result<BackendUrl> {
+    let (built, feature) = match scheme.to_ascii_lowercase().as_str() {
+        "s3" => (cfg!(feature = "objectstore-s3"), "objectstore-s3"),
+        "gs" => (cfg!(feature = "objectstore-gcs"), "objectstore-gcs"),
+        _ => (cfg!(feature = "objectstore-azure"), "objectstore-azure"),
+    };
+    if !built {
+        return Err(unsupported(scheme, feature));
+    }
+    #[cfg(any(
+        feature = "objectstore-s3",
+        feature = "objectstore-gcs",
+        feature = "objectstore-azure"
+    ))]
+    return Ok(BackendUrl::ObjectStore(
+        distlock_objectstore::ObjectStoreConfig::parse(url)?,
+    ));
+    #[cfg(not(any(
+        feature = "objectstore-s3",
+        feature = "objectstore-gcs",
+        feature = "objectstore-azure"
+    )))]
+    unreachable!("{url}: no object-storage feature is built")
+}
+
 /// The error for a scheme whose backend this build lacks: `feature` adds it.
-#[cfg(not(all(
-    feature = "file",
-    feature = "mongodb",
-    feature = "memcached",
-    feature = "etcd",
-    feature = "postgres",
-    feature = "redis"
-)))]
 fn unsupported(scheme: &str, feature: &str) -> Error {
     Error::Unsupported(format!(
         "this build of distlock has no `{scheme}` backend; enable distlock's `{feature}` \
@@ -233,6 +269,14 @@ async fn open_parsed(url: &str) -> Result<Arc<dyn Backend>> {
         #[cfg(feature = "redis")]
         BackendUrl::Redis(config) => Ok(Arc::new(
             distlock_redis::RedisBackend::connect(config).await?,
+        )),
+        #[cfg(any(
+            feature = "objectstore-s3",
+            feature = "objectstore-gcs",
+            feature = "objectstore-azure"
+        ))]
+        BackendUrl::ObjectStore(config) => Ok(Arc::new(
+            distlock_objectstore::ObjectStoreBackend::connect(config).await?,
         )),
     }
 }
