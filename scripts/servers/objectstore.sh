@@ -30,10 +30,11 @@ install_objectstore() {
 }
 
 start_objectstore() {
-    start_azurite
+    azurite_up
 }
 
-start_azurite() {
+# Not named start_*: bring_up_servers runs every start_ function itself.
+azurite_up() {
     step "starting Azurite $AZURITE_VERSION (Azure Blob)"
     local dir="$DISTLOCK_TMP/azurite" port pid
     mkdir -p "$dir"
