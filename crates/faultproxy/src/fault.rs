@@ -53,6 +53,13 @@ pub enum Fault {
     /// (the reply is swallowed), or after a grace period of one second if
     /// it does not. Taking the shot sets the fault back to [`Fault::None`].
     ResetAfterRequest,
+    /// Like [`Fault::ResetAfterRequest`], but the shot is kept for the
+    /// first chunk a client sends that starts with these bytes (an HTTP
+    /// method, say `b"PUT "`): chunks before it pass untouched.
+    ///
+    /// For a protocol whose request of interest follows others on the same
+    /// connections (a read before a conditional write).
+    ResetAfterRequestStarting(&'static [u8]),
 }
 
 impl Fault {
@@ -70,6 +77,15 @@ impl Fault {
         match self {
             Fault::Blackhole => true,
             Fault::Drop(only) => only == dir,
+            _ => false,
+        }
+    }
+
+    /// Whether this one-shot fault is taken by a client chunk of `bytes`.
+    pub(crate) fn shot_taken_by(self, bytes: &[u8]) -> bool {
+        match self {
+            Fault::ResetAfterRequest => true,
+            Fault::ResetAfterRequestStarting(start) => bytes.starts_with(start),
             _ => false,
         }
     }
@@ -104,6 +120,16 @@ mod tests {
         assert!(!lost_replies.swallows(Direction::ToServer));
         assert!(!Fault::None.swallows(Direction::ToServer));
         assert!(!Fault::ResetAfterRequest.swallows(Direction::ToClient));
+    }
+
+    #[test]
+    fn a_shot_kept_for_a_start_is_taken_only_by_it() {
+        let put = Fault::ResetAfterRequestStarting(b"PUT ");
+        assert!(put.shot_taken_by(b"PUT /a HTTP/1.1\r\n"));
+        assert!(!put.shot_taken_by(b"GET /a HTTP/1.1\r\n"));
+        assert!(!put.shot_taken_by(b"PU"));
+        assert!(Fault::ResetAfterRequest.shot_taken_by(b"GET /a"));
+        assert!(!Fault::None.shot_taken_by(b"PUT /a"));
     }
 
     #[test]

@@ -13,7 +13,9 @@
 //! - [`Fault::Drop`] swallows one direction, e.g. the replies;
 //! - [`Fault::Refuse`] closes new connections at once;
 //! - [`Fault::ResetAfterRequest`] lets the next request reach the server,
-//!   then resets that connection before the reply passes.
+//!   then resets that connection before the reply passes;
+//!   [`Fault::ResetAfterRequestStarting`] does so to the next request that
+//!   starts with given bytes (a `PUT`, not the `GET` before it).
 //!
 //! [`FaultProxy::reset_all`] resets every open connection, and
 //! [`FaultProxy::stats`] counts connections and bytes. Resets are real TCP

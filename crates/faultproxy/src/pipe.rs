@@ -106,7 +106,7 @@ impl<'a> Pipe<'a> {
     where
         W: AsyncWrite + Unpin,
     {
-        if self.dir == Direction::ToServer && self.shared.take_reset_after_request() {
+        if self.dir == Direction::ToServer && self.shared.take_reset_after_request(bytes) {
             debug!(
                 bytes = bytes.len(),
                 "forwarding the request, then resetting"

@@ -30,11 +30,13 @@ impl Shared {
         *self.fault.borrow()
     }
 
-    /// Takes the one-shot [`Fault::ResetAfterRequest`] if it is set, so that
-    /// exactly one connection, the first to see client bytes, gets it.
-    pub(crate) fn take_reset_after_request(&self) -> bool {
+    /// Takes the one-shot [`Fault::ResetAfterRequest`] (or
+    /// [`Fault::ResetAfterRequestStarting`]) if it is set and `bytes` take
+    /// it, so that exactly one connection, the first to send such bytes,
+    /// gets it.
+    pub(crate) fn take_reset_after_request(&self, bytes: &[u8]) -> bool {
         self.fault.send_if_modified(|fault| {
-            let armed = *fault == Fault::ResetAfterRequest;
+            let armed = fault.shot_taken_by(bytes);
             if armed {
                 *fault = Fault::None;
             }

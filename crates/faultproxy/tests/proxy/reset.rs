@@ -60,3 +60,30 @@ async fn reset_after_request_loses_the_acknowledgement() {
     assert_eq!(proxy.fault(), Fault::None);
     assert_eq!(round_trip(&mut bystander, b"read x", 3).await, b"ack");
 }
+
+#[tokio::test]
+async fn a_shot_kept_for_a_start_lets_other_requests_pass() {
+    let (server, mut events) = recording_server(b"ack").await;
+    let proxy = FaultProxy::start(server).expect("start");
+    let mut client = connect(proxy.addr()).await;
+    assert_eq!(next_event(&mut events).await, Event::Connected);
+
+    proxy.set_fault(Fault::ResetAfterRequestStarting(b"PUT "));
+    // A read passes, answered, and leaves the shot armed.
+    assert_eq!(round_trip(&mut client, b"GET x", 3).await, b"ack");
+    assert_eq!(
+        next_event(&mut events).await,
+        Event::Received(b"GET x".to_vec())
+    );
+    assert_eq!(proxy.fault(), Fault::ResetAfterRequestStarting(b"PUT "));
+
+    // The write reaches the server, and its answer is lost.
+    client.write_all(b"PUT x").await.expect("write");
+    assert_eq!(
+        next_event(&mut events).await,
+        Event::Received(b"PUT x".to_vec())
+    );
+    assert_eq!(ending(&mut client).await, Err(ErrorKind::ConnectionReset));
+    assert_eq!(proxy.stats().resets, 1);
+    assert_eq!(proxy.fault(), Fault::None);
+}
