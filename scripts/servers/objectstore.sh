@@ -1,10 +1,11 @@
-# The object store for the object-storage backend's tests: Azurite (from
-# npm), Microsoft's Azure Blob emulator, which the Azure SDKs test against.
-# Sourced by scripts/test after common.sh. No S3-compatible server that
-# installs here keeps conditional writes atomic when they race (SeaweedFS
-# 4.48 and moto 5.1 each let two racing If-Match writes land), and Google
-# Cloud Storage has no emulator here that honours its generation
-# preconditions: see docs/objectstore.md.
+# The object stores for the object-storage backend's tests: Azurite (from
+# npm), Microsoft's Azure Blob emulator, which the Azure SDKs test against;
+# and moto (from PyPI), an S3 emulator, served one request at a time by
+# moto_serial.py (moto checks a precondition and then writes, with nothing
+# between them to stop a racing write). Sourced by scripts/test after
+# common.sh. No real S3-compatible server that installs here keeps racing
+# conditional writes atomic, and Google Cloud Storage has no emulator here
+# that honours its generation preconditions: see docs/objectstore.md.
 
 AZURITE_VERSION=3.35.0
 # Where it is installed, once per machine.
@@ -13,10 +14,14 @@ OBJECTSTORE_TOOLS="${DISTLOCK_TOOLS_DIR:-$HOME/.local/share/distlock}"
 # (published by Microsoft for its emulators; not a secret).
 AZURITE_ACCOUNT=devstoreaccount1
 AZURITE_KEY='Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=='
-# The container the tests use.
+# The container (and the S3 bucket) the tests use.
 OBJECTSTORE_BUCKET=distlock
+MOTO_VERSION=5.1.22
+# moto's web server's own packages, pinned with it.
+MOTO_FLASK="flask==3.1.3 flask-cors==6.0.5"
 
 azurite_bin() { echo "$OBJECTSTORE_TOOLS/azurite-$AZURITE_VERSION/node_modules/.bin/azurite-blob"; }
+moto_dir() { echo "$OBJECTSTORE_TOOLS/moto-$MOTO_VERSION"; }
 
 install_objectstore() {
     if [ ! -x "$(azurite_bin)" ]; then
@@ -27,10 +32,18 @@ install_objectstore() {
         npm install --silent --no-audit --no-fund \
             --prefix "$OBJECTSTORE_TOOLS/azurite-$AZURITE_VERSION" "azurite@$AZURITE_VERSION"
     fi
+    if [ ! -d "$(moto_dir)/moto" ]; then
+        step "installing moto $MOTO_VERSION (PyPI, S3 only)"
+        # shellcheck disable=SC2086 # MOTO_FLASK is two requirements.
+        PIP_ROOT_USER_ACTION=ignore python3 -m pip install -q --disable-pip-version-check \
+            --no-warn-conflicts --target "$(moto_dir)" \
+            "moto[s3]==$MOTO_VERSION" $MOTO_FLASK
+    fi
 }
 
 start_objectstore() {
     azurite_up
+    moto_up
 }
 
 # Not named start_*: bring_up_servers runs every start_ function itself.
@@ -53,4 +66,27 @@ azurite_up() {
     AZURITE_BIN=$(azurite_bin)
     export AZURE_STORAGE_ACCOUNT_NAME=$AZURITE_ACCOUNT AZURE_STORAGE_ACCOUNT_KEY=$AZURITE_KEY
     export DISTLOCK_TEST_AZURE_URL="az://$OBJECTSTORE_BUCKET/tests?endpoint=http://127.0.0.1:$port/$AZURITE_ACCOUNT"
+}
+
+# Not named start_*, as above.
+moto_up() {
+    step "starting moto $MOTO_VERSION (S3, one request at a time)"
+    local dir="$DISTLOCK_TMP/moto" port pid
+    mkdir -p "$dir"
+    # The command the chaos campaign restarts: PORT BUCKET, moto in memory.
+    MOTO_SERIAL_BIN="$dir/moto-serial"
+    printf '#!/bin/sh\nPYTHONPATH=%q exec python3 %q "$@"\n' \
+        "$(moto_dir)" "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/moto_serial.py" \
+        >"$MOTO_SERIAL_BIN"
+    chmod +x "$MOTO_SERIAL_BIN"
+    export MOTO_SERIAL_BIN
+    port=$(free_port)
+    "$MOTO_SERIAL_BIN" "$port" "$OBJECTSTORE_BUCKET" >"$dir/moto.log" 2>&1 &
+    pid=$!
+    stop_on_exit "$pid"
+    # The bucket is made before the server listens.
+    wait_for_port "$port" moto
+    # moto checks no signatures: any key is taken.
+    export AWS_ACCESS_KEY_ID=distlock-tests AWS_SECRET_ACCESS_KEY=distlock-tests
+    export DISTLOCK_TEST_S3_URL="s3://$OBJECTSTORE_BUCKET/tests?endpoint=http://127.0.0.1:$port&region=us-east-1"
 }

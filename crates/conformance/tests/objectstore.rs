@@ -1,8 +1,8 @@
-//! The conformance suite on object storage, on Azurite, Azure Blob's
-//! emulator: `scripts/test` starts it and sets `DISTLOCK_TEST_AZURE_URL`
-//! (with the credentials in the Azure client's environment variables). S3
-//! has no server here yet that keeps racing conditional writes atomic
-//! (docs/objectstore.md).
+//! The conformance suite on object storage, on each store `scripts/test`
+//! starts: Azurite, Azure Blob's emulator (`DISTLOCK_TEST_AZURE_URL`), and
+//! moto, an S3 emulator served one request at a time
+//! (`DISTLOCK_TEST_S3_URL`), with the credentials in each cloud client's
+//! environment variables.
 
 mod support;
 
@@ -31,4 +31,9 @@ fn store(var: &str) -> UrlFixture<ObjectStoreBackend> {
 mod azure {
     use super::*;
     conformance_suite!(store("DISTLOCK_TEST_AZURE_URL"));
+}
+
+mod s3 {
+    use super::*;
+    conformance_suite!(store("DISTLOCK_TEST_S3_URL"));
 }

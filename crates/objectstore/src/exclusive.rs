@@ -4,7 +4,8 @@
 //! - **Take:** read the object. None: create it (`If-None-Match: *`) with
 //!   our grant and a token floored by this machine's clock. Free, or held
 //!   by a holder this process has seen silent for a whole lease: replace
-//!   the version read (`If-Match`) with our grant and the token plus one.
+//!   the version read (`If-Match`) with our grant and the token plus one
+//!   (or this machine's clock in µs, if that is greater).
 //!   Held otherwise: wait, at most until that lease would be over.
 //! - **Extend:** replace the version our last write made with the same
 //!   grant, under a new write identity (so a new ETag).
@@ -79,6 +80,10 @@ impl Locks {
         match written {
             Written::Stored(Some(version)) => Ok(self.acquired(key, request, &record, version)),
             Written::Stored(None) | Written::Conflict => self.settle(key, request, &record).await,
+            // The answer was lost: the read says whether the write landed,
+            // and if the store cannot be read either, core releases the
+            // attempt by its identity.
+            Written::Unsure(error) => self.settle(key, request, &record).await.map_err(|_| error),
         }
     }
 
@@ -157,25 +162,17 @@ impl Locks {
                 lease: lease.lease,
             };
             let record = Record::held(&lease.name, handle.token, grant);
-            match self.store.replace(&handle.key, &record, &version).await? {
-                Written::Stored(Some(made)) => {
+            match self.replace_settled(&handle.key, &record, &version).await? {
+                Replaced::Landed(made) => {
                     handle.wrote(made);
                     return Ok(true);
                 }
-                Written::Stored(None) | Written::Conflict => {}
+                // An earlier write of this grant landed unseen: write over it.
+                Replaced::Changed(found) if found.record.held_by(lease.id) => {
+                    version = found.version;
+                }
+                Replaced::Changed(_) | Replaced::Missing => return Ok(false),
             }
-            let Some(found) = self.store.read(&handle.key).await? else {
-                return Ok(false);
-            };
-            if found.record.write == record.write {
-                handle.wrote(found.version);
-                return Ok(true);
-            }
-            if !found.record.held_by(lease.id) {
-                return Ok(false);
-            }
-            // An earlier write of this grant landed unseen: write over it.
-            version = found.version;
         }
         Err(kept_changing(&handle.key, "extension"))
     }
@@ -196,15 +193,12 @@ impl Locks {
                 },
             };
             let record = Record::free(&lease.name, token);
-            if let Written::Stored(_) = self.store.replace(&key, &record, &version).await? {
-                return Ok(true);
-            }
-            match self.store.read(&key).await? {
-                Some(found) if found.record.write == record.write => return Ok(true),
-                Some(found) if found.record.held_by(lease.id) => {
+            match self.replace_settled(&key, &record, &version).await? {
+                Replaced::Landed(_) => return Ok(true),
+                Replaced::Changed(found) if found.record.held_by(lease.id) => {
                     known = Some((found.version, found.record.token));
                 }
-                _ => return Ok(false),
+                Replaced::Changed(_) | Replaced::Missing => return Ok(false),
             }
         }
         Err(kept_changing(&key, "release"))
@@ -222,17 +216,46 @@ impl Locks {
                 return Ok(false);
             }
             let record = Record::free(name, found.record.token);
-            if let Written::Stored(_) = self.store.replace(&key, &record, &found.version).await? {
-                return Ok(true);
-            }
-            if let Some(after) = self.store.read(&key).await?
-                && after.record.write == record.write
+            if let Replaced::Landed(_) = self.replace_settled(&key, &record, &found.version).await?
             {
                 return Ok(true);
             }
         }
         Err(kept_changing(&key, "forced release"))
     }
+
+    /// Replaces `version` of `key` with `record`, and when the answer does
+    /// not say that it landed (a failed precondition, a lost answer, no
+    /// version given), reads the object back to learn it.
+    ///
+    /// # Errors
+    /// The store fails the write for good (credentials, no conditional
+    /// writes), or cannot be read back.
+    async fn replace_settled(
+        &self,
+        key: &Path,
+        record: &Record,
+        version: &UpdateVersion,
+    ) -> Result<Replaced> {
+        if let Written::Stored(Some(made)) = self.store.replace(key, record, version).await? {
+            return Ok(Replaced::Landed(made));
+        }
+        Ok(match self.store.read(key).await? {
+            Some(found) if found.record.write == record.write => Replaced::Landed(found.version),
+            Some(found) => Replaced::Changed(found),
+            None => Replaced::Missing,
+        })
+    }
+}
+
+/// What a replacement came to, settled by reading back where needed.
+enum Replaced {
+    /// It landed: the version it made.
+    Landed(UpdateVersion),
+    /// The object holds something else: another write came first.
+    Changed(Found),
+    /// The object is gone.
+    Missing,
 }
 
 /// The token of a lock whose object is missing: on first use, or after the
@@ -245,9 +268,13 @@ fn first_token() -> u64 {
     token_floor(SystemTime::now()).max(1)
 }
 
-/// The token after `found`'s.
+/// The token after `found`'s: one more, and at least this machine's clock
+/// in microseconds, as for a missing object. The precondition alone makes
+/// it greater than the token read; the clock floor keeps it greater than
+/// the tokens of versions the store no longer shows: an older version
+/// restored by a person, or writes a store lost in a crash (Azurite, say).
 fn next_token(key: &Path, found: &Found) -> Result<u64> {
-    found
+    let next = found
         .record
         .token
         .checked_add(1)
@@ -255,7 +282,8 @@ fn next_token(key: &Path, found: &Found) -> Result<u64> {
             what: format!("lock object {key}"),
             field: "token".into(),
             reason: "the fencing token is at its largest value".into(),
-        })
+        })?;
+    Ok(next.max(first_token()))
 }
 
 /// Refuses an object whose body names another lock: its key is the hash of

@@ -107,15 +107,14 @@
 //!   machine's clock against the store's time of the last write).
 //!
 //! # Tested against
-//! Azure Blob, through Azurite (Microsoft's emulator), in CI: the
-//! backend's protocol tests and the conformance suite. S3 is built through
-//! the same `object_store` calls, but no S3-compatible server that
-//! installs here keeps conditional writes atomic when they race (SeaweedFS
-//! 4.48 and moto 5.1 each let two writes under one `If-Match` land), so
-//! CI does not test it yet; AWS documents S3's conditional writes as
-//! atomic. Google Cloud Storage is untested too: no emulator that honours
-//! its generation preconditions installs here. `object_store`'s local file
-//! system store cannot be used: it has no conditional replace.
+//! Azure Blob, through Azurite (Microsoft's emulator), and S3, through moto
+//! (an emulator, served one request at a time), in CI: the backend's
+//! protocol tests, the conformance suite and the chaos campaign's short
+//! form, on each. AWS documents S3's conditional writes as atomic. Google
+//! Cloud Storage is built through the same `object_store` calls but
+//! untested: no emulator that honours its generation preconditions
+//! installs here. `object_store`'s local file system store cannot be used:
+//! it has no conditional replace.
 //!
 //! [`Error::Unsupported`]: distlock_core::Error::Unsupported
 

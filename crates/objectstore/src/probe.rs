@@ -55,7 +55,7 @@ impl Probe {
     }
 
     async fn steps(store: &Store, key: &object_store::path::Path, name: &LockName) -> Result<Self> {
-        if let Written::Conflict = store.create(key, &Record::free(name, 1)).await? {
+        if let Written::Conflict = store.create(key, &Record::free(name, 1)).await?.known()? {
             return Err(Error::Backend {
                 backend: crate::store::BACKEND,
                 message: format!(
@@ -66,7 +66,7 @@ impl Probe {
             });
         }
         let create_refused = matches!(
-            store.create(key, &Record::free(name, 2)).await?,
+            store.create(key, &Record::free(name, 2)).await?.known()?,
             Written::Conflict
         );
         let never = UpdateVersion {
@@ -74,7 +74,10 @@ impl Probe {
             version: None,
         };
         let stale_replace_refused = matches!(
-            store.replace(key, &Record::free(name, 3), &never).await?,
+            store
+                .replace(key, &Record::free(name, 3), &never)
+                .await?
+                .known()?,
             Written::Conflict
         );
         let Some(current) = store.read(key).await? else {
@@ -87,7 +90,7 @@ impl Probe {
         };
         let last = Record::free(name, 4);
         let stored = matches!(
-            store.replace(key, &last, &current.version).await?,
+            store.replace(key, &last, &current.version).await?.known()?,
             Written::Stored(_)
         );
         let after = store.read(key).await?;

@@ -4,8 +4,10 @@
 //! Every write is conditional. A write that fails its precondition, and a
 //! `409 Conflict` (S3 answers it to `If-Match` writes that race), are both
 //! [`Written::Conflict`]: someone else wrote first, or this very write
-//! landed and its answer was lost and the HTTP client sent it again. The
-//! caller tells these apart by reading the object back.
+//! landed and its answer was lost and the HTTP client sent it again. A
+//! write with no answer at all (a reset connection, a timeout) is
+//! [`Written::Unsure`]. The caller tells these apart by reading the object
+//! back.
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -52,6 +54,24 @@ pub(crate) enum Written {
     /// The precondition failed (or S3 answered 409): the object is not as
     /// the write expected, perhaps because this write landed already.
     Conflict,
+    /// No answer came that says what happened (a connection reset, a
+    /// timeout, a server error past the client's retries): the write may
+    /// have landed. This is the error, for when reading back fails too.
+    Unsure(Error),
+}
+
+impl Written {
+    /// What the write did, or its error when that is not known: for
+    /// callers that cannot settle it by reading back (the probe).
+    ///
+    /// # Errors
+    /// The write's error, when its answer was lost.
+    pub(crate) fn known(self) -> Result<Self> {
+        match self {
+            Written::Unsure(error) => Err(error),
+            known => Ok(known),
+        }
+    }
 }
 
 /// A store, as the backend uses it.
@@ -117,8 +137,7 @@ impl Store {
     /// still that version.
     ///
     /// # Errors
-    /// A backend error when the store fails or the answer was lost;
-    /// [`Error::Denied`] when it refuses the credentials;
+    /// [`Error::Denied`] when the store refuses the credentials;
     /// [`Error::Unsupported`] when it has no conditional writes.
     pub(crate) async fn replace(
         &self,
@@ -148,7 +167,10 @@ impl Store {
                 | StoreError::AlreadyExists { .. }
                 | StoreError::NotModified { .. },
             ) => Ok(Written::Conflict),
-            Err(error) => Err(failed("write", key, error)),
+            Err(error) => match failed("write", key, error) {
+                error @ Error::Backend { .. } => Ok(Written::Unsure(error)),
+                error => Err(error),
+            },
         }
     }
 
