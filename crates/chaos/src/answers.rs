@@ -27,6 +27,9 @@ pub(crate) enum LostAnswer {
     /// The proxy passes the acquisition to the server, which applies it,
     /// and resets the connection before the reply passes.
     ResetAfterRequest,
+    /// The same, kept for the first write (an HTTP `PUT`): the reads an
+    /// acquisition makes before it pass.
+    ResetAfterWrite,
 }
 
 /// What a step of the server's wall clock reaches (R13), on a backend

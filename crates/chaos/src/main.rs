@@ -56,7 +56,8 @@ struct Args {
     worker: Option<Worker>,
     /// A backend to run against (file, MongoDB, memcached, etcd,
     /// PostgreSQL, postgresql-advisory, redis, redis-volatile,
-    /// redis-quorum, redis-cluster, and the fair forms mongodb-fair,
+    /// redis-quorum, redis-cluster, objectstore-azure (on Azurite),
+    /// objectstore-s3 (on moto), and the fair forms mongodb-fair,
     /// etcd-fair, postgresql-fair and postgresql-advisory-fair, which run
     /// R1, R4 and R5); repeat for several. Default: every backend.
     #[arg(long = "backend", value_name = "NAME")]

@@ -71,6 +71,16 @@ fn the_short_form_holds_on_a_redis_cluster() {
 }
 
 #[test]
+fn the_short_form_holds_on_object_storage_on_azurite() {
+    short_form("objectstore-azure");
+}
+
+#[test]
+fn the_short_form_holds_on_object_storage_on_s3() {
+    short_form("objectstore-s3");
+}
+
+#[test]
 fn the_short_form_holds_on_mongodb_in_fair_mode() {
     short_form("mongodb-fair");
 }

@@ -9,6 +9,7 @@ mod file;
 mod form;
 mod memcached;
 mod mongodb;
+mod objectstore;
 mod postgres;
 mod redis;
 
@@ -24,7 +25,7 @@ use crate::outcome::Outcome;
 pub(crate) use memcached::MEMCACHED;
 
 /// Every backend the campaign runs against, in report order.
-pub(crate) const ALL: [Kind; 14] = [
+pub(crate) const ALL: [Kind; 16] = [
     &file::FILE,
     &mongodb::MONGODB,
     &memcached::MEMCACHED,
@@ -35,6 +36,8 @@ pub(crate) const ALL: [Kind; 14] = [
     &redis::REDIS_VOLATILE,
     &redis::REDIS_QUORUM,
     &redis::REDIS_CLUSTER,
+    &objectstore::AZURE,
+    &objectstore::S3,
     &MONGODB_FAIR,
     &ETCD_FAIR,
     &POSTGRES_FAIR,

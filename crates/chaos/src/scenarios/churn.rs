@@ -27,8 +27,10 @@ pub(super) const SCENARIO: Scenario = Scenario {
                killed and restarted on the same data every 5 s (short form: 0.5 s). Every kind \
                the backend grants runs: exclusive; reader-writer (processes alternate between \
                writers and readers); a semaphore of 3. Must hold: 0 overlaps among valid \
-               holders, 0 lost updates, 0 token regressions. memcached, and Redis without \
-               persistence, lose their locks when they restart, so their overlaps are \
+               holders, 0 lost updates, 0 token regressions. memcached, Redis without \
+               persistence, and the object stores' emulators (Azurite writes its index every \
+               5 s, moto keeps nothing) lose their locks when they restart, so their \
+               overlaps are \
                reported, not forbidden; the fenced counter must still lose no update (Redis \
                with an append-only file synced on every write keeps them; so does Redis in quorum mode, \
                where the restart reaches one server of three and the other two keep every \

@@ -28,8 +28,9 @@ pub(super) const SCENARIO: Scenario = Scenario {
                (SIGKILL) and restarted on the same data 10 times (short form: 2, exclusive \
                only), each time within 100 ms of a grant, so that a holder is mid-hold. Every \
                kind the backend grants runs. Must hold: 0 overlaps among valid holders, 0 token \
-               regressions, 0 lost updates, and every restart hit a holding. memcached, and \
-               Redis without persistence, lose their locks on restart: their overlaps are \
+               regressions, 0 lost updates, and every restart hit a holding. memcached, Redis \
+               without persistence, and the object stores' emulators lose their locks on \
+               restart: their overlaps are \
                reported (allowed), and the fenced counter must still lose no update. PostgreSQL's advisory mode loses them too, \
                but tells: each holding a restart hit must see its `lost()` fire (as the \
                restart ends its connection), and overlaps stay forbidden. A backend without \

@@ -43,6 +43,8 @@ pub(super) const SCENARIO: Scenario = Scenario {
                fails the attempt); and the fault proxy lets the `findAndModify` reach the \
                server, which applies it, and resets the connection before the reply comes back. \
                memcached: the proxy's reset after the request, on the acquisition's add. \
+               Object storage: the same, kept for the take's first write (its `PUT`; the \
+               `GET` before it passes). \
                PostgreSQL's advisory mode: the same, on the statement that takes the lock, on a \
                name given its key beforehand (its first statement would otherwise only find \
                that it has none); the reset connection was the session to hold the lock. Redis \
@@ -79,6 +81,7 @@ fn label(loss: Loss) -> &'static str {
     match loss {
         Loss::FailPoint => "exclusive, connection closed on `findAndModify` (fail point)",
         Loss::ResetAfterRequest => "exclusive, reply lost after the request (proxy)",
+        Loss::ResetAfterWrite => "exclusive, reply lost after the first write (proxy)",
     }
 }
 
@@ -127,6 +130,8 @@ struct LostAckRun {
 struct Victim {
     client: LockClient,
     proxy: Option<Proxies>,
+    /// The fault its proxy is given before each attempt.
+    shot: Fault,
     admin: Option<mongodb::Client>,
 }
 
@@ -163,7 +168,9 @@ fn lost_acks(runtime: &Runtime, server: &Server, settings: &Settings, loss: Loss
         && total.token_regressions == 0;
     let shot = match loss {
         Loss::FailPoint => String::new(),
-        Loss::ResetAfterRequest => format!("the proxy's reset was spent in {shots} of {runs}; "),
+        Loss::ResetAfterRequest | Loss::ResetAfterWrite => {
+            format!("the proxy's reset was spent in {shots} of {runs}; ")
+        }
     };
     Ok(Row {
         scenario: "R5",
@@ -201,7 +208,7 @@ fn victim(runtime: &Runtime, server: &Server, lease: Duration, loss: Loss) -> Ou
             None,
             with_query(&server.url(), &format!("appName={VICTIM_APP}")),
         ),
-        Loss::ResetAfterRequest => {
+        Loss::ResetAfterRequest | Loss::ResetAfterWrite => {
             let (proxy, url) = proxy(runtime, server)?;
             (Some(proxy), url)
         }
@@ -220,11 +227,16 @@ fn victim(runtime: &Runtime, server: &Server, lease: Duration, loss: Loss) -> Ou
             let (driver_url, _) = distlock::mongodb::split_collection_option(&server.url())?;
             Some(runtime.block_on(mongodb::Client::with_uri_str(driver_url))?)
         }
-        Loss::ResetAfterRequest => None,
+        Loss::ResetAfterRequest | Loss::ResetAfterWrite => None,
+    };
+    let shot = match loss {
+        Loss::ResetAfterWrite => Fault::ResetAfterRequestStarting(b"PUT "),
+        Loss::FailPoint | Loss::ResetAfterRequest => Fault::ResetAfterRequest,
     };
     Ok(Victim {
         client,
         proxy,
+        shot,
         admin,
     })
 }
@@ -248,7 +260,7 @@ fn lost_ack(
         runtime.block_on(close_find_and_modify(admin, times))?;
     }
     if let Some(proxy) = &victim.proxy {
-        proxy.set_fault(Fault::ResetAfterRequest);
+        proxy.set_fault(victim.shot);
     }
     let attempt = runtime.block_on(victim.client.try_acquire(&lock));
     if let Some(admin) = &victim.admin {
