@@ -14,7 +14,7 @@
 //!
 //! ```text
 //! distlock-chaos [--backend NAME]… [--scenario ID]… [--short] [--lease D]
-//!                [--note TEXT]… [--command TEXT] [--write FILE]
+//!                [--note TEXT]… [--command TEXT] [--write FILE [--part]]
 //! ```
 
 use std::path::PathBuf;
@@ -41,6 +41,7 @@ mod holdings;
 mod judge;
 mod mutants;
 mod outcome;
+mod part;
 mod report;
 mod scenarios;
 mod scratch;
@@ -77,6 +78,12 @@ struct Args {
     /// The command to name in the report.
     #[arg(long)]
     command: Option<String>,
+    /// Writes this run, of the backends named by --backend, as a part of
+    /// its own at the end of --write's report ("Partial run: NAME, …"),
+    /// replacing an earlier part of the same backends and keeping the rest:
+    /// for a backend that joins the campaign.
+    #[arg(long, requires = "write", requires = "backends")]
+    part: bool,
     /// Where to write the report (default: stdout).
     #[arg(long, value_name = "FILE")]
     write: Option<PathBuf>,
@@ -174,6 +181,7 @@ fn campaign(args: &Args) -> Outcome<bool> {
         .iter()
         .filter_map(|kind| Some((kind.name().to_owned(), kind.server()?.shown())))
         .collect();
+    let names: Vec<&str> = kinds.iter().map(|kind| kind.option_name()).collect();
     let started = Instant::now();
     let mut rows = Vec::new();
     for kind in kinds {
@@ -217,6 +225,14 @@ fn campaign(args: &Args) -> Outcome<bool> {
     let infos: Vec<_> = chosen.iter().map(|scenario| scenario.info).collect();
     let text = report::markdown(&run, &infos, &rows);
     match &args.write {
+        Some(path) if args.part => {
+            let existing = match std::fs::read_to_string(path) {
+                Ok(existing) => existing,
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => String::new(),
+                Err(error) => return Err(error.into()),
+            };
+            std::fs::write(path, part::merged(&existing, &part::title(&names), &text))?;
+        }
         Some(path) => std::fs::write(path, &text)?,
         None => print!("{text}"),
     }
