@@ -21,8 +21,8 @@ use crate::target::{Server, Target};
 use crate::url_kind::kind_of_url;
 use crate::worker::{Layout, Window, Workload};
 use crate::{
-    charts, commands, durability, etcd_peer, etcdctl, flock_baseline, gather, kinds, peers,
-    pg_peer, quiet, redis_peers, report, sections, uncontended,
+    charts, commands, durability, etcd_peer, etcdctl, flock_baseline, gather, kinds, objectstore,
+    peers, pg_peer, quiet, redis_peers, report, sections, uncontended,
 };
 
 /// The `--only` value that selects the scale-out forms.
@@ -164,6 +164,8 @@ pub(crate) async fn bench(args: &Args) -> Outcome<()> {
             Server::Postgres(stats) => stats.version().await,
             Server::PostgresStatements(statements) => statements.stats().version().await,
             Server::Redis(server) => server.version().await,
+            // The `Server` header of the probe's answers, when it opened.
+            Server::ObjectStore(server) => server.requests.server(),
             Server::Etcd(None) | Server::Uncounted => None,
         };
         targets.push((target, server_version));
@@ -240,6 +242,19 @@ pub(crate) async fn bench(args: &Args) -> Outcome<()> {
             all_kinds.push(Vec::new());
         }
     }
+    // What a waiter costs while a lock is held, where waiting is polling
+    // the store (an object store).
+    let mut all_polling = Vec::new();
+    for (target, _) in &targets {
+        let polls = matches!(target.server, Server::ObjectStore(_)) && full(target);
+        all_polling.push(if polls {
+            eprintln!("== {} ({}): a waiter polling", target.shown, target.label());
+            say("one holder and one waiter", args.polling_seconds);
+            Some(objectstore::polling::measure(&target.url, args.polling_seconds).await)
+        } else {
+            None
+        });
+    }
     let plans: Vec<(&Target, Plan)> = targets
         .iter()
         .map(|(target, _)| (target, Plan::of(target, full(target))))
@@ -254,13 +269,17 @@ pub(crate) async fn bench(args: &Args) -> Outcome<()> {
     }
     let all_curves = scaling::measure(args, &exe, &plans).await;
     for (
-        ((((target, server_version), (uncontended, tooz_uncontended)), contended), kinds),
+        (
+            ((((target, server_version), (uncontended, tooz_uncontended)), contended), kinds),
+            polling,
+        ),
         curves,
     ) in targets
         .iter()
         .zip(partial)
         .zip(all_contended)
         .zip(all_kinds)
+        .zip(all_polling)
         .zip(all_curves)
     {
         run.backends.push(BackendResults {
@@ -275,6 +294,7 @@ pub(crate) async fn bench(args: &Args) -> Outcome<()> {
             tooz_uncontended,
             contended,
             kinds,
+            polling,
             curves,
         });
     }

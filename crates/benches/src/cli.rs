@@ -78,6 +78,11 @@ pub(crate) struct Args {
     /// the locks held takes the next ever more slowly.
     #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
     pub(crate) held_take_within: Duration,
+    /// How long a waiter's requests are counted while another client holds
+    /// the lock, on an object store (whose waiters poll): three of the
+    /// holder's extension cadences at the default lease.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    pub(crate) polling_seconds: Duration,
     /// Skip the peers (distributed-lock-mongo, tooz, sqlx's advisory lock,
     /// etcd's lock service, rslock, redlock).
     #[arg(long)]
@@ -94,10 +99,11 @@ pub(crate) struct Args {
     #[arg(long, value_name = "ETCDCTL")]
     pub(crate) etcdctl: Option<String>,
     /// Measure only the backends of this kind (file, MongoDB, memcached,
-    /// etcd, PostgreSQL, which takes lease and advisory mode alike, Redis;
-    /// any case); repeat for several. `scale-out`: only the scale-out forms
-    /// given and their single-server forms, in the uncontended and
-    /// contended scenarios, without peers. Default: every backend given,
+    /// etcd, PostgreSQL, which takes lease and advisory mode alike, Redis,
+    /// objectstore, for `s3://`, `gs://` and `az://` URLs; any case);
+    /// repeat for several. `scale-out`: only the scale-out forms given and
+    /// their single-server forms, in the uncontended and contended
+    /// scenarios, without peers. Default: every backend given,
     /// in every scenario. With `--write`, a run of some kinds merges into
     /// the file as a part of its own, "Partial run: KIND…", replacing an
     /// earlier run's part of no other kinds; a full run writes the file

@@ -47,6 +47,10 @@ pub(crate) enum Contender {
     /// Redis: `SET NX PX` and an owner-checked delete script, issued
     /// directly on the backend's key for the name.
     RedisRawPair,
+    /// An object store: `PUT If-None-Match: *` and `DELETE`, issued
+    /// directly on an object of their own (see
+    /// [`crate::objectstore::raw_pair`]).
+    ObjectStoreRawPair,
     /// `rslock` 0.7.4's `lock` and `unlock`.
     Rslock,
     /// `redlock` 2.0.0's `lock` and `unlock`.
@@ -70,6 +74,10 @@ pub(crate) struct Side {
     /// The servers' processor time over these rounds, where they report
     /// it (Redis, etcd).
     pub(crate) server_cpu: Option<Duration>,
+    /// The time this process's requests of each kind took over these
+    /// rounds, in microseconds, where its client times them (an object
+    /// store's).
+    pub(crate) request_micros: Option<Counts>,
     /// This process's processor time over these rounds, all its threads;
     /// `None` for a contender that runs in processes of its own.
     pub(crate) client_cpu: Option<Duration>,
@@ -89,6 +97,7 @@ impl Side {
             counted_cycles: 0,
             server_ops: None,
             server_cpu: None,
+            request_micros: None,
             client_cpu: None,
             rounds: vec![cycles as f64],
         }
@@ -113,6 +122,13 @@ impl Side {
     pub(crate) fn commands_per_cycle(&self) -> Option<f64> {
         let commands = self.commands.as_ref()?;
         (self.counted_cycles > 0).then(|| commands.total() as f64 / self.counted_cycles as f64)
+    }
+
+    /// The mean time a request of `kind` took, where timed.
+    pub(crate) fn request_time(&self, kind: &str) -> Option<Duration> {
+        let micros = *self.request_micros.as_ref()?.0.get(kind)?;
+        let count = *self.commands.as_ref()?.0.get(kind)?;
+        (count > 0).then(|| Duration::from_micros(micros / count))
     }
 
     /// This side's rate against `other`'s, round by round: the median and

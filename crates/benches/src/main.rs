@@ -54,6 +54,7 @@ mod kinds;
 mod markdown;
 mod mix;
 mod names;
+mod objectstore;
 mod open_files;
 mod order;
 mod ours;

@@ -94,11 +94,12 @@ pub(crate) async fn worker(args: &WorkerArgs, mix: Mix) -> Outcome<()> {
     report_worker(log, commands)
 }
 
-/// The commands this process counted itself: MongoDB's command monitoring.
-/// memcached's are counted by the parent from the server's `stats`.
+/// The commands this process counted itself: MongoDB's command monitoring,
+/// an object store's HTTP requests. memcached's are counted by the parent
+/// from the server's `stats`.
 pub(crate) async fn in_process_counts(target: &Target) -> Outcome<Option<Counts>> {
     match target.server {
-        Server::Mongo { .. } => target.counts().await,
+        Server::Mongo { .. } | Server::ObjectStore(_) => target.counts().await,
         _ => Ok(None),
     }
 }

@@ -13,6 +13,7 @@ mod hand_off_charts;
 mod header;
 mod held;
 mod mongodb;
+mod objectstore;
 mod pg_steps;
 mod postgres;
 mod redis;
@@ -126,6 +127,9 @@ pub(crate) struct BackendResults {
     pub(crate) contended: Vec<Contended>,
     /// The semaphore and the reader-writer lock, measured or left out.
     pub(crate) kinds: Vec<KindRun>,
+    /// On an object store, what one waiter and the holder sent while a
+    /// lock was held (section 4's waiters); `None` elsewhere.
+    pub(crate) polling: Option<crate::outcome::Outcome<crate::objectstore::polling::Polling>>,
     /// The curves of section 4; the held locks are not measured on a
     /// scale-out form, nor in PostgreSQL's advisory mode (see
     /// [`MANY_LEFT_OUT_ADVISORY`]).

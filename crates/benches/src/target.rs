@@ -12,6 +12,7 @@ use distlock::mongodb::{MongoBackend, MongoConfig};
 
 use crate::commands::{Counts, MongoMonitor, memcached_counts, mongo_opcounters};
 use crate::etcd_metrics::EtcdMetrics;
+use crate::objectstore::{self, ObjectStoreServer, is_objectstore_url};
 use crate::outcome::Outcome;
 use crate::pg_statements::PgStatements;
 use crate::pg_stats::PgStats;
@@ -47,6 +48,9 @@ pub(crate) enum Server {
     PostgresStatements(PgStatements),
     /// Redis, counted by its `INFO commandstats`.
     Redis(RedisServer),
+    /// An object store, counted in HTTP requests by each process's own
+    /// client (see [`crate::objectstore::requests`]).
+    ObjectStore(ObjectStoreServer),
 }
 
 /// A backend opened for the benchmarks.
@@ -91,6 +95,9 @@ impl Target {
         } else if is_redis_url(url) {
             let server = RedisServer::open(url).await.map_err(|e| fail(&e))?;
             (server.backend.clone(), Server::Redis(server))
+        } else if is_objectstore_url(url) {
+            let (backend, server) = objectstore::open(url).await.map_err(|e| fail(&e))?;
+            (backend, Server::ObjectStore(server))
         } else {
             let server = if is_etcd_url(url) {
                 Server::Etcd(EtcdMetrics::for_url(url).map_err(|e| fail(&e))?)
@@ -142,7 +149,8 @@ impl Target {
         is_advisory_mode(&self.url)
     }
 
-    /// The commands counted so far: this process's for MongoDB, the
+    /// The commands counted so far: this process's for MongoDB (and its
+    /// HTTP requests for an object store), the
     /// server's for memcached and etcd (its requests); `None` where nothing
     /// counts them.
     pub(crate) async fn counts(&self) -> Outcome<Option<Counts>> {
@@ -154,6 +162,16 @@ impl Target {
             Server::Postgres(stats) => stats.sample().await.map(Some),
             Server::PostgresStatements(statements) => statements.sample().await.map(Some),
             Server::Redis(server) => server.counts().await.map(Some),
+            Server::ObjectStore(server) => Ok(Some(server.requests.snapshot())),
+        }
+    }
+
+    /// The time this process's requests have taken so far, by kind, in
+    /// microseconds, where its client times them (an object store's).
+    pub(crate) fn request_micros(&self) -> Option<Counts> {
+        match &self.server {
+            Server::ObjectStore(server) => Some(server.requests.micros()),
+            _ => None,
         }
     }
 

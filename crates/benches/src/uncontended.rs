@@ -46,6 +46,7 @@ impl Uncontended {
     pub(crate) fn baseline(&self) -> Option<&Side> {
         self.side(Contender::RawRecipe)
             .or_else(|| self.side(Contender::RedisRawPair))
+            .or_else(|| self.side(Contender::ObjectStoreRawPair))
             .or_else(|| self.side(Contender::EtcdLockRpc))
             .or_else(|| self.side(Contender::BackendCalls))
     }
@@ -60,7 +61,8 @@ pub(crate) const ROUNDS: u32 = 20;
 /// backend's two calls, through the client, and (where there is one)
 /// through the bare recipe and the peers: the Rust peer on MongoDB, etcd's
 /// lock service and (given its binary) `etcdctl lock` on etcd, sqlx's
-/// advisory lock on PostgreSQL, the raw pair, rslock and redlock on Redis;
+/// advisory lock on PostgreSQL, the raw pair, rslock and redlock on Redis,
+/// the raw conditional-put pair on an object store;
 /// and the client again on each server `beside` the target's. Where the
 /// server publishes its counts late (PostgreSQL), rounds this short cannot
 /// be counted apart: each contender is counted in a pass of its own after
@@ -96,6 +98,13 @@ pub(crate) async fn uncontended(
     };
     if redis.is_some() {
         contenders.insert(0, Contender::RedisRawPair);
+    }
+    let object_store = match &target.server {
+        Server::ObjectStore(server) => Some(server),
+        _ => None,
+    };
+    if object_store.is_some() {
+        contenders.insert(0, Contender::ObjectStoreRawPair);
     }
     let rslock = match redis {
         Some(_) if with_peer => Some(redis_peers::rslock_manager(&target.url).await?),
@@ -160,6 +169,7 @@ pub(crate) async fn uncontended(
             counted_cycles: 0,
             server_ops: None,
             server_cpu: None,
+            request_micros: None,
             client_cpu: None,
             rounds: Vec::with_capacity(ROUNDS as usize),
         })
@@ -192,6 +202,7 @@ pub(crate) async fn uncontended(
             } else {
                 None
             };
+            let times_before = target.request_micros().filter(|_| here);
             let client_cpu_before = cpu_time();
             let started = Instant::now();
             let cycles = match side.contender {
@@ -248,6 +259,10 @@ pub(crate) async fn uncontended(
                     let server = redis.ok_or("the raw pair needs a Redis target")?;
                     server.raw_cycles(&name, round).await?
                 }
+                Contender::ObjectStoreRawPair => {
+                    let server = object_store.ok_or("the raw pair needs an object store")?;
+                    server.raw_cycles(&name, round).await?
+                }
                 Contender::Rslock => {
                     let manager = rslock.as_ref().ok_or("no rslock manager")?;
                     redis_peers::rslock_cycles(manager, &name, round).await?
@@ -263,6 +278,11 @@ pub(crate) async fn uncontended(
             }
             if let (Some(before), Some(after)) = (cpu_before, target.server_cpu().await) {
                 *side.server_cpu.get_or_insert(Duration::ZERO) += after.saturating_sub(before);
+            }
+            if let (Some(before), Some(after)) = (times_before, target.request_micros()) {
+                side.request_micros
+                    .get_or_insert_with(Counts::default)
+                    .add(&after.since(&before));
             }
             side.cycles += cycles;
             side.elapsed += elapsed;

@@ -16,10 +16,17 @@ pub(crate) fn kind_of_url(url: &str) -> &'static str {
         "PostgreSQL"
     } else if is_redis_url(url) {
         "Redis"
+    } else if crate::objectstore::is_objectstore_url(url) {
+        OBJECT_STORE
     } else {
         "other"
     }
 }
+
+/// What the report calls the object-storage backend (`s3://`, `gs://`,
+/// `az://` URLs), and what `--only` takes for it: the name of its crate's
+/// feature and of its page in docs/.
+pub(crate) const OBJECT_STORE: &str = "objectstore";
 
 /// Whether `url` names Redis (`redis://`, or `rediss://` for TLS).
 pub(crate) fn is_redis_url(url: &str) -> bool {
@@ -66,6 +73,18 @@ mod tests {
         assert!(is_fair_mongo_url("mongodb://h/db?collection=c&fair=true"));
         assert!(!is_fair_mongo_url("mongodb://h/db?fair=false"));
         assert!(!is_fair_mongo_url("postgres://h/db?fair=true"));
+    }
+
+    #[test]
+    fn every_cloud_of_the_object_store_is_one_kind() {
+        for url in [
+            "az://c/p?endpoint=http://127.0.0.1:1/a",
+            "s3://b",
+            "GS://b/p",
+        ] {
+            assert_eq!(kind_of_url(url), OBJECT_STORE, "{url}");
+        }
+        assert_eq!(kind_of_url("azure://c"), "other");
     }
 
     #[test]

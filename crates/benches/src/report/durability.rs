@@ -146,6 +146,7 @@ mod tests {
             tooz_uncontended: None,
             contended: Vec::new(),
             kinds: Vec::new(),
+            polling: None,
             curves: Default::default(),
         }
     }

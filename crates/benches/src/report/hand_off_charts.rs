@@ -203,6 +203,7 @@ mod tests {
             tooz_uncontended: None,
             contended,
             kinds: Vec::new(),
+            polling: None,
             curves: Default::default(),
         }
     }

@@ -120,6 +120,9 @@ impl Run {
         if self.backend("Redis").is_some() {
             let _ = writeln!(out, "{}\n", redis::COUNTING);
         }
+        if self.backend(crate::url_kind::OBJECT_STORE).is_some() {
+            let _ = writeln!(out, "{}\n", objectstore::COUNTING);
+        }
     }
 
     /// The settings the section headed `heading` used, in words, for its

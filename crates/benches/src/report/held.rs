@@ -94,6 +94,9 @@ impl Run {
         {
             let _ = writeln!(out, "\n{}: left out, {}.", b.label, MANY_LEFT_OUT_ADVISORY);
         }
+        for line in self.backends.iter().filter_map(objectstore::held_left_out) {
+            let _ = writeln!(out, "\n{line}");
+        }
         let _ = writeln!(out);
         self.chart_links(out, &self.held_charts());
         let by_command: Vec<String> = self

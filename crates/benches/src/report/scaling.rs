@@ -122,6 +122,25 @@ impl Run {
             }
             let _ = writeln!(out);
         }
+        for b in &self.backends {
+            match &b.polling {
+                Some(Ok(polling)) => {
+                    let _ = writeln!(
+                        out,
+                        "{}\n",
+                        objectstore::polling_findings(&b.label, polling)
+                    );
+                }
+                Some(Err(error)) => {
+                    let _ = writeln!(
+                        out,
+                        "**{}, one waiter while a lock is held**: failed: {error}\n",
+                        b.label
+                    );
+                }
+                None => {}
+            }
+        }
     }
 
     fn names(&self, out: &mut String) {
@@ -376,6 +395,11 @@ fn why_waiters(b: &BackendResults) -> String {
         ("PostgreSQL", ..) => {
             "a release notifies the name's channel (`pg_notify`), and every waiting process is \
              woken and tries once more, a statement each between its `BEGIN` and `COMMIT`"
+        }
+        ("objectstore", ..) => {
+            "an object store cannot tell anyone of a release: every waiter polls on its own \
+             jittered backoff (5 ms doubling to 500 ms), one `GET` a try, so the requests grow \
+             with the waiters and the hand-off is set by the backoff"
         }
         ("Redis", ..) => {
             "a release that finds a waiter's mark publishes on the name's channel, every \

@@ -4,6 +4,7 @@
 use std::fmt::Write;
 
 use super::*;
+use crate::url_kind::OBJECT_STORE;
 
 impl Run {
     pub(super) fn uncontended(&self, out: &mut String) {
@@ -15,7 +16,8 @@ impl Run {
              in turn, so that noise from the machine hits them alike; tooz, a separate Python process, runs once afterwards, for as \
              long as one of our contenders had in all its rounds. The ratio is against the \
              backend's baseline, marked in bold: the same server commands issued directly, \
-             without the lock client (on etcd, etcd's own lock service). Before a backend's rounds start, the benchmark waits \
+             without the lock client (on etcd, etcd's own lock service; on an object store, \
+             the raw conditional-put pair). Before a backend's rounds start, the benchmark waits \
              until the processors are at most {:.0} % busy over half a second (at most 30 s), \
              so that a server still busy with an earlier scenario does not fall into some \
              rounds and not others{}.\n",
@@ -81,6 +83,7 @@ impl Run {
                     Contender::PgAdvisoryLock => postgres::ADVISORY.to_owned(),
                     Contender::PgStep(step) => postgres::step_label(step).to_owned(),
                     Contender::RedisRawPair => redis::RAW_PAIR.to_owned(),
+                    Contender::ObjectStoreRawPair => objectstore::RAW_PAIR.to_owned(),
                     Contender::Rslock => redis::RSLOCK.to_owned(),
                     Contender::Redlock => redis::REDLOCK.to_owned(),
                 };
@@ -165,6 +168,9 @@ impl Run {
         if let Some(b) = self.backend("Redis") {
             goals.extend(redis::uncontended_goals(b));
         }
+        if let Some(b) = self.backend(OBJECT_STORE) {
+            goals.extend(objectstore::uncontended_goals(b));
+        }
         goals_list(out, &goals);
         self.uncontended_findings(out);
     }
@@ -229,6 +235,9 @@ impl Run {
         ));
         if let Some(b) = self.backend("Redis") {
             text.extend(redis::uncontended_findings(b));
+        }
+        if let Some(b) = self.backend(OBJECT_STORE) {
+            text.extend(objectstore::uncontended_findings(b));
         }
         text.extend(self.durability_findings());
         findings_list(out, &text);

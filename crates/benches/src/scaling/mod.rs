@@ -23,6 +23,13 @@ use std::path::Path;
 use crate::cli::Args;
 use crate::outcome::Outcome;
 use crate::target::Target;
+use crate::url_kind::OBJECT_STORE;
+
+/// The most locks an object store is asked to hold: each is extended by a
+/// request of its own every third of the lease, so 1,000 held locks ask
+/// for 100 requests a second, and 10,000 for 1,000 (see the report's
+/// held-locks part).
+pub(crate) const OBJECT_STORE_HELD_AT_MOST: usize = 1_000;
 
 use self::held::HoldMany;
 use self::names::NamesPoint;
@@ -35,6 +42,9 @@ pub(crate) struct Curves {
     pub(crate) waiters: Curve<WaitersPoint>,
     pub(crate) names: Curve<NamesPoint>,
     pub(crate) held: Curve<HoldMany>,
+    /// The held-locks points left out on this backend (see
+    /// [`Plan::held_at_most`]).
+    pub(crate) held_left_out: Vec<usize>,
 }
 
 impl Curves {
@@ -52,20 +62,34 @@ pub(crate) struct Plan {
     pub(crate) waiters: bool,
     pub(crate) names: bool,
     pub(crate) held: bool,
+    /// The most locks this backend is asked to hold, where holding more
+    /// would only measure a server past its capacity: on an object store,
+    /// each lock held is a request of its own every extension cadence.
+    pub(crate) held_at_most: Option<usize>,
 }
 
 impl Plan {
     /// The curves of `target`: none on a scale-out form (`full` false),
     /// whose cost per server section 5 shows; only the waiters on a fair
     /// form, which orders waiters and changes nothing else; no held locks
-    /// in PostgreSQL's advisory mode, where each is a server connection.
+    /// in PostgreSQL's advisory mode, where each is a server connection;
+    /// on an object store, at most [`OBJECT_STORE_HELD_AT_MOST`] held.
     pub(crate) fn of(target: &Target, full: bool) -> Self {
         let ordinary = full && !target.fair();
         Self {
             waiters: full,
             names: ordinary,
             held: ordinary && !target.advisory_mode(),
+            held_at_most: (target.kind() == OBJECT_STORE).then_some(OBJECT_STORE_HELD_AT_MOST),
         }
+    }
+
+    /// The held-locks points of `points` this plan measures, and those it
+    /// leaves out.
+    pub(crate) fn held_points(&self, points: &[usize]) -> (Vec<usize>, Vec<usize>) {
+        points
+            .iter()
+            .partition(|&&n| self.held_at_most.is_none_or(|most| n <= most))
     }
 }
 
@@ -98,7 +122,12 @@ pub(crate) async fn measure(args: &Args, exe: &Path, targets: &[(&Target, Plan)]
                 target.label(),
                 humantime::format_duration(args.held_seconds)
             );
-            curves.held = curve("locks held", &args.held, |n| {
+            let (points, left_out) = plan.held_points(&args.held);
+            if !left_out.is_empty() {
+                eprintln!("   locks held: {left_out:?} left out");
+            }
+            curves.held_left_out = left_out;
+            curves.held = curve("locks held", &points, |n| {
                 held::hold_many(
                     target,
                     n,
@@ -153,6 +182,23 @@ pub(crate) fn measured<T>(curve: &[Point<T>]) -> impl Iterator<Item = (usize, &T
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_object_store_holds_at_most_its_limit() {
+        let plan = Plan {
+            waiters: true,
+            names: true,
+            held: true,
+            held_at_most: Some(1_000),
+        };
+        let (kept, left_out) = plan.held_points(&[100, 1_000, 10_000, 100_000]);
+        assert_eq!((kept, left_out), (vec![100, 1_000], vec![10_000, 100_000]));
+        let unlimited = Plan {
+            held_at_most: None,
+            ..plan
+        };
+        assert_eq!(unlimited.held_points(&[100_000]).0, [100_000]);
+    }
 
     #[tokio::test]
     async fn a_failed_point_is_kept_and_the_curve_goes_on() {

@@ -5,10 +5,12 @@
 use distlock::mongodb::mongodb::bson::{Bson, Document, doc};
 use distlock::redis::redis;
 
+use crate::objectstore::ObjectStoreServer;
 use crate::outcome::Outcome;
 use crate::pg_stats::PgStats;
 use crate::redis_peers::client_url;
 use crate::target::{Server, Target};
+use crate::url_kind::OBJECT_STORE;
 
 /// One reading of what the store keeps. Either may be unknown where the
 /// server does not say.
@@ -44,6 +46,7 @@ pub(crate) fn source(kind: &str) -> &'static str {
         }
         "memcached" => "items and bytes: `stats` `curr_items` and `bytes`",
         "file" => "files and bytes: the lock directory's entries and their sizes",
+        OBJECT_STORE => "objects and bytes: a listing of the URL's prefix (`List Blobs` on Azure)",
         _ => "not read",
     }
 }
@@ -59,6 +62,7 @@ pub(crate) async fn read(target: &Target) -> Outcome<Stored> {
             ..
         } => mongo(database, collection).await,
         Server::Redis(_) => redis_store(&target.url).await,
+        Server::ObjectStore(server) => objects(server).await,
         Server::Etcd(Some(metrics)) => {
             let page = metrics.first_page().await?;
             Ok(Stored {
@@ -87,6 +91,22 @@ pub(crate) async fn read(target: &Target) -> Outcome<Stored> {
         Server::Uncounted if target.url.starts_with("file:") => file(&target.url),
         Server::Uncounted | Server::Etcd(None) => Ok(Stored::default()),
     }
+}
+
+/// The objects under an object store's prefix, and their sizes.
+async fn objects(server: &ObjectStoreServer) -> Outcome<Stored> {
+    use futures::TryStreamExt;
+    let listed: Vec<_> = server
+        .store
+        .list(Some(&server.prefix))
+        .try_collect()
+        .await
+        .map_err(|e| format!("listing {}: {e}", server.prefix))?;
+    let bytes: u64 = listed.iter().map(|meta| meta.size).sum();
+    Ok(Stored {
+        entries: Some(listed.len() as i64),
+        bytes: Some(bytes as i64),
+    })
 }
 
 async fn postgres(target: &Target, stats: &PgStats) -> Outcome<Stored> {
