@@ -44,6 +44,11 @@ install_objectstore() {
 start_objectstore() {
     azurite_up
     moto_up
+    # Read from Azurite's source (dist/src/blob/persistence/
+    # LokiBlobMetadataStore.js and common/persistence/FSExtentStore.js).
+    say_durability objectstore \
+        "Azurite $AZURITE_VERSION, as it comes: its data in the run's temp dir (--location); a blob's bytes appended to an extent file and fdatasynced before the answer, but the metadata that makes them the blob (its ETag, which bytes) kept in memory (LokiJS) and written to its index file every 5 s (autosave: a new file and a rename, without an fsync)" \
+        "the extent file's fdatasync, not the index's: an acknowledged write lives only in Azurite's memory until the next autosave, up to 5 s later, so a crash takes it back; the index itself is never fsynced"
 }
 
 # Not named start_*: bring_up_servers runs every start_ function itself.
