@@ -4,12 +4,14 @@
 //! a lock is held.
 
 use std::fmt::Write;
+use std::time::Duration;
 
 use super::{BackendResults, spread};
 use crate::commands::Counts;
 use crate::markdown::{goal, opt, short};
 use crate::objectstore::polling::{Polling, WARM_UP};
-use crate::scaling::OBJECT_STORE_HELD_AT_MOST;
+use crate::scaling::names::NamesPoint;
+use crate::scaling::{OBJECT_STORE_HELD_AT_MOST, OBJECT_STORE_NAMES_AT_MOST, measured};
 use crate::uncontended::{Contender, Side};
 use crate::url_kind::OBJECT_STORE;
 
@@ -190,7 +192,44 @@ fn whole(counts: &Counts) -> String {
     }
 }
 
-/// Why the held-locks points above [`OBJECT_STORE_HELD_AT_MOST`] were left
+/// Why the names points above [`OBJECT_STORE_NAMES_AT_MOST`] were left out
+/// on `b`, with how the rate fell over the points this run measured.
+pub(super) fn names_left_out(b: &BackendResults) -> Option<String> {
+    let left_out = &b.curves.names_left_out;
+    if left_out.is_empty() {
+        return None;
+    }
+    let points: Vec<String> = left_out.iter().map(usize::to_string).collect();
+    let mut t = format!(
+        "{}: {} names left out. The backend keeps each name's object after its release (a \
+         free record, which keeps its fencing token), and Azurite keeps the metadata of \
+         every object in memory (LokiJS) and writes all of it to its index file every 5 s, \
+         so every name taken makes the store slower for the next; this run takes at most \
+         {OBJECT_STORE_NAMES_AT_MOST}.",
+        b.label,
+        points.join(" and "),
+    );
+    let measured: Vec<(usize, &NamesPoint)> = measured(&b.curves.names).collect();
+    if let (Some(&(few, first)), Some(&(many, last))) = (measured.first(), measured.last())
+        && many > few
+    {
+        let more: usize = left_out.iter().sum();
+        let _ = write!(
+            t,
+            " The points measured went from {:.0} cycles/s at {few} names to {:.0} at {many}; \
+             at that last rate, the names left out would take {} more, and the rate only \
+             falls as the objects grow in number.",
+            first.cycles_per_second(),
+            last.cycles_per_second(),
+            humantime::format_duration(Duration::from_secs(
+                (more as f64 / last.cycles_per_second()).round() as u64
+            )),
+        );
+    }
+    Some(t)
+}
+
+/// Why the held-locks points [`OBJECT_STORE_HELD_AT_MOST`] were left
 /// out on `b`, with the request rate its uncontended cycles reached.
 pub(super) fn held_left_out(b: &BackendResults) -> Option<String> {
     let left_out = &b.curves.held_left_out;
@@ -305,6 +344,37 @@ mod tests {
         );
         assert!(line.contains("1000 a second at 10000 locks"), "{line}");
         assert!(line.contains("reached 600 requests a second"), "{line}");
+    }
+
+    #[test]
+    fn names_left_out_are_said_with_how_the_rate_fell() {
+        use crate::scaling::Point;
+        use crate::scaling::store::Stored;
+        let mut b = object_store(
+            side(Contender::Client, 200, &[("GET", 1), ("PUT If-Match", 2)]),
+            side(Contender::ObjectStoreRawPair, 100, &[("POST", 1)]),
+        );
+        assert_eq!(names_left_out(&b), None);
+        let point = |names: usize, seconds: u64| Point {
+            at: names,
+            measured: Ok(NamesPoint {
+                names,
+                elapsed: Duration::from_secs(seconds),
+                kept: Stored::default(),
+            }),
+        };
+        b.curves.names = vec![point(100, 1), point(10_000, 200)];
+        b.curves.names_left_out = vec![100_000];
+        let line = names_left_out(&b).unwrap();
+        assert!(
+            line.starts_with("objectstore: 100000 names left out."),
+            "{line}"
+        );
+        assert!(
+            line.contains("from 100 cycles/s at 100 names to 50 at 10000"),
+            "{line}"
+        );
+        assert!(line.contains("would take 33m 20s more"), "{line}");
     }
 
     #[test]

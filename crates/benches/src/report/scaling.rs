@@ -186,6 +186,9 @@ impl Run {
             }
         }
         let _ = writeln!(out);
+        for line in self.backends.iter().filter_map(objectstore::names_left_out) {
+            let _ = writeln!(out, "{line}\n");
+        }
         let mut sources: Vec<String> = Vec::new();
         for b in self.backends.iter().filter(|b| !b.curves.names.is_empty()) {
             let line = format!("- {}: {}", b.kind, store::source(b.kind));

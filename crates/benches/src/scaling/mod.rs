@@ -31,6 +31,12 @@ use crate::url_kind::OBJECT_STORE;
 /// held-locks part).
 pub(crate) const OBJECT_STORE_HELD_AT_MOST: usize = 1_000;
 
+/// The most names an object store is asked to take: it keeps each name's
+/// object, and Azurite writes the metadata of every object it keeps to its
+/// index every 5 s, so each name makes the next slower (see the report's
+/// names part).
+pub(crate) const OBJECT_STORE_NAMES_AT_MOST: usize = 10_000;
+
 use self::held::HoldMany;
 use self::names::NamesPoint;
 use self::waiters::WaitersPoint;
@@ -41,6 +47,9 @@ use self::waiters::WaitersPoint;
 pub(crate) struct Curves {
     pub(crate) waiters: Curve<WaitersPoint>,
     pub(crate) names: Curve<NamesPoint>,
+    /// The names points left out on this backend (see
+    /// [`Plan::names_at_most`]).
+    pub(crate) names_left_out: Vec<usize>,
     pub(crate) held: Curve<HoldMany>,
     /// The held-locks points left out on this backend (see
     /// [`Plan::held_at_most`]).
@@ -66,6 +75,10 @@ pub(crate) struct Plan {
     /// would only measure a server past its capacity: on an object store,
     /// each lock held is a request of its own every extension cadence.
     pub(crate) held_at_most: Option<usize>,
+    /// The most names this backend is asked to take, where more would
+    /// take longer than a run can give: on an object store whose emulator
+    /// slows with every object it keeps.
+    pub(crate) names_at_most: Option<usize>,
 }
 
 impl Plan {
@@ -73,24 +86,27 @@ impl Plan {
     /// whose cost per server section 5 shows; only the waiters on a fair
     /// form, which orders waiters and changes nothing else; no held locks
     /// in PostgreSQL's advisory mode, where each is a server connection;
-    /// on an object store, at most [`OBJECT_STORE_HELD_AT_MOST`] held.
+    /// on an object store, at most [`OBJECT_STORE_NAMES_AT_MOST`] names and
+    /// [`OBJECT_STORE_HELD_AT_MOST`] locks held.
     pub(crate) fn of(target: &Target, full: bool) -> Self {
         let ordinary = full && !target.fair();
+        let object_store = target.kind() == OBJECT_STORE;
         Self {
             waiters: full,
             names: ordinary,
             held: ordinary && !target.advisory_mode(),
-            held_at_most: (target.kind() == OBJECT_STORE).then_some(OBJECT_STORE_HELD_AT_MOST),
+            held_at_most: object_store.then_some(OBJECT_STORE_HELD_AT_MOST),
+            names_at_most: object_store.then_some(OBJECT_STORE_NAMES_AT_MOST),
         }
     }
+}
 
-    /// The held-locks points of `points` this plan measures, and those it
-    /// leaves out.
-    pub(crate) fn held_points(&self, points: &[usize]) -> (Vec<usize>, Vec<usize>) {
-        points
-            .iter()
-            .partition(|&&n| self.held_at_most.is_none_or(|most| n <= most))
-    }
+/// The points of `points` at most `at_most`, which a curve measures, and
+/// those above it, which it leaves out.
+pub(crate) fn within(points: &[usize], at_most: Option<usize>) -> (Vec<usize>, Vec<usize>) {
+    points
+        .iter()
+        .partition(|&&n| at_most.is_none_or(|most| n <= most))
 }
 
 /// Measures every curve of every target its plan names: the waiters on
@@ -111,7 +127,12 @@ pub(crate) async fn measure(args: &Args, exe: &Path, targets: &[(&Target, Plan)]
     for ((target, plan), curves) in targets.iter().zip(&mut all) {
         if plan.names {
             eprintln!("== {} ({}): names", target.shown, target.label());
-            curves.names = curve("names", &args.names, |n| names::names(target, n)).await;
+            let (points, left_out) = within(&args.names, plan.names_at_most);
+            if !left_out.is_empty() {
+                eprintln!("   names: {left_out:?} left out");
+            }
+            curves.names_left_out = left_out;
+            curves.names = curve("names", &points, |n| names::names(target, n)).await;
         }
     }
     for ((target, plan), curves) in targets.iter().zip(&mut all) {
@@ -122,7 +143,7 @@ pub(crate) async fn measure(args: &Args, exe: &Path, targets: &[(&Target, Plan)]
                 target.label(),
                 humantime::format_duration(args.held_seconds)
             );
-            let (points, left_out) = plan.held_points(&args.held);
+            let (points, left_out) = within(&args.held, plan.held_at_most);
             if !left_out.is_empty() {
                 eprintln!("   locks held: {left_out:?} left out");
             }
@@ -184,20 +205,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_object_store_holds_at_most_its_limit() {
-        let plan = Plan {
-            waiters: true,
-            names: true,
-            held: true,
-            held_at_most: Some(1_000),
-        };
-        let (kept, left_out) = plan.held_points(&[100, 1_000, 10_000, 100_000]);
+    fn points_above_a_limit_are_left_out() {
+        let (kept, left_out) = within(&[100, 1_000, 10_000, 100_000], Some(1_000));
         assert_eq!((kept, left_out), (vec![100, 1_000], vec![10_000, 100_000]));
-        let unlimited = Plan {
-            held_at_most: None,
-            ..plan
-        };
-        assert_eq!(unlimited.held_points(&[100_000]).0, [100_000]);
+        let (kept, left_out) = within(&[100_000], None);
+        assert_eq!((kept, left_out), (vec![100_000], vec![]));
     }
 
     #[tokio::test]
