@@ -96,8 +96,9 @@ pub(super) fn uncontended_findings(b: &BackendResults) -> Option<String> {
     let mut t = format!(
         "**objectstore.** A cycle of ours is {} requests ({}): the take reads the lock's \
          object (`GET`) and replaces the free record it finds under the ETag read \
-         (`PUT If-Match`) with our grant and the token plus one; the release replaces our \
-         grant, under the ETag our write returned, with a free record that keeps the token. \
+         (`PUT If-Match`) with our grant and a higher token (one more, or the clock in µs if \
+         greater); the release replaces our grant, under the ETag our write returned, with a \
+         free record that keeps the token. \
          The object stays, so the next take finds it; only a name's first take sees a `404` \
          and creates it (`PUT If-None-Match: *`). The raw pair is {} requests ({}) with no \
          fencing token, no lease (a holder that dies leaves its object for ever) and a \
