@@ -379,9 +379,15 @@ impl Backend for RedisBackend {
                 ..
             } => {
                 wait.take::<Waiting>();
+                // A quorum grant keeps its copies' record, to re-create a
+                // copy that a server lost (see the quorum module).
+                let state = match &quorum {
+                    Some(_) => crate::quorum::CopyRecord::state_for(request),
+                    None => GrantState::none(),
+                };
                 return Ok(Attempt::Acquired {
                     fencing_token,
-                    state: GrantState::none(),
+                    state,
                 });
             }
             // The writer's mark stays in the wait state: the wait ends on

@@ -105,7 +105,11 @@
 //!   server holds nobody up, and a server away when the backend opens is
 //!   connected to in the background.
 //! - **An extension** succeeds on a majority; the lease is lost when so
-//!   many servers refuse that no majority can remain.
+//!   many servers refuse that no majority can remain. Once a majority has
+//!   extended it, a server that lost its copy (restarted without
+//!   persistence, say) gets it back, with the grant's token, where nothing
+//!   holds the name there: a grant someone else made on that server is
+//!   never overwritten.
 //! - **Fencing tokens.** A grant's token is greater than every earlier
 //!   grant's while, for the two grants, one server that both majorities
 //!   share keeps its counter; where every such server lost it (a restart
@@ -123,8 +127,12 @@
 //!   however soon it is back, so a lock whose grant rested on its lost copy
 //!   and one other is not granted again; meanwhile grants need the other
 //!   servers, and a new deployment's first lease grants only what every
-//!   server grants. A restart from an older snapshot is not covered: run
-//!   the servers without persistence, or with `appendfsync always`.
+//!   server grants. The holder's next extension gives the restarted server
+//!   its copies back, so restarts of every server in turn, each after an
+//!   extension has passed since the last, keep a lock held throughout; a
+//!   majority that lost its copies between two extensions loses the lock.
+//!   A restart from an older snapshot is not covered: run the servers
+//!   without persistence, or with `appendfsync always`.
 //!
 //! # Cluster mode
 //! With `?mode=cluster`, the URL's hosts are seeds: nodes of one Redis

@@ -514,23 +514,61 @@ impl Node {
             replicas.append_to(&mut pipe);
             count += 1;
         }
-        let replies = match connection.req_packed_commands(&pipe, 0, count).await {
-            // The connection dropped (a server restart): the connection
-            // manager opens another, and extending again is harmless (the
-            // whole pipeline goes again, its WAIT after its extensions).
-            Err(error) if error.is_connection_dropped() || error.is_io_error() => {
-                tracing::debug!(%error, "extending again on a new connection");
-                connection.req_packed_commands(&pipe, 0, count).await?
-            }
-            other => other?,
-        };
-        if !replies.iter().any(is_noscript) {
-            return Ok(replies);
-        }
         // Extending again is harmless: each extension runs the lease from
-        // the server's now.
-        script.prepare_invoke().load_async(connection).await?;
-        connection.req_packed_commands(&pipe, 0, count).await
+        // the server's now (and the whole pipeline goes again, its WAIT
+        // after its extensions).
+        send_again_if_lost(connection, &pipe, count, script, "extending").await
+    }
+
+    /// Re-creates the copies of quorum grants that this server lost, each
+    /// `(lease, record)` with the record its copies store, in one
+    /// pipeline within `timeout`, only where nothing holds the name (see
+    /// `MEND` in the scripts): for each, whether it made the copy.
+    pub(crate) async fn mend_many(
+        &self,
+        copies: &[(&Lease, &str)],
+        timeout: Duration,
+    ) -> Result<Vec<Result<bool>>> {
+        let what = format!("re-creating {} copies{}", copies.len(), self.on);
+        let script = &self.counter.mend;
+        let mut pipe = redis::pipe();
+        for (lease, record) in copies {
+            let keys = self.keys.of_uncached(&lease.name);
+            let (claim, _) = claim_code(lease.claim);
+            pipe.cmd("EVALSHA")
+                .arg(script.get_hash())
+                .arg(4)
+                .arg(&keys.exclusive)
+                .arg(&keys.holders)
+                .arg(&keys.records)
+                .arg(&keys.token)
+                .arg(claim)
+                .arg(lease.id.to_string())
+                .arg(millis(lease.lease))
+                .arg(lease.fencing_token)
+                .arg(*record);
+        }
+        let call = async {
+            let mut connection = self.link.get()?;
+            // Sent again, a copy made finds itself there and makes nothing.
+            send_again_if_lost(&mut connection, &pipe, copies.len(), script, "mending")
+                .await
+                .map_err(|e| from_redis(&what, e))
+        };
+        let replies = tokio::time::timeout(timeout, call)
+            .await
+            .map_err(|_| timed_out("mend", timeout))??;
+        if replies.len() != copies.len() {
+            return Err(unexpected(&what, &Value::Array(replies)));
+        }
+        Ok(replies
+            .into_iter()
+            .map(|reply| match reply {
+                Value::Int(made) => Ok(made == 1),
+                Value::ServerError(error) => Err(from_redis(&what, error.into())),
+                other => Err(unexpected(&what, &other)),
+            })
+            .collect())
     }
 
     /// One `EVALSHA` of the extend script per lease.
@@ -867,6 +905,32 @@ impl Node {
             _ => None,
         }
     }
+}
+
+/// Sends `pipe`, `count` replies long, whose scripts are all `script`:
+/// again on a new connection when the connection dropped (a server
+/// restart: the connection manager opens another), and again once
+/// `script` is loaded when the server lacked it. Only for pipelines that
+/// may run twice; `doing` names what it does, for the log.
+async fn send_again_if_lost(
+    connection: &mut Connection,
+    pipe: &redis::Pipeline,
+    count: usize,
+    script: &Script,
+    doing: &str,
+) -> redis::RedisResult<Vec<Value>> {
+    let replies = match connection.req_packed_commands(pipe, 0, count).await {
+        Err(error) if error.is_connection_dropped() || error.is_io_error() => {
+            tracing::debug!(%error, "{doing} again on a new connection");
+            connection.req_packed_commands(pipe, 0, count).await?
+        }
+        other => other?,
+    };
+    if !replies.iter().any(is_noscript) {
+        return Ok(replies);
+    }
+    script.prepare_invoke().load_async(connection).await?;
+    connection.req_packed_commands(pipe, 0, count).await
 }
 
 /// What a call does, for its errors (`acquiring NAME on host:port`): only

@@ -17,7 +17,67 @@
 //!   rests on).
 //! - **Extend** succeeds on a majority, fails (the lease is gone) when too
 //!   many refuse for a majority to remain, and is an error otherwise.
+//! - **Mending.** Once a majority has extended a lease, the servers that
+//!   refused it get its copy back (see below).
 //! - **Release** goes to every server, decided as an attempt is.
+//!
+//! # Mending a copy that a server lost
+//!
+//! A server that restarts without persistence forgets its copies. Left at
+//! that, a lock held on three servers keeps two copies after one restart
+//! and one after a second, even a lease apart: the holder loses it at its
+//! next extension. So when a majority has extended a lease (each checked
+//! that the copy is the lease's own), every server that refused it is
+//! sent the mend script (`MEND` in the scripts), which re-creates the
+//! copy only where nothing holds the name: `SET … NX` for a writer, and
+//! for a reader only where no writer, and no holder of another kind,
+//! holds it. Why that is safe:
+//!
+//! - **Only a valid lease is mended.** The mend follows an extension that
+//!   a majority confirmed, in the same call, and never one that was
+//!   refused or left in doubt: the copy it makes is of a grant that holds
+//!   a majority at that moment. It decides nothing: the extension's
+//!   verdict counts the copies that were extended, not the ones mended
+//!   after it; a mended copy counts from the next extension on, as any
+//!   copy does.
+//! - **Never over another's grant.** A server where anything holds the
+//!   name (another client's grant, a copy of one being rolled back, a
+//!   writer against a reader or readers against a writer) is left as it
+//!   is, so a grant another client made there is never overwritten or
+//!   hidden: it is decided by its own majority, as before. Only a server
+//!   that answered "not ours" is asked, and the script looks again
+//!   itself, in one step, so nothing comes between its look and its write.
+//! - **The abstention still holds.** A server that came back empty less
+//!   than a lease ago abstains from grants ([`counted`]). A mended copy is
+//!   no vote for a grant: it is a copy of one decided elsewhere, and the
+//!   mend leaves the server's epoch alone, so it neither starts nor ends
+//!   the abstention (the first attempt after the restart starts it, as
+//!   before). All a mended copy does to other clients is make the server
+//!   answer "held", which takes a vote from their attempts, never gives
+//!   one. The case the abstention exists for, a holder left with one copy
+//!   of three, is a case of an extension that no majority confirms: no
+//!   mend, and the holder loses the lock at that extension, as before.
+//!   Mending made during the abstention is fine: it restores the copy the
+//!   abstention stands in for.
+//! - **What it changes.** Restarts one at a time, each far enough from
+//!   the last for an extension to pass between them (a third of the lease
+//!   by default), no longer wear a lock away: after each one the lock is
+//!   on every server again. Copies lost on a majority of the servers
+//!   between two extensions are not mended: that extension is refused,
+//!   and the lock is lost, as before.
+//! - **Tokens.** The mended copy carries the lease's own token, decided
+//!   (no `~`), and the script raises the name's counter on that server to
+//!   it if the server has less (a restart loses the counter too), as the
+//!   grant raised its majority's. So a later grant whose majority shares
+//!   with this one's only servers that were restarted and mended still
+//!   meets a counter at this token or past it, and issues more; a raise
+//!   never lowers a counter, so no later grant can get less than an
+//!   earlier one from it.
+//! - **A late mend.** The mend is awaited within the extension, and core
+//!   waits for an extension in flight before it releases, so a release
+//!   comes after the copies it must end. A mend whose answer was lost may
+//!   still land after the release: that copy then lasts its lease on one
+//!   server, a minority, as a roll-back that never arrived would.
 //!
 //! Semaphores are not offered: each server counts only the permits it
 //! holds, and permits held by different majorities could together exceed
@@ -26,12 +86,13 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use distlock_core::backend::{AcquireRequest, Lease};
+use distlock_core::backend::{AcquireRequest, GrantState, Lease};
 use distlock_core::{Claim, Error, LockInfo, LockName, Result};
 use futures::StreamExt;
 use futures::future::join_all;
 use futures::stream::FuturesUnordered;
 
+use crate::keys::Record;
 use crate::node::{Node, WriterMark};
 use crate::reply::{Answer, Listed};
 
@@ -236,7 +297,9 @@ impl<'a> Quorum<'a> {
     }
 
     /// Extends each lease on every server: extended on a majority, refused
-    /// by too many for a majority to remain, or an error.
+    /// by too many for a majority to remain, or an error. A lease a
+    /// majority extended gets its copy back on the servers that refused
+    /// it, where nothing holds the name (see [`mend`](Self::mend)).
     pub(crate) async fn extend_many(
         &self,
         leases: &[Lease],
@@ -251,16 +314,73 @@ impl<'a> Quorum<'a> {
         .into_iter()
         .map(|extended| extended.outcomes.into_iter())
         .collect();
-        leases
+        // For each server, the leases to mend there.
+        let mut to_mend: Vec<Vec<usize>> = vec![Vec::new(); self.nodes.len()];
+        let verdicts = leases
             .iter()
-            .map(|_| {
+            .enumerate()
+            .map(|(at, lease)| {
                 let answers: Vec<Result<bool>> = by_node
                     .iter_mut()
                     .map(|answers| answers.next().unwrap_or(Ok(false)))
                     .collect();
-                self.decide(answers)
+                let refused: Vec<usize> = answers
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, answer)| matches!(answer, Ok(false)))
+                    .map(|(node, _)| node)
+                    .collect();
+                let verdict = self.decide(answers);
+                if matches!(verdict, Ok(true)) && CopyRecord::of(lease).is_some() {
+                    for node in refused {
+                        to_mend[node].push(at);
+                    }
+                }
+                verdict
             })
-            .collect()
+            .collect();
+        self.mend(leases, &to_mend, timeout).await;
+        verdicts
+    }
+
+    /// Re-creates, on each server, the copies of the leases `to_mend`
+    /// names for it (by their index in `leases`): leases that a majority
+    /// has just extended, and that this server refused (it lost the copy,
+    /// or something else holds the name there). Each server makes a copy
+    /// only where nothing holds the name (see `MEND` in the scripts). One
+    /// pipeline per server, all at once, awaited: core waits for an
+    /// extension in flight before it releases the lease, so a release
+    /// comes after the copies it must end. A copy not made is tried again
+    /// at the next extension.
+    async fn mend(&self, leases: &[Lease], to_mend: &[Vec<usize>], timeout: Duration) {
+        let calls = self
+            .nodes
+            .iter()
+            .zip(to_mend)
+            .filter(|(_, at)| !at.is_empty())
+            .map(|(node, at)| async move {
+                let copies: Vec<(&Lease, &str)> = at
+                    .iter()
+                    .filter_map(|&at| {
+                        let lease = &leases[at];
+                        CopyRecord::of(lease).map(|record| (lease, record))
+                    })
+                    .collect();
+                node.mend_many(&copies, timeout).await
+            });
+        for outcome in join_all(calls).await {
+            match outcome.map(|made| made.into_iter().collect::<Result<Vec<bool>>>()) {
+                Ok(Ok(made)) => {
+                    let mended = made.iter().filter(|&&made| made).count();
+                    if mended > 0 {
+                        tracing::debug!(mended, "re-created copies a server had lost");
+                    }
+                }
+                Ok(Err(error)) | Err(error) => {
+                    tracing::debug!(%error, "could not re-create a lost copy; the next extension tries again");
+                }
+            }
+        }
     }
 
     /// Ends a lease on every server: whether a majority held it. Decided
@@ -381,6 +501,23 @@ impl<'a> Quorum<'a> {
         info.fencing_token = Some(token);
         info.expires_in = expires_in;
         Some(info)
+    }
+}
+
+/// The record every copy of a quorum grant stores (its name and holder),
+/// kept with the grant, so that an extension can re-create a copy that a
+/// server lost.
+pub(crate) struct CopyRecord(String);
+
+impl CopyRecord {
+    /// The state of a quorum grant made for `request`.
+    pub(crate) fn state_for(request: &AcquireRequest) -> GrantState {
+        GrantState::new(Self(Record::json(&request.name, &request.holder)))
+    }
+
+    /// The record of `lease`'s copies, if it is a quorum grant's.
+    fn of(lease: &Lease) -> Option<&str> {
+        lease.state.get::<Self>().map(|record| record.0.as_str())
     }
 }
 

@@ -489,6 +489,46 @@ end
 return 1
 ";
 
+/// Re-creates the copy of a quorum grant on a server that lost it (it
+/// came back empty, or the copy ran out there), after a majority of the
+/// servers extended the grant: only where nothing holds the name, so that
+/// a grant someone else made on this server is never overwritten or
+/// hidden. The copy is decided (no `~`) and carries the grant's own
+/// token, and the name's counter is raised to that token, as [`RAISE`]
+/// does at the grant, should the server have lost it too. It leaves the
+/// prefix's epoch alone: the copy is no vote (see the quorum module).
+/// KEYS: x s i t. ARGV: claim (`x` or `s`), grant id, lease ms, token,
+/// record. Returns 1 when it made the copy, 0 when the name was held
+/// there (by anyone, this grant included) or the claim is a permit's.
+const MEND: &str = r"
+local x, s, i, t = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local claim, id, lease, token, record = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
+local now = clock()
+local holders = 0
+if redis.call('EXISTS', s) == 1 then holders = prune(s, i, now) end
+if claim == 'x' then
+  if holders > 0 then return 0 end
+  if not redis.call('SET', x, id .. ':' .. token .. ':' .. record, 'PX', ARGV[3], 'NX') then
+    return 0
+  end
+elseif claim == 's' then
+  if redis.call('EXISTS', x) == 1 then return 0 end
+  if holders > 0 and (redis.call('HGET', i, 'kind') ~= 's' or redis.call('ZSCORE', s, id)
+      or holders >= MAX_READERS) then
+    return 0
+  end
+  redis.call('ZADD', s, int(now + lease), id)
+  redis.call('HSET', i, 'kind', 's', 'limit', '0', id, token .. ':' .. record)
+  expire_with_last(s, i)
+else
+  return 0
+end
+if (tonumber(redis.call('GET', t) or '0') or 0) < tonumber(token) then
+  redis.call('SET', t, token, 'PX', COUNTER_TTL)
+end
+return 1
+";
+
 /// A campaign's attempt: [`ACQUIRE`] run as a function, then, when it
 /// granted, the term recorded in the same script. KEYS: ACQUIRE's, then
 /// `r`, the name's list of terms, newest first, each
@@ -585,6 +625,7 @@ pub(crate) struct CounterScripts {
     pub(crate) campaign: Script,
     pub(crate) hand_over: Script,
     pub(crate) raise: Script,
+    pub(crate) mend: Script,
 }
 
 /// The counter scripts of the default keep, compiled once per process.
@@ -615,6 +656,7 @@ impl CounterScripts {
             ]),
             hand_over: of(&[&constants, CLOCK, INT, NEXT_TOKEN, HAND_OVER]),
             raise: of(&[&constants, INT, OWNS, RAISE]),
+            mend: of(&[&constants, CLOCK, INT, PRUNE, EXPIRE_WITH_LAST, MEND]),
         }
     }
 }

@@ -28,7 +28,12 @@ impl Cluster {
     /// their epochs (when each came back empty) are long past, so that
     /// each one's vote counts at once (see [`Cluster::start_new`]).
     async fn start() -> Self {
-        let cluster = Self::start_new().await;
+        Self::start_of(3).await
+    }
+
+    /// `count` servers in service, as [`Cluster::start`] starts three.
+    async fn start_of(count: usize) -> Self {
+        let cluster = Self::start_new_of(count).await;
         for server in &cluster.servers {
             let mut connection = raw(&server.url()).await;
             redis::cmd("SET")
@@ -45,8 +50,14 @@ impl Cluster {
     /// for a lease after it is first asked, and a grant counts its vote
     /// meanwhile only when every server granted.
     async fn start_new() -> Self {
+        Self::start_new_of(3).await
+    }
+
+    /// `count` servers just started, as [`Cluster::start_new`] starts
+    /// three.
+    async fn start_new_of(count: usize) -> Self {
         let mut servers = Vec::new();
-        for _ in 0..3 {
+        for _ in 0..count {
             servers.push(OwnServer::start(&[]).await);
         }
         Self { servers }
@@ -149,32 +160,271 @@ async fn losing_one_of_three_keeps_the_lock_and_its_extensions() {
     assert!(again.release().await.expect("release"));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restart_without_persistence_of_one_of_three_keeps_the_lock() {
-    let mut cluster = Cluster::start().await;
+/// The value of `key` on the server at `url`, if it is there.
+async fn get(url: &str, key: &str) -> Option<String> {
+    let mut connection = raw(url).await;
+    redis::cmd("GET")
+        .arg(key)
+        .query_async(&mut connection)
+        .await
+        .expect("GET")
+}
+
+/// Sets `key` to `value` on the server at `url` for a minute, as another
+/// client's grant (or a stray key) would be.
+async fn set(url: &str, key: &str, value: &str) {
+    let mut connection = raw(url).await;
+    redis::cmd("SET")
+        .arg(key)
+        .arg(value)
+        .arg("PX")
+        .arg(60_000)
+        .query_async::<()>(&mut connection)
+        .await
+        .expect("SET");
+}
+
+/// What a reader's copy on the server at `url` stores for grant `id`:
+/// `<token>:<record>`, if the server holds it as a live reader of the
+/// name whose keys are `keys` (`keys_of`'s order).
+async fn reader_copy(url: &str, keys: &[String], id: &str) -> Option<String> {
+    let mut connection = raw(url).await;
+    let score: Option<f64> = redis::cmd("ZSCORE")
+        .arg(&keys[1])
+        .arg(id)
+        .query_async(&mut connection)
+        .await
+        .expect("ZSCORE");
+    score?;
+    redis::cmd("HGET")
+        .arg(&keys[2])
+        .arg(id)
+        .query_async(&mut connection)
+        .await
+        .expect("HGET")
+}
+
+/// Issue 42: a writer and a reader held all along while each of `count`
+/// servers restarts without persistence in turn (each forgets its
+/// copies). Between restarts the holder's extensions re-create the copies
+/// the restarted server lost, so that no restart leaves the lock on fewer
+/// servers than the one before: after each, nobody else is granted, the
+/// holder never reports a loss, and the copies come back, with the
+/// holder's identity and token; at the end every server holds both, as
+/// the holder's, though every server restarted. Without the mending, the
+/// second restart would leave one copy of three, and the holder would
+/// lose the lock at its next extension.
+async fn restarts_of_each_server_in_turn_keep_the_lock(count: usize) {
+    let mut cluster = Cluster::start_of(count).await;
     let holder = cluster.client().await;
     let other = cluster.client().await;
-    let name = unique("restart-one");
-    let guard = holder
+    let name = unique("restart-each");
+    let readers = unique("restart-each-readers");
+    let writer = holder
         .acquire_with(&name, Duration::from_secs(10))
         .await
         .expect("acquire");
-    let key = cluster.backend().await.keys_of(&name).remove(0);
-    // A grant is decided once two servers granted; the third's copy
-    // follows.
-    for server in &cluster.servers {
-        let url = server.url();
-        eventually("a copy on every server", || exists(&url, &key)).await;
+    let reader = holder
+        .acquire_with(
+            &readers,
+            AcquireOptions::new()
+                .shared()
+                .timeout(Duration::from_secs(10)),
+        )
+        .await
+        .expect("a reader");
+    let backend = cluster.backend().await;
+    let key = backend.keys_of(&name).remove(0);
+    let reader_keys = backend.keys_of(&readers);
+    // A grant is decided once a majority granted; the other copies follow.
+    let urls: Vec<String> = cluster.servers.iter().map(OwnServer::url).collect();
+    for url in &urls {
+        eventually("a writer's copy on every server", || exists(url, &key)).await;
+        eventually("a reader's copy on every server", || {
+            exists(url, &reader_keys[1])
+        })
+        .await;
+    }
+    // Each copy is `<id>:<token>:<record>`; a copy decided after the
+    // grant carries the grant's token, a late one its server's own.
+    let copy = get(&urls[0], &key).await.expect("a copy");
+    let (id, rest) = copy.split_once(':').expect("an id");
+    let (_, record) = rest.split_once(':').expect("a token");
+    let writers_copy = format!("{id}:{}:{record}", writer.fencing_token());
+    let mut connection = raw(&urls[0]).await;
+    let members: Vec<String> = redis::cmd("ZRANGE")
+        .arg(&reader_keys[1])
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut connection)
+        .await
+        .expect("ZRANGE");
+    let [reader_id] = &members[..] else {
+        panic!("one reader: {members:?}")
+    };
+    let stored = reader_copy(&urls[0], &reader_keys, reader_id)
+        .await
+        .expect("the reader's copy");
+    let (_, reader_record) = stored.split_once(':').expect("a token");
+    let readers_copy = format!("{}:{reader_record}", reader.fencing_token());
+
+    let no_second_grant = |after: String| {
+        let (other, name, readers) = (&other, &name, &readers);
+        async move {
+            assert!(
+                other.try_acquire(name).await.expect("try").is_none(),
+                "the writer's lock granted twice, {after}"
+            );
+            assert!(
+                other.try_acquire(readers).await.expect("try").is_none(),
+                "a writer granted beside the reader, {after}"
+            );
+        }
+    };
+    for (at, url) in urls.iter().enumerate() {
+        // A key of no lock, which no extension re-creates: its absence
+        // shows that the restart forgot the server's data.
+        set(url, "forgotten", "by the restart").await;
+        cluster.servers[at].restart().await;
+        assert!(
+            !exists(url, "forgotten").await,
+            "server {at} came back empty"
+        );
+        assert!(!writer.is_lost() && !reader.is_lost(), "restart {at}");
+        no_second_grant(format!("right after server {at} restarted")).await;
+        eventually("the writer's copy re-created", || async {
+            get(url, &key).await.as_deref() == Some(writers_copy.as_str())
+        })
+        .await;
+        eventually("the reader's copy re-created", || async {
+            reader_copy(url, &reader_keys, reader_id).await.as_deref()
+                == Some(readers_copy.as_str())
+        })
+        .await;
+        assert!(!writer.is_lost() && !reader.is_lost(), "restart {at}");
+        no_second_grant(format!("once server {at} had its copies back")).await;
+    }
+    for url in &urls {
+        assert_eq!(
+            get(url, &key).await.as_deref(),
+            Some(writers_copy.as_str()),
+            "the holder's writer on {url}"
+        );
+        assert_eq!(
+            reader_copy(url, &reader_keys, reader_id).await.as_deref(),
+            Some(readers_copy.as_str()),
+            "the holder's reader on {url}"
+        );
+    }
+    assert!(!writer.is_lost() && !reader.is_lost());
+    assert!(writer.release().await.expect("release"));
+    assert!(reader.release().await.expect("release"));
+    for url in &urls {
+        assert!(!exists(url, &key).await, "released on {url}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restarts_of_each_of_three_servers_in_turn_keep_the_lock() {
+    restarts_of_each_server_in_turn_keep_the_lock(3).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restarts_of_each_of_five_servers_in_turn_keep_the_lock() {
+    restarts_of_each_server_in_turn_keep_the_lock(5).await;
+}
+
+/// A copy is re-created only where nothing holds the name: another
+/// client's copy on a restarted server is left as it is, though the
+/// holder's extension (two of three) succeeds; once it is gone, the next
+/// extension re-creates the holder's copy there, with its token, and
+/// raises the name's counter there, which the restart lost, to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_another_client_took_on_a_restarted_server_is_left_alone() {
+    let mut cluster = Cluster::start().await;
+    let backend = cluster.backend().await;
+    let name = unique("mend-foreign");
+    let lease = grant(&backend, &name, Claim::Exclusive, Duration::from_secs(30))
+        .await
+        .expect("granted");
+    let key = backend.keys_of(&name).remove(0);
+    let urls: Vec<String> = cluster.servers.iter().map(OwnServer::url).collect();
+    for url in &urls {
+        eventually("a copy on every server", || exists(url, &key)).await;
+    }
+    let foreign = "another client's copy";
+
+    cluster.servers[0].restart().await;
+    set(&urls[0], &key, foreign).await;
+    assert!(
+        backend.extend(&lease).await.expect("extend"),
+        "extended on two of three"
+    );
+    assert_eq!(
+        get(&urls[0], &key).await.as_deref(),
+        Some(foreign),
+        "another client's copy is not overwritten"
+    );
+
+    let mut connection = raw(&urls[0]).await;
+    redis::cmd("DEL")
+        .arg(&key)
+        .query_async::<()>(&mut connection)
+        .await
+        .expect("DEL");
+    assert!(backend.extend(&lease).await.expect("extend"));
+    // As the holder's copies are, `<id>:<token>:<record>`, decided: with
+    // the grant's token (a copy that came in after the grant was decided
+    // keeps its server's own, marked `~`).
+    let ours = get(&urls[1], &key).await.expect("the holder's copy");
+    let (id, rest) = ours.split_once(':').expect("an id");
+    let (_, record) = rest.split_once(':').expect("a token");
+    assert_eq!(
+        get(&urls[0], &key).await,
+        Some(format!("{id}:{}:{record}", lease.fencing_token)),
+        "re-created where nothing held the name, with the grant's token"
+    );
+    // The restart lost the name's counter too, and nothing but the mend
+    // wrote it since: it is back at the grant's token, so that a later
+    // grant there issues more.
+    let counter = backend.keys_of(&name).remove(4);
+    let restored = get(&urls[0], &counter)
+        .await
+        .and_then(|counter| counter.parse::<u64>().ok());
+    assert!(
+        restored.is_some_and(|restored| restored >= lease.fencing_token),
+        "the counter raised to {}: {restored:?}",
+        lease.fencing_token
+    );
+    assert!(backend.release(&lease).await.expect("release"));
+}
+
+/// A lease that no majority extends is not mended: with two servers of
+/// three restarted at once, the holder's extension is refused, and the
+/// copies are not re-created on the two, which are free for others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_no_majority_extends_is_not_mended() {
+    let mut cluster = Cluster::start().await;
+    let backend = cluster.backend().await;
+    let name = unique("mend-refused");
+    let lease = grant(&backend, &name, Claim::Exclusive, Duration::from_secs(30))
+        .await
+        .expect("granted");
+    let key = backend.keys_of(&name).remove(0);
+    let urls: Vec<String> = cluster.servers.iter().map(OwnServer::url).collect();
+    for url in &urls {
+        eventually("a copy on every server", || exists(url, &key)).await;
     }
 
     cluster.servers[0].restart().await;
+    cluster.servers[1].restart().await;
     assert!(
-        !exists(&cluster.servers[0].url(), &key).await,
-        "the restarted server forgot its copy"
+        !backend.extend(&lease).await.expect("extend"),
+        "one copy of three is no majority"
     );
-    two_leases().await;
-    assert_still_held(&guard, &other).await;
-    assert!(guard.release().await.expect("release"));
+    for url in &urls[..2] {
+        assert!(!exists(url, &key).await, "not re-created on {url}");
+    }
 }
 
 /// Issue 38, finding 10: a grant that reached two servers of three (the
