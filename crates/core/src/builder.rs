@@ -76,6 +76,12 @@ impl LockClientBuilder {
         /// [`LockOptions::min_local_run`].
         min_local_run(run: Duration)
     );
+    forward!(
+        /// How little of a lease may be left unconfirmed before it is at
+        /// risk (default half of what is left when an extension is sent on
+        /// time); see [`LockOptions::at_risk_below`].
+        at_risk_below(left: Duration)
+    );
 
     forward!(
         /// Labels metrics with the lock's name (default off); see

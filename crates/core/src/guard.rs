@@ -17,6 +17,7 @@ use crate::engine::slots::{self, SharedRelease};
 use crate::error::{Error, Result};
 use crate::lost::{LossReason, LostSignal};
 use crate::name::LockName;
+use crate::risk::{RiskReason, RiskSignal};
 
 /// The slot of a name in this client, which a guard holds while it holds
 /// the lock, and passes on when it is done.
@@ -96,6 +97,11 @@ impl LockGuard {
         queue.offer(self)
     }
 
+    /// The lease this guard holds, shared with the keeper.
+    pub(crate) fn held(&self) -> &Arc<HeldLease> {
+        &self.held
+    }
+
     /// The lock's name.
     pub fn name(&self) -> &LockName {
         &self.held.lease.name
@@ -166,6 +172,62 @@ impl LockGuard {
     /// A cloneable, `'static` signal of loss, for the task doing the work.
     pub fn lost_signal(&self) -> LostSignal {
         self.held.lost_signal()
+    }
+
+    /// Resolves, with the reason, when the lease is in danger but not yet
+    /// lost, or once it is lost; at once if it already is. It is a
+    /// warning to finish or pause the protected work before a loss:
+    /// - [`RiskReason::ExtensionFailed`]: the last extension failed (an
+    ///   error, or no answer within the operation timeout); the keeper
+    ///   retries while the lease lasts.
+    /// - [`RiskReason::LittleLeft`]: less than
+    ///   [`LockOptions::at_risk_below`](crate::LockOptions::at_risk_below)
+    ///   is left until [`valid_until`](Self::valid_until), the extension
+    ///   sent for it still unanswered.
+    /// - [`RiskReason::Lost`]: the lease is lost. A sudden loss (a forced
+    ///   release, a refused extension) comes with no warning first.
+    ///
+    /// The danger passes when an extension confirms the lease again
+    /// ([`RiskSignal::safe_again`]); call `at_risk` again to hear of the
+    /// next one. A lock bound to this process (the file backend,
+    /// PostgreSQL's advisory mode) is only ever at risk by its loss.
+    ///
+    /// ```
+    /// use distlock_core::{LockClient, MemoryBackend, RiskReason};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), distlock_core::Error> {
+    /// let client = LockClient::builder().build(MemoryBackend::new())?;
+    /// let guard = client.acquire("nightly-report").await?;
+    /// tokio::select! {
+    ///     reason = guard.at_risk() => {
+    ///         // Stop taking new work; finish or hand back what is under way.
+    ///         assert!(matches!(reason, RiskReason::ExtensionFailed | RiskReason::LittleLeft | RiskReason::Lost(_)));
+    ///     }
+    ///     () = async { /* the protected work */ } => {}
+    /// }
+    /// assert_eq!(guard.risk(), None);
+    /// guard.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub async fn at_risk(&self) -> RiskReason {
+        self.risk_signal().at_risk().await
+    }
+
+    /// Whether the lease is in danger now, and why; `None` while it is
+    /// safe. See [`at_risk`](Self::at_risk).
+    pub fn risk(&self) -> Option<RiskReason> {
+        self.risk_signal().risk()
+    }
+
+    /// A cloneable, `'static` signal of the lease in danger, for the task
+    /// doing the work.
+    pub fn risk_signal(&self) -> RiskSignal {
+        self.held.risk_signal()
     }
 
     /// Extends the lease now, on top of the background extension.
@@ -409,6 +471,7 @@ fn end_released(
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
+        self.held.let_go();
         if self.released {
             return;
         }

@@ -4,6 +4,8 @@ use std::sync::{Arc, OnceLock};
 
 use tokio::sync::Notify;
 
+use crate::risk::Danger;
+
 /// Why a lease stopped being ours.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -64,21 +66,29 @@ impl std::fmt::Display for LossReason {
     }
 }
 
-/// Why the lease ended, once it has, and the tasks waiting to hear it.
+/// Why the lease ended, once it has, and the tasks waiting to hear it;
+/// and, until then, how endangered it is.
 ///
 /// Every release ends a lease, so this is on the hot path: one atomic
-/// write and one wake of the waiters, if any.
+/// write and two wakes of the waiters, if any.
 #[derive(Debug, Default)]
 pub(crate) struct Loss {
     pub(crate) reason: OnceLock<LossReason>,
     pub(crate) ended: Notify,
+    pub(crate) danger: Danger,
+    /// When the lease ended, for a leader's health check.
+    pub(crate) ended_at: OnceLock<std::time::Instant>,
 }
 
 impl Loss {
     pub(crate) fn end(&self, reason: LossReason) -> bool {
         let ended = self.reason.set(reason).is_ok();
         if ended {
+            // Tokio's clock, as the keeper's deadlines are on.
+            let _ = self.ended_at.set(tokio::time::Instant::now().into_std());
             self.ended.notify_waiters();
+            // A loss is the last danger: whoever waits for one hears it.
+            self.danger.changed.notify_waiters();
         }
         ended
     }

@@ -10,6 +10,7 @@
 //! | `distlock_locks_held` | gauge | `backend`, `kind` | locks this process holds now |
 //! | `distlock_hold_seconds` | histogram | `backend`, `kind` | how long each lock was held, until released or lost |
 //! | `distlock_losses_total` | counter | `backend`, `kind`, `reason` | locks lost: `refused`, `expired`, `detected`, `keeper_stopped`, `hold_limit`, `server_clock_stepped` |
+//! | `distlock_at_risk_total` | counter | `backend`, `kind`, `reason` | held locks put at risk ([`LockGuard::at_risk`](crate::LockGuard::at_risk)): `extension_failed`, `little_left` |
 //! | `distlock_local_hand_overs_total` | counter | `backend` | locks passed to another task of the same client in one step |
 //! | `distlock_extensions_total` | counter | `backend`, `outcome` | lease extensions: `extended`, `lost`, `failed` (one per lease; a session's renewal counts once) |
 //! | `distlock_extension_seconds` | histogram | `backend` | how long each extension call took (a batch is one call) |
@@ -29,6 +30,7 @@ use crate::claim::LockKind;
 use crate::error::Error;
 use crate::lost::LossReason;
 use crate::name::LockName;
+use crate::risk::RiskReason;
 
 /// How an acquisition ended, for `distlock_acquisitions_total`.
 #[derive(Debug, Clone, Copy)]
@@ -145,6 +147,23 @@ mod recorded {
         metrics::counter!("distlock_losses_total", labels).increment(1);
     }
 
+    pub(crate) fn at_risk(
+        backend: &'static str,
+        kind: LockKind,
+        lock: Option<&LockName>,
+        reason: RiskReason,
+    ) {
+        let reason = match reason {
+            RiskReason::ExtensionFailed => "extension_failed",
+            RiskReason::LittleLeft => "little_left",
+            // A loss is counted as one, in `distlock_losses_total`.
+            RiskReason::Lost(_) => return,
+        };
+        let mut labels = lock_labels(backend, kind, lock);
+        labels.push(Label::from_static_parts("reason", reason));
+        metrics::counter!("distlock_at_risk_total", labels).increment(1);
+    }
+
     pub(crate) fn hand_over(backend: &'static str) {
         metrics::counter!("distlock_local_hand_overs_total", "backend" => backend).increment(1);
     }
@@ -202,6 +221,7 @@ mod recorded {
         _: Duration,
     ) {
     }
+    pub(crate) fn at_risk(_: &'static str, _: LockKind, _: Option<&LockName>, _: RiskReason) {}
     pub(crate) fn hand_over(_: &'static str) {}
     pub(crate) fn extension_call(_: &'static str, _: Duration) {}
     pub(crate) fn extension(_: &'static str, _: Extension) {}

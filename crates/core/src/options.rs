@@ -29,6 +29,7 @@ pub struct LockOptions {
     backoff_max: Duration,
     local_hand_overs: u32,
     min_local_run: Duration,
+    at_risk_below: Duration,
     label: Option<String>,
     metrics_by_name: bool,
 }
@@ -133,6 +134,20 @@ impl LockOptions {
         self.min_local_run
     }
 
+    /// How little of a lease may be left unconfirmed before it is at risk
+    /// ([`RiskReason::LittleLeft`](crate::RiskReason::LittleLeft)): the
+    /// time from now until [`LockGuard::valid_until`](crate::LockGuard::valid_until).
+    /// Zero warns only of failed extensions.
+    ///
+    /// By default it is half of what is left when an extension is sent on
+    /// time (the lease, less the safety margin and the extension cadence),
+    /// so an extension that answers within that half never raises it: with
+    /// the default 30 s lease, 8.5 s, which an extension reaches 8.5 s after
+    /// it was sent, before its 10 s operation timeout.
+    pub fn at_risk_below(&self) -> Duration {
+        self.at_risk_below
+    }
+
     /// Whether metrics (feature `metrics`) carry the lock's name as a
     /// `lock` label. Off by default: every name becomes a series of its
     /// own, so turn it on only for a small, fixed set of names.
@@ -157,6 +172,7 @@ impl From<&LockOptions> for LockOptionsBuilder {
             backoff: Some((options.backoff_min, options.backoff_max)),
             local_hand_overs: Some(options.local_hand_overs),
             min_local_run: Some(options.min_local_run),
+            at_risk_below: Some(options.at_risk_below),
             label: options.label.clone(),
             metrics_by_name: options.metrics_by_name,
         }
@@ -173,6 +189,7 @@ pub struct LockOptionsBuilder {
     backoff: Option<(Duration, Duration)>,
     local_hand_overs: Option<u32>,
     min_local_run: Option<Duration>,
+    at_risk_below: Option<Duration>,
     label: Option<String>,
     metrics_by_name: bool,
 }
@@ -224,6 +241,17 @@ impl LockOptionsBuilder {
     /// be shorter than the lease.
     pub fn min_local_run(mut self, run: Duration) -> Self {
         self.min_local_run = Some(run);
+        self
+    }
+
+    /// How little of a lease may be left unconfirmed before it is at risk
+    /// (default half of what is left when an extension is sent on time;
+    /// zero: only failed extensions). It must be shorter than the lease
+    /// less the safety margin and the extension cadence, or every lease
+    /// would be at risk before its extension was even sent; see
+    /// [`LockOptions::at_risk_below`].
+    pub fn at_risk_below(mut self, left: Duration) -> Self {
+        self.at_risk_below = Some(left);
         self
     }
 
@@ -316,6 +344,21 @@ impl LockOptionsBuilder {
                 ),
             ));
         }
+        // The validation above leaves some of the lease when an extension
+        // is sent on time.
+        let left_at_extension = lease - safety_margin - extend_every;
+        let at_risk_below = self.at_risk_below.unwrap_or(left_at_extension / 2);
+        if at_risk_below >= left_at_extension {
+            return Err(Error::config(
+                "at_risk_below",
+                format!(
+                    "{at_risk_below:?} must be shorter than what is left of the lease when its \
+                     extension is sent on time ({left_at_extension:?}: the lease less the safety \
+                     margin and the extension cadence), or every lease would be at risk before \
+                     its extension was sent; leave it unset for half of that"
+                ),
+            ));
+        }
         Ok(LockOptions {
             lease,
             extend_every,
@@ -327,6 +370,7 @@ impl LockOptionsBuilder {
                 .local_hand_overs
                 .unwrap_or(LockOptions::DEFAULT_LOCAL_HAND_OVERS),
             min_local_run,
+            at_risk_below,
             label: self.label,
             metrics_by_name: self.metrics_by_name,
         })
@@ -344,6 +388,7 @@ mod tests {
         assert_eq!(options.extend_every(), Duration::from_secs(10));
         assert_eq!(options.safety_margin(), Duration::from_secs(3));
         assert_eq!(options.operation_timeout(), Duration::from_secs(10));
+        assert_eq!(options.at_risk_below(), Duration::from_millis(8_500));
     }
 
     #[test]
@@ -381,6 +426,10 @@ mod tests {
             (
                 LockOptions::builder().min_local_run(Duration::from_secs(30)),
                 "min_local_run",
+            ),
+            (
+                LockOptions::builder().at_risk_below(Duration::from_secs(17)),
+                "at_risk_below",
             ),
         ];
         for (builder, field) in cases {

@@ -16,6 +16,7 @@ use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::lost::LossReason;
 use crate::name::{IntoLockName, LockName};
+use crate::risk::RiskReason;
 
 /// One member of a set given to [`LockClient::acquire_all`]: a name, taken
 /// with the options' claim, or a name and a claim of its own.
@@ -254,6 +255,26 @@ impl LockSet {
     /// Whether any of the locks has been lost.
     pub fn is_lost(&self) -> bool {
         self.guards.iter().any(LockGuard::is_lost)
+    }
+
+    /// Resolves when any of the locks is in danger or lost, with its name
+    /// and the reason; at once if one already is. See
+    /// [`LockGuard::at_risk`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub async fn at_risk(&self) -> (&LockName, RiskReason) {
+        let risks = self.guards.iter().map(|guard| Box::pin(guard.at_risk()));
+        let (reason, index, _) = select_all(risks).await;
+        (self.guards[index].name(), reason)
+    }
+
+    /// The first of the locks, in the canonical order, that is in danger
+    /// now, with the reason; `None` while every one is safe.
+    pub fn risk(&self) -> Option<(&LockName, RiskReason)> {
+        self.guards
+            .iter()
+            .find_map(|guard| Some((guard.name(), guard.risk()?)))
     }
 
     /// Releases every lock, the last taken first. Returns `Ok(true)` if

@@ -21,10 +21,12 @@ pub(crate) use shuttle::sync::{Mutex, MutexGuard};
 /// Atomics, std's or the model checker's.
 pub(crate) mod atomic {
     #[cfg(not(distlock_shuttle))]
-    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 
     #[cfg(distlock_shuttle)]
-    pub(crate) use shuttle::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+    pub(crate) use shuttle::sync::atomic::{
+        AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering,
+    };
 }
 
 /// Where background work runs: the current Tokio runtime, or under the

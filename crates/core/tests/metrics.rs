@@ -150,6 +150,21 @@ async fn every_metric_moves_when_its_event_happens() {
     );
     assert_eq!(get(&seen, &format!("{acquisitions}failed}}")), 1.0);
 
+    // A failed extension puts a lock at risk, counted by the reason.
+    let guard = client.acquire("shaky").await.unwrap();
+    backend.fail_next(1, Failure::Transient);
+    assert!(guard.extend().await.is_err());
+    let seen = look(&snapshotter, &mut totals);
+    assert_eq!(
+        get(
+            &seen,
+            "distlock_at_risk_total{backend=memory,kind=exclusive,reason=extension_failed}"
+        ),
+        1.0,
+        "{seen:?}"
+    );
+    guard.release().await.unwrap();
+
     // A lock passed to the next task of the same client in one step.
     let held = client.acquire("relay").await.unwrap();
     let next = {

@@ -50,7 +50,7 @@ use std::time::Duration;
 
 use distlock_core::{
     AcquireOptions, Claim, Error, IntoLockClaim, IntoLockName, LockClientBuilder, LockContext,
-    LockInfo, LockName, LockOptions, LossReason, Result, TryOptions,
+    LockInfo, LockName, LockOptions, LossReason, Result, RiskReason, TryOptions,
 };
 
 /// Opens the backend `url` names, as [`crate::connect`] does, and returns a
@@ -299,6 +299,23 @@ impl LockGuard {
         self.runtime.block_on(async move { signal.lost().await })
     }
 
+    /// Whether the lease is in danger now, and why; see
+    /// [`crate::LockGuard::risk`].
+    pub fn risk(&self) -> Option<RiskReason> {
+        self.inner().risk()
+    }
+
+    /// Blocks until the lease is in danger or lost, and says why; see
+    /// [`crate::LockGuard::at_risk`]. Check [`risk`](Self::risk) between
+    /// steps of work instead, to slow down without waiting.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] inside an async runtime.
+    pub fn wait_at_risk(&self) -> Result<RiskReason> {
+        let signal = self.inner().risk_signal();
+        self.runtime.block_on(async move { signal.at_risk().await })
+    }
+
     /// Extends the lease now; see [`crate::LockGuard::extend`].
     ///
     /// # Errors
@@ -378,6 +395,24 @@ impl LockSet {
     pub fn wait_lost(&self) -> Result<(LockName, LossReason)> {
         self.runtime.block_on(async {
             let (name, reason) = self.inner().lost().await;
+            (name.clone(), reason)
+        })
+    }
+
+    /// The first of the locks that is in danger now, with the reason;
+    /// see [`crate::LockSet::risk`].
+    pub fn risk(&self) -> Option<(&LockName, RiskReason)> {
+        self.inner().risk()
+    }
+
+    /// Blocks until any of the locks is in danger or lost, and says which
+    /// and why; see [`crate::LockSet::at_risk`].
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] inside an async runtime.
+    pub fn wait_at_risk(&self) -> Result<(LockName, RiskReason)> {
+        self.runtime.block_on(async {
+            let (name, reason) = self.inner().at_risk().await;
             (name.clone(), reason)
         })
     }

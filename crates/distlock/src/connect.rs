@@ -60,6 +60,7 @@ const CLIENT_OPTIONS: &[&str] = &[
     "backoff_max",
     "local_hand_overs",
     "min_local_run",
+    "at_risk_below",
     "label",
 ];
 
@@ -85,6 +86,7 @@ fn client_options(url: &str, builder: LockClientBuilder) -> Result<(String, Lock
             "safety_margin" => builder.safety_margin(duration(key, &value)?),
             "operation_timeout" => builder.operation_timeout(duration(key, &value)?),
             "min_local_run" => builder.min_local_run(duration(key, &value)?),
+            "at_risk_below" => builder.at_risk_below(duration(key, &value)?),
             "local_hand_overs" => builder.local_hand_overs(value.parse().map_err(|_| {
                 Error::config(key, format!("`{value}` is not a whole number from 0 up"))
             })?),

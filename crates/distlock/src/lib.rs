@@ -81,8 +81,8 @@
 //!
 //! Client options may ride in the URL's query beside the backend's own:
 //! `lease`, `extend_every`, `safety_margin`, `operation_timeout`,
-//! `backoff_min`, `backoff_max`, `local_hand_overs`, `min_local_run` and
-//! `label` (durations as `30s`, `500ms` or bare seconds). For example
+//! `backoff_min`, `backoff_max`, `local_hand_overs`, `min_local_run`,
+//! `at_risk_below` and `label` (durations as `30s`, `500ms` or bare seconds). For example
 //! `postgres://app@db/app?table=locks&lease=10s&label=reports`. Or set them
 //! with [`LockClient::builder`] and [`connect_with`]. Every backend reads
 //! its query the same way: values are %-decoded and a `+` is a plus (a
@@ -146,9 +146,10 @@ mod url;
 
 pub use distlock_core::{
     AcquireOptions, Claim, Election, Error, Holder, IntoLockClaim, IntoLockName, Leader,
-    Leadership, LockClient, LockClientBuilder, LockContext, LockGuard, LockInfo, LockKind,
-    LockName, LockOptions, LockOptionsBuilder, LockSet, LossReason, LostSignal, MAX_NAME_LEN,
-    MAX_PERMITS, MemoryBackend, Observer, Payload, Permits, Result, TryOptions,
+    LeaderHealth, Leadership, LockClient, LockClientBuilder, LockContext, LockGuard, LockInfo,
+    LockKind, LockName, LockOptions, LockOptionsBuilder, LockSet, LossReason, LostSignal,
+    MAX_NAME_LEN, MAX_PERMITS, MemoryBackend, Observer, Payload, Permits, Result, RiskReason,
+    RiskSignal, StaleLeadership, TryOptions,
 };
 
 pub use crate::connect::{connect, connect_with};

@@ -183,3 +183,25 @@ fn a_set_reports_which_lock_was_lost() {
     assert!(set.is_lost());
     assert!(!set.release().unwrap());
 }
+
+#[test]
+fn a_thread_hears_of_a_loss_through_the_warning_too() {
+    let client = distlock::blocking::connect("memory://?lease=1s").unwrap();
+    let guard = client.acquire("warned").unwrap();
+    assert_eq!(guard.risk(), None);
+    let set = client
+        .acquire_all(["warned/a", "warned/b"], Duration::from_secs(5))
+        .unwrap();
+    assert_eq!(set.risk(), None);
+    // A forced release comes with no warning before it: the loss is the
+    // warning, at the next extension.
+    assert!(client.force_release("warned").unwrap());
+    assert!(client.force_release("warned/b").unwrap());
+    assert!(matches!(
+        guard.wait_at_risk().unwrap(),
+        distlock::RiskReason::Lost(_)
+    ));
+    let (name, reason) = set.wait_at_risk().unwrap();
+    assert_eq!(name.as_str(), "warned/b");
+    assert!(matches!(reason, distlock::RiskReason::Lost(_)));
+}

@@ -9,6 +9,7 @@ use crate::backend::{Backend, Lease, LossReporter};
 use crate::engine::bounded;
 use crate::error::{Error, Result};
 use crate::lost::{Loss, LossReason, LostSignal};
+use crate::risk::{RiskReason, RiskSignal};
 
 /// A lease and what belongs to it for as long as it is held.
 #[derive(Debug)]
@@ -30,6 +31,9 @@ pub(crate) struct HeldLease {
     /// Whether the end of the hold was counted in metrics: once, at the
     /// first of its end and its drop.
     end_metered: AtomicBool,
+    /// Whether its guard is gone (released or dropped): the lease may
+    /// live on a little in the release under way, but nobody acts on it.
+    let_go: AtomicBool,
 }
 
 impl HeldLease {
@@ -52,6 +56,7 @@ impl HeldLease {
             metrics_by_name,
             deadline: crate::sync::Mutex::new(None),
             end_metered: AtomicBool::new(false),
+            let_go: AtomicBool::new(false),
         }
     }
 
@@ -91,6 +96,21 @@ impl HeldLease {
 
     pub(crate) fn loss(&self) -> Option<LossReason> {
         self.loss.reason.get().copied()
+    }
+
+    /// Notes that the guard is gone.
+    pub(crate) fn let_go(&self) {
+        self.let_go.store(true, Ordering::Release);
+    }
+
+    /// Whether the guard is gone.
+    pub(crate) fn is_let_go(&self) -> bool {
+        self.let_go.load(Ordering::Acquire)
+    }
+
+    /// When the lease ended, if it has.
+    pub(crate) fn ended_at(&self) -> Option<std::time::Instant> {
+        self.loss.ended_at.get().copied()
     }
 
     /// When the grant was made, on this machine's monotonic clock.
@@ -137,6 +157,37 @@ impl HeldLease {
     /// A signal that resolves when this lease ends.
     pub(crate) fn lost_signal(&self) -> LostSignal {
         LostSignal::new(self.loss.clone())
+    }
+
+    /// A signal of this lease in danger.
+    pub(crate) fn risk_signal(&self) -> RiskSignal {
+        RiskSignal::new(self.loss.clone())
+    }
+
+    /// Marks the lease in danger, for `reason`, and counts it in metrics
+    /// when the danger rose. Called by the keeper only.
+    pub(crate) fn endanger(&self, reason: RiskReason) {
+        if self.loss().is_some() || !self.loss.danger.raise(reason) {
+            return;
+        }
+        if reason == RiskReason::LittleLeft {
+            tracing::warn!(
+                name = %self.lease.name,
+                fencing_token = self.lease.fencing_token,
+                "lock at risk: little of its lease is left unconfirmed"
+            );
+        }
+        crate::metrics::at_risk(
+            self.backend.store_name(),
+            self.lease.claim.kind(),
+            self.metrics_by_name.then_some(&self.lease.name),
+            reason,
+        );
+    }
+
+    /// Clears the danger: the server confirmed the lease again.
+    pub(crate) fn reassure(&self) {
+        self.loss.danger.clear();
     }
 }
 

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use distlock_core::{Error, LockGuard, LossReason, LostSignal, Result};
+use distlock_core::{Error, LockGuard, LossReason, LostSignal, Result, RiskReason};
 use mongodb::bson::Bson;
 use serde::Serialize;
 
@@ -107,6 +107,21 @@ impl<T> EntityGuard<T> {
     /// A cloneable, `'static` signal of loss, for the task doing the work.
     pub fn lost_signal(&self) -> LostSignal {
         self.guard.lost_signal()
+    }
+
+    /// Resolves, with the reason, when the lease is in danger or lost;
+    /// see [`LockGuard::at_risk`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub async fn at_risk(&self) -> RiskReason {
+        self.guard.at_risk().await
+    }
+
+    /// Whether the lease is in danger now, and why; see
+    /// [`LockGuard::risk`].
+    pub fn risk(&self) -> Option<RiskReason> {
+        self.guard.risk()
     }
 
     /// Extends the lease now, on top of the background extension. Only the

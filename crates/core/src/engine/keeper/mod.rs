@@ -33,6 +33,7 @@ use crate::error::{Error, Result};
 use crate::lost::LossReason;
 use crate::metrics;
 use crate::options::LockOptions;
+use crate::risk::RiskReason;
 use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use crate::sync::{Mutex, MutexGuard};
 
@@ -90,6 +91,9 @@ struct Schedule {
     session: session::Plan,
     /// The last reading of the server's clock.
     clock: clock::ClockWatch,
+    /// How little of a lease may be left before it is at risk
+    /// ([`LockOptions::at_risk_below`]).
+    at_risk_below: Duration,
 }
 
 #[derive(Debug)]
@@ -104,6 +108,9 @@ struct Entry {
     /// For a session backend, the session the lease was granted on: only
     /// that session's renewals keep it, and its end ends it.
     session: Option<SessionId>,
+    /// Whether the lease was marked at risk for having little left since
+    /// it was last confirmed.
+    little_left_noted: bool,
 }
 
 impl Entry {
@@ -113,14 +120,27 @@ impl Entry {
         self.held.set_deadline(until.map(Instant::into_std));
     }
 
-    fn compute_wake(&self) -> Instant {
+    /// When the lease will have less than `at_risk_below` left, unless
+    /// that was noted already; `None` for a lease no clock ends, or when
+    /// only failed extensions warn.
+    fn at_risk_from(&self, at_risk_below: Duration) -> Option<Instant> {
+        if self.little_left_noted || at_risk_below.is_zero() {
+            return None;
+        }
+        let until = self.valid_until?;
+        Some(until.checked_sub(at_risk_below).unwrap_or(until))
+    }
+
+    fn compute_wake(&self, at_risk_below: Duration) -> Instant {
         let far = far_future();
         let validity = self.valid_until.unwrap_or(far);
-        if self.in_flight {
+        let wake = if self.in_flight {
             validity
         } else {
             self.next_extension.min(validity)
-        }
+        };
+        self.at_risk_from(at_risk_below)
+            .map_or(wake, |at_risk| wake.min(at_risk))
     }
 }
 
@@ -143,7 +163,7 @@ impl Schedule {
     fn reschedule(&mut self, key: u64) {
         if let Some(entry) = self.entries.get_mut(&key) {
             self.queue.remove(&(entry.wake_at, key));
-            entry.wake_at = entry.compute_wake();
+            entry.wake_at = entry.compute_wake(self.at_risk_below);
             self.queue.insert((entry.wake_at, key));
         }
     }
@@ -182,6 +202,8 @@ impl Schedule {
             (_, given) => given,
         };
         entry.set_valid_until(until);
+        entry.little_left_noted = false;
+        entry.held.reassure();
         if confirmation.stepped && until.is_some_and(|until| until <= now) {
             if let Some(entry) = self.remove(key) {
                 entry.held.end(LossReason::ServerClockStepped);
@@ -205,7 +227,10 @@ impl Keeper {
         let capabilities = backend.capabilities();
         Self {
             shared: Arc::new(Shared {
-                schedule: Mutex::new(Schedule::default()),
+                schedule: Mutex::new(Schedule {
+                    at_risk_below: options.at_risk_below(),
+                    ..Schedule::default()
+                }),
                 wake: Arc::new(Notify::new()),
                 options,
                 process_bound: capabilities.process_bound,
@@ -332,6 +357,7 @@ impl Shared {
             in_flight: false,
             wake_at: sent_at,
             session,
+            little_left_noted: false,
         };
         schedule.entries.insert(key, entry);
         schedule.added_since_look = true;
@@ -361,6 +387,7 @@ impl Shared {
         let mut expired = Vec::new();
         let mut next_look: Option<Instant> = None;
         let mut touched = Vec::new();
+        let mut endangered = Vec::new();
         for &(wake_at, key) in schedule.queue.iter() {
             if wake_at > horizon {
                 next_look = Some(next_look.map_or(wake_at, |t| t.min(wake_at)));
@@ -369,9 +396,17 @@ impl Shared {
             let entry = &schedule.entries[&key];
             if entry.valid_until.is_some_and(|until| until <= now) {
                 expired.push(key);
-            } else if !entry.in_flight && entry.next_extension <= horizon {
+                continue;
+            }
+            let at_risk = entry
+                .at_risk_from(schedule.at_risk_below)
+                .is_some_and(|from| from <= now);
+            if at_risk {
+                endangered.push(key);
+            }
+            if !entry.in_flight && entry.next_extension <= horizon {
                 touched.push(key);
-            } else {
+            } else if !at_risk {
                 // In flight, or only its validity is near: look again then.
                 next_look = Some(next_look.map_or(wake_at, |t| t.min(wake_at)));
             }
@@ -379,6 +414,19 @@ impl Shared {
         for key in expired {
             if let Some(entry) = schedule.remove(key) {
                 entry.held.end(LossReason::Expired);
+            }
+        }
+        for key in endangered {
+            let entry = schedule
+                .entries
+                .get_mut(&key)
+                .expect("scheduled entries exist");
+            entry.little_left_noted = true;
+            entry.held.endanger(RiskReason::LittleLeft);
+            schedule.reschedule(key);
+            if !touched.contains(&key) {
+                let wake_at = schedule.entries[&key].wake_at;
+                next_look = Some(next_look.map_or(wake_at, |t| t.min(wake_at)));
             }
         }
         for key in touched {
@@ -456,6 +504,10 @@ impl Shared {
                     %error,
                     "extension failed; retrying while the lease lasts"
                 );
+                // A lock bound to the process is not extended to be kept.
+                if entry.valid_until.is_some() {
+                    entry.held.endanger(RiskReason::ExtensionFailed);
+                }
                 failure = Some(error);
             }
         }

@@ -20,6 +20,7 @@ use crate::engine::held::HeldLease;
 use crate::error::{Error, Result};
 use crate::lost::LossReason;
 use crate::metrics;
+use crate::risk::RiskReason;
 use crate::sync::atomic::Ordering;
 
 /// When the session is renewed next.
@@ -170,6 +171,11 @@ impl Shared {
             Ok(renewal) => renewal,
             Err(error) => {
                 schedule.session.next = Some(Instant::now() + self.retry_delay());
+                for entry in schedule.entries.values() {
+                    if entry.session.is_some() && entry.valid_until.is_some() {
+                        entry.held.endanger(RiskReason::ExtensionFailed);
+                    }
+                }
                 drop(schedule);
                 tracing::warn!(%error, "renewing the session failed; retrying while the leases last");
                 self.wake.notify_one();
