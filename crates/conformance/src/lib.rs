@@ -22,6 +22,7 @@ pub mod kinds;
 mod process;
 pub mod regressions;
 mod support;
+pub mod warnings;
 
 pub use child::in_child_with_env;
 pub use fixture::Fixture;
@@ -50,17 +51,17 @@ macro_rules! conformance_suite {
     };
     (@all $env:tt $fixture:expr) => {
         $crate::conformance_suite!(@in_process $env $fixture);
-        $crate::conformance_suite!(@cases $env $fixture;
+        $crate::conformance_suite!(@group cases $env $fixture;
             cross_process_sigkill_frees_the_lock,
             cross_process_sigstop_holder,
             cross_process_election_survives_a_killed_leader,
         );
-        $crate::conformance_suite!(@kinds $env $fixture;
+        $crate::conformance_suite!(@group kinds $env $fixture;
             cross_process_sigkill_frees_each_kind,
         );
     };
     (@in_process $env:tt $fixture:expr) => {
-        $crate::conformance_suite!(@cases $env $fixture;
+        $crate::conformance_suite!(@group cases $env $fixture;
             acquire_and_release,
             contended_try_acquire_returns_none,
             zero_timeout_tries_once,
@@ -79,7 +80,7 @@ macro_rules! conformance_suite {
             with_lock_releases_on_every_path,
             dropped_guard_releases,
         );
-        $crate::conformance_suite!(@coordination $env $fixture;
+        $crate::conformance_suite!(@group coordination $env $fixture;
             opposite_orders_never_deadlock,
             a_set_that_times_out_holds_nothing,
             a_cancelled_set_holds_nothing,
@@ -91,12 +92,12 @@ macro_rules! conformance_suite {
             an_observer_that_fell_behind_is_told_and_goes_on,
             a_grant_nobody_received_leaves_no_term,
         );
-        $crate::conformance_suite!(@regressions $env $fixture;
+        $crate::conformance_suite!(@group regressions $env $fixture;
             a_retried_release_never_deletes_a_newer_holders_lock,
             no_extension_after_release,
             a_waiter_whose_session_ended_is_not_granted_on_it,
         );
-        $crate::conformance_suite!(@kinds $env $fixture;
+        $crate::conformance_suite!(@group kinds $env $fixture;
             readers_overlap,
             a_writer_excludes_readers_and_writers,
             a_waiting_writer_is_served_before_later_readers,
@@ -109,47 +110,19 @@ macro_rules! conformance_suite {
             lost_fires_for_each_kind,
             cancelled_waits_leave_nothing_held_for_each_kind,
         );
+        $crate::conformance_suite!(@group warnings $env $fixture;
+            a_failed_extension_puts_the_lock_at_risk_until_confirmed,
+            an_unanswered_extension_warns_before_the_lease_runs_out,
+            a_loss_is_the_last_warning,
+        );
     };
-    (@kinds $env:tt $fixture:expr; $($case:ident),* $(,)?) => {
+    (@group $module:ident $env:tt $fixture:expr; $($case:ident),* $(,)?) => {
         $(
             #[::tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn $case() {
                 $crate::conformance_suite!(@run $env $case {
                     let fixture = $fixture;
-                    $crate::kinds::$case(&fixture).await;
-                });
-            }
-        )*
-    };
-    (@coordination $env:tt $fixture:expr; $($case:ident),* $(,)?) => {
-        $(
-            #[::tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $case() {
-                $crate::conformance_suite!(@run $env $case {
-                    let fixture = $fixture;
-                    $crate::coordination::$case(&fixture).await;
-                });
-            }
-        )*
-    };
-    (@regressions $env:tt $fixture:expr; $($case:ident),* $(,)?) => {
-        $(
-            #[::tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $case() {
-                $crate::conformance_suite!(@run $env $case {
-                    let fixture = $fixture;
-                    $crate::regressions::$case(&fixture).await;
-                });
-            }
-        )*
-    };
-    (@cases $env:tt $fixture:expr; $($case:ident),* $(,)?) => {
-        $(
-            #[::tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $case() {
-                $crate::conformance_suite!(@run $env $case {
-                    let fixture = $fixture;
-                    $crate::cases::$case(&fixture).await;
+                    $crate::$module::$case(&fixture).await;
                 });
             }
         )*
