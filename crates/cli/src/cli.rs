@@ -37,8 +37,10 @@ pub(crate) enum Command {
             variables DISTLOCK_NAME and DISTLOCK_FENCING_TOKEN; pass the token to anything that \
             can turn away stale writers. On Linux the lock covers CMD and every process it \
             starts: if CMD exits leaving processes running, the lock is held until they end \
-            too, as flock(1) holds its lock. If the lock is lost, CMD and everything it started \
-            get SIGTERM, then SIGKILL after --kill-grace. SIGINT, SIGTERM and SIGHUP sent to \
+            too, as flock(1) holds its lock. If the lock is in danger of being lost (an \
+            extension failed, or went unanswered with little of the lease left), distlock says \
+            so on stderr, and again once the lock is confirmed; CMD runs on. If the lock is \
+            lost, CMD and everything it started get SIGTERM, then SIGKILL after --kill-grace. SIGINT, SIGTERM and SIGHUP sent to \
             distlock are passed on to CMD, and distlock waits for it; a Ctrl-C at the terminal \
             already reaches CMD, so it is not passed on a second time. If distlock itself dies, \
             even by SIGKILL, the kernel kills CMD (Linux's parent-death signal; not for \

@@ -4,7 +4,10 @@
 
 use std::ffi::OsString;
 
-use distlock::{LockGuard, LockName, LockSet, LossReason};
+use distlock::{LockGuard, LockName, LockSet, LossReason, RiskReason, RiskSignal};
+use tokio::task::JoinHandle;
+
+use crate::text;
 
 /// The locks `run` holds, in the order they were taken.
 pub(crate) struct Held {
@@ -54,6 +57,21 @@ impl Held {
         self.set.lost().await
     }
 
+    /// Says on stderr when a lock is in danger of being lost, and when it
+    /// is confirmed again, until the returned value is dropped.
+    pub(crate) fn warn_of_dangers(&self) -> DangerWarnings {
+        let tasks = self
+            .set
+            .guards()
+            .iter()
+            .map(|guard| {
+                let name = text::printable(guard.name().as_str());
+                tokio::spawn(warn_of(name, guard.risk_signal()))
+            })
+            .collect();
+        DangerWarnings { tasks }
+    }
+
     /// The first lock that was lost, if one was.
     pub(crate) fn lost_one(&self) -> Option<&LockName> {
         self.set
@@ -66,6 +84,36 @@ impl Held {
     /// Releases every lock; see [`LockSet::release`].
     pub(crate) async fn release(self) -> distlock::Result<bool> {
         self.set.release().await
+    }
+}
+
+/// The tasks that warn of the locks' dangers; dropping it stops them.
+pub(crate) struct DangerWarnings {
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Drop for DangerWarnings {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+/// Warns of each danger to the lock `name` until it is lost: its loss is
+/// reported by `run` itself.
+async fn warn_of(name: String, risk: RiskSignal) {
+    loop {
+        match risk.at_risk().await {
+            RiskReason::Lost(_) => return,
+            reason => text::say(&format!(
+                "lock {name} at risk: {reason}; the command runs on"
+            )),
+        }
+        if risk.safe_again().await.is_err() {
+            return;
+        }
+        text::say(&format!("lock {name} confirmed again"));
     }
 }
 

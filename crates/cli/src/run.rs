@@ -159,7 +159,9 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
         };
         tracing::debug!(names = %held.names(), "acquired; starting the command");
 
+        let warnings = held.warn_of_dangers();
         let ended = supervise(&held, &command, args.kill_grace, &mut signals).await;
+        drop(warnings);
         let lost_one = held.lost_one().cloned();
         let released = held.release().await;
         conclude(&shown, lost_one, &program, args.kill_grace, ended, released)

@@ -222,3 +222,31 @@ fn a_wait_that_ends_while_the_server_fails_exits_69() {
         finished.stderr
     );
 }
+
+/// A held lock whose server stops answering is in danger before it is
+/// lost: `run` says so on stderr, and says again once the server answers
+/// and the lock is confirmed; the command runs on throughout.
+#[test]
+fn run_warns_while_its_lock_is_in_danger_and_when_it_is_confirmed_again() {
+    let memcached = Memcached::start();
+    let url = format!("memcache://127.0.0.1:{}", memcached.port);
+    let name = unique("endangered");
+    // A 9 s lease: extended every 3 s, at risk with 2.55 s left (at 5.55 s
+    // without an answer), lost at 8.1 s: the test has 2.55 s to let the
+    // server answer again after the warning.
+    let mut holder = distlock(&["run", &name, "--backend", &url, "--lease", "9s", "--"]);
+    holder.args(["sleep", "1000"]).env("DISTLOCK_LOG", "debug");
+    let holder = Running::spawn(holder);
+    holder.wait_for_stderr("acquired; starting the command");
+    memcached.signal(Signal::STOP);
+    holder.wait_for_stderr(&format!("distlock: lock {name} at risk: "));
+    memcached.signal(Signal::CONT);
+    holder.wait_for_stderr(&format!("distlock: lock {name} confirmed again"));
+    holder.signal(Signal::TERM);
+    let finished = holder.finish();
+    assert!(
+        !finished.stderr.contains("lost the lock"),
+        "{}",
+        finished.stderr
+    );
+}

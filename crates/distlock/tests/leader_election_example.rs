@@ -62,6 +62,10 @@ fn check(report: &str) {
         "the instance that led was the one killed:\n{report}"
     );
     assert!(
+        report.contains("3 of 3 healthy (GET /healthz"),
+        "every instance answered its health check with 200 while one led:\n{report}"
+    );
+    assert!(
         report.contains(&format!("late tick of term {old_term}: turned away")),
         "the killed leader's term is fenced off:\n{report}"
     );

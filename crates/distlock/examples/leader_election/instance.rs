@@ -1,14 +1,17 @@
 //! One instance of the service: it campaigns with its base URL, runs the
-//! scheduled job while it leads, and answers `GET /leader` for anyone.
+//! scheduled job while it leads, answers `GET /leader` for anyone, and
+//! `GET /healthz` for an orchestrator: unhealthy while it holds a
+//! leadership that has not been confirmed for longer than a lease past
+//! its end (a stuck leader, which an orchestrator should restart).
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};
-use distlock::{AcquireOptions, Election, Error, LockClient};
+use distlock::{AcquireOptions, Election, Error, LeaderHealth, LockClient, RiskReason, RiskSignal};
 use tokio::sync::watch;
 
 use crate::job::Job;
@@ -28,10 +31,18 @@ pub(crate) struct Settings {
     pub(crate) url: String,
 }
 
-/// What `GET /leader` needs.
+/// What `GET /leader` and `GET /healthz` need.
 struct Service {
     instance: u64,
     election: Election,
+    /// The health of the leadership this instance holds, while it leads.
+    leading: Mutex<Option<LeaderHealth>>,
+}
+
+impl Service {
+    fn set_leading(&self, health: Option<LeaderHealth>) {
+        *self.leading.lock().unwrap_or_else(PoisonError::into_inner) = health;
+    }
 }
 
 /// Serves until its standard input closes (the parent's way to stop it,
@@ -52,12 +63,15 @@ pub(crate) async fn serve(settings: Settings) -> Result<(), BoxError> {
         stop.send_replace(true);
     });
 
+    let service = Arc::new(Service {
+        instance: settings.instance,
+        election: election.clone(),
+        leading: Mutex::new(None),
+    });
     let app = Router::new()
         .route("/leader", get(who_leads))
-        .with_state(Arc::new(Service {
-            instance: settings.instance,
-            election: election.clone(),
-        }));
+        .route("/healthz", get(healthz))
+        .with_state(service.clone());
     let shutdown = stopped(stopping.clone());
     let server = async {
         axum::serve(listener, app)
@@ -66,7 +80,7 @@ pub(crate) async fn serve(settings: Settings) -> Result<(), BoxError> {
             .map_err(BoxError::from)
     };
     let job = Job::new(settings.job_file, settings.instance);
-    tokio::try_join!(server, lead_when_elected(&election, &base, &job, stopping))?;
+    tokio::try_join!(server, lead_when_elected(&service, &base, &job, stopping))?;
     Ok(())
 }
 
@@ -86,14 +100,15 @@ enum TermEnd {
 /// Campaigns, runs the job for each term won, and campaigns again after a
 /// term is lost, until the instance stops.
 async fn lead_when_elected(
-    election: &Election,
+    service: &Service,
     base: &str,
     job: &Job,
     stopping: watch::Receiver<bool>,
 ) -> Result<(), BoxError> {
     loop {
         let cancel = stopped(stopping.clone());
-        let leadership = match election
+        let leadership = match service
+            .election
             .campaign(base, AcquireOptions::new().cancel_on(cancel))
             .await
         {
@@ -103,11 +118,16 @@ async fn lead_when_elected(
         };
         let term = leadership.term();
         println!("elected in term {term}: running the job every {TICK_EVERY:?}");
+        // A lease's worth of tolerance: a leader stuck for longer than
+        // that answers 503 on `GET /healthz`.
+        service.set_leading(Some(leadership.health(LEASE)));
+        tokio::spawn(report_dangers(term, leadership.risk_signal()));
         let end = tokio::select! {
             reason = leadership.lost() => TermEnd::Lost(reason),
             ran = job.run(term) => ran.map(|()| TermEnd::FencedOff)?,
             () = stopped(stopping.clone()) => TermEnd::Stopping,
         };
+        service.set_leading(None);
         match end {
             TermEnd::Lost(reason) => println!("no longer leads (term {term}): {reason}"),
             TermEnd::FencedOff => {
@@ -120,6 +140,37 @@ async fn lead_when_elected(
                 return Ok(());
             }
         }
+    }
+}
+
+/// Says when a term is in danger of being lost (an extension failed, or
+/// went unanswered with little of the lease left), and when it is safe
+/// again; ends with the term.
+async fn report_dangers(term: u64, risk: RiskSignal) {
+    loop {
+        match risk.at_risk().await {
+            RiskReason::Lost(_) => return,
+            reason => println!("term {term} at risk: {reason}"),
+        }
+        if risk.safe_again().await.is_err() {
+            return;
+        }
+        println!("term {term} confirmed again");
+    }
+}
+
+/// `GET /healthz`: 503 while this instance holds a leadership that is
+/// stale (see [`LeaderHealth`]), 200 otherwise.
+async fn healthz(State(service): State<Arc<Service>>) -> (StatusCode, String) {
+    let leading = service
+        .leading
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    match leading.map(|health| health.check()) {
+        None => (StatusCode::OK, "ok: not leading".into()),
+        Some(Ok(())) => (StatusCode::OK, "ok: leading".into()),
+        Some(Err(stale)) => (StatusCode::SERVICE_UNAVAILABLE, stale.to_string()),
     }
 }
 

@@ -92,6 +92,14 @@ impl Instance {
         Ok(answer)
     }
 
+    /// Asks the instance whether it is healthy: its `GET /healthz` status
+    /// and what it said.
+    pub(crate) async fn health(&self, http: &reqwest::Client) -> Result<(u16, String), BoxError> {
+        let answer = http.get(format!("{}/healthz", self.base)).send().await?;
+        let status = answer.status().as_u16();
+        Ok((status, answer.text().await?))
+    }
+
     /// Its process id, while it runs.
     pub(crate) fn pid(&self) -> Option<u32> {
         self.child.id()

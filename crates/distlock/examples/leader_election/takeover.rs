@@ -54,6 +54,9 @@ impl Watch<'_> {
             "all {INSTANCES} agree (GET /leader): instance {leader} ({}) leads, term {}",
             first.value, first.term
         );
+        if !self.all_healthy(instances).await? {
+            return Ok(false);
+        }
         let Some(tick) = self.job_in(first.term, TICKS_BEFORE_THE_KILL).await? else {
             println!("the leader's job did not run {TICKS_BEFORE_THE_KILL} ticks within {bound:?}");
             return Ok(false);
@@ -124,6 +127,28 @@ impl Watch<'_> {
             }
         );
         Ok(!late)
+    }
+
+    /// Asks every instance's `GET /healthz`, and says whether all answered
+    /// 200, after printing what each unhealthy one said.
+    async fn all_healthy(&self, instances: &[Instance]) -> Result<bool, BoxError> {
+        let mut healthy = 0;
+        for instance in instances {
+            let (status, said) = instance.health(&self.http).await?;
+            if status == 200 {
+                healthy += 1;
+            } else {
+                println!(
+                    "  instance {} is unhealthy ({status}): {said}",
+                    instance.number
+                );
+            }
+        }
+        println!(
+            "{healthy} of {} healthy (GET /healthz: the leader's leadership is confirmed)",
+            instances.len()
+        );
+        Ok(healthy == instances.len())
     }
 
     /// Asks every instance who leads until all name the same leader, with
