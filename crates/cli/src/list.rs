@@ -10,7 +10,10 @@
 //!   "permits": {"in_use": 2, "limit": 4},
 //!   "holder": {"host": "web-1", "pid": 4242, "label": "distlock run make"},
 //!   "fencing_token": 1718000000123,
-//!   "expires_in_ms": 29500
+//!   "expires_in_ms": 29500,
+//!   "waiters": [
+//!     {"kind": "exclusive", "holder": {"host": "web-2", "pid": 977, "label": null}, "waiting_for_ms": 3100}
+//!   ]
 //! }
 //! ```
 //!
@@ -18,10 +21,15 @@
 //! except for a semaphore. `holder` and `fencing_token` are `null` when the
 //! backend does not know them, `label` is `null` when the holder set none,
 //! and `expires_in_ms` is `null` when the lock lasts as long as its
-//! holder's process (the file backend). Names are exact (JSON escapes any
-//! control characters).
+//! holder's process (the file backend). `waiters` lists who waits for the
+//! lock, in the order they will be served (the same list for every holder
+//! of one name), where the store keeps its waiters (fair mode); it is
+//! `null` where the store does not, which is not the same as `[]`, nobody
+//! waiting. A waiter's `holder` and `waiting_for_ms` are `null` where the
+//! store does not record them. Names are exact (JSON escapes any control
+//! characters).
 
-use distlock::{LockClient, LockInfo, LockKind, LockOptions, Permits};
+use distlock::{LockClient, LockInfo, LockKind, LockName, LockOptions, Permits, Waiter, Waiters};
 use serde::Serialize;
 
 use crate::cli::ListArgs;
@@ -38,6 +46,16 @@ struct Listed<'a> {
     holder: Option<ListedHolder<'a>>,
     fencing_token: Option<u64>,
     expires_in_ms: Option<u64>,
+    /// `None` where the store does not keep its waiters.
+    waiters: Option<Vec<ListedWaiter<'a>>>,
+}
+
+/// One waiter, in `--json` output.
+#[derive(Debug, Serialize)]
+struct ListedWaiter<'a> {
+    kind: LockKind,
+    holder: Option<ListedHolder<'a>>,
+    waiting_for_ms: Option<u64>,
 }
 
 /// Who holds a lock, in `--json` output.
@@ -54,17 +72,39 @@ impl<'a> From<&'a LockInfo> for Listed<'a> {
             name: info.name.as_str(),
             kind: info.kind,
             permits: info.permits,
-            holder: info.holder.as_ref().map(|holder| ListedHolder {
-                host: &holder.host,
-                pid: holder.pid,
-                label: holder.label.as_deref(),
-            }),
+            holder: info.holder.as_ref().map(ListedHolder::from),
             fencing_token: info.fencing_token,
-            expires_in_ms: info
-                .expires_in
-                .map(|left| u64::try_from(left.as_millis()).unwrap_or(u64::MAX)),
+            expires_in_ms: info.expires_in.map(millis),
+            waiters: match &info.waiters {
+                Waiters::Unknown => None,
+                Waiters::Known(waiters) => Some(
+                    waiters
+                        .iter()
+                        .map(|waiter| ListedWaiter {
+                            kind: waiter.kind,
+                            holder: waiter.holder.as_ref().map(ListedHolder::from),
+                            waiting_for_ms: waiter.waiting_for.map(millis),
+                        })
+                        .collect(),
+                ),
+            },
         }
     }
+}
+
+impl<'a> From<&'a distlock::Holder> for ListedHolder<'a> {
+    fn from(holder: &'a distlock::Holder) -> Self {
+        Self {
+            host: &holder.host,
+            pid: holder.pid,
+            label: holder.label.as_deref(),
+        }
+    }
+}
+
+/// A duration in whole milliseconds.
+fn millis(duration: std::time::Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Runs `distlock list`; returns the exit code.
@@ -89,6 +129,16 @@ pub(crate) async fn list(args: ListArgs) -> Result<u8, Failure> {
         text::print("no locks are held\n")?;
     } else {
         text::print(&table(&locks))?;
+        let waiting = waiters_table(&locks);
+        if !waiting.is_empty() {
+            text::print(&format!("\n{waiting}"))?;
+        }
+        if locks.iter().any(|info| info.waiters == Waiters::Unknown) {
+            text::say(
+                "note: this backend does not keep who waits for a lock (WAITING is ?): each \
+                 waiter asks on its own; fair mode keeps a queue",
+            );
+        }
     }
     Ok(0)
 }
@@ -100,6 +150,7 @@ fn table(locks: &[LockInfo]) -> String {
         "KIND".to_owned(),
         "HOLDER".to_owned(),
         "TOKEN".to_owned(),
+        "WAITING".to_owned(),
         "TIME LEFT".to_owned(),
     ]];
     for info in locks {
@@ -109,18 +160,15 @@ fn table(locks: &[LockInfo]) -> String {
                 Some(permits) => format!("{} {}/{}", info.kind, permits.in_use, permits.limit),
                 None => info.kind.to_string(),
             },
-            info.holder.as_ref().map_or_else(
-                || "-".to_owned(),
-                |holder| {
-                    let mut shown = format!("{} pid {}", text::printable(&holder.host), holder.pid);
-                    if let Some(label) = &holder.label {
-                        shown.push_str(&format!(" ({})", text::printable(label)));
-                    }
-                    shown
-                },
-            ),
+            info.holder
+                .as_ref()
+                .map_or_else(|| "-".to_owned(), holder_cell),
             info.fencing_token
                 .map_or_else(|| "-".to_owned(), |token| token.to_string()),
+            match &info.waiters {
+                Waiters::Unknown => "?".to_owned(),
+                Waiters::Known(waiters) => waiters.len().to_string(),
+            },
             match info.expires_in {
                 Some(left) => humantime::format_duration(std::time::Duration::from_millis(
                     u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
@@ -130,6 +178,69 @@ fn table(locks: &[LockInfo]) -> String {
             },
         ]);
     }
+    aligned(&rows)
+}
+
+/// Who waits for each lock, in the order they will be served, where the
+/// store keeps its waiters; empty when nobody waits, or nobody can say.
+fn waiters_table(locks: &[LockInfo]) -> String {
+    let mut rows = vec![[
+        "WAITING FOR".to_owned(),
+        "PLACE".to_owned(),
+        "KIND".to_owned(),
+        "WAITER".to_owned(),
+        "WAITED".to_owned(),
+    ]];
+    let mut shown: Vec<&str> = Vec::new();
+    for info in locks {
+        let Waiters::Known(waiters) = &info.waiters else {
+            continue;
+        };
+        // Every holder of a name carries the same waiters.
+        if shown.contains(&info.name.as_str()) {
+            continue;
+        }
+        shown.push(info.name.as_str());
+        for (place, waiter) in waiters.iter().enumerate() {
+            rows.push(waiter_row(&info.name, place + 1, waiter));
+        }
+    }
+    if rows.len() == 1 {
+        return String::new();
+    }
+    aligned(&rows)
+}
+
+fn waiter_row(name: &LockName, place: usize, waiter: &Waiter) -> [String; 5] {
+    [
+        name.to_string(),
+        place.to_string(),
+        waiter.kind.to_string(),
+        waiter
+            .holder
+            .as_ref()
+            .map_or_else(|| "-".to_owned(), holder_cell),
+        waiter.waiting_for.map_or_else(
+            || "-".to_owned(),
+            |waited| {
+                humantime::format_duration(std::time::Duration::from_millis(millis(waited)))
+                    .to_string()
+            },
+        ),
+    ]
+}
+
+/// A holder, for a table: host, pid and label, printable.
+fn holder_cell(holder: &distlock::Holder) -> String {
+    let mut shown = format!("{} pid {}", text::printable(&holder.host), holder.pid);
+    if let Some(label) = &holder.label {
+        shown.push_str(&format!(" ({})", text::printable(label)));
+    }
+    shown
+}
+
+/// `rows` as columns aligned under the first row, the header.
+fn aligned<const N: usize>(rows: &[[String; N]]) -> String {
     let widths: Vec<usize> = (0..rows[0].len())
         .map(|column| {
             rows.iter()
@@ -139,7 +250,7 @@ fn table(locks: &[LockInfo]) -> String {
         })
         .collect();
     let mut out = String::new();
-    for row in &rows {
+    for row in rows {
         let mut line = String::new();
         for (column, cell) in row.iter().enumerate() {
             if column + 1 == row.len() {
@@ -177,6 +288,7 @@ mod tests {
             }),
             fencing_token: Some(3),
             expires_in,
+            waiters: distlock::Waiters::Unknown,
         }
     }
 
@@ -229,8 +341,56 @@ mod tests {
                 "permits": null,
                 "holder": {"host": "h", "pid": 7, "label": null},
                 "fencing_token": 3,
-                "expires_in_ms": 2000
+                "expires_in_ms": 2000,
+                "waiters": null
             })
         );
+    }
+
+    #[test]
+    fn waiters_show_in_their_own_table_in_order_and_unknown_ones_as_a_question_mark() {
+        let mut held = info("queue", None);
+        let waiter = |label: &str, waited: u64| distlock::Waiter {
+            kind: LockKind::Exclusive,
+            holder: Some(Holder {
+                host: "w".into(),
+                pid: 9,
+                label: Some(label.into()),
+            }),
+            waiting_for: Some(Duration::from_millis(waited)),
+        };
+        held.waiters = Waiters::Known(vec![waiter("first", 3000), waiter("second", 1000)]);
+        let unknown = info("polled", None);
+        let locks = [held, unknown];
+        let shown = table(&locks);
+        let lines: Vec<&str> = shown.lines().collect();
+        assert!(lines[0].ends_with("WAITING  TIME LEFT"), "{shown}");
+        assert!(
+            lines[1].ends_with("  2        until the holder exits"),
+            "{shown}"
+        );
+        assert!(
+            lines[2].ends_with("  ?        until the holder exits"),
+            "{shown}"
+        );
+        let waiting = waiters_table(&locks);
+        let rows: Vec<&str> = waiting.lines().collect();
+        assert_eq!(rows.len(), 3, "{waiting}");
+        assert!(
+            rows[1].starts_with("queue")
+                && rows[1].contains(" 1 ")
+                && rows[1].contains("(first)")
+                && rows[1].ends_with("3s"),
+            "{waiting}"
+        );
+        assert!(
+            rows[2].contains(" 2 ") && rows[2].contains("(second)"),
+            "{waiting}"
+        );
+        let json = serde_json::to_value(Listed::from(&locks[0])).unwrap();
+        assert_eq!(json["waiters"][1]["holder"]["label"], "second");
+        assert_eq!(json["waiters"][0]["waiting_for_ms"], 3000);
+        let json = serde_json::to_value(Listed::from(&locks[1])).unwrap();
+        assert!(json["waiters"].is_null(), "unknown is null, not []");
     }
 }

@@ -134,6 +134,7 @@ mod tests {
             }),
             fencing_token: Some(7),
             expires_in,
+            waiters: distlock::Waiters::Unknown,
         }
     }
 

@@ -163,6 +163,8 @@ fn list_shows_the_holder_and_json_parses() {
     assert!(ours["holder"]["host"].is_string());
     assert!(ours["fencing_token"].as_u64().unwrap() > 0);
     assert!(ours["expires_in_ms"].is_null());
+    // flock(2) keeps no list of who waits: unknown, not "nobody".
+    assert!(ours["waiters"].is_null(), "{ours}");
     assert_eq!(ours["kind"], "exclusive");
     assert!(ours["permits"].is_null());
     let odd_listed = locks.iter().find(|lock| lock["name"] == odd.as_str());

@@ -19,6 +19,7 @@ pub mod coordination;
 pub mod fair;
 mod fixture;
 pub mod kinds;
+pub mod listing;
 mod process;
 pub mod regressions;
 mod support;
@@ -114,6 +115,9 @@ macro_rules! conformance_suite {
             a_failed_extension_puts_the_lock_at_risk_until_confirmed,
             an_unanswered_extension_warns_before_the_lease_runs_out,
             a_loss_is_the_last_warning,
+        );
+        $crate::conformance_suite!(@group listing $env $fixture;
+            list_shows_waiters_in_order_or_says_it_cannot,
         );
     };
     (@group $module:ident $env:tt $fixture:expr; $($case:ident),* $(,)?) => {

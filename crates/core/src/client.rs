@@ -523,8 +523,17 @@ impl LockClient {
     /// Cancel safe: it only reads.
     pub async fn list(&self) -> Result<Vec<LockInfo>> {
         let limit = self.inner.options.operation_timeout();
-        self.admin("list", limit, self.inner.backend.list(limit))
-            .await
+        let backend = &self.inner.backend;
+        let Some(waiters) = backend.abilities().waiters else {
+            return self.admin("list", limit, backend.list(limit)).await;
+        };
+        // Side by side, so the listing still ends within one limit.
+        let (held, waiting) = futures::future::join(
+            self.admin("list", limit, backend.list(limit)),
+            self.admin("list waiters", limit, waiters.waiters(limit)),
+        )
+        .await;
+        Ok(crate::info::with_waiters(held?, waiting?))
     }
 
     /// Releases `name` whoever holds it; see [`Backend::force_release`].

@@ -1,5 +1,6 @@
 //! What a store says about a lock: who holds it, and how.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -60,4 +61,77 @@ pub struct LockInfo {
     /// How long until the lease ends unless extended; `None` when it lasts as
     /// long as the holder's process.
     pub expires_in: Option<Duration>,
+    /// Who waits for the lock, where the store keeps its waiters; the same
+    /// for every holder of one name. A backend lists
+    /// [`Waiters::Unknown`]: [`LockClient::list`](crate::LockClient::list)
+    /// fills in what the backend's
+    /// [`WaiterList`](crate::backend::WaiterList) says.
+    pub waiters: Waiters,
+}
+
+/// Who waits for a lock.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Waiters {
+    /// The store does not keep its waiters (each waits on its own: the
+    /// file backend's `flock`, memcached's polls), so nobody can say.
+    #[default]
+    Unknown,
+    /// The waiters the store keeps, in the order they will be served,
+    /// first first; empty when nobody waits.
+    Known(Vec<Waiter>),
+}
+
+/// One wait for a lock, as a store that keeps its waiters lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Waiter {
+    /// What it waits to take.
+    pub kind: LockKind,
+    /// Who waits, where the store records it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<Holder>,
+    /// How long it has waited, by the store's clock, where the store
+    /// records when the wait began.
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "millis")]
+    pub waiting_for: Option<Duration>,
+}
+
+/// An optional duration as whole milliseconds, for JSON.
+mod millis {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(
+        value: &Option<Duration>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(duration) => {
+                s.serialize_u64(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX))
+            }
+            None => s.serialize_none(),
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Duration>, D::Error> {
+        Ok(Option::<u64>::deserialize(d)?.map(Duration::from_millis))
+    }
+}
+
+/// The holders `held`, each with the waiters of its name out of `waiting`
+/// (every wait the store keeps, in the order each name's are served).
+pub(crate) fn with_waiters(
+    mut held: Vec<LockInfo>,
+    waiting: Vec<(LockName, Waiter)>,
+) -> Vec<LockInfo> {
+    let mut by_name: HashMap<LockName, Vec<Waiter>> = HashMap::new();
+    for (name, waiter) in waiting {
+        by_name.entry(name).or_default().push(waiter);
+    }
+    for info in &mut held {
+        info.waiters = Waiters::Known(by_name.get(&info.name).cloned().unwrap_or_default());
+    }
+    held
 }

@@ -52,7 +52,7 @@ pub use client::{LockClient, LockContext};
 pub use election::{Election, Leader, LeaderHealth, Leadership, Observer, StaleLeadership};
 pub use error::{Error, Result};
 pub use guard::LockGuard;
-pub use info::{Holder, LockInfo};
+pub use info::{Holder, LockInfo, Waiter, Waiters};
 pub use lost::{LossReason, LostSignal};
 pub use memory::MemoryBackend;
 pub use name::{IntoLockName, LockName, MAX_NAME_LEN};

@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 
 use crate::backend::BackendExt;
+use crate::backend::WaiterList;
 use crate::backend::state::{GrantState, WaitState};
 use crate::backend::terms::{TERMS_KEPT, Term, TermLog, withdraw_term};
 use crate::backend::wake::{ReleaseHub, ReleaseWatch};
@@ -17,6 +18,7 @@ use crate::backend::{
 };
 use crate::claim::{Claim, Permits};
 use crate::error::Result;
+use crate::info::{Waiter, Waiters};
 use crate::name::LockName;
 use crate::options::LockOptions;
 use crate::sync::{Mutex, MutexGuard};
@@ -80,6 +82,8 @@ struct Place {
     id: LeaseId,
     request: AcquireRequest,
     expires_at: Instant,
+    /// When the wait took its place.
+    since: Instant,
 }
 
 /// The identity of a waiting writer's place, kept in its wait's state.
@@ -200,6 +204,7 @@ impl Slot {
                 ..request.clone()
             },
             expires_at,
+            since: now,
         });
     }
 
@@ -462,6 +467,7 @@ impl Backend for MemoryBackend {
                     holder: Some(Holder::clone(&grant.holder)),
                     fencing_token: Some(grant.token),
                     expires_in: Some(grant.expires_at - now),
+                    waiters: Waiters::Unknown,
                 });
             }
         }
@@ -485,11 +491,37 @@ impl Backend for MemoryBackend {
     }
 
     fn abilities(&self) -> Abilities<'_> {
-        Abilities::none()
+        let abilities = Abilities::none()
             .with_hand_overs(self)
             .with_wakeups(self)
             .with_term_log(self)
-            .with_delayed_release(self)
+            .with_delayed_release(self);
+        // Only the fair queue keeps who waits; other waits poll.
+        if self.fair {
+            abilities.with_waiters(self)
+        } else {
+            abilities
+        }
+    }
+}
+
+#[async_trait]
+impl WaiterList for MemoryBackend {
+    async fn waiters(&self, _: Duration) -> Result<Vec<(LockName, Waiter)>> {
+        let now = self.now();
+        let mut waiting = Vec::new();
+        for (name, slot) in self.lock().iter_mut() {
+            slot.prune(now);
+            waiting.extend(slot.queue.iter().map(|place| {
+                let waiter = Waiter {
+                    kind: place.request.claim.kind(),
+                    holder: Some(Holder::clone(&place.request.holder)),
+                    waiting_for: Some(now - place.since),
+                };
+                (name.clone(), waiter)
+            }));
+        }
+        Ok(waiting)
     }
 }
 

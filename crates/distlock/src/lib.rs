@@ -149,7 +149,7 @@ pub use distlock_core::{
     LeaderHealth, Leadership, LockClient, LockClientBuilder, LockContext, LockGuard, LockInfo,
     LockKind, LockName, LockOptions, LockOptionsBuilder, LockSet, LossReason, LostSignal,
     MAX_NAME_LEN, MAX_PERMITS, MemoryBackend, Observer, Payload, Permits, Result, RiskReason,
-    RiskSignal, StaleLeadership, TryOptions,
+    RiskSignal, StaleLeadership, TryOptions, Waiter, Waiters,
 };
 
 pub use crate::connect::{connect, connect_with};

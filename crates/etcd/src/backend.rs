@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use distlock_core::backend::Waiters;
 use distlock_core::backend::{
     Abilities, AcquireRequest, Attempt, Backend, Capabilities, DelayedRelease, Extended, Lease,
     ReleaseHub, ReleaseWatch, Renewal, ServerInfo, Session, Term, TermLog, WaitState, Wakeups,
@@ -584,6 +585,7 @@ impl Backend for EtcdBackend {
                     holder: entry.record.as_ref().map(|r| r.holder.clone()),
                     fencing_token: u64::try_from(entry.revision).ok(),
                     expires_in: self.time_left(entry.session, &mut time_left).await?,
+                    waiters: Waiters::Unknown,
                 });
             }
         }

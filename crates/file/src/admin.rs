@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::io;
 use std::path::Path;
 
+use distlock_core::backend::Waiters;
 use distlock_core::{LockInfo, LockName, Permits, Result};
 
 use crate::decision::DecisionLock;
@@ -67,6 +68,7 @@ fn look(path: &Path) -> Option<LockInfo> {
         holder: record.holder,
         fencing_token: Some(record.fencing_token),
         expires_in: if held { None } else { marked },
+        waiters: Waiters::Unknown,
     })
 }
 

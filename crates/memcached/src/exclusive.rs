@@ -6,6 +6,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use distlock_core::backend::Waiters;
 use distlock_core::backend::{AcquireRequest, Attempt, GrantState, Lease, LeaseId};
 use distlock_core::{Claim, Error, Holder, LockInfo, LockKind, LockName, Result};
 use smallvec::SmallVec;
@@ -418,6 +419,7 @@ impl Locks<'_> {
                             (listed.confirmed_at + lock_grant.lease)
                                 .saturating_duration_since(Instant::now()),
                         ),
+                        waiters: Waiters::Unknown,
                     }),
                     Some((_, false)) => lock_grant.forget(),
                     None => {}

@@ -29,6 +29,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use distlock_core::backend::Waiters;
 use distlock_core::backend::{AcquireRequest, Attempt, GrantState, Lease, LeaseId};
 use distlock_core::{
     Claim, Error, Holder, LockInfo, LockKind, LockName, MAX_PERMITS, Permits, Result,
@@ -337,6 +338,7 @@ impl Semaphores<'_> {
                     (permit.live().confirmed_at + permit.lease)
                         .saturating_duration_since(Instant::now()),
                 ),
+                waiters: Waiters::Unknown,
             })
             .collect())
     }

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use distlock_core::backend::Waiters;
 use distlock_core::{LockInfo, LockKind, LockName, Permits, Result};
 use mongodb::Namespace;
 use mongodb::bson::{Bson, Document, doc};
@@ -90,6 +91,7 @@ pub(crate) fn read(row: &Document, namespace: &Namespace) -> Result<Option<LockI
         permits,
         holder: read_holder(row),
         expires_in: Some(Duration::from_millis(remaining)),
+        waiters: Waiters::Unknown,
     }))
 }
 

@@ -9,6 +9,7 @@ use async_trait::async_trait;
 use futures::{StreamExt, TryStreamExt};
 use object_store::ObjectStore;
 
+use distlock_core::backend::Waiters;
 use distlock_core::backend::{
     AcquireRequest, Attempt, Backend, Capabilities, Extended, Lease, LockInfo, ServerInfo,
     WaitState,
@@ -219,6 +220,7 @@ impl Backend for ObjectStoreBackend {
                 holder: Some(grant.holder),
                 fencing_token: Some(found.record.token),
                 expires_in: Some(expires_in(grant.lease, found.modified)),
+                waiters: Waiters::Unknown,
             });
         }
         infos.sort_by(|a, b| a.name.as_str().cmp(b.name.as_str()));

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use distlock_core::backend::Waiters;
 use distlock_core::{Claim, Error, Holder, LockInfo, LockName, Permits, Result};
 use tokio_postgres::Row;
 
@@ -139,6 +140,7 @@ pub(crate) fn lock_info(row: &Row) -> Result<LockInfo> {
         fencing_token: Some(token(stored_token, &what)?),
         expires_in: Some(duration(left_us)),
         name,
+        waiters: Waiters::Unknown,
     })
 }
 

@@ -2,6 +2,7 @@
 
 use std::time::{Duration, SystemTime};
 
+use distlock_core::backend::Waiters;
 use distlock_core::{Claim, LockInfo, LockKind, LockName, Permits};
 use redis::Value;
 
@@ -131,6 +132,7 @@ pub(crate) fn read_grants(name_tag: &str, fields: &[Value], out: &mut Vec<Listed
             holder: Some(stored.record.holder),
             fencing_token: Some(stored.token),
             expires_in: u64::try_from(left).ok().map(Duration::from_millis),
+            waiters: Waiters::Unknown,
         },
         provisional: stored.provisional,
     };

@@ -11,6 +11,7 @@ use crate::name::LockName;
 
 use super::request::{AcquireRequest, HandOver, Lease};
 use super::terms::TermLog;
+use super::waiters::WaiterList;
 use super::wake::ReleaseWatch;
 
 /// What a backend can do beyond the contract, each as the object that does
@@ -42,6 +43,12 @@ pub struct Abilities<'a> {
     /// How the backend gives a lock up later instead of now, for
     /// [`AcquireOptions::min_hold`](crate::AcquireOptions::min_hold).
     pub delayed_release: ReleaseLater<'a>,
+    /// The backend's list of the waits its store keeps: core then shows
+    /// each lock's waiters in [`LockClient::list`](crate::LockClient::list).
+    /// Without one, the listing says the waiters are unknown
+    /// ([`Waiters::Unknown`](crate::Waiters::Unknown)), never that there
+    /// are none.
+    pub waiters: Option<&'a dyn WaiterList>,
 }
 
 /// How a backend gives a lock up later instead of now; see
@@ -72,6 +79,7 @@ impl<'a> Abilities<'a> {
             term_log: None,
             wakeups: None,
             delayed_release: ReleaseLater::ByExtension,
+            waiters: None,
         }
     }
 
@@ -96,6 +104,12 @@ impl<'a> Abilities<'a> {
     /// With reports of releases.
     pub const fn with_wakeups(mut self, wakeups: &'a dyn Wakeups) -> Self {
         self.wakeups = Some(wakeups);
+        self
+    }
+
+    /// With a list of the waits the store keeps.
+    pub const fn with_waiters(mut self, waiters: &'a dyn WaiterList) -> Self {
+        self.waiters = Some(waiters);
         self
     }
 
@@ -126,6 +140,7 @@ impl fmt::Debug for Abilities<'_> {
             .field("term_log", &self.term_log.is_some())
             .field("wakeups", &self.wakeups.is_some())
             .field("delayed_release", &self.delayed_release)
+            .field("waiters", &self.waiters.is_some())
             .finish()
     }
 }

@@ -73,6 +73,7 @@ pub(crate) mod state;
 pub(crate) mod terms;
 pub(crate) mod token;
 pub(crate) mod urls;
+pub(crate) mod waiters;
 pub(crate) mod wake;
 
 /// The attribute backends put on their [`Backend`] impl.
@@ -93,7 +94,8 @@ pub use urls::{
     BadEscape, BadHost, HostPort, Query, QueryPair, UrlParts, parse_hosts, percent_decode, redact,
     secret_options, user_info,
 };
+pub use waiters::WaiterList;
 pub use wake::{ReleaseHub, ReleaseWatch};
 
 // What a backend reports in answers, which users read too.
-pub use crate::info::{Holder, LockInfo};
+pub use crate::info::{Holder, LockInfo, Waiter, Waiters};

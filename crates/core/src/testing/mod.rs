@@ -551,6 +551,9 @@ impl Backend for TestBackend {
         if let Some(term_log) = inner.term_log {
             abilities = abilities.with_term_log(term_log);
         }
+        if let Some(waiters) = inner.waiters {
+            abilities = abilities.with_waiters(waiters);
+        }
         let releases_later = crate::engine::min_hold::check_release_later(&*self.inner).is_ok();
         if self.offered.delayed_release && !self.offered.emulated_session && releases_later {
             abilities.with_delayed_release(self)

@@ -12,6 +12,7 @@ use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use distlock_core::backend::Waiters;
 use distlock_core::backend::{
     Abilities, AcquireRequest, Attempt, Backend, Capabilities, Extended, GrantState, Lease,
     LeaseId, ReleaseWatch, WaitState, Wakeups,
@@ -234,6 +235,7 @@ impl EntityBackend {
             holder: None,
             fencing_token,
             expires_in: Some(Duration::from_millis(remaining)),
+            waiters: Waiters::Unknown,
         }))
     }
 

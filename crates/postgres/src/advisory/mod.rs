@@ -30,6 +30,7 @@ mod waiting;
 use std::sync::Arc;
 use std::time::Duration;
 
+use distlock_core::backend::Waiters;
 use distlock_core::backend::{AcquireRequest, Attempt, Capabilities, Lease, WaitState};
 use distlock_core::{Claim, Error, LockInfo, LockKind, LockName, Result};
 use tokio::time::Instant;
@@ -696,6 +697,7 @@ fn lock_info(row: &Row) -> Result<LockInfo> {
         // It lasts as long as the holder's session.
         expires_in: None,
         name,
+        waiters: Waiters::Unknown,
     })
 }
 

@@ -1,0 +1,132 @@
+//! Who waits for a lock, in the listing: a store that keeps its waiters
+//! shows them in the order they will be served, with who they are; one
+//! that does not says it cannot tell, never that nobody waits.
+
+use std::time::Duration;
+
+use distlock_core::testing::{eventually, quick_options};
+use distlock_core::{LockClient, LockInfo, LockName, Waiters};
+
+use crate::fixture::Fixture;
+use crate::support::{bounded, unique_name};
+
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// A client of `fixture` whose holders carry `label`.
+async fn labelled(fixture: &dyn Fixture, label: &str) -> LockClient {
+    let options = quick_options(fixture.lease())
+        .label(label)
+        .build()
+        .expect("valid options");
+    LockClient::new(fixture.backend().await, options)
+}
+
+/// The waiters the listing shows for `name`, or `None` when it says it
+/// cannot tell. Every holder's entry carries the same list.
+async fn waiters_of(client: &LockClient, name: &LockName) -> Option<Vec<Option<String>>> {
+    let listed = client.list().await.expect("list");
+    let entries: Vec<&LockInfo> = listed.iter().filter(|info| &info.name == name).collect();
+    let first = entries
+        .first()
+        .unwrap_or_else(|| panic!("{name} is held but not listed"));
+    assert!(
+        entries.iter().all(|info| info.waiters == first.waiters),
+        "every holder of one name lists the same waiters: {entries:?}"
+    );
+    match &first.waiters {
+        Waiters::Unknown => None,
+        Waiters::Known(waiters) => Some(
+            waiters
+                .iter()
+                .map(|waiter| {
+                    if let Some(holder) = &waiter.holder {
+                        assert_eq!(holder.pid, std::process::id(), "{waiter:?}");
+                    }
+                    waiter
+                        .holder
+                        .as_ref()
+                        .and_then(|holder| holder.label.clone())
+                })
+                .collect(),
+        ),
+    }
+}
+
+/// Two clients wait, one after the other, for a held lock: a store that
+/// keeps its waiters lists them in that order, with their labels, and
+/// none once they are served; one that does not says it cannot tell.
+pub async fn list_shows_waiters_in_order_or_says_it_cannot(fixture: &dyn Fixture) {
+    let name = unique_name("waiters");
+    let holder = labelled(fixture, "holder").await;
+    let keeps_waiters = holder.backend().abilities().waiters.is_some();
+    let guard = holder.acquire_with(&name, PATIENCE).await.expect("acquire");
+    if !keeps_waiters {
+        assert_eq!(
+            waiters_of(&holder, &name).await,
+            None,
+            "a store that keeps no waiters says it cannot tell"
+        );
+        guard.release().await.expect("release");
+        return;
+    }
+    assert_eq!(
+        waiters_of(&holder, &name).await,
+        Some(vec![]),
+        "nobody waits yet"
+    );
+    let first = labelled(fixture, "first-waiter").await;
+    let first_wait = {
+        let name = name.clone();
+        tokio::spawn(async move { first.acquire_with(&name, PATIENCE).await })
+    };
+    eventually("the first waiter is listed", || async {
+        waiters_of(&holder, &name)
+            .await
+            .is_some_and(|waiters| waiters.len() == 1)
+    })
+    .await;
+    let second = labelled(fixture, "second-waiter").await;
+    let second_wait = {
+        let name = name.clone();
+        tokio::spawn(async move { second.acquire_with(&name, PATIENCE).await })
+    };
+    eventually("the second waiter is listed", || async {
+        waiters_of(&holder, &name)
+            .await
+            .is_some_and(|waiters| waiters.len() == 2)
+    })
+    .await;
+    let waiters = waiters_of(&holder, &name).await.expect("known");
+    assert!(
+        waiters.iter().all(Option::is_some) || waiters.iter().all(Option::is_none),
+        "{waiters:?}"
+    );
+    if waiters[0].is_some() {
+        assert_eq!(
+            waiters,
+            vec![
+                Some("first-waiter".to_owned()),
+                Some("second-waiter".to_owned())
+            ],
+            "in the order they came"
+        );
+    }
+    guard.release().await.expect("release");
+    let served = bounded("the first waiter's grant", first_wait)
+        .await
+        .expect("join")
+        .expect("granted");
+    assert_eq!(
+        waiters_of(&holder, &name)
+            .await
+            .map(|waiters| waiters.len()),
+        Some(1),
+        "the one served no longer waits"
+    );
+    served.release().await.expect("release");
+    let last = bounded("the second waiter's grant", second_wait)
+        .await
+        .expect("join")
+        .expect("granted");
+    last.release().await.expect("release");
+}
