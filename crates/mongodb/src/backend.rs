@@ -6,9 +6,10 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use distlock_core::backend::{
     Abilities, AcquireRequest, Attempt, Backend, Capabilities, Extended, GrantState, HandOver,
-    HandOvers, Lease, ReleaseHub, ReleaseWatch, ServerInfo, Term, TermLog, WaitState, Wakeups,
+    HandOvers, Lease, ReleaseHub, ReleaseWatch, ServerInfo, Term, TermLog, WaitState, WaiterList,
+    Wakeups,
 };
-use distlock_core::{Claim, Error, Holder, LockInfo, LockName, Result};
+use distlock_core::{Claim, Error, Holder, LockInfo, LockName, Result, Waiter};
 use mongodb::bson::{Document, doc};
 use mongodb::options::ReturnDocument;
 use mongodb::{Client, Collection, Namespace};
@@ -662,12 +663,27 @@ impl Backend for MongoBackend {
 
     /// A later release is an extension.
     fn abilities(&self) -> Abilities<'_> {
-        let abilities = Abilities::none().with_hand_overs(self).with_term_log(self);
+        let mut abilities = Abilities::none().with_hand_overs(self).with_term_log(self);
         if self.watcher.is_some() {
-            abilities.with_wakeups(self)
-        } else {
-            abilities
+            abilities = abilities.with_wakeups(self);
         }
+        // Only fair mode keeps its waiters, in each lock's line.
+        if self.places.is_some() {
+            abilities = abilities.with_waiters(self);
+        }
+        abilities
+    }
+}
+
+#[async_trait]
+impl WaiterList for MongoBackend {
+    async fn waiters(&self, limit: Duration) -> Result<Vec<(LockName, Waiter)>> {
+        let rows = self
+            .collection
+            .aggregate(fair::waiters::pipeline())
+            .max_time(limit);
+        let found = bulk::read_all(rows, "listing waiters").await?;
+        Ok(found.iter().flat_map(fair::waiters::read).collect())
     }
 }
 

@@ -8,9 +8,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use distlock_core::backend::{
     Abilities, AcquireRequest, Attempt, Backend, Capabilities, Extended, HandOver, HandOvers,
-    Lease, ReleaseWatch, ServerInfo, WaitState, Wakeups,
+    Lease, ReleaseWatch, ServerInfo, WaitState, WaiterList, Wakeups,
 };
-use distlock_core::{Error, LockInfo, LockName, Result};
+use distlock_core::{Error, LockInfo, LockName, Result, Waiter};
 
 use crate::advisory::{self, AdvisoryMode};
 use crate::config::{Mode, PostgresConfig};
@@ -334,12 +334,27 @@ impl Backend for PostgresBackend {
         if let Some(terms) = &self.store().terms {
             abilities = abilities.with_term_log(terms);
         }
+        // Lease mode's fair line keeps who waits; advisory locks wait in
+        // the server's lock manager, which keeps no holder of ours.
+        if matches!(&self.mode, Modes::Lease(lease) if lease.is_fair()) {
+            abilities = abilities.with_waiters(self);
+        }
         // Without wake-ups only once notifications proved not to arrive;
         // until they are shown to, `watch` answers `None` and waits poll.
         if self.wake_ups() != WakeUps::Unavailable {
             abilities = abilities.with_wakeups(self);
         }
         abilities
+    }
+}
+
+#[async_trait]
+impl WaiterList for PostgresBackend {
+    async fn waiters(&self, limit: Duration) -> Result<Vec<(LockName, Waiter)>> {
+        match &self.mode {
+            Modes::Lease(lease) => lease.waiters(limit).await,
+            Modes::Advisory(_) => Ok(Vec::new()),
+        }
     }
 }
 

@@ -113,12 +113,16 @@ pub(crate) fn claim(kind: &str, limit: Option<i32>, what: &str) -> Result<Claim>
     }
 }
 
+/// The lock name in a row's first column, stored as bytes.
+pub(crate) fn name(row: &Row, what: &str) -> Result<LockName> {
+    let raw: &[u8] = get(row, 0, what)?;
+    let text = std::str::from_utf8(raw).map_err(|_| invalid(what, "name", "not UTF-8"))?;
+    LockName::new(text)
+}
+
 /// Reads a row of the list statement.
 pub(crate) fn lock_info(row: &Row) -> Result<LockInfo> {
-    let raw: &[u8] = get(row, 0, "a listed lock")?;
-    let text =
-        std::str::from_utf8(raw).map_err(|_| invalid("a listed lock", "name", "not UTF-8"))?;
-    let name = LockName::new(text)?;
+    let name = name(row, "a listed lock")?;
     let what = format!("lock {name}");
     let kind: String = get(row, 1, &what)?;
     let limit: Option<i32> = get(row, 2, &what)?;

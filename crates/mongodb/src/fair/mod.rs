@@ -27,6 +27,7 @@
 
 mod passed;
 mod places;
+pub(crate) mod waiters;
 
 use std::time::Duration;
 
@@ -50,7 +51,7 @@ const LEASE: &str = "lease";
 const RECORDS_TERM: &str = "recordsTerm";
 
 /// The live places (whose `expiresAt` is after `$$NOW`).
-fn live_places() -> Document {
+pub(super) fn live_places() -> Document {
     doc! {
         "$filter": {
             "input": { "$cond": [{ "$isArray": field(QUEUE) }, field(QUEUE), []] },

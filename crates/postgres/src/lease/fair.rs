@@ -59,6 +59,9 @@ pub(crate) struct FairStatements {
     pub(crate) leave: Option<String>,
     /// How many live places `$1` has in line.
     pub(crate) queued: String,
+    /// Every live place of every name: the name, and the place's holder
+    /// as JSON, in line order.
+    pub(crate) waiters: String,
 }
 
 impl FairStatements {
@@ -74,6 +77,13 @@ impl FairStatements {
                 "SELECT jsonb_array_length(jsonb_path_query_array(t.waiting, {LIVE_PLACES},
                      jsonb_build_object('now', c.now_us)))::bigint
                  FROM {t} AS t, {CLOCK} WHERE t.name = $1"
+            ),
+            waiters: format!(
+                "SELECT t.name, (p.place -> 'holder')::text
+                 FROM {t} AS t, {CLOCK},
+                      jsonb_array_elements(jsonb_path_query_array(t.waiting, {LIVE_PLACES},
+                          jsonb_build_object('now', c.now_us))) WITH ORDINALITY AS p(place, n)
+                 ORDER BY t.name, p.n"
             ),
         }
     }

@@ -15,7 +15,7 @@ use std::time::Duration;
 use distlock_core::backend::{
     AcquireRequest, Attempt, Capabilities, Extended, GrantState, HandOver, Lease, WaitState,
 };
-use distlock_core::{Claim, LockInfo, LockName, Result};
+use distlock_core::{Claim, LockInfo, LockKind, LockName, Result, Waiter};
 use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
 
@@ -533,6 +533,37 @@ impl LeaseMode {
         )
         .await
         .map(|rows| !rows.is_empty())
+    }
+
+    /// Whether waiting writers keep places in line (fair mode).
+    pub(crate) fn is_fair(&self) -> bool {
+        self.fair.is_some()
+    }
+
+    /// Every place in line, with its name, in line order; none outside
+    /// fair mode. Places record no time of their first attempt.
+    pub(crate) async fn waiters(&self, limit: Duration) -> Result<Vec<(LockName, Waiter)>> {
+        let Some(fair) = &self.fair else {
+            return Ok(Vec::new());
+        };
+        let rows = self
+            .store
+            .connections
+            .query("listing waiters", &fair.waiters, &[], limit)
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let name = rows::name(row, "a listed waiter")?;
+                let holder: Option<String> = get(row, 1, "a listed waiter")?;
+                let waiter = Waiter {
+                    // Only a whole lock is waited for in line.
+                    kind: LockKind::Exclusive,
+                    holder: holder.and_then(|json| serde_json::from_str(&json).ok()),
+                    waiting_for: None,
+                };
+                Ok((name, waiter))
+            })
+            .collect()
     }
 
     pub(crate) async fn list(&self, limit: Duration) -> Result<Vec<LockInfo>> {
