@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 use distlock_core::backend::Waiters;
 use distlock_core::backend::{
     Abilities, AcquireRequest, Attempt, Backend, Capabilities, DelayedRelease, Extended, Lease,
-    ReleaseHub, ReleaseWatch, Renewal, ServerInfo, Session, Term, TermLog, WaitState, Wakeups,
-    async_trait,
+    ReleaseHub, ReleaseWatch, Renewal, ServerInfo, Session, Term, TermLog, WaitState, WaiterList,
+    Wakeups, async_trait,
 };
-use distlock_core::{Claim, Error, Holder, LockInfo, LockName, Permits, Result};
+use distlock_core::{Claim, Error, Holder, LockInfo, LockName, Permits, Result, Waiter};
 
 use crate::config::EtcdConfig;
 use crate::deployment;
@@ -116,6 +116,29 @@ impl EtcdBackend {
         let range = self.range(name);
         let end = range.end();
         (range.start, end)
+    }
+
+    /// Every name's keys, holders and waiters, each name's in the order
+    /// of their revisions: one read of the whole prefix.
+    async fn lines(&self, what: &str) -> Result<BTreeMap<LockName, Vec<Entry>>> {
+        // From the first lock key: the records of terms sort before it.
+        let start = locks_start(&self.config.prefix);
+        let end = prefix_end(self.config.prefix.as_bytes());
+        let response = self
+            .client
+            .range(requests::oldest_first(start, end))
+            .await
+            .map_err(|e| from_etcd(what, e))?;
+        let mut names: BTreeMap<LockName, Vec<Entry>> = BTreeMap::new();
+        for kv in &response.kvs {
+            if let Some(name) = name_of_key(&self.config.prefix, &kv.key) {
+                names.entry(name).or_default().push(Entry::from_kv(kv));
+            }
+        }
+        Ok(names
+            .into_iter()
+            .map(|(name, entries)| (name, in_order(entries)))
+            .collect())
     }
 
     fn range(&self, name: &LockName) -> NameRange {
@@ -554,24 +577,9 @@ impl Backend for EtcdBackend {
 
     /// A few requests, which core's timer bounds.
     async fn list(&self, _: Duration) -> Result<Vec<LockInfo>> {
-        // From the first lock key: the records of terms sort before it.
-        let start = locks_start(&self.config.prefix);
-        let end = prefix_end(self.config.prefix.as_bytes());
-        let response = self
-            .client
-            .range(requests::oldest_first(start, end))
-            .await
-            .map_err(|e| from_etcd("listing locks", e))?;
-        let mut names: BTreeMap<LockName, Vec<Entry>> = BTreeMap::new();
-        for kv in &response.kvs {
-            if let Some(name) = name_of_key(&self.config.prefix, &kv.key) {
-                names.entry(name).or_default().push(Entry::from_kv(kv));
-            }
-        }
         let mut time_left = BTreeMap::new();
         let mut infos = Vec::new();
-        for (name, entries) in names {
-            let entries = in_order(entries);
+        for (name, entries) in self.lines("listing locks").await? {
             let holders: Vec<&Entry> = (0..entries.len())
                 .filter(|&i| holds(&entries, i))
                 .map(|i| &entries[i])
@@ -619,6 +627,31 @@ impl Backend for EtcdBackend {
             .with_wakeups(self)
             .with_delayed_release(self)
             .with_term_log(self)
+            .with_waiters(self)
+    }
+}
+
+/// Every wait keeps a key in its name's line (a single try writes one
+/// only when it holds), so the keys that do not hold are the waiters, in
+/// the order of their revisions. etcd keeps no time with a key.
+#[async_trait]
+impl WaiterList for EtcdBackend {
+    async fn waiters(&self, _: Duration) -> Result<Vec<(LockName, Waiter)>> {
+        let mut waiting = Vec::new();
+        for (name, entries) in self.lines("listing waiters").await? {
+            for (position, entry) in entries.iter().enumerate() {
+                if holds(&entries, position) {
+                    continue;
+                }
+                let waiter = Waiter {
+                    kind: entry.claim.kind(),
+                    holder: entry.record.as_ref().map(|record| record.holder.clone()),
+                    waiting_for: None,
+                };
+                waiting.push((name.clone(), waiter));
+            }
+        }
+        Ok(waiting)
     }
 }
 
