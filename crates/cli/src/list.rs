@@ -13,7 +13,8 @@
 //!   "expires_in_ms": 29500,
 //!   "waiters": [
 //!     {"kind": "exclusive", "holder": {"host": "web-2", "pid": 977, "label": null}, "waiting_for_ms": 3100}
-//!   ]
+//!   ],
+//!   "waiters_complete": true
 //! }
 //! ```
 //!
@@ -25,7 +26,10 @@
 //! lock, in the order they will be served (the same list for every holder
 //! of one name), where the store keeps its waiters (fair mode); it is
 //! `null` where the store does not, which is not the same as `[]`, nobody
-//! waiting. A waiter's `holder` and `waiting_for_ms` are `null` where the
+//! waiting. `waiters_complete` is `true` where every wait is listed
+//! (etcd), `false` where only the waits for the whole lock keep a place
+//! in line (fair modes: a reader or a permit may wait unlisted), and
+//! `null` with `waiters`. A waiter's `holder` and `waiting_for_ms` are `null` where the
 //! store does not record them. Names are exact (JSON escapes any control
 //! characters).
 
@@ -48,6 +52,9 @@ struct Listed<'a> {
     expires_in_ms: Option<u64>,
     /// `None` where the store does not keep its waiters.
     waiters: Option<Vec<ListedWaiter<'a>>>,
+    /// Whether `waiters` lists every wait (`false`: only the waits for
+    /// the whole lock, which keep a place in line); `None` with it.
+    waiters_complete: Option<bool>,
 }
 
 /// One waiter, in `--json` output.
@@ -75,18 +82,20 @@ impl<'a> From<&'a LockInfo> for Listed<'a> {
             holder: info.holder.as_ref().map(ListedHolder::from),
             fencing_token: info.fencing_token,
             expires_in_ms: info.expires_in.map(millis),
-            waiters: match &info.waiters {
+            waiters: info.waiters.listed().map(|waiters| {
+                waiters
+                    .iter()
+                    .map(|waiter| ListedWaiter {
+                        kind: waiter.kind,
+                        holder: waiter.holder.as_ref().map(ListedHolder::from),
+                        waiting_for_ms: waiter.waiting_for.map(millis),
+                    })
+                    .collect()
+            }),
+            waiters_complete: match info.waiters {
                 Waiters::Unknown => None,
-                Waiters::Known(waiters) => Some(
-                    waiters
-                        .iter()
-                        .map(|waiter| ListedWaiter {
-                            kind: waiter.kind,
-                            holder: waiter.holder.as_ref().map(ListedHolder::from),
-                            waiting_for_ms: waiter.waiting_for.map(millis),
-                        })
-                        .collect(),
-                ),
+                Waiters::Known(_) => Some(true),
+                Waiters::WholeLock(_) => Some(false),
             },
         }
     }
@@ -133,6 +142,15 @@ pub(crate) async fn list(args: ListArgs) -> Result<u8, Failure> {
         if !waiting.is_empty() {
             text::print(&format!("\n{waiting}"))?;
         }
+        if locks
+            .iter()
+            .any(|info| matches!(info.waiters, Waiters::WholeLock(_)))
+        {
+            text::say(
+                "note: only waits for the whole lock keep a place in this store's line \
+                 (WAITING is n+): readers and permits may wait unlisted",
+            );
+        }
         if locks.iter().any(|info| info.waiters == Waiters::Unknown) {
             text::say(
                 "note: this backend does not keep who waits for a lock (WAITING is ?): each \
@@ -168,6 +186,8 @@ fn table(locks: &[LockInfo]) -> String {
             match &info.waiters {
                 Waiters::Unknown => "?".to_owned(),
                 Waiters::Known(waiters) => waiters.len().to_string(),
+                // Readers and permits may wait beside them, unlisted.
+                Waiters::WholeLock(waiters) => format!("{}+", waiters.len()),
             },
             match info.expires_in {
                 Some(left) => humantime::format_duration(std::time::Duration::from_millis(
@@ -193,7 +213,7 @@ fn waiters_table(locks: &[LockInfo]) -> String {
     ]];
     let mut shown: Vec<&str> = Vec::new();
     for info in locks {
-        let Waiters::Known(waiters) = &info.waiters else {
+        let Some(waiters) = info.waiters.listed() else {
             continue;
         };
         // Every holder of a name carries the same waiters.
@@ -342,7 +362,8 @@ mod tests {
                 "holder": {"host": "h", "pid": 7, "label": null},
                 "fencing_token": 3,
                 "expires_in_ms": 2000,
-                "waiters": null
+                "waiters": null,
+                "waiters_complete": null
             })
         );
     }

@@ -33,23 +33,38 @@ async fn waiters_of(client: &LockClient, name: &LockName) -> Option<Vec<Option<S
         entries.iter().all(|info| info.waiters == first.waiters),
         "every holder of one name lists the same waiters: {entries:?}"
     );
-    match &first.waiters {
-        Waiters::Unknown => None,
-        Waiters::Known(waiters) => Some(
-            waiters
-                .iter()
-                .map(|waiter| {
-                    if let Some(holder) = &waiter.holder {
-                        assert_eq!(holder.pid, std::process::id(), "{waiter:?}");
-                    }
-                    waiter
-                        .holder
-                        .as_ref()
-                        .and_then(|holder| holder.label.clone())
-                })
-                .collect(),
-        ),
+    let every_wait = holder_sees_every_wait(client);
+    match (&first.waiters, every_wait) {
+        (Waiters::Unknown, None)
+        | (Waiters::Known(_), Some(true))
+        | (Waiters::WholeLock(_), Some(false)) => {}
+        (waiters, _) => {
+            panic!("{waiters:?} from a backend whose list sees every wait: {every_wait:?}")
+        }
     }
+    first.waiters.listed().map(|waiters| {
+        waiters
+            .iter()
+            .map(|waiter| {
+                if let Some(holder) = &waiter.holder {
+                    assert_eq!(holder.pid, std::process::id(), "{waiter:?}");
+                }
+                waiter
+                    .holder
+                    .as_ref()
+                    .and_then(|holder| holder.label.clone())
+            })
+            .collect()
+    })
+}
+
+/// Whether `client`'s backend lists every wait (`None`: it lists none).
+fn holder_sees_every_wait(client: &LockClient) -> Option<bool> {
+    client
+        .backend()
+        .abilities()
+        .waiters
+        .map(|waiters| waiters.sees_every_wait())
 }
 
 /// Two clients wait, one after the other, for a held lock: a store that

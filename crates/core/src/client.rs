@@ -533,7 +533,8 @@ impl LockClient {
             self.admin("list waiters", limit, waiters.waiters(limit)),
         )
         .await;
-        Ok(crate::info::with_waiters(held?, waiting?))
+        let every_wait = waiters.sees_every_wait();
+        Ok(crate::info::with_waiters(held?, waiting?, every_wait))
     }
 
     /// Releases `name` whoever holds it; see [`Backend::force_release`].

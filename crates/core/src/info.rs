@@ -76,9 +76,26 @@ pub enum Waiters {
     /// file backend's `flock`, memcached's polls), so nobody can say.
     #[default]
     Unknown,
-    /// The waiters the store keeps, in the order they will be served,
-    /// first first; empty when nobody waits.
+    /// Every waiter, in the order they will be served, first first;
+    /// empty when nobody waits.
     Known(Vec<Waiter>),
+    /// The waits for the whole lock, in the order they will be served,
+    /// which the store keeps in line (fair mode); a wait for a reader's
+    /// share or a permit keeps no place, so such waiters may wait unseen.
+    /// Empty when no wait for the whole lock is in line.
+    WholeLock(Vec<Waiter>),
+}
+
+impl Waiters {
+    /// The waiters the store keeps, in order: every one
+    /// ([`Known`](Self::Known)) or those for the whole lock
+    /// ([`WholeLock`](Self::WholeLock)); `None` when the store keeps none.
+    pub fn listed(&self) -> Option<&[Waiter]> {
+        match self {
+            Self::Unknown => None,
+            Self::Known(waiters) | Self::WholeLock(waiters) => Some(waiters),
+        }
+    }
 }
 
 /// One wait for a lock, as a store that keeps its waiters lists it.
@@ -125,13 +142,19 @@ mod millis {
 pub(crate) fn with_waiters(
     mut held: Vec<LockInfo>,
     waiting: Vec<(LockName, Waiter)>,
+    every_wait: bool,
 ) -> Vec<LockInfo> {
     let mut by_name: HashMap<LockName, Vec<Waiter>> = HashMap::new();
     for (name, waiter) in waiting {
         by_name.entry(name).or_default().push(waiter);
     }
     for info in &mut held {
-        info.waiters = Waiters::Known(by_name.get(&info.name).cloned().unwrap_or_default());
+        let waiters = by_name.get(&info.name).cloned().unwrap_or_default();
+        info.waiters = if every_wait {
+            Waiters::Known(waiters)
+        } else {
+            Waiters::WholeLock(waiters)
+        };
     }
     held
 }

@@ -507,6 +507,11 @@ impl Backend for MemoryBackend {
 
 #[async_trait]
 impl WaiterList for MemoryBackend {
+    /// Only waits for the whole lock keep a place in line.
+    fn sees_every_wait(&self) -> bool {
+        false
+    }
+
     async fn waiters(&self, _: Duration) -> Result<Vec<(LockName, Waiter)>> {
         let now = self.now();
         let mut waiting = Vec::new();

@@ -636,6 +636,10 @@ impl Backend for EtcdBackend {
 /// the order of their revisions. etcd keeps no time with a key.
 #[async_trait]
 impl WaiterList for EtcdBackend {
+    fn sees_every_wait(&self) -> bool {
+        true
+    }
+
     async fn waiters(&self, _: Duration) -> Result<Vec<(LockName, Waiter)>> {
         let mut waiting = Vec::new();
         for (name, entries) in self.lines("listing waiters").await? {

@@ -677,6 +677,11 @@ impl Backend for MongoBackend {
 
 #[async_trait]
 impl WaiterList for MongoBackend {
+    /// Only waits for the whole lock keep a place in line.
+    fn sees_every_wait(&self) -> bool {
+        false
+    }
+
     async fn waiters(&self, limit: Duration) -> Result<Vec<(LockName, Waiter)>> {
         let rows = self
             .collection

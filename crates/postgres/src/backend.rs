@@ -350,6 +350,11 @@ impl Backend for PostgresBackend {
 
 #[async_trait]
 impl WaiterList for PostgresBackend {
+    /// Only waits for the whole lock keep a place in line.
+    fn sees_every_wait(&self) -> bool {
+        false
+    }
+
     async fn waiters(&self, limit: Duration) -> Result<Vec<(LockName, Waiter)>> {
         match &self.mode {
             Modes::Lease(lease) => lease.waiters(limit).await,

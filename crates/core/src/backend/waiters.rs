@@ -25,4 +25,13 @@ pub trait WaiterList: Send + Sync {
     /// # Cancel safety
     /// Cancel safe: it only reads.
     async fn waiters(&self, limit: Duration) -> Result<Vec<(LockName, Waiter)>>;
+
+    /// Whether every wait keeps its place in the store (etcd's keys), so
+    /// that the list is complete ([`Waiters::Known`]); `false` where only
+    /// waits for the whole lock do (a fair line), and a reader or a permit
+    /// may wait unseen ([`Waiters::WholeLock`]).
+    ///
+    /// [`Waiters::Known`]: crate::Waiters::Known
+    /// [`Waiters::WholeLock`]: crate::Waiters::WholeLock
+    fn sees_every_wait(&self) -> bool;
 }
