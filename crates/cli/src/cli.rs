@@ -53,7 +53,16 @@ pub(crate) enum Command {
         after_help = RUN_EXIT_CODES_HELP
     )]
     Run(RunArgs),
-    /// List the locks held now.
+    /// List the locks held now, and who waits for them.
+    #[command(
+        long_about = "List the locks held now: one row per holder (a reader or a permit each \
+            has one), with its kind, holder (host, pid, label), fencing token, how many wait \
+            (WAITING) and the time left on its lease. Where the store keeps its waiters (etcd; \
+            the fair modes of MongoDB and PostgreSQL's lease mode, which keep the waits for the \
+            whole lock: WAITING is n+), a second table lists them in the order they will be \
+            served; elsewhere WAITING is ?, unknown, not nobody. With --json, an array of \
+            objects with `waiters` and `waiters_complete`."
+    )]
     List(ListArgs),
     /// Say who leads an election, and with --watch every new leader.
     #[command(
@@ -269,7 +278,10 @@ pub(crate) struct ListArgs {
     /// ("exclusive", "shared" or "semaphore"), "permits": {"in_use",
     /// "limit"} or null, "holder": {"host", "pid", "label"} or null,
     /// "fencing_token" or null, "expires_in_ms" or null (the lock lasts as
-    /// long as its holder's process)}.
+    /// long as its holder's process), "waiters": [{"kind", "holder",
+    /// "waiting_for_ms"}, …] in the order they will be served, or null
+    /// where the store keeps no waiters, "waiters_complete": true (every
+    /// wait), false (only waits for the whole lock) or null}.
     #[arg(long)]
     pub(crate) json: bool,
 }
