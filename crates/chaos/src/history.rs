@@ -232,6 +232,7 @@ mod tests {
             lost_reason: None,
             valid_until_ns: None,
             witnessed: false,
+            warned_ns: None,
         }
     }
 

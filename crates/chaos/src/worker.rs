@@ -114,6 +114,10 @@ pub(crate) enum Event {
         /// holder still valid after its pause).
         #[serde(default)]
         witnessed: bool,
+        /// When `at_risk()` first warned of a danger short of the loss
+        /// (a failed extension, little of the lease left), if it did.
+        #[serde(default)]
+        warned_ns: Option<u64>,
     },
     /// An acquisition ended in an error (not a timeout).
     Failed {
@@ -363,6 +367,7 @@ async fn hold_in_turn(client: &LockClient, spec: &Spec, task: usize) -> Outcome<
             at => Some(at),
         };
         let lost_reason = lost_ns.and_then(|_| loss.reason());
+        let warned_ns = loss.warned_at();
         record(
             &spec.events,
             &Event::Ended {
@@ -378,6 +383,7 @@ async fn hold_in_turn(client: &LockClient, spec: &Spec, task: usize) -> Outcome<
                 lost_reason,
                 valid_until_ns,
                 witnessed,
+                warned_ns,
             },
         )?;
     }
@@ -394,17 +400,20 @@ pub(crate) fn still_valid(guard: &distlock::LockGuard) -> bool {
 }
 
 /// When a guard's `lost()` fired for a reason other than its release
-/// (zero until then), and why.
+/// (zero until then), and why; and when `at_risk()` first warned of a
+/// danger short of the loss (zero until then).
 pub(crate) struct Loss {
     at: Arc<AtomicU64>,
     reason: Arc<std::sync::OnceLock<LossReason>>,
+    warned: Arc<AtomicU64>,
 }
 
-/// Watches `guard`'s `lost()` from a task of its own.
+/// Watches `guard`'s `lost()` and `at_risk()` from tasks of their own.
 pub(crate) fn watch_loss(guard: &distlock::LockGuard) -> Loss {
     let loss = Loss {
         at: Arc::new(AtomicU64::new(0)),
         reason: Arc::new(std::sync::OnceLock::new()),
+        warned: Arc::new(AtomicU64::new(0)),
     };
     let signal = guard.lost_signal();
     let (seen, why) = (loss.at.clone(), loss.reason.clone());
@@ -415,6 +424,13 @@ pub(crate) fn watch_loss(guard: &distlock::LockGuard) -> Loss {
             seen.store(now_ns(), Ordering::SeqCst);
         }
     });
+    let risk = guard.risk_signal();
+    let warned = loss.warned.clone();
+    tokio::spawn(async move {
+        if !matches!(risk.at_risk().await, distlock::RiskReason::Lost(_)) {
+            warned.store(now_ns(), Ordering::SeqCst);
+        }
+    });
     loss
 }
 
@@ -422,6 +438,14 @@ impl Loss {
     /// When `lost()` fired, once it has.
     pub(crate) fn at(&self) -> Option<u64> {
         match self.at.load(Ordering::SeqCst) {
+            0 => None,
+            at => Some(at),
+        }
+    }
+
+    /// When `at_risk()` first warned, if it has.
+    pub(crate) fn warned_at(&self) -> Option<u64> {
+        match self.warned.load(Ordering::SeqCst) {
             0 => None,
             at => Some(at),
         }

@@ -315,6 +315,7 @@ fn lost_ack(
                 lost_reason: None,
                 valid_until_ns,
                 witnessed: false,
+                warned_ns: None,
             });
             (Answer::Granted, at_ns, second)
         }

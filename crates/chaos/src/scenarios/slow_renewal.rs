@@ -32,7 +32,9 @@ pub(super) const SCENARIO: Scenario = Scenario {
                by three leases (one sub-case) or swallows it (the other). 20 runs per sub-case \
                (short form: 3), 10 at a time on names of their own. Must hold, in every run: \
                the first holder's `lost()` fires before the second holder is granted (a grant \
-               before it counts as an overlap), 0 lost updates, 0 token regressions. The margin \
+               before it counts as an overlap), 0 lost updates, 0 token regressions, and a \
+               first holder that finds the loss by its own clock (`Expired`) was warned \
+               (`at_risk()`: a failed extension, or little of the lease left) before it. The margin \
                is the second holder's grant less the first one's loss. In PostgreSQL's advisory \
                mode the server ends the silent connection, and the lock with it, a lease after \
                the holder's last check: the holder must have given the lock up by then. Redis in \
@@ -86,12 +88,17 @@ fn slow_renewals(
     let batch = settings.pick(10, 3);
     let mut total = Verdict::default();
     let (mut ran, mut regranted, mut lost_first) = (0, 0, 0);
+    let (mut expired, mut warned_first) = (0, 0);
     let mut margins = Vec::new();
     for _ in 0..runs.div_ceil(batch) {
         for run in renewal_batch(runtime, server, settings, batch, fault)? {
             ran += 1;
             total.add(&run.verdict);
             regranted += usize::from(run.regranted_ns.is_some());
+            if run.expired {
+                expired += 1;
+                warned_first += usize::from(run.warned_before_loss);
+            }
             if let (Some(lost), Some(granted)) = (run.lost_ns, run.regranted_ns)
                 && lost < granted
             {
@@ -103,6 +110,7 @@ fn slow_renewals(
     let min = margins.iter().min().copied();
     let p50 = percentile(&mut margins, 50.0);
     let passed = lost_first == ran
+        && warned_first == expired
         && regranted == ran
         && total.overlaps == 0
         && total.lost_updates == 0
@@ -114,7 +122,9 @@ fn slow_renewals(
         verdict: Some(total),
         detail: format!(
             "the second holder was granted in {regranted} of {ran} runs, after the first \
-             holder's `lost()` in {lost_first}; margin p50 {}, min {} (lease {})",
+             holder's `lost()` in {lost_first}; margin p50 {}, min {} (lease {}); warned by \
+             `at_risk()` before `lost()` in {warned_first} of the {expired} runs lost by the \
+             holder's clock",
             p50.map_or("—".into(), ms),
             min.map_or("—".into(), ms),
             ms(settings.lease),
@@ -134,6 +144,10 @@ struct RenewalRun {
     verdict: Verdict,
     /// When the first holder's `lost()` fired.
     lost_ns: Option<u64>,
+    /// Whether the first holder found the loss by its own clock.
+    expired: bool,
+    /// Whether `at_risk()` warned the first holder before its `lost()`.
+    warned_before_loss: bool,
     /// When the second holder was granted.
     regranted_ns: Option<u64>,
 }
@@ -176,6 +190,7 @@ fn renewal_batch(
         let mut events = first.finish()?;
         drop(proxy);
         let lost_ns = holdings(&events).iter().find_map(|holding| holding.lost_ns);
+        let (expired, warned_before_loss) = warning(&events);
         let regranted_ns = theirs.iter().find_map(|event| match event {
             Event::Acquired { at_ns, .. } => Some(*at_ns),
             _ => None,
@@ -184,8 +199,29 @@ fn renewal_batch(
         runs.push(RenewalRun {
             verdict: judge(&events, &FencedStore::open(&dir.join("store"))?)?,
             lost_ns,
+            expired,
+            warned_before_loss,
             regranted_ns,
         });
     }
     Ok(runs)
+}
+
+/// Whether the first holder, whose `events` these are, found its loss by
+/// its own clock (`Expired`), and whether `at_risk()` warned it first.
+fn warning(events: &[Event]) -> (bool, bool) {
+    events
+        .iter()
+        .find_map(|event| match event {
+            Event::Ended {
+                lost_ns: Some(lost),
+                lost_reason: Some(reason),
+                warned_ns,
+                ..
+            } if reason == "Expired" => {
+                Some((true, warned_ns.is_some_and(|warned| warned <= *lost)))
+            }
+            _ => None,
+        })
+        .unwrap_or((false, false))
 }
