@@ -202,3 +202,40 @@ async fn a_restarted_server_gets_the_lock_back_and_tokens_keep_rising() {
     assert!(next.fencing_token() > held_token);
     assert!(next.release().await.unwrap());
 }
+
+/// Each server restarts in turn, forgetting its copy, while one lock is
+/// held throughout: each extension puts the copy back, so no restart
+/// leaves a majority without it, nobody else is granted, and the holder
+/// never loses the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restarts_of_each_server_in_turn_keep_one_lock_held_throughout() {
+    let mut cluster = Cluster::start().await;
+    let holder = cluster.client().await;
+    let other = cluster.client().await;
+    let name = unique("in-turn");
+    let guard = holder
+        .acquire_with(&name, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let lock_key = MemcachedBackend::open(&cluster.url())
+        .await
+        .unwrap()
+        .lock_key(&name);
+    for restarted in 0..cluster.servers.len() {
+        cluster.servers[restarted].restart().await;
+        let mut peek = Peek::connect(&cluster.servers[restarted].addr()).await;
+        assert_eq!(
+            peek.get(&lock_key).await,
+            None,
+            "server {restarted} forgot the copy"
+        );
+        two_leases().await;
+        assert_still_held(&guard, &other).await;
+        assert!(
+            peek.get(&lock_key).await.is_some(),
+            "the extension put the copy back on server {restarted}"
+        );
+    }
+    assert!(!guard.is_lost());
+    assert!(guard.release().await.unwrap());
+}
