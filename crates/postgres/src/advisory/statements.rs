@@ -37,11 +37,49 @@ const NO_FLUSH_WAIT: &str = "set_config('synchronous_commit', 'off', true)";
 /// `floored` (the new token is the server's clock): only such a bump
 /// commits without waiting for the flush. A campaign's bump waits anyway,
 /// so that no term anyone read is lost in a crash.
-fn flush_wait_unless_floored(terms: Option<&TableName>) -> String {
+pub(crate) fn flush_wait_unless_floored(terms: Option<&TableName>) -> String {
     match terms {
         None => format!("CASE WHEN (SELECT floored FROM bumped) THEN {NO_FLUSH_WAIT} END"),
         Some(_) => "NULL".to_owned(),
     }
+}
+
+/// A grant's new token on the name's row `t`, beside the server's clock
+/// `c` ([`CLOCK`]): `greatest(previous + 1, the clock in µs)`. Every grant
+/// of the name raises it so, of either kind, in advisory mode and as a
+/// transaction lock ([`crate::xact`]).
+pub(crate) const NEXT_TOKEN: &str = "greatest(t.fencing_token + 1, c.now_us)";
+
+/// The name's `holders` after a grant made on server process `pid` (SQL
+/// text of a `text` value) to `holder` (SQL text of a JSON text value):
+/// a writer's entry alone, since earlier entries are of sessions that no
+/// longer hold the name; a reader's beside the others', which are reset
+/// once they reach [`MAX_HOLDER_ENTRIES`]. The entry records the grant's
+/// token, [`NEXT_TOKEN`].
+pub(crate) fn holders_after_grant(shared: bool, pid: &str, holder: &str) -> String {
+    let entry = format!(
+        "jsonb_build_object({pid},
+             jsonb_build_object('token', {NEXT_TOKEN}, 'holder', {holder}::jsonb))"
+    );
+    if shared {
+        format!(
+            "CASE WHEN (SELECT count(*) FROM jsonb_object_keys(t.holders)) >= {MAX_HOLDER_ENTRIES}
+                  THEN '{{}}'::jsonb ELSE t.holders END || {entry}"
+        )
+    } else {
+        entry
+    }
+}
+
+/// Gives a name its `objid` unless it has one: `$1` name, `$2` objid; the
+/// token starts at the server's clock, which tells the sweep how long ago
+/// a row that was never granted got its key.
+pub(crate) fn insert_key(t: &str) -> String {
+    format!(
+        "INSERT INTO {t} (name, objid, fencing_token) SELECT $1, $2, c.now_us FROM {CLOCK}
+         WHERE {NO_FLUSH_WAIT} IS NOT NULL
+         ON CONFLICT (name) DO NOTHING"
+    )
 }
 
 /// Every statement of advisory mode, for one table.
@@ -83,11 +121,7 @@ impl Statements {
             wait_in_line: wait_in_line(t, None),
             campaign_in_line: wait_in_line(t, Some(&table.terms())),
             place_taken: place_taken(),
-            insert_key: format!(
-                "INSERT INTO {t} (name, objid, fencing_token) SELECT $1, $2, c.now_us FROM {CLOCK}
-                 WHERE {NO_FLUSH_WAIT} IS NOT NULL
-                 ON CONFLICT (name) DO NOTHING"
-            ),
+            insert_key: insert_key(t),
             release_exclusive: release(t, "pg_advisory_unlock"),
             release_shared: release(t, "pg_advisory_unlock_shared"),
             check: "SELECT pg_backend_pid()".to_owned(),
@@ -158,44 +192,30 @@ impl Statements {
 /// A bump to the server's clock commits without waiting for the WAL
 /// flush, one ahead of the clock waits (see [`flush_wait_unless_floored`]).
 fn acquire(t: &str, shared: bool, terms: Option<&TableName>) -> String {
-    let token = "greatest(t.fencing_token + 1, c.now_us)";
-    let entry = format!(
-        "jsonb_build_object(pg_backend_pid()::text,
-             jsonb_build_object('token', {token}, 'holder', $4::text::jsonb))"
-    );
-    let (tried, holders) = if shared {
-        (
-            format!(
-                "w AS MATERIALIZED (
-                     SELECT k.objid, EXISTS (
-                         SELECT FROM pg_locks AS p
-                         WHERE {OURS} AND p.objid = (k.objid + 1)::oid AND p.granted
-                     ) AS writer_waits
-                     FROM k
-                 ), l AS MATERIALIZED (
-                     SELECT w.objid, w.writer_waits,
-                            CASE WHEN w.writer_waits THEN false
-                                 ELSE pg_try_advisory_lock_shared($1, w.objid) END AS granted
-                     FROM w
-                 )"
-            ),
-            format!(
-                "CASE WHEN (SELECT count(*) FROM jsonb_object_keys(t.holders)) >= {MAX_HOLDER_ENTRIES}
-                      THEN '{{}}'::jsonb ELSE t.holders END || {entry}"
-            ),
+    let token = NEXT_TOKEN;
+    let holders = holders_after_grant(shared, "pg_backend_pid()::text", "$4::text");
+    let tried = if shared {
+        format!(
+            "w AS MATERIALIZED (
+                 SELECT k.objid, EXISTS (
+                     SELECT FROM pg_locks AS p
+                     WHERE {OURS} AND p.objid = (k.objid + 1)::oid AND p.granted
+                 ) AS writer_waits
+                 FROM k
+             ), l AS MATERIALIZED (
+                 SELECT w.objid, w.writer_waits,
+                        CASE WHEN w.writer_waits THEN false
+                             ELSE pg_try_advisory_lock_shared($1, w.objid) END AS granted
+                 FROM w
+             )"
         )
     } else {
-        // The writer's own grant is the only one: earlier entries are of
-        // sessions that no longer hold the name.
-        (
-            "l AS MATERIALIZED (
-                 SELECT k.objid, false AS writer_waits,
-                        pg_try_advisory_lock($1, k.objid) AS granted
-                 FROM k
-             )"
-            .to_owned(),
-            entry.clone(),
-        )
+        "l AS MATERIALIZED (
+             SELECT k.objid, false AS writer_waits,
+                    pg_try_advisory_lock($1, k.objid) AS granted
+             FROM k
+         )"
+        .to_owned()
     };
     let recorded = terms.map_or_else(String::new, |terms| {
         format!(",\n{}", terms::appended_after("bumped", terms, "$2", "$7"))
@@ -263,7 +283,8 @@ pub(crate) const CHECK_CONNECTION: &str = "SET client_connection_check_interval 
 /// label whole. Answers the token (`NULL` if the name's row went, which
 /// the intent prevents) and the session's process id.
 fn wait_in_line(t: &str, terms: Option<&TableName>) -> String {
-    let token = "greatest(t.fencing_token + 1, c.now_us)";
+    let token = NEXT_TOKEN;
+    let holders = holders_after_grant(false, "pg_backend_pid()::text", "$4::text");
     let recorded = terms.map_or_else(String::new, |terms| {
         format!(",\n{}", terms::appended_after("bumped", terms, "$5", "$6"))
     });
@@ -274,9 +295,7 @@ fn wait_in_line(t: &str, terms: Option<&TableName>) -> String {
          ), l AS MATERIALIZED (
              SELECT pg_advisory_lock($1, $2) FROM s
          ), bumped AS (
-             UPDATE {t} AS t SET fencing_token = {token},
-                 holders = jsonb_build_object(pg_backend_pid()::text,
-                     jsonb_build_object('token', {token}, 'holder', $4::text::jsonb))
+             UPDATE {t} AS t SET fencing_token = {token}, holders = {holders}
              FROM l, {CLOCK}
              WHERE t.name = $5 AND t.objid = $2
              RETURNING t.fencing_token, t.fencing_token = c.now_us AS floored
