@@ -110,6 +110,16 @@ impl PostgresConfig {
     ///
     /// The `sslrootcert` file is read when the backend connects, not here.
     pub fn parse(url: &str) -> Result<Self> {
+        Self::parse_with_mode(url, Mode::Lease)
+    }
+
+    /// As [`parse`](Self::parse), with `default` as the mode when the URL
+    /// gives none (and its table's default name): transaction locks
+    /// ([`crate::xact`]) read a URL as advisory mode's.
+    ///
+    /// # Errors
+    /// As [`parse`](Self::parse).
+    pub(crate) fn parse_with_mode(url: &str, default: Mode) -> Result<Self> {
         if !is_postgres_url(url) {
             return Err(Error::config(
                 "url",
@@ -125,7 +135,7 @@ impl PostgresConfig {
         let table = query.take("table")?;
         let mode = match query.take("mode")? {
             Some(mode) => parse_mode(&mode)?,
-            None => Mode::Lease,
+            None => default,
         };
         let advisory_class = match query.take("advisory_class")? {
             Some(class) => parse_class(&class)?,

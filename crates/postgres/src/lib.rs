@@ -1,7 +1,8 @@
 //! distlock's PostgreSQL backend: one row per lock, changed by single
 //! statements judged against the server's clock (`mode=lease`, the
 //! default), or session advisory locks on a connection pinned to each
-//! grant (`mode=advisory`).
+//! grant (`mode=advisory`); and, beside them, locks held by a transaction
+//! of your own until it ends ([`xact`]).
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -241,6 +242,19 @@
 //!   mode straight to the server (or through PgBouncer in session mode).
 //! - **Hand-overs** are not offered: a lock passes between the tasks of
 //!   one client by a release and a new grant.
+//!
+//! # Transaction locks
+//! [`xact::XactLocks`] takes a name inside a transaction you own, on
+//! [`tokio_postgres`] or (feature `sqlx`) on `sqlx`, and the lock ends
+//! exactly when that transaction commits or rolls back. It is advisory
+//! mode's lock of the name, on the same key and token table, taken with
+//! `pg_advisory_xact_lock`: the two exclude each other, and its fencing
+//! token is above every earlier grant's of the name in either. It works
+//! through PgBouncer in transaction mode, bounds its wait with
+//! `lock_timeout` under a savepoint (a timeout leaves the transaction
+//! usable), and raises its token outside your transaction, so that a
+//! rollback never hands a token out twice: the [`xact`] module says why,
+//! and what dropping its future leaves.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -262,6 +276,7 @@ mod table;
 mod terms;
 mod tls;
 mod wake;
+pub mod xact;
 
 pub use advisory::MAX_ADVISORY_LEASE;
 pub use backend::PostgresBackend;
@@ -274,6 +289,11 @@ pub use deadpool_postgres;
 #[allow(deprecated)]
 pub use pool::ADMIN_TIMEOUT;
 pub use pool::SETUP_TIMEOUT;
+/// The driver of the transaction locks' `sqlx` support, at the version
+/// they use.
+#[cfg(feature = "sqlx")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlx")))]
+pub use sqlx;
 pub use tls::SslMode;
 /// The driver this backend is built on, at the version it uses.
 pub use tokio_postgres;

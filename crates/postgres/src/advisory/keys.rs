@@ -17,6 +17,8 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
 
 use super::session::Session;
+use crate::pool::Connections;
+use crate::prepared::Params;
 use crate::wake::NameHash;
 
 /// How many `objid`s one name tries before giving up: each try past the
@@ -46,6 +48,31 @@ pub(crate) fn next_objid(objid: i32) -> i32 {
     objid.wrapping_add(2) & OBJID_MASK
 }
 
+/// Where the statements that give names their keys run: on an advisory
+/// session of the attempt's, or, for a transaction lock
+/// ([`crate::xact`]), on a pooled connection, so that the key is committed
+/// at once, outside the caller's transaction.
+#[derive(Clone, Copy)]
+pub(crate) enum Runner<'a> {
+    Session(&'a Session),
+    Pool(&'a Connections),
+}
+
+impl Runner<'_> {
+    async fn query(
+        self,
+        what: &str,
+        sql: &str,
+        params: &Params<'_>,
+        timeout: Duration,
+    ) -> Result<Vec<tokio_postgres::Row>> {
+        match self {
+            Self::Session(session) => session.query(what, sql, params, timeout).await,
+            Self::Pool(connections) => connections.query(what, sql, params, timeout).await,
+        }
+    }
+}
+
 /// Gives `name` an `objid` in the table, unless it has one, trying from
 /// its hash ([`first_objid`]) on.
 ///
@@ -56,7 +83,7 @@ pub(crate) fn next_objid(objid: i32) -> i32 {
 /// # Cancel safety
 /// Dropping the future leaves the name with an `objid` or without one.
 pub(crate) async fn allocate(
-    session: &Session,
+    runner: Runner<'_>,
     insert: &str,
     name: &LockName,
     timeout: Duration,
@@ -67,7 +94,7 @@ pub(crate) async fn allocate(
     for _ in 0..MAX_PROBES {
         let params: [(&(dyn tokio_postgres::types::ToSql + Sync), Type); 2] =
             [(&bytes, Type::BYTEA), (&objid, Type::INT4)];
-        match session.query(&what, insert, &params, timeout).await {
+        match runner.query(&what, insert, &params, timeout).await {
             // Inserted, or the name had a key already.
             Ok(_) => return Ok(()),
             Err(error) if is_unique_violation(&error) => objid = next_objid(objid),

@@ -22,9 +22,9 @@
 
 mod fair;
 mod grant;
-mod keys;
+pub(crate) mod keys;
 mod session;
-mod statements;
+pub(crate) mod statements;
 mod waiting;
 
 use std::sync::Arc;
@@ -276,7 +276,7 @@ impl AdvisoryMode {
                 break;
             }
             keys::allocate(
-                session,
+                keys::Runner::Session(session),
                 &self.statements.insert_key,
                 &request.name,
                 left(deadline),
