@@ -40,7 +40,7 @@
 //! | `file:///dir` (`file://`: the default directory) | `file` (default) | OS file locks on one machine |
 //! | `memory://` | always | this process only: tests and examples |
 //! | `mongodb://…`, `mongodb+srv://…` | `mongodb` | MongoDB 5.0+ replica sets and sharded clusters |
-//! | `postgres://…`, `postgresql://…` | `postgres` | PostgreSQL, lease or advisory mode; and locks held by your own transaction ([`postgres::xact`](distlock_postgres::xact), on sqlx with `postgres-sqlx`) |
+//! | `postgres://…`, `postgresql://…` | `postgres` | PostgreSQL, lease or advisory mode; and locks held by your own transaction (`distlock::postgres::xact`; on sqlx with `postgres-sqlx`) |
 //! | `etcd://…`, `etcds://…` | `etcd` | etcd v3 |
 //! | `memcache://…` | `memcached` | memcached (an efficiency lock) |
 //! | `s3://bucket/prefix`, `gs://…`, `az://…` | `objectstore` (or `objectstore-s3`, `-gcs`, `-azure`) | an object in a bucket per lock, on conditional writes (S3, GCS, Azure Blob) |
