@@ -27,6 +27,7 @@ pub mod backend;
 mod builder;
 mod claim;
 mod client;
+mod danger;
 mod election;
 mod engine;
 mod error;

@@ -4,7 +4,7 @@ use std::sync::{Arc, OnceLock};
 
 use tokio::sync::Notify;
 
-use crate::risk::Danger;
+use crate::danger::Danger;
 
 /// Why a lease stopped being ours.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,10 +4,8 @@
 
 use std::sync::Arc;
 
-use tokio::sync::Notify;
-
+use crate::danger::Level;
 use crate::lost::{Loss, LossReason};
-use crate::sync::atomic::{AtomicU8, Ordering};
 
 /// Why a lease is in danger; see [`LockGuard::at_risk`](crate::LockGuard::at_risk).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,51 +35,23 @@ impl std::fmt::Display for RiskReason {
     }
 }
 
-/// How endangered a lease is now, short of its loss: each level outranks
-/// the one before, and a lease only rises until an extension confirms it.
-const SAFE: u8 = 0;
-const EXTENSION_FAILED: u8 = 1;
-const LITTLE_LEFT: u8 = 2;
-
-/// A lease's danger, set by the keeper (under its schedule's lock, so
-/// writes never race) and read by whoever watches the lease.
-#[derive(Debug, Default)]
-pub(crate) struct Danger {
-    level: AtomicU8,
-    /// Woken on every change of the level, and at the loss.
-    pub(crate) changed: Notify,
+impl RiskReason {
+    /// The danger this reason stands for; `None` for a loss, which is
+    /// recorded as such.
+    pub(crate) fn level(self) -> Option<Level> {
+        match self {
+            Self::ExtensionFailed => Some(Level::ExtensionFailed),
+            Self::LittleLeft => Some(Level::LittleLeft),
+            Self::Lost(_) => None,
+        }
+    }
 }
 
-impl Danger {
-    /// Raises the danger to `reason`, unless it already stands as high.
-    /// Returns whether it rose.
-    pub(crate) fn raise(&self, reason: RiskReason) -> bool {
-        let level = match reason {
-            RiskReason::ExtensionFailed => EXTENSION_FAILED,
-            RiskReason::LittleLeft => LITTLE_LEFT,
-            // A loss is recorded by `Loss::end`, which wakes the watchers.
-            RiskReason::Lost(_) => return false,
-        };
-        if self.level.load(Ordering::Acquire) >= level {
-            return false;
-        }
-        self.level.store(level, Ordering::Release);
-        self.changed.notify_waiters();
-        true
-    }
-
-    /// Clears the danger: an extension confirmed the lease.
-    pub(crate) fn clear(&self) {
-        if self.level.swap(SAFE, Ordering::AcqRel) != SAFE {
-            self.changed.notify_waiters();
-        }
-    }
-
-    fn reason(&self) -> Option<RiskReason> {
-        match self.level.load(Ordering::Acquire) {
-            EXTENSION_FAILED => Some(RiskReason::ExtensionFailed),
-            LITTLE_LEFT => Some(RiskReason::LittleLeft),
-            _ => None,
+impl From<Level> for RiskReason {
+    fn from(level: Level) -> Self {
+        match level {
+            Level::ExtensionFailed => Self::ExtensionFailed,
+            Level::LittleLeft => Self::LittleLeft,
         }
     }
 }
@@ -104,7 +74,7 @@ impl RiskSignal {
     pub fn risk(&self) -> Option<RiskReason> {
         match self.loss.reason.get() {
             Some(&reason) => Some(RiskReason::Lost(reason)),
-            None => self.loss.danger.reason(),
+            None => self.loss.danger.level().map(RiskReason::from),
         }
     }
 

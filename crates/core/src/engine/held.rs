@@ -167,7 +167,10 @@ impl HeldLease {
     /// Marks the lease in danger, for `reason`, and counts it in metrics
     /// when the danger rose. Called by the keeper only.
     pub(crate) fn endanger(&self, reason: RiskReason) {
-        if self.loss().is_some() || !self.loss.danger.raise(reason) {
+        let Some(level) = reason.level() else {
+            return;
+        };
+        if self.loss().is_some() || !self.loss.danger.raise(level) {
             return;
         }
         if reason == RiskReason::LittleLeft {
