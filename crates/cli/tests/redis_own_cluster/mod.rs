@@ -5,7 +5,7 @@
 //! the cluster is made by the `redis-cli` beside it, as that script makes
 //! its own. Dropping it stops the servers and removes their data.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -42,32 +42,11 @@ impl OwnRedisCluster {
             dir: tempfile::tempdir().expect("temp dir"),
         };
         for at in 0..3 {
-            let port = free_port();
             let data = cluster.dir.path().join(format!("node-{at}"));
             std::fs::create_dir(&data).expect("a data dir");
-            let server = Command::new(&bin)
-                .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
-                .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-                .arg("--dir")
-                .arg(&data)
-                .args([
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                ])
-                .args(["--cluster-port", &free_port().to_string()])
-                .args(settings(at))
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
+            let (server, port) = cluster.spawn_master(&bin, &data, &settings(at));
             cluster.servers.push(server);
             cluster.ports.push(port);
-        }
-        for port in cluster.ports.clone() {
-            cluster.until(port, "answers PING", &["PING"], "PONG");
         }
         let hosts: Vec<String> = cluster.addresses();
         let created = Command::new(&cluster.cli)
@@ -89,6 +68,63 @@ impl OwnRedisCluster {
             );
         }
         cluster
+    }
+
+    /// Starts one master with its data in `data` and `settings` added, on
+    /// free ports, and waits until it answers. A port found free can be
+    /// taken before the server binds it (another test's server, or this
+    /// master's two ports picked alike): a server that exits before it
+    /// answers is started again on other ports, a few times.
+    fn spawn_master(&self, bin: &PathBuf, data: &Path, settings: &[&str]) -> (Child, u16) {
+        let mut last_exit = None;
+        for _ in 0..5 {
+            let port = free_port();
+            let bus = loop {
+                let bus = free_port();
+                if bus != port {
+                    break bus;
+                }
+            };
+            let log = std::fs::File::create(data.join("server.log")).expect("a log file");
+            let mut server = Command::new(bin)
+                .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+                .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+                .arg("--dir")
+                .arg(data)
+                .args([
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                ])
+                .args(["--cluster-port", &bus.to_string()])
+                .args(settings)
+                .stdin(Stdio::null())
+                // redis-server logs to its standard output.
+                .stdout(log.try_clone().expect("a log file"))
+                .stderr(log)
+                .spawn()
+                .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
+            let started = Instant::now();
+            loop {
+                if let Some(status) = server.try_wait().expect("the server's status") {
+                    last_exit = Some(status);
+                    break;
+                }
+                let output = self.ask(port, &["PING"]);
+                if String::from_utf8_lossy(&output.stdout).contains("PONG") {
+                    return (server, port);
+                }
+                if started.elapsed() >= PATIENCE {
+                    let _ = server.kill();
+                    let _ = server.wait();
+                    panic!("the redis server on port {port} never answered PING: {output:?}");
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        let log = std::fs::read_to_string(data.join("server.log")).unwrap_or_default();
+        panic!("redis-server exited before answering, 5 times; last {last_exit:?}: {log}");
     }
 
     /// Each master's `127.0.0.1:PORT`, in order.
