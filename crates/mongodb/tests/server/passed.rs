@@ -48,9 +48,12 @@ async fn a_waiter_in_another_process_is_passed_the_lock_without_a_command_of_its
         let (waiter, name) = (waiter.clone(), name.clone());
         tokio::spawn(async move { waiter.acquire_with(&name, WAIT).await.unwrap() })
     };
-    // A first round opens the waiter's change stream on the name, so that
-    // the measured round's wait starts with the name covered.
-    for round in ["first", "measured"] {
+    // The first round opens the waiter's change stream on the name, so
+    // that later rounds' waits start with the name covered. A round whose
+    // waiter heard the pass-on too late (a busy machine) takes the grant
+    // over by command, as it should; the test needs one round held as
+    // passed, within a few.
+    for round in 0..PASS_ON_ROUNDS {
         let held = holder.acquire_with(&name, WAIT).await.unwrap();
         let waiting = wait_once();
         until_in_line(&raw, &name, 1).await;
@@ -59,22 +62,18 @@ async fn a_waiter_in_another_process_is_passed_the_lock_without_a_command_of_its
         assert!(held.release().await.unwrap());
         let guard = waiting.await.unwrap();
         let sent = commands.take();
-        // In the first round the stream may open after the pass-on, and
-        // the waiter then takes the grant over by command, as it should.
-        if round == "measured" {
-            assert_eq!(
-                stored(&raw, &name).await.get_str("lockId").unwrap(),
-                place,
-                "held under its place's identity, as passed"
-            );
+        let as_passed = stored(&raw, &name).await.get_str("lockId").unwrap() == place;
+        assert!(guard.release().await.unwrap());
+        assert!(stored(&raw, &name).await.get("lockId").is_none());
+        if round > 0 && as_passed {
             assert!(
                 !sent.contains_key("findAndModify") && !sent.contains_key("update"),
                 "the waiter wrote nothing between the release and its grant: {sent:?}"
             );
+            return;
         }
-        assert!(guard.release().await.unwrap());
-        assert!(stored(&raw, &name).await.get("lockId").is_none());
     }
+    panic!("no grant was held as passed in {PASS_ON_ROUNDS} rounds");
 }
 
 #[tokio::test]
