@@ -221,7 +221,7 @@ impl LockGuard {
     /// Whether the lease is in danger now, and why; `None` while it is
     /// safe. See [`at_risk`](Self::at_risk).
     pub fn risk(&self) -> Option<RiskReason> {
-        self.risk_signal().risk()
+        self.held.risk()
     }
 
     /// A cloneable, `'static` signal of the lease in danger, for the task

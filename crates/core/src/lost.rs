@@ -76,7 +76,9 @@ pub(crate) struct Loss {
     pub(crate) reason: OnceLock<LossReason>,
     pub(crate) ended: Notify,
     pub(crate) danger: Danger,
-    /// When the lease ended, for a leader's health check.
+    /// When the lease was lost, for a leader's health check; not set by a
+    /// release, which every hold ends with, so that a release reads no
+    /// clock.
     pub(crate) ended_at: OnceLock<std::time::Instant>,
 }
 
@@ -84,8 +86,10 @@ impl Loss {
     pub(crate) fn end(&self, reason: LossReason) -> bool {
         let ended = self.reason.set(reason).is_ok();
         if ended {
-            // Tokio's clock, as the keeper's deadlines are on.
-            let _ = self.ended_at.set(tokio::time::Instant::now().into_std());
+            if reason != LossReason::Released {
+                // Tokio's clock, as the keeper's deadlines are on.
+                let _ = self.ended_at.set(tokio::time::Instant::now().into_std());
+            }
             self.ended.notify_waiters();
             // A loss is the last danger: whoever waits for one hears it.
             self.danger.changed.notify_waiters();

@@ -56,6 +56,14 @@ impl From<Level> for RiskReason {
     }
 }
 
+/// How endangered the lease `loss` watches is now; `None` while safe.
+pub(crate) fn risk_of(loss: &Loss) -> Option<RiskReason> {
+    match loss.reason.get() {
+        Some(&reason) => Some(RiskReason::Lost(reason)),
+        None => loss.danger.level().map(RiskReason::from),
+    }
+}
+
 /// A signal of a lease in danger. Cloneable and `'static`, so it can move
 /// into the task doing the protected work, as a
 /// [`LostSignal`](crate::LostSignal) can.
@@ -72,10 +80,7 @@ impl RiskSignal {
     /// Whether the lease is in danger now, and why; `None` while it is
     /// safe. A lost lease answers [`RiskReason::Lost`] from then on.
     pub fn risk(&self) -> Option<RiskReason> {
-        match self.loss.reason.get() {
-            Some(&reason) => Some(RiskReason::Lost(reason)),
-            None => self.loss.danger.level().map(RiskReason::from),
-        }
+        risk_of(&self.loss)
     }
 
     /// Resolves, with the reason, once the lease is in danger or lost; at

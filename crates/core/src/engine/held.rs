@@ -108,7 +108,7 @@ impl HeldLease {
         self.let_go.load(Ordering::Acquire)
     }
 
-    /// When the lease ended, if it has.
+    /// When the lease was lost, if it was (a release sets none).
     pub(crate) fn ended_at(&self) -> Option<std::time::Instant> {
         self.loss.ended_at.get().copied()
     }
@@ -162,6 +162,11 @@ impl HeldLease {
     /// A signal of this lease in danger.
     pub(crate) fn risk_signal(&self) -> RiskSignal {
         RiskSignal::new(self.loss.clone())
+    }
+
+    /// How endangered the lease is now; `None` while safe.
+    pub(crate) fn risk(&self) -> Option<RiskReason> {
+        crate::risk::risk_of(&self.loss)
     }
 
     /// Marks the lease in danger, for `reason`, and counts it in metrics
