@@ -22,6 +22,7 @@ pub(crate) async fn campaign(args: CampaignArgs) -> Result<u8, Failure> {
             kill_grace: args.kill_grace,
             quiet: args.quiet,
             conflict_exit_code: None,
+            resume_file: None,
             command: args.command.clone(),
             // CMD came after `--`, whole.
             dashes_before_command: true,

@@ -207,6 +207,15 @@ pub(crate) struct RunArgs {
     /// skip its turn without failing.
     #[arg(short = 'E', long, value_name = "N", value_parser = clap::value_parser!(u8))]
     pub(crate) conflict_exit_code: Option<u8>,
+    /// Keep the lock's handle in PATH while CMD runs, and at the start take
+    /// up the grant PATH names if the store still holds it, with its
+    /// fencing token: a run killed outright and restarted (by a supervisor,
+    /// a deploy) carries on instead of waiting for its own lease to run
+    /// out. PATH is written readable by you alone and removed once the lock
+    /// is released. One lock only; not on backends whose locks end with
+    /// their process (file, PostgreSQL's advisory mode).
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["max_hold", "min_hold"])]
+    pub(crate) resume_file: Option<std::path::PathBuf>,
     /// The command and its arguments. Put `--` before it when it starts
     /// with `-`; every argument after it is the command's.
     #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]

@@ -19,6 +19,11 @@ impl Held {
         Self { set }
     }
 
+    /// The first lock, the only one of a run of one name.
+    pub(crate) fn first(&self) -> &LockGuard {
+        &self.set.guards()[0]
+    }
+
     /// The names, for messages: `a`, or `a, b`.
     pub(crate) fn names(&self) -> String {
         let names: Vec<&str> = self

@@ -47,6 +47,7 @@ mod list;
 mod open;
 mod platform;
 mod release;
+mod resume_file;
 mod run;
 mod text;
 mod tree;

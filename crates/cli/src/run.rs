@@ -23,6 +23,7 @@ use crate::cli::RunArgs;
 use crate::exit::{self, Failure, LOST, NOT_ACQUIRED, UNAVAILABLE};
 use crate::held::{self, Held};
 use crate::open;
+use crate::resume_file::ResumeFile;
 use crate::text;
 use crate::tree::{self, Tree};
 use crate::waiting::WaitingLine;
@@ -108,9 +109,23 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
             // is a term of the election.
             records_term: args.label.is_some(),
         };
-        let acquiring = acquire(&client, &names, each, wait, &program, async {
-            let _ = cancelled.await;
-        });
+        let resume_file = args
+            .resume_file
+            .map(|path| ResumeFile::new(path, &client, &names))
+            .transpose()?;
+        let resumed = match &resume_file {
+            Some(file) => file.take_up(&client, &names[0], claim, args.quiet).await?,
+            None => None,
+        };
+        let acquiring = async {
+            if let Some(guard) = resumed {
+                return Ok(Taken::Held(Held::new(guard.into())));
+            }
+            acquire(&client, &names, each, wait, &program, async {
+                let _ = cancelled.await;
+            })
+            .await
+        };
         tokio::pin!(acquiring);
         let waiting = WaitingLine::start(&client, &names, args.quiet);
         let mut interrupted = None;
@@ -158,6 +173,11 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
             }
         };
         tracing::debug!(names = %held.names(), "acquired; starting the command");
+        // Removed when this block ends, the lock released or lost.
+        let _kept = match resume_file {
+            Some(file) => Some(file.keep(held.first())?),
+            None => None,
+        };
 
         let warnings = held.warn_of_dangers();
         let ended = supervise(&held, &command, args.kill_grace, &mut signals).await;

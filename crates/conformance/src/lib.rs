@@ -22,6 +22,7 @@ pub mod kinds;
 pub mod listing;
 mod process;
 pub mod regressions;
+pub mod resume;
 mod support;
 pub mod warnings;
 
@@ -118,6 +119,13 @@ macro_rules! conformance_suite {
         );
         $crate::conformance_suite!(@group listing $env $fixture;
             list_shows_waiters_in_order_or_says_it_cannot,
+        );
+        $crate::conformance_suite!(@group resume $env $fixture;
+            a_handle_resumes_its_grant_with_the_same_token,
+            a_released_or_spent_handle_is_lost,
+            two_resumes_of_one_handle_cannot_both_hold,
+            a_handle_whose_lease_ran_out_is_lost,
+            a_killed_run_restarted_with_its_resume_file_keeps_its_grant,
         );
     };
     (@group $module:ident $env:tt $fixture:expr; $($case:ident),* $(,)?) => {

@@ -67,6 +67,46 @@ impl HeldByChild {
         lease: Duration,
         claim: Claim,
     ) -> Self {
+        Self::start_with(url, name, lease, claim_args(claim)).await
+    }
+
+    /// As [`start`](Self::start), with `--resume-file file`: the child
+    /// takes up the grant `file` names, if the store still holds it.
+    pub(crate) async fn start_resuming(
+        url: &str,
+        name: &LockName,
+        lease: Duration,
+        file: &std::path::Path,
+    ) -> Self {
+        let resume = vec!["--resume-file".to_owned(), file.display().to_string()];
+        Self::start_with(url, name, lease, resume).await
+    }
+
+    /// What `distlock run --resume-file file` says on stderr when it
+    /// refuses to start, which it must.
+    pub(crate) async fn refused_at_start(
+        url: &str,
+        name: &LockName,
+        lease: Duration,
+        file: &std::path::Path,
+    ) -> String {
+        let output = distlock_run(url, name, lease)
+            .arg("--resume-file")
+            .arg(file)
+            .args(["--", "true"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run distlock run");
+        assert!(
+            !output.status.success(),
+            "distlock run --resume-file started on a backend that cannot resume"
+        );
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    }
+
+    /// `distlock run NAME` with `args` before its command, started as
+    /// [`start`](Self::start) says.
+    async fn start_with(url: &str, name: &LockName, lease: Duration, args: Vec<String>) -> Self {
         let dir = std::env::temp_dir().join(format!(
             "distlock-conformance-{:016x}",
             rand::random::<u64>()
@@ -82,7 +122,7 @@ impl HeldByChild {
         );
         let child = distlock_run(url, name, lease)
             .args(["--kill-grace", "2s"])
-            .args(claim_args(claim))
+            .args(args)
             .args(["--", "sh", "-c", &script])
             .stdin(Stdio::null())
             .spawn()

@@ -34,6 +34,8 @@ use crate::metrics;
 use crate::name::{IntoLockName, LockName};
 use crate::options::LockOptions;
 
+mod resume;
+
 /// Takes, keeps and releases locks on one backend.
 ///
 /// A client is cheap to clone; clones share one keeper task, which extends

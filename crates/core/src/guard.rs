@@ -121,6 +121,22 @@ impl LockGuard {
         &self.held.lease.state
     }
 
+    /// Which grant this guard holds, as a value to keep (in a file, say)
+    /// so that the next run of this process can take the same grant up
+    /// with [`LockClient::resume`](crate::LockClient::resume) after a
+    /// restart, with the same fencing token. Keep it as you would keep a
+    /// credential: whoever has it can take the lock over.
+    pub fn handle(&self) -> crate::resume::ResumeHandle {
+        let lease = &self.held.lease;
+        crate::resume::ResumeHandle::new(
+            self.held.backend.store_name(),
+            lease.name.clone(),
+            lease.claim,
+            lease.id,
+            lease.fencing_token,
+        )
+    }
+
     /// The fencing token of this grant. It is strictly greater than every
     /// token granted before for the same name, so a protected resource that
     /// remembers the highest token it has seen can turn away a stale holder.

@@ -8,7 +8,6 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 
 use crate::backend::BackendExt;
-use crate::backend::WaiterList;
 use crate::backend::state::{GrantState, WaitState};
 use crate::backend::terms::{TERMS_KEPT, Term, TermLog, withdraw_term};
 use crate::backend::wake::{ReleaseHub, ReleaseWatch};
@@ -16,6 +15,7 @@ use crate::backend::{
     Abilities, AcquireRequest, Attempt, Backend, Capabilities, DelayedRelease, Extended, HandOver,
     HandOvers, Holder, Lease, LeaseId, LockInfo, Wakeups,
 };
+use crate::backend::{Resumes, WaiterList};
 use crate::claim::{Claim, Permits};
 use crate::error::Result;
 use crate::info::{Waiter, Waiters};
@@ -495,7 +495,8 @@ impl Backend for MemoryBackend {
             .with_hand_overs(self)
             .with_wakeups(self)
             .with_term_log(self)
-            .with_delayed_release(self);
+            .with_delayed_release(self)
+            .with_resumes(self);
         // Only the fair queue keeps who waits; other waits poll.
         if self.fair {
             abilities.with_waiters(self)
@@ -542,6 +543,28 @@ impl DelayedRelease for MemoryBackend {
         // Waiters that were told the old end ask again, to hear the new one.
         self.releases.notify(&lease.name);
         Ok(ours)
+    }
+}
+
+#[async_trait]
+impl Resumes for MemoryBackend {
+    async fn resume(&self, lease: &Lease, request: &AcquireRequest) -> Result<Option<GrantState>> {
+        let now = self.now();
+        let mut locks = self.lock();
+        let Some(slot) = locks.get_mut(&lease.name) else {
+            return Ok(None);
+        };
+        let Some(at) = slot.position(lease, now) else {
+            return Ok(None);
+        };
+        let grant = &mut slot.holders[at];
+        if grant.token != lease.fencing_token || grant.claim != lease.claim {
+            return Ok(None);
+        }
+        grant.id = request.lease_id;
+        grant.expires_at = expiry(now, request.lease);
+        grant.holder = request.holder.clone();
+        Ok(Some(GrantState::none()))
     }
 }
 

@@ -148,8 +148,8 @@ pub use distlock_core::{
     AcquireOptions, Claim, Election, Error, Holder, IntoLockClaim, IntoLockName, Leader,
     LeaderHealth, Leadership, LockClient, LockClientBuilder, LockContext, LockGuard, LockInfo,
     LockKind, LockName, LockOptions, LockOptionsBuilder, LockSet, LossReason, LostSignal,
-    MAX_NAME_LEN, MAX_PERMITS, MemoryBackend, Observer, Payload, Permits, Result, RiskReason,
-    RiskSignal, StaleLeadership, TryOptions, Waiter, Waiters,
+    MAX_NAME_LEN, MAX_PERMITS, MemoryBackend, Observer, Payload, Permits, Result, ResumeHandle,
+    RiskReason, RiskSignal, StaleLeadership, TryOptions, Waiter, Waiters,
 };
 
 pub use crate::connect::{connect, connect_with};

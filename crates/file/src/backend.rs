@@ -245,7 +245,10 @@ impl Backend for FileBackend {
     fn abilities(&self) -> Abilities<'_> {
         let abilities = Abilities::none()
             .with_delayed_release(self)
-            .with_term_log(self);
+            .with_term_log(self)
+            .without_resumes(
+                "a file lock is the open file of the process that took it, and ends with that process",
+            );
         if wake::watched() {
             abilities.with_wakeups(self)
         } else {

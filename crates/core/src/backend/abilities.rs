@@ -10,6 +10,7 @@ use crate::error::Result;
 use crate::name::LockName;
 
 use super::request::{AcquireRequest, HandOver, Lease};
+use super::resumes::{NO_RESUME, Resumes, Resuming};
 use super::terms::TermLog;
 use super::waiters::WaiterList;
 use super::wake::ReleaseWatch;
@@ -49,6 +50,10 @@ pub struct Abilities<'a> {
     /// ([`Waiters::Unknown`](crate::Waiters::Unknown)), never that there
     /// are none.
     pub waiters: Option<&'a dyn WaiterList>,
+    /// How the backend takes up a grant made by another client, for
+    /// [`LockClient::resume`](crate::LockClient::resume). Without one,
+    /// resuming is [`Error::Unsupported`](crate::Error::Unsupported).
+    pub resumes: Resuming<'a>,
 }
 
 /// How a backend gives a lock up later instead of now; see
@@ -80,6 +85,7 @@ impl<'a> Abilities<'a> {
             wakeups: None,
             delayed_release: ReleaseLater::ByExtension,
             waiters: None,
+            resumes: Resuming::Never(NO_RESUME),
         }
     }
 
@@ -113,6 +119,18 @@ impl<'a> Abilities<'a> {
         self
     }
 
+    /// With a way to take up a grant by its identity.
+    pub const fn with_resumes(mut self, resumes: &'a dyn Resumes) -> Self {
+        self.resumes = Resuming::By(resumes);
+        self
+    }
+
+    /// Without any way to take up a grant, for the reason given.
+    pub const fn without_resumes(mut self, why: &'static str) -> Self {
+        self.resumes = Resuming::Never(why);
+        self
+    }
+
     /// With the backend's own later release.
     pub const fn with_delayed_release(mut self, delayed_release: &'a dyn DelayedRelease) -> Self {
         self.delayed_release = ReleaseLater::By(delayed_release);
@@ -141,6 +159,7 @@ impl fmt::Debug for Abilities<'_> {
             .field("wakeups", &self.wakeups.is_some())
             .field("delayed_release", &self.delayed_release)
             .field("waiters", &self.waiters.is_some())
+            .field("resumes", &self.resumes)
             .finish()
     }
 }

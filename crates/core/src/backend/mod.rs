@@ -12,8 +12,8 @@
 //! - The contract: [`Backend`], with [`AcquireRequest`], [`Attempt`],
 //!   [`Lease`], [`LeaseId`], [`Extended`] and [`Capabilities`].
 //! - The abilities a backend may add, in [`Abilities`]: [`HandOvers`],
-//!   [`DelayedRelease`],
-//!   [`Session`] and [`Wakeups`].
+//!   [`DelayedRelease`], [`Resumes`],
+//!   [`Session`], [`Wakeups`] and [`WaiterList`].
 //! - What a backend keeps beside a grant or a wait: [`GrantState`],
 //!   [`WaitState`], and the caller's [`Payload`].
 //! - The record of leaders' terms: [`TermLog`] and [`Term`].
@@ -68,6 +68,7 @@ pub(crate) mod contract;
 pub(crate) mod loss;
 pub mod platform;
 pub(crate) mod request;
+pub(crate) mod resumes;
 pub(crate) mod server_info;
 pub(crate) mod state;
 pub(crate) mod terms;
@@ -86,6 +87,7 @@ pub use capabilities::Capabilities;
 pub use contract::{Backend, BackendExt, Extended};
 pub use loss::LossReporter;
 pub use request::{AcquireRequest, Attempt, HandOver, Lease, LeaseId};
+pub use resumes::{Resumes, Resuming};
 pub use server_info::{Feature, FeatureState, ServerInfo};
 pub use state::{GrantState, Payload, WaitState};
 pub use terms::{TERMS_KEPT, Term, TermLog, withdraw_term};

@@ -554,6 +554,9 @@ impl Backend for TestBackend {
         if let Some(waiters) = inner.waiters {
             abilities = abilities.with_waiters(waiters);
         }
+        if let crate::backend::Resuming::By(resumes) = inner.resumes {
+            abilities = abilities.with_resumes(resumes);
+        }
         let releases_later = crate::engine::min_hold::check_release_later(&*self.inner).is_ok();
         if self.offered.delayed_release && !self.offered.emulated_session && releases_later {
             abilities.with_delayed_release(self)
