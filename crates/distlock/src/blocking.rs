@@ -119,6 +119,18 @@ impl LockClient {
         Ok(self.guard(guard))
     }
 
+    /// Takes up the grant `handle` names, if the store still holds it: a
+    /// process restarted while it held a lock carries on with its grant
+    /// and its fencing token; see [`crate::LockClient::resume`].
+    ///
+    /// # Errors
+    /// As [`crate::LockClient::resume`]: [`Error::Lost`] when the grant is
+    /// gone; [`Error::Unsupported`] inside an async runtime.
+    pub fn resume(&self, handle: &crate::ResumeHandle) -> Result<LockGuard> {
+        let guard = self.runtime.block_on(self.client.resume(handle))??;
+        Ok(self.guard(guard))
+    }
+
     /// Tries once to take `name` exclusively; see
     /// [`crate::LockClient::try_acquire`].
     ///
@@ -281,6 +293,13 @@ impl LockGuard {
     /// The grant's fencing token; see [`crate::LockGuard::fencing_token`].
     pub fn fencing_token(&self) -> u64 {
         self.inner().fencing_token()
+    }
+
+    /// Which grant this guard holds, to keep for
+    /// [`LockClient::resume`] after a restart; see
+    /// [`crate::LockGuard::handle`].
+    pub fn handle(&self) -> crate::ResumeHandle {
+        self.inner().handle()
     }
 
     /// Whether the lease is known to be lost.

@@ -205,3 +205,19 @@ fn a_thread_hears_of_a_loss_through_the_warning_too() {
     assert_eq!(name.as_str(), "warned/b");
     assert!(matches!(reason, distlock::RiskReason::Lost(_)));
 }
+
+#[test]
+fn a_handle_resumes_its_grant_from_a_plain_thread() {
+    let client = distlock::blocking::connect("memory://?lease=1s").unwrap();
+    // A reader's share leaves the client's slot of the name free, so the
+    // same client can stand in for the process after a restart.
+    let old = client
+        .acquire_with("report", AcquireOptions::new().shared())
+        .unwrap();
+    let handle: distlock::ResumeHandle = old.handle().to_string().parse().unwrap();
+    let resumed = client.resume(&handle).unwrap();
+    assert_eq!(resumed.fencing_token(), old.fencing_token());
+    assert!(matches!(old.extend(), Err(Error::Lost { .. })));
+    assert!(matches!(client.resume(&handle), Err(Error::Lost { .. })));
+    assert!(resumed.release().unwrap());
+}
