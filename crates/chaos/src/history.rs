@@ -249,6 +249,7 @@ mod tests {
                 claim: ClaimSpec::Exclusive,
                 token,
                 at_ns: from + 10,
+                resumed: false,
             },
         ]
     }

@@ -202,5 +202,6 @@ pub(crate) fn spec(
         write_when_lost: false,
         await_loss_ms: None,
         stop_at_ns: None,
+        resume_file: None,
     }
 }

@@ -60,6 +60,7 @@ pub(crate) fn holdings(events: &[Event]) -> Vec<Holding> {
                 claim,
                 token,
                 at_ns,
+                ..
             } => {
                 let end = ends.get(&(*pid, *task, *token));
                 Some(Holding {

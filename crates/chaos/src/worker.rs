@@ -46,6 +46,11 @@ pub(crate) struct Spec {
     pub(crate) await_loss_ms: Option<u64>,
     /// Stop taking the lock once the monotonic clock passes this.
     pub(crate) stop_at_ns: Option<u64>,
+    /// Where the worker keeps its grant's handle while it holds: it first
+    /// takes up the grant a file there names (a restart after a kill),
+    /// and removes the file once it released.
+    #[serde(default)]
+    pub(crate) resume_file: Option<PathBuf>,
 }
 
 /// The claim a worker takes, as a spec spells it.
@@ -85,6 +90,10 @@ pub(crate) enum Event {
         claim: ClaimSpec,
         token: u64,
         at_ns: u64,
+        /// Whether the grant was taken up from a handle (`resume`), not
+        /// granted anew.
+        #[serde(default)]
+        resumed: bool,
     },
     /// The holder stopped acting on the grant (just before it released).
     Ended {
@@ -264,16 +273,8 @@ async fn hold_in_turn(client: &LockClient, spec: &Spec, task: usize) -> Outcome<
                 at_ns: now_ns(),
             },
         )?;
-        let guard = match client
-            .acquire_with(
-                &name,
-                AcquireOptions::new()
-                    .claim(spec.claim.claim())
-                    .timeout(wait),
-            )
-            .await
-        {
-            Ok(guard) => guard,
+        let (guard, resumed) = match take(client, spec, &name, wait).await {
+            Ok(taken) => taken,
             Err(distlock::Error::Timeout { .. }) => {
                 record(
                     &spec.events,
@@ -311,8 +312,12 @@ async fn hold_in_turn(client: &LockClient, spec: &Spec, task: usize) -> Outcome<
                 claim,
                 token,
                 at_ns: now_ns(),
+                resumed,
             },
         )?;
+        if let Some(file) = &spec.resume_file {
+            keep_handle(file, &guard)?;
+        }
         let loss = watch_loss(&guard);
 
         let hold = Duration::from_millis(spec.hold_ms);
@@ -362,6 +367,9 @@ async fn hold_in_turn(client: &LockClient, spec: &Spec, task: usize) -> Outcome<
             Err(_) => Release::Failed,
         };
         let released_ns = Some(now_ns());
+        if let Some(file) = &spec.resume_file {
+            std::fs::remove_file(file)?;
+        }
         let lost_ns = match loss.at.load(Ordering::SeqCst) {
             0 => None,
             at => Some(at),
@@ -387,6 +395,43 @@ async fn hold_in_turn(client: &LockClient, spec: &Spec, task: usize) -> Outcome<
             },
         )?;
     }
+    Ok(())
+}
+
+/// The grant this worker's handle file names, taken up again, or else the
+/// lock as `spec` asks for it, waiting at most `wait`; and whether it was
+/// taken up.
+async fn take(
+    client: &LockClient,
+    spec: &Spec,
+    name: &LockName,
+    wait: Duration,
+) -> distlock::Result<(distlock::LockGuard, bool)> {
+    let saved = spec
+        .resume_file
+        .as_ref()
+        .and_then(|file| std::fs::read_to_string(file).ok());
+    if let Some(text) = saved {
+        let handle: distlock::ResumeHandle = text.parse()?;
+        match client.resume(&handle).await {
+            Ok(guard) => return Ok((guard, true)),
+            Err(distlock::Error::Lost { .. }) => {}
+            Err(error) => return Err(error),
+        }
+    }
+    let options = AcquireOptions::new()
+        .claim(spec.claim.claim())
+        .timeout(wait);
+    let guard = client.acquire_with(name, options).await?;
+    Ok((guard, false))
+}
+
+/// Writes `guard`'s handle to `file` in one step (a file beside it renamed
+/// over it), so that a kill leaves a whole handle or none.
+fn keep_handle(file: &Path, guard: &distlock::LockGuard) -> Outcome<()> {
+    let temp = file.with_extension("tmp");
+    std::fs::write(&temp, guard.handle().to_string())?;
+    std::fs::rename(&temp, file)?;
     Ok(())
 }
 

@@ -6,8 +6,8 @@
 mod support;
 
 /// Every scenario's id.
-const SCENARIOS: [&str; 14] = [
-    "R1", "R2", "R3", "R4", "R5", "R6", "R7", "R8", "R9", "R10", "R11", "R12", "R13", "R14",
+const SCENARIOS: [&str; 15] = [
+    "R1", "R2", "R3", "R4", "R5", "R6", "R7", "R8", "R9", "R10", "R11", "R12", "R13", "R14", "R15",
 ];
 
 /// The short form on `backend`.

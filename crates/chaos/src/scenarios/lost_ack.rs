@@ -285,6 +285,7 @@ fn lost_ack(
                 claim: ClaimSpec::Exclusive,
                 token,
                 at_ns: now_ns(),
+                resumed: false,
             });
             let read = store.read(token)?;
             let second = Worker::spawn(settings, &second)?;

@@ -16,6 +16,7 @@ mod memcached_edges;
 mod names;
 mod network;
 mod pause;
+mod resume;
 mod secrets;
 mod server_clock;
 mod slow_renewal;
@@ -49,5 +50,6 @@ pub(crate) fn all() -> Vec<Scenario> {
         secrets::SCENARIO,
         server_clock::SCENARIO,
         forced::SCENARIO,
+        resume::SCENARIO,
     ]
 }
