@@ -334,9 +334,14 @@ impl Backend for PostgresBackend {
         if let Some(terms) = &self.store().terms {
             abilities = abilities.with_term_log(terms);
         }
-        // Lease mode's fair line keeps who waits; advisory locks wait in
-        // the server's lock manager, which keeps no holder of ours.
-        if matches!(&self.mode, Modes::Lease(lease) if lease.is_fair()) {
+        // Fair lines keep who waits: lease mode's in the lock's row,
+        // advisory mode's in the server's queue of the name's key. Without
+        // fair mode each waiter polls on its own, in no order.
+        let fair = match &self.mode {
+            Modes::Lease(lease) => lease.is_fair(),
+            Modes::Advisory(advisory) => advisory.is_fair(),
+        };
+        if fair {
             abilities = abilities.with_waiters(self);
         }
         // Without wake-ups only once notifications proved not to arrive;
@@ -350,7 +355,8 @@ impl Backend for PostgresBackend {
 
 #[async_trait]
 impl WaiterList for PostgresBackend {
-    /// Only waits for the whole lock keep a place in line.
+    /// Only waits for the whole lock keep a place in line: readers poll,
+    /// in both modes.
     fn sees_every_wait(&self) -> bool {
         false
     }
@@ -358,7 +364,7 @@ impl WaiterList for PostgresBackend {
     async fn waiters(&self, limit: Duration) -> Result<Vec<(LockName, Waiter)>> {
         match &self.mode {
             Modes::Lease(lease) => lease.waiters(limit).await,
-            Modes::Advisory(_) => Ok(Vec::new()),
+            Modes::Advisory(advisory) => advisory.waiters(limit).await,
         }
     }
 }

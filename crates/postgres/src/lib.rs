@@ -189,6 +189,20 @@
 //!   A waiting statement holds back vacuum's horizon while it waits, as any
 //!   running statement does.
 //!
+//! In fair mode, [`LockClient::list`](distlock_core::LockClient::list)
+//! shows each lock's waits for the whole lock in line order
+//! ([`Waiters::WholeLock`](distlock_core::Waiters::WholeLock)): readers
+//! keep no place, in either mode, and wait unlisted. Lease mode lists the
+//! places in the lock's row, with their holders. Advisory mode lists the
+//! writers in the server's queue of the name's key, in the order the
+//! server will grant them, with how long each has waited by the server's
+//! clock, and the host, pid and label that the waiting connection's
+//! `application_name` carries while it waits (cut to the 63 bytes the
+//! server keeps of it); a transaction lock's writer waiting for the name
+//! is listed too, without them. Without `fair=true` each waiter asks on
+//! its own, in no order anyone keeps, and the waiters are
+//! [`Waiters::Unknown`](distlock_core::Waiters::Unknown).
+//!
 //! # Advisory mode
 //! `mode=advisory` holds each grant as a session advisory lock, the locks
 //! sqlx's `PgAdvisoryLock` takes, with distlock's waiting, timeouts,

@@ -4,7 +4,8 @@
 //! lock to the first in line by itself; a try never jumps the line; a
 //! cancelled waiter, or one whose wait was dropped, leaves the line at
 //! once; a waiter that never takes its grant holds the line up for a
-//! lease; campaigns served through the line record their terms.
+//! lease; campaigns served through the line record their terms; the
+//! listing shows the writers in line, in order, with their holders.
 //! `scripts/test` starts the server and sets `DISTLOCK_TEST_POSTGRES_URL`.
 
 mod support;
@@ -15,15 +16,18 @@ use std::time::Duration;
 use distlock_core::backend::BackendExt;
 use distlock_core::backend::{Attempt, Backend, WaitState};
 use distlock_core::testing::{acquire_until_cancelled, waiting_request};
-use distlock_core::{AcquireOptions, LockClient, LockGuard, LockOptions};
+use distlock_core::{
+    AcquireOptions, Holder, LockClient, LockGuard, LockKind, LockOptions, Waiters,
+};
 use distlock_postgres::PostgresBackend;
 use distlock_postgres::tokio_postgres;
+use distlock_postgres::xact::XactLocks;
 use tokio::task::JoinHandle;
 
 use distlock_core::testing::ADMIN_LIMIT;
 use support::{
-    REPEATABLE_READ, admin, assert_sessions_repeatable_read, name, on_keys, race_campaigns,
-    terms_and_values, unique, url, with_options,
+    REPEATABLE_READ, admin, assert_sessions_repeatable_read, first_column, name, on_keys,
+    race_campaigns, terms_and_values, unique, url, with_options,
 };
 
 /// Long enough for any step of a test; a lease this long never runs out
@@ -362,4 +366,183 @@ async fn campaigns_served_in_line_record_one_chain_of_terms() {
     for pair in kept.windows(2) {
         assert_eq!(pair[1].previous, Some(pair[0].term), "chained");
     }
+}
+
+/// A client on `backend` whose holders carry `label`.
+fn labelled(backend: Arc<PostgresBackend>, label: &str) -> LockClient {
+    let options = LockOptions::builder()
+        .lease(PATIENCE)
+        .backoff(Duration::from_millis(5), Duration::from_millis(100))
+        .label(label)
+        .build()
+        .expect("valid options");
+    LockClient::new(backend, options)
+}
+
+/// The waiters `client`'s listing shows for `lock`, once the server has
+/// recorded when each began to wait (a moment after it joined the queue).
+async fn listed_waiters(client: &LockClient, lock: &distlock_core::LockName) -> Waiters {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let listed = client.list().await.expect("list");
+        let info = listed
+            .iter()
+            .find(|info| &info.name == lock)
+            .unwrap_or_else(|| panic!("{lock} is held but not listed: {listed:?}"));
+        let timed = info
+            .waiters
+            .listed()
+            .is_some_and(|waiters| waiters.iter().all(|w| w.waiting_for.is_some()));
+        if timed || tokio::time::Instant::now() > deadline {
+            return info.waiters.clone();
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// The listing shows who waits in the server's queue of a name's key:
+/// the writers in line, in the order the server will grant them, each
+/// with its host, pid and label (one beyond printable ASCII, with a
+/// space) and how long it has waited by the server's clock, and a
+/// transaction lock's writer, whose holder nobody recorded; the waiter of
+/// another name only under that name. A reader, which polls, is not
+/// there: the list is the waits for the whole lock.
+/// A waiter's session has its own application name back once granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_listing_shows_the_writers_in_line_in_order_with_their_holders() {
+    let class = fresh_class();
+    let table = unique("listed");
+    let fair = fair_url(&table, class);
+    let admin = admin().await;
+    let lock = name(&unique("listed"));
+    let holder = client(open(&fair).await);
+    let held = holder.acquire(&lock).await.expect("acquire");
+    assert_eq!(
+        listed_waiters(&holder, &lock).await,
+        Waiters::WholeLock(vec![]),
+        "nobody waits yet"
+    );
+    // Another name of the table, with a waiter of its own.
+    let other = name(&unique("elsewhere"));
+    let other_held = holder.acquire(&other).await.expect("acquire");
+    let elsewhere = tokio::spawn({
+        let (client, other) = (labelled(open(&fair).await, "elsewhere"), other.clone());
+        async move { client.acquire(&other).await.expect("acquire") }
+    });
+    until_in_line(&admin, class, 1).await;
+    let elsewhere_pid = on_keys(&admin, class, false).await;
+    let labels = ["first", "zweiter Wärter"];
+    let (mut writers, mut in_line) = (Vec::new(), Vec::new());
+    for (index, label) in labels.into_iter().enumerate() {
+        let client = labelled(open(&fair).await, label);
+        let lock = lock.clone();
+        writers.push(tokio::spawn(async move {
+            client.acquire(&lock).await.expect("acquire")
+        }));
+        until_in_line(&admin, class, index + 2).await;
+        let pids = on_keys(&admin, class, false).await;
+        let joined: Vec<i32> = pids
+            .into_iter()
+            .filter(|pid| !in_line.contains(pid) && !elsewhere_pid.contains(pid))
+            .collect();
+        in_line.extend(joined);
+    }
+    let locks = XactLocks::open(&with_options(
+        &url(),
+        &format!("table={table}&advisory_class={class}"),
+    ))
+    .await
+    .expect("open transaction locks");
+    let (commit, committed) = tokio::sync::oneshot::channel::<()>();
+    let transaction = tokio::spawn({
+        let lock = lock.clone();
+        async move {
+            let (mut session, connection) = tokio_postgres::connect(&url(), tokio_postgres::NoTls)
+                .await
+                .expect("connect");
+            tokio::spawn(connection);
+            let tx = session.transaction().await.expect("BEGIN");
+            let grant = locks
+                .lock(&tx, lock.as_str(), PATIENCE)
+                .await
+                .expect("lock");
+            committed.await.expect("told to commit");
+            tx.commit().await.expect("COMMIT");
+            grant.fencing_token()
+        }
+    });
+    until_in_line(&admin, class, 4).await;
+    let reader = tokio::spawn({
+        let (client, lock) = (client(open(&fair).await), lock.clone());
+        async move {
+            client
+                .acquire_with(&lock, AcquireOptions::new().shared().timeout(PATIENCE))
+                .await
+                .expect("a reader's share")
+        }
+    });
+    // The reader polls, kept out by the writers' intent.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!reader.is_finished());
+
+    let Waiters::WholeLock(waiters) = listed_waiters(&holder, &lock).await else {
+        panic!("fair advisory mode lists the waits for the whole lock");
+    };
+    let holders: Vec<Option<Holder>> = waiters.iter().map(|w| w.holder.clone()).collect();
+    assert_eq!(
+        holders,
+        vec![
+            Some(Holder::this_process(Some(labels[0]))),
+            Some(Holder::this_process(Some(labels[1]))),
+            None,
+        ],
+        "in the server's order, the transaction lock's without a holder"
+    );
+    assert!(waiters.iter().all(|w| w.kind == LockKind::Exclusive));
+    let waited: Vec<Duration> = waiters.iter().filter_map(|w| w.waiting_for).collect();
+    assert_eq!(waited.len(), 3, "{waiters:?}");
+    assert!(
+        waited.windows(2).all(|pair| pair[0] >= pair[1]) && waited[2] >= Duration::from_millis(200),
+        "the first waited longest, each at least since the reader came: {waited:?}"
+    );
+    let Waiters::WholeLock(waiters) = listed_waiters(&holder, &other).await else {
+        panic!("fair advisory mode lists the waits for the whole lock");
+    };
+    let holders: Vec<Option<Holder>> = waiters.iter().map(|w| w.holder.clone()).collect();
+    assert_eq!(
+        holders,
+        vec![Some(Holder::this_process(Some("elsewhere")))],
+        "each name lists its own waiters"
+    );
+
+    assert!(held.release().await.expect("release"));
+    let mut writers = writers.into_iter();
+    let first = writers.next().unwrap().await.expect("the first writer");
+    assert!(on_keys(&admin, class, true).await.contains(&in_line[0]));
+    let names: Vec<String> = first_column(
+        &admin,
+        "SELECT application_name FROM pg_stat_activity WHERE pid = $1",
+        &[(&in_line[0], tokio_postgres::types::Type::INT4)],
+        "pg_stat_activity",
+    )
+    .await;
+    assert!(
+        names.iter().all(|name| !name.starts_with("distlock ")),
+        "granted, the session has its own name back: {names:?}"
+    );
+    let Waiters::WholeLock(waiters) = listed_waiters(&holder, &lock).await else {
+        panic!("fair advisory mode lists the waits for the whole lock");
+    };
+    assert_eq!(waiters.len(), 2, "the one served no longer waits");
+    assert!(first.release().await.expect("release"));
+    let second = writers.next().unwrap().await.expect("the second writer");
+    assert!(second.release().await.expect("release"));
+    commit.send(()).expect("the transaction waits");
+    let token = transaction.await.expect("the transaction lock");
+    let share = reader.await.expect("the reader");
+    assert!(share.fencing_token() > token);
+    assert!(share.release().await.expect("release"));
+    assert!(other_held.release().await.expect("release"));
+    let served = elsewhere.await.expect("the waiter elsewhere");
+    assert!(served.release().await.expect("release"));
 }

@@ -8,6 +8,8 @@
 //!   The task runs `pg_advisory_lock` there (see
 //!   [`wait_in_line`](super::statements)), which bumps the token, and
 //!   records the term for a campaign, in the statement that is granted.
+//!   While it waits, the session's application name names the waiter, for
+//!   the listing (see [`super::waiters`]).
 //! - The attempt answers "wait" only once the server shows the session in
 //!   the key's queue (or granted), asked from a pooled connection: the
 //!   task may be scheduled late, and a waiter that asks after that answer
@@ -39,6 +41,7 @@ use super::grant;
 use super::keys::Key;
 use super::session::{Session, Spares};
 use super::statements::CHECK_CONNECTION;
+use super::waiters;
 use super::waiting::{WaitingWriter, left};
 use crate::pool::Connections;
 use crate::rows::{self, get, holder_json};
@@ -119,6 +122,9 @@ struct PlaceStatement {
     objid: i32,
     lock_timeout_ms: String,
     holder: String,
+    /// The session's application name while it waits, which names the
+    /// waiter in the listing (see [`super::waiters`]).
+    waiter: String,
     /// A campaign's holder, with its label whole.
     term_holder: Option<String>,
     /// How long the client waits for the statement's answer at most: the
@@ -139,12 +145,13 @@ impl PlaceStatement {
     ) {
         let what = format!("waiting in line for {}", self.name);
         let bytes = self.name.as_str().as_bytes();
-        let params: [(&(dyn ToSql + Sync), Type); 5] = [
+        let params: [(&(dyn ToSql + Sync), Type); 6] = [
             (&self.class, Type::INT4),
             (&self.objid, Type::INT4),
             (&self.lock_timeout_ms, Type::TEXT),
             (&self.holder, Type::TEXT),
             (&bytes, Type::BYTEA),
+            (&self.waiter, Type::TEXT),
         ];
         let campaign_params;
         let params: &[(&(dyn ToSql + Sync), Type)] = match &self.term_holder {
@@ -230,6 +237,7 @@ impl Place {
             objid: key.objid,
             lock_timeout_ms: lock_timeout_ms(request.lease),
             holder: holder_json(&request.holder),
+            waiter: waiters::application_name(&request.holder),
             term_holder: records.then(|| terms::holder_json(&request.holder)),
             patience: place_timeout.saturating_add(request.operation_timeout),
         };

@@ -17,14 +17,17 @@
 //!   shared on its waiting session, and readers do not try while any
 //!   intent is held (see [`statements`]).
 //! - In fair mode a waiting writer waits inside the server, in the lock's
-//!   own queue (see [`fair`]); outside it, a waiting writer keeps its
-//!   session between attempts (see [`waiting`]).
+//!   own queue (see [`fair`]), where the listing finds it (see
+//!   [`waiters`]); outside it, a waiting writer keeps its session between
+//!   attempts (see [`waiting`]), and nobody can say in what order the
+//!   waiters will be served.
 
 mod fair;
 mod grant;
 pub(crate) mod keys;
 mod session;
 pub(crate) mod statements;
+mod waiters;
 mod waiting;
 
 use std::sync::Arc;
@@ -32,7 +35,7 @@ use std::time::Duration;
 
 use distlock_core::backend::Waiters;
 use distlock_core::backend::{AcquireRequest, Attempt, Capabilities, Lease, WaitState};
-use distlock_core::{Claim, Error, LockInfo, LockKind, LockName, Result};
+use distlock_core::{Claim, Error, LockInfo, LockKind, LockName, Result, Waiter};
 use tokio::time::Instant;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Row};
@@ -643,6 +646,32 @@ impl AdvisoryMode {
             )
             .await?;
         rows.iter().map(lock_info).collect()
+    }
+
+    /// Whether waiting writers wait in the server's queue (fair mode).
+    pub(crate) fn is_fair(&self) -> bool {
+        self.fair
+    }
+
+    /// Every writer waiting in the server's queue of a name's key, with
+    /// its name, in the order the server will grant them (see
+    /// [`waiters`]); none outside fair mode, whose waiters each poll on
+    /// their own, in no order anyone can tell.
+    pub(crate) async fn waiters(&self, limit: Duration) -> Result<Vec<(LockName, Waiter)>> {
+        if !self.fair {
+            return Ok(Vec::new());
+        }
+        let rows = self
+            .store
+            .connections
+            .query(
+                "listing waiters",
+                &self.statements.waiters,
+                &[(&self.class, Type::INT4)],
+                limit,
+            )
+            .await?;
+        rows.iter().map(waiters::read).collect()
     }
 
     pub(crate) async fn force_release(&self, name: &LockName, limit: Duration) -> Result<bool> {

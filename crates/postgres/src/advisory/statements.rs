@@ -107,6 +107,8 @@ pub(crate) struct Statements {
     pub(crate) end_wait: String,
     pub(crate) force_release: String,
     pub(crate) list: String,
+    /// Fair mode's waits in the server's queues (see [`waiters`]).
+    pub(crate) waiters: String,
     /// Deletes at most `$2` rows no session uses in class `$1`.
     pub(crate) sweep: String,
 }
@@ -131,6 +133,7 @@ impl Statements {
                 .to_owned(),
             force_release: force_release(t),
             list: list(t),
+            waiters: waiters(t),
             sweep: sweep(t),
         }
     }
@@ -267,8 +270,11 @@ pub(crate) const CHECK_CONNECTION: &str = "SET client_connection_check_interval 
 /// the same statement bumps the token and records the grant as
 /// [`acquire`] does, gives the intent up, and takes the `lock_timeout`
 /// off. While it waits, the server checks the client's connection (see
-/// [`CHECK_CONNECTION`]). Until then the intent keeps the name's row, and so its key, from
-/// being deleted.
+/// [`CHECK_CONNECTION`]), and the session's `application_name` names the
+/// waiter (`$6`, see [`super::waiters`]), for the statement's transaction
+/// only, so that the listing can tell who waits; it is back to the
+/// session's own once the statement ends, granted or not. Until then the
+/// intent keeps the name's row, and so its key, from being deleted.
 ///
 /// The lock waits in a `MATERIALIZED` expression that the update reads,
 /// so the token is bumped after the grant, from the latest committed row
@@ -279,19 +285,20 @@ pub(crate) const CHECK_CONNECTION: &str = "SET client_connection_check_interval 
 /// fail; the waiter then drops the session, which ends it.
 ///
 /// `$1` class, `$2` objid, `$3` lock timeout, `$4` holder as JSON text,
-/// `$5` name, and for a campaign `$6` the holder as JSON text with its
-/// label whole. Answers the token (`NULL` if the name's row went, which
+/// `$5` name, `$6` the waiter's application name, and for a campaign `$7`
+/// the holder as JSON text with its label whole. Answers the token (`NULL` if the name's row went, which
 /// the intent prevents) and the session's process id.
 fn wait_in_line(t: &str, terms: Option<&TableName>) -> String {
     let token = NEXT_TOKEN;
     let holders = holders_after_grant(false, "pg_backend_pid()::text", "$4::text");
     let recorded = terms.map_or_else(String::new, |terms| {
-        format!(",\n{}", terms::appended_after("bumped", terms, "$5", "$6"))
+        format!(",\n{}", terms::appended_after("bumped", terms, "$5", "$7"))
     });
     let flush = flush_wait_unless_floored(terms);
     format!(
         "WITH s AS MATERIALIZED (
-             SELECT set_config('lock_timeout', $3, false)
+             SELECT set_config('lock_timeout', $3, false),
+                    set_config('application_name', $6, true)
          ), l AS MATERIALIZED (
              SELECT pg_advisory_lock($1, $2) FROM s
          ), bumped AS (
@@ -371,6 +378,42 @@ fn list(t: &str) -> String {
     )
 }
 
+/// Fair mode's waiters: every request for a name's key in class `$1`
+/// that the server's lock manager holds back, a writer's
+/// (`ExclusiveLock`; a reader's share never waits there in advisory
+/// mode), with the name, the waiting session's `application_name` (see
+/// [`super::waiters`]), and how long it has waited, in µs by the server's
+/// clock (`waitstart`, PostgreSQL 14; `NULL` for the moment before the
+/// server records it). A transaction lock's writer waiting for the name
+/// is among them, named by its session's own application name.
+///
+/// In the order the server will grant them: each behind as many of the
+/// key's waiting requests as block it (`pg_blocking_pids`: those ahead
+/// of it in the queue that conflict, which for a writer is every one
+/// ahead), then by when it began to wait. `pg_blocking_pids` is asked
+/// once per waiter, each call a brief look at the whole lock table.
+fn waiters(t: &str) -> String {
+    format!(
+        "WITH w AS MATERIALIZED (
+             SELECT p.objid, p.pid, p.mode, p.waitstart
+             FROM pg_locks AS p
+             WHERE {OURS} AND NOT p.granted
+         ), b AS MATERIALIZED (
+             SELECT w.objid, w.pid, w.waitstart, pg_blocking_pids(w.pid) AS blockers
+             FROM w WHERE w.mode = 'ExclusiveLock'
+         )
+         SELECT t.name, a.application_name,
+                greatest(c.now_us - (extract(epoch FROM b.waitstart) * 1000000)::bigint, 0)
+         FROM b JOIN {t} AS t ON b.objid = t.objid::oid
+              LEFT JOIN pg_stat_activity AS a ON a.pid = b.pid
+              CROSS JOIN {CLOCK}
+         ORDER BY t.name,
+                  (SELECT count(*) FROM w AS o
+                   WHERE o.objid = b.objid AND o.pid = ANY (b.blockers)),
+                  b.waitstart, b.pid"
+    )
+}
+
 /// Deletes at most `$2` rows of class `$1` whose key and writers' intent
 /// no session holds, and whose token is behind the server's clock (by
 /// [`KEYING_GRACE_US`] for a row never granted); answers how many went. Candidates are picked against one reading of
@@ -418,6 +461,7 @@ mod tests {
             &statements.insert_key,
             &statements.force_release,
             &statements.list,
+            &statements.waiters,
             &statements.sweep,
             statements.release(false),
         ] {
