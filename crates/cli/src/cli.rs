@@ -58,9 +58,10 @@ pub(crate) enum Command {
         long_about = "List the locks held now: one row per holder (a reader or a permit each \
             has one), with its kind, holder (host, pid, label), fencing token, how many wait \
             (WAITING) and the time left on its lease. Where the store keeps its waiters (etcd; \
-            the fair modes of MongoDB and PostgreSQL's lease mode, which keep the waits for the \
-            whole lock: WAITING is n+), a second table lists them in the order they will be \
-            served; elsewhere WAITING is ?, unknown, not nobody. With --json, an array of \
+            the fair modes of MongoDB and of both PostgreSQL modes, which keep the waits for the \
+            whole lock; Redis, which keeps its waiting writers' marks but no line, so lists them \
+            in the order they began: WAITING is n+), a second table lists them in the order they \
+            will be served; elsewhere WAITING is ?, unknown, not nobody. With --json, an array of \
             objects with `waiters` and `waiters_complete`."
     )]
     List(ListArgs),
