@@ -24,11 +24,12 @@
 //! and `expires_in_ms` is `null` when the lock lasts as long as its
 //! holder's process (the file backend). `waiters` lists who waits for the
 //! lock, in the order they will be served (the same list for every holder
-//! of one name), where the store keeps its waiters (fair mode); it is
+//! of one name; on Redis, which keeps no line, in the order they began),
+//! where the store keeps its waiters (fair mode, Redis's marks); it is
 //! `null` where the store does not, which is not the same as `[]`, nobody
 //! waiting. `waiters_complete` is `true` where every wait is listed
-//! (etcd), `false` where only the waits for the whole lock keep a place
-//! in line (fair modes: a reader or a permit may wait unlisted), and
+//! (etcd), `false` where only the waits for the whole lock are kept
+//! (fair modes, Redis: a reader or a permit may wait unlisted), and
 //! `null` with `waiters`. A waiter's `holder` and `waiting_for_ms` are `null` where the
 //! store does not record them. Names are exact (JSON escapes any control
 //! characters).
@@ -121,6 +122,10 @@ pub(crate) async fn list(args: ListArgs) -> Result<u8, Failure> {
     let url = open::url_or_default(args.backend.backend);
     let backend = open::open_backend(&url).await?;
     let partial = !backend.capabilities().lists_every_holder;
+    let in_order = backend
+        .abilities()
+        .waiters
+        .is_none_or(|waiters| waiters.serves_in_order());
     let client = LockClient::new(backend, LockOptions::default());
     let locks = client.list().await?;
     if partial {
@@ -147,8 +152,14 @@ pub(crate) async fn list(args: ListArgs) -> Result<u8, Failure> {
             .any(|info| matches!(info.waiters, Waiters::WholeLock(_)))
         {
             text::say(
-                "note: only waits for the whole lock keep a place in this store's line \
-                 (WAITING is n+): readers and permits may wait unlisted",
+                "note: this store keeps only the waits for the whole lock (WAITING is n+): \
+                 readers and permits may wait unlisted",
+            );
+        }
+        if !in_order && locks.iter().any(|info| info.waiters.listed().is_some()) {
+            text::say(
+                "note: this store keeps no line: waiters are listed in the order they began, \
+                 and whichever asks first after a release is served",
             );
         }
         if locks.iter().any(|info| info.waiters == Waiters::Unknown) {

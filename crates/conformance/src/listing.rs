@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use distlock_core::testing::{eventually, quick_options};
-use distlock_core::{LockClient, LockInfo, LockName, Waiters};
+use distlock_core::{AcquireOptions, LockClient, LockInfo, LockName, Waiters};
 
 use crate::fixture::Fixture;
 use crate::support::{bounded, unique_name};
@@ -67,9 +67,21 @@ fn holder_sees_every_wait(client: &LockClient) -> Option<bool> {
         .map(|waiters| waiters.sees_every_wait())
 }
 
+/// Whether `client`'s backend serves the waits it lists in that order
+/// (`false` also where it lists none).
+fn serves_in_order(client: &LockClient) -> bool {
+    client
+        .backend()
+        .abilities()
+        .waiters
+        .is_some_and(|waiters| waiters.serves_in_order())
+}
+
 /// Two clients wait, one after the other, for a held lock: a store that
 /// keeps its waiters lists them in that order, with their labels, and
-/// none once they are served; one that does not says it cannot tell.
+/// each no longer once it is served, while the other still shows; one
+/// that keeps a line serves the first first. One that does not keep its
+/// waiters says it cannot tell.
 pub async fn list_shows_waiters_in_order_or_says_it_cannot(fixture: &dyn Fixture) {
     let name = unique_name("waiters");
     let holder = labelled(fixture, "holder").await;
@@ -90,7 +102,7 @@ pub async fn list_shows_waiters_in_order_or_says_it_cannot(fixture: &dyn Fixture
         "nobody waits yet"
     );
     let first = labelled(fixture, "first-waiter").await;
-    let first_wait = {
+    let mut first_wait = {
         let name = name.clone();
         tokio::spawn(async move { first.acquire_with(&name, PATIENCE).await })
     };
@@ -101,7 +113,7 @@ pub async fn list_shows_waiters_in_order_or_says_it_cannot(fixture: &dyn Fixture
     })
     .await;
     let second = labelled(fixture, "second-waiter").await;
-    let second_wait = {
+    let mut second_wait = {
         let name = name.clone();
         tokio::spawn(async move { second.acquire_with(&name, PATIENCE).await })
     };
@@ -127,21 +139,73 @@ pub async fn list_shows_waiters_in_order_or_says_it_cannot(fixture: &dyn Fixture
         );
     }
     guard.release().await.expect("release");
-    let served = bounded("the first waiter's grant", first_wait)
-        .await
-        .expect("join")
-        .expect("granted");
+    // A store that keeps a line serves its first waiter; one that keeps
+    // who waits but no line (Redis's marks) serves whichever asks first.
+    let (served, first_served) = bounded("a waiter's grant", async {
+        tokio::select! {
+            granted = &mut first_wait => (granted, true),
+            granted = &mut second_wait => (granted, false),
+        }
+    })
+    .await;
+    let served = served.expect("join").expect("granted");
+    if serves_in_order(&holder) {
+        assert!(
+            first_served,
+            "a store that keeps a line serves its first waiter first"
+        );
+    }
+    let (left, other_wait) = if first_served {
+        ("second-waiter", second_wait)
+    } else {
+        ("first-waiter", first_wait)
+    };
+    let waiters = waiters_of(&holder, &name).await.expect("known");
     assert_eq!(
-        waiters_of(&holder, &name)
-            .await
-            .map(|waiters| waiters.len()),
-        Some(1),
-        "the one served no longer waits"
+        waiters.len(),
+        1,
+        "the one served no longer waits: {waiters:?}"
     );
+    if waiters[0].is_some() {
+        assert_eq!(
+            waiters,
+            vec![Some(left.to_owned())],
+            "the other still waits"
+        );
+    }
     served.release().await.expect("release");
-    let last = bounded("the second waiter's grant", second_wait)
+    let last = bounded("the other waiter's grant", other_wait)
         .await
         .expect("join")
         .expect("granted");
+    if holder_sees_every_wait(&holder) == Some(true) && holder.backend().capabilities().shared {
+        // A store that says it sees every wait lists a reader's too,
+        // which keeps no place in a fair line.
+        let reader = labelled(fixture, "reader").await;
+        let reader_wait = {
+            let name = name.clone();
+            tokio::spawn(async move {
+                let options = AcquireOptions::new().shared().timeout(PATIENCE);
+                reader.acquire_with(&name, options).await
+            })
+        };
+        eventually("the waiting reader is listed", || async {
+            waiters_of(&holder, &name)
+                .await
+                .is_some_and(|waiters| waiters.len() == 1)
+        })
+        .await;
+        let waiters = waiters_of(&holder, &name).await.expect("known");
+        if waiters[0].is_some() {
+            assert_eq!(waiters, vec![Some("reader".to_owned())]);
+        }
+        last.release().await.expect("release");
+        let read = bounded("the reader's grant", reader_wait)
+            .await
+            .expect("join")
+            .expect("granted");
+        read.release().await.expect("release");
+        return;
+    }
     last.release().await.expect("release");
 }

@@ -76,13 +76,18 @@ pub enum Waiters {
     /// file backend's `flock`, memcached's polls), so nobody can say.
     #[default]
     Unknown,
-    /// Every waiter, in the order they will be served, first first;
+    /// Every waiter, in the order they will be served, first first (in
+    /// the order they began where the store serves no order: see
+    /// [`WaiterList::serves_in_order`](crate::backend::WaiterList::serves_in_order));
     /// empty when nobody waits.
     Known(Vec<Waiter>),
-    /// The waits for the whole lock, in the order they will be served,
-    /// which the store keeps in line (fair mode); a wait for a reader's
-    /// share or a permit keeps no place, so such waiters may wait unseen.
-    /// Empty when no wait for the whole lock is in line.
+    /// The waits for the whole lock, which the store keeps (a fair line,
+    /// Redis's marks), in the order they will be served (in the order
+    /// they began where the store serves no order: see
+    /// [`WaiterList::serves_in_order`](crate::backend::WaiterList::serves_in_order));
+    /// a wait for a reader's share or a permit keeps no place, so such
+    /// waiters may wait unseen. Empty when no wait for the whole lock is
+    /// kept.
     WholeLock(Vec<Waiter>),
 }
 

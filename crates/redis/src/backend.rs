@@ -8,9 +8,9 @@ use distlock_core::backend::BackendExt;
 use distlock_core::backend::{
     Abilities, AcquireRequest, Attempt, Backend, Capabilities, DelayedRelease, Extended, Feature,
     GrantState, HandOver, HandOvers, Lease, LeaseId, ReleaseWatch, ServerInfo, Term, TermLog,
-    WaitState, Wakeups, async_trait,
+    WaitState, WaiterList, Wakeups, async_trait,
 };
-use distlock_core::{Claim, Error, Holder, LockInfo, LockName, Result};
+use distlock_core::{Claim, Error, Holder, LockInfo, LockName, Result, Waiter};
 use futures::future::join_all;
 
 use crate::cluster;
@@ -178,9 +178,10 @@ impl RedisBackend {
     /// The keys `name`'s grants live under (on every server, in quorum
     /// mode): its exclusive grant (a string), its readers or permits (a
     /// sorted set) and their records (a hash), its waiting writers (a
-    /// sorted set), its token counter (a string), and the mark of an
-    /// attempt that waits for the exclusive grant's release (a string).
-    /// All carry one hash tag, derived from the name.
+    /// sorted set), its token counter (a string), the mark of an
+    /// attempt that waits for the exclusive grant's release (a string),
+    /// and the waiting writers' records (a hash). All carry one hash tag,
+    /// derived from the name.
     pub fn keys_of(&self, name: &LockName) -> Vec<String> {
         let keys = self.keys.of(name);
         vec![
@@ -190,6 +191,7 @@ impl RedisBackend {
             keys.waiting.clone(),
             keys.token.clone(),
             keys.awaited.clone(),
+            keys.waiting_records.clone(),
         ]
     }
 
@@ -552,7 +554,8 @@ impl Backend for RedisBackend {
     fn abilities(&self) -> Abilities<'_> {
         let mut abilities = Abilities::none()
             .with_wakeups(self)
-            .with_delayed_release(self);
+            .with_delayed_release(self)
+            .with_waiters(self);
         if self.quorum().is_none() && self.config.wait_replicas.is_none() {
             abilities = abilities.with_hand_overs(self);
         }
@@ -560,6 +563,38 @@ impl Backend for RedisBackend {
             abilities = abilities.with_term_log(self);
         }
         abilities
+    }
+}
+
+/// The waiting writers' marks, in every mode: each wait for the whole
+/// lock leaves one (see `ACQUIRE` in the scripts), with its holder and
+/// the server's `TIME` when it was first stored. A reader or a permit
+/// leaves none, so it waits unlisted. Redis keeps no line: after a
+/// release, whichever waiter tries first is granted, so the list is in
+/// the order the waits began, not an order of service.
+#[async_trait]
+impl WaiterList for RedisBackend {
+    fn sees_every_wait(&self) -> bool {
+        false
+    }
+
+    fn serves_in_order(&self) -> bool {
+        false
+    }
+
+    /// A walk of the keys with `SCAN` (on every server in quorum mode, on
+    /// every master in cluster mode), as long as it takes: core's timer
+    /// bounds it.
+    async fn waiters(&self, _: Duration) -> Result<Vec<(LockName, Waiter)>> {
+        let mut waits = match self.quorum() {
+            Some(quorum) => quorum.waiters().await?,
+            None => self.single().waiters().await?,
+        };
+        crate::reply::in_listing_order(&mut waits);
+        Ok(waits
+            .into_iter()
+            .map(|wait| (wait.name, wait.waiter))
+            .collect())
     }
 }
 

@@ -13,7 +13,8 @@
 //! | `x` | string, `PX` the lease | the exclusive grant: `<id>:<token>:<record>` (in quorum mode the token starts with `~` until the grant is decided) |
 //! | `s` | sorted set | the readers' or permits' grant ids, scored by expiry (ms, server clock) |
 //! | `i` | hash | for `s`: `kind` (`s` or `p`), `limit`, and `<id>` → `<token>:<record>` |
-//! | `w` | sorted set | waiting writers' marks, scored by expiry |
+//! | `w` | sorted set | waiting writers' marks, scored by expiry (ms, server clock) |
+//! | `wi` | hash | for `w`: `<mark>` → `<since>:<record>`, who waits and since when (µs, server clock), for `list` |
 //! | `t` | string | the latest fencing token of the name |
 //! | `a` | string, `PX` a waiter's wait | there while an attempt that found the exclusive grant held waits: its release is announced only then |
 //! | `terms` | list | an election's last terms, newest first: `<term>:<previous term>:<record>` (only campaigns write it) |
@@ -61,6 +62,7 @@ pub(crate) struct NameKeys {
     pub(crate) holders: String,
     pub(crate) records: String,
     pub(crate) waiting: String,
+    pub(crate) waiting_records: String,
     pub(crate) token: String,
     pub(crate) awaited: String,
     pub(crate) terms: String,
@@ -121,6 +123,7 @@ impl KeySpace {
             holders: format!("{base}s"),
             records: format!("{base}i"),
             waiting: format!("{base}w"),
+            waiting_records: format!("{base}wi"),
             token: format!("{base}t"),
             awaited: format!("{base}a"),
             terms: format!("{base}terms"),
@@ -132,26 +135,48 @@ impl KeySpace {
     /// The `SCAN … MATCH` pattern of the keys that hold grants: every glob
     /// character of the prefix escaped.
     pub(crate) fn grant_pattern(&self) -> String {
-        let mut pattern = String::with_capacity(self.prefix.len() + 8);
+        self.pattern("{*}:[xs]")
+    }
+
+    /// The `SCAN … MATCH` pattern of the keys that hold waiting writers'
+    /// marks (`w`), the prefix escaped as in
+    /// [`grant_pattern`](Self::grant_pattern).
+    pub(crate) fn waiting_pattern(&self) -> String {
+        self.pattern("{*}:w")
+    }
+
+    fn pattern(&self, roles: &str) -> String {
+        let mut pattern = String::with_capacity(self.prefix.len() + roles.len());
         for c in self.prefix.chars() {
             if matches!(c, '*' | '?' | '[' | ']' | '\\') {
                 pattern.push('\\');
             }
             pattern.push(c);
         }
-        pattern.push_str("{*}:[xs]");
+        pattern.push_str(roles);
         pattern
     }
 
     /// The tag of `key`, if it is a key of ours that holds grants.
     pub(crate) fn tag_of_grant_key<'k>(&self, key: &'k str) -> Option<&'k str> {
+        self.tag_of(key, &["}:x", "}:s"])
+    }
+
+    /// The tag of `key`, if it is a key of ours that holds waiting
+    /// writers' marks.
+    pub(crate) fn tag_of_waiting_key<'k>(&self, key: &'k str) -> Option<&'k str> {
+        self.tag_of(key, &["}:w"])
+    }
+
+    /// The tag of `key`, if it is a key of ours with one of `roles`.
+    fn tag_of<'k>(&self, key: &'k str, roles: &[&str]) -> Option<&'k str> {
         let rest = key.strip_prefix(self.prefix.as_str())?;
         let rest = rest.strip_prefix('{')?;
         let (tag, role) = rest.split_at_checked(TAG_LEN)?;
         let is_tag = tag
             .bytes()
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-        (is_tag && matches!(role, "}:x" | "}:s")).then_some(tag)
+        (is_tag && roles.contains(&role)).then_some(tag)
     }
 
     /// The key that tells, in quorum mode, since when a server holds its
@@ -340,6 +365,21 @@ mod tests {
             KeySpace::new("a*b?[c]\\:").grant_pattern(),
             "a\\*b\\?\\[c\\]\\\\:{*}:[xs]"
         );
+        assert_eq!(
+            KeySpace::new("a*b?[c]\\:").waiting_pattern(),
+            "a\\*b\\?\\[c\\]\\\\:{*}:w"
+        );
+    }
+
+    #[test]
+    fn waiting_keys_are_told_from_grant_keys() {
+        let keys = KeySpace::new("p:");
+        let of = keys.of(&name("a"));
+        let tag = super::tag(&name("a"));
+        assert_eq!(keys.tag_of_waiting_key(&of.waiting), Some(tag.as_str()));
+        assert_eq!(keys.tag_of_waiting_key(&of.waiting_records), None);
+        assert_eq!(keys.tag_of_waiting_key(&of.exclusive), None);
+        assert_eq!(keys.tag_of_grant_key(&of.waiting), None);
     }
 
     #[test]

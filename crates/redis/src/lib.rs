@@ -86,6 +86,16 @@
 //!   it goes down and when it is back.
 //! - **`list`** walks the prefix with `SCAN` (never `KEYS`); values under
 //!   the prefix that are not ours are skipped.
+//! - **Who waits.** `LockClient::list` shows each lock's waiting writers
+//!   ([`Waiters::WholeLock`]), in every mode, with their host, pid and
+//!   label and how long they have waited by the server's clock, longest
+//!   first. A writer's wait leaves a mark that keeps later readers out,
+//!   and the mark records who waits; a reader or a permit leaves none, so
+//!   it waits unlisted. Redis keeps no line: whichever waiter asks first
+//!   after a release is served, so the list is the order the waits began,
+//!   not the order they will be served
+//!   ([`WaiterList::serves_in_order`] is `false`). In quorum mode a waiter
+//!   is listed when a majority of the servers hold its mark.
 //! - **Timeouts.** Every call ends within the request's operation timeout
 //!   ([`Capabilities::bounds_calls`]); `list`, `force_release`, the read of
 //!   an election's terms and `server_info` within the client's operation
@@ -182,6 +192,8 @@
 //! [`Wakeups::watch`]: distlock_core::backend::Wakeups::watch
 //! [`Capabilities::bounds_calls`]: distlock_core::backend::Capabilities::bounds_calls
 //! [`Election::observe`]: distlock_core::Election::observe
+//! [`Waiters::WholeLock`]: distlock_core::Waiters::WholeLock
+//! [`WaiterList::serves_in_order`]: distlock_core::backend::WaiterList::serves_in_order
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 

@@ -20,7 +20,9 @@ use crate::error::{copy, from_redis, timed_out, unexpected};
 use crate::grant::OnServer;
 use crate::keys::{KeySpace, NameKeys, Record, parse_term};
 use crate::link::{Connection, Link, Target};
-use crate::reply::{Answer, Listed, int, is_noscript, read_grants, read_time};
+use crate::reply::{
+    Answer, Listed, ListedWait, int, is_noscript, read_grants, read_time, read_waits,
+};
 use crate::scripts::{CounterScripts, SCRIPTS};
 use crate::slots::{OnMaster, SlotCache, SlotOwners};
 
@@ -262,24 +264,28 @@ impl Node {
         let record = Record::json(&request.name, &request.holder);
         let mark = mark.map_or("", |mark| mark.0.as_str());
         let what = Doing::new("acquiring", &request.name, &self.on);
-        // A campaign records its term with its grant, under one more key;
+        // A waiting writer's mark goes with its record, under one more key.
+        // A campaign records its term with its grant, under another;
         // quorum mode's copies keep no record (see `RedisBackend::abilities`),
         // and read the server's epoch instead, to learn whether it abstains.
-        let (script, used, seventh) = if provisional {
-            (&self.counter.acquire, 7, self.keys.epoch())
+        let (script, used, eighth) = if provisional {
+            (&self.counter.acquire, 8, self.keys.epoch())
         } else if request.records_term {
-            (&self.counter.campaign, 7, keys.terms.as_str())
+            (&self.counter.campaign, 8, keys.terms.as_str())
+        } else if !mark.is_empty() {
+            (&self.counter.acquire, 7, keys.terms.as_str())
         } else {
             (&self.counter.acquire, 6, keys.terms.as_str())
         };
-        let names: [&str; 7] = [
+        let names: [&str; 8] = [
             &keys.exclusive,
             &keys.holders,
             &keys.records,
             &keys.waiting,
             &keys.token,
             &keys.awaited,
-            seventh,
+            &keys.waiting_records,
+            eighth,
         ];
         let limit = limit.to_string();
         let args: [&[u8]; 7] = [
@@ -418,7 +424,7 @@ impl Node {
         .map(drop)
     }
 
-    /// Removes a waiting writer's mark.
+    /// Removes a waiting writer's mark and its record.
     pub(crate) async fn end_wait(&self, request: &AcquireRequest, mark: &WriterMark) -> Result<()> {
         let keys = self.keys.of(&request.name);
         self.run(
@@ -426,7 +432,7 @@ impl Node {
             &format!("ending a wait for {}{}", request.name, self.on),
             request.operation_timeout,
             &SCRIPTS.end_wait,
-            &[&keys.waiting],
+            &[&keys.waiting, &keys.waiting_records],
             &[mark.0.as_bytes(), keys.channel.as_bytes()],
         )
         .await
@@ -770,9 +776,21 @@ impl Node {
     /// Every live grant under the prefix, walked with `SCAN` (never
     /// `KEYS`).
     pub(crate) async fn list(&self) -> Result<Vec<Listed>> {
-        let what = format!("listing locks{}", self.on);
+        Ok(self.walk(Walk::Grants).await?.grants)
+    }
+
+    /// Every live waiting writer's mark under the prefix, with its record,
+    /// walked as [`list`](Self::list) walks the grants, in no set order.
+    pub(crate) async fn waiters(&self) -> Result<Vec<ListedWait>> {
+        Ok(self.walk(Walk::Waits).await?.waits)
+    }
+
+    /// Walks the prefix with `SCAN` for the keys `walk` reads, on every
+    /// master of a cluster.
+    async fn walk(&self, walk: Walk) -> Result<Found> {
+        let what = format!("{}{}", walk.doing(), self.on);
         let mut seen = BTreeSet::new();
-        let mut listed = Vec::new();
+        let mut found = Found::default();
         match self.link.get()? {
             Connection::Cluster(mut cluster) => {
                 // Each master's keys, by its own SCAN; a key that moves
@@ -781,32 +799,43 @@ impl Node {
                 for master in owners.masters() {
                     let what = format!("{what} on {master}");
                     let mut on = OnMaster::new(cluster.clone(), master);
-                    self.list_on(&mut on, Some(&mut cluster), &what, &mut seen, &mut listed)
-                        .await?;
+                    self.walk_on(
+                        &mut on,
+                        Some(&mut cluster),
+                        &what,
+                        walk,
+                        &mut seen,
+                        &mut found,
+                    )
+                    .await?;
                 }
             }
             mut server => {
-                self.list_on(&mut server, None, &what, &mut seen, &mut listed)
+                self.walk_on(&mut server, None, &what, walk, &mut seen, &mut found)
                     .await?;
             }
         }
-        Ok(listed)
+        Ok(found)
     }
 
-    /// `list` on one server, or one master of a cluster (then `keyed`
+    /// A walk on one server, or one master of a cluster (then `keyed`
     /// reads a name whose slot moved by routing on its keys).
-    async fn list_on(
+    async fn walk_on(
         &self,
         connection: &mut (impl ConnectionLike + Send),
         mut keyed: Option<&mut ClusterConnection>,
         what: &str,
+        walk: Walk,
         seen: &mut BTreeSet<String>,
-        listed: &mut Vec<Listed>,
+        found: &mut Found,
     ) -> Result<()> {
-        let pattern = self.keys.grant_pattern();
+        let pattern = match walk {
+            Walk::Grants => self.keys.grant_pattern(),
+            Walk::Waits => self.keys.waiting_pattern(),
+        };
         let mut cursor: u64 = 0;
         loop {
-            let (next, found): (u64, Vec<String>) = redis::cmd("SCAN")
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
                 .arg(cursor)
                 .arg("MATCH")
                 .arg(&pattern)
@@ -815,13 +844,16 @@ impl Node {
                 .query_async(connection)
                 .await
                 .map_err(|e| from_redis(what, e))?;
-            let tags: Vec<String> = found
+            let tags: Vec<String> = keys
                 .iter()
-                .filter_map(|key| self.keys.tag_of_grant_key(key))
+                .filter_map(|key| match walk {
+                    Walk::Grants => self.keys.tag_of_grant_key(key),
+                    Walk::Waits => self.keys.tag_of_waiting_key(key),
+                })
                 .filter(|tag| seen.insert((*tag).to_owned()))
                 .map(str::to_owned)
                 .collect();
-            let read = self.inspect(connection, what, &tags, listed).await;
+            let read = self.inspect(connection, what, walk, &tags, found).await;
             match (read, keyed.as_deref_mut()) {
                 (Ok(()), _) => {}
                 // A slot moved under the walk: each name alone, routed by
@@ -830,7 +862,7 @@ impl Node {
                     tracing::debug!(%error, "reading listed names one by one");
                     self.slots.forget();
                     for tag in &tags {
-                        self.inspect(cluster, what, std::slice::from_ref(tag), listed)
+                        self.inspect(cluster, what, walk, std::slice::from_ref(tag), found)
                             .await?;
                     }
                 }
@@ -843,28 +875,35 @@ impl Node {
         }
     }
 
-    /// Reads the live grants of the names whose tags are `tags`, in one
-    /// pipeline.
+    /// Reads what `walk` reads of the names whose tags are `tags` (their
+    /// live grants, or their live waiting writers), in one pipeline.
     async fn inspect(
         &self,
         connection: &mut (impl ConnectionLike + Send),
         what: &str,
+        walk: Walk,
         tags: &[String],
-        out: &mut Vec<Listed>,
+        out: &mut Found,
     ) -> Result<()> {
         if tags.is_empty() {
             return Ok(());
         }
-        let script = &SCRIPTS.inspect;
+        let script = match walk {
+            Walk::Grants => &SCRIPTS.inspect,
+            Walk::Waits => &SCRIPTS.waiters,
+        };
         let mut pipe = redis::pipe();
         let all: Vec<NameKeys> = tags.iter().map(|tag| self.keys.of_tag(tag)).collect();
         for keys in &all {
-            pipe.cmd("EVALSHA")
-                .arg(script.get_hash())
-                .arg(3)
-                .arg(&keys.exclusive)
-                .arg(&keys.holders)
-                .arg(&keys.records);
+            let call = pipe.cmd("EVALSHA").arg(script.get_hash());
+            match walk {
+                Walk::Grants => call
+                    .arg(3)
+                    .arg(&keys.exclusive)
+                    .arg(&keys.holders)
+                    .arg(&keys.records),
+                Walk::Waits => call.arg(2).arg(&keys.waiting).arg(&keys.waiting_records),
+            };
         }
         let mut replies = connection.req_packed_commands(&pipe, 0, tags.len()).await;
         // One server answers NOSCRIPT in the replies; a cluster's driver
@@ -884,7 +923,10 @@ impl Node {
         let replies = replies.map_err(|e| from_redis(what, e))?;
         for (tag, reply) in tags.iter().zip(replies) {
             match reply {
-                Value::Array(fields) => read_grants(tag, &fields, out),
+                Value::Array(fields) => match walk {
+                    Walk::Grants => read_grants(tag, &fields, &mut out.grants),
+                    Walk::Waits => read_waits(tag, &fields, &mut out.waits),
+                },
                 Value::ServerError(error) => return Err(from_redis(what, error.into())),
                 other => return Err(unexpected(what, &other)),
             }
@@ -931,6 +973,31 @@ async fn send_again_if_lost(
     }
     script.prepare_invoke().load_async(connection).await?;
     connection.req_packed_commands(pipe, 0, count).await
+}
+
+/// What a walk of the prefix reads of each name it finds.
+#[derive(Debug, Clone, Copy)]
+enum Walk {
+    /// The live grants, of the names with an `x` or `s` key.
+    Grants,
+    /// The live waiting writers, of the names with a `w` key.
+    Waits,
+}
+
+impl Walk {
+    fn doing(self) -> &'static str {
+        match self {
+            Self::Grants => "listing locks",
+            Self::Waits => "listing waiters",
+        }
+    }
+}
+
+/// What a walk found.
+#[derive(Default)]
+struct Found {
+    grants: Vec<Listed>,
+    waits: Vec<ListedWait>,
 }
 
 /// What a call does, for its errors (`acquiring NAME on host:port`): only

@@ -94,7 +94,7 @@ use futures::stream::FuturesUnordered;
 
 use crate::keys::Record;
 use crate::node::{Node, WriterMark};
-use crate::reply::{Answer, Listed};
+use crate::reply::{Answer, Listed, ListedWait};
 
 /// The servers of one backend in quorum mode.
 pub(crate) struct Quorum<'a> {
@@ -478,6 +478,43 @@ impl<'a> Quorum<'a> {
             .collect();
         infos.sort_by(|a, b| (&a.name, a.fencing_token).cmp(&(&b.name, b.fencing_token)));
         Ok(infos)
+    }
+
+    /// The waiting writers whose marks a majority of servers hold, each
+    /// once, with the longest time any of them says it has waited (each
+    /// counts by its own clock from when it first stored the mark). A
+    /// mark on a minority is not shown: it is what a wait left on the
+    /// servers that held the lock while a majority granted it, or a wait
+    /// whose attempt split the vote, and lapses within a lease.
+    pub(crate) async fn waiters(&self) -> Result<Vec<ListedWait>> {
+        let answers = join_all(self.nodes.iter().map(Node::waiters)).await;
+        let mut copies: HashMap<(LockName, String), Vec<ListedWait>> = HashMap::new();
+        let mut errors = Vec::new();
+        for answer in answers {
+            match answer {
+                Ok(waits) => {
+                    for wait in waits {
+                        copies
+                            .entry((wait.name.clone(), wait.mark.clone()))
+                            .or_default()
+                            .push(wait);
+                    }
+                }
+                Err(error) => errors.push(error),
+            }
+        }
+        if errors.len() > self.nodes.len() - self.need {
+            return Err(combined(errors));
+        }
+        Ok(copies
+            .into_values()
+            .filter(|copies| copies.len() >= self.need)
+            .filter_map(|copies| {
+                copies
+                    .into_iter()
+                    .max_by_key(|copy| copy.waiter.waiting_for)
+            })
+            .collect())
     }
 
     /// One grant from its copies on a majority of servers, once it is

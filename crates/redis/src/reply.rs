@@ -3,10 +3,10 @@
 use std::time::{Duration, SystemTime};
 
 use distlock_core::backend::Waiters;
-use distlock_core::{Claim, LockInfo, LockKind, LockName, Permits};
+use distlock_core::{Claim, LockInfo, LockKind, LockName, Permits, Waiter};
 use redis::Value;
 
-use crate::keys::{Stored, tag};
+use crate::keys::{Record, Stored, tag};
 
 /// What one server, or a quorum of them, answered to an attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +77,30 @@ pub(crate) struct Listed {
     /// Whether the token is a quorum copy's own, written before the grant
     /// was decided (see [`Stored`]).
     pub(crate) provisional: bool,
+}
+
+/// One waiting writer's mark as one server lists it, with the mark's
+/// identity, by which quorum mode matches the marks that one wait left on
+/// several servers.
+#[derive(Debug, Clone)]
+pub(crate) struct ListedWait {
+    pub(crate) mark: String,
+    pub(crate) name: LockName,
+    pub(crate) waiter: Waiter,
+}
+
+/// Puts waits in the order the listing shows them: by name, and each
+/// name's longest waiting first, that is, in the order they began (by the
+/// server's clock). Redis serves them in no order: whichever tries first
+/// after a release is granted.
+pub(crate) fn in_listing_order(waits: &mut [ListedWait]) {
+    waits.sort_by(|a, b| {
+        (&a.name, std::cmp::Reverse(a.waiter.waiting_for), &a.mark).cmp(&(
+            &b.name,
+            std::cmp::Reverse(b.waiter.waiting_for),
+            &b.mark,
+        ))
+    });
 }
 
 /// A granted token: a number, or its digits (the acquire script's common
@@ -166,6 +190,31 @@ pub(crate) fn read_grants(name_tag: &str, fields: &[Value], out: &mut Vec<Listed
     }
 }
 
+/// Adds the live waiting writers of one name, as the waiters script read
+/// them (`mark, µs waited, record` each), to `out`. Marks whose records do
+/// not parse, or whose name does not give this tag, are not ours and are
+/// left out.
+pub(crate) fn read_waits(name_tag: &str, fields: &[Value], out: &mut Vec<ListedWait>) {
+    for wait in fields.chunks_exact(3) {
+        if let (Some(mark), Some(waited), Some(record)) =
+            (bytes(&wait[0]), int(&wait[1]), bytes(&wait[2]))
+            && let Ok(record) = serde_json::from_slice::<Record>(record)
+            && let Ok(name) = LockName::new(&record.name)
+            && tag(&name) == name_tag
+        {
+            out.push(ListedWait {
+                mark: String::from_utf8_lossy(mark).into_owned(),
+                name,
+                waiter: Waiter {
+                    kind: LockKind::Exclusive,
+                    holder: Some(record.holder),
+                    waiting_for: u64::try_from(waited).ok().map(Duration::from_micros),
+                },
+            });
+        }
+    }
+}
+
 /// The time in a reply to `TIME`: seconds and microseconds, as strings.
 pub(crate) fn read_time(reply: &Value) -> Option<SystemTime> {
     let Value::Array(parts) = reply else {
@@ -182,4 +231,73 @@ pub(crate) fn read_time(reply: &Value) -> Option<SystemTime> {
     let since_epoch =
         Duration::from_secs(number(seconds)?) + Duration::from_micros(number(micros)?);
     SystemTime::UNIX_EPOCH.checked_add(since_epoch)
+}
+
+#[cfg(test)]
+mod tests {
+    use distlock_core::Holder;
+
+    use super::*;
+
+    fn wait_reply(mark: &str, waited_us: i64, name: &LockName, label: &str) -> [Value; 3] {
+        let record = Record::json(name, &Holder::this_process(Some(label)));
+        [
+            Value::BulkString(mark.as_bytes().to_vec()),
+            Value::Int(waited_us),
+            Value::BulkString(record.into_bytes()),
+        ]
+    }
+
+    #[test]
+    fn waits_are_read_with_their_holder_and_time_and_foreign_ones_are_not() {
+        let name = LockName::new("job").unwrap();
+        let other = LockName::new("other").unwrap();
+        let mut fields = Vec::new();
+        fields.extend(wait_reply("m1", 2_500, &name, "a"));
+        // A record of another name under this name's keys is not ours.
+        fields.extend(wait_reply("m2", 9_000, &other, "b"));
+        fields.push(Value::BulkString(b"m3".to_vec()));
+        fields.push(Value::Int(1));
+        fields.push(Value::BulkString(b"not json".to_vec()));
+        let mut waits = Vec::new();
+        read_waits(&tag(&name), &fields, &mut waits);
+        assert_eq!(waits.len(), 1, "{waits:?}");
+        assert_eq!(waits[0].mark, "m1");
+        assert_eq!(waits[0].waiter.kind, LockKind::Exclusive);
+        assert_eq!(
+            waits[0].waiter.waiting_for,
+            Some(Duration::from_micros(2_500))
+        );
+        let holder = waits[0].waiter.holder.as_ref().unwrap();
+        assert_eq!(holder.label.as_deref(), Some("a"));
+    }
+
+    #[test]
+    fn the_longest_waiting_comes_first_within_each_name() {
+        let (a, b) = (LockName::new("a").unwrap(), LockName::new("b").unwrap());
+        let wait = |name: &LockName, mark: &str, waited: u64| ListedWait {
+            mark: mark.to_owned(),
+            name: name.clone(),
+            waiter: Waiter {
+                kind: LockKind::Exclusive,
+                holder: None,
+                waiting_for: Some(Duration::from_micros(waited)),
+            },
+        };
+        let mut waits = vec![
+            wait(&b, "late", 1),
+            wait(&a, "late", 5),
+            wait(&a, "early", 50),
+            wait(&b, "early", 9),
+        ];
+        in_listing_order(&mut waits);
+        let order: Vec<(&str, &str)> = waits
+            .iter()
+            .map(|wait| (wait.name.as_str(), wait.mark.as_str()))
+            .collect();
+        assert_eq!(
+            order,
+            [("a", "early"), ("a", "late"), ("b", "early"), ("b", "late")]
+        );
+    }
 }

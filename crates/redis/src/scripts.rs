@@ -125,7 +125,7 @@ end
 /// (the quorum counts them only when every server granted) until a lease
 /// has passed since it came back: every grant it held before has ended
 /// by then, if its lease was no longer than the one asked for now. It
-/// knows it came back by `KEYS[7]`, the prefix's epoch, written with its
+/// knows it came back by `KEYS[8]`, the prefix's epoch, written with its
 /// `TIME` in ms, with no expiry, by the first attempt that finds it
 /// missing. `abstain` is the ms of abstention left, 0 when it counts; it
 /// ends every granted reply. Read first, and written only when missing,
@@ -135,10 +135,10 @@ local abstain = 0
 if ARGV[5] == '~' then
   local time = redis.call('TIME')
   local ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-  local since = tonumber(redis.call('GET', KEYS[7]) or '')
+  local since = tonumber(redis.call('GET', KEYS[8]) or '')
   if not since then
     since = ms
-    redis.call('SET', KEYS[7], string.format('%.0f', ms))
+    redis.call('SET', KEYS[8], string.format('%.0f', ms))
   end
   abstain = math.max(since + tonumber(ARGV[3]) - ms, 0)
 end
@@ -166,18 +166,30 @@ if ARGV[1] == 'x' and redis.call('EXISTS', KEYS[1], KEYS[2]) == 0 then
     end
   end
   redis.call('SET', KEYS[1], ARGV[2] .. ':' .. (ARGV[5] or '') .. token .. ':' .. ARGV[4], 'PX', ARGV[3])
-  if (ARGV[6] or '') ~= '' then redis.call('ZREM', KEYS[4], ARGV[6]) end
+  if (ARGV[6] or '') ~= '' and redis.call('ZREM', KEYS[4], ARGV[6]) == 1 then
+    redis.call('HDEL', KEYS[7], ARGV[6])
+  end
   return {1, token, abstain}
 end
 ";
 
-/// One attempt. KEYS: x s i w t a, and in quorum mode the prefix's epoch
-/// (see [`ABSTAIN`]). ARGV: claim (`x`, `s` or `p`), grant
+/// One attempt. KEYS: x s i w t a, then `wi` when a writer sends its
+/// mark, quorum mode's copies and campaigns always, and after it the
+/// prefix's epoch in quorum mode (see [`ABSTAIN`]) or the name's `terms`
+/// for a campaign (see [`campaign_epilogue`]). ARGV: claim (`x`, `s` or `p`), grant
 /// id, lease ms, record, then, each left off when it is the last and
 /// empty: what the stored token starts with (`~` for quorum mode's
 /// copies, whose token is provisional until the grant is decided and
 /// [`RAISE`] writes the grant's own), the writer's mark, the permit limit.
 /// The script starts with [`constants`].
+///
+/// A waiting writer's mark is a member of `w` scored by its expiry, a
+/// lease after the attempt that last stored it, with its record in `wi`
+/// beside the server's `TIME` (µs) when it was first stored: who waits,
+/// and since when, for `list` (see [`WAITERS`]). Both go with its grant or
+/// the end of its wait; a mark that lapsed (its waiter vanished) is
+/// dropped, record and all, by the next writer that marks. A reader only
+/// counts the live marks, and writes none of this.
 ///
 /// Returns `{1, token, abstain}` when granted (the token as a number, or
 /// as its digits; `abstain` as in [`ABSTAIN`]); `{0, ms left or -1, marked}` when held (`marked`: a waiting
@@ -218,7 +230,7 @@ if holders > 0 then
   held_limit = tonumber(redis.call('HGET', i, 'limit') or '0') or 0
 end
 local marks = 0
-if claim == 's' then marks = prune(w, false, now) end
+if claim == 's' then marks = redis.call('ZCOUNT', w, '(' .. int(now), '+inf') end
 -- Sets `a` for `left` ms, so that a release of the exclusive grant
 -- within that time is announced (see RELEASE_EXCLUSIVE). A write refused
 -- (a server out of memory) only leaves this waiter to its timed retry.
@@ -243,20 +255,26 @@ end
 if holders > 0 and kind == 'p' then return {2, 'p', held_limit} end
 if claim == 's' then
   if writer ~= -2 then return {0, awaited(writer), 0} end
-  if marks > 0 then return {0, awaited(first_left(w, now)), 0} end
+  if marks > 0 then
+    local first = redis.call('ZRANGEBYSCORE', w, '(' .. int(now), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    return {0, awaited(tonumber(first[2]) - now), 0}
+  end
   if holders >= MAX_READERS then return {0, first_left(s, now), 0} end
   return join()
 end
 if writer == -2 and holders == 0 then
   local token = next_token(t, now_us)
   redis.call('SET', x, id .. ':' .. stored .. int(token) .. ':' .. record, 'PX', ARGV[3])
-  if mark ~= '' then redis.call('ZREM', w, mark) end
+  if mark ~= '' and redis.call('ZREM', w, mark) == 1 then redis.call('HDEL', KEYS[7], mark) end
   return {1, token, abstain}
 end
 local marked = 0
 if mark ~= '' then
+  local wi = KEYS[7]
+  prune(w, wi, now)
   redis.call('ZADD', w, int(now + lease), mark)
-  expire_with_last(w, false)
+  redis.call('HSETNX', wi, mark, int(now_us) .. ':' .. record)
+  expire_with_last(w, wi)
   marked = 1
 end
 if writer == -2 then writer = first_left(s, now) else awaited(writer) end
@@ -381,13 +399,37 @@ redis.call('SET', x, ARGV[2] .. ':' .. int(token) .. ':' .. ARGV[4], 'PX', ARGV[
 return token
 ";
 
-/// Removes a waiting writer's mark, and announces it: readers held back by
-/// it may go in. KEYS: w. ARGV: mark, channel.
+/// Removes a waiting writer's mark and its record, and announces it:
+/// readers held back by it may go in. KEYS: w wi. ARGV: mark, channel.
 const END_WAIT: &str = r"
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
+  redis.call('HDEL', KEYS[2], ARGV[1])
   redis.call('PUBLISH', ARGV[2], '')
 end
 return 0
+";
+
+/// Reads a name's waiting writers, for `list`. KEYS: w wi. Returns
+/// `{mark, µs waited, record, mark, µs waited, record, …}` for each live
+/// mark with a record, by the server's clock, in no set order. A key of
+/// another type under our prefix reads as absent.
+const WAITERS: &str = r"
+local w, wi = KEYS[1], KEYS[2]
+local now, now_us = clock()
+local out = {}
+local live = redis.pcall('ZRANGEBYSCORE', w, '(' .. int(now), '+inf')
+if type(live) == 'table' and #live > 0 and redis.call('TYPE', wi)['ok'] == 'hash' then
+  for _, mark in ipairs(live) do
+    local stored = redis.call('HGET', wi, mark)
+    local since = stored and tonumber(string.match(stored, '^(%d+):'))
+    if since then
+      table.insert(out, mark)
+      table.insert(out, math.max(now_us - since, 0))
+      table.insert(out, string.sub(stored, #string.match(stored, '^%d+:') + 1))
+    end
+  end
+end
+return out
 ";
 
 /// Announces a delayed release, which cut the exclusive grant's lease to
@@ -530,8 +572,8 @@ return 1
 ";
 
 /// A campaign's attempt: [`ACQUIRE`] run as a function, then, when it
-/// granted, the term recorded in the same script. KEYS: ACQUIRE's, then
-/// `r`, the name's list of terms, newest first, each
+/// granted, the term recorded in the same script. KEYS: ACQUIRE's, `wi`
+/// seventh, then `r`, the name's list of terms, newest first, each
 /// `<term>:<previous term or nothing>:<record>`. ARGV: ACQUIRE's. The
 /// list keeps the last `TERMS_KEPT` terms, and expires with the token
 /// counter. A term already at the head is this attempt's own, run again
@@ -541,7 +583,7 @@ fn campaign_epilogue() -> String {
         r"
 local reply = attempt()
 if reply[1] == 1 then
-  local r, term = KEYS[7], reply[2]
+  local r, term = KEYS[8], reply[2]
   if type(term) == 'number' then term = string.format('%.0f', term) end
   local head = redis.call('LINDEX', r, 0)
   local newest = head and string.match(head, '^(%d+):') or ''
@@ -669,6 +711,7 @@ pub(crate) struct Scripts {
     pub(crate) announce: Script,
     pub(crate) force_release: Script,
     pub(crate) inspect: Script,
+    pub(crate) waiters: Script,
     pub(crate) terms: Script,
     pub(crate) withdraw_term: Script,
 }
@@ -700,6 +743,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
             FORCE_RELEASE,
         ]),
         inspect: of(&[CLOCK, INT, INSPECT]),
+        waiters: of(&[CLOCK, INT, WAITERS]),
         terms: of(&[TERMS]),
         withdraw_term: of(&[WITHDRAW_TERM]),
     }

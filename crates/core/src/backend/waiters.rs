@@ -15,7 +15,10 @@ use crate::name::LockName;
 #[async_trait]
 pub trait WaiterList: Send + Sync {
     /// Every wait the store keeps now, each with its lock's name, the
-    /// waits of one name in the order they will be served (first first).
+    /// waits of one name in the order they will be served (first first),
+    /// or, where the store serves no order
+    /// ([`serves_in_order`](Self::serves_in_order) is `false`), in the
+    /// order they began.
     /// Read within `limit`, as every administrative call (see the
     /// [`Backend`](crate::backend::Backend#time-budget)'s time budget).
     ///
@@ -34,4 +37,14 @@ pub trait WaiterList: Send + Sync {
     /// [`Waiters::Known`]: crate::Waiters::Known
     /// [`Waiters::WholeLock`]: crate::Waiters::WholeLock
     fn sees_every_wait(&self) -> bool;
+
+    /// Whether the store serves a name's waits in the order
+    /// [`waiters`](Self::waiters) lists them (a fair line, etcd's
+    /// revisions), which is what a backend that keeps a line does; `false`
+    /// where it keeps who waits but not a line (Redis's marks), so that
+    /// whichever waiter asks first after a release is served, and the
+    /// list is in the order the waits began.
+    fn serves_in_order(&self) -> bool {
+        true
+    }
 }
