@@ -289,8 +289,9 @@ pub(crate) struct ListArgs {
     /// "limit"} or null, "holder": {"host", "pid", "label"} or null,
     /// "fencing_token" or null, "expires_in_ms" or null (the lock lasts as
     /// long as its holder's process), "waiters": [{"kind", "holder",
-    /// "waiting_for_ms"}, …] in the order they will be served, or null
-    /// where the store keeps no waiters, "waiters_complete": true (every
+    /// "waiting_for_ms"}, …] in the order they will be served (on Redis,
+    /// which keeps no line, in the order they began), or null where the
+    /// store keeps no waiters, "waiters_complete": true (every
     /// wait), false (only waits for the whole lock) or null}.
     #[arg(long)]
     pub(crate) json: bool,
