@@ -128,11 +128,18 @@ impl LockGuard {
     /// credential: whoever has it can take the lock over.
     pub fn handle(&self) -> crate::resume::ResumeHandle {
         let lease = &self.held.lease;
+        let backend = &self.held.backend;
+        // The identity the store keeps the grant under, which a resume
+        // finds it by.
+        let id = match backend.abilities().resumes {
+            crate::backend::Resuming::By(resumes) => resumes.stored_identity(lease),
+            crate::backend::Resuming::Never(_) => lease.id,
+        };
         crate::resume::ResumeHandle::new(
-            self.held.backend.store_name(),
+            backend.store_name(),
             lease.name.clone(),
             lease.claim,
-            lease.id,
+            id,
             lease.fencing_token,
         )
     }

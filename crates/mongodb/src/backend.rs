@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use distlock_core::backend::{
     Abilities, AcquireRequest, Attempt, Backend, Capabilities, Extended, GrantState, HandOver,
-    HandOvers, Lease, ReleaseHub, ReleaseWatch, ServerInfo, Term, TermLog, WaitState, WaiterList,
-    Wakeups,
+    HandOvers, Lease, LeaseId, ReleaseHub, ReleaseWatch, Resumes, ServerInfo, Term, TermLog,
+    WaitState, WaiterList, Wakeups,
 };
 use distlock_core::{Claim, Error, Holder, LockInfo, LockName, Result, Waiter};
 use mongodb::bson::{Document, doc};
@@ -24,7 +24,7 @@ use crate::reply::{self, Verdict, no_token};
 use crate::terms::{self, TERMS};
 use crate::waiting::{self, WriterMark};
 use crate::watch::{self, Subject, Watcher};
-use crate::{bulk, deployment, exclusive, holders, listing, setup, ttl};
+use crate::{bulk, deployment, exclusive, holders, listing, resume, setup, ttl};
 
 /// Locks kept as documents in one MongoDB collection, judged by the
 /// server's clock.
@@ -663,7 +663,10 @@ impl Backend for MongoBackend {
 
     /// A later release is an extension.
     fn abilities(&self) -> Abilities<'_> {
-        let mut abilities = Abilities::none().with_hand_overs(self).with_term_log(self);
+        let mut abilities = Abilities::none()
+            .with_hand_overs(self)
+            .with_term_log(self)
+            .with_resumes(self);
         if self.watcher.is_some() {
             abilities = abilities.with_wakeups(self);
         }
@@ -721,6 +724,39 @@ impl HandOvers for MongoBackend {
             confirmed_at: None,
             state: GrantState::none(),
         })
+    }
+}
+
+#[async_trait]
+impl Resumes for MongoBackend {
+    /// One `findAndModify`, filtered on the grant's name, identity and
+    /// token and on its end being after the server's `$$NOW`: the grant
+    /// takes `request`'s identity, lease and holder in the same write, or
+    /// nothing changes (see `resume`).
+    ///
+    /// # Errors
+    /// A backend error when the command fails; the outcome is then unknown.
+    ///
+    /// # Cancel safety
+    /// One command: applied whole or not at all.
+    async fn resume(&self, lease: &Lease, request: &AcquireRequest) -> Result<Option<GrantState>> {
+        let Some(filter) = resume::held(lease) else {
+            return Ok(None);
+        };
+        let found = self
+            .collection
+            .find_one_and_update(filter, resume::take_up(lease, request))
+            .projection(doc! { LOCK_ID: 1 })
+            .max_time(request.operation_timeout)
+            .await
+            .map_err(|error| driver(&format!("resuming {}", lease.name), error))?;
+        Ok(found.map(|_| GrantState::none()))
+    }
+
+    /// A grant passed on in fair mode is named by the place it is stored
+    /// under.
+    fn stored_identity(&self, lease: &Lease) -> LeaseId {
+        grant::stored_lease_id(lease)
     }
 }
 

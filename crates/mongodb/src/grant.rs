@@ -4,9 +4,10 @@
 //! A grant is stored under its attempt's lease identity, except one that a
 //! fair waiter holds as it was passed on (see `fair`): the pass-on stored it
 //! under the waiter's place, and no command has renamed it since. Extensions,
-//! releases and hand-overs find the grant by [`stored_id`].
+//! releases and hand-overs find the grant by [`stored_id`], and a guard's
+//! resume handle names it by [`stored_lease_id`].
 
-use distlock_core::backend::{GrantState, Lease};
+use distlock_core::backend::{GrantState, Lease, LeaseId};
 
 use crate::document::lock_id;
 
@@ -25,6 +26,15 @@ pub(crate) fn stored_id(lease: &Lease) -> String {
     match lease.state.get::<PassedOn>() {
         Some(PassedOn(place)) => place.clone(),
         None => lock_id(lease.id),
+    }
+}
+
+/// [`stored_id`] as a lease identity, for a resume handle: a place's
+/// identity is 32 hex digits, as a lease's is.
+pub(crate) fn stored_lease_id(lease: &Lease) -> LeaseId {
+    match lease.state.get::<PassedOn>() {
+        Some(PassedOn(place)) => crate::resume::lease_id_of(place).unwrap_or(lease.id),
+        None => lease.id,
     }
 }
 
@@ -48,7 +58,9 @@ mod tests {
         let place = "0123456789abcdef0123456789abcdef";
         let passed = request.granted(7, passed_on(place));
         assert_eq!(stored_id(&passed), place);
+        assert_eq!(lock_id(stored_lease_id(&passed)), place);
         let own = request.granted(7, GrantState::none());
         assert_eq!(stored_id(&own), lock_id(request.lease_id));
+        assert_eq!(stored_lease_id(&own), request.lease_id);
     }
 }

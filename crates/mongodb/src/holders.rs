@@ -55,7 +55,7 @@ fn cut(text: &str) -> &str {
 
 /// The holder as an entry records it: host and label cut, so that a long
 /// label cannot push the document past MongoDB's 16 MiB limit.
-fn entry_holder(who: &Holder) -> Document {
+pub(crate) fn entry_holder(who: &Holder) -> Document {
     holder(&Holder {
         host: cut(&who.host).to_owned(),
         pid: who.pid,

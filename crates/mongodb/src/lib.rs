@@ -70,6 +70,16 @@
 //!   over is never revived. A forced release ends every holder of the name;
 //!   each holder's next extension is refused and its guard reports the
 //!   loss.
+//! - **Resuming after a restart**: a guard's
+//!   [`handle`](distlock_core::LockGuard::handle), kept by a process that
+//!   restarted while it held the lock, is taken up by
+//!   [`LockClient::resume`](distlock_core::LockClient::resume) for every
+//!   kind of claim, in fair mode too (a grant passed on to a waiter
+//!   included): one command, filtered on the name, the grant's identity
+//!   and token and its end by `$$NOW`, gives that very grant the new
+//!   client's identity, lease and holder, with the same token. It resumes
+//!   once: the handle is spent, and the old identity holds nothing. Entity
+//!   locks cannot be resumed (see [`entity`]).
 //! - **Cancel safety.** Every backend operation is one command (plus,
 //!   rarely, one read). If its future is dropped, the command was either
 //!   never sent, or sent and applied as a whole by the server; nothing is
@@ -182,6 +192,7 @@ mod holders;
 mod listing;
 mod redact;
 mod reply;
+mod resume;
 mod setup;
 mod terms;
 mod ttl;

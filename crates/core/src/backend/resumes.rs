@@ -7,7 +7,7 @@ use async_trait::async_trait;
 
 use crate::error::Result;
 
-use super::request::{AcquireRequest, Lease};
+use super::request::{AcquireRequest, Lease, LeaseId};
 use super::state::GrantState;
 
 /// Why a backend that says nothing cannot resume: its grants are not kept
@@ -65,4 +65,15 @@ pub trait Resumes: Send + Sync {
     /// As for every [`Backend`](crate::backend::Backend) call: dropped, it
     /// either happened or not.
     async fn resume(&self, lease: &Lease, request: &AcquireRequest) -> Result<Option<GrantState>>;
+
+    /// The identity the store keeps `lease`'s grant under, which
+    /// [`LockGuard::handle`](crate::LockGuard::handle) names and
+    /// [`resume`](Self::resume) then finds it by: `lease.id`, unless the
+    /// backend stored the grant under another identity that its
+    /// [`GrantState`] remembers (MongoDB's fair mode keeps a grant passed
+    /// on to a waiter under the waiter's place in line, which no command
+    /// of the waiter renamed).
+    fn stored_identity(&self, lease: &Lease) -> LeaseId {
+        lease.id
+    }
 }

@@ -426,10 +426,19 @@ impl Backend for EntityBackend {
     }
 
     /// No later release: an entity lock is not kept after its release.
+    /// No resume: an entity guard carries the entity's value as its lock
+    /// read it, which a guard taken up by identity would not have, and it
+    /// gives no handle (see *Restarts* in the module's documentation).
     fn abilities(&self) -> Abilities<'_> {
-        let abilities = Abilities::none().without_delayed_release(
-            "MongoDB's entity locks cannot keep a lock held after its release (min_hold)",
-        );
+        let abilities = Abilities::none()
+            .without_delayed_release(
+                "MongoDB's entity locks cannot keep a lock held after its release (min_hold)",
+            )
+            .without_resumes(
+                "an entity lock is held through its EntityGuard, which carries the entity's \
+                 value as the lock read it and gives no resume handle; after a restart, lock \
+                 the entity again",
+            );
         if self.watcher.is_some() {
             abilities.with_wakeups(self)
         } else {

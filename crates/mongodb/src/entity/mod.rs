@@ -97,6 +97,16 @@
 //!   the next token is written as an int64; any other value is
 //!   [`Error::InvalidData`] naming the field, and no lock is built on it.
 //!
+//! # Restarts
+//! An entity lock cannot be resumed by another process, as a named lock
+//! can with [`LockGuard::handle`] and [`LockClient::resume`]: an
+//! [`EntityGuard`] gives no handle, because it is more than the grant (it
+//! carries the entity's value as the lock read it, and its release is the
+//! write of that value). A process that restarted while it held an entity
+//! locks it again, which waits until the old lease runs out, or ends the
+//! old lock with [`EntityLocks::force_unlock`]. See *Limits* in
+//! `docs/entity-locks.md`.
+//!
 //! # Optimistic updates
 //! [`EntityLocks::read`] returns the value with its version, and
 //! [`EntityLocks::update_if_unchanged`] writes a new value only if the

@@ -18,6 +18,7 @@ mod kinds;
 mod passed;
 mod race;
 mod restart;
+mod resume;
 mod terms;
 mod tokens;
 mod wakeups;
