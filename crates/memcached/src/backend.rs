@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::backend::{
-    Abilities, AcquireRequest, Attempt, Backend, Capabilities, Extended, HandOver, HandOvers,
-    Lease, ServerInfo, WaitState,
+    Abilities, AcquireRequest, Attempt, Backend, Capabilities, Extended, GrantState, HandOver,
+    HandOvers, Lease, Resumes, ServerInfo, WaitState,
 };
 use distlock_core::{Claim, Error, LockInfo, LockName, MAX_PERMITS, Result};
 
@@ -25,6 +25,10 @@ use crate::proto::{Batch, Code};
 use crate::quorum::{Quorum, Store};
 use crate::raw::RawLock;
 use crate::semaphore::Semaphores;
+
+/// Why a shared (reader) lock is refused, in both modes.
+const NO_SHARED: &str = "memcached has no shared (reader) locks: it cannot change several keys at \
+     once, which a reader-writer lock needs; use the MongoDB or file backend for them";
 
 /// How many leases [`Backend::extend_many`] extends at once.
 const EXTEND_CONCURRENCY: usize = 512;
@@ -288,14 +292,7 @@ impl Backend for MemcachedBackend {
     async fn try_acquire(&self, request: &AcquireRequest, _: &mut WaitState) -> Result<Attempt> {
         match request.claim {
             Claim::Exclusive => {}
-            Claim::Shared => {
-                return Err(Error::Unsupported(
-                    "memcached has no shared (reader) locks: it cannot change several keys at \
-                     once, which a reader-writer lock needs; use the MongoDB or file backend \
-                     for them"
-                        .into(),
-                ));
-            }
+            Claim::Shared => return Err(Error::Unsupported(NO_SHARED.into())),
             // Boxed, here and in `extend_one` and `release`: inline, the
             // permit's state would make every exclusive call's future larger.
             Claim::Permit { limit } => {
@@ -352,8 +349,34 @@ impl Backend for MemcachedBackend {
         // rounded up to whole seconds, and one more, which only lengthens
         // it).
         match self.config.mode() {
-            Mode::Sharded => Abilities::none().with_hand_overs(self),
-            Mode::Quorum => Abilities::none(),
+            Mode::Sharded => Abilities::none().with_hand_overs(self).with_resumes(self),
+            Mode::Quorum => Abilities::none().with_resumes(self),
+        }
+    }
+}
+
+#[async_trait]
+impl Resumes for MemcachedBackend {
+    /// Makes the item of grant `lease.id` (the lock key, or the permit's
+    /// slot, found by reading every slot) `request`'s by compare-and-swap
+    /// on the CAS read just before, with the lease's expiry from now, if it
+    /// is still there with the same claim: an item that still exists has
+    /// not expired by memcached's own clock. In quorum mode on each
+    /// server, holding once a majority swapped within the lease, as an
+    /// acquire does; a resume that falls short puts the old grant back
+    /// where it swapped it. memcached keeps no fencing token with a grant
+    /// (the token comes from the counter in the same write as the grant's
+    /// `add`), so the identity alone names the grant, and the token is the
+    /// handle's. A hold that a hand-over may have passed on within its
+    /// process is never taken up (see `docs/memcached.md`, "Resuming a
+    /// lock").
+    async fn resume(&self, lease: &Lease, request: &AcquireRequest) -> Result<Option<GrantState>> {
+        match request.claim {
+            Claim::Exclusive => self.locks().resume(lease, request).await,
+            Claim::Shared => Err(Error::Unsupported(NO_SHARED.into())),
+            Claim::Permit { limit } => {
+                Box::pin(self.semaphores().resume(lease, request, limit)).await
+            }
         }
     }
 }

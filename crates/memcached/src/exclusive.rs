@@ -14,14 +14,14 @@ use tokio::time::Instant;
 
 use crate::grant::{FirstGrant, LIST_CONCURRENCY, Listing, LockGrant, Standing, cas_on};
 use crate::instance::KnownCas;
-use crate::lease::{lease_ttl, lock_value_inline, token_seed};
+use crate::lease::{Passing, lease_ttl, lock_value_inline, token_seed};
 use crate::ops::{
-    Added, Deadline, LockExtended, Ownership, add_on, delete_on, extend_on, raise_on, read_on,
-    release_from, release_on,
+    Added, Deadline, LockExtended, Ownership, Swapped, add_on, delete_on, extend_on, raise_on,
+    read_on, release_from, release_on, swap_on,
 };
 use crate::pool::BACKEND;
 use crate::proto::Key;
-use crate::quorum::{ServerGrant, Store, combined};
+use crate::quorum::{ServerGrant, ServerSwap, Store, combined};
 
 /// The backend's exclusive locks, as one call sees them.
 pub(crate) struct Locks<'a> {
@@ -47,7 +47,12 @@ impl Locks<'_> {
             request.holder.clone(),
             request.lease,
             request.lease_id,
-            lock_value_inline(request.lease_id, &request.name, &request.holder),
+            lock_value_inline(
+                request.lease_id,
+                &request.name,
+                &request.holder,
+                Passing::Never,
+            ),
         ));
         let lock_key = &lock_grant.key;
         let seed = token_seed(SystemTime::now());
@@ -93,11 +98,7 @@ impl Locks<'_> {
                 }
             }
         }
-        // Every granted key lives at least the lease from when it was
-        // stored, which was after `started`; a majority is only a majority
-        // while all of its keys live.
-        let drift = request.lease / 100 + Duration::from_millis(2);
-        let in_time = elapsed + drift < request.lease;
+        let in_time = within_lease(elapsed, request.lease);
 
         if granted.len() >= need && in_time {
             let fencing_token = granted
@@ -126,7 +127,7 @@ impl Locks<'_> {
                     .await;
                 let agreed = granted.len() - behind.len()
                     + raised.iter().filter(|r| matches!(r, Ok(true))).count();
-                let still_in_time = started.elapsed() + drift < request.lease;
+                let still_in_time = within_lease(started.elapsed(), request.lease);
                 if agreed < need || !still_in_time {
                     self.store
                         .quorum
@@ -367,6 +368,116 @@ impl Locks<'_> {
         Ok(false)
     }
 
+    /// Takes up lock `lease` for `request` (see
+    /// [`Resumes`](distlock_core::backend::Resumes)): on each server that
+    /// holds the name, the copy of grant `lease.id` becomes `request`'s by
+    /// compare-and-swap ([`swap_on`]), with the lease's expiry from now.
+    /// The resume holds once a majority (in sharded mode, the one server)
+    /// swapped within the lease, as an acquire holds once a majority
+    /// added. A missing copy never counts, and is not re-created here: it
+    /// may have run out, and only copies that still exist show by the
+    /// servers' own clocks that the grant has not. A resume that falls
+    /// short puts the old grant back where it took it up
+    /// ([`Quorum::put_back`](crate::quorum::Quorum::put_back)).
+    pub(crate) async fn resume(
+        &self,
+        lease: &Lease,
+        request: &AcquireRequest,
+    ) -> Result<Option<GrantState>> {
+        let ttl = lease_ttl(request.lease)?;
+        let (targets, need) = self.store.quorum.targets(&request.name);
+        let lock_grant = Arc::new(LockGrant::new(
+            request.name.clone(),
+            self.store.keys.lock_key(&request.name),
+            request.holder.clone(),
+            request.lease,
+            request.lease_id,
+            lock_value_inline(
+                request.lease_id,
+                &request.name,
+                &request.holder,
+                Passing::Never,
+            ),
+        ));
+        let key = &lock_grant.key;
+        let deadline = Deadline::for_call(self.store.timeout, request.operation_timeout);
+        let started = Instant::now();
+        let outcomes = self
+            .store
+            .quorum
+            .each(&targets, |_, server| {
+                swap_on(server, key, lease.id, (&lock_grant.value, 0), ttl, deadline)
+            })
+            .await;
+        let elapsed = started.elapsed();
+        let mut swapped: SmallVec<[ServerSwap; 1]> = SmallVec::new();
+        let mut in_doubt = Vec::new();
+        let mut errors = Vec::new();
+        for (&server, outcome) in targets.iter().zip(outcomes) {
+            match outcome {
+                Ok(Swapped::Done { cas, was, left }) => swapped.push(ServerSwap {
+                    server,
+                    cas,
+                    was,
+                    left,
+                }),
+                Ok(Swapped::NotOurs | Swapped::Missing) => {}
+                Err(error) => {
+                    in_doubt.push(server);
+                    errors.push(error);
+                }
+            }
+        }
+        if swapped.len() >= need && within_lease(elapsed, request.lease) {
+            if !errors.is_empty() {
+                tracing::warn!(
+                    name = %request.name,
+                    resumed = swapped.len(),
+                    servers = targets.len(),
+                    error = %combined("unanswered", errors),
+                    "resumed on a majority; some servers did not answer"
+                );
+            }
+            lock_grant.begin(FirstGrant {
+                id: request.lease_id,
+                fencing_token: lease.fencing_token,
+                confirmed_at: started,
+                cas: swapped
+                    .iter()
+                    .filter_map(|swap| Some((swap.server, swap.cas?)))
+                    .collect(),
+                spare: None,
+            });
+            self.listing.insert(&lock_grant);
+            return Ok(Some(GrantState::from_arc(lock_grant)));
+        }
+        self.store
+            .quorum
+            .put_back(&swapped, &in_doubt, key, request.lease_id, 0)
+            .await;
+        if errors.len() > targets.len() - need {
+            return Err(combined(
+                &format!(
+                    "{} of {} servers did not answer and {need} must resume",
+                    errors.len(),
+                    targets.len()
+                ),
+                errors,
+            ));
+        }
+        if swapped.len() >= need {
+            return Err(Error::Backend {
+                backend: BACKEND,
+                message: format!(
+                    "resuming {} took {elapsed:?}, too long for a lease of {:?}",
+                    request.name, request.lease
+                ),
+                source: None,
+            });
+        }
+        Ok(None)
+    }
+
     /// The locks this instance holds, each checked against its servers
     /// within the configured timeout or `limit`, the shorter.
     pub(crate) async fn list(&self, limit: Duration) -> Result<Vec<LockInfo>> {
@@ -478,4 +589,14 @@ impl Locks<'_> {
             None => (Cow::Owned(self.store.keys.lock_key(&lease.name)), lease.id),
         }
     }
+}
+
+/// Whether a majority made `elapsed` after it was asked still holds a
+/// lease of `lease`, with a margin for the servers' clocks running fast:
+/// each copy lives at least the lease from when it was stored, which was
+/// after the asking, and a majority is only a majority while all of its
+/// copies live.
+fn within_lease(elapsed: Duration, lease: Duration) -> bool {
+    let drift = lease / 100 + Duration::from_millis(2);
+    elapsed + drift < lease
 }

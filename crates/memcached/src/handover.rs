@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use crate::exclusive::Locks;
 use crate::grant::{FirstGrant, LockGrant, Spare, Standing, cas_on};
 use crate::instance::KnownCas;
-use crate::lease::{lease_ttl, lock_value_inline, token_seed};
+use crate::lease::{Passing, lease_ttl, lock_value_inline, token_seed};
 use crate::ops::{
     CAS_RETRIES, Deadline, Ownership, counted, raise_on, read_on, token_of, two_replies, unexpected,
 };
@@ -157,7 +157,14 @@ pub(crate) async fn hand_over(
         next.holder.clone(),
         next.lease,
         next.lease_id,
-        lock_value_inline(next.lease_id, &next.name, &next.holder),
+        // Marked: later hand-overs may pass this hold on without a server
+        // command, and a resume must then not take it up by this identity.
+        lock_value_inline(
+            next.lease_id,
+            &next.name,
+            &next.holder,
+            Passing::OnInProcess,
+        ),
     ));
     let next_grant = NextGrant {
         key: &new.key,

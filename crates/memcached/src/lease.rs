@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use distlock_core::backend::LeaseId;
 use distlock_core::{Error, Holder, LockName, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 
 /// The longest relative expiry memcached accepts, in seconds (30 days).
@@ -81,15 +81,35 @@ const SHORTENED_FIELD: usize = 24;
 /// What a lock key holds: the grant's identity in 32 hex digits, a line
 /// feed, and JSON naming the lock and its holder, for people inspecting
 /// the cache. The JSON is informative only, and shortened (or, at worst,
-/// left empty) to keep the value within [`MAX_LOCK_VALUE`] bytes.
+/// left empty) to keep the value within [`MAX_LOCK_VALUE`] bytes, except
+/// for one mark that a resume reads ([`Passing::OnInProcess`]), which is
+/// never left out.
 pub(crate) fn lock_value(id: LeaseId, name: &LockName, holder: &Holder) -> Arc<[u8]> {
-    Arc::from(&lock_value_inline(id, name, holder)[..])
+    Arc::from(&lock_value_inline(id, name, holder, Passing::Never)[..])
+}
+
+/// Whether a hold may pass from grant to grant within its process
+/// without a server command, as hand-over's tokens reserved in advance
+/// let it (see `LockGrant::pass_on`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Passing {
+    /// The identity stored is that of the grant that holds the lock.
+    Never,
+    /// A hold made by a hand-over through the server: the identity stored
+    /// may be that of a grant that handed the lock on since, so the value
+    /// says so (`"passes_on":true`), and a resume never takes it up.
+    OnInProcess,
 }
 
 /// [`lock_value`], without an allocation of its own: a grant keeps it
 /// inline, in the one allocation of its state.
-pub(crate) fn lock_value_inline(id: LeaseId, name: &LockName, holder: &Holder) -> LockValue {
-    let value = value_with(id, name.as_str(), holder);
+pub(crate) fn lock_value_inline(
+    id: LeaseId,
+    name: &LockName,
+    holder: &Holder,
+    passing: Passing,
+) -> LockValue {
+    let value = value_with(id, name.as_str(), holder, passing);
     if value.len() <= MAX_LOCK_VALUE {
         return value;
     }
@@ -98,13 +118,16 @@ pub(crate) fn lock_value_inline(id: LeaseId, name: &LockName, holder: &Holder) -
         pid: holder.pid,
         label: holder.label.as_deref().map(shorten),
     };
-    let value = value_with(id, &shorten(name.as_str()), &shortened);
+    let value = value_with(id, &shorten(name.as_str()), &shortened, passing);
     if value.len() <= MAX_LOCK_VALUE {
         return value;
     }
     let mut value = LockValue::new();
     value.extend_from_slice(&hex_id(id));
-    value.extend_from_slice(b"\n{}");
+    value.extend_from_slice(match passing {
+        Passing::Never => b"\n{}".as_slice(),
+        Passing::OnInProcess => b"\n{\"passes_on\":true}".as_slice(),
+    });
     value
 }
 
@@ -113,17 +136,23 @@ pub(crate) fn lock_value_inline(id: LeaseId, name: &LockName, holder: &Holder) -
 /// own.
 pub(crate) type LockValue = SmallVec<[u8; MAX_LOCK_VALUE + 40]>;
 
-fn value_with(id: LeaseId, name: &str, holder: &Holder) -> LockValue {
+fn value_with(id: LeaseId, name: &str, holder: &Holder, passing: Passing) -> LockValue {
     #[derive(Serialize)]
     struct Details<'a> {
         name: &'a str,
         holder: &'a Holder,
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        passes_on: bool,
     }
+    let details = Details {
+        name,
+        holder,
+        passes_on: passing == Passing::OnInProcess,
+    };
     let mut value = LockValue::new();
     value.extend_from_slice(&hex_id(id));
     value.push(b'\n');
-    serde_json::to_writer(&mut value, &Details { name, holder })
-        .expect("serialising to memory cannot fail");
+    serde_json::to_writer(&mut value, &details).expect("serialising to memory cannot fail");
     value
 }
 
@@ -148,6 +177,21 @@ fn shorten(text: &str) -> String {
 pub(crate) fn is_ours(value: &[u8], id: LeaseId) -> bool {
     let id = hex_id(id);
     value.len() > id.len() && value.starts_with(&id) && value[id.len()] == b'\n'
+}
+
+/// Whether lock value `value` (one that [`is_ours`] accepted) is marked
+/// as a hold that may have passed on within its process
+/// ([`Passing::OnInProcess`]). A value whose JSON cannot be read is taken
+/// as marked: a resume then refuses it, which is safe.
+pub(crate) fn may_pass_on(value: &[u8]) -> bool {
+    #[derive(Deserialize)]
+    struct Marks {
+        #[serde(default)]
+        passes_on: bool,
+    }
+    let json = value.get(hex_id(LeaseId::from_u128(0)).len() + 1..);
+    json.and_then(|json| serde_json::from_slice::<Marks>(json).ok())
+        .is_none_or(|marks| marks.passes_on)
 }
 
 #[cfg(test)]
@@ -211,6 +255,26 @@ mod tests {
         let parsed: serde_json::Value = serde_json::from_str(json).unwrap();
         assert_eq!(parsed["name"], "a\r\nb\0");
         assert_eq!(parsed["holder"]["label"], "x");
+    }
+
+    #[test]
+    fn a_hand_over_marks_its_value_whatever_its_length() {
+        let id = LeaseId::random();
+        let holder = Holder::this_process(Some("x"));
+        let huge = Holder::this_process(Some(&"é".repeat(1 << 20)));
+        let short = LockName::new("a").unwrap();
+        let long = LockName::new("\0".repeat(1024)).unwrap();
+        for (name, holder) in [(&short, &holder), (&long, &huge)] {
+            let marked = lock_value_inline(id, name, holder, Passing::OnInProcess);
+            assert!(is_ours(&marked, id));
+            assert!(marked.len() <= MAX_LOCK_VALUE, "{} bytes", marked.len());
+            assert!(may_pass_on(&marked));
+            let plain = lock_value_inline(id, name, holder, Passing::Never);
+            assert!(!may_pass_on(&plain));
+        }
+        // A value whose JSON cannot be read is taken as marked.
+        assert!(may_pass_on(format!("{id}\nnot json").as_bytes()));
+        assert!(may_pass_on(id.to_string().as_bytes()));
     }
 
     #[test]

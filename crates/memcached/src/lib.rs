@@ -96,6 +96,27 @@
 //! - **Every call ends within its deadline**: the `timeout` option, or the
 //!   lock client's operation timeout when that is shorter.
 //!
+//! # Resuming a lock
+//! [`LockClient::resume`] takes up a grant by its handle after a restart,
+//! in both modes, for locks and (in sharded mode) permits. It reads the
+//! grant's item and stores the new grant's value over it by
+//! compare-and-swap on the CAS just read, with the new lease's expiry; an
+//! item that still exists has not expired by memcached's own clock. The
+//! old holder's next extension then finds another identity and reports
+//! the loss, and a second resume of the handle is [`Error::Lost`]. In
+//! quorum mode the resume holds once a majority swapped within the lease,
+//! as an acquire does; a missing copy never counts, so two resumes at
+//! once never both hold, and one that falls short puts the old grant back
+//! where it swapped it. Its limits:
+//! - memcached keeps no fencing token with a grant, so the identity alone
+//!   names it and the token is the handle's;
+//! - a guard that came from a hand-over between tasks of one client is
+//!   not resumed ([`Error::Lost`]): a hand-over without a server command
+//!   leaves the key naming an earlier grant, so such holds are marked and
+//!   left alone;
+//! - shared locks and quorum mode's permits do not exist, so their resume
+//!   is [`Error::Unsupported`].
+//!
 //! # Fencing tokens
 //! Each name has a counter on the server, created from the acquiring
 //! machine's clock (microseconds since the Unix epoch) when missing: on
@@ -155,6 +176,8 @@
 //! ownership checks.
 //!
 //! [`Backend::list`]: distlock_core::backend::Backend::list
+//! [`LockClient::resume`]: distlock_core::LockClient::resume
+//! [`Error::Lost`]: distlock_core::Error::Lost
 //! [`Error::InvalidConfig`]: distlock_core::Error::InvalidConfig
 //! [`Error::Unsupported`]: distlock_core::Error::Unsupported
 //! [`Error::KindConflict`]: distlock_core::Error::KindConflict

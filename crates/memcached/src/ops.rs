@@ -11,7 +11,7 @@ use distlock_core::{Claim, Error, Result};
 use tokio::time::Instant;
 
 use crate::instance::{Instance, KnownCas};
-use crate::lease::is_ours;
+use crate::lease::{is_ours, may_pass_on};
 use crate::pool::Server;
 use crate::proto::{Batch, Code, Inline, Key, Reply};
 
@@ -89,6 +89,22 @@ pub(crate) struct Occupant {
     /// The limit, when the key holds a semaphore's record rather than a
     /// lock.
     pub(crate) semaphore: Option<u32>,
+}
+
+/// What one server did with a grant that a resume takes up
+/// ([`swap_on`]).
+pub(crate) enum Swapped {
+    /// The item is the new grant's now: its CAS, and the old grant's
+    /// value and the seconds it had left, to put it back with.
+    Done {
+        cas: Option<KnownCas>,
+        was: Inline,
+        left: Option<u32>,
+    },
+    /// Another grant's, another claim's, or a hold that may have passed on
+    /// within its process since it was stored.
+    NotOurs,
+    Missing,
 }
 
 /// What a compare-and-swap store did.
@@ -381,6 +397,69 @@ pub(crate) async fn release_on(
         }
     }
     Err(server.message("the lock kept changing while we released it"))
+}
+
+/// Makes the item at `key` grant `new`'s, stored as `value` with the client
+/// flags `flags` and an expiry of `ttl` seconds, if it is grant `old`'s
+/// with those flags (a lock's, or a permit of the same limit) and is not
+/// marked as a hold that may have passed on within its process
+/// ([`may_pass_on`]): by compare-and-swap on the CAS read just before, so
+/// that the item is changed only as it was read. An item that still
+/// exists has not expired by the server's clock. Read again when the item
+/// changed in between (an extension by the old holder).
+pub(crate) async fn swap_on(
+    server: &Server,
+    key: &Key,
+    old: LeaseId,
+    (value, flags): (&[u8], u32),
+    ttl: u32,
+    deadline: Deadline,
+) -> Result<Swapped> {
+    for _ in 0..CAS_RETRIES {
+        let (mut replies, from) = server
+            .meta_from(Batch::new().mg(key, "v c f t"), deadline.left())
+            .await?;
+        let read = replies.pop().ok_or_else(|| server.message("no reply"))?;
+        let was = match read.code {
+            Code::En => return Ok(Swapped::Missing),
+            Code::Va => read.value.clone().unwrap_or_default(),
+            _ => return Err(unexpected(server, "a get", &read)),
+        };
+        if !is_ours(&was, old) || read.flag_u64('f') != Some(u64::from(flags)) || may_pass_on(&was)
+        {
+            return Ok(Swapped::NotOurs);
+        }
+        let cas = read
+            .flag_u64('c')
+            .ok_or_else(|| server.message("a value came without its CAS"))?;
+        let store = Batch::new().ms(key, value, format_args!("C{cas} T{ttl} F{flags} c"));
+        // Sent only to the process that issued the CAS; to another one
+        // (the server restarted), nothing is sent and we read again.
+        let Some(stored) = server.meta_one_to(from, store, deadline.left()).await? else {
+            continue;
+        };
+        match stored.code {
+            Code::Hd => {
+                return Ok(Swapped::Done {
+                    cas: KnownCas::new(from, stored.flag_u64('c')),
+                    was,
+                    // `t-1`: no expiry, which no grant has.
+                    left: read.flag_i64('t').and_then(|t| u32::try_from(t).ok()),
+                });
+            }
+            // Changed since we read it: look again.
+            Code::Ex => {}
+            Code::Nf => return Ok(Swapped::Missing),
+            // memcached deleted the item when it could not store its
+            // replacement: the grant is gone.
+            Code::ServerError => {
+                tracing::warn!(error = %unexpected(server, "a resume", &stored), "the grant is lost");
+                return Ok(Swapped::Missing);
+            }
+            _ => return Err(unexpected(server, "a compare-and-swap store", &stored)),
+        }
+    }
+    Err(server.message("the grant kept changing while we took it up"))
 }
 
 /// Deletes `key` whoever holds it. Returns whether it was there.

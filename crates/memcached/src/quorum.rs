@@ -15,9 +15,9 @@ use smallvec::SmallVec;
 use crate::config::{MemcachedConfig, Mode};
 use crate::instance::KnownCas;
 use crate::keys::{KeySpace, Ring};
-use crate::ops::{Deadline, Occupant, occupant_on, release_from, release_on};
+use crate::ops::{Deadline, Occupant, occupant_on, release_from, release_on, swap_on};
 use crate::pool::{BACKEND, Server};
-use crate::proto::{Batch, Code, Key};
+use crate::proto::{Batch, Code, Inline, Key};
 
 /// The servers that hold a name's keys, without allocating: every call
 /// of an operation asks.
@@ -51,6 +51,17 @@ pub(crate) struct ServerGrant {
     pub(crate) token_cas: u64,
     /// The lock's CAS.
     pub(crate) cas: Option<KnownCas>,
+}
+
+/// A server's copy of a grant that a resume took up.
+pub(crate) struct ServerSwap {
+    pub(crate) server: usize,
+    /// The copy's new CAS.
+    pub(crate) cas: Option<KnownCas>,
+    /// The old grant's value, and the seconds it had left when read, to
+    /// put it back with.
+    pub(crate) was: Inline,
+    pub(crate) left: Option<u32>,
 }
 
 /// What every part of the backend works on, for one call: the servers,
@@ -251,6 +262,42 @@ impl Quorum {
             tokio::time::sleep(patience).await;
             release_from(&doubtful, &key, id, patience).await;
         });
+    }
+
+    /// Puts the old grant back, best effort, where a resume that fell short
+    /// made `key` grant `id` (`swapped`): as it was, with the time it had
+    /// left (at least a second, which memcached's clock may round away),
+    /// by compare-and-swap on our copy only; and deletes grant `id` from
+    /// the servers whose answer was lost, as [`roll_back`](Self::roll_back)
+    /// does. So a resume that does not hold leaves the old grant's copies
+    /// as they were, where it can.
+    pub(crate) async fn put_back(
+        &self,
+        swapped: &[ServerSwap],
+        in_doubt: &[usize],
+        key: &Key,
+        id: LeaseId,
+        flags: u32,
+    ) {
+        // With time of its own: the operation's may be up.
+        let deadline = Deadline::after(self.timeout);
+        let servers: Vec<usize> = swapped.iter().map(|swap| swap.server).collect();
+        let outcomes = self
+            .each(&servers, |index, server| {
+                let swap = swapped
+                    .iter()
+                    .find(|swap| swap.server == index)
+                    .expect("a swap per server");
+                let left = swap.left.unwrap_or(1).max(1);
+                swap_on(server, key, id, (&swap.was, flags), left, deadline)
+            })
+            .await;
+        for (index, outcome) in servers.iter().zip(outcomes) {
+            if let Err(error) = outcome {
+                tracing::debug!(server = self.servers[*index].addr(), %error, "could not put back a grant that a resume took up; it will expire");
+            }
+        }
+        self.roll_back(&[], in_doubt, key, id).await;
     }
 
     pub(crate) fn servers_at(&self, indexes: &[usize]) -> Vec<Arc<Server>> {

@@ -42,7 +42,8 @@ use crate::instance::KnownCas;
 use crate::keys::SlotKeys;
 use crate::lease::{lease_ttl, lock_value, token_seed};
 use crate::ops::{
-    Deadline, Ownership, read_on, release_from, release_on, semaphore_limit, unexpected,
+    Deadline, Ownership, Swapped, read_on, release_from, release_on, semaphore_limit, swap_on,
+    unexpected,
 };
 use crate::proto::{Batch, Code, Key};
 use crate::quorum::Store;
@@ -50,7 +51,7 @@ use crate::quorum::Store;
 use self::record::{Record, Seen};
 use self::slots::{
     Scan, SlotClaim, SlotExtended, SlotGrant, claim_slot, clear_idle_record, extend_slot,
-    release_by_identity, scan_slots, spread,
+    find_slot, release_by_identity, scan_slots, spread,
 };
 
 /// How many free slots one attempt claims, after the first slot it tried,
@@ -74,14 +75,7 @@ impl Semaphores<'_> {
         request: &AcquireRequest,
         limit: u32,
     ) -> Result<Attempt> {
-        if self.store.quorum.mode() != Mode::Sharded {
-            return Err(Error::Unsupported(
-                "memcached grants semaphores in sharded mode only (the default): a permit \
-                 would have to hold the same slot on a majority of servers, which it cannot \
-                 claim in one step; use sharded mode for semaphores"
-                    .into(),
-            ));
-        }
+        self.sharded()?;
         let ttl = lease_ttl(request.lease)?;
         let name = &request.name;
         let server = self.store.quorum.shard(name);
@@ -139,6 +133,19 @@ impl Semaphores<'_> {
         // Lost every race for a free slot: they are changing hands fast,
         // so the core's backoff, not a lease's end, says when to look again.
         Ok(Attempt::Held { retry_after: None })
+    }
+
+    /// An error unless in sharded mode, the only one with semaphores.
+    fn sharded(&self) -> Result<()> {
+        if self.store.quorum.mode() == Mode::Sharded {
+            return Ok(());
+        }
+        Err(Error::Unsupported(
+            "memcached grants semaphores in sharded mode only (the default): a permit \
+             would have to hold the same slot on a majority of servers, which it cannot \
+             claim in one step; use sharded mode for semaphores"
+                .into(),
+        ))
     }
 
     /// Keeps slot `key`, just claimed with `grant`, once the record (last
@@ -229,6 +236,69 @@ impl Semaphores<'_> {
                 Ok(false)
             }
         }
+    }
+
+    /// Takes up permit `lease` of a semaphore of `limit` permits for
+    /// `request` (see [`Resumes`](distlock_core::backend::Resumes)): finds
+    /// the slot that holds grant `lease.id` (every slot read in one write),
+    /// and makes it `request`'s by compare-and-swap ([`swap_on`]), with the
+    /// lease's expiry from now and the same limit; then keeps the
+    /// semaphore's record alive as long as the slot, as an extension does.
+    pub(crate) async fn resume(
+        &self,
+        lease: &Lease,
+        request: &AcquireRequest,
+        limit: u32,
+    ) -> Result<Option<GrantState>> {
+        self.sharded()?;
+        let ttl = lease_ttl(request.lease)?;
+        let name = &request.name;
+        let server = self.store.quorum.shard(name);
+        let slots = self.store.keys.slot_keys(name);
+        let deadline = Deadline::for_call(self.store.timeout, request.operation_timeout);
+        let started = Instant::now();
+        let Some((slot, _)) = find_slot(server, &slots, limit, lease.id, deadline).await? else {
+            return Ok(None);
+        };
+        let key = slots.key(slot);
+        let value = lock_value(request.lease_id, name, &request.holder);
+        let swapped = swap_on(server, &key, lease.id, (&value, limit), ttl, deadline).await?;
+        let Swapped::Done { cas, .. } = swapped else {
+            return Ok(None);
+        };
+        let lock = self.store.keys.lock_key(name);
+        let kept = Record::new(limit, ttl)
+            .keep(server, &lock, Seen::Missing, deadline)
+            .await;
+        let refusal = match kept {
+            Ok(None) => None,
+            Ok(Some(held)) => {
+                // The record was lost (evicted, or memcached restarted)
+                // and the name taken as another kind meanwhile.
+                tracing::warn!(%name, %held, "a resumed permit's name is now held as another kind; the permit is lost");
+                Some(Ok(None))
+            }
+            Err(error) => Some(Err(error)),
+        };
+        if let Some(refusal) = refusal {
+            // The permit cannot live without its record.
+            self.abandon(name, &key, request.lease_id, cas, deadline)
+                .await;
+            return refusal;
+        }
+        let permit = Arc::new(PermitGrant {
+            id: request.lease_id,
+            name: name.clone(),
+            limit,
+            key,
+            value,
+            holder: request.holder.clone(),
+            fencing_token: lease.fencing_token,
+            lease: request.lease,
+            state: PermitLive::claimed(started, cas),
+        });
+        self.listing.insert(&permit);
+        Ok(Some(GrantState::from_arc(permit)))
     }
 
     /// Releases permit `lease` of a semaphore of `limit` permits if its

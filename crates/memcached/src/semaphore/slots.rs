@@ -228,15 +228,15 @@ pub(super) async fn extend_slot(
     Err(server.message("a permit's slot kept changing while we extended it"))
 }
 
-/// Deletes the slot, among the `limit` of `slots`, that holds grant `id`,
-/// if one does. Returns whether it did.
-pub(super) async fn release_by_identity(
+/// The slot, among the `limit` of `slots`, that holds grant `id`, if one
+/// does, with its CAS: every slot is read, in one write.
+pub(super) async fn find_slot(
     server: &Server,
     slots: &SlotKeys,
     limit: u32,
     id: LeaseId,
     deadline: Deadline,
-) -> Result<bool> {
+) -> Result<Option<(u32, Option<KnownCas>)>> {
     let mut batch = Batch::new();
     for slot in 0..limit {
         batch = batch.mg(&slots.key(slot), "v c");
@@ -249,10 +249,21 @@ pub(super) async fn release_by_identity(
                 .as_deref()
                 .is_some_and(|value| is_ours(value, id))
     });
-    let Some((slot, reply)) = ours else {
+    Ok(ours.map(|(slot, reply)| (slot, KnownCas::new(from, reply.flag_u64('c')))))
+}
+
+/// Deletes the slot, among the `limit` of `slots`, that holds grant `id`,
+/// if one does. Returns whether it did.
+pub(super) async fn release_by_identity(
+    server: &Server,
+    slots: &SlotKeys,
+    limit: u32,
+    id: LeaseId,
+    deadline: Deadline,
+) -> Result<bool> {
+    let Some((slot, known)) = find_slot(server, slots, limit, id, deadline).await? else {
         return Ok(false);
     };
-    let known = KnownCas::new(from, reply.flag_u64('c'));
     release_on(server, &slots.key(slot), id, known, deadline).await
 }
 
