@@ -11,8 +11,8 @@ use object_store::ObjectStore;
 
 use distlock_core::backend::Waiters;
 use distlock_core::backend::{
-    AcquireRequest, Attempt, Backend, Capabilities, Extended, Lease, LockInfo, ServerInfo,
-    WaitState,
+    Abilities, AcquireRequest, Attempt, Backend, Capabilities, Extended, GrantState, Lease,
+    LockInfo, Resumes, ServerInfo, WaitState,
 };
 use distlock_core::{Claim, Error, LockKind, LockName, Result};
 
@@ -158,6 +158,10 @@ impl Backend for ObjectStoreBackend {
         crate::store::BACKEND
     }
 
+    fn abilities(&self) -> Abilities<'_> {
+        Abilities::none().with_resumes(self)
+    }
+
     async fn server_info(&self, _limit: Duration) -> Result<ServerInfo> {
         self.probe().await
     }
@@ -229,5 +233,12 @@ impl Backend for ObjectStoreBackend {
 
     async fn force_release(&self, name: &LockName, _limit: Duration) -> Result<bool> {
         self.locks.force_release(name).await
+    }
+}
+
+#[async_trait]
+impl Resumes for ObjectStoreBackend {
+    async fn resume(&self, lease: &Lease, request: &AcquireRequest) -> Result<Option<GrantState>> {
+        self.locks.resume(lease, request).await
     }
 }

@@ -10,6 +10,11 @@
 //! - **Extend:** replace the version our last write made with the same
 //!   grant, under a new write identity (so a new ETag).
 //! - **Release:** replace it with a free record that keeps the token.
+//! - **Resume** (a grant taken up by its identity after a restart):
+//!   replace the version that holds the grant, with its token, under the
+//!   new identity; then read it back, and keep it only if the store's
+//!   stamps of the old grant's last write and of this one show that the
+//!   old lease still ran (see [`crate::stamps`]); otherwise free it.
 //! - A write that meets a changed object reads it back: holding its own
 //!   write identity, the write landed and only its answer was lost;
 //!   holding our grant under an earlier write of ours (an extension whose
@@ -21,13 +26,14 @@ use std::time::{Duration, SystemTime};
 use object_store::UpdateVersion;
 use object_store::path::Path;
 
-use distlock_core::backend::{AcquireRequest, Attempt, Lease, token_floor};
-use distlock_core::{Error, LockName, Result};
+use distlock_core::backend::{AcquireRequest, Attempt, GrantState, Lease, token_floor};
+use distlock_core::{Claim, Error, LockName, Result};
 
 use crate::grant::GrantHandle;
 use crate::keys::KeySpace;
 use crate::record::{Grant, Record};
 use crate::sightings::Sightings;
+use crate::stamps::{check_stamped, within_lease};
 use crate::store::{BACKEND, Found, Store, Written};
 
 /// How many writes one extension, release or forced release makes before it
@@ -202,6 +208,99 @@ impl Locks {
             }
         }
         Err(kept_changing(&key, "release"))
+    }
+
+    /// Takes up `lease`, a grant made before a restart, for `request`: the
+    /// object's grant must have `lease`'s identity and token. Its version
+    /// is replaced (`If-Match`) with the same token under
+    /// `request.lease_id`, holder and lease, so that the old identity, a
+    /// second resume and a take-over all meet a changed object. Answers
+    /// the new grant's state if the old one was still within its lease
+    /// when the store took the write, by the store's stamps; otherwise
+    /// frees the lock (the write already took it from the old identity)
+    /// and answers `None`, as when the grant is gone.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] when the store's stamps cannot show the
+    /// grant within its lease (see [`check_stamped`]); the store's errors,
+    /// after which the new identity may hold the lock.
+    pub(crate) async fn resume(
+        &self,
+        lease: &Lease,
+        request: &AcquireRequest,
+    ) -> Result<Option<GrantState>> {
+        if lease.claim != Claim::Exclusive {
+            // Only exclusive locks are granted here, so no other claim is held.
+            return Ok(None);
+        }
+        let key = self.keys.lock(&lease.name);
+        let Some(mut found) = self.store.read(&key).await? else {
+            return Ok(None);
+        };
+        check_name(&key, &found, &lease.name)?;
+        for _ in 0..ROUNDS {
+            let old_lease = match &found.record.grant {
+                Some(grant)
+                    if grant.id == lease.id && found.record.token == lease.fencing_token =>
+                {
+                    grant.lease
+                }
+                _ => return Ok(None),
+            };
+            check_stamped(&key, found.modified, old_lease)?;
+            let grant = Grant {
+                id: request.lease_id,
+                holder: (*request.holder).clone(),
+                lease: request.lease,
+            };
+            let record = Record::held(&lease.name, lease.fencing_token, grant);
+            match self.replace_settled(&key, &record, &found.version).await? {
+                Replaced::Landed(_) => {
+                    return self
+                        .keep_if_within(key, request, &record, &found, old_lease)
+                        .await;
+                }
+                // The old holder extended in between: take up that version.
+                Replaced::Changed(now) if now.record.held_by(lease.id) => found = now,
+                Replaced::Changed(_) | Replaced::Missing => return Ok(None),
+            }
+        }
+        Err(kept_changing(&key, "resume"))
+    }
+
+    /// After a resume's write of `record` over `old` landed: reads it back
+    /// for the store's stamp of it, and keeps the grant if `old`, with
+    /// `old_lease`, was then still within its lease by the two stamps;
+    /// otherwise frees the lock, keeping the token.
+    async fn keep_if_within(
+        &self,
+        key: Path,
+        request: &AcquireRequest,
+        record: &Record,
+        old: &Found,
+        old_lease: Duration,
+    ) -> Result<Option<GrantState>> {
+        let written = match self.store.read(&key).await? {
+            Some(found) if found.record.write == record.write => found,
+            // Changed again already (a forced release, a deleted object):
+            // the grant is gone, and nothing of ours is left to free.
+            _ => return Ok(None),
+        };
+        if within_lease(old.modified, written.modified, old_lease) {
+            self.sightings.forget(&key);
+            let holder = (*request.holder).clone();
+            let state = GrantHandle::state(key, record.token, holder, written.version);
+            return Ok(Some(state));
+        }
+        tracing::debug!(
+            target: "distlock::objectstore",
+            %key,
+            lease = ?old_lease,
+            "a resumed grant was not shown within its lease by the store's stamps; freeing it"
+        );
+        let free = Record::free(&record.name, record.token);
+        self.replace_settled(&key, &free, &written.version).await?;
+        Ok(None)
     }
 
     /// Frees `name` from whoever holds it. Returns whether it was held.

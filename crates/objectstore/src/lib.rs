@@ -98,6 +98,20 @@
 //!   later than the moment the holder's lease would be over. Each poll is
 //!   one `GET`; raise the backoff's maximum to poll less.
 //!   `docs/objectstore.md` says what that costs in requests and money.
+//! - **Resuming** a grant after a restart
+//!   ([`LockClient::resume`](distlock_core::LockClient::resume),
+//!   `distlock run --resume-file`): an `If-Match` write on the version
+//!   that holds the grant puts the new identity in it, with the same
+//!   token, so that a take-over, a second resume and the old holder's
+//!   next extension all find it changed (the old holder then reports its
+//!   loss). No write can be conditional on the time, so expiry is judged
+//!   after it, by the store's clock alone: the grant is kept only if the
+//!   store's `Last-Modified` of that write is at least a second less than
+//!   the old lease after its stamp of the old grant's last write (stamps
+//!   are whole seconds). Otherwise the resume is [`Error::Lost`] and frees
+//!   the lock, keeping the token. So a grant in the last second of its
+//!   lease is lost to a resume; a lease under a second, and a store that
+//!   gives no `Last-Modified`, are refused with [`Error::Unsupported`].
 //! - **Exclusive locks only**: readers and semaphore permits would need
 //!   several objects changed in one step; they answer
 //!   [`Error::Unsupported`]. There is no hand-over, no fair mode and no
@@ -117,6 +131,7 @@
 //! it has no conditional replace.
 //!
 //! [`Error::Unsupported`]: distlock_core::Error::Unsupported
+//! [`Error::Lost`]: distlock_core::Error::Lost
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -128,6 +143,7 @@ mod keys;
 mod probe;
 mod record;
 mod sightings;
+mod stamps;
 mod store;
 
 /// The `object_store` crate this backend is built on, for

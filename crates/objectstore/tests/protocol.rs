@@ -7,6 +7,7 @@
 //! that ignores preconditions (`support::IgnoresPreconditions`); the store
 //! itself is always the real one.
 
+#[macro_use]
 mod support;
 
 use std::sync::Arc;
@@ -21,30 +22,7 @@ use distlock_core::testing::{try_grant, unique_name, waiting_request};
 use distlock_core::{Claim, Error, LockName};
 use distlock_objectstore::{ObjectStoreBackend, ObjectStoreConfig};
 
-use support::{Fault, Faults, IgnoresPreconditions, fresh_url, prefix_of, raw_store};
-
-/// Runs each case on each store (Azure Blob through Azurite, S3 through
-/// moto), as a test of its own.
-macro_rules! on_every_store {
-    ($($case:ident),* $(,)?) => {
-        mod azure {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    super::$case(&super::fresh_url("DISTLOCK_TEST_AZURE_URL")).await;
-                }
-            )*
-        }
-        mod s3 {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    super::$case(&super::fresh_url("DISTLOCK_TEST_S3_URL")).await;
-                }
-            )*
-        }
-    };
-}
+use support::{Fault, Faults, IgnoresPreconditions, prefix_of, raw_store};
 
 on_every_store!(
     only_the_holder_extends_and_releases_and_tokens_increase,

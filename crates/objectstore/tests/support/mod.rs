@@ -4,11 +4,15 @@
 
 #![allow(dead_code, unreachable_pub)] // each test file uses a part
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
+use bytes::Bytes;
+use futures::StreamExt;
 use futures::stream::BoxStream;
 use http::Method;
 use http::header::{IF_MATCH, IF_NONE_MATCH};
@@ -18,12 +22,37 @@ use object_store::client::{
 };
 use object_store::path::Path;
 use object_store::{
-    ClientOptions, CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta,
-    ObjectStore, PutMode, PutMultipartOptions, PutOptions, PutPayload, PutResult,
+    Attributes, ClientOptions, CopyOptions, GetOptions, GetResult, GetResultPayload, ListResult,
+    MultipartUpload, ObjectMeta, ObjectStore, PutMode, PutMultipartOptions, PutOptions, PutPayload,
+    PutResult,
 };
 
 use distlock_core::testing::required_env;
 use distlock_objectstore::ObjectStoreConfig;
+
+/// Runs each case, an `async fn(&str)` of the test file taking a URL, on
+/// each store (Azure Blob through Azurite, S3 through moto), as a test of
+/// its own under a prefix of its own.
+macro_rules! on_every_store {
+    ($($case:ident),* $(,)?) => {
+        mod azure {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    super::$case(&super::support::fresh_url("DISTLOCK_TEST_AZURE_URL")).await;
+                }
+            )*
+        }
+        mod s3 {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    super::$case(&super::support::fresh_url("DISTLOCK_TEST_S3_URL")).await;
+                }
+            )*
+        }
+    };
+}
 
 /// The URL of the server `var` names, under a prefix no other test uses.
 ///
@@ -235,5 +264,173 @@ impl ObjectStore for IgnoresPreconditions {
         options: CopyOptions,
     ) -> object_store::Result<()> {
         self.0.copy_opts(from, to, options).await
+    }
+}
+
+/// A real store as one client sees it, altered in what it reads back and
+/// never in what the store does: the store's stamps (`Last-Modified`) of
+/// versions this client writes from some moment on read later by a given
+/// time, as if the store's clock had jumped; every stamp can be left out,
+/// as a store that gives none; and one read can answer a version the
+/// store held earlier, as a read does that comes just before a change.
+#[derive(Debug)]
+pub struct AlteredView {
+    inner: Arc<dyn ObjectStore>,
+    /// How much later the stamps of versions written from now on read.
+    jump: Mutex<Duration>,
+    /// The jump in force when each version (by ETag) was written.
+    jumped: Mutex<HashMap<String, Duration>>,
+    unstamped: AtomicBool,
+    replay: Mutex<Option<Replay>>,
+}
+
+#[derive(Debug)]
+struct Replay {
+    location: Path,
+    meta: ObjectMeta,
+    attributes: Attributes,
+    body: Bytes,
+}
+
+impl AlteredView {
+    pub fn new(inner: Arc<dyn ObjectStore>) -> Arc<Self> {
+        Arc::new(Self {
+            inner,
+            jump: Mutex::new(Duration::ZERO),
+            jumped: Mutex::default(),
+            unstamped: AtomicBool::new(false),
+            replay: Mutex::default(),
+        })
+    }
+
+    /// The versions this client writes from now on read stamped `by` later
+    /// than the store stamped them.
+    pub fn clock_jumps(&self, by: Duration) {
+        *self.jump.lock().unwrap() = by;
+    }
+
+    /// Every read answers without a `Last-Modified` (which `object_store`
+    /// reads as the Unix epoch).
+    pub fn without_stamps(&self) {
+        self.unstamped.store(true, Ordering::SeqCst);
+    }
+
+    /// The next read of `location` answers the version it holds now.
+    pub async fn replay_next_read(&self, location: &Path) {
+        let read = self
+            .inner
+            .get_opts(location, GetOptions::default())
+            .await
+            .expect("the version to replay");
+        let (meta, attributes) = (read.meta.clone(), read.attributes.clone());
+        let body = read.bytes().await.expect("its body");
+        *self.replay.lock().unwrap() = Some(Replay {
+            location: location.clone(),
+            meta,
+            attributes,
+            body,
+        });
+    }
+
+    fn replayed(&self, location: &Path) -> Option<GetResult> {
+        let mut replay = self.replay.lock().unwrap();
+        if replay.as_ref()?.location != *location {
+            return None;
+        }
+        let Replay {
+            meta,
+            attributes,
+            body,
+            ..
+        } = replay.take()?;
+        let len = body.len() as u64;
+        Some(GetResult {
+            payload: GetResultPayload::Stream(futures::stream::once(async { Ok(body) }).boxed()),
+            meta,
+            range: 0..len,
+            attributes,
+            extensions: Default::default(),
+        })
+    }
+
+    fn restamp(&self, meta: &mut ObjectMeta) {
+        if self.unstamped.load(Ordering::SeqCst) {
+            meta.last_modified = SystemTime::UNIX_EPOCH.into();
+            return;
+        }
+        let jumped = self.jumped.lock().unwrap();
+        if let Some(by) = meta.e_tag.as_ref().and_then(|e_tag| jumped.get(e_tag)) {
+            meta.last_modified = (SystemTime::from(meta.last_modified) + *by).into();
+        }
+    }
+}
+
+impl fmt::Display for AlteredView {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "AlteredView({})", self.inner)
+    }
+}
+
+#[async_trait]
+impl ObjectStore for AlteredView {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        options: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        let jump = *self.jump.lock().unwrap();
+        let put = self.inner.put_opts(location, payload, options).await?;
+        if let Some(e_tag) = &put.e_tag
+            && !jump.is_zero()
+        {
+            self.jumped.lock().unwrap().insert(e_tag.clone(), jump);
+        }
+        Ok(put)
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        options: PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn MultipartUpload>> {
+        self.inner.put_multipart_opts(location, options).await
+    }
+
+    async fn get_opts(
+        &self,
+        location: &Path,
+        options: GetOptions,
+    ) -> object_store::Result<GetResult> {
+        if let Some(replayed) = self.replayed(location) {
+            return Ok(replayed);
+        }
+        let mut read = self.inner.get_opts(location, options).await?;
+        self.restamp(&mut read.meta);
+        Ok(read)
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, object_store::Result<Path>>,
+    ) -> BoxStream<'static, object_store::Result<Path>> {
+        self.inner.delete_stream(locations)
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(
+        &self,
+        from: &Path,
+        to: &Path,
+        options: CopyOptions,
+    ) -> object_store::Result<()> {
+        self.inner.copy_opts(from, to, options).await
     }
 }
