@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::backend::{
-    Abilities, AcquireRequest, Attempt, Backend, Capabilities, Extended, HandOver, HandOvers,
-    Lease, ReleaseWatch, ServerInfo, WaitState, WaiterList, Wakeups,
+    Abilities, AcquireRequest, Attempt, Backend, Capabilities, Extended, GrantState, HandOver,
+    HandOvers, Lease, ReleaseWatch, Resumes, ServerInfo, WaitState, WaiterList, Wakeups,
 };
 use distlock_core::{Error, LockInfo, LockName, Result, Waiter};
 
@@ -318,18 +318,22 @@ impl Backend for PostgresBackend {
         }
     }
 
-    /// Lease mode hands locks over, and releases later by an extension
+    /// Lease mode hands locks over, releases later by an extension
     /// (the row's end becomes the server's clock plus the lease, shorter
-    /// ones too); in advisory mode a lock passes between a client's tasks
-    /// by a release and a new grant, and cannot outlive its session.
+    /// ones too), and resumes a grant by its identity, which is in its
+    /// row; in advisory mode a lock passes between a client's tasks by a
+    /// release and a new grant, and can neither outlive its session nor
+    /// be taken up by another.
     fn abilities(&self) -> Abilities<'_> {
         let mut abilities = match &self.mode {
-            Modes::Lease(_) => Abilities::none().with_hand_overs(self),
-            Modes::Advisory(_) => Abilities::none().without_delayed_release(
-                "PostgreSQL's advisory mode cannot keep a lock after its release (min_hold): \
-                 an advisory lock lives on its session and ends with it; \
-                 use the lease mode (?mode=lease, the default) for min_hold",
-            ),
+            Modes::Lease(_) => Abilities::none().with_hand_overs(self).with_resumes(self),
+            Modes::Advisory(_) => Abilities::none()
+                .without_delayed_release(
+                    "PostgreSQL's advisory mode cannot keep a lock after its release (min_hold): \
+                     an advisory lock lives on its session and ends with it; \
+                     use the lease mode (?mode=lease, the default) for min_hold",
+                )
+                .without_resumes(ADVISORY_CANNOT_RESUME),
         };
         if let Some(terms) = &self.store().terms {
             abilities = abilities.with_term_log(terms);
@@ -378,6 +382,27 @@ impl HandOvers for PostgresBackend {
             Modes::Advisory(_) => Err(Error::Unsupported(
                 "PostgreSQL's advisory mode offers no hand-overs".into(),
             )),
+        }
+    }
+}
+
+/// Why advisory mode cannot resume a lock, as
+/// [`LockClient::resume`](distlock_core::LockClient::resume) says after
+/// "postgres cannot resume a lock: ".
+const ADVISORY_CANNOT_RESUME: &str = "in PostgreSQL's advisory mode a lock is a session advisory \
+     lock, held by the database session that took it and ended with that session, which a \
+     restarted process cannot take up; use the lease mode (?mode=lease, the default) to resume \
+     locks";
+
+/// Lease mode's only: see [`Abilities::resumes`].
+#[async_trait]
+impl Resumes for PostgresBackend {
+    async fn resume(&self, lease: &Lease, request: &AcquireRequest) -> Result<Option<GrantState>> {
+        match &self.mode {
+            Modes::Lease(mode) => mode.resume(lease, request).await,
+            Modes::Advisory(_) => Err(Error::Unsupported(format!(
+                "postgres cannot resume a lock: {ADVISORY_CANNOT_RESUME}"
+            ))),
         }
     }
 }

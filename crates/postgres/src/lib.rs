@@ -257,6 +257,27 @@
 //! - **Hand-overs** are not offered: a lock passes between the tasks of
 //!   one client by a release and a new grant.
 //!
+//! # Resuming a lock
+//! In lease mode, [`LockClient::resume`](distlock_core::LockClient::resume)
+//! takes a grant up again after its process restarted, with the same
+//! fencing token, for every claim and with or without `fair=true`. It is
+//! one `UPDATE` of the name's row, checked by owner: only a grant with the
+//! handle's identity, token and claim that is live by the server's
+//! `clock_timestamp()` (read once the row is locked) is taken up. Its
+//! identity and holder become the new client's and it lasts the new
+//! client's lease from the server's now, as after an extension; its token
+//! and its place among the holders, and in fair mode the line behind it,
+//! stay. The old identity is gone with that write, so the process before
+//! the restart, if it still runs, finds its grant gone at its next
+//! extension (its `lost()` fires) and cannot release it, and a second
+//! resume of the same handle is [`Error::Lost`](distlock_core::Error::Lost).
+//!
+//! Advisory mode cannot resume: a session advisory lock belongs to the
+//! database session that took it and ends with that session, so nothing is
+//! left for a restarted process to take up; `resume` answers
+//! [`Error::Unsupported`](distlock_core::Error::Unsupported) saying so.
+//! Nor can [transaction locks](xact), which end with their transaction.
+//!
 //! # Transaction locks
 //! [`xact::XactLocks`] takes a name inside a transaction you own, on
 //! [`tokio_postgres`] or (feature `sqlx`) on `sqlx`, and the lock ends

@@ -361,11 +361,7 @@ impl LeaseMode {
         {
             return self.wait_in_line(fair, request, wait).await;
         }
-        let asked = match request.claim {
-            Claim::Exclusive => ClaimKind::Exclusive,
-            Claim::Shared => ClaimKind::Shared,
-            Claim::Permit { .. } => ClaimKind::Permit,
-        };
+        let asked = ClaimKind::of(request.claim);
         let mark = (asked == ClaimKind::Exclusive && request.retries)
             .then(|| wait.take::<WriterMark>().unwrap_or_else(WriterMark::new));
         if let Some(mark) = &mark {
@@ -586,6 +582,53 @@ impl LeaseMode {
         )
         .await
         .map(|rows| !rows.is_empty())
+    }
+
+    /// Takes up the grant `lease` names (by its name, identity, token and
+    /// claim) under `request`'s identity, in one statement; see
+    /// [`Resumes`](distlock_core::backend::Resumes) and
+    /// [`statements`]'s `resume`. `None` when no such grant lives.
+    pub(crate) async fn resume(
+        &self,
+        lease: &Lease,
+        request: &AcquireRequest,
+    ) -> Result<Option<GrantState>> {
+        // A token no grant of this table can have (they are the server's
+        // clock in µs) holds nothing.
+        let Ok(token) = i64::try_from(lease.fencing_token) else {
+            return Ok(None);
+        };
+        let name = lease.name.as_str().as_bytes();
+        let old = lease.id.to_string();
+        let kind = ClaimKind::of(lease.claim).kind();
+        let limit = lease
+            .claim
+            .limit()
+            .map(|limit| i32::try_from(limit).unwrap_or(i32::MAX));
+        let new = request.lease_id.to_string();
+        let lease_us = micros(request.lease);
+        let holder = holder_json(&request.holder);
+        let rows = self
+            .store
+            .connections
+            .query(
+                &format!("resuming {}", lease.name),
+                &self.statements.resume,
+                &[
+                    (&name, Type::BYTEA),
+                    (&old, Type::TEXT),
+                    (&token, Type::INT8),
+                    (&kind, Type::TEXT),
+                    (&limit, Type::INT4),
+                    (&new, Type::TEXT),
+                    (&lease_us, Type::INT8),
+                    (&holder, Type::TEXT),
+                ],
+                request.operation_timeout,
+            )
+            .await?;
+        // The state a fresh grant of any claim gets in this mode.
+        Ok((!rows.is_empty()).then(GrantState::none))
     }
 
     /// Hands the lock `lease` holds to `next`, in one statement.

@@ -13,8 +13,10 @@
 //! increasing. Only the table's quoted name is put into the text; every
 //! value goes as a bind parameter.
 
+use distlock_core::Claim;
+
 use super::gate;
-use crate::clock::CLOCK;
+use crate::clock::{CLOCK, NOW_US};
 use crate::table::TableName;
 use crate::terms;
 
@@ -40,6 +42,15 @@ pub(crate) enum ClaimKind {
 }
 
 impl ClaimKind {
+    /// What `claim` asks for.
+    pub(crate) fn of(claim: Claim) -> Self {
+        match claim {
+            Claim::Exclusive => Self::Exclusive,
+            Claim::Shared => Self::Shared,
+            Claim::Permit { .. } => Self::Permit,
+        }
+    }
+
     /// The `kind` column's value for this claim.
     pub(crate) fn kind(self) -> &'static str {
         match self {
@@ -64,6 +75,8 @@ pub(crate) struct Statements {
     pub(crate) extend: String,
     pub(crate) release: String,
     pub(crate) hand_over: String,
+    /// Takes a live grant up under a new identity; see [`resume`].
+    pub(crate) resume: String,
     pub(crate) force_release: String,
     pub(crate) end_wait: String,
     pub(crate) list: String,
@@ -83,6 +96,7 @@ impl Statements {
             extend: extend(t),
             release: release(t),
             hand_over: hand_over(t),
+            resume: resume(t),
             force_release: force_release(t),
             end_wait: end_wait(t),
             list: list(t),
@@ -312,6 +326,47 @@ fn hand_over(t: &str) -> String {
     )
 }
 
+/// Takes up the grant `$2` of `$1` under the identity `$6`, for a process
+/// that restarted while it held it, in one write: only when a grant with
+/// that identity and the fencing token `$3` lives by the server's clock,
+/// and the row's holders hold the claim `$4` (the `kind` column's value)
+/// with the permit limit `$5` (null but for a semaphore). Its end becomes
+/// the server's now plus `$7` µs, as after an extension, and its holder
+/// `$8` (JSON text); its token, its time of grant, its place among the
+/// holders and, in fair mode, the place it was granted to and its term
+/// stay, and so do the row's token, kind and waiting writers. Returns a
+/// row when it took the grant up.
+///
+/// The row is locked first and the clock read only then, so that a
+/// statement that waited for another's write judges the grant by the
+/// clock at the moment it writes, on the row as that write left it. The
+/// old identity is gone from the row once this commits: its holder's
+/// next extension finds nothing to extend, and a second resume of the
+/// same identity nothing to take up.
+fn resume(t: &str) -> String {
+    let vars = "jsonb_build_object('now', c.now_us, 'id', $2::text, 'token', $3::bigint)";
+    let ours = "h ->> 'id' = $2::text AND (h ->> 'exp')::bigint > c.now_us";
+    format!(
+        "WITH locked AS MATERIALIZED (
+             SELECT t.name FROM {t} AS t WHERE t.name = $1 FOR UPDATE
+         ), c AS MATERIALIZED (
+             SELECT {NOW_US} AS now_us FROM locked
+         )
+         UPDATE {t} AS t SET holders = (
+             SELECT jsonb_agg(CASE WHEN {ours}
+                 THEN h || jsonb_build_object('id', $6::text, 'exp', c.now_us + $7,
+                                              'holder', $8::text::jsonb)
+                 ELSE h END ORDER BY n)
+             FROM jsonb_array_elements(t.holders) WITH ORDINALITY AS x(h, n)
+         )
+         FROM c
+         WHERE t.name = $1 AND t.kind = $4 AND t.permit_limit IS NOT DISTINCT FROM $5::integer
+           AND jsonb_path_exists(t.holders,
+                 '$[*] ? (@.exp > $now && @.id == $id && @.token == $token)', {vars})
+         RETURNING 1"
+    )
+}
+
 /// Ends every holder of `$1` and announces it on channel `$2` with payload
 /// `$3`; returns a row when one lived. Waiting writers' marks stay.
 fn force_release(t: &str) -> String {
@@ -402,6 +457,7 @@ mod tests {
             &statements.held,
             &statements.extend,
             &statements.release,
+            &statements.resume,
             &statements.list,
             &statements.sweep,
         ] {
@@ -425,6 +481,7 @@ mod tests {
             &statements.held,
             &statements.extend,
             &statements.hand_over,
+            &statements.resume,
             &statements.sweep,
         ] {
             assert!(!sql.contains("pg_notify"), "{sql}");
@@ -450,6 +507,24 @@ mod tests {
         }
         // Hand-overs keep a live holder: they need no gate.
         assert!(!statements.hand_over.contains("DELETE"));
+    }
+
+    #[test]
+    fn a_resume_locks_the_row_before_it_reads_the_clock_and_checks_the_owner() {
+        let resume = Statements::new(&TableName::new("s", "t").unwrap()).resume;
+        let lock = resume.find("FOR UPDATE").unwrap();
+        assert!(lock < resume.find("clock_timestamp").unwrap(), "{resume}");
+        for check in [
+            "@.exp > $now",
+            "@.id == $id",
+            "@.token == $token",
+            "t.kind = $4",
+        ] {
+            assert!(resume.contains(check), "{check}: {resume}");
+        }
+        // It neither makes tokens nor deletes rows: no gate.
+        assert!(!resume.contains("advisory"), "{resume}");
+        assert!(!resume.contains("fencing_token ="), "{resume}");
     }
 
     #[test]
