@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use distlock_core::backend::Waiters;
 use distlock_core::backend::{
-    Abilities, AcquireRequest, Attempt, Backend, Capabilities, DelayedRelease, Extended, Lease,
-    ReleaseHub, ReleaseWatch, Renewal, ServerInfo, Session, Term, TermLog, WaitState, WaiterList,
-    Wakeups, async_trait,
+    Abilities, AcquireRequest, Attempt, Backend, Capabilities, DelayedRelease, Extended,
+    GrantState, Lease, ReleaseHub, ReleaseWatch, Renewal, Resumes, ServerInfo, Session, Term,
+    TermLog, WaitState, WaiterList, Wakeups, async_trait,
 };
 use distlock_core::{Claim, Error, Holder, LockInfo, LockName, Permits, Result, Waiter};
 
@@ -36,6 +36,7 @@ use crate::watch::{Task, Watched, deleted};
 
 mod campaign;
 mod delayed;
+mod resume;
 
 /// distlock's etcd backend; see the [crate docs](crate).
 pub struct EtcdBackend {
@@ -180,7 +181,7 @@ impl EtcdBackend {
     async fn try_once(&self, request: &AcquireRequest, session: SessionId) -> Result<Attempt> {
         let range = self.range(&request.name);
         let key = range.try_key(request.lease_id);
-        let record = Record::new(request.claim, &request.holder).to_bytes();
+        let record = Record::new(request.claim, &request.holder, request.lease_id).to_bytes();
         // First guess: the name is free.
         let mut guard = over(
             create_revision(range.start.clone(), CompareResult::Equal, 0),
@@ -195,7 +196,8 @@ impl EtcdBackend {
             let response = self.txn(txn, "trying a lock").await?;
             let revision = header_revision(&response);
             if response.succeeded {
-                return Ok(granted(&self.client, request, key, revision, session));
+                let written = (revision, revision);
+                return Ok(granted(&self.client, request, key, written, session));
             }
             let entries = entries_of(&response);
             match standing(&request.name, request.claim, &entries, entries.len())? {
@@ -265,7 +267,7 @@ impl EtcdBackend {
                 source: None,
             });
         };
-        let own = entries[position].revision;
+        let own = (entries[position].revision, entries[position].modified);
         match standing(&request.name, request.claim, &entries, position) {
             Err(conflict) => {
                 // The wait ends with this error: take the key back now.
@@ -404,7 +406,7 @@ impl EtcdBackend {
         key: &[u8],
         session: SessionId,
     ) -> Result<(i64, Vec<Entry>)> {
-        let record = Record::new(request.claim, &request.holder).to_bytes();
+        let record = Record::new(request.claim, &request.holder, request.lease_id).to_bytes();
         let txn = TxnRequest {
             compare: vec![create_revision(key.to_vec(), CompareResult::Equal, 0)],
             success: vec![
@@ -454,8 +456,40 @@ impl EtcdBackend {
         Ok(deleted)
     }
 
-    /// Confirms one grant: its key is still the one it created, and its
-    /// session still lives.
+    /// Deletes the key of `lease`'s name whose record names `lease`'s
+    /// identity, if it is unchanged since read: the grant of a resume whose
+    /// answer was lost. Whether there was one.
+    async fn release_by_identity(&self, lease: &Lease) -> Result<bool> {
+        let range = self.range(&lease.name);
+        let read = self
+            .client
+            .range(name_keys(&range))
+            .await
+            .map_err(|e| from_etcd("finding a lock by its identity", e))?;
+        let Some(kv) = read
+            .kvs
+            .iter()
+            .find(|kv| Record::parse(&kv.value).is_some_and(|record| record.is_of(lease.id)))
+        else {
+            return Ok(false);
+        };
+        let txn = TxnRequest {
+            compare: vec![
+                create_revision(kv.key.clone(), CompareResult::Equal, kv.create_revision),
+                mod_revision(kv.key.clone(), CompareResult::Equal, kv.mod_revision),
+            ],
+            success: vec![requests::delete_op(&kv.key)],
+            failure: Vec::new(),
+        };
+        // Deleted again at the next renewal if etcd does not answer.
+        self.leftovers.note(&kv.key);
+        let deleted = self.txn(txn, "releasing a lock").await?.succeeded;
+        self.leftovers.forget(&kv.key);
+        Ok(deleted)
+    }
+
+    /// Confirms one grant: its key is still as the grant wrote it (not
+    /// deleted, nor taken up by a resume), and its session still lives.
     async fn confirm_grant(&self, lease: &Lease) -> Result<bool> {
         let Some(grant) = lease.state.get::<Grant>().filter(|g| g.id == lease.id) else {
             return Ok(false);
@@ -465,10 +499,9 @@ impl EtcdBackend {
             .range(requests::key(grant.key.clone()))
             .await
             .map_err(|e| from_etcd("reading a lock", e))?;
-        let ours = current
-            .kvs
-            .first()
-            .is_some_and(|kv| kv.create_revision == grant.revision);
+        let ours = current.kvs.first().is_some_and(|kv| {
+            kv.create_revision == grant.revision && kv.mod_revision == grant.modified
+        });
         if !ours {
             return Ok(false);
         }
@@ -550,6 +583,8 @@ impl Backend for EtcdBackend {
             let deleted = self.delete_key(&key, lease.operation_timeout).await?;
             if !deleted {
                 self.leftovers.recheck(&self.client, key);
+                // A resume's: the key it took up records its identity.
+                return self.release_by_identity(lease).await;
             }
             return Ok(deleted);
         };
@@ -558,14 +593,8 @@ impl Backend for EtcdBackend {
         }
         grant.releasing.store(true, Ordering::Release);
         self.leftovers.note(&grant.key);
-        let released = release::delete_if_ours(
-            &self.client,
-            &grant.key,
-            grant.revision,
-            grant.session,
-            lease.operation_timeout,
-        )
-        .await?;
+        let released =
+            release::delete_if_ours(&self.client, grant, lease.operation_timeout).await?;
         self.leftovers.forget(&grant.key);
         if !released {
             // Gone before this release: the holder hears of the loss
@@ -628,6 +657,28 @@ impl Backend for EtcdBackend {
             .with_delayed_release(self)
             .with_term_log(self)
             .with_waiters(self)
+            .with_resumes(self)
+    }
+}
+
+/// A read of the name's keys, one of the grant's session, and one
+/// transaction that rewrites the grant's key: see the `resume` module.
+/// Every claim and both modes: a grant of any claim is one key, and its
+/// place in line is its create revision, which the rewrite keeps.
+#[async_trait]
+impl Resumes for EtcdBackend {
+    async fn resume(&self, lease: &Lease, request: &AcquireRequest) -> Result<Option<GrantState>> {
+        let prefix = &self.config.prefix;
+        let session = self.sessions.ensure(request.lease).await?;
+        match resume::take_up(&self.client, prefix, lease, request, session).await {
+            Err(error) if is_lease_not_found(&error) => {
+                // The session ended while unused: start another, once.
+                self.sessions.forget(session).await;
+                let session = self.sessions.ensure(request.lease).await?;
+                resume::take_up(&self.client, prefix, lease, request, session).await
+            }
+            other => other,
+        }
     }
 }
 

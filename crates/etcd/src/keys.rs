@@ -126,22 +126,34 @@ pub(crate) fn name_of_key(prefix: &str, key: &[u8]) -> Option<LockName> {
 }
 
 /// What each key holds: the claim it was made for, who made it, and the
-/// lease its maker keeps, for `list` and for the rules between kinds.
+/// identity of the grant it is (or will be), for `list`, for the rules
+/// between kinds, and for a resume, which finds a grant by its identity
+/// and writes the new one.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Record {
     pub(crate) kind: LockKind,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) limit: Option<u32>,
     pub(crate) holder: Holder,
+    /// The grant's identity, as 32 hex digits; `None` in a key written
+    /// before identities were recorded, which no resume takes up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) id: Option<String>,
 }
 
 impl Record {
-    pub(crate) fn new(claim: Claim, holder: &Holder) -> Self {
+    pub(crate) fn new(claim: Claim, holder: &Holder, id: LeaseId) -> Self {
         Self {
             kind: claim.kind(),
             limit: claim.limit(),
             holder: holder.clone(),
+            id: Some(id.to_string()),
         }
+    }
+
+    /// Whether the key is the grant or wait with identity `id`.
+    pub(crate) fn is_of(&self, id: LeaseId) -> bool {
+        self.id.as_deref() == Some(id.to_string().as_str())
     }
 
     pub(crate) fn to_bytes(&self) -> Vec<u8> {

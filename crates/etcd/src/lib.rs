@@ -41,8 +41,8 @@
 //! - **Loss.** `lost()` fires when etcd refuses a keepalive (the session is
 //!   gone), when no keepalive succeeded for the lease minus the safety
 //!   margin, and within moments when the holder's own key is deleted (a
-//!   forced release, an ended session), for every grant held longer than
-//!   25 ms.
+//!   forced release, an ended session) or taken up by a resume, for every
+//!   grant held longer than 25 ms.
 //! - **`min_hold`**: a release before it has passed leaves the key to etcd,
 //!   on an etcd lease of the time left (whole seconds, rounded up), which
 //!   etcd ends by its own clock.
@@ -63,6 +63,22 @@
 //!   loss first, so `lost()` has fired when it answers that the lock was
 //!   not ours.
 //! - **Reads are linearizable**: no decision rests on a serializable read.
+//!
+//! # Resuming a lock
+//! [`LockClient::resume`] takes a grant up by its handle, in both modes
+//! and for every claim (a writer's, a reader's, a permit), while etcd
+//! still holds it: its key is there, unchanged since its holder last wrote
+//! it, and its session has a second or more left by the leader's clock (a
+//! session whose TTL ran out is not resumed even before etcd deletes its
+//! keys). One transaction, guarded by the key's revisions as read,
+//! rewrites the key with the new identity on the resuming client's own
+//! session: the fencing token (the key's create revision) and its place
+//! before its waiters stay, and the old session's end no longer ends the
+//! grant. The old holder, if it still runs, is told by its key's watch
+//! (`lost()` fires, with `LossReason::Detected`, though its own session
+//! still renews), and its extension and release find the grant not
+//! theirs. A grant made by a version of this crate that did not record
+//! identities in its keys cannot be resumed.
 //!
 //! # Fair mode
 //! Off by default; `fair=true` in the URL, or [`EtcdConfig::fair`]. Whole
@@ -86,6 +102,7 @@
 //! [`Error::InvalidConfig`]: distlock_core::Error::InvalidConfig
 //! [`Abilities::session`]: distlock_core::backend::Abilities::session
 //! [`LockClient::close`]: distlock_core::LockClient::close
+//! [`LockClient::resume`]: distlock_core::LockClient::resume
 //! [`EtcdConfig::fair`]: crate::EtcdConfig::fair()
 
 #![cfg_attr(docsrs, feature(doc_cfg))]

@@ -8,26 +8,29 @@ use distlock_core::Result;
 use tokio::time::Instant;
 
 use crate::error::from_etcd;
+use crate::grant::Grant;
 use crate::raw::Client;
 use crate::raw::etcdserverpb::TxnRequest;
 use crate::raw::etcdserverpb::compare::CompareResult;
-use crate::requests::{self, create_revision, delete_op};
+use crate::requests::{self, create_revision, delete_op, mod_revision, read_op};
 use crate::session::SessionId;
+use crate::transactions::range_reads;
 
 /// The first and the longest pause between tries of a release that
 /// failed; the tries end with the release's operation timeout.
 const FIRST_PAUSE: Duration = Duration::from_millis(50);
 const LAST_PAUSE: Duration = Duration::from_millis(500);
 
-/// Deletes `key` if it is still the one created at `revision`, on
-/// `session`; returns whether it was. A failure that may pass (no leader,
-/// a member that does not answer) is tried again, with backoff, for up to
-/// `within`.
+/// Deletes `grant`'s key if it is still as the grant wrote it (created at
+/// its revision, last written at its `modified`); returns whether it was.
+/// A failure that may pass (no leader, a member that does not answer) is
+/// tried again, with backoff, for up to `within`.
 ///
 /// After a failure, the delete may have happened without its answer: a
-/// later try that finds the key gone while `session` lives counts it as
-/// released, since only a release, or a forced one, deletes a key whose
-/// session lives.
+/// later try that finds the key gone while the grant's session lives counts
+/// it as released, since only a release, or a forced one, deletes a key
+/// whose session lives. A key still there but changed (taken up by a
+/// resume) is not ours, answered or not.
 ///
 /// # Errors
 /// The last backend error, once `within` has passed, or the first that
@@ -38,29 +41,28 @@ const LAST_PAUSE: Duration = Duration::from_millis(500);
 /// leftover to delete again.
 pub(crate) async fn delete_if_ours(
     client: &Client,
-    key: &[u8],
-    revision: i64,
-    session: SessionId,
+    grant: &Grant,
     within: Duration,
 ) -> Result<bool> {
+    let key = grant.key.as_slice();
     retrying(within, |unanswered| async move {
         let txn = TxnRequest {
-            compare: vec![create_revision(
-                key.to_vec(),
-                CompareResult::Equal,
-                revision,
-            )],
+            compare: vec![
+                create_revision(key.to_vec(), CompareResult::Equal, grant.revision),
+                mod_revision(key.to_vec(), CompareResult::Equal, grant.modified),
+            ],
             success: vec![delete_op(key)],
-            failure: Vec::new(),
+            failure: vec![read_op(requests::key(key.to_vec()))],
         };
         let response = client
             .txn(txn)
             .await
             .map_err(|e| from_etcd("releasing a lock", e))?;
+        let still_there = range_reads(&response).any(|read| !read.kvs.is_empty());
         if response.succeeded {
             Ok(true)
-        } else if unanswered {
-            lives(client, session).await
+        } else if unanswered && !still_there {
+            lives(client, grant.session).await
         } else {
             Ok(false)
         }
@@ -114,8 +116,9 @@ where
     }
 }
 
-/// Whether etcd still has the session `id`.
-async fn lives(client: &Client, id: SessionId) -> Result<bool> {
+/// Whether etcd still has the session `id`, with a second or more left by
+/// the leader's clock (etcd reports whole seconds, rounded down).
+pub(crate) async fn lives(client: &Client, id: SessionId) -> Result<bool> {
     let response = client
         .lease_time_to_live(id.0)
         .await

@@ -1,5 +1,6 @@
-//! Watches for deletions: of a holder's own key (a loss), of the key a
-//! waiter waits behind, or of any key of a semaphore's name (a wake-up).
+//! Watches for deletions: of a holder's own key (a loss, as is any write
+//! of it by another: a resume), of the key a waiter waits behind, or of
+//! any key of a semaphore's name (a wake-up).
 
 use std::time::Duration;
 
@@ -39,11 +40,14 @@ pub(crate) enum Watched {
     /// Any key in `start..end` (a semaphore's name: any holder leaving may
     /// let a waiter in); on compaction, as for a predecessor.
     AnyOf { start: Vec<u8>, end: Vec<u8> },
-    /// A holder's own key, created at `revision`. On compaction the key is
-    /// read: a false loss would be worse than a read.
+    /// A holder's own key, created at `revision` and last written by its
+    /// grant at `modified`: a write after that (a resume taking it up under
+    /// another identity) ends the grant as a deletion does. On compaction
+    /// the key is read: a false loss would be worse than a read.
     Own {
         key: Vec<u8>,
         revision: i64,
+        modified: i64,
         kv: Box<Client>,
     },
 }
@@ -56,7 +60,8 @@ impl Watched {
         }
     }
 
-    /// The watch of deletions from revision `from` on.
+    /// The watch of deletions from revision `from` on; of every change,
+    /// for a holder's own key.
     fn request(&self, from: i64) -> WatchCreateRequest {
         WatchCreateRequest {
             key: self.key().to_vec(),
@@ -66,23 +71,31 @@ impl Watched {
             },
             start_revision: from,
             progress_notify: true,
-            filters: vec![FilterType::Noput as i32],
+            filters: match self {
+                Self::Own { .. } => Vec::new(),
+                _ => vec![FilterType::Noput as i32],
+            },
         }
     }
 
     /// After a compaction past `from`: `Some(revision)` to watch again
     /// from, or `None` when the watch should end.
     async fn resume_after_compaction(&self) -> Option<i64> {
-        let Self::Own { key, revision, kv } = self else {
+        let Self::Own {
+            key,
+            revision,
+            modified,
+            kv,
+        } = self
+        else {
             return None;
         };
         loop {
             match kv.range(requests::key(key.clone())).await {
                 Ok(response) => {
-                    let ours = response
-                        .kvs
-                        .first()
-                        .is_some_and(|kv| kv.create_revision == *revision);
+                    let ours = response.kvs.first().is_some_and(|kv| {
+                        kv.create_revision == *revision && kv.mod_revision == *modified
+                    });
                     let read_at = response.header.map_or(0, |header| header.revision);
                     return ours.then_some(read_at + 1);
                 }
@@ -95,9 +108,9 @@ impl Watched {
     }
 }
 
-/// Waits until `watched` sees a deletion at a revision after `after`. A
-/// broken stream is opened again from the last revision seen, so no
-/// deletion is missed.
+/// Waits until `watched` sees a deletion at a revision after `after` (or,
+/// for a holder's own key, any write). A broken stream is opened again
+/// from the last revision seen, so no deletion is missed.
 pub(crate) async fn deleted(client: Client, watched: Watched, after: i64) {
     let mut from = after + 1;
     loop {
@@ -120,7 +133,7 @@ pub(crate) async fn deleted(client: Client, watched: Watched, after: i64) {
                 }
                 break;
             }
-            match Seen::of(&response).advanced(from) {
+            match Seen::of(&response, &watched).advanced(from) {
                 Some(next) => from = next,
                 None => return,
             }
@@ -134,8 +147,9 @@ pub(crate) async fn deleted(client: Client, watched: Watched, after: i64) {
 struct Seen {
     /// The response that confirms the watch was made.
     created: bool,
-    /// Whether one of its events is a deletion.
-    deleted: bool,
+    /// Whether one of its events ends the watch: a deletion, or any
+    /// event on a holder's own key.
+    ended: bool,
     /// The revision of its last event, if it has events.
     last_event: Option<i64>,
     /// The store's revision when it was sent.
@@ -143,13 +157,14 @@ struct Seen {
 }
 
 impl Seen {
-    fn of(response: &WatchResponse) -> Self {
+    fn of(response: &WatchResponse, watched: &Watched) -> Self {
         let events = &response.events;
+        let own = matches!(watched, Watched::Own { .. });
         Self {
             created: response.created,
-            deleted: events
+            ended: events
                 .iter()
-                .any(|event| event.r#type == EventType::Delete as i32),
+                .any(|event| own || event.r#type == EventType::Delete as i32),
             last_event: events
                 .iter()
                 .filter_map(|event| event.kv.as_ref().map(|kv| kv.mod_revision))
@@ -159,7 +174,7 @@ impl Seen {
     }
 
     /// The revision to watch from after this response, if the watch was
-    /// watching from `from`; `None` once it reported a deletion.
+    /// watching from `from`; `None` once it reported an end.
     ///
     /// Only what the stream has delivered moves the start on: its events,
     /// or a progress notification, which etcd sends once every event up to
@@ -168,7 +183,7 @@ impl Seen {
     /// since `from` were sent: moving past it, a stream that broke before
     /// those events would reopen past a deletion it never saw.
     fn advanced(self, from: i64) -> Option<i64> {
-        if self.deleted {
+        if self.ended {
             return None;
         }
         if self.created {
@@ -196,7 +211,7 @@ mod tests {
 
     const CREATED_AT_100: Seen = Seen {
         created: true,
-        deleted: false,
+        ended: false,
         last_event: None,
         header: Some(100),
     };
@@ -208,7 +223,7 @@ mod tests {
         assert_eq!(play(50, &[CREATED_AT_100]), Some(50));
         // Reopened from 50, the deletion is seen.
         let deletion = Seen {
-            deleted: true,
+            ended: true,
             last_event: Some(60),
             header: Some(100),
             ..Seen::default()

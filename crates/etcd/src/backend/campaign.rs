@@ -91,7 +91,7 @@ pub(super) async fn campaign_once(
     let range = NameRange::new(prefix, &request.name);
     let record_key = terms_key(prefix, &request.name);
     let key = range.try_key(request.lease_id);
-    let value = Record::new(request.claim, &request.holder).to_bytes();
+    let value = Record::new(request.claim, &request.holder, request.lease_id).to_bytes();
     // A read-only transaction: no raft proposal while the name is held.
     let mut seen = Seen::of(&run(client, reads(&range, &record_key), "campaigning").await?)?;
     let mut free = true;
@@ -129,7 +129,8 @@ pub(super) async fn campaign_once(
         if response.succeeded {
             wait.take::<Campaigning>();
             let revision = header_revision(&response);
-            return Ok(granted(client, request, key, revision, session));
+            let written = (revision, revision);
+            return Ok(granted(client, request, key, written, session));
         }
         seen = Seen::of(&response)?;
     }
@@ -173,10 +174,11 @@ pub(super) async fn take_over(
         // Taken over by an attempt whose answer was lost: its term is
         // in the record already.
         wait.take::<Waiting>();
-        return Ok(granted(client, request, key, term, session));
+        let written = (term, place.modified);
+        return Ok(granted(client, request, key, written, session));
     }
     let record_key = terms_key(prefix, &request.name);
-    let value = Record::new(request.claim, &request.holder).to_bytes();
+    let value = Record::new(request.claim, &request.holder, request.lease_id).to_bytes();
     let read = client
         .range(requests::key(record_key.clone()))
         .await
@@ -205,7 +207,8 @@ pub(super) async fn take_over(
         let response = run(client, txn, "taking an election's term").await?;
         if response.succeeded {
             wait.take::<Waiting>();
-            return Ok(granted(client, request, key, term, session));
+            let written = (term, header_revision(&response));
+            return Ok(granted(client, request, key, written, session));
         }
         let mut reads = range_reads(&response);
         let own = reads.next().and_then(|read| read.kvs.first());

@@ -14,12 +14,12 @@ use crate::grant::Grant;
 use crate::raw::Client;
 use crate::raw::etcdserverpb::TxnRequest;
 use crate::raw::etcdserverpb::compare::CompareResult;
-use crate::requests::{self, create_revision, put_op};
+use crate::requests::{self, create_revision, mod_revision, put_op};
 use crate::transactions::run;
 
 /// Puts `grant`'s key, with its value, on a new etcd lease of `remaining`
-/// (in whole seconds, rounded up), if the key is still the one granted.
-/// Returns whether it was.
+/// (in whole seconds, rounded up), if the key is still as the grant wrote
+/// it. Returns whether it was.
 pub(super) async fn move_to_own_lease(
     client: &Client,
     grant: &Grant,
@@ -32,7 +32,7 @@ pub(super) async fn move_to_own_lease(
     let Some(kv) = current
         .kvs
         .into_iter()
-        .find(|kv| kv.create_revision == grant.revision)
+        .find(|kv| kv.create_revision == grant.revision && kv.mod_revision == grant.modified)
     else {
         return Ok(false);
     };
@@ -45,11 +45,10 @@ pub(super) async fn move_to_own_lease(
     // A put keeps the key's create revision, so the fencing token and the
     // waiters' order stay as they were.
     let txn = TxnRequest {
-        compare: vec![create_revision(
-            grant.key.clone(),
-            CompareResult::Equal,
-            grant.revision,
-        )],
+        compare: vec![
+            create_revision(grant.key.clone(), CompareResult::Equal, grant.revision),
+            mod_revision(grant.key.clone(), CompareResult::Equal, grant.modified),
+        ],
         success: vec![put_op(grant.key.clone(), kv.value, own.id)],
         failure: Vec::new(),
     };
