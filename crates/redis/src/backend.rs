@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use distlock_core::backend::BackendExt;
 use distlock_core::backend::{
     Abilities, AcquireRequest, Attempt, Backend, Capabilities, DelayedRelease, Extended, Feature,
-    GrantState, HandOver, HandOvers, Lease, LeaseId, ReleaseWatch, ServerInfo, Term, TermLog,
-    WaitState, WaiterList, Wakeups, async_trait,
+    GrantState, HandOver, HandOvers, Lease, LeaseId, ReleaseWatch, Resumes, ServerInfo, Term,
+    TermLog, WaitState, WaiterList, Wakeups, async_trait,
 };
 use distlock_core::{Claim, Error, Holder, LockInfo, LockName, Result, Waiter};
 use futures::future::join_all;
@@ -555,7 +555,8 @@ impl Backend for RedisBackend {
         let mut abilities = Abilities::none()
             .with_wakeups(self)
             .with_delayed_release(self)
-            .with_waiters(self);
+            .with_waiters(self)
+            .with_resumes(self);
         if self.quorum().is_none() && self.config.wait_replicas.is_none() {
             abilities = abilities.with_hand_overs(self);
         }
@@ -647,6 +648,61 @@ impl DelayedRelease for RedisBackend {
             }
         }
         Ok(cut)
+    }
+}
+
+/// Every mode, every claim it grants: one script per server swaps the
+/// grant's identity for the new one, owner-checked, keeping its token
+/// (see `RESUME` in the scripts); in quorum mode on a majority (see
+/// `Quorum::resume`).
+#[async_trait]
+impl Resumes for RedisBackend {
+    /// With `wait_replicas`, the resume counts only once the replicas have
+    /// it, as a grant does: otherwise the new identity is released (the
+    /// old one is gone already) and the call fails.
+    async fn resume(&self, lease: &Lease, request: &AcquireRequest) -> Result<Option<GrantState>> {
+        if let Some(quorum) = self.quorum() {
+            return quorum.resume(lease, request).await;
+        }
+        let replicas = self
+            .config
+            .wait_replicas
+            .map(|replicas| crate::replicas::for_grant(request, replicas));
+        let (resumed, waited) = self
+            .single()
+            .resume(lease, request, request.operation_timeout, replicas)
+            .await?;
+        if !resumed {
+            return Ok(None);
+        }
+        if let (Some(replicas), Some(waited)) = (replicas, waited) {
+            // No term was recorded: there is none to withdraw.
+            let request = AcquireRequest {
+                records_term: false,
+                ..request.clone()
+            };
+            crate::replicas::confirm_grant(
+                self.single(),
+                &request,
+                lease.fencing_token,
+                replicas,
+                waited,
+            )
+            .await?;
+        }
+        // A fresh grant's state: no hold, so none of the tokens a
+        // hand-over reserved for the old process is passed on again.
+        Ok(Some(GrantState::none()))
+    }
+
+    /// The identity the key stores: for a grant handed over in this
+    /// process without a command, the identity of the grant the hand-over
+    /// script made, which the key still names.
+    fn stored_identity(&self, lease: &Lease) -> LeaseId {
+        match OnServer::of(lease) {
+            OnServer::Stored { id, .. } => id,
+            OnServer::Gone => lease.id,
+        }
     }
 }
 

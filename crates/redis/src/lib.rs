@@ -105,6 +105,21 @@
 //!   mode keeps no record, so observing is [`Error::Unsupported`] there
 //!   (`leader()` works).
 //!
+//! # Resuming a lock
+//! `LockClient::resume` takes a held grant up by its handle, in every mode
+//! and for every claim the mode grants. One script per server,
+//! owner-checked on the handle's identity and token and judged by the
+//! server's clock, stores the grant under the new identity with the same
+//! token, to last the lease from the server's now. The old identity is
+//! gone, so a second resume of the handle is [`Error::Lost`], and the old
+//! holder, if it still runs, loses the lock at its next extension (until
+//! then it still believes it holds). A grant handed over without a command
+//! is resumable once its next extension has written its token on the
+//! server (until then its handle is lost); the resumed grant reserves no
+//! tokens, and no later grant repeats one the old process reserved. With
+//! `wait_replicas` a resume counts once the replicas have it. Quorum
+//! mode's resumes are below.
+//!
 //! # Quorum mode
 //! With `?mode=quorum` and N ≥ 3 independent servers (not replicas of one
 //! another), each server keeps its own copy of every lock, and a lock is
@@ -129,6 +144,12 @@
 //!   [`Error::Unsupported`]: a server counts the permits it holds, and the
 //!   permits of different majorities could add up past the limit. No
 //!   hand-over: a release and a new acquisition take its place.
+//! - **Resuming** swaps the copies on every server and holds when a
+//!   majority swapped within the lease; otherwise the copies swapped are
+//!   released by the new identity and the resume is [`Error::Lost`]. Two
+//!   resumes of one handle never both hold; with a server down, both may
+//!   lose. Servers that lacked the copy get it back from the resumed
+//!   grant's extensions.
 //! - **Wake-ups** are on while a majority of the servers' subscriber
 //!   connections is open. **`list`** shows each grant that a majority
 //!   holds, once.
@@ -189,6 +210,7 @@
 //! [`Error::InvalidConfig`]: distlock_core::Error::InvalidConfig
 //! [`Error::Unsupported`]: distlock_core::Error::Unsupported
 //! [`Error::KindConflict`]: distlock_core::Error::KindConflict
+//! [`Error::Lost`]: distlock_core::Error::Lost
 //! [`Wakeups::watch`]: distlock_core::backend::Wakeups::watch
 //! [`Capabilities::bounds_calls`]: distlock_core::backend::Capabilities::bounds_calls
 //! [`Election::observe`]: distlock_core::Election::observe

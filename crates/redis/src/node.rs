@@ -773,6 +773,45 @@ impl Node {
         }
     }
 
+    /// Takes up grant `lease` (found by its name, claim, identity and
+    /// token) under `request`'s identity, lease and holder, in one script
+    /// within `timeout` (see `RESUME` in the scripts): whether it was
+    /// held and is now `request`'s. With `replicas`, `WAIT` for them in the
+    /// same pipeline, and how many acknowledged.
+    pub(crate) async fn resume(
+        &self,
+        lease: &Lease,
+        request: &AcquireRequest,
+        timeout: Duration,
+        replicas: Option<Replicas>,
+    ) -> Result<(bool, Option<Result<u64>>)> {
+        let keys = self.keys.of(&lease.name);
+        let (claim, limit) = claim_code(lease.claim);
+        let what = Doing::new("resuming", &lease.name, &self.on);
+        let record = Record::json(&request.name, &request.holder);
+        let (reply, waited) = self
+            .run_waiting(
+                "resume",
+                &what,
+                timeout,
+                &self.counter.resume,
+                &[&keys.exclusive, &keys.holders, &keys.records, &keys.token],
+                &[
+                    claim.as_bytes(),
+                    lease.id.to_string().as_bytes(),
+                    lease.fencing_token.to_string().as_bytes(),
+                    request.lease_id.to_string().as_bytes(),
+                    millis(request.lease).as_bytes(),
+                    record.as_bytes(),
+                    limit.to_string().as_bytes(),
+                ],
+                replicas,
+            )
+            .await?;
+        let resumed = int(&reply).ok_or_else(|| unexpected(&what.to_string(), &reply))?;
+        Ok((resumed == 1, waited))
+    }
+
     /// Every live grant under the prefix, walked with `SCAN` (never
     /// `KEYS`).
     pub(crate) async fn list(&self) -> Result<Vec<Listed>> {

@@ -383,6 +383,75 @@ impl<'a> Quorum<'a> {
         }
     }
 
+    /// Takes up grant `lease` under `request`'s identity on every server
+    /// (see `RESUME` in the scripts): resumed when a majority swapped their
+    /// copy within the lease, less the time it took and the drift margin,
+    /// as a grant is decided. Each server swaps a copy once, so of two
+    /// resumes of one grant at most one can reach a majority. One that does
+    /// not (another took the other servers, or too few answered) releases
+    /// the copies it took, by its new identity, as an attempt rolls back
+    /// its partial grant: its caller is told the grant is lost, and the
+    /// copies it swapped are nobody's. Servers that lack the copy are
+    /// mended by the resumed grant's extensions, as for any grant.
+    pub(crate) async fn resume(
+        &self,
+        lease: &Lease,
+        request: &AcquireRequest,
+    ) -> Result<Option<GrantState>> {
+        let timeout = call_timeout(request.operation_timeout, request.lease);
+        let started = Instant::now();
+        let (n, need) = (self.nodes.len(), self.need);
+        let calls = self.nodes.iter().map(|node| {
+            let (node, lease, request) = (node.clone(), lease.clone(), request.clone());
+            async move {
+                let (resumed, _) = node.resume(&lease, &request, timeout, None).await?;
+                Ok(resumed)
+            }
+        });
+        let answers = gather(calls, |answers: &[Option<Result<bool>>]| {
+            let (yes, no) = count(answers.iter().flatten());
+            yes >= need || no > n - need
+        })
+        .await;
+        let (mut taken, mut in_doubt, mut errors) = (Vec::new(), Vec::new(), Vec::new());
+        for (index, answer) in answers.into_iter().enumerate() {
+            match answer {
+                Some(Ok(true)) => taken.push((index, lease.fencing_token)),
+                Some(Ok(false)) => {}
+                Some(Err(error)) => {
+                    in_doubt.push(index);
+                    errors.push(error);
+                }
+                None => in_doubt.push(index),
+            }
+        }
+        let in_time = started.elapsed() + drift(request.lease) < request.lease;
+        if taken.len() >= need && in_time {
+            return Ok(Some(CopyRecord::state_for(request)));
+        }
+        self.roll_back(request, &taken, &in_doubt).await;
+        if taken.len() >= need {
+            return Err(Error::Backend {
+                backend: "redis",
+                message: format!(
+                    "resuming {} took {:?}, too long for a lease of {:?}: the servers are too \
+                     slow to answer, or the lease too short",
+                    request.name,
+                    started.elapsed(),
+                    request.lease
+                ),
+                source: None,
+            });
+        }
+        // The copies taken are released: the grant, under either
+        // identity, can still hold a majority only on the servers whose
+        // answer was lost.
+        if in_doubt.len() < need {
+            return Ok(None);
+        }
+        Err(combined(errors))
+    }
+
     /// Ends a lease on every server: whether a majority held it. Decided
     /// as soon as the answers in decide it; the slower servers' calls go
     /// on, and end the copies there.

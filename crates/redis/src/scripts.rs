@@ -571,6 +571,75 @@ end
 return 1
 ";
 
+/// Takes up a grant by its identity, for a process that restarted while
+/// it held the lock (core's `Resumes`): if grant `old` of the claim holds
+/// the name with fencing token `token` (or, for a quorum copy whose token
+/// is still its server's own, `~`, with any: the grant's token was decided
+/// elsewhere, and the identity is the grant's alone), not expired by the
+/// server's clock, it is stored under `new` instead, with the new holder's record,
+/// to last `lease` ms from the server's now, as an extension would; its
+/// token, its claim and its place among the holders stay. In quorum mode
+/// a copy's token is written decided (no `~`): only a grant that was
+/// returned to its holder has a handle. The name's counter is raised to
+/// the token if it has less (it expired, or a restart lost it), never
+/// lowered: the tokens a hand-over reserved above it stay reserved, so
+/// no later grant repeats one. KEYS: x s i t. ARGV: claim (`x`, `s` or
+/// `p`), old id, token, new id, lease ms, record, the permit limit.
+/// Returns 1 when the grant is now `new`'s, 0 when no such grant holds
+/// the name (released, run out, resumed already, or another token), and
+/// then it changed nothing.
+///
+/// Run again with the same arguments (the cluster driver sends a script
+/// again when the connection broke before its answer), it finds the
+/// grant under `new`, with the token, and answers 1 again: `new` is this
+/// call's own.
+///
+/// Readers' and permits' new member and record are written before the
+/// old ones are removed, so that on a server out of memory the first
+/// write is refused with `OOM` and nothing changed.
+const RESUME: &str = r"
+local x, s, i, t = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local claim, old, token, new, lease, record = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+-- Whether a stored `<token>:<record>` carries the grant's token: a
+-- quorum copy still provisional (`~`, its raise lost or not awaited)
+-- carries its server's own, and is the grant's by its identity alone.
+local function ours(stored)
+  local provisional, digits = string.match(stored, '^(~?)(%d+):')
+  return provisional == '~' or (digits ~= nil and digits == token)
+end
+local function raise()
+  if (tonumber(redis.call('GET', t) or '0') or 0) < tonumber(token) then
+    redis.call('SET', t, token, 'PX', COUNTER_TTL)
+  end
+  return 1
+end
+if claim == 'x' then
+  local v = redis.call('GET', x)
+  if not v or not ours(string.sub(v, 34)) then return 0 end
+  local id = string.sub(v, 1, 32)
+  if id == new then return 1 end
+  if id ~= old then return 0 end
+  redis.call('SET', x, new .. ':' .. token .. ':' .. record, 'PX', lease)
+  return raise()
+end
+local now = clock()
+if redis.call('HGET', i, 'kind') ~= claim then return 0 end
+if claim == 'p' and redis.call('HGET', i, 'limit') ~= ARGV[7] then return 0 end
+local function holds(id)
+  local score = redis.call('ZSCORE', s, id)
+  local stored = redis.call('HGET', i, id)
+  return score and tonumber(score) > now and stored and ours(stored)
+end
+if holds(new) then return 1 end
+if not holds(old) then return 0 end
+redis.call('ZADD', s, int(now + tonumber(lease)), new)
+redis.call('HSET', i, new, token .. ':' .. record)
+redis.call('ZREM', s, old)
+redis.call('HDEL', i, old)
+expire_with_last(s, i)
+return raise()
+";
+
 /// A campaign's attempt: [`ACQUIRE`] run as a function, then, when it
 /// granted, the term recorded in the same script. KEYS: ACQUIRE's, `wi`
 /// seventh, then `r`, the name's list of terms, newest first, each
@@ -668,6 +737,7 @@ pub(crate) struct CounterScripts {
     pub(crate) hand_over: Script,
     pub(crate) raise: Script,
     pub(crate) mend: Script,
+    pub(crate) resume: Script,
 }
 
 /// The counter scripts of the default keep, compiled once per process.
@@ -699,6 +769,7 @@ impl CounterScripts {
             hand_over: of(&[&constants, CLOCK, INT, NEXT_TOKEN, HAND_OVER]),
             raise: of(&[&constants, INT, OWNS, RAISE]),
             mend: of(&[&constants, CLOCK, INT, PRUNE, EXPIRE_WITH_LAST, MEND]),
+            resume: of(&[&constants, CLOCK, INT, EXPIRE_WITH_LAST, RESUME]),
         }
     }
 }
