@@ -446,13 +446,13 @@ impl EtcdBackend {
         Ok(left)
     }
 
-    /// Deletes our own `key`; until etcd answers, it is noted as a
+    /// Deletes our own `key`; unless etcd answers, it is noted as a
     /// leftover, to be deleted again at the next renewal. A failure that
     /// may pass (an election) is tried again for up to `within`.
     async fn delete_key(&self, key: &[u8], within: Duration) -> Result<bool> {
-        self.leftovers.note(key);
+        let pending = self.leftovers.pending(key);
         let deleted = release::delete(&self.client, key, within).await?;
-        self.leftovers.forget(key);
+        pending.answered();
         Ok(deleted)
     }
 
@@ -482,9 +482,11 @@ impl EtcdBackend {
             failure: Vec::new(),
         };
         // Deleted again at the next renewal if etcd does not answer.
-        self.leftovers.note(&kv.key);
+        let pending = self
+            .leftovers
+            .pending_grant(&kv.key, (kv.create_revision, kv.mod_revision));
         let deleted = self.txn(txn, "releasing a lock").await?.succeeded;
-        self.leftovers.forget(&kv.key);
+        pending.answered();
         Ok(deleted)
     }
 
@@ -592,10 +594,12 @@ impl Backend for EtcdBackend {
             return Ok(false);
         }
         grant.releasing.store(true, Ordering::Release);
-        self.leftovers.note(&grant.key);
+        let pending = self
+            .leftovers
+            .pending_grant(&grant.key, (grant.revision, grant.modified));
         let released =
             release::delete_if_ours(&self.client, grant, lease.operation_timeout).await?;
-        self.leftovers.forget(&grant.key);
+        pending.answered();
         if !released {
             // Gone before this release: the holder hears of the loss
             // before the release answers that the lock was not ours.
@@ -751,15 +755,15 @@ impl DelayedRelease for EtcdBackend {
         else {
             return Ok(false);
         };
-        // Until etcd answers, the key is a leftover: a move that fails
-        // leaves it to be deleted at the next renewal, early, rather than
-        // kept by the session for as long as this client is busy.
-        self.leftovers.note(&grant.key);
-        let moved = delayed::move_to_own_lease(&self.client, grant, remaining).await;
-        if moved.is_ok() {
-            self.leftovers.forget(&grant.key);
-        }
-        moved
+        // A move that fails leaves the key to be deleted at the next
+        // renewal, early, rather than kept by the session for as long as
+        // this client is busy.
+        let pending = self
+            .leftovers
+            .pending_grant(&grant.key, (grant.revision, grant.modified));
+        let moved = delayed::move_to_own_lease(&self.client, grant, remaining).await?;
+        pending.answered();
+        Ok(moved)
     }
 }
 

@@ -4,24 +4,29 @@
 //! long as the client holds or waits for anything. So a release, or the
 //! end of a wait, whose delete failed (an election, a member killed
 //! mid-request) or was cancelled would leave a key that blocks its name for
-//! as long as the client keeps busy. Each key is noted before its delete is
-//! sent and forgotten once etcd answers, and whatever is still noted is
-//! deleted again at the next session renewal. A key whose write lost its
+//! as long as the client keeps busy. A key is noted once its delete failed
+//! or was dropped unanswered (never while it is in flight: a renewal's
+//! retry would then delete the key under the release, whose owner check
+//! would fail and report a loss), and whatever is noted is deleted again
+//! at the next session renewal. A grant's key is deleted again only while
+//! it is as the grant last wrote it: a resume may have taken it up, and it
+//! is then another holder's. A key whose write lost its
 //! answer, and which its delete did not find, is deleted again a few times
 //! over the next seconds (see [`Leftovers::recheck`]), and then looked for
 //! at each renewal for a while longer: a write held up through a leader
 //! election can land later still, and would hold its name for as long as
 //! the session lives.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::raw::Client;
-use crate::raw::etcdserverpb::RangeRequest;
-use crate::requests;
+use crate::raw::etcdserverpb::compare::CompareResult;
+use crate::raw::etcdserverpb::{RangeRequest, TxnRequest};
+use crate::requests::{self, create_revision, delete_op, mod_revision};
 
 /// When a key whose write lost its answer is deleted again, after each
 /// pause: a write held up in the server for longer than their sum is
@@ -41,7 +46,10 @@ const SUSPECT_FOR: Duration = Duration::from_secs(300);
 /// The keys to delete again; cheap to clone.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Leftovers {
-    keys: Arc<Mutex<HashSet<Vec<u8>>>>,
+    /// Each key, with the revisions a grant's key must still have (its
+    /// create revision, and the revision of the grant's last write) to be
+    /// deleted again; `None` for a wait's key, which is only ever ours.
+    keys: Arc<Mutex<HashMap<Vec<u8>, Option<Revisions>>>>,
     /// Keys whose write lost its answer and that no delete has found yet,
     /// with when they were given up: looked for (a read, not a write) at
     /// each renewal, and deleted if they appear, until [`SUSPECT_FOR`].
@@ -50,21 +58,60 @@ pub(crate) struct Leftovers {
     retrying: Arc<AtomicBool>,
 }
 
+/// A grant's key's create revision, and the revision of its last write.
+pub(crate) type Revisions = (i64, i64);
+
+/// A delete of `key` under way: dropped before [`answered`](Self::answered)
+/// (the delete failed, or its caller went away), it notes the key as a
+/// leftover.
+#[must_use = "dropping it at once notes the key as a leftover"]
+pub(crate) struct Pending<'a> {
+    leftovers: &'a Leftovers,
+    key: Option<(Vec<u8>, Option<Revisions>)>,
+}
+
+impl Pending<'_> {
+    /// etcd answered the delete (deleted, or gone, or another holder's).
+    pub(crate) fn answered(mut self) {
+        self.key = None;
+    }
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        if let Some((key, revisions)) = self.key.take() {
+            self.leftovers.lock().insert(key, revisions);
+        }
+    }
+}
+
 impl Leftovers {
-    /// Notes `key` before its delete is sent.
-    pub(crate) fn note(&self, key: &[u8]) {
-        self.lock().insert(key.to_vec());
+    /// A delete of `key`, a wait's or an attempt's, about to be sent.
+    pub(crate) fn pending(&self, key: &[u8]) -> Pending<'_> {
+        Pending {
+            leftovers: self,
+            key: Some((key.to_vec(), None)),
+        }
     }
 
-    /// Forgets `key` once etcd answered its delete (deleted, or gone).
-    pub(crate) fn forget(&self, key: &[u8]) {
+    /// A delete of a grant's `key` about to be sent, to be done again only
+    /// while the key still has `revisions`.
+    pub(crate) fn pending_grant(&self, key: &[u8], revisions: Revisions) -> Pending<'_> {
+        Pending {
+            leftovers: self,
+            key: Some((key.to_vec(), Some(revisions))),
+        }
+    }
+
+    /// Forgets `key` once etcd answered a delete of it.
+    fn forget(&self, key: &[u8]) {
         self.lock().remove(key);
     }
 
     /// Deletes every noted key again, in a task of its own so that a
     /// renewal never waits for it; at most one such task runs at a time.
-    /// Each key is this client's own (its name ends in a random id), so
-    /// it is deleted unconditionally.
+    /// A wait's key is this client's own (its name ends in a random id),
+    /// so it is deleted unconditionally; a grant's only while unchanged.
     pub(crate) fn retry(&self, kv: &Client) {
         let idle = self.lock().is_empty() && self.suspects().is_empty();
         if idle || self.retrying.swap(true, Ordering::AcqRel) {
@@ -72,10 +119,18 @@ impl Leftovers {
         }
         let (leftovers, kv) = (self.clone(), kv.clone());
         tokio::spawn(async move {
-            let keys: Vec<Vec<u8>> = leftovers.lock().iter().cloned().collect();
-            for key in keys {
-                match kv.delete_range(requests::delete(&key)).await {
-                    Ok(_) => leftovers.forget(&key),
+            let keys: Vec<(Vec<u8>, Option<Revisions>)> = leftovers
+                .lock()
+                .iter()
+                .map(|(key, revisions)| (key.clone(), *revisions))
+                .collect();
+            for (key, revisions) in keys {
+                let deleted = match revisions {
+                    None => kv.delete_range(requests::delete(&key)).await.map(drop),
+                    Some(revisions) => kv.txn(unchanged_delete(&key, revisions)).await.map(drop),
+                };
+                match deleted {
+                    Ok(()) => leftovers.forget(&key),
                     Err(error) => {
                         tracing::debug!(%error, "deleting a left-over etcd key failed; trying again at the next renewal");
                     }
@@ -153,9 +208,45 @@ impl Leftovers {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<Vec<u8>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Vec<u8>, Option<Revisions>>> {
         self.keys
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Deletes `key` if it still has `revisions`: a grant's key, which a
+/// resume may have taken up since.
+fn unchanged_delete(key: &[u8], (created, modified): Revisions) -> TxnRequest {
+    TxnRequest {
+        compare: vec![
+            create_revision(key.to_vec(), CompareResult::Equal, created),
+            mod_revision(key.to_vec(), CompareResult::Equal, modified),
+        ],
+        success: vec![delete_op(key)],
+        failure: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_is_noted_only_once_its_delete_failed_or_was_dropped() {
+        let leftovers = Leftovers::default();
+        let pending = leftovers.pending_grant(b"grant", (7, 9));
+        // In flight: a renewal's retry must not delete it under the release.
+        assert!(leftovers.lock().is_empty());
+        pending.answered();
+        assert!(leftovers.lock().is_empty(), "answered: nothing left over");
+
+        let failed = leftovers.pending_grant(b"grant", (7, 9));
+        drop(failed);
+        let wait = leftovers.pending(b"wait");
+        drop(wait);
+        let noted = leftovers.lock().clone();
+        assert_eq!(noted.get(&b"grant"[..].to_vec()), Some(&Some((7, 9))));
+        assert_eq!(noted.get(&b"wait"[..].to_vec()), Some(&None));
     }
 }
