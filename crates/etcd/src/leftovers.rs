@@ -246,7 +246,7 @@ mod tests {
         let wait = leftovers.pending(b"wait");
         drop(wait);
         let noted = leftovers.lock().clone();
-        assert_eq!(noted.get(&b"grant"[..].to_vec()), Some(&Some((7, 9))));
-        assert_eq!(noted.get(&b"wait"[..].to_vec()), Some(&None));
+        assert_eq!(noted.get(&b"grant"[..]), Some(&Some((7, 9))));
+        assert_eq!(noted.get(&b"wait"[..]), Some(&None));
     }
 }
