@@ -5,7 +5,8 @@
 //! - Its fair form (`fair=true`, see `Capabilities::fair`): clients wait
 //!   in the store's queue. It runs the scenarios whose promises fair mode
 //!   keeps unchanged while it changes how a lock passes on: R1 (churn), R4
-//!   (a killed holder) and R5 (a lost answer).
+//!   (a killed holder), R5 (a lost answer) and R15 (a killed holder
+//!   resumed, whose place at the head of the line must stay).
 //! - Its mutants: clients open it through a `MutantBackend` with one
 //!   deliberate defect (see `crate::mutants`), so that R1 must fail. They
 //!   are not in the campaign's list, only in `--backend`: the campaign's
@@ -41,7 +42,7 @@ impl Form {
             of,
             name,
             option_name,
-            scenarios: &["R1", "R4", "R5"],
+            scenarios: &["R1", "R4", "R5", "R15"],
             dress: fair,
         }
     }
