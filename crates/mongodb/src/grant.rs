@@ -33,9 +33,20 @@ pub(crate) fn stored_id(lease: &Lease) -> String {
 /// identity is 32 hex digits, as a lease's is.
 pub(crate) fn stored_lease_id(lease: &Lease) -> LeaseId {
     match lease.state.get::<PassedOn>() {
-        Some(PassedOn(place)) => crate::resume::lease_id_of(place).unwrap_or(lease.id),
+        Some(PassedOn(place)) => lease_id_of(place).unwrap_or(lease.id),
         None => lease.id,
     }
+}
+
+/// A stored identity (32 hex digits) as a lease identity; `None` for any
+/// other text.
+pub(crate) fn lease_id_of(stored: &str) -> Option<LeaseId> {
+    if stored.len() != 32 {
+        return None;
+    }
+    u128::from_str_radix(stored, 16)
+        .ok()
+        .map(LeaseId::from_u128)
 }
 
 #[cfg(test)]

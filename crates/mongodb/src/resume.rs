@@ -21,7 +21,7 @@
 //! `lockId`, so that its change event is an update that no release
 //! watcher matches.
 
-use distlock_core::backend::{AcquireRequest, Lease, LeaseId};
+use distlock_core::backend::{AcquireRequest, Lease};
 use distlock_core::{Claim, LockName};
 use mongodb::bson::{Document, doc};
 
@@ -114,17 +114,6 @@ pub(crate) fn take_up(old: &Lease, request: &AcquireRequest) -> Vec<Document> {
     }
 }
 
-/// A stored identity (32 hex digits) as a lease identity; `None` for any
-/// other text.
-pub(crate) fn lease_id_of(stored: &str) -> Option<LeaseId> {
-    if stored.len() != 32 {
-        return None;
-    }
-    u128::from_str_radix(stored, 16)
-        .ok()
-        .map(LeaseId::from_u128)
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -133,6 +122,8 @@ mod tests {
     use distlock_core::backend::GrantState;
 
     use super::*;
+    use crate::grant::lease_id_of;
+    use distlock_core::backend::LeaseId;
 
     fn request(claim: Claim, label: &str) -> AcquireRequest {
         AcquireRequest::new(
