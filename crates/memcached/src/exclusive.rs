@@ -185,14 +185,7 @@ impl Locks<'_> {
             ));
         }
         if granted.len() >= need {
-            return Err(Error::Backend {
-                backend: BACKEND,
-                message: format!(
-                    "acquiring {} took {elapsed:?}, too long for a lease of {:?}",
-                    request.name, request.lease
-                ),
-                source: None,
-            });
+            return Err(too_slow("acquiring", request, elapsed));
         }
         let holding = self
             .store
@@ -466,14 +459,7 @@ impl Locks<'_> {
             ));
         }
         if swapped.len() >= need {
-            return Err(Error::Backend {
-                backend: BACKEND,
-                message: format!(
-                    "resuming {} took {elapsed:?}, too long for a lease of {:?}",
-                    request.name, request.lease
-                ),
-                source: None,
-            });
+            return Err(too_slow("resuming", request, elapsed));
         }
         Ok(None)
     }
@@ -599,4 +585,16 @@ impl Locks<'_> {
 fn within_lease(elapsed: Duration, lease: Duration) -> bool {
     let drift = lease / 100 + Duration::from_millis(2);
     elapsed + drift < lease
+}
+/// The error of a quorum call (`verb`: acquiring, resuming) that reached
+/// a majority too late to count, `elapsed` after it began.
+fn too_slow(verb: &str, request: &AcquireRequest, elapsed: Duration) -> Error {
+    Error::Backend {
+        backend: BACKEND,
+        message: format!(
+            "{verb} {} took {elapsed:?}, too long for a lease of {:?}",
+            request.name, request.lease
+        ),
+        source: None,
+    }
 }

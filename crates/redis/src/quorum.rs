@@ -201,17 +201,7 @@ impl<'a> Quorum<'a> {
             return Err(combined(errors));
         }
         if counted >= need {
-            return Err(Error::Backend {
-                backend: "redis",
-                message: format!(
-                    "acquiring {} took {:?}, too long for a lease of {:?}: the servers are too \
-                     slow to answer, or the lease too short",
-                    request.name,
-                    started.elapsed(),
-                    request.lease
-                ),
-                source: None,
-            });
+            return Err(too_slow("acquiring", request, started.elapsed()));
         }
         if let Some(held) = conflict {
             return Ok(Answer::Conflict(held));
@@ -431,17 +421,7 @@ impl<'a> Quorum<'a> {
         }
         self.roll_back(request, &taken, &in_doubt).await;
         if taken.len() >= need {
-            return Err(Error::Backend {
-                backend: "redis",
-                message: format!(
-                    "resuming {} took {:?}, too long for a lease of {:?}: the servers are too \
-                     slow to answer, or the lease too short",
-                    request.name,
-                    started.elapsed(),
-                    request.lease
-                ),
-                source: None,
-            });
+            return Err(too_slow("resuming", request, started.elapsed()));
         }
         // The copies taken are released: the grant, under either
         // identity, can still hold a majority only on the servers whose
@@ -792,6 +772,20 @@ fn combined(mut errors: Vec<Error>) -> Error {
         message: format!(
             "too few redis servers answered for a majority: {}",
             messages.join("; ")
+        ),
+        source: None,
+    }
+}
+
+/// The error of a quorum call (`verb`: acquiring, resuming) that reached
+/// a majority too late to count, `elapsed` after it began.
+fn too_slow(verb: &str, request: &AcquireRequest, elapsed: Duration) -> Error {
+    Error::Backend {
+        backend: "redis",
+        message: format!(
+            "{verb} {} took {elapsed:?}, too long for a lease of {:?}: the servers are too \
+             slow to answer, or the lease too short",
+            request.name, request.lease
         ),
         source: None,
     }
