@@ -174,19 +174,15 @@ impl Locks<'_> {
             .quorum
             .roll_back(&granted, &in_doubt, lock_key, request.lease_id)
             .await;
-        if errors.len() > targets.len() - need {
-            return Err(combined(
-                &format!(
-                    "{} of {} servers did not answer and {need} must grant",
-                    errors.len(),
-                    targets.len()
-                ),
-                errors,
-            ));
-        }
-        if granted.len() >= need {
-            return Err(too_slow("acquiring", request, elapsed));
-        }
+        fell_short(
+            errors,
+            targets.len(),
+            need,
+            granted.len(),
+            ("grant", "acquiring"),
+            request,
+            elapsed,
+        )?;
         let holding = self
             .store
             .quorum
@@ -448,19 +444,15 @@ impl Locks<'_> {
             .quorum
             .put_back(&swapped, &in_doubt, key, request.lease_id, 0)
             .await;
-        if errors.len() > targets.len() - need {
-            return Err(combined(
-                &format!(
-                    "{} of {} servers did not answer and {need} must resume",
-                    errors.len(),
-                    targets.len()
-                ),
-                errors,
-            ));
-        }
-        if swapped.len() >= need {
-            return Err(too_slow("resuming", request, elapsed));
-        }
+        fell_short(
+            errors,
+            targets.len(),
+            need,
+            swapped.len(),
+            ("resume", "resuming"),
+            request,
+            elapsed,
+        )?;
         Ok(None)
     }
 
@@ -586,15 +578,36 @@ fn within_lease(elapsed: Duration, lease: Duration) -> bool {
     let drift = lease / 100 + Duration::from_millis(2);
     elapsed + drift < lease
 }
-/// The error of a quorum call (`verb`: acquiring, resuming) that reached
-/// a majority too late to count, `elapsed` after it began.
-fn too_slow(verb: &str, request: &AcquireRequest, elapsed: Duration) -> Error {
-    Error::Backend {
-        backend: BACKEND,
-        message: format!(
-            "{verb} {} took {elapsed:?}, too long for a lease of {:?}",
-            request.name, request.lease
-        ),
-        source: None,
+/// Whether a quorum call that did not hold failed, and why: more of the
+/// `servers` than a majority (`need`) allows did not answer, so the
+/// outcome is unknown (`errors`); or `reached` a majority, but too late to
+/// count, `elapsed` after it began. `Ok` when a majority refused. `verbs`
+/// name the call in its two forms (`grant`, `acquiring`).
+fn fell_short(
+    errors: Vec<Error>,
+    servers: usize,
+    need: usize,
+    reached: usize,
+    (verb, doing): (&str, &str),
+    request: &AcquireRequest,
+    elapsed: Duration,
+) -> Result<()> {
+    if errors.len() > servers - need {
+        let unanswered = errors.len();
+        return Err(combined(
+            &format!("{unanswered} of {servers} servers did not answer and {need} must {verb}"),
+            errors,
+        ));
     }
+    if reached >= need {
+        return Err(Error::Backend {
+            backend: BACKEND,
+            message: format!(
+                "{doing} {} took {elapsed:?}, too long for a lease of {:?}",
+                request.name, request.lease
+            ),
+            source: None,
+        });
+    }
+    Ok(())
 }
