@@ -59,8 +59,9 @@ pub(crate) enum Command {
             has one), with its kind, holder (host, pid, label), fencing token, how many wait \
             (WAITING) and the time left on its lease. Where the store keeps its waiters (etcd; \
             the fair modes of MongoDB and of both PostgreSQL modes, which keep the waits for the \
-            whole lock; Redis, which keeps its waiting writers' marks but no line, so lists them \
-            in the order they began: WAITING is n+), a second table lists them in the order they \
+            whole lock; Redis and PostgreSQL's lease mode without fair mode, which keep their \
+            waiting writers' marks but no line, so list them in the order they began: WAITING \
+            is n+), a second table lists them in the order they \
             will be served; elsewhere WAITING is ?, unknown, not nobody. With --json, an array of \
             objects with `waiters` and `waiters_complete`."
     )]
@@ -289,8 +290,9 @@ pub(crate) struct ListArgs {
     /// "limit"} or null, "holder": {"host", "pid", "label"} or null,
     /// "fencing_token" or null, "expires_in_ms" or null (the lock lasts as
     /// long as its holder's process), "waiters": [{"kind", "holder",
-    /// "waiting_for_ms"}, …] in the order they will be served (on Redis,
-    /// which keeps no line, in the order they began), or null where the
+    /// "waiting_for_ms"}, …] in the order they will be served (on Redis
+    /// and PostgreSQL's lease mode without fair mode, which keep no line,
+    /// in the order they began), or null where the
     /// store keeps no waiters, "waiters_complete": true (every
     /// wait), false (only waits for the whole lock) or null}.
     #[arg(long)]

@@ -24,12 +24,13 @@
 //! and `expires_in_ms` is `null` when the lock lasts as long as its
 //! holder's process (the file backend). `waiters` lists who waits for the
 //! lock, in the order they will be served (the same list for every holder
-//! of one name; on Redis, which keeps no line, in the order they began),
-//! where the store keeps its waiters (fair mode, Redis's marks); it is
+//! of one name; on Redis and PostgreSQL's lease mode without fair mode,
+//! which keep no line, in the order they began), where the store keeps
+//! its waiters (fair mode, Redis's and PostgreSQL's marks); it is
 //! `null` where the store does not, which is not the same as `[]`, nobody
 //! waiting. `waiters_complete` is `true` where every wait is listed
 //! (etcd), `false` where only the waits for the whole lock are kept
-//! (fair modes, Redis: a reader or a permit may wait unlisted), and
+//! (fair modes, marks: a reader or a permit may wait unlisted), and
 //! `null` with `waiters`. A waiter's `holder` and `waiting_for_ms` are `null` where the
 //! store does not record them. Names are exact (JSON escapes any control
 //! characters).

@@ -338,14 +338,15 @@ impl Backend for PostgresBackend {
         if let Some(terms) = &self.store().terms {
             abilities = abilities.with_term_log(terms);
         }
-        // Fair lines keep who waits: lease mode's in the lock's row,
-        // advisory mode's in the server's queue of the name's key. Without
-        // fair mode each waiter polls on its own, in no order.
-        let fair = match &self.mode {
-            Modes::Lease(lease) => lease.is_fair(),
+        // Lease mode keeps who waits in the lock's row: its fair line, or
+        // else the waiting writers' marks. Advisory mode's fair line is
+        // the server's queue of the name's key; without fair mode each of
+        // its waiters polls on its own, unrecorded.
+        let keeps_waiters = match &self.mode {
+            Modes::Lease(_) => true,
             Modes::Advisory(advisory) => advisory.is_fair(),
         };
-        if fair {
+        if keeps_waiters {
             abilities = abilities.with_waiters(self);
         }
         // Without wake-ups only once notifications proved not to arrive;
@@ -359,10 +360,21 @@ impl Backend for PostgresBackend {
 
 #[async_trait]
 impl WaiterList for PostgresBackend {
-    /// Only waits for the whole lock keep a place in line: readers poll,
-    /// in both modes.
+    /// Only waits for the whole lock keep a place in line, or leave a
+    /// mark: readers and permits poll, in both modes.
     fn sees_every_wait(&self) -> bool {
         false
+    }
+
+    /// A fair line serves in its order; lease mode's marks without fair
+    /// mode keep who waits but no line: whichever writer asks first after
+    /// a release is served, and the marks are listed in the order their
+    /// waits began.
+    fn serves_in_order(&self) -> bool {
+        match &self.mode {
+            Modes::Lease(lease) => lease.is_fair(),
+            Modes::Advisory(_) => true,
+        }
     }
 
     async fn waiters(&self, limit: Duration) -> Result<Vec<(LockName, Waiter)>> {

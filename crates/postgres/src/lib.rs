@@ -199,8 +199,18 @@
 //! clock, and the host, pid and label that the waiting connection's
 //! `application_name` carries while it waits (cut to the 63 bytes the
 //! server keeps of it); a transaction lock's writer waiting for the name
-//! is listed too, without them. Without `fair=true` each waiter asks on
-//! its own, in no order anyone keeps, and the waiters are
+//! is listed too, without them.
+//!
+//! Without `fair=true`, lease mode still lists the waiting writers
+//! ([`Waiters::WholeLock`](distlock_core::Waiters::WholeLock)): each
+//! leaves a mark in the lock's row that keeps later readers out, and the
+//! mark records its host, pid and label and when its wait began by the
+//! server's clock. The marks keep no line: whichever writer asks first
+//! after a release is served, so they are listed in the order the waits
+//! began, and
+//! [`WaiterList::serves_in_order`](distlock_core::backend::WaiterList::serves_in_order)
+//! is `false` there. Advisory mode without `fair=true` keeps nothing of
+//! its waiters: each asks on its own, and they are
 //! [`Waiters::Unknown`](distlock_core::Waiters::Unknown).
 //!
 //! # Advisory mode

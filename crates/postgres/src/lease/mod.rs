@@ -288,6 +288,8 @@ impl LeaseMode {
         let name = request.name.as_str().as_bytes();
         let mark_id = mark.map(WriterMark::as_str);
         let lease_us = micros(request.lease);
+        // The mark records who waits, for `list`.
+        let holder = holder_json(&request.holder);
         let rows = self
             .store
             .connections
@@ -298,6 +300,7 @@ impl LeaseMode {
                     (&name, Type::BYTEA),
                     (&mark_id, Type::TEXT),
                     (&lease_us, Type::INT8),
+                    (&holder, Type::TEXT),
                 ],
                 request.operation_timeout,
             )
@@ -536,26 +539,35 @@ impl LeaseMode {
         self.fair.is_some()
     }
 
-    /// Every place in line, with its name, in line order; none outside
-    /// fair mode. Places record no time of their first attempt.
+    /// In fair mode, every place in line, with its name, in line order
+    /// (places record no time of their first attempt); otherwise every
+    /// live writer's mark, in the order the waits began, with how long
+    /// each has waited by the server's clock. Readers and permits leave
+    /// neither, and wait unlisted.
     pub(crate) async fn waiters(&self, limit: Duration) -> Result<Vec<(LockName, Waiter)>> {
-        let Some(fair) = &self.fair else {
-            return Ok(Vec::new());
+        let sql = match &self.fair {
+            Some(fair) => &fair.waiters,
+            None => &self.statements.waiters,
         };
         let rows = self
             .store
             .connections
-            .query("listing waiters", &fair.waiters, &[], limit)
+            .query("listing waiters", sql, &[], limit)
             .await?;
+        let what = "a listed waiter";
         rows.iter()
             .map(|row| {
-                let name = rows::name(row, "a listed waiter")?;
-                let holder: Option<String> = get(row, 1, "a listed waiter")?;
+                let name = rows::name(row, what)?;
+                let holder: Option<String> = get(row, 1, what)?;
+                let waited_us: Option<i64> = match self.fair {
+                    Some(_) => None,
+                    None => get(row, 2, what)?,
+                };
                 let waiter = Waiter {
-                    // Only a whole lock is waited for in line.
+                    // Only a whole lock's wait keeps a place or a mark.
                     kind: LockKind::Exclusive,
                     holder: holder.and_then(|json| serde_json::from_str(&json).ok()),
-                    waiting_for: None,
+                    waiting_for: waited_us.map(rows::duration),
                 };
                 Ok((name, waiter))
             })

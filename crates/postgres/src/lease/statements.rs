@@ -2,7 +2,9 @@
 //!
 //! A row holds one name: `holders` is a JSON array of grants,
 //! `{id, token, at, exp, holder}` with times in the server's microseconds
-//! since the epoch, and `waiting` an array of writers' marks, `{id, exp}`.
+//! since the epoch, and `waiting` an array of writers' marks,
+//! `{id, exp, holder, since}`: who waits, and since when by the server's
+//! clock (a mark written by an older version has only `id` and `exp`).
 //! A grant or mark lives while its `exp` is after the server's clock
 //! (`clock_timestamp()`, read once per statement); `kind` and
 //! `permit_limit` say what the live holders hold, and mean nothing once
@@ -80,6 +82,8 @@ pub(crate) struct Statements {
     pub(crate) force_release: String,
     pub(crate) end_wait: String,
     pub(crate) list: String,
+    /// Every live writer's mark; see [`waiters`].
+    pub(crate) waiters: String,
     /// Deletes at most `$1` rows that nothing holds or waits for.
     pub(crate) sweep: String,
 }
@@ -100,6 +104,7 @@ impl Statements {
             force_release: force_release(t),
             end_wait: end_wait(t),
             list: list(t),
+            waiters: waiters(t),
             sweep: sweep(t),
         }
     }
@@ -188,19 +193,30 @@ fn campaign(t: &str, terms: &TableName) -> String {
 
 /// Why an attempt found the name held, read after it: the holders' kind
 /// and limit, how many live, how long until the first of them expires,
-/// how long until the first other writer's mark expires, and whether a waiting writer's mark (`$2`, when given) is stored, added
-/// or refreshed here to last a lease (`$3`, µs) from now. A writer marks where
-/// readers or another writer hold the name, or other writers' marks live,
-/// so that new readers wait behind it (also those that come once the
-/// writer inside has left, before this one asks again); never beside
-/// permits, which is a conflict.
+/// how long until the first other writer's mark expires, and whether a
+/// waiting writer's mark (`$2`, when given) is stored, added or refreshed
+/// here to last a lease (`$3`, µs) from now. A writer marks where readers
+/// or another writer hold the name, or other writers' marks live, so that
+/// new readers wait behind it (also those that come once the writer
+/// inside has left, before this one asks again); never beside permits,
+/// which is a conflict.
+///
+/// The mark records who waits (`$4`, the holder as JSON text) and since
+/// when by the server's clock (`since`, µs): the first marking of a wait
+/// sets it, a refresh keeps it (a mark of an older version, without it,
+/// gets the refresh's now).
 fn held(t: &str) -> String {
     let vars = "jsonb_build_object('now', c.now_us, 'id', $2::text)";
     let any_live = format!("jsonb_path_exists(t.holders, {LIVE}, {vars})");
+    let since = format!(
+        "coalesce((jsonb_path_query_first(t.waiting, '$[*] ? (@.id == $id)', {vars})
+                   ->> 'since')::bigint, c.now_us)"
+    );
     format!(
         "WITH marked AS (
              UPDATE {t} AS t SET waiting = jsonb_path_query_array(t.waiting, {LIVE_OTHERS}, {vars})
-                 || jsonb_build_array(jsonb_build_object('id', $2::text, 'exp', c.now_us + $3))
+                 || jsonb_build_array(jsonb_build_object('id', $2::text, 'exp', c.now_us + $3,
+                        'holder', $4::text::jsonb, 'since', {since}))
              FROM {CLOCK}
              WHERE t.name = $1 AND $2::text IS NOT NULL
                AND (({any_live} AND t.kind IN ('shared', 'exclusive'))
@@ -417,6 +433,23 @@ fn list(t: &str) -> String {
     )
 }
 
+/// Every live writer's mark of every name, outside fair mode: the name,
+/// the mark's holder as JSON text (null in a mark of an older version)
+/// and µs since its wait began by the server's clock (null likewise), in
+/// the order the waits began, those without a beginning last in the
+/// row's order. A fair place (an entry with a `lease`) is not a mark:
+/// fair mode lists the places itself.
+fn waiters(t: &str) -> String {
+    format!(
+        "SELECT t.name, (m.mark -> 'holder')::text, c.now_us - (m.mark ->> 'since')::bigint
+         FROM {t} AS t, {CLOCK},
+              jsonb_array_elements(jsonb_path_query_array(t.waiting,
+                  '$[*] ? (@.exp > $now && !(exists(@.lease)))',
+                  jsonb_build_object('now', c.now_us))) WITH ORDINALITY AS m(mark, n)
+         ORDER BY t.name, (m.mark ->> 'since')::bigint NULLS LAST, m.n"
+    )
+}
+
 /// Deletes at most `$1` rows in which no grant and no writer's mark
 /// lives, skipping rows another statement has locked and names whose gate
 /// is taken (an acquire in flight), and only where the row's token is
@@ -459,6 +492,7 @@ mod tests {
             &statements.release,
             &statements.resume,
             &statements.list,
+            &statements.waiters,
             &statements.sweep,
         ] {
             assert!(sql.contains(r#""s"."a ""b""; --""#), "{sql}");

@@ -6,7 +6,8 @@
 //! of readers cannot starve a writer. A mark lasts one lease from the writer's latest attempt, by the
 //! server's clock, so a writer that vanished holds readers back for one
 //! lease at most. Each attempt of the same wait refreshes it; the writer's
-//! grant, or the end of its wait, removes it.
+//! grant, or the end of its wait, removes it. The mark also records who
+//! waits and since when, which `list` shows (see `statements`' `held`).
 
 use distlock_core::backend::LeaseId;
 
