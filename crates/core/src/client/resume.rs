@@ -107,17 +107,14 @@ impl LockClient {
             ..request.granted(0, GrantState::none())
         };
         let sent_at = Instant::now();
-        match take_up(backend, old, request.clone()).await {
-            Ok(Some(state)) => {
-                tracing::info!(%name, fencing_token = handle.fencing_token(), "resumed a lock");
-                let lease = request.granted(handle.fencing_token(), state);
-                Ok(self.guard(permit, lease, sent_at, request.loss, started))
-            }
-            Ok(None) => Err(Error::Lost {
+        let Some(state) = take_up(backend, old, request.clone()).await? else {
+            return Err(Error::Lost {
                 name: name.to_string(),
-            }),
-            Err(error) => Err(error),
-        }
+            });
+        };
+        tracing::info!(%name, fencing_token = handle.fencing_token(), "resumed a lock");
+        let lease = request.granted(handle.fencing_token(), state);
+        Ok(self.guard(permit, lease, sent_at, request.loss, started))
     }
 
     /// This client's slot of `name`, waited for at most one operation
